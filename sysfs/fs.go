@@ -1,0 +1,109 @@
+package sysfs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// DefaultRoot is where the kernel mounts sysfs.
+const DefaultRoot = "/sys"
+
+// FS is a sysfs tree rooted at a directory: "/sys" on a real machine, or a
+// mock tree such as ../shared/testdata/power_supply/<case>/sys.
+// FS values are immutable and safe for concurrent use.
+type FS struct {
+	root string
+}
+
+// NewFS returns an FS rooted at root. It fails when root does not exist or is
+// not a directory; nothing below the root has to exist.
+func NewFS(root string) (FS, error) {
+	st, err := os.Stat(root)
+	if err != nil {
+		return FS{}, fmt.Errorf("sysfs root %q: %w", root, err)
+	}
+	if !st.IsDir() {
+		return FS{}, fmt.Errorf("sysfs root %q: not a directory", root)
+	}
+	return FS{root: filepath.Clean(root)}, nil
+}
+
+// Root returns the root directory the FS was created with.
+func (fs FS) Root() string { return fs.root }
+
+// Path joins elements below the root. Each element is cleaned as if it were
+// absolute, so ".." can never leave the root.
+func (fs FS) Path(elem ...string) string {
+	return filepath.Join(fs.root, filepath.Clean("/"+filepath.Join(elem...)))
+}
+
+// ReadAttr reads a sysfs attribute file with a single read(2) of at most
+// 4096 bytes (PAGE_SIZE, the most a sysfs show() returns) and returns its
+// content with surrounding whitespace removed. Some drivers return EAGAIN
+// forever to repeated reads, which is why this is not os.ReadFile.
+// Errors are the open or read errors, wrapped with the path; absent files
+// give an error satisfying errors.Is(err, fs.ErrNotExist).
+func ReadAttr(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	n, err := f.Read(buf)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	return strings.TrimSpace(string(buf[:n])), nil
+}
+
+// ReadIntAttr reads an attribute holding one decimal integer.
+func ReadIntAttr(path string) (int64, error) {
+	s, err := ReadAttr(path)
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse %s: %w", path, err)
+	}
+	return v, nil
+}
+
+// WriteAttr writes value to a kernel attribute file with one write(2), the
+// way sysfs and cgroupfs expect it (never temp-and-rename). The error names
+// the value and the path and wraps the errno, so callers can use
+// errors.Is(err, syscall.EINVAL) and friends.
+func WriteAttr(path, value string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return fmt.Errorf("write %q to %s: %w", value, path, err)
+	}
+	_, werr := f.Write([]byte(value))
+	cerr := f.Close()
+	if werr != nil {
+		return fmt.Errorf("write %q to %s: %w", value, path, unwrapPathErr(werr))
+	}
+	if cerr != nil {
+		return fmt.Errorf("write %q to %s: %w", value, path, unwrapPathErr(cerr))
+	}
+	return nil
+}
+
+func unwrapPathErr(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno
+	}
+	return err
+}
