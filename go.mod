@@ -3,10 +3,10 @@ module github.com/schedpolicyd/schedpolicyd
 go 1.26.8
 
 require (
-	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
-	github.com/fsnotify/fsnotify v1.10.1 // indirect
-	github.com/godbus/dbus/v5 v5.2.4 // indirect
-	github.com/hanwen/go-fuse/v2 v2.12.1 // indirect
-	github.com/sirupsen/logrus v1.10.2 // indirect
-	golang.org/x/sys v0.50.0 // indirect
+	github.com/coreos/go-systemd/v22 v22.7.0
+	github.com/fsnotify/fsnotify v1.10.1
+	github.com/godbus/dbus/v5 v5.2.4
+	github.com/hanwen/go-fuse/v2 v2.12.1
+	github.com/sirupsen/logrus v1.10.2
+	golang.org/x/sys v0.50.0
 )
