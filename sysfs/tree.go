@@ -1,0 +1,221 @@
+package sysfs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// This file defines the served virtual sched_policy tree (DESIGN §4) and
+// chooses its backend: tree_fuse.go serves it through FUSE, tree_plain.go as
+// plain files watched with fsnotify. The attribute semantics mimicked are those
+// of kernel sysfs (platform.md §7.1).
+
+// Tree backends, as accepted in TreeOptions.Backend and returned by
+// Tree.Backend.
+const (
+	BackendAuto  = "auto"
+	BackendFUSE  = "fuse"
+	BackendPlain = "plain"
+)
+
+// maxAttrWrite is the largest single write(2) an attribute accepts, PAGE_SIZE
+// on x86 (platform.md §7.1). Longer writes fail with EINVAL before the handler
+// sees them, as the experiments on a real sysfs enum file showed.
+const maxAttrWrite = 4096
+
+// TreeFile is one attribute file of the tree, relative to the tree directory,
+// e.g. {Path: "devices/system/cpu/sched_policy/current_sched_policy", Mode: 0644}.
+//
+// Only the permission bits of Mode are used. A file without any write bit is
+// read-only: opening it for writing fails with EACCES, even for root, as on
+// sysfs (FUSE backend only; see TreeOptions.Backend).
+type TreeFile struct {
+	Path string
+	Mode os.FileMode
+}
+
+// TreeHandler produces and consumes file contents. Called from FUSE serving goroutines
+// (concurrently) or from the plain backend's watcher goroutine. Must not touch the mount.
+type TreeHandler interface {
+	// Read returns the full current content of the file (newline-terminated by the handler).
+	Read(path string) []byte
+	// Write is called with the raw bytes of one write(2) (at most 4096 bytes; longer writes are
+	// rejected with EINVAL before Write is called). A returned error that wraps a syscall.Errno
+	// is passed to the writer as that errno (EINVAL for a bad value); any other error → EIO.
+	Write(path string, data []byte) error
+}
+
+// TreeOptions configures ServeTree.
+type TreeOptions struct {
+	// Dir is the mount point / directory, created if missing (MkdirAll 0755).
+	// It must not lie inside /sys (platform.md §7.2).
+	Dir string
+	// Files lists the attribute files. Paths are relative to Dir and are
+	// cleaned like filepath.Clean("/"+path); directories are implied.
+	Files []TreeFile
+	// Handler produces and consumes the contents.
+	Handler TreeHandler
+	// Backend is "auto" (FUSE if /dev/fuse can be opened and the mount
+	// succeeds, else plain; "" means auto), "fuse" or "plain".
+	//
+	// The FUSE backend behaves like sysfs: content generated per read (direct
+	// I/O, never cached), one write(2) is one Handler.Write whose error the
+	// writer sees, modes enforced (default_permissions) and write-opens of
+	// read-only files refused with EACCES even for root.
+	//
+	// The plain backend writes regular files and watches them with fsnotify.
+	// It cannot refuse a write: the writer always succeeds, and an invalid
+	// value is reverted afterwards (see OnPlainRejected). Root can write the
+	// 0444 files; such writes are reverted with EACCES.
+	Backend string
+	// OnPlainRejected, if set, is called when the plain backend reverted an invalid write.
+	// It runs on the watcher goroutine and may call Tree.Changed but not Tree.Close.
+	OnPlainRejected func(path string, data []byte, err error)
+}
+
+// Tree is a served tree.
+type Tree interface {
+	Backend() string // "fuse" or "plain"
+	Dir() string
+	// Changed tells the tree that the handler's content changed. FUSE: nothing to do (reads are
+	// generated per read, direct I/O). Plain: rewrite the files whose content differs (without
+	// mistaking its own writes for user writes).
+	Changed() error
+	// Close is idempotent. FUSE: unmount (lazy unmount if busy) and wait for
+	// the server; plain: stop watching and remove the files it created. After
+	// Close returns the handler is not called again.
+	Close() error
+}
+
+// ServeTree serves opts.Files below opts.Dir with the chosen backend.
+//
+// Before mounting, a stale mount left at Dir by a crashed instance (stat gives
+// ENOTCONN, or Dir is a "fuse.schedpolicyd" mount point in
+// /proc/self/mountinfo) is lazily unmounted.
+//
+// Errors: invalid options (no Dir or Handler, Dir inside /sys, an empty,
+// duplicate or conflicting file path, an unknown backend); with "fuse", the
+// mount failure (an errno such as EPERM when /dev/fuse or mount(2) is not
+// allowed); with "auto", only a plain backend failure, since a FUSE failure
+// falls back to plain.
+func ServeTree(opts TreeOptions) (Tree, error) {
+	if opts.Handler == nil {
+		return nil, errors.New("sysfs: tree: no handler")
+	}
+	dir, err := treeDir(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	files, err := cleanTreeFiles(opts.Files)
+	if err != nil {
+		return nil, err
+	}
+	opts.Dir = dir
+	opts.Files = files
+
+	// Typed nil pointers must not escape as non-nil Tree values.
+	switch opts.Backend {
+	case BackendFUSE:
+		t, err := serveFUSE(opts)
+		if err != nil {
+			return nil, err
+		}
+		return t, nil
+	case BackendAuto, "":
+		if t, err := serveFUSE(opts); err == nil {
+			return t, nil
+		}
+		fallthrough
+	case BackendPlain:
+		t, err := servePlain(opts)
+		if err != nil {
+			return nil, err
+		}
+		return t, nil
+	default:
+		return nil, fmt.Errorf("sysfs: tree: unknown backend %q", opts.Backend)
+	}
+}
+
+// treeDir makes dir absolute and rejects places inside sysfs, where the tree
+// must never go (platform.md §7.2: mkdir there fails with EPERM, and a mount
+// would shadow the kernel's attributes). Symlinks in the existing part of the
+// path are resolved for the check.
+func treeDir(dir string) (string, error) {
+	if dir == "" {
+		return "", errors.New("sysfs: tree: no directory")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("sysfs: tree: %w", err)
+	}
+	for _, p := range []string{abs, resolveExisting(abs)} {
+		if p == "/sys" || strings.HasPrefix(p, "/sys/") {
+			return "", fmt.Errorf("sysfs: tree: directory %s is inside /sys", dir)
+		}
+	}
+	return abs, nil
+}
+
+// resolveExisting resolves symlinks in the longest existing prefix of the
+// absolute path p and appends the rest unchanged.
+func resolveExisting(p string) string {
+	rest := ""
+	for cur := p; ; {
+		if r, err := filepath.EvalSymlinks(cur); err == nil {
+			return filepath.Join(r, rest)
+		}
+		parent := filepath.Dir(cur)
+		if parent == cur {
+			return p
+		}
+		rest = filepath.Join(filepath.Base(cur), rest)
+		cur = parent
+	}
+}
+
+// cleanTreeFiles cleans each path as filepath.Clean("/"+path) (STYLE: name
+// sanitising) and rejects empty paths, duplicates and a file that is also a
+// directory of another.
+func cleanTreeFiles(in []TreeFile) ([]TreeFile, error) {
+	if len(in) == 0 {
+		return nil, errors.New("sysfs: tree: no files")
+	}
+	out := make([]TreeFile, 0, len(in))
+	seen := make(map[string]bool)
+	dirs := make(map[string]bool)
+	for _, f := range in {
+		p := strings.TrimPrefix(filepath.Clean("/"+f.Path), "/")
+		if p == "" {
+			return nil, fmt.Errorf("sysfs: tree: empty file path %q", f.Path)
+		}
+		if seen[p] {
+			return nil, fmt.Errorf("sysfs: tree: duplicate file %s", p)
+		}
+		seen[p] = true
+		for d := filepath.Dir(p); d != "."; d = filepath.Dir(d) {
+			dirs[d] = true
+		}
+		out = append(out, TreeFile{Path: p, Mode: f.Mode.Perm()})
+	}
+	for _, f := range out {
+		if dirs[f.Path] {
+			return nil, fmt.Errorf("sysfs: tree: %s is both a file and a directory", f.Path)
+		}
+	}
+	return out, nil
+}
+
+// writeErrno turns a Handler.Write error into the errno the writer sees: the
+// wrapped syscall.Errno if there is one, else EIO.
+func writeErrno(err error) syscall.Errno {
+	var errno syscall.Errno
+	if errors.As(err, &errno) && errno != 0 {
+		return errno
+	}
+	return syscall.EIO
+}

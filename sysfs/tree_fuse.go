@@ -1,0 +1,448 @@
+package sysfs
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// The FUSE backend of the tree (DESIGN §4, platform.md §7.2). Every setting
+// below answers one of the experiments recorded there:
+//   - Open returns FOPEN_DIRECT_IO, so the kernel forwards every read and a
+//     reader never sees stale or size-truncated content;
+//   - fileNode implements NodeSetattrer, or the shell's O_TRUNC (SETATTR
+//     size=0) fails with ENOTSUP before Write runs;
+//   - Setattr and Getattr fill the mode, which bridge.go would otherwise
+//     report as 0000;
+//   - entry and attribute timeouts are 0, so nothing is cached;
+//   - default_permissions makes the kernel enforce the modes for non-root
+//     users, and Open refuses write-opens of read-only files with EACCES
+//     for everybody, like sysfs.
+
+// fuseFsType is the file system type the mount shows in /proc/self/mountinfo
+// ("fuse." + MountOptions.Name); stale mounts of this type are cleared.
+const fuseFsType = "fuse.schedpolicyd"
+
+// fuseCloseWait bounds how long Close waits for the server after unmounting.
+const fuseCloseWait = 2 * time.Second
+
+type fuseTree struct {
+	dir     string
+	handler TreeHandler
+	server  *fuse.Server
+	served  chan struct{} // closed when the server has exited
+	mnt     mountID       // the mount at dir when it was made
+
+	// mu guards closed. Operations hold it for reading while they call the
+	// handler, so Close, which takes it for writing, waits for them.
+	mu     sync.RWMutex
+	closed bool
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+func serveFUSE(opts TreeOptions) (*fuseTree, error) {
+	// Opening /dev/fuse first gives a clear errno (ENOENT, EACCES, EPERM)
+	// instead of the mount's.
+	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("sysfs: tree: fuse: %w", err)
+	}
+	f.Close()
+	if err := clearStaleMount(opts.Dir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("sysfs: tree: %w", err)
+	}
+
+	t := &fuseTree{dir: opts.Dir, handler: opts.Handler}
+	root := &dirNode{mtime: time.Now()}
+	var zero time.Duration
+	discard := log.New(io.Discard, "", 0)
+	fopts := &fs.Options{
+		MountOptions: fuse.MountOptions{
+			DirectMount: true,
+			// Strict: report the real mount(2) errno (e.g. EPERM) rather
+			// than falling back to the fusermount helper, which is absent.
+			DirectMountStrict: true,
+			AllowOther:        true,
+			FsName:            "schedpolicyd",
+			Name:              "schedpolicyd",
+			Options:           []string{"default_permissions"},
+			Logger:            discard,
+		},
+		EntryTimeout:    &zero,
+		AttrTimeout:     &zero,
+		NegativeTimeout: &zero,
+		Logger:          discard,
+		OnAdd: func(ctx context.Context) {
+			t.build(ctx, &root.Inode, opts.Files)
+		},
+	}
+	server, err := fs.Mount(opts.Dir, root, fopts)
+	if err != nil {
+		return nil, fmt.Errorf("sysfs: tree: fuse mount %s: %w", opts.Dir, err)
+	}
+	t.server = server
+	t.served = make(chan struct{})
+	go func() {
+		server.Wait()
+		close(t.served)
+	}()
+	t.mnt, _ = mountIdentity(opts.Dir)
+	return t, nil
+}
+
+// mountID identifies the mount at a directory. Device numbers and plain
+// mount IDs are recycled as soon as a detached mount dies, so the unique
+// mount ID (Linux 6.8+) is preferred.
+type mountID struct {
+	dev    uint64
+	id     uint64
+	unique bool
+}
+
+func mountIdentity(dir string) (mountID, error) {
+	var stx unix.Statx_t
+	err := unix.Statx(unix.AT_FDCWD, dir, 0, unix.STATX_BASIC_STATS|unix.STATX_MNT_ID_UNIQUE|unix.STATX_MNT_ID, &stx)
+	if err != nil {
+		return mountID{}, err
+	}
+	return mountID{
+		dev:    unix.Mkdev(stx.Dev_major, stx.Dev_minor),
+		id:     stx.Mnt_id,
+		unique: stx.Mask&unix.STATX_MNT_ID_UNIQUE != 0,
+	}, nil
+}
+
+// ownsMount reports whether the mount at t.dir is still this tree's: the
+// server is running and the mount identity is unchanged (or unknown).
+func (t *fuseTree) ownsMount() bool {
+	select {
+	case <-t.served:
+		return false // our connection is gone
+	default:
+	}
+	if t.mnt == (mountID{}) {
+		return true
+	}
+	cur, err := mountIdentity(t.dir)
+	if err != nil {
+		return true // e.g. ENOTCONN: unmounting is right
+	}
+	return cur == t.mnt
+}
+
+// build adds the directories and files below root.
+func (t *fuseTree) build(ctx context.Context, root *fs.Inode, files []TreeFile) {
+	now := time.Now()
+	for _, f := range files {
+		parent := root
+		parts := strings.Split(f.Path, "/")
+		for _, name := range parts[:len(parts)-1] {
+			child := parent.GetChild(name)
+			if child == nil {
+				child = parent.NewPersistentInode(ctx, &dirNode{mtime: now},
+					fs.StableAttr{Mode: syscall.S_IFDIR})
+				parent.AddChild(name, child, false)
+			}
+			parent = child
+		}
+		node := &fileNode{tree: t, path: f.Path, mode: uint32(f.Mode.Perm()), mtime: now}
+		parent.AddChild(parts[len(parts)-1],
+			parent.NewPersistentInode(ctx, node, fs.StableAttr{Mode: syscall.S_IFREG}), false)
+	}
+}
+
+func (t *fuseTree) Backend() string { return BackendFUSE }
+func (t *fuseTree) Dir() string     { return t.dir }
+
+// Changed does nothing: every read from offset 0 asks the handler.
+func (t *fuseTree) Changed() error { return nil }
+
+// Close marks the tree closed (operations still arriving get ENODEV, as on a
+// removed sysfs node, and the handler is not called again), unmounts it, and
+// waits for the server to exit.
+//
+// If the mount is busy (a shell has its cwd inside), it is detached lazily
+// (MNT_DETACH): it disappears from the namespace at once, and the kernel keeps
+// the connection until the last reference goes. Close then waits up to 2s and,
+// if the server is still running, aborts the connection through fusectl
+// (/sys/fs/fuse/connections/N/abort) when that is mounted; otherwise the
+// serving goroutines linger, answering ENODEV, until the reference is dropped.
+func (t *fuseTree) Close() error {
+	t.closeOnce.Do(func() {
+		t.mu.Lock()
+		t.closed = true
+		t.mu.Unlock()
+
+		// Unmount only our own mount: a later instance may have
+		// replaced it (clearStaleMount) and mounted its own at dir.
+		if !t.ownsMount() {
+			waitTimeout(t.server.Wait, fuseCloseWait)
+			return
+		}
+		err := unix.Unmount(t.dir, 0)
+		if errors.Is(err, unix.EBUSY) {
+			err = unix.Unmount(t.dir, unix.MNT_DETACH)
+		}
+		if err != nil && !errors.Is(err, unix.EINVAL) { // EINVAL: no longer mounted
+			t.closeErr = fmt.Errorf("sysfs: tree: unmount %s: %w", t.dir, err)
+			return
+		}
+		if !waitTimeout(t.server.Wait, fuseCloseWait) && t.mnt.dev != 0 {
+			conn := unix.Major(t.mnt.dev)<<20 | unix.Minor(t.mnt.dev) // kernel dev_t encoding
+			abort := filepath.Join("/sys/fs/fuse/connections", strconv.FormatUint(uint64(conn), 10), "abort")
+			if os.WriteFile(abort, []byte("1"), 0) == nil {
+				waitTimeout(t.server.Wait, fuseCloseWait)
+			}
+		}
+	})
+	return t.closeErr
+}
+
+// waitTimeout runs wait in a goroutine and reports whether it returned
+// within d.
+func waitTimeout(wait func(), d time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// enter reports whether the tree is open; if so the caller must call
+// t.mu.RUnlock when done with the handler.
+func (t *fuseTree) enter() bool {
+	t.mu.RLock()
+	if t.closed {
+		t.mu.RUnlock()
+		return false
+	}
+	return true
+}
+
+// dirNode is a directory: mode 0755, owned by root. Lookup and Readdir come
+// from the persistent children added in build.
+type dirNode struct {
+	fs.Inode
+	mtime time.Time
+}
+
+var _ fs.NodeGetattrer = (*dirNode)(nil)
+
+func (d *dirNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = syscall.S_IFDIR | 0o755
+	out.Nlink = 2
+	out.Size = 0
+	out.Owner = fuse.Owner{Uid: 0, Gid: 0}
+	out.SetTimes(nil, &d.mtime, &d.mtime)
+	return 0
+}
+
+// fileNode is one attribute file.
+type fileNode struct {
+	fs.Inode
+	tree  *fuseTree
+	path  string
+	mode  uint32 // permission bits
+	mtime time.Time
+}
+
+var (
+	_ fs.NodeGetattrer = (*fileNode)(nil)
+	_ fs.NodeSetattrer = (*fileNode)(nil)
+	_ fs.NodeOpener    = (*fileNode)(nil)
+)
+
+// Getattr reports the mode, owner root and size 4096 like sysfs
+// (platform.md §7.1); with direct I/O the size does not limit reads.
+func (n *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.fill(out)
+	return 0
+}
+
+func (n *fileNode) fill(out *fuse.AttrOut) {
+	out.Mode = syscall.S_IFREG | n.mode
+	out.Nlink = 1
+	out.Size = maxAttrWrite
+	out.Blksize = maxAttrWrite
+	out.Owner = fuse.Owner{Uid: 0, Gid: 0}
+	out.SetTimes(nil, &n.mtime, &n.mtime)
+}
+
+// Setattr accepts truncation (the shell's O_TRUNC arrives as SETATTR size=0
+// before the write) and time updates, both ignored as kernfs does with the
+// size; changing mode or owner fails with EPERM.
+func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if _, ok := in.GetMode(); ok {
+		return syscall.EPERM
+	}
+	if _, ok := in.GetUID(); ok {
+		return syscall.EPERM
+	}
+	if _, ok := in.GetGID(); ok {
+		return syscall.EPERM
+	}
+	n.fill(out)
+	return 0
+}
+
+// Open refuses write-opens of a file without write bits with EACCES, even for
+// root, as sysfs does, and returns FOPEN_DIRECT_IO so no read is cached.
+func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY && n.mode&0o222 == 0 {
+		return nil, 0, syscall.EACCES
+	}
+	return &fileHandle{node: n}, fuse.FOPEN_DIRECT_IO, 0
+}
+
+// fileHandle is one open file. Like a kernfs open file it keeps the content
+// generated by the last read at offset 0 and serves later offsets from it.
+type fileHandle struct {
+	node    *fileNode
+	mu      sync.Mutex
+	content []byte
+	valid   bool
+}
+
+var (
+	_ fs.FileReader = (*fileHandle)(nil)
+	_ fs.FileWriter = (*fileHandle)(nil)
+)
+
+func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	t := h.node.tree
+	if !t.enter() {
+		return nil, syscall.ENODEV
+	}
+	defer t.mu.RUnlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if off == 0 || !h.valid {
+		h.content = t.handler.Read(h.node.path)
+		h.valid = true
+	}
+	if off >= int64(len(h.content)) {
+		return fuse.ReadResultData(nil), 0
+	}
+	end := min(off+int64(len(dest)), int64(len(h.content)))
+	return fuse.ReadResultData(h.content[off:end]), 0
+}
+
+// Write hands one write(2) to the handler, ignoring the offset as sysfs
+// does. More than 4096 bytes fail with EINVAL; a handler error becomes its
+// errno (EIO if it wraps none). On success the whole buffer counts as
+// written.
+func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if len(data) > maxAttrWrite {
+		return 0, syscall.EINVAL
+	}
+	t := h.node.tree
+	if !t.enter() {
+		return 0, syscall.ENODEV
+	}
+	defer t.mu.RUnlock()
+	if err := t.handler.Write(h.node.path, append([]byte(nil), data...)); err != nil {
+		return 0, writeErrno(err)
+	}
+	return uint32(len(data)), 0
+}
+
+// clearStaleMount lazily unmounts what a crashed instance left at dir: a
+// mount whose stat gives ENOTCONN ("Transport endpoint is not connected"), or
+// any fuse.schedpolicyd mount point at dir (platform.md §7.2). Other file
+// systems mounted at dir are left alone. Stacked mounts are peeled one at a
+// time.
+func clearStaleMount(dir string) error {
+	for range 16 {
+		var st unix.Stat_t
+		statErr := unix.Stat(dir, &st)
+		stale := errors.Is(statErr, unix.ENOTCONN)
+		if !stale {
+			fstype, mounted, err := mountAt(resolveExisting(dir))
+			if err != nil {
+				return err
+			}
+			stale = mounted && fstype == fuseFsType
+		}
+		if !stale {
+			return nil
+		}
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("sysfs: tree: unmount stale mount %s: %w", dir, err)
+		}
+	}
+	return fmt.Errorf("sysfs: tree: too many stale mounts at %s", dir)
+}
+
+// mountAt reports the file system type of the topmost mount at the absolute
+// path dir, from /proc/self/mountinfo.
+func mountAt(dir string) (fstype string, mounted bool, err error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", false, fmt.Errorf("sysfs: tree: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for sc.Scan() {
+		// 36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 7 || unescapeMountinfo(fields[4]) != dir {
+			continue
+		}
+		for i := 6; i < len(fields)-1; i++ {
+			if fields[i] == "-" {
+				fstype, mounted = fields[i+1], true // later lines are mounted on top
+				break
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", false, fmt.Errorf("sysfs: tree: reading mountinfo: %w", err)
+	}
+	return fstype, mounted, nil
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for space, \011, \012,
+// \134) the kernel applies to paths in mountinfo.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
