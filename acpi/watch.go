@@ -1,0 +1,113 @@
+package acpi
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// startWatcher watches with fsnotify (inotify), always the directories that
+// hold the boost files, and with full set also <root>/class/power_supply,
+// every supply directory in it and <root>/devices/system/cpu (for its
+// "online" file). Directories, not files, are watched, because editors and
+// test helpers replace files by rename. Chmod events are ignored. With full
+// unset and no boost directory, nothing is opened. Open failures are logged
+// once; the interval remains.
+func (m *Monitor) startWatcher(ctx context.Context, wg *sync.WaitGroup, full bool) {
+	fsys := m.cfg.FS
+	boostDirs := map[string]bool{}
+	boostFiles := map[string]bool{}
+	for _, f := range fsys.BoostFiles() {
+		if isDir(filepath.Dir(f)) {
+			boostDirs[filepath.Dir(f)] = true
+			boostFiles[f] = true
+		}
+	}
+	classDir := fsys.Path("class", "power_supply")
+	cpuDir := fsys.Path("devices", "system", "cpu")
+	if !full && len(boostDirs) == 0 {
+		return
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		m.log.WithError(err).Warn("fsnotify unavailable; falling back to periodic re-reads")
+		return
+	}
+	add := func(dir string) {
+		if err := w.Add(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			m.log.WithError(err).WithField("dir", dir).Warn("cannot watch directory; changes there are seen only by periodic re-reads")
+		}
+	}
+	for d := range boostDirs {
+		add(d)
+	}
+	if full {
+		if isDir(classDir) {
+			add(classDir)
+			entries, _ := os.ReadDir(classDir)
+			for _, e := range entries {
+				if p := filepath.Join(classDir, e.Name()); isDir(p) {
+					add(p)
+				}
+			}
+		}
+		if isDir(cpuDir) {
+			add(cpuDir)
+		}
+	}
+	cpuOnline := filepath.Join(cpuDir, "online")
+
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer w.Close()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case err, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+				// An overflow means lost events: re-read.
+				if errors.Is(err, fsnotify.ErrEventOverflow) {
+					m.Poke()
+					signal(m.hotplug)
+				}
+			case ev, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				if ev.Op == fsnotify.Chmod {
+					continue
+				}
+				dir := filepath.Dir(ev.Name)
+				switch {
+				case boostFiles[ev.Name]:
+					m.Poke()
+				case !full:
+				case ev.Name == cpuOnline:
+					signal(m.hotplug)
+				case dir == classDir:
+					// A supply appeared or went away.
+					if ev.Has(fsnotify.Create) && isDir(ev.Name) {
+						add(ev.Name)
+					}
+					m.Poke()
+				case filepath.Dir(dir) == classDir:
+					m.Poke()
+				}
+			}
+		}
+	}()
+}
+
+func isDir(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
+}
