@@ -1,0 +1,49 @@
+// Package systemd wraps the sd_notify protocol (readiness, status,
+// stopping, watchdog) over github.com/coreos/go-systemd/v22, and holds the
+// unit file schedpolicyd.service.
+package systemd
+
+import (
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+)
+
+// Notifier sends sd_notify(3) messages to $NOTIFY_SOCKET. When the daemon
+// does not run under systemd (no NOTIFY_SOCKET) every method is a no-op that
+// returns nil. NOTIFY_SOCKET is never unset, so watchdog pings keep working.
+// Safe for concurrent use.
+type Notifier struct{}
+
+// send returns go-systemd's error; (false, nil) — not under systemd — is
+// normal and not an error.
+func (Notifier) send(state string) error {
+	_, err := daemon.SdNotify(false, state)
+	return err
+}
+
+// Ready sends READY=1 together with STATUS=status: start-up (or a reload)
+// is complete.
+func (n Notifier) Ready(status string) error {
+	return n.send(daemon.SdNotifyReady + "\nSTATUS=" + status)
+}
+
+// Status sends STATUS=status, the one-line text `systemctl status` shows.
+func (n Notifier) Status(status string) error { return n.send("STATUS=" + status) }
+
+// Stopping sends STOPPING=1: shutdown has begun.
+func (n Notifier) Stopping() error { return n.send(daemon.SdNotifyStopping) }
+
+// Watchdog sends WATCHDOG=1. Call it from the event loop, so a stuck loop
+// really does trip the watchdog.
+func (n Notifier) Watchdog() error { return n.send(daemon.SdNotifyWatchdog) }
+
+// WatchdogInterval returns how often to ping: half of WATCHDOG_USEC when
+// systemd enabled the watchdog for this process, or 0 when it did not.
+func (Notifier) WatchdogInterval() time.Duration {
+	d, err := daemon.SdWatchdogEnabled(false)
+	if err != nil || d <= 0 {
+		return 0
+	}
+	return d / 2
+}

@@ -1,0 +1,13 @@
+package systemd
+
+import (
+	_ "embed"
+)
+
+// Unit is the content of schedpolicyd.service, the systemd unit the Debian
+// package installs.
+//
+//go:embed schedpolicyd.service
+var Unit string
+
+func readUnit() (string, error) { return Unit, nil }
