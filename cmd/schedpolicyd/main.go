@@ -1,0 +1,129 @@
+// Command schedpolicyd is the power-aware CPU placement policy daemon.
+//
+//	schedpolicyd [flags]              run the daemon
+//	schedpolicyd probe [flags]        print topology, power source, boost, policy
+//
+// See schedpolicyd --help and the README.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+const usage = `Usage:
+  schedpolicyd [flags]            run the daemon (needs root for FUSE and cgroups)
+  schedpolicyd probe [flags]      show topology, power source and reason, boost and
+                                  the effective policy, without side effects
+  schedpolicyd version            print the version
+
+Run 'schedpolicyd probe --help' for the probe's flags.
+
+Daemon flags:
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run returns the process exit code: 0 success, 1 runtime failure, 2 usage
+// error.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "probe":
+			return probeMain(args[1:], stdout, stderr)
+		case "version", "--version":
+			fmt.Fprintln(stdout, "schedpolicyd", version)
+			return 0
+		}
+	}
+	return daemonMain(args, stderr)
+}
+
+// defaultCgroupRoot picks the managed parent: the v1 cpuset hierarchy when
+// it is mounted (systemd never manages it), else a top-level cgroup v2
+// directory.
+func defaultCgroupRoot() string {
+	if _, err := os.Stat("/sys/fs/cgroup/cpuset/cpuset.cpus"); err == nil {
+		return "/sys/fs/cgroup/cpuset/schedpolicyd"
+	}
+	return "/sys/fs/cgroup/schedpolicyd"
+}
+
+func daemonMain(args []string, stderr io.Writer) int {
+	fl := flag.NewFlagSet("schedpolicyd", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	fl.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fl.PrintDefaults()
+	}
+	var cfg daemon.Config
+	fl.StringVar(&cfg.SysfsRoot, "sysfs-root", sysfs.DefaultRoot, "sysfs root to read power_supply, CPU topology and boost from (a mock tree for tests)")
+	fl.StringVar(&cfg.CgroupRoot, "cgroup-root", "auto", "managed parent cgroup; each direct child is a workload (auto: /sys/fs/cgroup/cpuset/schedpolicyd on cgroup v1, /sys/fs/cgroup/schedpolicyd on v2; none: no placement)")
+	fl.StringVar(&cfg.ProcRoot, "proc-root", "/proc", "procfs root (cgroup v1 usage accounting)")
+	fl.StringVar(&cfg.TreeDir, "tree-dir", daemon.DefaultTreeDir, "where to serve the virtual sysfs tree")
+	fl.StringVar(&cfg.TreeBackend, "tree-backend", "auto", "tree backend: auto (FUSE when /dev/fuse works, else plain files), fuse or plain")
+	fl.StringVar(&cfg.StateDir, "state-dir", daemon.DefaultStateDir, "directory for state.json (the user's persisted choices)")
+	fl.StringVar(&cfg.Bus, "bus", "system", "D-Bus to join: system, session, none, or a bus ADDRESS")
+	fl.StringVar(&cfg.Events, "events", "auto", "power event source: auto (netlink uevents on /sys, fsnotify on a mock root), netlink or fsnotify")
+	fl.DurationVar(&cfg.Debounce, "debounce", daemon.DefaultDebounce, "delay before re-reading after a power event, e.g. 500ms")
+	fl.DurationVar(&cfg.SafetyInterval, "recheck-interval", daemon.DefaultSafetyInterval, "re-read the power source this often even without events (negative: never)")
+	fl.DurationVar(&cfg.SampleInterval, "sample-interval", daemon.DefaultSampleInterval, "workload utilisation sampling period while workloads exist")
+	logLevel := fl.String("log-level", "info", "log level: debug, info, warning, error")
+	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fl.NArg() > 0 {
+		fmt.Fprintf(stderr, "schedpolicyd: unexpected argument %q (see --help)\n", fl.Arg(0))
+		return 2
+	}
+	log := logrus.New()
+	log.Out = stderr
+	lvl, err := logrus.ParseLevel(*logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "schedpolicyd: --log-level: %v\n", err)
+		return 2
+	}
+	log.SetLevel(lvl)
+	if os.Getenv("JOURNAL_STREAM") != "" {
+		// journald stamps every line itself.
+		log.SetFormatter(&logrus.TextFormatter{DisableTimestamp: true})
+	}
+	switch cfg.CgroupRoot {
+	case "auto":
+		cfg.CgroupRoot = defaultCgroupRoot()
+	case "none":
+		cfg.CgroupRoot = ""
+	}
+	cfg.Log = log
+	d, err := daemon.New(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "schedpolicyd: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := d.Run(ctx); err != nil {
+		log.WithError(err).Error("exiting")
+		return 1
+	}
+	return 0
+}

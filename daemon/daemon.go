@@ -1,0 +1,445 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/schedpolicyd/schedpolicyd/systemd"
+)
+
+// Defaults of Config, the production paths.
+const (
+	DefaultTreeDir        = "/run/schedpolicyd/sysfs"
+	DefaultStateDir       = "/var/lib/schedpolicyd"
+	DefaultDebounce       = 500 * time.Millisecond
+	DefaultSafetyInterval = 60 * time.Second
+	DefaultSampleInterval = time.Second
+)
+
+// Config is everything the daemon needs; cmd/schedpolicyd fills it from
+// flags. Zero durations take the defaults above.
+type Config struct {
+	// SysfsRoot is the sysfs root read for power_supply, topology and boost
+	// ("/sys", or a mock tree).
+	SysfsRoot string
+	// CgroupRoot is the managed parent cgroup; each direct child is a
+	// workload. "" disables placement.
+	CgroupRoot string
+	// ProcRoot is /proc (used for cgroup v1 usage accounting).
+	ProcRoot string
+	// TreeDir is where the virtual sysfs tree is served.
+	TreeDir string
+	// TreeBackend is "auto", "fuse" or "plain".
+	TreeBackend string
+	// StateDir holds state.json.
+	StateDir string
+	// Bus is "system", "session", "none" or a D-Bus address.
+	Bus string
+	// Events is the power-event source: "auto", "netlink" or "fsnotify".
+	Events string
+	// Debounce delays a re-read after an event (default 500 ms).
+	Debounce time.Duration
+	// SafetyInterval re-reads the power source even without events
+	// (default 60 s).
+	SafetyInterval time.Duration
+	// SampleInterval is the workload utilisation sampling period while
+	// any workload exists (default 1 s).
+	SampleInterval time.Duration
+	// UtilHalfLife is the half-life of the decayed utilisation average
+	// (default 2 s).
+	UtilHalfLife time.Duration
+	Log          logrus.FieldLogger
+}
+
+// Snapshot is a consistent copy of the daemon's public state, published by
+// the event loop after every change. Readers (tree, D-Bus) never touch loop
+// state directly.
+type Snapshot struct {
+	Policy      policy.Policy // effective policy
+	Knob        policy.Knob
+	PowerSource acpi.Source
+	Reason      string // why this power source (acpi.Decision.Reason)
+	Boost       string // "1", "0" or "unsupported"
+	Workloads   []WorkloadStatus
+}
+
+// WorkloadStatus describes one managed workload.
+type WorkloadStatus struct {
+	Name string
+	Path string  // cgroup directory
+	CPUs string  // cpulist of cpuset.cpus as last written or read
+	Util float64 // decayed utilisation, CPUs
+}
+
+// ErrStopped is returned by requests made after the event loop ended.
+var ErrStopped = errors.New("daemon is stopping")
+
+// Daemon is schedpolicyd. New starts nothing; Run serves until its context
+// ends, then restores every workload's original cpuset and unmounts the
+// tree.
+type Daemon struct {
+	cfg    Config
+	log    logrus.FieldLogger
+	notify systemd.Notifier
+
+	fs   sysfs.FS
+	mon  *acpi.Monitor
+	cg   *sysfs.Cgroup
+	tree sysfs.Tree
+	bus  *busService
+
+	reqs chan func()
+	done chan struct{} // closed when the loop ends
+	snap atomic.Pointer[Snapshot]
+
+	// Loop-owned state: touched only by the goroutine running Run.
+	knob      policy.Knob
+	power     acpi.Decision
+	boost     string
+	topo      policy.Topology
+	allowed   sysfs.CPUSet
+	workloads map[string]*workload
+	effective policy.Policy
+	plan      policy.Plan
+	shrinks   int // consecutive plans that would shrink the active set
+	kernelKnb string
+}
+
+// New validates cfg and returns a daemon that has not started anything.
+func New(cfg Config) (*Daemon, error) {
+	if cfg.Log == nil {
+		l := logrus.New()
+		l.Out = os.Stderr
+		cfg.Log = l
+	}
+	if cfg.SysfsRoot == "" {
+		cfg.SysfsRoot = sysfs.DefaultRoot
+	}
+	if cfg.ProcRoot == "" {
+		cfg.ProcRoot = "/proc"
+	}
+	if cfg.TreeDir == "" {
+		cfg.TreeDir = DefaultTreeDir
+	}
+	if cfg.TreeBackend == "" {
+		cfg.TreeBackend = "auto"
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = DefaultStateDir
+	}
+	if cfg.Bus == "" {
+		cfg.Bus = "system"
+	}
+	if cfg.Events == "" {
+		cfg.Events = "auto"
+	}
+	if cfg.Debounce == 0 {
+		cfg.Debounce = DefaultDebounce
+	}
+	if cfg.SafetyInterval == 0 {
+		cfg.SafetyInterval = DefaultSafetyInterval
+	}
+	if cfg.SampleInterval <= 0 {
+		cfg.SampleInterval = DefaultSampleInterval
+	}
+	if cfg.UtilHalfLife <= 0 {
+		cfg.UtilHalfLife = 2 * time.Second
+	}
+	switch cfg.TreeBackend {
+	case "auto", "fuse", "plain":
+	default:
+		return nil, fmt.Errorf("tree backend %q: want auto, fuse or plain", cfg.TreeBackend)
+	}
+	switch cfg.Events {
+	case "auto", "netlink", "fsnotify":
+	default:
+		return nil, fmt.Errorf("events %q: want auto, netlink or fsnotify", cfg.Events)
+	}
+	fs, err := sysfs.NewFS(cfg.SysfsRoot)
+	if err != nil {
+		return nil, err
+	}
+	return &Daemon{
+		cfg:       cfg,
+		log:       cfg.Log,
+		fs:        fs,
+		reqs:      make(chan func()),
+		done:      make(chan struct{}),
+		workloads: map[string]*workload{},
+	}, nil
+}
+
+// Snapshot returns the latest published state. Safe for concurrent use.
+func (d *Daemon) Snapshot() Snapshot {
+	if s := d.snap.Load(); s != nil {
+		return *s
+	}
+	return Snapshot{}
+}
+
+// do runs fn on the event loop and returns its error; it is how the tree and
+// D-Bus handlers (other goroutines) change loop state.
+func (d *Daemon) do(ctx context.Context, fn func() error) error {
+	errc := make(chan error, 1)
+	select {
+	case d.reqs <- func() { errc <- fn() }:
+	case <-d.done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-errc:
+		return err
+	case <-d.done:
+		return ErrStopped
+	}
+}
+
+// Run starts the daemon and serves until ctx is cancelled (SIGTERM/SIGINT
+// in main). In order: load the persisted knob, read power source, boost and
+// topology, adopt the workloads, serve the tree, join the bus, apply the
+// first plan, then send READY=1. On return every workload's original
+// cpuset.cpus has been written back and the tree is unmounted. The error is
+// nil after a clean stop; start-up failures (tree cannot be served at all)
+// are returned.
+func (d *Daemon) Run(ctx context.Context) error {
+	defer close(d.done)
+	knob, err := LoadState(d.cfg.StateDir)
+	if err != nil {
+		d.log.WithError(err).Warn("ignoring saved state, using defaults")
+	}
+	d.knob = knob
+	if d.power, err = acpi.Read(d.fs); err != nil {
+		d.log.WithError(err).Warn("cannot read power supplies, assuming AC")
+		d.power = acpi.Decision{Source: acpi.Unknown, Reason: "power_supply unreadable: " + err.Error()}
+	}
+	d.boost, _ = d.fs.Boost()
+	d.readTopology()
+
+	if d.cfg.CgroupRoot != "" {
+		cg, err := sysfs.OpenCgroup(d.cfg.CgroupRoot, sysfs.CgroupOptions{Create: true, ProcRoot: d.cfg.ProcRoot})
+		if err != nil {
+			d.log.WithError(err).Warn("workload placement disabled")
+		} else {
+			d.cg = cg
+			d.log.WithFields(logrus.Fields{"path": cg.Path(), "version": int(cg.Version())}).Info("managing workloads")
+		}
+	}
+	d.scanWorkloads()
+	// The tree and the bus serve the snapshot: have a true one before
+	// either can be read.
+	d.effective = d.knob.Effective(string(d.power.Source))
+	d.snap.Store(&Snapshot{Policy: d.effective, Knob: d.knob, PowerSource: d.power.Source, Reason: d.power.Reason, Boost: d.boost})
+
+	tree, err := sysfs.ServeTree(sysfs.TreeOptions{
+		Dir: d.cfg.TreeDir, Files: treeFiles, Handler: treeHandler{d: d, ctx: ctx}, Backend: d.cfg.TreeBackend,
+		OnPlainRejected: func(path string, data []byte, err error) {
+			d.log.WithFields(logrus.Fields{"file": filepath.Base(path), "value": fmt.Sprintf("%.40q", data)}).WithError(err).Warn("rejected write reverted")
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("serve tree at %s: %w", d.cfg.TreeDir, err)
+	}
+	d.tree = tree
+	defer func() {
+		if err := tree.Close(); err != nil {
+			d.log.WithError(err).Warn("closing tree")
+		}
+	}()
+	d.log.WithFields(logrus.Fields{"dir": tree.Dir(), "backend": tree.Backend()}).Info("serving sched_policy tree")
+
+	d.bus = d.connectBus()
+	defer d.bus.close()
+
+	d.writeKernelKnob()
+	d.recompute("start", true)
+
+	monCtx, stopMon := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stopMon()
+	d.mon = acpi.NewMonitor(acpi.MonitorConfig{
+		FS: d.fs, Events: d.cfg.Events, Debounce: d.cfg.Debounce, Interval: d.cfg.SafetyInterval,
+		Log: d.log.WithField("component", "acpi"),
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := d.mon.Run(monCtx); err != nil {
+			d.log.WithError(err).Error("power monitor stopped")
+		}
+	}()
+	cgEvents, stopWatch := d.watchCgroup()
+	defer stopWatch()
+
+	if err := d.notify.Ready(d.status()); err != nil {
+		d.log.WithError(err).Warn("sd_notify READY failed")
+	}
+	d.log.WithFields(logrus.Fields{"policy": d.effective, "power": d.power.Source}).Info("ready")
+
+	var wdC <-chan time.Time
+	if iv := d.notify.WatchdogInterval(); iv > 0 {
+		t := time.NewTicker(iv)
+		defer t.Stop()
+		wdC = t.C
+	}
+	sample := time.NewTicker(d.cfg.SampleInterval)
+	defer sample.Stop()
+	monC := d.mon.C()
+	for {
+		// Sample only while there are workloads: an idle daemon has no
+		// periodic timer.
+		var sampleC <-chan time.Time
+		if len(d.workloads) > 0 || cgEvents == nil && d.cg != nil {
+			sampleC = sample.C
+		}
+		select {
+		case <-ctx.Done():
+			d.shutdown()
+			return nil
+		case st, ok := <-monC:
+			if !ok {
+				monC = nil
+				continue
+			}
+			d.onPowerState(st)
+		case <-d.mon.CPUHotplug():
+			d.readTopology()
+			d.recompute("cpu hotplug", true)
+		case fn := <-d.reqs:
+			fn()
+		case _, ok := <-cgEvents:
+			if !ok {
+				cgEvents = nil
+				continue
+			}
+			if d.scanWorkloads() {
+				d.recompute("workloads changed", true)
+			}
+		case <-sampleC:
+			changed := d.scanWorkloads()
+			d.sampleWorkloads()
+			d.recompute("sample", changed)
+		case <-wdC:
+			d.notify.Watchdog()
+		}
+	}
+}
+
+func (d *Daemon) onPowerState(st acpi.State) {
+	// The monitor already logged the change with its reason.
+	d.power = st.Power
+	d.boost = st.Boost
+	d.recompute("power source", true)
+}
+
+func (d *Daemon) readTopology() {
+	t, err := d.fs.CPUTopology()
+	if err != nil {
+		d.log.WithError(err).Warn("cannot read CPU topology")
+		return
+	}
+	var cores, pkgs [][]int
+	for _, c := range t.Cores() {
+		cores = append(cores, c.List())
+	}
+	for _, p := range t.Packages() {
+		pkgs = append(pkgs, p.List())
+	}
+	d.topo = policy.NewTopology(cores, pkgs)
+	d.allowed = t.Online
+}
+
+// setKnob persists and applies a new knob; on a persist failure nothing
+// changes and the error is returned.
+func (d *Daemon) setKnob(k policy.Knob, via string) error {
+	if err := k.Validate(); err != nil {
+		return err
+	}
+	if k == d.knob {
+		return nil
+	}
+	if err := SaveState(d.cfg.StateDir, k); err != nil {
+		d.log.WithError(err).Error("cannot persist choice; not applied")
+		return err
+	}
+	d.log.WithFields(logrus.Fields{"via": via, "power_aware": k.PowerAware, "power_aware_policy": k.PowerAwarePolicy}).Info("knob changed")
+	d.knob = k
+	d.recompute("knob", true)
+	return nil
+}
+
+// recompute derives the effective policy, plans, writes changed cpusets and
+// publishes the new state. force applies a shrinking plan at once (policy
+// or workload changes); periodic samples shrink only after shrinkAfter
+// consecutive proposals, so a flapping load does not rewrite cpusets every
+// tick.
+func (d *Daemon) recompute(why string, force bool) {
+	eff := d.knob.Effective(string(d.power.Source))
+	if eff != d.effective {
+		if d.effective != "" {
+			d.log.WithFields(logrus.Fields{"from": d.effective, "to": eff, "why": why}).Info("policy changed")
+		}
+		d.effective = eff
+		force = true
+		d.writeKernelKnob()
+	}
+	d.applyPlan(force)
+	d.publish()
+}
+
+// writeKernelKnob mirrors the effective policy into a kernel that has the
+// real sched_policy knob (the 2013 patch set's ABI).
+func (d *Daemon) writeKernelKnob() {
+	p := d.fs.Path("devices/system/cpu/sched_policy/current_sched_policy")
+	if _, err := os.Stat(p); err != nil || d.kernelKnb == string(d.effective) {
+		return
+	}
+	if err := sysfs.WriteAttr(p, string(d.effective)); err != nil {
+		d.log.WithError(err).Warn("cannot write kernel sched_policy")
+		return
+	}
+	d.kernelKnb = string(d.effective)
+}
+
+func (d *Daemon) status() string {
+	return fmt.Sprintf("policy %s (power_aware %d), power source %s, %d workloads", d.effective, d.knob.PowerAware, d.power.Source, len(d.workloads))
+}
+
+// publish stores a new snapshot, refreshes the plain tree, updates D-Bus
+// properties (emitting PropertiesChanged for changed ones) and systemd's
+// STATUS.
+func (d *Daemon) publish() {
+	s := &Snapshot{
+		Policy: d.effective, Knob: d.knob, PowerSource: d.power.Source,
+		Reason: d.power.Reason, Boost: d.boost, Workloads: d.workloadStatus(),
+	}
+	old := d.snap.Swap(s)
+	if d.tree != nil {
+		if err := d.tree.Changed(); err != nil {
+			d.log.WithError(err).Warn("refreshing tree")
+		}
+	}
+	d.bus.update(*s)
+	if old == nil || old.Policy != s.Policy || old.PowerSource != s.PowerSource || old.Knob != s.Knob || len(old.Workloads) != len(s.Workloads) {
+		d.notify.Status(d.status())
+	}
+}
+
+func (d *Daemon) shutdown() {
+	d.notify.Stopping()
+	d.log.Info("stopping: restoring original cpusets")
+	d.restoreWorkloads()
+}

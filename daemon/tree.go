@@ -1,0 +1,118 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"syscall"
+
+	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+)
+
+// TreePrefix is the kernel-shaped directory of the knob files below the
+// tree directory (the 2013 patch set's /sys/devices/system/cpu/sched_policy).
+const TreePrefix = "devices/system/cpu/sched_policy"
+
+// The six files of DESIGN.md §4.
+const (
+	fileAvailable        = "available_sched_policy"
+	fileCurrent          = "current_sched_policy"
+	filePowerAware       = "power_aware"
+	filePowerAwarePolicy = "power_aware_policy"
+	filePowerSource      = "power_source"
+	fileBoost            = "boost"
+)
+
+var treeFiles = []sysfs.TreeFile{
+	{Path: TreePrefix + "/" + fileAvailable, Mode: 0o444},
+	{Path: TreePrefix + "/" + fileCurrent, Mode: 0o644},
+	{Path: TreePrefix + "/" + filePowerAware, Mode: 0o644},
+	{Path: TreePrefix + "/" + filePowerAwarePolicy, Mode: 0o644},
+	{Path: TreePrefix + "/" + filePowerSource, Mode: 0o444},
+	{Path: TreePrefix + "/" + fileBoost, Mode: 0o444},
+}
+
+// treeHandler serves the tree from the published snapshot and forwards
+// writes to the event loop.
+type treeHandler struct {
+	d   *Daemon
+	ctx context.Context
+}
+
+// Read generates a file's content at read time, newline-terminated, like a
+// kernel show().
+func (h treeHandler) Read(p string) []byte {
+	s := h.d.Snapshot()
+	var v string
+	switch path.Base(p) {
+	case fileAvailable:
+		parts := make([]string, len(policy.AvailablePolicies))
+		for i, x := range policy.AvailablePolicies {
+			parts[i] = string(x)
+		}
+		v = strings.Join(parts, " ")
+	case fileCurrent:
+		v = string(s.Policy)
+	case filePowerAware:
+		v = fmt.Sprint(int(s.Knob.PowerAware))
+	case filePowerAwarePolicy:
+		v = string(s.Knob.PowerAwarePolicy)
+	case filePowerSource:
+		v = string(s.PowerSource)
+	case fileBoost:
+		v = s.Boost
+	}
+	return []byte(v + "\n")
+}
+
+// Write parses one write(2) like the patch's store(): sscanf("%15s"),
+// case-sensitive names. Bad values fail with EINVAL and change nothing;
+// read-only files fail with EACCES.
+func (h treeHandler) Write(p string, data []byte) error {
+	return h.d.writeFile(h.ctx, path.Base(p), data, "tree")
+}
+
+// writeFile is the one implementation of a knob-file write, shared by the
+// tree and D-Bus.
+func (d *Daemon) writeFile(ctx context.Context, file string, data []byte, via string) error {
+	tok, err := policy.ScanToken(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, errors.Join(syscall.EINVAL, err))
+	}
+	var apply func(policy.Knob) (policy.Knob, error)
+	switch file {
+	case fileCurrent:
+		p, err := policy.ParsePolicy(tok)
+		if err != nil {
+			return errors.Join(syscall.EINVAL, err)
+		}
+		apply = func(k policy.Knob) (policy.Knob, error) { return k.WithCurrentPolicy(p), nil }
+	case filePowerAware:
+		v, err := policy.ParsePowerAware(tok)
+		if err != nil {
+			return errors.Join(syscall.EINVAL, err)
+		}
+		apply = func(k policy.Knob) (policy.Knob, error) { k.PowerAware = v; return k, nil }
+	case filePowerAwarePolicy:
+		v, err := policy.ParsePowerAwarePolicy(tok)
+		if err != nil {
+			return errors.Join(syscall.EINVAL, err)
+		}
+		apply = func(k policy.Knob) (policy.Knob, error) { k.PowerAwarePolicy = v; return k, nil }
+	default:
+		return fmt.Errorf("%s is read-only: %w", file, syscall.EACCES)
+	}
+	return d.do(ctx, func() error {
+		k, err := apply(d.knob)
+		if err != nil {
+			return err
+		}
+		if err := d.setKnob(k, via); err != nil {
+			return errors.Join(syscall.EIO, err)
+		}
+		return nil
+	})
+}
