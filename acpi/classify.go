@@ -65,13 +65,13 @@ const (
 // Evidence is one supply attribute that decided the verdict, or that was
 // considered and set aside.
 type Evidence struct {
-	Supply    string // supply name, the directory below class/power_supply, e.g. "BAT0"
-	Attribute string // attribute file, e.g. "online", "status", "scope"
-	Value     string // the value read, without the trailing newline, e.g. "1", "Discharging"
+	Supply    string `json:"supply"`    // supply name, the directory below class/power_supply, e.g. "BAT0"
+	Attribute string `json:"attribute"` // attribute file, e.g. "online", "status", "scope"
+	Value     string `json:"value"`     // the value read, without the trailing newline, e.g. "1", "Discharging"
 	// Rule says what the attribute meant, starting with the rule number
 	// (1–6, see Classify), e.g. "2: system supply online" or
 	// "1: scope=Device, ignored".
-	Rule string
+	Rule string `json:"rule"`
 }
 
 // Decision is a classification together with why it was made.

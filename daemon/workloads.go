@@ -152,7 +152,9 @@ func (d *Daemon) applyPlan(force bool) {
 func (d *Daemon) restoreWorkloads() {
 	for _, n := range d.sortedNames() {
 		w := d.workloads[n]
-		if w.original.IsEmpty() || w.original.Equal(w.cpus) {
+		// An empty original is v2's "inherit from the parent"; it is
+		// restored too (v1 children never have one: PrepareChild fills it).
+		if w.original.Equal(w.cpus) {
 			continue
 		}
 		if err := d.cg.WriteCPUs(n, w.original); err != nil && !sysfs.IsGone(err) {

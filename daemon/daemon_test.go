@@ -1,0 +1,290 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/schedpolicyd/schedpolicyd/policy"
+)
+
+// copyDir copies a fixture tree into dst.
+func copyDir(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.Walk(src, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		target := filepath.Join(dst, rel)
+		if info.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func put(t *testing.T, path, v string) {
+	t.Helper()
+	os.MkdirAll(filepath.Dir(path), 0o755)
+	if err := os.WriteFile(path, []byte(v+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func get(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func eventually(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		ok, s := cond()
+		if ok {
+			return
+		}
+		last = s
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s; last: %s", what, last)
+}
+
+// mockLaptop is a 4-core/8-thread laptop (sysfs/testdata/topology) on AC
+// with a cgroup v2 directory tree whose managed parent holds two workloads:
+// "a" inheriting (empty cpuset.cpus) and "b" restricted to 2-3.
+type mockLaptop struct {
+	sys, cgroot, managed, tree, state string
+}
+
+func newMockLaptop(t *testing.T) mockLaptop {
+	t.Helper()
+	dir := t.TempDir()
+	m := mockLaptop{
+		sys:    filepath.Join(dir, "sys"),
+		cgroot: filepath.Join(dir, "cgroup"),
+		tree:   filepath.Join(dir, "tree"),
+		state:  filepath.Join(dir, "state"),
+	}
+	m.managed = filepath.Join(m.cgroot, "schedpolicyd")
+	copyDir(t, "../sysfs/testdata/topology/laptop-4c8t", m.sys)
+	ps := filepath.Join(m.sys, "class/power_supply")
+	put(t, ps+"/AC/type", "Mains")
+	put(t, ps+"/AC/online", "1")
+	put(t, ps+"/BAT0/type", "Battery")
+	put(t, ps+"/BAT0/present", "1")
+	put(t, ps+"/BAT0/status", "Charging")
+	put(t, m.cgroot+"/cgroup.controllers", "cpuset cpu io memory")
+	put(t, m.cgroot+"/cgroup.subtree_control", "cpuset cpu")
+	put(t, m.managed+"/cgroup.controllers", "cpuset cpu")
+	put(t, m.managed+"/cgroup.subtree_control", "cpuset")
+	put(t, m.managed+"/cpuset.cpus.effective", "0-7")
+	for name, cpus := range map[string]string{"a": "", "b": "2-3"} {
+		put(t, filepath.Join(m.managed, name, "cpuset.cpus"), cpus)
+		put(t, filepath.Join(m.managed, name, "cpuset.cpus.effective"), "0-7")
+		put(t, filepath.Join(m.managed, name, "cpu.stat"), "usage_usec 0\nuser_usec 0\nsystem_usec 0")
+	}
+	return m
+}
+
+// start runs the daemon in-process with the plain tree backend and no bus.
+func (m mockLaptop) start(t *testing.T) (*Daemon, context.CancelFunc, <-chan error) {
+	t.Helper()
+	log := logrus.New()
+	log.SetLevel(logrus.DebugLevel)
+	log.SetOutput(tWriter{t})
+	d, err := New(Config{
+		SysfsRoot: m.sys, CgroupRoot: m.managed, TreeDir: m.tree, TreeBackend: "plain",
+		StateDir: m.state, Bus: "none", Events: "fsnotify", Debounce: 20 * time.Millisecond,
+		SafetyInterval: -1, SampleInterval: 50 * time.Millisecond, UtilHalfLife: 100 * time.Millisecond,
+		Log: log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx); close(done) }() // a second receive sees the close
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("daemon did not stop")
+		}
+	})
+	eventually(t, "tree served", func() (bool, string) {
+		b, err := os.ReadFile(filepath.Join(m.tree, TreePrefix, "current_sched_policy"))
+		return err == nil && len(b) > 0, fmt.Sprint(err)
+	})
+	return d, cancel, done
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// TestDaemonCgroupV2Tree drives placement on a cgroup v2 directory tree:
+// adoption, packing on battery, growth with measured utilisation, only
+// changed cpusets written, and the originals restored on stop.
+func TestDaemonCgroupV2Tree(t *testing.T) {
+	m := newMockLaptop(t)
+	d, cancel, done := m.start(t)
+	a, b := filepath.Join(m.managed, "a/cpuset.cpus"), filepath.Join(m.managed, "b/cpuset.cpus")
+	cpus := func() (bool, string) { return false, get(t, a) + " / " + get(t, b) }
+
+	eventually(t, "performance: all CPUs", func() (bool, string) {
+		_, s := cpus()
+		return get(t, a) == "0-7" && get(t, b) == "0-7", s
+	})
+	if s := d.Snapshot(); s.Policy != policy.Performance || s.PowerSource != "ac" {
+		t.Fatalf("snapshot %+v, want performance on ac", s)
+	}
+
+	// Nothing changes → nothing is written, across many sample periods.
+	stA, _ := os.Stat(a)
+	time.Sleep(400 * time.Millisecond)
+	if st, _ := os.Stat(a); !st.ModTime().Equal(stA.ModTime()) {
+		t.Errorf("a/cpuset.cpus rewritten although the plan did not change")
+	}
+
+	// Unplug → powersaving; idle workloads pack onto one thread.
+	ps := filepath.Join(m.sys, "class/power_supply")
+	put(t, ps+"/AC/online", "0")
+	put(t, ps+"/BAT0/status", "Discharging")
+	eventually(t, "packed on CPU 0", func() (bool, string) {
+		_, s := cpus()
+		return get(t, a) == "0" && get(t, b) == "0" && d.Snapshot().Policy == policy.Powersaving, s
+	})
+	if got := get(t, filepath.Join(m.tree, TreePrefix, "current_sched_policy")); got != "powersaving" {
+		t.Errorf("tree current_sched_policy = %q", got)
+	}
+
+	// Workload a becomes busy: 1.5 CPUs of cpu.stat usage. Confined to one
+	// CPU it is saturated, so the set grows at once, SMT sibling first.
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		start := time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			usec := int64(1.5 * float64(time.Since(start).Microseconds()))
+			tmp := filepath.Join(m.managed, "a/.cpu.stat")
+			os.WriteFile(tmp, []byte(fmt.Sprintf("usage_usec %d\nuser_usec 0\nsystem_usec 0\n", usec)), 0o644)
+			os.Rename(tmp, filepath.Join(m.managed, "a/cpu.stat"))
+		}
+	}()
+	eventually(t, "grown to the core's two threads", func() (bool, string) {
+		_, s := cpus()
+		return get(t, a) == "0,4" && get(t, b) == "0,4", s
+	})
+	close(stop)
+	wg.Wait()
+
+	// A new workload created while running is adopted.
+	put(t, filepath.Join(m.managed, "c/cpuset.cpus"), "")
+	put(t, filepath.Join(m.managed, "c/cpu.stat"), "usage_usec 0")
+	eventually(t, "c adopted", func() (bool, string) {
+		n := len(d.Snapshot().Workloads)
+		return n == 3, fmt.Sprint(n, " workloads")
+	})
+
+	// Plain tree: a valid write applies and persists, a bogus one is
+	// reverted and changes nothing.
+	put(t, filepath.Join(m.tree, TreePrefix, "power_aware"), "0")
+	eventually(t, "power_aware 0 → performance", func() (bool, string) {
+		s := d.Snapshot()
+		return s.Policy == policy.Performance && get(t, a) == "0-7", string(s.Policy)
+	})
+	if k, err := LoadState(m.state); err != nil || k.PowerAware != 0 {
+		t.Errorf("persisted knob = %+v, %v", k, err)
+	}
+	put(t, filepath.Join(m.tree, TreePrefix, "power_aware"), "7")
+	eventually(t, "bogus write reverted", func() (bool, string) {
+		got := get(t, filepath.Join(m.tree, TreePrefix, "power_aware"))
+		return got == "0", got
+	})
+	if s := d.Snapshot(); s.Knob.PowerAware != 0 {
+		t.Errorf("bogus write changed the knob: %+v", s.Knob)
+	}
+
+	// Stop: originals come back — "" (inherit) for a, 2-3 for b.
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	if got := get(t, a); got != "" {
+		t.Errorf("a restored to %q, want empty (inherit)", got)
+	}
+	if got := get(t, b); got != "2-3" {
+		t.Errorf("b restored to %q, want 2-3", got)
+	}
+	if _, err := os.Stat(filepath.Join(m.tree, TreePrefix, "power_aware")); !os.IsNotExist(err) {
+		t.Errorf("plain tree files left behind: %v", err)
+	}
+}
+
+// TestDaemonRestartKeepsChoice: a choice made through the tree survives a
+// restart; a corrupt state file falls back to defaults without failing.
+func TestDaemonRestartKeepsChoice(t *testing.T) {
+	m := newMockLaptop(t)
+	d, cancel, done := m.start(t)
+	put(t, filepath.Join(m.tree, TreePrefix, "current_sched_policy"), "balance")
+	eventually(t, "balance", func() (bool, string) {
+		s := d.Snapshot()
+		return s.Policy == policy.Balance, string(s.Policy)
+	})
+	cancel()
+	<-done
+	d2, _, _ := m.start(t)
+	if s := d2.Snapshot(); s.Policy != policy.Balance || s.Knob.PowerAware != 2 {
+		t.Errorf("after restart: %+v, want balance with power_aware 2", s)
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	dir := t.TempDir()
+	for name, cfg := range map[string]Config{
+		"tree backend": {SysfsRoot: dir, TreeBackend: "nfs"},
+		"events":       {SysfsRoot: dir, Events: "poll"},
+		"sysfs root":   {SysfsRoot: filepath.Join(dir, "missing")},
+	} {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("%s: New accepted %+v", name, cfg)
+		}
+	}
+}
