@@ -392,6 +392,16 @@ func TestEndToEnd(t *testing.T) {
 	if got := getProp("PowerSource"); got != "battery" {
 		t.Errorf("D-Bus PowerSource = %q, want battery", got)
 	}
+	// The same through a real command-line client.
+	if _, err := exec.LookPath("busctl"); err == nil {
+		out, err := exec.Command("busctl", "--address="+addr, "get-property", daemon.BusName, string(daemon.ObjectPath),
+			daemon.Interface, "ActivePolicy", "PowerAware", "PowerSource").CombinedOutput()
+		if want := "s \"powersaving\"\nu 1\ns \"battery\"\n"; err != nil || string(out) != want {
+			t.Errorf("busctl get-property: %v\n%q, want %q", err, out, want)
+		}
+	} else {
+		t.Log("busctl not installed (Debian package systemd); checked with the godbus client only")
+	}
 	packed, _ := cpus()
 	packedCPU, _ := strconv.Atoi(packed)
 	// The processes really run only there: sample field 39 repeatedly.
