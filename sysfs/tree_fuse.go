@@ -262,6 +262,42 @@ func (d *dirNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrO
 	return 0
 }
 
+// The tree's shape is fixed, as in sysfs: creating, removing, linking or
+// renaming anything fails with EPERM (what sysfs answers for mkdir and
+// unlink) and changes nothing. go-fuse's default for Unlink and Rmdir is
+// success, which would silently drop a knob file until restart.
+var (
+	_ fs.NodeUnlinker  = (*dirNode)(nil)
+	_ fs.NodeRmdirer   = (*dirNode)(nil)
+	_ fs.NodeMkdirer   = (*dirNode)(nil)
+	_ fs.NodeCreater   = (*dirNode)(nil)
+	_ fs.NodeMknoder   = (*dirNode)(nil)
+	_ fs.NodeLinker    = (*dirNode)(nil)
+	_ fs.NodeSymlinker = (*dirNode)(nil)
+	_ fs.NodeRenamer   = (*dirNode)(nil)
+)
+
+func (d *dirNode) Unlink(ctx context.Context, name string) syscall.Errno { return syscall.EPERM }
+func (d *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno  { return syscall.EPERM }
+func (d *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}
+func (d *dirNode) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	return nil, nil, 0, syscall.EPERM
+}
+func (d *dirNode) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}
+func (d *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}
+func (d *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}
+func (d *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	return syscall.EPERM
+}
+
 // fileNode is one attribute file.
 type fileNode struct {
 	fs.Inode

@@ -564,3 +564,34 @@ func TestTreeUnescapeMountinfo(t *testing.T) {
 		}
 	}
 }
+
+// TestTreeFUSEShapeIsFixed: like sysfs, nothing can be removed, created or
+// renamed in the tree; each attempt fails with EPERM and every file stays.
+func TestTreeFUSEShapeIsFixed(t *testing.T) {
+	tree := serveTestFUSE(t, newFakeTreeHandler())
+	cur := filepath.Join(tree.Dir(), testCurrent)
+	dir := filepath.Dir(cur)
+	attempts := map[string]func() error{
+		"unlink file":    func() error { return os.Remove(cur) },
+		"rmdir dir":      func() error { return syscall.Rmdir(dir) },
+		"rmdir top":      func() error { return syscall.Rmdir(filepath.Join(tree.Dir(), "devices")) },
+		"mkdir":          func() error { return os.Mkdir(filepath.Join(dir, "new"), 0o755) },
+		"create":         func() error { f, err := os.Create(filepath.Join(dir, "new")); f.Close(); return err },
+		"rename":         func() error { return os.Rename(cur, filepath.Join(dir, "moved")) },
+		"symlink":        func() error { return os.Symlink("x", filepath.Join(dir, "link")) },
+		"hard link":      func() error { return os.Link(cur, filepath.Join(dir, "link")) },
+		"remove the lot": func() error { return os.RemoveAll(filepath.Join(tree.Dir(), "devices")) },
+	}
+	for name, try := range attempts {
+		if err := try(); !errors.Is(err, syscall.EPERM) {
+			t.Errorf("%s: err = %v, want EPERM", name, err)
+		}
+		if _, err := os.Stat(cur); err != nil {
+			t.Fatalf("after %s: %v", name, err)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) != len(testTreeFiles) {
+		t.Errorf("directory holds %d entries (%v), want the %d tree files", len(entries), err, len(testTreeFiles))
+	}
+}
