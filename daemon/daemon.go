@@ -114,6 +114,13 @@ type Daemon struct {
 	plan      policy.Plan
 	shrinks   int // consecutive plans that would shrink the active set
 	kernelKnb string
+	// savedOriginals are the originals found in state.json at start (a
+	// crashed run's); consulted when a workload is adopted.
+	savedOriginals map[string]string
+	cgWatch        *cgroupWatch
+	cgWarned       bool            // "placement disabled" said once
+	originalsSaved bool            // state.json holds every workload's original
+	rejected       map[string]bool // child names refused, warned about once
 }
 
 // New validates cfg and returns a daemon that has not started anything.
@@ -177,6 +184,7 @@ func New(cfg Config) (*Daemon, error) {
 		reqs:      make(chan func()),
 		done:      make(chan struct{}),
 		workloads: map[string]*workload{},
+		rejected:  map[string]bool{},
 	}, nil
 }
 
@@ -208,19 +216,35 @@ func (d *Daemon) do(ctx context.Context, fn func() error) error {
 }
 
 // Run starts the daemon and serves until ctx is cancelled (SIGTERM/SIGINT
-// in main). In order: load the persisted knob, read power source, boost and
+// in main). In order: lock the state and tree directories (one daemon per
+// machine state), load the persisted state, read power source, boost and
 // topology, adopt the workloads, serve the tree, join the bus, apply the
 // first plan, then send READY=1. On return every workload's original
-// cpuset.cpus has been written back and the tree is unmounted. The error is
-// nil after a clean stop; start-up failures (tree cannot be served at all)
-// are returned.
+// cpuset.cpus has been written back, the originals are dropped from the
+// state file and the tree is unmounted. The error is nil after a clean
+// stop; start-up failures are returned: ErrAlreadyRunning, an unusable state
+// directory, a tree that cannot be served.
 func (d *Daemon) Run(ctx context.Context) error {
 	defer close(d.done)
-	knob, err := LoadState(d.cfg.StateDir)
+	stateLock, err := prepareStateDir(d.cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer stateLock.Close()
+	if err := os.MkdirAll(filepath.Dir(filepath.Clean(d.cfg.TreeDir)), 0o755); err != nil {
+		return fmt.Errorf("tree dir: %w", err)
+	}
+	treeLock, err := acquireLock(filepath.Clean(d.cfg.TreeDir) + ".lock")
+	if err != nil {
+		return err
+	}
+	defer treeLock.Close()
+
+	st, err := LoadState(d.cfg.StateDir)
 	if err != nil {
 		d.log.WithError(err).Warn("ignoring saved state, using defaults")
 	}
-	d.knob = knob
+	d.knob, d.savedOriginals = st.Knob, st.Originals
 	if d.power, err = acpi.Read(d.fs); err != nil {
 		d.log.WithError(err).Warn("cannot read power supplies, assuming AC")
 		d.power = acpi.Decision{Source: acpi.Unknown, Reason: "power_supply unreadable: " + err.Error()}
@@ -228,15 +252,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.boost, _ = d.fs.Boost()
 	d.readTopology()
 
-	if d.cfg.CgroupRoot != "" {
-		cg, err := sysfs.OpenCgroup(d.cfg.CgroupRoot, sysfs.CgroupOptions{Create: true, ProcRoot: d.cfg.ProcRoot})
-		if err != nil {
-			d.log.WithError(err).Warn("workload placement disabled")
-		} else {
-			d.cg = cg
-			d.log.WithFields(logrus.Fields{"path": cg.Path(), "version": int(cg.Version())}).Info("managing workloads")
-		}
-	}
+	d.openCgroup()
+	defer d.stopCgroupWatch()
 	d.scanWorkloads()
 	// The tree and the bus serve the snapshot: have a true one before
 	// either can be read.
@@ -260,16 +277,24 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}()
 	d.log.WithFields(logrus.Fields{"dir": tree.Dir(), "backend": tree.Backend()}).Info("serving sched_policy tree")
 
-	d.bus = d.connectBus()
-	defer d.bus.close()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	bgCtx, stopBg := context.WithCancel(ctx)
+	defer stopBg()
+
+	// The first bus connection is made before READY=1; if the bus is
+	// unreachable, the keeper goroutine retries with backoff.
+	d.bus = d.connectBus(true)
+	defer func() { d.bus.close() }()
+	wg.Add(1)
+	go func(first *busService) {
+		defer wg.Done()
+		d.keepBus(bgCtx, first)
+	}(d.bus)
 
 	d.writeKernelKnob()
 	d.recompute("start", true)
 
-	monCtx, stopMon := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer stopMon()
 	d.mon = acpi.NewMonitor(acpi.MonitorConfig{
 		FS: d.fs, Events: d.cfg.Events, Debounce: d.cfg.Debounce, Interval: d.cfg.SafetyInterval,
 		Log: d.log.WithField("component", "acpi"),
@@ -277,12 +302,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := d.mon.Run(monCtx); err != nil {
+		if err := d.mon.Run(bgCtx); err != nil {
 			d.log.WithError(err).Error("power monitor stopped")
 		}
 	}()
-	cgEvents, stopWatch := d.watchCgroup()
-	defer stopWatch()
 
 	if err := d.notify.Ready(d.status()); err != nil {
 		d.log.WithError(err).Warn("sd_notify READY failed")
@@ -299,10 +322,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer sample.Stop()
 	monC := d.mon.C()
 	for {
-		// Sample only while there are workloads: an idle daemon has no
-		// periodic timer.
+		// Sample only while there are workloads, or when the managed
+		// parent cannot be watched: an idle daemon has no periodic timer.
 		var sampleC <-chan time.Time
-		if len(d.workloads) > 0 || cgEvents == nil && d.cg != nil {
+		if len(d.workloads) > 0 || d.cgWatch == nil && d.cfg.CgroupRoot != "" {
 			sampleC = sample.C
 		}
 		select {
@@ -320,11 +343,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.recompute("cpu hotplug", true)
 		case fn := <-d.reqs:
 			fn()
-		case _, ok := <-cgEvents:
-			if !ok {
-				cgEvents = nil
-				continue
-			}
+		case <-d.cgEvents():
 			if d.scanWorkloads() {
 				d.recompute("workloads changed", true)
 			}
@@ -371,7 +390,7 @@ func (d *Daemon) setKnob(k policy.Knob, via string) error {
 	if k == d.knob {
 		return nil
 	}
-	if err := SaveState(d.cfg.StateDir, k); err != nil {
+	if err := SaveState(d.cfg.StateDir, State{Knob: k, Originals: d.originals()}); err != nil {
 		d.log.WithError(err).Error("cannot persist choice; not applied")
 		return err
 	}
@@ -441,5 +460,10 @@ func (d *Daemon) publish() {
 func (d *Daemon) shutdown() {
 	d.notify.Stopping()
 	d.log.Info("stopping: restoring original cpusets")
-	d.restoreWorkloads()
+	if d.restoreWorkloads() {
+		// Everything is back: the originals need not survive us.
+		if err := SaveState(d.cfg.StateDir, State{Knob: d.knob}); err != nil {
+			d.log.WithError(err).Warn("cannot clear saved originals")
+		}
+	}
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -225,8 +226,8 @@ func TestDaemonCgroupV2Tree(t *testing.T) {
 		s := d.Snapshot()
 		return s.Policy == policy.Performance && get(t, a) == "0-7", string(s.Policy)
 	})
-	if k, err := LoadState(m.state); err != nil || k.PowerAware != 0 {
-		t.Errorf("persisted knob = %+v, %v", k, err)
+	if st, err := LoadState(m.state); err != nil || st.Knob.PowerAware != 0 {
+		t.Errorf("persisted knob = %+v, %v", st.Knob, err)
 	}
 	put(t, filepath.Join(m.tree, TreePrefix, "power_aware"), "7")
 	eventually(t, "bogus write reverted", func() (bool, string) {
@@ -286,5 +287,91 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("%s: New accepted %+v", name, cfg)
 		}
+	}
+}
+
+// TestDaemonRecoversOriginalsAfterCrash: a crashed run left workload a
+// packed on CPU 0 and its true original ("1-2") in state.json. The next run
+// must restore 1-2 on stop, not the packed set it found.
+func TestDaemonRecoversOriginalsAfterCrash(t *testing.T) {
+	m := newMockLaptop(t)
+	put(t, filepath.Join(m.managed, "a/cpuset.cpus"), "0")
+	if err := SaveState(m.state, State{
+		Knob:      policy.DefaultKnob(),
+		Originals: map[string]string{filepath.Join(m.managed, "a"): "1-2"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, cancel, done := m.start(t)
+	eventually(t, "a spread", func() (bool, string) {
+		got := get(t, filepath.Join(m.managed, "a/cpuset.cpus"))
+		return got == "0-7", got
+	})
+	// While running, state.json holds both workloads' originals.
+	st, err := LoadState(m.state)
+	if err != nil || st.Originals[filepath.Join(m.managed, "a")] != "1-2" || st.Originals[filepath.Join(m.managed, "b")] != "2-3" {
+		t.Errorf("running state = %+v, %v; want originals a=1-2 b=2-3", st, err)
+	}
+	cancel()
+	<-done
+	if got := get(t, filepath.Join(m.managed, "a/cpuset.cpus")); got != "1-2" {
+		t.Errorf("a restored to %q, want the saved original 1-2", got)
+	}
+	if st, _ := LoadState(m.state); len(st.Originals) != 0 {
+		t.Errorf("after a clean stop state.json still holds originals %v", st.Originals)
+	}
+}
+
+// TestDaemonRecreatesVanishedParent: when the managed parent disappears
+// the daemon recreates it and adopts the children that come back.
+func TestDaemonRecreatesVanishedParent(t *testing.T) {
+	m := newMockLaptop(t)
+	d, _, _ := m.start(t)
+	eventually(t, "two workloads", func() (bool, string) {
+		n := len(d.Snapshot().Workloads)
+		return n == 2, fmt.Sprint(n)
+	})
+	if err := os.RemoveAll(m.managed); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "parent recreated", func() (bool, string) {
+		_, err := os.Stat(m.managed)
+		return err == nil, fmt.Sprint(err)
+	})
+	// A mock v2 parent needs the files the kernel would create in it; the
+	// daemon keeps retrying until the cgroup is usable.
+	put(t, m.managed+"/cgroup.controllers", "cpuset cpu")
+	put(t, m.managed+"/cgroup.subtree_control", "")
+	put(t, m.managed+"/cpuset.cpus.effective", "0-7")
+	put(t, filepath.Join(m.managed, "z/cpuset.cpus"), "")
+	put(t, filepath.Join(m.managed, "z/cpu.stat"), "usage_usec 0")
+	eventually(t, "z adopted and placed", func() (bool, string) {
+		ws := d.Snapshot().Workloads
+		return len(ws) == 1 && ws[0].Name == "z" && ws[0].CPUs == "0-7", fmt.Sprint(ws)
+	})
+}
+
+// TestDaemonSingleInstance: a second daemon on the same state or tree
+// directory refuses to start and leaves the first one serving.
+func TestDaemonSingleInstance(t *testing.T) {
+	m := newMockLaptop(t)
+	d, _, _ := m.start(t)
+	for name, cfg := range map[string]Config{
+		"same state dir": {SysfsRoot: m.sys, TreeDir: filepath.Join(t.TempDir(), "t"), StateDir: m.state, Bus: "none", TreeBackend: "plain"},
+		"same tree dir":  {SysfsRoot: m.sys, TreeDir: m.tree, StateDir: t.TempDir(), Bus: "none", TreeBackend: "plain"},
+	} {
+		d2, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d2.Run(context.Background()); !errors.Is(err, ErrAlreadyRunning) {
+			t.Errorf("%s: Run = %v, want ErrAlreadyRunning", name, err)
+		}
+	}
+	if got := get(t, filepath.Join(m.tree, TreePrefix, "current_sched_policy")); got != "performance" {
+		t.Errorf("first daemon's tree reads %q after the refused starts", got)
+	}
+	if d.Snapshot().Policy != policy.Performance {
+		t.Error("first daemon disturbed")
 	}
 }

@@ -3,15 +3,15 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/godbus/dbus/v5"
 	"github.com/godbus/dbus/v5/introspect"
 	"github.com/godbus/dbus/v5/prop"
 	"github.com/sirupsen/logrus"
-
-	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
 // The D-Bus names, versioned as "How to Version D-Bus Interfaces Properly"
@@ -45,13 +45,20 @@ type busService struct {
 type busObject struct{ s *busService }
 
 // connectBus joins the bus chosen by Config.Bus, exports the object, its
-// properties and introspection, then requests the well-known name. When no
-// bus can be reached it says so once and returns nil: the daemon keeps
-// running without D-Bus.
-func (d *Daemon) connectBus() *busService {
+// properties and introspection, then requests the well-known name. It
+// returns nil when the bus cannot be reached or the name cannot be owned;
+// loud says so at warning level (the first attempt), later retries log at
+// debug level so an absent bus is reported once.
+func (d *Daemon) connectBus(loud bool) *busService {
 	log := d.log.WithField("component", "dbus")
+	warn := log.Warn
+	if !loud {
+		warn = log.Debug
+	}
 	if d.cfg.Bus == "none" {
-		log.Info("D-Bus disabled")
+		if loud {
+			log.Info("D-Bus disabled")
+		}
 		return nil
 	}
 	var conn *dbus.Conn
@@ -65,27 +72,25 @@ func (d *Daemon) connectBus() *busService {
 		conn, err = dbus.Connect(d.cfg.Bus)
 	}
 	if err != nil {
-		log.WithError(err).WithField("bus", d.cfg.Bus).Warn("no D-Bus connection; running without D-Bus")
+		log.WithError(err).WithField("bus", d.cfg.Bus).Log(levelOf(loud), "no D-Bus connection; running without D-Bus and retrying in the background")
 		return nil
 	}
 	s := &busService{d: d, conn: conn, log: log, last: map[string]any{}}
-	snap := d.Snapshot()
-	vals := s.values(snap)
 	pm := prop.Map{Interface: {}}
-	for name, v := range vals {
+	for name, v := range s.values(d.Snapshot()) {
 		pm[Interface][name] = &prop.Prop{Value: v, Writable: false, Emit: prop.EmitTrue}
 		s.last[name] = v
 	}
 	props, err := prop.Export(conn, ObjectPath, pm)
 	if err != nil {
-		log.WithError(err).Warn("exporting properties failed; running without D-Bus")
+		log.WithError(err).Error("exporting properties failed")
 		conn.Close()
 		return nil
 	}
 	s.props = props
 	obj := busObject{s: s}
 	if err := conn.Export(obj, ObjectPath, Interface); err != nil {
-		log.WithError(err).Warn("exporting object failed; running without D-Bus")
+		log.WithError(err).Error("exporting object failed")
 		conn.Close()
 		return nil
 	}
@@ -102,16 +107,78 @@ func (d *Daemon) connectBus() *busService {
 		},
 	}
 	if err := conn.Export(introspect.NewIntrospectable(node), ObjectPath, "org.freedesktop.DBus.Introspectable"); err != nil {
-		log.WithError(err).Warn("exporting introspection failed")
+		log.WithError(err).Error("exporting introspection failed")
 	}
 	reply, err := conn.RequestName(BusName, dbus.NameFlagDoNotQueue)
-	if err != nil || reply != dbus.RequestNameReplyPrimaryOwner {
-		log.WithError(err).WithField("reply", reply).Warn("cannot own " + BusName + "; running without D-Bus (is another instance running, or is the bus policy file installed?)")
+	if err != nil {
+		warn(fmt.Sprintf("cannot own %s: %v; retrying in the background (is the bus policy file installed?)", BusName, err))
+		conn.Close()
+		return nil
+	}
+	if reply != dbus.RequestNameReplyPrimaryOwner {
+		warn(fmt.Sprintf("cannot own %s: another process owns it; retrying in the background", BusName))
 		conn.Close()
 		return nil
 	}
 	log.WithField("name", BusName).Info("owning bus name")
 	return s
+}
+
+func levelOf(loud bool) logrus.Level {
+	if loud {
+		return logrus.WarnLevel
+	}
+	return logrus.DebugLevel
+}
+
+// keepBus watches the bus connection and reconnects with exponential
+// backoff (1 s doubling to 30 s) whenever it is lost or was never made,
+// e.g. when dbus-daemon restarts. The new connection is handed to the
+// event loop, which owns d.bus. It returns when ctx ends.
+func (d *Daemon) keepBus(ctx context.Context, cur *busService) {
+	if d.cfg.Bus == "none" {
+		return
+	}
+	const maxBackoff = 30 * time.Second
+	backoff := time.Second
+	for {
+		if cur != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-cur.conn.Context().Done():
+			}
+			d.log.WithField("component", "dbus").Warn("lost the D-Bus connection; reconnecting")
+			lost := cur
+			d.do(ctx, func() error {
+				if d.bus == lost {
+					d.bus = nil
+				}
+				return nil
+			})
+			lost.conn.Close()
+			cur, backoff = nil, time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		s := d.connectBus(false)
+		if s == nil {
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		if err := d.do(ctx, func() error {
+			d.bus = s
+			s.update(d.Snapshot())
+			return nil
+		}); err != nil {
+			s.close()
+			return
+		}
+		cur = s
+	}
 }
 
 // values maps a snapshot to the D-Bus property values.
@@ -150,15 +217,18 @@ func (s *busService) close() {
 	s.conn.Close()
 }
 
-// SetPolicy behaves exactly like writing policy to current_sched_policy:
-// "performance" sets PowerAware to 0; "balance"/"powersaving" set PowerAware
-// to 2 and PowerAwarePolicy to it. Errors: InvalidArgs for any other value
-// (nothing changes), AccessDenied for callers other than root (polkit
-// authorisation arrives with the full service API), Failed if the choice
-// cannot be persisted.
-func (o busObject) SetPolicy(sender dbus.Sender, p string) *dbus.Error {
-	if _, err := policy.ParsePolicy(p); err != nil {
-		return dbus.NewError(errInvalidArgs, []any{err.Error()})
+// SetPolicy behaves exactly like writing policy to current_sched_policy
+// (the same parser: sscanf("%15s"), case-sensitive names): "performance"
+// sets PowerAware to 0; "balance"/"powersaving" set PowerAware to 2 and
+// PowerAwarePolicy to it. Errors, checked in this order:
+// org.freedesktop.DBus.Error.InvalidArgs when the argument is not a single
+// string (signature "s"); AccessDenied for callers other than root (polkit
+// authorisation arrives with the full service API); InvalidArgs for any
+// other value; Failed if the choice cannot be persisted. On any error
+// nothing changes.
+func (o busObject) SetPolicy(msg dbus.Message, sender dbus.Sender, p string) *dbus.Error {
+	if sig, _ := msg.Headers[dbus.FieldSignature].Value().(dbus.Signature); sig.String() != "s" {
+		return dbus.NewError(errInvalidArgs, []any{fmt.Sprintf("SetPolicy takes one string (signature \"s\"), got %q", sig.String())})
 	}
 	var uid uint32
 	if err := o.s.conn.BusObject().Call("org.freedesktop.DBus.GetConnectionUnixUser", 0, string(sender)).Store(&uid); err != nil {

@@ -7,66 +7,95 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // StateFile is the name of the persisted state inside the state directory
 // (default /var/lib/schedpolicyd/state.json).
 const StateFile = "state.json"
 
+// lockFile, in the state directory, is held (flock) by the running daemon.
+const lockFile = "lock"
+
 // stateVersion is written into every state file; files of another version
 // are ignored with a warning.
 const stateVersion = 1
+
+// State is what survives a restart or a crash.
+type State struct {
+	// Knob is the user's choice (power_aware, power_aware_policy).
+	Knob policy.Knob
+	// Originals maps each managed workload's cgroup directory to its
+	// cpuset.cpus as found at adoption (a cpulist, "" for v2's inherit),
+	// recorded before the daemon first writes that cpuset. After a crash
+	// the next start restores from here, not from the packed set it finds.
+	Originals map[string]string
+}
 
 // persisted is the JSON shape of state.json.
 type persisted struct {
 	Version int `json:"version"`
 	policy.Knob
+	Originals map[string]string `json:"originals,omitempty"`
 }
 
 // ErrCorruptState is wrapped by LoadState when state.json exists but cannot
-// be used; the caller starts from defaults and says which file to remove.
+// be used; the caller starts from defaults and says which file it ignored.
 var ErrCorruptState = errors.New("corrupt state file")
 
-// LoadState reads the user's knob from dir/state.json. A missing file is not
-// an error: it returns policy.DefaultKnob(). A file that does not parse, has
-// another version or holds invalid values returns DefaultKnob and an error
-// wrapping ErrCorruptState. It never writes.
-func LoadState(dir string) (policy.Knob, error) {
+// LoadState reads dir/state.json. A missing file is not an error: it
+// returns the default knob and no originals. A file that does not parse,
+// has another version or holds invalid values returns the defaults and an
+// error wrapping ErrCorruptState (the next save replaces it). Other read
+// errors (state.json is a directory, EACCES) are returned as they are. It
+// never writes.
+func LoadState(dir string) (State, error) {
+	def := State{Knob: policy.DefaultKnob()}
 	path := filepath.Join(dir, StateFile)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return policy.DefaultKnob(), nil
+		return def, nil
 	}
 	if err != nil {
-		return policy.DefaultKnob(), fmt.Errorf("read %s: %w", path, err)
+		return def, fmt.Errorf("read %s: %w", path, err)
 	}
 	var p persisted
 	if err := json.Unmarshal(b, &p); err != nil {
-		return policy.DefaultKnob(), fmt.Errorf("%w %s: %v (remove it to start from defaults)", ErrCorruptState, path, err)
+		return def, fmt.Errorf("%w %s: %v; starting from defaults", ErrCorruptState, path, err)
 	}
 	if p.Version != stateVersion {
-		return policy.DefaultKnob(), fmt.Errorf("%w %s: version %d, want %d", ErrCorruptState, path, p.Version, stateVersion)
+		return def, fmt.Errorf("%w %s: version %d, want %d; starting from defaults", ErrCorruptState, path, p.Version, stateVersion)
 	}
 	if err := p.Knob.Validate(); err != nil {
-		return policy.DefaultKnob(), fmt.Errorf("%w %s: %v", ErrCorruptState, path, err)
+		return def, fmt.Errorf("%w %s: %v; starting from defaults", ErrCorruptState, path, err)
 	}
-	return p.Knob, nil
+	for cg, cpus := range p.Originals {
+		if _, err := sysfs.ParseCPUList(cpus); err != nil || !filepath.IsAbs(cg) {
+			return def, fmt.Errorf("%w %s: original cpuset %q of %q: %v; starting from defaults", ErrCorruptState, path, cpus, cg, err)
+		}
+	}
+	return State{Knob: p.Knob, Originals: p.Originals}, nil
 }
 
-// SaveState writes the knob to dir/state.json atomically: a temporary file
-// in the same directory, fsync, rename over the old file, fsync of the
-// directory. The directory is created (0755) if missing; the file is 0644.
-// On any error the old file is untouched and the temporary file removed.
-func SaveState(dir string, k policy.Knob) error {
-	if err := k.Validate(); err != nil {
+// SaveState writes st to dir/state.json atomically: a temporary file in the
+// same directory, fsync, rename over the old file, fsync of the directory.
+// The directory is created (0755) if missing; the file is 0644. On any
+// error the old file is untouched and the temporary file removed. An
+// invalid knob is rejected with an error wrapping policy.ErrInvalid.
+func SaveState(dir string, st State) error {
+	if err := st.Knob.Validate(); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create state dir: %w", err)
 	}
-	b, err := json.MarshalIndent(persisted{Version: stateVersion, Knob: k}, "", "  ")
+	b, err := json.MarshalIndent(persisted{Version: stateVersion, Knob: st.Knob, Originals: st.Originals}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -102,4 +131,52 @@ func SaveState(dir string, k policy.Knob) error {
 		d.Close()
 	}
 	return nil
+}
+
+// ErrAlreadyRunning is returned by Run when another daemon holds the lock
+// of the same state directory or tree directory.
+var ErrAlreadyRunning = errors.New("another schedpolicyd is running")
+
+// acquireLock takes an exclusive flock on path (created 0644) and writes
+// our pid into it. The lock lives as long as the returned file stays open;
+// the kernel drops it when the process dies, so a crash never leaves a
+// stale lock. Errors: ErrAlreadyRunning (naming the holder's pid) when
+// another process holds it, or the open/flock error.
+func acquireLock(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		b := make([]byte, 32)
+		n, _ := f.ReadAt(b, 0)
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(b[:n])))
+			return nil, fmt.Errorf("%w: pid %d holds %s", ErrAlreadyRunning, pid, path)
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	f.Truncate(0)
+	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return f, nil
+}
+
+// prepareStateDir makes sure the state directory is usable before the
+// daemon starts: it exists (created 0755), we hold its lock, and state.json
+// is a regular file if present. A daemon that would fail every choice with
+// EIO later refuses to start instead.
+func prepareStateDir(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	lock, err := acquireLock(filepath.Join(dir, lockFile))
+	if err != nil {
+		return nil, err
+	}
+	if st, err := os.Lstat(filepath.Join(dir, StateFile)); err == nil && !st.Mode().IsRegular() {
+		lock.Close()
+		return nil, fmt.Errorf("state dir: %s is not a regular file; remove it", filepath.Join(dir, StateFile))
+	}
+	return lock, nil
 }

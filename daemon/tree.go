@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -80,26 +79,26 @@ func (h treeHandler) Write(p string, data []byte) error {
 func (d *Daemon) writeFile(ctx context.Context, file string, data []byte, via string) error {
 	tok, err := policy.ScanToken(data)
 	if err != nil {
-		return fmt.Errorf("%s: %w", file, errors.Join(syscall.EINVAL, err))
+		return fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
 	}
 	var apply func(policy.Knob) (policy.Knob, error)
 	switch file {
 	case fileCurrent:
 		p, err := policy.ParsePolicy(tok)
 		if err != nil {
-			return errors.Join(syscall.EINVAL, err)
+			return fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
 		}
 		apply = func(k policy.Knob) (policy.Knob, error) { return k.WithCurrentPolicy(p), nil }
 	case filePowerAware:
 		v, err := policy.ParsePowerAware(tok)
 		if err != nil {
-			return errors.Join(syscall.EINVAL, err)
+			return fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
 		}
 		apply = func(k policy.Knob) (policy.Knob, error) { k.PowerAware = v; return k, nil }
 	case filePowerAwarePolicy:
 		v, err := policy.ParsePowerAwarePolicy(tok)
 		if err != nil {
-			return errors.Join(syscall.EINVAL, err)
+			return fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
 		}
 		apply = func(k policy.Knob) (policy.Knob, error) { k.PowerAwarePolicy = v; return k, nil }
 	default:
@@ -111,7 +110,7 @@ func (d *Daemon) writeFile(ctx context.Context, file string, data []byte, via st
 			return err
 		}
 		if err := d.setKnob(k, via); err != nil {
-			return errors.Join(syscall.EIO, err)
+			return fmt.Errorf("%s: %w: %w", file, syscall.EIO, err)
 		}
 		return nil
 	})

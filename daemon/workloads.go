@@ -31,27 +31,69 @@ type workload struct {
 // hysteresis; the patch set's lazy balance is a later issue).
 const shrinkAfter = 3
 
+// openCgroup opens (creating if needed) the managed parent and starts
+// watching it. On failure placement stays off until the next scan retries.
+func (d *Daemon) openCgroup() bool {
+	if d.cfg.CgroupRoot == "" {
+		return false
+	}
+	cg, err := sysfs.OpenCgroup(d.cfg.CgroupRoot, sysfs.CgroupOptions{Create: true, ProcRoot: d.cfg.ProcRoot})
+	if err != nil {
+		if d.cg == nil && !d.cgWarned {
+			d.log.WithError(err).Warn("workload placement disabled")
+			d.cgWarned = true
+		}
+		return false
+	}
+	d.cg, d.cgWarned = cg, false
+	d.log.WithFields(logrus.Fields{"path": cg.Path(), "version": cg.Version().String()}).Info("managing workloads")
+	d.stopCgroupWatch()
+	d.cgWatch = d.watchCgroup()
+	return true
+}
+
 // scanWorkloads adopts new children of the managed parent and forgets
-// vanished ones. It reports whether the set changed.
+// vanished ones; it reports whether the set changed. A new workload's
+// original cpuset is the one saved by a crashed run if state.json has it,
+// else what its file holds; originals are persisted before any write. If
+// the managed parent itself vanished, it is recreated.
 func (d *Daemon) scanWorkloads() bool {
 	if d.cg == nil {
-		return false
+		if d.cfg.CgroupRoot == "" || !d.openCgroup() {
+			return false
+		}
 	}
 	names, err := d.cg.Children()
 	if err != nil {
-		d.log.WithError(err).Warn("listing workloads")
-		return false
+		if !sysfs.IsGone(err) {
+			d.log.WithError(err).Warn("listing workloads")
+			return false
+		}
+		d.log.WithField("path", d.cg.Path()).Warn("managed parent cgroup vanished; recreating it")
+		d.cg = nil
+		d.stopCgroupWatch()
+		changed := len(d.workloads) > 0
+		clear(d.workloads)
+		if d.openCgroup() {
+			d.scanWorkloads()
+			changed = true
+		}
+		if changed {
+			d.persistOriginals()
+		}
+		return changed
 	}
 	changed := false
 	seen := map[string]bool{}
 	for _, n := range names {
 		seen[n] = true
-		if _, ok := d.workloads[n]; ok {
+		if _, ok := d.workloads[n]; ok || d.rejected[n] {
 			continue
 		}
 		if err := d.cg.PrepareChild(n); err != nil {
 			if !sysfs.IsGone(err) {
-				d.log.WithError(err).WithField("workload", n).Warn("cannot prepare workload cpuset")
+				d.log.WithError(err).WithField("workload", n).Warn("not managing this cgroup")
+				d.rejected[n] = true
 			}
 			continue
 		}
@@ -60,12 +102,24 @@ func (d *Daemon) scanWorkloads() bool {
 			continue
 		}
 		w := &workload{name: n, original: cur, cpus: cur}
+		path, _ := d.cg.ChildPath(n)
+		if saved, ok := d.savedOriginals[path]; ok {
+			// A crashed run packed this workload; its true original is the
+			// one saved before that run's first write.
+			w.original, _ = sysfs.ParseCPUList(saved)
+			d.log.WithFields(logrus.Fields{"workload": n, "original": saved}).Info("original cpuset recovered from saved state")
+		}
 		if use, err := d.cg.Usage(n); err == nil {
 			w.lastUse, w.lastAt, w.sampled = use, time.Now(), true
 		}
 		d.workloads[n] = w
 		changed = true
 		d.log.WithFields(logrus.Fields{"workload": n, "cpus": cur.String()}).Info("adopted workload")
+	}
+	for n := range d.rejected {
+		if !seen[n] {
+			delete(d.rejected, n)
+		}
 	}
 	for n := range d.workloads {
 		if !seen[n] {
@@ -74,7 +128,38 @@ func (d *Daemon) scanWorkloads() bool {
 			d.log.WithField("workload", n).Info("workload gone")
 		}
 	}
+	if changed {
+		d.persistOriginals()
+	}
 	return changed
+}
+
+// originals returns the originals of the current workloads, keyed by
+// cgroup directory, for state.json.
+func (d *Daemon) originals() map[string]string {
+	if len(d.workloads) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(d.workloads))
+	for n, w := range d.workloads {
+		if p, err := d.cg.ChildPath(n); err == nil {
+			m[p] = w.original.String()
+		}
+	}
+	return m
+}
+
+// persistOriginals saves the current workloads' originals with the knob.
+// Until that succeeds applyPlan writes no cpuset, so an original can never
+// be lost to a crash.
+func (d *Daemon) persistOriginals() {
+	if err := SaveState(d.cfg.StateDir, State{Knob: d.knob, Originals: d.originals()}); err != nil {
+		d.log.WithError(err).Error("cannot save original cpusets; not placing workloads until it works")
+		d.originalsSaved = false
+		return
+	}
+	d.originalsSaved = true
+	d.savedOriginals = nil // from now on state.json holds our own
 }
 
 // sampleWorkloads updates each workload's decayed utilisation from its
@@ -107,6 +192,12 @@ func (d *Daemon) applyPlan(force bool) {
 	if d.cg == nil || len(d.workloads) == 0 {
 		d.plan = policy.Plan{Policy: d.effective}
 		return
+	}
+	if !d.originalsSaved {
+		d.persistOriginals()
+		if !d.originalsSaved {
+			return
+		}
 	}
 	allowed := d.allowed
 	if a, err := d.cg.Allowed(); err == nil && !a.IsEmpty() {
@@ -148,8 +239,10 @@ func (d *Daemon) applyPlan(force bool) {
 	}
 }
 
-// restoreWorkloads writes every workload's original cpuset.cpus back.
-func (d *Daemon) restoreWorkloads() {
+// restoreWorkloads writes every workload's original cpuset.cpus back; it
+// reports whether all of them are back (vanished workloads count as done).
+func (d *Daemon) restoreWorkloads() bool {
+	ok := true
 	for _, n := range d.sortedNames() {
 		w := d.workloads[n]
 		// An empty original is v2's "inherit from the parent"; it is
@@ -158,11 +251,13 @@ func (d *Daemon) restoreWorkloads() {
 			continue
 		}
 		if err := d.cg.WriteCPUs(n, w.original); err != nil && !sysfs.IsGone(err) {
-			d.log.WithError(err).WithField("workload", n).Warn("cannot restore original cpuset")
+			d.log.WithError(err).WithField("workload", n).Warn("cannot restore original cpuset; it stays in state.json for the next start")
+			ok = false
 			continue
 		}
 		w.cpus = w.original
 	}
+	return ok
 }
 
 func (d *Daemon) sortedNames() []string {
@@ -184,14 +279,32 @@ func (d *Daemon) workloadStatus() []WorkloadStatus {
 	return out
 }
 
-// watchCgroup watches the managed parent for children created or removed
-// while the daemon runs (mkdir/rmdir raise inotify events on cgroupfs).
-// It returns a nil channel when watching is impossible; the loop then
-// rescans on its sampling ticker instead.
-func (d *Daemon) watchCgroup() (<-chan struct{}, func()) {
-	if d.cg == nil {
-		return nil, func() {}
+// cgroupWatch delivers a coalesced hint when children of the managed parent
+// are created or removed (mkdir/rmdir raise inotify events on cgroupfs).
+type cgroupWatch struct {
+	events chan struct{}
+	stop   func()
+}
+
+// cgEvents is the current watch's channel, or nil (never ready) without a
+// watch.
+func (d *Daemon) cgEvents() <-chan struct{} {
+	if d.cgWatch == nil {
+		return nil
 	}
+	return d.cgWatch.events
+}
+
+func (d *Daemon) stopCgroupWatch() {
+	if d.cgWatch != nil {
+		d.cgWatch.stop()
+		d.cgWatch = nil
+	}
+}
+
+// watchCgroup watches the managed parent. It returns nil when watching is
+// impossible; the loop then rescans on its sampling ticker instead.
+func (d *Daemon) watchCgroup() *cgroupWatch {
 	w, err := fsnotify.NewWatcher()
 	if err == nil {
 		err = w.Add(d.cg.Path())
@@ -201,18 +314,20 @@ func (d *Daemon) watchCgroup() (<-chan struct{}, func()) {
 		if w != nil {
 			w.Close()
 		}
-		return nil, func() {}
+		return nil
 	}
 	out := make(chan struct{}, 1)
 	stop := make(chan struct{})
+	done := make(chan struct{})
 	go func() {
-		defer close(out)
+		defer close(done)
 		for {
 			select {
 			case ev, ok := <-w.Events:
 				if !ok {
 					return
 				}
+				// Remove of the watched directory itself also arrives here.
 				if ev.Op&(fsnotify.Create|fsnotify.Remove) == 0 {
 					continue
 				}
@@ -229,5 +344,5 @@ func (d *Daemon) watchCgroup() (<-chan struct{}, func()) {
 			}
 		}
 	}()
-	return out, func() { close(stop); w.Close() }
+	return &cgroupWatch{events: out, stop: func() { close(stop); w.Close(); <-done }}
 }

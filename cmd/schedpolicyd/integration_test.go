@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -210,6 +211,25 @@ func lastCPU(pid int) (int, error) {
 	return strconv.Atoi(f[39-3])
 }
 
+// lockedBuffer collects a child's output; exec's copying goroutine writes
+// while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 type notifySocket struct {
 	conn *net.UnixConn
 	msgs chan string
@@ -300,7 +320,7 @@ func TestEndToEnd(t *testing.T) {
 	write(t, cg+"/w1/cpuset.mems", readTrim(t, cpusetRoot+"/cpuset.mems"))
 
 	notify, notifyPath := listenNotify(t)
-	var logBuf bytes.Buffer
+	var logBuf lockedBuffer
 	dcmd := exec.Command(bin, "--sysfs-root", sys, "--cgroup-root", cg, "--tree-dir", treeDir,
 		"--tree-backend", "fuse", "--state-dir", stateDir, "--bus", addr, "--events", "fsnotify",
 		"--debounce", "100ms", "--sample-interval", "250ms", "--log-level", "debug")
@@ -536,5 +556,125 @@ func TestEndToEnd(t *testing.T) {
 	json.Unmarshal(out2, &pr)
 	if pr["policy"] != "powersaving" || pr["power_aware"] != float64(2) {
 		t.Errorf("probe after restart: %s", out2)
+	}
+}
+
+// startBusAt starts dbus-daemon on a fixed socket path (so it can be
+// restarted at the same address) and returns a stop function that ends it
+// with SIGTERM, letting it remove its socket.
+func startBusAt(t *testing.T, dir string) (addr string, stop func()) {
+	t.Helper()
+	conf := filepath.Join(dir, "bus.conf")
+	sock := filepath.Join(dir, "bus")
+	os.WriteFile(conf, []byte(`<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <listen>unix:path=`+sock+`</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>
+</busconfig>
+`), 0o644)
+	cmd := exec.Command("dbus-daemon", "--nofork", "--config-file="+conf)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("dbus-daemon: %v", err)
+	}
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cmd.Process.Signal(syscall.SIGTERM)
+			cmd.Wait()
+			os.Remove(sock)
+		}
+	}
+	t.Cleanup(stop)
+	waitFor(t, "bus socket", 5*time.Second, func() (bool, string) {
+		_, err := os.Stat(sock)
+		return err == nil, fmt.Sprint(err)
+	})
+	return "unix:path=" + sock, stop
+}
+
+// TestDaemonBusRestartAndSignals: the real binary survives SIGHUP, rejects
+// SetPolicy arguments of the wrong type with InvalidArgs (checked with
+// dbus-send, a real client), and owns its name again after the bus daemon
+// restarts.
+func TestDaemonBusRestartAndSignals(t *testing.T) {
+	if _, err := exec.LookPath("dbus-daemon"); err != nil {
+		t.Skip("needs dbus-daemon (Debian package dbus)")
+	}
+	bin := buildDaemon(t)
+	busDir := t.TempDir()
+	addr, stopBus := startBusAt(t, busDir)
+	sys := mockMachine(t, "ac-offline-battery-unknown")
+	tmp := t.TempDir()
+	var logBuf lockedBuffer
+	dcmd := exec.Command(bin, "--sysfs-root", sys, "--cgroup-root", "none", "--tree-dir", filepath.Join(tmp, "tree"),
+		"--tree-backend", "plain", "--state-dir", filepath.Join(tmp, "state"), "--bus", addr, "--log-level", "debug")
+	dcmd.Stderr, dcmd.Stdout = &logBuf, &logBuf
+	if err := dcmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- dcmd.Wait() }()
+	t.Cleanup(func() {
+		dcmd.Process.Kill()
+		<-exited
+		if t.Failed() || testing.Verbose() {
+			t.Logf("daemon log:\n%s", logBuf.String())
+		}
+	})
+	owned := func() (bool, string) {
+		conn, err := dbus.Connect(addr)
+		if err != nil {
+			return false, err.Error()
+		}
+		defer conn.Close()
+		var has bool
+		err = conn.BusObject().Call("org.freedesktop.DBus.NameHasOwner", 0, daemon.BusName).Store(&has)
+		return err == nil && has, fmt.Sprint(err)
+	}
+	waitFor(t, "name owned", 10*time.Second, owned)
+
+	// Wrong argument types: InvalidArgs, and nothing changes.
+	for _, arg := range []string{"uint32:1", "int32:2", "objpath:/balance", "variant:string:powersaving"} {
+		// --bus registers with Hello; --address (alias of --peer) does not.
+		out, err := exec.Command("dbus-send", "--bus="+addr, "--print-reply", "--dest="+daemon.BusName,
+			string(daemon.ObjectPath), daemon.Interface+".SetPolicy", arg).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "org.freedesktop.DBus.Error.InvalidArgs") {
+			t.Errorf("SetPolicy %s: err=%v out=%q, want InvalidArgs", arg, err, out)
+		}
+	}
+	if got := readTrim(t, filepath.Join(tmp, "tree", daemon.TreePrefix, "power_aware")); got != "1" {
+		t.Errorf("power_aware = %q after rejected calls, want 1", got)
+	}
+
+	// SIGHUP is acknowledged, not fatal.
+	dcmd.Process.Signal(syscall.SIGHUP)
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case err := <-exited:
+		exited <- err
+		t.Fatalf("daemon exited on SIGHUP: %v", err)
+	default:
+	}
+	if !strings.Contains(logBuf.String(), "SIGHUP") {
+		t.Errorf("SIGHUP not acknowledged in the log")
+	}
+
+	// The bus goes away and comes back at the same address.
+	stopBus()
+	addr2, _ := startBusAt(t, busDir)
+	if addr2 != addr {
+		t.Fatalf("restarted bus at %s, want %s", addr2, addr)
+	}
+	waitFor(t, "name owned again after the bus restarted", 40*time.Second, owned)
+	if !strings.Contains(logBuf.String(), "lost the D-Bus connection") {
+		t.Errorf("loss of the bus not logged")
 	}
 }

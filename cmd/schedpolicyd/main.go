@@ -14,7 +14,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -52,7 +54,47 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 	}
-	return daemonMain(args, stderr)
+	return daemonMain(args, stdout, stderr)
+}
+
+// wantsHelp reports whether args ask for help; help goes to stdout and
+// exits 0, unlike a usage error.
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "-h", "-help", "--help":
+			return true
+		case "--":
+			return false
+		}
+	}
+	return false
+}
+
+// validate rejects flag values that would make no sense at run time, so a
+// typo is a usage error (exit 2) rather than a daemon that limps along.
+func validate(cfg daemon.Config) error {
+	switch {
+	case cfg.TreeDir == "":
+		return errors.New("--tree-dir must not be empty")
+	case cfg.StateDir == "":
+		return errors.New("--state-dir must not be empty")
+	case cfg.Debounce < 0:
+		return fmt.Errorf("--debounce %v: must not be negative", cfg.Debounce)
+	case cfg.SampleInterval < 10*time.Millisecond:
+		return fmt.Errorf("--sample-interval %v: must be at least 10ms", cfg.SampleInterval)
+	case cfg.SafetyInterval >= 0 && cfg.SafetyInterval < time.Second:
+		return fmt.Errorf("--recheck-interval %v: must be at least 1s (or negative to disable)", cfg.SafetyInterval)
+	}
+	switch cfg.Bus {
+	case "system", "session", "none":
+	default:
+		// A D-Bus address is transport:key=value[,key=value][;...].
+		if !strings.Contains(cfg.Bus, ":") || !strings.Contains(cfg.Bus, "=") {
+			return fmt.Errorf("--bus %q: want system, session, none or a D-Bus address such as unix:path=/run/dbus/system_bus_socket", cfg.Bus)
+		}
+	}
+	return nil
 }
 
 // defaultCgroupRoot picks the managed parent: the v1 cpuset hierarchy when
@@ -65,11 +107,11 @@ func defaultCgroupRoot() string {
 	return "/sys/fs/cgroup/schedpolicyd"
 }
 
-func daemonMain(args []string, stderr io.Writer) int {
+func daemonMain(args []string, stdout, stderr io.Writer) int {
 	fl := flag.NewFlagSet("schedpolicyd", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	fl.Usage = func() {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(fl.Output(), usage)
 		fl.PrintDefaults()
 	}
 	var cfg daemon.Config
@@ -85,14 +127,20 @@ func daemonMain(args []string, stderr io.Writer) int {
 	fl.DurationVar(&cfg.SafetyInterval, "recheck-interval", daemon.DefaultSafetyInterval, "re-read the power source this often even without events (negative: never)")
 	fl.DurationVar(&cfg.SampleInterval, "sample-interval", daemon.DefaultSampleInterval, "workload utilisation sampling period while workloads exist")
 	logLevel := fl.String("log-level", "info", "log level: debug, info, warning, error")
+	if wantsHelp(args) {
+		fl.SetOutput(stdout)
+		fl.Usage()
+		return 0
+	}
 	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
 		return 2
 	}
 	if fl.NArg() > 0 {
 		fmt.Fprintf(stderr, "schedpolicyd: unexpected argument %q (see --help)\n", fl.Arg(0))
+		return 2
+	}
+	if err := validate(cfg); err != nil {
+		fmt.Fprintf(stderr, "schedpolicyd: %v\n", err)
 		return 2
 	}
 	log := logrus.New()
@@ -121,6 +169,17 @@ func daemonMain(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// SIGHUP (a closed terminal, or systemctl reload) must not kill the
+	// daemon without restoring cpusets; there is no configuration file to
+	// re-read yet, so it is acknowledged and ignored.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			log.Info("SIGHUP: no configuration file to reload; ignored")
+		}
+	}()
 	if err := d.Run(ctx); err != nil {
 		log.WithError(err).Error("exiting")
 		return 1

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -45,13 +44,19 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 	stateDir := fl.String("state-dir", daemon.DefaultStateDir, "read the saved knob from this directory")
 	asJSON := fl.Bool("json", false, "print JSON instead of text")
 	fl.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: schedpolicyd probe [--sysfs-root DIR] [--state-dir DIR] [--json]")
+		fmt.Fprintln(fl.Output(), "Usage: schedpolicyd probe [--sysfs-root DIR] [--state-dir DIR] [--json]")
 		fl.PrintDefaults()
 	}
+	if wantsHelp(args) {
+		fl.SetOutput(stdout)
+		fl.Usage()
+		return 0
+	}
 	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
+		return 2
+	}
+	if fl.NArg() > 0 {
+		fmt.Fprintf(stderr, "schedpolicyd probe: unexpected argument %q (see --help)\n", fl.Arg(0))
 		return 2
 	}
 	fs, err := sysfs.NewFS(*root)
@@ -68,10 +73,11 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 	if r.Boost, err = fs.Boost(); err != nil {
 		r.Warnings = append(r.Warnings, err.Error())
 	}
-	knob, err := daemon.LoadState(*stateDir)
+	st, err := daemon.LoadState(*stateDir)
 	if err != nil {
 		r.Warnings = append(r.Warnings, err.Error())
 	}
+	knob := st.Knob
 	r.PowerAware, r.PowerAwarePolicy = int(knob.PowerAware), string(knob.PowerAwarePolicy)
 	r.Policy = string(knob.Effective(string(dec.Source)))
 	topo, err := fs.CPUTopology()
@@ -95,7 +101,7 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	fmt.Fprintf(stdout, "topology:      %d CPUs (%s), %d cores, %d packages\n", r.Topology.CPUs, r.Topology.Online, r.Topology.Cores, r.Topology.Packages)
+	fmt.Fprintf(stdout, "topology:      %s (%s), %s, %s\n", plural(r.Topology.CPUs, "CPU"), r.Topology.Online, plural(r.Topology.Cores, "core"), plural(r.Topology.Packages, "package"))
 	fmt.Fprintf(stdout, "  cores:       %s\n", strings.Join(r.Topology.CoreList, " "))
 	fmt.Fprintf(stdout, "  packages:    %s\n", strings.Join(r.Topology.PkgList, " "))
 	fmt.Fprintf(stdout, "power source:  %s\n", r.PowerSource)
@@ -110,4 +116,11 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "warning:       %s\n", w)
 	}
 	return 0
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
