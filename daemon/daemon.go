@@ -59,7 +59,11 @@ type Config struct {
 	// UtilHalfLife is the half-life of the decayed utilisation average
 	// (default 2 s).
 	UtilHalfLife time.Duration
-	Log          logrus.FieldLogger
+	// PowerProfilesAPI also serves the power-profiles D-Bus API
+	// (net.hadess.PowerProfiles and org.freedesktop.UPower.PowerProfiles)
+	// that GNOME, KDE and powerprofilesctl use.
+	PowerProfilesAPI bool
+	Log              logrus.FieldLogger
 }
 
 // Snapshot is a consistent copy of the daemon's public state, published by
@@ -70,8 +74,13 @@ type Snapshot struct {
 	Knob        policy.Knob
 	PowerSource acpi.Source
 	Reason      string // why this power source (acpi.Decision.Reason)
-	Boost       string // "1", "0" or "unsupported"
-	Workloads   []WorkloadStatus
+	// PolicyReason says why the effective policy, in words.
+	PolicyReason string
+	// LastChange is when Policy last changed (start-up counts).
+	LastChange time.Time
+	Boost      string // "1", "0" or "unsupported"
+	Workloads  []WorkloadStatus
+	Holds      []hold
 }
 
 // WorkloadStatus describes one managed workload.
@@ -80,6 +89,8 @@ type WorkloadStatus struct {
 	Path string  // cgroup directory
 	CPUs string  // cpulist of cpuset.cpus as last written or read
 	Util float64 // decayed utilisation, CPUs
+	// Override is the workload's own placement policy ("" = the machine's).
+	Override policy.Policy
 }
 
 // ErrStopped is returned by requests made after the event loop ended.
@@ -99,8 +110,9 @@ type Daemon struct {
 	tree sysfs.Tree
 	bus  *busService
 
-	reqs chan func()
-	done chan struct{} // closed when the loop ends
+	reqs  chan func()
+	ready chan struct{} // closed once READY=1 was sent
+	done  chan struct{} // closed when the loop ends
 	snap atomic.Pointer[Snapshot]
 
 	// Loop-owned state: touched only by the goroutine running Run.
@@ -119,6 +131,10 @@ type Daemon struct {
 	savedOriginals map[string]string
 	cgWatch        *cgroupWatch
 	cgWarned       bool            // "placement disabled" said once
+	holds          map[uint32]*hold
+	nextCookie     uint32
+	lastChange     time.Time
+	policyReason   string
 	originalsSaved bool            // state.json holds every workload's original
 	rejected       map[string]bool // child names refused, warned about once
 }
@@ -182,11 +198,21 @@ func New(cfg Config) (*Daemon, error) {
 		log:       cfg.Log,
 		fs:        fs,
 		reqs:      make(chan func()),
+		ready:     make(chan struct{}),
 		done:      make(chan struct{}),
 		workloads: map[string]*workload{},
 		rejected:  map[string]bool{},
+		holds:     map[uint32]*hold{},
 	}, nil
 }
+
+// Ready is closed once the daemon is fully up (tree served, bus joined,
+// first plan applied, READY=1 sent). It is never closed if Run fails at
+// start-up; select on Done too.
+func (d *Daemon) Ready() <-chan struct{} { return d.ready }
+
+// Done is closed when Run has returned.
+func (d *Daemon) Done() <-chan struct{} { return d.done }
 
 // Snapshot returns the latest published state. Safe for concurrent use.
 func (d *Daemon) Snapshot() Snapshot {
@@ -257,8 +283,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.scanWorkloads()
 	// The tree and the bus serve the snapshot: have a true one before
 	// either can be read.
-	d.effective = d.knob.Effective(string(d.power.Source))
-	d.snap.Store(&Snapshot{Policy: d.effective, Knob: d.knob, PowerSource: d.power.Source, Reason: d.power.Reason, Boost: d.boost})
+	d.effective, d.policyReason = d.decide()
+	d.lastChange = time.Now()
+	d.snap.Store(d.newSnapshot())
 
 	tree, err := sysfs.ServeTree(sysfs.TreeOptions{
 		Dir: d.cfg.TreeDir, Files: treeFiles, Handler: treeHandler{d: d, ctx: ctx}, Backend: d.cfg.TreeBackend,
@@ -311,6 +338,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.log.WithError(err).Warn("sd_notify READY failed")
 	}
 	d.log.WithFields(logrus.Fields{"policy": d.effective, "power": d.power.Source}).Info("ready")
+	close(d.ready)
 
 	var wdC <-chan time.Time
 	if iv := d.notify.WatchdogInterval(); iv > 0 {
@@ -388,6 +416,9 @@ func (d *Daemon) setKnob(k policy.Knob, via string) error {
 		return err
 	}
 	if k == d.knob {
+		if len(d.holds) > 0 {
+			d.cancelHolds() // an explicit choice, even of the same value
+		}
 		return nil
 	}
 	if err := SaveState(d.cfg.StateDir, State{Knob: k, Originals: d.originals()}); err != nil {
@@ -396,6 +427,10 @@ func (d *Daemon) setKnob(k policy.Knob, via string) error {
 	}
 	d.log.WithFields(logrus.Fields{"via": via, "power_aware": k.PowerAware, "power_aware_policy": k.PowerAwarePolicy}).Info("knob changed")
 	d.knob = k
+	if len(d.holds) > 0 {
+		d.cancelHolds() // recomputes
+		return nil
+	}
 	d.recompute("knob", true)
 	return nil
 }
@@ -406,17 +441,46 @@ func (d *Daemon) setKnob(k policy.Knob, via string) error {
 // consecutive proposals, so a flapping load does not rewrite cpusets every
 // tick.
 func (d *Daemon) recompute(why string, force bool) {
-	eff := d.knob.Effective(string(d.power.Source))
+	eff, reason := d.decide()
+	d.policyReason = reason
 	if eff != d.effective {
 		if d.effective != "" {
-			d.log.WithFields(logrus.Fields{"from": d.effective, "to": eff, "why": why}).Info("policy changed")
+			d.log.WithFields(logrus.Fields{"from": d.effective, "to": eff, "why": why, "reason": reason}).Info("policy changed")
 		}
 		d.effective = eff
+		d.lastChange = time.Now()
 		force = true
 		d.writeKernelKnob()
 	}
 	d.applyPlan(force)
+	if d.plan.Policy != "" && d.plan.Policy != d.effective {
+		d.policyReason += "; placing for performance: the load exceeds the packing threshold (race to idle)"
+	}
 	d.publish()
+}
+
+// decide returns the effective policy and why: a hold (the most
+// power-saving one wins) overrides the knob; otherwise the knob and the
+// power source decide (policy.Knob.Effective).
+func (d *Daemon) decide() (policy.Policy, string) {
+	if h := d.winningHold(); h != nil {
+		who := h.Owner
+		if h.AppID != "" {
+			who = h.AppID
+		}
+		return h.Policy, fmt.Sprintf("held by %s (%s)", who, h.Reason)
+	}
+	eff := d.knob.Effective(string(d.power.Source))
+	switch d.knob.PowerAware {
+	case policy.PowerAwareOff:
+		return eff, "power_aware=0: always performance"
+	case policy.PowerAwareOn:
+		return eff, fmt.Sprintf("power_aware=2: always %s", eff)
+	}
+	if d.power.Source == acpi.Battery {
+		return eff, "power_aware=1 (automatic) and the machine runs on battery: " + d.power.Reason
+	}
+	return eff, fmt.Sprintf("power_aware=1 (automatic) and no positive evidence of battery operation (power source %s): %s", d.power.Source, d.power.Reason)
 }
 
 // writeKernelKnob mirrors the effective policy into a kernel that has the
@@ -441,10 +505,7 @@ func (d *Daemon) status() string {
 // properties (emitting PropertiesChanged for changed ones) and systemd's
 // STATUS.
 func (d *Daemon) publish() {
-	s := &Snapshot{
-		Policy: d.effective, Knob: d.knob, PowerSource: d.power.Source,
-		Reason: d.power.Reason, Boost: d.boost, Workloads: d.workloadStatus(),
-	}
+	s := d.newSnapshot()
 	old := d.snap.Swap(s)
 	if d.tree != nil {
 		if err := d.tree.Changed(); err != nil {
@@ -454,6 +515,14 @@ func (d *Daemon) publish() {
 	d.bus.update(*s)
 	if old == nil || old.Policy != s.Policy || old.PowerSource != s.PowerSource || old.Knob != s.Knob || len(old.Workloads) != len(s.Workloads) {
 		d.notify.Status(d.status())
+	}
+}
+
+func (d *Daemon) newSnapshot() *Snapshot {
+	return &Snapshot{
+		Policy: d.effective, Knob: d.knob, PowerSource: d.power.Source,
+		Reason: d.power.Reason, PolicyReason: d.policyReason, LastChange: d.lastChange,
+		Boost: d.boost, Workloads: d.workloadStatus(), Holds: d.holdList(),
 	}
 }
 

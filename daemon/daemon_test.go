@@ -110,16 +110,31 @@ func newMockLaptop(t *testing.T) mockLaptop {
 
 // start runs the daemon in-process with the plain tree backend and no bus.
 func (m mockLaptop) start(t *testing.T) (*Daemon, context.CancelFunc, <-chan error) {
+	return m.startCfg(t, nil)
+}
+
+// startWith is start with a config change, for tests that need no handle
+// on the stop.
+func (m mockLaptop) startWith(t *testing.T, edit func(*Config)) *Daemon {
+	d, _, _ := m.startCfg(t, edit)
+	return d
+}
+
+func (m mockLaptop) startCfg(t *testing.T, edit func(*Config)) (*Daemon, context.CancelFunc, <-chan error) {
 	t.Helper()
 	log := logrus.New()
 	log.SetLevel(logrus.DebugLevel)
 	log.SetOutput(tWriter{t})
-	d, err := New(Config{
+	cfg := Config{
 		SysfsRoot: m.sys, CgroupRoot: m.managed, TreeDir: m.tree, TreeBackend: "plain",
 		StateDir: m.state, Bus: "none", Events: "fsnotify", Debounce: 20 * time.Millisecond,
 		SafetyInterval: -1, SampleInterval: 50 * time.Millisecond, UtilHalfLife: 100 * time.Millisecond,
 		Log: log,
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,10 +149,13 @@ func (m mockLaptop) start(t *testing.T) (*Daemon, context.CancelFunc, <-chan err
 			t.Error("daemon did not stop")
 		}
 	})
-	eventually(t, "tree served", func() (bool, string) {
-		b, err := os.ReadFile(filepath.Join(m.tree, TreePrefix, "current_sched_policy"))
-		return err == nil && len(b) > 0, fmt.Sprint(err)
-	})
+	select {
+	case <-d.Ready():
+	case <-d.Done():
+		t.Fatal("daemon stopped during start-up")
+	case <-time.After(10 * time.Second):
+		t.Fatal("daemon not ready")
+	}
 	return d, cancel, done
 }
 

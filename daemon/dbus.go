@@ -2,16 +2,21 @@ package daemon
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
+	"io/fs"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/godbus/dbus/v5"
 	"github.com/godbus/dbus/v5/introspect"
-	"github.com/godbus/dbus/v5/prop"
 	"github.com/sirupsen/logrus"
+
+	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // The D-Bus names, versioned as "How to Version D-Bus Interfaces Properly"
@@ -20,29 +25,54 @@ const (
 	BusName    = "org.schedpolicyd.SchedPolicy1"
 	ObjectPath = dbus.ObjectPath("/org/schedpolicyd/SchedPolicy1")
 	Interface  = "org.schedpolicyd.SchedPolicy1"
+	// PolkitAction authorises every setter for callers other than root.
+	PolkitAction = "org.schedpolicyd.set-policy"
 )
+
+// IntrospectionXML is the interface contract, committed as
+// daemon/org.schedpolicyd.SchedPolicy1.xml and served by Introspect.
+//
+//go:embed org.schedpolicyd.SchedPolicy1.xml
+var IntrospectionXML string
 
 // Named D-Bus errors returned by the service.
-var (
+const (
 	errInvalidArgs  = "org.freedesktop.DBus.Error.InvalidArgs"
 	errAccessDenied = "org.freedesktop.DBus.Error.AccessDenied"
+	errFileExists   = "org.freedesktop.DBus.Error.FileExists"
+	errUnknownProp  = "org.freedesktop.DBus.Error.UnknownProperty"
+	errUnknownIface = "org.freedesktop.DBus.Error.UnknownInterface"
+	errPropReadOnly = "org.freedesktop.DBus.Error.PropertyReadOnly"
 )
 
-// busService is the exported object. A nil *busService (no bus reachable)
-// accepts every call as a no-op, so the loop need not care.
+func invalidArgs(format string, a ...any) *dbus.Error {
+	return dbus.NewError(errInvalidArgs, []any{fmt.Sprintf(format, a...)})
+}
+
+// busService is one bus connection with everything exported on it. A nil
+// *busService (no bus reachable) accepts every call as a no-op, so the loop
+// need not care.
 type busService struct {
-	d     *Daemon
-	conn  *dbus.Conn
-	props *prop.Properties
-	log   logrus.FieldLogger
+	d    *Daemon
+	conn *dbus.Conn
+	log  logrus.FieldLogger
+	// pp is the power-profiles compatibility object, nil unless enabled.
+	pp *powerProfiles
 
 	mu   sync.Mutex // guards last
 	last map[string]any
 }
 
-// busObject carries the exported methods; godbus calls each in its own
-// goroutine, so they only forward to the event loop.
+// busObject carries the exported methods of Interface; godbus calls each in
+// its own goroutine, so they only validate, authorise and forward to the
+// event loop.
 type busObject struct{ s *busService }
+
+// propsHandler serves org.freedesktop.DBus.Properties for Interface. It is
+// ours rather than godbus's prop package because Set needs the caller, for
+// authorisation, and PropertiesChanged should carry every property that
+// changed together in one signal.
+type propsHandler struct{ s *busService }
 
 // connectBus joins the bus chosen by Config.Bus, exports the object, its
 // properties and introspection, then requests the well-known name. It
@@ -75,39 +105,26 @@ func (d *Daemon) connectBus(loud bool) *busService {
 		log.WithError(err).WithField("bus", d.cfg.Bus).Log(levelOf(loud), "no D-Bus connection; running without D-Bus and retrying in the background")
 		return nil
 	}
-	s := &busService{d: d, conn: conn, log: log, last: map[string]any{}}
-	pm := prop.Map{Interface: {}}
-	for name, v := range s.values(d.Snapshot()) {
-		pm[Interface][name] = &prop.Prop{Value: v, Writable: false, Emit: prop.EmitTrue}
-		s.last[name] = v
-	}
-	props, err := prop.Export(conn, ObjectPath, pm)
-	if err != nil {
-		log.WithError(err).Error("exporting properties failed")
-		conn.Close()
-		return nil
-	}
-	s.props = props
+	s := &busService{d: d, conn: conn, log: log, last: s0values(d.Snapshot())}
 	obj := busObject{s: s}
-	if err := conn.Export(obj, ObjectPath, Interface); err != nil {
-		log.WithError(err).Error("exporting object failed")
-		conn.Close()
-		return nil
+	for iface, v := range map[string]any{
+		Interface:                            obj,
+		"org.freedesktop.DBus.Properties":    propsHandler{s: s},
+		"org.freedesktop.DBus.Introspectable": introspectable(IntrospectionXML),
+	} {
+		if err := conn.Export(v, ObjectPath, iface); err != nil {
+			log.WithError(err).Error("exporting " + iface + " failed")
+			conn.Close()
+			return nil
+		}
 	}
-	node := &introspect.Node{
-		Name: string(ObjectPath),
-		Interfaces: []introspect.Interface{
-			introspect.IntrospectData,
-			prop.IntrospectData,
-			{
-				Name:       Interface,
-				Methods:    introspect.Methods(obj),
-				Properties: props.Introspection(Interface),
-			},
-		},
+	if err := s.watchHolders(); err != nil {
+		log.WithError(err).Warn("cannot watch hold owners; holds are released only explicitly")
 	}
-	if err := conn.Export(introspect.NewIntrospectable(node), ObjectPath, "org.freedesktop.DBus.Introspectable"); err != nil {
-		log.WithError(err).Error("exporting introspection failed")
+	// The compatibility names come first, so that once BusName is owned
+	// everything is served.
+	if d.cfg.PowerProfilesAPI {
+		s.pp = exportPowerProfiles(s)
 	}
 	reply, err := conn.RequestName(BusName, dbus.NameFlagDoNotQueue)
 	if err != nil {
@@ -154,6 +171,8 @@ func (d *Daemon) keepBus(ctx context.Context, cur *busService) {
 				if d.bus == lost {
 					d.bus = nil
 				}
+				// Every holder's unique name died with the old bus.
+				d.cancelHoldsBecause("the bus connection was lost")
 				return nil
 			})
 			lost.conn.Close()
@@ -181,69 +200,419 @@ func (d *Daemon) keepBus(ctx context.Context, cur *busService) {
 	}
 }
 
-// values maps a snapshot to the D-Bus property values.
-func (s *busService) values(snap Snapshot) map[string]any {
+// s0values is the property map of a snapshot (also the baseline for
+// PropertiesChanged).
+func s0values(snap Snapshot) map[string]any {
+	return propertyValues(snap)
+}
+
+// propertyValues maps a snapshot to the D-Bus property values of Interface,
+// with the Go types godbus encodes as the XML's signatures.
+func propertyValues(snap Snapshot) map[string]any {
+	avail := make([]string, len(policy.AvailablePolicies))
+	for i, p := range policy.AvailablePolicies {
+		avail[i] = string(p)
+	}
+	ws := make([]workloadEntry, 0, len(snap.Workloads))
+	for _, w := range snap.Workloads {
+		ws = append(ws, workloadEntry{w.Name, w.Path, w.CPUs, w.Util, string(w.Override)})
+	}
+	holds := make([]holdEntry, 0, len(snap.Holds))
+	for _, h := range snap.Holds {
+		holds = append(holds, holdEntry{h.Cookie, string(h.Policy), h.Reason, h.Owner})
+	}
 	return map[string]any{
-		"ActivePolicy":     string(snap.Policy),
-		"PowerAware":       uint32(snap.Knob.PowerAware),
-		"PowerAwarePolicy": string(snap.Knob.PowerAwarePolicy),
-		"PowerSource":      string(snap.PowerSource),
-		"Boost":            snap.Boost,
+		"ActivePolicy":      string(snap.Policy),
+		"AvailablePolicies": avail,
+		"PowerAware":        uint32(snap.Knob.PowerAware),
+		"PowerAwarePolicy":  string(snap.Knob.PowerAwarePolicy),
+		"PowerSource":       string(snap.PowerSource),
+		"OnBattery":         snap.PowerSource == "battery",
+		"Boost":             snap.Boost,
+		"Reason":            snap.PolicyReason,
+		"Workloads":         ws,
+		"LastChange":        uint64(snap.LastChange.UnixMicro()),
+		"Holds":             holds,
 	}
 }
 
-// update sets the properties that changed; each SetMust emits
-// PropertiesChanged. Called from the event loop.
+// workloadEntry is one element of the Workloads property, signature (sssds).
+type workloadEntry struct {
+	Name, Path, CPUs string
+	Util             float64
+	Override         string
+}
+
+// holdEntry is one element of the Holds property, signature (usss).
+type holdEntry struct {
+	Cookie                uint32
+	Policy, Reason, Owner string
+}
+
+// update emits one PropertiesChanged carrying every property whose value
+// differs from the last published one, and PolicyChanged when ActivePolicy
+// changed. Called from the event loop after every change.
 func (s *busService) update(snap Snapshot) {
 	if s == nil {
 		return
 	}
+	vals := propertyValues(snap)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	for name, v := range s.values(snap) {
-		if s.last[name] == v {
-			continue
+	changed := map[string]dbus.Variant{}
+	for name, v := range vals {
+		if !equalValue(s.last[name], v) {
+			changed[name] = dbus.MakeVariant(v)
 		}
-		s.last[name] = v
-		s.props.SetMust(Interface, name, v)
 	}
+	policyChanged := s.last["ActivePolicy"] != vals["ActivePolicy"]
+	s.last = vals
+	s.mu.Unlock()
+	if len(changed) > 0 {
+		s.conn.Emit(ObjectPath, "org.freedesktop.DBus.Properties.PropertiesChanged", Interface, changed, []string{})
+	}
+	if policyChanged {
+		s.conn.Emit(ObjectPath, Interface+".PolicyChanged", string(snap.Policy), snap.PolicyReason)
+	}
+	s.pp.update(snap)
+}
+
+func equalValue(a, b any) bool {
+	return fmt.Sprintf("%#v", a) == fmt.Sprintf("%#v", b)
 }
 
 func (s *busService) close() {
 	if s == nil {
 		return
 	}
+	if s.pp != nil {
+		s.pp.close()
+	}
 	s.conn.ReleaseName(BusName)
 	s.conn.Close()
+}
+
+// Get returns one property of Interface.
+func (h propsHandler) Get(iface, name string) (dbus.Variant, *dbus.Error) {
+	if iface != Interface {
+		return dbus.Variant{}, dbus.NewError(errUnknownIface, []any{"no interface " + iface})
+	}
+	v, ok := propertyValues(h.s.d.Snapshot())[name]
+	if !ok {
+		return dbus.Variant{}, dbus.NewError(errUnknownProp, []any{"no property " + name})
+	}
+	return dbus.MakeVariant(v), nil
+}
+
+// GetAll returns every property of Interface ("" means Interface too).
+func (h propsHandler) GetAll(iface string) (map[string]dbus.Variant, *dbus.Error) {
+	if iface != Interface && iface != "" {
+		return nil, dbus.NewError(errUnknownIface, []any{"no interface " + iface})
+	}
+	out := map[string]dbus.Variant{}
+	for k, v := range propertyValues(h.s.d.Snapshot()) {
+		out[k] = dbus.MakeVariant(v)
+	}
+	return out, nil
+}
+
+// Set writes PowerAware (u) or PowerAwarePolicy (s) with the same rules
+// and authorisation as the methods; every other property is read-only.
+func (h propsHandler) Set(msg dbus.Message, sender dbus.Sender, iface, name string, v dbus.Variant) *dbus.Error {
+	if iface != Interface {
+		return dbus.NewError(errUnknownIface, []any{"no interface " + iface})
+	}
+	var file string
+	var data string
+	switch name {
+	case "PowerAware":
+		u, ok := v.Value().(uint32)
+		if !ok {
+			return invalidArgs("PowerAware is of type u, got %s", v.Signature())
+		}
+		file, data = filePowerAware, fmt.Sprint(u)
+	case "PowerAwarePolicy":
+		p, ok := v.Value().(string)
+		if !ok {
+			return invalidArgs("PowerAwarePolicy is of type s, got %s", v.Signature())
+		}
+		file, data = filePowerAwarePolicy, p
+	default:
+		if _, ok := propertyValues(Snapshot{})[name]; !ok {
+			return dbus.NewError(errUnknownProp, []any{"no property " + name})
+		}
+		return dbus.NewError(errPropReadOnly, []any{name + " is read-only"})
+	}
+	if e := h.s.authorize(msg, sender); e != nil {
+		return e
+	}
+	return h.s.write(file, data, "dbus")
+}
+
+// introspectable serves the committed XML plus the standard interfaces.
+type introspectable string
+
+func (x introspectable) Introspect() (string, *dbus.Error) {
+	body := string(x)
+	i := strings.Index(body, "<node>")
+	j := strings.LastIndex(body, "</node>")
+	if i < 0 || j < 0 {
+		return "", dbus.MakeFailedError(errors.New("bad introspection data"))
+	}
+	std := introspect.IntrospectDataString + `<interface name="org.freedesktop.DBus.Properties">
+  <method name="Get"><arg name="interface" type="s" direction="in"/><arg name="property" type="s" direction="in"/><arg name="value" type="v" direction="out"/></method>
+  <method name="GetAll"><arg name="interface" type="s" direction="in"/><arg name="props" type="a{sv}" direction="out"/></method>
+  <method name="Set"><arg name="interface" type="s" direction="in"/><arg name="property" type="s" direction="in"/><arg name="value" type="v" direction="in"/></method>
+  <signal name="PropertiesChanged"><arg name="interface" type="s"/><arg name="changed_properties" type="a{sv}"/><arg name="invalidated_properties" type="as"/></signal>
+</interface>
+<interface name="org.freedesktop.DBus.Peer">
+  <method name="Ping"/>
+  <method name="GetMachineId"><arg name="machine_uuid" type="s" direction="out"/></method>
+</interface>
+`
+	return `<!DOCTYPE node PUBLIC "-//freedesktop//DTD D-BUS Object Introspection 1.0//EN" "http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd">
+<node>
+` + std + body[i+len("<node>"):j] + "</node>\n", nil
+}
+
+// callerUID returns the Unix uid of a bus peer.
+func (s *busService) callerUID(sender dbus.Sender) (uint32, error) {
+	var uid uint32
+	err := s.conn.BusObject().Call("org.freedesktop.DBus.GetConnectionUnixUser", 0, string(sender)).Store(&uid)
+	return uid, err
+}
+
+// authorize allows uid 0 and, for anyone else, asks polkit
+// (org.freedesktop.PolicyKit1.Authority.CheckAuthorization) about
+// PolkitAction for the caller's bus name, letting polkit interact with the
+// user only when the message allows it. Returns AccessDenied when refused
+// or when polkit cannot be reached.
+func (s *busService) authorize(msg dbus.Message, sender dbus.Sender) *dbus.Error {
+	uid, err := s.callerUID(sender)
+	if err != nil {
+		return dbus.MakeFailedError(fmt.Errorf("cannot identify the caller: %w", err))
+	}
+	if uid == 0 {
+		return nil
+	}
+	var flags uint32
+	if msg.Flags&dbus.FlagAllowInteractiveAuthorization != 0 {
+		flags = 1 // AllowUserInteraction
+	}
+	subject := struct {
+		Kind    string
+		Details map[string]dbus.Variant
+	}{"system-bus-name", map[string]dbus.Variant{"name": dbus.MakeVariant(string(sender))}}
+	var result struct {
+		IsAuthorized, IsChallenge bool
+		Details                   map[string]string
+	}
+	err = s.conn.Object("org.freedesktop.PolicyKit1", "/org/freedesktop/PolicyKit1/Authority").Call(
+		"org.freedesktop.PolicyKit1.Authority.CheckAuthorization", 0,
+		subject, PolkitAction, map[string]string{}, flags, "").Store(&result)
+	if err != nil {
+		s.log.WithError(err).WithField("uid", uid).Info("polkit check failed; refusing")
+		return dbus.NewError(errAccessDenied, []any{fmt.Sprintf("not authorised: uid %d is not root and polkit could not be asked (%v)", uid, err)})
+	}
+	if !result.IsAuthorized {
+		return dbus.NewError(errAccessDenied, []any{fmt.Sprintf("not authorised: polkit refused %s for uid %d", PolkitAction, uid)})
+	}
+	return nil
+}
+
+// write applies a knob-file write through the one shared path and maps the
+// error to D-Bus.
+func (s *busService) write(file, data, via string) *dbus.Error {
+	err := s.d.writeFile(context.Background(), file, []byte(data), via)
+	return toDBusError(err)
+}
+
+func toDBusError(err error) *dbus.Error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, syscall.EINVAL), errors.Is(err, policy.ErrInvalid), errors.Is(err, sysfs.ErrCgroupName):
+		return invalidArgs("%v", err)
+	case errors.Is(err, fs.ErrExist):
+		return dbus.NewError(errFileExists, []any{err.Error()})
+	default:
+		return dbus.MakeFailedError(err)
+	}
+}
+
+// checkSig rejects a call whose body signature is not want: godbus would
+// otherwise convert a uint32 1 into the string "\x01".
+func checkSig(msg dbus.Message, method, want string) *dbus.Error {
+	sig, _ := msg.Headers[dbus.FieldSignature].Value().(dbus.Signature)
+	if sig.String() != want {
+		return invalidArgs("%s takes signature %q, got %q", method, want, sig.String())
+	}
+	return nil
 }
 
 // SetPolicy behaves exactly like writing policy to current_sched_policy
 // (the same parser: sscanf("%15s"), case-sensitive names): "performance"
 // sets PowerAware to 0; "balance"/"powersaving" set PowerAware to 2 and
-// PowerAwarePolicy to it. Errors, checked in this order:
-// org.freedesktop.DBus.Error.InvalidArgs when the argument is not a single
-// string (signature "s"); AccessDenied for callers other than root (polkit
-// authorisation arrives with the full service API); InvalidArgs for any
-// other value; Failed if the choice cannot be persisted. On any error
-// nothing changes.
+// PowerAwarePolicy to it. An explicit choice cancels all holds. Errors,
+// checked in this order: InvalidArgs when the argument is not one string;
+// AccessDenied unless root or authorised by polkit; InvalidArgs for a bad
+// value; Failed if the choice cannot be persisted. On any error nothing
+// changes.
 func (o busObject) SetPolicy(msg dbus.Message, sender dbus.Sender, p string) *dbus.Error {
-	if sig, _ := msg.Headers[dbus.FieldSignature].Value().(dbus.Signature); sig.String() != "s" {
-		return dbus.NewError(errInvalidArgs, []any{fmt.Sprintf("SetPolicy takes one string (signature \"s\"), got %q", sig.String())})
+	if e := checkSig(msg, "SetPolicy", "s"); e != nil {
+		return e
 	}
-	var uid uint32
-	if err := o.s.conn.BusObject().Call("org.freedesktop.DBus.GetConnectionUnixUser", 0, string(sender)).Store(&uid); err != nil {
-		return dbus.MakeFailedError(err)
+	if e := o.s.authorize(msg, sender); e != nil {
+		return e
 	}
-	if uid != 0 {
-		return dbus.NewError(errAccessDenied, []any{"SetPolicy is allowed for root only"})
-	}
-	err := o.s.d.writeFile(context.Background(), fileCurrent, []byte(p), "dbus")
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, syscall.EINVAL):
-		return dbus.NewError(errInvalidArgs, []any{err.Error()})
-	default:
-		return dbus.MakeFailedError(err)
-	}
+	return o.s.write(fileCurrent, p, "dbus")
 }
+
+// SetPowerAware is like writing power_aware: 0, 1 or 2.
+func (o busObject) SetPowerAware(msg dbus.Message, sender dbus.Sender, mode uint32) *dbus.Error {
+	if e := checkSig(msg, "SetPowerAware", "u"); e != nil {
+		return e
+	}
+	if e := o.s.authorize(msg, sender); e != nil {
+		return e
+	}
+	return o.s.write(filePowerAware, fmt.Sprint(mode), "dbus")
+}
+
+// Rebalance re-reads the power source and re-plans now.
+func (o busObject) Rebalance(msg dbus.Message, sender dbus.Sender) *dbus.Error {
+	if e := checkSig(msg, "Rebalance", ""); e != nil {
+		return e
+	}
+	if e := o.s.authorize(msg, sender); e != nil {
+		return e
+	}
+	return toDBusError(o.s.d.do(context.Background(), func() error {
+		d := o.s.d
+		if d.mon != nil {
+			d.mon.Poke()
+		}
+		d.scanWorkloads()
+		d.sampleWorkloads()
+		d.recompute("rebalance", true)
+		return nil
+	}))
+}
+
+// HoldPolicy holds policy for the caller until ReleasePolicy or until the
+// caller leaves the bus. When holds disagree the power-saving one wins.
+func (o busObject) HoldPolicy(msg dbus.Message, sender dbus.Sender, p, reason string) (uint32, *dbus.Error) {
+	if e := checkSig(msg, "HoldPolicy", "ss"); e != nil {
+		return 0, e
+	}
+	if e := o.s.authorize(msg, sender); e != nil {
+		return 0, e
+	}
+	pol, err := policy.ParsePolicy(p)
+	if err != nil {
+		return 0, invalidArgs("%v", err)
+	}
+	if len(reason) > 256 {
+		return 0, invalidArgs("reason longer than 256 bytes")
+	}
+	var cookie uint32
+	err = o.s.d.do(context.Background(), func() error {
+		cookie = o.s.d.addHold(pol, reason, string(sender), "")
+		return nil
+	})
+	return cookie, toDBusError(err)
+}
+
+// ReleasePolicy releases a hold made by the caller (root may release any).
+func (o busObject) ReleasePolicy(msg dbus.Message, sender dbus.Sender, cookie uint32) *dbus.Error {
+	if e := checkSig(msg, "ReleasePolicy", "u"); e != nil {
+		return e
+	}
+	if e := o.s.authorize(msg, sender); e != nil {
+		return e
+	}
+	uid, _ := o.s.callerUID(sender)
+	return toDBusError(o.s.d.do(context.Background(), func() error {
+		return o.s.d.releaseHold(cookie, string(sender), uid == 0)
+	}))
+}
+
+// CreateWorkload creates workload name and moves pid into it; pid must be
+// the caller's own process, as the bus credentials say.
+func (o busObject) CreateWorkload(msg dbus.Message, sender dbus.Sender, name string, pid uint32) (string, *dbus.Error) {
+	if e := checkSig(msg, "CreateWorkload", "su"); e != nil {
+		return "", e
+	}
+	if e := o.s.authorize(msg, sender); e != nil {
+		return "", e
+	}
+	if err := ValidWorkloadName(name); err != nil {
+		return "", invalidArgs("%v", err)
+	}
+	var callerPID uint32
+	if err := o.s.conn.BusObject().Call("org.freedesktop.DBus.GetConnectionUnixProcessID", 0, string(sender)).Store(&callerPID); err != nil {
+		return "", dbus.MakeFailedError(fmt.Errorf("cannot identify the caller's process: %w", err))
+	}
+	if pid != callerPID {
+		return "", dbus.NewError(errAccessDenied, []any{fmt.Sprintf("PID %d is not the caller's process (%d)", pid, callerPID)})
+	}
+	var path string
+	err := o.s.d.do(context.Background(), func() error {
+		var err error
+		path, err = o.s.d.createWorkload(name, int(pid))
+		return err
+	})
+	return path, toDBusError(err)
+}
+
+// SetWorkloadPolicy sets ("performance") or clears ("") a workload's
+// placement override.
+func (o busObject) SetWorkloadPolicy(msg dbus.Message, sender dbus.Sender, name, p string) *dbus.Error {
+	if e := checkSig(msg, "SetWorkloadPolicy", "ss"); e != nil {
+		return e
+	}
+	if e := o.s.authorize(msg, sender); e != nil {
+		return e
+	}
+	var pol policy.Policy
+	if p != "" {
+		var err error
+		if pol, err = policy.ParsePolicy(p); err != nil {
+			return invalidArgs("%v", err)
+		}
+	}
+	return toDBusError(o.s.d.do(context.Background(), func() error {
+		return o.s.d.setWorkloadOverride(name, pol)
+	}))
+}
+
+// watchHolders releases the holds of bus peers that disconnect
+// (NameOwnerChanged with an empty new owner for a unique name).
+func (s *busService) watchHolders() error {
+	if err := s.conn.AddMatchSignal(
+		dbus.WithMatchSender("org.freedesktop.DBus"),
+		dbus.WithMatchInterface("org.freedesktop.DBus"),
+		dbus.WithMatchMember("NameOwnerChanged"),
+	); err != nil {
+		return err
+	}
+	ch := make(chan *dbus.Signal, 64)
+	s.conn.Signal(ch)
+	go func() {
+		for sig := range ch {
+			if sig.Name != "org.freedesktop.DBus.NameOwnerChanged" || len(sig.Body) != 3 {
+				continue
+			}
+			name, _ := sig.Body[0].(string)
+			newOwner, _ := sig.Body[2].(string)
+			if !strings.HasPrefix(name, ":") || newOwner != "" {
+				continue
+			}
+			s.d.do(context.Background(), func() error {
+				s.d.releaseHoldsOf(name)
+				return nil
+			})
+		}
+	}()
+	return nil
+}
+

@@ -1,7 +1,12 @@
 package daemon
 
 import (
+	"errors"
+	"fmt"
 	"math"
+	"os"
+	"strings"
+	"unicode/utf8"
 	"sort"
 	"time"
 
@@ -24,6 +29,9 @@ type workload struct {
 	lastUse  time.Duration
 	lastAt   time.Time
 	sampled  bool
+	// override is the workload's own placement policy ("" = the
+	// machine's); only Performance is accepted (SetWorkloadPolicy).
+	override policy.Policy
 }
 
 // shrinkAfter is how many consecutive periodic samples must propose a
@@ -206,9 +214,17 @@ func (d *Daemon) applyPlan(force bool) {
 	in := policy.Input{Topology: d.topo, Allowed: allowed.List(), Policy: d.effective}
 	for _, n := range d.sortedNames() {
 		w := d.workloads[n]
+		if w.override == policy.Performance {
+			continue // placed on every allowed CPU below
+		}
 		in.Loads = append(in.Loads, policy.Load{Name: n, Util: w.util, Current: w.cpus.List()})
 	}
 	plan := policy.PlanPlacement(in)
+	for n, w := range d.workloads {
+		if w.override == policy.Performance {
+			plan.CPUs[n] = allowed.List()
+		}
+	}
 	if !force && len(plan.Active) < len(d.plan.Active) {
 		d.shrinks++
 		if d.shrinks < shrinkAfter {
@@ -274,7 +290,7 @@ func (d *Daemon) workloadStatus() []WorkloadStatus {
 	for _, n := range d.sortedNames() {
 		w := d.workloads[n]
 		p, _ := d.cg.ChildPath(n)
-		out = append(out, WorkloadStatus{Name: n, Path: p, CPUs: w.cpus.String(), Util: w.util})
+		out = append(out, WorkloadStatus{Name: n, Path: p, CPUs: w.cpus.String(), Util: w.util, Override: w.override})
 	}
 	return out
 }
@@ -345,4 +361,82 @@ func (d *Daemon) watchCgroup() *cgroupWatch {
 		}
 	}()
 	return &cgroupWatch{events: out, stop: func() { close(stop); w.Close(); <-done }}
+}
+
+// MaxWorkloadName is the longest workload name CreateWorkload accepts, in
+// bytes.
+const MaxWorkloadName = 64
+
+// ValidWorkloadName checks a name for CreateWorkload: 1–64 bytes, one path
+// component (no "/", not "." or ".."), no control characters, and not
+// starting with "." or looking like a cgroup interface file ("cgroup.",
+// "cpuset.", "cpu.", "tasks"). Errors wrap policy.ErrInvalid.
+func ValidWorkloadName(name string) error {
+	bad := func(why string) error { return fmt.Errorf("%w: workload name %q %s", policy.ErrInvalid, name, why) }
+	switch {
+	case name == "":
+		return bad("is empty")
+	case len(name) > MaxWorkloadName:
+		return bad(fmt.Sprintf("is longer than %d bytes", MaxWorkloadName))
+	case name == "." || name == "..":
+		return bad("is not a name")
+	case strings.HasPrefix(name, "."):
+		return bad("starts with a dot")
+	case name == "tasks" || name == "notify_on_release" || name == "release_agent":
+		return bad("is a cgroup interface file")
+	}
+	for _, prefix := range []string{"cgroup.", "cpuset.", "cpu.", "cpuacct.", "memory.", "io.", "pids."} {
+		if strings.HasPrefix(name, prefix) {
+			return bad("looks like a cgroup interface file")
+		}
+	}
+	for _, r := range name {
+		if r == '/' {
+			return bad("contains /")
+		}
+		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
+			return bad("contains a control character or invalid UTF-8")
+		}
+	}
+	return nil
+}
+
+// createWorkload makes a new workload and moves pid into it (CreateWorkload).
+// The original cpuset is recorded before pid arrives; if attaching fails the
+// new cgroup is removed again.
+func (d *Daemon) createWorkload(name string, pid int) (string, error) {
+	if err := ValidWorkloadName(name); err != nil {
+		return "", err
+	}
+	if d.cg == nil {
+		return "", errors.New("workload placement is disabled (no managed parent cgroup)")
+	}
+	if err := d.cg.CreateChild(name); err != nil {
+		return "", err
+	}
+	path, _ := d.cg.ChildPath(name)
+	d.scanWorkloads()
+	if err := d.cg.Attach(name, pid); err != nil {
+		os.Remove(path)
+		d.scanWorkloads()
+		return "", fmt.Errorf("move PID %d into %s: %w", pid, path, err)
+	}
+	d.log.WithFields(logrus.Fields{"workload": name, "pid": pid}).Info("workload created")
+	d.recompute("workload created", true)
+	return path, nil
+}
+
+// setWorkloadOverride sets or clears a workload's placement override.
+func (d *Daemon) setWorkloadOverride(name string, p policy.Policy) error {
+	w, ok := d.workloads[name]
+	if !ok {
+		return fmt.Errorf("%w: no workload %q", policy.ErrInvalid, name)
+	}
+	if p != "" && p != policy.Performance {
+		return fmt.Errorf("%w: a workload override can only be performance (or empty to clear)", policy.ErrInvalid)
+	}
+	w.override = p
+	d.log.WithFields(logrus.Fields{"workload": name, "override": p}).Info("workload override set")
+	d.recompute("workload override", true)
+	return nil
 }

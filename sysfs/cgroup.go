@@ -411,6 +411,21 @@ func (c *Cgroup) Procs(name string) ([]int, error) {
 	return cgReadIDs(p)
 }
 
+// CreateChild makes a new child cgroup called name (mode 0755) and prepares
+// it (PrepareChild), so a task can be attached at once. Errors: a bad name
+// wraps ErrCgroupName; an existing child wraps fs.ErrExist (EEXIST); other
+// mkdir errors wrap their errno.
+func (c *Cgroup) CreateChild(name string) error {
+	dir, err := c.ChildPath(name)
+	if err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return fmt.Errorf("create cgroup: %w", err)
+	}
+	return c.PrepareChild(name)
+}
+
 // Attach moves the process pid (all its threads) into the child by writing
 // it to cgroup.procs, one PID per write(2) as the kernel requires. Errors
 // wrap the errno: ESRCH no such process; on v1 ENOSPC when the child's

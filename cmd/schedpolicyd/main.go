@@ -126,6 +126,7 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 	fl.DurationVar(&cfg.Debounce, "debounce", daemon.DefaultDebounce, "delay before re-reading after a power event, e.g. 500ms")
 	fl.DurationVar(&cfg.SafetyInterval, "recheck-interval", daemon.DefaultSafetyInterval, "re-read the power source this often even without events (negative: never)")
 	fl.DurationVar(&cfg.SampleInterval, "sample-interval", daemon.DefaultSampleInterval, "workload utilisation sampling period while workloads exist")
+	fl.BoolVar(&cfg.PowerProfilesAPI, "power-profiles-api", false, "also serve the power-profiles D-Bus API (net.hadess.PowerProfiles, org.freedesktop.UPower.PowerProfiles) used by GNOME, KDE and powerprofilesctl")
 	logLevel := fl.String("log-level", "info", "log level: debug, info, warning, error")
 	if wantsHelp(args) {
 		fl.SetOutput(stdout)

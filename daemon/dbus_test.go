@@ -1,0 +1,530 @@
+package daemon
+
+import (
+	"bufio"
+	"encoding/xml"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+	"github.com/godbus/dbus/v5/introspect"
+
+	"github.com/schedpolicyd/schedpolicyd/policy"
+)
+
+// TestIntrospectionMatchesExports compares the committed XML contract with
+// what the daemon really exports: every method with its argument
+// signatures and directions (by reflection, as godbus dispatches) and every
+// property with its type (from the values the Properties handler serves).
+func TestIntrospectionMatchesExports(t *testing.T) {
+	var node introspect.Node
+	if err := xml.Unmarshal([]byte(IntrospectionXML), &node); err != nil {
+		t.Fatalf("committed XML does not parse: %v", err)
+	}
+	if len(node.Interfaces) != 1 || node.Interfaces[0].Name != Interface {
+		t.Fatalf("XML interfaces = %+v, want only %s", node.Interfaces, Interface)
+	}
+	iface := node.Interfaces[0]
+
+	type sig struct{ in, out string }
+	fromXML := map[string]sig{}
+	for _, m := range iface.Methods {
+		var s sig
+		for _, a := range m.Args {
+			if a.Direction == "out" {
+				s.out += a.Type
+			} else {
+				s.in += a.Type
+			}
+		}
+		fromXML[m.Name] = s
+	}
+	exported := map[string]sig{}
+	for _, m := range introspect.Methods(busObject{}) {
+		var s sig
+		for _, a := range m.Args {
+			if a.Direction == "out" {
+				s.out += a.Type
+			} else {
+				s.in += a.Type
+			}
+		}
+		exported[m.Name] = s
+	}
+	if !reflect.DeepEqual(fromXML, exported) {
+		t.Errorf("methods differ:\nXML      %v\nexported %v", fromXML, exported)
+	}
+
+	vals := propertyValues(Snapshot{Holds: []hold{{Cookie: 1}}, Workloads: []WorkloadStatus{{Name: "w"}}})
+	seen := map[string]bool{}
+	for _, p := range iface.Properties {
+		seen[p.Name] = true
+		v, ok := vals[p.Name]
+		if !ok {
+			t.Errorf("property %s in the XML is not served", p.Name)
+			continue
+		}
+		if got := dbus.SignatureOf(v).String(); got != p.Type {
+			t.Errorf("property %s: XML type %s, served %s", p.Name, p.Type, got)
+		}
+		wantAccess := "read"
+		if p.Name == "PowerAware" || p.Name == "PowerAwarePolicy" {
+			wantAccess = "readwrite"
+		}
+		if p.Access != wantAccess {
+			t.Errorf("property %s: XML access %s, Set allows %s", p.Name, p.Access, wantAccess)
+		}
+	}
+	for name := range vals {
+		if !seen[name] {
+			t.Errorf("served property %s is missing from the XML", name)
+		}
+	}
+	if len(iface.Signals) != 1 || iface.Signals[0].Name != "PolicyChanged" {
+		t.Errorf("signals = %+v, want PolicyChanged", iface.Signals)
+	}
+}
+
+// startTestBus runs a private dbus-daemon reachable by every uid (for the
+// non-root caller test) and returns its address.
+func startTestBus(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("dbus-daemon"); err != nil {
+		t.Skip("needs dbus-daemon (Debian package dbus) for a private bus")
+	}
+	dir, err := os.MkdirTemp("", "spd-bus-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	conf := filepath.Join(dir, "bus.conf")
+	os.WriteFile(conf, []byte(`<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <listen>unix:path=`+filepath.Join(dir, "bus")+`</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>
+</busconfig>
+`), 0o644)
+	cmd := exec.Command("dbus-daemon", "--nofork", "--print-address=1", "--config-file="+conf)
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	addr, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(addr)
+}
+
+// busDaemon runs the daemon in-process on a private bus against the mock
+// laptop.
+func busDaemon(t *testing.T, ppAPI bool) (*Daemon, mockLaptop, *dbus.Conn, string) {
+	t.Helper()
+	addr := startTestBus(t)
+	m := newMockLaptop(t)
+	d := m.startWith(t, func(c *Config) { c.Bus = addr; c.PowerProfilesAPI = ppAPI })
+	conn, err := dbus.Connect(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	eventually(t, "bus name", func() (bool, string) {
+		var has bool
+		err := conn.BusObject().Call("org.freedesktop.DBus.NameHasOwner", 0, BusName).Store(&has)
+		return err == nil && has, fmt.Sprint(err)
+	})
+	return d, m, conn, addr
+}
+
+func prop(t *testing.T, conn *dbus.Conn, name string) any {
+	t.Helper()
+	v, err := conn.Object(BusName, ObjectPath).GetProperty(Interface + "." + name)
+	if err != nil {
+		t.Fatalf("Get %s: %v", name, err)
+	}
+	return v.Value()
+}
+
+func dbusErrName(err error) string {
+	if e, ok := err.(dbus.Error); ok {
+		return e.Name
+	}
+	return fmt.Sprint(err)
+}
+
+// TestBusAPI exercises the service with a real client on a private bus.
+func TestBusAPI(t *testing.T) {
+	d, m, conn, _ := busDaemon(t, false)
+	obj := conn.Object(BusName, ObjectPath)
+
+	// Introspect serves the committed contract.
+	var x string
+	if err := obj.Call("org.freedesktop.DBus.Introspectable.Introspect", 0).Store(&x); err != nil {
+		t.Fatal(err)
+	}
+	var node introspect.Node
+	if err := xml.Unmarshal([]byte(x), &node); err != nil {
+		t.Fatalf("Introspect output does not parse: %v", err)
+	}
+	var names []string
+	for _, i := range node.Interfaces {
+		names = append(names, i.Name)
+	}
+	sort.Strings(names)
+	if want := []string{"org.freedesktop.DBus.Introspectable", "org.freedesktop.DBus.Peer", "org.freedesktop.DBus.Properties", Interface}; !reflect.DeepEqual(names, want) {
+		t.Errorf("introspected interfaces %v, want %v", names, want)
+	}
+
+	// GetAll has every property with its value.
+	var all map[string]dbus.Variant
+	if err := obj.Call("org.freedesktop.DBus.Properties.GetAll", 0, Interface).Store(&all); err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 11 || all["ActivePolicy"].Value() != "performance" || all["OnBattery"].Value() != false ||
+		all["PowerSource"].Value() != "ac" || !strings.Contains(all["Reason"].Value().(string), "power_aware=1") {
+		t.Errorf("GetAll = %v", all)
+	}
+	if ws := all["Workloads"].Value().([][]any); len(ws) != 2 || ws[0][0] != "a" {
+		t.Errorf("Workloads = %v", ws)
+	}
+
+	// PropertiesChanged and PolicyChanged come with a change.
+	conn.AddMatchSignal(dbus.WithMatchObjectPath(ObjectPath))
+	sigs := make(chan *dbus.Signal, 50)
+	conn.Signal(sigs)
+
+	// Writable property: PowerAware via Properties.Set.
+	if err := obj.SetProperty(Interface+".PowerAware", dbus.MakeVariant(uint32(2))); err != nil {
+		t.Fatalf("Set PowerAware: %v", err)
+	}
+	if got := prop(t, conn, "ActivePolicy"); got != "powersaving" {
+		t.Errorf("ActivePolicy after PowerAware=2: %v", got)
+	}
+	// One PropertiesChanged carries every property that changed together,
+	// then PolicyChanged follows.
+	waitSignal(t, sigs, "org.freedesktop.DBus.Properties.PropertiesChanged", func(s *dbus.Signal) bool {
+		ch := s.Body[1].(map[string]dbus.Variant)
+		return ch["ActivePolicy"].Value() == "powersaving" && ch["PowerAware"].Value() == uint32(2)
+	})
+	waitSignal(t, sigs, Interface+".PolicyChanged", func(s *dbus.Signal) bool { return s.Body[0] == "powersaving" })
+	for name, v := range map[string]any{"ActivePolicy": "balance", "PowerAware": "2", "Boost": "1"} {
+		err := obj.SetProperty(Interface+"."+name, dbus.MakeVariant(v))
+		want := map[string]string{"ActivePolicy": errPropReadOnly, "Boost": errPropReadOnly, "PowerAware": errInvalidArgs}[name]
+		if dbusErrName(err) != want {
+			t.Errorf("Set %s = %v: %v, want %s", name, v, err, want)
+		}
+	}
+	if err := obj.SetProperty(Interface+".PowerAwarePolicy", dbus.MakeVariant("performance")); dbusErrName(err) != errInvalidArgs {
+		t.Errorf("Set PowerAwarePolicy performance: %v, want InvalidArgs", err)
+	}
+	if err := obj.Call(Interface+".SetPowerAware", 0, uint32(3)).Err; dbusErrName(err) != errInvalidArgs {
+		t.Errorf("SetPowerAware(3): %v, want InvalidArgs", err)
+	}
+	if err := obj.Call(Interface+".SetPowerAware", 0, uint32(1)).Err; err != nil {
+		t.Fatal(err)
+	}
+
+	// Holds: the power-saving one wins; a user's choice cancels holds; a
+	// holder leaving the bus releases its holds.
+	var c1, c2 uint32
+	if err := obj.Call(Interface+".HoldPolicy", 0, "performance", "benchmark").Store(&c1); err != nil {
+		t.Fatal(err)
+	}
+	if got := prop(t, conn, "ActivePolicy"); got != "performance" {
+		t.Errorf("with a performance hold: %v", got)
+	}
+	if err := obj.Call(Interface+".HoldPolicy", 0, "balance", "video").Store(&c2); err != nil {
+		t.Fatal(err)
+	}
+	if got := prop(t, conn, "ActivePolicy"); got != "balance" {
+		t.Errorf("performance and balance holds: %v, want balance (the power-saving one wins)", got)
+	}
+	if r := prop(t, conn, "Reason").(string); !strings.Contains(r, "video") {
+		t.Errorf("Reason %q does not name the winning hold", r)
+	}
+	if err := obj.Call(Interface+".ReleasePolicy", 0, c2).Err; err != nil {
+		t.Fatal(err)
+	}
+	if got := prop(t, conn, "ActivePolicy"); got != "performance" {
+		t.Errorf("after releasing balance: %v", got)
+	}
+	if err := obj.Call(Interface+".ReleasePolicy", 0, uint32(9999)).Err; dbusErrName(err) != errInvalidArgs {
+		t.Errorf("ReleasePolicy(unknown): %v", err)
+	}
+	if err := obj.Call(Interface+".SetPolicy", 0, "powersaving").Err; err != nil {
+		t.Fatal(err)
+	}
+	if hs := prop(t, conn, "Holds").([][]any); len(hs) != 0 {
+		t.Errorf("holds after an explicit choice: %v, want none", hs)
+	}
+	other, err := dbus.Connect(d.cfg.Bus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Object(BusName, ObjectPath).Call(Interface+".HoldPolicy", 0, "performance", "game").Err; err != nil {
+		t.Fatal(err)
+	}
+	if got := prop(t, conn, "ActivePolicy"); got != "performance" {
+		t.Errorf("with another client's performance hold: %v", got)
+	}
+	other.Close()
+	eventually(t, "hold released when its owner left", func() (bool, string) {
+		got := prop(t, conn, "ActivePolicy")
+		return got == "powersaving", fmt.Sprint(got)
+	})
+
+	// CreateWorkload: names validated, existing names refused, only the
+	// caller's own PID (the successful path runs on a real cgroup in
+	// TestBusCreateWorkloadRealCgroup).
+	pid := uint32(os.Getpid())
+	for _, tc := range []struct {
+		name string
+		pid  uint32
+		want string
+	}{
+		{"a", pid, errFileExists},
+		{"../escape", pid, errInvalidArgs},
+		{"a/b", pid, errInvalidArgs},
+		{"..", pid, errInvalidArgs},
+		{"tab\there", pid, errInvalidArgs},
+		{"cgroup.procs", pid, errInvalidArgs},
+		{strings.Repeat("x", 65), pid, errInvalidArgs},
+		{"notmine", 1, errAccessDenied},
+	} {
+		err := obj.Call(Interface+".CreateWorkload", 0, tc.name, tc.pid).Err
+		if dbusErrName(err) != tc.want {
+			t.Errorf("CreateWorkload(%q, %d) = %v, want %s", tc.name, tc.pid, err, tc.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(m.managed, "notmine")); !os.IsNotExist(err) {
+		t.Errorf("a refused CreateWorkload left a cgroup behind")
+	}
+
+	// Per-workload override: b keeps every CPU while the rest is packed.
+	if err := obj.Call(Interface+".SetWorkloadPolicy", 0, "b", "performance").Err; err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "override applied", func() (bool, string) {
+		b, a := get(t, filepath.Join(m.managed, "b/cpuset.cpus")), get(t, filepath.Join(m.managed, "a/cpuset.cpus"))
+		return b == "0-7" && a == "0", b + " / " + a
+	})
+	if err := obj.Call(Interface+".SetWorkloadPolicy", 0, "b", "balance").Err; dbusErrName(err) != errInvalidArgs {
+		t.Errorf("override balance: %v, want InvalidArgs", err)
+	}
+	if err := obj.Call(Interface+".SetWorkloadPolicy", 0, "nosuch", "performance").Err; dbusErrName(err) != errInvalidArgs {
+		t.Errorf("override of an unknown workload: %v", err)
+	}
+	if err := obj.Call(Interface+".Rebalance", 0).Err; err != nil {
+		t.Errorf("Rebalance: %v", err)
+	}
+	if d.Snapshot().Policy != policy.Powersaving {
+		t.Errorf("policy drifted: %v", d.Snapshot().Policy)
+	}
+}
+
+func waitSignal(t *testing.T, ch chan *dbus.Signal, name string, match func(*dbus.Signal) bool) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case s := <-ch:
+			if s.Name == name && match(s) {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no %s signal matching", name)
+		}
+	}
+}
+
+// TestBusNonRootRefused: a caller that is not root, with no polkit on the
+// bus to authorise it, gets AccessDenied and nothing changes (busctl run
+// as nobody with setpriv).
+func TestBusNonRootRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to switch to another uid with setpriv")
+	}
+	for _, tool := range []string{"setpriv", "busctl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s (util-linux / systemd)", tool)
+		}
+	}
+	d, _, conn, addr := busDaemon(t, false)
+	run := func(args ...string) (string, error) {
+		full := append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "busctl", "--address=" + addr}, args...)
+		out, err := exec.Command("setpriv", full...).CombinedOutput()
+		return string(out), err
+	}
+	// Reading is allowed for everyone.
+	if out, err := run("get-property", BusName, string(ObjectPath), Interface, "ActivePolicy"); err != nil || out != "s \"performance\"\n" {
+		t.Fatalf("non-root read: %v %q", err, out)
+	}
+	for _, call := range [][]string{
+		{"call", BusName, string(ObjectPath), Interface, "SetPolicy", "s", "powersaving"},
+		{"call", BusName, string(ObjectPath), Interface, "SetPowerAware", "u", "2"},
+		{"call", BusName, string(ObjectPath), Interface, "HoldPolicy", "ss", "powersaving", "x"},
+		{"set-property", BusName, string(ObjectPath), Interface, "PowerAware", "u", "0"},
+	} {
+		out, err := run(call...)
+		if err == nil || !strings.Contains(out, "Access denied") {
+			t.Errorf("non-root %v: err=%v out=%q, want Access denied", call[4], err, out)
+		}
+	}
+	if s := d.Snapshot(); s.Policy != policy.Performance || s.Knob.PowerAware != 1 || len(s.Holds) != 0 {
+		t.Errorf("refused calls changed the state: %+v", s)
+	}
+	_ = conn
+}
+
+// TestPowerProfilesAPI checks the compatibility API with godbus, and with the
+// real powerprofilesctl when it is installed.
+func TestPowerProfilesAPI(t *testing.T) {
+	d, _, conn, addr := busDaemon(t, true)
+	for _, n := range ppNames {
+		o := conn.Object(n.name, n.path)
+		v, err := o.GetProperty(n.name + ".ActiveProfile")
+		if err != nil || v.Value() != "balanced" {
+			t.Fatalf("%s ActiveProfile = %v, %v; want balanced (power_aware 1)", n.name, v, err)
+		}
+	}
+	legacy := conn.Object("net.hadess.PowerProfiles", "/net/hadess/PowerProfiles")
+	if err := legacy.SetProperty("net.hadess.PowerProfiles.ActiveProfile", dbus.MakeVariant("power-saver")); err != nil {
+		t.Fatal(err)
+	}
+	if s := d.Snapshot(); s.Knob.PowerAware != 2 || s.Policy != policy.Powersaving {
+		t.Errorf("power-saver → %+v, want power_aware 2, powersaving", s.Knob)
+	}
+	if err := legacy.SetProperty("net.hadess.PowerProfiles.ActiveProfile", dbus.MakeVariant("turbo")); dbusErrName(err) != errInvalidArgs {
+		t.Errorf("unknown profile: %v", err)
+	}
+	var cookie uint32
+	if err := legacy.Call("net.hadess.PowerProfiles.HoldProfile", 0, "performance", "build", "org.example.Test").Store(&cookie); err != nil {
+		t.Fatal(err)
+	}
+	if s := d.Snapshot(); s.Policy != policy.Performance {
+		t.Errorf("performance hold: %v", s.Policy)
+	}
+	if err := legacy.Call("net.hadess.PowerProfiles.ReleaseProfile", 0, cookie).Err; err != nil {
+		t.Fatal(err)
+	}
+
+	ctl, err := exec.LookPath("powerprofilesctl")
+	if err != nil {
+		t.Log("powerprofilesctl not installed (Debian package power-profiles-daemon); checked with godbus only")
+		return
+	}
+	env := append(os.Environ(), "DBUS_SYSTEM_BUS_ADDRESS="+addr)
+	pctl := func(args ...string) string {
+		cmd := exec.Command(ctl, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("powerprofilesctl %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	if out := pctl("set", "balanced"); out != "" {
+		t.Errorf("set balanced printed %q", out)
+	}
+	if out := pctl("get"); out != "balanced\n" {
+		t.Errorf("get = %q, want balanced", out)
+	}
+	list := pctl("list")
+	for _, want := range []string{"* balanced:", "  performance:", "  power-saver:", "schedpolicyd"} {
+		if !strings.Contains(list, want) {
+			t.Errorf("list lacks %q:\n%s", want, list)
+		}
+	}
+	pctl("set", "power-saver")
+	if s := d.Snapshot(); s.Knob.PowerAware != 2 {
+		t.Errorf("powerprofilesctl set power-saver → power_aware %d, want 2", s.Knob.PowerAware)
+	}
+	if out := pctl("get"); out != "power-saver\n" {
+		t.Errorf("get = %q, want power-saver", out)
+	}
+}
+
+// TestBusCreateWorkloadRealCgroup: CreateWorkload on the real cgroup v1
+// cpuset hierarchy. The caller is busctl, exec'd by a shell that passes its
+// own PID ($$), so the bus credentials match; the daemon creates the
+// cgroup, fills in cpus and mems, moves the process and adopts it.
+func TestBusCreateWorkloadRealCgroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create cgroups")
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/cpuset/cpuset.cpus"); err != nil {
+		t.Skip("needs the cgroup v1 cpuset controller at /sys/fs/cgroup/cpuset")
+	}
+	if _, err := exec.LookPath("busctl"); err != nil {
+		t.Skip("needs busctl (Debian package systemd)")
+	}
+	addr := startTestBus(t)
+	m := newMockLaptop(t)
+	parent := fmt.Sprintf("/sys/fs/cgroup/cpuset/schedpolicyd-test-%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		kids, _ := filepath.Glob(parent + "/*/")
+		for _, k := range kids {
+			os.Remove(k)
+		}
+		os.Remove(parent)
+	})
+	online := strings.TrimSpace(readOr(t, "/sys/devices/system/cpu/online"))
+	// The mock topology must name this machine's CPUs for real cpusets.
+	os.RemoveAll(filepath.Join(m.sys, "devices"))
+	put(t, filepath.Join(m.sys, "devices/system/cpu/online"), online)
+	d := m.startWith(t, func(c *Config) { c.Bus = addr; c.CgroupRoot = parent })
+	conn, err := dbus.Connect(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	eventually(t, "bus name", func() (bool, string) {
+		var has bool
+		err := conn.BusObject().Call("org.freedesktop.DBus.NameHasOwner", 0, BusName).Store(&has)
+		return err == nil && has, fmt.Sprint(err)
+	})
+	out, err := exec.Command("sh", "-c", `exec busctl --address="$0" call `+BusName+` `+string(ObjectPath)+` `+Interface+` CreateWorkload su job $$`, addr).CombinedOutput()
+	if err != nil {
+		t.Fatalf("CreateWorkload through busctl: %v %s", err, out)
+	}
+	if want := fmt.Sprintf("s %q\n", filepath.Join(parent, "job")); string(out) != want {
+		t.Errorf("reply %q, want %q", out, want)
+	}
+	if got := strings.TrimSpace(readOr(t, filepath.Join(parent, "job/cpuset.mems"))); got == "" {
+		t.Error("cpuset.mems of the new workload is empty")
+	}
+	eventually(t, "job adopted", func() (bool, string) {
+		for _, w := range d.Snapshot().Workloads {
+			if w.Name == "job" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(d.Snapshot().Workloads)
+	})
+}
+
+func readOr(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

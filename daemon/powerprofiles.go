@@ -1,0 +1,287 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/schedpolicyd/schedpolicyd/policy"
+)
+
+// The power-profiles D-Bus API that GNOME Settings, KDE and powerprofilesctl
+// use (power-profiles-daemon; net.hadess.PowerProfiles is the legacy name,
+// org.freedesktop.UPower.PowerProfiles the current one). Served only with
+// Config.PowerProfilesAPI, on the same connection, at both names.
+//
+// Profiles map onto the knob: "performance" ↔ power_aware 0, "balanced" ↔
+// power_aware 1 (automatic), "power-saver" ↔ power_aware 2 (with the
+// configured power_aware_policy).
+var ppNames = []struct {
+	name string
+	path dbus.ObjectPath
+}{
+	{"org.freedesktop.UPower.PowerProfiles", "/org/freedesktop/UPower/PowerProfiles"},
+	{"net.hadess.PowerProfiles", "/net/hadess/PowerProfiles"},
+}
+
+const (
+	ppPerformance = "performance"
+	ppBalanced    = "balanced"
+	ppPowerSaver  = "power-saver"
+)
+
+// powerProfiles is the compatibility service on one connection. A nil
+// *powerProfiles ignores every call.
+type powerProfiles struct {
+	s *busService
+
+	mu   sync.Mutex // guards last
+	last map[string]any
+}
+
+// ppObject serves one of the two interface names.
+type ppObject struct {
+	pp    *powerProfiles
+	iface string
+}
+
+// ppProps is org.freedesktop.DBus.Properties for one of the names.
+type ppProps struct{ o ppObject }
+
+// exportPowerProfiles exports the API at both paths and requests both names;
+// a name that cannot be owned (power-profiles-daemon itself runs) is
+// logged and skipped.
+func exportPowerProfiles(s *busService) *powerProfiles {
+	pp := &powerProfiles{s: s, last: ppValues(s.d.Snapshot())}
+	for _, n := range ppNames {
+		o := ppObject{pp: pp, iface: n.name}
+		for iface, v := range map[string]any{
+			n.name:                                o,
+			"org.freedesktop.DBus.Properties":     ppProps{o},
+			"org.freedesktop.DBus.Introspectable": introspectable(ppIntrospection(n.name)),
+		} {
+			if err := s.conn.Export(v, n.path, iface); err != nil {
+				s.log.WithError(err).Error("exporting power-profiles API failed")
+				return nil
+			}
+		}
+		reply, err := s.conn.RequestName(n.name, dbus.NameFlagDoNotQueue)
+		if err != nil || reply != dbus.RequestNameReplyPrimaryOwner {
+			s.log.WithError(err).WithField("name", n.name).Warn("cannot own the power-profiles name (is power-profiles-daemon running?)")
+			continue
+		}
+		s.log.WithField("name", n.name).Info("serving the power-profiles API")
+	}
+	return pp
+}
+
+// profileOf is the power-profiles view of a snapshot: a winning hold first,
+// else the knob.
+func profileOf(snap Snapshot) string {
+	if len(snap.Holds) > 0 {
+		if snap.Policy == policy.Performance {
+			return ppPerformance
+		}
+		return ppPowerSaver
+	}
+	switch snap.Knob.PowerAware {
+	case policy.PowerAwareOff:
+		return ppPerformance
+	case policy.PowerAwareOn:
+		return ppPowerSaver
+	default:
+		return ppBalanced
+	}
+}
+
+func ppValues(snap Snapshot) map[string]any {
+	profiles := []map[string]dbus.Variant{}
+	for _, p := range []string{ppPowerSaver, ppBalanced, ppPerformance} {
+		profiles = append(profiles, map[string]dbus.Variant{
+			"Profile":        dbus.MakeVariant(p),
+			"Driver":         dbus.MakeVariant("schedpolicyd"),
+			"PlatformDriver": dbus.MakeVariant("schedpolicyd"),
+			"CpuDriver":      dbus.MakeVariant("schedpolicyd"),
+		})
+	}
+	holds := []map[string]dbus.Variant{}
+	for _, h := range snap.Holds {
+		prof := ppPowerSaver
+		if h.Policy == policy.Performance {
+			prof = ppPerformance
+		}
+		holds = append(holds, map[string]dbus.Variant{
+			"ApplicationId": dbus.MakeVariant(h.AppID),
+			"Profile":       dbus.MakeVariant(prof),
+			"Reason":        dbus.MakeVariant(h.Reason),
+		})
+	}
+	return map[string]any{
+		"ActiveProfile":        profileOf(snap),
+		"PerformanceInhibited": "",
+		"PerformanceDegraded":  "",
+		"Profiles":             profiles,
+		"Actions":              []string{},
+		"ActiveProfileHolds":   holds,
+		"Version":              "0.12 (schedpolicyd)",
+	}
+}
+
+// update emits PropertiesChanged on both names for what changed.
+func (pp *powerProfiles) update(snap Snapshot) {
+	if pp == nil {
+		return
+	}
+	vals := ppValues(snap)
+	pp.mu.Lock()
+	changed := map[string]dbus.Variant{}
+	for k, v := range vals {
+		if !equalValue(pp.last[k], v) {
+			changed[k] = dbus.MakeVariant(v)
+		}
+	}
+	pp.last = vals
+	pp.mu.Unlock()
+	if len(changed) == 0 {
+		return
+	}
+	for _, n := range ppNames {
+		pp.s.conn.Emit(n.path, "org.freedesktop.DBus.Properties.PropertiesChanged", n.name, changed, []string{})
+	}
+}
+
+// released emits ProfileReleased(cookie) on both names.
+func (pp *powerProfiles) released(cookie uint32) {
+	if pp == nil {
+		return
+	}
+	for _, n := range ppNames {
+		pp.s.conn.Emit(n.path, n.name+".ProfileReleased", cookie)
+	}
+}
+
+func (pp *powerProfiles) close() {
+	for _, n := range ppNames {
+		pp.s.conn.ReleaseName(n.name)
+	}
+}
+
+// HoldProfile holds "performance" or "power-saver" until ReleaseProfile or
+// until the caller leaves the bus.
+func (o ppObject) HoldProfile(msg dbus.Message, sender dbus.Sender, profile, reason, appID string) (uint32, *dbus.Error) {
+	if e := checkSig(msg, "HoldProfile", "sss"); e != nil {
+		return 0, e
+	}
+	if e := o.pp.s.authorize(msg, sender); e != nil {
+		return 0, e
+	}
+	var p policy.Policy
+	switch profile {
+	case ppPerformance:
+		p = policy.Performance
+	case ppPowerSaver:
+		p = o.pp.s.d.Snapshot().Knob.PowerAwarePolicy
+	default:
+		return 0, invalidArgs("only %q and %q can be held, not %q", ppPerformance, ppPowerSaver, profile)
+	}
+	var cookie uint32
+	err := o.pp.s.d.do(context.Background(), func() error {
+		cookie = o.pp.s.d.addHold(p, reason, string(sender), appID)
+		return nil
+	})
+	return cookie, toDBusError(err)
+}
+
+// ReleaseProfile releases a hold made with HoldProfile.
+func (o ppObject) ReleaseProfile(msg dbus.Message, sender dbus.Sender, cookie uint32) *dbus.Error {
+	if e := checkSig(msg, "ReleaseProfile", "u"); e != nil {
+		return e
+	}
+	uid, _ := o.pp.s.callerUID(sender)
+	return toDBusError(o.pp.s.d.do(context.Background(), func() error {
+		return o.pp.s.d.releaseHold(cookie, string(sender), uid == 0)
+	}))
+}
+
+func (p ppProps) Get(iface, name string) (dbus.Variant, *dbus.Error) {
+	if iface != p.o.iface {
+		return dbus.Variant{}, dbus.NewError(errUnknownIface, []any{"no interface " + iface})
+	}
+	v, ok := ppValues(p.o.pp.s.d.Snapshot())[name]
+	if !ok {
+		return dbus.Variant{}, dbus.NewError(errUnknownProp, []any{"no property " + name})
+	}
+	return dbus.MakeVariant(v), nil
+}
+
+func (p ppProps) GetAll(iface string) (map[string]dbus.Variant, *dbus.Error) {
+	if iface != p.o.iface && iface != "" {
+		return nil, dbus.NewError(errUnknownIface, []any{"no interface " + iface})
+	}
+	out := map[string]dbus.Variant{}
+	for k, v := range ppValues(p.o.pp.s.d.Snapshot()) {
+		out[k] = dbus.MakeVariant(v)
+	}
+	return out, nil
+}
+
+// Set writes ActiveProfile: performance → power_aware 0, balanced → 1,
+// power-saver → 2. It is the user's explicit choice, so it cancels holds.
+func (p ppProps) Set(msg dbus.Message, sender dbus.Sender, iface, name string, v dbus.Variant) *dbus.Error {
+	if iface != p.o.iface {
+		return dbus.NewError(errUnknownIface, []any{"no interface " + iface})
+	}
+	if name != "ActiveProfile" {
+		if _, ok := ppValues(Snapshot{})[name]; !ok {
+			return dbus.NewError(errUnknownProp, []any{"no property " + name})
+		}
+		return dbus.NewError(errPropReadOnly, []any{name + " is read-only"})
+	}
+	prof, ok := v.Value().(string)
+	if !ok {
+		return invalidArgs("ActiveProfile is of type s, got %s", v.Signature())
+	}
+	var mode string
+	switch prof {
+	case ppPerformance:
+		mode = "0"
+	case ppBalanced:
+		mode = "1"
+	case ppPowerSaver:
+		mode = "2"
+	default:
+		return invalidArgs("unknown profile %q (want power-saver, balanced or performance)", prof)
+	}
+	if e := p.o.pp.s.authorize(msg, sender); e != nil {
+		return e
+	}
+	return p.o.pp.s.write(filePowerAware, mode, "power-profiles")
+}
+
+func ppIntrospection(iface string) string {
+	return fmt.Sprintf(`<node>
+  <interface name=%q>
+    <property name="ActiveProfile" type="s" access="readwrite"/>
+    <property name="PerformanceInhibited" type="s" access="read"/>
+    <property name="PerformanceDegraded" type="s" access="read"/>
+    <property name="Profiles" type="aa{sv}" access="read"/>
+    <property name="Actions" type="as" access="read"/>
+    <property name="ActiveProfileHolds" type="aa{sv}" access="read"/>
+    <property name="Version" type="s" access="read"/>
+    <method name="HoldProfile">
+      <arg name="profile" type="s" direction="in"/>
+      <arg name="reason" type="s" direction="in"/>
+      <arg name="application_id" type="s" direction="in"/>
+      <arg name="cookie" type="u" direction="out"/>
+    </method>
+    <method name="ReleaseProfile">
+      <arg name="cookie" type="u" direction="in"/>
+    </method>
+    <signal name="ProfileReleased">
+      <arg name="cookie" type="u"/>
+    </signal>
+  </interface>
+</node>`, iface)
+}
