@@ -113,7 +113,7 @@ type Daemon struct {
 	reqs  chan func()
 	ready chan struct{} // closed once READY=1 was sent
 	done  chan struct{} // closed when the loop ends
-	snap atomic.Pointer[Snapshot]
+	snap  atomic.Pointer[Snapshot]
 
 	// Loop-owned state: touched only by the goroutine running Run.
 	knob      policy.Knob
@@ -130,7 +130,7 @@ type Daemon struct {
 	// crashed run's); consulted when a workload is adopted.
 	savedOriginals map[string]string
 	cgWatch        *cgroupWatch
-	cgWarned       bool            // "placement disabled" said once
+	cgWarned       bool // "placement disabled" said once
 	holds          map[uint32]*hold
 	nextCookie     uint32
 	lastChange     time.Time

@@ -108,8 +108,8 @@ func (d *Daemon) connectBus(loud bool) *busService {
 	s := &busService{d: d, conn: conn, log: log, last: s0values(d.Snapshot())}
 	obj := busObject{s: s}
 	for iface, v := range map[string]any{
-		Interface:                            obj,
-		"org.freedesktop.DBus.Properties":    propsHandler{s: s},
+		Interface:                             obj,
+		"org.freedesktop.DBus.Properties":     propsHandler{s: s},
 		"org.freedesktop.DBus.Introspectable": introspectable(IntrospectionXML),
 	} {
 		if err := conn.Export(v, ObjectPath, iface); err != nil {
@@ -615,4 +615,3 @@ func (s *busService) watchHolders() error {
 	}()
 	return nil
 }
-

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"strings"
-	"unicode/utf8"
 	"sort"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/sirupsen/logrus"
