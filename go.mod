@@ -10,3 +10,8 @@ require (
 	github.com/sirupsen/logrus v1.10.2
 	golang.org/x/sys v0.50.0
 )
+
+require (
+	github.com/pelletier/go-toml/v2 v2.4.3 // indirect
+	pgregory.net/rapid v1.3.0 // indirect
+)

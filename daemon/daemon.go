@@ -57,7 +57,7 @@ type Config struct {
 	// any workload exists (default 1 s).
 	SampleInterval time.Duration
 	// UtilHalfLife is the half-life of the decayed utilisation average
-	// (default 2 s).
+	// (default policy.DefaultHalfLife, 1 s; see policy/pelt.go).
 	UtilHalfLife time.Duration
 	// PowerProfilesAPI also serves the power-profiles D-Bus API
 	// (net.hadess.PowerProfiles and org.freedesktop.UPower.PowerProfiles)
@@ -124,7 +124,6 @@ type Daemon struct {
 	workloads map[string]*workload
 	effective policy.Policy
 	plan      policy.Plan
-	shrinks   int // consecutive plans that would shrink the active set
 	kernelKnb string
 	// savedOriginals are the originals found in state.json at start (a
 	// crashed run's); consulted when a workload is adopted.
@@ -177,7 +176,7 @@ func New(cfg Config) (*Daemon, error) {
 		cfg.SampleInterval = DefaultSampleInterval
 	}
 	if cfg.UtilHalfLife <= 0 {
-		cfg.UtilHalfLife = 2 * time.Second
+		cfg.UtilHalfLife = policy.DefaultHalfLife
 	}
 	switch cfg.TreeBackend {
 	case "auto", "fuse", "plain":
@@ -367,8 +366,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 			d.onPowerState(st)
 		case <-d.mon.CPUHotplug():
-			d.readTopology()
-			d.recompute("cpu hotplug", true)
+			d.onHotplug()
 		case fn := <-d.reqs:
 			fn()
 		case <-d.cgEvents():
@@ -398,14 +396,12 @@ func (d *Daemon) readTopology() {
 		d.log.WithError(err).Warn("cannot read CPU topology")
 		return
 	}
-	var cores, pkgs [][]int
-	for _, c := range t.Cores() {
-		cores = append(cores, c.List())
+	topo, err := policy.BuildTopology(CPUDescs(t))
+	if err != nil {
+		d.log.WithError(err).Warn("cannot build sched domains from the CPU topology")
+		return
 	}
-	for _, p := range t.Packages() {
-		pkgs = append(pkgs, p.List())
-	}
-	d.topo = policy.NewTopology(cores, pkgs)
+	d.topo = topo
 	d.allowed = t.Online
 }
 

@@ -3,7 +3,6 @@ package daemon
 import (
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"sort"
 	"strings"
@@ -25,19 +24,14 @@ type workload struct {
 	// exit.
 	original sysfs.CPUSet
 	cpus     sysfs.CPUSet // what the file holds, as last read or written
-	util     float64      // decayed utilisation, CPUs
-	lastUse  time.Duration
+	avg      policy.UtilAverage // decayed utilisation (CPUs) and the last counter
 	lastAt   time.Time
-	sampled  bool
+	threads  int     // runnable threads at the last sample (nr_running)
+	pressure float64 // cpu.pressure some avg10, percent (v2 only)
 	// override is the workload's own placement policy ("" = the
 	// machine's); only Performance is accepted (SetWorkloadPolicy).
 	override policy.Policy
 }
-
-// shrinkAfter is how many consecutive periodic samples must propose a
-// smaller active set before the daemon packs tighter (first-version
-// hysteresis; the patch set's lazy balance is a later issue).
-const shrinkAfter = 3
 
 // openCgroup opens (creating if needed) the managed parent and starts
 // watching it. On failure placement stays off until the next scan retries.
@@ -118,7 +112,7 @@ func (d *Daemon) scanWorkloads() bool {
 			d.log.WithFields(logrus.Fields{"workload": n, "original": saved}).Info("original cpuset recovered from saved state")
 		}
 		if use, err := d.cg.Usage(n); err == nil {
-			w.lastUse, w.lastAt, w.sampled = use, time.Now(), true
+			w.avg, w.lastAt = w.avg.Update(use, 0, d.cfg.UtilHalfLife), time.Now()
 		}
 		d.workloads[n] = w
 		changed = true
@@ -170,11 +164,11 @@ func (d *Daemon) persistOriginals() {
 	d.savedOriginals = nil // from now on state.json holds our own
 }
 
-// sampleWorkloads updates each workload's decayed utilisation from its
-// cgroup CPU-time counter: u = Δusage / Δwall (CPUs), then
-// avg ← avg·y + u·(1−y) with y = 0.5^(Δwall / half-life), a PELT-like
-// exponential average (platform.md §3.2). Negative deltas (v1 per-thread
-// accounting when threads exit) count as zero.
+// sampleWorkloads updates each workload's load signals: the decayed
+// utilisation from its cgroup CPU-time counter (policy.UtilAverage, a
+// PELT-like average: u = Δusage / Δwall in CPUs; negative deltas of the v1
+// per-thread accounting count as 0), the instant number of runnable
+// threads and, on cgroup v2, cpu.pressure.
 func (d *Daemon) sampleWorkloads() {
 	now := time.Now()
 	for n, w := range d.workloads {
@@ -182,15 +176,15 @@ func (d *Daemon) sampleWorkloads() {
 		if err != nil {
 			continue
 		}
-		if w.sampled {
-			dt := now.Sub(w.lastAt)
-			if dt > 0 {
-				u := math.Max(float64(use-w.lastUse)/float64(dt), 0)
-				y := math.Pow(0.5, float64(dt)/float64(d.cfg.UtilHalfLife))
-				w.util = w.util*y + u*(1-y)
+		w.avg, w.lastAt = w.avg.Update(use, now.Sub(w.lastAt), d.cfg.UtilHalfLife), now
+		if r, err := d.cg.Runnable(n); err == nil {
+			w.threads = r
+		}
+		if s, err := d.cg.CPUPressure(n); err == nil {
+			if p, err := policy.ParseCPUPressure(s); err == nil {
+				w.pressure = p
 			}
 		}
-		w.lastUse, w.lastAt, w.sampled = use, now, true
 	}
 }
 
@@ -211,27 +205,32 @@ func (d *Daemon) applyPlan(force bool) {
 	if a, err := d.cg.Allowed(); err == nil && !a.IsEmpty() {
 		allowed = allowed.Intersect(a)
 	}
-	in := policy.Input{Topology: d.topo, Allowed: allowed.List(), Policy: d.effective}
+	in := policy.Input{
+		Topology: d.topo, Allowed: allowed.List(), Policy: d.effective,
+		Lazy: d.plan.Lazy, Now: time.Now(), MaxInterval: d.cfg.SampleInterval,
+		// A policy, workload or CPU change re-plans at once; only the
+		// periodic samples are subject to patch 18's lazy balance.
+		DisableLazy: force,
+	}
+	if force {
+		in.Lazy = policy.LazyState{}
+	}
 	for _, n := range d.sortedNames() {
 		w := d.workloads[n]
 		if w.override == policy.Performance {
 			continue // placed on every allowed CPU below
 		}
-		in.Loads = append(in.Loads, policy.Load{Name: n, Util: w.util, Current: w.cpus.List()})
+		in.Loads = append(in.Loads, policy.Load{Name: n, Util: w.avg.Util, Current: w.cpus.List(), Threads: w.threads, Pressure: w.pressure})
 	}
 	plan := policy.PlanPlacement(in)
+	if plan.CPUs == nil {
+		plan.CPUs = map[string][]int{}
+	}
 	for n, w := range d.workloads {
 		if w.override == policy.Performance {
 			plan.CPUs[n] = allowed.List()
 		}
 	}
-	if !force && len(plan.Active) < len(d.plan.Active) {
-		d.shrinks++
-		if d.shrinks < shrinkAfter {
-			return
-		}
-	}
-	d.shrinks = 0
 	if plan.Policy != d.plan.Policy && plan.Policy != d.effective {
 		d.log.WithFields(logrus.Fields{"policy": d.effective, "placement": plan.Policy}).Info("load exceeds the packing threshold: placing for performance (race to idle)")
 	}
@@ -255,23 +254,55 @@ func (d *Daemon) applyPlan(force bool) {
 	}
 }
 
+// onHotplug handles CPUs going online or offline: the topology is re-read,
+// the cpusets re-read (cgroup v1 silently drops an offlined CPU from every
+// cpuset, for good) and the plan recomputed, so no cpuset we write names an
+// offline CPU and CPUs that come back are handed out again.
+func (d *Daemon) onHotplug() {
+	before := d.allowed
+	d.readTopology()
+	if d.allowed.Equal(before) {
+		return
+	}
+	d.log.WithFields(logrus.Fields{"from": before.String(), "to": d.allowed.String()}).Info("online CPUs changed")
+	if d.cg != nil {
+		if err := d.cg.RestoreParentCPUs(d.allowed); err != nil {
+			d.log.WithError(err).Warn("cannot give the managed parent its CPUs back")
+		}
+		for n, w := range d.workloads {
+			if cur, err := d.cg.ReadCPUs(n); err == nil {
+				w.cpus = cur
+			}
+		}
+	}
+	d.recompute("cpu hotplug", true)
+}
+
 // restoreWorkloads writes every workload's original cpuset.cpus back; it
 // reports whether all of them are back (vanished workloads count as done).
+// CPUs that are offline now are left out (a cpuset naming an offline CPU is
+// refused on v1); an original with no online CPU left gets every online CPU.
 func (d *Daemon) restoreWorkloads() bool {
 	ok := true
 	for _, n := range d.sortedNames() {
 		w := d.workloads[n]
+		orig := w.original
+		if !orig.IsEmpty() && !d.allowed.IsEmpty() {
+			if orig = orig.Intersect(d.allowed); orig.IsEmpty() {
+				orig = d.allowed
+			}
+		}
 		// An empty original is v2's "inherit from the parent"; it is
 		// restored too (v1 children never have one: PrepareChild fills it).
-		if w.original.Equal(w.cpus) {
+		if orig.Equal(w.cpus) {
 			continue
 		}
-		if err := d.cg.WriteCPUs(n, w.original); err != nil && !sysfs.IsGone(err) {
+		if err := d.cg.WriteCPUs(n, orig); err != nil && !sysfs.IsGone(err) {
 			d.log.WithError(err).WithField("workload", n).Warn("cannot restore original cpuset; it stays in state.json for the next start")
 			ok = false
 			continue
 		}
-		w.cpus = w.original
+		w.cpus = orig
 	}
 	return ok
 }
@@ -290,7 +321,7 @@ func (d *Daemon) workloadStatus() []WorkloadStatus {
 	for _, n := range d.sortedNames() {
 		w := d.workloads[n]
 		p, _ := d.cg.ChildPath(n)
-		out = append(out, WorkloadStatus{Name: n, Path: p, CPUs: w.cpus.String(), Util: w.util, Override: w.override})
+		out = append(out, WorkloadStatus{Name: n, Path: p, CPUs: w.cpus.String(), Util: w.avg.Util, Override: w.override})
 	}
 	return out
 }

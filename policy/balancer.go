@@ -1,276 +1,459 @@
 package policy
 
 import (
+	"fmt"
 	"math"
 	"slices"
-	"sort"
+	"time"
 )
 
-// Topology is the CPU hierarchy the balancer packs over: packages (the
-// kernel's PKG level) made of cores (the SMT level's groups) made of
-// hardware threads (logical CPU numbers). Every CPU appears in exactly one
-// core and every core in exactly one package. Build it with NewTopology.
-type Topology struct {
-	Packages []Package
-}
-
-// Package is one package's cores, ordered by their first CPU.
-type Package struct {
-	Cores []Core
-}
-
-// Core is one physical core's SMT threads (logical CPU numbers, ascending).
-type Core struct {
-	Threads []int
-}
-
-// NewTopology builds a Topology from the kernel's masks: cores are the
-// distinct core_cpus_list sets and packages the distinct package_cpus_list
-// sets (sysfs, Documentation/admin-guide/cputopology.rst). A core belongs
-// to the package that contains its first thread; a core found in no package
-// gets a package of its own. Output order is by first CPU, so the result is
-// deterministic whatever the input order.
-func NewTopology(cores, packages [][]int) Topology {
-	pkgOf := map[int]int{}
-	for i, p := range packages {
-		for _, c := range p {
-			pkgOf[c] = i
-		}
-	}
-	byPkg := map[int][]Core{}
-	next := len(packages)
-	for _, c := range cores {
-		if len(c) == 0 {
-			continue
-		}
-		th := slices.Clone(c)
-		slices.Sort(th)
-		p, ok := pkgOf[th[0]]
-		if !ok {
-			p = next
-			next++
-		}
-		byPkg[p] = append(byPkg[p], Core{Threads: th})
-	}
-	var t Topology
-	for _, cs := range byPkg {
-		sort.Slice(cs, func(i, j int) bool { return cs[i].Threads[0] < cs[j].Threads[0] })
-		t.Packages = append(t.Packages, Package{Cores: cs})
-	}
-	sort.Slice(t.Packages, func(i, j int) bool {
-		return t.Packages[i].Cores[0].Threads[0] < t.Packages[j].Cores[0].Threads[0]
-	})
-	return t
-}
-
-// restrict keeps only the CPUs in allowed, dropping cores and packages left
-// empty.
-func (t Topology) restrict(allowed []int) Topology {
-	var out Topology
-	for _, p := range t.Packages {
-		var np Package
-		for _, c := range p.Cores {
-			var th []int
-			for _, x := range c.Threads {
-				if slices.Contains(allowed, x) {
-					th = append(th, x)
-				}
-			}
-			if len(th) > 0 {
-				np.Cores = append(np.Cores, Core{Threads: th})
-			}
-		}
-		if len(np.Cores) > 0 {
-			out.Packages = append(out.Packages, np)
-		}
-	}
-	return out
-}
-
-// Load is one managed workload as the balancer sees it.
+// Load is one managed workload (a cgroup) as the balancer sees it.
 type Load struct {
 	Name string
 	// Util is the workload's decayed CPU utilisation in CPUs (1.0 = one
-	// CPU fully busy; may exceed 1 for multi-threaded workloads).
+	// CPU fully busy; may exceed 1 for multi-threaded workloads), e.g.
+	// from UtilAverage.
 	Util float64
-	// Current is the workload's cpuset now (logical CPUs, any order).
+	// Current is the workload's cpuset now (CPU IDs, any order).
 	Current []int
+	// Threads is the instant number of runnable threads (the patch's
+	// nr_running; e.g. the "R" tasks of cgroup.threads / tasks). 0 means
+	// unknown.
+	Threads int
+	// Pressure is cgroup v2 cpu.pressure "some avg10", in percent
+	// (0..100). 0 means none or unknown (cgroup v1).
+	Pressure float64
 }
 
-// Input is everything one balancing decision depends on.
+// Input is everything one balancing decision depends on. The same Input
+// always gives the same Plan.
 type Input struct {
 	Topology Topology
 	// Allowed is the set of CPUs the managed parent may hand out (online
-	// CPUs of the parent cpuset).
+	// CPUs of the parent cpuset). CPUs unknown to a non-empty Topology are
+	// ignored. Empty: the plan is empty.
 	Allowed []int
 	// Policy is the effective policy from the knob (Knob.Effective).
 	Policy Policy
 	Loads  []Load
+	// Lazy is the previous decision's Plan.Lazy (zero value on the first
+	// decision).
+	Lazy LazyState
+	// Now is the time of this decision; only the lazy history reset uses
+	// it. Zero: never reset by time.
+	Now time.Time
+	// MaxInterval is the longest regular gap between two decisions (the
+	// daemon's sampling period; the kernel's sd->max_interval). After
+	// 8 × MaxInterval without a decision the lazy history is cleared.
+	// 0 disables the reset.
+	MaxInterval time.Duration
+	// DisableLazy packs whenever the load allows it, ignoring patch 18's
+	// history (for comparisons and tests).
+	DisableLazy bool
 }
 
 // Plan is a placement: the CPUs each workload may run on.
+//
+// The slices in CPUs and Active may share memory with each other; treat
+// them as read-only.
 type Plan struct {
 	// Policy is the policy the plan was made with: the input policy, or
 	// Performance when a power-aware policy fell back because the load
-	// exceeds the domain's threshold ("race to idle").
+	// exceeds the whole set's threshold ("race to idle").
 	Policy Policy
 	// CPUs maps each workload name to its CPUs (ascending).
 	CPUs map[string][]int
 	// Active is the union of all workloads' CPUs (ascending).
 	Active []int
+	// Lazy is the lazy-balance history to pass as the next Input.Lazy.
+	Lazy LazyState
+	// Deferred reports that the load would pack tighter but lazy balance
+	// held the current cpusets (growing only workloads that need it).
+	Deferred bool
+	// Spread reports that at least one domain was over its threshold and
+	// balanced for performance (a "performance balance" in patch 18's
+	// record).
+	Spread bool
 }
 
-// Packing thresholds of the patch set's vacancy rule (patch 13,
-// find_leader_cpu): a CPU is filled up to max_util percent.
+// Saturation rules (DESIGN.md §5): a workload confined to k CPUs can never
+// show more than k CPUs of use, so the average alone cannot say how much
+// it wants.
 const (
-	powersavingMaxUtil = 1.00 // powersaving packs a CPU until it is fully busy
-	balanceMaxUtil     = 0.60 // balance leaves 40 % headroom per core
-	// saturationRatio: a workload using this share of its cpuset may be
-	// held back by it; its demand is unknown, so it is grown at once.
-	saturationRatio = 0.90
+	// SaturationRatio: using this share of its cpuset, with no thread
+	// count to say otherwise, a workload's demand is unknown.
+	SaturationRatio = 0.90
+	// PressureHigh: cpu.pressure some avg10 at or above this (percent)
+	// means the workload's threads wait for CPU.
+	PressureHigh = 10.0
 )
 
-// PlanPlacement computes a placement plan. It is pure and deterministic.
-//
-// This is the first version of the balancer (the faithful per-level
-// algorithm of patches 11–18 is a later issue):
-//   - Performance: every workload gets all allowed CPUs (CFS spreads).
-//   - Powersaving: the workloads' total utilisation, in CPUs, is covered
-//     by the fewest logical CPUs filled to 100 %, taken thread by thread,
-//     core by core, package by package (pack until group weight).
-//   - Balance: the total is covered by the fewest physical cores filled to
-//     60 %, each core with all its threads (pack until group capacity,
-//     one busy task per core).
-//   - A saturated workload (Util ≥ 90 % of its current cpuset) counts as
-//     needing one CPU more than it has: its real demand is unknown.
-//   - If the demand exceeds every allowed CPU (or core), the plan falls
-//     back to Performance (race to idle).
-//
-// Packing prefers packages, cores and threads that the workloads already
-// use, then lower CPU numbers, so a stable load keeps its CPUs. Every
-// workload of a packed plan shares the same packed set. With no allowed
-// CPUs the plan is empty.
-func PlanPlacement(in Input) Plan {
-	allowed := slices.Clone(in.Allowed)
-	slices.Sort(allowed)
-	allowed = slices.Compact(allowed)
-	topo := in.Topology.restrict(allowed)
+const eps = 1e-9
 
-	set := allowed
-	pol := in.Policy
-	if pol != Performance && len(in.Loads) > 0 && len(allowed) > 0 {
-		var used []int
-		demand := 0.0
-		for _, l := range in.Loads {
-			d := math.Max(l.Util, 0)
-			cur := intersect(l.Current, allowed)
-			if len(cur) > 0 && len(cur) < len(allowed) && d >= saturationRatio*float64(len(cur)) {
-				d = math.Max(d, float64(len(cur)+1))
-			}
-			demand += d
-			if len(cur) < len(allowed) {
-				used = append(used, cur...)
-			}
-		}
-		if packed, ok := pack(topo, pol, demand, used); ok {
-			set = packed
-		} else {
-			pol = Performance
-		}
-	}
-	p := Plan{Policy: pol, CPUs: map[string][]int{}}
-	for _, l := range in.Loads {
-		p.CPUs[l.Name] = slices.Clone(set)
-	}
-	if len(in.Loads) > 0 {
-		p.Active = slices.Clone(set)
-	}
-	return p
+// overloadMargin is how much more overloaded (in CPUs of util × nr_running
+// over a threshold) the current cpusets may be than a fresh packing and
+// still be kept.
+const overloadMargin = 1.0
+
+// loadState is one workload during planning.
+type loadState struct {
+	cur     []int32 // current CPUs inside the tree, as positions, ascending
+	demand  float64 // P: potential demand in CPUs
+	util    float64 // Load.Util, sanitised
+	threads int     // Load.Threads
+	// contended: the workload shares an overloaded confined set with
+	// others (see shareContention); its current set must not be kept.
+	contended bool
 }
 
-// pack chooses the CPUs for a power-aware policy; ok is false when the
-// demand does not fit (the caller falls back to performance).
-func pack(topo Topology, pol Policy, demand float64, used []int) ([]int, bool) {
-	const eps = 1e-9
-	var cores []Core
-	for _, p := range orderPackages(topo.Packages, used) {
-		cores = append(cores, orderCores(p.Cores, used)...)
+// PlanPlacement computes a placement plan. It is pure and deterministic
+// and does not modify its input.
+//
+// Demand. Each workload's potential demand P, in CPUs, is the patch's
+// "maximum potential util" (patch 17: rq->util × max(nr_running, 1))
+// summed over its k current CPUs: Util × max(1, Threads / k); with no
+// thread count, Util / 0.9 so the plan leaves it below saturation; with two
+// or more threads, at least the smallest set on which that formula would
+// not ask for more at the next decision (stableSize). A confined
+// workload (k < allowed) whose Util ≥ 90 % of k with no thread count, or
+// whose cpu.pressure some avg10 ≥ 10 %, is saturated: P ≥ k + 1, so its
+// set grows at once instead of waiting for the average.
+//
+// Policies (DESIGN.md §5; the domain tree is described on buildTree):
+//   - performance: every workload gets every allowed CPU (CFS spreads).
+//   - balance / powersaving: from the top domain down, if the domain's
+//     load exceeds its threshold (sd_capacity for balance, span weight for
+//     powersaving) or cannot fit its groups, the domain is balanced for
+//     performance: its workloads get all of its CPUs. Otherwise its groups
+//     are filled in order up to their thresholds (group capacity or group
+//     weight) — the busiest group with room first (the patch's
+//     group_leader); inside the LLC unthrottled CPUs come before busy
+//     ones, above it busy groups before unthrottled ones (the CPU order
+//     of ../shared/seeds/004: same CPU, SMT, LLC, package, node, prefer
+//     CPUs not scaled down) — and each group is packed the same way.
+//     Among a domain's CPUs (the last level), a workload that is not small
+//     gets CPUs of its own; a small one (4 × util below max_util: 25 %
+//     powersaving, 15 % balance) goes to the busy CPU with the smallest
+//     positive vacancy max_util − (util × nr + 4 × putil) (patch 13).
+//   - If the whole set is over its threshold, Plan.Policy is Performance.
+//
+// Stability. When the current cpusets are valid, no workload is short of
+// CPUs, they use no more packages, cores or frequency-capped CPUs than the
+// fresh packing, and no CPU (core for balance) is more over its threshold
+// than in the fresh packing by more than one CPU's worth, they are kept
+// unchanged. Otherwise the fresh packing is used — unless lazy
+// balance (Input.Lazy, patch 18) forbids packing now, in which case the
+// current cpusets are kept and only short workloads grow (Plan.Deferred).
+// Every performance decision is immediate.
+//
+// Every workload gets a non-empty set of allowed CPUs when any CPU is
+// allowed. With no allowed CPUs every set is empty.
+func PlanPlacement(in Input) Plan {
+	topo := in.Topology
+	var allowed []int
+	if len(in.Allowed) > 0 {
+		if topo.NumCPUs() == 0 {
+			allowed = slices.Clone(in.Allowed)
+			slices.Sort(allowed)
+			allowed = slices.Compact(allowed)
+		} else {
+			allowed = normalize(topo, in.Allowed)
+		}
 	}
-	var out []int
-	switch pol {
-	case Balance:
-		need := max(1, int(math.Ceil(demand/balanceMaxUtil-eps)))
-		if need > len(cores) {
-			return nil, false
+	rules := balancerFor(in.Policy)
+	plan := Plan{Policy: in.Policy, CPUs: make(map[string][]int, len(in.Loads)), Lazy: in.Lazy}
+	everyone := func(set []int) Plan {
+		for _, l := range in.Loads {
+			plan.CPUs[l.Name] = set
 		}
-		for _, c := range cores[:need] {
-			out = append(out, c.Threads...)
+		if len(in.Loads) > 0 && len(set) > 0 {
+			plan.Active = set
 		}
-	default: // Powersaving
-		need := max(1, int(math.Ceil(demand/powersavingMaxUtil-eps)))
-		for _, c := range cores {
-			for _, th := range orderThreads(c.Threads, used) {
-				if len(out) < need {
-					out = append(out, th)
+		return plan
+	}
+	if len(allowed) == 0 {
+		return everyone(nil)
+	}
+	if !rules.packs() || topo.NumCPUs() == 0 || len(in.Loads) == 0 {
+		if rules.packs() {
+			plan.Policy = Performance // nothing to pack with
+		}
+		plan.Lazy = LazyState{}
+		return everyone(allowed)
+	}
+
+	tr := topo.treeFor(allowed)
+	loads := make([]loadState, len(in.Loads))
+	mark := make([]bool, len(tr.pos)) // scratch for loadState
+	for i, l := range in.Loads {
+		loads[i] = tr.loadState(l, len(allowed), mark)
+	}
+	shareContention(loads, len(allowed))
+	fresh := newPacker(tr, rules, loads)
+	fresh.run()
+	plan.Spread = fresh.spread
+	plan.Lazy = in.Lazy.step(fresh.spread, in.Now, in.MaxInterval)
+	if fresh.rootSpread {
+		plan.Policy = Performance
+		return everyone(allowed)
+	}
+	freshSets := fresh.sets()
+	curOK := tr.acceptable(rules, loads, freshSets)
+	switch {
+	case curOK:
+		return tr.emit(plan, in.Loads, func(i int) []int32 { return loads[i].cur })
+	case in.DisableLazy || fresh.spread || plan.Lazy.PowerBalanceAllowed():
+		return tr.emit(plan, in.Loads, func(i int) []int32 { return freshSets[i] })
+	default:
+		plan.Deferred = true
+		return tr.emit(plan, in.Loads, func(i int) []int32 {
+			l := &loads[i]
+			if len(l.cur) == 0 {
+				return freshSets[i]
+			}
+			if l.contended || l.demand > float64(len(l.cur))+eps {
+				return unionPos(l.cur, freshSets[i])
+			}
+			return l.cur
+		})
+	}
+}
+
+// loadState converts a Load: current CPUs to positions, and the demand.
+func (tr *tree) loadState(l Load, nAllowed int, mark []bool) loadState {
+	var st loadState
+	n := len(tr.pos)
+	if len(l.Current) > n/8 {
+		// large sets: mark and scan, O(n), already sorted
+		for _, id := range l.Current {
+			if i := tr.topo.index(id); i >= 0 {
+				if p := tr.posOf[i]; p >= 0 {
+					mark[p] = true
 				}
 			}
 		}
-		if len(out) < need {
-			return nil, false
+		for p, m := range mark {
+			if m {
+				st.cur = append(st.cur, int32(p))
+				mark[p] = false
+			}
+		}
+	} else {
+		for _, id := range l.Current {
+			if i := tr.topo.index(id); i >= 0 {
+				if p := tr.posOf[i]; p >= 0 {
+					st.cur = append(st.cur, p)
+				}
+			}
+		}
+		slices.Sort(st.cur)
+		st.cur = slices.Compact(st.cur)
+	}
+	u := l.Util
+	if math.IsNaN(u) || u < 0 {
+		u = 0
+	}
+	k := len(st.cur)
+	if k == 0 {
+		k = nAllowed
+	}
+	p := u
+	if l.Threads == 0 {
+		// No thread count: keep the workload under the saturation
+		// ratio of its own set, or every plan would look saturated at
+		// the next decision.
+		p = u / SaturationRatio
+	}
+	if l.Threads > k {
+		p = u * float64(l.Threads) / float64(k)
+	}
+	if l.Threads >= 2 {
+		p = math.Max(p, float64(stableSize(u, l.Threads, p)))
+	}
+	if k < nAllowed {
+		saturated := l.Pressure >= PressureHigh ||
+			(l.Threads == 0 && u >= SaturationRatio*float64(k))
+		if saturated {
+			p = math.Max(p, float64(k+1))
 		}
 	}
+	st.demand, st.util, st.threads = p, u, l.Threads
+	return st
+}
+
+// shareContention applies the saturation rule to workloads that share a
+// confined set of CPUs. The kernel sees their threads on the same run
+// queues (patch 17: group_utils = Σ rq->util × max(nr_running, 1)), so two
+// single-threaded workloads busy on one CPU are two tasks on one run queue,
+// not two half-CPU loads: each shows only its share of the CPU, and the
+// per-workload rule (a workload alone at ≥ 90 % of its set) never fires.
+// For each distinct confined current set S (|S| below the allowed CPUs)
+// held by two or more workloads whose utilisation together reaches 90 % of
+// |S| (the same saturation ratio as for one workload; an instant thread
+// count alone is too noisy for light loads), each member's demand becomes
+// at least util × n / |S|, with n the larger of their runnable threads
+// together and |S| + 1, and the members are marked contended, so their
+// sets are re-planned at once.
+func shareContention(loads []loadState, nAllowed int) {
+	groups := map[string][]int{}
+	for i, l := range loads {
+		if k := len(l.cur); k == 0 || k >= nAllowed {
+			continue
+		}
+		key := fmt.Sprint(l.cur)
+		groups[key] = append(groups[key], i)
+	}
+	for _, idx := range groups {
+		if len(idx) < 2 {
+			continue
+		}
+		k := float64(len(loads[idx[0]].cur))
+		threads, util := 0, 0.0
+		for _, i := range idx {
+			threads += loads[i].threads
+			util += loads[i].util
+		}
+		if util < SaturationRatio*k || util <= 0 {
+			continue // room left: packing them together is the point
+		}
+		n := math.Max(float64(threads), k+1)
+		for _, i := range idx {
+			loads[i].demand = math.Max(loads[i].demand, loads[i].util*n/k)
+			loads[i].contended = true
+		}
+	}
+}
+
+// stableSize is the smallest m ≥ ceil(p) CPUs on which a workload of
+// util u (CPUs) and n runnable threads would not look short at the next
+// decision: min(u, m) × max(1, n/m) ≤ m. Without it a workload whose
+// threads each use little of a CPU would grow and shrink in turn.
+func stableSize(u float64, n int, p float64) int {
+	m := max(1, int(math.Ceil(p-1e-6)))
+	for m < n && math.Min(u, float64(m))*float64(n)/float64(m) > float64(m)+eps {
+		m++
+	}
+	return m
+}
+
+// emit converts position sets to the Plan's CPU lists.
+func (tr *tree) emit(plan Plan, loads []Load, set func(i int) []int32) Plan {
+	mark := make([]bool, len(tr.pos))
+	for i, l := range loads {
+		ps := set(i)
+		ids := make([]int, len(ps))
+		for j, p := range ps {
+			ids[j] = tr.topo.cpus[tr.pos[p]].ID
+			mark[p] = true
+		}
+		slices.Sort(ids)
+		plan.CPUs[l.Name] = ids
+	}
+	for p, m := range mark {
+		if m {
+			plan.Active = append(plan.Active, tr.topo.cpus[tr.pos[p]].ID)
+		}
+	}
+	slices.Sort(plan.Active)
+	return plan
+}
+
+// acceptable reports whether the current cpusets may be kept (see
+// PlanPlacement, "Stability").
+func (tr *tree) acceptable(rules balancer, loads []loadState, fresh [][]int32) bool {
+	for _, l := range loads {
+		if len(l.cur) == 0 || l.contended || l.demand > float64(len(l.cur))+eps {
+			return false
+		}
+	}
+	cur := make([][]int32, len(loads))
+	for i := range loads {
+		cur[i] = loads[i].cur
+	}
+	c, f := tr.count(cur), tr.count(fresh)
+	if c.packages > f.packages || c.cores > f.cores || c.capped > f.capped {
+		return false
+	}
+	// No CPU (powersaving) or core (balance) over its threshold by the
+	// patch's measure — or not worse than the fresh packing by more than
+	// overloadMargin (hysteresis: two near-equal packings must not take
+	// turns).
+	return tr.overload(rules, loads, cur) <= tr.overload(rules, loads, fresh)+overloadMargin
+}
+
+// overload is the largest excess of a CPU (powersaving) or core (balance)
+// over its threshold by the patch's measure, util × max(nr_running, 1)
+// (patch 17), with each workload's util and runnable threads spread evenly
+// over its set, as CFS would; 0 when none is over. A plan that piles busy
+// workloads together scores high.
+func (tr *tree) overload(rules balancer, loads []loadState, sets [][]int32) float64 {
+	_, isBalance := rules.(balanceRules)
+	util := make([]float64, len(tr.nodes))
+	nr := make([]float64, len(tr.nodes))
+	for i, l := range loads {
+		set := sets[i]
+		if len(set) == 0 {
+			continue
+		}
+		th := float64(l.threads)
+		if th == 0 {
+			th = math.Max(1, math.Ceil(l.util-1e-6))
+		}
+		k := float64(len(set))
+		for _, p := range set {
+			n := tr.leaf[p]
+			if isBalance {
+				n = tr.core[p]
+			}
+			util[n] += l.util / k
+			nr[n] += th / k
+		}
+	}
+	worst := 0.0
+	for n, u := range util {
+		if u == 0 {
+			continue
+		}
+		nd := &tr.nodes[n]
+		th := 1.0
+		if isBalance && nd.weight() > 1 {
+			th = float64(groupCapacity(nd.power, false))
+		}
+		worst = math.Max(worst, u*math.Max(nr[n], 1)-th)
+	}
+	return worst
+}
+
+// counts are the distinct packages, cores, CPUs and capped CPUs used.
+type counts struct{ packages, cores, threads, capped int }
+
+func (tr *tree) count(sets [][]int32) counts {
+	var c counts
+	seenCPU := make([]bool, len(tr.pos))
+	pk, co := map[int]bool{}, map[int]bool{}
+	for _, s := range sets {
+		for _, p := range s {
+			if seenCPU[p] {
+				continue
+			}
+			seenCPU[p] = true
+			d := &tr.topo.cpus[tr.pos[p]]
+			c.threads++
+			if d.Capped {
+				c.capped++
+			}
+			pk[d.Package] = true
+			co[d.Core] = true
+		}
+	}
+	c.packages, c.cores = len(pk), len(co)
+	return c
+}
+
+func unionPos(a, b []int32) []int32 {
+	out := make([]int32, 0, len(a)+len(b))
+	out = append(out, a...)
+	out = append(out, b...)
 	slices.Sort(out)
-	return out, true
-}
-
-func countUsed(cpus, used []int) int {
-	n := 0
-	for _, c := range cpus {
-		if slices.Contains(used, c) {
-			n++
-		}
-	}
-	return n
-}
-
-func orderPackages(ps []Package, used []int) []Package {
-	out := slices.Clone(ps)
-	cpusOf := func(p Package) []int {
-		var c []int
-		for _, core := range p.Cores {
-			c = append(c, core.Threads...)
-		}
-		return c
-	}
-	sort.SliceStable(out, func(i, j int) bool {
-		return countUsed(cpusOf(out[i]), used) > countUsed(cpusOf(out[j]), used)
-	})
-	return out
-}
-
-func orderCores(cs []Core, used []int) []Core {
-	out := slices.Clone(cs)
-	sort.SliceStable(out, func(i, j int) bool {
-		return countUsed(out[i].Threads, used) > countUsed(out[j].Threads, used)
-	})
-	return out
-}
-
-func orderThreads(th []int, used []int) []int {
-	out := slices.Clone(th)
-	sort.SliceStable(out, func(i, j int) bool {
-		return slices.Contains(used, out[i]) && !slices.Contains(used, out[j])
-	})
-	return out
-}
-
-func intersect(a, allowed []int) []int {
-	var out []int
-	for _, x := range a {
-		if slices.Contains(allowed, x) && !slices.Contains(out, x) {
-			out = append(out, x)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return slices.Compact(out)
 }

@@ -57,6 +57,9 @@ type Cgroup struct {
 	path     string
 	version  CgroupVersion
 	procRoot string
+	// parentCPUs is the parent's own cpuset.cpus when opened (v1), the set
+	// RestoreParentCPUs gives back after CPU hotplug.
+	parentCPUs CPUSet
 }
 
 // CgroupOptions tunes OpenCgroup.
@@ -132,7 +135,35 @@ func OpenCgroup(path string, opts CgroupOptions) (*Cgroup, error) {
 	if err != nil {
 		return nil, err
 	}
+	if v == CgroupV1 {
+		c.parentCPUs, _ = cgReadCPUs(filepath.Join(path, "cpuset.cpus"))
+	}
 	return c, nil
+}
+
+// RestoreParentCPUs gives the managed parent back the CPUs it had when
+// opened that are online again. cgroup v1 (in its default mode) removes an
+// offlined CPU from every cpuset for good, so without this a CPU that comes
+// back could never be handed to a workload again (children may only use
+// their parent's CPUs: EACCES). On v2 cpuset.cpus survives hotplug and this
+// does nothing. Errors wrap the errno of the write.
+func (c *Cgroup) RestoreParentCPUs(online CPUSet) error {
+	if c.version != CgroupV1 || c.parentCPUs.IsEmpty() {
+		return nil
+	}
+	want := c.parentCPUs.Intersect(online)
+	if want.IsEmpty() {
+		return nil
+	}
+	p := filepath.Join(c.path, "cpuset.cpus")
+	cur, err := cgReadCPUs(p)
+	if err != nil {
+		return err
+	}
+	if cur.Equal(want) {
+		return nil
+	}
+	return WriteAttr(p, want.String())
 }
 
 // detectCgroupVersion implements OpenCgroup's detection rules.
@@ -604,4 +635,54 @@ func cgExists(path string) bool {
 // been cleaned up; it is not a bug.
 func IsGone(err error) bool {
 	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENODEV)
+}
+
+// Runnable returns how many of the child's threads are runnable right now
+// (state R in <ProcRoot>/<tid>/stat): the instant nr_running the 2013 patch
+// set uses for placement decisions. Thread IDs come from the child's
+// threads file (v2 cgroup.threads, v1 tasks); threads that exit during the
+// read are skipped. A vanished child gives an error for which IsGone is
+// true.
+func (c *Cgroup) Runnable(name string) (int, error) {
+	file := "tasks"
+	if c.version == CgroupV2 {
+		file = "cgroup.threads"
+	}
+	p, err := c.childFile(name, file)
+	if err != nil {
+		return 0, err
+	}
+	tids, err := cgReadIDs(p)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, tid := range tids {
+		b, err := os.ReadFile(filepath.Join(c.procRoot, strconv.Itoa(tid), "stat"))
+		if err != nil {
+			continue // exited
+		}
+		// "pid (comm) S ...": comm may hold spaces and parentheses.
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) && s[i+2] == 'R' {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// CPUPressure returns the child's cpu.pressure file (cgroup v2 PSI, e.g.
+// "some avg10=1.23 avg60=... total=...") for policy.ParseCPUPressure. On v1,
+// or where PSI is off, the file is absent: the error satisfies
+// errors.Is(err, fs.ErrNotExist).
+func (c *Cgroup) CPUPressure(name string) (string, error) {
+	p, err := c.childFile(name, "cpu.pressure")
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
 }

@@ -42,6 +42,9 @@ type CPUInfo struct {
 	// without CONFIG_NUMA); a CPU missing from existing node directories
 	// gets {ID}. This is the kernel's PKG scheduling-domain span.
 	NodeCPUs CPUSet
+	// NodeDistance is that node's row of the SLIT, nodeN/distance (local =
+	// 10; one entry per node in node order); nil when absent or malformed.
+	NodeDistance []int
 	// Capacity is cpu_capacity, the CPU's compute capacity relative to the
 	// biggest CPU (0..1024, SCHED_CAPACITY_SCALE); 1024 when absent.
 	Capacity int
@@ -97,8 +100,9 @@ func (fsys FS) CPUTopology() (CPUTopology, error) {
 
 // topoNode is one NUMA node directory.
 type topoNode struct {
-	id   int
-	cpus CPUSet // online CPUs only
+	id       int
+	cpus     CPUSet // online CPUs only
+	distance []int  // nodeN/distance, nil if absent or malformed
 }
 
 // topoNodes reads <root>/devices/system/node/nodeN/cpulist for every node,
@@ -129,7 +133,7 @@ func (fsys FS) topoNodes(online CPUSet) ([]topoNode, error) {
 		if !ok {
 			continue
 		}
-		out = append(out, topoNode{id: id, cpus: cpus.Intersect(online)})
+		out = append(out, topoNode{id: id, cpus: cpus.Intersect(online), distance: topoReadInts(dir + "/" + e.Name() + "/distance")})
 	}
 	slices.SortFunc(out, func(a, b topoNode) int { return a.id - b.id })
 	return out, nil
@@ -174,7 +178,7 @@ func (fsys FS) topoCPU(id int, online CPUSet, nodes []topoNode) (CPUInfo, error)
 	inNode := false
 	for _, n := range nodes {
 		if n.cpus.Contains(id) {
-			ci.Node, ci.NodeCPUs, inNode = n.id, n.cpus, true
+			ci.Node, ci.NodeCPUs, ci.NodeDistance, inNode = n.id, n.cpus, n.distance, true
 			break
 		}
 	}
@@ -327,5 +331,23 @@ func (t CPUTopology) distinct(get func(CPUInfo) CPUSet) []CPUSet {
 		}
 	}
 	slices.SortStableFunc(out, func(a, b CPUSet) int { return a.First() - b.First() })
+	return out
+}
+
+// topoReadInts reads a file of space-separated decimals (nodeN/distance);
+// nil when absent or malformed.
+func topoReadInts(path string) []int {
+	s, err := ReadAttr(path)
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, f := range strings.Fields(s) {
+		v, err := strconv.Atoi(f)
+		if err != nil {
+			return nil
+		}
+		out = append(out, v)
+	}
 	return out
 }

@@ -31,6 +31,8 @@ const usage = `Usage:
   schedpolicyd [flags]            run the daemon (needs root for FUSE and cgroups)
   schedpolicyd probe [flags]      show topology, power source and reason, boost and
                                   the effective policy, without side effects
+  schedpolicyd plan [flags]       run the balancer offline on a sysfs root or a
+                                  topology preset and print the plan and watts
   schedpolicyd version            print the version
 
 Run 'schedpolicyd probe --help' for the probe's flags.
@@ -49,6 +51,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		switch args[0] {
 		case "probe":
 			return probeMain(args[1:], stdout, stderr)
+		case "plan":
+			return planMain(args[1:], stdout, stderr)
 		case "version", "--version":
 			fmt.Fprintln(stdout, "schedpolicyd", version)
 			return 0

@@ -110,3 +110,11 @@ for c in 0 1; do
 done
 put "$r/devices/system/cpu/cpu0/cpu_capacity" 446
 put "$r/devices/system/cpu/cpu1/cpu_capacity" 1024
+
+# Presets of `schedpolicyd plan --topology` (the seed's machines), written
+# from their Go descriptions in cmd/schedpolicyd/plan.go (also reachable as
+# `schedpolicyd plan --topology P --write-sysfs DIR`) so the two cannot
+# drift; TestPresetTrees checks that reading each tree gives the preset back.
+# big-4096 (4096 CPUs, ~45k files) is not committed: the test generates it
+# into a temporary directory.
+(cd ../.. && go test ./cmd/schedpolicyd -run '^TestPresetTrees$' -count=1 -args -update-presets)

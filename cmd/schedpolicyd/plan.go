@@ -1,0 +1,398 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+)
+
+// planReport is the JSON shape of `schedpolicyd plan --json`.
+type planReport struct {
+	Topology  string            `json:"topology"` // preset name or sysfs root
+	Requested string            `json:"requested_policy"`
+	Policy    string            `json:"policy"`    // effective, after any race-to-idle fallback
+	Workloads map[string]string `json:"workloads"` // name → cpulist (kernel format)
+	Active    planActive        `json:"active"`
+	Watts     float64           `json:"watts"` // the energy model's estimate for the loads under this plan
+	Model     string            `json:"model"` // which calibration produced Watts
+	Levels    []string          `json:"levels"`
+	Spread    bool              `json:"spread"` // some domain was balanced for performance
+}
+
+// planActive counts the union of the workloads' cpusets: what the plan
+// allows to run, not a guess of which CPUs are busy.
+type planActive struct {
+	Packages int    `json:"packages"`
+	Cores    int    `json:"cores"`
+	Threads  int    `json:"threads"`
+	CPUs     string `json:"cpus"`
+}
+
+// planMain runs the balancer offline on a sysfs root or a preset machine and
+// prints the plan and the energy estimate. It reads only.
+func planMain(args []string, stdout, stderr io.Writer) int {
+	fl := flag.NewFlagSet("schedpolicyd plan", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	root := fl.String("sysfs-root", "", "read the topology from this sysfs root (a mock tree works)")
+	preset := fl.String("topology", "", "use a preset machine: "+strings.Join(presetNames(), ", "))
+	pol := fl.String("policy", "powersaving", "performance, balance or powersaving")
+	loadSpec := fl.String("load", "", "workloads: NAME=UTIL[:THREADS],... (UTIL in CPUs, 1 = one CPU busy; THREADS defaults to 1)")
+	allowedSpec := fl.String("allowed", "", "cpulist of CPUs to hand out (default: all)")
+	asJSON := fl.Bool("json", false, "print JSON instead of text")
+	writeTree := fl.String("write-sysfs", "", "write the preset's mock sysfs tree into this directory and exit")
+	fl.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: schedpolicyd plan (--sysfs-root DIR | --topology PRESET) --policy P --load NAME=UTIL[:THREADS],... [--allowed LIST] [--json]")
+		fl.PrintDefaults()
+	}
+	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "schedpolicyd plan: "+format+"\n", a...)
+		return 2
+	}
+	if fl.NArg() > 0 {
+		return fail("unexpected argument %q", fl.Arg(0))
+	}
+	if *writeTree != "" {
+		p, ok := presets[*preset]
+		if !ok {
+			return fail("--write-sysfs needs --topology PRESET (one of %s)", strings.Join(presetNames(), ", "))
+		}
+		if err := writeSysfsTree(*writeTree, p.cpus()); err != nil {
+			fmt.Fprintf(stderr, "schedpolicyd plan: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	if (*root == "") == (*preset == "") {
+		return fail("give exactly one of --sysfs-root DIR or --topology PRESET")
+	}
+	policyName, err := policy.ParsePolicy(*pol)
+	if err != nil {
+		return fail("%v", err)
+	}
+	loads, err := parseLoads(*loadSpec)
+	if err != nil {
+		return fail("%v", err)
+	}
+	var descs []policy.CPUDesc
+	model := policy.SNBLaptop
+	name := *preset
+	if *preset != "" {
+		p, ok := presets[*preset]
+		if !ok {
+			return fail("unknown preset %q (one of %s)", *preset, strings.Join(presetNames(), ", "))
+		}
+		descs, model = p.cpus(), p.model
+	} else {
+		name = *root
+		fsys, err := sysfs.NewFS(*root)
+		if err != nil {
+			fmt.Fprintf(stderr, "schedpolicyd plan: %v\n", err)
+			return 1
+		}
+		if descs, err = cpuDescsFromSysfs(fsys); err != nil {
+			fmt.Fprintf(stderr, "schedpolicyd plan: %v\n", err)
+			return 1
+		}
+		model = modelFor(descs)
+	}
+	topo, err := policy.BuildTopology(descs)
+	if err != nil {
+		fmt.Fprintf(stderr, "schedpolicyd plan: %v\n", err)
+		return 1
+	}
+	var allowed []int
+	for _, d := range descs {
+		allowed = append(allowed, d.ID)
+	}
+	if *allowedSpec != "" {
+		set, err := sysfs.ParseCPUList(*allowedSpec)
+		if err != nil {
+			return fail("--allowed: %v", err)
+		}
+		allowed = set.List()
+	}
+	plan := policy.PlanPlacement(policy.Input{Topology: topo, Allowed: allowed, Policy: policyName, Loads: loads})
+	est := model.Simulate(topo, plan, loads)
+	r := planReport{
+		Topology: name, Requested: string(policyName), Policy: string(plan.Policy),
+		Workloads: map[string]string{}, Watts: math.Round(est.Watts*10) / 10, Model: model.Name,
+		Levels: topo.Levels(allowed), Spread: plan.Spread,
+	}
+	for _, l := range loads {
+		r.Workloads[l.Name] = sysfs.NewCPUSet(plan.CPUs[l.Name]...).String()
+	}
+	r.Active = activeCounts(descs, plan.Active)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(r); err != nil {
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(stdout, "topology:  %s (%d CPUs; domain levels %s)\n", r.Topology, len(descs), strings.Join(r.Levels, " "))
+	fmt.Fprintf(stdout, "policy:    %s", r.Policy)
+	if r.Policy != r.Requested {
+		fmt.Fprintf(stdout, " (requested %s; the load exceeds its threshold: race to idle)", r.Requested)
+	}
+	fmt.Fprintln(stdout)
+	fmt.Fprintln(stdout, "workloads:")
+	for _, l := range loads {
+		fmt.Fprintf(stdout, "  %-16s %s\n", l.Name, r.Workloads[l.Name])
+	}
+	fmt.Fprintf(stdout, "active:    %d packages, %d cores, %d threads (%s)\n", r.Active.Packages, r.Active.Cores, r.Active.Threads, r.Active.CPUs)
+	fmt.Fprintf(stdout, "energy:    %.1f W (model %s; an estimate, not a measurement)\n", r.Watts, r.Model)
+	return 0
+}
+
+// parseLoads parses NAME=UTIL[:THREADS],...
+func parseLoads(s string) ([]policy.Load, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, errors.New("--load is required (NAME=UTIL[:THREADS],...)")
+	}
+	var out []policy.Load
+	seen := map[string]bool{}
+	for _, part := range strings.Split(s, ",") {
+		name, val, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("--load %q: want NAME=UTIL[:THREADS]", part)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("--load: workload %q given twice", name)
+		}
+		seen[name] = true
+		us, ts, hasT := strings.Cut(val, ":")
+		u, err := strconv.ParseFloat(us, 64)
+		if err != nil || u < 0 || math.IsNaN(u) || math.IsInf(u, 0) {
+			return nil, fmt.Errorf("--load %q: UTIL must be a number ≥ 0 (CPUs)", part)
+		}
+		threads := 1
+		if hasT {
+			if threads, err = strconv.Atoi(ts); err != nil || threads < 1 {
+				return nil, fmt.Errorf("--load %q: THREADS must be an integer ≥ 1", part)
+			}
+		}
+		out = append(out, policy.Load{Name: name, Util: u, Threads: threads})
+	}
+	return out, nil
+}
+
+func activeCounts(descs []policy.CPUDesc, active []int) planActive {
+	byID := map[int]policy.CPUDesc{}
+	for _, d := range descs {
+		byID[d.ID] = d
+	}
+	pk, co := map[int]bool{}, map[int]bool{}
+	for _, id := range active {
+		d := byID[id]
+		pk[d.Package], co[d.Core] = true, true
+	}
+	return planActive{Packages: len(pk), Cores: len(co), Threads: len(active), CPUs: sysfs.NewCPUSet(active...).String()}
+}
+
+// cpuDescsFromSysfs reads the topology under fsys and converts it as the
+// daemon does (daemon.CPUDescs).
+func cpuDescsFromSysfs(fsys sysfs.FS) ([]policy.CPUDesc, error) {
+	t, err := fsys.CPUTopology()
+	if err != nil {
+		return nil, err
+	}
+	return daemon.CPUDescs(t), nil
+}
+
+// modelFor picks the energy calibration for a machine read from sysfs: the
+// server one for multi-package machines, the laptop one otherwise.
+func modelFor(descs []policy.CPUDesc) policy.EnergyModel {
+	pk := map[int]bool{}
+	for _, d := range descs {
+		pk[d.Package] = true
+	}
+	if len(pk) > 1 {
+		return policy.SNBServer
+	}
+	return policy.SNBLaptop
+}
+
+// preset is a machine of the seed thread, described in Go; its mock sysfs
+// tree under sysfs/testdata/topology/<name>/ is generated from it
+// (sysfs/testdata/gen_topology.sh).
+type preset struct {
+	sockets, nodesPerSocket, llcsPerNode, coresPerLLC, threads int
+	// distance(a, b) between nodes; nil: 10 local, 21 remote
+	distance func(a, b int) int
+	model    policy.EnergyModel
+}
+
+var presets = map[string]preset{
+	// The seed's SNB laptop, 4 cores × HT (patch 17).
+	"snb-laptop-4c8t": {sockets: 1, nodesPerSocket: 1, llcsPerNode: 1, coresPerLLC: 4, threads: 2, model: policy.SNBLaptop},
+	// 2-socket Nehalem EP, 4 cores × HT per socket.
+	"nhm-ep-2s4c2t": {sockets: 2, nodesPerSocket: 1, llcsPerNode: 1, coresPerLLC: 4, threads: 2, model: policy.SNBServer},
+	// The seed's 2-socket SNB EP, 8 cores × HT per socket (patches 17, 18).
+	"snb-ep-2s8c2t": {sockets: 2, nodesPerSocket: 1, llcsPerNode: 1, coresPerLLC: 8, threads: 2, model: policy.SNBServer},
+	// Mike Galbraith's 4-node 40-core box (aim7 on the cover-letter
+	// thread), no SMT.
+	"numa-4n10c": {sockets: 4, nodesPerSocket: 1, llcsPerNode: 1, coresPerLLC: 10, threads: 1, model: policy.SNBServer},
+	// Scale test: 32 sockets × 4 LLCs × 16 cores × HT = 4096 CPUs, two
+	// NUMA distances (16 within a group of 8 sockets, 32 beyond).
+	"big-4096": {sockets: 32, nodesPerSocket: 1, llcsPerNode: 4, coresPerLLC: 16, threads: 2, model: policy.SNBServer,
+		distance: func(a, b int) int {
+			switch {
+			case a == b:
+				return 10
+			case a/8 == b/8:
+				return 16
+			}
+			return 32
+		}},
+}
+
+func presetNames() []string {
+	var out []string
+	for n := range presets {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// cpus lays the machine out with Linux's Intel numbering: first thread of
+// every core in order, then the second threads (sibling of c is c + cores).
+func (p preset) cpus() []policy.CPUDesc {
+	nodes := p.sockets * p.nodesPerSocket
+	coresPerNode := p.llcsPerNode * p.coresPerLLC
+	cores := nodes * coresPerNode
+	dist := p.distance
+	if dist == nil {
+		dist = func(a, b int) int {
+			if a == b {
+				return 10
+			}
+			return 21
+		}
+	}
+	rows := make([][]int, nodes)
+	for a := range nodes {
+		for b := range nodes {
+			rows[a] = append(rows[a], dist(a, b))
+		}
+	}
+	var out []policy.CPUDesc
+	for t := range p.threads {
+		for c := range cores {
+			node := c / coresPerNode
+			llc := c / p.coresPerLLC
+			pkg := node / p.nodesPerSocket
+			out = append(out, policy.CPUDesc{
+				ID: t*cores + c, Core: c, Cluster: c,
+				LLC: llc * p.coresPerLLC, Package: pkg * p.nodesPerSocket * coresPerNode, Node: node,
+				Distance: rows[node],
+			})
+		}
+	}
+	return out
+}
+
+// writeSysfsTree writes a minimal kernel-shaped sysfs tree for the CPUs:
+// cpu/online, per CPU topology/{core_cpus_list,thread_siblings_list,
+// package_cpus_list,core_siblings_list,physical_package_id},
+// cache/index3/{level,type,shared_cpu_list}, cpufreq/{scaling_cur_freq,
+// scaling_max_freq}, and node/nodeN/{cpulist,distance}. Group ids must be
+// the first CPU of their group (as cpus() makes them).
+func writeSysfsTree(dir string, cpus []policy.CPUDesc) error {
+	// Precompute masks per group for speed on big machines.
+	maskOf := func(key func(policy.CPUDesc) int) map[int]string {
+		groups := map[int][]int{}
+		for _, c := range cpus {
+			groups[key(c)] = append(groups[key(c)], c.ID)
+		}
+		out := map[int]string{}
+		for k, ids := range groups {
+			out[k] = sysfs.NewCPUSet(ids...).String()
+		}
+		return out
+	}
+	core := maskOf(func(c policy.CPUDesc) int { return c.Core })
+	pkg := maskOf(func(c policy.CPUDesc) int { return c.Package })
+	llc := maskOf(func(c policy.CPUDesc) int { return c.LLC })
+	node := maskOf(func(c policy.CPUDesc) int { return c.Node })
+	put := func(path, v string) error {
+		p := filepath.Join(dir, path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(p, []byte(v+"\n"), 0o644)
+	}
+	var ids []int
+	pkgNum := map[int]int{}
+	for _, c := range cpus {
+		ids = append(ids, c.ID)
+		if _, ok := pkgNum[c.Package]; !ok {
+			pkgNum[c.Package] = len(pkgNum)
+		}
+	}
+	all := sysfs.NewCPUSet(ids...).String()
+	for _, f := range []string{"online", "possible", "present"} {
+		if err := put("devices/system/cpu/"+f, all); err != nil {
+			return err
+		}
+	}
+	for _, c := range cpus {
+		d := fmt.Sprintf("devices/system/cpu/cpu%d/", c.ID)
+		files := [][2]string{
+			{"topology/core_cpus_list", core[c.Core]},
+			{"topology/thread_siblings_list", core[c.Core]},
+			{"topology/package_cpus_list", pkg[c.Package]},
+			{"topology/core_siblings_list", pkg[c.Package]},
+			{"topology/physical_package_id", strconv.Itoa(pkgNum[c.Package])},
+			{"cache/index3/level", "3"},
+			{"cache/index3/type", "Unified"},
+			{"cache/index3/shared_cpu_list", llc[c.LLC]},
+			{"cpufreq/scaling_cur_freq", "3000000"},
+			{"cpufreq/scaling_max_freq", "3000000"},
+		}
+		for _, f := range files {
+			if err := put(d+f[0], f[1]); err != nil {
+				return err
+			}
+		}
+	}
+	seen := map[int]bool{}
+	var nodes []int
+	for _, c := range cpus {
+		if !seen[c.Node] {
+			seen[c.Node] = true
+			nodes = append(nodes, c.Node)
+			var row []string
+			for _, v := range c.Distance {
+				row = append(row, strconv.Itoa(v))
+			}
+			d := fmt.Sprintf("devices/system/node/node%d/", c.Node)
+			if err := put(d+"cpulist", node[c.Node]); err != nil {
+				return err
+			}
+			if err := put(d+"distance", strings.Join(row, " ")); err != nil {
+				return err
+			}
+		}
+	}
+	return put("devices/system/node/online", sysfs.NewCPUSet(nodes...).String())
+}

@@ -1,0 +1,60 @@
+package policy
+
+import (
+	"fmt"
+	"testing"
+)
+
+// benchInput is a daemon-like decision: W workloads whose utilisation adds
+// up to half the machine (so powersaving really packs), one runnable
+// thread each, currently placed where the previous decision put them.
+func benchInput(topo Topology, w int) Input {
+	n := topo.NumCPUs()
+	loads := make([]Load, w)
+	for i := range loads {
+		// deterministic spread of sizes around the mean n/2/w
+		f := 0.5 + float64((i*7919)%100)/100
+		loads[i] = Load{Name: fmt.Sprintf("w%05d", i), Util: f * float64(n) / 2 / float64(w), Threads: 1}
+	}
+	in := Input{Topology: topo, Allowed: all(topo), Policy: Powersaving, Loads: loads, DisableLazy: true}
+	p := PlanPlacement(in)
+	return feed(in, p)
+}
+
+var benchTopos = []struct {
+	cpus int
+	topo func() Topology
+}{
+	{2, func() Topology { return twoCPU }},
+	{64, func() Topology { return intelSMT(2, 16) }},
+	{1024, func() Topology { return intelSMT(8, 64) }},
+	{4096, func() Topology { return intelSMT(32, 64) }},
+}
+
+// BenchmarkPlan measures one decision: cpus × workloads. Run with
+// `make bench`, which also writes docs/BENCHMARKS.md.
+func BenchmarkPlan(b *testing.B) {
+	for _, bt := range benchTopos {
+		topo := bt.topo()
+		for _, w := range []int{10, 1000, 10000} {
+			in := benchInput(topo, w)
+			b.Run(fmt.Sprintf("cpus=%d/workloads=%d", bt.cpus, w), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					PlanPlacement(in)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkBuildTopology measures building the domain tree.
+func BenchmarkBuildTopology(b *testing.B) {
+	descs := intelSMT(32, 64).CPUs()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := BuildTopology(descs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

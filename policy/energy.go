@@ -1,0 +1,193 @@
+package policy
+
+import (
+	"math"
+	"slices"
+)
+
+// EnergyModel is a small, documented power model (docs/ENERGY_MODEL.md). It
+// is a model, not a measurement: a handful of parameters fitted to the seed's
+// table, good for comparing policies on one machine, not for absolute watts
+// on another.
+//
+//	W = IdleW + Σ_packages min(PackageLimitW,
+//	        a_p·PackageW + Σ_cores a_c·CoreW·(f(n)/BaseGHz)^Exponent + Σ_threads u_t·ThreadW)
+//
+// where u_t is a hardware thread's busy fraction, a_c = 1 − Π(1 − u_t) over
+// the core's threads, a_p = max a_c over the package, and f(n) the turbo
+// frequency with n active cores in the package (fewer active cores, higher
+// turbo). A package over its limit is throttled to the limit.
+type EnergyModel struct {
+	Name          string    `json:"name"`
+	IdleW         float64   `json:"idle_w"`          // platform, every package idle (W)
+	PackageW      float64   `json:"package_w"`       // per awake package: uncore, LLC, ring (W)
+	CoreW         float64   `json:"core_w"`          // per busy core at BaseGHz (W)
+	ThreadW       float64   `json:"thread_w"`        // per busy hardware thread (W)
+	BaseGHz       float64   `json:"base_ghz"`        // nominal frequency
+	TurboGHz      []float64 `json:"turbo_ghz"`       // by active cores: [1 core, 2 cores, …]; the last repeats
+	Exponent      float64   `json:"exponent"`        // core power ∝ f^Exponent (P ∝ f·V², V ∝ f → 3)
+	PackageLimitW float64   `json:"package_limit_w"` // per package (PL1); 0: none
+}
+
+// SNBLaptop is calibrated on the seed's Sandy Bridge laptop, 4 cores × HT
+// (patch 17: busy loops, 2/4/8 tasks, 40/54/54, 57/64/68, 68/68/68 W for
+// powersaving/balance/performance). Turbo bins are those of an i7-2720QM
+// class part (2.2 GHz base; 3.3/3.2/3.1/3.0 GHz with 1/2/3/4 cores).
+var SNBLaptop = EnergyModel{
+	Name: "snb-laptop-4c8t", IdleW: 12, PackageW: 8, CoreW: 5.04, ThreadW: 1.5,
+	BaseGHz: 2.2, TurboGHz: []float64{3.3, 3.2, 3.1, 3.0}, Exponent: 3, PackageLimitW: 56,
+}
+
+// SNBServer is a rough calibration on the seed's 2-socket Sandy Bridge EP
+// (8 cores × HT per socket; patch 17: 4/8/16 tasks, 190/201/238,
+// 205/241/268, 271/348/376 W). See docs/ENERGY_MODEL.md for its fit.
+var SNBServer = EnergyModel{
+	Name: "snb-ep-2s8c2t", IdleW: 110, PackageW: 30, CoreW: 4.5, ThreadW: 5,
+	BaseGHz: 2.7, TurboGHz: []float64{3.5, 3.5, 3.4, 3.4, 3.2, 3.2, 3.1, 3.1}, Exponent: 3, PackageLimitW: 150,
+}
+
+// Estimate is the model's result for one plan.
+type Estimate struct {
+	Watts        float64 `json:"watts"`
+	BusyThreads  float64 `json:"busy_threads"`  // Σ thread busy fractions
+	BusyCores    int     `json:"busy_cores"`    // cores with any busy thread
+	BusyPackages int     `json:"busy_packages"` // packages with any busy core
+}
+
+// Simulate estimates the power of the loads running under plan: inside each
+// workload's cpuset, CFS spreads its runnable threads (Threads, else
+// ceil(Util)) like performance does — least busy package, then core, then
+// thread — each thread busy Util/threads of the time, at most 1 per CPU.
+// Workloads are simulated in order. CPUs not in the topology are ignored.
+func (m EnergyModel) Simulate(t Topology, plan Plan, loads []Load) Estimate {
+	n := len(t.cpus)
+	busy := make([]float64, n)
+	coreIdx, pkgIdx := groupIndex(t, func(c CPUDesc) int { return c.Core }), groupIndex(t, func(c CPUDesc) int { return c.Package })
+	coreLoad := make([]float64, slices.Max(append(coreIdx, 0))+1)
+	pkgLoad := make([]float64, slices.Max(append(pkgIdx, 0))+1)
+	for _, l := range loads {
+		u := math.Max(l.Util, 0)
+		if u == 0 {
+			continue
+		}
+		var set []int
+		for _, id := range plan.CPUs[l.Name] {
+			if i := t.index(id); i >= 0 {
+				set = append(set, i)
+			}
+		}
+		if len(set) == 0 {
+			continue
+		}
+		threads := l.Threads
+		if threads <= 0 {
+			threads = int(math.Ceil(u - 1e-9))
+		}
+		per := math.Min(u/float64(threads), 1)
+		for range threads {
+			best := -1
+			for _, i := range set {
+				if busy[i] >= 1-1e-9 {
+					continue
+				}
+				if best < 0 || less3(pkgLoad[pkgIdx[i]], coreLoad[coreIdx[i]], busy[i], pkgLoad[pkgIdx[best]], coreLoad[coreIdx[best]], busy[best]) {
+					best = i
+				}
+			}
+			if best < 0 {
+				break // the set is saturated
+			}
+			add := math.Min(per, 1-busy[best])
+			busy[best] += add
+			coreLoad[coreIdx[best]] += add
+			pkgLoad[pkgIdx[best]] += add
+		}
+	}
+	return m.watts(t, busy, coreIdx, pkgIdx)
+}
+
+func less3(a1, a2, a3, b1, b2, b3 float64) bool {
+	if a1 != b1 {
+		return a1 < b1
+	}
+	if a2 != b2 {
+		return a2 < b2
+	}
+	return a3 < b3
+}
+
+// groupIndex maps each CPU (by index) to a dense index of its group.
+func groupIndex(t Topology, key func(CPUDesc) int) []int {
+	ids := map[int]int{}
+	out := make([]int, len(t.cpus))
+	for i, c := range t.cpus {
+		k := key(c)
+		j, ok := ids[k]
+		if !ok {
+			j = len(ids)
+			ids[k] = j
+		}
+		out[i] = j
+	}
+	return out
+}
+
+// watts applies the model to per-CPU busy fractions.
+func (m EnergyModel) watts(t Topology, busy []float64, coreIdx, pkgIdx []int) Estimate {
+	np := 0
+	for _, p := range pkgIdx {
+		np = max(np, p+1)
+	}
+	nc := 0
+	for _, c := range coreIdx {
+		nc = max(nc, c+1)
+	}
+	idle := make([]float64, nc) // Π(1 − u_t) per core
+	for i := range idle {
+		idle[i] = 1
+	}
+	corePkg := make([]int, nc)
+	thread := make([]float64, np)
+	var e Estimate
+	for i, u := range busy {
+		idle[coreIdx[i]] *= 1 - u
+		corePkg[coreIdx[i]] = pkgIdx[i]
+		thread[pkgIdx[i]] += u
+		e.BusyThreads += u
+	}
+	act := make([]float64, np)
+	nact := make([]int, np)
+	coreSum := make([]float64, np)
+	for c := range nc {
+		a := 1 - idle[c]
+		if a <= 1e-12 {
+			continue
+		}
+		p := corePkg[c]
+		nact[p]++
+		coreSum[p] += a
+		act[p] = math.Max(act[p], a)
+		e.BusyCores++
+	}
+	e.Watts = m.IdleW
+	for p := range np {
+		if nact[p] == 0 {
+			continue
+		}
+		e.BusyPackages++
+		f := m.BaseGHz
+		if len(m.TurboGHz) > 0 {
+			f = m.TurboGHz[min(nact[p], len(m.TurboGHz))-1]
+		}
+		scale := 1.0
+		if m.BaseGHz > 0 {
+			scale = math.Pow(f/m.BaseGHz, m.Exponent)
+		}
+		w := act[p]*m.PackageW + coreSum[p]*m.CoreW*scale + thread[p]*m.ThreadW
+		if m.PackageLimitW > 0 {
+			w = math.Min(w, m.PackageLimitW)
+		}
+		e.Watts += w
+	}
+	return e
+}

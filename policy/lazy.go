@@ -1,0 +1,60 @@
+package policy
+
+import (
+	"math/bits"
+	"time"
+)
+
+// LazyState is patch 18's lazy power balance history ("sched: lazy power
+// balance", ../shared/seeds/000_*.txt), kept per decision for the whole
+// managed CPU set (the kernel keeps one per sched_domain). It is a value:
+// pass the Plan.Lazy of one decision as Input.Lazy of the next. The zero
+// value is an empty history, which allows packing at once.
+type LazyState struct {
+	// Record is perf_lb_record: shifted left once per power-aware
+	// decision; bit 0 is set when that decision balanced for performance
+	// (some domain was over its threshold).
+	Record uint64 `json:"record"`
+	// Last is the time of the previous decision (sd->last_balance); zero
+	// before the first.
+	Last time.Time `json:"last"`
+}
+
+// Masks of need_perf_balance (patch 18).
+const (
+	perfLBHighMask = 0xffffffff00000000 // PERF_LB_HH_MASK: decisions 33..64 ago
+	perfLBLowMask  = 0x00000000ffffffff // PERF_LB_LH_MASK: the last 32
+	// lazyMaxPerfInHigh: at most this many performance decisions among
+	// the 32 before the last 32.
+	lazyMaxPerfInHigh = 4
+	// lazyResetIntervals: the history is cleared after this many
+	// max_intervals without a decision ("8 * max_interval").
+	lazyResetIntervals = 8
+)
+
+// step records one decision, like need_perf_balance: shift; set bit 0 for
+// a performance decision; for a power decision, clear the history first
+// when more than 8 × maxInterval passed since the previous decision
+// (maxInterval ≤ 0 or zero times: never).
+func (s LazyState) step(perf bool, now time.Time, maxInterval time.Duration) LazyState {
+	prev := s.Last
+	s.Record <<= 1
+	if !now.IsZero() {
+		s.Last = now
+	}
+	if perf {
+		s.Record |= 1
+		return s
+	}
+	if maxInterval > 0 && !now.IsZero() && !prev.IsZero() && now.Sub(prev) > lazyResetIntervals*maxInterval {
+		s.Record = 0
+	}
+	return s
+}
+
+// PowerBalanceAllowed reports whether the history allows a power balance
+// (packing): no performance decision in the last 32 and at most 4 in the
+// 32 before those.
+func (s LazyState) PowerBalanceAllowed() bool {
+	return s.Record&perfLBLowMask == 0 && bits.OnesCount64(s.Record&perfLBHighMask) <= lazyMaxPerfInHigh
+}

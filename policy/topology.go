@@ -1,0 +1,169 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// CPUDesc describes one online logical CPU as the balancer needs it. The
+// group fields are identifiers: two CPUs share a core, cluster, LLC, package
+// or node exactly when the field is equal. Any integers will do; the natural
+// choice is the first CPU of the matching sysfs mask (core_cpus_list,
+// cluster_cpus_list, the LLC's shared_cpu_list, package_cpus_list,
+// nodeN/cpulist), since core_id is only unique within a package
+// (platform.md §1.1).
+type CPUDesc struct {
+	ID      int // N of /sys/devices/system/cpu/cpuN
+	Core    int // SMT siblings share it (core_cpus_list)
+	Cluster int // CPUs sharing an L2 (cluster_cpus_list); = Core when absent
+	LLC     int // CPUs sharing the last-level cache (x86 MC span)
+	Package int // physical package (package_cpus_list)
+	Node    int // NUMA node number (N of nodeN); the kernel's PKG span
+	// Capacity is cpu_capacity, 0..1024 (SCHED_CAPACITY_SCALE); 0 means
+	// absent and counts as 1024. It is used only when the CPUs' capacities
+	// differ (big.LITTLE, hybrid P/E cores): a symmetric machine gets the
+	// 2013 arithmetic (platform.md §2.2, pitfalls).
+	Capacity int
+	// Capped reports that the CPU runs frequency-capped (scaling_cur_freq
+	// well below the maximum). Packing prefers CPUs that are not capped.
+	Capped bool
+	// Distance is the node's row of the SLIT (nodeN/distance), indexed by
+	// node number; local is usually 10. Nil means unknown: every other
+	// node is at one and the same remote distance. Only the row of the
+	// first CPU seen on each node is used.
+	Distance []int
+}
+
+// Topology is an immutable, validated machine description built by
+// BuildTopology (or the deprecated NewTopology). The zero value is an empty
+// machine on which every plan is empty. Safe for concurrent use.
+type Topology struct {
+	cpus  []CPUDesc // ascending ID
+	dense []int32   // ID → index into cpus (-1: none), when IDs are dense enough
+	asym  bool      // capacities differ
+	full  *tree     // the domain tree over every CPU, built once
+}
+
+// ErrTopology is wrapped by BuildTopology's errors.
+var ErrTopology = errors.New("invalid topology")
+
+// BuildTopology validates the CPU descriptions and precomputes the
+// scheduling-domain tree over all of them (see Domains). CPUs may come in
+// any order. It fails, wrapping ErrTopology, on a negative or duplicate ID
+// or a capacity outside 0..1024.
+func BuildTopology(cpus []CPUDesc) (Topology, error) {
+	cs := slices.Clone(cpus)
+	slices.SortFunc(cs, func(a, b CPUDesc) int { return a.ID - b.ID })
+	var caps []int
+	for i, c := range cs {
+		if c.ID < 0 {
+			return Topology{}, fmt.Errorf("%w: negative CPU id %d", ErrTopology, c.ID)
+		}
+		if i > 0 && cs[i-1].ID == c.ID {
+			return Topology{}, fmt.Errorf("%w: CPU %d listed twice", ErrTopology, c.ID)
+		}
+		if c.Capacity < 0 || c.Capacity > capacityScale {
+			return Topology{}, fmt.Errorf("%w: CPU %d capacity %d not in 0..%d", ErrTopology, c.ID, c.Capacity, capacityScale)
+		}
+		if c.Capacity == 0 {
+			cs[i].Capacity = capacityScale
+		}
+		caps = append(caps, cs[i].Capacity)
+	}
+	t := Topology{cpus: cs}
+	if n := len(cs); n > 0 && cs[n-1].ID < 4*n+1024 {
+		t.dense = make([]int32, cs[n-1].ID+1)
+		for i := range t.dense {
+			t.dense[i] = -1
+		}
+		for i, c := range cs {
+			t.dense[c.ID] = int32(i)
+		}
+	}
+	for _, c := range caps {
+		if c != caps[0] {
+			t.asym = true
+		}
+	}
+	t.full = buildTree(t, nil)
+	return t, nil
+}
+
+// MustBuildTopology is BuildTopology for literals in tests and presets; it
+// panics on error.
+func MustBuildTopology(cpus []CPUDesc) Topology {
+	t, err := BuildTopology(cpus)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// NewTopology builds a Topology from the kernel's core_cpus_list and
+// package_cpus_list sets alone: each package is also one LLC and one NUMA
+// node. CPUs in no package get a package of their own.
+//
+// Deprecated: use BuildTopology, which also knows clusters, LLCs, nodes,
+// capacities and frequency caps.
+func NewTopology(cores, packages [][]int) Topology {
+	pkgOf := map[int]int{}
+	for _, p := range packages {
+		if len(p) == 0 {
+			continue
+		}
+		first := slices.Min(p)
+		for _, c := range p {
+			pkgOf[c] = first
+		}
+	}
+	var descs []CPUDesc
+	seen := map[int]bool{}
+	for _, core := range cores {
+		if len(core) == 0 {
+			continue
+		}
+		first := slices.Min(core)
+		for _, c := range core {
+			if seen[c] {
+				continue
+			}
+			seen[c] = true
+			p, ok := pkgOf[c]
+			if !ok {
+				p = first
+			}
+			descs = append(descs, CPUDesc{ID: c, Core: first, Cluster: first, LLC: p, Package: p, Node: p})
+		}
+	}
+	t, err := BuildTopology(descs)
+	if err != nil {
+		return Topology{}
+	}
+	return t
+}
+
+// CPUs returns the CPU descriptions, ascending ID (a copy).
+func (t Topology) CPUs() []CPUDesc { return slices.Clone(t.cpus) }
+
+// NumCPUs is the number of CPUs.
+func (t Topology) NumCPUs() int { return len(t.cpus) }
+
+// Asymmetric reports whether the CPUs' capacities differ, in which case
+// group capacity comes from cpu_capacity instead of smt_gain.
+func (t Topology) Asymmetric() bool { return t.asym }
+
+// index returns the position of CPU id in t.cpus, or -1.
+func (t Topology) index(id int) int {
+	if t.dense != nil {
+		if id < 0 || id >= len(t.dense) {
+			return -1
+		}
+		return int(t.dense[id])
+	}
+	i, ok := slices.BinarySearchFunc(t.cpus, id, func(c CPUDesc, id int) int { return c.ID - id })
+	if !ok {
+		return -1
+	}
+	return i
+}
