@@ -288,13 +288,18 @@ func (tr *tree) loadState(l Load, nAllowed int, mark []bool) loadState {
 // not two half-CPU loads: each shows only its share of the CPU, and the
 // per-workload rule (a workload alone at ≥ 90 % of its set) never fires.
 // For each distinct confined current set S (|S| below the allowed CPUs)
-// held by two or more workloads whose utilisation together reaches 90 % of
-// |S| (the same saturation ratio as for one workload; an instant thread
-// count alone is too noisy for light loads), each member's demand becomes
+// held by two or more workloads that are not small (util ≥ 25 %) and whose
+// utilisation together reaches 90 % of |S| (the same saturation ratio as
+// for one workload; an instant thread count alone is too noisy for light
+// loads), each member's demand becomes
 // at least util × n / |S|, with n the larger of their runnable threads
 // together and |S| + 1, and the members are marked contended, so their
 // sets are re-planned at once.
 func shareContention(loads []loadState, nAllowed int) {
+	// contentionMinUtil: members below it are small tasks in the sense of
+	// patch 13 (4 × util < powersaving's max_util of 100 %), which the
+	// vacancy rule deliberately packs beside busy ones.
+	const contentionMinUtil = 0.25
 	groups := map[string][]int{}
 	for i, l := range loads {
 		if k := len(l.cur); k == 0 || k >= nAllowed {
@@ -308,13 +313,18 @@ func shareContention(loads []loadState, nAllowed int) {
 			continue
 		}
 		k := float64(len(loads[idx[0]].cur))
-		threads, util := 0, 0.0
+		threads, util, big := 0, 0.0, 0
 		for _, i := range idx {
 			threads += loads[i].threads
 			util += loads[i].util
+			if loads[i].util >= contentionMinUtil {
+				big++
+			}
 		}
-		if util < SaturationRatio*k || util <= 0 {
-			continue // room left: packing them together is the point
+		if big < 2 || util < SaturationRatio*k {
+			// Room left, or one workload plus small ones the vacancy
+			// rule put beside it: packing them together is the point.
+			continue
 		}
 		n := math.Max(float64(threads), k+1)
 		for _, i := range idx {

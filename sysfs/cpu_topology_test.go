@@ -51,7 +51,7 @@ func TestCPUTopologyFixtures(t *testing.T) {
 			cpuWant: CPUInfo{
 				ID: 5, Core: MustParseCPUList("1,5"), Cluster: MustParseCPUList("1,5"),
 				LLC: MustParseCPUList("0-7"), Package: MustParseCPUList("0-7"), PackageID: 0,
-				Node: 0, NodeCPUs: MustParseCPUList("0-7"), Capacity: 1024,
+				Node: 0, NodeCPUs: MustParseCPUList("0-7"), NodeDistance: []int{10}, Capacity: 1024,
 				CurFreqKHz: 2300000, MaxFreqKHz: 4200000, // scaling_max_freq wins over cpuinfo_max_freq
 			},
 		},
@@ -64,7 +64,7 @@ func TestCPUTopologyFixtures(t *testing.T) {
 			cpuWant: CPUInfo{
 				ID: 7, Core: MustParseCPUList("7"), Cluster: MustParseCPUList("7"),
 				LLC: MustParseCPUList("0-2,4-7"), Package: MustParseCPUList("0-2,4-7"), PackageID: 0,
-				Node: 0, NodeCPUs: MustParseCPUList("0-2,4-7"), Capacity: 1024,
+				Node: 0, NodeCPUs: MustParseCPUList("0-2,4-7"), NodeDistance: []int{10}, Capacity: 1024,
 				CurFreqKHz: 2500000, MaxFreqKHz: 4200000,
 			},
 		},
@@ -79,7 +79,7 @@ func TestCPUTopologyFixtures(t *testing.T) {
 			cpuWant: CPUInfo{
 				ID: 13, Core: MustParseCPUList("5,13"), Cluster: MustParseCPUList("5,13"),
 				LLC: MustParseCPUList("4-7,12-15"), Package: MustParseCPUList("4-7,12-15"), PackageID: 1,
-				Node: 1, NodeCPUs: MustParseCPUList("4-7,12-15"), Capacity: 1024,
+				Node: 1, NodeCPUs: MustParseCPUList("4-7,12-15"), NodeDistance: []int{21, 10}, Capacity: 1024,
 				CurFreqKHz: 0, MaxFreqKHz: 3000000, // only cpuinfo_max_freq
 			},
 		},
