@@ -53,6 +53,54 @@ const (
 //     partner, not external power; its online value is not AC evidence. The
 //     port is found through the supply's device link, so only Read applies
 //     this rule; Classify has only the attributes.
+//
+// Real-world classes and the rule that handles each (the fixture under
+// shared/testdata/power_supply that tests it in brackets):
+//
+//   - Peripherals with scope Device (mice, keyboards, pens, game
+//     controllers, an attached iPhone): rule 1, whatever they report
+//     [desktop-hidpp-mouse-keyboard, desktop-ps-controller-discharging,
+//     desktop-iphone-mfi-fastcharge, hp-envy-stylus-hid-online]. On old
+//     kernels without scope, rule 1's driver-name hints.
+//   - USB-C ports in the source role (the machine charging a phone, a
+//     graphics card's port): offline, rule 4 (an offline port is not
+//     evidence either way) [chromebook-usbpd-source-and-sink,
+//     desktop-dgpu-ucsi-offline]; online with a typec port in "[source]"
+//     role, rule 6; with scope Device, rule 1. An online source port with
+//     no typec information counts as AC (rule 2): wrong in the safe
+//     direction, never a false battery.
+//   - UPS units and other non-Mains external supplies (type UPS, Wireless,
+//     BrickID, ...): rule 2 when online, since any non-Battery system
+//     supply that is online is external power [embedded-gpio-charger-ups].
+//     A USB UPS handled through hiddev does not appear in power_supply at
+//     all and leaves a desktop at rule 4 [desktop-no-power-supply].
+//   - USB-C PD chargers (ucsi-source-psy-*, CROS_USBPD_CHARGER*, tcpm,
+//     qcom-battmgr-usb): rule 2 on online 1 or 2, whatever usb_type says
+//     [framework-full-discharging-on-ac, thinkpad-x13s-qcom-battmgr,
+//     chromebook-usbpd-source-and-sink]. Docks that power the laptop over
+//     USB-C are such chargers and fall under the same rule; a dock's own
+//     peripherals' batteries carry scope Device (rule 1).
+//   - Dual batteries: rule 3 needs one present system battery that is
+//     Discharging; an idle second battery (Unknown, Full, Not charging)
+//     is not evidence and cannot veto it (rule 4), while a Charging one is
+//     AC evidence (rule 2) [thinkpad-dual-battery-on-battery]. A removed
+//     battery (present=0) is ignored (rule 1).
+//   - "Not charging" at a charge threshold, "Unknown" in conservation
+//     mode, "Full": never battery evidence (rule 4); with the adapter
+//     online the verdict is AC by rule 2 [thinkpad-threshold-not-charging,
+//     ideapad-conservation-unknown, tl-charge-threshold-not-charging].
+//     Firmware that reports Discharging while plugged in is outranked by
+//     the online adapter (rule 2 before rule 3) [framework-full-discharging-on-ac].
+//   - Missing online files (batteries, charge-control entries) and
+//     missing scope, status or present: absent is not zero. A supply
+//     without online says nothing; a battery without present counts as
+//     present; without scope it belongs to the system; without status it
+//     is not evidence (rule 4).
+//   - Adapters that read offline: not battery evidence on their own
+//     (rule 4; stale or stuck at 0 on several machines)
+//     [ac-offline-battery-unknown, desktop-mains-offline-no-battery,
+//     thinkpad-x13s-qcom-battmgr's qcom-battmgr-ac].
+//   - The 2017 MacBook Pro sbs-charger: rule 5 [macbook-pro-2017-sbs-charger].
 const (
 	ruleDevice  = "1"
 	ruleAC      = "2"

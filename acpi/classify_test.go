@@ -102,6 +102,7 @@ func TestClassifyFixtures(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Read: %v", err)
 			}
+			t.Logf("expected %s, got %s: %s", c.Expected, d.Source, d.Reason)
 			checkDecision(t, d, c.Expected)
 		})
 	}

@@ -20,20 +20,44 @@ const (
 	EventsNetlink  = "netlink"  // kernel uevents (the real machine)
 	EventsFsnotify = "fsnotify" // inotify on the files of a mock root
 	EventsAuto     = "auto"     // netlink when FS.Root() is "/sys", else fsnotify
+	// EventsNone opens neither: only the optional sources (UPower, acpid,
+	// logind), Poke and the timers cause re-reads.
+	EventsNone = "none"
+)
+
+// Values of MonitorConfig.UPower.
+const (
+	UPowerAuto = "auto" // use UPower when the system bus and UPower are there, quietly otherwise
+	UPowerOn   = "on"   // use UPower; warn when the bus or UPower is missing
+	UPowerOff  = "off"  // never connect to UPower
 )
 
 // Defaults applied by NewMonitor to zero MonitorConfig fields.
 const (
 	DefaultDebounce = 500 * time.Millisecond
 	DefaultInterval = 60 * time.Second
+	DefaultSettle   = time.Second
+)
+
+// Triggers: what caused the re-read that produced a State (State.Trigger).
+const (
+	TriggerStart     = "start"      // the first read in Run
+	TriggerUevent    = "uevent"     // a kernel power_supply uevent, or lost uevents (ENOBUFS)
+	TriggerFsnotify  = "fsnotify"   // an inotify event on a supply or boost file
+	TriggerUPower    = "upower"     // UPower changed OnBattery or a device's state
+	TriggerAcpid     = "acpid"      // an ac_adapter or battery line on the acpid socket
+	TriggerResume    = "resume"     // logind PrepareForSleep(false): back from suspend
+	TriggerSafetyNet = "safety-net" // the periodic re-check (MonitorConfig.Interval)
+	TriggerSettle    = "settle"     // the follow-up re-read after an event (MonitorConfig.Settle)
+	TriggerPoke      = "poke"       // Monitor.Poke
 )
 
 // MonitorConfig configures a Monitor.
 type MonitorConfig struct {
 	// FS is the sysfs tree to read; required.
 	FS sysfs.FS
-	// Events selects the event source: EventsNetlink, EventsFsnotify or
-	// EventsAuto; "" means EventsAuto.
+	// Events selects the event source: EventsNetlink, EventsFsnotify,
+	// EventsNone or EventsAuto; "" means EventsAuto.
 	Events string
 	// Debounce is how long after the first hint of a burst the state is
 	// re-read; a burst within the window gives one re-read. Default
@@ -41,8 +65,35 @@ type MonitorConfig struct {
 	Debounce time.Duration
 	// Interval is the safety-net re-read period (some firmware sends no
 	// uevent at all). Default DefaultInterval (60s) when 0; negative
-	// disables the timer.
+	// disables the timer. A change found only by this re-read is logged
+	// at warning level.
 	Interval time.Duration
+	// Settle is how long after an event-driven re-read the state is read
+	// once more, because values can settle after their last event without
+	// a new one (an adapter whose online bounces for ~150 ms, an AC entry
+	// that never announces its changes). One follow-up per burst; it does
+	// not schedule another. Default DefaultSettle (1s) when 0; negative
+	// disables it.
+	Settle time.Duration
+	// UPower selects UPower's OnBattery on the system bus as an extra
+	// source of hints: UPowerAuto, UPowerOn or UPowerOff; "" means
+	// UPowerOff. UPower never decides the power source: a change it
+	// announces only triggers a re-read of sysfs, and its OnBattery value
+	// is recorded in State.UPowerOnBattery for corroboration (see
+	// docs/POWER_SOURCE.md).
+	UPower string
+	// Logind subscribes to logind's PrepareForSleep on the system bus and
+	// re-reads everything (power state and a CPUHotplug hint) after resume,
+	// since events during sleep are lost.
+	Logind bool
+	// SystemBusAddress is the D-Bus address used for UPower and logind,
+	// e.g. "unix:path=/run/dbus/system_bus_socket"; "" means the system
+	// bus (DBUS_SYSTEM_BUS_ADDRESS or its default path).
+	SystemBusAddress string
+	// AcpidSocket is the path of acpid's event socket (conventionally
+	// /run/acpid.socket); "" disables it. Every ac_adapter or battery line
+	// is a hint to re-read.
+	AcpidSocket string
 	// Log receives fallbacks and read errors; nil discards them.
 	Log logrus.FieldLogger
 }
@@ -51,15 +102,24 @@ type MonitorConfig struct {
 type State struct {
 	// Power is the power-source decision (see Classify and Read).
 	Power Decision
-	// Boost is the global cpufreq boost state from sysfs.FS.Boost:
+	// Boost is the machine's boost state from sysfs.FS.Boost:
 	// "1" (permitted), "0" (forbidden) or "unsupported". On a read error it
 	// is "unsupported" and the error is logged.
 	Boost string
+	// Trigger says what caused the re-read that produced this state: one
+	// of the Trigger* constants ("start", "uevent", "fsnotify", "upower",
+	// "acpid", "resume", "safety-net", "settle", "poke"). When several
+	// hints fall into one debounce window it is the first one's.
+	Trigger string
+	// UPowerOnBattery is UPower's OnBattery as last seen, for
+	// corroboration only (it never decides Power): nil when UPower is not
+	// used or not reachable.
+	UPowerOnBattery *bool
 }
 
 // same reports whether two states are equal for delivery purposes: the
-// verdict, its reason and boost. Evidence details (e.g. capacity) do not
-// count.
+// verdict, its reason and boost. Evidence details (e.g. capacity), the
+// trigger and UPower's opinion do not count.
 func (s State) same(o State) bool {
 	return s.Power.Source == o.Power.Source && s.Power.Reason == o.Power.Reason && s.Boost == o.Boost
 }
@@ -74,13 +134,20 @@ type Monitor struct {
 	openUevents func() (ueventSource, error)
 
 	c       chan State
-	poke    chan struct{} // 1-slot: re-read requested
+	poke    chan struct{} // 1-slot: re-read requested (the trigger is in pending)
 	hotplug chan struct{} // 1-slot: CPU hotplug seen
 	started atomic.Bool
 	reads   atomic.Int64 // number of sysfs re-reads, for tests
+	events  atomic.Int32 // event sources for power supplies running (uevents, fsnotify, UPower, acpid)
+	busUp   atomic.Int32 // system-bus sessions subscribed so far, for tests
 
-	errMu   sync.Mutex // guards lastErr
+	upower atomic.Pointer[bool] // UPower's OnBattery as last read; nil = unknown
+
+	mu      sync.Mutex // guards all following fields
+	pending string     // trigger of the first hint since the last debounced re-read
 	lastErr string     // last logged read error, to log each one once
+
+	upowerDisagree string // last logged UPower disagreement ("" = none)
 }
 
 // NewMonitor returns a Monitor for cfg with defaults applied. It starts
@@ -97,8 +164,14 @@ func newMonitor(cfg MonitorConfig, open func() (ueventSource, error)) *Monitor {
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultInterval
 	}
+	if cfg.Settle == 0 {
+		cfg.Settle = DefaultSettle
+	}
 	if cfg.Events == "" {
 		cfg.Events = EventsAuto
+	}
+	if cfg.UPower == "" {
+		cfg.UPower = UPowerOff
 	}
 	log := cfg.Log
 	if log == nil {
@@ -120,16 +193,40 @@ func newMonitor(cfg MonitorConfig, open func() (ueventSource, error)) *Monitor {
 // after start, then one per real change. It is closed when Run returns.
 func (m *Monitor) C() <-chan State { return m.c }
 
-// CPUHotplug returns a channel that receives a coalesced hint when a CPU
-// went online or offline: a SUBSYSTEM=cpu uevent (netlink), a kernel
-// buffer overrun (netlink ENOBUFS: events were lost), or a write to
-// <root>/devices/system/cpu/online (fsnotify). Several hints before the
-// reader gets to it give one value. It is never closed.
+// CPUHotplug returns a channel that receives a coalesced hint when CPUs may
+// have gone online or offline: a SUBSYSTEM=cpu uevent (netlink), a kernel
+// buffer overrun (netlink ENOBUFS: events were lost), a write to
+// <root>/devices/system/cpu/online (fsnotify), or resume from suspend
+// (logind). Several hints before the reader gets to it give one value. It
+// is never closed.
 func (m *Monitor) CPUHotplug() <-chan struct{} { return m.hotplug }
 
-// Poke requests a re-read of the state, e.g. after resume from suspend. It
-// never blocks; pokes are coalesced with other hints and debounced.
-func (m *Monitor) Poke() { signal(m.poke) }
+// Poke requests a re-read of the state (trigger "poke"). It never blocks;
+// pokes are coalesced with other hints and debounced.
+func (m *Monitor) Poke() { m.hint(TriggerPoke) }
+
+// hint requests a debounced re-read; trigger names the cause and is kept
+// if it is the first one since the last re-read. It never blocks.
+func (m *Monitor) hint(trigger string) {
+	m.mu.Lock()
+	if m.pending == "" {
+		m.pending = trigger
+	}
+	m.mu.Unlock()
+	signal(m.poke)
+}
+
+// takePending returns and clears the pending trigger ("poke" if none).
+func (m *Monitor) takePending() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.pending
+	m.pending = ""
+	if t == "" {
+		t = TriggerPoke
+	}
+	return t
+}
 
 func signal(c chan struct{}) {
 	select {
@@ -138,15 +235,21 @@ func signal(c chan struct{}) {
 	}
 }
 
-// Run opens the event sources, reads the state once and delivers it on
-// C, then re-reads after each debounced hint (and every Interval) and
-// delivers the new State only when it differs from the last delivered one
-// (Source, Reason or Boost). Failing to open an event source is logged once
-// and the monitor continues on the safety-net interval; it never gives up.
-// Run returns nil when ctx is cancelled, after all its goroutines have
-// stopped and C is closed. It returns an error (and closes C) for an
-// invalid configuration (FS without root, unknown Events) or when called a
-// second time.
+// Run opens the event sources, reads the state once and delivers it on C
+// (trigger "start"), then re-reads:
+//   - Debounce after the first hint of a burst (uevent, fsnotify, UPower,
+//     acpid, resume, Poke): hints within the window give one re-read;
+//   - Settle after each such re-read, once, to catch values that settle
+//     after their last event without a new one;
+//   - every Interval (the safety net).
+//
+// It delivers the new State only when it differs from the last delivered
+// one (Source, Reason or Boost). Failing to open an event source is logged
+// once and the monitor continues on the others and the safety net; it
+// never gives up. Run returns nil when ctx is cancelled, after all its
+// goroutines have stopped and C is closed. It returns an error (and closes
+// C) for an invalid configuration (FS without root, unknown Events or
+// UPower) or when called a second time.
 func (m *Monitor) Run(ctx context.Context) error {
 	if !m.started.CompareAndSwap(false, true) {
 		return errors.New("acpi monitor: Run called twice")
@@ -162,8 +265,13 @@ func (m *Monitor) Run(ctx context.Context) error {
 			mode = EventsNetlink
 		}
 	}
-	if mode != EventsNetlink && mode != EventsFsnotify {
-		return fmt.Errorf("acpi monitor: unknown event source %q (want %s, %s or %s)", m.cfg.Events, EventsNetlink, EventsFsnotify, EventsAuto)
+	if mode != EventsNetlink && mode != EventsFsnotify && mode != EventsNone {
+		return fmt.Errorf("acpi monitor: unknown event source %q (want %s, %s, %s or %s)", m.cfg.Events, EventsNetlink, EventsFsnotify, EventsNone, EventsAuto)
+	}
+	switch m.cfg.UPower {
+	case UPowerAuto, UPowerOn, UPowerOff:
+	default:
+		return fmt.Errorf("acpi monitor: unknown upower setting %q (want %s, %s or %s)", m.cfg.UPower, UPowerAuto, UPowerOn, UPowerOff)
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -180,8 +288,15 @@ func (m *Monitor) Run(ctx context.Context) error {
 	case EventsFsnotify:
 		m.startWatcher(ctx, &wg, true)
 	}
+	if m.cfg.UPower != UPowerOff || m.cfg.Logind {
+		m.startBus(ctx, &wg)
+	}
+	if m.cfg.AcpidSocket != "" {
+		m.startAcpid(ctx, &wg)
+	}
 
-	last := m.read()
+	last := m.read(TriggerStart)
+	m.checkUPower(last)
 	if !m.deliver(ctx, last) {
 		return nil
 	}
@@ -192,14 +307,18 @@ func (m *Monitor) Run(ctx context.Context) error {
 		defer t.Stop()
 		tick = t.C
 	}
-	var debounce *time.Timer
-	var debounceC <-chan time.Time
+	var debounce, settle *time.Timer
+	var debounceC, settleC <-chan time.Time
 	defer func() {
 		if debounce != nil {
 			debounce.Stop()
 		}
+		if settle != nil {
+			settle.Stop()
+		}
 	}()
 	for {
+		var trigger string
 		select {
 		case <-ctx.Done():
 			return nil
@@ -211,13 +330,35 @@ func (m *Monitor) Run(ctx context.Context) error {
 			continue
 		case <-debounceC:
 			debounceC = nil
+			trigger = m.takePending()
+			if m.cfg.Settle > 0 {
+				if settle != nil {
+					settle.Stop()
+				}
+				settle = time.NewTimer(m.cfg.Settle)
+				settleC = settle.C
+			}
+		case <-settleC:
+			settleC = nil
+			trigger = TriggerSettle
 		case <-tick:
+			trigger = TriggerSafetyNet
 		}
-		st := m.read()
+		st := m.read(trigger)
+		m.checkUPower(st)
 		if st.same(last) {
 			continue
 		}
-		m.log.WithFields(logrus.Fields{"from": last.Power.Source, "to": st.Power.Source, "boost": st.Boost, "reason": st.Power.Reason}).Info("power state changed")
+		fields := logrus.Fields{"from": last.Power.Source, "to": st.Power.Source, "boost": st.Boost, "reason": st.Power.Reason, "trigger": trigger}
+		powerChanged := st.Power.Source != last.Power.Source || st.Power.Reason != last.Power.Reason
+		switch {
+		case trigger == TriggerSafetyNet && powerChanged && m.events.Load() > 0:
+			m.log.WithFields(fields).Warn("power state change found only by the periodic re-check; the firmware sent no event")
+		case trigger == TriggerSettle && powerChanged:
+			m.log.WithFields(fields).Info("power state changed after its last event without a new one (found by the settle re-read)")
+		default:
+			m.log.WithFields(fields).Info("power state changed")
+		}
 		if !m.deliver(ctx, st) {
 			return nil
 		}
@@ -237,7 +378,7 @@ func (m *Monitor) deliver(ctx context.Context, st State) bool {
 
 // read re-reads power supplies and boost. Errors are logged once per
 // distinct error and leave Unknown / "unsupported" in the state.
-func (m *Monitor) read() State {
+func (m *Monitor) read(trigger string) State {
 	m.reads.Add(1)
 	d, perr := Read(m.cfg.FS)
 	b, berr := m.cfg.FS.Boost()
@@ -245,12 +386,12 @@ func (m *Monitor) read() State {
 		b = sysfs.BoostUnsupported
 	}
 	m.logReadErr(errors.Join(perr, berr))
-	return State{Power: d, Boost: b}
+	return State{Power: d, Boost: b, Trigger: trigger, UPowerOnBattery: m.upower.Load()}
 }
 
 func (m *Monitor) logReadErr(err error) {
-	m.errMu.Lock()
-	defer m.errMu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	msg := ""
 	if err != nil {
 		msg = err.Error()
@@ -274,6 +415,7 @@ func (m *Monitor) startUevents(ctx context.Context, wg *sync.WaitGroup) {
 		m.log.WithError(err).Warn("kernel uevents unavailable; falling back to periodic re-reads")
 		return
 	}
+	m.events.Add(1)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -297,11 +439,12 @@ func (m *Monitor) readUevents(ctx context.Context, src ueventSource) {
 			return
 		}
 		if errors.Is(err, syscall.ENOBUFS) {
-			m.Poke()
+			m.hint(TriggerUevent)
 			signal(m.hotplug)
 			continue
 		}
 		if err != nil {
+			m.events.Add(-1)
 			m.log.WithError(err).Warn("kernel uevents stopped; falling back to periodic re-reads")
 			return
 		}
@@ -311,7 +454,10 @@ func (m *Monitor) readUevents(ctx context.Context, src ueventSource) {
 		}
 		switch ev.Subsystem {
 		case "power_supply":
-			m.Poke()
+			// Any supply's event re-reads every supply: some entries (an
+			// ACPI AC adapter on the ThinkPad T490) change without an
+			// event of their own.
+			m.hint(TriggerUevent)
 		case "cpu":
 			signal(m.hotplug)
 		}

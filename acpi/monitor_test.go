@@ -198,12 +198,13 @@ func TestMonitorFsnotifyNewSupply(t *testing.T) {
 
 // TestMonitorDebounce feeds a burst of 10 power_supply uevents through a
 // fake source (fake time) and expects exactly one re-read and delivery,
-// after the debounce window.
+// after the debounce window. The settle re-read is off here (see
+// TestFlappingConnectorOneDecision and TestSettleReRead for it).
 func TestMonitorDebounce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fsys := fixtureRoot(t, "ac-offline-battery-unknown")
 		src := newFakeUevents()
-		m := newMonitor(MonitorConfig{FS: fsys, Events: EventsNetlink, Interval: -1, Log: testLogger(t)},
+		m := newMonitor(MonitorConfig{FS: fsys, Events: EventsNetlink, Interval: -1, Settle: -1, Log: testLogger(t)},
 			func() (ueventSource, error) { return src, nil })
 		stop := runMonitor(t, m)
 
@@ -220,7 +221,7 @@ func TestMonitorDebounce(t *testing.T) {
 			t.Fatalf("reads during the window = %d, want 1 (the initial one)", n)
 		}
 		st := recvState(t, m)
-		if st.Power.Source != Battery || st.Power.Reason != batteryReason {
+		if st.Power.Source != Battery || st.Power.Reason != batteryReason || st.Trigger != TriggerUevent {
 			t.Fatalf("state %+v", st)
 		}
 		if d := time.Since(start); d != DefaultDebounce {
@@ -281,7 +282,7 @@ func TestMonitorDebounce(t *testing.T) {
 		default:
 			t.Fatal("no CPUHotplug hint after ENOBUFS")
 		}
-		if st := recvState(t, m); st.Power.Source != AC {
+		if st := recvState(t, m); st.Power.Source != AC || st.Trigger != TriggerUevent {
 			t.Fatalf("after ENOBUFS: %+v", st)
 		}
 		stop()
@@ -303,7 +304,7 @@ func TestMonitorFallbackInterval(t *testing.T) {
 		writeFile(t, fsys.Path("class/power_supply/BAT0/status"), "Discharging\n")
 		start := time.Now()
 		st := recvStateWithin(t, m, 2*DefaultInterval)
-		if st.Power.Source != Battery {
+		if st.Power.Source != Battery || st.Trigger != TriggerSafetyNet {
 			t.Fatalf("state %+v", st)
 		}
 		if d := time.Since(start); d != DefaultInterval {
@@ -366,6 +367,12 @@ func TestMonitorLifecycle(t *testing.T) {
 			t.Fatal("C not closed")
 		}
 	})
+	t.Run("unknown upower setting", func(t *testing.T) {
+		m := NewMonitor(MonitorConfig{FS: fsys, Events: EventsNone, UPower: "yes"})
+		if err := m.Run(t.Context()); err == nil {
+			t.Fatal("Run accepted UPower=yes")
+		}
+	})
 	t.Run("no root", func(t *testing.T) {
 		m := NewMonitor(MonitorConfig{})
 		if err := m.Run(t.Context()); err == nil {
@@ -375,11 +382,66 @@ func TestMonitorLifecycle(t *testing.T) {
 	t.Run("start and stop", func(t *testing.T) {
 		m := NewMonitor(MonitorConfig{FS: fsys})
 		stop := runMonitor(t, m)
-		if st := recvState(t, m); st.Power.Source != Unknown || st.Boost != "unsupported" {
+		if st := recvState(t, m); st.Power.Source != Unknown || st.Boost != "unsupported" || st.Trigger != TriggerStart {
 			t.Fatalf("state %+v", st)
 		}
 		m.Poke()
 		m.Poke() // never blocks
 		stop()
 	})
+	t.Run("no event source", func(t *testing.T) {
+		m := NewMonitor(MonitorConfig{FS: fsys, Events: EventsNone, Debounce: time.Millisecond})
+		stop := runMonitor(t, m)
+		recvState(t, m)
+		stop()
+	})
+}
+
+// TestMonitorSafetyNetWarns: with uevents working, a change that no event
+// announced is found by the safety-net tick (driven in fake time), is
+// delivered with trigger "safety-net" and logged at warning level.
+func TestMonitorSafetyNetWarns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fsys := fixtureRoot(t, "ac-offline-battery-unknown")
+		log, hook := logtest.NewNullLogger()
+		src := newFakeUevents()
+		m := newMonitor(MonitorConfig{FS: fsys, Events: EventsNetlink, Log: log},
+			func() (ueventSource, error) { return src, nil })
+		stop := runMonitor(t, m)
+		recvState(t, m)
+		writeFile(t, fsys.Path("class/power_supply/BAT0/status"), "Discharging\n") // no uevent
+		start := time.Now()
+		st := recvStateWithin(t, m, 2*DefaultInterval)
+		if st.Power.Source != Battery || st.Trigger != TriggerSafetyNet || time.Since(start) != DefaultInterval {
+			t.Fatalf("state %+v after %v", st, time.Since(start))
+		}
+		stop()
+		found := false
+		for _, e := range hook.AllEntries() {
+			if e.Level == logrus.WarnLevel && e.Message == "power state change found only by the periodic re-check; the firmware sent no event" {
+				found = true
+			}
+		}
+		if !found {
+			t.Fatalf("no safety-net warning in %v", hook.AllEntries())
+		}
+	})
+}
+
+// TestMonitorFsnotifyPolicyBoost: on a tree with only per-policy boost
+// files (amd-pstate), a write to one of them is seen through fsnotify.
+func TestMonitorFsnotifyPolicyBoost(t *testing.T) {
+	fsys := fixtureRoot(t, "desktop-no-power-supply")
+	writeFile(t, fsys.Path("devices/system/cpu/cpufreq/policy0/boost"), "1\n")
+	writeFile(t, fsys.Path("devices/system/cpu/cpufreq/policy1/boost"), "0\n")
+	m := NewMonitor(MonitorConfig{FS: fsys, Events: EventsFsnotify, Debounce: 10 * time.Millisecond, Interval: -1, Log: testLogger(t)})
+	stop := runMonitor(t, m)
+	defer stop()
+	if st := recvState(t, m); st.Boost != "1" {
+		t.Fatalf("initial %+v, want boost 1 (mixed counts as on)", st)
+	}
+	writeFile(t, fsys.Path("devices/system/cpu/cpufreq/policy0/boost"), "0\n")
+	if st := recvState(t, m); st.Boost != "0" || st.Trigger != TriggerFsnotify {
+		t.Fatalf("after write %+v, want boost 0 by fsnotify", st)
+	}
 }

@@ -62,6 +62,9 @@ func (m *Monitor) startWatcher(ctx context.Context, wg *sync.WaitGroup, full boo
 	}
 	cpuOnline := filepath.Join(cpuDir, "online")
 
+	if full {
+		m.events.Add(1) // an event source for power supplies
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -76,7 +79,7 @@ func (m *Monitor) startWatcher(ctx context.Context, wg *sync.WaitGroup, full boo
 				}
 				// An overflow means lost events: re-read.
 				if errors.Is(err, fsnotify.ErrEventOverflow) {
-					m.Poke()
+					m.hint(TriggerFsnotify)
 					signal(m.hotplug)
 				}
 			case ev, ok := <-w.Events:
@@ -89,7 +92,7 @@ func (m *Monitor) startWatcher(ctx context.Context, wg *sync.WaitGroup, full boo
 				dir := filepath.Dir(ev.Name)
 				switch {
 				case boostFiles[ev.Name]:
-					m.Poke()
+					m.hint(TriggerFsnotify)
 				case !full:
 				case ev.Name == cpuOnline:
 					signal(m.hotplug)
@@ -98,9 +101,9 @@ func (m *Monitor) startWatcher(ctx context.Context, wg *sync.WaitGroup, full boo
 					if ev.Has(fsnotify.Create) && isDir(ev.Name) {
 						add(ev.Name)
 					}
-					m.Poke()
+					m.hint(TriggerFsnotify)
 				case filepath.Dir(dir) == classDir:
-					m.Poke()
+					m.hint(TriggerFsnotify)
 				}
 			}
 		}

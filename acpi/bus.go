@@ -1,0 +1,250 @@
+package acpi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+	"github.com/sirupsen/logrus"
+)
+
+// Names on the system bus used as hint sources.
+const (
+	upowerName  = "org.freedesktop.UPower"
+	upowerPath  = "/org/freedesktop/UPower"
+	upowerIface = "org.freedesktop.UPower"
+	upowerDev   = "org.freedesktop.UPower.Device"
+
+	logindName    = "org.freedesktop.login1"
+	logindPath    = "/org/freedesktop/login1"
+	logindManager = "org.freedesktop.login1.Manager"
+
+	propsChanged     = "org.freedesktop.DBus.Properties.PropertiesChanged"
+	nameOwnerChanged = "org.freedesktop.DBus.NameOwnerChanged"
+	prepareForSleep  = logindManager + ".PrepareForSleep"
+)
+
+// Reconnect backoff for the system bus and the acpid socket.
+const (
+	minBackoff = time.Second
+	maxBackoff = time.Minute
+)
+
+// upowerDeviceProps are the UPower device properties whose change is a
+// hint: the adapter's Online, the battery's State and presence.
+var upowerDeviceProps = []string{"Online", "State", "IsPresent", "PowerSupply"}
+
+// startBus runs the system-bus client (UPower and/or logind) until ctx is
+// done, reconnecting with backoff when the bus goes away.
+func (m *Monitor) startBus(ctx context.Context, wg *sync.WaitGroup) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		backoff := minBackoff
+		logged := false
+		for {
+			connected, err := m.busSession(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			if connected {
+				backoff, logged = minBackoff, false
+			}
+			if !logged {
+				// The system bus is optional: say so once per outage,
+				// loudly only when UPower was asked for explicitly.
+				e := m.log.WithError(err).WithField("address", m.busAddress())
+				switch {
+				case m.cfg.UPower == UPowerOn:
+					e.Warn("system bus unavailable; UPower and resume hints wait for it")
+				case m.cfg.Logind:
+					e.Info("system bus unavailable; resume hints wait for it")
+				default:
+					e.Debug("system bus unavailable; UPower hints wait for it")
+				}
+				logged = true
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, maxBackoff)
+		}
+	}()
+}
+
+func (m *Monitor) busAddress() string {
+	if m.cfg.SystemBusAddress == "" {
+		return "system"
+	}
+	return m.cfg.SystemBusAddress
+}
+
+// busSession connects, subscribes and turns signals into hints until the
+// connection closes or ctx is done. connected says whether the connection
+// was established (so the caller resets its backoff).
+func (m *Monitor) busSession(ctx context.Context) (connected bool, err error) {
+	var conn *dbus.Conn
+	if m.cfg.SystemBusAddress == "" {
+		conn, err = dbus.ConnectSystemBus(dbus.WithContext(ctx))
+	} else {
+		conn, err = dbus.Connect(m.cfg.SystemBusAddress, dbus.WithContext(ctx))
+	}
+	if err != nil {
+		return false, fmt.Errorf("connect to the system bus: %w", err)
+	}
+	defer conn.Close()
+	sigs := make(chan *dbus.Signal, 16)
+	conn.Signal(sigs)
+
+	useUPower := m.cfg.UPower != UPowerOff
+	var matches [][]dbus.MatchOption
+	if m.cfg.Logind {
+		matches = append(matches, []dbus.MatchOption{
+			dbus.WithMatchSender(logindName), dbus.WithMatchObjectPath(logindPath),
+			dbus.WithMatchInterface(logindManager), dbus.WithMatchMember("PrepareForSleep"),
+		})
+	}
+	if useUPower {
+		matches = append(matches, []dbus.MatchOption{
+			dbus.WithMatchSender(upowerName), dbus.WithMatchPathNamespace(upowerPath),
+			dbus.WithMatchInterface("org.freedesktop.DBus.Properties"), dbus.WithMatchMember("PropertiesChanged"),
+		}, []dbus.MatchOption{
+			dbus.WithMatchSender("org.freedesktop.DBus"), dbus.WithMatchInterface("org.freedesktop.DBus"),
+			dbus.WithMatchMember("NameOwnerChanged"), dbus.WithMatchArg(0, upowerName),
+		})
+	}
+	for _, mo := range matches {
+		if err := conn.AddMatchSignalContext(ctx, mo...); err != nil {
+			return true, fmt.Errorf("subscribe on the system bus: %w", err)
+		}
+	}
+	m.log.WithField("address", m.busAddress()).Info("system bus connected")
+	m.busUp.Add(1)
+	if useUPower {
+		m.events.Add(1)
+		defer m.events.Add(-1)
+		if !m.refreshUPower(ctx, conn) {
+			e := m.log.WithField("address", m.busAddress())
+			if m.cfg.UPower == UPowerOn {
+				e.Warn("UPower is not running; its hints will be used once it starts")
+			} else {
+				e.Debug("UPower is not running; its hints will be used once it starts")
+			}
+		}
+		defer m.upower.Store(nil)
+	}
+
+	for sig := range sigs {
+		switch {
+		case sig.Name == prepareForSleep && m.cfg.Logind && sig.Path == logindPath:
+			var sleeping bool
+			if len(sig.Body) != 1 || dbus.Store(sig.Body, &sleeping) != nil {
+				continue
+			}
+			if sleeping {
+				m.log.Debug("suspending")
+				continue
+			}
+			// Events during sleep are lost: re-read everything.
+			m.log.Info("resumed from suspend; re-reading power state and CPUs")
+			m.hint(TriggerResume)
+			signal(m.hotplug)
+		case sig.Name == propsChanged && useUPower && strings.HasPrefix(string(sig.Path), upowerPath):
+			if upowerRelevant(sig.Body) {
+				m.refreshUPower(ctx, conn)
+				m.hint(TriggerUPower)
+			}
+		case sig.Name == nameOwnerChanged && useUPower:
+			var name, old, owner string
+			if dbus.Store(sig.Body, &name, &old, &owner) != nil || name != upowerName {
+				continue
+			}
+			if m.refreshUPower(ctx, conn) {
+				m.log.Info("UPower appeared on the system bus")
+				m.hint(TriggerUPower)
+			}
+		}
+	}
+	return true, errors.New("system bus connection closed")
+}
+
+// upowerRelevant reports whether a PropertiesChanged body (interface,
+// changed, invalidated) touches OnBattery or a device's power state.
+// Percentage, energy and time estimates are not hints.
+func upowerRelevant(body []any) bool {
+	var (
+		iface       string
+		changed     map[string]dbus.Variant
+		invalidated []string
+	)
+	if dbus.Store(body, &iface, &changed, &invalidated) != nil {
+		return false
+	}
+	var props []string
+	switch iface {
+	case upowerIface:
+		props = []string{"OnBattery"}
+	case upowerDev:
+		props = upowerDeviceProps
+	default:
+		return false
+	}
+	for _, p := range props {
+		if _, ok := changed[p]; ok {
+			return true
+		}
+		for _, q := range invalidated {
+			if q == p {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// refreshUPower reads OnBattery from the current owner of UPower's name
+// (never from a signal's payload) into m.upower; false (and nil stored)
+// when UPower does not answer.
+func (m *Monitor) refreshUPower(ctx context.Context, conn *dbus.Conn) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var v dbus.Variant
+	err := conn.Object(upowerName, upowerPath).CallWithContext(ctx, "org.freedesktop.DBus.Properties.Get", 0, upowerIface, "OnBattery").Store(&v)
+	b, ok := v.Value().(bool)
+	if err != nil || !ok {
+		m.upower.Store(nil)
+		return false
+	}
+	m.upower.Store(&b)
+	return true
+}
+
+// checkUPower logs, once per change, when UPower's OnBattery disagrees with
+// the sysfs verdict. The verdict stands: UPower guesses "on battery" for a
+// battery whose status is Unknown (DESIGN §3), and it is corroboration only.
+func (m *Monitor) checkUPower(st State) {
+	disagree := ""
+	if ob := st.UPowerOnBattery; ob != nil {
+		switch {
+		case *ob && st.Power.Source != Battery:
+			disagree = "UPower says on battery"
+		case !*ob && st.Power.Source == Battery:
+			disagree = "UPower says not on battery"
+		}
+	}
+	m.mu.Lock()
+	changed := disagree != m.upowerDisagree
+	m.upowerDisagree = disagree
+	m.mu.Unlock()
+	if !changed || disagree == "" {
+		return
+	}
+	m.log.WithFields(logrus.Fields{"upower": disagree, "source": st.Power.Source, "reason": st.Power.Reason}).
+		Info("UPower disagrees with sysfs; keeping the sysfs verdict (UPower is corroboration only)")
+}
