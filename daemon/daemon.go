@@ -59,6 +59,22 @@ type Config struct {
 	// UtilHalfLife is the half-life of the decayed utilisation average
 	// (default policy.DefaultHalfLife, 1 s; see policy/pelt.go).
 	UtilHalfLife time.Duration
+	// DefaultKnob, if set, is the knob used until a choice is saved in
+	// state.json (config keys power_aware, power_aware_policy).
+	DefaultKnob *policy.Knob
+	// BoostOnBattery manages cpufreq boost on power-source changes:
+	// "keep" (default: never touch it), "off" or "on" on battery; on AC
+	// the value found at start-up is restored, and on exit.
+	BoostOnBattery string
+	// UPower ("auto", "on", "off"), Logind and AcpidSocket ("" = off)
+	// enable the optional power event sources of package acpi; all of them
+	// only trigger a re-read of sysfs.
+	UPower      string
+	Logind      bool
+	AcpidSocket string
+	// Settle is the extra re-read after an event-driven one (acpi
+	// DefaultSettle when 0; negative disables).
+	Settle time.Duration
 	// PowerProfilesAPI also serves the power-profiles D-Bus API
 	// (net.hadess.PowerProfiles and org.freedesktop.UPower.PowerProfiles)
 	// that GNOME, KDE and powerprofilesctl use.
@@ -117,6 +133,8 @@ type Daemon struct {
 
 	// Loop-owned state: touched only by the goroutine running Run.
 	knob      policy.Knob
+	boostOrig []sysfs.BoostSetting // boost as found, while we manage it
+	boostOff  bool                 // boost found not controllable; said once
 	power     acpi.Decision
 	boost     string
 	topo      policy.Topology
@@ -184,9 +202,28 @@ func New(cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("tree backend %q: want auto, fuse or plain", cfg.TreeBackend)
 	}
 	switch cfg.Events {
-	case "auto", "netlink", "fsnotify":
+	case "auto", "netlink", "fsnotify", "none":
 	default:
-		return nil, fmt.Errorf("events %q: want auto, netlink or fsnotify", cfg.Events)
+		return nil, fmt.Errorf("events %q: want auto, netlink, fsnotify or none", cfg.Events)
+	}
+	switch cfg.BoostOnBattery {
+	case "":
+		cfg.BoostOnBattery = "keep"
+	case "keep", "off", "on":
+	default:
+		return nil, fmt.Errorf("boost_on_battery %q: want keep, off or on", cfg.BoostOnBattery)
+	}
+	switch cfg.UPower {
+	case "":
+		cfg.UPower = "off"
+	case "auto", "on", "off":
+	default:
+		return nil, fmt.Errorf("upower %q: want auto, on or off", cfg.UPower)
+	}
+	if cfg.DefaultKnob != nil {
+		if err := cfg.DefaultKnob.Validate(); err != nil {
+			return nil, fmt.Errorf("default knob: %w", err)
+		}
 	}
 	fs, err := sysfs.NewFS(cfg.SysfsRoot)
 	if err != nil {
@@ -270,6 +307,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.log.WithError(err).Warn("ignoring saved state, using defaults")
 	}
 	d.knob, d.savedOriginals = st.Knob, st.Originals
+	if d.cfg.DefaultKnob != nil && !stateExists(d.cfg.StateDir) {
+		d.knob = *d.cfg.DefaultKnob // the configured default; no choice saved yet
+	}
+	d.recoverBoost(st.Boost)
 	if d.power, err = acpi.Read(d.fs); err != nil {
 		d.log.WithError(err).Warn("cannot read power supplies, assuming AC")
 		d.power = acpi.Decision{Source: acpi.Unknown, Reason: "power_supply unreadable: " + err.Error()}
@@ -319,11 +360,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}(d.bus)
 
 	d.writeKernelKnob()
+	d.applyBoost()
 	d.recompute("start", true)
 
 	d.mon = acpi.NewMonitor(acpi.MonitorConfig{
 		FS: d.fs, Events: d.cfg.Events, Debounce: d.cfg.Debounce, Interval: d.cfg.SafetyInterval,
-		Log: d.log.WithField("component", "acpi"),
+		Settle: d.cfg.Settle, UPower: d.cfg.UPower, Logind: d.cfg.Logind, AcpidSocket: d.cfg.AcpidSocket,
+		SystemBusAddress: d.systemBusAddress(),
+		Log:              d.log.WithField("component", "acpi"),
 	})
 	wg.Add(1)
 	go func() {
@@ -385,8 +429,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 func (d *Daemon) onPowerState(st acpi.State) {
 	// The monitor already logged the change with its reason.
+	from := d.power.Source
 	d.power = st.Power
 	d.boost = st.Boost
+	if from != st.Power.Source {
+		d.log.WithFields(logrus.Fields{"from": from, "to": st.Power.Source, "trigger": st.Trigger}).Debug("power source applied")
+		d.applyBoost()
+	}
 	d.recompute("power source", true)
 }
 
@@ -417,7 +466,7 @@ func (d *Daemon) setKnob(k policy.Knob, via string) error {
 		}
 		return nil
 	}
-	if err := SaveState(d.cfg.StateDir, State{Knob: k, Originals: d.originals()}); err != nil {
+	if err := SaveState(d.cfg.StateDir, d.stateWith(k)); err != nil {
 		d.log.WithError(err).Error("cannot persist choice; not applied")
 		return err
 	}
@@ -525,10 +574,20 @@ func (d *Daemon) newSnapshot() *Snapshot {
 func (d *Daemon) shutdown() {
 	d.notify.Stopping()
 	d.log.Info("stopping: restoring original cpusets")
-	if d.restoreWorkloads() {
+	allBack := d.restoreWorkloads()
+	if !d.restoreBoost() {
+		allBack = false
+	}
+	if allBack {
 		// Everything is back: the originals need not survive us.
 		if err := SaveState(d.cfg.StateDir, State{Knob: d.knob}); err != nil {
 			d.log.WithError(err).Warn("cannot clear saved originals")
 		}
 	}
+}
+
+// stateWith is what state.json must hold with knob k: the knob, every
+// workload's original cpuset and the boost setting found at start-up.
+func (d *Daemon) stateWith(k policy.Knob) State {
+	return State{Knob: k, Originals: d.originals(), Boost: d.boostOrig}
 }

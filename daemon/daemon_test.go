@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // copyDir copies a fixture tree into dst.
@@ -394,4 +395,98 @@ func TestDaemonSingleInstance(t *testing.T) {
 	if d.Snapshot().Policy != policy.Performance {
 		t.Error("first daemon disturbed")
 	}
+}
+
+// TestDaemonBoostOnBattery: boost_on_battery=off switches boost off on
+// battery, brings the start-up value back on AC and on exit, and the value
+// is in state.json while it is changed.
+func TestDaemonBoostOnBattery(t *testing.T) {
+	m := newMockLaptop(t)
+	boost := filepath.Join(m.sys, "devices/system/cpu/cpufreq/boost")
+	put(t, boost, "1")
+	d, cancel, done := m.startCfg(t, func(c *Config) { c.BoostOnBattery = "off" })
+	if got := get(t, boost); got != "1" {
+		t.Fatalf("boost on AC = %q, want untouched 1", got)
+	}
+	ps := filepath.Join(m.sys, "class/power_supply")
+	put(t, ps+"/AC/online", "0")
+	put(t, ps+"/BAT0/status", "Discharging")
+	eventually(t, "boost off on battery", func() (bool, string) {
+		got := get(t, boost)
+		return got == "0" && d.Snapshot().Boost == "0", got
+	})
+	st, err := LoadState(m.state)
+	if err != nil || len(st.Boost) != 1 || st.Boost[0].Value != "1" {
+		t.Errorf("state while on battery: %+v, %v; want the start-up boost saved", st.Boost, err)
+	}
+	put(t, ps+"/AC/online", "1")
+	eventually(t, "boost back on AC", func() (bool, string) {
+		got := get(t, boost)
+		return got == "1", got
+	})
+	put(t, ps+"/AC/online", "0")
+	eventually(t, "boost off again", func() (bool, string) {
+		got := get(t, boost)
+		return got == "0", got
+	})
+	cancel()
+	<-done
+	if got := get(t, boost); got != "1" {
+		t.Errorf("boost after stop = %q, want the start-up 1", got)
+	}
+	if st, _ := LoadState(m.state); len(st.Boost) != 0 {
+		t.Errorf("state.json still holds a boost setting after a clean stop: %+v", st.Boost)
+	}
+}
+
+// TestDaemonBoostRecoveredAfterCrash: a crashed run left boost off and its
+// start-up value in state.json; the next start puts it back even with
+// boost_on_battery=keep.
+func TestDaemonBoostRecoveredAfterCrash(t *testing.T) {
+	m := newMockLaptop(t)
+	boost := filepath.Join(m.sys, "devices/system/cpu/intel_pstate/no_turbo")
+	put(t, boost, "1") // turbo forbidden by the crashed run
+	if err := SaveState(m.state, State{Knob: policy.DefaultKnob(), Boost: []sysfs.BoostSetting{{File: "devices/system/cpu/intel_pstate/no_turbo", Value: "0"}}}); err != nil {
+		t.Fatal(err)
+	}
+	m.start(t)
+	if got := get(t, boost); got != "0" {
+		t.Errorf("no_turbo = %q after restart, want the saved 0 (turbo allowed)", got)
+	}
+}
+
+// TestDaemonCPUHotplug: when a CPU goes offline (the mock's online list
+// changes and its topology directory goes away) no cpuset names it; when
+// it comes back it is handed out again.
+func TestDaemonCPUHotplug(t *testing.T) {
+	m := newMockLaptop(t)
+	d, _, _ := m.start(t)
+	a := filepath.Join(m.managed, "a/cpuset.cpus")
+	eventually(t, "all CPUs", func() (bool, string) { g := get(t, a); return g == "0-7", g })
+	cpu4 := filepath.Join(m.sys, "devices/system/cpu/cpu4")
+	saved := filepath.Join(t.TempDir(), "cpu4")
+	if err := os.Rename(cpu4, saved); err != nil {
+		t.Fatal(err)
+	}
+	put(t, filepath.Join(m.sys, "devices/system/cpu/online"), "0-3,5-7")
+	eventually(t, "CPU 4 gone from every cpuset", func() (bool, string) {
+		ga, gb := get(t, a), get(t, filepath.Join(m.managed, "b/cpuset.cpus"))
+		return ga == "0-3,5-7" && gb == "0-3,5-7", ga + " / " + gb
+	})
+	// Packing on battery must not pick CPU 4 either.
+	ps := filepath.Join(m.sys, "class/power_supply")
+	put(t, ps+"/AC/online", "0")
+	put(t, ps+"/BAT0/status", "Discharging")
+	eventually(t, "packed", func() (bool, string) {
+		return d.Snapshot().Policy == policy.Powersaving, string(d.Snapshot().Policy)
+	})
+	for _, w := range d.Snapshot().Workloads {
+		if sysfs.MustParseCPUList(w.CPUs).Contains(4) {
+			t.Errorf("%s on %s names offline CPU 4", w.Name, w.CPUs)
+		}
+	}
+	put(t, ps+"/AC/online", "1")
+	os.Rename(saved, cpu4)
+	put(t, filepath.Join(m.sys, "devices/system/cpu/online"), "0-7")
+	eventually(t, "CPU 4 back", func() (bool, string) { g := get(t, a); return g == "0-7", g })
 }

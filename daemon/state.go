@@ -36,13 +36,18 @@ type State struct {
 	// recorded before the daemon first writes that cpuset. After a crash
 	// the next start restores from here, not from the packed set it finds.
 	Originals map[string]string
+	// Boost is the cpufreq boost setting found before the daemon first
+	// changed it (boost_on_battery); restored on exit, or by the next start
+	// after a crash. Empty when boost is not being managed.
+	Boost []sysfs.BoostSetting
 }
 
 // persisted is the JSON shape of state.json.
 type persisted struct {
 	Version int `json:"version"`
 	policy.Knob
-	Originals map[string]string `json:"originals,omitempty"`
+	Originals map[string]string    `json:"originals,omitempty"`
+	Boost     []sysfs.BoostSetting `json:"boost,omitempty"`
 }
 
 // ErrCorruptState is wrapped by LoadState when state.json exists but cannot
@@ -80,7 +85,12 @@ func LoadState(dir string) (State, error) {
 			return def, fmt.Errorf("%w %s: original cpuset %q of %q: %v; starting from defaults", ErrCorruptState, path, cpus, cg, err)
 		}
 	}
-	return State{Knob: p.Knob, Originals: p.Originals}, nil
+	for _, b := range p.Boost {
+		if b.File == "" || filepath.IsAbs(b.File) || strings.Contains(b.File, "..") || (b.Value != "0" && b.Value != "1") {
+			return def, fmt.Errorf("%w %s: boost setting %+v; starting from defaults", ErrCorruptState, path, b)
+		}
+	}
+	return State{Knob: p.Knob, Originals: p.Originals, Boost: p.Boost}, nil
 }
 
 // SaveState writes st to dir/state.json atomically: a temporary file in the
@@ -95,7 +105,7 @@ func SaveState(dir string, st State) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create state dir: %w", err)
 	}
-	b, err := json.MarshalIndent(persisted{Version: stateVersion, Knob: st.Knob, Originals: st.Originals}, "", "  ")
+	b, err := json.MarshalIndent(persisted{Version: stateVersion, Knob: st.Knob, Originals: st.Originals, Boost: st.Boost}, "", "  ")
 	if err != nil {
 		return err
 	}

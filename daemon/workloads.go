@@ -23,7 +23,7 @@ type workload struct {
 	// empty set was filled in so tasks can be attached); written back on
 	// exit.
 	original sysfs.CPUSet
-	cpus     sysfs.CPUSet // what the file holds, as last read or written
+	cpus     sysfs.CPUSet       // what the file holds, as last read or written
 	avg      policy.UtilAverage // decayed utilisation (CPUs) and the last counter
 	lastAt   time.Time
 	threads  int     // runnable threads at the last sample (nr_running)
@@ -155,7 +155,7 @@ func (d *Daemon) originals() map[string]string {
 // Until that succeeds applyPlan writes no cpuset, so an original can never
 // be lost to a crash.
 func (d *Daemon) persistOriginals() {
-	if err := SaveState(d.cfg.StateDir, State{Knob: d.knob, Originals: d.originals()}); err != nil {
+	if err := SaveState(d.cfg.StateDir, d.stateWith(d.knob)); err != nil {
 		d.log.WithError(err).Error("cannot save original cpusets; not placing workloads until it works")
 		d.originalsSaved = false
 		return

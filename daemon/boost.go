@@ -1,0 +1,110 @@
+package daemon
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+)
+
+// applyBoost carries out boost_on_battery after a power-source change (and
+// at start): on battery boost is switched off or on as configured; on AC or
+// an unknown source the setting found at start-up comes back. The setting
+// found is saved in state.json before the first write, so a crash cannot
+// lose it. "keep" never touches boost. A machine whose boost cannot be
+// controlled (no file, EPERM from a BIOS lock, EAGAIN from intel_pstate
+// off) is reported once and left alone.
+func (d *Daemon) applyBoost() {
+	mode := d.cfg.BoostOnBattery
+	if mode == "keep" || d.boostOff {
+		return
+	}
+	if d.power.Source != acpi.Battery {
+		d.restoreBoost()
+		return
+	}
+	if d.boostOrig == nil {
+		snap, err := d.fs.BoostSnapshot()
+		if err != nil {
+			d.boostUncontrollable(err)
+			return
+		}
+		d.boostOrig = snap
+		if err := SaveState(d.cfg.StateDir, d.stateWith(d.knob)); err != nil {
+			d.log.WithError(err).Error("cannot save the boost setting; not changing boost")
+			d.boostOrig = nil
+			return
+		}
+	}
+	on := mode == "on"
+	if err := d.fs.SetBoost(on); err != nil {
+		d.boostUncontrollable(err)
+		return
+	}
+	d.log.WithFields(logrus.Fields{"boost": mode, "power": d.power.Source}).Info("boost set for battery")
+	d.boost, _ = d.fs.Boost()
+}
+
+// restoreBoost writes back the boost setting found at start-up, if the
+// daemon changed it; it reports whether boost is as found.
+func (d *Daemon) restoreBoost() bool {
+	if d.boostOrig == nil {
+		return true
+	}
+	if err := d.fs.RestoreBoost(d.boostOrig); err != nil {
+		d.log.WithError(err).Warn("cannot restore boost; it stays in state.json for the next start")
+		return false
+	}
+	d.log.Info("boost restored to its start-up setting")
+	d.boostOrig = nil
+	d.boost, _ = d.fs.Boost()
+	if err := SaveState(d.cfg.StateDir, d.stateWith(d.knob)); err != nil {
+		d.log.WithError(err).Warn("cannot update state.json after restoring boost")
+	}
+	return true
+}
+
+// recoverBoost puts back a boost setting a crashed run saved but did not
+// restore, before anything else happens.
+func (d *Daemon) recoverBoost(saved []sysfs.BoostSetting) {
+	if len(saved) == 0 {
+		return
+	}
+	if err := d.fs.RestoreBoost(saved); err != nil {
+		d.log.WithError(err).Warn("cannot restore the boost setting saved by a previous run")
+		d.boostOrig = saved // keep trying on exit
+		return
+	}
+	d.log.Info("boost restored to the setting saved by a previous run that did not stop cleanly")
+}
+
+func (d *Daemon) boostUncontrollable(err error) {
+	if sysfs.BoostNotControllable(err) {
+		d.boostOff = true
+		d.log.WithError(err).Warn("boost cannot be controlled on this machine; boost_on_battery ignored")
+		return
+	}
+	d.log.WithError(err).Warn("changing boost failed")
+}
+
+// stateExists reports whether dir holds a state.json (a saved choice).
+func stateExists(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, StateFile))
+	return !errors.Is(err, fs.ErrNotExist)
+}
+
+// systemBusAddress is the system bus the optional acpi sources (UPower,
+// logind) use: the daemon's own bus when it was given as an address (a
+// private test bus stands in for the system bus), else the real one.
+func (d *Daemon) systemBusAddress() string {
+	switch d.cfg.Bus {
+	case "system", "session", "none":
+		return ""
+	}
+	return d.cfg.Bus
+}
