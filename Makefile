@@ -1,38 +1,70 @@
 # schedpolicyd — build, run and test.
-#   sudo make run    build and run the daemon on this machine
-#   sudo make test   install test dependencies if missing, run every test
+#   sudo make run        build and run the daemon on this machine
+#   sudo make test       install test dependencies if missing, run every test
+#                        (Go tests, then the Debian package checks)
+#   make deb             build bin/schedpolicyd_VERSION_ARCH.deb
+#   sudo make deb-test   build, lintian, dpkg -i, use, dpkg --purge
 
 GO      ?= go
 BIN     := bin/schedpolicyd
+CTL     := bin/schedpolicyctl
 PKGS    := ./...
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build run test deps vet fmt clean
+.PHONY: all build run test unit-test deb deb-test deps vet fmt clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/schedpolicyd
+	$(GO) build -o $(CTL) ./cmd/schedpolicyctl
 
 run: build
 	./$(BIN)
 
-# Debian packages the tests use: dbus-daemon and dbus-send (dbus),
-# busctl (systemd), gdbus (libglib2.0-bin). Installed only when missing.
+# Debian packages the tests use, installed only when missing:
+# dbus-daemon and dbus-send (dbus), busctl and systemd-analyze (systemd),
+# gdbus (libglib2.0-bin), powerprofilesctl (power-profiles-daemon),
+# setpriv (util-linux), lintian, man (man-db) for the package checks,
+# dpkg-deb (dpkg) to build the package, and the real upowerd under umockdev
+# for the UPower source test (upower, umockdev, gir1.2-umockdev-1.0,
+# python3-gi).
 deps:
 	@missing=""; \
-	command -v dbus-daemon >/dev/null || missing="$$missing dbus"; \
-	command -v busctl >/dev/null      || missing="$$missing systemd"; \
-	command -v gdbus >/dev/null       || missing="$$missing libglib2.0-bin"; \
-	command -v bash >/dev/null        || missing="$$missing bash"; \
+	command -v dbus-daemon >/dev/null      || missing="$$missing dbus"; \
+	command -v busctl >/dev/null           || missing="$$missing systemd"; \
+	command -v systemd-analyze >/dev/null  || missing="$$missing systemd"; \
+	command -v gdbus >/dev/null            || missing="$$missing libglib2.0-bin"; \
+	command -v powerprofilesctl >/dev/null || missing="$$missing power-profiles-daemon"; \
+	command -v setpriv >/dev/null          || missing="$$missing util-linux"; \
+	command -v lintian >/dev/null          || missing="$$missing lintian"; \
+	command -v man >/dev/null              || missing="$$missing man-db"; \
+	command -v dpkg-deb >/dev/null         || missing="$$missing dpkg"; \
+	command -v bash >/dev/null             || missing="$$missing bash"; \
+	for p in upower umockdev gir1.2-umockdev-1.0 python3-gi; do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
+	done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 	$(GO) mod download
 
-test: deps
+# The whole suite: what CI (.ci/run) and the README run.
+test: deps unit-test deb-test
+
+unit-test: deps
 	$(GO) test -race -count=1 $(PKGS)
+
+# The Debian package: packaging/build-deb.sh (dpkg-deb, no debhelper).
+deb:
+	packaging/build-deb.sh bin
+
+# Build it, run lintian, install it with dpkg -i, run the installed
+# binaries and systemd-analyze verify, purge it and check nothing is left
+# (the install half needs root).
+deb-test: deps
+	packaging/deb-test.sh
 
 vet:
 	gofmt -l . | tee /dev/stderr | (! read)

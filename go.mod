@@ -7,11 +7,11 @@ require (
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/godbus/dbus/v5 v5.2.4
 	github.com/hanwen/go-fuse/v2 v2.12.1
+	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/sirupsen/logrus v1.10.2
 	golang.org/x/sys v0.50.0
 )
 
 require (
-	github.com/pelletier/go-toml/v2 v2.4.3 // indirect
 	pgregory.net/rapid v1.3.0 // indirect
 )

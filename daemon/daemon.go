@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -389,7 +390,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		defer t.Stop()
 		wdC = t.C
 	}
-	sample := time.NewTicker(d.cfg.SampleInterval)
+	sampleEvery := d.cfg.SampleInterval
+	sample := time.NewTicker(sampleEvery)
 	defer sample.Stop()
 	monC := d.mon.C()
 	for {
@@ -398,6 +400,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 		var sampleC <-chan time.Time
 		if len(d.workloads) > 0 || d.cgWatch == nil && d.cfg.CgroupRoot != "" {
 			sampleC = sample.C
+		}
+		if d.cfg.SampleInterval != sampleEvery {
+			sampleEvery = d.cfg.SampleInterval
+			sample.Reset(sampleEvery)
 		}
 		select {
 		case <-ctx.Done():
@@ -590,4 +596,56 @@ func (d *Daemon) shutdown() {
 // workload's original cpuset and the boost setting found at start-up.
 func (d *Daemon) stateWith(k policy.Knob) State {
 	return State{Knob: k, Originals: d.originals(), Boost: d.boostOrig}
+}
+
+// Reload applies a new configuration (SIGHUP). The validated cfg replaces
+// the running one for what can change at run time — boost_on_battery,
+// power_profiles_api (the bus connection is remade), the sampling period —
+// and a warning names every other setting that changed, which takes effect
+// at the next start. It returns an error only for an invalid cfg or a
+// stopped daemon; nothing changes then.
+func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
+	probe, err := New(cfg) // the same validation and defaults as at start
+	if err != nil {
+		return err
+	}
+	nc := probe.cfg
+	return d.do(ctx, func() error {
+		old := d.cfg
+		var restart []string
+		for name, changed := range map[string]bool{
+			"sysfs_root": nc.SysfsRoot != old.SysfsRoot, "cgroup_root": nc.CgroupRoot != old.CgroupRoot,
+			"tree_dir": nc.TreeDir != old.TreeDir, "tree_backend": nc.TreeBackend != old.TreeBackend,
+			"state_dir": nc.StateDir != old.StateDir, "bus": nc.Bus != old.Bus, "events": nc.Events != old.Events,
+			"debounce": nc.Debounce != old.Debounce, "recheck_interval": nc.SafetyInterval != old.SafetyInterval,
+			"upower": nc.UPower != old.UPower, "logind": nc.Logind != old.Logind, "acpid_socket": nc.AcpidSocket != old.AcpidSocket,
+		} {
+			if changed {
+				restart = append(restart, name)
+			}
+		}
+		if len(restart) > 0 {
+			sort.Strings(restart)
+			d.log.WithField("settings", restart).Warn("reload: these settings change at the next start")
+		}
+		d.cfg.SampleInterval = nc.SampleInterval
+		if nc.BoostOnBattery != old.BoostOnBattery {
+			d.cfg.BoostOnBattery = nc.BoostOnBattery
+			if nc.BoostOnBattery == "keep" {
+				d.restoreBoost()
+			}
+			d.boostOff = false
+			d.applyBoost()
+		}
+		if nc.PowerProfilesAPI != old.PowerProfilesAPI {
+			d.cfg.PowerProfilesAPI = nc.PowerProfilesAPI
+			if d.bus != nil {
+				// keepBus notices the closed connection and reconnects
+				// with the new setting.
+				d.bus.conn.Close()
+			}
+		}
+		d.recompute("reload", true)
+		return nil
+	})
 }

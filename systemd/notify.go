@@ -31,6 +31,13 @@ func (n Notifier) Ready(status string) error {
 // Status sends STATUS=status, the one-line text `systemctl status` shows.
 func (n Notifier) Status(status string) error { return n.send("STATUS=" + status) }
 
+// Reloading sends RELOADING=1 with MONOTONIC_USEC (one datagram, as
+// Type=notify-reload requires); follow it with Ready when the reload is
+// done, even if it failed.
+func (n Notifier) Reloading() error {
+	return n.send(daemon.SdNotifyReloading + "\n" + daemon.SdNotifyMonotonicUsec())
+}
+
 // Stopping sends STOPPING=1: shutdown has begun.
 func (n Notifier) Stopping() error { return n.send(daemon.SdNotifyStopping) }
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/schedpolicyd/schedpolicyd/systemd"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -136,6 +137,7 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 	fl.StringVar(&cfg.AcpidSocket, "acpid-socket", "", "also take hints from acpid's event socket, e.g. /run/acpid.socket (empty: off)")
 	fl.DurationVar(&cfg.Settle, "settle", 0, "extra re-read this long after an event-driven one, for firmware that updates late (0: 1s default, negative: off)")
 	fl.BoolVar(&cfg.PowerProfilesAPI, "power-profiles-api", false, "also serve the power-profiles D-Bus API (net.hadess.PowerProfiles, org.freedesktop.UPower.PowerProfiles) used by GNOME, KDE and powerprofilesctl")
+	configPath := fl.String("config", DefaultConfigPath, "TOML configuration file, see schedpolicyd.conf(5); flags given here override it")
 	logLevel := fl.String("log-level", "info", "log level: debug, info, warning, error")
 	if wantsHelp(args) {
 		fl.SetOutput(stdout)
@@ -149,10 +151,20 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "schedpolicyd: unexpected argument %q (see --help)\n", fl.Arg(0))
 		return 2
 	}
+	set := map[string]bool{}
+	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	flagCfg := cfg // as the command line left it; reloads start from here
+	fc, err := loadConfig(*configPath, set["config"])
+	if err != nil {
+		fmt.Fprintf(stderr, "schedpolicyd: %v\n", err)
+		return 2
+	}
+	fc.apply(&cfg, set)
 	if err := validate(cfg); err != nil {
 		fmt.Fprintf(stderr, "schedpolicyd: %v\n", err)
 		return 2
 	}
+	*logLevel = fc.LogLevelName(*logLevel, set)
 	log := logrus.New()
 	log.Out = stderr
 	lvl, err := logrus.ParseLevel(*logLevel)
@@ -179,15 +191,14 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	// SIGHUP (a closed terminal, or systemctl reload) must not kill the
-	// daemon without restoring cpusets; there is no configuration file to
-	// re-read yet, so it is acknowledged and ignored.
+	// SIGHUP (systemctl reload) re-reads the configuration file; a bad
+	// file keeps the running configuration.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	go func() {
 		for range hup {
-			log.Info("SIGHUP: no configuration file to reload; ignored")
+			reload(ctx, d, log, *configPath, set, flagCfg)
 		}
 	}()
 	if err := d.Run(ctx); err != nil {
@@ -195,4 +206,34 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// reload re-reads the configuration file on SIGHUP and applies it on top of
+// the command line (flagCfg, so a key deleted from the file falls back to
+// its flag or default). A bad file keeps the running configuration and
+// says why, with file:line. systemd hears RELOADING=1 first and READY=1
+// after, whatever the outcome.
+func reload(ctx context.Context, d *daemon.Daemon, log *logrus.Logger, path string, set map[string]bool, flagCfg daemon.Config) {
+	n := systemd.Notifier{}
+	n.Reloading()
+	defer n.Ready("reloaded")
+	fc, err := loadConfig(path, set["config"])
+	if err != nil {
+		log.WithError(err).Error("reload: keeping the running configuration")
+		return
+	}
+	cfg := flagCfg
+	fc.apply(&cfg, set)
+	if err := validate(cfg); err != nil {
+		log.WithError(err).Error("reload: keeping the running configuration")
+		return
+	}
+	if lvl, err := logrus.ParseLevel(fc.LogLevelName(log.GetLevel().String(), set)); err == nil {
+		log.SetLevel(lvl)
+	}
+	if err := d.Reload(ctx, cfg); err != nil {
+		log.WithError(err).Error("reload failed")
+		return
+	}
+	log.WithField("config", path).Info("configuration reloaded")
 }

@@ -1,0 +1,675 @@
+package main
+
+// Integration tests: the real schedpolicyd binary on a private dbus-daemon
+// with a mock sysfs root (the seed's 4-core/8-thread laptop plus the shared
+// corpus's Surface Pro on battery), queried and driven by the real
+// schedpolicyctl binary. The helpers follow cmd/schedpolicyd's
+// integration_test.go.
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+)
+
+const cpusetRoot = "/sys/fs/cgroup/cpuset"
+
+// binDir holds the binaries built once for the package's tests; it is
+// world-readable so a test can run schedpolicyctl as another user.
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// binaries builds schedpolicyd and schedpolicyctl once.
+func binaries(t *testing.T) (daemonBin, ctlBin string) {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "schedpolicyctl-test-")
+		if buildErr != nil {
+			return
+		}
+		os.Chmod(binDir, 0o755)
+		for _, b := range []struct{ out, pkg string }{{"schedpolicyd", "../schedpolicyd"}, {"schedpolicyctl", "."}} {
+			out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, b.out), b.pkg).CombinedOutput()
+			if err != nil {
+				buildErr = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(binDir, "schedpolicyd"), filepath.Join(binDir, "schedpolicyctl")
+}
+
+// startBus starts a private dbus-daemon whose socket any user may reach and
+// returns its address.
+func startBus(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("dbus-daemon"); err != nil {
+		t.Skip("needs dbus-daemon (Debian package dbus) for a private bus")
+	}
+	// Not t.TempDir(): its parent is private to root, and the bus must be
+	// reachable by another user (TestCtlAccessDenied).
+	dir, err := os.MkdirTemp("", "schedpolicyctl-bus-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	conf := filepath.Join(dir, "bus.conf")
+	os.WriteFile(conf, []byte(`<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <listen>unix:path=`+filepath.Join(dir, "bus")+`</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+    <allow user="*"/>
+  </policy>
+</busconfig>
+`), 0o644)
+	cmd := exec.Command("dbus-daemon", "--nofork", "--print-address=1", "--config-file="+conf)
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("dbus-daemon: %v", err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	addr, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading bus address: %v", err)
+	}
+	return strings.TrimSpace(addr)
+}
+
+// copyTree copies directories and regular files from src to dst.
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.Walk(src, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		target := filepath.Join(dst, rel)
+		if info.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		if !info.Mode().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mockLaptop builds a sysfs root: the 4-core/8-thread laptop topology and
+// the Surface Pro running on battery (ADP1 offline, BAT1 Discharging).
+func mockLaptop(t *testing.T) string {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "sys")
+	copyTree(t, "../../sysfs/testdata/topology/laptop-4c8t", root)
+	ps := filepath.Join("..", "..", "..", "shared", "testdata", "power_supply", "surface-pro-on-battery", "sys", "class")
+	if _, err := os.Stat(ps); err != nil {
+		t.Skipf("needs the shared test corpus beside the checkout: %v", err)
+	}
+	copyTree(t, ps, filepath.Join(root, "class"))
+	return root
+}
+
+// lockedBuffer collects a child's output while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// waitFor polls cond until it holds; the bound only keeps a failing test
+// from hanging.
+func waitFor(t *testing.T, what string, bound time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	var last string
+	for time.Now().Before(deadline) {
+		ok, s := cond()
+		if ok {
+			return
+		}
+		last = s
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s; last seen: %s", what, last)
+}
+
+// testDaemon is a running schedpolicyd on a private bus.
+type testDaemon struct {
+	addr  string
+	sys   string // mock sysfs root
+	tree  string // the knob directory of the served tree
+	state string
+	ctl   string // schedpolicyctl binary
+	log   *lockedBuffer
+}
+
+// startDaemon runs the real daemon with the plain tree backend on a mock
+// laptop; cgroupRoot is "none" or a managed parent. It returns once the
+// daemon owns its name.
+func startDaemon(t *testing.T, cgroupRoot string) *testDaemon {
+	t.Helper()
+	daemonBin, ctlBin := binaries(t)
+	addr := startBus(t)
+	tmp := t.TempDir()
+	d := &testDaemon{addr: addr, sys: mockLaptop(t), state: filepath.Join(tmp, "state"), ctl: ctlBin, log: &lockedBuffer{}}
+	treeDir := filepath.Join(tmp, "tree")
+	d.tree = filepath.Join(treeDir, "devices/system/cpu/sched_policy")
+	cmd := exec.Command(daemonBin, "--sysfs-root", d.sys, "--cgroup-root", cgroupRoot, "--tree-dir", treeDir,
+		"--tree-backend", "plain", "--state-dir", d.state, "--bus", addr, "--events", "fsnotify",
+		"--debounce", "50ms", "--sample-interval", "200ms", "--log-level", "debug")
+	cmd.Stdout, cmd.Stderr = d.log, d.log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", d.log.String())
+		}
+	})
+	conn, err := dbus.Connect(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	waitFor(t, "schedpolicyd to own its name", 15*time.Second, func() (bool, string) {
+		select {
+		case <-exited:
+			t.Fatalf("schedpolicyd exited:\n%s", d.log.String())
+		default:
+		}
+		var has bool
+		err := conn.BusObject().Call("org.freedesktop.DBus.NameHasOwner", 0, busName).Store(&has)
+		return err == nil && has, fmt.Sprint(err)
+	})
+	return d
+}
+
+// result is one schedpolicyctl run.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+}
+
+// run executes schedpolicyctl --bus ADDR args... as a separate process.
+func (d *testDaemon) run(t *testing.T, args ...string) result {
+	t.Helper()
+	return runCtl(t, exec.Command(d.ctl, append([]string{"--bus", d.addr}, args...)...))
+}
+
+func runCtl(t *testing.T, cmd *exec.Cmd) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("%v: %v", cmd.Args, err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+// inProcess runs the command through run() in this process, so the race
+// detector sees the client code.
+func (d *testDaemon) inProcess(args ...string) result {
+	var out, errb bytes.Buffer
+	code := run(append([]string{"--bus", d.addr}, args...), &out, &errb)
+	return result{out.String(), errb.String(), code}
+}
+
+func (d *testDaemon) statusJSON(t *testing.T) status {
+	t.Helper()
+	r := d.inProcess("status", "--json")
+	if r.code != 0 {
+		t.Fatalf("status --json: %v", r)
+	}
+	var s status
+	if err := json.Unmarshal([]byte(r.stdout), &s); err != nil {
+		t.Fatalf("status --json output: %v\n%s", err, r.stdout)
+	}
+	return s
+}
+
+func readTrim(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("read %s: %v", p, err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func TestCtlStatus(t *testing.T) {
+	d := startDaemon(t, "none")
+	r := d.inProcess("status")
+	if r.code != 0 {
+		t.Fatalf("status: %v", r)
+	}
+	for _, want := range []string{"policy:        powersaving\n", "power source:  battery", "power_aware=1 (automatic) power_aware_policy=powersaving", "boost:         unsupported", "workloads:     none"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	// --json before or after the command.
+	for _, args := range [][]string{{"status", "--json"}, {"--json", "status"}} {
+		r := d.inProcess(args...)
+		var s status
+		if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || r.code != 0 {
+			t.Fatalf("%v: %v %v", args, err, r)
+		}
+		if s.ActivePolicy != "powersaving" || s.PowerSource != "battery" || s.PowerAware != 1 || s.PowerAwarePolicy != "powersaving" {
+			t.Errorf("%v: %+v", args, s)
+		}
+	}
+}
+
+// TestCtlStatusContract checks the properties the D-Bus contract adds
+// (daemon/org.schedpolicyd.SchedPolicy1.xml) as the client sees them.
+func TestCtlStatusContract(t *testing.T) {
+	d := startDaemon(t, "none")
+	s := d.statusJSON(t)
+	if strings.Join(s.AvailablePolicies, " ") != "performance balance powersaving" {
+		t.Errorf("available_policies = %v", s.AvailablePolicies)
+	}
+	if !s.OnBattery || s.Reason == "" || s.LastChangeUsec == 0 {
+		t.Errorf("on_battery=%v reason=%q last_change_usec=%d; want true, a reason, a time", s.OnBattery, s.Reason, s.LastChangeUsec)
+	}
+	if got := d.inProcess("workloads"); got.code != 0 || got.stdout != "no managed workloads\n" {
+		t.Errorf("workloads: %v", got)
+	}
+}
+
+func TestCtlSetAndAuto(t *testing.T) {
+	d := startDaemon(t, "none")
+	if r := d.inProcess("set", "performance"); r.code != 0 {
+		t.Fatalf("set performance: %v", r)
+	}
+	waitFor(t, "performance in the tree", 5*time.Second, func() (bool, string) {
+		v := readTrim(t, d.tree+"/current_sched_policy")
+		return v == "performance", v
+	})
+	if s := d.statusJSON(t); s.ActivePolicy != "performance" || s.PowerAware != 0 {
+		t.Errorf("after set performance: %+v", s)
+	}
+	// Bad values: exit 4, nothing changes.
+	for _, args := range [][]string{{"set", "bogus"}, {"set", "Performance"}, {"auto", "3"}, {"auto", "--", "-1"}, {"auto", "one"}} {
+		r := d.inProcess(args...)
+		if r.code != exitInvalid || !strings.Contains(r.stderr, "invalid") {
+			t.Errorf("%v: %v, want exit 4", args, r)
+		}
+	}
+	if v := readTrim(t, d.tree+"/power_aware"); v != "0" {
+		t.Errorf("power_aware = %s after rejected values, want 0", v)
+	}
+	// Usage errors: exit 2.
+	for _, args := range [][]string{{"set"}, {"set", "balance", "extra"}, {"auto"}, {"status", "extra"}, {"frobnicate"}, {"status", "--nope"}} {
+		if r := d.inProcess(args...); r.code != exitUsage {
+			t.Errorf("%v: %v, want exit 2", args, r)
+		}
+	}
+	if r := d.inProcess("auto", "1"); r.code != 0 {
+		t.Fatalf("auto 1: %v", r)
+	}
+	waitFor(t, "automatic → powersaving on battery", 5*time.Second, func() (bool, string) {
+		v := readTrim(t, d.tree+"/current_sched_policy") + " " + readTrim(t, d.tree+"/power_aware")
+		return v == "powersaving 1", v
+	})
+	if r := d.inProcess("set", "balance"); r.code != 0 {
+		t.Fatalf("set balance: %v", r)
+	}
+	if s := d.statusJSON(t); s.ActivePolicy != "balance" || s.PowerAware != 2 || s.PowerAwarePolicy != "balance" {
+		t.Errorf("after set balance: %+v", s)
+	}
+}
+
+func TestCtlNotRunning(t *testing.T) {
+	_, ctl := binaries(t)
+	addr := startBus(t)
+	for _, args := range [][]string{{"status"}, {"set", "balance"}, {"workloads", "--json"}} {
+		r := runCtl(t, exec.Command(ctl, append([]string{"--bus", addr}, args...)...))
+		if r.code != exitFailure || !strings.Contains(r.stderr, "schedpolicyd is not running") {
+			t.Errorf("%v without a daemon: %v", args, r)
+		}
+	}
+	// No bus at all.
+	r := runCtl(t, exec.Command(ctl, "--bus", "unix:path="+filepath.Join(t.TempDir(), "none"), "status"))
+	if r.code != exitFailure || !strings.Contains(r.stderr, "cannot connect to the bus at unix:path=") {
+		t.Errorf("without a bus: %v", r)
+	}
+}
+
+// TestCtlAccessDenied runs schedpolicyctl as nobody: reading works, setting
+// is refused with exit 3 (no polkit on the private bus, so only root may
+// set), and nothing changes.
+func TestCtlAccessDenied(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run the client as another user")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("needs setpriv (Debian package util-linux)")
+	}
+	d := startDaemon(t, "none")
+	asNobody := func(args ...string) result {
+		cmd := exec.Command(setpriv, append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", d.ctl, "--bus", d.addr}, args...)...)
+		return runCtl(t, cmd)
+	}
+	if r := asNobody("status", "--json"); r.code != 0 {
+		t.Fatalf("status as nobody: %v", r)
+	}
+	for _, args := range [][]string{{"set", "performance"}, {"auto", "0"}} {
+		r := asNobody(args...)
+		if r.code != exitAccessDenied || !strings.Contains(r.stderr, "access denied") || !strings.Contains(r.stderr, "org.schedpolicyd.set-policy") {
+			t.Errorf("%v as nobody: %v, want exit 3 naming the polkit action", args, r)
+		}
+	}
+	if v := readTrim(t, d.tree+"/power_aware"); v != "1" {
+		t.Errorf("power_aware = %s after refused calls, want 1", v)
+	}
+}
+
+// watcher runs `schedpolicyctl watch` and collects its lines.
+type watcher struct {
+	cmd   *exec.Cmd
+	lines chan string
+	done  chan error
+}
+
+func (d *testDaemon) watch(t *testing.T, args ...string) *watcher {
+	t.Helper()
+	cmd := exec.Command(d.ctl, append([]string{"--bus", d.addr, "watch"}, args...)...)
+	out, _ := cmd.StdoutPipe()
+	var errb lockedBuffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w := &watcher{cmd: cmd, lines: make(chan string, 100), done: make(chan error, 1)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			w.lines <- sc.Text()
+		}
+		close(w.lines)
+		w.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("watch stderr: %s", errb.String())
+		}
+	})
+	return w
+}
+
+// expect waits for a line containing all of want.
+func (w *watcher) expect(t *testing.T, want ...string) string {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	var seen []string
+	for {
+		select {
+		case l, ok := <-w.lines:
+			if !ok {
+				t.Fatalf("watch ended before a line with %q; saw %q", want, seen)
+			}
+			seen = append(seen, l)
+			all := true
+			for _, s := range want {
+				all = all && strings.Contains(l, s)
+			}
+			if all {
+				return l
+			}
+		case <-timeout:
+			t.Fatalf("no watch line with %q; saw %q", want, seen)
+		}
+	}
+}
+
+func TestCtlWatch(t *testing.T) {
+	d := startDaemon(t, "none")
+	w := d.watch(t)
+	w.expect(t, "state ", "ActivePolicy=powersaving", "PowerSource=battery")
+	if r := d.inProcess("set", "performance"); r.code != 0 {
+		t.Fatal(r)
+	}
+	w.expect(t, "changed ", "ActivePolicy=performance")
+	// Plug in: a power-source change is one line too.
+	os.WriteFile(filepath.Join(d.sys, "class/power_supply/ADP1/online"), []byte("1\n"), 0o644)
+	w.expect(t, "changed ", "PowerSource=ac")
+	// SIGINT ends it with exit 0.
+	w.cmd.Process.Signal(os.Interrupt)
+	select {
+	case err := <-w.done:
+		if err != nil {
+			t.Errorf("watch after SIGINT: %v, want exit 0", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("watch did not exit on SIGINT")
+	}
+}
+
+// TestCtlWatchContract: PolicyChanged and JSON lines (D-Bus contract).
+func TestCtlWatchContract(t *testing.T) {
+	d := startDaemon(t, "none")
+	w := d.watch(t, "--json")
+	first := w.expect(t, `"event":"state"`)
+	var ev watchEvent
+	if err := json.Unmarshal([]byte(first), &ev); err != nil || ev.Changed["ActivePolicy"] != "powersaving" {
+		t.Fatalf("first line %q: %v", first, err)
+	}
+	if r := d.inProcess("set", "performance"); r.code != 0 {
+		t.Fatal(r)
+	}
+	l := w.expect(t, `"event":"policy-changed"`, `"policy":"performance"`)
+	if err := json.Unmarshal([]byte(l), &ev); err != nil || ev.Reason == "" {
+		t.Errorf("PolicyChanged line %q (%v): want a reason", l, err)
+	}
+}
+
+// TestCtlLaunch holds powersaving on AC for a command's lifetime: inside,
+// the policy is powersaving with one hold; after, the hold is gone and the
+// policy is performance again; the command's exit status comes through.
+func TestCtlLaunch(t *testing.T) {
+	d := startDaemon(t, "none")
+	os.WriteFile(filepath.Join(d.sys, "class/power_supply/ADP1/online"), []byte("1\n"), 0o644)
+	waitFor(t, "performance on AC", 5*time.Second, func() (bool, string) {
+		v := readTrim(t, d.tree+"/current_sched_policy")
+		return v == "performance", v
+	})
+	inside := filepath.Join(t.TempDir(), "inside.json")
+	script := fmt.Sprintf("%s --bus '%s' status --json > %s; exit 7", d.ctl, d.addr, inside)
+	r := d.run(t, "launch", "--policy", "powersaving", "--reason", "test build", "--", "sh", "-c", script)
+	if r.code != 7 {
+		t.Fatalf("launch: %v, want the command's exit 7", r)
+	}
+	var s status
+	b, _ := os.ReadFile(inside)
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatalf("status inside launch: %v: %s", err, b)
+	}
+	if s.ActivePolicy != "powersaving" || len(s.Holds) != 1 || s.Holds[0].Policy != "powersaving" || s.Holds[0].Reason != "test build" {
+		t.Errorf("inside launch: policy %s holds %+v; want powersaving with one hold", s.ActivePolicy, s.Holds)
+	}
+	after := d.statusJSON(t)
+	if after.ActivePolicy != "performance" || len(after.Holds) != 0 {
+		t.Errorf("after launch: policy %s holds %+v", after.ActivePolicy, after.Holds)
+	}
+
+	// A signal to schedpolicyctl reaches the command; the hold goes too.
+	cmd := exec.Command(d.ctl, "--bus", d.addr, "launch", "--policy", "balance", "--", "sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the hold", 5*time.Second, func() (bool, string) {
+		s := d.statusJSON(t)
+		return len(s.Holds) == 1, fmt.Sprint(s.Holds)
+	})
+	cmd.Process.Signal(syscall.SIGTERM)
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 128+int(syscall.SIGTERM) {
+		t.Errorf("launch after SIGTERM: %v, want exit %d (the command killed by SIGTERM)", err, 128+int(syscall.SIGTERM))
+	}
+	if s := d.statusJSON(t); len(s.Holds) != 0 || s.ActivePolicy != "performance" {
+		t.Errorf("after SIGTERM: holds %+v policy %s", s.Holds, s.ActivePolicy)
+	}
+	// Usage and lookup failures.
+	if r := d.run(t, "launch", "--", "true"); r.code != exitUsage {
+		t.Errorf("launch without --policy: %v", r)
+	}
+	if r := d.run(t, "launch", "--policy", "turbo", "--", "true"); r.code != exitInvalid {
+		t.Errorf("launch --policy turbo: %v", r)
+	}
+	if r := d.run(t, "launch", "--policy", "balance", "--", "/nonexistent/cmd"); r.code != exitNotFound {
+		t.Errorf("launch of a missing command: %v, want 127", r)
+	}
+}
+
+// TestCtlRun creates a workload in a real cgroup v1 cpuset parent owned by
+// the test and checks the command really runs inside it.
+func TestCtlRun(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create cgroups")
+	}
+	if _, err := os.Stat(cpusetRoot + "/cpuset.cpus"); err != nil {
+		t.Skipf("needs the cgroup v1 cpuset controller at %s: %v", cpusetRoot, err)
+	}
+	cg := filepath.Join(cpusetRoot, fmt.Sprintf("schedpolicyctl-test-%d", rand.Uint32()))
+	t.Cleanup(func() {
+		// Move stragglers out, then remove children and the parent.
+		children, _ := filepath.Glob(cg + "/*/")
+		for _, c := range children {
+			syscall.Rmdir(c)
+		}
+		syscall.Rmdir(cg)
+	})
+	d := startDaemon(t, cg)
+	r := d.run(t, "run", "--name", "build", "--", "cat", "/proc/self/cgroup")
+	if r.code != 0 {
+		t.Fatalf("run: %v", r)
+	}
+	want := "cpuset:/" + filepath.Base(cg) + "/build\n"
+	if !strings.Contains(r.stdout, want) {
+		t.Errorf("the command ran in\n%s\nwant a line ending in %q", r.stdout, want)
+	}
+	// The workload exists (empty now) and is listed.
+	waitFor(t, "the workload listed", 5*time.Second, func() (bool, string) {
+		r := d.inProcess("workloads", "--json")
+		var ws []workload
+		json.Unmarshal([]byte(r.stdout), &ws)
+		return len(ws) == 1 && ws[0].Name == "build" && ws[0].Path == filepath.Join(cg, "build"), r.stdout
+	})
+	// An existing name: exit 5, the command does not run.
+	marker := filepath.Join(t.TempDir(), "ran")
+	if r := d.run(t, "run", "--name", "build", "--", "touch", marker); r.code != exitExists {
+		t.Errorf("run with an existing name: %v, want exit 5", r)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the command ran although the workload could not be created")
+	}
+	// Bad names are refused before the bus.
+	for _, n := range []string{"../escape", "a/b", "..", ".", "", "tab\there", strings.Repeat("x", 65)} {
+		if r := d.run(t, "run", "--name", n, "--", "true"); r.code != exitInvalid {
+			t.Errorf("run --name %q: %v, want exit 4", n, r)
+		}
+	}
+	// The default name is derived from the command and the pid; the exit
+	// status is the command's.
+	r = d.run(t, "run", "--", "sh", "-c", "cat /proc/self/cgroup; exit 3")
+	if r.code != 3 || !regexpMatch(`cpuset:/`+filepath.Base(cg)+`/sh-[0-9]+\n`, r.stdout) {
+		t.Errorf("run with the default name: %v", r)
+	}
+	if r := d.run(t, "run", "--", "/nonexistent/cmd"); r.code != exitNotFound {
+		t.Errorf("run of a missing command: %v, want 127", r)
+	}
+}
+
+func regexpMatch(re, s string) bool {
+	return regexp.MustCompile(re).MatchString(s)
+}
+
+// TestCtlHelpBinary: every command's --help works in the built binary and
+// exits 0 without a bus.
+func TestCtlHelpBinary(t *testing.T) {
+	_, ctl := binaries(t)
+	for name := range commands() {
+		r := runCtl(t, exec.Command(ctl, name, "--help"))
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "Usage: schedpolicyctl "+name) {
+			t.Errorf("%s --help: %v", name, r)
+		}
+	}
+	r := runCtl(t, exec.Command(ctl, "--help"))
+	if r.code != 0 || !strings.Contains(r.stdout, "Exit status:") {
+		t.Errorf("--help: %v", r)
+	}
+	r = runCtl(t, exec.Command(ctl))
+	if r.code != exitUsage {
+		t.Errorf("no command: %v", r)
+	}
+}

@@ -1,0 +1,331 @@
+// Command schedpolicyctl queries and controls schedpolicyd over D-Bus.
+//
+//	schedpolicyctl [--bus BUS] status [--json]
+//	schedpolicyctl set POLICY
+//	schedpolicyctl auto 0|1|2
+//	schedpolicyctl watch [--json]
+//	schedpolicyctl workloads [--json]
+//	schedpolicyctl run [--name NAME] -- CMD [ARGS...]
+//	schedpolicyctl launch --policy POLICY [--reason TEXT] -- CMD [ARGS...]
+//
+// It talks only to org.schedpolicyd.SchedPolicy1 on the bus (godbus and the
+// standard library; it does not import the daemon) and is documented in
+// schedpolicyctl(1). Exit codes are the exit* constants below.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+// The daemon's D-Bus names (daemon.BusName, daemon.ObjectPath,
+// daemon.Interface), repeated here so the client does not import the daemon.
+const (
+	busName    = "org.schedpolicyd.SchedPolicy1"
+	objectPath = "/org/schedpolicyd/SchedPolicy1"
+	iface      = "org.schedpolicyd.SchedPolicy1"
+)
+
+// Exit codes. run and launch exit with the command's own status once it has
+// started; before that, 126 means the command could not be executed and
+// 127 that it was not found (as env(1) and nice(1) do).
+const (
+	exitOK           = 0 // success
+	exitFailure      = 1 // schedpolicyd not running, bus unreachable, call failed
+	exitUsage        = 2 // bad command line
+	exitAccessDenied = 3 // the daemon (polkit) refused the caller
+	exitInvalid      = 4 // the daemon or the client rejected a value
+	exitExists       = 5 // run: a workload with that name already exists
+	exitCannotExec   = 126
+	exitNotFound     = 127
+)
+
+const usageText = `Usage: schedpolicyctl [--bus BUS] COMMAND [ARGS...]
+
+Query and control schedpolicyd, the power-aware CPU placement daemon, over
+D-Bus.
+
+Commands:
+  status [--json]                  policy, power source and reason, knob, boost,
+                                   holds and workloads
+  set POLICY                       choose performance, balance or powersaving
+                                   (like writing current_sched_policy)
+  auto 0|1|2                       set the knob: 0 always performance,
+                                   1 automatic, 2 always power-aware
+  watch [--json]                   print a line per change until interrupted
+  workloads [--json]               list managed workloads
+  run [--name NAME] -- CMD [ARGS]  run CMD in a new managed workload
+  launch --policy POLICY [--reason TEXT] -- CMD [ARGS]
+                                   hold POLICY while CMD runs
+  rebalance                        re-read the power source and re-plan now
+  version                          print the version
+  help [COMMAND]                   show help
+
+Options (before or after the command):
+  --bus BUS    system (default), session, or a D-Bus address such as
+               unix:path=/run/dbus/system_bus_socket
+  --json       machine-readable output (read commands)
+  -h, --help   show help
+
+Exit status: 0 success, 1 schedpolicyd not running or a bus error, 2 usage
+error, 3 access denied, 4 invalid value, 5 workload exists. run and launch
+exit with the command's status (126 cannot execute, 127 not found).
+See schedpolicyctl(1).
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// globals are the options every command accepts.
+type globals struct {
+	bus  string
+	json bool
+}
+
+// command is one subcommand: its synopsis, help text and implementation.
+type command struct {
+	name     string
+	synopsis string
+	help     string
+	json     bool // accepts --json
+	// flags adds the command's own flags to fs, storing into c; run
+	// executes with the positional arguments left after flag parsing.
+	flags func(fs *flag.FlagSet, c *cli)
+	run   func(c *cli, args []string) int
+}
+
+// cli carries the state of one invocation.
+type cli struct {
+	g      globals
+	stdout io.Writer
+	stderr io.Writer
+	// command-specific options filled by flags
+	name   string
+	policy string
+	reason string
+	// given records the flags present on the command line.
+	given map[string]bool
+}
+
+// usageError is printed with a hint at --help and exits 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// run parses args and executes the command, returning the exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	c := &cli{g: globals{bus: "system"}, stdout: stdout, stderr: stderr}
+	// Global options before the command.
+	gfs := newFlagSet("schedpolicyctl", stderr)
+	c.globalFlags(gfs, true)
+	help := gfs.Bool("help", false, "show help")
+	gfs.BoolVar(help, "h", false, "show help")
+	if err := gfs.Parse(args); err != nil {
+		return c.usage("", err)
+	}
+	rest := gfs.Args()
+	if *help || len(rest) == 0 {
+		if len(rest) == 0 && !*help {
+			fmt.Fprint(stderr, usageText)
+			return exitUsage
+		}
+		fmt.Fprint(stdout, usageText)
+		return exitOK
+	}
+	name, rest := rest[0], rest[1:]
+	switch name {
+	case "help":
+		if len(rest) == 0 {
+			fmt.Fprint(stdout, usageText)
+			return exitOK
+		}
+		cmd, ok := commands()[rest[0]]
+		if !ok {
+			return c.usage("", usagef("unknown command %q", rest[0]))
+		}
+		cmd.printHelp(stdout)
+		return exitOK
+	case "version", "--version":
+		fmt.Fprintln(stdout, "schedpolicyctl", version)
+		return exitOK
+	}
+	cmd, ok := commands()[name]
+	if !ok {
+		return c.usage("", usagef("unknown command %q", name))
+	}
+	fs := newFlagSet("schedpolicyctl "+name, stderr)
+	c.globalFlags(fs, cmd.json)
+	if cmd.flags != nil {
+		cmd.flags(fs, c)
+	}
+	if wantsHelp(rest) {
+		cmd.printHelp(stdout)
+		return exitOK
+	}
+	if err := fs.Parse(rest); err != nil {
+		return c.usage(name, err)
+	}
+	c.given = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { c.given[f.Name] = true })
+	if err := checkBus(c.g.bus); err != nil {
+		return c.usage(name, err)
+	}
+	return cmd.run(c, fs.Args())
+}
+
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are printed by cli.usage
+	return fs
+}
+
+// globalFlags registers --bus and, when the command reads, --json. Values
+// given before the command are the defaults, so either position works.
+func (c *cli) globalFlags(fs *flag.FlagSet, withJSON bool) {
+	fs.StringVar(&c.g.bus, "bus", c.g.bus, "system, session or a D-Bus address")
+	if withJSON {
+		fs.BoolVar(&c.g.json, "json", c.g.json, "print JSON")
+	}
+}
+
+// checkBus validates --bus: system, session or an address
+// transport:key=value[,...].
+func checkBus(b string) error {
+	switch {
+	case b == "system" || b == "session":
+		return nil
+	case strings.Contains(b, ":") && strings.Contains(b, "="):
+		return nil
+	}
+	return usagef("--bus %q: want system, session or a D-Bus address such as unix:path=/run/dbus/system_bus_socket", b)
+}
+
+// usage reports err (a flag or usage error) for command name and returns 2.
+func (c *cli) usage(name string, err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(c.stdout, usageText)
+		return exitOK
+	}
+	prog := "schedpolicyctl"
+	hint := "schedpolicyctl --help"
+	if name != "" {
+		prog += " " + name
+		hint = "schedpolicyctl " + name + " --help"
+	}
+	fmt.Fprintf(c.stderr, "%s: %v\nTry '%s'.\n", prog, err, hint)
+	return exitUsage
+}
+
+// wantsHelp reports whether args ask for help before any "--".
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "-h", "-help", "--help":
+			return true
+		case "--":
+			return false
+		}
+	}
+	return false
+}
+
+func (cmd command) printHelp(w io.Writer) {
+	fmt.Fprintf(w, "Usage: schedpolicyctl %s\n\n%s\n", cmd.synopsis, strings.TrimSpace(cmd.help))
+	fmt.Fprintln(w, "\nOptions:")
+	fmt.Fprintln(w, "  --bus BUS          system (default), session, or a D-Bus address")
+	if cmd.json {
+		fmt.Fprintln(w, "  --json             print JSON instead of text")
+	}
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	if cmd.flags != nil {
+		cmd.flags(fs, &cli{})
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		left := "--" + f.Name
+		if name != "" {
+			left += " " + name
+		}
+		fmt.Fprintf(w, "  %-18s %s\n", left, usage)
+	})
+	fmt.Fprintln(w, "  -h, --help         show this help")
+}
+
+// commands returns the command table.
+func commands() map[string]command {
+	list := []command{
+		{
+			name: "status", synopsis: "status [--json]", json: true, run: (*cli).status,
+			help: `Show the effective policy and why, the power source, the knob
+(power_aware and power_aware_policy), boost, active holds and the managed
+workloads.`,
+		},
+		{
+			name: "set", synopsis: "set POLICY", run: (*cli).set,
+			help: `Choose a policy explicitly, like writing current_sched_policy:
+performance sets power_aware to 0; balance or powersaving set power_aware to 2
+and power_aware_policy to POLICY. An explicit choice cancels all holds and is
+saved across restarts. Needs root or the polkit action
+org.schedpolicyd.set-policy.`,
+		},
+		{
+			name: "auto", synopsis: "auto 0|1|2", run: (*cli).auto,
+			help: `Set the knob power_aware: 0 always performance, 1 automatic (power-aware
+only on positive evidence of battery), 2 always power-aware. Needs root or
+the polkit action org.schedpolicyd.set-policy.`,
+		},
+		{
+			name: "watch", synopsis: "watch [--json]", json: true, run: (*cli).watch,
+			help: `Print the current state, then one line per change (changed properties,
+PolicyChanged, the daemon leaving or joining the bus) until interrupted with
+Ctrl-C. With --json every line is one JSON object.`,
+		},
+		{
+			name: "workloads", synopsis: "workloads [--json]", json: true, run: (*cli).workloads,
+			help: `List the managed workloads: name, CPUs (cpulist), utilisation in CPUs,
+per-workload policy override and cgroup directory.`,
+		},
+		{
+			name: "run", synopsis: "run [--name NAME] -- CMD [ARGS...]", run: (*cli).runCmd,
+			flags: func(fs *flag.FlagSet, c *cli) {
+				fs.StringVar(&c.name, "name", "", "workload `NAME` (default: the command's name and this process's pid)")
+			},
+			help: `Create a new managed workload, move this process into it, then execute
+CMD in place (so CMD keeps this process's pid, stdin, stdout and signals).
+NAME: 1-64 bytes, no "/", not "." or "..", no control characters; an
+existing name is an error (exit 5). Needs root or the polkit action
+org.schedpolicyd.set-policy, and schedpolicyd must manage a cgroup.`,
+		},
+		{
+			name: "launch", synopsis: "launch --policy POLICY [--reason TEXT] -- CMD [ARGS...]", run: (*cli).launch,
+			flags: func(fs *flag.FlagSet, c *cli) {
+				fs.StringVar(&c.policy, "policy", "", "`POLICY` to hold: performance, balance or powersaving (required)")
+				fs.StringVar(&c.reason, "reason", "", "`TEXT`: why, shown in status (default: the command line)")
+			},
+			help: `Hold POLICY while CMD runs: start CMD, wait for it, release the hold,
+and exit with CMD's status. Signals (SIGINT, SIGTERM, SIGHUP, SIGQUIT,
+SIGUSR1, SIGUSR2) are forwarded to CMD. The daemon also drops the hold if
+schedpolicyctl dies. When holds disagree the power-saving one wins; an
+explicit 'set' or 'auto' cancels holds.`,
+		},
+		{
+			name: "rebalance", synopsis: "rebalance", run: (*cli).rebalance,
+			help: `Ask the daemon to re-read the power source and re-plan now.`,
+		},
+	}
+	m := map[string]command{}
+	for _, c := range list {
+		m[c.name] = c
+	}
+	return m
+}

@@ -1,0 +1,272 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+)
+
+// status is the daemon's state as read from its properties; it is also the
+// JSON shape of `status --json`. Fields an older daemon does not export
+// keep their zero value.
+type status struct {
+	ActivePolicy      string     `json:"active_policy"`      // performance | balance | powersaving
+	AvailablePolicies []string   `json:"available_policies"` // const
+	PowerAware        uint32     `json:"power_aware"`        // 0, 1 or 2
+	PowerAwarePolicy  string     `json:"power_aware_policy"` // balance | powersaving
+	PowerSource       string     `json:"power_source"`       // ac | battery | unknown
+	OnBattery         bool       `json:"on_battery"`
+	Boost             string     `json:"boost"`  // 1 | 0 | unsupported
+	Reason            string     `json:"reason"` // why the current policy
+	LastChangeUsec    uint64     `json:"last_change_usec"`
+	LastChange        string     `json:"last_change,omitempty"` // RFC 3339, from LastChangeUsec
+	Holds             []hold     `json:"holds"`
+	Workloads         []workload `json:"workloads"`
+}
+
+// hold is one entry of the Holds property, a(usss).
+type hold struct {
+	Cookie uint32 `json:"cookie"`
+	Policy string `json:"policy"`
+	Reason string `json:"reason"`
+	Holder string `json:"holder"` // the holder's unique bus name
+}
+
+// workload is one entry of the Workloads property, a(sssds).
+type workload struct {
+	Name   string  `json:"name"`
+	Path   string  `json:"path"`   // cgroup directory
+	CPUs   string  `json:"cpus"`   // cpulist, e.g. 0-3,8
+	Util   float64 `json:"util"`   // decayed utilisation, in CPUs
+	Policy string  `json:"policy"` // per-workload override, "" for none
+}
+
+// statusFrom decodes GetAll's answer. A property of an unexpected type is
+// an error: the client and daemon disagree about the contract.
+func statusFrom(props map[string]dbus.Variant) (status, error) {
+	var s status
+	s.Holds, s.Workloads = []hold{}, []workload{}
+	for name, v := range props {
+		var err error
+		switch name {
+		case "ActivePolicy":
+			err = v.Store(&s.ActivePolicy)
+		case "AvailablePolicies":
+			err = v.Store(&s.AvailablePolicies)
+		case "PowerAware":
+			err = v.Store(&s.PowerAware)
+		case "PowerAwarePolicy":
+			err = v.Store(&s.PowerAwarePolicy)
+		case "PowerSource":
+			err = v.Store(&s.PowerSource)
+		case "OnBattery":
+			err = v.Store(&s.OnBattery)
+		case "Boost":
+			err = v.Store(&s.Boost)
+		case "Reason":
+			err = v.Store(&s.Reason)
+		case "LastChange":
+			err = v.Store(&s.LastChangeUsec)
+			if err == nil && s.LastChangeUsec > 0 {
+				s.LastChange = time.UnixMicro(int64(s.LastChangeUsec)).UTC().Format(time.RFC3339)
+			}
+		case "Holds":
+			s.Holds, err = holdsFrom(v)
+		case "Workloads":
+			s.Workloads, err = workloadsFrom(v)
+		}
+		if err != nil {
+			return status{}, fmt.Errorf("property %s has type %s: %w", name, v.Signature(), err)
+		}
+	}
+	return s, nil
+}
+
+func holdsFrom(v dbus.Variant) ([]hold, error) {
+	var raw [][]any
+	if err := dbus.Store([]any{v.Value()}, &raw); err != nil {
+		return nil, err
+	}
+	out := []hold{}
+	for _, r := range raw {
+		var h hold
+		if err := dbus.Store(r, &h.Cookie, &h.Policy, &h.Reason, &h.Holder); err != nil {
+			return nil, err
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+func workloadsFrom(v dbus.Variant) ([]workload, error) {
+	var raw [][]any
+	if err := dbus.Store([]any{v.Value()}, &raw); err != nil {
+		return nil, err
+	}
+	out := []workload{}
+	for _, r := range raw {
+		var w workload
+		if err := dbus.Store(r, &w.Name, &w.Path, &w.CPUs, &w.Util, &w.Policy); err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// knobMeaning describes power_aware's value for humans.
+func knobMeaning(v uint32) string {
+	switch v {
+	case 0:
+		return "always performance"
+	case 1:
+		return "automatic"
+	case 2:
+		return "always power-aware"
+	}
+	return "unknown"
+}
+
+// ago renders a duration since t coarsely ("3m ago"); now is injected for
+// tests.
+func ago(t, now time.Time) string {
+	d := now.Sub(t)
+	switch {
+	case d < 0:
+		return "in the future"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm ago", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+}
+
+// writeStatus prints the human summary.
+func writeStatus(w io.Writer, s status, now time.Time) {
+	fmt.Fprintf(w, "policy:        %s\n", s.ActivePolicy)
+	if s.Reason != "" {
+		fmt.Fprintf(w, "  reason:      %s\n", s.Reason)
+	}
+	if s.LastChangeUsec > 0 {
+		t := time.UnixMicro(int64(s.LastChangeUsec))
+		fmt.Fprintf(w, "  since:       %s (%s)\n", t.Local().Format("2006-01-02 15:04:05"), ago(t, now))
+	}
+	src := s.PowerSource
+	if s.OnBattery {
+		src += " (on battery)"
+	}
+	fmt.Fprintf(w, "power source:  %s\n", src)
+	fmt.Fprintf(w, "knob:          power_aware=%d (%s) power_aware_policy=%s\n", s.PowerAware, knobMeaning(s.PowerAware), s.PowerAwarePolicy)
+	fmt.Fprintf(w, "boost:         %s\n", s.Boost)
+	if len(s.Holds) == 0 {
+		fmt.Fprintf(w, "holds:         none\n")
+	} else {
+		fmt.Fprintf(w, "holds:         %d\n", len(s.Holds))
+		for _, h := range s.Holds {
+			fmt.Fprintf(w, "  #%d %s by %s: %s\n", h.Cookie, h.Policy, h.Holder, h.Reason)
+		}
+	}
+	if len(s.Workloads) == 0 {
+		fmt.Fprintf(w, "workloads:     none\n")
+		return
+	}
+	fmt.Fprintf(w, "workloads:     %d\n", len(s.Workloads))
+	writeWorkloadTable(w, s.Workloads, "  ")
+}
+
+// writeWorkloadTable prints NAME CPUS UTIL POLICY PATH columns.
+func writeWorkloadTable(w io.Writer, ws []workload, indent string) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "%sNAME\tCPUS\tUTIL\tPOLICY\tPATH\n", indent)
+	for _, wl := range ws {
+		pol := wl.Policy
+		if pol == "" {
+			pol = "-"
+		}
+		fmt.Fprintf(tw, "%s%s\t%s\t%.2f\t%s\t%s\n", indent, printable(wl.Name), wl.CPUs, wl.Util, pol, printable(wl.Path))
+	}
+	tw.Flush()
+}
+
+// printable escapes control characters so a hostile name cannot move the
+// terminal's cursor.
+func printable(s string) string {
+	if strings.IndexFunc(s, isControl) < 0 {
+		return s
+	}
+	q := fmt.Sprintf("%q", s)
+	return q[1 : len(q)-1]
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func (c *cli) readStatus() (status, error) {
+	cl, err := c.dial()
+	if err != nil {
+		return status{}, err
+	}
+	defer cl.Close()
+	props, err := cl.properties()
+	if err != nil {
+		return status{}, err
+	}
+	s, err := statusFrom(props)
+	if err != nil {
+		return status{}, &cliError{exitFailure, err.Error()}
+	}
+	return s, nil
+}
+
+func (c *cli) status(args []string) int {
+	if len(args) > 0 {
+		return c.usage("status", usagef("unexpected argument %q", args[0]))
+	}
+	s, err := c.readStatus()
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.g.json {
+		if err := writeJSON(c.stdout, s); err != nil {
+			return c.fail(err)
+		}
+		return exitOK
+	}
+	writeStatus(c.stdout, s, time.Now())
+	return exitOK
+}
+
+func (c *cli) workloads(args []string) int {
+	if len(args) > 0 {
+		return c.usage("workloads", usagef("unexpected argument %q", args[0]))
+	}
+	s, err := c.readStatus()
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.g.json {
+		if err := writeJSON(c.stdout, s.Workloads); err != nil {
+			return c.fail(err)
+		}
+		return exitOK
+	}
+	if len(s.Workloads) == 0 {
+		fmt.Fprintln(c.stdout, "no managed workloads")
+		return exitOK
+	}
+	writeWorkloadTable(c.stdout, s.Workloads, "")
+	return exitOK
+}

@@ -1,0 +1,506 @@
+package main
+
+// The configuration file, schedpolicyd.conf(5).
+//
+// The file is flat TOML: one key = value per line, no tables. The keys are
+// spelled as in the issues (snake_case); each one that has a command-line
+// flag has the same name with "_" turned into "-", and a flag given on the
+// command line wins over the file. On/off settings are TOML booleans
+// (power_profiles_api = true), settings with named values are strings
+// (boost_on_battery = "off"), durations are strings in Go's syntax
+// (debounce = "500ms"). Unknown keys, tables, wrong types and bad values are
+// errors that name the file and line; the daemon refuses to start on them
+// and, on SIGHUP, keeps the running configuration.
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	toml "github.com/pelletier/go-toml/v2"
+	"github.com/pelletier/go-toml/v2/unstable"
+	"github.com/sirupsen/logrus"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/policy"
+)
+
+// DefaultConfigPath is where the Debian package installs the conffile.
+const DefaultConfigPath = "/etc/schedpolicyd/schedpolicyd.conf"
+
+// Defaults of the settings daemon.Config has no field for yet; the
+// accessors below return them when the file does not set the key.
+const (
+	DefaultPowerAware       = 1             // automatic
+	DefaultPowerAwarePolicy = "powersaving" // what modes 1 and 2 use
+	DefaultBoostOnBattery   = "keep"
+	DefaultUPower           = "auto"
+	DefaultLogLevel         = "info"
+)
+
+// maxConfigSize bounds the file read; a real one is a few hundred bytes.
+const maxConfigSize = 1 << 20
+
+// fileConfig is a parsed configuration file. Every field is nil when the
+// file does not set the key, so "absent" and "set to the default" stay
+// distinguishable and apply only touches what the file names. It is a plain
+// value: copy it freely; it holds no resources.
+type fileConfig struct {
+	// Path is the file this came from; "" when no file was read (the
+	// default path did not exist).
+	Path string
+
+	// PowerAware is the knob used until a choice is saved in state.json:
+	// 0 always performance, 1 automatic, 2 always power-aware.
+	PowerAware *int
+	// PowerAwarePolicy is "balance" or "powersaving": the policy modes 1
+	// and 2 use until a choice is saved.
+	PowerAwarePolicy *string
+	// TreeDir is where the virtual sysfs tree is served (absolute path).
+	TreeDir *string
+	// TreeBackend is "auto", "fuse" or "plain".
+	TreeBackend *string
+	// CgroupRoot is the managed parent cgroup: "auto", "none" or an
+	// absolute path.
+	CgroupRoot *string
+	// SysfsRoot is the sysfs root (absolute path, "/sys" in production).
+	SysfsRoot *string
+	// StateDir holds state.json (absolute path).
+	StateDir *string
+	// Bus is "system", "session", "none" or a D-Bus address.
+	Bus *string
+	// Debounce delays a re-read after a power event (≥ 0).
+	Debounce *time.Duration
+	// RecheckInterval re-reads the power source without events (≥ 1s, or
+	// negative for never).
+	RecheckInterval *time.Duration
+	// SampleInterval is the workload utilisation sampling period (≥ 10ms).
+	SampleInterval *time.Duration
+	// BoostOnBattery is "keep", "off" or "on": what to do with cpufreq
+	// boost while on battery.
+	BoostOnBattery *string
+	// UPower is "auto", "on" or "off": whether to corroborate the power
+	// source with UPower's OnBattery on the system bus.
+	UPower *string
+	// PowerProfilesAPI serves org.freedesktop.UPower.PowerProfiles and
+	// net.hadess.PowerProfiles when true.
+	PowerProfilesAPI *bool
+	// LogLevel is a logrus level: "debug", "info", "warning", "error".
+	LogLevel *string
+}
+
+// ConfigError is one problem in a configuration file: File and Line (1-based;
+// 0 when unknown) locate it, Key names the setting ("" for a syntax error).
+// Its message reads "FILE:LINE: KEY: problem". Unwrap gives the cause, e.g.
+// an *os.PathError for an unreadable file.
+type ConfigError struct {
+	File string
+	Line int
+	Key  string
+	Err  error
+}
+
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	b.WriteString(": ")
+	if e.Key != "" {
+		b.WriteString(e.Key + ": ")
+	}
+	b.WriteString(e.Err.Error())
+	return b.String()
+}
+
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// rawConfig is the TOML shape; pointer fields record presence, and the
+// decoder rejects any key not listed here (DisallowUnknownFields).
+type rawConfig struct {
+	PowerAware       *int64  `toml:"power_aware"`
+	PowerAwarePolicy *string `toml:"power_aware_policy"`
+	TreeDir          *string `toml:"tree_dir"`
+	TreeBackend      *string `toml:"tree_backend"`
+	CgroupRoot       *string `toml:"cgroup_root"`
+	SysfsRoot        *string `toml:"sysfs_root"`
+	StateDir         *string `toml:"state_dir"`
+	Bus              *string `toml:"bus"`
+	Debounce         *string `toml:"debounce"`
+	RecheckInterval  *string `toml:"recheck_interval"`
+	SampleInterval   *string `toml:"sample_interval"`
+	BoostOnBattery   *string `toml:"boost_on_battery"`
+	UPower           *string `toml:"upower"`
+	PowerProfilesAPI *bool   `toml:"power_profiles_api"`
+	LogLevel         *string `toml:"log_level"`
+}
+
+// loadConfig reads and validates the configuration file at path.
+//
+// Results:
+//   - the file does not exist and explicit is false (the default path):
+//     an empty fileConfig (Path "") and nil — running without a file is
+//     normal;
+//   - the file does not exist and explicit is true (--config was given):
+//     an error wrapping fs.ErrNotExist;
+//   - the file cannot be read, is not valid TOML, has an unknown key, a
+//     table, a value of the wrong type or a bad value: an error listing
+//     every problem found, each a *ConfigError with file and line
+//     (errors.As finds the first);
+//   - otherwise the settings the file names, and nil.
+//
+// It has no side effects and is safe to call again on SIGHUP.
+func loadConfig(path string, explicit bool) (fileConfig, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) && !explicit {
+			return fileConfig{}, nil
+		}
+		return fileConfig{}, &ConfigError{File: path, Err: err}
+	}
+	defer f.Close()
+	data, err := readAllLimited(f, maxConfigSize)
+	if err != nil {
+		return fileConfig{}, &ConfigError{File: path, Err: err}
+	}
+	return parseConfig(path, data)
+}
+
+func readAllLimited(f *os.File, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("larger than %d bytes; is this really a configuration file?", limit)
+	}
+	return data, nil
+}
+
+// parseConfig validates data, the content of file name (used in errors).
+func parseConfig(name string, data []byte) (fileConfig, error) {
+	fc := fileConfig{Path: name}
+	var raw rawConfig
+	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
+	if err := dec.Decode(&raw); err != nil {
+		return fileConfig{}, decodeErrors(name, err)
+	}
+	lines := keyLines(data)
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, &ConfigError{File: name, Line: lines[key], Key: key, Err: fmt.Errorf(format, args...)})
+	}
+
+	if raw.PowerAware != nil {
+		if v := *raw.PowerAware; v < 0 || v > 2 {
+			bad("power_aware", "%d: want 0 (always performance), 1 (automatic) or 2 (always power-aware)", v)
+		} else {
+			n := int(v)
+			fc.PowerAware = &n
+		}
+	}
+	enum := func(key string, v *string, allowed ...string) *string {
+		if v == nil {
+			return nil
+		}
+		for _, a := range allowed {
+			if *v == a {
+				return v
+			}
+		}
+		bad(key, "%q: want %s", *v, quoteList(allowed))
+		return nil
+	}
+	fc.PowerAwarePolicy = enum("power_aware_policy", raw.PowerAwarePolicy, "balance", "powersaving")
+	fc.TreeBackend = enum("tree_backend", raw.TreeBackend, "auto", "fuse", "plain")
+	fc.BoostOnBattery = enum("boost_on_battery", raw.BoostOnBattery, "keep", "off", "on")
+	fc.UPower = enum("upower", raw.UPower, "auto", "on", "off")
+
+	absPath := func(key string, v *string) *string {
+		if v == nil {
+			return nil
+		}
+		if !filepath.IsAbs(*v) {
+			bad(key, "%q: want an absolute path", *v)
+			return nil
+		}
+		c := filepath.Clean(*v)
+		return &c
+	}
+	fc.TreeDir = absPath("tree_dir", raw.TreeDir)
+	fc.SysfsRoot = absPath("sysfs_root", raw.SysfsRoot)
+	fc.StateDir = absPath("state_dir", raw.StateDir)
+	if raw.CgroupRoot != nil {
+		switch *raw.CgroupRoot {
+		case "auto", "none":
+			fc.CgroupRoot = raw.CgroupRoot
+		default:
+			fc.CgroupRoot = absPath("cgroup_root", raw.CgroupRoot)
+		}
+	}
+	if raw.Bus != nil {
+		switch b := *raw.Bus; {
+		case b == "system" || b == "session" || b == "none":
+			fc.Bus = raw.Bus
+		case strings.Contains(b, ":") && strings.Contains(b, "="):
+			fc.Bus = raw.Bus // transport:key=value[,...]
+		default:
+			bad("bus", "%q: want \"system\", \"session\", \"none\" or a D-Bus address such as \"unix:path=/run/dbus/system_bus_socket\"", b)
+		}
+	}
+
+	duration := func(key string, v *string, check func(time.Duration) string) *time.Duration {
+		if v == nil {
+			return nil
+		}
+		d, err := time.ParseDuration(*v)
+		if err != nil {
+			bad(key, "%q: want a duration such as \"500ms\", \"2s\" or \"1m\"", *v)
+			return nil
+		}
+		if msg := check(d); msg != "" {
+			bad(key, "%q: %s", *v, msg)
+			return nil
+		}
+		return &d
+	}
+	fc.Debounce = duration("debounce", raw.Debounce, func(d time.Duration) string {
+		if d < 0 {
+			return "must not be negative"
+		}
+		return ""
+	})
+	fc.RecheckInterval = duration("recheck_interval", raw.RecheckInterval, func(d time.Duration) string {
+		if d >= 0 && d < time.Second {
+			return "must be at least 1s (or negative to disable)"
+		}
+		return ""
+	})
+	fc.SampleInterval = duration("sample_interval", raw.SampleInterval, func(d time.Duration) string {
+		if d < 10*time.Millisecond {
+			return "must be at least 10ms"
+		}
+		return ""
+	})
+	fc.PowerProfilesAPI = raw.PowerProfilesAPI
+	if raw.LogLevel != nil {
+		if _, err := logrus.ParseLevel(*raw.LogLevel); err != nil {
+			bad("log_level", "%q: want \"debug\", \"info\", \"warning\" or \"error\"", *raw.LogLevel)
+		} else {
+			fc.LogLevel = raw.LogLevel
+		}
+	}
+	if len(errs) > 0 {
+		sort.SliceStable(errs, func(i, j int) bool {
+			return errs[i].(*ConfigError).Line < errs[j].(*ConfigError).Line
+		})
+		return fileConfig{}, errors.Join(errs...)
+	}
+	return fc, nil
+}
+
+// decodeErrors turns the TOML decoder's errors (syntax, unknown key, wrong
+// type) into ConfigErrors with the line the decoder reports.
+func decodeErrors(name string, err error) error {
+	var strict *toml.StrictMissingError
+	if errors.As(err, &strict) {
+		var errs []error
+		for i := range strict.Errors {
+			e := &strict.Errors[i]
+			row, _ := e.Position()
+			key := strings.Join(e.Key(), ".")
+			errs = append(errs, &ConfigError{File: name, Line: row, Key: key,
+				Err: fmt.Errorf("unknown setting (known: %s; see schedpolicyd.conf(5))", strings.Join(configKeys(), ", "))})
+		}
+		return errors.Join(errs...)
+	}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		row, _ := de.Position()
+		key := strings.Join(de.Key(), ".")
+		msg := strings.TrimPrefix(de.Error(), "toml: ")
+		if key != "" {
+			if want := configKeyType(key); want != "" && strings.Contains(msg, "cannot decode") {
+				msg = "wrong type: want " + want
+			}
+		}
+		return &ConfigError{File: name, Line: row, Key: key, Err: errors.New(msg)}
+	}
+	return &ConfigError{File: name, Err: err}
+}
+
+// configKeys lists the keys rawConfig accepts, in file order.
+func configKeys() []string {
+	return []string{"power_aware", "power_aware_policy", "tree_dir", "tree_backend", "cgroup_root",
+		"sysfs_root", "state_dir", "bus", "debounce", "recheck_interval", "sample_interval",
+		"boost_on_battery", "upower", "power_profiles_api", "log_level"}
+}
+
+// configKeyType describes the TOML type a key wants, for type errors.
+func configKeyType(key string) string {
+	switch key {
+	case "power_aware":
+		return "an integer 0, 1 or 2 (power_aware = 1)"
+	case "power_profiles_api":
+		return "a boolean (power_profiles_api = true), not a string"
+	case "debounce", "recheck_interval", "sample_interval":
+		return fmt.Sprintf("a duration string (%s = \"500ms\")", key)
+	case "":
+		return ""
+	}
+	for _, k := range configKeys() {
+		if k == key {
+			return fmt.Sprintf("a string (%s = \"...\")", key)
+		}
+	}
+	return ""
+}
+
+// keyLines maps each top-level key of a TOML document to the 1-based line
+// it is set on. Only called on a document the decoder accepted.
+func keyLines(data []byte) map[string]int {
+	lines := map[string]int{}
+	var p unstable.Parser
+	p.Reset(data)
+	for p.NextExpression() {
+		e := p.Expression()
+		if e.Kind != unstable.KeyValue {
+			continue
+		}
+		it := e.Key()
+		var parts []string
+		var first *unstable.Node
+		for it.Next() {
+			n := it.Node()
+			if first == nil {
+				first = n
+			}
+			parts = append(parts, string(n.Data))
+		}
+		if first != nil {
+			lines[strings.Join(parts, ".")] = p.Shape(first.Raw).Start.Line
+		}
+	}
+	return lines
+}
+
+func quoteList(vs []string) string {
+	q := make([]string, len(vs))
+	for i, v := range vs {
+		q[i] = fmt.Sprintf("%q", v)
+	}
+	if len(q) == 1 {
+		return q[0]
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
+}
+
+// configFlags maps each key that has a daemon flag to the flag's name.
+var configFlags = map[string]string{
+	"tree_dir":           "tree-dir",
+	"tree_backend":       "tree-backend",
+	"cgroup_root":        "cgroup-root",
+	"sysfs_root":         "sysfs-root",
+	"state_dir":          "state-dir",
+	"bus":                "bus",
+	"debounce":           "debounce",
+	"recheck_interval":   "recheck-interval",
+	"sample_interval":    "sample-interval",
+	"log_level":          "log-level",
+	"power_profiles_api": "power-profiles-api",
+	"boost_on_battery":   "boost-on-battery",
+	"upower":             "upower",
+}
+
+// apply copies the settings the file names into cfg, except those whose
+// flag is in setFlags (flag names without dashes, e.g. "tree-dir", as
+// flag.FlagSet.Visit reports them): the command line wins. Call it after
+// flag parsing and before "auto"/"none" in cfg.CgroupRoot are resolved.
+// power_aware and power_aware_policy become cfg.DefaultKnob (used until a
+// choice is saved in state.json); log_level is read with LogLevelName.
+func (fc fileConfig) apply(cfg *daemon.Config, setFlags map[string]bool) {
+	str := func(dst *string, v *string, key string) {
+		if v != nil && !setFlags[configFlags[key]] {
+			*dst = *v
+		}
+	}
+	dur := func(dst *time.Duration, v *time.Duration, key string) {
+		if v != nil && !setFlags[configFlags[key]] {
+			*dst = *v
+		}
+	}
+	str(&cfg.TreeDir, fc.TreeDir, "tree_dir")
+	str(&cfg.TreeBackend, fc.TreeBackend, "tree_backend")
+	str(&cfg.CgroupRoot, fc.CgroupRoot, "cgroup_root")
+	str(&cfg.SysfsRoot, fc.SysfsRoot, "sysfs_root")
+	str(&cfg.StateDir, fc.StateDir, "state_dir")
+	str(&cfg.Bus, fc.Bus, "bus")
+	dur(&cfg.Debounce, fc.Debounce, "debounce")
+	dur(&cfg.SafetyInterval, fc.RecheckInterval, "recheck_interval")
+	dur(&cfg.SampleInterval, fc.SampleInterval, "sample_interval")
+	str(&cfg.BoostOnBattery, fc.BoostOnBattery, "boost_on_battery")
+	str(&cfg.UPower, fc.UPower, "upower")
+	if fc.PowerProfilesAPI != nil && !setFlags["power-profiles-api"] {
+		cfg.PowerProfilesAPI = *fc.PowerProfilesAPI
+	}
+	if fc.PowerAware != nil || fc.PowerAwarePolicy != nil {
+		aware, pap := fc.Knob()
+		cfg.DefaultKnob = &policy.Knob{PowerAware: policy.PowerAware(aware), PowerAwarePolicy: policy.Policy(pap)}
+	}
+}
+
+// Knob returns the default knob: power_aware (0, 1 or 2) and
+// power_aware_policy ("balance" or "powersaving"), each from the file or
+// its default (1, "powersaving"). A choice saved in state.json wins over
+// both.
+func (fc fileConfig) Knob() (powerAware int, powerAwarePolicy string) {
+	powerAware, powerAwarePolicy = DefaultPowerAware, DefaultPowerAwarePolicy
+	if fc.PowerAware != nil {
+		powerAware = *fc.PowerAware
+	}
+	if fc.PowerAwarePolicy != nil {
+		powerAwarePolicy = *fc.PowerAwarePolicy
+	}
+	return powerAware, powerAwarePolicy
+}
+
+// BoostOnBatteryMode returns boost_on_battery: "keep" (default), "off" or
+// "on".
+func (fc fileConfig) BoostOnBatteryMode() string {
+	if fc.BoostOnBattery != nil {
+		return *fc.BoostOnBattery
+	}
+	return DefaultBoostOnBattery
+}
+
+// UPowerMode returns upower: "auto" (default: use UPower when it is on the
+// bus), "on" or "off".
+func (fc fileConfig) UPowerMode() string {
+	if fc.UPower != nil {
+		return *fc.UPower
+	}
+	return DefaultUPower
+}
+
+// PowerProfilesAPIEnabled returns power_profiles_api (default false).
+func (fc fileConfig) PowerProfilesAPIEnabled() bool {
+	return fc.PowerProfilesAPI != nil && *fc.PowerProfilesAPI
+}
+
+// LogLevelName returns the log level to use: flagValue when --log-level is
+// in setFlags, else the file's log_level, else flagValue (the flag's
+// default, "info").
+func (fc fileConfig) LogLevelName(flagValue string, setFlags map[string]bool) string {
+	if fc.LogLevel != nil && !setFlags["log-level"] {
+		return *fc.LogLevel
+	}
+	return flagValue
+}

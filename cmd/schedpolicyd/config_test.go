@@ -1,0 +1,280 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon"
+)
+
+func writeConfig(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "schedpolicyd.conf")
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestConfigMissingFile(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nope.conf")
+	// The default path may be absent: run with built-in defaults.
+	fc, err := loadConfig(missing, false)
+	if err != nil || !reflect.DeepEqual(fc, fileConfig{}) {
+		t.Errorf("loadConfig(missing, default) = %+v, %v; want empty, nil", fc, err)
+	}
+	// --config names a file that must exist.
+	_, err = loadConfig(missing, true)
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("loadConfig(missing, explicit) err = %v, want fs.ErrNotExist", err)
+	}
+	if err != nil && !strings.Contains(err.Error(), missing) {
+		t.Errorf("error %q does not name the file", err)
+	}
+	// A directory is not a config file, explicit or not.
+	if _, err := loadConfig(t.TempDir(), false); err == nil {
+		t.Error("loadConfig(directory) succeeded")
+	}
+}
+
+func TestConfigAllKeys(t *testing.T) {
+	p := writeConfig(t, `# every key
+power_aware = 2
+power_aware_policy = "balance"
+tree_dir = "/run/x/tree/"
+tree_backend = "plain"
+cgroup_root = "none"
+sysfs_root = "/tmp/mock"
+state_dir = "/var/lib/x"
+bus = "unix:path=/tmp/bus"
+debounce = "250ms"
+recheck_interval = "-1s"
+sample_interval = "2s"
+boost_on_battery = "off"
+upower = "off"
+power_profiles_api = true
+log_level = "debug"
+`)
+	fc, err := loadConfig(p, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fc.Path != p {
+		t.Errorf("Path = %q", fc.Path)
+	}
+	if a, pol := fc.Knob(); a != 2 || pol != "balance" {
+		t.Errorf("Knob() = %d, %q", a, pol)
+	}
+	if fc.BoostOnBatteryMode() != "off" || fc.UPowerMode() != "off" || !fc.PowerProfilesAPIEnabled() {
+		t.Errorf("accessors: boost=%q upower=%q ppd=%v", fc.BoostOnBatteryMode(), fc.UPowerMode(), fc.PowerProfilesAPIEnabled())
+	}
+	if got := fc.LogLevelName("info", nil); got != "debug" {
+		t.Errorf("LogLevelName = %q", got)
+	}
+	var cfg daemon.Config
+	fc.apply(&cfg, nil)
+	want := daemon.Config{
+		TreeDir: "/run/x/tree", TreeBackend: "plain", CgroupRoot: "none", SysfsRoot: "/tmp/mock",
+		StateDir: "/var/lib/x", Bus: "unix:path=/tmp/bus", Debounce: 250 * time.Millisecond,
+		SafetyInterval: -time.Second, SampleInterval: 2 * time.Second, PowerProfilesAPI: true,
+	}
+	if !reflect.DeepEqual(cfg, want) {
+		t.Errorf("apply:\n got %+v\nwant %+v", cfg, want)
+	}
+}
+
+func TestConfigDefaultsWhenEmpty(t *testing.T) {
+	fc, err := loadConfig(writeConfig(t, "# nothing set\n\n"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, pol := fc.Knob(); a != 1 || pol != "powersaving" {
+		t.Errorf("Knob() = %d, %q; want 1, powersaving", a, pol)
+	}
+	if fc.BoostOnBatteryMode() != "keep" || fc.UPowerMode() != "auto" || fc.PowerProfilesAPIEnabled() {
+		t.Errorf("defaults: boost=%q upower=%q ppd=%v", fc.BoostOnBatteryMode(), fc.UPowerMode(), fc.PowerProfilesAPIEnabled())
+	}
+	if got := fc.LogLevelName("warning", nil); got != "warning" {
+		t.Errorf("LogLevelName = %q, want the flag's value", got)
+	}
+	cfg := daemon.Config{TreeDir: "/a", Debounce: time.Second}
+	fc.apply(&cfg, nil)
+	if cfg.TreeDir != "/a" || cfg.Debounce != time.Second {
+		t.Errorf("an empty file changed the config: %+v", cfg)
+	}
+}
+
+// TestConfigFlagsOverride: a flag given on the command line beats the file;
+// flags left at their default do not.
+func TestConfigFlagsOverride(t *testing.T) {
+	fc, err := loadConfig(writeConfig(t, "tree_dir = \"/from/file\"\ndebounce = \"1s\"\nbus = \"session\"\nlog_level = \"debug\"\n"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := flag.NewFlagSet("t", flag.ContinueOnError)
+	var cfg daemon.Config
+	fl.StringVar(&cfg.TreeDir, "tree-dir", "/default", "")
+	fl.DurationVar(&cfg.Debounce, "debounce", 500*time.Millisecond, "")
+	fl.StringVar(&cfg.Bus, "bus", "system", "")
+	level := fl.String("log-level", "info", "")
+	if err := fl.Parse([]string{"--tree-dir", "/from/flag", "--log-level", "error"}); err != nil {
+		t.Fatal(err)
+	}
+	set := map[string]bool{}
+	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fc.apply(&cfg, set)
+	if cfg.TreeDir != "/from/flag" {
+		t.Errorf("TreeDir = %q, want the flag's", cfg.TreeDir)
+	}
+	if cfg.Debounce != time.Second || cfg.Bus != "session" {
+		t.Errorf("Debounce = %v, Bus = %q; want the file's", cfg.Debounce, cfg.Bus)
+	}
+	if got := fc.LogLevelName(*level, set); got != "error" {
+		t.Errorf("LogLevelName = %q, want the flag's error", got)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		content string
+		line    int
+		key     string
+		want    string // substring of the message
+	}{
+		// syntax
+		{"missing value", "power_aware = 1\ndebounce =\n", 2, "", "start of value"},
+		{"unterminated string", "bus = \"system\n", 1, "", ""},
+		{"duplicate key", "upower = \"on\"\nupower = \"off\"\n", 2, "", "upower"},
+		// unknown keys and tables
+		{"unknown key", "power_aware = 1\n\npowersave = true\n", 3, "powersave", "unknown setting"},
+		{"misspelt key", "power-aware = 1\n", 1, "power-aware", "unknown setting"},
+		{"table", "[daemon]\ntree_dir = \"/x\"\n", 1, "daemon", "unknown setting"},
+		// wrong types
+		{"knob as string", "power_aware = \"1\"\n", 1, "power_aware", "want an integer"},
+		{"bool as string", "power_profiles_api = \"on\"\n", 1, "power_profiles_api", "want a boolean"},
+		{"duration as integer", "debounce = 500\n", 1, "debounce", "duration string"},
+		{"enum as bool", "boost_on_battery = false\n", 1, "boost_on_battery", "want a string"},
+		// bad values
+		{"knob out of range", "power_aware = 3\n", 1, "power_aware", "want 0"},
+		{"negative knob", "\n\npower_aware = -1\n", 3, "power_aware", "want 0"},
+		{"policy performance", "power_aware_policy = \"performance\"\n", 1, "power_aware_policy", `"balance" or "powersaving"`},
+		{"policy case", "power_aware_policy = \"Balance\"\n", 1, "power_aware_policy", ""},
+		{"backend", "tree_backend = \"nfs\"\n", 1, "tree_backend", `"auto", "fuse" or "plain"`},
+		{"boost", "# c\nboost_on_battery = \"disable\"\n", 2, "boost_on_battery", `"keep", "off" or "on"`},
+		{"upower yes", "upower = \"yes\"\n", 1, "upower", `"auto", "on" or "off"`},
+		{"relative tree", "tree_dir = \"run/tree\"\n", 1, "tree_dir", "absolute path"},
+		{"empty state dir", "state_dir = \"\"\n", 1, "state_dir", "absolute path"},
+		{"relative cgroup", "cgroup_root = \"schedpolicyd\"\n", 1, "cgroup_root", "absolute path"},
+		{"bus word", "bus = \"systembus\"\n", 1, "bus", "D-Bus address"},
+		{"debounce unit", "debounce = \"500\"\n", 1, "debounce", "duration"},
+		{"debounce negative", "debounce = \"-1s\"\n", 1, "debounce", "negative"},
+		{"recheck too short", "recheck_interval = \"10ms\"\n", 1, "recheck_interval", "at least 1s"},
+		{"sample too short", "sample_interval = \"1ms\"\n", 1, "sample_interval", "at least 10ms"},
+		{"log level", "log_level = \"loud\"\n", 1, "log_level", "want"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := writeConfig(t, tt.content)
+			fc, err := loadConfig(p, false)
+			if err == nil {
+				t.Fatalf("accepted: %+v", fc)
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("err %v (%T) is not a *ConfigError", err, err)
+			}
+			if ce.File != p || ce.Line != tt.line || (tt.key != "" && ce.Key != tt.key) {
+				t.Errorf("got file %q line %d key %q; want %q line %d key %q (%v)", ce.File, ce.Line, ce.Key, p, tt.line, tt.key, err)
+			}
+			prefix := p + ":" + strconv.Itoa(tt.line) + ": "
+			if !strings.HasPrefix(err.Error(), prefix) {
+				t.Errorf("message %q does not start with %q", err, prefix)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("message %q lacks %q", err, tt.want)
+			}
+			if !reflect.DeepEqual(fc, fileConfig{}) {
+				t.Errorf("a bad file returned settings: %+v", fc)
+			}
+		})
+	}
+}
+
+// TestConfigAllErrorsReported: several bad values are all reported, in
+// line order, so one edit fixes them all.
+func TestConfigAllErrorsReported(t *testing.T) {
+	p := writeConfig(t, "upower = \"maybe\"\npower_aware = 9\ndebounce = \"soon\"\n")
+	_, err := loadConfig(p, true)
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want 3 problems, got %q", err)
+	}
+	for i, l := range lines {
+		if !strings.HasPrefix(l, p+":"+strconv.Itoa(i+1)+": ") {
+			t.Errorf("problem %d: %q", i+1, l)
+		}
+	}
+}
+
+// TestConfigShippedFile: the conffile the package installs parses, sets
+// nothing (every key is commented out), and documents every key with its
+// default; uncommenting every key gives a valid file equal to the defaults.
+func TestConfigShippedFile(t *testing.T) {
+	const shipped = "../../packaging/schedpolicyd.conf"
+	b, err := os.ReadFile(shipped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc, err := parseConfig(shipped, b)
+	if err != nil {
+		t.Fatalf("shipped config: %v", err)
+	}
+	if !reflect.DeepEqual(fc, fileConfig{Path: shipped}) {
+		t.Errorf("shipped config sets values; every key should be commented out: %+v", fc)
+	}
+	var un []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "#") && strings.Contains(l, " = ") && !strings.HasPrefix(l, "# ") {
+			un = append(un, strings.TrimPrefix(l, "#"))
+		}
+	}
+	all := strings.Join(un, "\n") + "\n"
+	fc, err = parseConfig(shipped+" (uncommented)", []byte(all))
+	if err != nil {
+		t.Fatalf("uncommented shipped config: %v\n%s", err, all)
+	}
+	lines := keyLines([]byte(all))
+	for _, k := range configKeys() {
+		if _, ok := lines[k]; !ok {
+			t.Errorf("shipped config does not document %s", k)
+		}
+	}
+	if a, pol := fc.Knob(); a != DefaultPowerAware || pol != DefaultPowerAwarePolicy {
+		t.Errorf("documented knob default %d %q", a, pol)
+	}
+	if fc.BoostOnBatteryMode() != DefaultBoostOnBattery || fc.UPowerMode() != DefaultUPower || fc.PowerProfilesAPIEnabled() || *fc.LogLevel != DefaultLogLevel {
+		t.Errorf("documented defaults differ: %+v", fc)
+	}
+	want := daemon.Config{
+		TreeDir: daemon.DefaultTreeDir, TreeBackend: "auto", CgroupRoot: "auto", SysfsRoot: "/sys",
+		StateDir: daemon.DefaultStateDir, Bus: "system", Debounce: daemon.DefaultDebounce,
+		SafetyInterval: daemon.DefaultSafetyInterval, SampleInterval: daemon.DefaultSampleInterval,
+	}
+	var cfg daemon.Config
+	fc.apply(&cfg, nil)
+	if !reflect.DeepEqual(cfg, want) {
+		t.Errorf("documented defaults differ from the daemon's:\n got %+v\nwant %+v", cfg, want)
+	}
+}

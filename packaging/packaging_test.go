@@ -1,0 +1,131 @@
+// Package packaging holds no Go code; its tests check that the files the
+// Debian package installs agree with each other and with the code.
+package packaging
+
+import (
+	"encoding/xml"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func read(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestDebActivation: the activation file is named after the bus name and
+// points at the alias the unit installs (platform.md §8.3).
+func TestDebActivation(t *testing.T) {
+	const name = "org.schedpolicyd.SchedPolicy1"
+	act := read(t, "dbus/"+name+".service")
+	for _, want := range []string{"[D-BUS Service]\n", "Name=" + name + "\n", "User=root\n",
+		"SystemdService=dbus-" + name + ".service\n", "Exec=/usr/sbin/schedpolicyd\n"} {
+		if !strings.Contains(act, want) {
+			t.Errorf("activation file lacks %q", want)
+		}
+	}
+	unit := read(t, "../systemd/schedpolicyd.service")
+	for _, want := range []string{"Alias=dbus-" + name + ".service\n", "BusName=" + name + "\n"} {
+		if !strings.Contains(unit, want) {
+			t.Errorf("unit lacks %q", want)
+		}
+	}
+	if !strings.Contains(read(t, "dbus/"+name+".conf"), `<allow own="`+name+`"/>`) {
+		t.Error("bus policy does not let root own the name")
+	}
+}
+
+// TestDebPolkit: the action exists with the defaults the issue asks for.
+func TestDebPolkit(t *testing.T) {
+	var pc struct {
+		Actions []struct {
+			ID       string `xml:"id,attr"`
+			Defaults struct {
+				Any      string `xml:"allow_any"`
+				Inactive string `xml:"allow_inactive"`
+				Active   string `xml:"allow_active"`
+			} `xml:"defaults"`
+		} `xml:"action"`
+	}
+	if err := xml.Unmarshal([]byte(read(t, "polkit/org.schedpolicyd.policy")), &pc); err != nil {
+		t.Fatal(err)
+	}
+	if len(pc.Actions) != 1 || pc.Actions[0].ID != "org.schedpolicyd.set-policy" {
+		t.Fatalf("actions: %+v", pc.Actions)
+	}
+	d := pc.Actions[0].Defaults
+	if d.Active != "yes" || d.Inactive != "auth_admin" || d.Any != "auth_admin" {
+		t.Errorf("defaults: %+v", d)
+	}
+}
+
+// TestDebMaintainerScripts: valid sh, start only where systemd runs, and
+// the conffile list matches the shipped config.
+func TestDebMaintainerScripts(t *testing.T) {
+	for _, s := range []string{"postinst", "prerm", "postrm", "../build-deb.sh", "../deb-test.sh"} {
+		p := "debian/" + s
+		if out, err := exec.Command("sh", "-n", p).CombinedOutput(); err != nil {
+			t.Errorf("sh -n %s: %v %s", p, err, out)
+		}
+		if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
+			t.Errorf("%s is not executable", p)
+		}
+	}
+	post := read(t, "debian/postinst")
+	start := strings.Index(post, "deb-systemd-invoke")
+	guard := strings.Index(post, "if [ -d /run/systemd/system ]")
+	if start < 0 || guard < 0 || guard > start {
+		t.Error("postinst must start the unit only under `[ -d /run/systemd/system ]`")
+	}
+	if !strings.Contains(read(t, "debian/postrm"), "rm -rf /var/lib/schedpolicyd") {
+		t.Error("postrm purge keeps /var/lib/schedpolicyd")
+	}
+	if got := strings.TrimSpace(read(t, "debian/conffiles")); got != "/etc/schedpolicyd/schedpolicyd.conf" {
+		t.Errorf("conffiles = %q", got)
+	}
+	if !regexp.MustCompile(`^schedpolicyd \([0-9][^)-]*\) `).MatchString(read(t, "debian/changelog")) {
+		t.Error("changelog's top entry is not a native version of schedpolicyd")
+	}
+}
+
+// TestDebCompletions: both completion files offer every schedpolicyctl
+// command and policy.
+func TestDebCompletions(t *testing.T) {
+	bash := read(t, "completions/schedpolicyctl.bash")
+	zsh := read(t, "completions/_schedpolicyctl")
+	if out, err := exec.Command("bash", "-n", "completions/schedpolicyctl.bash").CombinedOutput(); err != nil {
+		t.Errorf("bash -n: %v %s", err, out)
+	}
+	for _, w := range []string{"status", "set", "auto", "watch", "workloads", "run", "launch", "rebalance",
+		"performance", "balance", "powersaving", "--json", "--bus", "--name", "--policy", "--reason"} {
+		if !strings.Contains(bash, w) {
+			t.Errorf("bash completion lacks %s", w)
+		}
+		if !strings.Contains(zsh, w) {
+			t.Errorf("zsh completion lacks %s", w)
+		}
+	}
+	if !strings.HasPrefix(zsh, "#compdef schedpolicyctl\n") {
+		t.Error("zsh completion must start with #compdef")
+	}
+}
+
+// TestDebManPages: every page renders without groff warnings.
+func TestDebManPages(t *testing.T) {
+	if _, err := exec.LookPath("groff"); err != nil {
+		t.Skip("needs groff (Debian package groff-base)")
+	}
+	for _, p := range []string{"man/schedpolicyd.8", "man/schedpolicyctl.1", "man/schedpolicyd.conf.5"} {
+		cmd := exec.Command("groff", "-man", "-Tutf8", "-ww", "-z", p)
+		if out, err := cmd.CombinedOutput(); err != nil || len(out) > 0 {
+			t.Errorf("groff %s: %v\n%s", p, err, out)
+		}
+	}
+}
