@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
 func writeConfig(t *testing.T, content string) string {
@@ -85,6 +86,8 @@ log_level = "debug"
 		TreeDir: "/run/x/tree", TreeBackend: "plain", CgroupRoot: "none", SysfsRoot: "/tmp/mock",
 		StateDir: "/var/lib/x", Bus: "unix:path=/tmp/bus", Debounce: 250 * time.Millisecond,
 		SafetyInterval: -time.Second, SampleInterval: 2 * time.Second, PowerProfilesAPI: true,
+		BoostOnBattery: "off", UPower: "off",
+		DefaultKnob: &policy.Knob{PowerAware: 2, PowerAwarePolicy: policy.Balance},
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("apply:\n got %+v\nwant %+v", cfg, want)
@@ -271,6 +274,8 @@ func TestConfigShippedFile(t *testing.T) {
 		TreeDir: daemon.DefaultTreeDir, TreeBackend: "auto", CgroupRoot: "auto", SysfsRoot: "/sys",
 		StateDir: daemon.DefaultStateDir, Bus: "system", Debounce: daemon.DefaultDebounce,
 		SafetyInterval: daemon.DefaultSafetyInterval, SampleInterval: daemon.DefaultSampleInterval,
+		BoostOnBattery: DefaultBoostOnBattery, UPower: DefaultUPower,
+		DefaultKnob: &policy.Knob{PowerAware: DefaultPowerAware, PowerAwarePolicy: DefaultPowerAwarePolicy},
 	}
 	var cfg daemon.Config
 	fc.apply(&cfg, nil)
