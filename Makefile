@@ -28,7 +28,7 @@ run: build
 # setpriv (util-linux), lintian, man (man-db) for the package checks,
 # dpkg-deb (dpkg) to build the package, and the real upowerd under umockdev
 # for the UPower source test (upower, umockdev, gir1.2-umockdev-1.0,
-# python3-gi).
+# python3-gi), and the real polkitd for the authorisation test (polkitd).
 deps:
 	@missing=""; \
 	command -v dbus-daemon >/dev/null      || missing="$$missing dbus"; \
@@ -41,7 +41,7 @@ deps:
 	command -v man >/dev/null              || missing="$$missing man-db"; \
 	command -v dpkg-deb >/dev/null         || missing="$$missing dpkg"; \
 	command -v bash >/dev/null             || missing="$$missing bash"; \
-	for p in upower umockdev gir1.2-umockdev-1.0 python3-gi; do \
+	for p in upower umockdev gir1.2-umockdev-1.0 python3-gi polkitd; do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
