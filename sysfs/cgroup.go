@@ -565,7 +565,7 @@ func cgReadSchedstat(path string) (int64, error) {
 
 // cgReadStatUsec returns usage_usec of a v2 cpu.stat file.
 func cgReadStatUsec(path string) (time.Duration, error) {
-	b, err := os.ReadFile(path)
+	b, err := readFileRaw(path)
 	if err != nil {
 		return 0, err
 	}
@@ -587,7 +587,7 @@ func cgReadStatUsec(path string) (time.Duration, error) {
 // cgReadString reads a whole cgroupfs file (which may exceed a page, unlike
 // sysfs attributes) and trims surrounding whitespace.
 func cgReadString(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	b, err := readFileRaw(path)
 	if err != nil {
 		return "", err
 	}
@@ -658,7 +658,7 @@ func (c *Cgroup) Runnable(name string) (int, error) {
 	}
 	n := 0
 	for _, tid := range tids {
-		b, err := os.ReadFile(filepath.Join(c.procRoot, strconv.Itoa(tid), "stat"))
+		b, err := readFileRaw(filepath.Join(c.procRoot, strconv.Itoa(tid), "stat"))
 		if err != nil {
 			continue // exited
 		}
@@ -680,7 +680,7 @@ func (c *Cgroup) CPUPressure(name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	b, err := os.ReadFile(p)
+	b, err := readFileRaw(p)
 	if err != nil {
 		return "", err
 	}

@@ -3,7 +3,6 @@ package sysfs
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -50,17 +49,73 @@ func (fs FS) Path(elem ...string) string {
 // Errors are the open or read errors, wrapped with the path; absent files
 // give an error satisfying errors.Is(err, fs.ErrNotExist).
 func ReadAttr(path string) (string, error) {
-	f, err := os.Open(path)
+	fd, err := openRaw(path, syscall.O_RDONLY)
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
+	defer syscall.Close(fd)
 	buf := make([]byte, 4096)
-	n, err := f.Read(buf)
-	if err != nil && !errors.Is(err, io.EOF) {
+	n, err := readRaw(fd, buf)
+	if err != nil {
 		return "", fmt.Errorf("read %s: %w", path, err)
 	}
 	return strings.TrimSpace(string(buf[:n])), nil
+}
+
+// openRaw opens a kernel attribute file with open(2) directly, not through
+// os.File: sysfs and cgroupfs files are pollable, so os.Open would register
+// every one with the runtime's epoll (epoll_ctl add and del, an fstat and
+// a finalizer per file), which dominated the daemon's per-sample CPU time
+// with 100 workloads (issue 7). The error is an *os.PathError, as os.Open's.
+func openRaw(path string, flags int) (int, error) {
+	for {
+		fd, err := syscall.Open(path, flags|syscall.O_CLOEXEC, 0)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return -1, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+		return fd, nil
+	}
+}
+
+// readRaw is one read(2), retried on EINTR; n is 0 at end of file.
+func readRaw(fd int, buf []byte) (int, error) {
+	for {
+		n, err := syscall.Read(fd, buf)
+		if err == syscall.EINTR {
+			continue
+		}
+		if n < 0 {
+			n = 0
+		}
+		return n, err
+	}
+}
+
+// readFileRaw is os.ReadFile for kernel files (cgroupfs, procfs), without
+// the runtime poller (see openRaw).
+func readFileRaw(path string) ([]byte, error) {
+	fd, err := openRaw(path, syscall.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer syscall.Close(fd)
+	buf := make([]byte, 0, 512)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := readRaw(fd, buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == 0 {
+			return buf, nil
+		}
+	}
 }
 
 // ReadIntAttr reads an attribute holding one decimal integer.
@@ -81,17 +136,23 @@ func ReadIntAttr(path string) (int64, error) {
 // the value and the path and wraps the errno, so callers can use
 // errors.Is(err, syscall.EINVAL) and friends.
 func WriteAttr(path, value string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	fd, err := openRaw(path, syscall.O_WRONLY|syscall.O_TRUNC)
 	if err != nil {
 		return fmt.Errorf("write %q to %s: %w", value, path, err)
 	}
-	_, werr := f.Write([]byte(value))
-	cerr := f.Close()
+	var werr error
+	for {
+		_, werr = syscall.Write(fd, []byte(value))
+		if werr != syscall.EINTR {
+			break
+		}
+	}
+	cerr := syscall.Close(fd)
 	if werr != nil {
-		return fmt.Errorf("write %q to %s: %w", value, path, unwrapPathErr(werr))
+		return fmt.Errorf("write %q to %s: %w", value, path, werr)
 	}
 	if cerr != nil {
-		return fmt.Errorf("write %q to %s: %w", value, path, unwrapPathErr(cerr))
+		return fmt.Errorf("write %q to %s: %w", value, path, cerr)
 	}
 	return nil
 }
