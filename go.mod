@@ -9,6 +9,7 @@ require (
 	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/sirupsen/logrus v1.10.2
+	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.50.0
 )
 

@@ -25,7 +25,7 @@ const (
 	DefaultStateDir       = "/var/lib/schedpolicyd"
 	DefaultDebounce       = 500 * time.Millisecond
 	DefaultSafetyInterval = 60 * time.Second
-	DefaultSampleInterval = time.Second
+	DefaultSampleInterval = policy.DefaultSamplePeriod
 )
 
 // Config is everything the daemon needs; cmd/schedpolicyd fills it from
@@ -155,6 +155,8 @@ type Daemon struct {
 	policyReason   string
 	originalsSaved bool            // state.json holds every workload's original
 	rejected       map[string]bool // child names refused, warned about once
+
+	stats counters // for Stats; written by the loop only
 }
 
 // New validates cfg and returns a daemon that has not started anything.
@@ -328,22 +330,21 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.lastChange = time.Now()
 	d.snap.Store(d.newSnapshot())
 
-	tree, err := sysfs.ServeTree(sysfs.TreeOptions{
-		Dir: d.cfg.TreeDir, Files: treeFiles, Handler: treeHandler{d: d, ctx: ctx}, Backend: d.cfg.TreeBackend,
-		OnPlainRejected: func(path string, data []byte, err error) {
-			d.log.WithFields(logrus.Fields{"file": filepath.Base(path), "value": fmt.Sprintf("%.40q", data)}).WithError(err).Warn("rejected write reverted")
-		},
-	})
+	tree, err := sysfs.ServeTree(d.treeOptions(ctx, d.cfg.TreeBackend))
 	if err != nil {
 		return fmt.Errorf("serve tree at %s: %w", d.cfg.TreeDir, err)
 	}
 	d.tree = tree
 	defer func() {
-		if err := tree.Close(); err != nil {
+		if d.tree == nil {
+			return
+		}
+		if err := d.tree.Close(); err != nil {
 			d.log.WithError(err).Warn("closing tree")
 		}
 	}()
 	d.log.WithFields(logrus.Fields{"dir": tree.Dir(), "backend": tree.Backend()}).Info("serving sched_policy tree")
+	treeLost := treeGone(tree)
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -352,7 +353,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	// The first bus connection is made before READY=1; if the bus is
 	// unreachable, the keeper goroutine retries with backoff.
-	d.bus = d.connectBus(true)
+	d.bus = d.connectBus(ctx, true)
 	defer func() { d.bus.close() }()
 	wg.Add(1)
 	go func(first *busService) {
@@ -378,6 +379,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 	}()
 
+	// The monitor delivers its first state once its event sources are
+	// open: only then is the daemon ready (no event is missed after
+	// READY=1).
+	monC := d.mon.C()
+	select {
+	case st, ok := <-monC:
+		if ok {
+			d.onPowerState(st)
+		}
+	case <-ctx.Done():
+		d.shutdown()
+		return nil
+	}
 	if err := d.notify.Ready(d.status()); err != nil {
 		d.log.WithError(err).Warn("sd_notify READY failed")
 	}
@@ -393,7 +407,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 	sampleEvery := d.cfg.SampleInterval
 	sample := time.NewTicker(sampleEvery)
 	defer sample.Stop()
-	monC := d.mon.C()
 	for {
 		// Sample only while there are workloads, or when the managed
 		// parent cannot be watched: an idle daemon has no periodic timer.
@@ -414,19 +427,27 @@ func (d *Daemon) Run(ctx context.Context) error {
 				monC = nil
 				continue
 			}
+			d.stats.events.Add(1)
 			d.onPowerState(st)
 		case <-d.mon.CPUHotplug():
+			d.stats.events.Add(1)
 			d.onHotplug()
 		case fn := <-d.reqs:
+			d.stats.events.Add(1)
 			fn()
 		case <-d.cgEvents():
+			d.stats.events.Add(1)
 			if d.scanWorkloads() {
 				d.recompute("workloads changed", true)
 			}
 		case <-sampleC:
+			d.stats.events.Add(1)
 			changed := d.scanWorkloads()
 			d.sampleWorkloads()
 			d.recompute("sample", changed)
+		case <-treeLost:
+			d.stats.events.Add(1)
+			treeLost = d.remountTree(ctx)
 		case <-wdC:
 			d.notify.Watchdog()
 		}
@@ -492,6 +513,7 @@ func (d *Daemon) setKnob(k policy.Knob, via string) error {
 // consecutive proposals, so a flapping load does not rewrite cpusets every
 // tick.
 func (d *Daemon) recompute(why string, force bool) {
+	d.stats.decisions.Add(1)
 	eff, reason := d.decide()
 	d.policyReason = reason
 	if eff != d.effective {

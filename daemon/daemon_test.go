@@ -48,6 +48,18 @@ func put(t *testing.T, path, v string) {
 	}
 }
 
+// putAtomic replaces path with v (temp file and rename).
+func putAtomic(t *testing.T, path, v string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(v+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func get(t *testing.T, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -468,7 +480,9 @@ func TestDaemonCPUHotplug(t *testing.T) {
 	if err := os.Rename(cpu4, saved); err != nil {
 		t.Fatal(err)
 	}
-	put(t, filepath.Join(m.sys, "devices/system/cpu/online"), "0-3,5-7")
+	// Real sysfs files never read empty; a plain write here could be seen
+	// truncated, so the mock file is replaced atomically.
+	putAtomic(t, filepath.Join(m.sys, "devices/system/cpu/online"), "0-3,5-7")
 	eventually(t, "CPU 4 gone from every cpuset", func() (bool, string) {
 		ga, gb := get(t, a), get(t, filepath.Join(m.managed, "b/cpuset.cpus"))
 		return ga == "0-3,5-7" && gb == "0-3,5-7", ga + " / " + gb
@@ -487,6 +501,6 @@ func TestDaemonCPUHotplug(t *testing.T) {
 	}
 	put(t, ps+"/AC/online", "1")
 	os.Rename(saved, cpu4)
-	put(t, filepath.Join(m.sys, "devices/system/cpu/online"), "0-7")
+	putAtomic(t, filepath.Join(m.sys, "devices/system/cpu/online"), "0-7")
 	eventually(t, "CPU 4 back", func() (bool, string) { g := get(t, a); return g == "0-7", g })
 }

@@ -79,7 +79,7 @@ type propsHandler struct{ s *busService }
 // returns nil when the bus cannot be reached or the name cannot be owned;
 // loud says so at warning level (the first attempt), later retries log at
 // debug level so an absent bus is reported once.
-func (d *Daemon) connectBus(loud bool) *busService {
+func (d *Daemon) connectBus(ctx context.Context, loud bool) *busService {
 	log := d.log.WithField("component", "dbus")
 	warn := log.Warn
 	if !loud {
@@ -91,16 +91,7 @@ func (d *Daemon) connectBus(loud bool) *busService {
 		}
 		return nil
 	}
-	var conn *dbus.Conn
-	var err error
-	switch d.cfg.Bus {
-	case "system":
-		conn, err = dbus.ConnectSystemBus()
-	case "session":
-		conn, err = dbus.ConnectSessionBus()
-	default:
-		conn, err = dbus.Connect(d.cfg.Bus)
-	}
+	conn, err := dialBus(ctx, d.cfg.Bus, busDialTimeout)
 	if err != nil {
 		log.WithError(err).WithField("bus", d.cfg.Bus).Log(levelOf(loud), "no D-Bus connection; running without D-Bus and retrying in the background")
 		return nil
@@ -139,6 +130,46 @@ func (d *Daemon) connectBus(loud bool) *busService {
 	}
 	log.WithField("name", BusName).Info("owning bus name")
 	return s
+}
+
+// busDialTimeout bounds connecting and the Hello call: a bus that accepts
+// the socket but never answers must not keep the daemon from starting.
+const busDialTimeout = 5 * time.Second
+
+// dialBus connects to bus ("system", "session" or an address) within
+// timeout or until ctx ends; a connection that completes later is closed.
+func dialBus(ctx context.Context, bus string, timeout time.Duration) (*dbus.Conn, error) {
+	type result struct {
+		conn *dbus.Conn
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		var r result
+		switch bus {
+		case "system":
+			r.conn, r.err = dbus.ConnectSystemBus()
+		case "session":
+			r.conn, r.err = dbus.ConnectSessionBus()
+		default:
+			r.conn, r.err = dbus.Connect(bus)
+		}
+		ch <- r
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return r.conn, r.err
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	go func() {
+		if r := <-ch; r.conn != nil {
+			r.conn.Close()
+		}
+	}()
+	return nil, fmt.Errorf("the bus did not answer within %v", timeout)
 }
 
 func levelOf(loud bool) logrus.Level {
@@ -183,7 +214,7 @@ func (d *Daemon) keepBus(ctx context.Context, cur *busService) {
 			return
 		case <-time.After(backoff):
 		}
-		s := d.connectBus(false)
+		s := d.connectBus(ctx, false)
 		if s == nil {
 			backoff = min(2*backoff, maxBackoff)
 			continue

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
@@ -114,4 +117,60 @@ func (d *Daemon) writeFile(ctx context.Context, file string, data []byte, via st
 		}
 		return nil
 	})
+}
+
+// treeOptions are the options the tree is served with, on the given
+// backend.
+func (d *Daemon) treeOptions(ctx context.Context, backend string) sysfs.TreeOptions {
+	return sysfs.TreeOptions{
+		Dir: d.cfg.TreeDir, Files: treeFiles, Handler: treeHandler{d: d, ctx: ctx}, Backend: backend,
+		OnPlainRejected: func(path string, data []byte, err error) {
+			d.log.WithFields(logrus.Fields{"file": filepath.Base(path), "value": fmt.Sprintf("%.40q", data)}).WithError(err).Warn("rejected write reverted")
+		},
+	}
+}
+
+// treeGone is the channel closed when t is lost from outside (a FUSE tree
+// unmounted with umount -l), or nil (never ready) for trees that cannot be.
+func treeGone(t sysfs.Tree) <-chan struct{} {
+	if g, ok := t.(sysfs.GoneNotifier); ok {
+		return g.Gone()
+	}
+	return nil
+}
+
+// remountTree serves the tree again after it was unmounted from outside:
+// on the configured backend if possible, else on plain files, saying which.
+// It returns the new tree's loss channel (nil if the tree could not be
+// served again; the daemon then runs without it and says so).
+func (d *Daemon) remountTree(ctx context.Context) <-chan struct{} {
+	old := d.tree
+	d.tree = nil
+	log := d.log.WithField("dir", d.cfg.TreeDir)
+	if old != nil {
+		if err := old.Close(); err != nil {
+			log.WithError(err).Debug("closing the lost tree")
+		}
+	}
+	t, err := sysfs.ServeTree(d.treeOptions(ctx, d.cfg.TreeBackend))
+	if err != nil && d.cfg.TreeBackend == sysfs.BackendFUSE {
+		log.WithError(err).Warn("cannot mount the tree with FUSE again; trying plain files")
+		t, err = sysfs.ServeTree(d.treeOptions(ctx, sysfs.BackendPlain))
+	}
+	if err != nil {
+		d.stats.errors.Add(1)
+		log.WithError(err).Error("the tree was unmounted from outside and cannot be served again; running without it (D-Bus still works)")
+		return nil
+	}
+	d.tree = t
+	d.stats.remounts.Add(1)
+	if old != nil && t.Backend() != old.Backend() {
+		log.WithFields(logrus.Fields{"from": old.Backend(), "backend": t.Backend()}).Warn("the tree was unmounted from outside; serving it as plain files instead")
+	} else {
+		log.WithField("backend", t.Backend()).Warn("the tree was unmounted from outside; mounted it again")
+	}
+	if err := t.Changed(); err != nil {
+		log.WithError(err).Warn("refreshing tree")
+	}
+	return treeGone(t)
 }

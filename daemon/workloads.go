@@ -31,6 +31,9 @@ type workload struct {
 	// override is the workload's own placement policy ("" = the
 	// machine's); only Performance is accepted (SetWorkloadPolicy).
 	override policy.Policy
+	// refused is the last refused write ("cpulist error"), so a refusal
+	// that repeats on every sample is warned about once.
+	refused string
 }
 
 // openCgroup opens (creating if needed) the managed parent and starts
@@ -235,6 +238,7 @@ func (d *Daemon) applyPlan(force bool) {
 		d.log.WithFields(logrus.Fields{"policy": d.effective, "placement": plan.Policy}).Info("load exceeds the packing threshold: placing for performance (race to idle)")
 	}
 	d.plan = plan
+	gone := false
 	for _, n := range d.sortedNames() {
 		w := d.workloads[n]
 		want := sysfs.NewCPUSet(plan.CPUs[n]...)
@@ -243,14 +247,32 @@ func (d *Daemon) applyPlan(force bool) {
 		}
 		if err := d.cg.WriteCPUs(n, want); err != nil {
 			if sysfs.IsGone(err) {
+				// Removed after the last scan: forget it, and its
+				// original with it (below).
 				delete(d.workloads, n)
+				d.log.WithField("workload", n).Info("workload gone")
+				gone = true
 				continue
 			}
-			d.log.WithError(err).WithField("workload", n).Warn("cpuset write refused")
+			d.stats.errors.Add(1)
+			// The same refusal repeats on every sample: warn once per
+			// (workload, cpuset, error), then only at debug level.
+			lvl := logrus.WarnLevel
+			if key := want.String() + " " + err.Error(); key == w.refused {
+				lvl = logrus.DebugLevel
+			} else {
+				w.refused = key
+			}
+			d.log.WithError(err).WithField("workload", n).Log(lvl, "cpuset write refused")
 			continue
 		}
+		d.stats.writes.Add(1)
+		w.refused = ""
 		d.log.WithFields(logrus.Fields{"workload": n, "from": w.cpus.String(), "to": want.String(), "policy": plan.Policy}).Debug("cpuset written")
 		w.cpus = want
+	}
+	if gone {
+		d.persistOriginals()
 	}
 }
 
@@ -297,11 +319,16 @@ func (d *Daemon) restoreWorkloads() bool {
 		if orig.Equal(w.cpus) {
 			continue
 		}
-		if err := d.cg.WriteCPUs(n, orig); err != nil && !sysfs.IsGone(err) {
+		if err := d.cg.WriteCPUs(n, orig); err != nil {
+			if sysfs.IsGone(err) {
+				continue
+			}
+			d.stats.errors.Add(1)
 			d.log.WithError(err).WithField("workload", n).Warn("cannot restore original cpuset; it stays in state.json for the next start")
 			ok = false
 			continue
 		}
+		d.stats.writes.Add(1)
 		w.cpus = orig
 	}
 	return ok

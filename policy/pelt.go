@@ -12,17 +12,20 @@ import (
 //
 // The kernel's PELT decays 1024 µs periods with y^32 = 1/2 (half-life
 // ≈ 32 ms) and needs ~345 ms to converge. User space cannot read cgroup
-// counters every millisecond for every workload, and a cpuset rewrite
-// migrates tasks, so the daemon samples every DefaultSamplePeriod (250 ms)
-// and decays with DefaultHalfLife (1000 ms): four samples per half-life
-// keep one sample's weight at 16 %, and a step change is 94 % reflected
-// after 4 s — slower than PELT on purpose, because bursts are handled by
-// the instant signals (Load.Threads, the patch's nr_running, and
-// Load.Pressure), as the cover letter does ("runnable avg in power
-// friendly scheduling and ... instant load ... for low latency").
+// counters every millisecond for every workload, a cpuset rewrite migrates
+// tasks, and a resident daemon must not wake often (at most once a second,
+// and only while workloads exist), so the daemon samples every
+// DefaultSamplePeriod (1 s) and decays with DefaultHalfLife (2 s): two
+// samples per half-life keep one sample's weight at 29 %, and a step change
+// is 94 % reflected after 8 s — far slower than PELT on purpose, because
+// bursts are handled by the instant signals (Load.Threads, the patch's
+// nr_running, and Load.Pressure), as the cover letter does ("runnable avg
+// in power friendly scheduling and ... instant load ... for low latency"),
+// and a confined workload that saturates its cpuset grows at once whatever
+// its average says.
 const (
-	DefaultSamplePeriod = 250 * time.Millisecond
-	DefaultHalfLife     = 1000 * time.Millisecond
+	DefaultSamplePeriod = 1000 * time.Millisecond
+	DefaultHalfLife     = 2000 * time.Millisecond
 )
 
 // UtilAverage is one workload's decayed utilisation, a value: Update
@@ -62,7 +65,9 @@ func ParseCPUPressure(s string) (float64, error) {
 		for _, kv := range f[1:] {
 			if v, ok := strings.CutPrefix(kv, "avg10="); ok {
 				x, err := strconv.ParseFloat(v, 64)
-				if err != nil || x < 0 {
+				// NaN and ±Inf parse, but are no percentage: a NaN
+				// would make every comparison in the planner false.
+				if err != nil || x < 0 || math.IsNaN(x) || math.IsInf(x, 0) {
 					return 0, fmt.Errorf("%w: cpu.pressure avg10 %q", ErrInvalid, v)
 				}
 				return x, nil

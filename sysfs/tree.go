@@ -91,6 +91,15 @@ type Tree interface {
 	Close() error
 }
 
+// GoneNotifier is implemented by trees that can be lost from outside. The
+// FUSE backend's Gone channel is closed when its server exits: after the
+// mount point was unmounted by someone else (umount -l), when the
+// connection was aborted, or after Close. The owner then Closes the tree and
+// may serve it again.
+type GoneNotifier interface {
+	Gone() <-chan struct{}
+}
+
 // ServeTree serves opts.Files below opts.Dir with the chosen backend.
 //
 // Before mounting, a stale mount left at Dir by a crashed instance (stat gives

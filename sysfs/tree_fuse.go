@@ -173,6 +173,11 @@ func (t *fuseTree) build(ctx context.Context, root *fs.Inode, files []TreeFile) 
 func (t *fuseTree) Backend() string { return BackendFUSE }
 func (t *fuseTree) Dir() string     { return t.dir }
 
+var _ GoneNotifier = (*fuseTree)(nil)
+
+// Gone is closed when the FUSE server has exited (see GoneNotifier).
+func (t *fuseTree) Gone() <-chan struct{} { return t.served }
+
 // Changed does nothing: every read from offset 0 asks the handler.
 func (t *fuseTree) Changed() error { return nil }
 

@@ -34,6 +34,8 @@ const usage = `Usage:
                                   the effective policy, without side effects
   schedpolicyd plan [flags]       run the balancer offline on a sysfs root or a
                                   topology preset and print the plan and watts
+  schedpolicyd soak [flags]       bounded load run against a mock machine; prints
+                                  events, decisions, cpuset writes, errors, peak RSS
   schedpolicyd version            print the version
 
 Run 'schedpolicyd probe --help' for the probe's flags.
@@ -54,6 +56,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return probeMain(args[1:], stdout, stderr)
 		case "plan":
 			return planMain(args[1:], stdout, stderr)
+		case "soak":
+			return soakMain(args[1:], stdout, stderr)
 		case "version", "--version":
 			fmt.Fprintln(stdout, "schedpolicyd", version)
 			return 0

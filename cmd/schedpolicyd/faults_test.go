@@ -1,0 +1,592 @@
+package main
+
+// Issue 6 with the real binary: crash safety (kill -9 and reconcile) and
+// faults from outside (the FUSE tree unmounted, CPUs going offline, a
+// cpuset write the kernel refuses, power supplies and the sysfs root
+// vanishing, the bus daemon killed, a corrupt state file). Every test runs
+// the binary built from this checkout against a mock sysfs root with this
+// machine's CPUs, a real cgroup v1 cpuset parent, a real FUSE mount and a
+// private dbus-daemon.
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon"
+)
+
+// daemonProc is one run of the real binary.
+type daemonProc struct {
+	cmd    *exec.Cmd
+	log    *lockedBuffer
+	exited chan error
+	notify *notifySocket
+}
+
+// startDaemonProc starts bin with args, its output in a buffer and
+// NOTIFY_SOCKET pointing at a fresh listener, and waits for READY=1. The
+// process is killed at cleanup and its log printed on failure.
+func startDaemonProc(t *testing.T, bin string, args ...string) *daemonProc {
+	t.Helper()
+	notify, notifyPath := listenNotify(t)
+	p := &daemonProc{log: &lockedBuffer{}, exited: make(chan error, 1), notify: notify}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+notifyPath)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		err := <-p.exited
+		p.exited <- err
+		if t.Failed() || testing.Verbose() {
+			t.Logf("daemon (pid %d) log:\n%s", p.cmd.Process.Pid, p.log.String())
+		}
+	})
+	notify.expect(t, "READY=1")
+	return p
+}
+
+// kill9 kills the daemon with SIGKILL and waits for it: a crash.
+func (p *daemonProc) kill9(t *testing.T) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	err := <-p.exited
+	p.exited <- err
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *daemonProc) stop(t *testing.T) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+		if err != nil {
+			t.Errorf("daemon exit after SIGTERM: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("daemon did not exit after SIGTERM")
+	}
+}
+
+// alive fails the test if the daemon has exited.
+func (p *daemonProc) alive(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+		t.Fatalf("daemon exited: %v", err)
+	default:
+	}
+}
+
+// logHas waits for s in the daemon's log.
+func (p *daemonProc) logHas(t *testing.T, what, s string) {
+	t.Helper()
+	waitFor(t, what, 15*time.Second, func() (bool, string) {
+		return strings.Contains(p.log.String(), s), "log lacks " + strconv.Quote(s)
+	})
+}
+
+// v1Parent is a managed cgroup v1 cpuset parent of our own, with all CPUs
+// and mems, removed (children first, their tasks killed) at cleanup.
+type v1Parent struct {
+	dir, cpus, mems string
+	procs           []*exec.Cmd
+}
+
+func newV1Parent(t *testing.T) *v1Parent {
+	t.Helper()
+	online := readTrim(t, "/sys/devices/system/cpu/online")
+	all := readTrim(t, cpusetRoot+"/cpuset.effective_cpus")
+	if all != online {
+		t.Skipf("the root cpuset (%s) differs from the online CPUs (%s)", all, online)
+	}
+	if !strings.ContainsAny(all, ",-") {
+		t.Skipf("needs at least 2 online CPUs, this machine has %s", all)
+	}
+	c := &v1Parent{dir: filepath.Join(cpusetRoot, fmt.Sprintf("schedpolicyd-test-%d", rand.Uint32())), cpus: all, mems: readTrim(t, cpusetRoot+"/cpuset.mems")}
+	if err := os.Mkdir(c.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, p := range c.procs {
+			p.Process.Kill()
+			p.Wait()
+		}
+		// Depth first: nested children before their parents.
+		var dirs []string
+		filepath.Walk(c.dir, func(p string, info os.FileInfo, err error) error {
+			if err == nil && info.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			syscall.Rmdir(dirs[i])
+		}
+	})
+	write(t, c.dir+"/cpuset.cpus", c.cpus)
+	write(t, c.dir+"/cpuset.mems", c.mems)
+	return c
+}
+
+// child makes a workload (or a nested cgroup, with a path like "w/inner")
+// restricted to cpus.
+func (c *v1Parent) child(t *testing.T, name, cpus string) string {
+	t.Helper()
+	p := filepath.Join(c.dir, name)
+	if err := os.Mkdir(p, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, p+"/cpuset.cpus", cpus)
+	write(t, p+"/cpuset.mems", c.mems)
+	return p
+}
+
+// spin puts a light spinning process (TestMain's) into the cgroup.
+func (c *v1Parent) spin(t *testing.T, name string) *exec.Cmd {
+	t.Helper()
+	exe, _ := os.Executable()
+	p := exec.Command(exe, "-test.run=^$")
+	p.Env = append(os.Environ(), "SCHEDPOLICYD_TEST_SPIN=1")
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c.procs = append(c.procs, p)
+	write(t, filepath.Join(c.dir, name, "cgroup.procs"), strconv.Itoa(p.Process.Pid))
+	return p
+}
+
+func (c *v1Parent) cpusOf(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.dir, name, "cpuset.cpus"))
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// single reports whether a cpulist names exactly one CPU.
+func single(cpus string) bool { return cpus != "" && !strings.ContainsAny(cpus, ",-") }
+
+func savedState(t *testing.T, stateDir string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(stateDir, daemon.StateFile))
+	if err != nil {
+		t.Fatalf("state.json: %v", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("state.json %q: %v", b, err)
+	}
+	return m
+}
+
+func originalsOf(t *testing.T, stateDir string) map[string]any {
+	o, _ := savedState(t, stateDir)["originals"].(map[string]any)
+	return o
+}
+
+func onBattery(t *testing.T, sys string) {
+	ps := filepath.Join(sys, "class/power_supply")
+	write(t, ps+"/AC/online", "0")
+	write(t, ps+"/BAT0/status", "Discharging")
+}
+
+func onAC(t *testing.T, sys string) {
+	ps := filepath.Join(sys, "class/power_supply")
+	write(t, ps+"/AC/online", "1")
+	write(t, ps+"/BAT0/status", "Charging")
+}
+
+// TestCrashKill9Reconcile: the daemon packs two workloads and switches
+// boost off on battery, then dies by SIGKILL. While it is dead one workload
+// vanishes, a new one appears and the machine goes back to AC. The next
+// start puts boost back at once (it no longer manages it on AC), re-plans
+// the surviving workload from its saved original, forgets the vanished
+// one, adopts the new one; back on battery it manages boost and packs
+// again, and a clean stop restores every original and the boost and clears
+// state.json.
+func TestCrashKill9Reconcile(t *testing.T) {
+	requireMachine(t)
+	bin := buildDaemon(t)
+	addr := startBus(t)
+	sys := mockMachine(t, "ac-offline-battery-unknown")
+	boost := filepath.Join(sys, "devices/system/cpu/cpufreq/boost")
+	os.MkdirAll(filepath.Dir(boost), 0o755)
+	write(t, boost, "1")
+	cg := newV1Parent(t)
+	last := cg.cpus[strings.LastIndexAny(cg.cpus, ",-")+1:]
+	cg.child(t, "w1", last) // original: the last CPU only
+	cg.child(t, "w2", cg.cpus)
+	cg.spin(t, "w1")
+	w2proc := cg.spin(t, "w2")
+	tmp := t.TempDir()
+	stateDir, treeDir := filepath.Join(tmp, "state"), filepath.Join(tmp, "tree")
+	args := []string{"--sysfs-root", sys, "--cgroup-root", cg.dir, "--tree-dir", treeDir, "--tree-backend", "fuse",
+		"--state-dir", stateDir, "--bus", addr, "--events", "fsnotify", "--debounce", "50ms", "--sample-interval", "200ms",
+		"--recheck-interval", "1s", "--boost-on-battery", "off", "--log-level", "debug", "--config", emptyConf(t)}
+
+	p1 := startDaemonProc(t, bin, args...)
+	onBattery(t, sys)
+	waitFor(t, "packed with boost off", 15*time.Second, func() (bool, string) {
+		a, b := cg.cpusOf(t, "w1"), cg.cpusOf(t, "w2")
+		bo := readTrim(t, boost)
+		return single(a) && single(b) && bo == "0", fmt.Sprintf("w1=%s w2=%s boost=%s", a, b, bo)
+	})
+	o := originalsOf(t, stateDir)
+	if o[cg.dir+"/w1"] != last || o[cg.dir+"/w2"] != cg.cpus {
+		t.Fatalf("state.json originals while packed = %v, want w1=%s w2=%s", o, last, cg.cpus)
+	}
+	if b, _ := savedState(t, stateDir)["boost"].([]any); len(b) != 1 {
+		t.Fatalf("state.json boost while off = %v, want the start-up setting", savedState(t, stateDir)["boost"])
+	}
+	p1.kill9(t)
+	// The crash leaves everything as it was: packed, boost off.
+	if a := cg.cpusOf(t, "w1"); !single(a) || readTrim(t, boost) != "0" {
+		t.Fatalf("after kill -9: w1=%s boost=%s; the test assumes nothing was restored", a, readTrim(t, boost))
+	}
+
+	// While it is dead: w2 goes, w3 comes, AC comes back.
+	w2proc.Process.Kill()
+	w2proc.Wait()
+	if err := syscall.Rmdir(cg.dir + "/w2"); err != nil {
+		t.Fatal(err)
+	}
+	cg.child(t, "w3", cg.cpus)
+	onAC(t, sys)
+
+	p2 := startDaemonProc(t, bin, args...)
+	if got := readTrim(t, boost); got != "1" {
+		t.Errorf("boost after the restart on AC = %s, want the saved start-up value 1", got)
+	}
+	p2.logHas(t, "recovery logged", "original cpuset recovered from saved state")
+	waitFor(t, "re-planned for performance", 10*time.Second, func() (bool, string) {
+		a, c := cg.cpusOf(t, "w1"), cg.cpusOf(t, "w3")
+		return a == cg.cpus && c == cg.cpus, fmt.Sprintf("w1=%s w3=%s", a, c)
+	})
+	o = originalsOf(t, stateDir)
+	if len(o) != 2 || o[cg.dir+"/w1"] != last || o[cg.dir+"/w3"] != cg.cpus {
+		t.Errorf("originals after reconcile = %v, want w1=%s (saved before the crash), w3=%s, and no w2", o, last, cg.cpus)
+	}
+	if b := savedState(t, stateDir)["boost"]; b != nil {
+		t.Errorf("state.json still holds a boost setting after it was put back: %v", b)
+	}
+
+	onBattery(t, sys)
+	waitFor(t, "packed again with boost off", 15*time.Second, func() (bool, string) {
+		a, c := cg.cpusOf(t, "w1"), cg.cpusOf(t, "w3")
+		bo := readTrim(t, boost)
+		return single(a) && single(c) && bo == "0", fmt.Sprintf("w1=%s w3=%s boost=%s", a, c, bo)
+	})
+	p2.stop(t)
+	if a, c, bo := cg.cpusOf(t, "w1"), cg.cpusOf(t, "w3"), readTrim(t, boost); a != last || c != cg.cpus || bo != "1" {
+		t.Errorf("after SIGTERM: w1=%s (want %s) w3=%s (want %s) boost=%s (want 1)", a, last, c, cg.cpus, bo)
+	}
+	st := savedState(t, stateDir)
+	if st["originals"] != nil || st["boost"] != nil {
+		t.Errorf("state.json after a clean stop = %v, want only the knob", st)
+	}
+}
+
+// startBusKillable starts dbus-daemon on a fixed socket path and returns
+// its address and process, so a test can SIGKILL it and start another at
+// the same address.
+func startBusKillable(t *testing.T, dir string) (string, *exec.Cmd) {
+	t.Helper()
+	conf := filepath.Join(dir, "bus.conf")
+	sock := filepath.Join(dir, "bus")
+	os.WriteFile(conf, []byte(`<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <listen>unix:path=`+sock+`</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>
+</busconfig>
+`), 0o644)
+	os.Remove(sock) // a killed bus leaves its socket behind
+	cmd := exec.Command("dbus-daemon", "--nofork", "--config-file="+conf)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("dbus-daemon: %v", err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitFor(t, "bus socket", 5*time.Second, func() (bool, string) {
+		_, err := os.Stat(sock)
+		return err == nil, fmt.Sprint(err)
+	})
+	return "unix:path=" + sock, cmd
+}
+
+func nameOwned(addr string) (bool, string) {
+	conn, err := dbus.Connect(addr)
+	if err != nil {
+		return false, err.Error()
+	}
+	defer conn.Close()
+	var has bool
+	err = conn.BusObject().Call("org.freedesktop.DBus.NameHasOwner", 0, daemon.BusName).Store(&has)
+	return err == nil && has, fmt.Sprint(has, err)
+}
+
+// TestFaultsRealBinary drives one running daemon through faults from
+// outside, in order, and checks after each that it still serves and that
+// no cpuset it wrote is wrong.
+func TestFaultsRealBinary(t *testing.T) {
+	requireMachine(t)
+	if _, err := exec.LookPath("umount"); err != nil {
+		t.Skip("needs umount (Debian package mount)")
+	}
+	bin := buildDaemon(t)
+	busDir := t.TempDir()
+	addr, bus := startBusKillable(t, busDir)
+	sys := mockMachine(t, "ac-offline-battery-unknown")
+	cg := newV1Parent(t)
+	cg.child(t, "w1", cg.cpus)
+	cg.child(t, "w2", cg.cpus)
+	cg.spin(t, "w1")
+	tmp := t.TempDir()
+	stateDir, treeDir := filepath.Join(tmp, "state"), filepath.Join(tmp, "tree")
+	knob := filepath.Join(treeDir, daemon.TreePrefix)
+	p := startDaemonProc(t, bin, "--sysfs-root", sys, "--cgroup-root", cg.dir, "--tree-dir", treeDir, "--tree-backend", "fuse",
+		"--state-dir", stateDir, "--bus", addr, "--events", "fsnotify", "--debounce", "50ms", "--sample-interval", "200ms",
+		"--recheck-interval", "1s", "--log-level", "debug", "--config", emptyConf(t))
+	waitFor(t, "name owned", 10*time.Second, func() (bool, string) { return nameOwned(addr) })
+
+	t.Run("tree unmounted from outside", func(t *testing.T) {
+		if out, err := exec.Command("umount", "-l", treeDir).CombinedOutput(); err != nil {
+			t.Fatalf("umount -l: %v %s", err, out)
+		}
+		p.logHas(t, "remount logged", "the tree was unmounted from outside; mounted it again")
+		waitFor(t, "tree served again", 10*time.Second, func() (bool, string) {
+			fstype, mounted, err := mountAtForTest(treeDir)
+			b, rerr := os.ReadFile(knob + "/power_aware")
+			return mounted && fstype == "fuse.schedpolicyd" && rerr == nil && string(b) == "1\n",
+				fmt.Sprintf("fstype=%s mounted=%v err=%v read=%q %v", fstype, mounted, err, b, rerr)
+		})
+		// The remounted tree still refuses bad values like the first.
+		out, err := exec.Command("bash", "-c", "echo bogus > "+knob+"/power_aware").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "Invalid argument") {
+			t.Errorf("echo bogus after the remount: %v %q, want Invalid argument", err, out)
+		}
+		p.alive(t)
+	})
+
+	t.Run("cpu offline in the mock online list", func(t *testing.T) {
+		onlineF := filepath.Join(sys, "devices/system/cpu/online")
+		last := cg.cpus[strings.LastIndexAny(cg.cpus, ",-")+1:]
+		rest := readTrim(t, onlineF)
+		n, _ := strconv.Atoi(last)
+		rest = fmt.Sprintf("0-%d", n-1)
+		if n == 1 {
+			rest = "0"
+		}
+		cpuDir := filepath.Join(sys, "devices/system/cpu/cpu"+last)
+		hidden := filepath.Join(t.TempDir(), "cpu")
+		if err := os.Rename(cpuDir, hidden); err != nil {
+			t.Fatal(err)
+		}
+		write(t, onlineF, rest)
+		waitFor(t, "CPU "+last+" dropped from every cpuset", 10*time.Second, func() (bool, string) {
+			a, b := cg.cpusOf(t, "w1"), cg.cpusOf(t, "w2")
+			return a == rest && b == rest, a + " / " + b
+		})
+		onBattery(t, sys)
+		waitFor(t, "packed without the offline CPU", 10*time.Second, func() (bool, string) {
+			a, b := cg.cpusOf(t, "w1"), cg.cpusOf(t, "w2")
+			return single(a) && single(b) && a != last && b != last, a + " / " + b
+		})
+		onAC(t, sys)
+		os.Rename(hidden, cpuDir)
+		write(t, onlineF, cg.cpus)
+		waitFor(t, "CPU "+last+" back", 10*time.Second, func() (bool, string) {
+			a, b := cg.cpusOf(t, "w1"), cg.cpusOf(t, "w2")
+			return a == cg.cpus && b == cg.cpus, a + " / " + b
+		})
+	})
+
+	t.Run("cpuset write refused (EBUSY: a nested child holds every CPU)", func(t *testing.T) {
+		cg.child(t, "w2/inner", cg.cpus)
+		onBattery(t, sys)
+		p.logHas(t, "refusal logged", "device or resource busy")
+		waitFor(t, "w1 packed all the same", 10*time.Second, func() (bool, string) {
+			a := cg.cpusOf(t, "w1")
+			return single(a), a
+		})
+		if b := cg.cpusOf(t, "w2"); b != cg.cpus {
+			t.Errorf("w2 = %s after the refused write, want it untouched (%s)", b, cg.cpus)
+		}
+		time.Sleep(time.Second) // several samples: the refusal must not be warned about on each
+		if n := strings.Count(p.log.String(), `level=warning msg="cpuset write refused"`); n != 1 {
+			t.Errorf("refusal warned %d times, want once", n)
+		}
+		onAC(t, sys)
+		waitFor(t, "spread again", 10*time.Second, func() (bool, string) {
+			a := cg.cpusOf(t, "w1")
+			return a == cg.cpus, a
+		})
+		syscall.Rmdir(cg.dir + "/w2/inner")
+		p.alive(t)
+	})
+
+	t.Run("power supply and sysfs root vanish", func(t *testing.T) {
+		onBattery(t, sys)
+		waitFor(t, "battery", 10*time.Second, func() (bool, string) {
+			s := readTrim(t, knob+"/power_source")
+			return s == "battery", s
+		})
+		bat := filepath.Join(sys, "class/power_supply/BAT0")
+		hidden := filepath.Join(t.TempDir(), "BAT0")
+		if err := os.Rename(bat, hidden); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "no battery: not battery any more", 10*time.Second, func() (bool, string) {
+			s := readTrim(t, knob+"/power_source")
+			return s != "battery", s
+		})
+		os.Rename(hidden, bat)
+		waitFor(t, "battery back", 10*time.Second, func() (bool, string) {
+			s := readTrim(t, knob+"/power_source")
+			return s == "battery", s
+		})
+		away := sys + ".away"
+		if err := os.Rename(sys, away); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "sysfs root gone: unknown, treated like AC", 10*time.Second, func() (bool, string) {
+			s, pol := readTrim(t, knob+"/power_source"), readTrim(t, knob+"/current_sched_policy")
+			return s == "unknown" && pol == "performance", s + " " + pol
+		})
+		if err := os.Rename(away, sys); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "sysfs root back (found by the periodic re-check)", 10*time.Second, func() (bool, string) {
+			s := readTrim(t, knob+"/power_source")
+			return s == "battery", s
+		})
+		onAC(t, sys)
+		p.alive(t)
+	})
+
+	t.Run("dbus-daemon killed and restarted", func(t *testing.T) {
+		bus.Process.Signal(syscall.SIGKILL)
+		bus.Wait()
+		p.logHas(t, "loss logged", "lost the D-Bus connection")
+		addr2, _ := startBusKillable(t, busDir)
+		if addr2 != addr {
+			t.Fatalf("restarted bus at %s, want %s", addr2, addr)
+		}
+		waitFor(t, "name owned again", 40*time.Second, func() (bool, string) { return nameOwned(addr) })
+		conn, err := dbus.Connect(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		v, err := conn.Object(daemon.BusName, daemon.ObjectPath).GetProperty(daemon.Interface + ".PowerAware")
+		if err != nil || v.Value() != uint32(1) {
+			t.Errorf("PowerAware after the reconnect = %v, %v", v, err)
+		}
+	})
+
+	p.stop(t)
+	if a, b := cg.cpusOf(t, "w1"), cg.cpusOf(t, "w2"); a != cg.cpus || b != cg.cpus {
+		t.Errorf("after SIGTERM w1=%s w2=%s, want the originals %s", a, b, cg.cpus)
+	}
+	if fstype, mounted, _ := mountAtForTest(treeDir); mounted {
+		t.Errorf("tree still mounted (%s) after exit", fstype)
+	}
+}
+
+// mountAtForTest returns the file system type of the topmost mount at dir.
+func mountAtForTest(dir string) (string, bool, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", false, err
+	}
+	fstype, mounted := "", false
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 7 || f[4] != dir {
+			continue
+		}
+		for i := 6; i < len(f)-1; i++ {
+			if f[i] == "-" {
+				fstype, mounted = f[i+1], true
+				break
+			}
+		}
+	}
+	return fstype, mounted, nil
+}
+
+// TestCorruptStateFile: a state.json that is garbage, of another version,
+// or holds invalid values is ignored with a warning naming it; the daemon
+// starts from the defaults, and the next save replaces the file.
+func TestCorruptStateFile(t *testing.T) {
+	bin := buildDaemon(t)
+	sys := mockMachine(t, "ac-offline-battery-unknown")
+	for name, content := range map[string]string{
+		"binary garbage":  "\x00\xff\xfe{{{\n",
+		"truncated json":  `{"version": 1, "power_aware": 2`,
+		"other version":   `{"version": 99, "power_aware": 2, "power_aware_policy": "balance"}`,
+		"invalid knob":    `{"version": 1, "power_aware": 7, "power_aware_policy": "turbo"}`,
+		"relative cgroup": `{"version": 1, "power_aware": 1, "power_aware_policy": "powersaving", "originals": {"../../etc": "0"}}`,
+		"boost escape":    `{"version": 1, "power_aware": 1, "power_aware_policy": "powersaving", "boost": [{"file": "../../../etc/passwd", "value": "1"}]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			tmp := t.TempDir()
+			stateDir := filepath.Join(tmp, "state")
+			os.MkdirAll(stateDir, 0o755)
+			os.WriteFile(filepath.Join(stateDir, daemon.StateFile), []byte(content), 0o644)
+			p := startDaemonProc(t, bin, "--sysfs-root", sys, "--cgroup-root", "none", "--tree-dir", filepath.Join(tmp, "tree"),
+				"--tree-backend", "plain", "--state-dir", stateDir, "--bus", "none", "--events", "fsnotify",
+				"--config", emptyConf(t))
+			p.logHas(t, "warning", "ignoring saved state, using defaults")
+			if !strings.Contains(p.log.String(), filepath.Join(stateDir, daemon.StateFile)) {
+				t.Errorf("the warning does not name the file")
+			}
+			knob := filepath.Join(tmp, "tree", daemon.TreePrefix)
+			if got := readTrim(t, knob+"/power_aware"); got != "1" {
+				t.Errorf("power_aware = %s, want the default 1", got)
+			}
+			write(t, knob+"/power_aware", "2")
+			waitFor(t, "choice saved over the corrupt file", 10*time.Second, func() (bool, string) {
+				b, _ := os.ReadFile(filepath.Join(stateDir, daemon.StateFile))
+				var m map[string]any
+				err := json.Unmarshal(b, &m)
+				return err == nil && m["power_aware"] == float64(2), string(b)
+			})
+			p.stop(t)
+		})
+	}
+}
+
+// emptyConf is an empty configuration file, so a test does not depend on
+// what /etc/schedpolicyd holds on this machine.
+func emptyConf(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "empty.conf")
+	if err := os.WriteFile(p, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

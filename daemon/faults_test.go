@@ -1,0 +1,176 @@
+package daemon
+
+// Issue 6 faults that need a hand inside the event loop: the watchdog
+// stops when the loop stalls, and a workload removed between the plan and
+// the cpuset write. d.do runs a function on the loop, which is both the
+// stall and the exact moment between reading the workloads and writing.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/policy"
+)
+
+// TestWatchdogStopsWhenLoopStalls: WATCHDOG=1 comes from the event loop,
+// so while the loop is blocked no ping is sent (systemd would then kill and
+// restart the daemon), and pings resume when it runs again.
+func TestWatchdogStopsWhenLoopStalls(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "notify")
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pings := make(chan struct{}, 1000)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			if strings.Contains(string(buf[:n]), "WATCHDOG=1") {
+				pings <- struct{}{}
+			}
+		}
+	}()
+	t.Setenv("NOTIFY_SOCKET", sock)
+	t.Setenv("WATCHDOG_USEC", "100000") // ping every 50 ms
+	t.Setenv("WATCHDOG_PID", fmt.Sprint(os.Getpid()))
+	m := newMockLaptop(t)
+	d, cancel, done := m.start(t)
+	waitPing := func(what string) {
+		t.Helper()
+		select {
+		case <-pings:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no WATCHDOG=1 %s", what)
+		}
+	}
+	waitPing("while the loop runs")
+
+	entered, release := make(chan struct{}), make(chan struct{})
+	go d.do(context.Background(), func() error {
+		close(entered)
+		<-release
+		return nil
+	})
+	<-entered
+	// A ping sent just before the stall may still be in the socket.
+	time.Sleep(20 * time.Millisecond)
+	for len(pings) > 0 {
+		<-pings
+	}
+	time.Sleep(500 * time.Millisecond) // ten intervals
+	if n := len(pings); n != 0 {
+		t.Errorf("%d WATCHDOG=1 pings while the event loop was blocked, want none", n)
+	}
+	close(release)
+	waitPing("after the loop runs again")
+	cancel()
+	<-done
+}
+
+// TestWorkloadRemovedBetweenPlanAndWrite: the workload's directory goes
+// away after the daemon listed it and before it writes the new cpuset. The
+// write fails with ENOENT; the workload is forgotten quietly, the others
+// are placed, nothing counts as an error, and the daemon goes on. Runs on
+// the cgroup v2 mock, and on a real cgroup v1 parent when this machine has
+// one (rmdir of a real cgroup, then the write).
+func TestWorkloadRemovedBetweenPlanAndWrite(t *testing.T) {
+	t.Run("v2 mock", func(t *testing.T) {
+		m := newMockLaptop(t)
+		d, _, _ := m.start(t)
+		eventually(t, "two workloads", func() (bool, string) {
+			return len(d.Snapshot().Workloads) == 2, fmt.Sprint(d.Snapshot().Workloads)
+		})
+		removedBetween(t, d, func() error { return os.RemoveAll(filepath.Join(m.managed, "a")) }, "a", "b")
+	})
+	t.Run("real v1", func(t *testing.T) {
+		parent := realV1Parent(t)
+		for _, w := range []string{"a", "b"} {
+			if err := os.Mkdir(filepath.Join(parent, w), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m := newMockLaptop(t)
+		online := strings.TrimSpace(readOr(t, "/sys/devices/system/cpu/online"))
+		os.RemoveAll(filepath.Join(m.sys, "devices"))
+		put(t, filepath.Join(m.sys, "devices/system/cpu/online"), online)
+		d := m.startWith(t, func(c *Config) { c.CgroupRoot = parent })
+		eventually(t, "two workloads", func() (bool, string) {
+			return len(d.Snapshot().Workloads) == 2, fmt.Sprint(d.Snapshot().Workloads)
+		})
+		removedBetween(t, d, func() error { return syscall.Rmdir(filepath.Join(parent, "a")) }, "a", "b")
+	})
+}
+
+// removedBetween removes a workload inside the loop, right before a policy
+// change makes the loop write every cpuset, and checks the outcome.
+func removedBetween(t *testing.T, d *Daemon, remove func() error, gone, kept string) {
+	t.Helper()
+	before := d.Stats()
+	err := d.do(context.Background(), func() error {
+		if err := remove(); err != nil {
+			return err
+		}
+		if _, ok := d.workloads[gone]; !ok {
+			return fmt.Errorf("%s already forgotten; the test needs it listed", gone)
+		}
+		k := d.knob.WithCurrentPolicy(policy.Powersaving)
+		return d.setKnob(k, "test")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := d.Snapshot().Workloads
+	if len(ws) != 1 || ws[0].Name != kept {
+		t.Fatalf("workloads after the removal = %+v, want only %s", ws, kept)
+	}
+	if cpus := ws[0].CPUs; strings.ContainsAny(cpus, ",-") {
+		t.Errorf("%s = %s, want packed on one CPU", kept, cpus)
+	}
+	if after := d.Stats(); after.Errors != before.Errors {
+		t.Errorf("a vanished workload counted as %d errors", after.Errors-before.Errors)
+	}
+	eventually(t, "original forgotten", func() (bool, string) {
+		st, _ := LoadState(d.cfg.StateDir)
+		_, has := st.Originals[filepath.Join(d.cfg.CgroupRoot, gone)]
+		return !has, fmt.Sprint(st.Originals)
+	})
+}
+
+// realV1Parent creates a cgroup v1 cpuset parent with every CPU and mem,
+// removed (children first) at cleanup; it skips where there is none.
+func realV1Parent(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create cgroups")
+	}
+	const root = "/sys/fs/cgroup/cpuset"
+	if _, err := os.Stat(root + "/cpuset.cpus"); err != nil {
+		t.Skipf("needs the cgroup v1 cpuset controller at %s", root)
+	}
+	parent := fmt.Sprintf("%s/schedpolicyd-test-%d", root, time.Now().UnixNano())
+	if err := os.Mkdir(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		kids, _ := filepath.Glob(parent + "/*/")
+		for _, k := range kids {
+			syscall.Rmdir(k)
+		}
+		syscall.Rmdir(parent)
+	})
+	put(t, parent+"/cpuset.cpus", strings.TrimSpace(readOr(t, root+"/cpuset.effective_cpus")))
+	put(t, parent+"/cpuset.mems", strings.TrimSpace(readOr(t, root+"/cpuset.mems")))
+	return parent
+}

@@ -1,0 +1,40 @@
+package daemon
+
+import "sync/atomic"
+
+// Stats are counters kept since Run started, for the soak command, tests
+// and diagnostics. Reading them is safe for concurrent use.
+type Stats struct {
+	// Events is the number of wake-ups the event loop handled: power
+	// states, CPU hotplug hints, requests from the tree and D-Bus, cgroup
+	// directory events, sampling ticks and tree losses.
+	Events int64
+	// Decisions is the number of times the effective policy was derived
+	// and a plan made (recompute).
+	Decisions int64
+	// CPUSetWrites is the number of cpuset.cpus writes that succeeded,
+	// restores on exit included.
+	CPUSetWrites int64
+	// Errors is the number of cpuset writes the kernel refused (vanished
+	// workloads excluded) and of failed tree remounts.
+	Errors int64
+	// TreeRemounts is the number of times the tree was served again after
+	// it was unmounted from outside.
+	TreeRemounts int64
+}
+
+// counters back Stats; updated by the event loop only.
+type counters struct {
+	events, decisions, writes, errors, remounts atomic.Int64
+}
+
+// Stats returns the counters so far. Safe for concurrent use.
+func (d *Daemon) Stats() Stats {
+	return Stats{
+		Events:       d.stats.events.Load(),
+		Decisions:    d.stats.decisions.Load(),
+		CPUSetWrites: d.stats.writes.Load(),
+		Errors:       d.stats.errors.Load(),
+		TreeRemounts: d.stats.remounts.Load(),
+	}
+}
