@@ -155,6 +155,7 @@ type Daemon struct {
 	policyReason   string
 	originalsSaved bool            // state.json holds every workload's original
 	rejected       map[string]bool // child names refused, warned about once
+	idleSamples    int             // consecutive samples with every workload idle
 
 	stats counters // for Stats; written by the loop only
 }
@@ -414,8 +415,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if len(d.workloads) > 0 || d.cgWatch == nil && d.cfg.CgroupRoot != "" {
 			sampleC = sample.C
 		}
-		if d.cfg.SampleInterval != sampleEvery {
-			sampleEvery = d.cfg.SampleInterval
+		if every := d.sampleEvery(); every != sampleEvery {
+			sampleEvery = every
 			sample.Reset(sampleEvery)
 		}
 		select {
@@ -437,14 +438,24 @@ func (d *Daemon) Run(ctx context.Context) error {
 			fn()
 		case <-d.cgEvents():
 			d.stats.events.Add(1)
+			d.idleSamples = 0
 			if d.scanWorkloads() {
 				d.recompute("workloads changed", true)
 			}
 		case <-sampleC:
 			d.stats.events.Add(1)
 			changed := d.scanWorkloads()
-			d.sampleWorkloads()
+			if busy := d.sampleWorkloads(); busy || changed {
+				d.idleSamples = 0
+			} else {
+				d.idleSamples++
+			}
 			d.recompute("sample", changed)
+		case <-d.activityC():
+			d.stats.events.Add(1)
+			d.idleSamples = 0 // a task arrived: look at once, then every period
+			d.sampleWorkloads()
+			d.recompute("task attached", false)
 		case <-treeLost:
 			d.stats.events.Add(1)
 			treeLost = d.remountTree(ctx)

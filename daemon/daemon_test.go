@@ -504,3 +504,31 @@ func TestDaemonCPUHotplug(t *testing.T) {
 	putAtomic(t, filepath.Join(m.sys, "devices/system/cpu/online"), "0-7")
 	eventually(t, "CPU 4 back", func() (bool, string) { g := get(t, a); return g == "0-7", g })
 }
+
+// TestDaemonSamplingBacksOffWhileIdle: with every workload idle (CPU time
+// not moving) the sampling period doubles up to 32×; a task attached to a
+// workload (a write to its cgroup.procs) brings it back at once.
+func TestDaemonSamplingBacksOffWhileIdle(t *testing.T) {
+	m := newMockLaptop(t)
+	put(t, filepath.Join(m.managed, "a/cgroup.procs"), "")
+	d, _, _ := m.startCfg(t, func(c *Config) { c.SampleInterval = 10 * time.Millisecond })
+	every := func() time.Duration {
+		var e time.Duration
+		d.do(context.Background(), func() error { e = d.sampleEvery(); return nil })
+		return e
+	}
+	eventually(t, "backed off to 32× while idle", func() (bool, string) {
+		e := every()
+		return e == 320*time.Millisecond, e.String()
+	})
+	put(t, filepath.Join(m.managed, "a/cgroup.procs"), "4242")
+	// The mock's CPU time stays still, so the period backs off again after
+	// a few samples: watch closely for the reset.
+	deadline := time.Now().Add(10 * time.Second)
+	for every() >= 320*time.Millisecond {
+		if time.Now().After(deadline) {
+			t.Fatal("sampling period did not come back after a task was attached")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -118,6 +119,7 @@ func (d *Daemon) scanWorkloads() bool {
 			w.avg, w.lastAt = w.avg.Update(use, 0, d.cfg.UtilHalfLife), time.Now()
 		}
 		d.workloads[n] = w
+		d.cgWatch.watchChild(path)
 		changed = true
 		d.log.WithFields(logrus.Fields{"workload": n, "cpus": cur.String()}).Info("adopted workload")
 	}
@@ -172,12 +174,15 @@ func (d *Daemon) persistOriginals() {
 // PELT-like average: u = Δusage / Δwall in CPUs; negative deltas of the v1
 // per-thread accounting count as 0), the instant number of runnable
 // threads and, on cgroup v2, cpu.pressure.
-func (d *Daemon) sampleWorkloads() {
+func (d *Daemon) sampleWorkloads() (busy bool) {
 	now := time.Now()
 	for n, w := range d.workloads {
 		use, err := d.cg.Usage(n)
 		if err != nil {
 			continue
+		}
+		if use != w.avg.Usage || w.avg.Util > idleUtil {
+			busy = true
 		}
 		w.avg, w.lastAt = w.avg.Update(use, now.Sub(w.lastAt), d.cfg.UtilHalfLife), now
 		if r, err := d.cg.Runnable(n); err == nil {
@@ -189,6 +194,31 @@ func (d *Daemon) sampleWorkloads() {
 			}
 		}
 	}
+	return busy
+}
+
+// idleUtil: a workload whose decayed utilisation is below it (in CPUs) and
+// whose CPU time did not move counts as idle for the sampling backoff.
+const idleUtil = 0.01
+
+// maxIdleShift caps the sampling backoff: while every workload is idle the
+// period doubles after idleSamplesBeforeBackoff quiet samples, up to
+// 2^maxIdleShift × the sampling period (32 s at the default 1 s).
+const (
+	idleSamplesBeforeBackoff = 3
+	maxIdleShift             = 5
+)
+
+// sampleEvery is the current sampling period: the configured one while any
+// workload is busy, doubling while all are idle (issue 7: sample only while
+// a workload is busy). A task attached to a workload, a new workload or a
+// policy change brings it back to the configured period.
+func (d *Daemon) sampleEvery() time.Duration {
+	shift := d.idleSamples - idleSamplesBeforeBackoff + 1
+	if shift <= 0 {
+		return d.cfg.SampleInterval
+	}
+	return d.cfg.SampleInterval << min(shift, maxIdleShift)
 }
 
 // applyPlan plans placement and writes the cpusets that differ from what
@@ -353,11 +383,32 @@ func (d *Daemon) workloadStatus() []WorkloadStatus {
 	return out
 }
 
-// cgroupWatch delivers a coalesced hint when children of the managed parent
-// are created or removed (mkdir/rmdir raise inotify events on cgroupfs).
+// cgroupWatch delivers coalesced hints about the managed parent: events
+// when children are created or removed (mkdir/rmdir raise inotify events on
+// cgroupfs), and activity when a task is attached to a workload (a write to
+// its cgroup.procs or tasks file, which raises IN_MODIFY), so an idle
+// daemon that slowed its sampling looks again at once.
 type cgroupWatch struct {
-	events chan struct{}
-	stop   func()
+	events   chan struct{}
+	activity chan struct{}
+	w        *fsnotify.Watcher
+	stop     func()
+}
+
+// watchChild also watches a workload's directory for task attachment.
+// Failure (e.g. the inotify watch limit) only costs the early wake-up.
+func (c *cgroupWatch) watchChild(dir string) {
+	if c != nil {
+		c.w.Add(dir)
+	}
+}
+
+// activityC is the activity channel, or nil without a watch.
+func (d *Daemon) activityC() <-chan struct{} {
+	if d.cgWatch == nil {
+		return nil
+	}
+	return d.cgWatch.activity
 }
 
 // cgEvents is the current watch's channel, or nil (never ready) without a
@@ -391,8 +442,16 @@ func (d *Daemon) watchCgroup() *cgroupWatch {
 		return nil
 	}
 	out := make(chan struct{}, 1)
+	act := make(chan struct{}, 1)
 	stop := make(chan struct{})
 	done := make(chan struct{})
+	parent := d.cg.Path()
+	poke := func(c chan struct{}) {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
 	go func() {
 		defer close(done)
 		for {
@@ -401,13 +460,16 @@ func (d *Daemon) watchCgroup() *cgroupWatch {
 				if !ok {
 					return
 				}
-				// Remove of the watched directory itself also arrives here.
-				if ev.Op&(fsnotify.Create|fsnotify.Remove) == 0 {
-					continue
-				}
-				select {
-				case out <- struct{}{}:
-				default:
+				switch {
+				case filepath.Dir(ev.Name) == parent || ev.Name == parent:
+					// Remove of the watched directory itself also arrives here.
+					if ev.Op&(fsnotify.Create|fsnotify.Remove) != 0 {
+						poke(out)
+					}
+				case ev.Op&fsnotify.Write != 0:
+					if b := filepath.Base(ev.Name); b == "cgroup.procs" || b == "tasks" {
+						poke(act)
+					}
 				}
 			case _, ok := <-w.Errors:
 				if !ok {
@@ -418,7 +480,7 @@ func (d *Daemon) watchCgroup() *cgroupWatch {
 			}
 		}
 	}()
-	return &cgroupWatch{events: out, stop: func() { close(stop); w.Close(); <-done }}
+	return &cgroupWatch{events: out, activity: act, w: w, stop: func() { close(stop); w.Close(); <-done }}
 }
 
 // MaxWorkloadName is the longest workload name CreateWorkload accepts, in
