@@ -92,8 +92,8 @@ bench:
 	    printf "| %s | %s | %s | %s | %.3f | %s | %s |\n", name, c, w, $$3, $$3/1e6, $$5, $$7 }' bin-bench.txt; \
 	  echo; \
 	  echo "<!-- BENCH:END -->"; } > bin-bench.md
-	@if [ -f docs/BENCHMARKS.md ] && grep -q 'BENCH:BEGIN' docs/BENCHMARKS.md; then \
-	  awk 'FNR==NR { t = t $$0 "\n"; next } /BENCH:BEGIN/ { printf "%s", t; skip=1; next } /BENCH:END/ { skip=0; next } !skip' bin-bench.md docs/BENCHMARKS.md > docs/BENCHMARKS.md.new && mv docs/BENCHMARKS.md.new docs/BENCHMARKS.md; \
+	@if [ -f docs/BENCHMARKS.md ] && grep -q '<!-- BENCH:BEGIN' docs/BENCHMARKS.md; then \
+	  awk 'FNR==NR { t = t $$0 "\n"; next } /<!-- BENCH:BEGIN/ { printf "%s", t; skip=1; next } /<!-- BENCH:END/ { skip=0; next } !skip' bin-bench.md docs/BENCHMARKS.md > docs/BENCHMARKS.md.new && mv docs/BENCHMARKS.md.new docs/BENCHMARKS.md; \
 	else cat bin-bench.md >> docs/BENCHMARKS.md; fi
 	@rm -f bin-bench.txt bin-bench.md
 	@echo "wrote docs/BENCHMARKS.md"
