@@ -67,13 +67,23 @@ func (ev AcpidEvent) PowerHint() bool {
 // into hints; it reconnects with backoff when acpid is not there or
 // restarts. The first failure of each outage is logged once.
 func (m *Monitor) startAcpid(ctx context.Context, wg *sync.WaitGroup) {
+	m.keepSession(ctx, wg, m.acpidSession, func(err error) {
+		m.log.WithError(err).WithField("socket", m.cfg.AcpidSocket).Warn("acpid socket unavailable; retrying")
+	})
+}
+
+// keepSession runs session again and again until ctx is done, waiting with
+// exponential backoff (minBackoff doubling to maxBackoff) between attempts;
+// the backoff starts over after a session that connected. outage is called
+// once per outage, with the first failure, to log it.
+func (m *Monitor) keepSession(ctx context.Context, wg *sync.WaitGroup, session func(context.Context) (bool, error), outage func(error)) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		backoff := minBackoff
 		logged := false
 		for {
-			connected, err := m.acpidSession(ctx)
+			connected, err := session(ctx)
 			if ctx.Err() != nil {
 				return
 			}
@@ -81,7 +91,7 @@ func (m *Monitor) startAcpid(ctx context.Context, wg *sync.WaitGroup) {
 				backoff, logged = minBackoff, false
 			}
 			if !logged {
-				m.log.WithError(err).WithField("socket", m.cfg.AcpidSocket).Warn("acpid socket unavailable; retrying")
+				outage(err)
 				logged = true
 			}
 			select {

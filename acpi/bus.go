@@ -41,41 +41,19 @@ var upowerDeviceProps = []string{"Online", "State", "IsPresent", "PowerSupply"}
 // startBus runs the system-bus client (UPower and/or logind) until ctx is
 // done, reconnecting with backoff when the bus goes away.
 func (m *Monitor) startBus(ctx context.Context, wg *sync.WaitGroup) {
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		backoff := minBackoff
-		logged := false
-		for {
-			connected, err := m.busSession(ctx)
-			if ctx.Err() != nil {
-				return
-			}
-			if connected {
-				backoff, logged = minBackoff, false
-			}
-			if !logged {
-				// The system bus is optional: say so once per outage,
-				// loudly only when UPower was asked for explicitly.
-				e := m.log.WithError(err).WithField("address", m.busAddress())
-				switch {
-				case m.cfg.UPower == UPowerOn:
-					e.Warn("system bus unavailable; UPower and resume hints wait for it")
-				case m.cfg.Logind:
-					e.Info("system bus unavailable; resume hints wait for it")
-				default:
-					e.Debug("system bus unavailable; UPower hints wait for it")
-				}
-				logged = true
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, maxBackoff)
+	m.keepSession(ctx, wg, m.busSession, func(err error) {
+		// The system bus is optional: say so once per outage, loudly only
+		// when UPower was asked for explicitly.
+		e := m.log.WithError(err).WithField("address", m.busAddress())
+		switch {
+		case m.cfg.UPower == UPowerOn:
+			e.Warn("system bus unavailable; UPower and resume hints wait for it")
+		case m.cfg.Logind:
+			e.Info("system bus unavailable; resume hints wait for it")
+		default:
+			e.Debug("system bus unavailable; UPower hints wait for it")
 		}
-	}()
+	})
 }
 
 func (m *Monitor) busAddress() string {
