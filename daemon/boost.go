@@ -1,11 +1,6 @@
 package daemon
 
 import (
-	"errors"
-	"io/fs"
-	"os"
-	"path/filepath"
-
 	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
@@ -90,12 +85,6 @@ func (d *Daemon) boostUncontrollable(err error) {
 		return
 	}
 	d.log.WithError(err).Warn("changing boost failed")
-}
-
-// stateExists reports whether dir holds a state.json (a saved choice).
-func stateExists(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, StateFile))
-	return !errors.Is(err, fs.ErrNotExist)
 }
 
 // systemBusAddress is the system bus the optional acpi sources (UPower,

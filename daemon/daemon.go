@@ -133,17 +133,18 @@ type Daemon struct {
 	snap  atomic.Pointer[Snapshot]
 
 	// Loop-owned state: touched only by the goroutine running Run.
-	knob      policy.Knob
-	boostOrig []sysfs.BoostSetting // boost as found, while we manage it
-	boostOff  bool                 // boost found not controllable; said once
-	power     acpi.Decision
-	boost     string
-	topo      policy.Topology
-	allowed   sysfs.CPUSet
-	workloads map[string]*workload
-	effective policy.Policy
-	plan      policy.Plan
-	kernelKnb string
+	knob       policy.Knob
+	knobChosen bool                 // knob is an explicit choice, not the configured default
+	boostOrig  []sysfs.BoostSetting // boost as found, while we manage it
+	boostOff   bool                 // boost found not controllable; said once
+	power      acpi.Decision
+	boost      string
+	topo       policy.Topology
+	allowed    sysfs.CPUSet
+	workloads  map[string]*workload
+	effective  policy.Policy
+	plan       policy.Plan
+	kernelKnb  string
 	// savedOriginals are the originals found in state.json at start (a
 	// crashed run's); consulted when a workload is adopted.
 	savedOriginals map[string]string
@@ -310,8 +311,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		d.log.WithError(err).Warn("ignoring saved state, using defaults")
 	}
-	d.knob, d.savedOriginals = st.Knob, st.Originals
-	if d.cfg.DefaultKnob != nil && !stateExists(d.cfg.StateDir) {
+	d.knob, d.knobChosen, d.savedOriginals = st.Knob, st.Chosen, st.Originals
+	if d.cfg.DefaultKnob != nil && !d.knobChosen {
 		d.knob = *d.cfg.DefaultKnob // the configured default; no choice saved yet
 	}
 	d.recoverBoost(st.Boost)
@@ -445,6 +446,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case <-sampleC:
 			d.stats.events.Add(1)
 			changed := d.scanWorkloads()
+			if d.reapFinished() {
+				changed = true
+			}
 			if busy := d.sampleWorkloads(); busy || changed {
 				d.idleSamples = 0
 			} else {
@@ -498,18 +502,20 @@ func (d *Daemon) setKnob(k policy.Knob, via string) error {
 	if err := k.Validate(); err != nil {
 		return err
 	}
-	if k == d.knob {
+	if k == d.knob && d.knobChosen {
 		if len(d.holds) > 0 {
 			d.cancelHolds() // an explicit choice, even of the same value
 		}
 		return nil
 	}
-	if err := SaveState(d.cfg.StateDir, d.stateWith(k)); err != nil {
+	st := d.stateWith(k)
+	st.Chosen = true
+	if err := SaveState(d.cfg.StateDir, st); err != nil {
 		d.log.WithError(err).Error("cannot persist choice; not applied")
 		return err
 	}
 	d.log.WithFields(logrus.Fields{"via": via, "power_aware": k.PowerAware, "power_aware_policy": k.PowerAwarePolicy}).Info("knob changed")
-	d.knob = k
+	d.knob, d.knobChosen = k, true
 	if len(d.holds) > 0 {
 		d.cancelHolds() // recomputes
 		return nil
@@ -628,7 +634,7 @@ func (d *Daemon) shutdown() {
 // stateWith is what state.json must hold with knob k: the knob, every
 // workload's original cpuset and the boost setting found at start-up.
 func (d *Daemon) stateWith(k policy.Knob) State {
-	return State{Knob: k, Originals: d.originals(), Boost: d.boostOrig}
+	return State{Knob: k, Chosen: d.knobChosen, Originals: d.originals(), Boost: d.boostOrig}
 }
 
 // Reload applies a new configuration (SIGHUP). The validated cfg replaces
@@ -662,6 +668,18 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 			d.log.WithField("settings", restart).Warn("reload: these settings change at the next start")
 		}
 		d.cfg.SampleInterval = nc.SampleInterval
+		d.cfg.DefaultKnob = nc.DefaultKnob
+		if nc.DefaultKnob != nil && !d.knobChosen && *nc.DefaultKnob != d.knob {
+			// No explicit choice yet: the configured default follows the
+			// file.
+			d.log.WithFields(logrus.Fields{"power_aware": nc.DefaultKnob.PowerAware, "power_aware_policy": nc.DefaultKnob.PowerAwarePolicy}).Info("reload: default knob changed")
+			d.knob = *nc.DefaultKnob
+			if err := SaveState(d.cfg.StateDir, d.stateWith(d.knob)); err != nil {
+				d.log.WithError(err).Warn("reload: cannot save state")
+			}
+		} else if nc.DefaultKnob != nil && d.knobChosen && *nc.DefaultKnob != d.knob {
+			d.log.Info("reload: the configured default knob is not applied: a choice made through the tree, D-Bus or the CLI is in force")
+		}
 		if nc.BoostOnBattery != old.BoostOnBattery {
 			d.cfg.BoostOnBattery = nc.BoostOnBattery
 			if nc.BoostOnBattery == "keep" {

@@ -479,11 +479,15 @@ func TestBusCreateWorkloadRealCgroup(t *testing.T) {
 	m := newMockLaptop(t)
 	parent := fmt.Sprintf("/sys/fs/cgroup/cpuset/schedpolicyd-test-%d", time.Now().UnixNano())
 	t.Cleanup(func() {
-		kids, _ := filepath.Glob(parent + "/*/")
+		kids, _ := os.ReadDir(parent)
 		for _, k := range kids {
-			os.Remove(k)
+			if k.IsDir() {
+				os.Remove(filepath.Join(parent, k.Name()))
+			}
 		}
-		os.Remove(parent)
+		if err := os.Remove(parent); err != nil && !os.IsNotExist(err) {
+			t.Errorf("removing the test cgroup: %v", err)
+		}
 	})
 	online := strings.TrimSpace(readOr(t, "/sys/devices/system/cpu/online"))
 	// The mock topology must name this machine's CPUs for real cpusets.
@@ -510,14 +514,31 @@ func TestBusCreateWorkloadRealCgroup(t *testing.T) {
 	if got := strings.TrimSpace(readOr(t, filepath.Join(parent, "job/cpuset.mems"))); got == "" {
 		t.Error("cpuset.mems of the new workload is empty")
 	}
-	eventually(t, "job adopted", func() (bool, string) {
+	// busctl has exited, so the workload is empty: the daemon created it,
+	// so it removes it, and the name can be used again.
+	eventually(t, "finished workload removed", func() (bool, string) {
+		_, err := os.Stat(filepath.Join(parent, "job"))
+		return os.IsNotExist(err) && len(d.Snapshot().Workloads) == 0, fmt.Sprint(err, d.Snapshot().Workloads)
+	})
+	if out, err := exec.Command("sh", "-c", `exec busctl --address="$0" call `+BusName+` `+string(ObjectPath)+` `+Interface+` CreateWorkload su job $$`, addr).CombinedOutput(); err != nil {
+		t.Fatalf("CreateWorkload of a reused name: %v %s", err, out)
+	}
+	// A cgroup the daemon did not create is never removed by it.
+	if err := os.Mkdir(filepath.Join(parent, "mine"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "mine adopted", func() (bool, string) {
 		for _, w := range d.Snapshot().Workloads {
-			if w.Name == "job" {
+			if w.Name == "mine" {
 				return true, ""
 			}
 		}
 		return false, fmt.Sprint(d.Snapshot().Workloads)
 	})
+	time.Sleep(300 * time.Millisecond) // several sample periods
+	if _, err := os.Stat(filepath.Join(parent, "mine")); err != nil {
+		t.Errorf("the daemon removed a cgroup it did not create: %v", err)
+	}
 }
 
 func readOr(t *testing.T, p string) string {

@@ -164,9 +164,11 @@ func realV1Parent(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		kids, _ := filepath.Glob(parent + "/*/")
+		kids, _ := os.ReadDir(parent) // (filepath.Glob("dir/*/") matches nothing)
 		for _, k := range kids {
-			syscall.Rmdir(k)
+			if k.IsDir() {
+				syscall.Rmdir(filepath.Join(parent, k.Name()))
+			}
 		}
 		syscall.Rmdir(parent)
 	})

@@ -29,8 +29,12 @@ const stateVersion = 1
 
 // State is what survives a restart or a crash.
 type State struct {
-	// Knob is the user's choice (power_aware, power_aware_policy).
+	// Knob is the knob in force (power_aware, power_aware_policy).
 	Knob policy.Knob
+	// Chosen reports that Knob is the user's explicit choice (through the
+	// tree, D-Bus or the CLI); until then the configured default applies
+	// and may change with the configuration.
+	Chosen bool
 	// Originals maps each managed workload's cgroup directory to its
 	// cpuset.cpus as found at adoption (a cpulist, "" for v2's inherit),
 	// recorded before the daemon first writes that cpuset. After a crash
@@ -46,6 +50,7 @@ type State struct {
 type persisted struct {
 	Version int `json:"version"`
 	policy.Knob
+	Chosen    bool                 `json:"chosen,omitempty"`
 	Originals map[string]string    `json:"originals,omitempty"`
 	Boost     []sysfs.BoostSetting `json:"boost,omitempty"`
 }
@@ -90,7 +95,7 @@ func LoadState(dir string) (State, error) {
 			return def, fmt.Errorf("%w %s: boost setting %+v; starting from defaults", ErrCorruptState, path, b)
 		}
 	}
-	return State{Knob: p.Knob, Originals: p.Originals, Boost: p.Boost}, nil
+	return State{Knob: p.Knob, Chosen: p.Chosen, Originals: p.Originals, Boost: p.Boost}, nil
 }
 
 // SaveState writes st to dir/state.json atomically: a temporary file in the
@@ -105,7 +110,7 @@ func SaveState(dir string, st State) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create state dir: %w", err)
 	}
-	b, err := json.MarshalIndent(persisted{Version: stateVersion, Knob: st.Knob, Originals: st.Originals, Boost: st.Boost}, "", "  ")
+	b, err := json.MarshalIndent(persisted{Version: stateVersion, Knob: st.Knob, Chosen: st.Chosen, Originals: st.Originals, Boost: st.Boost}, "", "  ")
 	if err != nil {
 		return err
 	}

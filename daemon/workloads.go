@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -32,6 +33,9 @@ type workload struct {
 	// override is the workload's own placement policy ("" = the
 	// machine's); only Performance is accepted (SetWorkloadPolicy).
 	override policy.Policy
+	// created: the daemon made this cgroup (CreateWorkload, i.e.
+	// schedpolicyctl run); it is removed once its last task has gone.
+	created bool
 	// refused is the last refused write ("cpulist error"), so a refusal
 	// that repeats on every sample is warned about once.
 	refused string
@@ -531,7 +535,11 @@ func (d *Daemon) createWorkload(name string, pid int) (string, error) {
 	if d.cg == nil {
 		return "", errors.New("workload placement is disabled (no managed parent cgroup)")
 	}
-	if err := d.cg.CreateChild(name); err != nil {
+	err := d.cg.CreateChild(name)
+	if errors.Is(err, fs.ErrExist) && d.reapCreated(name) {
+		err = d.cg.CreateChild(name) // a finished run's leftover was in the way
+	}
+	if err != nil {
 		return "", err
 	}
 	path, _ := d.cg.ChildPath(name)
@@ -540,6 +548,9 @@ func (d *Daemon) createWorkload(name string, pid int) (string, error) {
 		os.Remove(path)
 		d.scanWorkloads()
 		return "", fmt.Errorf("move PID %d into %s: %w", pid, path, err)
+	}
+	if w := d.workloads[name]; w != nil {
+		w.created = true
 	}
 	d.log.WithFields(logrus.Fields{"workload": name, "pid": pid}).Info("workload created")
 	d.recompute("workload created", true)
@@ -559,4 +570,37 @@ func (d *Daemon) setWorkloadOverride(name string, p policy.Policy) error {
 	d.log.WithFields(logrus.Fields{"workload": name, "override": p}).Info("workload override set")
 	d.recompute("workload override", true)
 	return nil
+}
+
+// reapCreated removes workload name if the daemon created it and no task
+// is left in it (the command started by schedpolicyctl run has exited); it
+// reports whether the cgroup is gone.
+func (d *Daemon) reapCreated(name string) bool {
+	w, ok := d.workloads[name]
+	if !ok || !w.created || d.cg == nil {
+		return false
+	}
+	if procs, err := d.cg.Procs(name); err != nil || len(procs) > 0 {
+		return false
+	}
+	if err := d.cg.RemoveChild(name); err != nil {
+		d.log.WithError(err).WithField("workload", name).Debug("cannot remove a finished workload yet")
+		return false
+	}
+	delete(d.workloads, name)
+	d.log.WithField("workload", name).Info("workload finished; its cgroup is removed")
+	d.persistOriginals()
+	return true
+}
+
+// reapFinished removes every daemon-created workload whose tasks are all
+// gone; it reports whether any was removed.
+func (d *Daemon) reapFinished() bool {
+	removed := false
+	for _, n := range d.sortedNames() {
+		if d.workloads[n].created && d.reapCreated(n) {
+			removed = true
+		}
+	}
+	return removed
 }

@@ -457,6 +457,20 @@ func (c *Cgroup) CreateChild(name string) error {
 	return c.PrepareChild(name)
 }
 
+// RemoveChild removes the child cgroup called name (rmdir). The kernel
+// refuses with EBUSY while it has tasks or children; a missing child is not
+// an error.
+func (c *Cgroup) RemoveChild(name string) error {
+	dir, err := c.ChildPath(name)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove cgroup: %w", err)
+	}
+	return nil
+}
+
 // Attach moves the process pid (all its threads) into the child by writing
 // it to cgroup.procs, one PID per write(2) as the kernel requires. Errors
 // wrap the errno: ESRCH no such process; on v1 ENOSPC when the child's

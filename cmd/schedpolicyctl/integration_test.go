@@ -603,9 +603,11 @@ func TestCtlRun(t *testing.T) {
 	cg := filepath.Join(cpusetRoot, fmt.Sprintf("schedpolicyctl-test-%d", rand.Uint32()))
 	t.Cleanup(func() {
 		// Move stragglers out, then remove children and the parent.
-		children, _ := filepath.Glob(cg + "/*/")
+		children, _ := os.ReadDir(cg) // (filepath.Glob("dir/*/") matches nothing)
 		for _, c := range children {
-			syscall.Rmdir(c)
+			if c.IsDir() {
+				syscall.Rmdir(filepath.Join(cg, c.Name()))
+			}
 		}
 		syscall.Rmdir(cg)
 	})
@@ -618,14 +620,25 @@ func TestCtlRun(t *testing.T) {
 	if !strings.Contains(r.stdout, want) {
 		t.Errorf("the command ran in\n%s\nwant a line ending in %q", r.stdout, want)
 	}
-	// The workload exists (empty now) and is listed.
-	waitFor(t, "the workload listed", 5*time.Second, func() (bool, string) {
+	// The command has exited: the daemon made that cgroup, so it removes it.
+	waitFor(t, "the finished workload removed", 10*time.Second, func() (bool, string) {
+		_, err := os.Stat(filepath.Join(cg, "build"))
+		r := d.inProcess("workloads", "--json")
+		return os.IsNotExist(err) && strings.TrimSpace(r.stdout) == "[]", r.stdout
+	})
+	// While a run is going on it is listed, and its name is taken: exit 5,
+	// the second command does not run.
+	long := exec.Command(d.ctl, "--bus", d.addr, "run", "--name", "build", "--", "sleep", "30")
+	if err := long.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { long.Process.Kill(); long.Wait() })
+	waitFor(t, "the running workload listed", 5*time.Second, func() (bool, string) {
 		r := d.inProcess("workloads", "--json")
 		var ws []workload
 		json.Unmarshal([]byte(r.stdout), &ws)
 		return len(ws) == 1 && ws[0].Name == "build" && ws[0].Path == filepath.Join(cg, "build"), r.stdout
 	})
-	// An existing name: exit 5, the command does not run.
 	marker := filepath.Join(t.TempDir(), "ran")
 	if r := d.run(t, "run", "--name", "build", "--", "touch", marker); r.code != exitExists {
 		t.Errorf("run with an existing name: %v, want exit 5", r)
@@ -633,6 +646,8 @@ func TestCtlRun(t *testing.T) {
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("the command ran although the workload could not be created")
 	}
+	long.Process.Kill()
+	long.Wait()
 	// Bad names are refused before the bus.
 	for _, n := range []string{"../escape", "a/b", "..", ".", "", "tab\there", strings.Repeat("x", 65)} {
 		if r := d.run(t, "run", "--name", n, "--", "true"); r.code != exitInvalid {

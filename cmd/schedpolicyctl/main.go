@@ -149,6 +149,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stdout, usageText)
 			return exitOK
 		}
+		if rest[0] == "help" || rest[0] == "version" {
+			fmt.Fprint(stdout, usageText)
+			return exitOK
+		}
 		cmd, ok := commands()[rest[0]]
 		if !ok {
 			return c.usage("", usagef("unknown command %q", rest[0]))

@@ -109,6 +109,17 @@ func validate(cfg daemon.Config) error {
 // defaultCgroupRoot picks the managed parent: the v1 cpuset hierarchy when
 // it is mounted (systemd never manages it), else a top-level cgroup v2
 // directory.
+// resolveCgroupRoot turns the --cgroup-root / cgroup_root words into a
+// path: "auto" → defaultCgroupRoot(), "none" → "" (no placement).
+func resolveCgroupRoot(cfg *daemon.Config) {
+	switch cfg.CgroupRoot {
+	case "auto":
+		cfg.CgroupRoot = defaultCgroupRoot()
+	case "none":
+		cfg.CgroupRoot = ""
+	}
+}
+
 func defaultCgroupRoot() string {
 	if _, err := os.Stat("/sys/fs/cgroup/cpuset/cpuset.cpus"); err == nil {
 		return "/sys/fs/cgroup/cpuset/schedpolicyd"
@@ -181,12 +192,7 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 		// journald stamps every line itself.
 		log.SetFormatter(&logrus.TextFormatter{DisableTimestamp: true})
 	}
-	switch cfg.CgroupRoot {
-	case "auto":
-		cfg.CgroupRoot = defaultCgroupRoot()
-	case "none":
-		cfg.CgroupRoot = ""
-	}
+	resolveCgroupRoot(&cfg)
 	cfg.Log = log
 	d, err := daemon.New(cfg)
 	if err != nil {
@@ -232,6 +238,8 @@ func reload(ctx context.Context, d *daemon.Daemon, log *logrus.Logger, path stri
 		log.WithError(err).Error("reload: keeping the running configuration")
 		return
 	}
+	resolveCgroupRoot(&cfg)
+	cfg.Log = log
 	if lvl, err := logrus.ParseLevel(fc.LogLevelName(log.GetLevel().String(), set)); err == nil {
 		log.SetLevel(lvl)
 	}

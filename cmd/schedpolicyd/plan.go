@@ -127,6 +127,15 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail("--allowed: %v", err)
 		}
+		known := map[int]bool{}
+		for _, id := range allowed {
+			known[id] = true
+		}
+		for _, id := range set.List() {
+			if !known[id] {
+				return fail("--allowed: CPU %d is not in the topology (CPUs %s)", id, sysfs.NewCPUSet(allowed...))
+			}
+		}
 		allowed = set.List()
 	}
 	plan := policy.PlanPlacement(policy.Input{Topology: topo, Allowed: allowed, Policy: policyName, Loads: loads})
