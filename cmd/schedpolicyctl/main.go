@@ -276,7 +276,8 @@ workloads.`,
 		},
 		{
 			name: "set", synopsis: "set POLICY", run: (*cli).set,
-			help: `Choose a policy explicitly, like writing current_sched_policy:
+			help: `Choose a policy explicitly: POLICY is exactly performance, balance or
+powersaving, and the effect is that of writing current_sched_policy:
 performance sets power_aware to 0; balance or powersaving set power_aware to 2
 and power_aware_policy to POLICY. An explicit choice cancels all holds and is
 saved across restarts. Needs root or the polkit action

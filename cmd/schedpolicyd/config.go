@@ -86,8 +86,8 @@ type fileConfig struct {
 	// BoostOnBattery is "keep", "off" or "on": what to do with cpufreq
 	// boost while on battery.
 	BoostOnBattery *string
-	// UPower is "auto", "on" or "off": whether to corroborate the power
-	// source with UPower's OnBattery on the system bus.
+	// UPower is "auto", "on" or "off": whether UPower's OnBattery changes on
+	// the system bus are taken as a hint to re-read the power supplies.
 	UPower *string
 	// PowerProfilesAPI serves org.freedesktop.UPower.PowerProfiles and
 	// net.hadess.PowerProfiles when true.

@@ -38,7 +38,8 @@ const usage = `Usage:
                                   events, decisions, cpuset writes, errors, peak RSS
   schedpolicyd version            print the version
 
-Run 'schedpolicyd probe --help' for the probe's flags.
+Run 'schedpolicyd probe --help', 'schedpolicyd plan --help' or
+'schedpolicyd soak --help' for their flags.
 
 Daemon flags:
 `
