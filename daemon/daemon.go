@@ -98,6 +98,10 @@ type Snapshot struct {
 	Boost      string // "1", "0" or "unsupported"
 	Workloads  []WorkloadStatus
 	Holds      []hold
+
+	// props are the D-Bus property values of this snapshot, computed once
+	// when it is published (Get and GetAll are the hot path); read-only.
+	props map[string]any
 }
 
 // WorkloadStatus describes one managed workload.
@@ -609,11 +613,13 @@ func (d *Daemon) publish() {
 }
 
 func (d *Daemon) newSnapshot() *Snapshot {
-	return &Snapshot{
+	s := &Snapshot{
 		Policy: d.effective, Knob: d.knob, PowerSource: d.power.Source,
 		Reason: d.power.Reason, PolicyReason: d.policyReason, LastChange: d.lastChange,
 		Boost: d.boost, Workloads: d.workloadStatus(), Holds: d.holdList(),
 	}
+	s.props = propertyValues(*s)
+	return s
 }
 
 func (d *Daemon) shutdown() {

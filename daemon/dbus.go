@@ -237,6 +237,15 @@ func s0values(snap Snapshot) map[string]any {
 	return propertyValues(snap)
 }
 
+// values returns the snapshot's D-Bus property values: computed once at
+// publication, or now for a snapshot that was built by hand.
+func (snap Snapshot) values() map[string]any {
+	if snap.props != nil {
+		return snap.props
+	}
+	return propertyValues(snap)
+}
+
 // propertyValues maps a snapshot to the D-Bus property values of Interface,
 // with the Go types godbus encodes as the XML's signatures.
 func propertyValues(snap Snapshot) map[string]any {
@@ -287,7 +296,7 @@ func (s *busService) update(snap Snapshot) {
 	if s == nil {
 		return
 	}
-	vals := propertyValues(snap)
+	vals := snap.values()
 	s.mu.Lock()
 	changed := map[string]dbus.Variant{}
 	for name, v := range vals {
@@ -327,7 +336,7 @@ func (h propsHandler) Get(iface, name string) (dbus.Variant, *dbus.Error) {
 	if iface != Interface {
 		return dbus.Variant{}, dbus.NewError(errUnknownIface, []any{"no interface " + iface})
 	}
-	v, ok := propertyValues(h.s.d.Snapshot())[name]
+	v, ok := h.s.d.Snapshot().values()[name]
 	if !ok {
 		return dbus.Variant{}, dbus.NewError(errUnknownProp, []any{"no property " + name})
 	}
@@ -340,7 +349,7 @@ func (h propsHandler) GetAll(iface string) (map[string]dbus.Variant, *dbus.Error
 		return nil, dbus.NewError(errUnknownIface, []any{"no interface " + iface})
 	}
 	out := map[string]dbus.Variant{}
-	for k, v := range propertyValues(h.s.d.Snapshot()) {
+	for k, v := range h.s.d.Snapshot().values() {
 		out[k] = dbus.MakeVariant(v)
 	}
 	return out, nil
