@@ -511,9 +511,9 @@ func TestBusCreateWorkloadRealCgroup(t *testing.T) {
 	if want := fmt.Sprintf("s %q\n", filepath.Join(parent, "job")); string(out) != want {
 		t.Errorf("reply %q, want %q", out, want)
 	}
-	if got := strings.TrimSpace(readOr(t, filepath.Join(parent, "job/cpuset.mems"))); got == "" {
-		t.Error("cpuset.mems of the new workload is empty")
-	}
+	// The reply means the PID was attached, which cgroup v1 refuses
+	// (ENOSPC) unless the new cpuset has CPUs and memory nodes; the
+	// workload may already be gone again, since busctl has exited.
 	// busctl has exited, so the workload is empty: the daemon created it,
 	// so it removes it, and the name can be used again.
 	eventually(t, "finished workload removed", func() (bool, string) {
