@@ -304,39 +304,6 @@ func TestCrashKill9Reconcile(t *testing.T) {
 	}
 }
 
-// startBusKillable starts dbus-daemon on a fixed socket path and returns
-// its address and process, so a test can SIGKILL it and start another at
-// the same address.
-func startBusKillable(t *testing.T, dir string) (string, *exec.Cmd) {
-	t.Helper()
-	conf := filepath.Join(dir, "bus.conf")
-	sock := filepath.Join(dir, "bus")
-	os.WriteFile(conf, []byte(`<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>session</type>
-  <listen>unix:path=`+sock+`</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>
-</busconfig>
-`), 0o644)
-	os.Remove(sock) // a killed bus leaves its socket behind
-	cmd := exec.Command("dbus-daemon", "--nofork", "--config-file="+conf)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("dbus-daemon: %v", err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	waitFor(t, "bus socket", 5*time.Second, func() (bool, string) {
-		_, err := os.Stat(sock)
-		return err == nil, fmt.Sprint(err)
-	})
-	return "unix:path=" + sock, cmd
-}
-
 func nameOwned(addr string) (bool, string) {
 	conn, err := dbus.Connect(addr)
 	if err != nil {
@@ -358,7 +325,7 @@ func TestFaultsRealBinary(t *testing.T) {
 	}
 	bin := buildDaemon(t)
 	busDir := t.TempDir()
-	addr, bus := startBusKillable(t, busDir)
+	addr, bus := startBusAt(t, busDir)
 	sys := mockMachine(t, "ac-offline-battery-unknown")
 	cg := newV1Parent(t)
 	cg.child(t, "w1", cg.cpus)
@@ -491,7 +458,7 @@ func TestFaultsRealBinary(t *testing.T) {
 		bus.Process.Signal(syscall.SIGKILL)
 		bus.Wait()
 		p.logHas(t, "loss logged", "lost the D-Bus connection")
-		addr2, _ := startBusKillable(t, busDir)
+		addr2, _ := startBusAt(t, busDir)
 		if addr2 != addr {
 			t.Fatalf("restarted bus at %s, want %s", addr2, addr)
 		}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -69,35 +68,12 @@ func buildDaemon(t *testing.T) string {
 	return bin
 }
 
-// startBus starts a private dbus-daemon and returns its address.
+// startBus starts a private dbus-daemon in a temporary directory and
+// returns its address.
 func startBus(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "bus.conf")
-	os.WriteFile(conf, []byte(`<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>session</type>
-  <listen>unix:path=`+filepath.Join(dir, "bus")+`</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>
-</busconfig>
-`), 0o644)
-	cmd := exec.Command("dbus-daemon", "--nofork", "--print-address=1", "--config-file="+conf)
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("dbus-daemon: %v", err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	addr, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("reading bus address: %v", err)
-	}
-	return strings.TrimSpace(addr)
+	addr, _ := startBusAt(t, t.TempDir())
+	return addr
 }
 
 // copyTree copies regular files (and directories) from src to dst, skipping
@@ -559,10 +535,11 @@ func TestEndToEnd(t *testing.T) {
 	}
 }
 
-// startBusAt starts dbus-daemon on a fixed socket path (so it can be
-// restarted at the same address) and returns a stop function that ends it
-// with SIGTERM, letting it remove its socket.
-func startBusAt(t *testing.T, dir string) (addr string, stop func()) {
+// startBusAt starts dbus-daemon on a fixed socket path in dir, so a test
+// can stop or kill it (through the returned process) and start another at
+// the same address. It waits until the socket exists; the test's cleanup
+// ends it.
+func startBusAt(t *testing.T, dir string) (addr string, bus *exec.Cmd) {
 	t.Helper()
 	conf := filepath.Join(dir, "bus.conf")
 	sock := filepath.Join(dir, "bus")
@@ -579,25 +556,24 @@ func startBusAt(t *testing.T, dir string) (addr string, stop func()) {
   </policy>
 </busconfig>
 `), 0o644)
-	cmd := exec.Command("dbus-daemon", "--nofork", "--config-file="+conf)
-	if err := cmd.Start(); err != nil {
+	os.Remove(sock) // a killed bus leaves its socket behind
+	bus = exec.Command("dbus-daemon", "--nofork", "--config-file="+conf)
+	if err := bus.Start(); err != nil {
 		t.Fatalf("dbus-daemon: %v", err)
 	}
-	stopped := false
-	stop = func() {
-		if !stopped {
-			stopped = true
-			cmd.Process.Signal(syscall.SIGTERM)
-			cmd.Wait()
-			os.Remove(sock)
-		}
-	}
-	t.Cleanup(stop)
+	t.Cleanup(func() { bus.Process.Kill(); bus.Wait() })
 	waitFor(t, "bus socket", 5*time.Second, func() (bool, string) {
 		_, err := os.Stat(sock)
 		return err == nil, fmt.Sprint(err)
 	})
-	return "unix:path=" + sock, stop
+	return "unix:path=" + sock, bus
+}
+
+// stopBus ends a bus from startBusAt with SIGTERM, letting it remove its
+// socket.
+func stopBus(bus *exec.Cmd) {
+	bus.Process.Signal(syscall.SIGTERM)
+	bus.Wait()
 }
 
 // TestDaemonBusRestartAndSignals: the real binary survives SIGHUP, rejects
@@ -610,7 +586,7 @@ func TestDaemonBusRestartAndSignals(t *testing.T) {
 	}
 	bin := buildDaemon(t)
 	busDir := t.TempDir()
-	addr, stopBus := startBusAt(t, busDir)
+	addr, bus := startBusAt(t, busDir)
 	sys := mockMachine(t, "ac-offline-battery-unknown")
 	tmp := t.TempDir()
 	var logBuf lockedBuffer
@@ -686,7 +662,7 @@ func TestDaemonBusRestartAndSignals(t *testing.T) {
 	waitFor(t, "main name owned after the reload reconnect", 20*time.Second, owned)
 
 	// The bus goes away and comes back at the same address.
-	stopBus()
+	stopBus(bus)
 	addr2, _ := startBusAt(t, busDir)
 	if addr2 != addr {
 		t.Fatalf("restarted bus at %s, want %s", addr2, addr)
