@@ -32,6 +32,7 @@ type daemonProc struct {
 	log    *lockedBuffer
 	exited chan error
 	notify *notifySocket
+	ready  string // the READY=1 notification, with its STATUS
 }
 
 // startDaemonProc starts bin with args, its output in a buffer and
@@ -56,7 +57,7 @@ func startDaemonProc(t *testing.T, bin string, args ...string) *daemonProc {
 			t.Logf("daemon (pid %d) log:\n%s", p.cmd.Process.Pid, p.log.String())
 		}
 	})
-	notify.expect(t, "READY=1")
+	p.ready = notify.expect(t, "READY=1")
 	return p
 }
 

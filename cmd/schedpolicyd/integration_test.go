@@ -295,29 +295,11 @@ func TestEndToEnd(t *testing.T) {
 	write(t, cg+"/w1/cpuset.cpus", lastCPUStr)
 	write(t, cg+"/w1/cpuset.mems", readTrim(t, cpusetRoot+"/cpuset.mems"))
 
-	notify, notifyPath := listenNotify(t)
-	var logBuf lockedBuffer
-	dcmd := exec.Command(bin, "--sysfs-root", sys, "--cgroup-root", cg, "--tree-dir", treeDir,
+	d := startDaemonProc(t, bin, "--sysfs-root", sys, "--cgroup-root", cg, "--tree-dir", treeDir,
 		"--tree-backend", "fuse", "--state-dir", stateDir, "--bus", addr, "--events", "fsnotify",
 		"--debounce", "100ms", "--sample-interval", "250ms", "--log-level", "debug")
-	dcmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+notifyPath)
-	dcmd.Stderr = &logBuf
-	dcmd.Stdout = &logBuf
-	if err := dcmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- dcmd.Wait() }()
-	t.Cleanup(func() {
-		dcmd.Process.Kill()
-		<-exited
-		if t.Failed() || testing.Verbose() {
-			t.Logf("daemon log:\n%s", logBuf.String())
-		}
-	})
-	ready := notify.expect(t, "READY=1")
-	if !strings.Contains(ready, "STATUS=policy performance") {
-		t.Errorf("READY message %q lacks the STATUS with the policy", ready)
+	if !strings.Contains(d.ready, "STATUS=policy performance") {
+		t.Errorf("READY message %q lacks the STATUS with the policy", d.ready)
 	}
 
 	knobDir := filepath.Join(treeDir, daemon.TreePrefix)
@@ -500,17 +482,8 @@ func TestEndToEnd(t *testing.T) {
 	})
 
 	// (c) SIGTERM restores the original cpusets and unmounts the tree.
-	dcmd.Process.Signal(syscall.SIGTERM)
-	notify.expect(t, "STOPPING=1")
-	select {
-	case err := <-exited:
-		exited <- err // for the cleanup
-		if err != nil {
-			t.Errorf("daemon exit: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("daemon did not exit after SIGTERM")
-	}
+	d.stop(t)
+	d.notify.expect(t, "STOPPING=1")
 	a, b2 := cpus()
 	if a != lastCPUStr {
 		t.Errorf("w1 cpuset after SIGTERM = %q, want its original %q", a, lastCPUStr)
@@ -589,24 +562,10 @@ func TestDaemonBusRestartAndSignals(t *testing.T) {
 	addr, bus := startBusAt(t, busDir)
 	sys := mockMachine(t, "ac-offline-battery-unknown")
 	tmp := t.TempDir()
-	var logBuf lockedBuffer
 	conf := filepath.Join(tmp, "schedpolicyd.conf")
 	os.WriteFile(conf, []byte("# test config\npower_profiles_api = false\n"), 0o644)
-	dcmd := exec.Command(bin, "--config", conf, "--sysfs-root", sys, "--cgroup-root", "none", "--tree-dir", filepath.Join(tmp, "tree"),
+	d := startDaemonProc(t, bin, "--config", conf, "--sysfs-root", sys, "--cgroup-root", "none", "--tree-dir", filepath.Join(tmp, "tree"),
 		"--tree-backend", "plain", "--state-dir", filepath.Join(tmp, "state"), "--bus", addr, "--log-level", "debug")
-	dcmd.Stderr, dcmd.Stdout = &logBuf, &logBuf
-	if err := dcmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- dcmd.Wait() }()
-	t.Cleanup(func() {
-		dcmd.Process.Kill()
-		<-exited
-		if t.Failed() || testing.Verbose() {
-			t.Logf("daemon log:\n%s", logBuf.String())
-		}
-	})
 	owned := func() (bool, string) {
 		conn, err := dbus.Connect(addr)
 		if err != nil {
@@ -636,19 +595,14 @@ func TestDaemonBusRestartAndSignals(t *testing.T) {
 	// where the file is wrong; with a good one the change applies (here the
 	// power-profiles API appears on the bus).
 	os.WriteFile(conf, []byte("# test config\npower_profiles_api = false\nbogus_key = 1\n"), 0o644)
-	dcmd.Process.Signal(syscall.SIGHUP)
+	d.cmd.Process.Signal(syscall.SIGHUP)
 	waitFor(t, "bad config reported", 10*time.Second, func() (bool, string) {
-		l := logBuf.String()
+		l := d.log.String()
 		return strings.Contains(l, "keeping the running configuration") && strings.Contains(l, conf+":3"), ""
 	})
-	select {
-	case err := <-exited:
-		exited <- err
-		t.Fatalf("daemon exited on SIGHUP: %v", err)
-	default:
-	}
+	d.alive(t)
 	os.WriteFile(conf, []byte("power_profiles_api = true\n"), 0o644)
-	dcmd.Process.Signal(syscall.SIGHUP)
+	d.cmd.Process.Signal(syscall.SIGHUP)
 	waitFor(t, "power-profiles API after reload", 20*time.Second, func() (bool, string) {
 		conn, err := dbus.Connect(addr)
 		if err != nil {
@@ -668,7 +622,7 @@ func TestDaemonBusRestartAndSignals(t *testing.T) {
 		t.Fatalf("restarted bus at %s, want %s", addr2, addr)
 	}
 	waitFor(t, "name owned again after the bus restarted", 40*time.Second, owned)
-	if !strings.Contains(logBuf.String(), "lost the D-Bus connection") {
+	if !strings.Contains(d.log.String(), "lost the D-Bus connection") {
 		t.Errorf("loss of the bus not logged")
 	}
 }
