@@ -25,7 +25,8 @@ run: build
 # Debian packages the tests use, installed only when missing:
 # dbus-daemon and dbus-send (dbus), busctl and systemd-analyze (systemd),
 # gdbus (libglib2.0-bin), powerprofilesctl (power-profiles-daemon),
-# setpriv (util-linux), lintian, man (man-db) for the package checks,
+# setpriv (util-linux), strace (the privilege test records every path the
+# daemon writes), lintian, man (man-db) and groff for the package checks,
 # dpkg-deb (dpkg) to build the package, and the real upowerd under umockdev
 # for the UPower source test (upower, umockdev, gir1.2-umockdev-1.0,
 # python3-gi), and the real polkitd for the authorisation test (polkitd).
@@ -41,6 +42,8 @@ deps:
 	command -v man >/dev/null              || missing="$$missing man-db"; \
 	command -v dpkg-deb >/dev/null         || missing="$$missing dpkg"; \
 	command -v bash >/dev/null             || missing="$$missing bash"; \
+	command -v strace >/dev/null           || missing="$$missing strace"; \
+	command -v groff >/dev/null            || missing="$$missing groff-base"; \
 	for p in upower umockdev gir1.2-umockdev-1.0 python3-gi polkitd; do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
 	done; \
