@@ -41,7 +41,7 @@ func TestCLIBadInput(t *testing.T) {
 		{[]string{"--sysfs-root", missing, "--config", emptyConf(t)}, 2, missing, ""},
 		{[]string{"probe", "--no-such-flag"}, 2, "flag provided but not defined", ""},
 		{[]string{"soak", "--duration", "0s"}, 2, "positive --duration", ""},
-		{[]string{"soak", "stray"}, 2, "no arguments", ""},
+		{[]string{"soak", "stray"}, 2, "unexpected argument \"stray\"", ""},
 		// Help and version: exit 0 on stdout.
 		{[]string{"--help"}, 0, "", "Usage:"},
 		{[]string{"soak", "--help"}, 0, "", "Usage: schedpolicyd soak"},

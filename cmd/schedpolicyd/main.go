@@ -67,6 +67,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return daemonMain(args, stdout, stderr)
 }
 
+// parseFlags parses a command's flags the same way everywhere: --help
+// prints the usage to stdout and returns 0; a bad flag (flag prints why)
+// or an unexpected argument is a usage error, 2. ok is true when the caller
+// should go on.
+func parseFlags(fl *flag.FlagSet, name string, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	if wantsHelp(args) {
+		fl.SetOutput(stdout)
+		fl.Usage()
+		return 0, false
+	}
+	if err := fl.Parse(args); err != nil {
+		return 2, false
+	}
+	if fl.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected argument %q (see --help)\n", name, fl.Arg(0))
+		return 2, false
+	}
+	return 0, true
+}
+
 // wantsHelp reports whether args ask for help; help goes to stdout and
 // exits 0, unlike a usage error.
 func wantsHelp(args []string) bool {
@@ -155,17 +175,8 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 	fl.BoolVar(&cfg.PowerProfilesAPI, "power-profiles-api", false, "also serve the power-profiles D-Bus API (net.hadess.PowerProfiles, org.freedesktop.UPower.PowerProfiles) used by GNOME, KDE and powerprofilesctl")
 	configPath := fl.String("config", DefaultConfigPath, "TOML configuration file, see schedpolicyd.conf(5); flags given here override it")
 	logLevel := fl.String("log-level", "info", "log level: debug, info, warning, error")
-	if wantsHelp(args) {
-		fl.SetOutput(stdout)
-		fl.Usage()
-		return 0
-	}
-	if err := fl.Parse(args); err != nil {
-		return 2
-	}
-	if fl.NArg() > 0 {
-		fmt.Fprintf(stderr, "schedpolicyd: unexpected argument %q (see --help)\n", fl.Arg(0))
-		return 2
+	if code, ok := parseFlags(fl, "schedpolicyd", args, stdout, stderr); !ok {
+		return code
 	}
 	set := map[string]bool{}
 	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })

@@ -53,21 +53,16 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 	asJSON := fl.Bool("json", false, "print JSON instead of text")
 	writeTree := fl.String("write-sysfs", "", "write the preset's mock sysfs tree into this directory and exit")
 	fl.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: schedpolicyd plan (--sysfs-root DIR | --topology PRESET) --policy P --load NAME=UTIL[:THREADS],... [--allowed LIST] [--json]")
+		fmt.Fprintln(fl.Output(), "Usage: schedpolicyd plan (--sysfs-root DIR | --topology PRESET) --policy P --load NAME=UTIL[:THREADS],... [--allowed LIST] [--json]")
+		fmt.Fprintln(fl.Output(), "       schedpolicyd plan --topology PRESET --write-sysfs DIR")
 		fl.PrintDefaults()
 	}
-	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fl, "schedpolicyd plan", args, stdout, stderr); !ok {
+		return code
 	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "schedpolicyd plan: "+format+"\n", a...)
 		return 2
-	}
-	if fl.NArg() > 0 {
-		return fail("unexpected argument %q", fl.Arg(0))
 	}
 	if *writeTree != "" {
 		p, ok := presets[*preset]

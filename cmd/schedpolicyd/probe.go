@@ -47,17 +47,8 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(fl.Output(), "Usage: schedpolicyd probe [--sysfs-root DIR] [--state-dir DIR] [--json]")
 		fl.PrintDefaults()
 	}
-	if wantsHelp(args) {
-		fl.SetOutput(stdout)
-		fl.Usage()
-		return 0
-	}
-	if err := fl.Parse(args); err != nil {
-		return 2
-	}
-	if fl.NArg() > 0 {
-		fmt.Fprintf(stderr, "schedpolicyd probe: unexpected argument %q (see --help)\n", fl.Arg(0))
-		return 2
+	if code, ok := parseFlags(fl, "schedpolicyd probe", args, stdout, stderr); !ok {
+		return code
 	}
 	fs, err := sysfs.NewFS(*root)
 	if err != nil {

@@ -66,16 +66,11 @@ func soakMain(args []string, stdout, stderr io.Writer) int {
 	backend := fl.String("tree-backend", "plain", "tree backend: plain, fuse or auto")
 	asJSON := fl.Bool("json", false, "print the figures as JSON")
 	verbose := fl.Bool("v", false, "print the daemon's warnings as they happen")
-	if wantsHelp(args) {
-		fl.SetOutput(stdout)
-		fl.Usage()
-		return 0
+	if code, ok := parseFlags(fl, "schedpolicyd soak", args, stdout, stderr); !ok {
+		return code
 	}
-	if err := fl.Parse(args); err != nil {
-		return 2
-	}
-	if fl.NArg() > 0 || *dur <= 0 || *maxW < 1 {
-		fmt.Fprintln(stderr, "schedpolicyd soak: want a positive --duration, --workloads ≥ 1 and no arguments")
+	if *dur <= 0 || *maxW < 1 {
+		fmt.Fprintln(stderr, "schedpolicyd soak: want a positive --duration and --workloads ≥ 1")
 		return 2
 	}
 	dir, err := os.MkdirTemp("", "schedpolicyd-soak-")
