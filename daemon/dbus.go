@@ -96,7 +96,7 @@ func (d *Daemon) connectBus(ctx context.Context, loud bool) *busService {
 		log.WithError(err).WithField("bus", d.cfg.Bus).Log(levelOf(loud), "no D-Bus connection; running without D-Bus and retrying in the background")
 		return nil
 	}
-	s := &busService{d: d, conn: conn, log: log, last: s0values(d.Snapshot())}
+	s := &busService{d: d, conn: conn, log: log, last: d.Snapshot().values()}
 	obj := busObject{s: s}
 	for iface, v := range map[string]any{
 		Interface:                             obj,
@@ -229,12 +229,6 @@ func (d *Daemon) keepBus(ctx context.Context, cur *busService) {
 		}
 		cur = s
 	}
-}
-
-// s0values is the property map of a snapshot (also the baseline for
-// PropertiesChanged).
-func s0values(snap Snapshot) map[string]any {
-	return propertyValues(snap)
 }
 
 // values returns the snapshot's D-Bus property values: computed once at

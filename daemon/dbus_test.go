@@ -33,31 +33,23 @@ func TestIntrospectionMatchesExports(t *testing.T) {
 	}
 	iface := node.Interfaces[0]
 
-	type sig struct{ in, out string }
-	fromXML := map[string]sig{}
-	for _, m := range iface.Methods {
-		var s sig
-		for _, a := range m.Args {
-			if a.Direction == "out" {
-				s.out += a.Type
-			} else {
-				s.in += a.Type
+	// Each method as "in signature -> out signature".
+	signatures := func(ms []introspect.Method) map[string]string {
+		out := map[string]string{}
+		for _, m := range ms {
+			var in, res string
+			for _, a := range m.Args {
+				if a.Direction == "out" {
+					res += a.Type
+				} else {
+					in += a.Type
+				}
 			}
+			out[m.Name] = in + " -> " + res
 		}
-		fromXML[m.Name] = s
+		return out
 	}
-	exported := map[string]sig{}
-	for _, m := range introspect.Methods(busObject{}) {
-		var s sig
-		for _, a := range m.Args {
-			if a.Direction == "out" {
-				s.out += a.Type
-			} else {
-				s.in += a.Type
-			}
-		}
-		exported[m.Name] = s
-	}
+	fromXML, exported := signatures(iface.Methods), signatures(introspect.Methods(busObject{}))
 	if !reflect.DeepEqual(fromXML, exported) {
 		t.Errorf("methods differ:\nXML      %v\nexported %v", fromXML, exported)
 	}
