@@ -9,5 +9,3 @@ import (
 //
 //go:embed schedpolicyd.service
 var Unit string
-
-func readUnit() (string, error) { return Unit, nil }
