@@ -185,12 +185,21 @@ func (d *Daemon) sampleWorkloads() (busy bool) {
 		if err != nil {
 			continue
 		}
-		if use != w.avg.Usage || w.avg.Util > idleUtil {
+		moved := use != w.avg.Usage
+		if moved || w.avg.Util > idleUtil {
 			busy = true
 		}
 		w.avg, w.lastAt = w.avg.Update(use, now.Sub(w.lastAt), d.cfg.UtilHalfLife), now
-		if r, err := d.cg.Runnable(n); err == nil {
-			w.threads = r
+		// A workload whose CPU time did not move ran nothing for a whole
+		// period: skip the per-thread scan of /proc.
+		w.threads = 0
+		if moved {
+			if r, err := d.cg.Runnable(n); err == nil {
+				w.threads = r
+			}
+		}
+		if d.cg.Version() != sysfs.CgroupV2 {
+			continue // cpu.pressure exists on cgroup v2 only
 		}
 		if s, err := d.cg.CPUPressure(n); err == nil {
 			if p, err := policy.ParseCPUPressure(s); err == nil {
