@@ -115,7 +115,10 @@ func (m *Monitor) busSession(ctx context.Context) (connected bool, err error) {
 				e.Debug("UPower is not running; its hints will be used once it starts")
 			}
 		}
-		defer m.upower.Store(nil)
+		defer func() {
+			m.upower.Store(nil)
+			m.hint(TriggerUPower) // re-read: the safety net may be needed again
+		}()
 	}
 
 	for sig := range sigs {
@@ -145,8 +148,10 @@ func (m *Monitor) busSession(ctx context.Context) (connected bool, err error) {
 			}
 			if m.refreshUPower(ctx, conn) {
 				m.log.Info("UPower appeared on the system bus")
-				m.hint(TriggerUPower)
+			} else {
+				m.log.Info("UPower left the system bus")
 			}
+			m.hint(TriggerUPower) // also re-decides whether the safety net is needed
 		}
 	}
 	return true, errors.New("system bus connection closed")

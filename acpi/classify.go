@@ -296,10 +296,16 @@ func sbsChargerQuirk(name string) bool {
 // error (a desktop or VM). On a listing error it returns an Unknown decision
 // whose Reason names the error, together with the error.
 func Read(fs sysfs.FS) (Decision, error) {
+	d, _, err := read(fs)
+	return d, err
+}
+
+// read is Read that also returns the supplies it classified.
+func read(fs sysfs.FS) (Decision, []sysfs.PowerSupply, error) {
 	supplies, err := fs.PowerSupplies()
 	if err != nil {
 		return Decision{Source: Unknown, Reason: fmt.Sprintf("unknown: cannot read power supplies (rule 4): %v", err)},
-			fmt.Errorf("read power source: %w", err)
+			nil, fmt.Errorf("read power source: %w", err)
 	}
 	var src map[string]bool
 	for _, ps := range supplies {
@@ -310,7 +316,24 @@ func Read(fs sysfs.FS) (Decision, error) {
 			src[ps.Name] = true
 		}
 	}
-	return classify(supplies, src), nil
+	return classify(supplies, src), supplies, nil
+}
+
+// hasSystemBattery reports whether supplies include a battery that rule 1
+// does not set aside (scope System or absent, or Unknown without a
+// peripheral name): the supply whose status some firmware changes without a
+// uevent.
+func hasSystemBattery(supplies []sysfs.PowerSupply) bool {
+	for _, ps := range supplies {
+		if ps.Type != "Battery" || ps.Scope == "Device" {
+			continue
+		}
+		if (ps.Scope == "" || ps.Scope == "Unknown") && peripheralName(ps.Name) {
+			continue
+		}
+		return true
+	}
+	return false
 }
 
 // usbSourceOnly reports whether the USB-C ports next to supply name are in

@@ -63,10 +63,15 @@ type MonitorConfig struct {
 	// re-read; a burst within the window gives one re-read. Default
 	// DefaultDebounce (500ms) when 0.
 	Debounce time.Duration
-	// Interval is the safety-net re-read period (some firmware sends no
-	// uevent at all). Default DefaultInterval (60s) when 0; negative
-	// disables the timer. A change found only by this re-read is logged
-	// at warning level.
+	// Interval is the safety-net re-read period (some firmware changes a
+	// battery's status without a uevent). 0 means automatic: every
+	// DefaultInterval (60s), but only while it is needed (see
+	// needSafetyNet: no event source is running, or kernel uevents are the
+	// only hint about a system battery and UPower is not followed), so an
+	// idle daemon on a desktop, on a laptop with UPower or on a mock tree
+	// has no periodic timer. Positive: always, at that period. Negative:
+	// never. A change found only by this re-read is logged at warning
+	// level.
 	Interval time.Duration
 	// Settle is how long after an event-driven re-read the state is read
 	// once more, because values can settle after their last event without
@@ -115,6 +120,10 @@ type State struct {
 	// corroboration only (it never decides Power): nil when UPower is not
 	// used or not reachable.
 	UPowerOnBattery *bool
+
+	// systemBattery: the read found a battery that rule 1 does not set
+	// aside (see needSafetyNet).
+	systemBattery bool
 }
 
 // same reports whether two states are equal for delivery purposes: the
@@ -130,6 +139,8 @@ func (s State) same(o State) bool {
 // concurrent use.
 type Monitor struct {
 	cfg         MonitorConfig
+	autoNet     bool   // Interval was 0: run the safety net only when needSafetyNet says so
+	mode        string // the event source in use (EventsNetlink, EventsFsnotify, EventsNone), set by Run
 	log         logrus.FieldLogger
 	openUevents func() (ueventSource, error)
 
@@ -161,7 +172,8 @@ func newMonitor(cfg MonitorConfig, open func() (ueventSource, error)) *Monitor {
 	if cfg.Debounce <= 0 {
 		cfg.Debounce = DefaultDebounce
 	}
-	if cfg.Interval == 0 {
+	auto := cfg.Interval == 0
+	if auto {
 		cfg.Interval = DefaultInterval
 	}
 	if cfg.Settle == 0 {
@@ -181,6 +193,7 @@ func newMonitor(cfg MonitorConfig, open func() (ueventSource, error)) *Monitor {
 	}
 	return &Monitor{
 		cfg:         cfg,
+		autoNet:     auto,
 		log:         log.WithField("component", "acpi"),
 		openUevents: open,
 		c:           make(chan State),
@@ -268,6 +281,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 	if mode != EventsNetlink && mode != EventsFsnotify && mode != EventsNone {
 		return fmt.Errorf("acpi monitor: unknown event source %q (want %s, %s, %s or %s)", m.cfg.Events, EventsNetlink, EventsFsnotify, EventsNone, EventsAuto)
 	}
+	m.mode = mode
 	switch m.cfg.UPower {
 	case UPowerAuto, UPowerOn, UPowerOff:
 	default:
@@ -301,12 +315,28 @@ func (m *Monitor) Run(ctx context.Context) error {
 		return nil
 	}
 
+	// The safety-net ticker runs only while needed (Interval): an idle
+	// daemon that has working event sources has no periodic timer.
+	var ticker *time.Ticker
 	var tick <-chan time.Time
-	if m.cfg.Interval > 0 {
-		t := time.NewTicker(m.cfg.Interval)
-		defer t.Stop()
-		tick = t.C
+	armSafetyNet := func(st State) {
+		switch need := m.needSafetyNet(st); {
+		case need && ticker == nil:
+			ticker = time.NewTicker(m.cfg.Interval)
+			tick = ticker.C
+			m.log.WithField("interval", m.cfg.Interval).Debug("safety-net re-reads on")
+		case !need && ticker != nil:
+			ticker.Stop()
+			ticker, tick = nil, nil
+			m.log.Debug("safety-net re-reads off: the event sources cover this machine")
+		}
 	}
+	defer func() {
+		if ticker != nil {
+			ticker.Stop()
+		}
+	}()
+	armSafetyNet(last)
 	var debounce, settle *time.Timer
 	var debounceC, settleC <-chan time.Time
 	defer func() {
@@ -346,6 +376,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 		}
 		st := m.read(trigger)
 		m.checkUPower(st)
+		armSafetyNet(st)
 		if st.same(last) {
 			continue
 		}
@@ -366,6 +397,25 @@ func (m *Monitor) Run(ctx context.Context) error {
 	}
 }
 
+// needSafetyNet reports whether periodic re-reads are needed after the
+// read that gave st. With an explicit Interval: always (> 0) or never (< 0).
+// Automatic (Interval 0): when no event source is running (uevents could not
+// be opened or stopped, fsnotify failed, EventsNone), or when kernel uevents
+// are the only hint about a system battery and UPower is not followed —
+// firmware may change a battery's status without a uevent, and UPower, when
+// it runs, polls batteries itself and announces what it finds. Mains and
+// USB supplies announce every change (power_supply_changed sends a uevent);
+// in a mock tree every change is a file write that fsnotify reports.
+func (m *Monitor) needSafetyNet(st State) bool {
+	if !m.autoNet {
+		return m.cfg.Interval > 0
+	}
+	if m.events.Load() == 0 {
+		return true
+	}
+	return m.mode == EventsNetlink && st.systemBattery && st.UPowerOnBattery == nil
+}
+
 // deliver sends st on C; false when ctx was cancelled first.
 func (m *Monitor) deliver(ctx context.Context, st State) bool {
 	select {
@@ -380,13 +430,13 @@ func (m *Monitor) deliver(ctx context.Context, st State) bool {
 // distinct error and leave Unknown / "unsupported" in the state.
 func (m *Monitor) read(trigger string) State {
 	m.reads.Add(1)
-	d, perr := Read(m.cfg.FS)
+	d, supplies, perr := read(m.cfg.FS)
 	b, berr := m.cfg.FS.Boost()
 	if berr != nil {
 		b = sysfs.BoostUnsupported
 	}
 	m.logReadErr(errors.Join(perr, berr))
-	return State{Power: d, Boost: b, Trigger: trigger, UPowerOnBattery: m.upower.Load()}
+	return State{Power: d, Boost: b, Trigger: trigger, UPowerOnBattery: m.upower.Load(), systemBattery: hasSystemBattery(supplies)}
 }
 
 func (m *Monitor) logReadErr(err error) {

@@ -445,3 +445,81 @@ func TestMonitorFsnotifyPolicyBoost(t *testing.T) {
 		t.Fatalf("after write %+v, want boost 0 by fsnotify", st)
 	}
 }
+
+// TestMonitorSafetyNetAutomatic: with the default (automatic) Interval the
+// safety net runs only while the event sources do not cover the machine
+// (issue 7: no periodic timer on an idle daemon that does not need one).
+// Each case runs for ten safety-net periods of fake time and counts the
+// re-reads after the first.
+func TestMonitorSafetyNetAutomatic(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		fixture string
+		events  string
+		open    func() (ueventSource, error)
+		want    int64 // re-reads after the start read
+	}{
+		// Mains and USB supplies announce every change: no timer.
+		{"uevents, no supplies", "desktop-no-power-supply", EventsNetlink, nil, 0},
+		{"uevents, mains only", "desktop-mains-offline-no-battery", EventsNetlink, nil, 0},
+		// A peripheral's battery is set aside by rule 1: no timer.
+		{"uevents, peripheral battery only", "desktop-hidpp-mouse-keyboard", EventsNetlink, nil, 0},
+		// A system battery with uevents only (no UPower): the timer runs.
+		{"uevents, laptop without UPower", "thinkpad-dual-battery-on-battery", EventsNetlink, nil, 10},
+		// No event source at all: the timer runs.
+		{"uevents unavailable", "desktop-no-power-supply", EventsNetlink,
+			func() (ueventSource, error) { return nil, errors.New("socket: permission denied") }, 10},
+		{"no event source", "desktop-no-power-supply", EventsNone, nil, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fsys := fixtureRoot(t, tc.fixture)
+				open := tc.open
+				if open == nil {
+					src := newFakeUevents()
+					open = func() (ueventSource, error) { return src, nil }
+				}
+				m := newMonitor(MonitorConfig{FS: fsys, Events: tc.events, Settle: -1, Log: testLogger(t)}, open)
+				stop := runMonitor(t, m)
+				recvState(t, m)
+				time.Sleep(10*DefaultInterval + time.Second)
+				synctest.Wait()
+				if got := m.reads.Load() - 1; got != tc.want {
+					t.Errorf("%d safety-net re-reads in %v, want %d", got, 10*DefaultInterval, tc.want)
+				}
+				stop()
+			})
+		})
+	}
+}
+
+// TestNeedSafetyNet checks the rule itself, including the cases the fake-time
+// test above cannot run (fsnotify's reader blocks in a real read, which
+// synctest cannot advance past).
+func TestNeedSafetyNet(t *testing.T) {
+	yes := true
+	for _, tc := range []struct {
+		name     string
+		interval time.Duration
+		mode     string
+		sources  int32
+		st       State
+		want     bool
+	}{
+		{"explicit on", time.Minute, EventsNetlink, 1, State{}, true},
+		{"explicit off", -1, EventsNone, 0, State{systemBattery: true}, false},
+		{"no source", 0, EventsNetlink, 0, State{}, true},
+		{"uevents, no battery", 0, EventsNetlink, 1, State{}, false},
+		{"uevents, battery", 0, EventsNetlink, 1, State{systemBattery: true}, true},
+		{"uevents, battery, UPower followed", 0, EventsNetlink, 2, State{systemBattery: true, UPowerOnBattery: &yes}, false},
+		// Every change in a mock tree is a write fsnotify reports.
+		{"fsnotify, battery", 0, EventsFsnotify, 1, State{systemBattery: true}, false},
+	} {
+		m := NewMonitor(MonitorConfig{FS: mustFS(t, t.TempDir()), Interval: tc.interval})
+		m.mode = tc.mode
+		m.events.Store(tc.sources)
+		if got := m.needSafetyNet(tc.st); got != tc.want {
+			t.Errorf("%s: needSafetyNet = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

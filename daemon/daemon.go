@@ -21,11 +21,14 @@ import (
 
 // Defaults of Config, the production paths.
 const (
-	DefaultTreeDir        = "/run/schedpolicyd/sysfs"
-	DefaultStateDir       = "/var/lib/schedpolicyd"
-	DefaultDebounce       = 500 * time.Millisecond
-	DefaultSafetyInterval = 60 * time.Second
-	DefaultSampleInterval = policy.DefaultSamplePeriod
+	DefaultTreeDir  = "/run/schedpolicyd/sysfs"
+	DefaultStateDir = "/var/lib/schedpolicyd"
+	DefaultDebounce = 500 * time.Millisecond
+	// DefaultSafetyInterval (0) is automatic: the power monitor re-reads
+	// every acpi.DefaultInterval (60 s) only while its event sources do not
+	// cover the machine (acpi.MonitorConfig.Interval).
+	DefaultSafetyInterval time.Duration = 0
+	DefaultSampleInterval               = policy.DefaultSamplePeriod
 )
 
 // Config is everything the daemon needs; cmd/schedpolicyd fills it from
@@ -51,8 +54,10 @@ type Config struct {
 	Events string
 	// Debounce delays a re-read after an event (default 500 ms).
 	Debounce time.Duration
-	// SafetyInterval re-reads the power source even without events
-	// (default 60 s).
+	// SafetyInterval re-reads the power source even without events: 0
+	// (default) automatic — every 60 s, only while no event source covers
+	// the machine; positive: always at that period; negative: never (see
+	// acpi.MonitorConfig.Interval).
 	SafetyInterval time.Duration
 	// SampleInterval is the workload utilisation sampling period while
 	// any workload exists (default 1 s).
@@ -195,9 +200,6 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	if cfg.Debounce == 0 {
 		cfg.Debounce = DefaultDebounce
-	}
-	if cfg.SafetyInterval == 0 {
-		cfg.SafetyInterval = DefaultSafetyInterval
 	}
 	if cfg.SampleInterval <= 0 {
 		cfg.SampleInterval = DefaultSampleInterval

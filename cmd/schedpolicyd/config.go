@@ -78,8 +78,8 @@ type fileConfig struct {
 	Bus *string
 	// Debounce delays a re-read after a power event (≥ 0).
 	Debounce *time.Duration
-	// RecheckInterval re-reads the power source without events (≥ 1s, or
-	// negative for never).
+	// RecheckInterval re-reads the power source without events (≥ 1s; 0
+	// automatic; negative never).
 	RecheckInterval *time.Duration
 	// SampleInterval is the workload utilisation sampling period (≥ 10ms).
 	SampleInterval *time.Duration
@@ -279,8 +279,8 @@ func parseConfig(name string, data []byte) (fileConfig, error) {
 		return ""
 	})
 	fc.RecheckInterval = duration("recheck_interval", raw.RecheckInterval, func(d time.Duration) string {
-		if d >= 0 && d < time.Second {
-			return "must be at least 1s (or negative to disable)"
+		if d > 0 && d < time.Second {
+			return "must be at least 1s (0: automatic, negative: never)"
 		}
 		return ""
 	})

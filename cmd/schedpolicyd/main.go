@@ -113,8 +113,8 @@ func validate(cfg daemon.Config) error {
 		return fmt.Errorf("--debounce %v: must not be negative", cfg.Debounce)
 	case cfg.SampleInterval < 10*time.Millisecond:
 		return fmt.Errorf("--sample-interval %v: must be at least 10ms", cfg.SampleInterval)
-	case cfg.SafetyInterval >= 0 && cfg.SafetyInterval < time.Second:
-		return fmt.Errorf("--recheck-interval %v: must be at least 1s (or negative to disable)", cfg.SafetyInterval)
+	case cfg.SafetyInterval > 0 && cfg.SafetyInterval < time.Second:
+		return fmt.Errorf("--recheck-interval %v: must be at least 1s (0: automatic, negative: never)", cfg.SafetyInterval)
 	}
 	switch cfg.Bus {
 	case "system", "session", "none":
@@ -165,7 +165,7 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 	fl.StringVar(&cfg.Bus, "bus", "system", "D-Bus to join: system, session, none, or a bus ADDRESS")
 	fl.StringVar(&cfg.Events, "events", "auto", "power event source: auto (netlink uevents on /sys, fsnotify on a mock root), netlink, fsnotify or none")
 	fl.DurationVar(&cfg.Debounce, "debounce", daemon.DefaultDebounce, "delay before re-reading after a power event, e.g. 500ms")
-	fl.DurationVar(&cfg.SafetyInterval, "recheck-interval", daemon.DefaultSafetyInterval, "re-read the power source this often even without events (negative: never)")
+	fl.DurationVar(&cfg.SafetyInterval, "recheck-interval", daemon.DefaultSafetyInterval, "re-read the power source this often even without events (0: automatic — every 60s, only while the event sources do not cover the machine; negative: never)")
 	fl.DurationVar(&cfg.SampleInterval, "sample-interval", daemon.DefaultSampleInterval, "workload utilisation sampling period while workloads exist")
 	fl.StringVar(&cfg.BoostOnBattery, "boost-on-battery", "keep", "cpufreq boost on battery: keep (never touch it), off or on; the start-up value comes back on AC and on exit")
 	fl.StringVar(&cfg.UPower, "upower", "auto", "use UPower's OnBattery changes as a hint to re-read power_supply: auto, on or off")
