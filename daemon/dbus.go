@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -61,6 +62,10 @@ type busService struct {
 
 	mu   sync.Mutex // guards last
 	last map[string]any
+
+	// props caches the Variants of the last snapshot Properties was asked
+	// about (dbus_fast.go).
+	props atomic.Pointer[propCache]
 }
 
 // busObject carries the exported methods of Interface; godbus calls each in
@@ -91,7 +96,8 @@ func (d *Daemon) connectBus(ctx context.Context, loud bool) *busService {
 		}
 		return nil
 	}
-	conn, err := dialBus(ctx, d.cfg.Bus, busDialTimeout)
+	fast := new(fastProps)
+	conn, err := dialBus(ctx, d.cfg.Bus, busDialTimeout, dbus.WithIncomingInterceptor(fast.intercept))
 	if err != nil {
 		log.WithError(err).WithField("bus", d.cfg.Bus).Log(levelOf(loud), "no D-Bus connection; running without D-Bus and retrying in the background")
 		return nil
@@ -109,6 +115,7 @@ func (d *Daemon) connectBus(ctx context.Context, loud bool) *busService {
 			return nil
 		}
 	}
+	fast.s.Store(s)
 	if err := s.watchHolders(); err != nil {
 		log.WithError(err).Warn("cannot watch hold owners; holds are released only explicitly")
 	}
@@ -138,7 +145,7 @@ const busDialTimeout = 5 * time.Second
 
 // dialBus connects to bus ("system", "session" or an address) within
 // timeout or until ctx ends; a connection that completes later is closed.
-func dialBus(ctx context.Context, bus string, timeout time.Duration) (*dbus.Conn, error) {
+func dialBus(ctx context.Context, bus string, timeout time.Duration, opts ...dbus.ConnOption) (*dbus.Conn, error) {
 	type result struct {
 		conn *dbus.Conn
 		err  error
@@ -148,11 +155,11 @@ func dialBus(ctx context.Context, bus string, timeout time.Duration) (*dbus.Conn
 		var r result
 		switch bus {
 		case "system":
-			r.conn, r.err = dbus.ConnectSystemBus()
+			r.conn, r.err = dbus.ConnectSystemBus(opts...)
 		case "session":
-			r.conn, r.err = dbus.ConnectSessionBus()
+			r.conn, r.err = dbus.ConnectSessionBus(opts...)
 		default:
-			r.conn, r.err = dbus.Connect(bus)
+			r.conn, r.err = dbus.Connect(bus, opts...)
 		}
 		ch <- r
 	}()
@@ -330,11 +337,11 @@ func (h propsHandler) Get(iface, name string) (dbus.Variant, *dbus.Error) {
 	if iface != Interface {
 		return dbus.Variant{}, dbus.NewError(errUnknownIface, []any{"no interface " + iface})
 	}
-	v, ok := h.s.d.Snapshot().values()[name]
+	v, ok := h.s.propVariants()[name]
 	if !ok {
 		return dbus.Variant{}, dbus.NewError(errUnknownProp, []any{"no property " + name})
 	}
-	return dbus.MakeVariant(v), nil
+	return v, nil
 }
 
 // GetAll returns every property of Interface ("" means Interface too).
@@ -342,11 +349,8 @@ func (h propsHandler) GetAll(iface string) (map[string]dbus.Variant, *dbus.Error
 	if iface != Interface && iface != "" {
 		return nil, dbus.NewError(errUnknownIface, []any{"no interface " + iface})
 	}
-	out := map[string]dbus.Variant{}
-	for k, v := range h.s.d.Snapshot().values() {
-		out[k] = dbus.MakeVariant(v)
-	}
-	return out, nil
+	// The cached map is shared: godbus only reads it to encode the reply.
+	return h.s.propVariants(), nil
 }
 
 // Set writes PowerAware (u) or PowerAwarePolicy (s) with the same rules
