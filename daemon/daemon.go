@@ -60,7 +60,8 @@ type Config struct {
 	// acpi.MonitorConfig.Interval).
 	SafetyInterval time.Duration
 	// SampleInterval is the workload utilisation sampling period while
-	// any workload exists (default 1 s).
+	// any workload is busy (default 1 s); sampling stops while every
+	// workload is idle (see Daemon.sampling).
 	SampleInterval time.Duration
 	// UtilHalfLife is the half-life of the decayed utilisation average
 	// (default policy.DefaultHalfLife, 1 s; see policy/pelt.go).
@@ -139,7 +140,10 @@ type Daemon struct {
 	reqs  chan func()
 	ready chan struct{} // closed once READY=1 was sent
 	done  chan struct{} // closed when the loop ends
-	snap  atomic.Pointer[Snapshot]
+
+	exits       chan exitEvent        // a watched task of a created workload exited (reap.go)
+	exitWatches map[string]*exitWatch // loop-owned: per created workload
+	snap        atomic.Pointer[Snapshot]
 
 	// Loop-owned state: touched only by the goroutine running Run.
 	knob       policy.Knob
@@ -241,15 +245,17 @@ func New(cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	return &Daemon{
-		cfg:       cfg,
-		log:       cfg.Log,
-		fs:        fs,
-		reqs:      make(chan func()),
-		ready:     make(chan struct{}),
-		done:      make(chan struct{}),
-		workloads: map[string]*workload{},
-		rejected:  map[string]bool{},
-		holds:     map[uint32]*hold{},
+		cfg:         cfg,
+		log:         cfg.Log,
+		fs:          fs,
+		reqs:        make(chan func()),
+		ready:       make(chan struct{}),
+		done:        make(chan struct{}),
+		exits:       make(chan exitEvent),
+		exitWatches: map[string]*exitWatch{},
+		workloads:   map[string]*workload{},
+		rejected:    map[string]bool{},
+		holds:       map[uint32]*hold{},
 	}, nil
 }
 
@@ -415,11 +421,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	sampleEvery := d.cfg.SampleInterval
 	sample := time.NewTicker(sampleEvery)
 	defer sample.Stop()
+	defer func() {
+		for n := range d.exitWatches {
+			d.stopExitWatch(n)
+		}
+	}()
 	for {
-		// Sample only while there are workloads, or when the managed
-		// parent cannot be watched: an idle daemon has no periodic timer.
 		var sampleC <-chan time.Time
-		if len(d.workloads) > 0 || d.cgWatch == nil && d.cfg.CgroupRoot != "" {
+		if d.sampling() {
 			sampleC = sample.C
 		}
 		if every := d.sampleEvery(); every != sampleEvery {
@@ -461,6 +470,22 @@ func (d *Daemon) Run(ctx context.Context) error {
 				d.idleSamples++
 			}
 			d.recompute("sample", changed)
+		case ev := <-d.exits:
+			d.stats.events.Add(1)
+			if d.onExit(ev) {
+				d.recompute("workload finished", true)
+			}
+		case <-d.pressureC():
+			d.stats.events.Add(1)
+			d.stats.pressureWakes.Add(1)
+			d.idleSamples = 0 // tasks wait for a CPU: look at once, then every period
+			d.sampleWorkloads()
+			d.recompute("cpu pressure", false)
+		case <-d.pressureDone():
+			p := d.cgWatch.pressure
+			d.cgWatch.pressure = nil
+			d.log.WithError(p.Err()).Warn("the CPU pressure trigger stopped; while every workload is idle, sampling slows down instead of stopping")
+			p.Close()
 		case <-d.activityC():
 			d.stats.events.Add(1)
 			d.idleSamples = 0 // a task arrived: look at once, then every period

@@ -21,20 +21,28 @@ type Stats struct {
 	// TreeRemounts is the number of times the tree was served again after
 	// it was unmounted from outside.
 	TreeRemounts int64
+	// Samples is the number of times the workloads' CPU time was sampled
+	// (periodic ticks, attached tasks, CPU pressure).
+	Samples int64
+	// PressureWakes is the number of times the CPU pressure trigger woke
+	// the loop (tasks waited for a CPU; see sysfs.PressureTrigger).
+	PressureWakes int64
 }
 
 // counters back Stats; updated by the event loop only.
 type counters struct {
-	events, decisions, writes, errors, remounts atomic.Int64
+	events, decisions, writes, errors, remounts, samples, pressureWakes atomic.Int64
 }
 
 // Stats returns the counters so far. Safe for concurrent use.
 func (d *Daemon) Stats() Stats {
 	return Stats{
-		Events:       d.stats.events.Load(),
-		Decisions:    d.stats.decisions.Load(),
-		CPUSetWrites: d.stats.writes.Load(),
-		Errors:       d.stats.errors.Load(),
-		TreeRemounts: d.stats.remounts.Load(),
+		Events:        d.stats.events.Load(),
+		Decisions:     d.stats.decisions.Load(),
+		CPUSetWrites:  d.stats.writes.Load(),
+		Errors:        d.stats.errors.Load(),
+		TreeRemounts:  d.stats.remounts.Load(),
+		Samples:       d.stats.samples.Load(),
+		PressureWakes: d.stats.pressureWakes.Load(),
 	}
 }

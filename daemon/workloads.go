@@ -84,6 +84,9 @@ func (d *Daemon) scanWorkloads() bool {
 		d.stopCgroupWatch()
 		changed := len(d.workloads) > 0
 		clear(d.workloads)
+		for n := range d.exitWatches {
+			d.stopExitWatch(n)
+		}
 		if d.openCgroup() {
 			d.scanWorkloads()
 			changed = true
@@ -125,6 +128,7 @@ func (d *Daemon) scanWorkloads() bool {
 		d.workloads[n] = w
 		d.cgWatch.watchChild(path)
 		changed = true
+		d.idleSamples = 0 // a new workload: sample it
 		d.log.WithFields(logrus.Fields{"workload": n, "cpus": cur.String()}).Info("adopted workload")
 	}
 	for n := range d.rejected {
@@ -135,6 +139,7 @@ func (d *Daemon) scanWorkloads() bool {
 	for n := range d.workloads {
 		if !seen[n] {
 			delete(d.workloads, n)
+			d.stopExitWatch(n)
 			changed = true
 			d.log.WithField("workload", n).Info("workload gone")
 		}
@@ -179,6 +184,7 @@ func (d *Daemon) persistOriginals() {
 // per-thread accounting count as 0), the instant number of runnable
 // threads and, on cgroup v2, cpu.pressure.
 func (d *Daemon) sampleWorkloads() (busy bool) {
+	d.stats.samples.Add(1)
 	now := time.Now()
 	for n, w := range d.workloads {
 		use, err := d.cg.Usage(n)
@@ -214,21 +220,42 @@ func (d *Daemon) sampleWorkloads() (busy bool) {
 // whose CPU time did not move counts as idle for the sampling backoff.
 const idleUtil = 0.01
 
-// maxIdleShift caps the sampling backoff: while every workload is idle the
-// period doubles after idleSamplesBeforeBackoff quiet samples, up to
-// 2^maxIdleShift × the sampling period (32 s at the default 1 s).
+// idleSamplesBeforeBackoff quiet samples (every workload idle) stop the
+// sampling, or start its backoff where it cannot stop. maxIdleShift caps
+// the backoff: the period doubles up to 2^maxIdleShift × the sampling
+// period (32 s at the default 1 s).
 const (
 	idleSamplesBeforeBackoff = 3
 	maxIdleShift             = 5
 )
 
+// sampling reports whether the loop samples periodically now (issue 7:
+// sample at most once a period, and only while a workload is busy). It
+// does while any workload is busy, and for idleSamplesBeforeBackoff samples
+// after the last busy one. Then it stops if something will wake it when a
+// workload gets busy again — the cgroup watch (a task attached: a write to
+// cgroup.procs or tasks) and the CPU pressure trigger (tasks wait for a
+// CPU) — and a created workload's last exit is seen through its exit
+// watch (reap.go). Without a pressure trigger it keeps sampling, at the
+// backed-off period of sampleEvery. Without a watch on the managed parent
+// it samples even with no workloads, to find new ones.
+func (d *Daemon) sampling() bool {
+	if d.cgWatch == nil {
+		return d.cfg.CgroupRoot != "" || len(d.workloads) > 0
+	}
+	if len(d.workloads) == 0 {
+		return false
+	}
+	return d.cgWatch.pressure == nil || d.idleSamples < idleSamplesBeforeBackoff
+}
+
 // sampleEvery is the current sampling period: the configured one while any
-// workload is busy, doubling while all are idle (issue 7: sample only while
-// a workload is busy). A task attached to a workload, a new workload or a
-// policy change brings it back to the configured period.
+// workload is busy or sampling can stop (sampling), else doubling while all
+// are idle. A task attached to a workload, CPU pressure, a new workload or
+// a policy change brings it back to the configured period.
 func (d *Daemon) sampleEvery() time.Duration {
 	shift := d.idleSamples - idleSamplesBeforeBackoff + 1
-	if shift <= 0 {
+	if shift <= 0 || d.cgWatch != nil && d.cgWatch.pressure != nil {
 		return d.cfg.SampleInterval
 	}
 	return d.cfg.SampleInterval << min(shift, maxIdleShift)
@@ -406,6 +433,58 @@ type cgroupWatch struct {
 	activity chan struct{}
 	w        *fsnotify.Watcher
 	stop     func()
+	// pressure wakes the loop when tasks wait for a CPU (a PSI trigger on
+	// the managed parent's cpu.pressure on cgroup v2, the machine's
+	// /proc/pressure/cpu on v1); nil where the kernel has no PSI. With it,
+	// sampling stops while every workload is idle (see sampleC).
+	pressure *sysfs.PressureTrigger
+}
+
+// Pressure trigger parameters: 10 % of a 2 s window spent with a task
+// waiting for a CPU. The window is a multiple of 2 s because the unit does
+// not grant CAP_SYS_RESOURCE (Documentation/accounting/psi.rst); the kernel
+// signals at most once per window.
+const (
+	pressureStall  = 200 * time.Millisecond
+	pressureWindow = 2 * time.Second
+)
+
+// pressureC is the PSI trigger's channel, or nil without one.
+func (d *Daemon) pressureC() <-chan struct{} {
+	if d.cgWatch == nil || d.cgWatch.pressure == nil {
+		return nil
+	}
+	return d.cgWatch.pressure.C()
+}
+
+// pressureDone is closed when the kernel drops the PSI trigger (the
+// managed v2 parent was removed), or nil without one.
+func (d *Daemon) pressureDone() <-chan struct{} {
+	if d.cgWatch == nil || d.cgWatch.pressure == nil {
+		return nil
+	}
+	return d.cgWatch.pressure.Done()
+}
+
+// openPressure arms the PSI trigger for the managed parent; nil (logged)
+// where PSI is unavailable: idle sampling then backs off instead of
+// stopping.
+func (d *Daemon) openPressure() *sysfs.PressureTrigger {
+	path := filepath.Join(d.cfg.ProcRoot, "pressure", "cpu")
+	if d.cg.Version() == sysfs.CgroupV2 {
+		path = filepath.Join(d.cg.Path(), "cpu.pressure")
+	}
+	t, err := sysfs.OpenPressureTrigger(path, pressureStall, pressureWindow)
+	if err != nil {
+		lvl := logrus.WarnLevel
+		if errors.Is(err, sysfs.ErrNoPSI) {
+			lvl = logrus.InfoLevel
+		}
+		d.log.WithError(err).Log(lvl, "no CPU pressure trigger; while every workload is idle, sampling slows down instead of stopping")
+		return nil
+	}
+	d.log.WithField("file", path).Debug("CPU pressure trigger armed")
+	return t
 }
 
 // watchChild also watches a workload's directory for task attachment.
@@ -493,7 +572,16 @@ func (d *Daemon) watchCgroup() *cgroupWatch {
 			}
 		}
 	}()
-	return &cgroupWatch{events: out, activity: act, w: w, stop: func() { close(stop); w.Close(); <-done }}
+	cw := &cgroupWatch{events: out, activity: act, w: w, pressure: d.openPressure()}
+	cw.stop = func() {
+		close(stop)
+		w.Close()
+		<-done
+		if cw.pressure != nil {
+			cw.pressure.Close()
+		}
+	}
+	return cw
 }
 
 // MaxWorkloadName is the longest workload name CreateWorkload accepts, in
@@ -560,6 +648,7 @@ func (d *Daemon) createWorkload(name string, pid int) (string, error) {
 	}
 	if w := d.workloads[name]; w != nil {
 		w.created = true
+		d.watchExit(name, pid)
 	}
 	d.log.WithFields(logrus.Fields{"workload": name, "pid": pid}).Info("workload created")
 	d.recompute("workload created", true)
@@ -597,6 +686,7 @@ func (d *Daemon) reapCreated(name string) bool {
 		return false
 	}
 	delete(d.workloads, name)
+	d.stopExitWatch(name)
 	d.log.WithField("workload", name).Info("workload finished; its cgroup is removed")
 	d.persistOriginals()
 	return true

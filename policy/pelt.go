@@ -14,7 +14,7 @@ import (
 // ≈ 32 ms) and needs ~345 ms to converge. User space cannot read cgroup
 // counters every millisecond for every workload, a cpuset rewrite migrates
 // tasks, and a resident daemon must not wake often (at most once a second,
-// and only while workloads exist), so the daemon samples every
+// and only while a workload is busy), so the daemon samples every
 // DefaultSamplePeriod (1 s) and decays with DefaultHalfLife (2 s): two
 // samples per half-life keep one sample's weight at 29 %, and a step change
 // is 94 % reflected after 8 s — far slower than PELT on purpose, because

@@ -166,7 +166,7 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 	fl.StringVar(&cfg.Events, "events", "auto", "power event source: auto (netlink uevents on /sys, fsnotify on a mock root), netlink, fsnotify or none")
 	fl.DurationVar(&cfg.Debounce, "debounce", daemon.DefaultDebounce, "delay before re-reading after a power event, e.g. 500ms")
 	fl.DurationVar(&cfg.SafetyInterval, "recheck-interval", daemon.DefaultSafetyInterval, "re-read the power source this often even without events (0: automatic — every 60s, only while the event sources do not cover the machine; negative: never)")
-	fl.DurationVar(&cfg.SampleInterval, "sample-interval", daemon.DefaultSampleInterval, "workload utilisation sampling period while workloads exist")
+	fl.DurationVar(&cfg.SampleInterval, "sample-interval", daemon.DefaultSampleInterval, "workload utilisation sampling period while a workload is busy (sampling stops while all are idle)")
 	fl.StringVar(&cfg.BoostOnBattery, "boost-on-battery", "keep", "cpufreq boost on battery: keep (never touch it), off or on; the start-up value comes back on AC and on exit")
 	fl.StringVar(&cfg.UPower, "upower", "auto", "use UPower's OnBattery changes as a hint to re-read power_supply: auto, on or off")
 	fl.BoolVar(&cfg.Logind, "logind", true, "re-read everything after resume from suspend (logind PrepareForSleep)")

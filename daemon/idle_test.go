@@ -1,0 +1,177 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+)
+
+// realV1Daemon starts the daemon on a mock laptop whose managed parent is
+// a real cgroup v1 cpuset (and whose topology names this machine's CPUs),
+// with the real /proc.
+func realV1Daemon(t *testing.T, edit func(*Config)) (*Daemon, string) {
+	t.Helper()
+	parent := realV1Parent(t)
+	m := newMockLaptop(t)
+	online := strings.TrimSpace(readOr(t, "/sys/devices/system/cpu/online"))
+	os.RemoveAll(filepath.Join(m.sys, "devices"))
+	put(t, filepath.Join(m.sys, "devices/system/cpu/online"), online)
+	d := m.startWith(t, func(c *Config) {
+		c.CgroupRoot = parent
+		if edit != nil {
+			edit(c)
+		}
+	})
+	return d, parent
+}
+
+func needPSI(t *testing.T) {
+	t.Helper()
+	tr, err := sysfs.OpenPressureTrigger("/proc/pressure/cpu", pressureStall, pressureWindow)
+	if errors.Is(err, sysfs.ErrNoPSI) {
+		t.Skipf("this kernel has no PSI (/proc/pressure/cpu): %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Close()
+}
+
+func (d *Daemon) isSampling() bool {
+	var on bool
+	d.do(context.Background(), func() error { on = d.sampling(); return nil })
+	return on
+}
+
+// TestDaemonIdleStopsSampling (issue 7): with every workload idle the
+// daemon stops sampling — no periodic timer — and starts again when its
+// tasks wait for a CPU, which the kernel's PSI trigger reports. Real cgroup
+// v1 cpusets, real /proc/pressure/cpu, real busy processes.
+func TestDaemonIdleStopsSampling(t *testing.T) {
+	needPSI(t)
+	d, parent := realV1Daemon(t, nil) // 50 ms sampling period
+	dir := filepath.Join(parent, "job")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "job adopted", func() (bool, string) {
+		return len(d.Snapshot().Workloads) == 1, fmt.Sprint(d.Snapshot().Workloads)
+	})
+	// Tasks that wait first and then spin: more spinners than CPUs, so
+	// they wait for CPUs. Attaching them writes cgroup.procs (a wake-up);
+	// the spinning later writes nothing anywhere.
+	spin := 2*runtime.NumCPU() + 1
+	var procs []*exec.Cmd
+	var stdins []io.WriteCloser
+	t.Cleanup(func() {
+		for _, c := range procs {
+			c.Process.Kill()
+			c.Wait()
+		}
+		for _, w := range stdins {
+			w.Close()
+		}
+	})
+	for i := 0; i < spin; i++ {
+		c := exec.Command("sh", "-c", "read x; while :; do :; done")
+		w, err := c.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs, stdins = append(procs, c), append(stdins, w)
+		put(t, filepath.Join(dir, "cgroup.procs"), fmt.Sprint(c.Process.Pid))
+	}
+	eventually(t, "sampling stopped while every workload is idle", func() (bool, string) {
+		return !d.isSampling(), fmt.Sprint(d.Stats())
+	})
+	before := d.Stats()
+	time.Sleep(500 * time.Millisecond) // ten sampling periods
+	after := d.Stats()
+	// Only CPU pressure may wake it here, and this machine is shared:
+	// other load is real pressure. Each wake samples once, then until
+	// idleSamplesBeforeBackoff quiet samples have passed.
+	wakes := after.PressureWakes - before.PressureWakes
+	if n, max := after.Samples-before.Samples, wakes*(1+idleSamplesBeforeBackoff); n > max {
+		t.Fatalf("%d samples in 500ms while idle, after %d pressure wake-ups: want at most %d", n, wakes, max)
+	}
+	for _, w := range stdins {
+		w.Write([]byte("go\n"))
+	}
+	eventually(t, "sampling back after CPU pressure, job busy", func() (bool, string) {
+		for _, w := range d.Snapshot().Workloads {
+			if w.Name == "job" {
+				return w.Util > 0.5, fmt.Sprintf("util %.2f, %+v", w.Util, d.Stats())
+			}
+		}
+		return false, "no job"
+	})
+}
+
+// TestDaemonReapsOnExit: a workload the daemon created is removed when its
+// last task exits — seen through pidfd exit watches, not sampling (the
+// sampling period here is an hour). The first task leaves a child behind in
+// the workload, so the daemon must go on to watch that one.
+func TestDaemonReapsOnExit(t *testing.T) {
+	d, parent := realV1Daemon(t, func(c *Config) { c.SampleInterval = time.Hour })
+	c := exec.Command("sh", "-c", "read x; sleep 1000 </dev/null >/dev/null 2>&1 & echo $!")
+	in, err := c.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	var path string
+	if err := d.do(context.Background(), func() (err error) {
+		path, err = d.createWorkload("job", c.Process.Pid)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if path != filepath.Join(parent, "job") {
+		t.Fatalf("path %q", path)
+	}
+	// sh forks the sleep inside the workload, prints its pid and exits.
+	in.Write([]byte("go\n"))
+	b, err := io.ReadAll(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Wait()
+	var sleepPid int
+	if _, err := fmt.Sscan(string(b), &sleepPid); err != nil {
+		t.Fatalf("sleep pid from %q: %v", b, err)
+	}
+	sleeper, _ := os.FindProcess(sleepPid)
+	t.Cleanup(func() { sleeper.Kill() })
+	time.Sleep(200 * time.Millisecond) // let the daemon see sh's exit
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("job removed while its sleep still runs: %v", err)
+	}
+	sleeper.Kill()
+	eventually(t, "job removed after its last task exited", func() (bool, string) {
+		_, err := os.Stat(path)
+		return os.IsNotExist(err) && len(d.Snapshot().Workloads) == 0, fmt.Sprint(err, d.Snapshot().Workloads, d.Stats())
+	})
+	if n := d.Stats().Samples; n > 3 {
+		t.Errorf("%d samples with an hour's sampling period: the removal may have come from sampling", n)
+	}
+}

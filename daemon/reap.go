@@ -1,0 +1,101 @@
+package daemon
+
+import (
+	"errors"
+	"os"
+
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+)
+
+// exitWatch waits for one task of a daemon-created workload to exit, so the
+// workload is removed as soon as its last task is gone (schedpolicyctl run)
+// without a periodic timer. It holds a pidfd (pidfd_open(2), Linux 5.3),
+// which becomes readable when the process exits; the wait runs on Go's
+// network poller, so nothing wakes while the process lives. One task is
+// enough: when it exits the loop re-reads the workload's tasks and either
+// removes the cgroup or watches the next task.
+type exitWatch struct {
+	f *os.File
+}
+
+// watchExit starts an exit watch on pid for workload name, replacing any
+// previous one. A pid that is already gone (or a kernel without pidfd)
+// sends the exit at once, so the loop re-checks the workload.
+func (d *Daemon) watchExit(name string, pid int) {
+	d.stopExitWatch(name)
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		if !errors.Is(err, unix.ESRCH) {
+			d.log.WithError(err).WithFields(logrus.Fields{"workload": name, "pid": pid}).Debug("cannot watch the task's exit; the workload is re-checked at the next sample")
+			return
+		}
+		go d.sendExit(name, nil)
+		return
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	w := &exitWatch{f: f}
+	d.exitWatches[name] = w
+	go func() {
+		rc, err := f.SyscallConn()
+		if err != nil {
+			return
+		}
+		exited := false
+		err = rc.Read(func(fd uintptr) bool {
+			// Readable means exited; poll with no timeout, as the network
+			// poller reports edges, not the state at registration.
+			p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, _ := unix.Poll(p, 0)
+			exited = n > 0
+			return exited
+		})
+		if err == nil && exited {
+			d.sendExit(name, w)
+		}
+	}()
+}
+
+// sendExit hands an exit to the loop unless the daemon stops first.
+func (d *Daemon) sendExit(name string, w *exitWatch) {
+	select {
+	case d.exits <- exitEvent{name: name, w: w}:
+	case <-d.done:
+	}
+}
+
+// exitEvent: a watched task of workload name exited (w is its watch, nil
+// when the task was gone before the watch started).
+type exitEvent struct {
+	name string
+	w    *exitWatch
+}
+
+// stopExitWatch ends workload name's exit watch, if any.
+func (d *Daemon) stopExitWatch(name string) {
+	if w, ok := d.exitWatches[name]; ok {
+		w.f.Close() // ends the wait with an error
+		delete(d.exitWatches, name)
+	}
+}
+
+// onExit handles a watched exit: the workload is removed when its last
+// task is gone, else the next task is watched. It reports whether the
+// workload set changed.
+func (d *Daemon) onExit(ev exitEvent) bool {
+	if cur, ok := d.exitWatches[ev.name]; ev.w != nil && (!ok || cur != ev.w) {
+		return false // a stale watch that was replaced or stopped
+	}
+	d.stopExitWatch(ev.name)
+	w, ok := d.workloads[ev.name]
+	if !ok || !w.created {
+		return false
+	}
+	if d.reapCreated(ev.name) {
+		return true
+	}
+	if procs, err := d.cg.Procs(ev.name); err == nil && len(procs) > 0 {
+		d.watchExit(ev.name, procs[0])
+	}
+	return false
+}

@@ -1,0 +1,143 @@
+package sysfs
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// PressureTrigger is a PSI (pressure stall information) trigger: the
+// kernel wakes its reader when tasks of a scope stalled on the CPU for at
+// least Stall within a Window (Documentation/accounting/psi.rst, "Monitoring
+// for pressure thresholds"). It lets the daemon sleep with no periodic
+// timer while every workload is idle and still notice when placement
+// starts to matter: tasks that wait for a CPU.
+//
+// The scope is a cpu.pressure file: <procfs>/pressure/cpu (the whole
+// machine; cgroup v1 has no per-cgroup PSI) or a cgroup v2 directory's
+// cpu.pressure (that subtree only). The kernel signals with POLLPRI, which
+// Go's network poller does not ask for, so one goroutine waits in poll(2);
+// it parks its OS thread in the kernel and costs no wakeups while nothing
+// stalls. The kernel fires at most once per Window.
+type PressureTrigger struct {
+	c      chan struct{}
+	path   string
+	fd     int // the PSI file, holding the trigger
+	stopFd int // eventfd that ends the poll goroutine
+	done   chan struct{}
+	once   sync.Once
+	err    error // why the goroutine stopped early, if it did
+}
+
+// PSI filesystem magics: a trigger can only be set on the kernel's own
+// files; a regular file in a mock tree would accept the write and never
+// signal.
+const (
+	procSuperMagic    = 0x9fa0     // PROC_SUPER_MAGIC (include/uapi/linux/magic.h)
+	cgroup2SuperMagic = 0x63677270 // CGROUP2_SUPER_MAGIC
+)
+
+// ErrNoPSI is wrapped by OpenPressureTrigger when path is not a kernel PSI
+// file (absent, CONFIG_PSI off or psi=0, or a plain file in a mock tree).
+var ErrNoPSI = errors.New("no kernel pressure stall information")
+
+// OpenPressureTrigger arms a trigger "some <stall µs> <window µs>" on the
+// PSI file path (e.g. /proc/pressure/cpu or <cgroup v2 dir>/cpu.pressure).
+// stall must be > 0 and ≤ window; window must be 500ms–10s, and a multiple
+// of 2s unless the process has CAP_SYS_RESOURCE (the kernel's rule; the
+// systemd unit does not grant it). Errors: ErrNoPSI (wrapped) when path is
+// not a PSI file on procfs or cgroup2; the open or write error otherwise
+// (EINVAL for parameters the kernel refuses, EPERM/EACCES). C receives a
+// coalesced value each time the kernel signals; Close stops it.
+func OpenPressureTrigger(path string, stall, window time.Duration) (*PressureTrigger, error) {
+	if stall <= 0 || stall > window {
+		return nil, fmt.Errorf("pressure trigger on %s: stall %v must be in (0, window %v]", path, stall, window)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return nil, fmt.Errorf("pressure trigger on %s: %w: %w", path, ErrNoPSI, err)
+	}
+	if st.Type != procSuperMagic && st.Type != cgroup2SuperMagic {
+		return nil, fmt.Errorf("pressure trigger on %s: %w: not on procfs or cgroup2 (filesystem magic %#x)", path, ErrNoPSI, st.Type)
+	}
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("pressure trigger on %s: %w", path, err)
+	}
+	spec := fmt.Sprintf("some %d %d", stall.Microseconds(), window.Microseconds())
+	// The kernel wants the trigger with its terminating NUL.
+	if _, err := unix.Write(fd, append([]byte(spec), 0)); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("pressure trigger %q on %s: %w", spec, path, err)
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("pressure trigger on %s: eventfd: %w", path, err)
+	}
+	t := &PressureTrigger{c: make(chan struct{}, 1), path: path, fd: fd, stopFd: efd, done: make(chan struct{})}
+	go t.wait()
+	return t, nil
+}
+
+// C receives a value (coalesced) each time the stall threshold is crossed.
+func (t *PressureTrigger) C() <-chan struct{} { return t.c }
+
+func (t *PressureTrigger) wait() {
+	defer close(t.done)
+	fds := []unix.PollFd{{Fd: int32(t.fd), Events: unix.POLLPRI}, {Fd: int32(t.stopFd), Events: unix.POLLIN}}
+	for {
+		fds[0].Revents, fds[1].Revents = 0, 0
+		_, err := unix.Poll(fds, -1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			t.err = err
+			return
+		}
+		if fds[1].Revents != 0 {
+			return
+		}
+		if fds[0].Revents&(unix.POLLERR|unix.POLLNVAL) != 0 {
+			// The cgroup was removed: the trigger is gone for good.
+			t.err = fmt.Errorf("pressure trigger on %s: the kernel closed it (revents %#x)", t.path, fds[0].Revents)
+			return
+		}
+		if fds[0].Revents&unix.POLLPRI != 0 {
+			select {
+			case t.c <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// Done is closed when the trigger stops: after Close, or early when the
+// kernel dropped it (Err says why).
+func (t *PressureTrigger) Done() <-chan struct{} { return t.done }
+
+// Err is why the trigger stopped early; nil while it runs or after Close.
+func (t *PressureTrigger) Err() error {
+	select {
+	case <-t.done:
+		return t.err
+	default:
+		return nil
+	}
+}
+
+// Close stops the trigger and releases its files; safe to call twice.
+func (t *PressureTrigger) Close() error {
+	t.once.Do(func() {
+		one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
+		unix.Write(t.stopFd, one)
+		<-t.done
+		unix.Close(t.stopFd)
+		unix.Close(t.fd)
+	})
+	return nil
+}

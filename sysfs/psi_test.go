@@ -1,0 +1,85 @@
+package sysfs
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// TestPressureTriggerRejects: a plain file (a mock tree) is not PSI, and
+// parameters are checked before anything is opened.
+func TestPressureTriggerRejects(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "cpu.pressure")
+	if err := os.WriteFile(p, []byte("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenPressureTrigger(p, 100*time.Millisecond, 2*time.Second); !errors.Is(err, ErrNoPSI) {
+		t.Fatalf("plain file: err %v, want ErrNoPSI", err)
+	}
+	if _, err := OpenPressureTrigger(filepath.Join(t.TempDir(), "absent"), 100*time.Millisecond, 2*time.Second); !errors.Is(err, ErrNoPSI) {
+		t.Fatalf("absent file: err %v, want ErrNoPSI", err)
+	}
+	for _, c := range [][2]time.Duration{{0, time.Second}, {3 * time.Second, 2 * time.Second}} {
+		if _, err := OpenPressureTrigger("/proc/pressure/cpu", c[0], c[1]); err == nil {
+			t.Fatalf("stall %v window %v accepted", c[0], c[1])
+		}
+	}
+}
+
+// TestPressureTriggerReal arms a trigger on the machine's
+// /proc/pressure/cpu and makes CPU pressure: more busy processes than CPUs
+// for a few seconds. The trigger must fire; Close must end it.
+func TestPressureTriggerReal(t *testing.T) {
+	const path = "/proc/pressure/cpu"
+	tr, err := OpenPressureTrigger(path, 100*time.Millisecond, 2*time.Second)
+	if errors.Is(err, ErrNoPSI) {
+		t.Skipf("this kernel has no PSI at %s: %v", path, err)
+	}
+	if err != nil {
+		t.Fatalf("OpenPressureTrigger: %v", err)
+	}
+	defer tr.Close()
+	// Drain a signal that other load on the machine may already have caused.
+	select {
+	case <-tr.C():
+	default:
+	}
+	n := 3 * numCPU()
+	var hogs []*exec.Cmd
+	for i := 0; i < n; i++ {
+		c := exec.Command("sh", "-c", "while :; do :; done")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		hogs = append(hogs, c)
+	}
+	defer func() {
+		for _, c := range hogs {
+			c.Process.Kill()
+			c.Wait()
+		}
+	}()
+	select {
+	case <-tr.C():
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no trigger after 20s with %d busy processes", n)
+	}
+	tr.Close()
+	select {
+	case <-tr.Done():
+	default:
+		t.Fatal("Done not closed after Close")
+	}
+	if err := tr.Err(); err != nil {
+		t.Fatalf("Err after Close: %v", err)
+	}
+	tr.Close() // twice is fine
+}
+
+func numCPU() int {
+	return runtime.NumCPU()
+}
