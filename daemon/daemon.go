@@ -658,7 +658,7 @@ func (d *Daemon) shutdown() {
 	}
 	if allBack {
 		// Everything is back: the originals need not survive us.
-		if err := SaveState(d.cfg.StateDir, State{Knob: d.knob}); err != nil {
+		if err := SaveState(d.cfg.StateDir, State{Knob: d.knob, Chosen: d.knobChosen}); err != nil {
 			d.log.WithError(err).Warn("cannot clear saved originals")
 		}
 	}

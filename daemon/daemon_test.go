@@ -304,7 +304,9 @@ func TestDaemonRestartKeepsChoice(t *testing.T) {
 	})
 	cancel()
 	<-done
-	d2, _, _ := m.start(t)
+	// A configured default must not replace the choice after a clean stop.
+	def := policy.DefaultKnob()
+	d2, _, _ := m.startCfg(t, func(c *Config) { c.DefaultKnob = &def })
 	if s := d2.Snapshot(); s.Policy != policy.Balance || s.Knob.PowerAware != 2 {
 		t.Errorf("after restart: %+v, want balance with power_aware 2", s)
 	}
