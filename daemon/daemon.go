@@ -161,6 +161,9 @@ type Daemon struct {
 	// savedOriginals are the originals found in state.json at start (a
 	// crashed run's); consulted when a workload is adopted.
 	savedOriginals map[string]string
+	// savedLBCleared: the workloads whose cpuset.sched_load_balance a
+	// crashed run cleared, from state.json (quietLoadBalance).
+	savedLBCleared map[string]bool
 	cgWatch        *cgroupWatch
 	cgWarned       bool // "placement disabled" said once
 	holds          map[uint32]*hold
@@ -324,6 +327,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.log.WithError(err).Warn("ignoring saved state, using defaults")
 	}
 	d.knob, d.knobChosen, d.savedOriginals = st.Knob, st.Chosen, st.Originals
+	for _, p := range st.LoadBalanceCleared {
+		if d.savedLBCleared == nil {
+			d.savedLBCleared = map[string]bool{}
+		}
+		d.savedLBCleared[p] = true
+	}
 	if d.cfg.DefaultKnob != nil && !d.knobChosen {
 		d.knob = *d.cfg.DefaultKnob // the configured default; no choice saved yet
 	}
@@ -667,7 +676,11 @@ func (d *Daemon) shutdown() {
 // stateWith is what state.json must hold with knob k: the knob, every
 // workload's original cpuset and the boost setting found at start-up.
 func (d *Daemon) stateWith(k policy.Knob) State {
-	return State{Knob: k, Chosen: d.knobChosen, Originals: d.originals(), Boost: d.boostOrig}
+	st := State{Knob: k, Chosen: d.knobChosen, Originals: d.originals(), Boost: d.boostOrig}
+	if d.cg != nil {
+		st.LoadBalanceCleared = d.lbClearedPaths()
+	}
+	return st
 }
 
 // Reload applies a new configuration (SIGHUP). The validated cfg replaces

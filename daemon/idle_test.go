@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
@@ -173,5 +174,57 @@ func TestDaemonReapsOnExit(t *testing.T) {
 	})
 	if n := d.Stats().Samples; n > 3 {
 		t.Errorf("%d samples with an hour's sampling period: the removal may have come from sampling", n)
+	}
+}
+
+// TestDaemonQuietsLoadBalance: on cgroup v1 under a load-balanced parent,
+// the daemon clears cpuset.sched_load_balance on the workloads it places
+// (each cpuset write then skips a machine-wide sched-domain rebuild),
+// records that in state.json before the write, leaves a workload whose
+// flag was already 0 alone, and sets the flags back on a clean stop — or
+// at the next start after a crash.
+func TestDaemonQuietsLoadBalance(t *testing.T) {
+	parent := realV1Parent(t)
+	for _, n := range []string{"a", "b"} {
+		if err := os.Mkdir(filepath.Join(parent, n), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(t, filepath.Join(parent, "b", "cpuset.sched_load_balance"), "0")
+	flag := func(n string) string {
+		return strings.TrimSpace(readOr(t, filepath.Join(parent, n, "cpuset.sched_load_balance")))
+	}
+	m := newMockLaptop(t)
+	online := strings.TrimSpace(readOr(t, "/sys/devices/system/cpu/online"))
+	os.RemoveAll(filepath.Join(m.sys, "devices"))
+	put(t, filepath.Join(m.sys, "devices/system/cpu/online"), online)
+	start := func() (*Daemon, context.CancelFunc, <-chan error) {
+		return m.startCfg(t, func(c *Config) { c.CgroupRoot = parent })
+	}
+	d, cancel, done := start()
+	eventually(t, "a's flag cleared", func() (bool, string) { return flag("a") == "0", flag("a") })
+	st, err := LoadState(d.cfg.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{filepath.Join(parent, "a")}; fmt.Sprint(st.LoadBalanceCleared) != fmt.Sprint(want) {
+		t.Fatalf("state.json sched_load_balance_cleared = %v, want %v", st.LoadBalanceCleared, want)
+	}
+	cancel()
+	<-done
+	if flag("a") != "1" || flag("b") != "0" {
+		t.Fatalf("after a clean stop: a=%s b=%s, want a=1 (set back) b=0 (never touched)", flag("a"), flag("b"))
+	}
+
+	// A crash: state.json says the daemon cleared a, and a is still 0.
+	put(t, filepath.Join(parent, "a", "cpuset.sched_load_balance"), "0")
+	if err := SaveState(m.state, State{Knob: policy.DefaultKnob(), LoadBalanceCleared: []string{filepath.Join(parent, "a")}}); err != nil {
+		t.Fatal(err)
+	}
+	_, cancel, done = start()
+	cancel()
+	<-done
+	if flag("a") != "1" || flag("b") != "0" {
+		t.Fatalf("after a crash and a clean stop: a=%s b=%s, want a=1 b=0", flag("a"), flag("b"))
 	}
 }

@@ -44,6 +44,11 @@ type State struct {
 	// changed it (boost_on_battery); restored on exit, or by the next start
 	// after a crash. Empty when boost is not being managed.
 	Boost []sysfs.BoostSetting
+	// LoadBalanceCleared lists the cgroup v1 workload directories whose
+	// cpuset.sched_load_balance the daemon changed from 1 to 0 (recorded
+	// before the write); set back to 1 on exit, or by the next start after
+	// a crash.
+	LoadBalanceCleared []string
 }
 
 // persisted is the JSON shape of state.json.
@@ -53,6 +58,7 @@ type persisted struct {
 	Chosen    bool                 `json:"chosen,omitempty"`
 	Originals map[string]string    `json:"originals,omitempty"`
 	Boost     []sysfs.BoostSetting `json:"boost,omitempty"`
+	LBCleared []string             `json:"sched_load_balance_cleared,omitempty"`
 }
 
 // ErrCorruptState is wrapped by LoadState when state.json exists but cannot
@@ -95,7 +101,12 @@ func LoadState(dir string) (State, error) {
 			return def, fmt.Errorf("%w %s: boost setting %+v; starting from defaults", ErrCorruptState, path, b)
 		}
 	}
-	return State{Knob: p.Knob, Chosen: p.Chosen, Originals: p.Originals, Boost: p.Boost}, nil
+	for _, cg := range p.LBCleared {
+		if !filepath.IsAbs(cg) {
+			return def, fmt.Errorf("%w %s: sched_load_balance entry %q is not an absolute path; starting from defaults", ErrCorruptState, path, cg)
+		}
+	}
+	return State{Knob: p.Knob, Chosen: p.Chosen, Originals: p.Originals, Boost: p.Boost, LoadBalanceCleared: p.LBCleared}, nil
 }
 
 // SaveState writes st to dir/state.json atomically: a temporary file in the
@@ -110,7 +121,7 @@ func SaveState(dir string, st State) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create state dir: %w", err)
 	}
-	b, err := json.MarshalIndent(persisted{Version: stateVersion, Knob: st.Knob, Chosen: st.Chosen, Originals: st.Originals, Boost: st.Boost}, "", "  ")
+	b, err := json.MarshalIndent(persisted{Version: stateVersion, Knob: st.Knob, Chosen: st.Chosen, Originals: st.Originals, Boost: st.Boost, LBCleared: st.LoadBalanceCleared}, "", "  ")
 	if err != nil {
 		return err
 	}
