@@ -536,8 +536,17 @@ func (d *Daemon) readTopology() {
 	d.allowed = t.Online
 }
 
-// setKnob persists and applies a new knob; on a persist failure nothing
-// changes and the error is returned.
+// setKnob applies and persists a new knob; the caller's reply (D-Bus, the
+// tree's write) comes after both. On a persist failure the previous knob is
+// applied again and the error returned, so nothing changes.
+//
+// Without holds the knob is applied before it is persisted: persisting is
+// a write, fsync and rename of state.json (~1–2 ms here, more on a busy
+// disk), and the policy switch's effect — the cpuset writes — should not
+// wait for it (issue 7). A crash in between loses nothing that was
+// acknowledged: the caller had no reply yet, and the originals were saved
+// before the first cpuset write. With holds, which an explicit choice
+// cancels, it persists first, since a cancelled hold cannot be undone.
 func (d *Daemon) setKnob(k policy.Knob, via string) error {
 	if err := k.Validate(); err != nil {
 		return err
@@ -548,19 +557,32 @@ func (d *Daemon) setKnob(k policy.Knob, via string) error {
 		}
 		return nil
 	}
-	st := d.stateWith(k)
-	st.Chosen = true
-	if err := SaveState(d.cfg.StateDir, st); err != nil {
-		d.log.WithError(err).Error("cannot persist choice; not applied")
-		return err
+	logChange := func() {
+		d.log.WithFields(logrus.Fields{"via": via, "power_aware": k.PowerAware, "power_aware_policy": k.PowerAwarePolicy}).Info("knob changed")
 	}
-	d.log.WithFields(logrus.Fields{"via": via, "power_aware": k.PowerAware, "power_aware_policy": k.PowerAwarePolicy}).Info("knob changed")
-	d.knob, d.knobChosen = k, true
 	if len(d.holds) > 0 {
+		st := d.stateWith(k)
+		st.Chosen = true
+		if err := SaveState(d.cfg.StateDir, st); err != nil {
+			d.log.WithError(err).Error("cannot persist choice; not applied")
+			return err
+		}
+		logChange()
+		d.knob, d.knobChosen = k, true
 		d.cancelHolds() // recomputes
 		return nil
 	}
+	prev, prevChosen := d.knob, d.knobChosen
+	d.knob, d.knobChosen = k, true
 	d.recompute("knob", true)
+	// As things are after the writes (a workload may have vanished).
+	if err := SaveState(d.cfg.StateDir, d.stateWith(k)); err != nil {
+		d.log.WithError(err).Error("cannot persist choice; the previous one is applied again")
+		d.knob, d.knobChosen = prev, prevChosen
+		d.recompute("knob not persisted", true)
+		return err
+	}
+	logChange()
 	return nil
 }
 

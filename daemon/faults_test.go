@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -175,4 +176,40 @@ func realV1Parent(t *testing.T) string {
 	put(t, parent+"/cpuset.cpus", strings.TrimSpace(readOr(t, root+"/cpuset.effective_cpus")))
 	put(t, parent+"/cpuset.mems", strings.TrimSpace(readOr(t, root+"/cpuset.mems")))
 	return parent
+}
+
+// TestDaemonChoiceNotPersisted: when state.json cannot be written (the
+// state directory is made immutable, which stops root too), a new choice
+// is refused with the error and nothing changes: the policy, the cpusets
+// and state.json stay as they were.
+func TestDaemonChoiceNotPersisted(t *testing.T) {
+	if _, err := exec.LookPath("chattr"); err != nil {
+		t.Skip("needs chattr (e2fsprogs) to make the state directory immutable")
+	}
+	m := newMockLaptop(t)
+	d := m.startWith(t, nil)
+	before := d.Snapshot()
+	saved := readOr(t, filepath.Join(m.state, StateFile))
+	if out, err := exec.Command("chattr", "+i", m.state).CombinedOutput(); err != nil {
+		t.Skipf("cannot make %s immutable on this file system: %v %s", m.state, err, out)
+	}
+	t.Cleanup(func() { exec.Command("chattr", "-i", m.state).Run() })
+	err := d.do(context.Background(), func() error {
+		return d.setKnob(d.knob.WithCurrentPolicy(policy.Powersaving), "test")
+	})
+	if err == nil {
+		t.Fatal("setKnob succeeded with an immutable state directory")
+	}
+	after := d.Snapshot()
+	if after.Policy != before.Policy || after.Knob != before.Knob {
+		t.Errorf("policy %s knob %+v after the failure, want %s %+v", after.Policy, after.Knob, before.Policy, before.Knob)
+	}
+	for i, w := range after.Workloads {
+		if cur := strings.TrimSpace(readOr(t, filepath.Join(w.Path, "cpuset.cpus"))); w.CPUs != before.Workloads[i].CPUs || cur != before.Workloads[i].CPUs {
+			t.Errorf("%s: cpuset %s (file %s) after the failure, want %s", w.Name, w.CPUs, cur, before.Workloads[i].CPUs)
+		}
+	}
+	if got := readOr(t, filepath.Join(m.state, StateFile)); got != saved {
+		t.Errorf("state.json changed:\n%s\nwant\n%s", got, saved)
+	}
 }
