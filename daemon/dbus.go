@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -317,8 +318,12 @@ func (s *busService) update(snap Snapshot) {
 	s.pp.update(snap)
 }
 
+// equalValue compares two property values (strings, numbers, slices of
+// the entry structs). reflect.DeepEqual, not a formatted comparison: with
+// 1,000 workloads formatting both Workloads lists on every publish was 5 %
+// of a policy switch's CPU.
 func equalValue(a, b any) bool {
-	return fmt.Sprintf("%#v", a) == fmt.Sprintf("%#v", b)
+	return reflect.DeepEqual(a, b)
 }
 
 func (s *busService) close() {

@@ -135,7 +135,7 @@ func (d *Daemon) scanWorkloads() bool {
 			w.avg, w.lastAt = w.avg.Update(use, 0, d.cfg.UtilHalfLife), time.Now()
 		}
 		d.workloads[n] = w
-		d.cgWatch.watchChild(path)
+		d.cgWatch.watchChild(path, d.cg.Version())
 		changed = true
 		d.idleSamples = 0 // a new workload: sample it
 		d.log.WithFields(logrus.Fields{"workload": n, "cpus": cur.String()}).Info("adopted workload")
@@ -582,11 +582,22 @@ func (d *Daemon) openPressure() *sysfs.PressureTrigger {
 	return t
 }
 
-// watchChild also watches a workload's directory for task attachment.
-// Failure (e.g. the inotify watch limit) only costs the early wake-up.
-func (c *cgroupWatch) watchChild(dir string) {
-	if c != nil {
-		c.w.Add(dir)
+// watchChild also watches a workload's task files for task attachment
+// (v1 cgroup.procs and tasks, v2 cgroup.procs and cgroup.threads). The
+// files, not the directory: a directory watch would also report every
+// cpuset.cpus write the daemon itself makes (1,000 events per policy
+// switch with 1,000 workloads). Failure (e.g. the inotify watch limit)
+// only costs the early wake-up.
+func (c *cgroupWatch) watchChild(dir string, v sysfs.CgroupVersion) {
+	if c == nil {
+		return
+	}
+	threads := "tasks"
+	if v == sysfs.CgroupV2 {
+		threads = "cgroup.threads"
+	}
+	for _, f := range []string{"cgroup.procs", threads} {
+		c.w.Add(filepath.Join(dir, f))
 	}
 }
 
@@ -654,7 +665,7 @@ func (d *Daemon) watchCgroup() *cgroupWatch {
 						poke(out)
 					}
 				case ev.Op&fsnotify.Write != 0:
-					if b := filepath.Base(ev.Name); b == "cgroup.procs" || b == "tasks" {
+					if b := filepath.Base(ev.Name); b == "cgroup.procs" || b == "tasks" || b == "cgroup.threads" {
 						poke(act)
 					}
 				}
