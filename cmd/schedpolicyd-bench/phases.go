@@ -189,6 +189,23 @@ func (cw *cpusetWatch) drain() {
 	}
 }
 
+// waitResult is what waitAllAsync delivers.
+type waitResult struct {
+	at  time.Time
+	err error
+}
+
+// waitAllAsync runs waitAll in a goroutine, for a caller that must start
+// watching before the call that causes the writes.
+func (cw *cpusetWatch) waitAllAsync(timeout time.Duration) <-chan waitResult {
+	c := make(chan waitResult, 1)
+	go func() {
+		at, err := cw.waitAll(timeout)
+		c <- waitResult{at, err}
+	}()
+	return c
+}
+
 // waitAll returns the time the last of all watched files was modified
 // (as seen here), or an error naming how many were written by the timeout.
 func (cw *cpusetWatch) waitAll(timeout time.Duration) (time.Time, error) {
@@ -325,12 +342,17 @@ func (e *env) switchOurs(r *report, n int) error {
 	settle()
 	c0 := cpuOf(p.pid)
 	for i := 0; i < iters; i++ {
+		// The cpuset writes can land before the reply (the daemon persists
+		// the choice after applying it): watch for them while the call is
+		// in flight, not after it returned.
+		written := cw.waitAllAsync(5 * time.Second)
 		t0 := time.Now()
 		if err := obj.Call(daemon.Interface+".SetPolicy", 0, policies[i%2]).Err; err != nil {
 			return fmt.Errorf("SetPolicy: %w", err)
 		}
 		t1 := time.Now()
-		t2, err := cw.waitAll(5 * time.Second)
+		w := <-written
+		t2, err := w.at, w.err
 		if err != nil {
 			return fmt.Errorf("SetPolicy %s with %d workloads: %w", policies[i%2], n, err)
 		}
@@ -348,12 +370,14 @@ func (e *env) switchOurs(r *report, n int) error {
 	// (in-process, so the fork of a shell is not counted).
 	knob := filepath.Join(p.treeDir, daemon.TreePrefix, "current_sched_policy")
 	for i := 0; i < iters; i++ {
+		written := cw.waitAllAsync(5 * time.Second)
 		t0 := time.Now()
 		pol := policies[(iters+i)%2] // the SetPolicy loop left policies[(iters-1)%2]
 		if err := writeFile(knob, []byte(pol+"\n")); err != nil {
 			return err
 		}
-		t2, err := cw.waitAll(5 * time.Second)
+		w := <-written
+		t2, err := w.at, w.err
 		if err != nil {
 			return fmt.Errorf("echo %s > current_sched_policy with %d workloads: %w", pol, n, err)
 		}
