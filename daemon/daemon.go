@@ -434,6 +434,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 		for n := range d.exitWatches {
 			d.stopExitWatch(n)
 		}
+		for _, w := range d.workloads {
+			w.cpusFile.Close()
+			w.cpusFile = nil
+		}
 	}()
 	for {
 		var sampleC <-chan time.Time

@@ -36,6 +36,9 @@ type workload struct {
 	// created: the daemon made this cgroup (CreateWorkload, i.e.
 	// schedpolicyctl run); it is removed once its last task has gone.
 	created bool
+	// cpusFile is its cpuset.cpus held open for writes (real cgroupfs
+	// only; nil until the first write, or after an error).
+	cpusFile *sysfs.CPUsFile
 	// lbChecked: its v1 cpuset.sched_load_balance was looked at;
 	// lbCleared: the daemon changed it from 1 to 0 (quietLoadBalance) and
 	// sets it back on exit. Recorded in state.json before the write.
@@ -87,10 +90,7 @@ func (d *Daemon) scanWorkloads() bool {
 		d.cg = nil
 		d.stopCgroupWatch()
 		changed := len(d.workloads) > 0
-		clear(d.workloads)
-		for n := range d.exitWatches {
-			d.stopExitWatch(n)
-		}
+		d.forgetAll()
 		if d.openCgroup() {
 			d.scanWorkloads()
 			changed = true
@@ -147,8 +147,7 @@ func (d *Daemon) scanWorkloads() bool {
 	}
 	for n := range d.workloads {
 		if !seen[n] {
-			delete(d.workloads, n)
-			d.stopExitWatch(n)
+			d.forget(n)
 			changed = true
 			d.log.WithField("workload", n).Info("workload gone")
 		}
@@ -325,11 +324,11 @@ func (d *Daemon) applyPlan(force bool) {
 		if want.IsEmpty() || want.Equal(w.cpus) {
 			continue
 		}
-		if err := d.cg.WriteCPUs(n, want); err != nil {
+		if err := d.writeCPUs(w, want); err != nil {
 			if sysfs.IsGone(err) {
 				// Removed after the last scan: forget it, and its
 				// original with it (below).
-				delete(d.workloads, n)
+				d.forget(n)
 				d.log.WithField("workload", n).Info("workload gone")
 				gone = true
 				continue
@@ -399,7 +398,7 @@ func (d *Daemon) restoreWorkloads() bool {
 		if orig.Equal(w.cpus) {
 			continue
 		}
-		if err := d.cg.WriteCPUs(n, orig); err != nil {
+		if err := d.writeCPUs(w, orig); err != nil {
 			if sysfs.IsGone(err) {
 				continue
 			}
@@ -427,6 +426,45 @@ func (d *Daemon) restoreWorkloads() bool {
 		w.lbCleared = false
 	}
 	return ok
+}
+
+// writeCPUs writes workload w's cpuset.cpus, through its held-open file on
+// the kernel's cgroupfs (sysfs.Cgroup.OpenCPUs: no path lookup and open per
+// write), else with one open/write/close. After an error the file is
+// closed, and the next write opens it again.
+func (d *Daemon) writeCPUs(w *workload, cpus sysfs.CPUSet) error {
+	if w.cpusFile == nil {
+		f, err := d.cg.OpenCPUs(w.name)
+		if err != nil {
+			return d.cg.WriteCPUs(w.name, cpus)
+		}
+		w.cpusFile = f
+	}
+	err := w.cpusFile.Write(cpus)
+	if err != nil {
+		w.cpusFile.Close()
+		w.cpusFile = nil
+	}
+	return err
+}
+
+// forget drops workload name: its entry, open file and exit watch.
+func (d *Daemon) forget(name string) {
+	if w, ok := d.workloads[name]; ok {
+		w.cpusFile.Close()
+		delete(d.workloads, name)
+	}
+	d.stopExitWatch(name)
+}
+
+// forgetAll forgets every workload.
+func (d *Daemon) forgetAll() {
+	for n := range d.workloads {
+		d.forget(n)
+	}
+	for n := range d.exitWatches {
+		d.stopExitWatch(n)
+	}
 }
 
 // quietLoadBalance clears cgroup v1 cpuset.sched_load_balance (1 → 0) on
@@ -787,12 +825,13 @@ func (d *Daemon) reapCreated(name string) bool {
 	if procs, err := d.cg.Procs(name); err != nil || len(procs) > 0 {
 		return false
 	}
+	w.cpusFile.Close() // reopened at the next write if the removal fails
+	w.cpusFile = nil
 	if err := d.cg.RemoveChild(name); err != nil {
 		d.log.WithError(err).WithField("workload", name).Debug("cannot remove a finished workload yet")
 		return false
 	}
-	delete(d.workloads, name)
-	d.stopExitWatch(name)
+	d.forget(name)
 	d.log.WithField("workload", name).Info("workload finished; its cgroup is removed")
 	d.persistOriginals()
 	return true

@@ -60,6 +60,9 @@ type Cgroup struct {
 	// parentCPUs is the parent's own cpuset.cpus when opened (v1), the set
 	// RestoreParentCPUs gives back after CPU hotplug.
 	parentCPUs CPUSet
+	// kernel: path is on the kernel's cgroupfs (not a mock tree), where a
+	// cpuset.cpus file may be held open and written again (OpenCPUs).
+	kernel bool
 }
 
 // CgroupOptions tunes OpenCgroup.
@@ -113,11 +116,11 @@ func OpenCgroup(path string, opts CgroupOptions) (*Cgroup, error) {
 	if statErr != nil && !(opts.Create && errors.Is(statErr, fs.ErrNotExist)) {
 		return nil, fmt.Errorf("open cgroup %s: %w", path, statErr)
 	}
-	v, err := detectCgroupVersion(path, parent)
+	v, kernel, err := detectCgroupVersion(path, parent)
 	if err != nil {
 		return nil, err
 	}
-	c.version = v
+	c.version, c.kernel = v, kernel
 
 	switch {
 	case v == CgroupV1 && opts.Create:
@@ -166,33 +169,34 @@ func (c *Cgroup) RestoreParentCPUs(online CPUSet) error {
 	return WriteAttr(p, want.String())
 }
 
-// detectCgroupVersion implements OpenCgroup's detection rules.
-func detectCgroupVersion(path, parent string) (CgroupVersion, error) {
+// detectCgroupVersion implements OpenCgroup's detection rules; kernel
+// reports a real cgroupfs (by its filesystem magic).
+func detectCgroupVersion(path, parent string) (v CgroupVersion, kernel bool, err error) {
 	var st unix.Statfs_t
 	probe := path
 	if !cgExists(probe) {
 		probe = parent
 	}
 	if err := unix.Statfs(probe, &st); err != nil {
-		return 0, fmt.Errorf("open cgroup %s: statfs %s: %w", path, probe, err)
+		return 0, false, fmt.Errorf("open cgroup %s: statfs %s: %w", path, probe, err)
 	}
 	switch int64(st.Type) {
 	case unix.CGROUP2_SUPER_MAGIC:
-		return CgroupV2, nil
+		return CgroupV2, true, nil
 	case unix.CGROUP_SUPER_MAGIC:
-		return CgroupV1, nil
+		return CgroupV1, true, nil
 	}
 	for _, dir := range []string{path, parent} {
 		if cgExists(filepath.Join(dir, "cgroup.controllers")) {
-			return CgroupV2, nil
+			return CgroupV2, false, nil
 		}
 	}
 	for _, dir := range []string{path, parent} {
 		if cgExists(filepath.Join(dir, "cpuset.cpus")) {
-			return CgroupV1, nil
+			return CgroupV1, false, nil
 		}
 	}
-	return 0, fmt.Errorf("open cgroup %s: not a cgroup directory: no cgroupfs mount, and neither cgroup.controllers nor cpuset.cpus in it or in %s", path, parent)
+	return 0, false, fmt.Errorf("open cgroup %s: not a cgroup directory: no cgroupfs mount, and neither cgroup.controllers nor cpuset.cpus in it or in %s", path, parent)
 }
 
 func (c *Cgroup) createV1(parent string) error {
@@ -471,6 +475,62 @@ func (c *Cgroup) loadBalanceFile(name string) (string, error) {
 		return filepath.Join(c.path, "cpuset.sched_load_balance"), nil
 	}
 	return c.childFile(name, "cpuset.sched_load_balance")
+}
+
+// CPUsFile is a child's cpuset.cpus held open for repeated writes
+// (OpenCPUs). Not safe for concurrent use.
+type CPUsFile struct {
+	fd   int
+	path string
+}
+
+// OpenCPUs opens child name's cpuset.cpus for writing and keeps it open,
+// so a policy switch that rewrites every workload's cpuset does not pay a
+// path lookup and open per write: 1,000 writes of a changed cpuset took
+// 42–52 ms with open/write/close and ~30 ms held open on this 2-CPU VM.
+// Only on the kernel's cgroupfs, where every write(2) is a whole command
+// whatever the file offset (cgroup_file_write ignores it); on a mock tree
+// it returns an error wrapping errors.ErrUnsupported and callers use
+// WriteCPUs. A vanished child gives an error for which IsGone is true.
+func (c *Cgroup) OpenCPUs(name string) (*CPUsFile, error) {
+	if !c.kernel {
+		return nil, fmt.Errorf("hold cpuset.cpus open: %w outside cgroupfs", errors.ErrUnsupported)
+	}
+	p, err := c.childFile(name, "cpuset.cpus")
+	if err != nil {
+		return nil, err
+	}
+	fd, err := openRaw(p, syscall.O_WRONLY)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", p, err)
+	}
+	return &CPUsFile{fd: fd, path: p}, nil
+}
+
+// Write sets the cpuset with one pwrite(2) at offset 0, with WriteCPUs's
+// value format and errors (after rmdir of the child: ENODEV, IsGone).
+func (f *CPUsFile) Write(cpus CPUSet) error {
+	v := cpus.String()
+	if v == "" {
+		v = "\n"
+	}
+	for {
+		_, err := syscall.Pwrite(f.fd, []byte(v), 0)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("write %q to %s: %w", v, f.path, err)
+		}
+		return nil
+	}
+}
+
+// Close releases the file; nil-safe.
+func (f *CPUsFile) Close() {
+	if f != nil {
+		syscall.Close(f.fd)
+	}
 }
 
 // EffectiveCPUs returns the CPUs the child's tasks may actually run on: v1

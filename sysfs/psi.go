@@ -32,14 +32,6 @@ type PressureTrigger struct {
 	err    error // why the goroutine stopped early, if it did
 }
 
-// PSI filesystem magics: a trigger can only be set on the kernel's own
-// files; a regular file in a mock tree would accept the write and never
-// signal.
-const (
-	procSuperMagic    = 0x9fa0     // PROC_SUPER_MAGIC (include/uapi/linux/magic.h)
-	cgroup2SuperMagic = 0x63677270 // CGROUP2_SUPER_MAGIC
-)
-
 // ErrNoPSI is wrapped by OpenPressureTrigger when path is not a kernel PSI
 // file (absent, CONFIG_PSI off or psi=0, or a plain file in a mock tree).
 var ErrNoPSI = errors.New("no kernel pressure stall information")
@@ -60,7 +52,9 @@ func OpenPressureTrigger(path string, stall, window time.Duration) (*PressureTri
 	if err := unix.Statfs(path, &st); err != nil {
 		return nil, fmt.Errorf("pressure trigger on %s: %w: %w", path, ErrNoPSI, err)
 	}
-	if st.Type != procSuperMagic && st.Type != cgroup2SuperMagic {
+	// Only the kernel's own files signal: a regular file in a mock tree
+	// would accept the trigger and never fire.
+	if st.Type != unix.PROC_SUPER_MAGIC && st.Type != unix.CGROUP2_SUPER_MAGIC {
 		return nil, fmt.Errorf("pressure trigger on %s: %w: not on procfs or cgroup2 (filesystem magic %#x)", path, ErrNoPSI, st.Type)
 	}
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
