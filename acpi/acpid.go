@@ -67,16 +67,18 @@ func (ev AcpidEvent) PowerHint() bool {
 // into hints; it reconnects with backoff when acpid is not there or
 // restarts. The first failure of each outage is logged once.
 func (m *Monitor) startAcpid(ctx context.Context, wg *sync.WaitGroup) {
-	m.keepSession(ctx, wg, m.acpidSession, func(err error) {
+	m.keepSession(ctx, wg, m.acpidSession, func() string { return m.cfg.AcpidSocket }, func(err error) {
 		m.log.WithError(err).WithField("socket", m.cfg.AcpidSocket).Warn("acpid socket unavailable; retrying")
 	})
 }
 
 // keepSession runs session again and again until ctx is done, waiting with
 // exponential backoff (minBackoff doubling to maxBackoff) between attempts;
-// the backoff starts over after a session that connected. outage is called
-// once per outage, with the first failure, to log it.
-func (m *Monitor) keepSession(ctx context.Context, wg *sync.WaitGroup, session func(context.Context) (bool, error), outage func(error)) {
+// the backoff starts over after a session that connected. While the
+// session's unix socket file (socket(), "" if none) does not exist, it
+// waits for the file to be created instead of on a timer (waitForSocket).
+// outage is called once per outage, with the first failure, to log it.
+func (m *Monitor) keepSession(ctx context.Context, wg *sync.WaitGroup, session func(context.Context) (bool, error), socket func() string, outage func(error)) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -93,6 +95,11 @@ func (m *Monitor) keepSession(ctx context.Context, wg *sync.WaitGroup, session f
 			if !logged {
 				outage(err)
 				logged = true
+			}
+			if waitForSocket(ctx, socket()) {
+				// Created (or ctx done): try now, then back off as usual
+				// if it is there but refuses.
+				continue
 			}
 			select {
 			case <-ctx.Done():

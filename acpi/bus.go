@@ -41,7 +41,7 @@ var upowerDeviceProps = []string{"Online", "State", "IsPresent", "PowerSupply"}
 // startBus runs the system-bus client (UPower and/or logind) until ctx is
 // done, reconnecting with backoff when the bus goes away.
 func (m *Monitor) startBus(ctx context.Context, wg *sync.WaitGroup) {
-	m.keepSession(ctx, wg, m.busSession, func(err error) {
+	m.keepSession(ctx, wg, m.busSession, m.systemBusSocket, func(err error) {
 		// The system bus is optional: say so once per outage, loudly only
 		// when UPower was asked for explicitly.
 		e := m.log.WithError(err).WithField("address", m.busAddress())
