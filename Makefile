@@ -16,8 +16,8 @@ export PATH := $(PATH):/usr/local/go/bin
 all: build
 
 build:
-	$(GO) build -o $(BIN) ./cmd/schedpolicyd
-	$(GO) build -o $(CTL) ./cmd/schedpolicyctl
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/schedpolicyd
+	CGO_ENABLED=0 $(GO) build -o $(CTL) ./cmd/schedpolicyctl
 
 run: build
 	./$(BIN)
