@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -439,11 +440,21 @@ func (d *Daemon) Run(ctx context.Context) error {
 			w.cpusFile = nil
 		}
 	}()
+	wasSampling := false
 	for {
 		var sampleC <-chan time.Time
-		if d.sampling() {
+		sampling := d.sampling()
+		if sampling {
 			sampleC = sample.C
 		}
+		if wasSampling && !sampling {
+			// Every workload went idle and sampling stopped: hand the
+			// memory freed since start-up or the last busy period back to
+			// the kernel, once (issue 7: idle RSS with 100 workloads
+			// ~11.3 → ~10.3 MiB in a helper's measurement). No timer.
+			go debug.FreeOSMemory()
+		}
+		wasSampling = sampling
 		if every := d.sampleEvery(); every != sampleEvery {
 			sampleEvery = every
 			sample.Reset(sampleEvery)
