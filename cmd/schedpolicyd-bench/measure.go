@@ -20,14 +20,38 @@ type procSample struct {
 	threads  int
 	rssKiB   uint64 // smaps_rollup Rss
 	pssKiB   uint64 // smaps_rollup Pss
+	// perTask holds each thread's counters, keyed by TID, for since.
+	perTask map[string]taskCounts
+}
+
+type taskCounts struct {
+	switches uint64
+	cpu      time.Duration
+}
+
+// since returns the context switches and CPU time of s's threads since
+// the earlier sample s0: per thread, so that a thread that exited in
+// between (glib's short-lived worker threads in power-profiles-daemon)
+// does not make the sum go backwards; its last counts are lost (an
+// undercount, never an overcount), and a new thread counts in full.
+func (s procSample) since(s0 procSample) (switches uint64, cpu time.Duration) {
+	for tid, c := range s.perTask {
+		b := s0.perTask[tid]
+		if c.switches >= b.switches {
+			switches += c.switches - b.switches
+		}
+		if c.cpu >= b.cpu {
+			cpu += c.cpu - b.cpu
+		}
+	}
+	return switches, cpu
 }
 
 // sampleProc reads /proc/PID/task/*/status (context switches),
 // /proc/PID/task/*/schedstat (CPU ns) and /proc/PID/smaps_rollup.
-// Threads that exited between two samples take their counts with them;
-// the daemons measured here keep their threads.
+// Differences between two samples are taken per thread (procSample.since).
 func sampleProc(pid int) (procSample, error) {
-	s := procSample{at: time.Now()}
+	s := procSample{at: time.Now(), perTask: map[string]taskCounts{}}
 	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
 	if err != nil || len(tasks) == 0 {
 		return s, fmt.Errorf("pid %d: no tasks", pid)
@@ -38,19 +62,23 @@ func sampleProc(pid int) (procSample, error) {
 			continue
 		}
 		s.threads++
+		var tc taskCounts
 		for _, l := range strings.Split(string(b), "\n") {
 			if k, v, ok := strings.Cut(l, ":"); ok && (k == "voluntary_ctxt_switches" || k == "nonvoluntary_ctxt_switches") {
 				n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-				s.switches += n
+				tc.switches += n
 			}
 		}
 		if b, err := os.ReadFile(filepath.Join(t, "schedstat")); err == nil {
 			f := strings.Fields(string(b))
 			if len(f) > 0 {
 				n, _ := strconv.ParseUint(f[0], 10, 64)
-				s.cpu += time.Duration(n)
+				tc.cpu = time.Duration(n)
 			}
 		}
+		s.switches += tc.switches
+		s.cpu += tc.cpu
+		s.perTask[filepath.Base(t)] = tc
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
 	if err != nil {

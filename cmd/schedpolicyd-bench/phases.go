@@ -519,8 +519,9 @@ func (e *env) benchIdle(r *report) error {
 				return err
 			}
 			dt := s1.at.Sub(s0[i].at).Seconds()
-			a[i].wake = append(a[i].wake, float64(s1.switches-s0[i].switches)/dt)
-			a[i].cpu = append(a[i].cpu, ms(s1.cpu-s0[i].cpu))
+			sw, cpu := s1.since(s0[i])
+			a[i].wake = append(a[i].wake, float64(sw)/dt)
+			a[i].cpu = append(a[i].cpu, ms(cpu))
 			a[i].rss = append(a[i].rss, float64(s1.rssKiB)/1024)
 			a[i].pss = append(a[i].pss, float64(s1.pssKiB)/1024)
 			a[i].threads = append(a[i].threads, float64(s1.threads))
