@@ -419,6 +419,12 @@ func (c *cli) launch(args []string) int {
 	// The connection stays open while the command runs: the daemon drops
 	// the hold when this process leaves the bus, whatever kills it.
 	defer cl.Close()
+	// Catch the signals before the hold exists: one that arrives between
+	// the hold and the command's start is passed on to the command as soon
+	// as it runs, instead of killing us with the hold still held.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
 	var cookie uint32
 	if err := cl.call("HoldPolicy", []any{&cookie}, c.policy, reason); err != nil {
 		return c.fail(err)
@@ -429,9 +435,6 @@ func (c *cli) launch(args []string) int {
 		}
 	}
 
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
-	defer signal.Stop(sigs)
 	child := exec.Command(path, argv[1:]...)
 	child.Args = argv
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
