@@ -458,34 +458,11 @@ func TestPowerProfilesAPI(t *testing.T) {
 // own PID ($$), so the bus credentials match; the daemon creates the
 // cgroup, fills in cpus and mems, moves the process and adopts it.
 func TestBusCreateWorkloadRealCgroup(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create cgroups")
-	}
-	if _, err := os.Stat("/sys/fs/cgroup/cpuset/cpuset.cpus"); err != nil {
-		t.Skip("needs the cgroup v1 cpuset controller at /sys/fs/cgroup/cpuset")
-	}
 	if _, err := exec.LookPath("busctl"); err != nil {
 		t.Skip("needs busctl (Debian package systemd)")
 	}
 	addr := startTestBus(t)
-	m := newMockLaptop(t)
-	parent := fmt.Sprintf("/sys/fs/cgroup/cpuset/schedpolicyd-test-%d", time.Now().UnixNano())
-	t.Cleanup(func() {
-		kids, _ := os.ReadDir(parent)
-		for _, k := range kids {
-			if k.IsDir() {
-				os.Remove(filepath.Join(parent, k.Name()))
-			}
-		}
-		if err := os.Remove(parent); err != nil && !os.IsNotExist(err) {
-			t.Errorf("removing the test cgroup: %v", err)
-		}
-	})
-	online := strings.TrimSpace(readOr(t, "/sys/devices/system/cpu/online"))
-	// The mock topology must name this machine's CPUs for real cpusets.
-	os.RemoveAll(filepath.Join(m.sys, "devices"))
-	put(t, filepath.Join(m.sys, "devices/system/cpu/online"), online)
-	d := m.startWith(t, func(c *Config) { c.Bus = addr; c.CgroupRoot = parent })
+	d, parent := realV1Daemon(t, func(c *Config) { c.Bus = addr })
 	conn, err := dbus.Connect(addr)
 	if err != nil {
 		t.Fatal(err)

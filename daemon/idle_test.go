@@ -17,16 +17,23 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
-// realV1Daemon starts the daemon on a mock laptop whose managed parent is
-// a real cgroup v1 cpuset (and whose topology names this machine's CPUs),
-// with the real /proc.
-func realV1Daemon(t *testing.T, edit func(*Config)) (*Daemon, string) {
+// thisMachineLaptop is a mock laptop whose topology names this machine's
+// online CPUs, so the daemon can write them into real cpusets.
+func thisMachineLaptop(t *testing.T) mockLaptop {
 	t.Helper()
-	parent := realV1Parent(t)
 	m := newMockLaptop(t)
 	online := strings.TrimSpace(readOr(t, "/sys/devices/system/cpu/online"))
 	os.RemoveAll(filepath.Join(m.sys, "devices"))
 	put(t, filepath.Join(m.sys, "devices/system/cpu/online"), online)
+	return m
+}
+
+// realV1Daemon starts the daemon on thisMachineLaptop with a real cgroup v1
+// cpuset as the managed parent and the real /proc.
+func realV1Daemon(t *testing.T, edit func(*Config)) (*Daemon, string) {
+	t.Helper()
+	parent := realV1Parent(t)
+	m := thisMachineLaptop(t)
 	d := m.startWith(t, func(c *Config) {
 		c.CgroupRoot = parent
 		if edit != nil {
@@ -194,10 +201,7 @@ func TestDaemonQuietsLoadBalance(t *testing.T) {
 	flag := func(n string) string {
 		return strings.TrimSpace(readOr(t, filepath.Join(parent, n, "cpuset.sched_load_balance")))
 	}
-	m := newMockLaptop(t)
-	online := strings.TrimSpace(readOr(t, "/sys/devices/system/cpu/online"))
-	os.RemoveAll(filepath.Join(m.sys, "devices"))
-	put(t, filepath.Join(m.sys, "devices/system/cpu/online"), online)
+	m := thisMachineLaptop(t)
 	start := func() (*Daemon, context.CancelFunc, <-chan error) {
 		return m.startCfg(t, func(c *Config) { c.CgroupRoot = parent })
 	}
