@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 )
 
 // AcpidEvent is one line of acpid's event socket: acpid formats each ACPI
@@ -74,9 +73,9 @@ func (m *Monitor) startAcpid(ctx context.Context, wg *sync.WaitGroup) {
 
 // keepSession runs session again and again until ctx is done, waiting with
 // exponential backoff (minBackoff doubling to maxBackoff) between attempts;
-// the backoff starts over after a session that connected. While the
-// session's unix socket file (socket(), "" if none) does not exist, it
-// waits for the file to be created instead of on a timer (waitForSocket).
+// the backoff starts over after a session that connected. The wait ends
+// early when the session's unix socket file (socket(), "" if none) is
+// created, and has no timer while the file is missing (WaitRetry).
 // outage is called once per outage, with the first failure, to log it.
 func (m *Monitor) keepSession(ctx context.Context, wg *sync.WaitGroup, session func(context.Context) (bool, error), socket func() string, outage func(error)) {
 	wg.Add(1)
@@ -96,16 +95,7 @@ func (m *Monitor) keepSession(ctx context.Context, wg *sync.WaitGroup, session f
 				outage(err)
 				logged = true
 			}
-			if waitForSocket(ctx, socket()) {
-				// Created (or ctx done): try now, then back off as usual
-				// if it is there but refuses.
-				continue
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
+			WaitRetry(ctx, socket(), backoff)
 			backoff = min(2*backoff, maxBackoff)
 		}
 	}()

@@ -7,65 +7,92 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/fsnotify/fsnotify"
 )
 
-// waitForSocket blocks until the unix socket file path exists (or ctx is
-// done), by watching its directory with inotify — or the directory's
-// parent while the directory itself is missing (/run/dbus before the bus
-// starts) — so a daemon on a machine without the system bus or acpid does
-// not wake periodically to retry (issue 7). It returns true when the file
-// was absent and has appeared (the caller retries at once) or ctx is done;
-// false at once when the file exists (the service refused: the caller
-// backs off on its timer) or when it cannot watch (no inotify, neither
-// directory exists, path empty).
-func waitForSocket(ctx context.Context, path string) bool {
+// WaitRetry waits before the next attempt to connect to the unix socket
+// file path, for a client that reconnects (the system bus, acpid, and the
+// daemon's own bus): until the file is created or re-created — an inotify
+// watch on its directory, or on the directory's parent while the directory
+// itself is missing (/run/dbus before the bus starts) — or, while the file
+// exists (a service that died and left it, or is still starting), at the
+// latest after backoff. So a daemon on a machine without the service never
+// wakes to retry (issue 7), and one whose service restarts reconnects as
+// soon as the new socket appears. Where it cannot watch (no inotify,
+// neither directory exists, path empty or relative) it waits backoff. It
+// returns early when ctx is done.
+func WaitRetry(ctx context.Context, path string, backoff time.Duration) {
+	timer := time.NewTimer(backoff)
+	defer timer.Stop()
 	if path == "" || !filepath.IsAbs(path) {
-		return false
-	}
-	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
-		return false
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+		}
+		return
 	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
-		return false
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+		}
+		return
 	}
 	defer w.Close()
 	dir := filepath.Dir(path)
 	watched := ""
+	exists := func() bool {
+		_, err := os.Stat(path)
+		return !errors.Is(err, fs.ErrNotExist)
+	}
+	absent := !exists()
 	for {
-		if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
-			return true // there (or not checkable: let the caller try)
-		}
 		target := dir
 		if !isDir(dir) {
 			target = filepath.Dir(dir)
-			if !isDir(target) {
-				return false
-			}
 		}
 		if target != watched {
 			if watched != "" {
 				w.Remove(watched)
 			}
-			if err := w.Add(target); err != nil {
-				return false
+			watched = ""
+			if isDir(target) && w.Add(target) == nil {
+				watched = target
 			}
-			watched = target
-			continue // re-check: it may have appeared before the watch
+		}
+		if absent && exists() {
+			return // created before or while the watch was set up
+		}
+		// The timer runs only while the file exists: a missing one is
+		// waited for without waking.
+		var tick <-chan time.Time
+		if !absent || watched == "" {
+			tick = timer.C
 		}
 		select {
 		case <-ctx.Done():
-			return true
+			return
+		case <-tick:
+			return
 		case ev, ok := <-w.Events:
 			if !ok {
-				return false
+				return
 			}
-			_ = ev // any create or rename in the watched directory: look again
+			if ev.Name == path && ev.Op&fsnotify.Create != 0 {
+				return // (re-)created
+			}
+			if absent && exists() {
+				return
+			}
+			if ev.Name == path && ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 {
+				absent = !exists() // removed: wait for the new one without a timer
+			}
 		case _, ok := <-w.Errors:
 			if !ok {
-				return false
+				return
 			}
 		}
 	}
@@ -89,16 +116,28 @@ func unixSocketPath(addr string) string {
 	return ""
 }
 
-// systemBusSocket is the socket the system-bus client connects to: from
-// MonitorConfig.SystemBusAddress, else DBUS_SYSTEM_BUS_ADDRESS, else the
-// D-Bus specification's default /var/run/dbus/system_bus_socket.
-func (m *Monitor) systemBusSocket() string {
-	addr := m.cfg.SystemBusAddress
-	if addr == "" {
-		addr = os.Getenv("DBUS_SYSTEM_BUS_ADDRESS")
-	}
-	if addr == "" {
+// BusSocket returns the socket file of a bus given as "system" (from
+// DBUS_SYSTEM_BUS_ADDRESS, else the D-Bus specification's default
+// /var/run/dbus/system_bus_socket), "session" (DBUS_SESSION_BUS_ADDRESS)
+// or a D-Bus address; "" when it is not a unix socket path (abstract
+// sockets, tcp), for WaitRetry.
+func BusSocket(bus string) string {
+	switch bus {
+	case "system":
+		if addr := os.Getenv("DBUS_SYSTEM_BUS_ADDRESS"); addr != "" {
+			return unixSocketPath(addr)
+		}
 		return "/var/run/dbus/system_bus_socket"
+	case "session":
+		return unixSocketPath(os.Getenv("DBUS_SESSION_BUS_ADDRESS"))
 	}
-	return unixSocketPath(addr)
+	return unixSocketPath(bus)
+}
+
+// systemBusSocket is the socket the system-bus client connects to.
+func (m *Monitor) systemBusSocket() string {
+	if m.cfg.SystemBusAddress != "" {
+		return BusSocket(m.cfg.SystemBusAddress)
+	}
+	return BusSocket("system")
 }

@@ -23,56 +23,75 @@ func TestUnixSocketPath(t *testing.T) {
 	}
 }
 
-// TestWaitForSocket: an existing file returns false at once (the caller
-// backs off); a missing one is waited for through inotify — also when its
-// directory does not exist yet — and the wait ends when it is created.
-func TestWaitForSocket(t *testing.T) {
+// TestWaitRetry: a missing socket is waited for without a timer (the
+// backoff here is 1 ms), also while its directory does not exist yet, and
+// the wait ends when it is created; an existing socket waits for the
+// backoff or its re-creation, whichever comes first; without a watchable
+// directory it is the backoff.
+func TestWaitRetry(t *testing.T) {
 	root := t.TempDir()
-	existing := filepath.Join(root, "there")
-	if err := os.WriteFile(existing, nil, 0o644); err != nil {
-		t.Fatal(err)
+	wait := func(ctx context.Context, path string, backoff time.Duration) <-chan struct{} {
+		done := make(chan struct{})
+		go func() { WaitRetry(ctx, path, backoff); close(done) }()
+		return done
 	}
-	if waitForSocket(t.Context(), existing) {
-		t.Fatal("waited for a file that exists")
-	}
-	if waitForSocket(t.Context(), filepath.Join(root, "no", "such", "dir", "sock")) {
-		t.Fatal("reported a wait with neither the directory nor its parent there")
+	returned := func(done <-chan struct{}, within time.Duration) bool {
+		select {
+		case <-done:
+			return true
+		case <-time.After(within):
+			return false
+		}
 	}
 
 	sock := filepath.Join(root, "dbus", "system_bus_socket") // dbus/ does not exist yet
-	done := make(chan bool, 1)
-	go func() { done <- waitForSocket(t.Context(), sock) }()
-	select {
-	case <-done:
-		t.Fatal("returned before the socket existed")
-	case <-time.After(100 * time.Millisecond):
+	done := wait(t.Context(), sock, time.Millisecond)
+	if returned(done, 200*time.Millisecond) {
+		t.Fatal("returned on the 1 ms backoff while the socket was missing")
 	}
 	if err := os.Mkdir(filepath.Dir(sock), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-done:
+	if returned(done, 200*time.Millisecond) {
 		t.Fatal("returned when only the directory was created")
-	case <-time.After(100 * time.Millisecond):
 	}
 	if err := os.WriteFile(sock, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case ok := <-done:
-		if !ok {
-			t.Fatal("returned false after the socket appeared")
-		}
-	case <-time.After(10 * time.Second):
+	if !returned(done, 10*time.Second) {
 		t.Fatal("still waiting 10s after the socket appeared")
 	}
 
+	// It exists (a dead service's socket): an hour's backoff, cut short
+	// when the service starts again and re-creates it.
+	done = wait(t.Context(), sock, time.Hour)
+	if returned(done, 200*time.Millisecond) {
+		t.Fatal("returned at once for an existing socket")
+	}
+	os.Remove(sock)
+	if returned(done, 200*time.Millisecond) {
+		t.Fatal("returned when the socket was removed")
+	}
+	if err := os.WriteFile(sock, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !returned(done, 10*time.Second) {
+		t.Fatal("still waiting 10s after the socket was re-created")
+	}
+
+	// Existing socket, short backoff: the timer.
+	if !returned(wait(t.Context(), sock, time.Millisecond), 10*time.Second) {
+		t.Fatal("an existing socket's 1 ms backoff did not end the wait")
+	}
+	// Nothing to watch: the timer.
+	if !returned(wait(t.Context(), filepath.Join(root, "no", "such", "dir", "sock"), time.Millisecond), 10*time.Second) {
+		t.Fatal("the 1 ms backoff did not end the wait with nothing to watch")
+	}
+	// ctx.
 	ctx, cancel := context.WithCancel(t.Context())
-	go func() { done <- waitForSocket(ctx, filepath.Join(root, "dbus", "other")) }()
+	done = wait(ctx, filepath.Join(root, "dbus", "other"), time.Hour)
 	cancel()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
+	if !returned(done, 10*time.Second) {
 		t.Fatal("did not return after ctx was cancelled")
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/godbus/dbus/v5/introspect"
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -217,10 +218,12 @@ func (d *Daemon) keepBus(ctx context.Context, cur *busService) {
 			lost.conn.Close()
 			cur, backoff = nil, time.Second
 		}
-		select {
-		case <-ctx.Done():
+		// No timer while the bus socket is missing: an idle daemon on a
+		// machine without the bus does not wake to retry, and connects as
+		// soon as the socket appears (acpi.WaitRetry).
+		acpi.WaitRetry(ctx, acpi.BusSocket(d.cfg.Bus), backoff)
+		if ctx.Err() != nil {
 			return
-		case <-time.After(backoff):
 		}
 		s := d.connectBus(ctx, false)
 		if s == nil {
