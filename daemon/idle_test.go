@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -230,5 +231,48 @@ func TestDaemonQuietsLoadBalance(t *testing.T) {
 	<-done
 	if flag("a") != "1" || flag("b") != "0" {
 		t.Fatalf("after a crash and a clean stop: a=%s b=%s, want a=1 b=0", flag("a"), flag("b"))
+	}
+}
+
+// TestDaemonWorkloadReplaced: a workload removed and made again under the
+// same name between two scans (rmdir and mkdir back to back) is a new
+// cgroup: it is prepared (cpus and mems filled in, so tasks can be
+// attached on v1) and managed, not mistaken for the old one.
+func TestDaemonWorkloadReplaced(t *testing.T) {
+	d, parent := realV1Daemon(t, nil)
+	dir := filepath.Join(parent, "w1")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "w1 adopted", func() (bool, string) {
+		return len(d.Snapshot().Workloads) == 1, fmt.Sprint(d.Snapshot().Workloads)
+	})
+	if err := syscall.Rmdir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new w1 prepared and managed", func() (bool, string) {
+		mems := strings.TrimSpace(readOr(t, filepath.Join(dir, "cpuset.mems")))
+		return mems != "" && len(d.Snapshot().Workloads) == 1, fmt.Sprintf("mems %q, %v", mems, d.Snapshot().Workloads)
+	})
+	// A task can be attached, and a policy switch writes the new cgroup.
+	sleeper := exec.Command("sleep", "100")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sleeper.Process.Kill(); sleeper.Wait() })
+	put(t, filepath.Join(dir, "cgroup.procs"), fmt.Sprint(sleeper.Process.Pid))
+	if err := d.do(context.Background(), func() error {
+		return d.setKnob(d.knob.WithCurrentPolicy(policy.Powersaving), "test")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(readOr(t, filepath.Join(dir, "cpuset.cpus"))); strings.ContainsAny(got, ",-") || got == "" {
+		t.Errorf("w1's cpuset after powersaving = %q, want one CPU", got)
+	}
+	if s := d.Stats(); s.Errors != 0 {
+		t.Errorf("%d refused writes", s.Errors)
 	}
 }

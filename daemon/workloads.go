@@ -13,6 +13,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
@@ -36,6 +37,9 @@ type workload struct {
 	// created: the daemon made this cgroup (CreateWorkload, i.e.
 	// schedpolicyctl run); it is removed once its last task has gone.
 	created bool
+	// id is the inode number of its directory at adoption: a cgroup
+	// removed and made again under the same name is a new workload.
+	id uint64
 	// cpusFile is its cpuset.cpus held open for writes (real cgroupfs
 	// only; nil until the first write, or after an error).
 	cpusFile *sysfs.CPUsFile
@@ -104,7 +108,18 @@ func (d *Daemon) scanWorkloads() bool {
 	seen := map[string]bool{}
 	for _, n := range names {
 		seen[n] = true
-		if _, ok := d.workloads[n]; ok || d.rejected[n] {
+		if w, ok := d.workloads[n]; ok {
+			if id := d.childID(n); id == 0 || id == w.id {
+				continue
+			}
+			// Removed and made again under the same name between two
+			// scans (rmdir and mkdir back to back): a new cgroup, with
+			// empty cpus and mems on v1. Forget the old one — its
+			// original, file and exit watch — and adopt the new one.
+			d.log.WithField("workload", n).Info("workload replaced by a new cgroup of the same name")
+			d.forget(n)
+			changed = true
+		} else if d.rejected[n] {
 			continue
 		}
 		if err := d.cg.PrepareChild(n); err != nil {
@@ -118,7 +133,7 @@ func (d *Daemon) scanWorkloads() bool {
 		if err != nil {
 			continue
 		}
-		w := &workload{name: n, original: cur, cpus: cur}
+		w := &workload{name: n, original: cur, cpus: cur, id: d.childID(n)}
 		path, _ := d.cg.ChildPath(n)
 		if saved, ok := d.savedOriginals[path]; ok {
 			// A crashed run packed this workload; its true original is the
@@ -426,6 +441,20 @@ func (d *Daemon) restoreWorkloads() bool {
 		w.lbCleared = false
 	}
 	return ok
+}
+
+// childID is the inode number of workload name's directory, 0 when it
+// cannot be read (vanished: the next listing forgets it).
+func (d *Daemon) childID(name string) uint64 {
+	p, err := d.cg.ChildPath(name)
+	if err != nil {
+		return 0
+	}
+	var st unix.Stat_t
+	if unix.Stat(p, &st) != nil {
+		return 0
+	}
+	return st.Ino
 }
 
 // writeCPUs writes workload w's cpuset.cpus, through its held-open file on
