@@ -608,6 +608,14 @@ func (d *Daemon) setKnob(k policy.Knob, via string) error {
 // tick.
 func (d *Daemon) recompute(why string, force bool) {
 	d.stats.decisions.Add(1)
+	if force && len(d.workloads) > 0 && !d.sampling() {
+		// Sampling stopped while every workload looked idle; a workload
+		// may have become busy since without tasks waiting for a CPU (one
+		// busy thread per workload). Plan a policy, power or workload
+		// change on fresh load signals, and watch closely for a while.
+		d.idleSamples = 0
+		d.sampleWorkloads()
+	}
 	eff, reason := d.decide()
 	d.policyReason = reason
 	if eff != d.effective {

@@ -276,3 +276,33 @@ func TestDaemonWorkloadReplaced(t *testing.T) {
 		t.Errorf("%d refused writes", s.Errors)
 	}
 }
+
+// TestDaemonSwitchSamplesWhenStopped: a policy change while sampling is
+// stopped plans on a fresh sample and resumes sampling — a workload may
+// have become busy without making tasks wait for a CPU.
+func TestDaemonSwitchSamplesWhenStopped(t *testing.T) {
+	needPSI(t)
+	d, parent := realV1Daemon(t, nil)
+	if err := os.Mkdir(filepath.Join(parent, "job"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "sampling stopped", func() (bool, string) {
+		return len(d.Snapshot().Workloads) == 1 && !d.isSampling(), fmt.Sprint(d.Stats())
+	})
+	var before, after int64
+	var resumed bool
+	if err := d.do(context.Background(), func() error {
+		before = d.stats.samples.Load()
+		err := d.setKnob(d.knob.WithCurrentPolicy(policy.Powersaving), "test")
+		after, resumed = d.stats.samples.Load(), d.sampling()
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if after <= before {
+		t.Errorf("no sample taken for the policy change (samples %d → %d)", before, after)
+	}
+	if !resumed {
+		t.Error("sampling not resumed after the policy change")
+	}
+}
