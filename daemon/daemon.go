@@ -165,6 +165,9 @@ type Daemon struct {
 	// savedLBCleared: the workloads whose cpuset.sched_load_balance a
 	// crashed run cleared, from state.json (quietLoadBalance).
 	savedLBCleared map[string]bool
+	// unpublished: recompute leaves publishing to its caller (setKnob
+	// publishes a choice only once it is persisted).
+	unpublished    bool
 	cgWatch        *cgroupWatch
 	cgWarned       bool // "placement disabled" said once
 	holds          map[uint32]*hold
@@ -587,14 +590,24 @@ func (d *Daemon) setKnob(k policy.Knob, via string) error {
 		d.cancelHolds() // recomputes
 		return nil
 	}
-	prev, prevChosen := d.knob, d.knobChosen
+	// The cpusets are written first; the new state is published (D-Bus
+	// signals, the tree, sd_notify STATUS) only once it is persisted, so
+	// a choice that cannot be saved is never announced.
+	prev, prevChosen, prevChange := d.knob, d.knobChosen, d.lastChange
 	d.knob, d.knobChosen = k, true
+	d.unpublished = true
 	d.recompute("knob", true)
 	// As things are after the writes (a workload may have vanished).
-	if err := SaveState(d.cfg.StateDir, d.stateWith(k)); err != nil {
+	err := SaveState(d.cfg.StateDir, d.stateWith(k))
+	if err != nil {
 		d.log.WithError(err).Error("cannot persist choice; the previous one is applied again")
 		d.knob, d.knobChosen = prev, prevChosen
 		d.recompute("knob not persisted", true)
+		d.lastChange = prevChange
+	}
+	d.unpublished = false
+	d.publish()
+	if err != nil {
 		return err
 	}
 	logChange()
@@ -631,7 +644,9 @@ func (d *Daemon) recompute(why string, force bool) {
 	if d.plan.Policy != "" && d.plan.Policy != d.effective {
 		d.policyReason += "; placing for performance: the load exceeds the packing threshold (race to idle)"
 	}
-	d.publish()
+	if !d.unpublished {
+		d.publish()
+	}
 }
 
 // decide returns the effective policy and why: a hold (the most

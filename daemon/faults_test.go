@@ -201,8 +201,8 @@ func TestDaemonChoiceNotPersisted(t *testing.T) {
 		t.Fatal("setKnob succeeded with an immutable state directory")
 	}
 	after := d.Snapshot()
-	if after.Policy != before.Policy || after.Knob != before.Knob {
-		t.Errorf("policy %s knob %+v after the failure, want %s %+v", after.Policy, after.Knob, before.Policy, before.Knob)
+	if after.Policy != before.Policy || after.Knob != before.Knob || !after.LastChange.Equal(before.LastChange) {
+		t.Errorf("policy %s knob %+v last change %v after the failure, want %s %+v %v", after.Policy, after.Knob, after.LastChange, before.Policy, before.Knob, before.LastChange)
 	}
 	for i, w := range after.Workloads {
 		if cur := strings.TrimSpace(readOr(t, filepath.Join(w.Path, "cpuset.cpus"))); w.CPUs != before.Workloads[i].CPUs || cur != before.Workloads[i].CPUs {

@@ -294,6 +294,9 @@ func (d *Daemon) applyPlan(force bool) {
 	if !d.originalsSaved {
 		d.persistOriginals()
 		if !d.originalsSaved {
+			// Placement waits until state.json can be written; no plan
+			// stands (so no "placing for performance" reason either).
+			d.plan = policy.Plan{Policy: d.effective, Lazy: d.plan.Lazy}
 			return
 		}
 	}
