@@ -162,9 +162,11 @@ type Daemon struct {
 	// savedOriginals are the originals found in state.json at start (a
 	// crashed run's); consulted when a workload is adopted.
 	savedOriginals map[string]string
-	// savedLBCleared: the workloads whose cpuset.sched_load_balance a
-	// crashed run cleared, from state.json (quietLoadBalance).
-	savedLBCleared map[string]bool
+	// savedLBCleared and savedCreated: the workloads (directory → inode)
+	// whose cpuset.sched_load_balance a crashed run cleared
+	// (quietLoadBalance), and those an earlier run created, from
+	// state.json.
+	savedLBCleared, savedCreated map[string]uint64
 	// unpublished: recompute leaves publishing to its caller (setKnob
 	// publishes a choice only once it is persisted).
 	unpublished    bool
@@ -331,12 +333,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.log.WithError(err).Warn("ignoring saved state, using defaults")
 	}
 	d.knob, d.knobChosen, d.savedOriginals = st.Knob, st.Chosen, st.Originals
-	for _, p := range st.LoadBalanceCleared {
-		if d.savedLBCleared == nil {
-			d.savedLBCleared = map[string]bool{}
-		}
-		d.savedLBCleared[p] = true
-	}
+	d.savedLBCleared, d.savedCreated = st.LoadBalanceCleared, st.Created
 	if d.cfg.DefaultKnob != nil && !d.knobChosen {
 		d.knob = *d.cfg.DefaultKnob // the configured default; no choice saved yet
 	}
@@ -727,7 +724,13 @@ func (d *Daemon) shutdown() {
 	}
 	if allBack {
 		// Everything is back: the originals need not survive us.
-		if err := SaveState(d.cfg.StateDir, State{Knob: d.knob, Chosen: d.knobChosen}); err != nil {
+		// The created workloads stay listed: the next start still removes
+		// them once their tasks are gone.
+		st := State{Knob: d.knob, Chosen: d.knobChosen}
+		if d.cg != nil {
+			_, st.Created = d.markedWorkloads()
+		}
+		if err := SaveState(d.cfg.StateDir, st); err != nil {
 			d.log.WithError(err).Warn("cannot clear saved originals")
 		}
 	}
@@ -738,7 +741,7 @@ func (d *Daemon) shutdown() {
 func (d *Daemon) stateWith(k policy.Knob) State {
 	st := State{Knob: k, Chosen: d.knobChosen, Originals: d.originals(), Boost: d.boostOrig}
 	if d.cg != nil {
-		st.LoadBalanceCleared = d.lbClearedPaths()
+		st.LoadBalanceCleared, st.Created = d.markedWorkloads()
 	}
 	return st
 }

@@ -212,7 +212,7 @@ func TestDaemonQuietsLoadBalance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{filepath.Join(parent, "a")}; fmt.Sprint(st.LoadBalanceCleared) != fmt.Sprint(want) {
+	if want := map[string]uint64{filepath.Join(parent, "a"): inode(t, filepath.Join(parent, "a"))}; fmt.Sprint(st.LoadBalanceCleared) != fmt.Sprint(want) {
 		t.Fatalf("state.json sched_load_balance_cleared = %v, want %v", st.LoadBalanceCleared, want)
 	}
 	cancel()
@@ -221,16 +221,22 @@ func TestDaemonQuietsLoadBalance(t *testing.T) {
 		t.Fatalf("after a clean stop: a=%s b=%s, want a=1 (set back) b=0 (never touched)", flag("a"), flag("b"))
 	}
 
-	// A crash: state.json says the daemon cleared a, and a is still 0.
+	// A crash: state.json says the daemon cleared a, and a is still 0. It
+	// also names b — but with another inode: b was removed and made again
+	// after the crash, and its 0 is the user's own.
 	put(t, filepath.Join(parent, "a", "cpuset.sched_load_balance"), "0")
-	if err := SaveState(m.state, State{Knob: policy.DefaultKnob(), LoadBalanceCleared: []string{filepath.Join(parent, "a")}}); err != nil {
+	cleared := map[string]uint64{
+		filepath.Join(parent, "a"): inode(t, filepath.Join(parent, "a")),
+		filepath.Join(parent, "b"): inode(t, filepath.Join(parent, "b")) + 1,
+	}
+	if err := SaveState(m.state, State{Knob: policy.DefaultKnob(), LoadBalanceCleared: cleared}); err != nil {
 		t.Fatal(err)
 	}
 	_, cancel, done = start()
 	cancel()
 	<-done
 	if flag("a") != "1" || flag("b") != "0" {
-		t.Fatalf("after a crash and a clean stop: a=%s b=%s, want a=1 b=0", flag("a"), flag("b"))
+		t.Fatalf("after a crash and a clean stop: a=%s b=%s, want a=1 b=0 (b is another cgroup now)", flag("a"), flag("b"))
 	}
 }
 
@@ -304,5 +310,73 @@ func TestDaemonSwitchSamplesWhenStopped(t *testing.T) {
 	}
 	if !resumed {
 		t.Error("sampling not resumed after the policy change")
+	}
+}
+
+func inode(t *testing.T, path string) uint64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
+
+// TestDaemonReapsAfterRestart: a workload the daemon created is still
+// removed when its last task exits after the daemon was restarted — and
+// one whose task exited while no daemon ran is removed at the start —
+// but a cgroup made again under a created one's name is not.
+func TestDaemonReapsAfterRestart(t *testing.T) {
+	parent := realV1Parent(t)
+	m := thisMachineLaptop(t)
+	start := func() (*Daemon, context.CancelFunc, <-chan error) {
+		return m.startCfg(t, func(c *Config) { c.CgroupRoot = parent; c.SampleInterval = time.Hour })
+	}
+	sleeper := func() *exec.Cmd {
+		c := exec.Command("sleep", "1000")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+		return c
+	}
+	d, cancel, done := start()
+	var jobs [3]*exec.Cmd
+	for i, name := range []string{"live", "ended", "renewed"} {
+		jobs[i] = sleeper()
+		if err := d.do(context.Background(), func() error {
+			_, err := d.createWorkload(name, jobs[i].Process.Pid)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	<-done
+	// While no daemon runs: "ended" loses its task; "renewed" is removed
+	// and made again by someone else (and holds a task of theirs).
+	jobs[1].Process.Kill()
+	jobs[1].Wait()
+	renewed := filepath.Join(parent, "renewed")
+	put(t, "/sys/fs/cgroup/cpuset/cgroup.procs", fmt.Sprint(jobs[2].Process.Pid))
+	if err := syscall.Rmdir(renewed); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(renewed, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d, _, _ = start()
+	eventually(t, "ended removed at start", func() (bool, string) {
+		_, err := os.Stat(filepath.Join(parent, "ended"))
+		return os.IsNotExist(err), fmt.Sprint(err)
+	})
+	jobs[0].Process.Kill()
+	jobs[0].Wait()
+	eventually(t, "live removed when its task exited", func() (bool, string) {
+		_, err := os.Stat(filepath.Join(parent, "live"))
+		return os.IsNotExist(err), fmt.Sprint(err, d.Snapshot().Workloads)
+	})
+	if _, err := os.Stat(renewed); err != nil {
+		t.Fatalf("the daemon removed a cgroup made again under a created one's name: %v", err)
 	}
 }

@@ -44,11 +44,17 @@ type State struct {
 	// changed it (boost_on_battery); restored on exit, or by the next start
 	// after a crash. Empty when boost is not being managed.
 	Boost []sysfs.BoostSetting
-	// LoadBalanceCleared lists the cgroup v1 workload directories whose
+	// LoadBalanceCleared maps the cgroup v1 workload directories whose
 	// cpuset.sched_load_balance the daemon changed from 1 to 0 (recorded
-	// before the write); set back to 1 on exit, or by the next start after
-	// a crash.
-	LoadBalanceCleared []string
+	// before the write) to their inode numbers; set back to 1 on exit, or
+	// by the next start after a crash — only if the directory is still the
+	// same cgroup (same inode).
+	LoadBalanceCleared map[string]uint64
+	// Created maps the workload directories the daemon created
+	// (CreateWorkload) to their inode numbers, so that a restarted daemon
+	// still removes them when their last task exits — only the same
+	// cgroup, never one made again under the same name.
+	Created map[string]uint64
 }
 
 // persisted is the JSON shape of state.json.
@@ -58,7 +64,8 @@ type persisted struct {
 	Chosen    bool                 `json:"chosen,omitempty"`
 	Originals map[string]string    `json:"originals,omitempty"`
 	Boost     []sysfs.BoostSetting `json:"boost,omitempty"`
-	LBCleared []string             `json:"sched_load_balance_cleared,omitempty"`
+	LBCleared map[string]uint64    `json:"sched_load_balance_cleared,omitempty"`
+	Created   map[string]uint64    `json:"created,omitempty"`
 }
 
 // ErrCorruptState is wrapped by LoadState when state.json exists but cannot
@@ -101,12 +108,14 @@ func LoadState(dir string) (State, error) {
 			return def, fmt.Errorf("%w %s: boost setting %+v; starting from defaults", ErrCorruptState, path, b)
 		}
 	}
-	for _, cg := range p.LBCleared {
-		if !filepath.IsAbs(cg) {
-			return def, fmt.Errorf("%w %s: sched_load_balance entry %q is not an absolute path; starting from defaults", ErrCorruptState, path, cg)
+	for what, m := range map[string]map[string]uint64{"sched_load_balance_cleared": p.LBCleared, "created": p.Created} {
+		for cg := range m {
+			if !filepath.IsAbs(cg) {
+				return def, fmt.Errorf("%w %s: %s entry %q is not an absolute path; starting from defaults", ErrCorruptState, path, what, cg)
+			}
 		}
 	}
-	return State{Knob: p.Knob, Chosen: p.Chosen, Originals: p.Originals, Boost: p.Boost, LoadBalanceCleared: p.LBCleared}, nil
+	return State{Knob: p.Knob, Chosen: p.Chosen, Originals: p.Originals, Boost: p.Boost, LoadBalanceCleared: p.LBCleared, Created: p.Created}, nil
 }
 
 // SaveState writes st to dir/state.json atomically: a temporary file in the
@@ -121,7 +130,7 @@ func SaveState(dir string, st State) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create state dir: %w", err)
 	}
-	b, err := json.MarshalIndent(persisted{Version: stateVersion, Knob: st.Knob, Chosen: st.Chosen, Originals: st.Originals, Boost: st.Boost, LBCleared: st.LoadBalanceCleared}, "", "  ")
+	b, err := json.MarshalIndent(persisted{Version: stateVersion, Knob: st.Knob, Chosen: st.Chosen, Originals: st.Originals, Boost: st.Boost, LBCleared: st.LoadBalanceCleared, Created: st.Created}, "", "  ")
 	if err != nil {
 		return err
 	}

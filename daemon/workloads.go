@@ -106,6 +106,7 @@ func (d *Daemon) scanWorkloads() bool {
 	}
 	changed := false
 	seen := map[string]bool{}
+	var created []string // adopted, and created by an earlier run
 	for _, n := range names {
 		seen[n] = true
 		if w, ok := d.workloads[n]; ok {
@@ -141,10 +142,16 @@ func (d *Daemon) scanWorkloads() bool {
 			w.original, _ = sysfs.ParseCPUList(saved)
 			d.log.WithFields(logrus.Fields{"workload": n, "original": saved}).Info("original cpuset recovered from saved state")
 		}
-		if d.savedLBCleared[path] {
+		if id, ok := d.savedLBCleared[path]; ok && id == w.id {
 			// A crashed run cleared its sched_load_balance: still ours to
-			// set back.
+			// set back (the same cgroup, not one made again).
 			w.lbChecked, w.lbCleared = true, true
+		}
+		if id, ok := d.savedCreated[path]; ok && id == w.id {
+			// An earlier run created it: still removed when its last task
+			// has gone.
+			w.created = true
+			created = append(created, n)
 		}
 		if use, err := d.cg.Usage(n); err == nil {
 			w.avg, w.lastAt = w.avg.Update(use, 0, d.cfg.UtilHalfLife), time.Now()
@@ -169,6 +176,17 @@ func (d *Daemon) scanWorkloads() bool {
 	}
 	if changed {
 		d.persistOriginals()
+	}
+	for _, n := range created {
+		// Its tasks may have gone while no daemon ran: remove it now, or
+		// watch for the last one.
+		if d.reapCreated(n) {
+			changed = true
+			continue
+		}
+		if procs, err := d.cg.Procs(n); err == nil && len(procs) > 0 {
+			d.watchExit(n, procs[0])
+		}
 	}
 	return changed
 }
@@ -198,7 +216,7 @@ func (d *Daemon) persistOriginals() {
 		return
 	}
 	d.originalsSaved = true
-	d.savedOriginals, d.savedLBCleared = nil, nil // from now on state.json holds our own
+	d.savedOriginals, d.savedLBCleared, d.savedCreated = nil, nil, nil // from now on state.json holds our own
 }
 
 // sampleWorkloads updates each workload's load signals: the decayed
@@ -555,18 +573,29 @@ func (d *Daemon) quietLoadBalance() {
 	}
 }
 
-// lbClearedPaths lists the workloads whose sched_load_balance the daemon
-// cleared, by cgroup directory, for state.json.
-func (d *Daemon) lbClearedPaths() []string {
-	var out []string
-	for _, n := range d.sortedNames() {
-		if d.workloads[n].lbCleared {
-			if p, err := d.cg.ChildPath(n); err == nil {
-				out = append(out, p)
-			}
+// markedWorkloads returns, for state.json, the workloads whose
+// sched_load_balance the daemon cleared and those it created, as cgroup
+// directory → inode number (nil maps when there are none).
+func (d *Daemon) markedWorkloads() (lbCleared, created map[string]uint64) {
+	add := func(m *map[string]uint64, p string, id uint64) {
+		if *m == nil {
+			*m = map[string]uint64{}
+		}
+		(*m)[p] = id
+	}
+	for n, w := range d.workloads {
+		p, err := d.cg.ChildPath(n)
+		if err != nil {
+			continue
+		}
+		if w.lbCleared {
+			add(&lbCleared, p, w.id)
+		}
+		if w.created {
+			add(&created, p, w.id)
 		}
 	}
-	return out
+	return lbCleared, created
 }
 
 func (d *Daemon) sortedNames() []string {
