@@ -162,6 +162,7 @@ type Daemon struct {
 	// savedOriginals are the originals found in state.json at start (a
 	// crashed run's); consulted when a workload is adopted.
 	savedOriginals map[string]string
+	savedOrigIDs   map[string]uint64 // their inodes (State.OriginalIDs)
 	// savedLBCleared and savedCreated: the workloads (directory → inode)
 	// whose cpuset.sched_load_balance a crashed run cleared
 	// (quietLoadBalance), and those an earlier run created, from
@@ -332,7 +333,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		d.log.WithError(err).Warn("ignoring saved state, using defaults")
 	}
-	d.knob, d.knobChosen, d.savedOriginals = st.Knob, st.Chosen, st.Originals
+	d.knob, d.knobChosen, d.savedOriginals, d.savedOrigIDs = st.Knob, st.Chosen, st.Originals, st.OriginalIDs
 	d.savedLBCleared, d.savedCreated = st.LoadBalanceCleared, st.Created
 	if d.cfg.DefaultKnob != nil && !d.knobChosen {
 		d.knob = *d.cfg.DefaultKnob // the configured default; no choice saved yet
@@ -739,7 +740,8 @@ func (d *Daemon) shutdown() {
 // stateWith is what state.json must hold with knob k: the knob, every
 // workload's original cpuset and the boost setting found at start-up.
 func (d *Daemon) stateWith(k policy.Knob) State {
-	st := State{Knob: k, Chosen: d.knobChosen, Originals: d.originals(), Boost: d.boostOrig}
+	st := State{Knob: k, Chosen: d.knobChosen, Boost: d.boostOrig}
+	st.Originals, st.OriginalIDs = d.originals()
 	if d.cg != nil {
 		st.LoadBalanceCleared, st.Created = d.markedWorkloads()
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -532,5 +533,38 @@ func TestDaemonSamplingBacksOffWhileIdle(t *testing.T) {
 			t.Fatal("sampling period did not come back after a task was attached")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestDaemonIgnoresOriginalOfAnotherCgroup: a saved original whose inode
+// does not match the directory now at its path (the cgroup was removed and
+// made again while no daemon ran) is not used; a matching one is.
+func TestDaemonIgnoresOriginalOfAnotherCgroup(t *testing.T) {
+	m := newMockLaptop(t)
+	a, b := filepath.Join(m.managed, "a"), filepath.Join(m.managed, "b")
+	ino := func(p string) uint64 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+	put(t, filepath.Join(a, "cpuset.cpus"), "0")
+	put(t, filepath.Join(b, "cpuset.cpus"), "0")
+	if err := SaveState(m.state, State{
+		Knob:        policy.DefaultKnob(),
+		Originals:   map[string]string{a: "1-2", b: "4-5"},
+		OriginalIDs: map[string]uint64{a: ino(a), b: ino(b) + 1},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, cancel, done := m.start(t)
+	cancel()
+	<-done
+	if got := get(t, filepath.Join(a, "cpuset.cpus")); got != "1-2" {
+		t.Errorf("a restored to %q, want its saved original 1-2", got)
+	}
+	if got := get(t, filepath.Join(b, "cpuset.cpus")); got != "0" {
+		t.Errorf("b restored to %q, want 0 as found (the saved 4-5 was another cgroup's)", got)
 	}
 }

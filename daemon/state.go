@@ -40,6 +40,11 @@ type State struct {
 	// recorded before the daemon first writes that cpuset. After a crash
 	// the next start restores from here, not from the packed set it finds.
 	Originals map[string]string
+	// OriginalIDs maps the same directories to their inode numbers: a saved
+	// original is used only for the same cgroup, not for one removed and
+	// made again under the path (files written before it had none: then
+	// the path alone decides).
+	OriginalIDs map[string]uint64
 	// Boost is the cpufreq boost setting found before the daemon first
 	// changed it (boost_on_battery); restored on exit, or by the next start
 	// after a crash. Empty when boost is not being managed.
@@ -66,6 +71,7 @@ type persisted struct {
 	Boost     []sysfs.BoostSetting `json:"boost,omitempty"`
 	LBCleared map[string]uint64    `json:"sched_load_balance_cleared,omitempty"`
 	Created   map[string]uint64    `json:"created,omitempty"`
+	OrigIDs   map[string]uint64    `json:"original_inodes,omitempty"`
 }
 
 // ErrCorruptState is wrapped by LoadState when state.json exists but cannot
@@ -115,7 +121,7 @@ func LoadState(dir string) (State, error) {
 			}
 		}
 	}
-	return State{Knob: p.Knob, Chosen: p.Chosen, Originals: p.Originals, Boost: p.Boost, LoadBalanceCleared: p.LBCleared, Created: p.Created}, nil
+	return State{Knob: p.Knob, Chosen: p.Chosen, Originals: p.Originals, Boost: p.Boost, LoadBalanceCleared: p.LBCleared, Created: p.Created, OriginalIDs: p.OrigIDs}, nil
 }
 
 // SaveState writes st to dir/state.json atomically: a temporary file in the
@@ -130,7 +136,7 @@ func SaveState(dir string, st State) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create state dir: %w", err)
 	}
-	b, err := json.MarshalIndent(persisted{Version: stateVersion, Knob: st.Knob, Chosen: st.Chosen, Originals: st.Originals, Boost: st.Boost, LBCleared: st.LoadBalanceCleared, Created: st.Created}, "", "  ")
+	b, err := json.MarshalIndent(persisted{Version: stateVersion, Knob: st.Knob, Chosen: st.Chosen, Originals: st.Originals, Boost: st.Boost, LBCleared: st.LoadBalanceCleared, Created: st.Created, OrigIDs: st.OriginalIDs}, "", "  ")
 	if err != nil {
 		return err
 	}

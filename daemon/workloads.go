@@ -136,7 +136,9 @@ func (d *Daemon) scanWorkloads() bool {
 		}
 		w := &workload{name: n, original: cur, cpus: cur, id: d.childID(n)}
 		path, _ := d.cg.ChildPath(n)
-		if saved, ok := d.savedOriginals[path]; ok {
+		if id, known := d.savedOrigIDs[path]; known && id != w.id {
+			d.log.WithField("workload", n).Info("a saved original names another cgroup that had this path; not used")
+		} else if saved, ok := d.savedOriginals[path]; ok {
 			// A crashed run packed this workload; its true original is the
 			// one saved before that run's first write.
 			w.original, _ = sysfs.ParseCPUList(saved)
@@ -191,19 +193,23 @@ func (d *Daemon) scanWorkloads() bool {
 	return changed
 }
 
-// originals returns the originals of the current workloads, keyed by
-// cgroup directory, for state.json.
-func (d *Daemon) originals() map[string]string {
+// originals returns the originals of the current workloads and the inodes
+// of their directories, keyed by cgroup directory, for state.json.
+func (d *Daemon) originals() (cpus map[string]string, ids map[string]uint64) {
 	if len(d.workloads) == 0 {
-		return nil
+		return nil, nil
 	}
-	m := make(map[string]string, len(d.workloads))
+	cpus = make(map[string]string, len(d.workloads))
+	ids = make(map[string]uint64, len(d.workloads))
 	for n, w := range d.workloads {
 		if p, err := d.cg.ChildPath(n); err == nil {
-			m[p] = w.original.String()
+			cpus[p] = w.original.String()
+			if w.id != 0 {
+				ids[p] = w.id
+			}
 		}
 	}
-	return m
+	return cpus, ids
 }
 
 // persistOriginals saves the current workloads' originals with the knob.
@@ -216,7 +222,7 @@ func (d *Daemon) persistOriginals() {
 		return
 	}
 	d.originalsSaved = true
-	d.savedOriginals, d.savedLBCleared, d.savedCreated = nil, nil, nil // from now on state.json holds our own
+	d.savedOriginals, d.savedOrigIDs, d.savedLBCleared, d.savedCreated = nil, nil, nil, nil // from now on state.json holds our own
 }
 
 // sampleWorkloads updates each workload's load signals: the decayed
