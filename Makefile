@@ -44,6 +44,7 @@ deps:
 	command -v bash >/dev/null             || missing="$$missing bash"; \
 	command -v strace >/dev/null           || missing="$$missing strace"; \
 	command -v groff >/dev/null            || missing="$$missing groff-base"; \
+	command -v chattr >/dev/null           || missing="$$missing e2fsprogs"; \
 	for p in upower umockdev gir1.2-umockdev-1.0 python3-gi polkitd; do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
 	done; \
