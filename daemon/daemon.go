@@ -485,7 +485,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 		case <-sampleC:
 			d.stats.events.Add(1)
-			changed := d.scanWorkloads()
+			// With a watch on the managed parent, its events drive the
+			// scans (and a lost event forces one); only without one does
+			// each sample list the children (and stat each of them).
+			changed := d.cgWatch == nil && d.scanWorkloads()
 			if d.reapFinished() {
 				changed = true
 			}

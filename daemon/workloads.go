@@ -778,6 +778,8 @@ func (d *Daemon) watchCgroup() *cgroupWatch {
 				if !ok {
 					return
 				}
+				// The queue overflowed (events lost): rescan.
+				poke(out)
 			case <-stop:
 				return
 			}
