@@ -142,8 +142,8 @@ type Daemon struct {
 	ready chan struct{} // closed once READY=1 was sent
 	done  chan struct{} // closed when the loop ends
 
-	exits       chan exitEvent        // a watched task of a created workload exited (reap.go)
-	exitWatches map[string]*exitWatch // loop-owned: per created workload
+	exits       chan exitEvent      // a watched task of a created workload exited (reap.go)
+	exitWatches map[string]*os.File // loop-owned: a pidfd per created workload (reap.go)
 	snap        atomic.Pointer[Snapshot]
 
 	// Loop-owned state: touched only by the goroutine running Run.
@@ -262,7 +262,7 @@ func New(cfg Config) (*Daemon, error) {
 		ready:       make(chan struct{}),
 		done:        make(chan struct{}),
 		exits:       make(chan exitEvent),
-		exitWatches: map[string]*exitWatch{},
+		exitWatches: map[string]*os.File{},
 		workloads:   map[string]*workload{},
 		rejected:    map[string]bool{},
 		holds:       map[uint32]*hold{},

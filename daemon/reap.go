@@ -8,16 +8,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// exitWatch waits for one task of a daemon-created workload to exit, so the
-// workload is removed as soon as its last task is gone (schedpolicyctl run)
-// without a periodic timer. It holds a pidfd (pidfd_open(2), Linux 5.3),
-// which becomes readable when the process exits; the wait runs on Go's
-// network poller, so nothing wakes while the process lives. One task is
-// enough: when it exits the loop re-reads the workload's tasks and either
-// removes the cgroup or watches the next task.
-type exitWatch struct {
-	f *os.File
-}
+// Exit watches: each waits for one task of a daemon-created workload to
+// exit, so the workload is removed as soon as its last task is gone
+// (schedpolicyctl run) without a periodic timer. A watch is a pidfd
+// (pidfd_open(2), Linux 5.3), which becomes readable when the process
+// exits; the wait runs on Go's network poller, so nothing wakes while the
+// process lives. One task is enough: when it exits the loop re-reads the
+// workload's tasks and either removes the cgroup or watches the next task.
 
 // watchExit starts an exit watch on pid for workload name, replacing any
 // previous one. A pid that is already gone (or a kernel without pidfd)
@@ -34,8 +31,7 @@ func (d *Daemon) watchExit(name string, pid int) {
 		return
 	}
 	f := os.NewFile(uintptr(fd), "pidfd")
-	w := &exitWatch{f: f}
-	d.exitWatches[name] = w
+	d.exitWatches[name] = f
 	go func() {
 		rc, err := f.SyscallConn()
 		if err != nil {
@@ -51,13 +47,13 @@ func (d *Daemon) watchExit(name string, pid int) {
 			return exited
 		})
 		if err == nil && exited {
-			d.sendExit(name, w)
+			d.sendExit(name, f)
 		}
 	}()
 }
 
 // sendExit hands an exit to the loop unless the daemon stops first.
-func (d *Daemon) sendExit(name string, w *exitWatch) {
+func (d *Daemon) sendExit(name string, w *os.File) {
 	select {
 	case d.exits <- exitEvent{name: name, w: w}:
 	case <-d.done:
@@ -68,13 +64,13 @@ func (d *Daemon) sendExit(name string, w *exitWatch) {
 // when the task was gone before the watch started).
 type exitEvent struct {
 	name string
-	w    *exitWatch
+	w    *os.File
 }
 
 // stopExitWatch ends workload name's exit watch, if any.
 func (d *Daemon) stopExitWatch(name string) {
 	if w, ok := d.exitWatches[name]; ok {
-		w.f.Close() // ends the wait with an error
+		w.Close() // ends the wait with an error
 		delete(d.exitWatches, name)
 	}
 }
