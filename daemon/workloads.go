@@ -538,9 +538,9 @@ func (d *Daemon) quietLoadBalance() {
 	if d.cg.Version() != sysfs.CgroupV1 {
 		return
 	}
-	var todo []*workload
-	for _, n := range d.sortedNames() {
-		if w := d.workloads[n]; !w.lbChecked {
+	var todo []*workload // on every plan: no sorting, order does not matter
+	for _, w := range d.workloads {
+		if !w.lbChecked {
 			todo = append(todo, w)
 		}
 	}
