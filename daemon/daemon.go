@@ -134,7 +134,7 @@ type Daemon struct {
 
 	fs   sysfs.FS
 	mon  *acpi.Monitor
-	cg   *sysfs.Cgroup
+	pl   *placement // the workloads and their records (placement.go)
 	tree sysfs.Tree
 	bus  *busService
 
@@ -142,9 +142,7 @@ type Daemon struct {
 	ready chan struct{} // closed once READY=1 was sent
 	done  chan struct{} // closed when the loop ends
 
-	exits       chan exitEvent      // a watched task of a created workload exited (reap.go)
-	exitWatches map[string]*os.File // loop-owned: a pidfd per created workload (reap.go)
-	snap        atomic.Pointer[Snapshot]
+	snap atomic.Pointer[Snapshot]
 
 	// Loop-owned state: touched only by the goroutine running Run.
 	knob       policy.Knob
@@ -155,31 +153,15 @@ type Daemon struct {
 	boost      string
 	topo       policy.Topology
 	allowed    sysfs.CPUSet
-	workloads  map[string]*workload
 	effective  policy.Policy
-	plan       policy.Plan
 	kernelKnb  string
-	// savedOriginals are the originals found in state.json at start (a
-	// crashed run's); consulted when a workload is adopted.
-	savedOriginals map[string]string
-	savedOrigIDs   map[string]uint64 // their inodes (State.OriginalIDs)
-	// savedLBCleared and savedCreated: the workloads (directory → inode)
-	// whose cpuset.sched_load_balance a crashed run cleared
-	// (quietLoadBalance), and those an earlier run created, from
-	// state.json.
-	savedLBCleared, savedCreated map[string]uint64
 	// unpublished: recompute leaves publishing to its caller (setKnob
 	// publishes a choice only once it is persisted).
-	unpublished    bool
-	cgWatch        *cgroupWatch
-	cgWarned       bool // "placement disabled" said once
-	holds          map[uint32]*hold
-	nextCookie     uint32
-	lastChange     time.Time
-	policyReason   string
-	originalsSaved bool            // state.json holds every workload's original
-	rejected       map[string]bool // child names refused, warned about once
-	idleSamples    int             // consecutive samples with every workload idle
+	unpublished  bool
+	holds        map[uint32]*hold
+	nextCookie   uint32
+	lastChange   time.Time
+	policyReason string
 
 	stats counters // for Stats; written by the loop only
 }
@@ -254,19 +236,18 @@ func New(cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Daemon{
-		cfg:         cfg,
-		log:         cfg.Log,
-		fs:          fs,
-		reqs:        make(chan func()),
-		ready:       make(chan struct{}),
-		done:        make(chan struct{}),
-		exits:       make(chan exitEvent),
-		exitWatches: map[string]*os.File{},
-		workloads:   map[string]*workload{},
-		rejected:    map[string]bool{},
-		holds:       map[uint32]*hold{},
-	}, nil
+	d := &Daemon{
+		cfg:   cfg,
+		log:   cfg.Log,
+		fs:    fs,
+		reqs:  make(chan func()),
+		ready: make(chan struct{}),
+		done:  make(chan struct{}),
+		holds: map[uint32]*hold{},
+	}
+	d.pl = newPlacement(&d.cfg, d.log, &d.stats, d.done)
+	d.pl.save = func() error { return SaveState(d.cfg.StateDir, d.stateWith(d.knob)) }
+	return d, nil
 }
 
 // Ready is closed once the daemon is fully up (tree served, bus joined,
@@ -333,8 +314,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		d.log.WithError(err).Warn("ignoring saved state, using defaults")
 	}
-	d.knob, d.knobChosen, d.savedOriginals, d.savedOrigIDs = st.Knob, st.Chosen, st.Originals, st.OriginalIDs
-	d.savedLBCleared, d.savedCreated = st.LoadBalanceCleared, st.Created
+	d.knob, d.knobChosen = st.Knob, st.Chosen
+	d.pl.load(st.Cgroups)
 	if d.cfg.DefaultKnob != nil && !d.knobChosen {
 		d.knob = *d.cfg.DefaultKnob // the configured default; no choice saved yet
 	}
@@ -346,9 +327,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.boost, _ = d.fs.Boost()
 	d.readTopology()
 
-	d.openCgroup()
-	defer d.stopCgroupWatch()
-	d.scanWorkloads()
+	if err := d.pl.open(); errors.Is(err, ErrAlreadyRunning) {
+		return err
+	}
+	defer d.pl.close()
+	d.pl.scan()
 	// The tree and the bus serve the snapshot: have a true one before
 	// either can be read.
 	d.effective, d.policyReason = d.decide()
@@ -432,19 +415,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	sampleEvery := d.cfg.SampleInterval
 	sample := time.NewTicker(sampleEvery)
 	defer sample.Stop()
-	defer func() {
-		for n := range d.exitWatches {
-			d.stopExitWatch(n)
-		}
-		for _, w := range d.workloads {
-			w.cpusFile.Close()
-			w.cpusFile = nil
-		}
-	}()
 	wasSampling := false
 	for {
 		var sampleC <-chan time.Time
-		sampling := d.sampling()
+		sampling := d.pl.sampling()
 		if sampling {
 			sampleC = sample.C
 		}
@@ -456,7 +430,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			go debug.FreeOSMemory()
 		}
 		wasSampling = sampling
-		if every := d.sampleEvery(); every != sampleEvery {
+		if every := d.pl.sampleEvery(); every != sampleEvery {
 			sampleEvery = every
 			sample.Reset(sampleEvery)
 		}
@@ -477,47 +451,56 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case fn := <-d.reqs:
 			d.stats.events.Add(1)
 			fn()
-		case <-d.cgEvents():
+		case <-d.pl.cgEvents():
 			d.stats.events.Add(1)
-			d.idleSamples = 0
-			if d.scanWorkloads() {
+			d.pl.idleSamples = 0
+			if d.pl.scan() {
 				d.recompute("workloads changed", true)
+			}
+		case <-d.pl.cpusC():
+			d.stats.events.Add(1)
+			names := d.pl.watch.takeWritten()
+			if len(d.pl.waiting) > 0 && d.pl.scan() {
+				d.recompute("workloads changed", true)
+			}
+			if d.pl.checkAll(names) {
+				d.recompute("cpuset changed by someone else", true)
 			}
 		case <-sampleC:
 			d.stats.events.Add(1)
 			// With a watch on the managed parent, its events drive the
 			// scans (and a lost event forces one); only without one does
 			// each sample list the children (and stat each of them).
-			changed := d.cgWatch == nil && d.scanWorkloads()
-			if d.reapFinished() {
+			changed := d.pl.watch == nil && d.pl.scan()
+			if d.pl.reapFinished() {
 				changed = true
 			}
-			if busy := d.sampleWorkloads(); busy || changed {
-				d.idleSamples = 0
+			if busy := d.pl.sample(); busy || changed {
+				d.pl.idleSamples = 0
 			} else {
-				d.idleSamples++
+				d.pl.idleSamples++
 			}
 			d.recompute("sample", changed)
-		case ev := <-d.exits:
+		case ev := <-d.pl.exits:
 			d.stats.events.Add(1)
-			if d.onExit(ev) {
+			if d.pl.onExit(ev) {
 				d.recompute("workload finished", true)
 			}
-		case <-d.pressureC():
+		case <-d.pl.pressureC():
 			d.stats.events.Add(1)
 			d.stats.pressureWakes.Add(1)
-			d.idleSamples = 0 // tasks wait for a CPU: look at once, then every period
-			d.sampleWorkloads()
+			d.pl.idleSamples = 0 // tasks wait for a CPU: look at once, then every period
+			d.pl.sample()
 			d.recompute("cpu pressure", false)
-		case <-d.pressureDone():
-			p := d.cgWatch.pressure
-			d.cgWatch.pressure = nil
+		case <-d.pl.pressureDone():
+			p := d.pl.watch.pressure
+			d.pl.watch.pressure = nil
 			d.log.WithError(p.Err()).Warn("the CPU pressure trigger stopped; while every workload is idle, sampling slows down instead of stopping")
 			p.Close()
-		case <-d.activityC():
+		case <-d.pl.activityC():
 			d.stats.events.Add(1)
-			d.idleSamples = 0 // a task arrived: look at once, then every period
-			d.sampleWorkloads()
+			d.pl.idleSamples = 0 // a task arrived: look at once, then every period
+			d.pl.sample()
 			d.recompute("task attached", false)
 		case <-treeLost:
 			d.stats.events.Add(1)
@@ -538,6 +521,22 @@ func (d *Daemon) onPowerState(st acpi.State) {
 		d.applyBoost()
 	}
 	d.recompute("power source", true)
+}
+
+// onHotplug handles CPUs going online or offline: the topology is re-read,
+// the placement follows (placement.hotplug: the v1 parent gets back CPUs
+// that came online, cpusets the kernel trimmed are re-read) and the plan is
+// recomputed, so no cpuset we write names an offline CPU and CPUs that
+// come back are handed out again.
+func (d *Daemon) onHotplug() {
+	before := d.allowed
+	d.readTopology()
+	if d.allowed.Equal(before) {
+		return
+	}
+	d.log.WithFields(logrus.Fields{"from": before.String(), "to": d.allowed.String()}).Info("online CPUs changed")
+	d.pl.hotplug(before, d.allowed)
+	d.recompute("cpu hotplug", true)
 }
 
 func (d *Daemon) readTopology() {
@@ -622,13 +621,13 @@ func (d *Daemon) setKnob(k policy.Knob, via string) error {
 // tick.
 func (d *Daemon) recompute(why string, force bool) {
 	d.stats.decisions.Add(1)
-	if force && len(d.workloads) > 0 && !d.sampling() {
+	if force && len(d.pl.workloads) > 0 && !d.pl.sampling() {
 		// Sampling stopped while every workload looked idle; a workload
 		// may have become busy since without tasks waiting for a CPU (one
 		// busy thread per workload). Plan a policy, power or workload
 		// change on fresh load signals, and watch closely for a while.
-		d.idleSamples = 0
-		d.sampleWorkloads()
+		d.pl.idleSamples = 0
+		d.pl.sample()
 	}
 	eff, reason := d.decide()
 	d.policyReason = reason
@@ -641,8 +640,8 @@ func (d *Daemon) recompute(why string, force bool) {
 		force = true
 		d.writeKernelKnob()
 	}
-	d.applyPlan(force)
-	if d.plan.Policy != "" && d.plan.Policy != d.effective {
+	d.pl.apply(d.effective, d.topo, d.allowed, force)
+	if d.pl.plan.Policy != "" && d.pl.plan.Policy != d.effective {
 		d.policyReason += "; placing for performance: the load exceeds the packing threshold (race to idle)"
 	}
 	if !d.unpublished {
@@ -689,7 +688,7 @@ func (d *Daemon) writeKernelKnob() {
 }
 
 func (d *Daemon) status() string {
-	return fmt.Sprintf("policy %s (power_aware %d), power source %s, %d workloads", d.effective, d.knob.PowerAware, d.power.Source, len(d.workloads))
+	return fmt.Sprintf("policy %s (power_aware %d), power source %s, %d workloads", d.effective, d.knob.PowerAware, d.power.Source, len(d.pl.workloads))
 }
 
 // publish stores a new snapshot, refreshes the plain tree, updates D-Bus
@@ -713,7 +712,7 @@ func (d *Daemon) newSnapshot() *Snapshot {
 	s := &Snapshot{
 		Policy: d.effective, Knob: d.knob, PowerSource: d.power.Source,
 		Reason: d.power.Reason, PolicyReason: d.policyReason, LastChange: d.lastChange,
-		Boost: d.boost, Workloads: d.workloadStatus(), Holds: d.holdList(),
+		Boost: d.boost, Workloads: d.pl.status(), Holds: d.holdList(),
 	}
 	s.props = propertyValues(*s)
 	return s
@@ -722,33 +721,22 @@ func (d *Daemon) newSnapshot() *Snapshot {
 func (d *Daemon) shutdown() {
 	d.notify.Stopping()
 	d.log.Info("stopping: restoring original cpusets")
-	allBack := d.restoreWorkloads()
-	if !d.restoreBoost() {
-		allBack = false
+	if !d.pl.restore() {
+		d.log.Warn("not everything could be restored; state.json keeps what is left for the next start")
 	}
-	if allBack {
-		// Everything is back: the originals need not survive us.
-		// The created workloads stay listed: the next start still removes
-		// them once their tasks are gone.
-		st := State{Knob: d.knob, Chosen: d.knobChosen}
-		if d.cg != nil {
-			_, st.Created = d.markedWorkloads()
-		}
-		if err := SaveState(d.cfg.StateDir, st); err != nil {
-			d.log.WithError(err).Warn("cannot clear saved originals")
-		}
+	d.restoreBoost()
+	// What is restored is dropped from state.json; what is not (and the
+	// records of other cgroups, and the workloads we created, which the
+	// next start still removes once their tasks are gone) stays.
+	if err := SaveState(d.cfg.StateDir, d.stateWith(d.knob)); err != nil {
+		d.log.WithError(err).Warn("cannot update state.json after restoring")
 	}
 }
 
-// stateWith is what state.json must hold with knob k: the knob, every
-// workload's original cpuset and the boost setting found at start-up.
+// stateWith is what state.json must hold with knob k: the knob, the boost
+// setting found at start-up while we manage it, and every cgroup record.
 func (d *Daemon) stateWith(k policy.Knob) State {
-	st := State{Knob: k, Chosen: d.knobChosen, Boost: d.boostOrig}
-	st.Originals, st.OriginalIDs = d.originals()
-	if d.cg != nil {
-		st.LoadBalanceCleared, st.Created = d.markedWorkloads()
-	}
-	return st
+	return State{Knob: k, Chosen: d.knobChosen, Boost: d.boostOrig, Cgroups: d.pl.recordList()}
 }
 
 // Reload applies a new configuration (SIGHUP). The validated cfg replaces

@@ -333,8 +333,8 @@ func TestDaemonRecoversOriginalsAfterCrash(t *testing.T) {
 	m := newMockLaptop(t)
 	put(t, filepath.Join(m.managed, "a/cpuset.cpus"), "0")
 	if err := SaveState(m.state, State{
-		Knob:      policy.DefaultKnob(),
-		Originals: map[string]string{filepath.Join(m.managed, "a"): "1-2"},
+		Knob:    policy.DefaultKnob(),
+		Cgroups: []Record{{Path: filepath.Join(m.managed, "a"), Original: "1-2", Applied: "0"}},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +345,7 @@ func TestDaemonRecoversOriginalsAfterCrash(t *testing.T) {
 	})
 	// While running, state.json holds both workloads' originals.
 	st, err := LoadState(m.state)
-	if err != nil || st.Originals[filepath.Join(m.managed, "a")] != "1-2" || st.Originals[filepath.Join(m.managed, "b")] != "2-3" {
+	if o := originals(st); err != nil || o[filepath.Join(m.managed, "a")] != "1-2" || o[filepath.Join(m.managed, "b")] != "2-3" {
 		t.Errorf("running state = %+v, %v; want originals a=1-2 b=2-3", st, err)
 	}
 	cancel()
@@ -353,8 +353,8 @@ func TestDaemonRecoversOriginalsAfterCrash(t *testing.T) {
 	if got := get(t, filepath.Join(m.managed, "a/cpuset.cpus")); got != "1-2" {
 		t.Errorf("a restored to %q, want the saved original 1-2", got)
 	}
-	if st, _ := LoadState(m.state); len(st.Originals) != 0 {
-		t.Errorf("after a clean stop state.json still holds originals %v", st.Originals)
+	if st, _ := LoadState(m.state); len(st.Cgroups) != 0 {
+		t.Errorf("after a clean stop state.json still holds records %+v", st.Cgroups)
 	}
 }
 
@@ -517,7 +517,7 @@ func TestDaemonSamplingBacksOffWhileIdle(t *testing.T) {
 	d, _, _ := m.startCfg(t, func(c *Config) { c.SampleInterval = 10 * time.Millisecond })
 	every := func() time.Duration {
 		var e time.Duration
-		d.do(context.Background(), func() error { e = d.sampleEvery(); return nil })
+		d.do(context.Background(), func() error { e = d.pl.sampleEvery(); return nil })
 		return e
 	}
 	eventually(t, "backed off to 32× while idle", func() (bool, string) {
@@ -552,9 +552,11 @@ func TestDaemonIgnoresOriginalOfAnotherCgroup(t *testing.T) {
 	put(t, filepath.Join(a, "cpuset.cpus"), "0")
 	put(t, filepath.Join(b, "cpuset.cpus"), "0")
 	if err := SaveState(m.state, State{
-		Knob:        policy.DefaultKnob(),
-		Originals:   map[string]string{a: "1-2", b: "4-5"},
-		OriginalIDs: map[string]uint64{a: ino(a), b: ino(b) + 1},
+		Knob: policy.DefaultKnob(),
+		Cgroups: []Record{
+			{Path: a, Inode: ino(a), Original: "1-2", Applied: "0"},
+			{Path: b, Inode: ino(b) + 1, Original: "4-5", Applied: "0"},
+		},
 	}); err != nil {
 		t.Fatal(err)
 	}

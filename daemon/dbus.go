@@ -537,8 +537,9 @@ func (o busObject) Rebalance(msg dbus.Message, sender dbus.Sender) *dbus.Error {
 		if d.mon != nil {
 			d.mon.Poke()
 		}
-		d.scanWorkloads()
-		d.sampleWorkloads()
+		d.pl.scan()
+		d.pl.checkAll(nil) // a cpuset changed by hand is seen now
+		d.pl.sample()
 		d.recompute("rebalance", true)
 		return nil
 	}))

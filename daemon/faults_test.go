@@ -123,7 +123,7 @@ func removedBetween(t *testing.T, d *Daemon, remove func() error, gone, kept str
 		if err := remove(); err != nil {
 			return err
 		}
-		if _, ok := d.workloads[gone]; !ok {
+		if _, ok := d.pl.workloads[gone]; !ok {
 			return fmt.Errorf("%s already forgotten; the test needs it listed", gone)
 		}
 		k := d.knob.WithCurrentPolicy(policy.Powersaving)
@@ -144,8 +144,8 @@ func removedBetween(t *testing.T, d *Daemon, remove func() error, gone, kept str
 	}
 	eventually(t, "original forgotten", func() (bool, string) {
 		st, _ := LoadState(d.cfg.StateDir)
-		_, has := st.Originals[filepath.Join(d.cfg.CgroupRoot, gone)]
-		return !has, fmt.Sprint(st.Originals)
+		_, has := originals(st)[filepath.Join(d.cfg.CgroupRoot, gone)]
+		return !has, fmt.Sprint(st.Cgroups)
 	})
 }
 

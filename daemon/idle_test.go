@@ -58,7 +58,7 @@ func needPSI(t *testing.T) {
 
 func (d *Daemon) isSampling() bool {
 	var on bool
-	d.do(context.Background(), func() error { on = d.sampling(); return nil })
+	d.do(context.Background(), func() error { on = d.pl.sampling(); return nil })
 	return on
 }
 
@@ -212,8 +212,8 @@ func TestDaemonQuietsLoadBalance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := map[string]uint64{filepath.Join(parent, "a"): inode(t, filepath.Join(parent, "a"))}; fmt.Sprint(st.LoadBalanceCleared) != fmt.Sprint(want) {
-		t.Fatalf("state.json sched_load_balance_cleared = %v, want %v", st.LoadBalanceCleared, want)
+	if want := map[string]uint64{filepath.Join(parent, "a"): inode(t, filepath.Join(parent, "a"))}; fmt.Sprint(lbCleared(st)) != fmt.Sprint(want) {
+		t.Fatalf("state.json sched_load_balance_cleared = %v, want %v", lbCleared(st), want)
 	}
 	cancel()
 	<-done
@@ -225,11 +225,11 @@ func TestDaemonQuietsLoadBalance(t *testing.T) {
 	// also names b — but with another inode: b was removed and made again
 	// after the crash, and its 0 is the user's own.
 	put(t, filepath.Join(parent, "a", "cpuset.sched_load_balance"), "0")
-	cleared := map[string]uint64{
-		filepath.Join(parent, "a"): inode(t, filepath.Join(parent, "a")),
-		filepath.Join(parent, "b"): inode(t, filepath.Join(parent, "b")) + 1,
+	cleared := []Record{
+		{Path: filepath.Join(parent, "a"), Inode: inode(t, filepath.Join(parent, "a")), LoadBalanceCleared: true},
+		{Path: filepath.Join(parent, "b"), Inode: inode(t, filepath.Join(parent, "b")) + 1, LoadBalanceCleared: true},
 	}
-	if err := SaveState(m.state, State{Knob: policy.DefaultKnob(), LoadBalanceCleared: cleared}); err != nil {
+	if err := SaveState(m.state, State{Knob: policy.DefaultKnob(), Cgroups: cleared}); err != nil {
 		t.Fatal(err)
 	}
 	_, cancel, done = start()
@@ -300,7 +300,7 @@ func TestDaemonSwitchSamplesWhenStopped(t *testing.T) {
 	if err := d.do(context.Background(), func() error {
 		before = d.stats.samples.Load()
 		err := d.setKnob(d.knob.WithCurrentPolicy(policy.Powersaving), "test")
-		after, resumed = d.stats.samples.Load(), d.sampling()
+		after, resumed = d.stats.samples.Load(), d.pl.sampling()
 		return err
 	}); err != nil {
 		t.Fatal(err)

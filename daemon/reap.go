@@ -19,19 +19,19 @@ import (
 // watchExit starts an exit watch on pid for workload name, replacing any
 // previous one. A pid that is already gone (or a kernel without pidfd)
 // sends the exit at once, so the loop re-checks the workload.
-func (d *Daemon) watchExit(name string, pid int) {
-	d.stopExitWatch(name)
+func (p *placement) watchExit(name string, pid int) {
+	p.stopExitWatch(name)
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if err != nil {
 		if !errors.Is(err, unix.ESRCH) {
-			d.log.WithError(err).WithFields(logrus.Fields{"workload": name, "pid": pid}).Debug("cannot watch the task's exit; the workload is re-checked at the next sample")
+			p.log.WithError(err).WithFields(logrus.Fields{"workload": name, "pid": pid}).Debug("cannot watch the task's exit; the workload is re-checked at the next sample")
 			return
 		}
-		go d.sendExit(name, nil)
+		go p.sendExit(name, nil)
 		return
 	}
 	f := os.NewFile(uintptr(fd), "pidfd")
-	d.exitWatches[name] = f
+	p.exitWatches[name] = f
 	go func() {
 		rc, err := f.SyscallConn()
 		if err != nil {
@@ -47,16 +47,16 @@ func (d *Daemon) watchExit(name string, pid int) {
 			return exited
 		})
 		if err == nil && exited {
-			d.sendExit(name, f)
+			p.sendExit(name, f)
 		}
 	}()
 }
 
 // sendExit hands an exit to the loop unless the daemon stops first.
-func (d *Daemon) sendExit(name string, w *os.File) {
+func (p *placement) sendExit(name string, w *os.File) {
 	select {
-	case d.exits <- exitEvent{name: name, w: w}:
-	case <-d.done:
+	case p.exits <- exitEvent{name: name, w: w}:
+	case <-p.done:
 	}
 }
 
@@ -68,30 +68,30 @@ type exitEvent struct {
 }
 
 // stopExitWatch ends workload name's exit watch, if any.
-func (d *Daemon) stopExitWatch(name string) {
-	if w, ok := d.exitWatches[name]; ok {
+func (p *placement) stopExitWatch(name string) {
+	if w, ok := p.exitWatches[name]; ok {
 		w.Close() // ends the wait with an error
-		delete(d.exitWatches, name)
+		delete(p.exitWatches, name)
 	}
 }
 
 // onExit handles a watched exit: the workload is removed when its last
 // task is gone, else the next task is watched. It reports whether the
 // workload set changed.
-func (d *Daemon) onExit(ev exitEvent) bool {
-	if cur, ok := d.exitWatches[ev.name]; ev.w != nil && (!ok || cur != ev.w) {
+func (p *placement) onExit(ev exitEvent) bool {
+	if cur, ok := p.exitWatches[ev.name]; ev.w != nil && (!ok || cur != ev.w) {
 		return false // a stale watch that was replaced or stopped
 	}
-	d.stopExitWatch(ev.name)
-	w, ok := d.workloads[ev.name]
-	if !ok || !w.created {
+	p.stopExitWatch(ev.name)
+	w, ok := p.workloads[ev.name]
+	if !ok || !w.rec.Created {
 		return false
 	}
-	if d.reapCreated(ev.name) {
+	if p.reapCreated(ev.name) {
 		return true
 	}
-	if procs, err := d.cg.Procs(ev.name); err == nil && len(procs) > 0 {
-		d.watchExit(ev.name, procs[0])
+	if procs, err := p.cg.Procs(ev.name); err == nil && len(procs) > 0 {
+		p.watchExit(ev.name, procs[0])
 	}
 	return false
 }

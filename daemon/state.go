@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/schedpolicyd/schedpolicyd/policy"
@@ -20,9 +21,11 @@ const StateFile = "state.json"
 // lockFile, in the state directory, is held (flock) by the running daemon.
 const lockFile = "lock"
 
-// stateVersion is written into every state file; files of another version
-// are ignored with a warning.
-const stateVersion = 1
+// stateVersion is written into every state file. Version 1 files (four
+// parallel maps of originals, their inodes, cleared flags and created
+// workloads) are migrated on load; files of any other version are ignored
+// with a warning.
+const stateVersion = 2
 
 // State is what survives a restart or a crash.
 type State struct {
@@ -32,43 +35,141 @@ type State struct {
 	// tree, D-Bus or the CLI); until then the configured default applies
 	// and may change with the configuration.
 	Chosen bool
-	// Originals maps each managed workload's cgroup directory to its
-	// cpuset.cpus as found at adoption (a cpulist, "" for v2's inherit),
-	// recorded before the daemon first writes that cpuset. After a crash
-	// the next start restores from here, not from the packed set it finds.
-	Originals map[string]string
-	// OriginalIDs maps the same directories to their inode numbers: a saved
-	// original is used only for the same cgroup, not for one removed and
-	// made again under the path (files written before it had none: then
-	// the path alone decides).
-	OriginalIDs map[string]uint64
 	// Boost is the cpufreq boost setting found before the daemon first
 	// changed it (boost_on_battery); restored on exit, or by the next start
 	// after a crash. Empty when boost is not being managed.
 	Boost []sysfs.BoostSetting
-	// LoadBalanceCleared maps the cgroup v1 workload directories whose
-	// cpuset.sched_load_balance the daemon changed from 1 to 0 (recorded
-	// before the write) to their inode numbers; set back to 1 on exit, or
-	// by the next start after a crash — only if the directory is still the
-	// same cgroup (same inode).
-	LoadBalanceCleared map[string]uint64
-	// Created maps the workload directories the daemon created
-	// (CreateWorkload) to their inode numbers, so that a restarted daemon
-	// still removes them when their last task exits — only the same
-	// cgroup, never one made again under the same name.
-	Created map[string]uint64
+	// Cgroups holds one record per cgroup the daemon manages, changed or
+	// made (sorted by path): the managed parent and its workloads. A record
+	// is written before any write it covers and dropped only once what it
+	// records has been restored, or its cgroup is gone.
+	Cgroups []Record
+}
+
+// Record is what state.json keeps of one cgroup: enough to put back what
+// the daemon changed, and only that, after a clean stop or a crash.
+type Record struct {
+	// Path is the cgroup directory (absolute, clean).
+	Path string `json:"path"`
+	// Inode is the directory's inode number: a record is used only for the
+	// same cgroup, never for one removed and made again under the path (0:
+	// unknown, the path alone decides; version-1 files may lack it).
+	Inode uint64 `json:"inode,omitempty"`
+	// Original is cpuset.cpus as found before the daemon first wrote it (a
+	// cpulist; "" is v2's "inherit"); meaningful while Applied or Pending
+	// is set, or Unverified.
+	Original string `json:"original_cpus"`
+	// Applied is the last cpulist the daemon wrote to cpuset.cpus and saw
+	// succeed, Pending the one it is about to write (recorded first). ""
+	// when none: the file holds nothing of ours. A file that holds neither
+	// (nor, on cgroup v1, either of them less CPUs the kernel took away on
+	// hotplug) was changed by someone else, whose value is then kept.
+	Applied string `json:"applied_cpus,omitempty"`
+	Pending string `json:"pending_cpus,omitempty"`
+	// Unverified: migrated from a version-1 file, which did not record the
+	// value written; whatever the file holds is taken as the daemon's.
+	Unverified bool `json:"unverified,omitempty"`
+	// LoadBalanceCleared: the daemon changed this cgroup v1 workload's
+	// cpuset.sched_load_balance from 1 to 0 (recorded before the write);
+	// set back to 1 on exit unless someone set it since.
+	LoadBalanceCleared bool `json:"sched_load_balance_cleared,omitempty"`
+	// Created: the daemon made this cgroup (CreateWorkload, schedpolicyctl
+	// run); it is removed once its last task has gone, also by a later run.
+	Created bool `json:"created,omitempty"`
+	// Released: someone else changed the workload's cpuset.cpus while it
+	// was managed; the daemon no longer places it (until
+	// SetWorkloadPolicy(name, "") takes it back) and never restores it.
+	Released bool `json:"released,omitempty"`
+	// Parent marks the managed parent's record (cgroup v1: its cpuset.cpus
+	// as first found, given back after CPU hotplug).
+	Parent bool `json:"parent,omitempty"`
+}
+
+// written reports whether cpuset.cpus may hold a value of ours.
+func (r *Record) written() bool { return r.Applied != "" || r.Pending != "" || r.Unverified }
+
+// needed reports whether the record still covers something: a value of
+// ours, a cleared flag, a cgroup we made, or a user's release.
+func (r *Record) needed() bool {
+	return r.written() || r.LoadBalanceCleared || r.Created || r.Released
 }
 
 // persisted is the JSON shape of state.json.
 type persisted struct {
 	Version int `json:"version"`
 	policy.Knob
-	Chosen    bool                 `json:"chosen,omitempty"`
-	Originals map[string]string    `json:"originals,omitempty"`
-	Boost     []sysfs.BoostSetting `json:"boost,omitempty"`
-	LBCleared map[string]uint64    `json:"sched_load_balance_cleared,omitempty"`
-	Created   map[string]uint64    `json:"created,omitempty"`
-	OrigIDs   map[string]uint64    `json:"original_inodes,omitempty"`
+	Chosen  bool                 `json:"chosen,omitempty"`
+	Boost   []sysfs.BoostSetting `json:"boost,omitempty"`
+	Cgroups []Record             `json:"cgroups,omitempty"`
+
+	// Version 1, read only for migration (migrateV1).
+	Originals map[string]string `json:"originals,omitempty"`
+	LBCleared map[string]uint64 `json:"sched_load_balance_cleared,omitempty"`
+	Created   map[string]uint64 `json:"created,omitempty"`
+	OrigIDs   map[string]uint64 `json:"original_inodes,omitempty"`
+}
+
+// migrateV1 turns a version-1 file's maps into records: an original is
+// Unverified (v1 did not record what it wrote, and restored the original
+// whatever the file held), a cleared flag and a created workload keep
+// their inode.
+func (p *persisted) migrateV1() {
+	recs := map[string]*Record{}
+	get := func(path string) *Record {
+		if r, ok := recs[path]; ok {
+			return r
+		}
+		r := &Record{Path: path}
+		recs[path] = r
+		return r
+	}
+	for path, cpus := range p.Originals {
+		r := get(path)
+		r.Original, r.Unverified, r.Inode = cpus, true, p.OrigIDs[path]
+	}
+	for path, ino := range p.LBCleared {
+		r := get(path)
+		r.LoadBalanceCleared = true
+		if r.Inode == 0 {
+			r.Inode = ino
+		}
+	}
+	for path, ino := range p.Created {
+		r := get(path)
+		r.Created = true
+		if r.Inode == 0 {
+			r.Inode = ino
+		}
+	}
+	p.Cgroups = sortedRecords(recs)
+	p.Originals, p.LBCleared, p.Created, p.OrigIDs = nil, nil, nil, nil
+}
+
+// sortedRecords returns the records of m sorted by path.
+func sortedRecords(m map[string]*Record) []Record {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make([]Record, 0, len(m))
+	for _, r := range m {
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+// validate checks one record: an absolute clean path and cpulists that
+// parse.
+func (r Record) validate() error {
+	if !filepath.IsAbs(r.Path) || filepath.Clean(r.Path) != r.Path {
+		return fmt.Errorf("cgroup record path %q is not an absolute clean path", r.Path)
+	}
+	for what, v := range map[string]string{"original_cpus": r.Original, "applied_cpus": r.Applied, "pending_cpus": r.Pending} {
+		if _, err := sysfs.ParseCPUList(v); err != nil {
+			return fmt.Errorf("cgroup record %s: %s %q: %v", r.Path, what, v, err)
+		}
+	}
+	return nil
 }
 
 // ErrCorruptState is wrapped by LoadState when state.json exists but cannot
@@ -76,11 +177,12 @@ type persisted struct {
 var ErrCorruptState = errors.New("corrupt state file")
 
 // LoadState reads dir/state.json. A missing file is not an error: it
-// returns the default knob and no originals. A file that does not parse,
-// has another version or holds invalid values returns the defaults and an
-// error wrapping ErrCorruptState (the next save replaces it). Other read
-// errors (state.json is a directory, EACCES) are returned as they are. It
-// never writes.
+// returns the default knob and no records. A version-1 file is migrated
+// (migrateV1). A file that does not parse, has another version or holds
+// invalid values returns the defaults and an error wrapping
+// ErrCorruptState (the next save replaces it). Other read errors
+// (state.json is a directory, EACCES) are returned as they are. It never
+// writes.
 func LoadState(dir string) (State, error) {
 	def := State{Knob: policy.DefaultKnob()}
 	path := filepath.Join(dir, StateFile)
@@ -95,30 +197,50 @@ func LoadState(dir string) (State, error) {
 	if err := json.Unmarshal(b, &p); err != nil {
 		return def, fmt.Errorf("%w %s: %v; starting from defaults", ErrCorruptState, path, err)
 	}
-	if p.Version != stateVersion {
+	switch p.Version {
+	case 1:
+		for what, m := range map[string]map[string]uint64{"sched_load_balance_cleared": p.LBCleared, "created": p.Created, "original_inodes": p.OrigIDs} {
+			for cg := range m {
+				if !filepath.IsAbs(cg) {
+					return def, fmt.Errorf("%w %s: %s entry %q is not an absolute path; starting from defaults", ErrCorruptState, path, what, cg)
+				}
+			}
+		}
+		for cg := range p.Originals {
+			if !filepath.IsAbs(cg) {
+				return def, fmt.Errorf("%w %s: original of %q: not an absolute path; starting from defaults", ErrCorruptState, path, cg)
+			}
+		}
+		p.migrateV1()
+		for i := range p.Cgroups {
+			p.Cgroups[i].Path = filepath.Clean(p.Cgroups[i].Path)
+		}
+	case stateVersion:
+		if p.Originals != nil || p.LBCleared != nil || p.Created != nil || p.OrigIDs != nil {
+			return def, fmt.Errorf("%w %s: version %d with version-1 fields; starting from defaults", ErrCorruptState, path, p.Version)
+		}
+	default:
 		return def, fmt.Errorf("%w %s: version %d, want %d; starting from defaults", ErrCorruptState, path, p.Version, stateVersion)
 	}
 	if err := p.Knob.Validate(); err != nil {
 		return def, fmt.Errorf("%w %s: %v; starting from defaults", ErrCorruptState, path, err)
 	}
-	for cg, cpus := range p.Originals {
-		if _, err := sysfs.ParseCPUList(cpus); err != nil || !filepath.IsAbs(cg) {
-			return def, fmt.Errorf("%w %s: original cpuset %q of %q: %v; starting from defaults", ErrCorruptState, path, cpus, cg, err)
+	seen := map[string]bool{}
+	for _, r := range p.Cgroups {
+		if err := r.validate(); err != nil {
+			return def, fmt.Errorf("%w %s: %v; starting from defaults", ErrCorruptState, path, err)
 		}
+		if seen[r.Path] {
+			return def, fmt.Errorf("%w %s: two records for %s; starting from defaults", ErrCorruptState, path, r.Path)
+		}
+		seen[r.Path] = true
 	}
 	for _, b := range p.Boost {
 		if b.File == "" || filepath.IsAbs(b.File) || strings.Contains(b.File, "..") || (b.Value != "0" && b.Value != "1") {
 			return def, fmt.Errorf("%w %s: boost setting %+v; starting from defaults", ErrCorruptState, path, b)
 		}
 	}
-	for what, m := range map[string]map[string]uint64{"sched_load_balance_cleared": p.LBCleared, "created": p.Created} {
-		for cg := range m {
-			if !filepath.IsAbs(cg) {
-				return def, fmt.Errorf("%w %s: %s entry %q is not an absolute path; starting from defaults", ErrCorruptState, path, what, cg)
-			}
-		}
-	}
-	return State{Knob: p.Knob, Chosen: p.Chosen, Originals: p.Originals, Boost: p.Boost, LoadBalanceCleared: p.LBCleared, Created: p.Created, OriginalIDs: p.OrigIDs}, nil
+	return State{Knob: p.Knob, Chosen: p.Chosen, Boost: p.Boost, Cgroups: p.Cgroups}, nil
 }
 
 // SaveState writes st to dir/state.json atomically: a temporary file in the
@@ -133,7 +255,7 @@ func SaveState(dir string, st State) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create state dir: %w", err)
 	}
-	b, err := json.MarshalIndent(persisted{Version: stateVersion, Knob: st.Knob, Chosen: st.Chosen, Originals: st.Originals, Boost: st.Boost, LBCleared: st.LoadBalanceCleared, Created: st.Created, OrigIDs: st.OriginalIDs}, "", "  ")
+	b, err := json.MarshalIndent(persisted{Version: stateVersion, Knob: st.Knob, Chosen: st.Chosen, Boost: st.Boost, Cgroups: st.Cgroups}, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -13,12 +14,16 @@ import (
 func TestStateRoundTrip(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	st, err := LoadState(dir)
-	if err != nil || st.Knob != policy.DefaultKnob() || st.Originals != nil {
+	if err != nil || st.Knob != policy.DefaultKnob() || st.Cgroups != nil {
 		t.Fatalf("missing file: got %+v, %v; want defaults, nil", st, err)
 	}
 	want := State{
-		Knob:      policy.Knob{PowerAware: 2, PowerAwarePolicy: policy.Balance},
-		Originals: map[string]string{"/sys/fs/cgroup/cpuset/schedpolicyd/w1": "0-3,8", "/sys/fs/cgroup/x/y": ""},
+		Knob: policy.Knob{PowerAware: 2, PowerAwarePolicy: policy.Balance},
+		Cgroups: []Record{
+			{Path: "/sys/fs/cgroup/cpuset/schedpolicyd", Inode: 7, Original: "0-15", Parent: true},
+			{Path: "/sys/fs/cgroup/cpuset/schedpolicyd/w1", Inode: 9, Original: "0-3,8", Applied: "0", Pending: "0-1", LoadBalanceCleared: true},
+			{Path: "/sys/fs/cgroup/x/y", Original: "", Applied: "2", Created: true, Released: false},
+		},
 	}
 	if err := SaveState(dir, want); err != nil {
 		t.Fatal(err)
@@ -45,6 +50,11 @@ func TestStateCorruptAndInvalid(t *testing.T) {
 		"bad policy":      `{"version": 1, "power_aware": 1, "power_aware_policy": "performance"}`,
 		"bad original":    `{"version": 1, "power_aware": 1, "power_aware_policy": "balance", "originals": {"/a": "3-1"}}`,
 		"relative cgroup": `{"version": 1, "power_aware": 1, "power_aware_policy": "balance", "originals": {"a": "1"}}`,
+		"v2 bad applied":  `{"version": 2, "power_aware": 1, "power_aware_policy": "balance", "cgroups": [{"path": "/a", "original_cpus": "1", "applied_cpus": "x"}]}`,
+		"v2 relative":     `{"version": 2, "power_aware": 1, "power_aware_policy": "balance", "cgroups": [{"path": "a", "original_cpus": "1"}]}`,
+		"v2 unclean path": `{"version": 2, "power_aware": 1, "power_aware_policy": "balance", "cgroups": [{"path": "/a/../b", "original_cpus": "1"}]}`,
+		"v2 twice":        `{"version": 2, "power_aware": 1, "power_aware_policy": "balance", "cgroups": [{"path": "/a", "original_cpus": "1"}, {"path": "/a", "original_cpus": "2"}]}`,
+		"v2 with v1 maps": `{"version": 2, "power_aware": 1, "power_aware_policy": "balance", "originals": {"/a": "1"}}`,
 		"truncated file":  ``,
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -54,7 +64,7 @@ func TestStateCorruptAndInvalid(t *testing.T) {
 			if !errors.Is(err, ErrCorruptState) {
 				t.Errorf("err = %v, want ErrCorruptState", err)
 			}
-			if st.Knob != policy.DefaultKnob() || st.Originals != nil {
+			if st.Knob != policy.DefaultKnob() || st.Cgroups != nil {
 				t.Errorf("state = %+v, want defaults", st)
 			}
 		})
@@ -104,4 +114,71 @@ func TestPrepareStateDirRejectsUnusable(t *testing.T) {
 	if _, err := prepareStateDir(filepath.Join(dir, "s")); err == nil {
 		t.Error("state.json as a directory was accepted")
 	}
+}
+
+// TestStateMigratesV1: a committed version-1 file (four parallel maps)
+// loads as one record per cgroup: originals are Unverified (v1 did not
+// record what it wrote), flags and created workloads keep their inodes;
+// the next save writes version 2.
+func TestStateMigratesV1(t *testing.T) {
+	dir := t.TempDir()
+	b, err := os.ReadFile("testdata/state/v1.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, StateFile), b, 0o644)
+	st, err := LoadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := State{
+		Knob:   policy.Knob{PowerAware: 2, PowerAwarePolicy: policy.Balance},
+		Chosen: true,
+		Cgroups: []Record{
+			{Path: "/sys/fs/cgroup/cpuset/schedpolicyd/a", Inode: 101, Original: "0-1", Unverified: true, LoadBalanceCleared: true},
+			{Path: "/sys/fs/cgroup/cpuset/schedpolicyd/b", Inode: 102, Original: "1", Unverified: true},
+			{Path: "/sys/fs/cgroup/cpuset/schedpolicyd/run-1", Inode: 103, Created: true},
+		},
+	}
+	if !reflect.DeepEqual(st, want) {
+		t.Fatalf("migrated\n%+v\nwant\n%+v", st, want)
+	}
+	if err := SaveState(dir, st); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := os.ReadFile(filepath.Join(dir, StateFile))
+	var v struct {
+		Version   int            `json:"version"`
+		Originals map[string]any `json:"originals"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil || v.Version != 2 || v.Originals != nil {
+		t.Fatalf("saved after migration: version %d, originals %v (%v); want version 2 without v1 maps", v.Version, v.Originals, err)
+	}
+	if again, err := LoadState(dir); err != nil || !reflect.DeepEqual(again, want) {
+		t.Fatalf("reloaded %+v, %v", again, err)
+	}
+}
+
+// originals returns path → original of st's workload records that hold a
+// value of ours (tests' view of what a restore would write back).
+func originals(st State) map[string]string {
+	m := map[string]string{}
+	for _, r := range st.Cgroups {
+		if !r.Parent && r.written() {
+			m[r.Path] = r.Original
+		}
+	}
+	return m
+}
+
+// lbCleared returns path → inode of st's records whose
+// sched_load_balance the daemon cleared.
+func lbCleared(st State) map[string]uint64 {
+	m := map[string]uint64{}
+	for _, r := range st.Cgroups {
+		if r.LoadBalanceCleared {
+			m[r.Path] = r.Inode
+		}
+	}
+	return m
 }

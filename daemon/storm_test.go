@@ -198,8 +198,8 @@ func TestStormWorkloadsComeAndGo(t *testing.T) {
 			t.Fatal(err)
 		}
 		st, err := LoadState(m.state)
-		if err != nil || len(st.Originals) != n+2 {
-			t.Fatalf("round %d: state.json holds %d originals (%v), want %d", r, len(st.Originals), err, n+2)
+		if err != nil || len(originals(st)) != n+2 {
+			t.Fatalf("round %d: state.json holds %d originals (%v), want %d", r, len(originals(st)), err, n+2)
 		}
 		for i := range n {
 			os.RemoveAll(filepath.Join(m.managed, fmt.Sprintf("job%04d", i)))
@@ -214,7 +214,7 @@ func TestStormWorkloadsComeAndGo(t *testing.T) {
 	}
 	eventually(t, "originals forgotten", func() (bool, string) {
 		st, _ := LoadState(m.state)
-		return len(st.Originals) == 2, fmt.Sprint(len(st.Originals))
+		return len(originals(st)) == 2, fmt.Sprint(len(originals(st)))
 	})
 	s := d.Stats()
 	t.Logf("daemon: %+v", s)

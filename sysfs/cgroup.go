@@ -57,9 +57,6 @@ type Cgroup struct {
 	path     string
 	version  CgroupVersion
 	procRoot string
-	// parentCPUs is the parent's own cpuset.cpus when opened (v1), the set
-	// RestoreParentCPUs gives back after CPU hotplug.
-	parentCPUs CPUSet
 	// kernel: path is on the kernel's cgroupfs (not a mock tree), where a
 	// cpuset.cpus file may be held open and written again (OpenCPUs).
 	kernel bool
@@ -138,35 +135,42 @@ func OpenCgroup(path string, opts CgroupOptions) (*Cgroup, error) {
 	if err != nil {
 		return nil, err
 	}
-	if v == CgroupV1 {
-		c.parentCPUs, _ = cgReadCPUs(filepath.Join(path, "cpuset.cpus"))
-	}
 	return c, nil
 }
 
-// RestoreParentCPUs gives the managed parent back the CPUs it had when
-// opened that are online again. cgroup v1 (in its default mode) removes an
-// offlined CPU from every cpuset for good, so without this a CPU that comes
-// back could never be handed to a workload again (children may only use
-// their parent's CPUs: EACCES). On v2 cpuset.cpus survives hotplug and this
-// does nothing. Errors wrap the errno of the write.
-func (c *Cgroup) RestoreParentCPUs(online CPUSet) error {
-	if c.version != CgroupV1 || c.parentCPUs.IsEmpty() {
-		return nil
+// OwnCPUs returns the managed parent's own requested cpuset.cpus (v1 and
+// v2; on v2 the empty set means "inherit").
+func (c *Cgroup) OwnCPUs() (CPUSet, error) {
+	return cgReadCPUs(filepath.Join(c.path, "cpuset.cpus"))
+}
+
+// SetOwnCPUs writes the managed parent's own cpuset.cpus (WriteCPUs's
+// format and errors). The daemon uses it on cgroup v1 only, whose default
+// mode removes an offlined CPU from every cpuset for good (cpuset v1's
+// hotplug handling, Documentation/admin-guide/cgroup-v1/cpusets.rst §1.9):
+// without it a CPU that comes back could never be handed to a workload
+// again, since children may only use their parent's CPUs (EACCES).
+func (c *Cgroup) SetOwnCPUs(cpus CPUSet) error {
+	v := cpus.String()
+	if v == "" {
+		v = "\n"
 	}
-	want := c.parentCPUs.Intersect(online)
-	if want.IsEmpty() {
-		return nil
+	return WriteAttr(filepath.Join(c.path, "cpuset.cpus"), v)
+}
+
+// UpperCPUs returns the CPUs the managed parent's own parent may hand out
+// (v1 cpuset.effective_cpus, or cpuset.cpus where that file is absent; v2
+// cpuset.cpus.effective): the most the managed parent can hold.
+func (c *Cgroup) UpperCPUs() (CPUSet, error) {
+	up := filepath.Dir(c.path)
+	if c.version == CgroupV2 {
+		return cgReadCPUs(filepath.Join(up, "cpuset.cpus.effective"))
 	}
-	p := filepath.Join(c.path, "cpuset.cpus")
-	cur, err := cgReadCPUs(p)
-	if err != nil {
-		return err
+	set, err := cgReadCPUs(filepath.Join(up, "cpuset.effective_cpus"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return cgReadCPUs(filepath.Join(up, "cpuset.cpus"))
 	}
-	if cur.Equal(want) {
-		return nil
-	}
-	return WriteAttr(p, want.String())
+	return set, err
 }
 
 // detectCgroupVersion implements OpenCgroup's detection rules; kernel
@@ -484,7 +488,7 @@ type CPUsFile struct {
 	path string
 }
 
-// OpenCPUs opens child name's cpuset.cpus for writing and keeps it open,
+// OpenCPUs opens child name's cpuset.cpus for reading and writing and keeps it open,
 // so a policy switch that rewrites every workload's cpuset does not pay a
 // path lookup and open per write: 1,000 writes of a changed cpuset took
 // 42–52 ms with open/write/close and ~30 ms held open on this 2-CPU VM.
@@ -500,11 +504,28 @@ func (c *Cgroup) OpenCPUs(name string) (*CPUsFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	fd, err := openRaw(p, syscall.O_WRONLY)
+	fd, err := openRaw(p, syscall.O_RDWR)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", p, err)
 	}
 	return &CPUsFile{fd: fd, path: p}, nil
+}
+
+// Read returns the cpuset the file holds now, with one pread(2) at offset
+// 0 (kernfs regenerates the content for a read at offset 0). Errors wrap
+// the errno (ENODEV after rmdir: IsGone) or the parse error.
+func (f *CPUsFile) Read() (CPUSet, error) {
+	var b [4096]byte
+	for {
+		n, err := syscall.Pread(f.fd, b[:], 0)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return CPUSet{}, fmt.Errorf("read %s: %w", f.path, err)
+		}
+		return ParseCPUList(strings.TrimSpace(string(b[:n])))
+	}
 }
 
 // Write sets the cpuset with one pwrite(2) at offset 0, with WriteCPUs's
