@@ -1,0 +1,285 @@
+package daemon
+
+// Regression tests of issue 11's numbered cases on real cgroup v1 cpusets:
+// a machine is never left worse than it was found.
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/schedpolicyd/schedpolicyd/policy"
+)
+
+// v1Workloads makes children of parent with the given cpuset.cpus (mems
+// from the parent).
+func v1Workloads(t *testing.T, parent string, cpus map[string]string) {
+	t.Helper()
+	for n, c := range cpus {
+		dir := filepath.Join(parent, n)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		put(t, dir+"/cpuset.mems", strings.TrimSpace(readOr(t, parent+"/cpuset.mems")))
+		put(t, dir+"/cpuset.cpus", c)
+	}
+}
+
+func cpusOf(t *testing.T, dir string) string {
+	return strings.TrimSpace(readOr(t, filepath.Join(dir, "cpuset.cpus")))
+}
+
+func flagOf(t *testing.T, dir string) string {
+	return strings.TrimSpace(readOr(t, filepath.Join(dir, "cpuset.sched_load_balance")))
+}
+
+func needTwoCPUs(t *testing.T, parent string) {
+	t.Helper()
+	if got := cpusOf(t, parent); got != "0-1" {
+		t.Skipf("needs a v1 cpuset parent with CPUs 0-1 (this machine gives %q)", got)
+	}
+}
+
+func setPolicy(t *testing.T, d *Daemon, p policy.Policy) {
+	t.Helper()
+	if err := d.do(context.Background(), func() error { return d.setKnob(d.knob.WithCurrentPolicy(p), "test") }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// crashState simulates kill -9 of a daemon that packed the workloads: it
+// returns the cpusets, flags and state.json as the running daemon left
+// them; putBack writes them back after a clean stop restored everything,
+// so the next run finds exactly what a crash leaves.
+func crashState(t *testing.T, state string, dirs []string) (putBack func()) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(state, StateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpus, flags := map[string]string{}, map[string]string{}
+	for _, d := range dirs {
+		cpus[d], flags[d] = cpusOf(t, d), flagOf(t, d)
+	}
+	return func() {
+		for _, d := range dirs {
+			put(t, d+"/cpuset.cpus", cpus[d])
+			put(t, d+"/cpuset.sched_load_balance", flags[d])
+		}
+		if err := os.WriteFile(filepath.Join(state, StateFile), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestRestoreKeepsRecordsNoRunMatched (issue 11 case 1): after a crash of
+// a run that packed a=0 b=1 c=0-1, runs that cannot manage the parent
+// (--cgroup-root none) or manage another one keep its records as they
+// are; the next run on the parent restores every original and flag and
+// then drops the records.
+func TestRestoreKeepsRecordsNoRunMatched(t *testing.T) {
+	parent := realV1Parent(t)
+	needTwoCPUs(t, parent)
+	orig := map[string]string{"a": "0", "b": "1", "c": "0-1"}
+	v1Workloads(t, parent, orig)
+	var dirs []string
+	for _, n := range []string{"a", "b", "c"} {
+		dirs = append(dirs, filepath.Join(parent, n))
+	}
+	m := thisMachineLaptop(t)
+	run := func(root string) (*Daemon, context.CancelFunc, <-chan error) {
+		return m.startCfg(t, func(c *Config) { c.CgroupRoot = root })
+	}
+	d, cancel, done := run(parent)
+	setPolicy(t, d, policy.Powersaving)
+	packed := cpusOf(t, dirs[0]) + " " + cpusOf(t, dirs[1]) + " " + cpusOf(t, dirs[2])
+	if packed == "0 1 0-1" {
+		t.Fatalf("powersaving packed nothing (%s); the test needs packed workloads", packed)
+	}
+	putBack := crashState(t, m.state, dirs)
+	saved, _ := LoadState(m.state)
+	cancel()
+	<-done
+	putBack() // as kill -9 leaves it
+
+	other := realV1Parent(t)
+	for _, root := range []string{"", other} {
+		_, cancel, done := run(root)
+		cancel()
+		<-done
+		st, err := LoadState(m.state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, got := saved.Cgroups, []Record(nil)
+		for _, r := range st.Cgroups {
+			if !strings.HasPrefix(r.Path, other) {
+				got = append(got, r)
+			}
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("after a run with cgroup root %q, records\n%+v\nwant them kept\n%+v", root, got, want)
+		}
+		for i, d := range dirs {
+			if c := cpusOf(t, d); c != strings.Fields(packed)[i] {
+				t.Fatalf("a run with cgroup root %q changed %s to %s", root, d, c)
+			}
+		}
+	}
+
+	_, cancel, done = run(parent)
+	cancel()
+	<-done
+	for i, n := range []string{"a", "b", "c"} {
+		if got := cpusOf(t, dirs[i]); got != orig[n] {
+			t.Errorf("%s = %s after the matching run, want its original %s", n, got, orig[n])
+		}
+		if got := flagOf(t, dirs[i]); got != "1" {
+			t.Errorf("%s sched_load_balance = %s, want 1 as found", n, got)
+		}
+	}
+	st, _ := LoadState(m.state)
+	for _, r := range st.Cgroups {
+		if strings.HasPrefix(r.Path, parent+"/") {
+			t.Errorf("record %+v left after its workload was restored", r)
+		}
+	}
+}
+
+// TestRestoreHandEdit (issue 11 case 3): a cpuset changed by hand while
+// the daemon runs is the user's: the Workloads property shows it (override
+// "user"), the daemon writes it no more, and a stop leaves it as the user
+// set it while every other workload is restored. A value set just after
+// adoption, before the daemon's first write, is never written over.
+func TestRestoreHandEdit(t *testing.T) {
+	parent := realV1Parent(t)
+	needTwoCPUs(t, parent)
+	v1Workloads(t, parent, map[string]string{"a": "0", "b": "1", "c": "0-1"})
+	m := thisMachineLaptop(t)
+	d, cancel, done := m.startCfg(t, func(c *Config) { c.CgroupRoot = parent })
+	eventually(t, "performance: a and b spread", func() (bool, string) {
+		return cpusOf(t, parent+"/a") == "0-1" && cpusOf(t, parent+"/b") == "0-1", cpusOf(t, parent+"/a") + " " + cpusOf(t, parent+"/b")
+	})
+	put(t, parent+"/c/cpuset.cpus", "1") // the user's
+	status := func(n string) WorkloadStatus {
+		for _, w := range d.Snapshot().Workloads {
+			if w.Name == n {
+				return w
+			}
+		}
+		return WorkloadStatus{}
+	}
+	eventually(t, "c shown as the user's", func() (bool, string) {
+		w := status("c")
+		return w.CPUs == "1" && w.Override == releasedOverride, w.CPUs + " " + string(w.Override)
+	})
+	setPolicy(t, d, policy.Powersaving)
+	setPolicy(t, d, policy.Performance)
+	if got := cpusOf(t, parent+"/c"); got != "1" {
+		t.Fatalf("c = %s after policy switches, want the user's 1", got)
+	}
+
+	// Just after adoption, before the first write: e is the user's 0.
+	v1Workloads(t, parent, map[string]string{"e": "0-1"})
+	eventually(t, "e adopted", func() (bool, string) { return status("e").Name == "e", "" })
+	err := d.do(context.Background(), func() error {
+		put(t, parent+"/e/cpuset.cpus", "0")
+		return d.setKnob(d.knob.WithCurrentPolicy(policy.Powersaving), "test")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cpusOf(t, parent+"/e"); got != "0" {
+		t.Fatalf("e = %s, want the user's 0 (written over after adoption)", got)
+	}
+	cancel()
+	<-done
+	for n, want := range map[string]string{"a": "0", "b": "1", "c": "1", "e": "0"} {
+		if got := cpusOf(t, parent+"/"+n); got != want {
+			t.Errorf("after the stop %s = %s, want %s", n, got, want)
+		}
+	}
+}
+
+// cpuOnline sets the real CPU 1 online or offline, skipping where that is
+// impossible, and puts it back online at cleanup.
+func cpuOnline(t *testing.T, on bool) {
+	t.Helper()
+	const f = "/sys/devices/system/cpu/cpu1/online"
+	v := "0"
+	if on {
+		v = "1"
+	}
+	if err := os.WriteFile(f, []byte(v), 0o644); err != nil {
+		t.Skipf("cannot set %s to %s here: %v", f, v, err)
+	}
+	t.Cleanup(func() { os.WriteFile(f, []byte("1"), 0o644) })
+}
+
+// hotplug tells the daemon that the online CPUs are now online (its mock
+// sysfs view follows the real machine, which the test changed).
+func hotplug(t *testing.T, d *Daemon, m mockLaptop, online string) {
+	t.Helper()
+	put(t, filepath.Join(m.sys, "devices/system/cpu/online"), online)
+	d.do(context.Background(), func() error { d.onHotplug(); return nil })
+}
+
+// TestRestoreHotplug (issue 11 case 2, real CPU hotplug of CPU 1): (a) a
+// daemon started with CPU 1 offline gives it to the parent and the
+// workloads once it is back; (b) a stop while CPU 1 is offline restores
+// originals in part and keeps them recorded, with the parent's; the next
+// run, with CPU 1 back, restores them in full and drops the records.
+func TestRestoreHotplug(t *testing.T) {
+	parent := realV1Parent(t)
+	needTwoCPUs(t, parent)
+	v1Workloads(t, parent, map[string]string{"a": "0", "b": "1", "c": "0-1"})
+	m := thisMachineLaptop(t)
+	run := func() (*Daemon, context.CancelFunc, <-chan error) {
+		return m.startCfg(t, func(c *Config) { c.CgroupRoot = parent })
+	}
+
+	// (b) first: packed, then CPU 1 goes offline, then a stop.
+	d, cancel, done := run()
+	setPolicy(t, d, policy.Powersaving)
+	cpuOnline(t, false)
+	hotplug(t, d, m, "0")
+	cancel()
+	<-done
+	st, _ := LoadState(m.state)
+	recs := map[string]Record{}
+	for _, r := range st.Cgroups {
+		recs[filepath.Base(r.Path)] = r
+	}
+	if r := recs["c"]; r.Original != "0-1" || !r.written() {
+		t.Errorf("c's record after a stop with CPU 1 offline = %+v, want original 0-1 kept", r)
+	}
+	if r := recs[filepath.Base(parent)]; !r.Parent || r.Original != "0-1" {
+		t.Errorf("parent's record = %+v, want original 0-1 kept", r)
+	}
+	if got := cpusOf(t, parent+"/c"); got != "0" {
+		t.Errorf("c = %s with CPU 1 offline, want 0 (its original's online part)", got)
+	}
+
+	// (a): a daemon started with CPU 1 offline; then it comes back.
+	d, cancel, done = run()
+	setPolicy(t, d, policy.Performance)
+	cpuOnline(t, true)
+	hotplug(t, d, m, "0-1")
+	eventually(t, "CPU 1 back in the parent and the workloads", func() (bool, string) {
+		s := cpusOf(t, parent) + " " + cpusOf(t, parent+"/a") + " " + cpusOf(t, parent+"/b") + " " + cpusOf(t, parent+"/c")
+		return s == "0-1 0-1 0-1 0-1", s
+	})
+	cancel()
+	<-done
+	for n, want := range map[string]string{"a": "0", "b": "1", "c": "0-1"} {
+		if got := cpusOf(t, parent+"/"+n); got != want {
+			t.Errorf("after the stop with CPU 1 back %s = %s, want its original %s", n, got, want)
+		}
+	}
+	if st, _ := LoadState(m.state); len(st.Cgroups) != 0 {
+		t.Errorf("records left after everything was restored: %+v", st.Cgroups)
+	}
+}
