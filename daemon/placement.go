@@ -367,7 +367,9 @@ func (p *placement) adopt(n string) (*workload, error) {
 	}
 	cur, err := p.cg.ReadCPUs(n)
 	if err != nil {
-		if sysfs.IsGone(err) {
+		// ENOENT of the file while the directory is there: not gone, not
+		// there yet (a mock tree fills it after mkdir) — retried.
+		if dir, _ := p.cg.ChildPath(n); sysfs.IsGone(err) && dirInode(dir) == 0 {
 			return nil, nil
 		}
 		return nil, err

@@ -5,6 +5,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -282,4 +283,33 @@ func TestRestoreHotplug(t *testing.T) {
 	if st, _ := LoadState(m.state); len(st.Cgroups) != 0 {
 		t.Errorf("records left after everything was restored: %+v", st.Cgroups)
 	}
+}
+
+// TestAdoptRetriesChildNotReady (issue 11 case 11): a child whose
+// cpuset.cpus cannot be read yet (a directory tree where the files come
+// after mkdir) is not dropped: it is retried when its files appear, with
+// no other hint.
+func TestAdoptRetriesChildNotReady(t *testing.T) {
+	m := newMockLaptop(t)
+	d := m.startWith(t, nil)
+	c := filepath.Join(m.managed, "c")
+	if err := os.Mkdir(c, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The loop sees c without files first.
+	eventually(t, "c seen, waiting", func() (bool, string) {
+		var w bool
+		d.do(context.Background(), func() error { w = d.pl.waiting["c"]; return nil })
+		return w, ""
+	})
+	put(t, filepath.Join(c, "cpu.stat"), "usage_usec 0")
+	put(t, filepath.Join(c, "cpuset.cpus"), "1")
+	eventually(t, "c adopted", func() (bool, string) {
+		for _, w := range d.Snapshot().Workloads {
+			if w.Name == "c" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(d.Snapshot().Workloads)
+	})
 }
