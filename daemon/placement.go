@@ -95,10 +95,17 @@ func newPlacement(cfg *Config, log logrus.FieldLogger, stats *counters, done <-c
 	}
 }
 
-// load takes the records state.json holds (before anything is adopted).
+// load takes the records state.json holds (before anything is adopted),
+// but for those whose cgroup is gone: no directory at the path (cgroups do
+// not survive a reboot), or another one (a different inode).
 func (p *placement) load(saved []Record) {
 	for i := range saved {
 		r := saved[i]
+		if id := dirInode(r.Path); id == 0 || r.Inode != 0 && id != r.Inode {
+			p.log.WithField("path", r.Path).Debug("dropping the record of a cgroup that is gone")
+			p.dirty = true
+			continue
+		}
 		p.records[r.Path] = &r
 	}
 }
