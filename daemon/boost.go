@@ -30,7 +30,7 @@ func (d *Daemon) applyBoost() {
 			return
 		}
 		d.boostOrig = snap
-		if err := SaveState(d.cfg.StateDir, d.stateWith(d.knob)); err != nil {
+		if err := d.saveState(d.stateWith(d.knob)); err != nil {
 			d.log.WithError(err).Error("cannot save the boost setting; not changing boost")
 			d.boostOrig = nil
 			return
@@ -58,7 +58,7 @@ func (d *Daemon) restoreBoost() bool {
 	d.log.Info("boost restored to its start-up setting")
 	d.boostOrig = nil
 	d.boost, _ = d.fs.Boost()
-	if err := SaveState(d.cfg.StateDir, d.stateWith(d.knob)); err != nil {
+	if err := d.saveState(d.stateWith(d.knob)); err != nil {
 		d.log.WithError(err).Warn("cannot update state.json after restoring boost")
 	}
 	return true

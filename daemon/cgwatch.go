@@ -3,7 +3,6 @@ package daemon
 import (
 	"errors"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -22,11 +21,12 @@ import (
 type cgroupWatch struct {
 	events   chan struct{}
 	activity chan struct{}
-	cpus     chan struct{}
-	mu       sync.Mutex
-	written  map[string]bool // workloads whose cpuset.cpus was written; under mu
-	w        *fsnotify.Watcher
-	stop     func()
+	// closes sees each workload's cpuset.cpus written and closed by
+	// someone else (the daemon's own writes through held-open files raise
+	// no event); nil if it could not be made.
+	closes *sysfs.CloseWriteWatch
+	w      *fsnotify.Watcher
+	stop   func()
 	// pressure wakes the loop when tasks wait for a CPU (a PSI trigger on
 	// the managed parent's cpu.pressure on cgroup v2, the machine's
 	// /proc/pressure/cpu on v1); nil where the kernel has no PSI. With it,
@@ -95,8 +95,19 @@ func (c *cgroupWatch) watchChild(dir string, v sysfs.CgroupVersion) {
 	if v == sysfs.CgroupV2 {
 		threads = "cgroup.threads"
 	}
-	for _, f := range []string{"cgroup.procs", threads, "cpuset.cpus"} {
+	for _, f := range []string{"cgroup.procs", threads} {
 		c.w.Add(filepath.Join(dir, f))
+	}
+	if c.closes != nil {
+		c.closes.Add(filepath.Join(dir, "cpuset.cpus"))
+	}
+}
+
+// unwatchChild ends the cpuset.cpus watch of a forgotten workload (the
+// task files' watches end with the files).
+func (c *cgroupWatch) unwatchChild(dir string) {
+	if c != nil && c.closes != nil {
+		c.closes.Remove(filepath.Join(dir, "cpuset.cpus"))
 	}
 }
 
@@ -115,21 +126,26 @@ func (c *cgroupWatch) unwatchDir(dir string) {
 }
 
 // takeWritten returns and clears the names of workloads whose cpuset.cpus
-// was written since the last call.
+// was written by someone else since the last call; nil means any may have
+// been (events were lost).
 func (c *cgroupWatch) takeWritten() map[string]bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	m := c.written
-	c.written = map[string]bool{}
-	return m
+	paths, all := c.closes.Take()
+	if all {
+		return nil
+	}
+	names := make(map[string]bool, len(paths))
+	for p := range paths {
+		names[filepath.Base(filepath.Dir(p))] = true
+	}
+	return names
 }
 
 // cpusC is the channel of cpuset.cpus writes, or nil without a watch.
 func (p *placement) cpusC() <-chan struct{} {
-	if p.watch == nil {
+	if p.watch == nil || p.watch.closes == nil {
 		return nil
 	}
-	return p.watch.cpus
+	return p.watch.closes.C()
 }
 
 // activityC is the activity channel, or nil without a watch.
@@ -172,8 +188,10 @@ func (p *placement) watchCgroup() *cgroupWatch {
 	}
 	out := make(chan struct{}, 1)
 	act := make(chan struct{}, 1)
-	cpus := make(chan struct{}, 1)
-	cw := &cgroupWatch{events: out, activity: act, cpus: cpus, w: w, written: map[string]bool{}}
+	cw := &cgroupWatch{events: out, activity: act, w: w}
+	if cw.closes, err = sysfs.NewCloseWriteWatch(); err != nil {
+		p.log.WithError(err).Warn("cannot watch cpuset.cpus for changes by someone else; they are seen at the next write or Rebalance")
+	}
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	parent := p.cg.Path()
@@ -200,11 +218,6 @@ func (p *placement) watchCgroup() *cgroupWatch {
 					}
 				case ev.Op&fsnotify.Write != 0 && (b == "cgroup.procs" || b == "tasks" || b == "cgroup.threads"):
 					poke(act)
-				case ev.Op&fsnotify.Write != 0 && b == "cpuset.cpus" && filepath.Dir(dir) == parent:
-					cw.mu.Lock()
-					cw.written[filepath.Base(dir)] = true
-					cw.mu.Unlock()
-					poke(cpus)
 				case ev.Op&(fsnotify.Create|fsnotify.Write) != 0 && filepath.Dir(dir) == parent:
 					// A file of a child that could not be adopted yet
 					// (watchDir).
@@ -228,6 +241,9 @@ func (p *placement) watchCgroup() *cgroupWatch {
 		<-done
 		if cw.pressure != nil {
 			cw.pressure.Close()
+		}
+		if cw.closes != nil {
+			cw.closes.Close()
 		}
 	}
 	return cw

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime/debug"
 	"sort"
 	"sync"
@@ -158,6 +159,7 @@ type Daemon struct {
 	// unpublished: recompute leaves publishing to its caller (setKnob
 	// publishes a choice only once it is persisted).
 	unpublished  bool
+	lastSaved    State // what state.json holds, as last saved by saveState
 	holds        map[uint32]*hold
 	nextCookie   uint32
 	lastChange   time.Time
@@ -246,7 +248,7 @@ func New(cfg Config) (*Daemon, error) {
 		holds: map[uint32]*hold{},
 	}
 	d.pl = newPlacement(&d.cfg, d.log, &d.stats, d.done)
-	d.pl.save = func() error { return SaveState(d.cfg.StateDir, d.stateWith(d.knob)) }
+	d.pl.save = func() error { return d.saveState(d.stateWith(d.knob)) }
 	return d, nil
 }
 
@@ -581,7 +583,7 @@ func (d *Daemon) setKnob(k policy.Knob, via string) error {
 	if len(d.holds) > 0 {
 		st := d.stateWith(k)
 		st.Chosen = true
-		if err := SaveState(d.cfg.StateDir, st); err != nil {
+		if err := d.saveState(st); err != nil {
 			d.log.WithError(err).Error("cannot persist choice; not applied")
 			return err
 		}
@@ -597,8 +599,13 @@ func (d *Daemon) setKnob(k policy.Knob, via string) error {
 	d.knob, d.knobChosen = k, true
 	d.unpublished = true
 	d.recompute("knob", true)
-	// As things are after the writes (a workload may have vanished).
-	err := SaveState(d.cfg.StateDir, d.stateWith(k))
+	// As things are after the writes (a workload may have vanished);
+	// nothing to do when the placement already saved exactly that before
+	// its writes (one fsync per switch, not two).
+	var err error
+	if st := d.stateWith(k); !reflect.DeepEqual(st, d.lastSaved) {
+		err = d.saveState(st)
+	}
 	if err != nil {
 		d.log.WithError(err).Error("cannot persist choice; the previous one is applied again")
 		d.knob, d.knobChosen = prev, prevChosen
@@ -728,9 +735,18 @@ func (d *Daemon) shutdown() {
 	// What is restored is dropped from state.json; what is not (and the
 	// records of other cgroups, and the workloads we created, which the
 	// next start still removes once their tasks are gone) stays.
-	if err := SaveState(d.cfg.StateDir, d.stateWith(d.knob)); err != nil {
+	if err := d.saveState(d.stateWith(d.knob)); err != nil {
 		d.log.WithError(err).Warn("cannot update state.json after restoring")
 	}
+}
+
+// saveState writes st to state.json (SaveState) and remembers it.
+func (d *Daemon) saveState(st State) error {
+	if err := SaveState(d.cfg.StateDir, st); err != nil {
+		return err
+	}
+	d.lastSaved = st
+	return nil
 }
 
 // stateWith is what state.json must hold with knob k: the knob, the boost
@@ -776,7 +792,7 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 			// file.
 			d.log.WithFields(logrus.Fields{"power_aware": nc.DefaultKnob.PowerAware, "power_aware_policy": nc.DefaultKnob.PowerAwarePolicy}).Info("reload: default knob changed")
 			d.knob = *nc.DefaultKnob
-			if err := SaveState(d.cfg.StateDir, d.stateWith(d.knob)); err != nil {
+			if err := d.saveState(d.stateWith(d.knob)); err != nil {
 				d.log.WithError(err).Warn("reload: cannot save state")
 			}
 		} else if nc.DefaultKnob != nil && d.knobChosen && *nc.DefaultKnob != d.knob {

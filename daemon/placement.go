@@ -910,6 +910,7 @@ func (p *placement) writeCPUs(w *workload, cpus sysfs.CPUSet) error {
 func (p *placement) forget(name string, gone bool) {
 	if w, ok := p.workloads[name]; ok {
 		w.cpusFile.Close()
+		p.watch.unwatchChild(w.rec.Path)
 		delete(p.workloads, name)
 		if gone && p.records[w.rec.Path] == w.rec {
 			delete(p.records, w.rec.Path)
