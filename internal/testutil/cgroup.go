@@ -34,7 +34,8 @@ func NeedCpusetV1(t testing.TB) {
 // under test that creates its parent itself). At cleanup that cgroup and
 // every cgroup below it are removed, deepest first, retrying for a moment
 // while a killed task leaves (rmdir fails with EBUSY until then); one that
-// still cannot be removed is logged with its path. It skips t as
+// still cannot be removed fails t (t.Errorf, with its path): a cgroup left
+// in the machine's real hierarchy is a fault, not noise. It skips t as
 // NeedCpusetV1 does. Stopping the tasks in it is the caller's job, in a
 // cleanup registered later (cleanups run last first).
 func CpusetV1Dir(t testing.TB, prefix string) string {
@@ -83,7 +84,7 @@ func removeCgroupTree(t testing.TB, dir string) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		if err != nil {
-			t.Logf("cleanup: rmdir %s: %v (remove it by hand)", d, err)
+			t.Errorf("cleanup: rmdir %s: %v (remove it by hand)", d, err)
 		}
 	}
 }
