@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
 func TestParseAcpidEvent(t *testing.T) {
@@ -128,7 +130,7 @@ func (s *acpidServer) accept(t *testing.T) net.Conn {
 func TestMonitorAcpid(t *testing.T) {
 	fsys := fixtureRoot(t, "ac-offline-battery-unknown")
 	srv := newAcpidServer(t)
-	m := NewMonitor(MonitorConfig{FS: fsys, Events: EventsNone, AcpidSocket: srv.path, Debounce: time.Millisecond, Settle: -1, Interval: -1, Log: testLogger(t)})
+	m := NewMonitor(MonitorConfig{FS: fsys, Events: EventsNone, AcpidSocket: srv.path, Debounce: time.Millisecond, Settle: -1, Interval: -1, Log: testutil.Logger(t)})
 	stop := runMonitor(t, m)
 	defer stop()
 	if st := recvState(t, m); st.Power.Source != Unknown {
@@ -138,7 +140,7 @@ func TestMonitorAcpid(t *testing.T) {
 
 	// Not power: no re-read. Then a power line whose data claims AC
 	// online: the re-read finds the battery discharging, which wins.
-	writeFile(t, fsys.Path("class/power_supply/BAT0/status"), "Discharging\n")
+	testutil.WriteFile(t, fsys.Path("class/power_supply/BAT0/status"), "Discharging\n")
 	if _, err := c.Write([]byte("button/lid LID close\njack/headphone HEADPHONE plug\nac_adapter ACPI0003:00 00000080 00000001\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +155,7 @@ func TestMonitorAcpid(t *testing.T) {
 	// acpid restarts: the monitor reconnects and keeps listening.
 	c.Close()
 	c = srv.accept(t)
-	writeFile(t, fsys.Path("class/power_supply/BAT0/status"), "Charging\n")
+	testutil.WriteFile(t, fsys.Path("class/power_supply/BAT0/status"), "Charging\n")
 	if _, err := c.Write([]byte("battery PNP0C0A:00 00000080 00000001\n")); err != nil {
 		t.Fatal(err)
 	}

@@ -11,78 +11,16 @@ import (
 	"time"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
-
-// startSystemBus starts a private dbus-daemon configured like a system bus
-// that anyone may own names on, and returns its address.
-func startSystemBus(t *testing.T) string {
-	t.Helper()
-	if _, err := exec.LookPath("dbus-daemon"); err != nil {
-		t.Skip("needs dbus-daemon (Debian package dbus) for a private bus")
-	}
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "bus.conf")
-	sock := filepath.Join(dir, "bus")
-	err := os.WriteFile(conf, []byte(`<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path=`+sock+`</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>
-</busconfig>
-`), 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("dbus-daemon", "--nofork", "--print-address=1", "--config-file="+conf)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("dbus-daemon: %v", err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	addr := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(stdout).ReadString('\n')
-		addr <- strings.TrimSpace(line)
-	}()
-	select {
-	case a := <-addr:
-		if a == "" {
-			t.Fatal("dbus-daemon printed no address")
-		}
-		return a
-	case <-time.After(10 * time.Second):
-		t.Fatal("dbus-daemon did not start within 10s")
-	}
-	return ""
-}
-
-// waitFor polls cond every 10ms for up to 10s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // TestMonitorLogindResume runs a tiny fake logind (a bus peer owning
 // org.freedesktop.login1) on a private bus: PrepareForSleep(true) changes
 // nothing, PrepareForSleep(false) re-reads the power state (trigger
 // "resume") and gives a CPUHotplug hint.
 func TestMonitorLogindResume(t *testing.T) {
-	addr := startSystemBus(t)
+	addr := testutil.StartBus(t, testutil.BusOptions{System: true}).Addr
 	logind, err := dbus.Connect(addr)
 	if err != nil {
 		t.Fatal(err)
@@ -94,19 +32,19 @@ func TestMonitorLogindResume(t *testing.T) {
 
 	fsys := fixtureRoot(t, "ac-offline-battery-unknown")
 	m := NewMonitor(MonitorConfig{FS: fsys, Events: EventsNone, Logind: true, SystemBusAddress: addr,
-		Debounce: time.Millisecond, Settle: -1, Interval: -1, Log: testLogger(t)})
+		Debounce: time.Millisecond, Settle: -1, Interval: -1, Log: testutil.Logger(t)})
 	stop := runMonitor(t, m)
 	defer stop()
 	if st := recvState(t, m); st.Power.Source != Unknown {
 		t.Fatalf("initial %+v", st)
 	}
-	waitFor(t, "the monitor to subscribe on the bus", func() bool { return m.busUp.Load() > 0 })
+	testutil.Eventually(t, "the monitor to subscribe on the bus", func() (bool, string) { return m.busUp.Load() > 0, "" })
 
 	// Suspend: the battery was unplugged while asleep, without events.
 	if err := logind.Emit(logindPath, prepareForSleep, true); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, fsys.Path("class/power_supply/BAT0/status"), "Discharging\n")
+	testutil.WriteFile(t, fsys.Path("class/power_supply/BAT0/status"), "Discharging\n")
 	if err := logind.Emit(logindPath, prepareForSleep, false); err != nil {
 		t.Fatal(err)
 	}
@@ -129,11 +67,11 @@ func TestMonitorLogindResume(t *testing.T) {
 func TestMonitorBusAbsent(t *testing.T) {
 	fsys := fixtureRoot(t, "ac-offline-battery-unknown")
 	m := NewMonitor(MonitorConfig{FS: fsys, Events: EventsNone, UPower: UPowerAuto, Logind: true,
-		SystemBusAddress: "unix:path=" + filepath.Join(t.TempDir(), "nobus"), Debounce: time.Millisecond, Interval: -1, Log: testLogger(t)})
+		SystemBusAddress: "unix:path=" + filepath.Join(t.TempDir(), "nobus"), Debounce: time.Millisecond, Interval: -1, Log: testutil.Logger(t)})
 	stop := runMonitor(t, m)
 	defer stop()
 	recvState(t, m)
-	writeFile(t, fsys.Path("class/power_supply/BAT0/status"), "Discharging\n")
+	testutil.WriteFile(t, fsys.Path("class/power_supply/BAT0/status"), "Discharging\n")
 	m.Poke()
 	if st := recvState(t, m); st.Power.Source != Battery || st.Trigger != TriggerPoke || st.UPowerOnBattery != nil {
 		t.Fatalf("state %+v", st)
@@ -167,7 +105,7 @@ func startUPowerTestbed(t *testing.T, addr string) *upowerTestbed {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("umockdev-wrapper", "/usr/bin/python3", script, "--bus", addr)
-	cmd.Stderr = tWriter{t}
+	cmd.Stderr = testutil.LogWriter(t)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -237,17 +175,17 @@ func (tb *upowerTestbed) do(t *testing.T, cmd string) {
 // flip the power source to battery (trigger "upower"), and plugging it
 // back to AC. UPower's OnBattery is recorded but never decides.
 func TestMonitorUPower(t *testing.T) {
-	addr := startSystemBus(t)
+	addr := testutil.StartBus(t, testutil.BusOptions{System: true}).Addr
 	tb := startUPowerTestbed(t, addr)
 	fsys := mustFS(t, filepath.Join(tb.root, "sys"))
 	m := NewMonitor(MonitorConfig{FS: fsys, Events: EventsNone, UPower: UPowerOn, SystemBusAddress: addr,
-		Debounce: 10 * time.Millisecond, Settle: -1, Interval: -1, Log: testLogger(t)})
+		Debounce: 10 * time.Millisecond, Settle: -1, Interval: -1, Log: testutil.Logger(t)})
 	stop := runMonitor(t, m)
 	defer stop()
 	if st := recvState(t, m); st.Power.Source != AC {
 		t.Fatalf("initial state %+v, want AC (adapter online)", st)
 	}
-	waitFor(t, "UPower's OnBattery=false", func() bool { ob := m.upower.Load(); return ob != nil && !*ob })
+	testutil.Eventually(t, "UPower's OnBattery=false", func() (bool, string) { ob := m.upower.Load(); return ob != nil && !*ob, "" })
 
 	tb.do(t, "unplug")
 	st := recvStateWithin(t, m, 20*time.Second)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
@@ -128,7 +129,8 @@ func TestClassifyTimelines(t *testing.T) {
 			if err := json.Unmarshal(b, &steps); err != nil {
 				t.Fatal(err)
 			}
-			root := copyTree(t, filepath.Join(fixtureDir, dir, "sys"))
+			root := t.TempDir()
+			testutil.CopyFixture(t, filepath.Join(fixtureDir, dir, "sys"), root)
 			fsys := mustFS(t, root)
 			d, err := Read(fsys)
 			if err != nil {
@@ -163,35 +165,6 @@ func TestClassifyTimelines(t *testing.T) {
 	if n == 0 {
 		t.Fatalf("no tl-* cases in %s", fixtureDir)
 	}
-}
-
-// copyTree copies the regular files and directories below src into a new
-// temporary directory and returns it.
-func copyTree(t *testing.T, src string) string {
-	t.Helper()
-	dst := t.TempDir()
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil {
-			return err
-		}
-		out := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(out, 0o755)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(out, b, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dst
 }
 
 func i64(v int64) *int64 { return &v }
@@ -328,13 +301,13 @@ func TestReadUSBSourceRole(t *testing.T) {
 			fsys := mustFS(t, root)
 			dev := fsys.Path("devices", "platform", "USBC000:00")
 			psy := filepath.Join(dev, "power_supply", "ucsi-source-psy-USBC000:001")
-			writeFile(t, filepath.Join(psy, "type"), "USB\n")
-			writeFile(t, filepath.Join(psy, "online"), "1\n")
+			testutil.WriteFile(t, filepath.Join(psy, "type"), "USB\n")
+			testutil.WriteFile(t, filepath.Join(psy, "online"), "1\n")
 			if err := os.Symlink(dev, filepath.Join(psy, "device")); err != nil {
 				t.Fatal(err)
 			}
 			for i, r := range tt.roles {
-				writeFile(t, filepath.Join(dev, "typec", "port"+string(rune('0'+i)), "power_role"), r+"\n")
+				testutil.WriteFile(t, filepath.Join(dev, "typec", "port"+string(rune('0'+i)), "power_role"), r+"\n")
 			}
 			if err := os.MkdirAll(fsys.Path("class", "power_supply"), 0o755); err != nil {
 				t.Fatal(err)
@@ -366,15 +339,5 @@ func TestReadNoClassDir(t *testing.T) {
 	want := Decision{Source: Unknown, Reason: "unknown: no power supplies (rule 4)"}
 	if !reflect.DeepEqual(want, d) {
 		t.Fatalf("want %+v, got %+v", want, d)
-	}
-}
-
-func writeFile(t *testing.T, p, s string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
 	}
 }

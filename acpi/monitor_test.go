@@ -16,6 +16,7 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
@@ -61,18 +62,6 @@ func (f *fakeUevents) send(t *testing.T, b []byte, err error) {
 func psUevent(name string) []byte {
 	return []byte(fmt.Sprintf("change@/devices/LNXSYSTM:00/power_supply/%[1]s\x00ACTION=change\x00DEVPATH=/devices/LNXSYSTM:00/power_supply/%[1]s\x00SUBSYSTEM=power_supply\x00POWER_SUPPLY_NAME=%[1]s\x00SEQNUM=1\x00", name))
 }
-
-// testLogger writes to t.Log.
-func testLogger(t *testing.T) logrus.FieldLogger {
-	l := logrus.New()
-	l.SetOutput(tWriter{t})
-	l.SetLevel(logrus.DebugLevel)
-	return l
-}
-
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
 
 // runMonitor starts m.Run and returns a stop function that cancels it and
 // checks it returned nil and closed C.
@@ -125,7 +114,9 @@ func fixtureRoot(t *testing.T, name string) sysfs.FS {
 	if _, err := os.Stat(src); err != nil {
 		t.Skipf("fixture %s missing: %v", src, err)
 	}
-	return mustFS(t, copyTree(t, src))
+	root := t.TempDir()
+	testutil.CopyFixture(t, src, root)
+	return mustFS(t, root)
 }
 
 const batteryReason = "battery: system battery BAT0 reports status=Discharging and no supply shows external power (rule 3)"
@@ -135,9 +126,9 @@ const batteryReason = "battery: system battery BAT0 reports status=Discharging a
 // a boost write gives a new state, and a write to cpu/online a hotplug hint.
 func TestMonitorFsnotify(t *testing.T) {
 	fsys := fixtureRoot(t, "ac-offline-battery-unknown")
-	writeFile(t, fsys.Path("devices/system/cpu/cpufreq/boost"), "1\n")
-	writeFile(t, fsys.Path("devices/system/cpu/online"), "0-1\n")
-	m := NewMonitor(MonitorConfig{FS: fsys, Events: EventsAuto, Debounce: 50 * time.Millisecond, Interval: -1, Log: testLogger(t)})
+	testutil.WriteFile(t, fsys.Path("devices/system/cpu/cpufreq/boost"), "1\n")
+	testutil.WriteFile(t, fsys.Path("devices/system/cpu/online"), "0-1\n")
+	m := NewMonitor(MonitorConfig{FS: fsys, Events: EventsAuto, Debounce: 50 * time.Millisecond, Interval: -1, Log: testutil.Logger(t)})
 	stop := runMonitor(t, m)
 	defer stop()
 
@@ -145,23 +136,23 @@ func TestMonitorFsnotify(t *testing.T) {
 	if st.Power.Source != Unknown || st.Boost != "1" {
 		t.Fatalf("initial state %+v, want unknown with boost 1", st)
 	}
-	writeFile(t, fsys.Path("class/power_supply/AC/online"), "0\n")
-	writeFile(t, fsys.Path("class/power_supply/BAT0/status"), "Discharging\n")
+	testutil.WriteFile(t, fsys.Path("class/power_supply/AC/online"), "0\n")
+	testutil.WriteFile(t, fsys.Path("class/power_supply/BAT0/status"), "Discharging\n")
 	st = recvState(t, m)
 	if st.Power.Source != Battery || st.Power.Reason != batteryReason || st.Boost != "1" {
 		t.Fatalf("after unplug: %+v", st)
 	}
-	writeFile(t, fsys.Path("devices/system/cpu/cpufreq/boost"), "0\n")
+	testutil.WriteFile(t, fsys.Path("devices/system/cpu/cpufreq/boost"), "0\n")
 	st = recvState(t, m)
 	if st.Power.Source != Battery || st.Boost != "0" {
 		t.Fatalf("after boost write: %+v", st)
 	}
-	writeFile(t, fsys.Path("class/power_supply/AC/online"), "1\n")
+	testutil.WriteFile(t, fsys.Path("class/power_supply/AC/online"), "1\n")
 	st = recvState(t, m)
 	if want := "AC: Mains supply AC reports online=1 (rule 2)"; st.Power.Source != AC || st.Power.Reason != want {
 		t.Fatalf("after replug: %+v, want reason %q", st, want)
 	}
-	writeFile(t, fsys.Path("devices/system/cpu/online"), "0\n")
+	testutil.WriteFile(t, fsys.Path("devices/system/cpu/online"), "0\n")
 	select {
 	case <-m.CPUHotplug():
 	case <-time.After(5 * time.Second):
@@ -173,7 +164,7 @@ func TestMonitorFsnotify(t *testing.T) {
 // start is watched too.
 func TestMonitorFsnotifyNewSupply(t *testing.T) {
 	fsys := fixtureRoot(t, "desktop-no-power-supply")
-	m := NewMonitor(MonitorConfig{FS: fsys, Events: EventsFsnotify, Debounce: 50 * time.Millisecond, Interval: -1, Log: testLogger(t)})
+	m := NewMonitor(MonitorConfig{FS: fsys, Events: EventsFsnotify, Debounce: 50 * time.Millisecond, Interval: -1, Log: testutil.Logger(t)})
 	stop := runMonitor(t, m)
 	defer stop()
 	if st := recvState(t, m); st.Power.Source != Unknown || st.Boost != "unsupported" {
@@ -183,14 +174,14 @@ func TestMonitorFsnotifyNewSupply(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, filepath.Join(dir, "type"), "Battery\n")
-	writeFile(t, filepath.Join(dir, "status"), "Full\n")
+	testutil.WriteFile(t, filepath.Join(dir, "type"), "Battery\n")
+	testutil.WriteFile(t, filepath.Join(dir, "status"), "Full\n")
 	// The new supply changes the reason; once that state arrives the new
 	// directory is watched (the watch is added before the re-read hint).
 	if st := recvState(t, m); st.Power.Source != Unknown || st.Power.Reason != "unknown: no system supply is online and no system battery is charging or discharging (rule 4)" {
 		t.Fatalf("state after new supply %+v", st)
 	}
-	writeFile(t, filepath.Join(dir, "status"), "Discharging\n")
+	testutil.WriteFile(t, filepath.Join(dir, "status"), "Discharging\n")
 	if st := recvState(t, m); st.Power.Source != Battery || st.Power.Reason != batteryReason {
 		t.Fatalf("state %+v", st)
 	}
@@ -204,14 +195,14 @@ func TestMonitorDebounce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fsys := fixtureRoot(t, "ac-offline-battery-unknown")
 		src := newFakeUevents()
-		m := newMonitor(MonitorConfig{FS: fsys, Events: EventsNetlink, Interval: -1, Settle: -1, Log: testLogger(t)},
+		m := newMonitor(MonitorConfig{FS: fsys, Events: EventsNetlink, Interval: -1, Settle: -1, Log: testutil.Logger(t)},
 			func() (ueventSource, error) { return src, nil })
 		stop := runMonitor(t, m)
 
 		if st := recvState(t, m); st.Power.Source != Unknown {
 			t.Fatalf("initial state %+v", st)
 		}
-		writeFile(t, fsys.Path("class/power_supply/BAT0/status"), "Discharging\n")
+		testutil.WriteFile(t, fsys.Path("class/power_supply/BAT0/status"), "Discharging\n")
 		start := time.Now()
 		for range 10 {
 			src.send(t, psUevent("BAT0"), nil)
@@ -274,7 +265,7 @@ func TestMonitorDebounce(t *testing.T) {
 		}
 
 		// An overrun (ENOBUFS) means lost events: re-read and hotplug hint.
-		writeFile(t, fsys.Path("class/power_supply/AC/online"), "1\n")
+		testutil.WriteFile(t, fsys.Path("class/power_supply/AC/online"), "1\n")
 		src.send(t, nil, fmt.Errorf("receive uevent: %w", syscall.ENOBUFS))
 		synctest.Wait()
 		select {
@@ -301,7 +292,7 @@ func TestMonitorFallbackInterval(t *testing.T) {
 		if st := recvState(t, m); st.Power.Source != Unknown {
 			t.Fatalf("initial state %+v", st)
 		}
-		writeFile(t, fsys.Path("class/power_supply/BAT0/status"), "Discharging\n")
+		testutil.WriteFile(t, fsys.Path("class/power_supply/BAT0/status"), "Discharging\n")
 		start := time.Now()
 		st := recvStateWithin(t, m, 2*DefaultInterval)
 		if st.Power.Source != Battery || st.Trigger != TriggerSafetyNet {
@@ -329,12 +320,12 @@ func TestMonitorUeventsStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fsys := fixtureRoot(t, "ac-offline-battery-unknown")
 		src := newFakeUevents()
-		m := newMonitor(MonitorConfig{FS: fsys, Events: EventsNetlink, Interval: time.Second, Log: testLogger(t)},
+		m := newMonitor(MonitorConfig{FS: fsys, Events: EventsNetlink, Interval: time.Second, Log: testutil.Logger(t)},
 			func() (ueventSource, error) { return src, nil })
 		stop := runMonitor(t, m)
 		recvState(t, m)
 		src.send(t, nil, syscall.EBADF)
-		writeFile(t, fsys.Path("class/power_supply/BAT0/status"), "Charging\n")
+		testutil.WriteFile(t, fsys.Path("class/power_supply/BAT0/status"), "Charging\n")
 		if st := recvState(t, m); st.Power.Source != AC {
 			t.Fatalf("state %+v", st)
 		}
@@ -409,7 +400,7 @@ func TestMonitorSafetyNetWarns(t *testing.T) {
 			func() (ueventSource, error) { return src, nil })
 		stop := runMonitor(t, m)
 		recvState(t, m)
-		writeFile(t, fsys.Path("class/power_supply/BAT0/status"), "Discharging\n") // no uevent
+		testutil.WriteFile(t, fsys.Path("class/power_supply/BAT0/status"), "Discharging\n") // no uevent
 		start := time.Now()
 		st := recvStateWithin(t, m, 2*DefaultInterval)
 		if st.Power.Source != Battery || st.Trigger != TriggerSafetyNet || time.Since(start) != DefaultInterval {
@@ -432,15 +423,15 @@ func TestMonitorSafetyNetWarns(t *testing.T) {
 // files (amd-pstate), a write to one of them is seen through fsnotify.
 func TestMonitorFsnotifyPolicyBoost(t *testing.T) {
 	fsys := fixtureRoot(t, "desktop-no-power-supply")
-	writeFile(t, fsys.Path("devices/system/cpu/cpufreq/policy0/boost"), "1\n")
-	writeFile(t, fsys.Path("devices/system/cpu/cpufreq/policy1/boost"), "0\n")
-	m := NewMonitor(MonitorConfig{FS: fsys, Events: EventsFsnotify, Debounce: 10 * time.Millisecond, Interval: -1, Log: testLogger(t)})
+	testutil.WriteFile(t, fsys.Path("devices/system/cpu/cpufreq/policy0/boost"), "1\n")
+	testutil.WriteFile(t, fsys.Path("devices/system/cpu/cpufreq/policy1/boost"), "0\n")
+	m := NewMonitor(MonitorConfig{FS: fsys, Events: EventsFsnotify, Debounce: 10 * time.Millisecond, Interval: -1, Log: testutil.Logger(t)})
 	stop := runMonitor(t, m)
 	defer stop()
 	if st := recvState(t, m); st.Boost != "1" {
 		t.Fatalf("initial %+v, want boost 1 (mixed counts as on)", st)
 	}
-	writeFile(t, fsys.Path("devices/system/cpu/cpufreq/policy0/boost"), "0\n")
+	testutil.WriteFile(t, fsys.Path("devices/system/cpu/cpufreq/policy0/boost"), "0\n")
 	if st := recvState(t, m); st.Boost != "0" || st.Trigger != TriggerFsnotify {
 		t.Fatalf("after write %+v, want boost 0 by fsnotify", st)
 	}
@@ -479,7 +470,7 @@ func TestMonitorSafetyNetAutomatic(t *testing.T) {
 					src := newFakeUevents()
 					open = func() (ueventSource, error) { return src, nil }
 				}
-				m := newMonitor(MonitorConfig{FS: fsys, Events: tc.events, Settle: -1, Log: testLogger(t)}, open)
+				m := newMonitor(MonitorConfig{FS: fsys, Events: tc.events, Settle: -1, Log: testutil.Logger(t)}, open)
 				stop := runMonitor(t, m)
 				recvState(t, m)
 				time.Sleep(10*DefaultInterval + time.Second)

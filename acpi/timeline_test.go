@@ -11,6 +11,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
 // timelineEvent is one step of a tl-*/events.json (see the fixture README):
@@ -139,7 +141,7 @@ func runTimeline(t *testing.T, dir string, initial Source, steps []timelineEvent
 	synctest.Test(t, func(t *testing.T) {
 		fsys := fixtureRoot(t, dir)
 		src := newFakeUevents()
-		m := newMonitor(MonitorConfig{FS: fsys, Events: EventsNetlink, Debounce: cfg.debounce, Settle: cfg.settle, Interval: -1, Log: testLogger(t)},
+		m := newMonitor(MonitorConfig{FS: fsys, Events: EventsNetlink, Debounce: cfg.debounce, Settle: cfg.settle, Interval: -1, Log: testutil.Logger(t)},
 			func() (ueventSource, error) { return src, nil })
 		stop := runMonitor(t, m)
 		log, done := collect(m)
@@ -156,7 +158,7 @@ func runTimeline(t *testing.T, dir string, initial Source, steps []timelineEvent
 			}
 			sort.Strings(keys)
 			for _, k := range keys {
-				writeFile(t, fsys.Path("class", "power_supply", k), s.Set[k]+"\n")
+				testutil.WriteFile(t, fsys.Path("class", "power_supply", k), s.Set[k]+"\n")
 			}
 			for _, name := range s.uevents() {
 				src.send(t, psUevent(name), nil)
@@ -188,10 +190,10 @@ func runTimeline(t *testing.T, dir string, initial Source, steps []timelineEvent
 func TestFlappingConnectorOneDecision(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fsys := fixtureRoot(t, "tl-unplug-replug-thinkpad-t490") // AC online, BAT0 Charging
-		writeFile(t, fsys.Path("class/power_supply/BAT0/status"), "Discharging\n")
-		writeFile(t, fsys.Path("class/power_supply/ucsi-source-psy-USBC000:001/online"), "0\n")
+		testutil.WriteFile(t, fsys.Path("class/power_supply/BAT0/status"), "Discharging\n")
+		testutil.WriteFile(t, fsys.Path("class/power_supply/ucsi-source-psy-USBC000:001/online"), "0\n")
 		src := newFakeUevents()
-		m := newMonitor(MonitorConfig{FS: fsys, Events: EventsNetlink, Interval: -1, Log: testLogger(t)},
+		m := newMonitor(MonitorConfig{FS: fsys, Events: EventsNetlink, Interval: -1, Log: testutil.Logger(t)},
 			func() (ueventSource, error) { return src, nil })
 		stop := runMonitor(t, m)
 		log, done := collect(m)
@@ -201,11 +203,11 @@ func TestFlappingConnectorOneDecision(t *testing.T) {
 		}
 		start := time.Now()
 		for i := range 10 {
-			writeFile(t, fsys.Path("class/power_supply/AC/online"), fmt.Sprintf("%d\n", i%2)) // 0,1,...,0,1
+			testutil.WriteFile(t, fsys.Path("class/power_supply/AC/online"), fmt.Sprintf("%d\n", i%2)) // 0,1,...,0,1
 			src.send(t, psUevent("AC"), nil)
 			time.Sleep(20 * time.Millisecond)
 		}
-		writeFile(t, fsys.Path("class/power_supply/AC/online"), "0\n") // settles unplugged
+		testutil.WriteFile(t, fsys.Path("class/power_supply/AC/online"), "0\n") // settles unplugged
 		src.send(t, psUevent("AC"), nil)
 		if d := time.Since(start); d > 200*time.Millisecond {
 			t.Fatalf("burst took %v", d)
@@ -233,15 +235,15 @@ func TestSettleReRead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fsys := fixtureRoot(t, "ac-offline-battery-unknown")
 		src := newFakeUevents()
-		m := newMonitor(MonitorConfig{FS: fsys, Events: EventsNetlink, Debounce: 100 * time.Millisecond, Interval: -1, Log: testLogger(t)},
+		m := newMonitor(MonitorConfig{FS: fsys, Events: EventsNetlink, Debounce: 100 * time.Millisecond, Interval: -1, Log: testutil.Logger(t)},
 			func() (ueventSource, error) { return src, nil })
 		stop := runMonitor(t, m)
 		recvState(t, m)
-		writeFile(t, fsys.Path("class/power_supply/BAT0/status"), "Not charging\n")
+		testutil.WriteFile(t, fsys.Path("class/power_supply/BAT0/status"), "Not charging\n")
 		src.send(t, psUevent("BAT0"), nil)
 		time.Sleep(150 * time.Millisecond)
 		synctest.Wait()
-		writeFile(t, fsys.Path("class/power_supply/BAT0/status"), "Discharging\n") // silent
+		testutil.WriteFile(t, fsys.Path("class/power_supply/BAT0/status"), "Discharging\n") // silent
 		start := time.Now()
 		st := recvState(t, m)
 		if st.Power.Source != Battery || st.Trigger != TriggerSettle {

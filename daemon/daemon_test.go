@@ -6,48 +6,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
-
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
-
-// copyDir copies a fixture tree into dst.
-func copyDir(t *testing.T, src, dst string) {
-	t.Helper()
-	err := filepath.Walk(src, func(p string, info os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		target := filepath.Join(dst, rel)
-		if info.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, b, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-func put(t *testing.T, path, v string) {
-	t.Helper()
-	os.MkdirAll(filepath.Dir(path), 0o755)
-	if err := os.WriteFile(path, []byte(v+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // putAtomic replaces path with v (temp file and rename).
 func putAtomic(t *testing.T, path, v string) {
@@ -59,30 +26,6 @@ func putAtomic(t *testing.T, path, v string) {
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func get(t *testing.T, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read %s: %v", path, err)
-	}
-	return strings.TrimSpace(string(b))
-}
-
-func eventually(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	var last string
-	for time.Now().Before(deadline) {
-		ok, s := cond()
-		if ok {
-			return
-		}
-		last = s
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s; last: %s", what, last)
 }
 
 // mockLaptop is a 4-core/8-thread laptop (sysfs/testdata/topology) on AC
@@ -102,22 +45,22 @@ func newMockLaptop(t *testing.T) mockLaptop {
 		state:  filepath.Join(dir, "state"),
 	}
 	m.managed = filepath.Join(m.cgroot, "schedpolicyd")
-	copyDir(t, "../sysfs/testdata/topology/laptop-4c8t", m.sys)
+	testutil.CopyFixture(t, "../sysfs/testdata/topology/laptop-4c8t", m.sys)
 	ps := filepath.Join(m.sys, "class/power_supply")
-	put(t, ps+"/AC/type", "Mains")
-	put(t, ps+"/AC/online", "1")
-	put(t, ps+"/BAT0/type", "Battery")
-	put(t, ps+"/BAT0/present", "1")
-	put(t, ps+"/BAT0/status", "Charging")
-	put(t, m.cgroot+"/cgroup.controllers", "cpuset cpu io memory")
-	put(t, m.cgroot+"/cgroup.subtree_control", "cpuset cpu")
-	put(t, m.managed+"/cgroup.controllers", "cpuset cpu")
-	put(t, m.managed+"/cgroup.subtree_control", "cpuset")
-	put(t, m.managed+"/cpuset.cpus.effective", "0-7")
+	testutil.Put(t, ps+"/AC/type", "Mains")
+	testutil.Put(t, ps+"/AC/online", "1")
+	testutil.Put(t, ps+"/BAT0/type", "Battery")
+	testutil.Put(t, ps+"/BAT0/present", "1")
+	testutil.Put(t, ps+"/BAT0/status", "Charging")
+	testutil.Put(t, m.cgroot+"/cgroup.controllers", "cpuset cpu io memory")
+	testutil.Put(t, m.cgroot+"/cgroup.subtree_control", "cpuset cpu")
+	testutil.Put(t, m.managed+"/cgroup.controllers", "cpuset cpu")
+	testutil.Put(t, m.managed+"/cgroup.subtree_control", "cpuset")
+	testutil.Put(t, m.managed+"/cpuset.cpus.effective", "0-7")
 	for name, cpus := range map[string]string{"a": "", "b": "2-3"} {
-		put(t, filepath.Join(m.managed, name, "cpuset.cpus"), cpus)
-		put(t, filepath.Join(m.managed, name, "cpuset.cpus.effective"), "0-7")
-		put(t, filepath.Join(m.managed, name, "cpu.stat"), "usage_usec 0\nuser_usec 0\nsystem_usec 0")
+		testutil.Put(t, filepath.Join(m.managed, name, "cpuset.cpus"), cpus)
+		testutil.Put(t, filepath.Join(m.managed, name, "cpuset.cpus.effective"), "0-7")
+		testutil.Put(t, filepath.Join(m.managed, name, "cpu.stat"), "usage_usec 0\nuser_usec 0\nsystem_usec 0")
 	}
 	return m
 }
@@ -136,9 +79,7 @@ func (m mockLaptop) startWith(t *testing.T, edit func(*Config)) *Daemon {
 
 func (m mockLaptop) startCfg(t *testing.T, edit func(*Config)) (*Daemon, context.CancelFunc, <-chan error) {
 	t.Helper()
-	log := logrus.New()
-	log.SetLevel(logrus.DebugLevel)
-	log.SetOutput(tWriter{t})
+	log := testutil.Logger(t)
 	cfg := Config{
 		SysfsRoot: m.sys, CgroupRoot: m.managed, TreeDir: m.tree, TreeBackend: "plain",
 		StateDir: m.state, Bus: "none", Events: "fsnotify", Debounce: 20 * time.Millisecond,
@@ -173,13 +114,6 @@ func (m mockLaptop) startCfg(t *testing.T, edit func(*Config)) (*Daemon, context
 	return d, cancel, done
 }
 
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
-}
-
 // TestDaemonCgroupV2Tree drives placement on a cgroup v2 directory tree:
 // adoption, packing on battery, growth with measured utilisation, only
 // changed cpusets written, and the originals restored on stop.
@@ -187,11 +121,11 @@ func TestDaemonCgroupV2Tree(t *testing.T) {
 	m := newMockLaptop(t)
 	d, cancel, done := m.start(t)
 	a, b := filepath.Join(m.managed, "a/cpuset.cpus"), filepath.Join(m.managed, "b/cpuset.cpus")
-	cpus := func() (bool, string) { return false, get(t, a) + " / " + get(t, b) }
+	cpus := func() (bool, string) { return false, testutil.ReadTrim(t, a) + " / " + testutil.ReadTrim(t, b) }
 
-	eventually(t, "performance: all CPUs", func() (bool, string) {
+	testutil.Eventually(t, "performance: all CPUs", func() (bool, string) {
 		_, s := cpus()
-		return get(t, a) == "0-7" && get(t, b) == "0-7", s
+		return testutil.ReadTrim(t, a) == "0-7" && testutil.ReadTrim(t, b) == "0-7", s
 	})
 	if s := d.Snapshot(); s.Policy != policy.Performance || s.PowerSource != "ac" {
 		t.Fatalf("snapshot %+v, want performance on ac", s)
@@ -206,13 +140,13 @@ func TestDaemonCgroupV2Tree(t *testing.T) {
 
 	// Unplug → powersaving; idle workloads pack onto one thread.
 	ps := filepath.Join(m.sys, "class/power_supply")
-	put(t, ps+"/AC/online", "0")
-	put(t, ps+"/BAT0/status", "Discharging")
-	eventually(t, "packed on CPU 0", func() (bool, string) {
+	testutil.Put(t, ps+"/AC/online", "0")
+	testutil.Put(t, ps+"/BAT0/status", "Discharging")
+	testutil.Eventually(t, "packed on CPU 0", func() (bool, string) {
 		_, s := cpus()
-		return get(t, a) == "0" && get(t, b) == "0" && d.Snapshot().Policy == policy.Powersaving, s
+		return testutil.ReadTrim(t, a) == "0" && testutil.ReadTrim(t, b) == "0" && d.Snapshot().Policy == policy.Powersaving, s
 	})
-	if got := get(t, filepath.Join(m.tree, TreePrefix, "current_sched_policy")); got != "powersaving" {
+	if got := testutil.ReadTrim(t, filepath.Join(m.tree, TreePrefix, "current_sched_policy")); got != "powersaving" {
 		t.Errorf("tree current_sched_policy = %q", got)
 	}
 
@@ -238,34 +172,34 @@ func TestDaemonCgroupV2Tree(t *testing.T) {
 	}()
 	// Each workload gets its own cpuset: the busy one grows onto the
 	// core's two threads, the idle one stays where it was.
-	eventually(t, "a grown to the core's two threads", func() (bool, string) {
+	testutil.Eventually(t, "a grown to the core's two threads", func() (bool, string) {
 		_, s := cpus()
-		return get(t, a) == "0,4" && get(t, b) == "0", s
+		return testutil.ReadTrim(t, a) == "0,4" && testutil.ReadTrim(t, b) == "0", s
 	})
 	close(stop)
 	wg.Wait()
 
 	// A new workload created while running is adopted.
-	put(t, filepath.Join(m.managed, "c/cpuset.cpus"), "")
-	put(t, filepath.Join(m.managed, "c/cpu.stat"), "usage_usec 0")
-	eventually(t, "c adopted", func() (bool, string) {
+	testutil.Put(t, filepath.Join(m.managed, "c/cpuset.cpus"), "")
+	testutil.Put(t, filepath.Join(m.managed, "c/cpu.stat"), "usage_usec 0")
+	testutil.Eventually(t, "c adopted", func() (bool, string) {
 		n := len(d.Snapshot().Workloads)
 		return n == 3, fmt.Sprint(n, " workloads")
 	})
 
 	// Plain tree: a valid write applies and persists, a bogus one is
 	// reverted and changes nothing.
-	put(t, filepath.Join(m.tree, TreePrefix, "power_aware"), "0")
-	eventually(t, "power_aware 0 → performance", func() (bool, string) {
+	testutil.Put(t, filepath.Join(m.tree, TreePrefix, "power_aware"), "0")
+	testutil.Eventually(t, "power_aware 0 → performance", func() (bool, string) {
 		s := d.Snapshot()
-		return s.Policy == policy.Performance && get(t, a) == "0-7", string(s.Policy)
+		return s.Policy == policy.Performance && testutil.ReadTrim(t, a) == "0-7", string(s.Policy)
 	})
 	if st, err := LoadState(m.state); err != nil || st.Knob.PowerAware != 0 {
 		t.Errorf("persisted knob = %+v, %v", st.Knob, err)
 	}
-	put(t, filepath.Join(m.tree, TreePrefix, "power_aware"), "7")
-	eventually(t, "bogus write reverted", func() (bool, string) {
-		got := get(t, filepath.Join(m.tree, TreePrefix, "power_aware"))
+	testutil.Put(t, filepath.Join(m.tree, TreePrefix, "power_aware"), "7")
+	testutil.Eventually(t, "bogus write reverted", func() (bool, string) {
+		got := testutil.ReadTrim(t, filepath.Join(m.tree, TreePrefix, "power_aware"))
 		return got == "0", got
 	})
 	if s := d.Snapshot(); s.Knob.PowerAware != 0 {
@@ -282,10 +216,10 @@ func TestDaemonCgroupV2Tree(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return")
 	}
-	if got := get(t, a); got != "" {
+	if got := testutil.ReadTrim(t, a); got != "" {
 		t.Errorf("a restored to %q, want empty (inherit)", got)
 	}
-	if got := get(t, b); got != "2-3" {
+	if got := testutil.ReadTrim(t, b); got != "2-3" {
 		t.Errorf("b restored to %q, want 2-3", got)
 	}
 	if _, err := os.Stat(filepath.Join(m.tree, TreePrefix, "power_aware")); !os.IsNotExist(err) {
@@ -298,8 +232,8 @@ func TestDaemonCgroupV2Tree(t *testing.T) {
 func TestDaemonRestartKeepsChoice(t *testing.T) {
 	m := newMockLaptop(t)
 	d, cancel, done := m.start(t)
-	put(t, filepath.Join(m.tree, TreePrefix, "current_sched_policy"), "balance")
-	eventually(t, "balance", func() (bool, string) {
+	testutil.Put(t, filepath.Join(m.tree, TreePrefix, "current_sched_policy"), "balance")
+	testutil.Eventually(t, "balance", func() (bool, string) {
 		s := d.Snapshot()
 		return s.Policy == policy.Balance, string(s.Policy)
 	})
@@ -331,7 +265,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 // must restore 1-2 on stop, not the packed set it found.
 func TestDaemonRecoversOriginalsAfterCrash(t *testing.T) {
 	m := newMockLaptop(t)
-	put(t, filepath.Join(m.managed, "a/cpuset.cpus"), "0")
+	testutil.Put(t, filepath.Join(m.managed, "a/cpuset.cpus"), "0")
 	if err := SaveState(m.state, State{
 		Knob:    policy.DefaultKnob(),
 		Cgroups: []Record{{Path: filepath.Join(m.managed, "a"), Original: "1-2", Applied: "0"}},
@@ -339,8 +273,8 @@ func TestDaemonRecoversOriginalsAfterCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, cancel, done := m.start(t)
-	eventually(t, "a spread", func() (bool, string) {
-		got := get(t, filepath.Join(m.managed, "a/cpuset.cpus"))
+	testutil.Eventually(t, "a spread", func() (bool, string) {
+		got := testutil.ReadTrim(t, filepath.Join(m.managed, "a/cpuset.cpus"))
 		return got == "0-7", got
 	})
 	// While running, state.json holds both workloads' originals.
@@ -350,7 +284,7 @@ func TestDaemonRecoversOriginalsAfterCrash(t *testing.T) {
 	}
 	cancel()
 	<-done
-	if got := get(t, filepath.Join(m.managed, "a/cpuset.cpus")); got != "1-2" {
+	if got := testutil.ReadTrim(t, filepath.Join(m.managed, "a/cpuset.cpus")); got != "1-2" {
 		t.Errorf("a restored to %q, want the saved original 1-2", got)
 	}
 	if st, _ := LoadState(m.state); len(st.Cgroups) != 0 {
@@ -363,25 +297,25 @@ func TestDaemonRecoversOriginalsAfterCrash(t *testing.T) {
 func TestDaemonRecreatesVanishedParent(t *testing.T) {
 	m := newMockLaptop(t)
 	d, _, _ := m.start(t)
-	eventually(t, "two workloads", func() (bool, string) {
+	testutil.Eventually(t, "two workloads", func() (bool, string) {
 		n := len(d.Snapshot().Workloads)
 		return n == 2, fmt.Sprint(n)
 	})
 	if err := os.RemoveAll(m.managed); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "parent recreated", func() (bool, string) {
+	testutil.Eventually(t, "parent recreated", func() (bool, string) {
 		_, err := os.Stat(m.managed)
 		return err == nil, fmt.Sprint(err)
 	})
 	// A mock v2 parent needs the files the kernel would create in it; the
 	// daemon keeps retrying until the cgroup is usable.
-	put(t, m.managed+"/cgroup.controllers", "cpuset cpu")
-	put(t, m.managed+"/cgroup.subtree_control", "")
-	put(t, m.managed+"/cpuset.cpus.effective", "0-7")
-	put(t, filepath.Join(m.managed, "z/cpuset.cpus"), "")
-	put(t, filepath.Join(m.managed, "z/cpu.stat"), "usage_usec 0")
-	eventually(t, "z adopted and placed", func() (bool, string) {
+	testutil.Put(t, m.managed+"/cgroup.controllers", "cpuset cpu")
+	testutil.Put(t, m.managed+"/cgroup.subtree_control", "")
+	testutil.Put(t, m.managed+"/cpuset.cpus.effective", "0-7")
+	testutil.Put(t, filepath.Join(m.managed, "z/cpuset.cpus"), "")
+	testutil.Put(t, filepath.Join(m.managed, "z/cpu.stat"), "usage_usec 0")
+	testutil.Eventually(t, "z adopted and placed", func() (bool, string) {
 		ws := d.Snapshot().Workloads
 		return len(ws) == 1 && ws[0].Name == "z" && ws[0].CPUs == "0-7", fmt.Sprint(ws)
 	})
@@ -404,7 +338,7 @@ func TestDaemonSingleInstance(t *testing.T) {
 			t.Errorf("%s: Run = %v, want ErrAlreadyRunning", name, err)
 		}
 	}
-	if got := get(t, filepath.Join(m.tree, TreePrefix, "current_sched_policy")); got != "performance" {
+	if got := testutil.ReadTrim(t, filepath.Join(m.tree, TreePrefix, "current_sched_policy")); got != "performance" {
 		t.Errorf("first daemon's tree reads %q after the refused starts", got)
 	}
 	if d.Snapshot().Policy != policy.Performance {
@@ -418,35 +352,35 @@ func TestDaemonSingleInstance(t *testing.T) {
 func TestDaemonBoostOnBattery(t *testing.T) {
 	m := newMockLaptop(t)
 	boost := filepath.Join(m.sys, "devices/system/cpu/cpufreq/boost")
-	put(t, boost, "1")
+	testutil.Put(t, boost, "1")
 	d, cancel, done := m.startCfg(t, func(c *Config) { c.BoostOnBattery = "off" })
-	if got := get(t, boost); got != "1" {
+	if got := testutil.ReadTrim(t, boost); got != "1" {
 		t.Fatalf("boost on AC = %q, want untouched 1", got)
 	}
 	ps := filepath.Join(m.sys, "class/power_supply")
-	put(t, ps+"/AC/online", "0")
-	put(t, ps+"/BAT0/status", "Discharging")
-	eventually(t, "boost off on battery", func() (bool, string) {
-		got := get(t, boost)
+	testutil.Put(t, ps+"/AC/online", "0")
+	testutil.Put(t, ps+"/BAT0/status", "Discharging")
+	testutil.Eventually(t, "boost off on battery", func() (bool, string) {
+		got := testutil.ReadTrim(t, boost)
 		return got == "0" && d.Snapshot().Boost == "0", got
 	})
 	st, err := LoadState(m.state)
 	if err != nil || len(st.Boost) != 1 || st.Boost[0].Value != "1" {
 		t.Errorf("state while on battery: %+v, %v; want the start-up boost saved", st.Boost, err)
 	}
-	put(t, ps+"/AC/online", "1")
-	eventually(t, "boost back on AC", func() (bool, string) {
-		got := get(t, boost)
+	testutil.Put(t, ps+"/AC/online", "1")
+	testutil.Eventually(t, "boost back on AC", func() (bool, string) {
+		got := testutil.ReadTrim(t, boost)
 		return got == "1", got
 	})
-	put(t, ps+"/AC/online", "0")
-	eventually(t, "boost off again", func() (bool, string) {
-		got := get(t, boost)
+	testutil.Put(t, ps+"/AC/online", "0")
+	testutil.Eventually(t, "boost off again", func() (bool, string) {
+		got := testutil.ReadTrim(t, boost)
 		return got == "0", got
 	})
 	cancel()
 	<-done
-	if got := get(t, boost); got != "1" {
+	if got := testutil.ReadTrim(t, boost); got != "1" {
 		t.Errorf("boost after stop = %q, want the start-up 1", got)
 	}
 	if st, _ := LoadState(m.state); len(st.Boost) != 0 {
@@ -460,12 +394,12 @@ func TestDaemonBoostOnBattery(t *testing.T) {
 func TestDaemonBoostRecoveredAfterCrash(t *testing.T) {
 	m := newMockLaptop(t)
 	boost := filepath.Join(m.sys, "devices/system/cpu/intel_pstate/no_turbo")
-	put(t, boost, "1") // turbo forbidden by the crashed run
+	testutil.Put(t, boost, "1") // turbo forbidden by the crashed run
 	if err := SaveState(m.state, State{Knob: policy.DefaultKnob(), Boost: []sysfs.BoostSetting{{File: "devices/system/cpu/intel_pstate/no_turbo", Value: "0"}}}); err != nil {
 		t.Fatal(err)
 	}
 	m.start(t)
-	if got := get(t, boost); got != "0" {
+	if got := testutil.ReadTrim(t, boost); got != "0" {
 		t.Errorf("no_turbo = %q after restart, want the saved 0 (turbo allowed)", got)
 	}
 }
@@ -477,7 +411,7 @@ func TestDaemonCPUHotplug(t *testing.T) {
 	m := newMockLaptop(t)
 	d, _, _ := m.start(t)
 	a := filepath.Join(m.managed, "a/cpuset.cpus")
-	eventually(t, "all CPUs", func() (bool, string) { g := get(t, a); return g == "0-7", g })
+	testutil.Eventually(t, "all CPUs", func() (bool, string) { g := testutil.ReadTrim(t, a); return g == "0-7", g })
 	cpu4 := filepath.Join(m.sys, "devices/system/cpu/cpu4")
 	saved := filepath.Join(t.TempDir(), "cpu4")
 	if err := os.Rename(cpu4, saved); err != nil {
@@ -486,15 +420,15 @@ func TestDaemonCPUHotplug(t *testing.T) {
 	// Real sysfs files never read empty; a plain write here could be seen
 	// truncated, so the mock file is replaced atomically.
 	putAtomic(t, filepath.Join(m.sys, "devices/system/cpu/online"), "0-3,5-7")
-	eventually(t, "CPU 4 gone from every cpuset", func() (bool, string) {
-		ga, gb := get(t, a), get(t, filepath.Join(m.managed, "b/cpuset.cpus"))
+	testutil.Eventually(t, "CPU 4 gone from every cpuset", func() (bool, string) {
+		ga, gb := testutil.ReadTrim(t, a), testutil.ReadTrim(t, filepath.Join(m.managed, "b/cpuset.cpus"))
 		return ga == "0-3,5-7" && gb == "0-3,5-7", ga + " / " + gb
 	})
 	// Packing on battery must not pick CPU 4 either.
 	ps := filepath.Join(m.sys, "class/power_supply")
-	put(t, ps+"/AC/online", "0")
-	put(t, ps+"/BAT0/status", "Discharging")
-	eventually(t, "packed", func() (bool, string) {
+	testutil.Put(t, ps+"/AC/online", "0")
+	testutil.Put(t, ps+"/BAT0/status", "Discharging")
+	testutil.Eventually(t, "packed", func() (bool, string) {
 		return d.Snapshot().Policy == policy.Powersaving, string(d.Snapshot().Policy)
 	})
 	for _, w := range d.Snapshot().Workloads {
@@ -502,10 +436,10 @@ func TestDaemonCPUHotplug(t *testing.T) {
 			t.Errorf("%s on %s names offline CPU 4", w.Name, w.CPUs)
 		}
 	}
-	put(t, ps+"/AC/online", "1")
+	testutil.Put(t, ps+"/AC/online", "1")
 	os.Rename(saved, cpu4)
 	putAtomic(t, filepath.Join(m.sys, "devices/system/cpu/online"), "0-7")
-	eventually(t, "CPU 4 back", func() (bool, string) { g := get(t, a); return g == "0-7", g })
+	testutil.Eventually(t, "CPU 4 back", func() (bool, string) { g := testutil.ReadTrim(t, a); return g == "0-7", g })
 }
 
 // TestDaemonSamplingBacksOffWhileIdle: with every workload idle (CPU time
@@ -513,18 +447,18 @@ func TestDaemonCPUHotplug(t *testing.T) {
 // workload (a write to its cgroup.procs) brings it back at once.
 func TestDaemonSamplingBacksOffWhileIdle(t *testing.T) {
 	m := newMockLaptop(t)
-	put(t, filepath.Join(m.managed, "a/cgroup.procs"), "")
+	testutil.Put(t, filepath.Join(m.managed, "a/cgroup.procs"), "")
 	d, _, _ := m.startCfg(t, func(c *Config) { c.SampleInterval = 10 * time.Millisecond })
 	every := func() time.Duration {
 		var e time.Duration
 		d.do(context.Background(), func() error { e = d.pl.sampleEvery(); return nil })
 		return e
 	}
-	eventually(t, "backed off to 32× while idle", func() (bool, string) {
+	testutil.Eventually(t, "backed off to 32× while idle", func() (bool, string) {
 		e := every()
 		return e == 320*time.Millisecond, e.String()
 	})
-	put(t, filepath.Join(m.managed, "a/cgroup.procs"), "4242")
+	testutil.Put(t, filepath.Join(m.managed, "a/cgroup.procs"), "4242")
 	// The mock's CPU time stays still, so the period backs off again after
 	// a few samples: watch closely for the reset.
 	deadline := time.Now().Add(10 * time.Second)
@@ -549,8 +483,8 @@ func TestDaemonIgnoresOriginalOfAnotherCgroup(t *testing.T) {
 		}
 		return st.Ino
 	}
-	put(t, filepath.Join(a, "cpuset.cpus"), "0")
-	put(t, filepath.Join(b, "cpuset.cpus"), "0")
+	testutil.Put(t, filepath.Join(a, "cpuset.cpus"), "0")
+	testutil.Put(t, filepath.Join(b, "cpuset.cpus"), "0")
 	if err := SaveState(m.state, State{
 		Knob: policy.DefaultKnob(),
 		Cgroups: []Record{
@@ -563,10 +497,10 @@ func TestDaemonIgnoresOriginalOfAnotherCgroup(t *testing.T) {
 	_, cancel, done := m.start(t)
 	cancel()
 	<-done
-	if got := get(t, filepath.Join(a, "cpuset.cpus")); got != "1-2" {
+	if got := testutil.ReadTrim(t, filepath.Join(a, "cpuset.cpus")); got != "1-2" {
 		t.Errorf("a restored to %q, want its saved original 1-2", got)
 	}
-	if got := get(t, filepath.Join(b, "cpuset.cpus")); got != "0" {
+	if got := testutil.ReadTrim(t, filepath.Join(b, "cpuset.cpus")); got != "0" {
 		t.Errorf("b restored to %q, want 0 as found (the saved 4-5 was another cgroup's)", got)
 	}
 }

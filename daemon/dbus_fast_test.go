@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
 // replyCounter counts the replies and errors a client connection receives.
@@ -96,7 +98,7 @@ func TestFastPropsOneReply(t *testing.T) {
 // marked so godbus ignores it; everything else is left to godbus (which
 // here can only answer with an error).
 func TestFastPropsIntercept(t *testing.T) {
-	addr := startTestBus(t)
+	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
 	d := new(Daemon)
 	d.snap.Store(&Snapshot{Policy: "balance", PowerSource: "battery"})
 	f := new(fastProps)

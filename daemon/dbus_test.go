@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bufio"
 	"encoding/xml"
 	"fmt"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"github.com/godbus/dbus/v5"
 	"github.com/godbus/dbus/v5/introspect"
 
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
@@ -84,52 +84,11 @@ func TestIntrospectionMatchesExports(t *testing.T) {
 	}
 }
 
-// startTestBus runs a private dbus-daemon reachable by every uid (for the
-// non-root caller test) and returns its address.
-func startTestBus(t *testing.T) string {
-	t.Helper()
-	if _, err := exec.LookPath("dbus-daemon"); err != nil {
-		t.Skip("needs dbus-daemon (Debian package dbus) for a private bus")
-	}
-	dir, err := os.MkdirTemp("", "spd-bus-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	os.Chmod(dir, 0o755)
-	conf := filepath.Join(dir, "bus.conf")
-	os.WriteFile(conf, []byte(`<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>session</type>
-  <listen>unix:path=`+filepath.Join(dir, "bus")+`</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>
-</busconfig>
-`), 0o644)
-	cmd := exec.Command("dbus-daemon", "--nofork", "--print-address=1", "--config-file="+conf)
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	addr, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(addr)
-}
-
 // busDaemon runs the daemon in-process on a private bus against the mock
 // laptop.
 func busDaemon(t *testing.T, ppAPI bool) (*Daemon, mockLaptop, *dbus.Conn, string) {
 	t.Helper()
-	addr := startTestBus(t)
+	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
 	m := newMockLaptop(t)
 	d := m.startWith(t, func(c *Config) { c.Bus = addr; c.PowerProfilesAPI = ppAPI })
 	conn, err := dbus.Connect(addr)
@@ -137,11 +96,7 @@ func busDaemon(t *testing.T, ppAPI bool) (*Daemon, mockLaptop, *dbus.Conn, strin
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	eventually(t, "bus name", func() (bool, string) {
-		var has bool
-		err := conn.BusObject().Call("org.freedesktop.DBus.NameHasOwner", 0, BusName).Store(&has)
-		return err == nil && has, fmt.Sprint(err)
-	})
+	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(conn, BusName) })
 	return d, m, conn, addr
 }
 
@@ -277,7 +232,7 @@ func TestBusAPI(t *testing.T) {
 		t.Errorf("with another client's performance hold: %v", got)
 	}
 	other.Close()
-	eventually(t, "hold released when its owner left", func() (bool, string) {
+	testutil.Eventually(t, "hold released when its owner left", func() (bool, string) {
 		got := prop(t, conn, "ActivePolicy")
 		return got == "powersaving", fmt.Sprint(got)
 	})
@@ -313,8 +268,8 @@ func TestBusAPI(t *testing.T) {
 	if err := obj.Call(Interface+".SetWorkloadPolicy", 0, "b", "performance").Err; err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "override applied", func() (bool, string) {
-		b, a := get(t, filepath.Join(m.managed, "b/cpuset.cpus")), get(t, filepath.Join(m.managed, "a/cpuset.cpus"))
+	testutil.Eventually(t, "override applied", func() (bool, string) {
+		b, a := testutil.ReadTrim(t, filepath.Join(m.managed, "b/cpuset.cpus")), testutil.ReadTrim(t, filepath.Join(m.managed, "a/cpuset.cpus"))
 		return b == "0-7" && a == "0", b + " / " + a
 	})
 	if err := obj.Call(Interface+".SetWorkloadPolicy", 0, "b", "balance").Err; dbusErrName(err) != errInvalidArgs {
@@ -461,18 +416,14 @@ func TestBusCreateWorkloadRealCgroup(t *testing.T) {
 	if _, err := exec.LookPath("busctl"); err != nil {
 		t.Skip("needs busctl (Debian package systemd)")
 	}
-	addr := startTestBus(t)
+	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
 	d, parent := realV1Daemon(t, func(c *Config) { c.Bus = addr })
 	conn, err := dbus.Connect(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	eventually(t, "bus name", func() (bool, string) {
-		var has bool
-		err := conn.BusObject().Call("org.freedesktop.DBus.NameHasOwner", 0, BusName).Store(&has)
-		return err == nil && has, fmt.Sprint(err)
-	})
+	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(conn, BusName) })
 	out, err := exec.Command("sh", "-c", `exec busctl --address="$0" call `+BusName+` `+string(ObjectPath)+` `+Interface+` CreateWorkload su job $$`, addr).CombinedOutput()
 	if err != nil {
 		t.Fatalf("CreateWorkload through busctl: %v %s", err, out)
@@ -485,7 +436,7 @@ func TestBusCreateWorkloadRealCgroup(t *testing.T) {
 	// workload may already be gone again, since busctl has exited.
 	// busctl has exited, so the workload is empty: the daemon created it,
 	// so it removes it, and the name can be used again.
-	eventually(t, "finished workload removed", func() (bool, string) {
+	testutil.Eventually(t, "finished workload removed", func() (bool, string) {
 		_, err := os.Stat(filepath.Join(parent, "job"))
 		return os.IsNotExist(err) && len(d.Snapshot().Workloads) == 0, fmt.Sprint(err, d.Snapshot().Workloads)
 	})
@@ -496,7 +447,7 @@ func TestBusCreateWorkloadRealCgroup(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(parent, "mine"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "mine adopted", func() (bool, string) {
+	testutil.Eventually(t, "mine adopted", func() (bool, string) {
 		for _, w := range d.Snapshot().Workloads {
 			if w.Name == "mine" {
 				return true, ""
@@ -508,15 +459,6 @@ func TestBusCreateWorkloadRealCgroup(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(parent, "mine")); err != nil {
 		t.Errorf("the daemon removed a cgroup it did not create: %v", err)
 	}
-}
-
-func readOr(t *testing.T, p string) string {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // TestBusRealClients talks to the service with the three command-line

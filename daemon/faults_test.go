@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
@@ -90,24 +91,24 @@ func TestWorkloadRemovedBetweenPlanAndWrite(t *testing.T) {
 	t.Run("v2 mock", func(t *testing.T) {
 		m := newMockLaptop(t)
 		d, _, _ := m.start(t)
-		eventually(t, "two workloads", func() (bool, string) {
+		testutil.Eventually(t, "two workloads", func() (bool, string) {
 			return len(d.Snapshot().Workloads) == 2, fmt.Sprint(d.Snapshot().Workloads)
 		})
 		removedBetween(t, d, func() error { return os.RemoveAll(filepath.Join(m.managed, "a")) }, "a", "b")
 	})
 	t.Run("real v1", func(t *testing.T) {
-		parent := realV1Parent(t)
+		parent := testutil.CpusetV1Parent(t, "schedpolicyd-test")
 		for _, w := range []string{"a", "b"} {
 			if err := os.Mkdir(filepath.Join(parent, w), 0o755); err != nil {
 				t.Fatal(err)
 			}
 		}
 		m := newMockLaptop(t)
-		online := strings.TrimSpace(readOr(t, "/sys/devices/system/cpu/online"))
+		online := strings.TrimSpace(testutil.Read(t, "/sys/devices/system/cpu/online"))
 		os.RemoveAll(filepath.Join(m.sys, "devices"))
-		put(t, filepath.Join(m.sys, "devices/system/cpu/online"), online)
+		testutil.Put(t, filepath.Join(m.sys, "devices/system/cpu/online"), online)
 		d := m.startWith(t, func(c *Config) { c.CgroupRoot = parent })
-		eventually(t, "two workloads", func() (bool, string) {
+		testutil.Eventually(t, "two workloads", func() (bool, string) {
 			return len(d.Snapshot().Workloads) == 2, fmt.Sprint(d.Snapshot().Workloads)
 		})
 		removedBetween(t, d, func() error { return syscall.Rmdir(filepath.Join(parent, "a")) }, "a", "b")
@@ -142,40 +143,11 @@ func removedBetween(t *testing.T, d *Daemon, remove func() error, gone, kept str
 	if after := d.Stats(); after.Errors != before.Errors {
 		t.Errorf("a vanished workload counted as %d errors", after.Errors-before.Errors)
 	}
-	eventually(t, "original forgotten", func() (bool, string) {
+	testutil.Eventually(t, "original forgotten", func() (bool, string) {
 		st, _ := LoadState(d.cfg.StateDir)
 		_, has := originals(st)[filepath.Join(d.cfg.CgroupRoot, gone)]
 		return !has, fmt.Sprint(st.Cgroups)
 	})
-}
-
-// realV1Parent creates a cgroup v1 cpuset parent with every CPU and mem,
-// removed (children first) at cleanup; it skips where there is none.
-func realV1Parent(t *testing.T) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create cgroups")
-	}
-	const root = "/sys/fs/cgroup/cpuset"
-	if _, err := os.Stat(root + "/cpuset.cpus"); err != nil {
-		t.Skipf("needs the cgroup v1 cpuset controller at %s", root)
-	}
-	parent := fmt.Sprintf("%s/schedpolicyd-test-%d", root, time.Now().UnixNano())
-	if err := os.Mkdir(parent, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		kids, _ := os.ReadDir(parent) // (filepath.Glob("dir/*/") matches nothing)
-		for _, k := range kids {
-			if k.IsDir() {
-				syscall.Rmdir(filepath.Join(parent, k.Name()))
-			}
-		}
-		syscall.Rmdir(parent)
-	})
-	put(t, parent+"/cpuset.cpus", strings.TrimSpace(readOr(t, root+"/cpuset.effective_cpus")))
-	put(t, parent+"/cpuset.mems", strings.TrimSpace(readOr(t, root+"/cpuset.mems")))
-	return parent
 }
 
 // TestDaemonChoiceNotPersisted: when state.json cannot be written (the
@@ -189,7 +161,7 @@ func TestDaemonChoiceNotPersisted(t *testing.T) {
 	m := newMockLaptop(t)
 	d := m.startWith(t, nil)
 	before := d.Snapshot()
-	saved := readOr(t, filepath.Join(m.state, StateFile))
+	saved := testutil.Read(t, filepath.Join(m.state, StateFile))
 	if out, err := exec.Command("chattr", "+i", m.state).CombinedOutput(); err != nil {
 		t.Skipf("cannot make %s immutable on this file system: %v %s", m.state, err, out)
 	}
@@ -205,11 +177,11 @@ func TestDaemonChoiceNotPersisted(t *testing.T) {
 		t.Errorf("policy %s knob %+v last change %v after the failure, want %s %+v %v", after.Policy, after.Knob, after.LastChange, before.Policy, before.Knob, before.LastChange)
 	}
 	for i, w := range after.Workloads {
-		if cur := strings.TrimSpace(readOr(t, filepath.Join(w.Path, "cpuset.cpus"))); w.CPUs != before.Workloads[i].CPUs || cur != before.Workloads[i].CPUs {
+		if cur := strings.TrimSpace(testutil.Read(t, filepath.Join(w.Path, "cpuset.cpus"))); w.CPUs != before.Workloads[i].CPUs || cur != before.Workloads[i].CPUs {
 			t.Errorf("%s: cpuset %s (file %s) after the failure, want %s", w.Name, w.CPUs, cur, before.Workloads[i].CPUs)
 		}
 	}
-	if got := readOr(t, filepath.Join(m.state, StateFile)); got != saved {
+	if got := testutil.Read(t, filepath.Join(m.state, StateFile)); got != saved {
 		t.Errorf("state.json changed:\n%s\nwant\n%s", got, saved)
 	}
 }

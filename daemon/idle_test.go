@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -23,9 +24,9 @@ import (
 func thisMachineLaptop(t *testing.T) mockLaptop {
 	t.Helper()
 	m := newMockLaptop(t)
-	online := strings.TrimSpace(readOr(t, "/sys/devices/system/cpu/online"))
+	online := strings.TrimSpace(testutil.Read(t, "/sys/devices/system/cpu/online"))
 	os.RemoveAll(filepath.Join(m.sys, "devices"))
-	put(t, filepath.Join(m.sys, "devices/system/cpu/online"), online)
+	testutil.Put(t, filepath.Join(m.sys, "devices/system/cpu/online"), online)
 	return m
 }
 
@@ -33,7 +34,7 @@ func thisMachineLaptop(t *testing.T) mockLaptop {
 // cpuset as the managed parent and the real /proc.
 func realV1Daemon(t *testing.T, edit func(*Config)) (*Daemon, string) {
 	t.Helper()
-	parent := realV1Parent(t)
+	parent := testutil.CpusetV1Parent(t, "schedpolicyd-test")
 	m := thisMachineLaptop(t)
 	d := m.startWith(t, func(c *Config) {
 		c.CgroupRoot = parent
@@ -73,7 +74,7 @@ func TestDaemonIdleStopsSampling(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "job adopted", func() (bool, string) {
+	testutil.Eventually(t, "job adopted", func() (bool, string) {
 		return len(d.Snapshot().Workloads) == 1, fmt.Sprint(d.Snapshot().Workloads)
 	})
 	// Tasks that wait first and then spin: more spinners than CPUs, so
@@ -101,9 +102,9 @@ func TestDaemonIdleStopsSampling(t *testing.T) {
 			t.Fatal(err)
 		}
 		procs, stdins = append(procs, c), append(stdins, w)
-		put(t, filepath.Join(dir, "cgroup.procs"), fmt.Sprint(c.Process.Pid))
+		testutil.Put(t, filepath.Join(dir, "cgroup.procs"), fmt.Sprint(c.Process.Pid))
 	}
-	eventually(t, "sampling stopped while every workload is idle", func() (bool, string) {
+	testutil.Eventually(t, "sampling stopped while every workload is idle", func() (bool, string) {
 		return !d.isSampling(), fmt.Sprint(d.Stats())
 	})
 	before := d.Stats()
@@ -119,7 +120,7 @@ func TestDaemonIdleStopsSampling(t *testing.T) {
 	for _, w := range stdins {
 		w.Write([]byte("go\n"))
 	}
-	eventually(t, "sampling back after CPU pressure, job busy", func() (bool, string) {
+	testutil.Eventually(t, "sampling back after CPU pressure, job busy", func() (bool, string) {
 		for _, w := range d.Snapshot().Workloads {
 			if w.Name == "job" {
 				return w.Util > 0.5, fmt.Sprintf("util %.2f, %+v", w.Util, d.Stats())
@@ -176,7 +177,7 @@ func TestDaemonReapsOnExit(t *testing.T) {
 		t.Fatalf("job removed while its sleep still runs: %v", err)
 	}
 	sleeper.Kill()
-	eventually(t, "job removed after its last task exited", func() (bool, string) {
+	testutil.Eventually(t, "job removed after its last task exited", func() (bool, string) {
 		_, err := os.Stat(path)
 		return os.IsNotExist(err) && len(d.Snapshot().Workloads) == 0, fmt.Sprint(err, d.Snapshot().Workloads, d.Stats())
 	})
@@ -192,22 +193,22 @@ func TestDaemonReapsOnExit(t *testing.T) {
 // flag was already 0 alone, and sets the flags back on a clean stop — or
 // at the next start after a crash.
 func TestDaemonQuietsLoadBalance(t *testing.T) {
-	parent := realV1Parent(t)
+	parent := testutil.CpusetV1Parent(t, "schedpolicyd-test")
 	for _, n := range []string{"a", "b"} {
 		if err := os.Mkdir(filepath.Join(parent, n), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	put(t, filepath.Join(parent, "b", "cpuset.sched_load_balance"), "0")
+	testutil.Put(t, filepath.Join(parent, "b", "cpuset.sched_load_balance"), "0")
 	flag := func(n string) string {
-		return strings.TrimSpace(readOr(t, filepath.Join(parent, n, "cpuset.sched_load_balance")))
+		return strings.TrimSpace(testutil.Read(t, filepath.Join(parent, n, "cpuset.sched_load_balance")))
 	}
 	m := thisMachineLaptop(t)
 	start := func() (*Daemon, context.CancelFunc, <-chan error) {
 		return m.startCfg(t, func(c *Config) { c.CgroupRoot = parent })
 	}
 	d, cancel, done := start()
-	eventually(t, "a's flag cleared", func() (bool, string) { return flag("a") == "0", flag("a") })
+	testutil.Eventually(t, "a's flag cleared", func() (bool, string) { return flag("a") == "0", flag("a") })
 	st, err := LoadState(d.cfg.StateDir)
 	if err != nil {
 		t.Fatal(err)
@@ -224,7 +225,7 @@ func TestDaemonQuietsLoadBalance(t *testing.T) {
 	// A crash: state.json says the daemon cleared a, and a is still 0. It
 	// also names b — but with another inode: b was removed and made again
 	// after the crash, and its 0 is the user's own.
-	put(t, filepath.Join(parent, "a", "cpuset.sched_load_balance"), "0")
+	testutil.Put(t, filepath.Join(parent, "a", "cpuset.sched_load_balance"), "0")
 	cleared := []Record{
 		{Path: filepath.Join(parent, "a"), Inode: inode(t, filepath.Join(parent, "a")), LoadBalanceCleared: true},
 		{Path: filepath.Join(parent, "b"), Inode: inode(t, filepath.Join(parent, "b")) + 1, LoadBalanceCleared: true},
@@ -250,7 +251,7 @@ func TestDaemonWorkloadReplaced(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "w1 adopted", func() (bool, string) {
+	testutil.Eventually(t, "w1 adopted", func() (bool, string) {
 		return len(d.Snapshot().Workloads) == 1, fmt.Sprint(d.Snapshot().Workloads)
 	})
 	if err := syscall.Rmdir(dir); err != nil {
@@ -259,8 +260,8 @@ func TestDaemonWorkloadReplaced(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the new w1 prepared and managed", func() (bool, string) {
-		mems := strings.TrimSpace(readOr(t, filepath.Join(dir, "cpuset.mems")))
+	testutil.Eventually(t, "the new w1 prepared and managed", func() (bool, string) {
+		mems := strings.TrimSpace(testutil.Read(t, filepath.Join(dir, "cpuset.mems")))
 		return mems != "" && len(d.Snapshot().Workloads) == 1, fmt.Sprintf("mems %q, %v", mems, d.Snapshot().Workloads)
 	})
 	// A task can be attached, and a policy switch writes the new cgroup.
@@ -269,13 +270,13 @@ func TestDaemonWorkloadReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sleeper.Process.Kill(); sleeper.Wait() })
-	put(t, filepath.Join(dir, "cgroup.procs"), fmt.Sprint(sleeper.Process.Pid))
+	testutil.Put(t, filepath.Join(dir, "cgroup.procs"), fmt.Sprint(sleeper.Process.Pid))
 	if err := d.do(context.Background(), func() error {
 		return d.setKnob(d.knob.WithCurrentPolicy(policy.Powersaving), "test")
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.TrimSpace(readOr(t, filepath.Join(dir, "cpuset.cpus"))); strings.ContainsAny(got, ",-") || got == "" {
+	if got := strings.TrimSpace(testutil.Read(t, filepath.Join(dir, "cpuset.cpus"))); strings.ContainsAny(got, ",-") || got == "" {
 		t.Errorf("w1's cpuset after powersaving = %q, want one CPU", got)
 	}
 	if s := d.Stats(); s.Errors != 0 {
@@ -292,7 +293,7 @@ func TestDaemonSwitchSamplesWhenStopped(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(parent, "job"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "sampling stopped", func() (bool, string) {
+	testutil.Eventually(t, "sampling stopped", func() (bool, string) {
 		return len(d.Snapshot().Workloads) == 1 && !d.isSampling(), fmt.Sprint(d.Stats())
 	})
 	var before, after int64
@@ -327,7 +328,7 @@ func inode(t *testing.T, path string) uint64 {
 // one whose task exited while no daemon ran is removed at the start —
 // but a cgroup made again under a created one's name is not.
 func TestDaemonReapsAfterRestart(t *testing.T) {
-	parent := realV1Parent(t)
+	parent := testutil.CpusetV1Parent(t, "schedpolicyd-test")
 	m := thisMachineLaptop(t)
 	start := func() (*Daemon, context.CancelFunc, <-chan error) {
 		return m.startCfg(t, func(c *Config) { c.CgroupRoot = parent; c.SampleInterval = time.Hour })
@@ -358,7 +359,7 @@ func TestDaemonReapsAfterRestart(t *testing.T) {
 	jobs[1].Process.Kill()
 	jobs[1].Wait()
 	renewed := filepath.Join(parent, "renewed")
-	put(t, "/sys/fs/cgroup/cpuset/cgroup.procs", fmt.Sprint(jobs[2].Process.Pid))
+	testutil.Put(t, "/sys/fs/cgroup/cpuset/cgroup.procs", fmt.Sprint(jobs[2].Process.Pid))
 	if err := syscall.Rmdir(renewed); err != nil {
 		t.Fatal(err)
 	}
@@ -366,13 +367,13 @@ func TestDaemonReapsAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, _, _ = start()
-	eventually(t, "ended removed at start", func() (bool, string) {
+	testutil.Eventually(t, "ended removed at start", func() (bool, string) {
 		_, err := os.Stat(filepath.Join(parent, "ended"))
 		return os.IsNotExist(err), fmt.Sprint(err)
 	})
 	jobs[0].Process.Kill()
 	jobs[0].Wait()
-	eventually(t, "live removed when its task exited", func() (bool, string) {
+	testutil.Eventually(t, "live removed when its task exited", func() (bool, string) {
 		_, err := os.Stat(filepath.Join(parent, "live"))
 		return os.IsNotExist(err), fmt.Sprint(err, d.Snapshot().Workloads)
 	})

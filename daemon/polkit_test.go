@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
@@ -33,7 +34,7 @@ func TestPolkitAuthorisation(t *testing.T) {
 			t.Skipf("needs %s", tool)
 		}
 	}
-	addr := startTestBus(t)
+	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
 
 	// Our action, where polkitd looks for actions.
 	action := "/usr/share/polkit-1/actions/org.schedpolicyd.policy"
@@ -70,7 +71,7 @@ func TestPolkitAuthorisation(t *testing.T) {
 			"busctl", "--address="+addr, "call", BusName, string(ObjectPath), Interface, "SetPolicy", "s", "powersaving").CombinedOutput()
 		return string(out), err
 	}
-	eventually(t, "polkitd and our name on the bus", func() (bool, string) {
+	testutil.Eventually(t, "polkitd and our name on the bus", func() (bool, string) {
 		out, err := exec.Command("busctl", "--address="+addr, "list", "--acquired").CombinedOutput()
 		return err == nil && strings.Contains(string(out), "org.freedesktop.PolicyKit1") && strings.Contains(string(out), BusName), string(out)
 	})
@@ -98,7 +99,7 @@ func TestPolkitAuthorisation(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.Remove(rule) })
-	eventually(t, "polkit allows nobody after the rule", func() (bool, string) {
+	testutil.Eventually(t, "polkit allows nobody after the rule", func() (bool, string) {
 		out, err := call()
 		return err == nil, out
 	})

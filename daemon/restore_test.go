@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
@@ -24,17 +25,17 @@ func v1Workloads(t *testing.T, parent string, cpus map[string]string) {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		put(t, dir+"/cpuset.mems", strings.TrimSpace(readOr(t, parent+"/cpuset.mems")))
-		put(t, dir+"/cpuset.cpus", c)
+		testutil.Put(t, dir+"/cpuset.mems", strings.TrimSpace(testutil.Read(t, parent+"/cpuset.mems")))
+		testutil.Put(t, dir+"/cpuset.cpus", c)
 	}
 }
 
 func cpusOf(t *testing.T, dir string) string {
-	return strings.TrimSpace(readOr(t, filepath.Join(dir, "cpuset.cpus")))
+	return strings.TrimSpace(testutil.Read(t, filepath.Join(dir, "cpuset.cpus")))
 }
 
 func flagOf(t *testing.T, dir string) string {
-	return strings.TrimSpace(readOr(t, filepath.Join(dir, "cpuset.sched_load_balance")))
+	return strings.TrimSpace(testutil.Read(t, filepath.Join(dir, "cpuset.sched_load_balance")))
 }
 
 func needTwoCPUs(t *testing.T, parent string) {
@@ -67,8 +68,8 @@ func crashState(t *testing.T, state string, dirs []string) (putBack func()) {
 	}
 	return func() {
 		for _, d := range dirs {
-			put(t, d+"/cpuset.cpus", cpus[d])
-			put(t, d+"/cpuset.sched_load_balance", flags[d])
+			testutil.Put(t, d+"/cpuset.cpus", cpus[d])
+			testutil.Put(t, d+"/cpuset.sched_load_balance", flags[d])
 		}
 		if err := os.WriteFile(filepath.Join(state, StateFile), b, 0o644); err != nil {
 			t.Fatal(err)
@@ -82,7 +83,7 @@ func crashState(t *testing.T, state string, dirs []string) (putBack func()) {
 // are; the next run on the parent restores every original and flag and
 // then drops the records.
 func TestRestoreKeepsRecordsNoRunMatched(t *testing.T) {
-	parent := realV1Parent(t)
+	parent := testutil.CpusetV1Parent(t, "schedpolicyd-test")
 	needTwoCPUs(t, parent)
 	orig := map[string]string{"a": "0", "b": "1", "c": "0-1"}
 	v1Workloads(t, parent, orig)
@@ -106,7 +107,7 @@ func TestRestoreKeepsRecordsNoRunMatched(t *testing.T) {
 	<-done
 	putBack() // as kill -9 leaves it
 
-	other := realV1Parent(t)
+	other := testutil.CpusetV1Parent(t, "schedpolicyd-test")
 	for _, root := range []string{"", other} {
 		_, cancel, done := run(root)
 		cancel()
@@ -156,15 +157,15 @@ func TestRestoreKeepsRecordsNoRunMatched(t *testing.T) {
 // set it while every other workload is restored. A value set just after
 // adoption, before the daemon's first write, is never written over.
 func TestRestoreHandEdit(t *testing.T) {
-	parent := realV1Parent(t)
+	parent := testutil.CpusetV1Parent(t, "schedpolicyd-test")
 	needTwoCPUs(t, parent)
 	v1Workloads(t, parent, map[string]string{"a": "0", "b": "1", "c": "0-1"})
 	m := thisMachineLaptop(t)
 	d, cancel, done := m.startCfg(t, func(c *Config) { c.CgroupRoot = parent })
-	eventually(t, "performance: a and b spread", func() (bool, string) {
+	testutil.Eventually(t, "performance: a and b spread", func() (bool, string) {
 		return cpusOf(t, parent+"/a") == "0-1" && cpusOf(t, parent+"/b") == "0-1", cpusOf(t, parent+"/a") + " " + cpusOf(t, parent+"/b")
 	})
-	put(t, parent+"/c/cpuset.cpus", "1") // the user's
+	testutil.Put(t, parent+"/c/cpuset.cpus", "1") // the user's
 	status := func(n string) WorkloadStatus {
 		for _, w := range d.Snapshot().Workloads {
 			if w.Name == n {
@@ -173,7 +174,7 @@ func TestRestoreHandEdit(t *testing.T) {
 		}
 		return WorkloadStatus{}
 	}
-	eventually(t, "c shown as the user's", func() (bool, string) {
+	testutil.Eventually(t, "c shown as the user's", func() (bool, string) {
 		w := status("c")
 		return w.CPUs == "1" && w.Override == releasedOverride, w.CPUs + " " + string(w.Override)
 	})
@@ -185,9 +186,9 @@ func TestRestoreHandEdit(t *testing.T) {
 
 	// Just after adoption, before the first write: e is the user's 0.
 	v1Workloads(t, parent, map[string]string{"e": "0-1"})
-	eventually(t, "e adopted", func() (bool, string) { return status("e").Name == "e", "" })
+	testutil.Eventually(t, "e adopted", func() (bool, string) { return status("e").Name == "e", "" })
 	err := d.do(context.Background(), func() error {
-		put(t, parent+"/e/cpuset.cpus", "0")
+		testutil.Put(t, parent+"/e/cpuset.cpus", "0")
 		return d.setKnob(d.knob.WithCurrentPolicy(policy.Powersaving), "test")
 	})
 	if err != nil {
@@ -224,7 +225,7 @@ func cpuOnline(t *testing.T, on bool) {
 // sysfs view follows the real machine, which the test changed).
 func hotplug(t *testing.T, d *Daemon, m mockLaptop, online string) {
 	t.Helper()
-	put(t, filepath.Join(m.sys, "devices/system/cpu/online"), online)
+	testutil.Put(t, filepath.Join(m.sys, "devices/system/cpu/online"), online)
 	d.do(context.Background(), func() error { d.onHotplug(); return nil })
 }
 
@@ -234,7 +235,7 @@ func hotplug(t *testing.T, d *Daemon, m mockLaptop, online string) {
 // originals in part and keeps them recorded, with the parent's; the next
 // run, with CPU 1 back, restores them in full and drops the records.
 func TestRestoreHotplug(t *testing.T) {
-	parent := realV1Parent(t)
+	parent := testutil.CpusetV1Parent(t, "schedpolicyd-test")
 	needTwoCPUs(t, parent)
 	v1Workloads(t, parent, map[string]string{"a": "0", "b": "1", "c": "0-1"})
 	m := thisMachineLaptop(t)
@@ -269,7 +270,7 @@ func TestRestoreHotplug(t *testing.T) {
 	setPolicy(t, d, policy.Performance)
 	cpuOnline(t, true)
 	hotplug(t, d, m, "0-1")
-	eventually(t, "CPU 1 back in the parent and the workloads", func() (bool, string) {
+	testutil.Eventually(t, "CPU 1 back in the parent and the workloads", func() (bool, string) {
 		s := cpusOf(t, parent) + " " + cpusOf(t, parent+"/a") + " " + cpusOf(t, parent+"/b") + " " + cpusOf(t, parent+"/c")
 		return s == "0-1 0-1 0-1 0-1", s
 	})
@@ -297,14 +298,14 @@ func TestAdoptRetriesChildNotReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The loop sees c without files first.
-	eventually(t, "c seen, waiting", func() (bool, string) {
+	testutil.Eventually(t, "c seen, waiting", func() (bool, string) {
 		var w bool
 		d.do(context.Background(), func() error { w = d.pl.waiting["c"]; return nil })
 		return w, ""
 	})
-	put(t, filepath.Join(c, "cpu.stat"), "usage_usec 0")
-	put(t, filepath.Join(c, "cpuset.cpus"), "1")
-	eventually(t, "c adopted", func() (bool, string) {
+	testutil.Put(t, filepath.Join(c, "cpu.stat"), "usage_usec 0")
+	testutil.Put(t, filepath.Join(c, "cpuset.cpus"), "1")
+	testutil.Eventually(t, "c adopted", func() (bool, string) {
 		for _, w := range d.Snapshot().Workloads {
 			if w.Name == "c" {
 				return true, ""

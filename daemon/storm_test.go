@@ -20,6 +20,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"go.uber.org/goleak"
 
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
@@ -62,7 +63,7 @@ func TestStormAttributeWrites(t *testing.T) {
 	}
 	burst := time.Since(start)
 	// Settle: the last write's debounce window plus a margin.
-	eventually(t, "AC at the end", func() (bool, string) {
+	testutil.Eventually(t, "AC at the end", func() (bool, string) {
 		return d.Snapshot().PowerSource == "ac", string(d.Snapshot().PowerSource)
 	})
 	time.Sleep(3 * debounce)
@@ -190,7 +191,7 @@ func TestStormWorkloadsComeAndGo(t *testing.T) {
 			os.WriteFile(w+"/cpuset.cpus", nil, 0o644)
 			os.WriteFile(w+"/cpu.stat", []byte("usage_usec 0\n"), 0o644)
 		}
-		eventually(t, fmt.Sprintf("round %d: %d workloads adopted", r, n+2), func() (bool, string) {
+		testutil.Eventually(t, fmt.Sprintf("round %d: %d workloads adopted", r, n+2), func() (bool, string) {
 			k := len(d.Snapshot().Workloads)
 			return k == n+2, fmt.Sprint(k)
 		})
@@ -204,7 +205,7 @@ func TestStormWorkloadsComeAndGo(t *testing.T) {
 		for i := range n {
 			os.RemoveAll(filepath.Join(m.managed, fmt.Sprintf("job%04d", i)))
 		}
-		eventually(t, fmt.Sprintf("round %d: back to 2 workloads", r), func() (bool, string) {
+		testutil.Eventually(t, fmt.Sprintf("round %d: back to 2 workloads", r), func() (bool, string) {
 			k := len(d.Snapshot().Workloads)
 			return k == 2, fmt.Sprint(k)
 		})
@@ -212,7 +213,7 @@ func TestStormWorkloadsComeAndGo(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "originals forgotten", func() (bool, string) {
+	testutil.Eventually(t, "originals forgotten", func() (bool, string) {
 		st, _ := LoadState(m.state)
 		return len(originals(st)) == 2, fmt.Sprint(len(originals(st)))
 	})

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
@@ -103,7 +104,7 @@ func TestTreeBadInput(t *testing.T) {
 		if err := writeOnce(filepath.Join(dir, c.file), []byte(c.data)); err != nil {
 			t.Errorf("%s ← %q: %v", c.file, c.data, err)
 		}
-		if got := get(t, filepath.Join(dir, c.file)); got != c.want {
+		if got := testutil.ReadTrim(t, filepath.Join(dir, c.file)); got != c.want {
 			t.Errorf("%s after %q reads %q, want %q", c.file, c.data, got, c.want)
 		}
 	}
@@ -135,7 +136,7 @@ func TestTreeBadInput(t *testing.T) {
 	if err != nil || st.Knob != s.Knob {
 		t.Errorf("after concurrent writes state.json knob %+v (%v), snapshot %+v", st.Knob, err, s.Knob)
 	}
-	if got := get(t, filepath.Join(dir, filePowerAware)); got != fmt.Sprint(int(s.Knob.PowerAware)) {
+	if got := testutil.ReadTrim(t, filepath.Join(dir, filePowerAware)); got != fmt.Sprint(int(s.Knob.PowerAware)) {
 		t.Errorf("tree power_aware %s, snapshot %d", got, s.Knob.PowerAware)
 	}
 }

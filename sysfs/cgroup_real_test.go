@@ -2,9 +2,7 @@ package sysfs
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
 const realV1Cpuset = "/sys/fs/cgroup/cpuset"
@@ -20,17 +20,13 @@ const realV1Cpuset = "/sys/fs/cgroup/cpuset"
 // a parent of its own, /sys/fs/cgroup/cpuset/schedpolicyd-test-<random>,
 // which it removes (with every child) even when it fails.
 func TestCgroupRealV1(t *testing.T) {
-	if os.Geteuid() != 0 || !cgExists(filepath.Join(realV1Cpuset, "cpuset.cpus")) {
-		t.Skip("needs root and cgroup v1 cpuset at " + realV1Cpuset)
-	}
-	path := filepath.Join(realV1Cpuset, fmt.Sprintf("schedpolicyd-test-%d-%08x", os.Getpid(), rand.Uint32()))
+	path := testutil.CpusetV1Dir(t, "schedpolicyd-test")
 	var procs []*exec.Cmd
-	t.Cleanup(func() {
+	t.Cleanup(func() { // before CpusetV1Dir's removal: cleanups run last first
 		for _, p := range procs {
 			_ = p.Process.Kill()
 			_ = p.Wait()
 		}
-		removeCgroupTree(t, path)
 	})
 	start := func(name string, args ...string) int {
 		t.Helper()
@@ -228,31 +224,4 @@ func TestCgroupRealV1(t *testing.T) {
 		t.Errorf("WriteCPUs on a removed child: err = %v, want ENOENT", err)
 	}
 	t.Logf("WriteCPUs on a removed child: %v", err)
-}
-
-// removeCgroupTree kills nothing; it rmdirs every cgroup below and including
-// dir, deepest first. It retries briefly because a killed task leaves the
-// cgroup asynchronously (rmdir fails with EBUSY until then).
-func removeCgroupTree(t *testing.T, dir string) {
-	var dirs []string
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			dirs = append(dirs, p)
-		}
-		return nil
-	})
-	slices.Reverse(dirs)
-	for _, d := range dirs {
-		var err error
-		for i := 0; i < 50; i++ {
-			if err = syscall.Rmdir(d); err == nil || errors.Is(err, syscall.ENOENT) {
-				err = nil
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if err != nil {
-			t.Errorf("cleanup: rmdir %s: %v (remove it by hand)", d, err)
-		}
-	}
 }

@@ -2,22 +2,17 @@ package sysfs
 
 import (
 	"errors"
-	"fmt"
-	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
 // TestCPUsFileRealV1: a held-open cpuset.cpus takes repeated writes on the
 // real cgroup v1 cpuset, and reports IsGone after the child is removed;
 // the sched_load_balance flag reads and writes.
 func TestCPUsFileRealV1(t *testing.T) {
-	if os.Geteuid() != 0 || !cgExists(filepath.Join(realV1Cpuset, "cpuset.cpus")) {
-		t.Skip("needs root and cgroup v1 cpuset at " + realV1Cpuset)
-	}
-	path := filepath.Join(realV1Cpuset, fmt.Sprintf("schedpolicyd-test-%d-%08x", os.Getpid(), rand.Uint32()))
-	t.Cleanup(func() { removeCgroupTree(t, path) })
+	path := testutil.CpusetV1Dir(t, "schedpolicyd-test")
 	cg, err := OpenCgroup(path, CgroupOptions{Create: true})
 	if err != nil {
 		t.Fatal(err)

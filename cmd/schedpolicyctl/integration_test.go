@@ -3,15 +3,14 @@ package main
 // Integration tests: the real schedpolicyd binary on a private dbus-daemon
 // with a mock sysfs root (the seed's 4-core/8-thread laptop plus the shared
 // corpus's Surface Pro on battery), queried and driven by the real
-// schedpolicyctl binary. The helpers follow cmd/schedpolicyd's
-// integration_test.go.
+// schedpolicyctl binary. The private bus, the fixture copy and the polling
+// are internal/testutil's, shared with cmd/schedpolicyd's tests.
 
 import (
 	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,9 +22,9 @@ import (
 	"time"
 
 	"github.com/godbus/dbus/v5"
-)
 
-const cpusetRoot = "/sys/fs/cgroup/cpuset"
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+)
 
 // binDir holds the binaries built once for the package's tests; it is
 // world-readable so a test can run schedpolicyctl as another user.
@@ -66,86 +65,17 @@ func binaries(t *testing.T) (daemonBin, ctlBin string) {
 	return filepath.Join(binDir, "schedpolicyd"), filepath.Join(binDir, "schedpolicyctl")
 }
 
-// startBus starts a private dbus-daemon whose socket any user may reach and
-// returns its address.
-func startBus(t *testing.T) string {
-	t.Helper()
-	if _, err := exec.LookPath("dbus-daemon"); err != nil {
-		t.Skip("needs dbus-daemon (Debian package dbus) for a private bus")
-	}
-	// Not t.TempDir(): its parent is private to root, and the bus must be
-	// reachable by another user (TestCtlAccessDenied).
-	dir, err := os.MkdirTemp("", "schedpolicyctl-bus-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(dir, 0o755)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	conf := filepath.Join(dir, "bus.conf")
-	os.WriteFile(conf, []byte(`<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>session</type>
-  <listen>unix:path=`+filepath.Join(dir, "bus")+`</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-    <allow user="*"/>
-  </policy>
-</busconfig>
-`), 0o644)
-	cmd := exec.Command("dbus-daemon", "--nofork", "--print-address=1", "--config-file="+conf)
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("dbus-daemon: %v", err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	addr, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("reading bus address: %v", err)
-	}
-	return strings.TrimSpace(addr)
-}
-
-// copyTree copies directories and regular files from src to dst.
-func copyTree(t *testing.T, src, dst string) {
-	t.Helper()
-	err := filepath.Walk(src, func(p string, info os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		target := filepath.Join(dst, rel)
-		if info.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		if !info.Mode().IsRegular() {
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, b, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // mockLaptop builds a sysfs root: the 4-core/8-thread laptop topology and
 // the Surface Pro running on battery (ADP1 offline, BAT1 Discharging).
 func mockLaptop(t *testing.T) string {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "sys")
-	copyTree(t, "../../sysfs/testdata/topology/laptop-4c8t", root)
+	testutil.CopyFixture(t, "../../sysfs/testdata/topology/laptop-4c8t", root)
 	ps := filepath.Join("..", "..", "..", "shared", "testdata", "power_supply", "surface-pro-on-battery", "sys", "class")
 	if _, err := os.Stat(ps); err != nil {
 		t.Skipf("needs the shared test corpus beside the checkout: %v", err)
 	}
-	copyTree(t, ps, filepath.Join(root, "class"))
+	testutil.CopyFixture(t, ps, filepath.Join(root, "class"))
 	return root
 }
 
@@ -167,23 +97,6 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// waitFor polls cond until it holds; the bound only keeps a failing test
-// from hanging.
-func waitFor(t *testing.T, what string, bound time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	var last string
-	for time.Now().Before(deadline) {
-		ok, s := cond()
-		if ok {
-			return
-		}
-		last = s
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s; last seen: %s", what, last)
-}
-
 // testDaemon is a running schedpolicyd on a private bus.
 type testDaemon struct {
 	addr  string
@@ -200,7 +113,7 @@ type testDaemon struct {
 func startDaemon(t *testing.T, cgroupRoot string) *testDaemon {
 	t.Helper()
 	daemonBin, ctlBin := binaries(t)
-	addr := startBus(t)
+	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
 	tmp := t.TempDir()
 	d := &testDaemon{addr: addr, sys: mockLaptop(t), state: filepath.Join(tmp, "state"), ctl: ctlBin, log: &lockedBuffer{}}
 	treeDir := filepath.Join(tmp, "tree")
@@ -231,15 +144,13 @@ func startDaemon(t *testing.T, cgroupRoot string) *testDaemon {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	waitFor(t, "schedpolicyd to own its name", 15*time.Second, func() (bool, string) {
+	testutil.WaitFor(t, "schedpolicyd to own its name", 15*time.Second, func() (bool, string) {
 		select {
 		case <-exited:
 			t.Fatalf("schedpolicyd exited:\n%s", d.log.String())
 		default:
 		}
-		var has bool
-		err := conn.BusObject().Call("org.freedesktop.DBus.NameHasOwner", 0, busName).Store(&has)
-		return err == nil && has, fmt.Sprint(err)
+		return testutil.NameOwned(conn, busName)
 	})
 	return d
 }
@@ -295,15 +206,6 @@ func (d *testDaemon) statusJSON(t *testing.T) status {
 	return s
 }
 
-func readTrim(t *testing.T, p string) string {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatalf("read %s: %v", p, err)
-	}
-	return strings.TrimSpace(string(b))
-}
-
 func TestCtlStatus(t *testing.T) {
 	d := startDaemon(t, "none")
 	r := d.inProcess("status")
@@ -349,8 +251,8 @@ func TestCtlSetAndAuto(t *testing.T) {
 	if r := d.inProcess("set", "performance"); r.code != 0 {
 		t.Fatalf("set performance: %v", r)
 	}
-	waitFor(t, "performance in the tree", 5*time.Second, func() (bool, string) {
-		v := readTrim(t, d.tree+"/current_sched_policy")
+	testutil.WaitFor(t, "performance in the tree", 5*time.Second, func() (bool, string) {
+		v := testutil.ReadTrim(t, d.tree+"/current_sched_policy")
 		return v == "performance", v
 	})
 	if s := d.statusJSON(t); s.ActivePolicy != "performance" || s.PowerAware != 0 {
@@ -363,7 +265,7 @@ func TestCtlSetAndAuto(t *testing.T) {
 			t.Errorf("%v: %v, want exit 4", args, r)
 		}
 	}
-	if v := readTrim(t, d.tree+"/power_aware"); v != "0" {
+	if v := testutil.ReadTrim(t, d.tree+"/power_aware"); v != "0" {
 		t.Errorf("power_aware = %s after rejected values, want 0", v)
 	}
 	// Usage errors: exit 2.
@@ -375,8 +277,8 @@ func TestCtlSetAndAuto(t *testing.T) {
 	if r := d.inProcess("auto", "1"); r.code != 0 {
 		t.Fatalf("auto 1: %v", r)
 	}
-	waitFor(t, "automatic → powersaving on battery", 5*time.Second, func() (bool, string) {
-		v := readTrim(t, d.tree+"/current_sched_policy") + " " + readTrim(t, d.tree+"/power_aware")
+	testutil.WaitFor(t, "automatic → powersaving on battery", 5*time.Second, func() (bool, string) {
+		v := testutil.ReadTrim(t, d.tree+"/current_sched_policy") + " " + testutil.ReadTrim(t, d.tree+"/power_aware")
 		return v == "powersaving 1", v
 	})
 	if r := d.inProcess("set", "balance"); r.code != 0 {
@@ -389,7 +291,7 @@ func TestCtlSetAndAuto(t *testing.T) {
 
 func TestCtlNotRunning(t *testing.T) {
 	_, ctl := binaries(t)
-	addr := startBus(t)
+	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
 	for _, args := range [][]string{{"status"}, {"set", "balance"}, {"workloads", "--json"}} {
 		r := runCtl(t, exec.Command(ctl, append([]string{"--bus", addr}, args...)...))
 		if r.code != exitFailure || !strings.Contains(r.stderr, "schedpolicyd is not running") {
@@ -428,7 +330,7 @@ func TestCtlAccessDenied(t *testing.T) {
 			t.Errorf("%v as nobody: %v, want exit 3 naming the polkit action", args, r)
 		}
 	}
-	if v := readTrim(t, d.tree+"/power_aware"); v != "1" {
+	if v := testutil.ReadTrim(t, d.tree+"/power_aware"); v != "1" {
 		t.Errorf("power_aware = %s after refused calls, want 1", v)
 	}
 }
@@ -539,8 +441,8 @@ func TestCtlWatchContract(t *testing.T) {
 func TestCtlLaunch(t *testing.T) {
 	d := startDaemon(t, "none")
 	os.WriteFile(filepath.Join(d.sys, "class/power_supply/ADP1/online"), []byte("1\n"), 0o644)
-	waitFor(t, "performance on AC", 5*time.Second, func() (bool, string) {
-		v := readTrim(t, d.tree+"/current_sched_policy")
+	testutil.WaitFor(t, "performance on AC", 5*time.Second, func() (bool, string) {
+		v := testutil.ReadTrim(t, d.tree+"/current_sched_policy")
 		return v == "performance", v
 	})
 	inside := filepath.Join(t.TempDir(), "inside.json")
@@ -567,7 +469,7 @@ func TestCtlLaunch(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the hold", 5*time.Second, func() (bool, string) {
+	testutil.WaitFor(t, "the hold", 5*time.Second, func() (bool, string) {
 		s := d.statusJSON(t)
 		return len(s.Holds) == 1, fmt.Sprint(s.Holds)
 	})
@@ -594,23 +496,7 @@ func TestCtlLaunch(t *testing.T) {
 // TestCtlRun creates a workload in a real cgroup v1 cpuset parent owned by
 // the test and checks the command really runs inside it.
 func TestCtlRun(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create cgroups")
-	}
-	if _, err := os.Stat(cpusetRoot + "/cpuset.cpus"); err != nil {
-		t.Skipf("needs the cgroup v1 cpuset controller at %s: %v", cpusetRoot, err)
-	}
-	cg := filepath.Join(cpusetRoot, fmt.Sprintf("schedpolicyctl-test-%d", rand.Uint32()))
-	t.Cleanup(func() {
-		// Move stragglers out, then remove children and the parent.
-		children, _ := os.ReadDir(cg) // (filepath.Glob("dir/*/") matches nothing)
-		for _, c := range children {
-			if c.IsDir() {
-				syscall.Rmdir(filepath.Join(cg, c.Name()))
-			}
-		}
-		syscall.Rmdir(cg)
-	})
+	cg := testutil.CpusetV1Dir(t, "schedpolicyctl-test")
 	d := startDaemon(t, cg)
 	r := d.run(t, "run", "--name", "build", "--", "cat", "/proc/self/cgroup")
 	if r.code != 0 {
@@ -621,7 +507,7 @@ func TestCtlRun(t *testing.T) {
 		t.Errorf("the command ran in\n%s\nwant a line ending in %q", r.stdout, want)
 	}
 	// The command has exited: the daemon made that cgroup, so it removes it.
-	waitFor(t, "the finished workload removed", 10*time.Second, func() (bool, string) {
+	testutil.WaitFor(t, "the finished workload removed", 10*time.Second, func() (bool, string) {
 		_, err := os.Stat(filepath.Join(cg, "build"))
 		r := d.inProcess("workloads", "--json")
 		return os.IsNotExist(err) && strings.TrimSpace(r.stdout) == "[]", r.stdout
@@ -633,7 +519,7 @@ func TestCtlRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { long.Process.Kill(); long.Wait() })
-	waitFor(t, "the running workload listed", 5*time.Second, func() (bool, string) {
+	testutil.WaitFor(t, "the running workload listed", 5*time.Second, func() (bool, string) {
 		r := d.inProcess("workloads", "--json")
 		var ws []workload
 		json.Unmarshal([]byte(r.stdout), &ws)

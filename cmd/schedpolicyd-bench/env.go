@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -18,6 +16,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
 const (
@@ -65,45 +64,18 @@ func (e *env) setup() error {
 
 // startBus runs dbus-daemon with a system-bus-like config on socket tmp/name
 // and returns its address. Any uid may connect (polkitd drops to its own
-// user) and own any name.
+// user) and own any name. Its standard error goes to a log file in tmp.
 func (e *env) startBus(name string) (string, error) {
-	sock := filepath.Join(e.tmp, name)
-	conf := filepath.Join(e.tmp, name+".conf")
-	cfg := `<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path=` + sock + `</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>
-</busconfig>
-`
-	if err := os.WriteFile(conf, []byte(cfg), 0o644); err != nil {
-		return "", err
+	o := testutil.BusOptions{System: true, AnyUser: true, Dir: e.tmp, Name: name, Binary: e.o.busDaemon}
+	if f := e.logFile("dbus-daemon-" + name); f != nil {
+		o.Stderr = f
 	}
-	if err := os.Chmod(e.tmp, 0o755); err != nil {
-		return "", err
-	}
-	cmd := exec.Command(e.o.busDaemon, "--nofork", "--print-address=1", "--config-file="+conf)
-	out, err := cmd.StdoutPipe()
+	b, err := testutil.StartBusProcess(o)
 	if err != nil {
 		return "", err
 	}
-	cmd.Stderr = e.logFile("dbus-daemon-" + name)
-	if err := cmd.Start(); err != nil {
-		return "", fmt.Errorf("dbus-daemon: %w", err)
-	}
-	e.track(cmd)
-	addr, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		return "", fmt.Errorf("reading the bus address: %w", err)
-	}
-	return strings.TrimSpace(addr), nil
+	e.track(b.Cmd)
+	return b.Addr, nil
 }
 
 func (e *env) startPolkit() error {
@@ -139,37 +111,11 @@ func (e *env) mockSysfs() error {
 		filepath.Join("..", "shared", "testdata", "power_supply", psCase, "sys"),
 	}
 	for _, s := range srcs {
-		if err := copyTree(s, e.sysRoot); err != nil {
+		if err := testutil.CopyTree(s, e.sysRoot); err != nil {
 			return fmt.Errorf("mock sysfs from %s (run from the checkout): %w", s, err)
 		}
 	}
 	return nil
-}
-
-func copyTree(src, dst string) error {
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		t := filepath.Join(dst, rel)
-		switch {
-		case d.Type()&fs.ModeSymlink != 0:
-			l, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			return os.Symlink(l, t)
-		case d.IsDir():
-			return os.MkdirAll(t, 0o755)
-		default:
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(t, b, 0o644)
-		}
-	})
 }
 
 func (e *env) logFile(name string) *os.File {

@@ -2,10 +2,11 @@ package main
 
 import (
 	"bytes"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
 // TestCLIBadInput: every usage error exits 2 with a message on stderr that
@@ -14,7 +15,7 @@ import (
 func TestCLIBadInput(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "missing.conf")
 	bad := filepath.Join(t.TempDir(), "bad.conf")
-	writeFileT(t, bad, "power_aware = 1\ndebounce = \"soon\"\n")
+	testutil.WriteFile(t, bad, "power_aware = 1\ndebounce = \"soon\"\n")
 	for _, c := range []struct {
 		args   []string
 		code   int
@@ -59,12 +60,5 @@ func TestCLIBadInput(t *testing.T) {
 		if c.stdout != "" && !strings.Contains(out.String(), c.stdout) {
 			t.Errorf("%q: stdout %q lacks %q", c.args, out.String(), c.stdout)
 		}
-	}
-}
-
-func writeFileT(t *testing.T, p, s string) {
-	t.Helper()
-	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
 	}
 }

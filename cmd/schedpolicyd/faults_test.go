@@ -11,7 +11,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
 // daemonProc is one run of the real binary.
@@ -98,7 +98,7 @@ func (p *daemonProc) alive(t *testing.T) {
 // logHas waits for s in the daemon's log.
 func (p *daemonProc) logHas(t *testing.T, what, s string) {
 	t.Helper()
-	waitFor(t, what, 15*time.Second, func() (bool, string) {
+	testutil.WaitFor(t, what, 15*time.Second, func() (bool, string) {
 		return strings.Contains(p.log.String(), s), "log lacks " + strconv.Quote(s)
 	})
 }
@@ -112,37 +112,24 @@ type v1Parent struct {
 
 func newV1Parent(t *testing.T) *v1Parent {
 	t.Helper()
-	online := readTrim(t, "/sys/devices/system/cpu/online")
-	all := readTrim(t, cpusetRoot+"/cpuset.effective_cpus")
+	online := testutil.ReadTrim(t, "/sys/devices/system/cpu/online")
+	all := testutil.ReadTrim(t, testutil.CpusetRoot+"/cpuset.effective_cpus")
 	if all != online {
 		t.Skipf("the root cpuset (%s) differs from the online CPUs (%s)", all, online)
 	}
 	if !strings.ContainsAny(all, ",-") {
 		t.Skipf("needs at least 2 online CPUs, this machine has %s", all)
 	}
-	c := &v1Parent{dir: filepath.Join(cpusetRoot, fmt.Sprintf("schedpolicyd-test-%d", rand.Uint32())), cpus: all, mems: readTrim(t, cpusetRoot+"/cpuset.mems")}
-	if err := os.Mkdir(c.dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	// CpusetV1Parent gives it the root's effective CPUs (all, checked
+	// above) and mems, and removes it with its children at cleanup; the
+	// tasks are killed first (cleanups run last first).
+	c := &v1Parent{dir: testutil.CpusetV1Parent(t, "schedpolicyd-test"), cpus: all, mems: testutil.ReadTrim(t, testutil.CpusetRoot+"/cpuset.mems")}
 	t.Cleanup(func() {
 		for _, p := range c.procs {
 			p.Process.Kill()
 			p.Wait()
 		}
-		// Depth first: nested children before their parents.
-		var dirs []string
-		filepath.Walk(c.dir, func(p string, info os.FileInfo, err error) error {
-			if err == nil && info.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			syscall.Rmdir(dirs[i])
-		}
 	})
-	write(t, c.dir+"/cpuset.cpus", c.cpus)
-	write(t, c.dir+"/cpuset.mems", c.mems)
 	return c
 }
 
@@ -154,8 +141,8 @@ func (c *v1Parent) child(t *testing.T, name, cpus string) string {
 	if err := os.Mkdir(p, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	write(t, p+"/cpuset.cpus", cpus)
-	write(t, p+"/cpuset.mems", c.mems)
+	testutil.Write(t, p+"/cpuset.cpus", cpus)
+	testutil.Write(t, p+"/cpuset.mems", c.mems)
 	return p
 }
 
@@ -169,7 +156,7 @@ func (c *v1Parent) spin(t *testing.T, name string) *exec.Cmd {
 		t.Fatal(err)
 	}
 	c.procs = append(c.procs, p)
-	write(t, filepath.Join(c.dir, name, "cgroup.procs"), strconv.Itoa(p.Process.Pid))
+	testutil.Write(t, filepath.Join(c.dir, name, "cgroup.procs"), strconv.Itoa(p.Process.Pid))
 	return p
 }
 
@@ -215,14 +202,14 @@ func originalsOf(t *testing.T, stateDir string) map[string]any {
 
 func onBattery(t *testing.T, sys string) {
 	ps := filepath.Join(sys, "class/power_supply")
-	write(t, ps+"/AC/online", "0")
-	write(t, ps+"/BAT0/status", "Discharging")
+	testutil.Write(t, ps+"/AC/online", "0")
+	testutil.Write(t, ps+"/BAT0/status", "Discharging")
 }
 
 func onAC(t *testing.T, sys string) {
 	ps := filepath.Join(sys, "class/power_supply")
-	write(t, ps+"/AC/online", "1")
-	write(t, ps+"/BAT0/status", "Charging")
+	testutil.Write(t, ps+"/AC/online", "1")
+	testutil.Write(t, ps+"/BAT0/status", "Charging")
 }
 
 // TestCrashKill9Reconcile: the daemon packs two workloads and switches
@@ -236,11 +223,11 @@ func onAC(t *testing.T, sys string) {
 func TestCrashKill9Reconcile(t *testing.T) {
 	requireMachine(t)
 	bin := buildDaemon(t)
-	addr := startBus(t)
+	addr := testutil.StartBus(t, testutil.BusOptions{}).Addr
 	sys := mockMachine(t, "ac-offline-battery-unknown")
 	boost := filepath.Join(sys, "devices/system/cpu/cpufreq/boost")
 	os.MkdirAll(filepath.Dir(boost), 0o755)
-	write(t, boost, "1")
+	testutil.Write(t, boost, "1")
 	cg := newV1Parent(t)
 	last := cg.cpus[strings.LastIndexAny(cg.cpus, ",-")+1:]
 	cg.child(t, "w1", last) // original: the last CPU only
@@ -255,9 +242,9 @@ func TestCrashKill9Reconcile(t *testing.T) {
 
 	p1 := startDaemonProc(t, bin, args...)
 	onBattery(t, sys)
-	waitFor(t, "packed with boost off", 15*time.Second, func() (bool, string) {
+	testutil.WaitFor(t, "packed with boost off", 15*time.Second, func() (bool, string) {
 		a, b := cg.cpusOf(t, "w1"), cg.cpusOf(t, "w2")
-		bo := readTrim(t, boost)
+		bo := testutil.ReadTrim(t, boost)
 		return single(a) && single(b) && bo == "0", fmt.Sprintf("w1=%s w2=%s boost=%s", a, b, bo)
 	})
 	o := originalsOf(t, stateDir)
@@ -269,8 +256,8 @@ func TestCrashKill9Reconcile(t *testing.T) {
 	}
 	p1.kill9(t)
 	// The crash leaves everything as it was: packed, boost off.
-	if a := cg.cpusOf(t, "w1"); !single(a) || readTrim(t, boost) != "0" {
-		t.Fatalf("after kill -9: w1=%s boost=%s; the test assumes nothing was restored", a, readTrim(t, boost))
+	if a := cg.cpusOf(t, "w1"); !single(a) || testutil.ReadTrim(t, boost) != "0" {
+		t.Fatalf("after kill -9: w1=%s boost=%s; the test assumes nothing was restored", a, testutil.ReadTrim(t, boost))
 	}
 
 	// While it is dead: w2 goes, w3 comes, AC comes back.
@@ -283,11 +270,11 @@ func TestCrashKill9Reconcile(t *testing.T) {
 	onAC(t, sys)
 
 	p2 := startDaemonProc(t, bin, args...)
-	if got := readTrim(t, boost); got != "1" {
+	if got := testutil.ReadTrim(t, boost); got != "1" {
 		t.Errorf("boost after the restart on AC = %s, want the saved start-up value 1", got)
 	}
 	p2.logHas(t, "recovery logged", "original cpuset recovered from saved state")
-	waitFor(t, "re-planned for performance", 10*time.Second, func() (bool, string) {
+	testutil.WaitFor(t, "re-planned for performance", 10*time.Second, func() (bool, string) {
 		a, c := cg.cpusOf(t, "w1"), cg.cpusOf(t, "w3")
 		return a == cg.cpus && c == cg.cpus, fmt.Sprintf("w1=%s w3=%s", a, c)
 	})
@@ -300,30 +287,19 @@ func TestCrashKill9Reconcile(t *testing.T) {
 	}
 
 	onBattery(t, sys)
-	waitFor(t, "packed again with boost off", 15*time.Second, func() (bool, string) {
+	testutil.WaitFor(t, "packed again with boost off", 15*time.Second, func() (bool, string) {
 		a, c := cg.cpusOf(t, "w1"), cg.cpusOf(t, "w3")
-		bo := readTrim(t, boost)
+		bo := testutil.ReadTrim(t, boost)
 		return single(a) && single(c) && bo == "0", fmt.Sprintf("w1=%s w3=%s boost=%s", a, c, bo)
 	})
 	p2.stop(t)
-	if a, c, bo := cg.cpusOf(t, "w1"), cg.cpusOf(t, "w3"), readTrim(t, boost); a != last || c != cg.cpus || bo != "1" {
+	if a, c, bo := cg.cpusOf(t, "w1"), cg.cpusOf(t, "w3"), testutil.ReadTrim(t, boost); a != last || c != cg.cpus || bo != "1" {
 		t.Errorf("after SIGTERM: w1=%s (want %s) w3=%s (want %s) boost=%s (want 1)", a, last, c, cg.cpus, bo)
 	}
 	st := savedState(t, stateDir)
 	if st["originals"] != nil || st["boost"] != nil || st["cgroups"] != nil {
 		t.Errorf("state.json after a clean stop = %v, want only the knob", st)
 	}
-}
-
-func nameOwned(addr string) (bool, string) {
-	conn, err := dbus.Connect(addr)
-	if err != nil {
-		return false, err.Error()
-	}
-	defer conn.Close()
-	var has bool
-	err = conn.BusObject().Call("org.freedesktop.DBus.NameHasOwner", 0, daemon.BusName).Store(&has)
-	return err == nil && has, fmt.Sprint(has, err)
 }
 
 // TestFaultsRealBinary drives one running daemon through faults from
@@ -336,7 +312,8 @@ func TestFaultsRealBinary(t *testing.T) {
 	}
 	bin := buildDaemon(t)
 	busDir := t.TempDir()
-	addr, bus := startBusAt(t, busDir)
+	bus := testutil.StartBus(t, testutil.BusOptions{Dir: busDir})
+	addr := bus.Addr
 	sys := mockMachine(t, "ac-offline-battery-unknown")
 	cg := newV1Parent(t)
 	cg.child(t, "w1", cg.cpus)
@@ -348,14 +325,14 @@ func TestFaultsRealBinary(t *testing.T) {
 	p := startDaemonProc(t, bin, "--sysfs-root", sys, "--cgroup-root", cg.dir, "--tree-dir", treeDir, "--tree-backend", "fuse",
 		"--state-dir", stateDir, "--bus", addr, "--events", "fsnotify", "--debounce", "50ms", "--sample-interval", "200ms",
 		"--recheck-interval", "1s", "--log-level", "debug", "--config", emptyConf(t))
-	waitFor(t, "name owned", 10*time.Second, func() (bool, string) { return nameOwned(addr) })
+	testutil.WaitFor(t, "name owned", 10*time.Second, func() (bool, string) { return testutil.NameOwnedAt(addr, daemon.BusName) })
 
 	t.Run("tree unmounted from outside", func(t *testing.T) {
 		if out, err := exec.Command("umount", "-l", treeDir).CombinedOutput(); err != nil {
 			t.Fatalf("umount -l: %v %s", err, out)
 		}
 		p.logHas(t, "remount logged", "the tree was unmounted from outside; mounted it again")
-		waitFor(t, "tree served again", 10*time.Second, func() (bool, string) {
+		testutil.WaitFor(t, "tree served again", 10*time.Second, func() (bool, string) {
 			fstype, mounted, err := mountAtForTest(treeDir)
 			b, rerr := os.ReadFile(knob + "/power_aware")
 			return mounted && fstype == "fuse.schedpolicyd" && rerr == nil && string(b) == "1\n",
@@ -372,7 +349,7 @@ func TestFaultsRealBinary(t *testing.T) {
 	t.Run("cpu offline in the mock online list", func(t *testing.T) {
 		onlineF := filepath.Join(sys, "devices/system/cpu/online")
 		last := cg.cpus[strings.LastIndexAny(cg.cpus, ",-")+1:]
-		rest := readTrim(t, onlineF)
+		rest := testutil.ReadTrim(t, onlineF)
 		n, _ := strconv.Atoi(last)
 		rest = fmt.Sprintf("0-%d", n-1)
 		if n == 1 {
@@ -383,20 +360,20 @@ func TestFaultsRealBinary(t *testing.T) {
 		if err := os.Rename(cpuDir, hidden); err != nil {
 			t.Fatal(err)
 		}
-		write(t, onlineF, rest)
-		waitFor(t, "CPU "+last+" dropped from every cpuset", 10*time.Second, func() (bool, string) {
+		testutil.Write(t, onlineF, rest)
+		testutil.WaitFor(t, "CPU "+last+" dropped from every cpuset", 10*time.Second, func() (bool, string) {
 			a, b := cg.cpusOf(t, "w1"), cg.cpusOf(t, "w2")
 			return a == rest && b == rest, a + " / " + b
 		})
 		onBattery(t, sys)
-		waitFor(t, "packed without the offline CPU", 10*time.Second, func() (bool, string) {
+		testutil.WaitFor(t, "packed without the offline CPU", 10*time.Second, func() (bool, string) {
 			a, b := cg.cpusOf(t, "w1"), cg.cpusOf(t, "w2")
 			return single(a) && single(b) && a != last && b != last, a + " / " + b
 		})
 		onAC(t, sys)
 		os.Rename(hidden, cpuDir)
-		write(t, onlineF, cg.cpus)
-		waitFor(t, "CPU "+last+" back", 10*time.Second, func() (bool, string) {
+		testutil.Write(t, onlineF, cg.cpus)
+		testutil.WaitFor(t, "CPU "+last+" back", 10*time.Second, func() (bool, string) {
 			a, b := cg.cpusOf(t, "w1"), cg.cpusOf(t, "w2")
 			return a == cg.cpus && b == cg.cpus, a + " / " + b
 		})
@@ -406,7 +383,7 @@ func TestFaultsRealBinary(t *testing.T) {
 		cg.child(t, "w2/inner", cg.cpus)
 		onBattery(t, sys)
 		p.logHas(t, "refusal logged", "device or resource busy")
-		waitFor(t, "w1 packed all the same", 10*time.Second, func() (bool, string) {
+		testutil.WaitFor(t, "w1 packed all the same", 10*time.Second, func() (bool, string) {
 			a := cg.cpusOf(t, "w1")
 			return single(a), a
 		})
@@ -418,7 +395,7 @@ func TestFaultsRealBinary(t *testing.T) {
 			t.Errorf("refusal warned %d times, want once", n)
 		}
 		onAC(t, sys)
-		waitFor(t, "spread again", 10*time.Second, func() (bool, string) {
+		testutil.WaitFor(t, "spread again", 10*time.Second, func() (bool, string) {
 			a := cg.cpusOf(t, "w1")
 			return a == cg.cpus, a
 		})
@@ -428,8 +405,8 @@ func TestFaultsRealBinary(t *testing.T) {
 
 	t.Run("power supply and sysfs root vanish", func(t *testing.T) {
 		onBattery(t, sys)
-		waitFor(t, "battery", 10*time.Second, func() (bool, string) {
-			s := readTrim(t, knob+"/power_source")
+		testutil.WaitFor(t, "battery", 10*time.Second, func() (bool, string) {
+			s := testutil.ReadTrim(t, knob+"/power_source")
 			return s == "battery", s
 		})
 		bat := filepath.Join(sys, "class/power_supply/BAT0")
@@ -437,28 +414,28 @@ func TestFaultsRealBinary(t *testing.T) {
 		if err := os.Rename(bat, hidden); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "no battery: not battery any more", 10*time.Second, func() (bool, string) {
-			s := readTrim(t, knob+"/power_source")
+		testutil.WaitFor(t, "no battery: not battery any more", 10*time.Second, func() (bool, string) {
+			s := testutil.ReadTrim(t, knob+"/power_source")
 			return s != "battery", s
 		})
 		os.Rename(hidden, bat)
-		waitFor(t, "battery back", 10*time.Second, func() (bool, string) {
-			s := readTrim(t, knob+"/power_source")
+		testutil.WaitFor(t, "battery back", 10*time.Second, func() (bool, string) {
+			s := testutil.ReadTrim(t, knob+"/power_source")
 			return s == "battery", s
 		})
 		away := sys + ".away"
 		if err := os.Rename(sys, away); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "sysfs root gone: unknown, treated like AC", 10*time.Second, func() (bool, string) {
-			s, pol := readTrim(t, knob+"/power_source"), readTrim(t, knob+"/current_sched_policy")
+		testutil.WaitFor(t, "sysfs root gone: unknown, treated like AC", 10*time.Second, func() (bool, string) {
+			s, pol := testutil.ReadTrim(t, knob+"/power_source"), testutil.ReadTrim(t, knob+"/current_sched_policy")
 			return s == "unknown" && pol == "performance", s + " " + pol
 		})
 		if err := os.Rename(away, sys); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "sysfs root back (found by the periodic re-check)", 10*time.Second, func() (bool, string) {
-			s := readTrim(t, knob+"/power_source")
+		testutil.WaitFor(t, "sysfs root back (found by the periodic re-check)", 10*time.Second, func() (bool, string) {
+			s := testutil.ReadTrim(t, knob+"/power_source")
 			return s == "battery", s
 		})
 		onAC(t, sys)
@@ -466,14 +443,13 @@ func TestFaultsRealBinary(t *testing.T) {
 	})
 
 	t.Run("dbus-daemon killed and restarted", func(t *testing.T) {
-		bus.Process.Signal(syscall.SIGKILL)
-		bus.Wait()
+		bus.Kill()
 		p.logHas(t, "loss logged", "lost the D-Bus connection")
-		addr2, _ := startBusAt(t, busDir)
+		addr2 := testutil.StartBus(t, testutil.BusOptions{Dir: busDir}).Addr
 		if addr2 != addr {
 			t.Fatalf("restarted bus at %s, want %s", addr2, addr)
 		}
-		waitFor(t, "name owned again", 40*time.Second, func() (bool, string) { return nameOwned(addr) })
+		testutil.WaitFor(t, "name owned again", 40*time.Second, func() (bool, string) { return testutil.NameOwnedAt(addr, daemon.BusName) })
 		conn, err := dbus.Connect(addr)
 		if err != nil {
 			t.Fatal(err)
@@ -543,11 +519,11 @@ func TestCorruptStateFile(t *testing.T) {
 				t.Errorf("the warning does not name the file")
 			}
 			knob := filepath.Join(tmp, "tree", daemon.TreePrefix)
-			if got := readTrim(t, knob+"/power_aware"); got != "1" {
+			if got := testutil.ReadTrim(t, knob+"/power_aware"); got != "1" {
 				t.Errorf("power_aware = %s, want the default 1", got)
 			}
-			write(t, knob+"/power_aware", "2")
-			waitFor(t, "choice saved over the corrupt file", 10*time.Second, func() (bool, string) {
+			testutil.Write(t, knob+"/power_aware", "2")
+			testutil.WaitFor(t, "choice saved over the corrupt file", 10*time.Second, func() (bool, string) {
 				b, _ := os.ReadFile(filepath.Join(stateDir, daemon.StateFile))
 				var m map[string]any
 				err := json.Unmarshal(b, &m)

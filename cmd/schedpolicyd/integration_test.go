@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
 // TestMain doubles as the light workload: with SCHEDPOLICYD_TEST_SPIN=1 the
@@ -35,8 +35,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-const cpusetRoot = "/sys/fs/cgroup/cpuset"
-
 // requireMachine skips unless this machine can run the end-to-end test,
 // saying exactly what is missing.
 func requireMachine(t *testing.T) {
@@ -44,17 +42,15 @@ func requireMachine(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: mounts FUSE and writes cgroup cpusets")
 	}
-	if _, err := os.Stat(cpusetRoot + "/cpuset.cpus"); err != nil {
-		t.Skipf("needs the cgroup v1 cpuset controller at %s: %v", cpusetRoot, err)
+	if _, err := os.Stat(testutil.CpusetRoot + "/cpuset.cpus"); err != nil {
+		t.Skipf("needs the cgroup v1 cpuset controller at %s: %v", testutil.CpusetRoot, err)
 	}
 	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
 	if err != nil {
 		t.Skipf("needs /dev/fuse to mount the tree: %v", err)
 	}
 	f.Close()
-	if _, err := exec.LookPath("dbus-daemon"); err != nil {
-		t.Skip("needs dbus-daemon (Debian package dbus) for a private bus")
-	}
+	testutil.NeedBusDaemon(t)
 }
 
 // buildDaemon compiles the real binary once per test.
@@ -68,42 +64,6 @@ func buildDaemon(t *testing.T) string {
 	return bin
 }
 
-// startBus starts a private dbus-daemon in a temporary directory and
-// returns its address.
-func startBus(t *testing.T) string {
-	t.Helper()
-	addr, _ := startBusAt(t, t.TempDir())
-	return addr
-}
-
-// copyTree copies regular files (and directories) from src to dst, skipping
-// what cannot be read; used for a fixture and for this machine's own CPU
-// topology files.
-func copyTree(t *testing.T, src, dst string) {
-	t.Helper()
-	err := filepath.Walk(src, func(p string, info os.FileInfo, err error) error {
-		if err != nil {
-			return nil
-		}
-		rel, _ := filepath.Rel(src, p)
-		target := filepath.Join(dst, rel)
-		if info.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		if !info.Mode().IsRegular() {
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return nil
-		}
-		return os.WriteFile(target, b, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // mockMachine builds a sysfs root: a laptop's power_supply from the shared
 // corpus plus a copy of this machine's CPU topology, so cpusets name real
 // CPUs.
@@ -114,7 +74,7 @@ func mockMachine(t *testing.T, psCase string) string {
 	if _, err := os.Stat(src); err != nil {
 		t.Skipf("needs the shared test corpus beside the checkout: %v", err)
 	}
-	copyTree(t, src, root)
+	testutil.CopyFixture(t, src, root)
 	cpuDir := "/sys/devices/system/cpu"
 	for _, f := range []string{"online", "possible", "present", "offline"} {
 		b, err := os.ReadFile(filepath.Join(cpuDir, f))
@@ -127,7 +87,7 @@ func mockMachine(t *testing.T, psCase string) string {
 	for _, e := range entries {
 		for _, sub := range []string{"topology", "cache"} {
 			if _, err := os.Stat(filepath.Join(e, sub)); err == nil {
-				copyTree(t, filepath.Join(e, sub), filepath.Join(root, "devices/system/cpu", filepath.Base(e), sub))
+				testutil.CopyReadable(t, filepath.Join(e, sub), filepath.Join(root, "devices/system/cpu", filepath.Base(e), sub))
 			}
 		}
 	}
@@ -140,39 +100,6 @@ func mockMachine(t *testing.T, psCase string) string {
 		}
 	}
 	return root
-}
-
-func readTrim(t *testing.T, p string) string {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatalf("read %s: %v", p, err)
-	}
-	return strings.TrimSpace(string(b))
-}
-
-func write(t *testing.T, p, v string) {
-	t.Helper()
-	if err := os.WriteFile(p, []byte(v+"\n"), 0o644); err != nil {
-		t.Fatalf("write %q to %s: %v", v, p, err)
-	}
-}
-
-// waitFor polls cond every 50 ms until it holds or the bound passes; the
-// bound only keeps a failing test from hanging, it is not a speed claim.
-func waitFor(t *testing.T, what string, bound time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	var last string
-	for time.Now().Before(deadline) {
-		ok, s := cond()
-		if ok {
-			return
-		}
-		last = s
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s; last seen: %s", what, last)
 }
 
 // lastCPU is field 39 of /proc/PID/stat: the CPU the task last ran on.
@@ -258,11 +185,11 @@ func (n *notifySocket) expect(t *testing.T, prefix string) string {
 func TestEndToEnd(t *testing.T) {
 	requireMachine(t)
 	bin := buildDaemon(t)
-	addr := startBus(t)
+	addr := testutil.StartBus(t, testutil.BusOptions{}).Addr
 	sys := mockMachine(t, "ac-offline-battery-unknown")
 	ps := filepath.Join(sys, "class/power_supply")
-	online := readTrim(t, "/sys/devices/system/cpu/online")
-	allCPUs := readTrim(t, cpusetRoot+"/cpuset.effective_cpus")
+	online := testutil.ReadTrim(t, "/sys/devices/system/cpu/online")
+	allCPUs := testutil.ReadTrim(t, testutil.CpusetRoot+"/cpuset.effective_cpus")
 	if allCPUs != online {
 		t.Skipf("the root cpuset (%s) differs from the online CPUs (%s)", allCPUs, online)
 	}
@@ -270,18 +197,13 @@ func TestEndToEnd(t *testing.T) {
 	tmp := t.TempDir()
 	treeDir := filepath.Join(tmp, "tree")
 	stateDir := filepath.Join(tmp, "state")
-	cg := filepath.Join(cpusetRoot, fmt.Sprintf("schedpolicyd-test-%d", rand.Uint32()))
+	cg := testutil.CpusetV1Parent(t, "schedpolicyd-test") // with allCPUs
 	var procs []*exec.Cmd
 	t.Cleanup(func() {
 		for _, p := range procs {
 			p.Process.Kill()
 			p.Wait()
 		}
-		children, _ := filepath.Glob(cg + "/w*")
-		for _, c := range children {
-			syscall.Rmdir(c)
-		}
-		syscall.Rmdir(cg)
 	})
 
 	// w1 exists before the daemon starts, restricted to the last CPU: its
@@ -290,10 +212,8 @@ func TestEndToEnd(t *testing.T) {
 	if err := os.MkdirAll(cg+"/w1", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	write(t, cg+"/cpuset.cpus", allCPUs)
-	write(t, cg+"/cpuset.mems", readTrim(t, cpusetRoot+"/cpuset.mems"))
-	write(t, cg+"/w1/cpuset.cpus", lastCPUStr)
-	write(t, cg+"/w1/cpuset.mems", readTrim(t, cpusetRoot+"/cpuset.mems"))
+	testutil.Write(t, cg+"/w1/cpuset.cpus", lastCPUStr)
+	testutil.Write(t, cg+"/w1/cpuset.mems", testutil.ReadTrim(t, testutil.CpusetRoot+"/cpuset.mems"))
 
 	d := startDaemonProc(t, bin, "--sysfs-root", sys, "--cgroup-root", cg, "--tree-dir", treeDir,
 		"--tree-backend", "fuse", "--state-dir", stateDir, "--bus", addr, "--events", "fsnotify",
@@ -303,7 +223,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	knobDir := filepath.Join(treeDir, daemon.TreePrefix)
-	if got := readTrim(t, knobDir+"/power_source"); got != "unknown" {
+	if got := testutil.ReadTrim(t, knobDir+"/power_source"); got != "unknown" {
 		t.Fatalf("power_source = %q, want unknown (AC offline, battery Unknown)", got)
 	}
 
@@ -332,8 +252,8 @@ func TestEndToEnd(t *testing.T) {
 	if err := os.Mkdir(cg+"/w2", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "w2 adopted", 5*time.Second, func() (bool, string) {
-		c, m := readTrim(t, cg+"/w2/cpuset.cpus"), readTrim(t, cg+"/w2/cpuset.mems")
+	testutil.WaitFor(t, "w2 adopted", 5*time.Second, func() (bool, string) {
+		c, m := testutil.ReadTrim(t, cg+"/w2/cpuset.cpus"), testutil.ReadTrim(t, cg+"/w2/cpuset.mems")
 		return c != "" && m != "", "cpus=" + c + " mems=" + m
 	})
 	pids := map[string]int{}
@@ -345,25 +265,25 @@ func TestEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		procs = append(procs, p)
-		write(t, cg+"/"+w+"/cgroup.procs", strconv.Itoa(p.Process.Pid))
+		testutil.Write(t, cg+"/"+w+"/cgroup.procs", strconv.Itoa(p.Process.Pid))
 		pids[w] = p.Process.Pid
 	}
 	cpus := func() (string, string) {
-		return readTrim(t, cg+"/w1/cpuset.cpus"), readTrim(t, cg+"/w2/cpuset.cpus")
+		return testutil.ReadTrim(t, cg+"/w1/cpuset.cpus"), testutil.ReadTrim(t, cg+"/w2/cpuset.cpus")
 	}
-	waitFor(t, "performance: every workload on all CPUs", 5*time.Second, func() (bool, string) {
+	testutil.WaitFor(t, "performance: every workload on all CPUs", 5*time.Second, func() (bool, string) {
 		a, b := cpus()
 		return a == allCPUs && b == allCPUs, a + " / " + b
 	})
 
 	// (a) Unplug: AC offline, battery discharging → powersaving, packed.
-	write(t, ps+"/AC/online", "0")
-	write(t, ps+"/BAT0/status", "Discharging")
-	waitFor(t, "powersaving everywhere", 10*time.Second, func() (bool, string) {
+	testutil.Write(t, ps+"/AC/online", "0")
+	testutil.Write(t, ps+"/BAT0/status", "Discharging")
+	testutil.WaitFor(t, "powersaving everywhere", 10*time.Second, func() (bool, string) {
 		a, b := cpus()
-		tree := readTrim(t, knobDir+"/current_sched_policy")
+		tree := testutil.ReadTrim(t, knobDir+"/current_sched_policy")
 		bus := getProp("ActivePolicy")
-		src := readTrim(t, knobDir+"/power_source")
+		src := testutil.ReadTrim(t, knobDir+"/power_source")
 		ok := tree == "powersaving" && bus == "powersaving" && src == "battery" && a == b && !strings.ContainsAny(a, ",-") && a != ""
 		return ok, fmt.Sprintf("tree=%s bus=%s source=%s w1=%s w2=%s", tree, bus, src, a, b)
 	})
@@ -412,10 +332,10 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	// Plug back in: AC online → performance, all CPUs again.
-	write(t, ps+"/AC/online", "1")
-	waitFor(t, "performance again", 10*time.Second, func() (bool, string) {
+	testutil.Write(t, ps+"/AC/online", "1")
+	testutil.WaitFor(t, "performance again", 10*time.Second, func() (bool, string) {
 		a, b := cpus()
-		tree := readTrim(t, knobDir+"/current_sched_policy")
+		tree := testutil.ReadTrim(t, knobDir+"/current_sched_policy")
 		bus := getProp("ActivePolicy")
 		return tree == "performance" && bus == "performance" && a == allCPUs && b == allCPUs,
 			fmt.Sprintf("tree=%s bus=%s w1=%s w2=%s", tree, bus, a, b)
@@ -427,10 +347,10 @@ func TestEndToEnd(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "Invalid argument") {
 		t.Fatalf("echo bogus: err=%v output=%q, want a failure with \"Invalid argument\"", err, out)
 	}
-	if got := readTrim(t, knobDir+"/current_sched_policy"); got != "performance" {
+	if got := testutil.ReadTrim(t, knobDir+"/current_sched_policy"); got != "performance" {
 		t.Errorf("after bogus write current_sched_policy = %q", got)
 	}
-	if got := readTrim(t, knobDir+"/power_aware"); got != "1" {
+	if got := testutil.ReadTrim(t, knobDir+"/power_aware"); got != "1" {
 		t.Errorf("after bogus write power_aware = %q, want 1", got)
 	}
 	if a, b := cpus(); a != allCPUs || b != allCPUs {
@@ -451,9 +371,9 @@ func TestEndToEnd(t *testing.T) {
 	if out, err := exec.Command("bash", "-c", "echo powersaving > "+knobDir+"/current_sched_policy").CombinedOutput(); err != nil {
 		t.Fatalf("echo powersaving: %v %s", err, out)
 	}
-	waitFor(t, "explicit powersaving", 10*time.Second, func() (bool, string) {
+	testutil.WaitFor(t, "explicit powersaving", 10*time.Second, func() (bool, string) {
 		a, b := cpus()
-		tree := readTrim(t, knobDir+"/current_sched_policy")
+		tree := testutil.ReadTrim(t, knobDir+"/current_sched_policy")
 		return tree == "powersaving" && getProp("PowerAware") == "2" && a == b && !strings.ContainsAny(a, ",-"),
 			fmt.Sprintf("tree=%s aware=%s w1=%s w2=%s", tree, getProp("PowerAware"), a, b)
 	})
@@ -469,14 +389,14 @@ func TestEndToEnd(t *testing.T) {
 	if call := obj.Call(daemon.Interface+".SetPolicy", 0, "performance"); call.Err != nil {
 		t.Fatalf("SetPolicy(performance): %v", call.Err)
 	}
-	waitFor(t, "SetPolicy performance", 10*time.Second, func() (bool, string) {
+	testutil.WaitFor(t, "SetPolicy performance", 10*time.Second, func() (bool, string) {
 		a, b := cpus()
-		return readTrim(t, knobDir+"/current_sched_policy") == "performance" && a == allCPUs && b == allCPUs, a + " / " + b
+		return testutil.ReadTrim(t, knobDir+"/current_sched_policy") == "performance" && a == allCPUs && b == allCPUs, a + " / " + b
 	})
 	if out, err := exec.Command("bash", "-c", "echo powersaving > "+knobDir+"/current_sched_policy").CombinedOutput(); err != nil {
 		t.Fatalf("echo powersaving: %v %s", err, out)
 	}
-	waitFor(t, "packed again before stop", 10*time.Second, func() (bool, string) {
+	testutil.WaitFor(t, "packed again before stop", 10*time.Second, func() (bool, string) {
 		a, _ := cpus()
 		return !strings.ContainsAny(a, ",-"), a
 	})
@@ -508,75 +428,24 @@ func TestEndToEnd(t *testing.T) {
 	}
 }
 
-// startBusAt starts dbus-daemon on a fixed socket path in dir, so a test
-// can stop or kill it (through the returned process) and start another at
-// the same address. It waits until the socket exists; the test's cleanup
-// ends it.
-func startBusAt(t *testing.T, dir string) (addr string, bus *exec.Cmd) {
-	t.Helper()
-	conf := filepath.Join(dir, "bus.conf")
-	sock := filepath.Join(dir, "bus")
-	os.WriteFile(conf, []byte(`<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>session</type>
-  <listen>unix:path=`+sock+`</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>
-</busconfig>
-`), 0o644)
-	os.Remove(sock) // a killed bus leaves its socket behind
-	bus = exec.Command("dbus-daemon", "--nofork", "--config-file="+conf)
-	if err := bus.Start(); err != nil {
-		t.Fatalf("dbus-daemon: %v", err)
-	}
-	t.Cleanup(func() { bus.Process.Kill(); bus.Wait() })
-	waitFor(t, "bus socket", 5*time.Second, func() (bool, string) {
-		_, err := os.Stat(sock)
-		return err == nil, fmt.Sprint(err)
-	})
-	return "unix:path=" + sock, bus
-}
-
-// stopBus ends a bus from startBusAt with SIGTERM, letting it remove its
-// socket.
-func stopBus(bus *exec.Cmd) {
-	bus.Process.Signal(syscall.SIGTERM)
-	bus.Wait()
-}
-
 // TestDaemonBusRestartAndSignals: the real binary survives SIGHUP, rejects
 // SetPolicy arguments of the wrong type with InvalidArgs (checked with
 // dbus-send, a real client), and owns its name again after the bus daemon
 // restarts.
 func TestDaemonBusRestartAndSignals(t *testing.T) {
-	if _, err := exec.LookPath("dbus-daemon"); err != nil {
-		t.Skip("needs dbus-daemon (Debian package dbus)")
-	}
+	testutil.NeedBusDaemon(t)
 	bin := buildDaemon(t)
 	busDir := t.TempDir()
-	addr, bus := startBusAt(t, busDir)
+	bus := testutil.StartBus(t, testutil.BusOptions{Dir: busDir})
+	addr := bus.Addr
 	sys := mockMachine(t, "ac-offline-battery-unknown")
 	tmp := t.TempDir()
 	conf := filepath.Join(tmp, "schedpolicyd.conf")
 	os.WriteFile(conf, []byte("# test config\npower_profiles_api = false\n"), 0o644)
 	d := startDaemonProc(t, bin, "--config", conf, "--sysfs-root", sys, "--cgroup-root", "none", "--tree-dir", filepath.Join(tmp, "tree"),
 		"--tree-backend", "plain", "--state-dir", filepath.Join(tmp, "state"), "--bus", addr, "--log-level", "debug")
-	owned := func() (bool, string) {
-		conn, err := dbus.Connect(addr)
-		if err != nil {
-			return false, err.Error()
-		}
-		defer conn.Close()
-		var has bool
-		err = conn.BusObject().Call("org.freedesktop.DBus.NameHasOwner", 0, daemon.BusName).Store(&has)
-		return err == nil && has, fmt.Sprint(err)
-	}
-	waitFor(t, "name owned", 10*time.Second, owned)
+	owned := func() (bool, string) { return testutil.NameOwnedAt(addr, daemon.BusName) }
+	testutil.WaitFor(t, "name owned", 10*time.Second, owned)
 
 	// Wrong argument types: InvalidArgs, and nothing changes.
 	for _, arg := range []string{"uint32:1", "int32:2", "objpath:/balance", "variant:string:powersaving"} {
@@ -587,7 +456,7 @@ func TestDaemonBusRestartAndSignals(t *testing.T) {
 			t.Errorf("SetPolicy %s: err=%v out=%q, want InvalidArgs", arg, err, out)
 		}
 	}
-	if got := readTrim(t, filepath.Join(tmp, "tree", daemon.TreePrefix, "power_aware")); got != "1" {
+	if got := testutil.ReadTrim(t, filepath.Join(tmp, "tree", daemon.TreePrefix, "power_aware")); got != "1" {
 		t.Errorf("power_aware = %q after rejected calls, want 1", got)
 	}
 
@@ -596,32 +465,25 @@ func TestDaemonBusRestartAndSignals(t *testing.T) {
 	// power-profiles API appears on the bus).
 	os.WriteFile(conf, []byte("# test config\npower_profiles_api = false\nbogus_key = 1\n"), 0o644)
 	d.cmd.Process.Signal(syscall.SIGHUP)
-	waitFor(t, "bad config reported", 10*time.Second, func() (bool, string) {
+	testutil.WaitFor(t, "bad config reported", 10*time.Second, func() (bool, string) {
 		l := d.log.String()
 		return strings.Contains(l, "keeping the running configuration") && strings.Contains(l, conf+":3"), ""
 	})
 	d.alive(t)
 	os.WriteFile(conf, []byte("power_profiles_api = true\n"), 0o644)
 	d.cmd.Process.Signal(syscall.SIGHUP)
-	waitFor(t, "power-profiles API after reload", 20*time.Second, func() (bool, string) {
-		conn, err := dbus.Connect(addr)
-		if err != nil {
-			return false, err.Error()
-		}
-		defer conn.Close()
-		var has bool
-		err = conn.BusObject().Call("org.freedesktop.DBus.NameHasOwner", 0, "net.hadess.PowerProfiles").Store(&has)
-		return err == nil && has, fmt.Sprint(err)
+	testutil.WaitFor(t, "power-profiles API after reload", 20*time.Second, func() (bool, string) {
+		return testutil.NameOwnedAt(addr, "net.hadess.PowerProfiles")
 	})
-	waitFor(t, "main name owned after the reload reconnect", 20*time.Second, owned)
+	testutil.WaitFor(t, "main name owned after the reload reconnect", 20*time.Second, owned)
 
 	// The bus goes away and comes back at the same address.
-	stopBus(bus)
-	addr2, _ := startBusAt(t, busDir)
+	bus.Stop()
+	addr2 := testutil.StartBus(t, testutil.BusOptions{Dir: busDir}).Addr
 	if addr2 != addr {
 		t.Fatalf("restarted bus at %s, want %s", addr2, addr)
 	}
-	waitFor(t, "name owned again after the bus restarted", 40*time.Second, owned)
+	testutil.WaitFor(t, "name owned again after the bus restarted", 40*time.Second, owned)
 	if !strings.Contains(d.log.String(), "lost the D-Bus connection") {
 		t.Errorf("loss of the bus not logged")
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
 // TestPrivilegeBoundaries runs the daemon under strace with umask 0 and
@@ -35,11 +36,11 @@ func TestPrivilegeBoundaries(t *testing.T) {
 		}
 	}
 	bin := buildDaemon(t)
-	addr := startBus(t)
+	addr := testutil.StartBus(t, testutil.BusOptions{}).Addr
 	sys := mockMachine(t, "ac-offline-battery-unknown")
 	boost := filepath.Join(sys, "devices/system/cpu/cpufreq/boost")
 	os.MkdirAll(filepath.Dir(boost), 0o755)
-	write(t, boost, "1")
+	testutil.Write(t, boost, "1")
 	cg := newV1Parent(t)
 	cg.child(t, "w1", cg.cpus)
 	cg.spin(t, "w1")
@@ -60,7 +61,7 @@ func TestPrivilegeBoundaries(t *testing.T) {
 		bin, "--sysfs-root", sys, "--cgroup-root", cg.dir, "--tree-dir", treeDir, "--tree-backend", "fuse",
 		"--state-dir", stateDir, "--bus", addr, "--events", "fsnotify", "--debounce", "50ms", "--sample-interval", "200ms",
 		"--boost-on-battery", "off", "--config", emptyConf(t), "--log-level", "debug")
-	daemonPid, _ := strconv.Atoi(readTrim(t, treeDir+".lock"))
+	daemonPid, _ := strconv.Atoi(testutil.ReadTrim(t, treeDir+".lock"))
 	if daemonPid <= 0 {
 		t.Fatalf("no daemon pid in %s.lock", treeDir)
 	}
@@ -107,7 +108,7 @@ func TestPrivilegeBoundaries(t *testing.T) {
 				t.Errorf("nobody: %s succeeded: %q", op, out)
 			}
 		}
-		if got := readTrim(t, knob+"/power_aware"); got != "1" {
+		if got := testutil.ReadTrim(t, knob+"/power_aware"); got != "1" {
 			t.Errorf("power_aware = %s after refused writes, want 1", got)
 		}
 	})
@@ -119,7 +120,7 @@ func TestPrivilegeBoundaries(t *testing.T) {
 		}
 		defer conn.Close()
 		obj := conn.Object(daemon.BusName, daemon.ObjectPath)
-		waitFor(t, "name", 10*time.Second, func() (bool, string) { return nameOwned(addr) })
+		testutil.WaitFor(t, "name", 10*time.Second, func() (bool, string) { return testutil.NameOwnedAt(addr, daemon.BusName) })
 		before, _ := os.ReadDir(filepath.Dir(cg.dir))
 		for _, name := range []string{"..", "../escape", "a/b", "/abs", ".hidden", "cgroup.procs", "cpuset.cpus", "tasks", "x\ny", strings.Repeat("n", 65), ""} {
 			call := obj.Call(daemon.Interface+".CreateWorkload", 0, name, uint32(os.Getpid()))
@@ -146,14 +147,14 @@ func TestPrivilegeBoundaries(t *testing.T) {
 	})
 
 	// Writing paths: a tree write, battery (pack, boost off), AC, stop.
-	write(t, knob+"/power_aware_policy", "balance")
+	testutil.Write(t, knob+"/power_aware_policy", "balance")
 	onBattery(t, sys)
-	waitFor(t, "packed with boost off", 15*time.Second, func() (bool, string) {
+	testutil.WaitFor(t, "packed with boost off", 15*time.Second, func() (bool, string) {
 		a := cg.cpusOf(t, "w1")
-		return single(a) && readTrim(t, boost) == "0", a
+		return single(a) && testutil.ReadTrim(t, boost) == "0", a
 	})
 	onAC(t, sys)
-	waitFor(t, "spread", 15*time.Second, func() (bool, string) {
+	testutil.WaitFor(t, "spread", 15*time.Second, func() (bool, string) {
 		a := cg.cpusOf(t, "w1")
 		return a == cg.cpus, a
 	})

@@ -1,0 +1,239 @@
+package testutil
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+)
+
+// BusOptions say how a private dbus-daemon is configured. Whatever they
+// say, every connection may own any name, send to any destination and
+// eavesdrop, and authenticates with EXTERNAL (its uid).
+type BusOptions struct {
+	// System makes the bus system-like (<type>system</type>), for code
+	// that expects the system bus; otherwise it is session-like.
+	System bool
+	// AnyUser lets every uid connect (<allow user="*"/>), for clients run
+	// as another user or services that drop privileges (polkitd). StartBus
+	// then also puts the socket in a directory others may enter, outside
+	// t.TempDir (whose parent only the test's user may enter), and
+	// StartBusProcess makes Dir searchable by all (0755).
+	AnyUser bool
+	// Dir holds the configuration (Name + ".conf") and the socket (Name).
+	// Empty: StartBus makes a new temporary directory (StartBusProcess
+	// needs one). A bus started again in the same Dir with the same Name
+	// has the same address, for tests of a bus that goes away and comes
+	// back; a socket left behind by a killed bus is removed first.
+	Dir string
+	// Name is the socket's file name in Dir; empty means "bus".
+	Name string
+	// Binary is the dbus-daemon to run; empty means "dbus-daemon" on PATH.
+	Binary string
+	// Stderr receives dbus-daemon's standard error. Nil: it is kept and
+	// quoted in the error when the bus does not start.
+	Stderr io.Writer
+}
+
+// Bus is a running private dbus-daemon.
+type Bus struct {
+	// Addr is the bus's address, "unix:path=" + Socket, without the
+	// server's guid, so it also reaches a bus started again at Socket.
+	Addr string
+	// Socket is the path of the listening socket.
+	Socket string
+	// Cmd is the dbus-daemon process.
+	Cmd *exec.Cmd
+
+	waitOnce sync.Once
+}
+
+// busStartBound bounds the wait for dbus-daemon to print its address.
+const busStartBound = 30 * time.Second
+
+// BusConfig returns a dbus-daemon configuration listening on the unix
+// socket sock, as BusOptions describe (only System and AnyUser count).
+func BusConfig(o BusOptions, sock string) string {
+	kind, users := "session", ""
+	if o.System {
+		kind = "system"
+	}
+	if o.AnyUser {
+		users = "\n    <allow user=\"*\"/>"
+	}
+	return `<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>` + kind + `</type>
+  <listen>unix:path=` + sock + `</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">` + users + `
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>
+</busconfig>
+`
+}
+
+// StartBusProcess writes the configuration into o.Dir, starts dbus-daemon
+// and returns once it listens (it has printed its address), for programs
+// without a testing.T. Stopping it is the caller's job (Bus.Stop or
+// Bus.Kill). It returns an error when o.Dir is empty or cannot be written,
+// when dbus-daemon cannot be started, or when it prints no address within
+// 30 s (it is killed then, and its standard error quoted unless o.Stderr
+// took it).
+func StartBusProcess(o BusOptions) (*Bus, error) {
+	if o.Dir == "" {
+		return nil, errors.New("testutil: BusOptions.Dir is empty")
+	}
+	name, bin := o.Name, o.Binary
+	if name == "" {
+		name = "bus"
+	}
+	if bin == "" {
+		bin = "dbus-daemon"
+	}
+	sock := filepath.Join(o.Dir, name)
+	conf := filepath.Join(o.Dir, name+".conf")
+	if err := os.WriteFile(conf, []byte(BusConfig(o, sock)), 0o644); err != nil {
+		return nil, err
+	}
+	if o.AnyUser {
+		if err := os.Chmod(o.Dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err // a killed bus leaves its socket behind
+	}
+	cmd := exec.Command(bin, "--nofork", "--print-address=1", "--config-file="+conf)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = o.Stderr
+	if o.Stderr == nil {
+		cmd.Stderr = &stderr
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s: %w", bin, err)
+	}
+	b := &Bus{Addr: "unix:path=" + sock, Socket: sock, Cmd: cmd}
+	line := make(chan error, 1)
+	go func() {
+		_, err := bufio.NewReader(out).ReadString('\n')
+		line <- err
+	}()
+	select {
+	case err = <-line:
+	case <-time.After(busStartBound):
+		err = fmt.Errorf("no address within %v", busStartBound)
+	}
+	if err != nil {
+		b.Kill()
+		return nil, fmt.Errorf("%s did not start: %v %s", bin, err, strings.TrimSpace(stderr.String()))
+	}
+	return b, nil
+}
+
+// NeedBusDaemon skips t unless dbus-daemon (Debian package dbus) is on
+// PATH.
+func NeedBusDaemon(t testing.TB) {
+	t.Helper()
+	needBinary(t, "dbus-daemon")
+}
+
+func needBinary(t testing.TB, bin string) {
+	t.Helper()
+	if _, err := exec.LookPath(bin); err != nil {
+		t.Skipf("needs %s (Debian package dbus) for a private bus: %v", bin, err)
+	}
+}
+
+// StartBus starts a private dbus-daemon configured as o says and returns
+// once it listens; the test's cleanup kills it. It skips t when the
+// dbus-daemon binary is missing and fails t when the bus does not start
+// (see StartBusProcess). With o.AnyUser and no o.Dir the directory is made
+// with os.MkdirTemp (mode 0755) and removed at cleanup.
+func StartBus(t testing.TB, o BusOptions) *Bus {
+	t.Helper()
+	bin := o.Binary
+	if bin == "" {
+		bin = "dbus-daemon"
+	}
+	needBinary(t, bin)
+	if o.Dir == "" && o.AnyUser {
+		dir, err := os.MkdirTemp("", "testutil-bus-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		o.Dir = dir
+	} else if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
+	b, err := StartBusProcess(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Kill)
+	return b
+}
+
+// Stop ends the bus with SIGTERM and waits for it, so it removes its
+// socket. Stopping a bus that has already ended does nothing.
+func (b *Bus) Stop() {
+	b.Cmd.Process.Signal(syscall.SIGTERM)
+	b.wait()
+}
+
+// Kill ends the bus with SIGKILL and waits for it: a crash, which leaves
+// the socket behind. Killing a bus that has already ended does nothing.
+func (b *Bus) Kill() {
+	b.Cmd.Process.Kill()
+	b.wait()
+}
+
+func (b *Bus) wait() {
+	b.waitOnce.Do(func() { b.Cmd.Wait() })
+}
+
+// NameOwned reports whether name has an owner on conn's bus, with a
+// description of what was seen for WaitFor's message (the error, or that
+// there is no owner).
+func NameOwned(conn *dbus.Conn, name string) (bool, string) {
+	var has bool
+	err := conn.BusObject().Call("org.freedesktop.DBus.NameHasOwner", 0, name).Store(&has)
+	switch {
+	case err != nil:
+		return false, err.Error()
+	case !has:
+		return false, name + " has no owner"
+	}
+	return true, ""
+}
+
+// NameOwnedAt is NameOwned on a new connection to addr, closed before it
+// returns, for a bus that may go away between two polls; a failure to
+// connect is reported as not owned.
+func NameOwnedAt(addr, name string) (bool, string) {
+	conn, err := dbus.Connect(addr)
+	if err != nil {
+		return false, err.Error()
+	}
+	defer conn.Close()
+	return NameOwned(conn, name)
+}

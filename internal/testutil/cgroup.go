@@ -1,0 +1,90 @@
+package testutil
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// CpusetRoot is where the tests expect the cgroup v1 cpuset hierarchy
+// (Debian's and CI's mount point).
+const CpusetRoot = "/sys/fs/cgroup/cpuset"
+
+// NeedCpusetV1 skips t unless it runs as root on a machine with the cgroup
+// v1 cpuset controller mounted at CpusetRoot.
+func NeedCpusetV1(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create cgroups")
+	}
+	if _, err := os.Stat(filepath.Join(CpusetRoot, "cpuset.cpus")); err != nil {
+		t.Skipf("needs the cgroup v1 cpuset controller at %s: %v", CpusetRoot, err)
+	}
+}
+
+// CpusetV1Dir returns a path for a cgroup of the test's own directly below
+// CpusetRoot, named prefix-<pid>-<random>, without creating it (for code
+// under test that creates its parent itself). At cleanup that cgroup and
+// every cgroup below it are removed, deepest first, retrying for a moment
+// while a killed task leaves (rmdir fails with EBUSY until then); one that
+// still cannot be removed fails t (t.Errorf, with its path): a cgroup left
+// in the machine's real hierarchy is a fault, not noise. It skips t as
+// NeedCpusetV1 does. Stopping the tasks in it is the caller's job, in a
+// cleanup registered later (cleanups run last first).
+func CpusetV1Dir(t testing.TB, prefix string) string {
+	t.Helper()
+	NeedCpusetV1(t)
+	dir := filepath.Join(CpusetRoot, fmt.Sprintf("%s-%d-%08x", prefix, os.Getpid(), rand.Uint32()))
+	t.Cleanup(func() { removeCgroupTree(t, dir) })
+	return dir
+}
+
+// CpusetV1Parent creates the cgroup CpusetV1Dir names, gives it every CPU
+// (cpuset.effective_cpus) and memory node (cpuset.mems) of the root
+// cpuset, so children can be made and tasks attached, and returns its
+// path. It skips t as NeedCpusetV1 does and fails t when the cgroup cannot
+// be made or filled in.
+func CpusetV1Parent(t testing.TB, prefix string) string {
+	t.Helper()
+	dir := CpusetV1Dir(t, prefix)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	Write(t, filepath.Join(dir, "cpuset.cpus"), ReadTrim(t, filepath.Join(CpusetRoot, "cpuset.effective_cpus")))
+	Write(t, filepath.Join(dir, "cpuset.mems"), ReadTrim(t, filepath.Join(CpusetRoot, "cpuset.mems")))
+	return dir
+}
+
+func removeCgroupTree(t testing.TB, dir string) {
+	var dirs []string
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	slices.Reverse(dirs)
+	for _, d := range dirs {
+		var err error
+		for range 50 {
+			if err = syscall.Rmdir(d); err == nil || errors.Is(err, syscall.ENOENT) {
+				err = nil
+				break
+			}
+			if !errors.Is(err, syscall.EBUSY) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil {
+			t.Errorf("cleanup: rmdir %s: %v (remove it by hand)", d, err)
+		}
+	}
+}

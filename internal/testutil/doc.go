@@ -1,0 +1,24 @@
+// Package testutil holds the helpers the module's tests share:
+//
+//   - a private dbus-daemon, session- or system-like, optionally open to
+//     every uid and restartable at the same address (StartBus, Bus.Stop,
+//     Bus.Kill, NeedBusDaemon), and a D-Bus name-owner check to poll with
+//     (NameOwned, NameOwnedAt);
+//   - copies of fixture trees (CopyFixture) and of live sysfs directories
+//     (CopyReadable);
+//   - polling with a bound and a message (WaitFor, Eventually);
+//   - a logrus logger and an io.Writer that write to t.Log (Logger,
+//     LogWriter);
+//   - small file helpers that fail the test on error (WriteFile, Put,
+//     Write, Read, ReadTrim);
+//   - a cgroup v1 cpuset parent of the test's own below CpusetRoot,
+//     removed with its children at cleanup (CpusetV1Parent, CpusetV1Dir,
+//     NeedCpusetV1).
+//
+// Helpers that need something the machine may lack skip the test and say
+// what is missing (and which Debian package or privilege provides it);
+// anything else that goes wrong fails the test at once, so a caller never
+// checks an error. The pieces a program needs too (the resident-daemon
+// bench starts private buses and copies fixtures without a testing.T) have
+// error-returning forms: StartBusProcess and CopyTree.
+package testutil

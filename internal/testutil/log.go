@@ -1,0 +1,32 @@
+package testutil
+
+import (
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+)
+
+// Logger returns a logrus logger at debug level that writes every entry to
+// t.Log (shown for a failing test, or with -v), without the trailing
+// newline. Like t.Log itself it must not be used once the test and its
+// cleanups have finished: stop whatever logs to it in a t.Cleanup.
+func Logger(t testing.TB) *logrus.Logger {
+	l := logrus.New()
+	l.SetOutput(LogWriter(t))
+	l.SetLevel(logrus.DebugLevel)
+	return l
+}
+
+// LogWriter returns an io.Writer that passes every write to t.Log,
+// without its trailing newline: for a child process's output or a
+// logger. It never fails, and has the same limit as Logger.
+func LogWriter(t testing.TB) io.Writer { return tWriter{t} }
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
