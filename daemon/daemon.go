@@ -461,7 +461,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 		case <-d.pl.cpusC():
 			d.stats.events.Add(1)
-			names := d.pl.watch.takeWritten()
+			names := d.pl.takeWritten()
 			if len(d.pl.waiting) > 0 && d.pl.scan() {
 				d.recompute("workloads changed", true)
 			}
@@ -495,8 +495,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.pl.sample()
 			d.recompute("cpu pressure", false)
 		case <-d.pl.pressureDone():
-			p := d.pl.watch.pressure
-			d.pl.watch.pressure = nil
+			p := d.pl.pressure
+			d.pl.pressure = nil
 			d.log.WithError(p.Err()).Warn("the CPU pressure trigger stopped; while every workload is idle, sampling slows down instead of stopping")
 			p.Close()
 		case <-d.pl.activityC():

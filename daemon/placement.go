@@ -39,7 +39,15 @@ type placement struct {
 	cg     *sysfs.Cgroup
 	lock   *os.File // flock on the managed parent's directory (lock.go)
 	warned bool     // "placement disabled" said once
-	watch  *cgroupWatch
+	// watch hints at changes of the managed parent (nil: none, the loop
+	// rescans on its ticker); newWatch makes it (watchCgroupDir, or a
+	// test's). pressure wakes the loop when tasks wait for a CPU (a PSI
+	// trigger on the managed parent's cpu.pressure on cgroup v2, the
+	// machine's /proc/pressure/cpu on v1); nil where the kernel has no PSI.
+	// With it, sampling stops while every workload is idle.
+	watch    cgroupSource
+	newWatch func(parent string) (cgroupSource, error)
+	pressure *sysfs.PressureTrigger
 
 	workloads map[string]*workload
 	// records holds every record by cgroup path: the current workloads',
@@ -59,8 +67,8 @@ type placement struct {
 	idleSamples int // consecutive samples with every workload idle
 	plan        policy.Plan
 
-	exits       chan exitEvent      // a watched task of a created workload exited (reap.go)
-	exitWatches map[string]*os.File // a pidfd per created workload (reap.go)
+	exits       chan exitEvent              // a watched task of a created workload exited (reap.go)
+	exitWatches map[string]*sysfs.ExitWatch // one task's per created workload (reap.go)
 }
 
 // workload is one direct child of the managed parent cgroup.
@@ -91,7 +99,8 @@ func newPlacement(cfg *Config, log logrus.FieldLogger, stats *counters, done <-c
 		cfg: cfg, log: log, stats: stats, done: done,
 		workloads: map[string]*workload{}, records: map[string]*Record{},
 		rejected: map[string]bool{}, waiting: map[string]bool{},
-		exits: make(chan exitEvent), exitWatches: map[string]*os.File{},
+		exits: make(chan exitEvent), exitWatches: map[string]*sysfs.ExitWatch{},
+		newWatch: watchCgroupDir,
 	}
 }
 
@@ -174,8 +183,7 @@ func (p *placement) open() error {
 	p.cg, p.warned = cg, false
 	p.log.WithFields(logrus.Fields{"path": cg.Path(), "version": cg.Version().String()}).Info("managing workloads")
 	p.openParentRecord()
-	p.stopWatch()
-	p.watch = p.watchCgroup()
+	p.startWatch()
 	return nil
 }
 
@@ -307,7 +315,7 @@ func (p *placement) scan() bool {
 			if !p.waiting[n] {
 				p.log.WithError(err).WithField("workload", n).Info("cannot adopt this cgroup yet; retrying on the next change")
 				p.waiting[n] = true
-				p.watch.watchDir(filepath.Join(p.cg.Path(), n))
+				p.watchDir(filepath.Join(p.cg.Path(), n), true)
 			}
 			continue
 		}
@@ -316,7 +324,7 @@ func (p *placement) scan() bool {
 		}
 		if p.waiting[n] {
 			delete(p.waiting, n)
-			p.watch.unwatchDir(filepath.Join(p.cg.Path(), n))
+			p.watchDir(filepath.Join(p.cg.Path(), n), false)
 		}
 		if w.rec.Created {
 			created = append(created, n)
@@ -413,7 +421,7 @@ func (p *placement) adopt(n string) (*workload, error) {
 		w.avg, w.lastAt = w.avg.Update(use, 0, p.cfg.UtilHalfLife), time.Now()
 	}
 	p.workloads[n] = w
-	p.watch.watchChild(path, p.cg.Version())
+	p.watchChild(path)
 	p.idleSamples = 0 // a new workload: sample it
 	log.WithFields(logrus.Fields{"cpus": cur.String(), "original": r.Original}).Info("adopted workload")
 	return w, nil
@@ -605,7 +613,7 @@ func (p *placement) sampling() bool {
 	if len(p.workloads) == 0 {
 		return false
 	}
-	return p.watch.pressure == nil || p.idleSamples < idleSamplesBeforeBackoff
+	return p.pressure == nil || p.idleSamples < idleSamplesBeforeBackoff
 }
 
 // sampleEvery is the current sampling period: the configured one while any
@@ -620,7 +628,7 @@ func (p *placement) sampleEvery() time.Duration {
 		base = DefaultSampleInterval
 	}
 	shift := p.idleSamples - idleSamplesBeforeBackoff + 1
-	if shift <= 0 || p.watch != nil && p.watch.pressure != nil {
+	if shift <= 0 || p.pressure != nil {
 		return base
 	}
 	every := base
@@ -910,7 +918,7 @@ func (p *placement) writeCPUs(w *workload, cpus sysfs.CPUSet) error {
 func (p *placement) forget(name string, gone bool) {
 	if w, ok := p.workloads[name]; ok {
 		w.cpusFile.Close()
-		p.watch.unwatchChild(w.rec.Path)
+		p.unwatchChild(w.rec.Path)
 		delete(p.workloads, name)
 		if gone && p.records[w.rec.Path] == w.rec {
 			delete(p.records, w.rec.Path)

@@ -2,58 +2,37 @@ package daemon
 
 import (
 	"errors"
-	"os"
 
 	"github.com/sirupsen/logrus"
-	"golang.org/x/sys/unix"
+
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // Exit watches: each waits for one task of a daemon-created workload to
-// exit, so the workload is removed as soon as its last task is gone
-// (schedpolicyctl run) without a periodic timer. A watch is a pidfd
-// (pidfd_open(2), Linux 5.3), which becomes readable when the process
-// exits; the wait runs on Go's network poller, so nothing wakes while the
-// process lives. One task is enough: when it exits the loop re-reads the
-// workload's tasks and either removes the cgroup or watches the next task.
+// exit (sysfs.ExitWatch, a pidfd), so the workload is removed as soon as
+// its last task is gone (schedpolicyctl run) without a periodic timer. One
+// task is enough: when it exits the loop re-reads the workload's tasks and
+// either removes the cgroup or watches the next task.
 
 // watchExit starts an exit watch on pid for workload name, replacing any
 // previous one. A pid that is already gone (or a kernel without pidfd)
 // sends the exit at once, so the loop re-checks the workload.
 func (p *placement) watchExit(name string, pid int) {
 	p.stopExitWatch(name)
-	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	w, err := sysfs.WatchExit(pid, func(w *sysfs.ExitWatch) { p.sendExit(name, w) })
 	if err != nil {
-		if !errors.Is(err, unix.ESRCH) {
+		if !errors.Is(err, sysfs.ErrProcessGone) {
 			p.log.WithError(err).WithFields(logrus.Fields{"workload": name, "pid": pid}).Debug("cannot watch the task's exit; the workload is re-checked at the next sample")
 			return
 		}
 		go p.sendExit(name, nil)
 		return
 	}
-	f := os.NewFile(uintptr(fd), "pidfd")
-	p.exitWatches[name] = f
-	go func() {
-		rc, err := f.SyscallConn()
-		if err != nil {
-			return
-		}
-		exited := false
-		err = rc.Read(func(fd uintptr) bool {
-			// Readable means exited; poll with no timeout, as the network
-			// poller reports edges, not the state at registration.
-			p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-			n, _ := unix.Poll(p, 0)
-			exited = n > 0
-			return exited
-		})
-		if err == nil && exited {
-			p.sendExit(name, f)
-		}
-	}()
+	p.exitWatches[name] = w
 }
 
 // sendExit hands an exit to the loop unless the daemon stops first.
-func (p *placement) sendExit(name string, w *os.File) {
+func (p *placement) sendExit(name string, w *sysfs.ExitWatch) {
 	select {
 	case p.exits <- exitEvent{name: name, w: w}:
 	case <-p.done:
@@ -64,13 +43,13 @@ func (p *placement) sendExit(name string, w *os.File) {
 // when the task was gone before the watch started).
 type exitEvent struct {
 	name string
-	w    *os.File
+	w    *sysfs.ExitWatch
 }
 
 // stopExitWatch ends workload name's exit watch, if any.
 func (p *placement) stopExitWatch(name string) {
 	if w, ok := p.exitWatches[name]; ok {
-		w.Close() // ends the wait with an error
+		w.Close()
 		delete(p.exitWatches, name)
 	}
 }
