@@ -294,8 +294,9 @@ func (d *Daemon) do(ctx context.Context, fn func() error) error {
 // first plan, then send READY=1. On return every workload's original
 // cpuset.cpus has been written back, the originals are dropped from the
 // state file and the tree is unmounted. The error is nil after a clean
-// stop; start-up failures are returned: ErrAlreadyRunning, an unusable state
-// directory, a tree that cannot be served.
+// stop; start-up failures are returned: ErrAlreadyRunning, a state or tree
+// directory that is unusable or that others could write (lock.go), a tree
+// that cannot be served.
 func (d *Daemon) Run(ctx context.Context) error {
 	defer close(d.done)
 	stateLock, err := prepareStateDir(d.cfg.StateDir)
@@ -306,7 +307,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Dir(filepath.Clean(d.cfg.TreeDir)), 0o755); err != nil {
 		return fmt.Errorf("tree dir: %w", err)
 	}
-	treeLock, err := acquireLock(filepath.Clean(d.cfg.TreeDir) + ".lock")
+	treeLock, err := lockTreeDir(d.cfg.TreeDir)
 	if err != nil {
 		return err
 	}

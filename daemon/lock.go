@@ -1,8 +1,25 @@
 package daemon
 
+// One daemon per state directory and per tree.
+//
+// The state directory and the tree are locked with a flock on a lock file
+// (<state-dir>/lock, <resolved tree-dir>.lock) that holds our pid. Those
+// files are opened as root in directories an administrator chose, so they
+// are handled like sshd's StrictModes handles ~/.ssh: the directory that
+// holds a lock file (and the state and tree directories themselves) must be
+// owned by root (or by the daemon's own euid when it does not run as root)
+// and must not be writable by its group or by others; the lock file is
+// opened without following a symlink and is truncated only when it is a
+// regular file of ours with a single link. Ancestors are not checked — a
+// sticky world-writable ancestor such as /tmp is fine, as for
+// t.TempDir() — so choose paths whose ancestors only root can change (the
+// defaults below /run and /var/lib are).
+
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,23 +32,138 @@ import (
 // of the same state directory or tree directory.
 var ErrAlreadyRunning = errors.New("another schedpolicyd is running")
 
-// acquireLock takes an exclusive flock on path (created 0644) and writes
-// our pid into it. The lock lives as long as the returned file stays open;
-// the kernel drops it when the process dies, so a crash never leaves a
-// stale lock. Errors: ErrAlreadyRunning (naming the holder's pid) when
-// another process holds it, or the open/flock error.
-func acquireLock(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o644)
+// procLocks is the kernel's list of file locks.
+const procLocks = "/proc/locks"
+
+// flockHolder returns the pid listed in /proc/locks as holding a FLOCK
+// WRITE lock on the inode ino of the device dev, or 0 if none is listed.
+// A line reads "1: FLOCK  ADVISORY  WRITE 1234 00:2a:5678 0 EOF": major and
+// minor in hex, the inode in decimal; waiters ("1: -> FLOCK ...") are
+// skipped.
+func flockHolder(dev, ino uint64) int {
+	f, err := os.Open(procLocks)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fl := strings.Fields(sc.Text())
+		if len(fl) < 6 || fl[1] != "FLOCK" || fl[3] != "WRITE" {
+			continue
+		}
+		id := strings.Split(fl[5], ":")
+		if len(id) != 3 {
+			continue
+		}
+		maj, err1 := strconv.ParseUint(id[0], 16, 32)
+		min, err2 := strconv.ParseUint(id[1], 16, 32)
+		n, err3 := strconv.ParseUint(id[2], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil || n != ino || uint32(maj) != unix.Major(dev) || uint32(min) != unix.Minor(dev) {
+			continue
+		}
+		if pid, err := strconv.Atoi(fl[4]); err == nil && pid > 0 {
+			return pid
+		}
+	}
+	return 0
+}
+
+// heldBy words who holds a lock, for an error.
+func heldBy(pid int) string {
+	if pid > 0 {
+		return "pid " + strconv.Itoa(pid)
+	}
+	return "another process"
+}
+
+// openTrustedDir opens the directory at path (following symlinks) and
+// checks that only we can change what it holds: it must be owned by root or
+// by our euid and not writable by its group or others. what names it in
+// errors ("state dir", ...). Errors: the open error, or a refusal that says
+// how to fix the directory.
+func openTrustedDir(what, path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s %s: %w", what, path, err)
+	}
+	if err := checkTrusted(what, path, &st); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// checkTrusted refuses a directory that is not owned by root or our euid,
+// or that its group or others can write (sticky or not).
+func checkTrusted(what, path string, st *unix.Stat_t) error {
+	if euid := uint32(os.Geteuid()); st.Uid != 0 && st.Uid != euid {
+		return fmt.Errorf("%s %s is owned by uid %d, not by root: refusing it (others could plant files the daemon writes); use a directory owned by root", what, path, st.Uid)
+	}
+	if perm := st.Mode & 0o7777; perm&0o022 != 0 {
+		return fmt.Errorf("%s %s is writable by its group or by others (mode %04o): refusing it (they could plant files the daemon writes); run chmod go-w %s", what, path, perm, path)
+	}
+	return nil
+}
+
+// acquireLock takes an exclusive flock on the lock file name in the
+// directory dir (created 0644) and writes our pid into it. dir must pass
+// openTrustedDir; the file is opened without following a symlink (and
+// without blocking on a FIFO or device), and it is truncated only if it is
+// a regular file owned by our euid with one link, so a planted symlink or
+// hard link can never make the daemon overwrite another file. The lock
+// lives as long as the returned file stays open; the kernel drops it when
+// the process dies, so a crash never leaves a stale lock. Errors:
+// ErrAlreadyRunning (naming the holder's pid) when another process holds
+// it, a refusal of the directory or of the file (saying what to remove or
+// fix), or the open/flock error.
+func acquireLock(what, dir, name string) (*os.File, error) {
+	d, err := openTrustedDir(what, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	path := filepath.Join(dir, name)
+	fd, err := unix.Openat(int(d.Fd()), name, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0o644)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, fmt.Errorf("lock %s: is a symbolic link; refusing to follow it (remove it)", path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		b := make([]byte, 32)
-		n, _ := f.ReadAt(b, 0)
+	f := os.NewFile(uintptr(fd), path)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
 		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		err = fmt.Errorf("lock %s: not a regular file; refusing it (remove it)", path)
+	case st.Uid != uint32(os.Geteuid()):
+		err = fmt.Errorf("lock %s: owned by uid %d, not by us; refusing it (remove it)", path, st.Uid)
+	case st.Nlink != 1:
+		err = fmt.Errorf("lock %s: has %d hard links; refusing it (remove it)", path, st.Nlink)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		defer f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			pid, _ := strconv.Atoi(strings.TrimSpace(string(b[:n])))
-			return nil, fmt.Errorf("%w: pid %d holds %s", ErrAlreadyRunning, pid, path)
+			pid := flockHolder(uint64(st.Dev), st.Ino)
+			if pid == 0 {
+				b := make([]byte, 32)
+				n, _ := f.ReadAt(b, 0)
+				pid, _ = strconv.Atoi(strings.TrimSpace(string(b[:n])))
+			}
+			return nil, fmt.Errorf("%w: %s holds %s", ErrAlreadyRunning, heldBy(pid), path)
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
@@ -41,20 +173,87 @@ func acquireLock(path string) (*os.File, error) {
 }
 
 // prepareStateDir makes sure the state directory is usable before the
-// daemon starts: it exists (created 0755), we hold its lock, and state.json
-// is a regular file if present. A daemon that would fail every choice with
-// EIO later refuses to start instead.
+// daemon starts: it exists (created 0755), passes openTrustedDir, we hold
+// its lock, and state.json is a regular file if present. A daemon that
+// would fail every choice with EIO later refuses to start instead. Errors:
+// as acquireLock, or state.json that is not a regular file.
 func prepareStateDir(dir string) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
-	lock, err := acquireLock(filepath.Join(dir, lockFile))
+	lock, err := acquireLock("state dir", dir, lockFile)
 	if err != nil {
 		return nil, err
 	}
 	if st, err := os.Lstat(filepath.Join(dir, StateFile)); err == nil && !st.Mode().IsRegular() {
 		lock.Close()
 		return nil, fmt.Errorf("state dir: %s is not a regular file; remove it", filepath.Join(dir, StateFile))
+	}
+	return lock, nil
+}
+
+// resolveTreeDir returns the tree directory with every symlink resolved,
+// so that two spellings of one mount point share one lock. The directory
+// itself may be missing (it is created when served) or a stale mount that
+// cannot be stat'ed (ENOTCONN after a crash); then its parent is resolved
+// and a symlink as the last component is followed by hand. Errors: the
+// parent cannot be resolved, or too many symlinks.
+func resolveTreeDir(dir string) (string, error) {
+	p, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("tree dir: %w", err)
+	}
+	for range 40 {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return r, nil
+		}
+		parent, err := filepath.EvalSymlinks(filepath.Dir(p))
+		if err != nil {
+			return "", fmt.Errorf("tree dir %s: %w", dir, err)
+		}
+		p = filepath.Join(parent, filepath.Base(p))
+		fi, err := os.Lstat(p)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			return p, nil
+		}
+		target, err := os.Readlink(p)
+		if err != nil {
+			return "", fmt.Errorf("tree dir %s: %w", dir, err)
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(parent, target)
+		}
+		p = filepath.Clean(target)
+	}
+	return "", fmt.Errorf("tree dir %s: %w", dir, unix.ELOOP)
+}
+
+// lockTreeDir takes the lock of the tree directory dir:
+// <resolved dir>.lock (resolveTreeDir), in a directory that passes
+// openTrustedDir; the tree directory itself, if it exists and can be
+// stat'ed, must pass the same check (the plain backend writes files in
+// it). Errors: ErrAlreadyRunning naming the holder's pid when another
+// daemon serves the same directory under any name, a refusal of a
+// directory or of the lock file, or the resolve/open/flock error.
+func lockTreeDir(dir string) (*os.File, error) {
+	r, err := resolveTreeDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	parent := filepath.Dir(r)
+	if parent == r {
+		return nil, fmt.Errorf("tree dir %s: cannot be the root directory", dir)
+	}
+	lock, err := acquireLock("tree dir's parent", parent, filepath.Base(r)+".lock")
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(r, &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		if err := checkTrusted("tree dir", r, &st); err != nil {
+			lock.Close()
+			return nil, err
+		}
 	}
 	return lock, nil
 }

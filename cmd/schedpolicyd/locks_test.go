@@ -1,0 +1,179 @@
+package main
+
+// Issue 11, case 7, with the real binary: lock files and directories that
+// cannot be turned against root, and one daemon per tree mount point
+// whatever path names it.
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+)
+
+// startOrRefused runs bin with args until it either exits before READY=1
+// — a refused start: started is false and p.exited holds the exit error —
+// or sends READY=1: started is true and p is a running daemon. Either way
+// the process is killed at cleanup and its log printed on failure. There
+// is no time limit: a daemon that does neither is the test binary's
+// -timeout to catch.
+func startOrRefused(t *testing.T, bin string, args ...string) (p *daemonProc, started bool) {
+	t.Helper()
+	notify, notifyPath := listenNotify(t)
+	p = &daemonProc{log: &lockedBuffer{}, exited: make(chan error, 1), notify: notify}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+notifyPath)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		err := <-p.exited
+		p.exited <- err
+		if t.Failed() || testing.Verbose() {
+			t.Logf("daemon (pid %d) log:\n%s", p.cmd.Process.Pid, p.log.String())
+		}
+	})
+	ready := make(chan string, 1)
+	go func() {
+		for m := range notify.msgs {
+			if strings.Contains(m, "READY=1") {
+				ready <- m
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+		return p, false
+	case m := <-ready:
+		p.ready = m
+		return p, true
+	}
+}
+
+// wantRefused checks that p's start was refused: exit status 1 and a log
+// naming every string in want.
+func wantRefused(t *testing.T, what string, p *daemonProc, started bool, want ...string) {
+	t.Helper()
+	if started {
+		t.Errorf("%s: the daemon started (READY=1) instead of refusing", what)
+		return
+	}
+	err := <-p.exited
+	p.exited <- err
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("%s: exit %v, want status 1", what, err)
+	}
+	for _, w := range want {
+		if !strings.Contains(p.log.String(), w) {
+			t.Errorf("%s: the refusal does not name %q:\n%s", what, w, p.log.String())
+		}
+	}
+}
+
+// TestTreeDirSymlinkToRunningTree (issue 11 case 7): a second daemon whose
+// --tree-dir is a symlink to a running daemon's FUSE tree exits with status
+// 1 naming the first's pid; the first's mount stays, serves, and is gone
+// once the first stops.
+func TestTreeDirSymlinkToRunningTree(t *testing.T) {
+	requireMachine(t)
+	bin := buildDaemon(t)
+	sys := mockMachine(t, "ac-offline-battery-unknown")
+	tmp := t.TempDir()
+	tree := filepath.Join(tmp, "tree")
+	args := func(tree, state, addr string) []string {
+		return []string{"--sysfs-root", sys, "--cgroup-root", "none", "--tree-dir", tree, "--tree-backend", "fuse",
+			"--state-dir", state, "--bus", addr, "--events", "fsnotify", "--log-level", "debug", "--config", emptyConf(t)}
+	}
+	p1 := startDaemonProc(t, bin, args(tree, filepath.Join(tmp, "state1"), testutil.StartBus(t, testutil.BusOptions{}).Addr)...)
+	knob := filepath.Join(tree, daemon.TreePrefix, "current_sched_policy")
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(tree, link); err != nil {
+		t.Fatal(err)
+	}
+
+	p2, started := startOrRefused(t, bin, args(link, filepath.Join(tmp, "state2"), testutil.StartBus(t, testutil.BusOptions{}).Addr)...)
+	wantRefused(t, "second daemon on a symlink to the tree", p2, started, "pid "+strconv.Itoa(p1.cmd.Process.Pid), tree+".lock")
+	if fstype, mounted, err := mountAtForTest(tree); err != nil || !mounted || !strings.HasPrefix(fstype, "fuse") {
+		t.Errorf("first daemon's tree after the second start: mounted=%v type=%q %v, want its FUSE mount", mounted, fstype, err)
+	}
+	if b, err := os.ReadFile(knob); err != nil || strings.TrimSpace(string(b)) != "performance" {
+		t.Errorf("first daemon's tree reads %q, %v", b, err)
+	}
+	p1.alive(t)
+
+	p1.stop(t)
+	if started {
+		p2.stop(t)
+	}
+	if _, mounted, _ := mountAtForTest(tree); mounted {
+		exec.Command("umount", "-l", tree).Run()
+		t.Errorf("a mount is left at %s after both daemons stopped", tree)
+	}
+}
+
+// TestUnsafeLockRefusedRealBinary (issue 11 case 7): with a lock file that
+// is a symlink to a victim file, or a state directory others can write, the
+// binary exits with status 1 and a message saying why, and the victim file
+// is untouched.
+func TestUnsafeLockRefusedRealBinary(t *testing.T) {
+	bin := buildDaemon(t)
+	sys := mockMachine(t, "ac-offline-battery-unknown")
+	tmp := t.TempDir()
+	victim := filepath.Join(tmp, "victim")
+	const precious = "root:precious:0:0\n"
+	if err := os.WriteFile(victim, []byte(precious), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := func(dir string) []string {
+		return []string{"--sysfs-root", sys, "--cgroup-root", "none", "--tree-dir", filepath.Join(dir, "run", "tree"), "--tree-backend", "plain",
+			"--state-dir", filepath.Join(dir, "state"), "--bus", "none", "--events", "none", "--config", emptyConf(t)}
+	}
+
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "state"), 0o755)
+	if err := os.Symlink(victim, filepath.Join(dir, "state", "lock")); err != nil {
+		t.Fatal(err)
+	}
+	p, started := startOrRefused(t, bin, args(dir)...)
+	if started {
+		p.stop(t)
+	}
+	wantRefused(t, "state lock a symlink", p, started, filepath.Join(dir, "state", "lock"), "symbolic link")
+
+	dir = t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "run"), 0o755)
+	if err := os.Symlink(victim, filepath.Join(dir, "run", "tree.lock")); err != nil {
+		t.Fatal(err)
+	}
+	p, started = startOrRefused(t, bin, args(dir)...)
+	if started {
+		p.stop(t)
+	}
+	wantRefused(t, "tree lock a symlink", p, started, filepath.Join(dir, "run", "tree.lock"), "symbolic link")
+	if b, _ := os.ReadFile(victim); string(b) != precious {
+		t.Errorf("the victim file now holds %q", b)
+	}
+
+	dir = t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "state"), 0o755)
+	if err := os.Chmod(filepath.Join(dir, "state"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	p, started = startOrRefused(t, bin, args(dir)...)
+	if started {
+		p.stop(t)
+	}
+	wantRefused(t, "state dir 0777", p, started, filepath.Join(dir, "state"), "writable by its group or by others")
+}
