@@ -290,13 +290,15 @@ func (d *Daemon) do(ctx context.Context, fn func() error) error {
 // Run starts the daemon and serves until ctx is cancelled (SIGTERM/SIGINT
 // in main). In order: lock the state and tree directories (one daemon per
 // machine state), load the persisted state, read power source, boost and
-// topology, adopt the workloads, serve the tree, join the bus, apply the
-// first plan, then send READY=1. On return every workload's original
+// topology, lock the managed parent cgroup (one manager per parent;
+// cglock.go) and adopt the workloads, serve the tree, join the bus, apply
+// the first plan, then send READY=1. On return every workload's original
 // cpuset.cpus has been written back, the originals are dropped from the
 // state file and the tree is unmounted. The error is nil after a clean
-// stop; start-up failures are returned: ErrAlreadyRunning, a state or tree
-// directory that is unusable or that others could write (lock.go), a tree
-// that cannot be served.
+// stop; start-up failures are returned: ErrAlreadyRunning (naming the pid
+// of the daemon that holds the state directory, the tree or the managed
+// parent), a state or tree directory that is unusable or that others could
+// write (lock.go), a tree that cannot be served.
 func (d *Daemon) Run(ctx context.Context) error {
 	defer close(d.done)
 	stateLock, err := prepareStateDir(d.cfg.StateDir)

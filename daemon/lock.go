@@ -14,6 +14,8 @@ package daemon
 // sticky world-writable ancestor such as /tmp is fine, as for
 // t.TempDir() — so choose paths whose ancestors only root can change (the
 // defaults below /run and /var/lib are).
+//
+// The managed parent cgroup has its own lock (cglock.go).
 
 import (
 	"bufio"
@@ -29,7 +31,7 @@ import (
 )
 
 // ErrAlreadyRunning is returned by Run when another daemon holds the lock
-// of the same state directory or tree directory.
+// of the same state directory, tree directory or managed parent cgroup.
 var ErrAlreadyRunning = errors.New("another schedpolicyd is running")
 
 // procLocks is the kernel's list of file locks.

@@ -1,21 +1,53 @@
 package daemon
 
-// Issue 11, case 7: lock files and directories that cannot be turned
-// against root, and one lock per tree whatever path names it.
+// Issue 11, cases 4 and 7: one manager per managed parent cgroup, and lock
+// files that cannot be turned against root.
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 )
+
+// logBuf collects a daemon's log for assertions; the test log gets it too.
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// capture makes the daemon log into buf as well as into the test log.
+func capture(t *testing.T, buf *logBuf) func(*Config) {
+	return func(c *Config) {
+		log := logrus.New()
+		log.SetLevel(logrus.DebugLevel)
+		log.SetOutput(io.MultiWriter(testutil.LogWriter(t), buf))
+		c.Log = log
+	}
+}
 
 // startOutcome runs a daemon with cfg and reports how its start ended:
 // the error of a refused start, or nil once it was ready (it is then
@@ -55,6 +87,127 @@ func startOutcome(t *testing.T, cfg Config) error {
 func quietCfg(m mockLaptop, tree, state string) Config {
 	return Config{SysfsRoot: m.sys, CgroupRoot: "", TreeDir: tree, TreeBackend: "plain",
 		StateDir: state, Bus: "none", Events: "none", SafetyInterval: -1}
+}
+
+// holderOf returns the pid /proc/locks lists as holding a flock on path.
+func holderOf(t *testing.T, path string) int {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0
+	}
+	return flockHolder(uint64(st.Dev), st.Ino)
+}
+
+// TestCgroupParentSecondManagerRefused (case 4): a daemon with its own
+// state and tree directories but the managed parent of a running one
+// refuses to start, names the first one's pid and the parent, and writes
+// nothing: the first keeps its workloads and placement.
+func TestCgroupParentSecondManagerRefused(t *testing.T) {
+	m := newMockLaptop(t)
+	d, _, _ := m.start(t)
+	b := filepath.Join(m.managed, "b/cpuset.cpus")
+	testutil.Eventually(t, "two workloads on all CPUs", func() (bool, string) {
+		n := len(d.Snapshot().Workloads)
+		return n == 2 && testutil.ReadTrim(t, b) == "0-7", fmt.Sprint(n, " ", testutil.ReadTrim(t, b))
+	})
+	other := t.TempDir()
+	cfg := quietCfg(m, filepath.Join(other, "tree"), filepath.Join(other, "state"))
+	cfg.CgroupRoot = m.managed
+	err := startOutcome(t, cfg)
+	if !errors.Is(err, ErrAlreadyRunning) {
+		t.Fatalf("second daemon on the same parent: Run = %v, want ErrAlreadyRunning", err)
+	}
+	for _, want := range []string{"pid " + strconv.Itoa(os.Getpid()), m.managed} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not name %q", err, want)
+		}
+	}
+	if st, _ := LoadState(filepath.Join(other, "state")); len(st.Cgroups) != 0 {
+		t.Errorf("the refused daemon saved records %v", st.Cgroups)
+	}
+	if n := len(d.Snapshot().Workloads); n != 2 || testutil.ReadTrim(t, b) != "0-7" {
+		t.Errorf("first daemon disturbed: %d workloads, b=%s", n, testutil.ReadTrim(t, b))
+	}
+}
+
+// mockParent fills dir with what a cgroup v2 managed parent holds in the
+// mock tree, and a child with the given cpuset.cpus.
+func mockParent(t *testing.T, dir, child, cpus string) {
+	testutil.Put(t, dir+"/cgroup.controllers", "cpuset cpu")
+	testutil.Put(t, dir+"/cgroup.subtree_control", "cpuset")
+	testutil.Put(t, dir+"/cpuset.cpus.effective", "0-7")
+	testutil.Put(t, filepath.Join(dir, child, "cpuset.cpus"), cpus)
+	testutil.Put(t, filepath.Join(dir, child, "cpuset.cpus.effective"), "0-7")
+	testutil.Put(t, filepath.Join(dir, child, "cpu.stat"), "usage_usec 0")
+}
+
+// TestCgroupParentRelocked (case 4, while running): a managed parent that
+// is removed and made again is locked again; one that another manager
+// holds when it takes the place of ours (here: renamed over it, so no scan
+// ever finds the path missing) is not managed — a warning names the
+// holder and nothing in it is written — until that manager lets go.
+func TestCgroupParentRelocked(t *testing.T) {
+	m := newMockLaptop(t)
+	var log logBuf
+	d := m.startWith(t, capture(t, &log))
+	testutil.Eventually(t, "two workloads", func() (bool, string) {
+		n := len(d.Snapshot().Workloads)
+		return n == 2, fmt.Sprint(n)
+	})
+	me := os.Getpid() // in-process: the daemon's pid is ours
+	if got := holderOf(t, m.managed); got != me {
+		t.Fatalf("/proc/locks: the managed parent is held by %d, want the daemon (%d)", got, me)
+	}
+
+	// Removed and made again: the new directory is locked.
+	if err := os.RemoveAll(m.managed); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "parent recreated", func() (bool, string) {
+		_, err := os.Stat(m.managed)
+		return err == nil, fmt.Sprint(err)
+	})
+	mockParent(t, m.managed, "z", "")
+	testutil.Eventually(t, "z adopted and the new parent locked", func() (bool, string) {
+		ws := d.Snapshot().Workloads
+		h := holderOf(t, m.managed)
+		return len(ws) == 1 && ws[0].Name == "z" && h == me, fmt.Sprint(ws, " holder ", h)
+	})
+
+	// Another manager's parent takes the place of ours.
+	theirs := m.managed + ".theirs"
+	mockParent(t, theirs, "c", "5")
+	held, err := lockCgroupDir(theirs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := unix.Renameat2(unix.AT_FDCWD, theirs, unix.AT_FDCWD, m.managed, unix.RENAME_EXCHANGE); err != nil {
+		t.Skipf("renameat2(RENAME_EXCHANGE) on this file system: %v", err)
+	}
+	if err := os.RemoveAll(theirs); err != nil { // our old parent, now there
+		t.Fatal(err)
+	}
+	warning := "pid " + strconv.Itoa(me) + " manages the cgroup " + m.managed
+	testutil.Eventually(t, "a warning naming the other manager", func() (bool, string) {
+		return strings.Contains(log.String(), warning), "log lacks " + strconv.Quote(warning)
+	})
+	testutil.Eventually(t, "no workloads while another manager holds the parent", func() (bool, string) {
+		ws := d.Snapshot().Workloads
+		return len(ws) == 0, fmt.Sprint(ws)
+	})
+	if got := testutil.ReadTrim(t, filepath.Join(m.managed, "c/cpuset.cpus")); got != "5" {
+		t.Errorf("c/cpuset.cpus = %s in a parent another manager holds, want 5 untouched", got)
+	}
+
+	// The other manager goes: ours again.
+	held.Close()
+	testutil.Eventually(t, "c adopted once the other manager left", func() (bool, string) {
+		ws := d.Snapshot().Workloads
+		h := holderOf(t, m.managed)
+		return len(ws) == 1 && ws[0].Name == "c" && h == me, fmt.Sprint(ws, " holder ", h)
+	})
 }
 
 // TestLockFileSymlinkRefused (case 7): a lock file that is a symlink or a
@@ -195,4 +348,30 @@ func TestTreeDirSymlinkSecondDaemonRefused(t *testing.T) {
 	if d.Snapshot().Policy != "performance" {
 		t.Error("first daemon disturbed")
 	}
+}
+
+// TestFlockHolderParsesProcLocks: the holder of a flock on a directory is
+// found in /proc/locks by device and inode.
+func TestFlockHolderParsesProcLocks(t *testing.T) {
+	dir := t.TempDir()
+	f, err := lockCgroupDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := holderOf(t, dir); got != os.Getpid() {
+		t.Errorf("holder = %d, want %d", got, os.Getpid())
+	}
+	_, err = lockCgroupDir(dir)
+	if !errors.Is(err, ErrAlreadyRunning) || !strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid())) {
+		t.Errorf("second lock: %v, want ErrAlreadyRunning naming our pid", err)
+	}
+	f.Close()
+	if got := holderOf(t, dir); got != 0 {
+		t.Errorf("holder after close = %d, want none", got)
+	}
+	g, err := lockCgroupDir(dir)
+	if err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+	g.Close()
 }

@@ -37,8 +37,8 @@ type placement struct {
 	done <-chan struct{}
 
 	cg     *sysfs.Cgroup
-	lock   *os.File // flock on the managed parent's directory (lock.go)
-	warned bool     // "placement disabled" said once
+	lock   cgroupLock // flock on the managed parent's directory (cglock.go)
+	warned bool       // "placement disabled" said once
 	// watch hints at changes of the managed parent (nil: none, the loop
 	// rescans on its ticker); newWatch makes it (watchCgroupDir, or a
 	// test's). pressure wakes the loop when tasks wait for a CPU (a PSI
@@ -167,11 +167,7 @@ func (p *placement) open() error {
 	}
 	cg, err := sysfs.OpenCgroup(p.cfg.CgroupRoot, sysfs.CgroupOptions{Create: true, ProcRoot: p.cfg.ProcRoot})
 	if err == nil {
-		var lock *os.File
-		if lock, err = lockCgroupDir(cg.Path()); err == nil {
-			p.closeLock()
-			p.lock = lock
-		}
+		err = p.lock.acquire(cg.Path())
 	}
 	if err != nil {
 		if p.cg == nil && !p.warned {
@@ -185,13 +181,6 @@ func (p *placement) open() error {
 	p.openParentRecord()
 	p.startWatch()
 	return nil
-}
-
-func (p *placement) closeLock() {
-	if p.lock != nil {
-		p.lock.Close()
-		p.lock = nil
-	}
 }
 
 // openParentRecord, on cgroup v1, finds or makes the managed parent's
@@ -267,6 +256,9 @@ func (p *placement) scan() bool {
 		}
 	}
 	names, err := p.cg.Children()
+	if err == nil {
+		err = p.lock.stale(p.cg.Path()) // made again or replaced: relock it
+	}
 	if err != nil {
 		if !sysfs.IsGone(err) {
 			p.log.WithError(err).Warn("listing workloads")
@@ -880,7 +872,7 @@ func (p *placement) close() {
 		w.cpusFile = nil
 	}
 	p.stopWatch()
-	p.closeLock()
+	p.lock.release()
 }
 
 // childID is the inode number of workload name's directory, 0 when it

@@ -65,8 +65,9 @@ func (c *CgroupWatch) run(parent string) {
 			dir := filepath.Dir(ev.Name)
 			switch b := filepath.Base(ev.Name); {
 			case dir == parent || ev.Name == parent:
-				// Remove of the watched directory itself also arrives here.
-				if ev.Op&(fsnotify.Create|fsnotify.Remove) != 0 {
+				// Remove of the watched directory itself also arrives here,
+				// and its rename (which ends the watch) as Rename.
+				if ev.Op&(fsnotify.Create|fsnotify.Remove|fsnotify.Rename) != 0 {
 					poke(c.changed)
 				}
 			case ev.Op&fsnotify.Write != 0 && (b == "cgroup.procs" || b == "tasks" || b == "cgroup.threads"):

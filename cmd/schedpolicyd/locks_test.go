@@ -1,17 +1,19 @@
 package main
 
-// Issue 11, case 7, with the real binary: lock files and directories that
-// cannot be turned against root, and one daemon per tree mount point
-// whatever path names it.
+// Issue 11, cases 4 and 7, with the real binary: one daemon per managed
+// parent cgroup, lock files and directories that cannot be turned against
+// root, and one daemon per tree mount point whatever path names it.
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
@@ -78,6 +80,53 @@ func wantRefused(t *testing.T, what string, p *daemonProc, started bool, want ..
 	for _, w := range want {
 		if !strings.Contains(p.log.String(), w) {
 			t.Errorf("%s: the refusal does not name %q:\n%s", what, w, p.log.String())
+		}
+	}
+}
+
+// TestSecondDaemonOnOneCgroupParent (issue 11 case 4): a second daemon with
+// its own state directory, tree and bus but the same --cgroup-root as a
+// running one that has packed the workloads must not adopt the packed
+// cpusets as originals: it exits with status 1 naming the first daemon's
+// pid, and once the first stops every workload has its original cpuset.
+func TestSecondDaemonOnOneCgroupParent(t *testing.T) {
+	requireMachine(t)
+	bin := buildDaemon(t)
+	sys := mockMachine(t, "ac-offline-battery-unknown")
+	cg := newV1Parent(t)
+	last := cg.cpus[strings.LastIndexAny(cg.cpus, ",-")+1:]
+	orig := map[string]string{"w1": last, "w2": cg.cpus, "w3": cg.cpus}
+	for _, w := range []string{"w1", "w2", "w3"} {
+		cg.child(t, w, orig[w])
+		cg.spin(t, w)
+	}
+	tmp := t.TempDir()
+	args := func(n, addr string) []string {
+		return []string{"--sysfs-root", sys, "--cgroup-root", cg.dir, "--tree-dir", filepath.Join(tmp, "tree"+n), "--tree-backend", "fuse",
+			"--state-dir", filepath.Join(tmp, "state"+n), "--bus", addr, "--events", "fsnotify", "--debounce", "50ms",
+			"--sample-interval", "200ms", "--log-level", "debug", "--config", emptyConf(t)}
+	}
+	p1 := startDaemonProc(t, bin, args("1", testutil.StartBus(t, testutil.BusOptions{}).Addr)...)
+	onBattery(t, sys)
+	testutil.WaitFor(t, "packed", 15*time.Second, func() (bool, string) {
+		a, b, c := cg.cpusOf(t, "w1"), cg.cpusOf(t, "w2"), cg.cpusOf(t, "w3")
+		return single(a) && single(b) && single(c), fmt.Sprintf("w1=%s w2=%s w3=%s", a, b, c)
+	})
+
+	p2, started := startOrRefused(t, bin, args("2", testutil.StartBus(t, testutil.BusOptions{}).Addr)...)
+	wantRefused(t, "second daemon on the same parent", p2, started,
+		"pid "+strconv.Itoa(p1.cmd.Process.Pid), "manages the cgroup "+cg.dir)
+	if b, err := os.ReadFile(filepath.Join(tmp, "state2", daemon.StateFile)); err == nil && strings.Contains(string(b), cg.dir) {
+		t.Errorf("the second daemon saved records of the first's cgroups: %s", b)
+	}
+
+	p1.stop(t)
+	if started {
+		p2.stop(t) // without the lock: the second restores the packed sets it adopted
+	}
+	for _, w := range []string{"w1", "w2", "w3"} {
+		if got := cg.cpusOf(t, w); got != orig[w] {
+			t.Errorf("after the daemons stopped: %s = %s, want its original %s", w, got, orig[w])
 		}
 	}
 }
