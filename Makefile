@@ -57,8 +57,13 @@ deps:
 # The whole suite: what CI (.ci/run) and the README run.
 test: deps unit-test deb-test
 
+# Tests that take a real CPU offline trim every v1 cpuset on the machine,
+# so they run alone afterwards (testutil.NeedRealHotplug), one package at
+# a time.
+HOTPLUG_TESTS := RealHotplug
 unit-test: deps
 	$(GO) test -race -count=1 $(PKGS)
+	SCHEDPOLICYD_TEST_HOTPLUG=1 $(GO) test -race -count=1 -p 1 -run '$(HOTPLUG_TESTS)' ./daemon/
 
 # The Debian package: packaging/build-deb.sh (dpkg-deb, no debhelper).
 deb:

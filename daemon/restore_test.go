@@ -210,6 +210,7 @@ func TestRestoreHandEdit(t *testing.T) {
 // impossible, and puts it back online at cleanup.
 func cpuOnline(t *testing.T, on bool) {
 	t.Helper()
+	testutil.NeedRealHotplug(t)
 	const f = "/sys/devices/system/cpu/cpu1/online"
 	v := "0"
 	if on {
@@ -229,12 +230,13 @@ func hotplug(t *testing.T, d *Daemon, m mockLaptop, online string) {
 	d.do(context.Background(), func() error { d.onHotplug(); return nil })
 }
 
-// TestRestoreHotplug (issue 11 case 2, real CPU hotplug of CPU 1): (a) a
+// TestRestoreRealHotplug (issue 11 case 2, real CPU hotplug of CPU 1): (a) a
 // daemon started with CPU 1 offline gives it to the parent and the
 // workloads once it is back; (b) a stop while CPU 1 is offline restores
 // originals in part and keeps them recorded, with the parent's; the next
 // run, with CPU 1 back, restores them in full and drops the records.
-func TestRestoreHotplug(t *testing.T) {
+func TestRestoreRealHotplug(t *testing.T) {
+	testutil.NeedRealHotplug(t)
 	parent := testutil.CpusetV1Parent(t, "schedpolicyd-test")
 	needTwoCPUs(t, parent)
 	v1Workloads(t, parent, map[string]string{"a": "0", "b": "1", "c": "0-1"})

@@ -88,3 +88,19 @@ func removeCgroupTree(t testing.TB, dir string) {
 		}
 	}
 }
+
+// HotplugEnv is the environment variable that lets a test take a real CPU
+// offline: `make test` sets it for a second, serial `go test` run of those
+// tests only (HOTPLUG_TESTS in the Makefile).
+const HotplugEnv = "SCHEDPOLICYD_TEST_HOTPLUG"
+
+// NeedRealHotplug skips unless HotplugEnv is 1. Taking a CPU offline
+// trims it from every cgroup v1 cpuset on the machine for good, which
+// would break any real-cgroup test running beside it (`go test ./...`
+// runs packages in parallel), so such tests run alone.
+func NeedRealHotplug(t testing.TB) {
+	t.Helper()
+	if os.Getenv(HotplugEnv) != "1" {
+		t.Skipf("takes a real CPU offline, which trims every v1 cpuset on the machine: runs alone, with %s=1 (make test does)", HotplugEnv)
+	}
+}
