@@ -105,6 +105,11 @@ func (d *Daemon) connectBus(ctx context.Context, loud bool) *busService {
 		return nil
 	}
 	s := &busService{d: d, conn: conn, log: log, last: d.Snapshot().values()}
+	// Before anything is exported: a hold made on this connection must be
+	// able to see its holder leave (busService.addHold).
+	if err := s.watchHolders(); err != nil {
+		log.WithError(err).Warn("cannot watch hold owners; holds are released only explicitly")
+	}
 	obj := busObject{s: s}
 	for iface, v := range map[string]any{
 		Interface:                             obj,
@@ -118,9 +123,6 @@ func (d *Daemon) connectBus(ctx context.Context, loud bool) *busService {
 		}
 	}
 	fast.s.Store(s)
-	if err := s.watchHolders(); err != nil {
-		log.WithError(err).Warn("cannot watch hold owners; holds are released only explicitly")
-	}
 	// The compatibility names come first, so that once BusName is owned
 	// everything is served.
 	if d.cfg.PowerProfilesAPI {
@@ -545,8 +547,16 @@ func (o busObject) Rebalance(msg dbus.Message, sender dbus.Sender) *dbus.Error {
 	}))
 }
 
-// HoldPolicy holds policy for the caller until ReleasePolicy or until the
-// caller leaves the bus. When holds disagree the power-saving one wins.
+// HoldPolicy holds policy for the caller until ReleasePolicy, until the
+// caller leaves the bus or until an explicit choice (SetPolicy, the tree,
+// a knob write) cancels every hold, and returns the hold's cookie (never
+// 0). When holds disagree the power-saving one wins. reason is at most 256
+// bytes. Errors, checked in this order: InvalidArgs when the arguments are
+// not two strings; AccessDenied unless root or authorised by polkit;
+// InvalidArgs for a bad policy or a longer reason; Failed when the caller
+// left the bus before the hold was in place or the bus could not say
+// whether it is still there (busService.addHold). On an error no hold is
+// kept.
 func (o busObject) HoldPolicy(msg dbus.Message, sender dbus.Sender, p, reason string) (uint32, *dbus.Error) {
 	if e := checkSig(msg, "HoldPolicy", "ss"); e != nil {
 		return 0, e
@@ -561,12 +571,50 @@ func (o busObject) HoldPolicy(msg dbus.Message, sender dbus.Sender, p, reason st
 	if len(reason) > 256 {
 		return 0, invalidArgs("reason longer than 256 bytes")
 	}
+	return o.s.addHold(pol, reason, sender, "")
+}
+
+// addHold adds a hold for the calling bus peer sender (HoldPolicy,
+// HoldProfile) and returns its cookie.
+//
+// A hold must not outlive its holder. watchHolders ends a peer's holds
+// when the bus announces that it left (NameOwnerChanged), but a caller
+// that leaves while its call is being handled (authorised, the hold not
+// yet added) has its NameOwnerChanged handled before the hold exists, and
+// nothing would end the hold. So once the hold exists the bus is asked
+// whether sender is still connected (NameHasOwner on its unique name,
+// which is never reused): if not, its holds end now; if it is, it leaves
+// later, the bus sends that NameOwnerChanged after this answer, on this
+// connection, and watchHolders (whose match is in place before anything is
+// exported) ends the hold. If the bus cannot answer, the hold ends too and
+// the call fails: an unverified hold could stay for ever.
+func (s *busService) addHold(p policy.Policy, reason string, sender dbus.Sender, appID string) (uint32, *dbus.Error) {
+	ctx := context.Background()
 	var cookie uint32
-	err = o.s.d.do(context.Background(), func() error {
-		cookie = o.s.d.addHold(pol, reason, string(sender), "")
+	if err := s.d.do(ctx, func() error {
+		cookie = s.d.addHold(p, reason, string(sender), appID)
+		return nil
+	}); err != nil {
+		return 0, toDBusError(err)
+	}
+	var present bool
+	err := s.conn.BusObject().Call("org.freedesktop.DBus.NameHasOwner", 0, string(sender)).Store(&present)
+	if err == nil && present {
+		return cookie, nil
+	}
+	s.d.do(ctx, func() error {
+		if err != nil {
+			s.d.endHold(cookie, "cannot check that the holder is still on the bus")
+		} else {
+			s.d.releaseHoldsOf(string(sender))
+		}
 		return nil
 	})
-	return cookie, toDBusError(err)
+	if err != nil {
+		s.log.WithError(err).WithField("owner", sender).Warn("cannot check that a holder is still on the bus; its new hold ended")
+		return 0, dbus.MakeFailedError(fmt.Errorf("cannot check that the caller is still on the bus, so the hold was not kept: %w", err))
+	}
+	return 0, dbus.MakeFailedError(fmt.Errorf("%s left the bus before its hold was in place; its holds ended", sender))
 }
 
 // ReleasePolicy releases a hold made by the caller (root may release any).
@@ -633,17 +681,20 @@ func (o busObject) SetWorkloadPolicy(msg dbus.Message, sender dbus.Sender, name,
 }
 
 // watchHolders releases the holds of bus peers that disconnect
-// (NameOwnerChanged with an empty new owner for a unique name).
+// (NameOwnerChanged with an empty new owner for a unique name). The
+// channel is registered before the match is added, so that no signal the
+// match lets through is missed.
 func (s *busService) watchHolders() error {
+	ch := make(chan *dbus.Signal, 64)
+	s.conn.Signal(ch)
 	if err := s.conn.AddMatchSignal(
 		dbus.WithMatchSender("org.freedesktop.DBus"),
 		dbus.WithMatchInterface("org.freedesktop.DBus"),
 		dbus.WithMatchMember("NameOwnerChanged"),
 	); err != nil {
+		s.conn.RemoveSignal(ch)
 		return err
 	}
-	ch := make(chan *dbus.Signal, 64)
-	s.conn.Signal(ch)
 	go func() {
 		for sig := range ch {
 			if sig.Name != "org.freedesktop.DBus.NameOwnerChanged" || len(sig.Body) != 3 {

@@ -56,6 +56,13 @@ func (d *Daemon) releaseHold(cookie uint32, owner string, anyOwner bool) error {
 	return nil
 }
 
+// endHold ends hold cookie, if it still exists, saying why.
+func (d *Daemon) endHold(cookie uint32, why string) {
+	if _, ok := d.holds[cookie]; ok {
+		d.dropHolds([]uint32{cookie}, why)
+	}
+}
+
 // releaseHoldsOf ends every hold of a bus peer that left the bus.
 func (d *Daemon) releaseHoldsOf(owner string) {
 	var gone []uint32

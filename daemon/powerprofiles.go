@@ -168,8 +168,13 @@ func (pp *powerProfiles) close() {
 	}
 }
 
-// HoldProfile holds "performance" or "power-saver" until ReleaseProfile or
-// until the caller leaves the bus.
+// HoldProfile holds "performance" or "power-saver" (the configured
+// power_aware_policy) until ReleaseProfile, until the caller leaves the bus
+// or until an explicit choice cancels every hold, and returns the cookie
+// (never 0). Errors, checked in this order: InvalidArgs when the arguments
+// are not three strings; AccessDenied unless root or authorised by polkit;
+// InvalidArgs for another profile; Failed as for HoldPolicy
+// (busService.addHold). On an error no hold is kept.
 func (o ppObject) HoldProfile(msg dbus.Message, sender dbus.Sender, profile, reason, appID string) (uint32, *dbus.Error) {
 	if e := checkSig(msg, "HoldProfile", "sss"); e != nil {
 		return 0, e
@@ -186,12 +191,7 @@ func (o ppObject) HoldProfile(msg dbus.Message, sender dbus.Sender, profile, rea
 	default:
 		return 0, invalidArgs("only %q and %q can be held, not %q", ppPerformance, ppPowerSaver, profile)
 	}
-	var cookie uint32
-	err := o.pp.s.d.do(context.Background(), func() error {
-		cookie = o.pp.s.d.addHold(p, reason, string(sender), appID)
-		return nil
-	})
-	return cookie, toDBusError(err)
+	return o.pp.s.addHold(p, reason, sender, appID)
 }
 
 // ReleaseProfile releases a hold made with HoldProfile.
