@@ -161,7 +161,7 @@ type Daemon struct {
 	unpublished  bool
 	lastSaved    State // what state.json holds, as last saved by saveState
 	holds        map[uint32]*hold
-	nextCookie   uint32
+	holdIdx      holdIndex // beside holds: cookies, holds per owner (holds.go)
 	lastChange   time.Time
 	policyReason string
 

@@ -46,6 +46,8 @@ const (
 	errUnknownProp  = "org.freedesktop.DBus.Error.UnknownProperty"
 	errUnknownIface = "org.freedesktop.DBus.Error.UnknownInterface"
 	errPropReadOnly = "org.freedesktop.DBus.Error.PropertyReadOnly"
+	// errLimitsExceeded: a hold beyond MaxHoldsPerCaller or MaxHolds.
+	errLimitsExceeded = "org.freedesktop.DBus.Error.LimitsExceeded"
 )
 
 func invalidArgs(format string, a ...any) *dbus.Error {
@@ -480,6 +482,8 @@ func toDBusError(err error) *dbus.Error {
 		return nil
 	case errors.Is(err, syscall.EINVAL), errors.Is(err, policy.ErrInvalid), errors.Is(err, sysfs.ErrCgroupName):
 		return invalidArgs("%v", err)
+	case errors.As(err, new(*holdLimitError)):
+		return dbus.NewError(errLimitsExceeded, []any{err.Error()})
 	case errors.Is(err, fs.ErrExist):
 		return dbus.NewError(errFileExists, []any{err.Error()})
 	default:
@@ -553,10 +557,11 @@ func (o busObject) Rebalance(msg dbus.Message, sender dbus.Sender) *dbus.Error {
 // 0). When holds disagree the power-saving one wins. reason is at most 256
 // bytes. Errors, checked in this order: InvalidArgs when the arguments are
 // not two strings; AccessDenied unless root or authorised by polkit;
-// InvalidArgs for a bad policy or a longer reason; Failed when the caller
-// left the bus before the hold was in place or the bus could not say
-// whether it is still there (busService.addHold). On an error no hold is
-// kept.
+// InvalidArgs for a bad policy or a longer reason; LimitsExceeded when the
+// caller already has MaxHoldsPerCaller holds (HoldProfile's count too) or
+// the daemon MaxHolds; Failed when the caller left the bus before the hold
+// was in place or the bus could not say whether it is still there
+// (busService.addHold). On an error no hold is kept.
 func (o busObject) HoldPolicy(msg dbus.Message, sender dbus.Sender, p, reason string) (uint32, *dbus.Error) {
 	if e := checkSig(msg, "HoldPolicy", "ss"); e != nil {
 		return 0, e
@@ -592,8 +597,9 @@ func (s *busService) addHold(p policy.Policy, reason string, sender dbus.Sender,
 	ctx := context.Background()
 	var cookie uint32
 	if err := s.d.do(ctx, func() error {
-		cookie = s.d.addHold(p, reason, string(sender), appID)
-		return nil
+		var err error
+		cookie, err = s.d.addHold(p, reason, string(sender), appID)
+		return err
 	}); err != nil {
 		return 0, toDBusError(err)
 	}

@@ -9,6 +9,23 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
+// MaxHoldsPerCaller is the most holds one bus connection (one unique bus
+// name) may have at once, made with HoldPolicy and HoldProfile together.
+// One more is refused with org.freedesktop.DBus.Error.LimitsExceeded
+// (holdLimitError) and changes nothing; releasing a hold makes room again.
+// A program needs one hold per activity it runs (schedpolicyctl launch
+// makes one); the bound keeps one client from making the daemon's memory
+// and every PropertiesChanged it emits grow without end.
+const MaxHoldsPerCaller = 16
+
+// MaxHolds is the most holds the daemon keeps at once, of all callers
+// together; one more is refused like one beyond MaxHoldsPerCaller. Every
+// hold added or ended is announced with the whole list (the Holds
+// property and, with the power-profiles API, ActiveProfileHolds on both
+// names), so this bounds the cost of adding one even for a client that
+// opens many connections.
+const MaxHolds = 256
+
 // hold is one HoldPolicy (or power-profiles HoldProfile) request. Loop-owned.
 type hold struct {
 	Cookie uint32
@@ -18,6 +35,27 @@ type hold struct {
 	Owner string
 	// AppID is the power-profiles application_id ("" for HoldPolicy).
 	AppID string
+}
+
+// holdIndex is what the event loop keeps beside Daemon.holds: the cookies
+// and each owner's number of holds (MaxHoldsPerCaller).
+type holdIndex struct {
+	last     uint32         // the last cookie handed out
+	perOwner map[string]int // holds per unique bus name; no zero entries
+}
+
+// holdLimitError refuses a hold beyond MaxHoldsPerCaller (owner set) or
+// MaxHolds (owner ""); D-Bus org.freedesktop.DBus.Error.LimitsExceeded.
+type holdLimitError struct {
+	owner string
+	n     int
+}
+
+func (e *holdLimitError) Error() string {
+	if e.owner == "" {
+		return fmt.Sprintf("the daemon already keeps %d holds, the most it keeps for all callers together; try again once one ended", e.n)
+	}
+	return fmt.Sprintf("%s already has %d holds, the most one bus connection may have; release one (ReleasePolicy or ReleaseProfile) first", e.owner, e.n)
 }
 
 // holdRank orders policies for conflicting holds: the power-saving one
@@ -33,17 +71,33 @@ func holdRank(p policy.Policy) int {
 	}
 }
 
-// addHold records a hold and re-plans; it returns the new cookie (never 0).
-func (d *Daemon) addHold(p policy.Policy, reason, owner, appID string) uint32 {
-	d.nextCookie++
-	if d.nextCookie == 0 {
-		d.nextCookie = 1
+// addHold records a hold for owner (a unique bus name) and re-plans. It
+// returns the new cookie (never 0, never one in use), or a
+// *holdLimitError with nothing changed when owner already has
+// MaxHoldsPerCaller holds or the daemon MaxHolds.
+func (d *Daemon) addHold(p policy.Policy, reason, owner, appID string) (uint32, error) {
+	ix := &d.holdIdx
+	if n := ix.perOwner[owner]; n >= MaxHoldsPerCaller {
+		return 0, &holdLimitError{owner: owner, n: n}
 	}
-	h := &hold{Cookie: d.nextCookie, Policy: p, Reason: reason, Owner: owner, AppID: appID}
+	if n := len(d.holds); n >= MaxHolds {
+		return 0, &holdLimitError{n: n}
+	}
+	for {
+		ix.last++
+		if _, used := d.holds[ix.last]; ix.last != 0 && !used {
+			break
+		}
+	}
+	h := &hold{Cookie: ix.last, Policy: p, Reason: reason, Owner: owner, AppID: appID}
 	d.holds[h.Cookie] = h
+	if ix.perOwner == nil {
+		ix.perOwner = map[string]int{}
+	}
+	ix.perOwner[owner]++
 	d.log.WithFields(logrus.Fields{"cookie": h.Cookie, "policy": p, "owner": owner, "reason": reason}).Info("policy hold added")
 	d.recompute("hold", true)
-	return h.Cookie
+	return h.Cookie, nil
 }
 
 // releaseHold ends hold cookie if owner made it (any owner when anyOwner).
@@ -65,6 +119,9 @@ func (d *Daemon) endHold(cookie uint32, why string) {
 
 // releaseHoldsOf ends every hold of a bus peer that left the bus.
 func (d *Daemon) releaseHoldsOf(owner string) {
+	if d.holdIdx.perOwner[owner] == 0 {
+		return // most peers that leave held nothing
+	}
 	var gone []uint32
 	for c, h := range d.holds {
 		if h.Owner == owner {
@@ -89,10 +146,16 @@ func (d *Daemon) cancelHoldsBecause(why string) {
 	}
 }
 
+// dropHolds ends the holds cookies (all of them must exist) and re-plans.
 func (d *Daemon) dropHolds(cookies []uint32, why string) {
 	sort.Slice(cookies, func(i, j int) bool { return cookies[i] < cookies[j] })
+	ix := &d.holdIdx
 	for _, c := range cookies {
+		owner := d.holds[c].Owner
 		delete(d.holds, c)
+		if ix.perOwner[owner]--; ix.perOwner[owner] <= 0 {
+			delete(ix.perOwner, owner)
+		}
 		d.log.WithFields(logrus.Fields{"cookie": c, "why": why}).Info("policy hold ended")
 		if d.bus != nil {
 			d.bus.pp.released(c)

@@ -171,10 +171,13 @@ func (pp *powerProfiles) close() {
 // HoldProfile holds "performance" or "power-saver" (the configured
 // power_aware_policy) until ReleaseProfile, until the caller leaves the bus
 // or until an explicit choice cancels every hold, and returns the cookie
-// (never 0). Errors, checked in this order: InvalidArgs when the arguments
-// are not three strings; AccessDenied unless root or authorised by polkit;
-// InvalidArgs for another profile; Failed as for HoldPolicy
-// (busService.addHold). On an error no hold is kept.
+// (never 0). reason and application_id are at most 256 bytes each. Errors,
+// checked in this order: InvalidArgs when the arguments are not three
+// strings; AccessDenied unless root or authorised by polkit; InvalidArgs
+// for another profile or a longer string; LimitsExceeded when the caller
+// already has MaxHoldsPerCaller holds (HoldPolicy's count too) or the
+// daemon MaxHolds; Failed as for HoldPolicy (busService.addHold). On an
+// error no hold is kept.
 func (o ppObject) HoldProfile(msg dbus.Message, sender dbus.Sender, profile, reason, appID string) (uint32, *dbus.Error) {
 	if e := checkSig(msg, "HoldProfile", "sss"); e != nil {
 		return 0, e
@@ -190,6 +193,12 @@ func (o ppObject) HoldProfile(msg dbus.Message, sender dbus.Sender, profile, rea
 		p = o.pp.s.d.Snapshot().Knob.PowerAwarePolicy
 	default:
 		return 0, invalidArgs("only %q and %q can be held, not %q", ppPerformance, ppPowerSaver, profile)
+	}
+	if len(reason) > 256 {
+		return 0, invalidArgs("reason longer than 256 bytes")
+	}
+	if len(appID) > 256 {
+		return 0, invalidArgs("application_id longer than 256 bytes")
 	}
 	return o.pp.s.addHold(p, reason, sender, appID)
 }
