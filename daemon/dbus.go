@@ -266,9 +266,12 @@ func propertyValues(snap Snapshot) map[string]any {
 	for _, w := range snap.Workloads {
 		ws = append(ws, workloadEntry{w.Name, w.Path, w.CPUs, w.Util, string(w.Override)})
 	}
-	holds := make([]holdEntry, 0, len(snap.Holds))
-	for _, h := range snap.Holds {
-		holds = append(holds, holdEntry{h.Cookie, string(h.Policy), h.Reason, h.Owner})
+	// A hold is its own (usss) entry, and the snapshot's list is shared
+	// from one publication to the next while the holds do not change
+	// (holdIndex): no per-hold work here, and update compares it in O(1).
+	holds := snap.Holds
+	if holds == nil {
+		holds = noHolds
 	}
 	return map[string]any{
 		"ActivePolicy":      string(snap.Policy),
@@ -290,12 +293,6 @@ type workloadEntry struct {
 	Name, Path, CPUs string
 	Util             float64
 	Override         string
-}
-
-// holdEntry is one element of the Holds property, signature (usss).
-type holdEntry struct {
-	Cookie                uint32
-	Policy, Reason, Owner string
 }
 
 // update emits one PropertiesChanged carrying every property whose value

@@ -23,25 +23,37 @@ const MaxHoldsPerCaller = 16
 // hold added or ended is announced with the whole list (the Holds
 // property and, with the power-profiles API, ActiveProfileHolds on both
 // names), so this bounds the cost of adding one even for a client that
-// opens many connections.
+// opens many connections: BenchmarkHoldAdd measures it.
 const MaxHolds = 256
 
-// hold is one HoldPolicy (or power-profiles HoldProfile) request. Loop-owned.
+// hold is one HoldPolicy (or power-profiles HoldProfile) request. Loop-owned
+// and never modified once made. Without AppID it is exactly one entry of
+// the Holds property, signature (usss).
 type hold struct {
 	Cookie uint32
 	Policy policy.Policy
 	Reason string
 	// Owner is the holder's unique bus name; the hold ends when it leaves.
 	Owner string
-	// AppID is the power-profiles application_id ("" for HoldPolicy).
-	AppID string
+	// AppID is the power-profiles application_id ("" for HoldPolicy); not
+	// part of the Holds property.
+	AppID string `dbus:"-"`
 }
 
-// holdIndex is what the event loop keeps beside Daemon.holds: the cookies
-// and each owner's number of holds (MaxHoldsPerCaller).
+// holdIndex is what the event loop keeps beside Daemon.holds, so that
+// adding a hold costs no more than the PropertiesChanged that announces
+// it: the cookies, each owner's number of holds (MaxHoldsPerCaller) and the
+// list that snapshots publish.
 type holdIndex struct {
 	last     uint32         // the last cookie handed out
 	perOwner map[string]int // holds per unique bus name; no zero entries
+	// list is every hold in the order they were made (cookie order until
+	// cookies wrap around). Published snapshots share it: an addition
+	// writes past the end of every published slice, a removal builds a new
+	// array, so no element a snapshot can see is ever written, and a
+	// snapshot whose holds did not change carries the same slice (which
+	// reflect.DeepEqual, in busService.update, compares in O(1)).
+	list []hold
 }
 
 // holdLimitError refuses a hold beyond MaxHoldsPerCaller (owner set) or
@@ -95,6 +107,7 @@ func (d *Daemon) addHold(p policy.Policy, reason, owner, appID string) (uint32, 
 		ix.perOwner = map[string]int{}
 	}
 	ix.perOwner[owner]++
+	ix.list = append(ix.list, *h)
 	d.log.WithFields(logrus.Fields{"cookie": h.Cookie, "policy": p, "owner": owner, "reason": reason}).Info("policy hold added")
 	d.recompute("hold", true)
 	return h.Cookie, nil
@@ -123,14 +136,12 @@ func (d *Daemon) releaseHoldsOf(owner string) {
 		return // most peers that leave held nothing
 	}
 	var gone []uint32
-	for c, h := range d.holds {
+	for _, h := range d.holdIdx.list {
 		if h.Owner == owner {
-			gone = append(gone, c)
+			gone = append(gone, h.Cookie)
 		}
 	}
-	if len(gone) > 0 {
-		d.dropHolds(gone, "holder left the bus")
-	}
+	d.dropHolds(gone, "holder left the bus")
 }
 
 // cancelHolds ends every hold: a user's explicit choice wins over them.
@@ -138,8 +149,8 @@ func (d *Daemon) cancelHolds() { d.cancelHoldsBecause("cancelled by an explicit 
 
 func (d *Daemon) cancelHoldsBecause(why string) {
 	var all []uint32
-	for c := range d.holds {
-		all = append(all, c)
+	for _, h := range d.holdIdx.list {
+		all = append(all, h.Cookie)
 	}
 	if len(all) > 0 {
 		d.dropHolds(all, why)
@@ -161,28 +172,40 @@ func (d *Daemon) dropHolds(cookies []uint32, why string) {
 			d.bus.pp.released(c)
 		}
 	}
+	// A new array: published snapshots keep theirs.
+	keep := make([]hold, 0, len(ix.list))
+	for _, h := range ix.list {
+		if _, ok := d.holds[h.Cookie]; ok {
+			keep = append(keep, h)
+		}
+	}
+	ix.list = keep
 	d.recompute("hold ended", true)
 }
 
 // winningHold returns the hold that decides the policy, or nil: the most
-// power-saving one, the oldest among equals.
+// power-saving one, the oldest among equals. The result is read-only.
 func (d *Daemon) winningHold() *hold {
 	var win *hold
-	for _, h := range d.holds {
-		if win == nil || holdRank(h.Policy) > holdRank(win.Policy) ||
-			holdRank(h.Policy) == holdRank(win.Policy) && h.Cookie < win.Cookie {
+	for i := range d.holdIdx.list {
+		if h := &d.holdIdx.list[i]; win == nil || holdRank(h.Policy) > holdRank(win.Policy) {
 			win = h
 		}
 	}
 	return win
 }
 
-// holdList is the sorted list of holds for the snapshot.
+// noHolds is the published list while there is no hold (not nil, so that
+// it compares equal to an empty list built elsewhere).
+var noHolds = []hold{}
+
+// holdList is the list of holds for the snapshot, in the order they were
+// made. It is shared, not copied (holdIndex.list): read-only, and capped
+// so that an append by a reader copies it.
 func (d *Daemon) holdList() []hold {
-	out := make([]hold, 0, len(d.holds))
-	for _, h := range d.holds {
-		out = append(out, *h)
+	l := d.holdIdx.list
+	if len(l) == 0 {
+		return noHolds
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Cookie < out[j].Cookie })
-	return out
+	return l[:len(l):len(l)]
 }

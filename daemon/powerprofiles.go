@@ -37,8 +37,9 @@ const (
 type powerProfiles struct {
 	s *busService
 
-	mu   sync.Mutex // guards last
-	last map[string]any
+	mu    sync.Mutex // guards last and holds
+	last  map[string]any
+	holds ppHoldsCache
 }
 
 // ppObject serves one of the two interface names.
@@ -54,7 +55,8 @@ type ppProps struct{ o ppObject }
 // a name that cannot be owned (power-profiles-daemon itself runs) is
 // logged and skipped.
 func exportPowerProfiles(s *busService) *powerProfiles {
-	pp := &powerProfiles{s: s, last: ppValues(s.d.Snapshot())}
+	pp := &powerProfiles{s: s}
+	pp.last = pp.values(s.d.Snapshot())
 	for _, n := range ppNames {
 		o := ppObject{pp: pp, iface: n.name}
 		for iface, v := range map[string]any{
@@ -96,8 +98,10 @@ func profileOf(snap Snapshot) string {
 	}
 }
 
-func ppValues(snap Snapshot) map[string]any {
-	profiles := []map[string]dbus.Variant{}
+// ppProfiles is the Profiles property, the same for ever: built once and
+// shared (read-only), so update compares it in O(1).
+var ppProfiles = func() []map[string]dbus.Variant {
+	var profiles []map[string]dbus.Variant
 	for _, p := range []string{ppPowerSaver, ppBalanced, ppPerformance} {
 		profiles = append(profiles, map[string]dbus.Variant{
 			"Profile":        dbus.MakeVariant(p),
@@ -106,27 +110,65 @@ func ppValues(snap Snapshot) map[string]any {
 			"CpuDriver":      dbus.MakeVariant("schedpolicyd"),
 		})
 	}
-	holds := []map[string]dbus.Variant{}
-	for _, h := range snap.Holds {
-		prof := ppPowerSaver
-		if h.Policy == policy.Performance {
-			prof = ppPerformance
-		}
-		holds = append(holds, map[string]dbus.Variant{
-			"ApplicationId": dbus.MakeVariant(h.AppID),
-			"Profile":       dbus.MakeVariant(prof),
-			"Reason":        dbus.MakeVariant(h.Reason),
-		})
+	return profiles
+}()
+
+// ppHold is one entry of ActiveProfileHolds (a{sv}).
+func ppHold(h hold) map[string]dbus.Variant {
+	prof := ppPowerSaver
+	if h.Policy == policy.Performance {
+		prof = ppPerformance
 	}
+	return map[string]dbus.Variant{
+		"ApplicationId": dbus.MakeVariant(h.AppID),
+		"Profile":       dbus.MakeVariant(prof),
+		"Reason":        dbus.MakeVariant(h.Reason),
+	}
+}
+
+// ppHoldsCache converts the snapshot's holds to ActiveProfileHolds and
+// keeps the result: while the loop's list only grows (holdIndex.list,
+// whose published elements are never written) only the new holds are
+// converted, and an unchanged list gives the same slice back, which
+// update compares in O(1). What it returns is shared and read-only.
+type ppHoldsCache struct {
+	from []hold                    // the list last converted
+	val  []map[string]dbus.Variant // its conversion (len(from) entries), room to grow
+}
+
+func (c *ppHoldsCache) convert(hs []hold) []map[string]dbus.Variant {
+	grown := len(hs) >= len(c.from) && len(c.from) > 0 && &hs[0] == &c.from[0]
+	if !grown {
+		c.val = make([]map[string]dbus.Variant, 0, len(hs))
+		c.from = nil
+	}
+	for _, h := range hs[len(c.from):] {
+		c.val = append(c.val, ppHold(h))
+	}
+	c.from = hs
+	return c.val[:len(c.val):len(c.val)] // an append by a reader copies
+}
+
+// ppValuesWith is the power-profiles property values of snap, with holds
+// (snap.Holds converted) as ActiveProfileHolds.
+func ppValuesWith(snap Snapshot, holds []map[string]dbus.Variant) map[string]any {
 	return map[string]any{
 		"ActiveProfile":        profileOf(snap),
 		"PerformanceInhibited": "",
 		"PerformanceDegraded":  "",
-		"Profiles":             profiles,
+		"Profiles":             ppProfiles,
 		"Actions":              []string{},
 		"ActiveProfileHolds":   holds,
 		"Version":              "0.12 (schedpolicyd)",
 	}
+}
+
+// values is the power-profiles property values of snap, with
+// ActiveProfileHolds from the cache.
+func (pp *powerProfiles) values(snap Snapshot) map[string]any {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	return ppValuesWith(snap, pp.holds.convert(snap.Holds))
 }
 
 // update emits PropertiesChanged on both names for what changed.
@@ -134,7 +176,7 @@ func (pp *powerProfiles) update(snap Snapshot) {
 	if pp == nil {
 		return
 	}
-	vals := ppValues(snap)
+	vals := pp.values(snap)
 	pp.mu.Lock()
 	changed := map[string]dbus.Variant{}
 	for k, v := range vals {
@@ -218,7 +260,7 @@ func (p ppProps) Get(iface, name string) (dbus.Variant, *dbus.Error) {
 	if iface != p.o.iface {
 		return dbus.Variant{}, dbus.NewError(errUnknownIface, []any{"no interface " + iface})
 	}
-	v, ok := ppValues(p.o.pp.s.d.Snapshot())[name]
+	v, ok := p.o.pp.values(p.o.pp.s.d.Snapshot())[name]
 	if !ok {
 		return dbus.Variant{}, dbus.NewError(errUnknownProp, []any{"no property " + name})
 	}
@@ -230,7 +272,7 @@ func (p ppProps) GetAll(iface string) (map[string]dbus.Variant, *dbus.Error) {
 		return nil, dbus.NewError(errUnknownIface, []any{"no interface " + iface})
 	}
 	out := map[string]dbus.Variant{}
-	for k, v := range ppValues(p.o.pp.s.d.Snapshot()) {
+	for k, v := range p.o.pp.values(p.o.pp.s.d.Snapshot()) {
 		out[k] = dbus.MakeVariant(v)
 	}
 	return out, nil
@@ -243,7 +285,7 @@ func (p ppProps) Set(msg dbus.Message, sender dbus.Sender, iface, name string, v
 		return dbus.NewError(errUnknownIface, []any{"no interface " + iface})
 	}
 	if name != "ActiveProfile" {
-		if _, ok := ppValues(Snapshot{})[name]; !ok {
+		if _, ok := ppValuesWith(Snapshot{}, nil)[name]; !ok {
 			return dbus.NewError(errUnknownProp, []any{"no property " + name})
 		}
 		return dbus.NewError(errPropReadOnly, []any{name + " is read-only"})
