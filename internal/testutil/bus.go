@@ -76,7 +76,7 @@ func BusConfig(o BusOptions, sock string) string {
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
 <busconfig>
   <type>` + kind + `</type>
-  <listen>unix:path=` + sock + `</listen>
+  <listen>unix:path=` + EscapeAddressValue(sock) + `</listen>
   <auth>EXTERNAL</auth>
   <policy context="default">` + users + `
     <allow send_destination="*" eavesdrop="true"/>
@@ -131,7 +131,7 @@ func StartBusProcess(o BusOptions) (*Bus, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: %w", bin, err)
 	}
-	b := &Bus{Addr: "unix:path=" + sock, Socket: sock, Cmd: cmd}
+	b := &Bus{Addr: "unix:path=" + EscapeAddressValue(sock), Socket: sock, Cmd: cmd}
 	line := make(chan error, 1)
 	go func() {
 		_, err := bufio.NewReader(out).ReadString('\n')
@@ -236,4 +236,23 @@ func NameOwnedAt(addr, name string) (bool, string) {
 	}
 	defer conn.Close()
 	return NameOwned(conn, name)
+}
+
+// EscapeAddressValue escapes v for a D-Bus address: every byte outside
+// [-0-9A-Za-z_/.\\*] as %XX (D-Bus specification, "Server Addresses"), so a
+// socket under a test directory named after a sub-test ("held=16") works.
+func EscapeAddressValue(v string) string {
+	const hex = "0123456789abcdef"
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || strings.IndexByte("-_/.\\*", c) >= 0 {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&15])
+	}
+	return b.String()
 }

@@ -202,3 +202,19 @@ func TestCpusetV1Parent(t *testing.T) {
 		t.Errorf("%s left after the cleanup: %v", dir, err)
 	}
 }
+
+// TestStartBusEscapedPath: a socket under a directory whose name needs
+// escaping in a D-Bus address (a sub-test named "held=16") still works.
+func TestStartBusEscapedPath(t *testing.T) {
+	t.Run("held=16,x y", func(t *testing.T) {
+		b := StartBus(t, BusOptions{})
+		conn, err := dbus.Connect(b.Addr)
+		if err != nil {
+			t.Fatalf("connect %s: %v", b.Addr, err)
+		}
+		conn.Close()
+	})
+	if got := EscapeAddressValue("/tmp/a=b c"); got != "/tmp/a%3db%20c" {
+		t.Errorf("EscapeAddressValue = %q", got)
+	}
+}
