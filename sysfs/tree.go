@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -75,6 +76,17 @@ type TreeOptions struct {
 	// OnPlainRejected, if set, is called when the plain backend reverted an invalid write.
 	// It runs on the watcher goroutine and may call Tree.Changed but not Tree.Close.
 	OnPlainRejected func(path string, data []byte, err error)
+	// Previous, if set, is the tree the new one replaces at Dir: one whose
+	// Gone channel was closed. A FUSE tree is left serving the processes
+	// that still hold files or directories in it (its handler is still
+	// called for them) until they let go, and then ends by itself; should
+	// its mount still be the topmost at Dir, it is detached first, like any
+	// fuse.schedpolicyd mount there, so that Dir never holds two. The new
+	// tree takes it over: the new tree's Close closes it (with the trees it
+	// had taken over), and the caller must not use it any more. A plain
+	// tree is closed before the new one is served. If ServeTree fails, a
+	// FUSE Previous is left as it was, still the caller's.
+	Previous Tree
 }
 
 // Tree is a served tree.
@@ -92,10 +104,14 @@ type Tree interface {
 }
 
 // GoneNotifier is implemented by trees that can be lost from outside. The
-// FUSE backend's Gone channel is closed when its server exits: after the
-// mount point was unmounted by someone else (umount -l), when the
-// connection was aborted, or after Close. The owner then Closes the tree and
-// may serve it again.
+// FUSE backend's Gone channel is closed as soon as its mount is no longer at
+// Dir (unmounted by someone else, also lazily with umount -l while processes
+// still hold files or a cwd in it, or moved away), when its server exits
+// (the connection was aborted), or after Close. The loss is seen from the
+// mount table without a timer (see mountWatch); where /proc/self/mountinfo
+// cannot be watched, only the server's exit closes it, which after umount -l
+// waits for the last holder. The owner then serves the tree again, passing
+// the lost one as TreeOptions.Previous, or Closes it.
 type GoneNotifier interface {
 	Gone() <-chan struct{}
 }
@@ -104,7 +120,8 @@ type GoneNotifier interface {
 //
 // Before mounting, a stale mount left at Dir by a crashed instance (stat gives
 // ENOTCONN, or Dir is a "fuse.schedpolicyd" mount point in
-// /proc/self/mountinfo) is lazily unmounted.
+// /proc/self/mountinfo) is lazily unmounted. opts.Previous is taken over as
+// its documentation says.
 //
 // Errors: invalid options (no Dir or Handler, Dir inside /sys, an empty,
 // duplicate or conflicting file path, an unknown backend); with "fuse", the
@@ -125,28 +142,76 @@ func ServeTree(opts TreeOptions) (Tree, error) {
 	}
 	opts.Dir = dir
 	opts.Files = files
+	switch opts.Backend {
+	case BackendFUSE, BackendAuto, "", BackendPlain:
+	default:
+		return nil, fmt.Errorf("sysfs: tree: unknown backend %q", opts.Backend)
+	}
+	prev, _ := opts.Previous.(*fuseTree)
+	if opts.Previous != nil && prev == nil {
+		if err := opts.Previous.Close(); err != nil {
+			return nil, fmt.Errorf("sysfs: tree: closing the previous tree: %w", err)
+		}
+	}
 
 	// Typed nil pointers must not escape as non-nil Tree values.
 	switch opts.Backend {
-	case BackendFUSE:
+	case BackendFUSE, BackendAuto, "":
 		t, err := serveFUSE(opts)
-		if err != nil {
-			return nil, err
-		}
-		return t, nil
-	case BackendAuto, "":
-		if t, err := serveFUSE(opts); err == nil {
+		if err == nil {
+			t.replaced.adopt(prev)
 			return t, nil
 		}
-		fallthrough
-	case BackendPlain:
-		t, err := servePlain(opts)
-		if err != nil {
+		if opts.Backend == BackendFUSE {
 			return nil, err
 		}
-		return t, nil
-	default:
-		return nil, fmt.Errorf("sysfs: tree: unknown backend %q", opts.Backend)
+	}
+	t, err := servePlain(opts)
+	if err != nil {
+		return nil, err
+	}
+	t.replaced.adopt(prev)
+	return t, nil
+}
+
+// replacedTrees are the FUSE trees a tree replaced at its directory
+// (TreeOptions.Previous) whose servers may still serve processes holding
+// files in them. Each ends by itself when its last holder lets go; Close of
+// the tree that holds them closes those still running.
+type replacedTrees struct {
+	mu    sync.Mutex // guards trees
+	trees []*fuseTree
+}
+
+// adopt takes over prev, if not nil, and the trees prev had taken over,
+// dropping those whose server has ended.
+func (r *replacedTrees) adopt(prev *fuseTree) {
+	if prev == nil {
+		return
+	}
+	cands := append(prev.replaced.take(), prev)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, t := range cands {
+		if !t.finished() {
+			r.trees = append(r.trees, t)
+		}
+	}
+}
+
+// take removes and returns the trees held.
+func (r *replacedTrees) take() []*fuseTree {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	trees := r.trees
+	r.trees = nil
+	return trees
+}
+
+// closeAll closes the trees held (see fuseTree.Close) and forgets them.
+func (r *replacedTrees) closeAll() {
+	for _, t := range r.take() {
+		t.Close()
 	}
 }
 

@@ -42,10 +42,17 @@ const fuseCloseWait = 2 * time.Second
 
 type fuseTree struct {
 	dir     string
+	mntDir  string // dir as /proc/self/mountinfo shows it (symlinks resolved)
 	handler TreeHandler
 	server  *fuse.Server
 	served  chan struct{} // closed when the server has exited
 	mnt     mountID       // the mount at dir when it was made
+	watch   *mountWatch   // nil when the mount table cannot be watched
+
+	gone     chan struct{} // closed when the tree is lost (see Gone)
+	goneOnce sync.Once
+
+	replaced replacedTrees // earlier trees at dir still serving their holders
 
 	// mu guards closed. Operations hold it for reading while they call the
 	// handler, so Close, which takes it for writing, waits for them.
@@ -71,7 +78,9 @@ func serveFUSE(opts TreeOptions) (*fuseTree, error) {
 		return nil, fmt.Errorf("sysfs: tree: %w", err)
 	}
 
-	t := &fuseTree{dir: opts.Dir, handler: opts.Handler}
+	// Resolved before mounting, so that the walk does not go through our
+	// own mount.
+	t := &fuseTree{dir: opts.Dir, mntDir: resolveExisting(opts.Dir), handler: opts.Handler, gone: make(chan struct{})}
 	root := &dirNode{mtime: time.Now()}
 	var zero time.Duration
 	discard := log.New(io.Discard, "", 0)
@@ -101,12 +110,34 @@ func serveFUSE(opts TreeOptions) (*fuseTree, error) {
 	}
 	t.server = server
 	t.served = make(chan struct{})
+	t.mnt, _ = mountIdentity(opts.Dir)
+	if t.mnt.dev != 0 {
+		// Without a watch (no procfs) the tree is lost only when its
+		// server ends: after umount -l, once the last holder lets go.
+		t.watch, _ = watchMount(t.mntDir, t.mnt.dev, t.markGone)
+	}
 	go func() {
 		server.Wait()
 		close(t.served)
+		t.markGone()
+		if t.watch != nil {
+			t.watch.Close()
+		}
 	}()
-	t.mnt, _ = mountIdentity(opts.Dir)
 	return t, nil
+}
+
+// markGone closes t.gone once.
+func (t *fuseTree) markGone() { t.goneOnce.Do(func() { close(t.gone) }) }
+
+// finished reports whether the server has exited.
+func (t *fuseTree) finished() bool {
+	select {
+	case <-t.served:
+		return true
+	default:
+		return false
+	}
 }
 
 // mountID identifies the mount at a directory. Device numbers and plain
@@ -175,65 +206,91 @@ func (t *fuseTree) Dir() string     { return t.dir }
 
 var _ GoneNotifier = (*fuseTree)(nil)
 
-// Gone is closed when the FUSE server has exited (see GoneNotifier).
-func (t *fuseTree) Gone() <-chan struct{} { return t.served }
+// Gone is closed when the mount is no longer at Dir or the server has exited
+// (see GoneNotifier).
+func (t *fuseTree) Gone() <-chan struct{} { return t.gone }
 
 // Changed does nothing: every read from offset 0 asks the handler.
 func (t *fuseTree) Changed() error { return nil }
 
 // Close marks the tree closed (operations still arriving get ENODEV, as on a
-// removed sysfs node, and the handler is not called again), unmounts it, and
-// waits for the server to exit.
+// removed sysfs node, and the handler is not called again), unmounts it if it
+// is still this tree's mount at Dir, and waits for the server to exit. Then it
+// closes the trees this one replaced (TreeOptions.Previous).
 //
 // If the mount is busy (a shell has its cwd inside), it is detached lazily
-// (MNT_DETACH): it disappears from the namespace at once, and the kernel keeps
-// the connection until the last reference goes. Close then waits up to 2s and,
-// if the server is still running, aborts the connection through fusectl
-// (/sys/fs/fuse/connections/N/abort) when that is mounted; otherwise the
+// (umount(2) MNT_DETACH): it disappears from the namespace at once, and the
+// kernel keeps the connection until the last reference goes. Close then waits
+// up to 2s and, if the server is still running, aborts the connection through
+// fusectl (/sys/fs/fuse/connections/N/abort, Documentation/filesystems/fuse.rst
+// "Aborting a filesystem connection") when that is mounted; otherwise the
 // serving goroutines linger, answering ENODEV, until the reference is dropped.
+// A tree already detached from Dir (umount -l from outside, or replaced) is
+// aborted at once if its server still runs: nobody can unmount it any more.
+//
+// Errors: the unmount(2) error other than EINVAL (no longer mounted).
 func (t *fuseTree) Close() error {
 	t.closeOnce.Do(func() {
 		t.mu.Lock()
 		t.closed = true
 		t.mu.Unlock()
-
-		// Unmount only our own mount: a later instance may have
-		// replaced it (clearStaleMount) and mounted its own at dir.
-		if !t.ownsMount() {
-			waitTimeout(t.server.Wait, fuseCloseWait)
-			return
+		if t.watch != nil {
+			t.watch.Close() // our own unmount is no loss
 		}
+		t.closeErr = t.unmount()
+		t.replaced.closeAll()
+	})
+	return t.closeErr
+}
+
+// unmount unmounts the tree if its mount is still at Dir and waits for the
+// server, aborting the connection if it does not end.
+func (t *fuseTree) unmount() error {
+	// Unmount only our own mount: a later instance may have replaced it
+	// (clearStaleMount) and mounted its own at dir.
+	if t.ownsMount() {
 		err := unix.Unmount(t.dir, 0)
 		if errors.Is(err, unix.EBUSY) {
 			err = unix.Unmount(t.dir, unix.MNT_DETACH)
 		}
 		if err != nil && !errors.Is(err, unix.EINVAL) { // EINVAL: no longer mounted
-			t.closeErr = fmt.Errorf("sysfs: tree: unmount %s: %w", t.dir, err)
-			return
+			return fmt.Errorf("sysfs: tree: unmount %s: %w", t.dir, err)
 		}
-		if !waitTimeout(t.server.Wait, fuseCloseWait) && t.mnt.dev != 0 {
-			conn := unix.Major(t.mnt.dev)<<20 | unix.Minor(t.mnt.dev) // kernel dev_t encoding
-			abort := filepath.Join("/sys/fs/fuse/connections", strconv.FormatUint(uint64(conn), 10), "abort")
-			if os.WriteFile(abort, []byte("1"), 0) == nil {
-				waitTimeout(t.server.Wait, fuseCloseWait)
-			}
+		if t.waitServed(fuseCloseWait) {
+			return nil
 		}
-	})
-	return t.closeErr
+	} else if t.finished() {
+		return nil
+	}
+	if t.abort() {
+		t.waitServed(fuseCloseWait)
+	}
+	return nil
 }
 
-// waitTimeout runs wait in a goroutine and reports whether it returned
-// within d.
-func waitTimeout(wait func(), d time.Duration) bool {
-	done := make(chan struct{})
-	go func() {
-		wait()
-		close(done)
-	}()
+// abort aborts the FUSE connection through fusectl, which makes the kernel
+// fail every pending and later request with ENOTCONN and the server's reads
+// with ENODEV. It reports whether the abort file could be written (fusectl
+// is often not mounted).
+func (t *fuseTree) abort() bool {
+	if t.mnt.dev == 0 {
+		return false
+	}
+	// The connection's directory is named by the kernel dev_t encoding
+	// of the superblock's device; it is ours while the server runs.
+	conn := unix.Major(t.mnt.dev)<<20 | unix.Minor(t.mnt.dev)
+	abort := filepath.Join("/sys/fs/fuse/connections", strconv.FormatUint(uint64(conn), 10), "abort")
+	return os.WriteFile(abort, []byte("1"), 0) == nil
+}
+
+// waitServed reports whether the server exits within d.
+func (t *fuseTree) waitServed(d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
 	select {
-	case <-done:
+	case <-t.served:
 		return true
-	case <-time.After(d):
+	case <-timer.C:
 		return false
 	}
 }

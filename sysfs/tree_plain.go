@@ -47,6 +47,7 @@ type plainTree struct {
 	onRejected func(path string, data []byte, err error)
 	watcher    *fsnotify.Watcher
 	created    []string // directories ServeTree created, parents first
+	replaced   replacedTrees
 
 	// mu serialises writes to the files and guards last and closed.
 	mu     sync.Mutex
@@ -151,7 +152,8 @@ func (t *plainTree) Changed() error {
 
 // Close stops the watcher, waits for its goroutine (so the handler is not
 // called afterwards), and removes the files and the directories ServeTree
-// created (directories only if empty).
+// created (directories only if empty). Then it closes the FUSE trees this
+// one replaced (TreeOptions.Previous).
 func (t *plainTree) Close() error {
 	t.closeOnce.Do(func() {
 		close(t.done)
@@ -161,6 +163,7 @@ func (t *plainTree) Close() error {
 		t.closed = true
 		t.mu.Unlock()
 		t.removeAll()
+		t.replaced.closeAll()
 	})
 	return t.closeErr
 }
