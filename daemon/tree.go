@@ -131,7 +131,8 @@ func (d *Daemon) treeOptions(ctx context.Context, backend string) sysfs.TreeOpti
 }
 
 // treeGone is the channel closed when t is lost from outside (a FUSE tree
-// unmounted with umount -l), or nil (never ready) for trees that cannot be.
+// unmounted, also with umount -l while processes still hold files or a cwd
+// in it), or nil (never ready) for trees that cannot be.
 func treeGone(t sysfs.Tree) <-chan struct{} {
 	if g, ok := t.(sysfs.GoneNotifier); ok {
 		return g.Gone()
@@ -141,24 +142,33 @@ func treeGone(t sysfs.Tree) <-chan struct{} {
 
 // remountTree serves the tree again after it was unmounted from outside:
 // on the configured backend if possible, else on plain files, saying which.
-// It returns the new tree's loss channel (nil if the tree could not be
-// served again; the daemon then runs without it and says so).
+// The lost tree is handed over as the new one's Previous: after umount -l it
+// goes on serving the processes that still hold its files or have their cwd
+// in it until they let go, while the new tree serves everybody else at once;
+// the new tree's Close also ends it. It returns the new tree's loss channel
+// (nil if the tree could not be served again; the daemon then runs without
+// it and says so, and the lost tree is closed).
 func (d *Daemon) remountTree(ctx context.Context) <-chan struct{} {
 	old := d.tree
 	d.tree = nil
 	log := d.log.WithField("dir", d.cfg.TreeDir)
-	if old != nil {
-		if err := old.Close(); err != nil {
-			log.WithError(err).Debug("closing the lost tree")
-		}
+	serve := func(backend string) (sysfs.Tree, error) {
+		opts := d.treeOptions(ctx, backend)
+		opts.Previous = old
+		return sysfs.ServeTree(opts)
 	}
-	t, err := sysfs.ServeTree(d.treeOptions(ctx, d.cfg.TreeBackend))
+	t, err := serve(d.cfg.TreeBackend)
 	if err != nil && d.cfg.TreeBackend == sysfs.BackendFUSE {
 		log.WithError(err).Warn("cannot mount the tree with FUSE again; trying plain files")
-		t, err = sysfs.ServeTree(d.treeOptions(ctx, sysfs.BackendPlain))
+		t, err = serve(sysfs.BackendPlain)
 	}
 	if err != nil {
 		d.stats.errors.Add(1)
+		if old != nil {
+			if cerr := old.Close(); cerr != nil {
+				log.WithError(cerr).Debug("closing the lost tree")
+			}
+		}
 		log.WithError(err).Error("the tree was unmounted from outside and cannot be served again; running without it (D-Bus still works)")
 		return nil
 	}

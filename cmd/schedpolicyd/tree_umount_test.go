@@ -1,0 +1,204 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+)
+
+// fuseMountsAt counts the fuse.schedpolicyd mounts whose mount point is dir
+// in /proc/self/mountinfo (the daemon runs in our mount namespace).
+func fuseMountsAt(t *testing.T, dir string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 7 || f[4] != dir {
+			continue
+		}
+		for i := 6; i < len(f)-1; i++ {
+			if f[i] == "-" && f[i+1] == "fuse.schedpolicyd" {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// fuseConns counts the /dev/fuse files the process pid holds: one per FUSE
+// connection it serves.
+func fuseConns(pid int) (int, error) {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range ents {
+		if target, _ := os.Readlink(filepath.Join(dir, e.Name())); target == "/dev/fuse" {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// holder is a shell holding a reference into the tree: path is where a
+// knob file is reached through it (/proc/PID/fd/3 or /proc/PID/cwd/FILE).
+type holder struct {
+	cmd  *exec.Cmd
+	path string
+}
+
+// holdKnob starts bash with power_aware open as fd 3 (how == "open file")
+// or with its cwd in the knob directory ("cwd"), waits until it holds, and
+// kills it at cleanup.
+func holdKnob(t *testing.T, knob, how string) *holder {
+	t.Helper()
+	var script, ref, want string
+	switch how {
+	case "open file":
+		script, ref, want = `exec 3< "$0/power_aware" && exec sleep 3600`, "/fd/3", knob+"/power_aware"
+	case "cwd":
+		script, ref, want = `cd "$0" && exec sleep 3600`, "/cwd", knob
+	}
+	cmd := exec.Command("bash", "-c", script, knob)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &holder{cmd: cmd}
+	t.Cleanup(h.release)
+	link := "/proc/" + strconv.Itoa(cmd.Process.Pid) + ref
+	testutil.Eventually(t, "holder ("+how+") in the tree", func() (bool, string) {
+		got, err := os.Readlink(link)
+		return got == want, fmt.Sprintf("%s -> %q %v", link, got, err)
+	})
+	h.path = link
+	if how == "cwd" {
+		h.path = link + "/power_aware"
+	}
+	return h
+}
+
+func (h *holder) read() (string, error) {
+	b, err := os.ReadFile(h.path)
+	return string(b), err
+}
+
+// release kills the holder and waits for it; safe to call twice.
+func (h *holder) release() {
+	if h.cmd.ProcessState == nil {
+		h.cmd.Process.Kill()
+		h.cmd.Wait()
+	}
+}
+
+// TestTreeLazyUnmountWhileHeld (issue 11 case 8), on the real binary with a
+// real FUSE mount: umount -l of the tree while one process holds power_aware
+// open and another has its cwd in the knob directory. The tree is back at
+// once, while both still hold the old one: the tree directory is one
+// fuse.schedpolicyd mount again and a fresh open reads the knob. The holders
+// still reach the old, detached tree, which goes on serving them live (a
+// write through the new tree reads back through the old, and a write
+// through the old one reaches the daemon). When they let go, the detached
+// tree's connection is closed (the daemon holds one /dev/fuse again), one
+// mount is left, and SIGTERM leaves none.
+func TestTreeLazyUnmountWhileHeld(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mounts FUSE")
+	}
+	if f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0); err != nil {
+		t.Skipf("needs /dev/fuse to mount the tree: %v", err)
+	} else {
+		f.Close()
+	}
+	for _, tool := range []string{"umount", "bash"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s: %v", tool, err)
+		}
+	}
+	bin := buildDaemon(t)
+	sys := mockMachine(t, "ac-offline-battery-unknown")
+	tmp, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stateDir, treeDir := filepath.Join(tmp, "state"), filepath.Join(tmp, "tree")
+	knob := filepath.Join(treeDir, daemon.TreePrefix)
+	p := startDaemonProc(t, bin, "--sysfs-root", sys, "--cgroup-root", "none", "--tree-dir", treeDir, "--tree-backend", "fuse",
+		"--state-dir", stateDir, "--bus", "none", "--events", "fsnotify", "--log-level", "debug", "--config", emptyConf(t))
+	pid := p.cmd.Process.Pid
+	if n := fuseMountsAt(t, treeDir); n != 1 {
+		t.Fatalf("%d tree mounts at start, want 1", n)
+	}
+	if n, err := fuseConns(pid); n != 1 || err != nil {
+		t.Fatalf("daemon holds %d /dev/fuse (%v) at start, want 1", n, err)
+	}
+
+	file := holdKnob(t, knob, "open file")
+	cwd := holdKnob(t, knob, "cwd")
+	if out, err := exec.Command("umount", "-l", treeDir).CombinedOutput(); err != nil {
+		t.Fatalf("umount -l: %v %s", err, out)
+	}
+
+	// The bound only keeps a failing run from hanging: before the fix
+	// the tree stayed missing until the last holder let go.
+	testutil.Eventually(t, "tree back while held", func() (bool, string) {
+		n := fuseMountsAt(t, treeDir)
+		b, err := os.ReadFile(knob + "/power_aware")
+		return n == 1 && err == nil && string(b) == "1\n", fmt.Sprintf("%d mounts, read %q %v", n, b, err)
+	})
+	p.logHas(t, "remount logged", "the tree was unmounted from outside; mounted it again")
+	for _, h := range []*holder{file, cwd} {
+		if got, err := h.read(); got != "1\n" || err != nil {
+			t.Errorf("through %s: %q %v, want the old tree still serving 1", h.path, got, err)
+		}
+	}
+	if n, err := fuseConns(pid); n != 2 || err != nil {
+		t.Errorf("daemon holds %d /dev/fuse (%v) while the old tree is held, want 2", n, err)
+	}
+
+	// Both trees serve the same knob.
+	testutil.Write(t, knob+"/power_aware", "2")
+	for _, h := range []*holder{file, cwd} {
+		if got, err := h.read(); got != "2\n" || err != nil {
+			t.Errorf("through %s after a write to the new tree: %q %v, want 2", h.path, got, err)
+		}
+	}
+	testutil.Write(t, cwd.path, "0")
+	if got := testutil.ReadTrim(t, knob+"/power_aware"); got != "0" {
+		t.Errorf("new tree after a write through the old one: %s, want 0", got)
+	}
+
+	file.release()
+	cwd.release()
+	testutil.Eventually(t, "the detached tree's connection closed", func() (bool, string) {
+		n, err := fuseConns(pid)
+		return n == 1 && err == nil, fmt.Sprintf("%d /dev/fuse %v", n, err)
+	})
+	if n := fuseMountsAt(t, treeDir); n != 1 {
+		t.Errorf("%d tree mounts after the holders let go, want 1", n)
+	}
+	if got := testutil.ReadTrim(t, knob+"/power_aware"); got != "0" {
+		t.Errorf("power_aware after the holders let go = %s, want 0", got)
+	}
+	if strings.Count(p.log.String(), "the tree was unmounted from outside") != 1 {
+		t.Errorf("the tree was served again more than once:\n%s", p.log.String())
+	}
+	p.alive(t)
+
+	p.stop(t)
+	if n := fuseMountsAt(t, treeDir); n != 0 {
+		t.Errorf("%d tree mounts after SIGTERM, want 0", n)
+	}
+}
