@@ -18,6 +18,14 @@ import (
 // test helpers replace files by rename. Chmod events are ignored. With full
 // unset and no boost directory, nothing is opened. Open failures are logged
 // once; the interval remains.
+//
+// With full set the chain <root>, <root>/class, <root>/class/power_supply is
+// watched as far as it exists, so that class/ or class/power_supply removed
+// (or renamed away) and made again, or made after start, is followed: the
+// kernel drops a removed directory's watch, and on any change to a
+// directory of the chain the chain and every supply directory are watched
+// again (syncSupplies) before a re-read is requested, so anything written
+// before the new watches took hold is seen by that re-read.
 func (m *Monitor) startWatcher(ctx context.Context, wg *sync.WaitGroup, full bool) {
 	fsys := m.cfg.FS
 	boostDirs := map[string]bool{}
@@ -46,16 +54,29 @@ func (m *Monitor) startWatcher(ctx context.Context, wg *sync.WaitGroup, full boo
 	for d := range boostDirs {
 		add(d)
 	}
-	if full {
-		if isDir(classDir) {
-			add(classDir)
-			entries, _ := os.ReadDir(classDir)
-			for _, e := range entries {
-				if p := filepath.Join(classDir, e.Name()); isDir(p) {
-					add(p)
-				}
+	// chain: the directories from the root down to class/power_supply,
+	// each watched for its child of the chain coming and going.
+	chain := []string{fsys.Root(), fsys.Path("class"), classDir}
+	inChain := map[string]bool{chain[1]: true, chain[2]: true}
+	// syncSupplies watches what exists of the chain and every supply
+	// directory; adding a directory already watched changes nothing, so
+	// it is safe to call on every change to the chain.
+	syncSupplies := func() {
+		for _, d := range chain {
+			if !isDir(d) {
+				return
+			}
+			add(d)
+		}
+		entries, _ := os.ReadDir(classDir)
+		for _, e := range entries {
+			if p := filepath.Join(classDir, e.Name()); isDir(p) {
+				add(p)
 			}
 		}
+	}
+	if full {
+		syncSupplies()
 		if isDir(cpuDir) {
 			add(cpuDir)
 		}
@@ -96,6 +117,11 @@ func (m *Monitor) startWatcher(ctx context.Context, wg *sync.WaitGroup, full boo
 				case !full:
 				case ev.Name == cpuOnline:
 					signal(m.hotplug)
+				case inChain[ev.Name]:
+					// class/ or class/power_supply appeared, went away or
+					// was renamed: watch what is there now, then re-read.
+					syncSupplies()
+					m.hint(TriggerFsnotify)
 				case dir == classDir:
 					// A supply appeared or went away.
 					if ev.Has(fsnotify.Create) && isDir(ev.Name) {
