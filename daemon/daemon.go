@@ -169,6 +169,11 @@ type Daemon struct {
 }
 
 // New validates cfg and returns a daemon that has not started anything.
+// Zero durations take their defaults; a duration out of its bounds (see
+// MinDebounce and the rest in bounds.go, e.g. a SampleInterval above
+// MaxSampleInterval) is an error naming the field, as are unknown words in
+// TreeBackend, Events, BoostOnBattery and UPower, an invalid DefaultKnob
+// and a SysfsRoot that is not a directory.
 func New(cfg Config) (*Daemon, error) {
 	if cfg.Log == nil {
 		l := logrus.New()
@@ -199,11 +204,14 @@ func New(cfg Config) (*Daemon, error) {
 	if cfg.Debounce == 0 {
 		cfg.Debounce = DefaultDebounce
 	}
-	if cfg.SampleInterval <= 0 {
+	if cfg.SampleInterval == 0 {
 		cfg.SampleInterval = DefaultSampleInterval
 	}
-	if cfg.UtilHalfLife <= 0 {
+	if cfg.UtilHalfLife == 0 {
 		cfg.UtilHalfLife = policy.DefaultHalfLife
+	}
+	if err := checkBounds(cfg); err != nil {
+		return nil, err
 	}
 	switch cfg.TreeBackend {
 	case "auto", "fuse", "plain":
