@@ -16,6 +16,9 @@ func TestCLIBadInput(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "missing.conf")
 	bad := filepath.Join(t.TempDir(), "bad.conf")
 	testutil.WriteFile(t, bad, "power_aware = 1\ndebounce = \"soon\"\n")
+	mock := t.TempDir()
+	safe := []string{"--sysfs-root", mock, "--cgroup-root", "none", "--tree-dir", filepath.Join(mock, "tree"), "--tree-backend", "plain",
+		"--state-dir", filepath.Join(mock, "state"), "--bus", "none", "--events", "none", "--logind=false", "--config", emptyConf(t)}
 	for _, c := range []struct {
 		args   []string
 		code   int
@@ -26,10 +29,14 @@ func TestCLIBadInput(t *testing.T) {
 		{[]string{"--no-such-flag"}, 2, "flag provided but not defined: -no-such-flag", ""},
 		{[]string{"extra-arg"}, 2, `unexpected argument "extra-arg"`, ""},
 		{[]string{"--bus", "nonsense"}, 2, `--bus "nonsense"`, ""},
-		{[]string{"--debounce", "-1s"}, 2, "--debounce -1s: must not be negative", ""},
+		{[]string{"--debounce", "-1s"}, 2, "--debounce -1s: must be at least 0s and at most 1m", ""},
 		{[]string{"--debounce", "soon"}, 2, `invalid value "soon" for flag -debounce`, ""},
 		{[]string{"--sample-interval", "1ms"}, 2, "--sample-interval 1ms: must be at least 10ms", ""},
 		{[]string{"--recheck-interval", "10ms"}, 2, "--recheck-interval 10ms: must be at least 1s", ""},
+		// Mock paths only: were the bound lost, the daemon started would
+		// touch nothing of this machine's.
+		{append([]string{"--settle", "2m"}, safe...), 2, "--settle 2m0s: must be at least 1ms and at most 1m (0: the default 1s, negative: off)", ""},
+		{append([]string{"--sample-interval", "2562047h"}, safe...), 2, "--sample-interval 2562047h0m0s: must be at least 10ms and at most 1h", ""},
 		{[]string{"--tree-dir", ""}, 2, "--tree-dir must not be empty", ""},
 		{[]string{"--state-dir", ""}, 2, "--state-dir must not be empty", ""},
 		{[]string{"--log-level", "loud", "--config", missing + ".none"}, 2, "missing.conf.none", ""},

@@ -76,12 +76,15 @@ type fileConfig struct {
 	StateDir *string
 	// Bus is "system", "session", "none" or a D-Bus address.
 	Bus *string
-	// Debounce delays a re-read after a power event (≥ 0).
+	// Debounce delays a re-read after a power event: 0 (the default,
+	// 500ms) to 1m (daemon.MinDebounce, daemon.MaxDebounce).
 	Debounce *time.Duration
-	// RecheckInterval re-reads the power source without events (≥ 1s; 0
-	// automatic; negative never).
+	// RecheckInterval re-reads the power source without events: 1s to 24h
+	// (daemon.MinSafetyInterval, daemon.MaxSafetyInterval); 0 automatic;
+	// negative never.
 	RecheckInterval *time.Duration
-	// SampleInterval is the workload utilisation sampling period (≥ 10ms).
+	// SampleInterval is the workload utilisation sampling period: 10ms to
+	// 1h (daemon.MinSampleInterval, daemon.MaxSampleInterval).
 	SampleInterval *time.Duration
 	// BoostOnBattery is "keep", "off" or "on": what to do with cpufreq
 	// boost while on battery.
@@ -257,7 +260,9 @@ func parseConfig(name string, data []byte) (fileConfig, error) {
 		}
 	}
 
-	duration := func(key string, v *string, check func(time.Duration) string) *time.Duration {
+	// The bounds are package daemon's (daemon.MinSampleInterval and the
+	// rest), which daemon.New checks too.
+	duration := func(key string, v *string, check func(time.Duration) error) *time.Duration {
 		if v == nil {
 			return nil
 		}
@@ -266,30 +271,15 @@ func parseConfig(name string, data []byte) (fileConfig, error) {
 			bad(key, "%q: want a duration such as \"500ms\", \"2s\" or \"1m\"", *v)
 			return nil
 		}
-		if msg := check(d); msg != "" {
-			bad(key, "%q: %s", *v, msg)
+		if err := check(d); err != nil {
+			bad(key, "%q: %v", *v, err)
 			return nil
 		}
 		return &d
 	}
-	fc.Debounce = duration("debounce", raw.Debounce, func(d time.Duration) string {
-		if d < 0 {
-			return "must not be negative"
-		}
-		return ""
-	})
-	fc.RecheckInterval = duration("recheck_interval", raw.RecheckInterval, func(d time.Duration) string {
-		if d > 0 && d < time.Second {
-			return "must be at least 1s (0: automatic, negative: never)"
-		}
-		return ""
-	})
-	fc.SampleInterval = duration("sample_interval", raw.SampleInterval, func(d time.Duration) string {
-		if d < 10*time.Millisecond {
-			return "must be at least 10ms"
-		}
-		return ""
-	})
+	fc.Debounce = duration("debounce", raw.Debounce, daemon.CheckDebounce)
+	fc.RecheckInterval = duration("recheck_interval", raw.RecheckInterval, daemon.CheckSafetyInterval)
+	fc.SampleInterval = duration("sample_interval", raw.SampleInterval, daemon.CheckSampleInterval)
 	fc.PowerProfilesAPI = raw.PowerProfilesAPI
 	if raw.LogLevel != nil {
 		if _, err := logrus.ParseLevel(*raw.LogLevel); err != nil {

@@ -179,7 +179,7 @@ func TestConfigErrors(t *testing.T) {
 		{"relative cgroup", "cgroup_root = \"schedpolicyd\"\n", 1, "cgroup_root", "absolute path"},
 		{"bus word", "bus = \"systembus\"\n", 1, "bus", "D-Bus address"},
 		{"debounce unit", "debounce = \"500\"\n", 1, "debounce", "duration"},
-		{"debounce negative", "debounce = \"-1s\"\n", 1, "debounce", "negative"},
+		{"debounce negative", "debounce = \"-1s\"\n", 1, "debounce", "at least 0s and at most 1m"},
 		{"recheck too short", "recheck_interval = \"10ms\"\n", 1, "recheck_interval", "at least 1s"},
 		{"sample too short", "sample_interval = \"1ms\"\n", 1, "sample_interval", "at least 10ms"},
 		{"log level", "log_level = \"loud\"\n", 1, "log_level", "want"},

@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon"
 )
 
 // FuzzParseConfig: parseConfig never panics on any file content; every
 // error it returns is (or joins) *ConfigError values that name the file
-// and a line inside it (0 when unknown).
+// and a line inside it (0 when unknown); and every file it accepts gives a
+// configuration daemon.New accepts too (the file's bounds are the
+// daemon's: nothing out of range gets through, issue 11).
 func FuzzParseConfig(f *testing.F) {
 	for _, s := range []string{
 		"power_aware = 2\npower_aware_policy = \"balance\"\n",
@@ -16,12 +20,20 @@ func FuzzParseConfig(f *testing.F) {
 		"bogus_key = 1\n", "[table]\nx = 1\n", "power_aware = \"two\"\n", "debounce = \"fast\"\n",
 		"boost_on_battery = \"off\"\nupower = \"on\"\npower_profiles_api = true\n",
 		"tree_dir = \"relative\"\n", "= = =\n", "\x00\xff", "power_aware = 1\npower_aware = 2\n",
+		"sample_interval = \"2562047h\"\n", "debounce = \"1m\"\nrecheck_interval = \"24h\"\nsample_interval = \"10ms\"\n", "sample_interval = \"1h\"\n",
 	} {
 		f.Add([]byte(s))
 	}
+	sysRoot := f.TempDir()
 	f.Fuzz(func(t *testing.T, data []byte) {
-		_, err := parseConfig("fuzz.conf", data)
+		fc, err := parseConfig("fuzz.conf", data)
 		if err == nil {
+			cfg := daemon.Config{Bus: "none", Debounce: daemon.DefaultDebounce, SampleInterval: daemon.DefaultSampleInterval}
+			fc.apply(&cfg, nil)
+			cfg.SysfsRoot = sysRoot // the file's roots need not exist here
+			if _, err := daemon.New(cfg); err != nil {
+				t.Fatalf("parseConfig accepted %q, daemon.New refuses it: %v", data, err)
+			}
 			return
 		}
 		lines := bytes.Count(data, []byte("\n")) + 1

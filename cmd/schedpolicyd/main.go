@@ -109,12 +109,22 @@ func validate(cfg daemon.Config) error {
 		return errors.New("--tree-dir must not be empty")
 	case cfg.StateDir == "":
 		return errors.New("--state-dir must not be empty")
-	case cfg.Debounce < 0:
-		return fmt.Errorf("--debounce %v: must not be negative", cfg.Debounce)
-	case cfg.SampleInterval < 10*time.Millisecond:
-		return fmt.Errorf("--sample-interval %v: must be at least 10ms", cfg.SampleInterval)
-	case cfg.SafetyInterval > 0 && cfg.SafetyInterval < time.Second:
-		return fmt.Errorf("--recheck-interval %v: must be at least 1s (0: automatic, negative: never)", cfg.SafetyInterval)
+	}
+	// The bounds are package daemon's, which daemon.New checks too (and
+	// the configuration file, with its file:line, before this).
+	for _, c := range []struct {
+		flag  string
+		v     time.Duration
+		check func(time.Duration) error
+	}{
+		{"--debounce", cfg.Debounce, daemon.CheckDebounce},
+		{"--recheck-interval", cfg.SafetyInterval, daemon.CheckSafetyInterval},
+		{"--sample-interval", cfg.SampleInterval, daemon.CheckSampleInterval},
+		{"--settle", cfg.Settle, daemon.CheckSettle},
+	} {
+		if err := c.check(c.v); err != nil {
+			return fmt.Errorf("%s %v: %w", c.flag, c.v, err)
+		}
 	}
 	switch cfg.Bus {
 	case "system", "session", "none":
@@ -164,14 +174,14 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 	fl.StringVar(&cfg.StateDir, "state-dir", daemon.DefaultStateDir, "directory for state.json (the user's persisted choices)")
 	fl.StringVar(&cfg.Bus, "bus", "system", "D-Bus to join: system, session, none, or a bus ADDRESS")
 	fl.StringVar(&cfg.Events, "events", "auto", "power event source: auto (netlink uevents on /sys, fsnotify on a mock root), netlink, fsnotify or none")
-	fl.DurationVar(&cfg.Debounce, "debounce", daemon.DefaultDebounce, "delay before re-reading after a power event, e.g. 500ms")
-	fl.DurationVar(&cfg.SafetyInterval, "recheck-interval", daemon.DefaultSafetyInterval, "re-read the power source this often even without events (0: automatic — every 60s, only while the event sources do not cover the machine; negative: never)")
-	fl.DurationVar(&cfg.SampleInterval, "sample-interval", daemon.DefaultSampleInterval, "workload utilisation sampling period while a workload is busy (sampling stops while all are idle)")
+	fl.DurationVar(&cfg.Debounce, "debounce", daemon.DefaultDebounce, "delay before re-reading after a power event: 0 (the default, 500ms) to 1m")
+	fl.DurationVar(&cfg.SafetyInterval, "recheck-interval", daemon.DefaultSafetyInterval, "re-read the power source this often even without events (0: automatic — every 60s, only while the event sources do not cover the machine; positive: 1s to 24h, always; negative: never)")
+	fl.DurationVar(&cfg.SampleInterval, "sample-interval", daemon.DefaultSampleInterval, "workload utilisation sampling period while a workload is busy (10ms to 1h; sampling stops while all are idle)")
 	fl.StringVar(&cfg.BoostOnBattery, "boost-on-battery", "keep", "cpufreq boost on battery: keep (never touch it), off or on; the start-up value comes back on AC and on exit")
 	fl.StringVar(&cfg.UPower, "upower", "auto", "use UPower's OnBattery changes as a hint to re-read power_supply: auto, on or off")
 	fl.BoolVar(&cfg.Logind, "logind", true, "re-read everything after resume from suspend (logind PrepareForSleep)")
 	fl.StringVar(&cfg.AcpidSocket, "acpid-socket", "", "also take hints from acpid's event socket, e.g. /run/acpid.socket (empty: off)")
-	fl.DurationVar(&cfg.Settle, "settle", 0, "extra re-read this long after an event-driven one, for firmware that updates late (0: 1s default, negative: off)")
+	fl.DurationVar(&cfg.Settle, "settle", 0, "extra re-read this long after an event-driven one, for firmware that updates late (1ms to 1m; 0: 1s default, negative: off)")
 	fl.BoolVar(&cfg.PowerProfilesAPI, "power-profiles-api", false, "also serve the power-profiles D-Bus API (net.hadess.PowerProfiles, org.freedesktop.UPower.PowerProfiles) used by GNOME, KDE and powerprofilesctl")
 	configPath := fl.String("config", DefaultConfigPath, "TOML configuration file, see schedpolicyd.conf(5); flags given here override it")
 	logLevel := fl.String("log-level", "info", "log level: debug, info, warning, error")
