@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"testing"
@@ -297,6 +298,18 @@ func TestLazyState(t *testing.T) {
 	s = LazyState{Record: 1, Last: t0}.step(false, t0.Add(8*time.Second), time.Second)
 	if s.Record != 2 {
 		t.Fatalf("record %#x after exactly 8 intervals, want 0x2", s.Record)
+	}
+	// 8 × max_interval saturates (issue 11): a period whose eightfold
+	// overflows never clears the record, it does not clear it every time.
+	for _, iv := range []time.Duration{2562047 * time.Hour, math.MaxInt64/lazyResetIntervals + 1, math.MaxInt64} {
+		s = LazyState{Record: 1, Last: t0}.step(false, t0.Add(9*time.Second), iv)
+		if s.Record != 2 {
+			t.Fatalf("max interval %v: record %#x after 9s, want 0x2", iv, s.Record)
+		}
+	}
+	s = LazyState{Record: 1, Last: t0}.step(false, t0.Add(math.MaxInt64/lazyResetIntervals*lazyResetIntervals+1), math.MaxInt64/lazyResetIntervals)
+	if s.Record != 0 {
+		t.Fatalf("largest max interval that does not overflow: record %#x after a longer gap, want 0", s.Record)
 	}
 }
 

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"math"
 	"math/bits"
 	"time"
 )
@@ -35,7 +36,8 @@ const (
 // step records one decision, like need_perf_balance: shift; set bit 0 for
 // a performance decision; for a power decision, clear the history first
 // when more than 8 × maxInterval passed since the previous decision
-// (maxInterval ≤ 0 or zero times: never).
+// (maxInterval ≤ 0 or zero times: never). 8 × maxInterval saturates: a
+// maxInterval beyond an eighth of time.Duration's range never clears it.
 func (s LazyState) step(perf bool, now time.Time, maxInterval time.Duration) LazyState {
 	prev := s.Last
 	s.Record <<= 1
@@ -46,7 +48,8 @@ func (s LazyState) step(perf bool, now time.Time, maxInterval time.Duration) Laz
 		s.Record |= 1
 		return s
 	}
-	if maxInterval > 0 && !now.IsZero() && !prev.IsZero() && now.Sub(prev) > lazyResetIntervals*maxInterval {
+	if maxInterval > 0 && maxInterval <= math.MaxInt64/lazyResetIntervals && !now.IsZero() && !prev.IsZero() &&
+		now.Sub(prev) > lazyResetIntervals*maxInterval {
 		s.Record = 0
 	}
 	return s
