@@ -54,7 +54,8 @@ type Config struct {
 	Bus string
 	// Events is the power-event source: "auto", "netlink" or "fsnotify".
 	Events string
-	// Debounce delays a re-read after an event (default 500 ms).
+	// Debounce delays a re-read after an event (default 500 ms; at most
+	// MaxDebounce, bounds.go).
 	Debounce time.Duration
 	// SafetyInterval re-reads the power source even without events: 0
 	// (default) automatic — every 60 s, only while no event source covers
@@ -62,11 +63,13 @@ type Config struct {
 	// acpi.MonitorConfig.Interval).
 	SafetyInterval time.Duration
 	// SampleInterval is the workload utilisation sampling period while
-	// any workload is busy (default 1 s); sampling stops while every
-	// workload is idle (see Daemon.sampling).
+	// any workload is busy (default 1 s; MinSampleInterval to
+	// MaxSampleInterval, bounds.go); sampling stops while every workload is
+	// idle (see placement.sampling).
 	SampleInterval time.Duration
 	// UtilHalfLife is the half-life of the decayed utilisation average
-	// (default policy.DefaultHalfLife, 1 s; see policy/pelt.go).
+	// (default policy.DefaultHalfLife, 2 s; MinUtilHalfLife to
+	// MaxUtilHalfLife, bounds.go; see policy/pelt.go).
 	UtilHalfLife time.Duration
 	// DefaultKnob, if set, is the knob used until a choice is saved in
 	// state.json (config keys power_aware, power_aware_policy).
