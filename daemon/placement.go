@@ -706,7 +706,6 @@ func (p *placement) apply(eff policy.Policy, topo policy.Topology, online sysfs.
 	if len(writes) == 0 || !p.flush() {
 		return
 	}
-	gone := false
 	for _, wr := range writes {
 		w, want := wr.w, wr.want
 		// A value someone else wrote since we last looked is theirs.
@@ -734,7 +733,6 @@ func (p *placement) apply(eff policy.Policy, topo policy.Topology, online sysfs.
 			// Removed after the last scan: forget it and its record.
 			p.forget(w.name, true)
 			p.log.WithField("workload", w.name).Info("workload gone")
-			gone = true
 			continue
 		}
 		p.stats.errors.Add(1)
@@ -748,10 +746,12 @@ func (p *placement) apply(eff policy.Policy, topo policy.Topology, online sysfs.
 		}
 		p.log.WithError(err).WithField("workload", w.name).Log(lvl, "cpuset write refused")
 	}
-	if gone {
-		p.dirty = true
-		p.flush()
-	}
+	// What was written (Applied) or not (Pending cleared), and records
+	// of vanished workloads, are saved too: a record left claiming an
+	// earlier value as ours would take a user's later write of that value,
+	// made while no daemon runs, for ours.
+	p.dirty = true
+	p.flush()
 }
 
 // hotplug follows a change of the online CPUs (before → after): on cgroup
