@@ -502,6 +502,14 @@ func (p *placement) check(w *workload) bool {
 	}
 	if p.cg.Version() == sysfs.CgroupV1 {
 		if online, err := p.cg.Allowed(); err == nil && w.cpus.Intersect(online).Equal(cur) {
+			if !w.rec.written() && !cur.IsEmpty() {
+				// The kernel trimmed a value that is not ours: the
+				// original stays the untrimmed one, and the trimmed
+				// value counts as ours, so that restore writes the
+				// original back (in full once the CPUs are online).
+				w.rec.Applied = cur.String()
+				p.dirty = true
+			}
 			w.cpus = cur
 			return true
 		}
@@ -695,9 +703,9 @@ func (p *placement) apply(eff policy.Policy, topo policy.Topology, online sysfs.
 			continue
 		}
 		if s := want.String(); w.rec.Pending != s {
-			if !w.rec.written() {
-				w.rec.Original = w.cpus.String() // nothing of ours there yet
-			}
+			// Original is kept as it is even when nothing of ours is
+			// there yet: w.cpus may be it less CPUs the kernel took
+			// away on hotplug (check).
 			w.rec.Pending = s
 			p.dirty = true
 		}

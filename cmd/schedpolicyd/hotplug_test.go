@@ -1,0 +1,145 @@
+package main
+
+// Taking a real CPU offline in tests (cgroup v1 trims every cpuset then,
+// for good): the helpers that bring it back in every path, the guard that
+// keeps it from trimming other tests' cpusets, and the regression test of
+// the daemon's handling of such a trim.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+)
+
+// faultCPUOffline is set while this process has a real CPU offline, for
+// the cleanup and signal paths.
+var faultCPUOffline atomic.Int32 // CPU number + 1; 0: none
+
+func faultPutCPUBack() {
+	if c := faultCPUOffline.Load(); c > 0 {
+		p := fmt.Sprintf("/sys/devices/system/cpu/cpu%d/online", c-1)
+		if err := os.WriteFile(p, []byte("1"), 0o644); err == nil {
+			faultCPUOffline.Store(0)
+		} else {
+			fmt.Fprintf(os.Stderr, "fault model: cannot bring CPU %d back online: %v\n", c-1, err)
+		}
+	}
+}
+
+// faultHotplugMode is SCHEDPOLICYD_FAULT_HOTPLUG: "real" takes the real
+// CPU offline at every offline step (the mock topology follows), "mock"
+// only the daemon's view, "auto" (default) the real CPU only while no
+// other cgroup under the cpuset root is in use (tasks in it, or a flock on
+// it: another test's daemon), since offlining a CPU trims every v1
+// cpuset of the machine, other tests' too.
+func faultHotplugMode() string {
+	switch v := os.Getenv("SCHEDPOLICYD_FAULT_HOTPLUG"); v {
+	case "real", "mock":
+		return v
+	}
+	return "auto"
+}
+
+// foreignCpusetInUse names a cgroup under the cpuset root, other than
+// this test's, that has tasks or is locked (flock: a daemon manages it);
+// "" when there is none. Read only: /proc/locks, never a lock of ours.
+func foreignCpusetInUse(ours ...string) string {
+	locks := faultRead("/proc/locks")
+	entries, _ := os.ReadDir(cpusetRoot)
+	for _, e := range entries {
+		p := filepath.Join(cpusetRoot, e.Name())
+		if !e.IsDir() || slices.Contains(ours, p) {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat(p, &st) == nil && strings.Contains(locks, fmt.Sprintf(":%d ", st.Ino)) {
+			return p + " is locked"
+		}
+		busy := ""
+		filepath.Walk(p, func(q string, info os.FileInfo, err error) error {
+			if err == nil && !info.IsDir() && info.Name() == "tasks" && busy == "" {
+				if s := faultRead(q); s != "" && !strings.HasPrefix(s, "error") {
+					busy = filepath.Dir(q) + " has tasks"
+				}
+			}
+			return nil
+		})
+		if busy != "" {
+			return busy
+		}
+	}
+	return ""
+}
+
+func faultRead(p string) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// TestHotplugTrimKeepsOriginal (found by TestFaultModel): a workload the
+// daemon never wrote, trimmed by the kernel when a CPU goes offline (cgroup
+// v1), gets its original back on stop once the CPU is online again. The
+// daemon used to take the trimmed value for the original at its next
+// write, and restore that: "0-1" came back as "0". A workload it wrote
+// and the trim emptied ("last") must come back too.
+func TestHotplugTrimKeepsOriginal(t *testing.T) {
+	requireMachine(t)
+	cg := newV1Parent(t)
+	set, _ := sysfs.ParseCPUList(cg.cpus)
+	hp := set.List()[len(set.List())-1]
+	online := fmt.Sprintf("/sys/devices/system/cpu/cpu%d/online", hp)
+	if _, err := os.Stat(online); err != nil {
+		t.Skipf("CPU %d cannot go offline: %v", hp, err)
+	}
+	if busy := foreignCpusetInUse(cg.dir); busy != "" && faultHotplugMode() != "real" {
+		t.Skipf("taking CPU %d offline would trim other tests' cpusets: %s (SCHEDPOLICYD_FAULT_HOTPLUG=real to force)", hp, busy)
+	}
+	rest := set.Difference(sysfs.NewCPUSet(hp)).String()
+	last := strconv.Itoa(hp)
+	cg.child(t, "all", cg.cpus) // performance: never written
+	cg.child(t, "last", last)   // written at once, then emptied by the trim
+	bin := buildDaemon(t)
+	sys := mockMachine(t, "ac-offline-battery-unknown")
+	tmp := t.TempDir()
+	p := startDaemonProc(t, bin, "--sysfs-root", sys, "--cgroup-root", cg.dir, "--tree-dir", filepath.Join(tmp, "tree"),
+		"--tree-backend", "fuse", "--state-dir", filepath.Join(tmp, "state"), "--bus", "none", "--events", "fsnotify",
+		"--debounce", "50ms", "--log-level", "debug", "--config", emptyConf(t))
+	waitFor(t, "last spread", 10*time.Second, func() (bool, string) {
+		got := cg.cpusOf(t, "last")
+		return got == cg.cpus, got
+	})
+
+	t.Cleanup(faultPutCPUBack)
+	faultCPUOffline.Store(int32(hp + 1))
+	write(t, online, "0")
+	waitFor(t, "the kernel's trim", 10*time.Second, func() (bool, string) {
+		a, l := cg.cpusOf(t, "all"), cg.cpusOf(t, "last")
+		return a == rest, a + " / " + l
+	})
+	mockCPUs := filepath.Join(sys, "devices/system/cpu/online")
+	write(t, mockCPUs, rest)
+	p.logHas(t, "offline seen", `msg="online CPUs changed" from=`+cg.cpus+" to="+rest)
+	write(t, online, "1")
+	faultCPUOffline.Store(0)
+	write(t, mockCPUs, cg.cpus)
+	waitFor(t, "every CPU given back", 10*time.Second, func() (bool, string) {
+		a, l := cg.cpusOf(t, "all"), cg.cpusOf(t, "last")
+		return a == cg.cpus && l == cg.cpus, a + " / " + l
+	})
+	p.stop(t)
+	if a, l := cg.cpusOf(t, "all"), cg.cpusOf(t, "last"); a != cg.cpus || l != last {
+		t.Errorf("after SIGTERM: all=%q (want %q), last=%q (want %q)", a, cg.cpus, l, last)
+	}
+}
