@@ -63,7 +63,7 @@ test: deps unit-test deb-test
 HOTPLUG_TESTS := RealHotplug
 unit-test: deps
 	$(GO) test -race -count=1 $(PKGS)
-	SCHEDPOLICYD_TEST_HOTPLUG=1 $(GO) test -race -count=1 -p 1 -run '$(HOTPLUG_TESTS)' ./daemon/
+	SCHEDPOLICYD_TEST_HOTPLUG=1 $(GO) test -race -count=1 -p 1 -run '$(HOTPLUG_TESTS)' ./daemon/ ./cmd/schedpolicyd/
 
 # The Debian package: packaging/build-deb.sh (dpkg-deb, no debhelper).
 deb:

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"path/filepath"
 	"testing"
 )
@@ -17,17 +18,17 @@ func TestDaemonSavesWhatItWrote(t *testing.T) {
 	m.start(t)
 	b := filepath.Join(m.managed, "b")
 	ps := filepath.Join(m.sys, "class/power_supply")
-	put(t, ps+"/AC/online", "0")
-	put(t, ps+"/BAT0/status", "Discharging")
+	testutil.Put(t, ps+"/AC/online", "0")
+	testutil.Put(t, ps+"/BAT0/status", "Discharging")
 	var packed string
-	eventually(t, "b packed on battery", func() (bool, string) {
-		packed = get(t, b+"/cpuset.cpus")
+	testutil.Eventually(t, "b packed on battery", func() (bool, string) {
+		packed = testutil.ReadTrim(t, b+"/cpuset.cpus")
 		return packed != "2-3" && packed != "0-7", packed
 	})
-	put(t, ps+"/AC/online", "1")
-	put(t, ps+"/BAT0/status", "Charging")
-	eventually(t, "state.json names only what b holds", func() (bool, string) {
-		cur := get(t, b+"/cpuset.cpus")
+	testutil.Put(t, ps+"/AC/online", "1")
+	testutil.Put(t, ps+"/BAT0/status", "Charging")
+	testutil.Eventually(t, "state.json names only what b holds", func() (bool, string) {
+		cur := testutil.ReadTrim(t, b+"/cpuset.cpus")
 		st, err := LoadState(m.state)
 		if err != nil {
 			return false, err.Error()

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
@@ -54,9 +55,9 @@ func faultHotplugMode() string {
 // "" when there is none. Read only: /proc/locks, never a lock of ours.
 func foreignCpusetInUse(ours ...string) string {
 	locks := faultRead("/proc/locks")
-	entries, _ := os.ReadDir(cpusetRoot)
+	entries, _ := os.ReadDir(testutil.CpusetRoot)
 	for _, e := range entries {
-		p := filepath.Join(cpusetRoot, e.Name())
+		p := filepath.Join(testutil.CpusetRoot, e.Name())
 		if !e.IsDir() || slices.Contains(ours, p) {
 			continue
 		}
@@ -88,13 +89,16 @@ func faultRead(p string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// TestHotplugTrimKeepsOriginal (found by TestFaultModel): a workload the
+// TestRealHotplugTrimKeepsOriginal (found by TestFaultModel): a workload the
 // daemon never wrote, trimmed by the kernel when a CPU goes offline (cgroup
 // v1), gets its original back on stop once the CPU is online again. The
 // daemon used to take the trimmed value for the original at its next
 // write, and restore that: "0-1" came back as "0". A workload it wrote
 // and the trim emptied ("last") must come back too.
-func TestHotplugTrimKeepsOriginal(t *testing.T) {
+func TestRealHotplugTrimKeepsOriginal(t *testing.T) {
+	if faultHotplugMode() != "real" {
+		testutil.NeedRealHotplug(t)
+	}
 	requireMachine(t)
 	cg := newV1Parent(t)
 	set, _ := sysfs.ParseCPUList(cg.cpus)
@@ -102,9 +106,6 @@ func TestHotplugTrimKeepsOriginal(t *testing.T) {
 	online := fmt.Sprintf("/sys/devices/system/cpu/cpu%d/online", hp)
 	if _, err := os.Stat(online); err != nil {
 		t.Skipf("CPU %d cannot go offline: %v", hp, err)
-	}
-	if busy := foreignCpusetInUse(cg.dir); busy != "" && faultHotplugMode() != "real" {
-		t.Skipf("taking CPU %d offline would trim other tests' cpusets: %s (SCHEDPOLICYD_FAULT_HOTPLUG=real to force)", hp, busy)
 	}
 	rest := set.Difference(sysfs.NewCPUSet(hp)).String()
 	last := strconv.Itoa(hp)
@@ -116,25 +117,25 @@ func TestHotplugTrimKeepsOriginal(t *testing.T) {
 	p := startDaemonProc(t, bin, "--sysfs-root", sys, "--cgroup-root", cg.dir, "--tree-dir", filepath.Join(tmp, "tree"),
 		"--tree-backend", "fuse", "--state-dir", filepath.Join(tmp, "state"), "--bus", "none", "--events", "fsnotify",
 		"--debounce", "50ms", "--log-level", "debug", "--config", emptyConf(t))
-	waitFor(t, "last spread", 10*time.Second, func() (bool, string) {
+	testutil.WaitFor(t, "last spread", 10*time.Second, func() (bool, string) {
 		got := cg.cpusOf(t, "last")
 		return got == cg.cpus, got
 	})
 
 	t.Cleanup(faultPutCPUBack)
 	faultCPUOffline.Store(int32(hp + 1))
-	write(t, online, "0")
-	waitFor(t, "the kernel's trim", 10*time.Second, func() (bool, string) {
+	testutil.Write(t, online, "0")
+	testutil.WaitFor(t, "the kernel's trim", 10*time.Second, func() (bool, string) {
 		a, l := cg.cpusOf(t, "all"), cg.cpusOf(t, "last")
 		return a == rest, a + " / " + l
 	})
 	mockCPUs := filepath.Join(sys, "devices/system/cpu/online")
-	write(t, mockCPUs, rest)
+	testutil.Write(t, mockCPUs, rest)
 	p.logHas(t, "offline seen", `msg="online CPUs changed" from=`+cg.cpus+" to="+rest)
-	write(t, online, "1")
+	testutil.Write(t, online, "1")
 	faultCPUOffline.Store(0)
-	write(t, mockCPUs, cg.cpus)
-	waitFor(t, "every CPU given back", 10*time.Second, func() (bool, string) {
+	testutil.Write(t, mockCPUs, cg.cpus)
+	testutil.WaitFor(t, "every CPU given back", 10*time.Second, func() (bool, string) {
 		a, l := cg.cpusOf(t, "all"), cg.cpusOf(t, "last")
 		return a == cg.cpus && l == cg.cpus, a + " / " + l
 	})
