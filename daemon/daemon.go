@@ -329,6 +329,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 	st, err := LoadState(d.cfg.StateDir)
 	if err != nil {
 		d.log.WithError(err).Warn("ignoring saved state, using defaults")
+		if errors.Is(err, ErrCorruptState) {
+			// Keep it: it may hold originals a person can still put back
+			// by hand (or a newer version's records after a downgrade).
+			from := filepath.Join(d.cfg.StateDir, StateFile)
+			to := fmt.Sprintf("%s.corrupt-%d", from, time.Now().Unix())
+			if err := os.Rename(from, to); err == nil {
+				d.log.WithField("file", to).Warn("the unusable state file is kept as it was")
+			}
+		}
 	}
 	d.knob, d.knobChosen = st.Knob, st.Chosen
 	d.pl.load(st.Cgroups)

@@ -54,9 +54,13 @@ type placement struct {
 	// the managed parent's, and those loaded from state.json that no
 	// current workload matched (another root, a run that could not open
 	// the parent), which are kept as they are.
-	records  map[string]*Record
-	parent   *Record         // the managed parent's record (v1 CPUs)
-	rejected map[string]bool // child names refused, warned about once
+	records map[string]*Record
+	parent  *Record // the managed parent's record (v1 CPUs)
+	// parentFound is the v1 parent's CPUs as this run found them when
+	// they were fewer than its recorded original (a CPU went offline while
+	// no daemon ran); a workload trimmed to the same set is still ours.
+	parentFound sysfs.CPUSet
+	rejected    map[string]bool // child names refused, warned about once
 	// waiting holds children that could not be adopted yet (their files
 	// not there yet, or a transient read error): logged once, retried on
 	// the next hint, their directory watched meanwhile.
@@ -157,6 +161,20 @@ func dirInode(dir string) uint64 {
 	return st.Ino
 }
 
+// resolvePath returns path with its symlinks resolved (of its directory
+// when path itself does not exist yet), so that records, keyed by path,
+// name one cgroup one way however the configuration spells it; path as it
+// is when that fails.
+func resolvePath(path string) string {
+	if r, err := filepath.EvalSymlinks(path); err == nil {
+		return r
+	}
+	if d, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
+		return filepath.Join(d, filepath.Base(path))
+	}
+	return path
+}
+
 // open opens (creating if needed) the managed parent, locks it, reconciles
 // its record and starts watching it. On failure placement stays off until
 // the next scan retries; ErrAlreadyRunning (another daemon manages the
@@ -165,7 +183,7 @@ func (p *placement) open() error {
 	if p.cfg.CgroupRoot == "" {
 		return errors.New("no managed parent cgroup configured")
 	}
-	cg, err := sysfs.OpenCgroup(p.cfg.CgroupRoot, sysfs.CgroupOptions{Create: true, ProcRoot: p.cfg.ProcRoot})
+	cg, err := sysfs.OpenCgroup(resolvePath(p.cfg.CgroupRoot), sysfs.CgroupOptions{Create: true, ProcRoot: p.cfg.ProcRoot})
 	if err == nil {
 		err = p.lock.acquire(cg.Path())
 	}
@@ -206,6 +224,11 @@ func (p *placement) openParentRecord() {
 	}
 	r.Parent, r.Inode = true, id
 	p.parent = r
+	if orig, err := sysfs.ParseCPUList(r.Original); err == nil {
+		if cur, err := p.cg.OwnCPUs(); err == nil && !cur.Equal(orig) && cur.IsSubsetOf(orig) {
+			p.parentFound = cur // trimmed by hotplug while no daemon ran
+		}
+	}
 	p.fitParent(sysfs.CPUSet{})
 }
 
@@ -266,6 +289,9 @@ func (p *placement) scan() bool {
 		}
 		p.log.WithField("path", p.cg.Path()).Warn("managed parent cgroup vanished; recreating it")
 		changed := len(p.workloads) > 0
+		// Renamed away, its children live on elsewhere: put back what is
+		// ours through the files held open (their paths are gone).
+		p.restore()
 		p.forgetAll()
 		for path, r := range p.records {
 			if r.Parent || filepath.Dir(path) == p.cg.Path() {
@@ -394,6 +420,9 @@ func (p *placement) adopt(n string) (*workload, error) {
 		log.Info("a saved record names another cgroup that had this path; not used")
 		r = nil
 	}
+	if r == nil && id != 0 {
+		r = p.renamed(path, id)
+	}
 	if r == nil {
 		r = &Record{Path: path, Inode: id, Original: cur.String()}
 		p.records[path] = r
@@ -419,6 +448,26 @@ func (p *placement) adopt(n string) (*workload, error) {
 	return w, nil
 }
 
+// renamed finds the record of the cgroup with inode id under another path
+// of the managed parent (a workload renamed: mv a b), moves it to path and
+// forgets the workload of the old name; nil when there is none.
+func (p *placement) renamed(path string, id uint64) *Record {
+	for old, r := range p.records {
+		if r.Inode != id || old == path || r.Parent || filepath.Dir(old) != filepath.Dir(path) || dirInode(old) == id {
+			continue
+		}
+		if w := p.workloads[filepath.Base(old)]; w != nil && w.rec == r {
+			p.forget(w.name, false)
+		}
+		delete(p.records, old)
+		r.Path = path
+		p.records[path] = r
+		p.log.WithFields(logrus.Fields{"from": old, "to": path}).Info("workload renamed; its record follows it")
+		return r
+	}
+	return nil
+}
+
 // reconcile compares a saved record with what the cgroup's cpuset.cpus
 // holds now (at adoption): a value of ours keeps the saved original; any
 // other value was set by someone else while no daemon ran, and becomes
@@ -432,7 +481,14 @@ func (p *placement) reconcile(r *Record, cur sysfs.CPUSet, log logrus.FieldLogge
 	case cur.String() == r.Original:
 		r.Applied, r.Pending, r.Unverified = "", "", false
 	case p.ours(r, cur):
+		// What the file holds is ours: it is the applied value now (a
+		// pending one that was written before the crash, or one the kernel
+		// trimmed), so that the next plan's pending value cannot push it
+		// out of the record.
 		log.WithFields(logrus.Fields{"original": r.Original, "cpus": cur.String()}).Info("original cpuset recovered from saved state")
+		if !r.Unverified {
+			r.Applied, r.Pending = cur.String(), ""
+		}
 	default:
 		log.WithFields(logrus.Fields{"saved_original": r.Original, "applied": r.Applied, "cpus": cur.String()}).Warn("cpuset.cpus was changed by someone else while no daemon ran; that value is kept as the original")
 		r.Original, r.Applied, r.Pending, r.Unverified = cur.String(), "", "", false
@@ -468,6 +524,12 @@ func (p *placement) ours(r *Record, cur sysfs.CPUSet) bool {
 			haveOnline = true
 		}
 		if set.Intersect(online).Equal(cur) {
+			return true
+		}
+		// A CPU that went offline while no daemon ran and is back now:
+		// the kernel trimmed against the parent's CPUs as this run found
+		// them, before it gave the parent its CPUs back (fitParent).
+		if !p.parentFound.IsEmpty() && set.Intersect(p.parentFound).Equal(cur) {
 			return true
 		}
 	}
