@@ -60,7 +60,7 @@ test: deps unit-test deb-test
 # Tests that take a real CPU offline trim every v1 cpuset on the machine,
 # so they run alone afterwards (testutil.NeedRealHotplug), one package at
 # a time.
-HOTPLUG_TESTS := RealHotplug
+HOTPLUG_TESTS := RealHotplug|FaultModel
 unit-test: deps
 	$(GO) test -race -count=1 $(PKGS)
 	SCHEDPOLICYD_TEST_HOTPLUG=1 $(GO) test -race -count=1 -p 1 -run '$(HOTPLUG_TESTS)' ./daemon/ ./cmd/schedpolicyd/
@@ -122,11 +122,18 @@ bench-daemon: build
 #                             against a mock machine; prints events handled,
 #                             decisions, cpuset writes, errors, peak RSS and
 #                             goroutines at start and end
+#   make fault                the model-based fault test (issue 11) long:
+#                             FAULT_CHECKS sequences of about FAULT_STEPS
+#                             random steps (default 60 × 40, ≥ 2,000 steps,
+#                             ~15 min) on a real v1 cpuset parent, with the
+#                             real CPU hotplug; prints sequences and steps
 #   make fuzz                 every fuzz target for FUZZTIME (default 60s)
 #                             each; new failing inputs land in the package's
 #                             testdata/fuzz/<target>/ (commit them as seeds)
 SOAK_DURATION ?= 60s
 FUZZTIME      ?= 60s
+FAULT_CHECKS  ?= 60
+FAULT_STEPS   ?= 40
 FUZZ_TARGETS  := \
 	./sysfs:FuzzParseCPUList \
 	./acpi:FuzzParseUevent \
@@ -137,9 +144,13 @@ FUZZ_TARGETS  := \
 	./daemon:FuzzValidWorkloadName \
 	./cmd/schedpolicyd:FuzzParseConfig
 
-.PHONY: soak fuzz
+.PHONY: soak fuzz fault
 soak: build
 	./$(BIN) soak --duration $(SOAK_DURATION)
+
+fault:
+	SCHEDPOLICYD_TEST_HOTPLUG=1 $(GO) test -count=1 -timeout 120m -run '^TestFaultModel$$' -v ./cmd/schedpolicyd/ \
+		-rapid.checks=$(FAULT_CHECKS) -rapid.steps=$(FAULT_STEPS) | grep -E '^(---|ok|FAIL|PASS)|fault model:'
 
 # Go 1.26's fuzz coordinator can fail a target with a bare "context
 # deadline exceeded" at the end of -fuzztime without any failing input

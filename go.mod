@@ -11,8 +11,5 @@ require (
 	github.com/sirupsen/logrus v1.10.2
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.50.0
-)
-
-require (
-	pgregory.net/rapid v1.3.0 // indirect
+	pgregory.net/rapid v1.3.0
 )

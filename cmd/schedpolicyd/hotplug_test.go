@@ -9,11 +9,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -37,48 +35,20 @@ func faultPutCPUBack() {
 }
 
 // faultHotplugMode is SCHEDPOLICYD_FAULT_HOTPLUG: "real" takes the real
-// CPU offline at every offline step (the mock topology follows), "mock"
-// only the daemon's view, "auto" (default) the real CPU only while no
-// other cgroup under the cpuset root is in use (tasks in it, or a flock on
-// it: another test's daemon), since offlining a CPU trims every v1
-// cpuset of the machine, other tests' too.
+// CPU offline at offline steps (the mock topology follows), "mock" only
+// the daemon's view. Unset, it is "real" in make test's serial hotplug run
+// (testutil.HotplugEnv) and "mock" elsewhere: offlining a CPU trims every
+// v1 cpuset of the machine, other tests' too, so it never happens beside
+// them.
 func faultHotplugMode() string {
 	switch v := os.Getenv("SCHEDPOLICYD_FAULT_HOTPLUG"); v {
 	case "real", "mock":
 		return v
 	}
-	return "auto"
-}
-
-// foreignCpusetInUse names a cgroup under the cpuset root, other than
-// this test's, that has tasks or is locked (flock: a daemon manages it);
-// "" when there is none. Read only: /proc/locks, never a lock of ours.
-func foreignCpusetInUse(ours ...string) string {
-	locks := faultRead("/proc/locks")
-	entries, _ := os.ReadDir(testutil.CpusetRoot)
-	for _, e := range entries {
-		p := filepath.Join(testutil.CpusetRoot, e.Name())
-		if !e.IsDir() || slices.Contains(ours, p) {
-			continue
-		}
-		var st syscall.Stat_t
-		if syscall.Stat(p, &st) == nil && strings.Contains(locks, fmt.Sprintf(":%d ", st.Ino)) {
-			return p + " is locked"
-		}
-		busy := ""
-		filepath.Walk(p, func(q string, info os.FileInfo, err error) error {
-			if err == nil && !info.IsDir() && info.Name() == "tasks" && busy == "" {
-				if s := faultRead(q); s != "" && !strings.HasPrefix(s, "error") {
-					busy = filepath.Dir(q) + " has tasks"
-				}
-			}
-			return nil
-		})
-		if busy != "" {
-			return busy
-		}
+	if os.Getenv(testutil.HotplugEnv) == "1" {
+		return "real"
 	}
-	return ""
+	return "mock"
 }
 
 func faultRead(p string) string {
