@@ -149,8 +149,10 @@ soak: build
 	./$(BIN) soak --duration $(SOAK_DURATION)
 
 fault:
-	SCHEDPOLICYD_TEST_HOTPLUG=1 $(GO) test -count=1 -timeout 120m -run '^TestFaultModel$$' -v ./cmd/schedpolicyd/ \
-		-rapid.checks=$(FAULT_CHECKS) -rapid.steps=$(FAULT_STEPS) | grep -E '^(---|ok|FAIL|PASS)|fault model:'
+	@mkdir -p bin; SCHEDPOLICYD_TEST_HOTPLUG=1 $(GO) test -count=1 -timeout 120m -run '^TestFaultModel$$' -v ./cmd/schedpolicyd/ \
+		-rapid.checks=$(FAULT_CHECKS) -rapid.steps=$(FAULT_STEPS) > bin/fault.log 2>&1; rc=$$?; \
+	grep -E '^(---|ok|FAIL|PASS)|fault model:|faultmodel_test.go:[0-9]+: [^f]' bin/fault.log | grep -v 'level='; \
+	echo "full log: bin/fault.log"; exit $$rc
 
 # Go 1.26's fuzz coordinator can fail a target with a bare "context
 # deadline exceeded" at the end of -fuzztime without any failing input
