@@ -1,0 +1,62 @@
+# lib.sh — check helpers for the scripts that run inside the systemd test
+# guests (the nspawn container and the cgroup v2 VM). Sourced, POSIX sh.
+#
+# Every check prints one line the host collects:
+#   systemd-test: PASS NAME
+#   systemd-test: FAIL NAME: WHY
+#   systemd-test: SKIP NAME: WHY
+# and the guest script ends with "systemd-test: DONE pass=P fail=F skip=S".
+# A check that cannot tell right from wrong must not PASS.
+
+st_pass=0 st_fail=0 st_skip=0
+
+pass() { st_pass=$((st_pass + 1)); echo "systemd-test: PASS $1"; }
+fail() { st_fail=$((st_fail + 1)); echo "systemd-test: FAIL $1: $2"; }
+skip() { st_skip=$((st_skip + 1)); echo "systemd-test: SKIP $1: $2"; }
+note() { echo "systemd-test: $*"; }
+done_checks() {
+	echo "systemd-test: DONE pass=$st_pass fail=$st_fail skip=$st_skip"
+	[ "$st_fail" = 0 ]
+}
+
+# excerpt TITLE CMD...: print CMD's output framed, for the closing record.
+excerpt() {
+	title=$1
+	shift
+	echo "----- $title -----"
+	"$@" 2>&1 || true
+	echo "----- end $title -----"
+}
+
+# wait_until SECONDS CMD...: run CMD every 0.2 s until it succeeds; fails
+# after SECONDS.
+wait_until() {
+	wu_limit=$(($1 * 5))
+	shift
+	wu_i=0
+	while ! "$@" >/dev/null 2>&1; do
+		wu_i=$((wu_i + 1))
+		[ "$wu_i" -ge "$wu_limit" ] && return 1
+		sleep 0.2
+	done
+	return 0
+}
+
+# prop UNIT PROPERTY: the unit's property value as systemctl show gives it.
+prop() { systemctl show -p "$2" --value "$1"; }
+
+# main_pid UNIT: the unit's MainPID, or nothing when it has none (never 0:
+# `kill -STOP 0` would stop the caller's own process group).
+main_pid() {
+	mp=$(prop "$1" MainPID)
+	case $mp in '' | 0 | *[!0-9]*) return 1 ;; esac
+	echo "$mp"
+}
+
+# cursor: a journal cursor to read from later (journal_since CURSOR ...).
+cursor() { journalctl -n 0 --show-cursor --no-pager | sed -n 's/^-- cursor: //p'; }
+journal_since() {
+	jc=$1
+	shift
+	journalctl --no-pager -o short-monotonic --after-cursor="$jc" "$@"
+}
