@@ -718,7 +718,20 @@ func (d *Daemon) writeKernelKnob() {
 }
 
 func (d *Daemon) status() string {
-	return fmt.Sprintf("policy %s (power_aware %d), power source %s, %d workloads", d.effective, d.knob.PowerAware, d.power.Source, len(d.pl.workloads))
+	return statusText(d.effective, d.knob.PowerAware, d.power.Source, len(d.pl.workloads))
+}
+
+// StatusText is the one line systemd shows as the unit's status (STATUS=,
+// `systemctl show -p StatusText`): the effective policy, the knob, the power
+// source and the number of workloads, for example "policy powersaving
+// (power_aware 2), power source battery, 3 workloads". It reads the last
+// published snapshot, so it is safe from any goroutine.
+func (s Snapshot) StatusText() string {
+	return statusText(s.Policy, s.Knob.PowerAware, s.PowerSource, len(s.Workloads))
+}
+
+func statusText(p policy.Policy, powerAware policy.PowerAware, src acpi.Source, workloads int) string {
+	return fmt.Sprintf("policy %s (power_aware %d), power source %s, %d workloads", p, powerAware, src, workloads)
 }
 
 // publish stores a new snapshot, refreshes the plain tree, updates D-Bus

@@ -248,7 +248,9 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 func reload(ctx context.Context, d *daemon.Daemon, log *logrus.Logger, path string, set map[string]bool, flagCfg daemon.Config) {
 	n := systemd.Notifier{}
 	n.Reloading()
-	defer n.Ready("reloaded")
+	// READY=1 carries STATUS= again: the policy line, not a word about the
+	// reload, is what `systemctl status` should keep showing.
+	defer func() { n.Ready(d.Snapshot().StatusText()) }()
 	fc, err := loadConfig(path, set["config"])
 	if err != nil {
 		log.WithError(err).Error("reload: keeping the running configuration")
