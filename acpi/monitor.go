@@ -503,6 +503,10 @@ func (m *Monitor) readUevents(ctx context.Context, src ueventSource) {
 			continue
 		}
 		switch ev.Subsystem {
+		case "power_supply", "cpu":
+			m.log.WithFields(logrus.Fields{"action": ev.Action, "subsystem": ev.Subsystem, "devpath": ev.DevPath}).Debug("kernel uevent")
+		}
+		switch ev.Subsystem {
 		case "power_supply":
 			// Any supply's event re-reads every supply: some entries (an
 			// ACPI AC adapter on the ThinkPad T490) change without an
