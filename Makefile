@@ -1,9 +1,13 @@
 # schedpolicyd — build, run and test.
 #   sudo make run        build and run the daemon on this machine
 #   sudo make test       install test dependencies if missing, run every test
-#                        (Go tests, then the Debian package checks)
+#                        (Go tests, the Debian package checks, then the
+#                        package under a real systemd: container and VM)
 #   make deb             build bin/schedpolicyd_VERSION_ARCH.deb
-#   sudo make deb-test   build, lintian, dpkg -i, use, dpkg --purge
+#   sudo make deb-test   build, check the contents, lintian
+#   sudo make systemd-test  install and use the package under systemd 252 as
+#                        PID 1: an nspawn container (cgroup v1) and a QEMU VM
+#                        (cgroup v2); never on this machine
 
 GO      ?= go
 BIN     := bin/schedpolicyd
@@ -11,7 +15,7 @@ CTL     := bin/schedpolicyctl
 PKGS    := ./...
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build run test unit-test deb deb-test deps vet fmt clean
+.PHONY: all build run test unit-test deb deb-test systemd-test deps vet fmt clean
 
 all: build
 
@@ -29,7 +33,9 @@ run: build
 # daemon writes), lintian, man (man-db) and groff for the package checks,
 # dpkg-deb (dpkg) to build the package, and the real upowerd under umockdev
 # for the UPower source test (upower, umockdev, gir1.2-umockdev-1.0,
-# python3-gi), and the real polkitd for the authorisation test (polkitd).
+# python3-gi), and the real polkitd for the authorisation test (polkitd);
+# for systemd-test systemd-nspawn (systemd-container), debootstrap, QEMU
+# (qemu-system-x86) and mkfs.ext4 (e2fsprogs).
 deps:
 	@missing=""; \
 	command -v dbus-daemon >/dev/null      || missing="$$missing dbus"; \
@@ -45,6 +51,10 @@ deps:
 	command -v strace >/dev/null           || missing="$$missing strace"; \
 	command -v groff >/dev/null            || missing="$$missing groff-base"; \
 	command -v chattr >/dev/null           || missing="$$missing e2fsprogs"; \
+	command -v mkfs.ext4 >/dev/null        || missing="$$missing e2fsprogs"; \
+	command -v systemd-nspawn >/dev/null   || missing="$$missing systemd-container"; \
+	command -v debootstrap >/dev/null      || missing="$$missing debootstrap"; \
+	command -v qemu-system-x86_64 >/dev/null || missing="$$missing qemu-system-x86"; \
 	for p in upower umockdev gir1.2-umockdev-1.0 python3-gi polkitd; do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
 	done; \
@@ -55,7 +65,7 @@ deps:
 	$(GO) mod download
 
 # The whole suite: what CI (.ci/run) and the README run.
-test: deps unit-test deb-test
+test: deps unit-test deb-test systemd-test
 
 # Tests that take a real CPU offline trim every v1 cpuset on the machine,
 # so they run alone afterwards (testutil.NeedRealHotplug), one package at
@@ -69,11 +79,18 @@ unit-test: deps
 deb:
 	packaging/build-deb.sh bin
 
-# Build it, run lintian, install it with dpkg -i, run the installed
-# binaries and systemd-analyze verify, purge it and check nothing is left
-# (the install half needs root).
+# Build it, check what it holds, run lintian. Installing it happens in
+# systemd-test's container, never on this machine.
 deb-test: deps
 	packaging/deb-test.sh
+
+# The package under a real systemd (packaging/systemd-test/run.sh): Debian
+# 12 with systemd 252 as PID 1 in systemd-nspawn (cgroup v1), then in a
+# QEMU VM with cgroup v2. Root filesystems are cached in
+# /var/cache/schedpolicyd-test; needs root. SCHEDPOLICYD_SYSTEMD_TEST="container"
+# (or "vm") runs one part.
+systemd-test: deps
+	packaging/systemd-test/run.sh
 
 vet:
 	gofmt -l . | tee /dev/stderr | (! read)

@@ -1,12 +1,18 @@
 #!/bin/sh
-# Build the .deb, lint it, install it, use it, purge it, and check nothing
-# is left behind. Run by `make deb-test` (part of `make test`).
+# deb-test.sh [--host-install] — build the .deb, check its contents and
+# lint it. Run by `make deb-test` (part of `make test`).
 #
-# Needs root for the install half; without root it stops after lintian,
-# saying so. It refuses to touch a schedpolicyd package that was already
-# installed (set SCHEDPOLICYD_DEB_TEST_REPLACE=1 to allow it). Where systemd
-# is PID 1 the postinst starts the service, as it would for a user; the
-# purge stops it again.
+# Installing, using and purging the package happens in a booted systemd
+# container (packaging/systemd-test, `make systemd-test`), never on this
+# machine. Only where that container cannot run does systemd-test fall
+# back to --host-install: dpkg -i here, use the binaries, dpkg --purge and
+# check nothing is left. That path needs root and refuses (skipping, with
+# the reason) when the package is already installed (set
+# SCHEDPOLICYD_DEB_TEST_REPLACE=1 to allow it) or when /etc/schedpolicyd or
+# /var/lib/schedpolicyd exist already: the purge would delete a user's
+# saved choices and a crashed run's saved cpusets it did not create. Where
+# systemd is PID 1 the postinst starts the service, as it would for a
+# user; the purge stops it again.
 set -eu
 
 cd "$(dirname "$0")/.."
@@ -59,15 +65,26 @@ else
 	fail "lintian is not installed (make deps installs it)"
 fi
 
+if [ "${1:-}" != --host-install ]; then
+	step "install/purge: in the systemd container (make systemd-test), not on this machine"
+	exit 0
+fi
 if [ "$(id -u)" != 0 ]; then
-	step "SKIP install/purge: needs root (dpkg -i)"
+	step "SKIP host install/purge: needs root (dpkg -i)"
 	exit 0
 fi
 if dpkg-query -W -f '${Status}' schedpolicyd 2>/dev/null | grep -q 'install ok'; then
 	if [ "${SCHEDPOLICYD_DEB_TEST_REPLACE:-0}" != 1 ]; then
-		step "SKIP install/purge: a schedpolicyd package is already installed; set SCHEDPOLICYD_DEB_TEST_REPLACE=1 to replace and purge it"
+		step "SKIP host install/purge: a schedpolicyd package is already installed; set SCHEDPOLICYD_DEB_TEST_REPLACE=1 to replace and purge it"
 		exit 0
 	fi
+else
+	for d in /etc/schedpolicyd /var/lib/schedpolicyd; do
+		if [ -e "$d" ]; then
+			step "SKIP host install/purge: $d exists already (saved choices or cpusets of an earlier run); the purge would remove what this test did not create"
+			exit 0
+		fi
+	done
 fi
 
 # 3. Install, and use what was installed.

@@ -60,3 +60,16 @@ journal_since() {
 	shift
 	journalctl --no-pager -o short-monotonic --after-cursor="$jc" "$@"
 }
+
+# journal_wait CURSOR SECONDS PATTERN: wait until a journal entry after
+# CURSOR matches the grep pattern (journald may file a service's stdout
+# lines after systemd's own); fails after SECONDS.
+journal_wait() {
+	jw_i=0
+	while ! journalctl --no-pager --after-cursor="$1" | grep -q -e "$3"; do
+		jw_i=$((jw_i + 1))
+		[ "$jw_i" -ge $(($2 * 5)) ] && return 1
+		sleep 0.2
+	done
+	return 0
+}

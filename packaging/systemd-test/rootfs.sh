@@ -3,7 +3,7 @@
 # the systemd tests, building it first when it is not cached yet.
 #
 #   KIND=container  debootstrap minbase + systemd as PID 1, dbus, polkitd,
-#                   power-profiles-daemon (powerprofilesctl), man-db
+#                   power-profiles-daemon and powerprofilesctl, man-db
 #   KIND=vm         the container root plus a kernel and an initramfs, for
 #                   the cgroup v2 QEMU VM (../shared/docs/SYSTEMD.md §5)
 #
@@ -23,7 +23,9 @@ set -eu
 kind=${1:?usage: rootfs.sh container|vm}
 cache=${SCHEDPOLICYD_TEST_CACHE:-/var/cache/schedpolicyd-test}
 suite=bookworm
-pkgs_container="systemd,systemd-sysv,dbus,polkitd,libpam-systemd,power-profiles-daemon,man-db,procps,util-linux"
+# python3 and python3-gi are only Recommends of power-profiles-daemon, but
+# powerprofilesctl is a Python script that needs them.
+pkgs_container="systemd,systemd-sysv,dbus,polkitd,libpam-systemd,power-profiles-daemon,python3,python3-gi,man-db,procps,util-linux"
 pkgs_vm="linux-image-amd64 initramfs-tools"
 
 skip() { echo "rootfs: $*" >&2; exit 2; }
@@ -49,7 +51,7 @@ flock 9
 
 build_container() {
 	dir=$cache/container-$key_container
-	[ -f "$dir/.complete" ] && { echo "$dir"; return; }
+	[ -f "$dir/.complete" ] && { touch "$dir"; echo "$dir"; return; }
 	m=$(mirror)
 	[ -n "$m" ] || skip "no Debian mirror in /etc/apt/sources*"
 	tmp=$(mktemp -d "$cache/.build.XXXXXX")
@@ -66,16 +68,23 @@ build_container() {
 	chroot "$tmp" systemctl mask console-getty.service getty@.service serial-getty@.service >/dev/null 2>&1 || true
 	echo schedpolicyd-test >"$tmp/etc/hostname"
 	rm -f "$tmp.log"
-	rm -rf "$dir"
-	touch "$tmp/.complete"
-	mv "$tmp" "$dir"
-	echo "$dir"
+	finish container "$tmp" "$dir"
+}
+
+# finish KIND TMP DIR: move a complete root into place, and drop the roots
+# of the same kind (older package lists) that no run used for a week.
+finish() {
+	find "$cache" -maxdepth 1 -name "$1-*" ! -path "$3" -mtime +7 -exec rm -rf {} + 2>/dev/null || true
+	rm -rf "$3"
+	touch "$2/.complete"
+	mv "$2" "$3"
+	echo "$3"
 }
 
 build_vm() {
 	base=$(build_container)
 	dir=$cache/vm-$key_vm
-	[ -f "$dir/.complete" ] && { echo "$dir"; return; }
+	[ -f "$dir/.complete" ] && { touch "$dir"; echo "$dir"; return; }
 	tmp=$(mktemp -d "$cache/.build.XXXXXX")
 	echo "rootfs: kernel and initramfs into a copy of $base (once; cached as $dir)" >&2
 	cp -a "$base/." "$tmp/"
@@ -91,10 +100,7 @@ build_vm() {
 	fi
 	echo "/dev/vda / ext4 defaults 0 1" >"$tmp/etc/fstab"
 	rm -f "$tmp.log"
-	rm -rf "$dir"
-	touch "$tmp/.complete"
-	mv "$tmp" "$dir"
-	echo "$dir"
+	finish vm "$tmp" "$dir"
 }
 
 case $kind in

@@ -1,0 +1,376 @@
+#!/bin/sh
+# container-guest.sh — the checks of `make systemd-test` that run inside the
+# nspawn container, with systemd 252 as PID 1, its dbus-daemon and polkitd,
+# and the package installed with dpkg -i. container.sh starts it with
+# nsenter and collects its "systemd-test:" lines (lib.sh).
+#
+# The container gives us:
+#   /mnt/host    read-only: the .deb, lib.sh, this script
+#   /mnt/cpuset  a writable cgroup v1 cpuset directory the host made for
+#                this run (the container's own /sys/fs/cgroup is read-only);
+#                the daemon manages /mnt/cpuset/schedpolicyd below it.
+# Everything written elsewhere goes to the container's volatile overlay.
+set -u
+. /mnt/host/lib.sh
+
+unit=schedpolicyd.service
+conf=/etc/schedpolicyd/schedpolicyd.conf
+state=/var/lib/schedpolicyd/state.json
+parent=/mnt/cpuset/schedpolicyd
+obj=/org/schedpolicyd/SchedPolicy1
+iface=org.schedpolicyd.SchedPolicy1
+deb=$(ls /mnt/host/schedpolicyd_*.deb)
+
+active_policy() {
+	busctl get-property "$iface" "$obj" "$iface" ActivePolicy 2>/dev/null | sed -n 's/^s "\(.*\)"$/\1/p'
+}
+is_policy() { [ "$(active_policy)" = "$1" ]; }
+unit_running() { [ "$(systemctl is-active "$unit")" = active ]; }
+# cpus_of NAME: the cpulist schedpolicyctl reports for workload NAME.
+cpus_of() { schedpolicyctl workloads | awk -v n="$1" '$1 == n { print $2 }'; }
+# allowed PID: the task's Cpus_allowed_list, what the kernel really lets it use.
+allowed() { sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$1/status"; }
+# line_of PATTERN FILE: the first line number matching PATTERN, or 0.
+line_of() { grep -n -m1 -e "$1" "$2" | cut -d: -f1 | grep . || echo 0; }
+restarted_from() {
+	np=$(main_pid "$unit") || return 1
+	[ "$np" != "$1" ] && unit_running
+}
+
+# wl_check LABEL: every workload's cpuset.cpus, its task's Cpus_allowed_list
+# and what schedpolicyctl reports agree; prints "name=cpus" pairs.
+wl_check() {
+	ok=1 seen=""
+	for w in wl1 wl2 wl3; do
+		file=$(cat "$parent/$w/cpuset.cpus" 2>/dev/null)
+		told=$(cpus_of "$w")
+		pid=$(head -n 1 "$parent/$w/cgroup.procs" 2>/dev/null)
+		task=$([ -n "$pid" ] && allowed "$pid")
+		seen="$seen $w=$file"
+		if [ -z "$file" ] || [ "$file" != "$told" ] || [ "$file" != "$task" ]; then
+			ok=0
+			seen="$seen(ctl=$told,task=$task)"
+		fi
+	done
+	echo "$seen"
+	[ "$ok" = 1 ]
+}
+
+wait_until 60 sh -c 'systemctl is-system-running | grep -Eq "^(running|degraded)$"' ||
+	note "systemd is $(systemctl is-system-running) after 60 s"
+note "guest: $(systemctl --version | head -n 1), cgroup $(stat -fc %T /sys/fs/cgroup), $(nproc) CPUs"
+# systemd at debug level writes every sd_notify message and state change to
+# the journal: that is how the checks see READY=1 and RELOADING=1.
+systemctl log-level debug
+
+# --- 1. dpkg -i enables and starts the service ------------------------------
+c0=$(cursor)
+dbus-monitor --system "type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged',arg0='$iface'" \
+	"type='signal',path='/org/freedesktop/systemd1/unit/schedpolicyd_2eservice',member='PropertiesChanged'" >/tmp/monitor.log 2>&1 &
+mon=$!
+wait_until 10 grep -q NameAcquired /tmp/monitor.log
+if dpkg -i "$deb" >/tmp/dpkg-i.log 2>&1; then
+	pass "dpkg -i $(basename "$deb")"
+else
+	fail "dpkg -i" "$(tail -n 5 /tmp/dpkg-i.log)"
+fi
+[ "$(systemctl is-enabled "$unit" 2>&1)" = enabled ] &&
+	[ -L /etc/systemd/system/multi-user.target.wants/$unit ] &&
+	[ -L /etc/systemd/system/dbus-org.schedpolicyd.SchedPolicy1.service ] &&
+	pass "enabled, with its D-Bus alias" ||
+	fail "enabled" "is-enabled: $(systemctl is-enabled "$unit" 2>&1)"
+if wait_until 20 unit_running; then pass "started by the postinst"; else fail "started by the postinst" "$(systemctl is-active "$unit")"; fi
+st=$(prop "$unit" StatusText)
+case $st in
+"policy performance (power_aware 1), power source "*", 0 workloads") pass "StatusText carries the policy: $st" ;;
+*) fail "StatusText carries the policy" "got '$st'" ;;
+esac
+journal_wait "$c0" 10 'Started schedpolicyd.service'
+journal_wait "$c0" 10 'msg="owning bus name"'
+journal_since "$c0" >/tmp/start.log
+# The order on the bus itself: dbus-monitor sees dbus-daemon's
+# NameOwnerChanged for our name and systemd's PropertiesChanged that turns
+# the unit "active" (sent once READY=1 arrived) in the order the bus
+# handled them. (The journal cannot tell: it files a service's stdout and
+# systemd's own messages as they arrive.)
+kill "$mon" 2>/dev/null
+wait "$mon" 2>/dev/null
+owned=$(awk '/member=NameOwnerChanged/ { n = NR } n && NR == n + 1 && /"org.schedpolicyd.SchedPolicy1"/ { o = NR } o && NR == o + 2 && /string ":/ { print NR; exit }' /tmp/monitor.log)
+activated=$(awk '/path=\/org\/freedesktop\/systemd1\/unit\/schedpolicyd_2eservice;.*member=PropertiesChanged/ { p = 1 } /^signal|^method/ && !/schedpolicyd_2eservice/ { p = 0 } p && /string "ActiveState"/ { a = NR } p && a && NR == a + 1 && /variant +string "active"/ { print NR; exit }' /tmp/monitor.log)
+if [ -n "$owned" ] && [ -n "$activated" ] && [ "$owned" -lt "$activated" ]; then
+	pass "READY=1 after the bus name was owned (dbus-monitor: NameOwnerChanged at line $owned, unit active at line $activated)"
+else
+	fail "READY=1 after the bus name was owned" "dbus-monitor: name owned at line '${owned}', unit active at line '${activated}'"
+fi
+owner=$(busctl status --no-pager "$iface" 2>/dev/null | sed -n 's/^PID=//p')
+[ -n "$owner" ] && [ "$owner" = "$(main_pid "$unit")" ] &&
+	pass "the bus name belongs to MainPID $owner" ||
+	fail "bus name owner" "owner PID '$owner', MainPID '$(main_pid "$unit")'"
+excerpt "journal: start" grep -E 'owning bus name|READY=1|Started schedpolicyd|msg=ready' /tmp/start.log
+
+# The installed binaries, man pages and unit, as a user has them.
+v=$(dpkg-deb -f "$deb" Version)
+[ "$(schedpolicyd version)" = "schedpolicyd $v" ] && pass "schedpolicyd version $v" || fail "schedpolicyd version" "$(schedpolicyd version 2>&1)"
+schedpolicyd probe >/tmp/probe 2>&1 && grep -q '^power source:' /tmp/probe && pass "schedpolicyd probe" || fail "schedpolicyd probe" "$(cat /tmp/probe)"
+schedpolicyctl --help | grep -q '^Usage: schedpolicyctl' && pass "schedpolicyctl --help" || fail "schedpolicyctl --help" "no usage line"
+man -w schedpolicyctl >/dev/null 2>&1 && man -w 5 schedpolicyd.conf >/dev/null 2>&1 && man -w 8 schedpolicyd >/dev/null 2>&1 &&
+	pass "man pages found by man -w" || fail "man -w" "a man page is missing"
+out=$(systemd-analyze verify /lib/systemd/system/$unit 2>&1) && [ -z "$out" ] &&
+	pass "systemd-analyze verify" || fail "systemd-analyze verify" "$out"
+
+# --- 2. Workloads in a real cpuset, a switch, a reload ----------------------
+# wl3 is made by hand with its own cpuset (the last CPU): its original
+# differs from anything the balancer writes, so only a real restore brings
+# it back.
+all=$(cat /mnt/cpuset/cpuset.cpus)
+last=$(cat /mnt/cpuset/cpuset.effective_cpus | tr ',' '\n' | tail -n 1 | sed 's/.*-//')
+# wl3 is made while the daemon is stopped, so that its cpuset is what the
+# daemon finds (made while it runs, the write would be a user's pin).
+printf '\n# systemd-test\ncgroup_root = "%s"\nlog_level = "debug"\n' "$parent" >>"$conf"
+# The managed parent is made here too, as an administrator would, with
+# the CPUs and memory nodes of /mnt/cpuset (a new v1 cpuset starts empty).
+systemctl stop "$unit"
+mkdir "$parent"
+cat /mnt/cpuset/cpuset.cpus >"$parent/cpuset.cpus"
+cat /mnt/cpuset/cpuset.mems >"$parent/cpuset.mems"
+mkdir "$parent/wl3"
+echo "$last" >"$parent/wl3/cpuset.cpus"
+cat /mnt/cpuset/cpuset.mems >"$parent/wl3/cpuset.mems"
+sleep 1000 >/dev/null 2>&1 &
+echo $! >"$parent/wl3/cgroup.procs"
+systemctl start "$unit"
+wait_until 20 unit_running
+for w in wl1 wl2; do
+	schedpolicyctl run --name "$w" -- sleep 1000 >/tmp/$w.log 2>&1 &
+done
+if wait_until 20 sh -c "schedpolicyctl workloads | grep -c '^wl[123] ' | grep -qx 3"; then
+	pass "three workloads managed in $parent (two by schedpolicyctl run, one adopted)"
+else
+	fail "workloads managed" "$(schedpolicyctl workloads 2>&1; cat /tmp/wl1.log /tmp/wl2.log)"
+fi
+schedpolicyctl set performance
+wait_until 10 is_policy performance
+perf=$(wl_check) && pass "performance: cpuset.cpus = Cpus_allowed_list = schedpolicyctl:$perf" ||
+	fail "performance placement" "$perf"
+schedpolicyctl set powersaving
+wait_until 10 is_policy powersaving
+wait_until 10 sh -c "[ \"\$(cat $parent/wl1/cpuset.cpus)\" != \"$all\" ]"
+save=$(wl_check) && pass "powersaving: cpuset.cpus = Cpus_allowed_list = schedpolicyctl:$save" ||
+	fail "powersaving placement" "$save"
+packed=$(for w in wl1 wl2 wl3; do cat "$parent/$w/cpuset.cpus" 2>/dev/null; done | sort | uniq -c | awk '{ print $1 ":" $2 }')
+case $packed in
+3:[0-9] | 3:[0-9][0-9]) pass "powersaving packs all three idle workloads onto CPU ${packed#3:}" ;;
+*) fail "powersaving packs the idle workloads onto one CPU" "$save" ;;
+esac
+excerpt "placement" sh -c "echo performance:$perf; echo powersaving:$save; schedpolicyctl workloads"
+grep -q "\"path\": \"$parent/wl3\"" "$state" && grep -q "\"original_cpus\": \"$last\"" "$state" &&
+	pass "state.json records wl3's original $last before the writes" ||
+	fail "state.json records wl3" "$(cat "$state")"
+
+c1=$(cursor)
+systemctl reload "$unit"
+journal_wait "$c1" 10 'Changed reload -> running'
+journal_wait "$c1" 10 'msg="configuration reloaded"'
+journal_since "$c1" >/tmp/reload.log
+# systemd's own lines, in its order: the daemon said RELOADING=1, then
+# READY=1, and after that the unit went back to running. (With
+# ExecReload=kill, systemd 252 also leaves "reload" when kill exits, which
+# may come first; RELOADING=1 then puts it back into "reload" until READY=1.)
+grep 'systemd\[1\]: schedpolicyd.service: ' /tmp/reload.log >/tmp/reload.pid1
+seq=$(awk '!r && /\(RELOADING=1/ { r = NR } r && !y && NR > r && /\(READY=1/ { y = NR } y && NR > y && /Changed reload -> running/ { print r, y, NR; exit }' /tmp/reload.pid1)
+if [ -n "$seq" ] && grep -q 'msg="configuration reloaded"' /tmp/reload.log; then
+	pass "systemctl reload: RELOADING=1, READY=1, back to running (systemd's lines $seq), configuration reloaded"
+else
+	fail "systemctl reload" "no RELOADING=1 -> READY=1 -> running in systemd's lines, or no 'configuration reloaded'"
+fi
+case $(prop "$unit" StatusText) in
+"policy powersaving (power_aware 2), power source "*", 3 workloads") pass "StatusText after reload: $(prop "$unit" StatusText)" ;;
+*) fail "StatusText after reload" "got '$(prop "$unit" StatusText)'" ;;
+esac
+excerpt "journal: reload" grep -E 'RELOADING=1|READY=1|configuration reloaded|Changed (reload|running)' /tmp/reload.log
+
+# A broken file: the reload keeps the running configuration (log_level
+# debug stays on although the new file says "error") and names file:line.
+cp "$conf" /tmp/conf.good
+sed -i 's/^log_level = "debug"$/log_level = "error"/' "$conf"
+printf 'power_aware = "sometimes"\n' >>"$conf"
+bad=$(wc -l <"$conf")
+pid=$(main_pid "$unit")
+c2=$(cursor)
+systemctl reload "$unit"
+journal_wait "$c2" 10 'Changed reload -> running'
+journal_wait "$c2" 10 'keeping the running configuration'
+journal_since "$c2" >/tmp/badreload.log
+if grep -q "keeping the running configuration.*$conf:$bad" /tmp/badreload.log; then
+	pass "broken config on reload: kept the running one, journal names $conf:$bad"
+else
+	fail "broken config on reload" "no '$conf:$bad' in: $(grep -i 'reload' /tmp/badreload.log | tail -n 3)"
+fi
+[ "$(main_pid "$unit")" = "$pid" ] && unit_running && pass "still running as PID $pid after the broken reload" ||
+	fail "running after the broken reload" "$(systemctl is-active "$unit")"
+excerpt "journal: broken reload" grep -E 'keeping the running|RELOADING=1|READY=1' /tmp/badreload.log
+cp /tmp/conf.good "$conf"
+
+# --- 3. The sandbox: FUSE mount, uevents, cpuset writes, the bus ------------
+tree=/run/schedpolicyd/sysfs
+if [ "$(stat -fc %T $tree 2>/dev/null)" = fuseblk ] || grep -q " $tree fuse" /proc/self/mounts; then
+	pass "the FUSE tree is mounted in the system's mount namespace ($tree)"
+else
+	fail "FUSE tree" "$(grep schedpolicyd /proc/self/mounts)"
+fi
+tp=$(cat $tree/devices/system/cpu/sched_policy/current_sched_policy 2>&1)
+[ "$tp" = powersaving ] && pass "cat current_sched_policy from outside the unit: $tp" || fail "read the tree" "$tp"
+# A kernel uevent reaches the daemon's NETLINK_KOBJECT_UEVENT socket: made
+# with a synthetic "change" on a CPU (no state changes), seen in its debug
+# log. The container's /sys is read-only; a private sysfs mount is not.
+mkdir -p /tmp/sysrw
+c3=$(cursor)
+if mount -t sysfs sysfs /tmp/sysrw 2>/tmp/mount.err && echo change >/tmp/sysrw/devices/system/cpu/cpu0/uevent; then
+	if journal_wait "$c3" 10 'msg="kernel uevent" .*action=change .*devpath=/devices/system/cpu/cpu0 .*subsystem=cpu'; then
+		pass "a kernel uevent reached the sandboxed daemon (AF_NETLINK allowed)"
+	else
+		fail "uevent" "no 'kernel uevent' debug line within 10 s"
+	fi
+	umount /tmp/sysrw
+else
+	skip "uevent" "cannot make one here: $(cat /tmp/mount.err)"
+fi
+# (cpuset writes and the bus are exercised by every check above and below.)
+
+# --- 4. Watchdog and kill: restarted, cpusets recovered, restored at stop ---
+# WatchdogSec is 30 s in the unit; a drop-in makes it 4 s so the check
+# takes seconds (the daemon pings at half of whatever WATCHDOG_USEC says).
+mkdir -p /etc/systemd/system/$unit.d
+printf '[Service]\nWatchdogSec=4s\n' >/etc/systemd/system/$unit.d/watchdog.conf
+systemctl daemon-reload
+systemctl restart "$unit"
+wait_until 20 unit_running
+wait_until 10 sh -c "schedpolicyctl workloads | grep -c '^wl[123] ' | grep -qx 3"
+for how in SIGSTOP "systemctl kill -s KILL"; do
+	pid=$(main_pid "$unit") || { fail "$how" "no MainPID"; continue; }
+	n0=$(prop "$unit" NRestarts)
+	c4=$(cursor)
+	if [ "$how" = SIGSTOP ]; then kill -STOP "$pid"; else systemctl kill -s KILL "$unit"; fi
+	if wait_until 40 restarted_from "$pid"; then
+		wait_until 10 sh -c "schedpolicyctl workloads | grep -c '^wl[123] ' | grep -qx 3"
+		journal_wait "$c4" 10 'original cpuset recovered from saved state'
+		[ "$how" = SIGSTOP ] && journal_wait "$c4" 10 'Watchdog timeout'
+		journal_since "$c4" >/tmp/wd.log
+		n1=$(prop "$unit" NRestarts)
+		if [ "$how" = SIGSTOP ]; then
+			why=$(grep -c 'Watchdog timeout (limit 4s)' /tmp/wd.log)
+			res="Failed with result 'watchdog'"
+		else
+			why=1
+			res="Failed with result 'signal'"
+		fi
+		if [ "$why" -ge 1 ] && grep -q "$res" /tmp/wd.log && [ "$n1" = $((n0 + 1)) ]; then
+			pass "$how: systemd restarted the daemon ($res, PID $pid -> $(main_pid "$unit"), NRestarts $n1)"
+		else
+			fail "$how" "restarted but the journal lacks '$res' or NRestarts $n0 -> $n1"
+		fi
+	else
+		fail "$how" "not restarted within 40 s: $(systemctl is-active "$unit")"
+		continue
+	fi
+	rec=$(grep -c 'original cpuset recovered from saved state' /tmp/wd.log)
+	after=$(wl_check) && [ "$rec" -ge 3 ] && [ "$(cat $parent/wl3/cpuset.cpus)" != "$last" ] &&
+		pass "$how: the new daemon recovered $rec originals from state.json and keeps placing:$after" ||
+		fail "$how: recovery" "recovered=$rec placement:$after"
+	excerpt "journal: $how" grep -E 'Watchdog timeout|SIGABRT|Failed with result|Scheduled restart|recovered from saved state|msg=ready' /tmp/wd.log
+done
+rm -f /etc/systemd/system/$unit.d/watchdog.conf
+systemctl daemon-reload
+
+# The final stop restores every original, the tasks' affinity with it, and
+# state.json keeps no record.
+systemctl stop "$unit"
+stopped="wl1=$(cat $parent/wl1/cpuset.cpus) wl2=$(cat $parent/wl2/cpuset.cpus) wl3=$(cat $parent/wl3/cpuset.cpus)"
+t3=$(allowed "$(head -n 1 $parent/wl3/cgroup.procs)")
+if [ "$stopped" = "wl1=$all wl2=$all wl3=$last" ] && [ "$t3" = "$last" ]; then
+	pass "stop restored every original: $stopped (wl3's task: Cpus_allowed_list $t3)"
+else
+	fail "stop restores" "$stopped, wl3's task $t3; want wl1=$all wl2=$all wl3=$last"
+fi
+# What may stay: the two workloads schedpolicyctl run created, whose tasks
+# still run (a created cgroup is removed once empty; its record waits for
+# that), with nothing of ours left to restore.
+paths=$(sed -n 's/^ *"path": "\(.*\)",$/\1/p' "$state" | tr '\n' ' ')
+if [ "$paths" = "$parent/wl1 $parent/wl2 " ] && [ "$(grep -c '"created": true' "$state")" = 2 ] &&
+	! grep -q -e '"applied_cpus' -e '"pending_cpus' -e '"sched_load_balance_cleared' "$state"; then
+	pass "state.json after the stop: nothing left to restore (the records of wl1 and wl2, created and still running, wait for their removal)"
+else
+	fail "state.json after the stop" "$(cat "$state")"
+fi
+
+# --- 5. D-Bus activation -----------------------------------------------------
+c5=$(cursor)
+got=$(active_policy)
+if [ "$got" = powersaving ] && unit_running; then
+	pass "a property read on $iface started the stopped service (ActivePolicy $got)"
+else
+	fail "D-Bus activation" "ActivePolicy '$got', unit $(systemctl is-active "$unit")"
+fi
+excerpt "journal: activation" sh -c "journalctl --no-pager --after-cursor='$c5' | grep -E 'Activating via systemd|Successfully activated|Started schedpolicyd'"
+
+# --- 6. polkit ---------------------------------------------------------------
+systemctl start polkit.service
+useradd -m -s /bin/sh sptest 2>/dev/null || true
+out=$(setpriv --reuid=sptest --regid=sptest --init-groups dbus-send --system --print-reply \
+	--dest=$iface $obj $iface.SetPolicy string:performance 2>&1)
+case $out in
+*"org.freedesktop.DBus.Error.AccessDenied"*"polkit refused"*) pass "a user without a session is refused SetPolicy by polkit: $(echo "$out" | head -n 1)" ;;
+*) fail "polkit refuses a user without a session" "$out" ;;
+esac
+is_policy powersaving && pass "the refused call changed nothing" || fail "refused call" "policy is $(active_policy)"
+out=$(dbus-send --system --print-reply --dest=$iface $obj $iface.SetPolicy string:performance 2>&1) &&
+	wait_until 10 is_policy performance &&
+	pass "root is allowed SetPolicy" || fail "root SetPolicy" "$out"
+
+# The power-profiles API: powerprofilesctl (Debian's) switches the policy.
+# Debian's power-profiles-daemon is masked so it cannot take the names.
+systemctl mask --now power-profiles-daemon.service >/dev/null 2>&1
+printf 'power_profiles_api = true\n' >>"$conf"
+systemctl restart "$unit"
+wait_until 20 unit_running
+if powerprofilesctl set power-saver 2>/tmp/ppc.err && wait_until 10 is_policy powersaving; then
+	pass "powerprofilesctl set power-saver (root) -> policy powersaving; powerprofilesctl get: $(powerprofilesctl get)"
+else
+	fail "powerprofilesctl set power-saver" "$(cat /tmp/ppc.err) policy $(active_policy)"
+fi
+cp /tmp/conf.good "$conf"
+
+# --- 7. The sandbox as systemd rates it --------------------------------------
+excerpt "systemd-analyze security $unit" systemd-analyze security --no-pager "$unit"
+exposure=$(systemd-analyze security --no-pager "$unit" 2>/dev/null | sed -n 's/.*Overall exposure level for [^:]*: *//p')
+[ -n "$exposure" ] && pass "systemd-analyze security: $exposure" || fail "systemd-analyze security" "no overall exposure line"
+
+# --- 8. dpkg --purge leaves nothing -----------------------------------------
+for w in wl1 wl2 wl3; do
+	for p in $(cat $parent/$w/cgroup.procs 2>/dev/null); do kill "$p"; done
+done
+wait_until 10 sh -c "! cat $parent/wl*/cgroup.procs 2>/dev/null | grep -q ."
+files=$(dpkg -L schedpolicyd)
+if dpkg --purge schedpolicyd >/tmp/purge.log 2>&1; then pass "dpkg --purge"; else fail "dpkg --purge" "$(tail -n 5 /tmp/purge.log)"; fi
+left=""
+for f in $files; do
+	case $f in
+	*schedpolicyd* | *schedpolicyctl*) ;;
+	*) [ -d "$f" ] && continue ;;
+	esac
+	{ [ -e "$f" ] || [ -L "$f" ]; } && left="$left $f"
+done
+for f in /etc/schedpolicyd /var/lib/schedpolicyd /run/schedpolicyd \
+	/etc/systemd/system/multi-user.target.wants/$unit \
+	/etc/systemd/system/dbus-org.schedpolicyd.SchedPolicy1.service \
+	/var/lib/systemd/deb-systemd-helper-enabled/$unit.dsh-also \
+	/var/lib/systemd/deb-systemd-helper-enabled/multi-user.target.wants/$unit \
+	/var/lib/systemd/deb-systemd-helper-masked/$unit; do
+	{ [ -e "$f" ] || [ -L "$f" ]; } && left="$left $f"
+done
+dpkg-query -W -f '${Status}' schedpolicyd 2>/dev/null | grep -q installed && left="$left (dpkg still knows it)"
+pgrep -x schedpolicyd >/dev/null && left="$left (a schedpolicyd process)"
+awk '$3 ~ /^fuse/ && $2 ~ /schedpolicyd/' /proc/self/mounts | grep -q . && left="$left (the FUSE mount)"
+[ -z "$left" ] && pass "nothing left after the purge" || fail "left after the purge" "$left"
+
+done_checks
