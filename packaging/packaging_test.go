@@ -69,7 +69,12 @@ func TestDebPolkit(t *testing.T) {
 // TestDebMaintainerScripts: valid sh, start only where systemd runs, and
 // the conffile list matches the shipped config.
 func TestDebMaintainerScripts(t *testing.T) {
-	for _, s := range []string{"postinst", "prerm", "postrm", "../build-deb.sh", "../deb-test.sh"} {
+	scripts := []string{"postinst", "prerm", "postrm", "../build-deb.sh", "../deb-test.sh"}
+	// The systemd test's scripts (lib.sh is sourced, not run).
+	for _, s := range []string{"rootfs.sh", "container.sh", "container-guest.sh", "run.sh"} {
+		scripts = append(scripts, "../systemd-test/"+s)
+	}
+	for _, s := range scripts {
 		p := "debian/" + s
 		if out, err := exec.Command("sh", "-n", p).CombinedOutput(); err != nil {
 			t.Errorf("sh -n %s: %v %s", p, err, out)
