@@ -55,10 +55,20 @@ main_pid() {
 
 # cursor: a journal cursor to read from later (journal_since CURSOR ...).
 cursor() { journalctl -n 0 --show-cursor --no-pager | sed -n 's/^-- cursor: //p'; }
+# journal_since CURSOR [MATCHES...]: the entries after CURSOR (those
+# matching MATCHES, e.g. -u UNIT). Not `--after-cursor` with matches alone:
+# journalctl (252) seeks to the cursor and skips two entries that match,
+# taking the first for the cursor's own, so when the cursor's entry does not
+# match (a line of the test script, before -u UNIT) the first entry that
+# does is lost. --cursor shows the cursor's entry only if it matches.
 journal_since() {
 	jc=$1
 	shift
-	journalctl --no-pager -o short-monotonic --after-cursor="$jc" "$@"
+	if [ "$(journalctl --no-pager -o export --cursor="$jc" "$@" 2>/dev/null | sed -n '1{s/^__CURSOR=//p;q;}')" = "$jc" ]; then
+		journalctl --no-pager -o short-monotonic --after-cursor="$jc" "$@"
+	else
+		journalctl --no-pager -o short-monotonic --cursor="$jc" "$@"
+	fi
 }
 
 # journal_wait CURSOR SECONDS PATTERN: wait until a journal entry after
