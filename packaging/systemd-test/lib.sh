@@ -83,3 +83,20 @@ journal_wait() {
 	done
 	return 0
 }
+
+# cpulist_count LIST: how many CPUs a kernel cpulist ("0-3,8", "") names.
+cpulist_count() {
+	echo "$1" | awk -F, '{
+		n = 0
+		for (i = 1; i <= NF; i++) {
+			if ($i == "") continue
+			if (split($i, r, "-") == 2) n += r[2] - r[1] + 1
+			else n++
+		}
+		print n
+	}'
+}
+
+# cpus_allowed PID: the task's Cpus_allowed_list (/proc/PID/status), what
+# the scheduler really lets it run on; nothing when the task is gone.
+cpus_allowed() { sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$1/status" 2>/dev/null; }
