@@ -1,0 +1,300 @@
+#!/bin/sh
+# vm-guest.sh — the cgroup v2 checks of issue 17, run inside the QEMU VM by
+#   packaging/systemd-test/vm.sh packaging/systemd-test/vm-guest.sh
+# (systemd 252 as PID 1, the unified hierarchy with the cpuset controller).
+#
+# 1. dpkg -i: the service is enabled and active, StatusText carries the
+#    policy, the bus name is owned by MainPID when the start returns and
+#    before systemd makes the unit active (Type=notify: seen on the bus, and
+#    both lines in the journal), and workload placement is on: the daemon made /sys/fs/cgroup/schedpolicyd
+#    with the cpuset controller.
+# 2. Three workloads (schedpolicyctl run): after every policy switch each
+#    workload's cpuset.cpus.effective and its task's Cpus_allowed_list are
+#    exactly what `schedpolicyctl workloads --json` reports; performance
+#    gives every workload all the managed parent's CPUs, powersaving packs
+#    them on fewer.
+# 3. systemctl stop restores every workload's original cpuset (the tasks
+#    run on the parent's full set again) and state.json keeps no cpuset of
+#    the daemon's; once the workloads end, the next start removes their
+#    cgroups and every record; dpkg --purge leaves no configuration, state
+#    or unit link.
+. "${SYSTEMD_TEST_LIB:-./lib.sh}"
+
+deb=${SYSTEMD_TEST_DEB:?the .deb to install}
+unit=schedpolicyd.service
+busname=org.schedpolicyd.SchedPolicy1
+cg=/sys/fs/cgroup/schedpolicyd
+state=/var/lib/schedpolicyd/state.json
+names="wl1 wl2 wl3"
+
+note "guest: $(uname -r), $(systemctl --version | head -n 1), /sys/fs/cgroup is $(stat -fc %T /sys/fs/cgroup), CPUs $(cat /sys/devices/system/cpu/online)"
+
+# --- 1. Install -----------------------------------------------------------------
+c0=$(cursor)
+# The order of "bus name owned" and "unit active" (systemd's
+# PropertiesChanged, sent once READY=1 came) on the bus itself, which
+# orders both messages; the journal does not (it files the daemon's stderr
+# and systemd's own lines as they arrive).
+dbus-monitor --system "type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged',arg0='$busname'" \
+	"type='signal',path='/org/freedesktop/systemd1/unit/schedpolicyd_2eservice',member='PropertiesChanged'" </dev/null >/tmp/monitor.log 2>&1 &
+mon=$!
+wait_until 10 grep -q NameAcquired /tmp/monitor.log || note "dbus-monitor did not start: $(cat /tmp/monitor.log)"
+if dpkg -i "$deb" >/tmp/dpkg-i.log 2>&1; then
+	pass install-dpkg
+else
+	fail install-dpkg "dpkg -i exited non-zero: $(tail -n 5 /tmp/dpkg-i.log | tr '\n' ' ')"
+fi
+# Type=notify: postinst's start returned once READY=1 came, so the name is
+# owned now, by the main process, with no waiting.
+owner=$(busctl --system status --no-pager "$busname" 2>/dev/null | sed -n 's/^PID=//p')
+if [ -n "$owner" ] && [ "$owner" = "$(main_pid "$unit")" ]; then
+	pass install-bus-name-owned-at-start
+else
+	fail install-bus-name-owned-at-start "right after dpkg -i (the start) returned: owner PID '$owner', MainPID '$(main_pid "$unit")'"
+fi
+kill "$mon" 2>/dev/null
+wait "$mon" 2>/dev/null
+owned=$(awk '/member=NameOwnerChanged/ { n = NR } n && NR == n + 1 && /"org.schedpolicyd.SchedPolicy1"/ { o = NR } o && NR == o + 2 && /string ":/ { print NR; exit }' /tmp/monitor.log)
+activated=$(awk '/path=\/org\/freedesktop\/systemd1\/unit\/schedpolicyd_2eservice;.*member=PropertiesChanged/ { p = 1 } /^signal|^method/ && !/schedpolicyd_2eservice/ { p = 0 } p && /string "ActiveState"/ { a = NR } p && a && NR == a + 1 && /variant +string "active"/ { print NR; exit }' /tmp/monitor.log)
+if [ -n "$owned" ] && [ -n "$activated" ] && [ "$owned" -lt "$activated" ]; then
+	pass install-ready-after-bus-name
+else
+	fail install-ready-after-bus-name "dbus-monitor: name owned at line '${owned}', unit active at line '${activated}'"
+fi
+st=$(systemctl is-enabled "$unit" 2>&1)
+[ "$st" = enabled ] && pass install-enabled || fail install-enabled "systemctl is-enabled says $st"
+st=$(systemctl is-active "$unit" 2>&1)
+[ "$st" = active ] && pass install-active || fail install-active "systemctl is-active says $st ($(prop "$unit" Result))"
+
+policy_now() { schedpolicyctl status --json | sed -n 's/^  "active_policy": "\(.*\)",$/\1/p'; }
+pol=$(policy_now)
+status=$(prop "$unit" StatusText)
+case $status in
+"policy $pol (power_aware "[012]"), power source "*)
+	[ -n "$pol" ] && pass "install-status-text" || fail install-status-text "schedpolicyctl status --json has no active_policy" ;;
+*) fail install-status-text "StatusText \"$status\" does not carry the active policy \"$pol\"" ;;
+esac
+
+# Both sides in the journal too (the daemon's line may be filed after
+# systemd's: wait for it).
+if journal_wait "$c0" 10 'msg="owning bus name"' && journal_wait "$c0" 10 'systemd\[1\]: Started schedpolicyd.service'; then
+	pass install-journal-bus-name-and-started
+else
+	fail install-journal-bus-name-and-started "no daemon \"owning bus name\" or no systemd \"Started schedpolicyd.service\" in the journal"
+fi
+journal_since "$c0" -u "$unit" >/tmp/j-install
+note "  journal order (not a check): \"owning bus name\" at line $(grep -n 'msg="owning bus name"' /tmp/j-install | head -n 1 | cut -d: -f1), \"Started\" at line $(grep -n 'systemd\[1\]: Started schedpolicyd' /tmp/j-install | head -n 1 | cut -d: -f1); dbus-monitor: name owned at line $owned, unit active at line $activated"
+
+placement=0
+disabled=$(grep 'workload placement disabled' /tmp/j-install | head -n 1)
+if [ -n "$disabled" ]; then
+	fail install-placement "${disabled#*schedpolicyd*]: }"
+elif ! grep -q "msg=\"managing workloads\" path=$cg version=v2" /tmp/j-install; then
+	fail install-placement "no \"managing workloads\" path=$cg version=v2 in the journal"
+elif ! [ -d "$cg" ]; then
+	fail install-placement "$cg does not exist"
+elif ! grep -qw cpuset "$cg/cgroup.controllers" || ! grep -qw cpuset "$cg/cgroup.subtree_control"; then
+	fail install-placement "cpuset missing from $cg: controllers \"$(cat "$cg/cgroup.controllers")\", subtree_control \"$(cat "$cg/cgroup.subtree_control")\""
+else
+	placement=1
+	pass install-placement
+fi
+excerpt "journal: install and start" cat /tmp/j-install
+excerpt "cgroups after start" sh -c "echo /sys/fs/cgroup/cgroup.subtree_control: \$(cat /sys/fs/cgroup/cgroup.subtree_control); echo $cg/cgroup.controllers: \$(cat $cg/cgroup.controllers); echo $cg/cpuset.cpus.effective: \$(cat $cg/cpuset.cpus.effective)"
+
+# --- 2. Workloads and policy switches --------------------------------------------
+# workloads_json: "NAME CPUS" per workload, from schedpolicyctl workloads --json
+# ("-" for an empty set).
+workloads_json() {
+	schedpolicyctl workloads --json | awk '
+		/^    "name": / { n = $2; gsub(/[",]/, "", n) }
+		/^    "cpus": / { c = $2; gsub(/[",]/, "", c); if (c == "") c = "-"; print n, c }'
+}
+pid_of() { eval echo "\${pid_$1:-}"; }
+
+# placed POLICY: POLICY is active (schedpolicyctl, systemd's StatusText);
+# every workload as schedpolicyctl reports it, its cgroup's
+# cpuset.cpus.effective and its task's Cpus_allowed_list agree exactly, and
+# POLICY's rule holds (performance: the parent's whole set; powersaving:
+# fewer CPUs than that). Says what differs on stdout.
+placed() {
+	want=$1
+	full=$(cat "$cg/cpuset.cpus.effective")
+	nfull=$(cpulist_count "$full")
+	[ "$(policy_now)" = "$want" ] || { echo "active policy is $(policy_now), not $want"; return 1; }
+	st=$(prop "$unit" StatusText)
+	case $st in "policy $want "*) ;; *) echo "StatusText is \"$st\", not policy $want"; return 1 ;; esac
+	workloads_json >/tmp/wl
+	for n in $names; do
+		rep=$(awk -v n="$n" '$1 == n { print $2 }' /tmp/wl)
+		eff=$(cat "$cg/$n/cpuset.cpus.effective" 2>/dev/null)
+		pid=$(pid_of "$n")
+		task=$(cpus_allowed "$pid")
+		[ -n "$rep" ] || { echo "$n: not in schedpolicyctl workloads --json"; return 1; }
+		[ "$rep" = "$eff" ] || { echo "$n: schedpolicyctl reports $rep, cpuset.cpus.effective is $eff"; return 1; }
+		[ "$task" = "$eff" ] || { echo "$n: cpuset.cpus.effective is $eff, task $pid's Cpus_allowed_list is $task"; return 1; }
+		case $want in
+		performance) [ "$eff" = "$full" ] || { echo "$n: $eff under performance, not the parent's $full"; return 1; } ;;
+		powersaving) [ "$(cpulist_count "$eff")" -lt "$nfull" ] || { echo "$n: $eff under powersaving, not packed below the parent's $full"; return 1; } ;;
+		esac
+	done
+	return 0
+}
+
+# switch POLICY: schedpolicyctl set POLICY, then wait (10 s) for placed.
+switch() {
+	if ! out=$(schedpolicyctl set "$1" 2>&1); then
+		fail "switch-$1-$2" "schedpolicyctl set $1: $out"
+		return
+	fi
+	if wait_until 10 placed "$1"; then
+		pass "switch-$1-$2"
+		sets=""
+		for n in $names; do sets="$sets $n=$(cat "$cg/$n/cpuset.cpus.effective")/$(cpus_allowed "$(pid_of "$n")")"; done
+		note "  $1: cpuset.cpus.effective/Cpus_allowed_list:$sets (parent $(cat "$cg/cpuset.cpus.effective"))"
+	else
+		fail "switch-$1-$2" "$(placed "$1")"
+	fi
+}
+
+if [ "$placement" = 1 ]; then
+	for n in $names; do
+		# Output away from the unit's pipe, or it never closes.
+		schedpolicyctl run --name "$n" -- sleep 1000 </dev/null >/dev/null 2>&1 &
+		eval "pid_$n=$!"
+	done
+	ok=1
+	for n in $names; do
+		pid=$(pid_of "$n")
+		if ! wait_until 10 grep -qx "$pid" "$cg/$n/cgroup.procs"; then
+			ok=0
+			fail workloads-run "$n: task $pid is not in $cg/$n/cgroup.procs ($(cat "/proc/$pid/cgroup" 2>&1))"
+		fi
+	done
+	[ "$ok" = 1 ] && pass workloads-run
+	if wait_until 10 sh -c "[ \$(schedpolicyctl workloads --json | grep -c '\"name\"') = 3 ]"; then
+		pass workloads-listed
+	else
+		fail workloads-listed "schedpolicyctl workloads --json: $(schedpolicyctl workloads --json 2>&1 | tr -d '\n ')"
+	fi
+	excerpt "schedpolicyctl workloads (started)" schedpolicyctl workloads
+
+	switch performance 1
+	switch powersaving 1
+	switch performance 2
+	switch powersaving 2
+	excerpt "schedpolicyctl workloads (powersaving)" schedpolicyctl workloads
+else
+	fail workloads "not run: workload placement is disabled (install-placement)"
+fi
+
+# --- 3. Stop, restore, purge ------------------------------------------------------
+# records: "PATH ORIGINAL written|clean" per record of state.json (ORIGINAL
+# "-" for the empty set; written: it holds a cpuset the daemon wrote).
+# state.json is indented JSON, one field a line, and records are flat.
+records() {
+	awk '
+		/"path": / { p = $2; gsub(/[",]/, "", p) }
+		/"original_cpus": / { o = $2; gsub(/[",]/, "", o) }
+		/"(applied|pending)_cpus": |"unverified": / { w = 1 }
+		/^    }/ { if (p != "") print p, (o == "" ? "-" : o), (w ? "written" : "clean"); p = ""; o = ""; w = 0 }' "$state"
+}
+if [ "$placement" = 1 ]; then
+	records >/tmp/rec-before
+	excerpt "state.json before stop" cat "$state"
+fi
+c1=$(cursor)
+if systemctl stop "$unit"; then
+	st=$(systemctl is-active "$unit" 2>&1)
+	[ "$st" = inactive ] && pass stop || fail stop "is-active says $st after systemctl stop ($(prop "$unit" Result))"
+else
+	fail stop "systemctl stop exited non-zero"
+fi
+journal_since "$c1" -u "$unit" >/tmp/j-stop
+excerpt "journal: stop" cat /tmp/j-stop
+
+if [ "$placement" = 1 ]; then
+	full=$(cat "$cg/cpuset.cpus.effective")
+	# An empty original is v2's "inherit", which the kernel (6.1) refuses
+	# to give back to a cgroup with tasks (ENOSPC): the daemon writes every
+	# possible CPU instead ("0-N"), which gives the same effective CPUs.
+	possible=$(cat /sys/devices/system/cpu/possible)
+	ok=1
+	why=""
+	for n in $names; do
+		orig=$(awk -v p="$cg/$n" '$1 == p { print $2 }' /tmp/rec-before)
+		req=$(cat "$cg/$n/cpuset.cpus")
+		eff=$(cat "$cg/$n/cpuset.cpus.effective")
+		task=$(cpus_allowed "$(pid_of "$n")")
+		if [ -z "$orig" ]; then
+			ok=0 why="$why; $n: no record in state.json before the stop"
+		elif [ "$orig" = - ] && [ -n "$req" ] && [ "$req" != "$possible" ]; then
+			ok=0 why="$why; $n: cpuset.cpus is \"$req\", its original \"\" (inherit): want \"\" or every possible CPU ($possible)"
+		elif [ "$orig" != - ] && [ "$req" != "$orig" ]; then
+			ok=0 why="$why; $n: cpuset.cpus is \"$req\", its original \"$orig\""
+		elif [ "$eff" != "$full" ] || [ "$task" != "$full" ]; then
+			ok=0 why="$why; $n: cpuset.cpus.effective $eff, Cpus_allowed_list $task, not the parent's $full"
+		fi
+		note "  after stop: $n cpuset.cpus=\"$req\" (original \"${orig#-}\") cpuset.cpus.effective=$eff Cpus_allowed_list=$task"
+	done
+	[ "$ok" = 1 ] && pass stop-restores-originals || fail stop-restores-originals "${why#; }"
+	# What may stay: the records of the workloads the daemon made (their
+	# tasks still run; the next start removes them once empty), and only
+	# with nothing of the daemon's written.
+	if [ -f "$state" ]; then
+		records >/tmp/rec-after
+		if grep -q ' written$' /tmp/rec-after; then
+			fail stop-state-clean "state.json still holds cpusets of the daemon's: $(grep ' written$' /tmp/rec-after | tr '\n' ' ')"
+		elif [ "$(grep -c '"created": true' "$state")" != "$(wc -l </tmp/rec-after)" ]; then
+			fail stop-state-clean "state.json keeps records that are not workloads the daemon made: $(tr '\n' ' ' </tmp/rec-after)"
+		else
+			pass stop-state-clean
+		fi
+		excerpt "state.json after stop" cat "$state"
+	else
+		fail stop-state-clean "no $state after the stop"
+	fi
+
+	# The workloads end; the next start removes the cgroups it made, and
+	# state.json is left with no record at all.
+	for n in $names; do
+		pid=$(pid_of "$n")
+		[ -n "$pid" ] && kill "$pid" 2>/dev/null
+	done
+	gone() { for n in $names; do [ ! -d "$cg/$n" ] || return 1; done; }
+	if ! systemctl start "$unit"; then
+		fail restart-reaps "systemctl start exited non-zero"
+	elif ! wait_until 15 gone; then
+		fail restart-reaps "workload cgroups left after the restart: $(ls "$cg")"
+	else
+		systemctl stop "$unit"
+		if grep -q '"cgroups"' "$state"; then
+			fail restart-reaps "state.json keeps records after the workloads were removed: $(tr -d ' \n' <"$state")"
+		else
+			pass restart-reaps
+		fi
+	fi
+	excerpt "state.json after restart and stop" cat "$state"
+fi
+
+if dpkg --purge schedpolicyd >/tmp/dpkg-purge.log 2>&1; then
+	pass purge-dpkg
+else
+	fail purge-dpkg "dpkg --purge exited non-zero: $(tail -n 5 /tmp/dpkg-purge.log | tr '\n' ' ')"
+fi
+left=""
+for f in /etc/schedpolicyd /var/lib/schedpolicyd \
+	/etc/systemd/system/multi-user.target.wants/$unit \
+	/etc/systemd/system/dbus-org.schedpolicyd.SchedPolicy1.service \
+	/etc/systemd/system/$unit \
+	/var/lib/systemd/deb-systemd-helper-enabled/$unit.dsh-also \
+	/var/lib/systemd/deb-systemd-helper-enabled/multi-user.target.wants/$unit \
+	/var/lib/systemd/deb-systemd-helper-masked/$unit \
+	/lib/systemd/system/$unit /usr/sbin/schedpolicyd /usr/bin/schedpolicyctl; do
+	[ -e "$f" ] || [ -L "$f" ] && left="$left $f"
+done
+[ -z "$left" ] && pass purge-clean || fail purge-clean "left after purge:$left"
+st=$(systemctl show -p LoadState --value "$unit")
+[ "$st" = not-found ] && pass purge-unit-gone || fail purge-unit-gone "LoadState is $st after purge"
+
+done_checks
