@@ -882,7 +882,17 @@ func (p *placement) restore() bool {
 			}
 		}
 		if !target.Equal(cur) {
-			if err := p.writeCPUs(w, target); err != nil {
+			err := p.writeCPUs(w, target)
+			inherit := false
+			if err != nil && target.IsEmpty() && p.cg.Version() == sysfs.CgroupV2 && errors.Is(err, unix.ENOSPC) {
+				// v2's "inherit", which the kernel will not give a
+				// cgroup with tasks: every CPU, intersected with the
+				// parent's, is the same (sysfs.Cgroup.WriteAllCPUs).
+				if err = p.cg.WriteAllCPUs(n); err == nil {
+					inherit = true
+				}
+			}
+			if err != nil {
 				if sysfs.IsGone(err) {
 					continue
 				}
@@ -893,6 +903,12 @@ func (p *placement) restore() bool {
 			}
 			p.stats.writes.Add(1)
 			w.cpus = target
+			if inherit {
+				if now, err := p.readCPUs(w); err == nil {
+					w.cpus = now
+				}
+				p.log.WithFields(logrus.Fields{"workload": n, "cpus": w.cpus.String()}).Info("original cpuset is empty (inherit the parent's), which the kernel refuses to a cgroup with tasks: restored as every CPU, the same effective CPUs")
+			}
 		}
 		r.Pending, r.Unverified = "", false
 		if target.Equal(orig) {

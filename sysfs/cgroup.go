@@ -404,8 +404,9 @@ func (c *Cgroup) ReadCPUs(name string) (CPUSet, error) {
 
 // WriteCPUs sets the child's cpuset.cpus with one write(2) of cpus.String()
 // ("0-3,8"). The empty set is written as "\n", because kernfs ignores a
-// zero-length write; on v2 that means "inherit", on a populated v1 child it
-// fails with ENOSPC.
+// zero-length write; on v2 that means "inherit". On a populated child it
+// fails with ENOSPC, on v1 and (Linux 6.1 at least) on v2 too: see
+// WriteAllCPUs.
 //
 // The error names the value and file and wraps the errno: ENOENT or ENODEV
 // mean the child is gone (IsGone); v1 EACCES means CPUs outside the parent;
@@ -422,6 +423,36 @@ func (c *Cgroup) WriteCPUs(name string, cpus CPUSet) error {
 		v = "\n"
 	}
 	return WriteAttr(p, v)
+}
+
+// allCPUs, in the kernel's cpulist syntax, is every CPU number below
+// nr_cpu_ids: "N" is the list parser's last valid bit (platform.md §1.4).
+const allCPUs = "0-N"
+
+// WriteAllCPUs sets child name's cpuset.cpus to every CPU the kernel may
+// have ("0-N": CPUs 0 to nr_cpu_ids−1, the possible CPUs, which the cgroup
+// v2 top cpuset allows). On v2 the kernel intersects it with the parent's
+// effective CPUs, so the child runs on all of its parent's CPUs and
+// follows them as they change, as with an empty cpuset.cpus ("inherit").
+// It is how "inherit" is given back to a cgroup that has tasks: Linux 6.1
+// (Debian 12's) refuses to empty the cpuset.cpus of a populated cgroup
+// with ENOSPC on v2 as on v1 (validate_change in kernel/cgroup/cpuset.c;
+// seen in the VM of packaging/systemd-test/vm.sh; platform.md §6.3: newer
+// kernels keep the rule for v1 only).
+//
+// Only on the kernel's cgroupfs, whose list parser resolves "N"; on a mock
+// tree it returns an error wrapping errors.ErrUnsupported. Errors as for
+// WriteCPUs (EINVAL if a CPU number below nr_cpu_ids is not possible; on
+// v1 EACCES unless the parent has every CPU).
+func (c *Cgroup) WriteAllCPUs(name string) error {
+	if !c.kernel {
+		return fmt.Errorf("write %q to cpuset.cpus: %w outside cgroupfs", allCPUs, errors.ErrUnsupported)
+	}
+	p, err := c.childFile(name, "cpuset.cpus")
+	if err != nil {
+		return err
+	}
+	return WriteAttr(p, allCPUs)
 }
 
 // SchedLoadBalance reads cgroup v1 cpuset.sched_load_balance of child name,

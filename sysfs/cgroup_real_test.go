@@ -135,6 +135,16 @@ func TestCgroupRealV1(t *testing.T) {
 		t.Errorf("clear populated child: err = %v, want ENOSPC", err)
 	}
 	t.Logf("clear populated v1 child: %v", err)
+	// "0-N" is every possible CPU; v1 takes it when the parent has them
+	// all (the root's CPUs, copied by Create, are the online ones).
+	if possible, err := cgReadCPUs("/sys/devices/system/cpu/possible"); err == nil && possible.Equal(allowed) {
+		if err := cg.WriteAllCPUs("w1"); err != nil {
+			t.Errorf("WriteAllCPUs: %v", err)
+		}
+		if c, err := cg.ReadCPUs("w1"); err != nil || !c.Equal(allowed) {
+			t.Errorf("ReadCPUs after WriteAllCPUs = %q, %v; want %q", c, err, allowed)
+		}
+	}
 	// A CPU beyond nr_cpu_ids: ERANGE from the list parser.
 	err = cg.WriteCPUs("w1", NewCPUSet(MaxCPUs-1))
 	if !errors.Is(err, syscall.ERANGE) {

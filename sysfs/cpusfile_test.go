@@ -74,4 +74,8 @@ func TestCPUsFileMock(t *testing.T) {
 	if _, err := cg.OpenCPUs("w"); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("OpenCPUs on a mock tree: %v, want ErrUnsupported", err)
 	}
+	// "0-N" means something only to the kernel's list parser.
+	if err := cg.WriteAllCPUs("w"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("WriteAllCPUs on a mock tree: %v, want ErrUnsupported", err)
+	}
 }
