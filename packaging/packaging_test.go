@@ -71,7 +71,7 @@ func TestDebPolkit(t *testing.T) {
 func TestDebMaintainerScripts(t *testing.T) {
 	scripts := []string{"postinst", "prerm", "postrm", "../build-deb.sh", "../deb-test.sh"}
 	// The systemd test's scripts (lib.sh is sourced, not run).
-	for _, s := range []string{"rootfs.sh", "container.sh", "container-guest.sh", "run.sh"} {
+	for _, s := range []string{"rootfs.sh", "container.sh", "container-guest.sh", "run.sh", "vm.sh", "vm-guest.sh"} {
 		scripts = append(scripts, "../systemd-test/"+s)
 	}
 	for _, s := range scripts {
