@@ -106,7 +106,7 @@ owner=$(busctl status --no-pager "$iface" 2>/dev/null | sed -n 's/^PID=//p')
 [ -n "$owner" ] && [ "$owner" = "$(main_pid "$unit")" ] &&
 	pass "the bus name belongs to MainPID $owner" ||
 	fail "bus name owner" "owner PID '$owner', MainPID '$(main_pid "$unit")'"
-excerpt "journal: start" grep -E 'owning bus name|READY=1|Started schedpolicyd|msg=ready' /tmp/start.log
+excerpt "journal: start" grep -E 'schedpolicyd.*(owning bus name|msg=ready)|schedpolicyd.service: Got notification.*READY=1|Started schedpolicyd' /tmp/start.log
 
 # The installed binaries, man pages and unit, as a user has them.
 v=$(dpkg-deb -f "$deb" Version)
