@@ -1,0 +1,374 @@
+package systemd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	sd "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/godbus/dbus/v5"
+)
+
+// The systemd manager's D-Bus names (org.freedesktop.systemd1(5)).
+const (
+	managerInterface = "org.freedesktop.systemd1.Manager"
+	managerPath      = dbus.ObjectPath("/org/freedesktop/systemd1")
+	managerName      = "org.freedesktop.systemd1"
+)
+
+// SystemSocket is the system manager's private D-Bus socket; root only. It
+// works without a bus daemon, so placement keeps working while dbus-daemon
+// restarts. UserSocket(uid) is the same for a user's manager
+// (user@UID.service).
+const SystemSocket = "/run/systemd/private"
+
+// UserSocket is the private socket of uid's user manager,
+// /run/user/UID/systemd/private. systemd accepts root there as well as uid
+// (its bus_check_peercred), which is how a system service reaches units of
+// a user: the system manager cannot change them (they belong to the user
+// manager, in a subtree delegated to it).
+func UserSocket(uid int) string {
+	return "/run/user/" + strconv.Itoa(uid) + "/systemd/private"
+}
+
+// UnitInfo is what placement needs to know of one service, scope or slice.
+type UnitInfo struct {
+	Name  string // "app-firefox-1234.scope"
+	Slice string // the slice it is in, "app.slice"; "" for -.slice
+	// ControlGroup is its cgroup path below the cgroup root,
+	// "/user.slice/user-1000.slice/user@1000.service/app.slice/app-firefox-1234.scope";
+	// "" while the unit has none (inactive).
+	ControlGroup string
+	ActiveState  string // "active", "activating", "inactive", ...
+	// AllowedCPUs is the unit's AllowedCPUs= (systemd.resource-control(5)),
+	// as sorted CPU numbers; nil when unset (no restriction of its own).
+	AllowedCPUs []int
+	// EffectiveCPUs is what the kernel gives it (cpuset.cpus.effective),
+	// nil where systemd does not apply the cpuset controller (cgroup v1,
+	// or the controller is off for the unit's subtree).
+	EffectiveCPUs []int
+}
+
+// UnitEvent is a unit loaded into (New) or dropped from (!New) the
+// manager's memory, from its UnitNew and UnitRemoved signals.
+type UnitEvent struct {
+	Name string
+	New  bool
+}
+
+// Manager is a connection to one systemd manager: the system's (PID 1) or
+// one user's. Methods are safe for concurrent use. Every error wraps what
+// systemd answered (a *dbus.Error, for example
+// org.freedesktop.systemd1.NoSuchUnit) or the connection's error.
+type Manager struct {
+	// UID is the user manager's uid, or -1 for the system manager.
+	UID int
+
+	conn *sd.Conn
+	// sig is a connection of its own that receives the manager's signals
+	// after Subscribe (a peer-to-peer connection gets every signal, no
+	// match rules needed).
+	sig      *dbus.Conn
+	events   chan UnitEvent
+	once     sync.Once
+	overflow atomic.Bool
+}
+
+// ConnectSystem connects to the system manager through SystemSocket.
+// Errors: the socket is missing (systemd is not PID 1, or not root) or
+// authentication failed.
+func ConnectSystem(ctx context.Context) (*Manager, error) {
+	return connect(ctx, SystemSocket, -1)
+}
+
+// ConnectUser connects to uid's user manager through UserSocket(uid), as
+// root or as uid. Errors: no such manager (the user is not logged in and
+// not lingering), or authentication failed.
+func ConnectUser(ctx context.Context, uid int) (*Manager, error) {
+	return connect(ctx, UserSocket(uid), uid)
+}
+
+func connect(ctx context.Context, socket string, uid int) (*Manager, error) {
+	if _, err := os.Stat(socket); err != nil {
+		return nil, fmt.Errorf("systemd manager: %w", err)
+	}
+	dial := func() (*dbus.Conn, error) {
+		c, err := dbus.Dial("unix:path="+socket, dbus.WithContext(ctx))
+		if err != nil {
+			return nil, err
+		}
+		// EXTERNAL with our uid, no Hello: the socket is systemd itself,
+		// not a bus.
+		if err := c.Auth([]dbus.Auth{dbus.AuthExternal(strconv.Itoa(os.Getuid()))}); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
+	}
+	conn, err := sd.NewConnection(dial)
+	if err != nil {
+		return nil, fmt.Errorf("systemd manager at %s: %w", socket, err)
+	}
+	sig, err := dial()
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("systemd manager at %s: %w", socket, err)
+	}
+	m := &Manager{UID: uid, conn: conn, sig: sig, events: make(chan UnitEvent, 256)}
+	return m, nil
+}
+
+// Close closes the connections; Events' channel is closed.
+func (m *Manager) Close() {
+	m.conn.Close()
+	m.sig.Close()
+}
+
+// String names the manager: "system" or "user 1000".
+func (m *Manager) String() string {
+	if m.UID < 0 {
+		return "system"
+	}
+	return "user " + strconv.Itoa(m.UID)
+}
+
+// Version is the manager's version, "252.39-1~deb12u2" (its Version
+// property).
+func (m *Manager) Version(ctx context.Context) (string, error) {
+	var v dbus.Variant
+	err := m.sig.Object(managerName, managerPath).CallWithContext(ctx, "org.freedesktop.DBus.Properties.Get", 0, managerInterface, "Version").Store(&v)
+	if err != nil {
+		return "", fmt.Errorf("%s manager: Version: %w", m, err)
+	}
+	s, _ := v.Value().(string)
+	return s, nil
+}
+
+// Events subscribes to the manager's unit signals (once) and returns the
+// channel of UnitNew/UnitRemoved events, closed when the connection
+// closes. systemd sends them for every unit it loads or drops, which is
+// how placement adopts and forgets units without polling. An event that
+// finds the channel full is dropped: the caller re-lists its slices when
+// it sees Overflowed.
+func (m *Manager) Events(ctx context.Context) (<-chan UnitEvent, error) {
+	var err error
+	m.once.Do(func() {
+		ch := make(chan *dbus.Signal, 256)
+		m.sig.Signal(ch)
+		if err = m.sig.Object(managerName, managerPath).CallWithContext(ctx, managerInterface+".Subscribe", 0).Err; err != nil {
+			m.sig.RemoveSignal(ch)
+			err = fmt.Errorf("%s manager: Subscribe: %w", m, err)
+			return
+		}
+		go func() {
+			defer close(m.events)
+			for s := range ch {
+				var ev UnitEvent
+				switch s.Name {
+				case managerInterface + ".UnitNew":
+					ev.New = true
+				case managerInterface + ".UnitRemoved":
+				default:
+					continue
+				}
+				if len(s.Body) < 1 {
+					continue
+				}
+				name, ok := s.Body[0].(string)
+				if !ok {
+					continue
+				}
+				ev.Name = name
+				select {
+				case m.events <- ev:
+				default:
+					m.overflow.Store(true)
+				}
+			}
+		}()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return m.events, nil
+}
+
+// Overflowed reports whether an event was dropped (the channel was full)
+// since the last call, and clears it; the caller then re-lists what it
+// follows.
+func (m *Manager) Overflowed() bool { return m.overflow.Swap(false) }
+
+// unitInterfaces maps a unit's suffix to the D-Bus interface that carries
+// its cgroup properties.
+var unitInterfaces = map[string]string{".service": "Service", ".scope": "Scope", ".slice": "Slice", ".socket": "Socket", ".mount": "Mount", ".swap": "Swap"}
+
+// UnitType is "Service", "Scope" or "Slice" (the interface of name's
+// cgroup properties), "" for a unit that has no cgroup.
+func UnitType(name string) string {
+	i := strings.LastIndexByte(name, '.')
+	if i < 0 {
+		return ""
+	}
+	return unitInterfaces[name[i:]]
+}
+
+// UnitInfo reads unit name's properties. Errors: no such unit
+// (org.freedesktop.systemd1.NoSuchUnit, or a unit of a type without a
+// cgroup), or the call failed.
+func (m *Manager) UnitInfo(ctx context.Context, name string) (UnitInfo, error) {
+	typ := UnitType(name)
+	if typ == "" {
+		return UnitInfo{}, fmt.Errorf("%s manager: %s: not a unit with a cgroup", m, name)
+	}
+	u := UnitInfo{Name: name}
+	base, err := m.conn.GetUnitPropertiesContext(ctx, name)
+	if err != nil {
+		return UnitInfo{}, fmt.Errorf("%s manager: %s: %w", m, name, err)
+	}
+	u.ActiveState, _ = base["ActiveState"].(string)
+	props, err := m.conn.GetUnitTypePropertiesContext(ctx, name, typ)
+	if err != nil {
+		return UnitInfo{}, fmt.Errorf("%s manager: %s: %w", m, name, err)
+	}
+	u.Slice, _ = props["Slice"].(string)
+	u.ControlGroup, _ = props["ControlGroup"].(string)
+	if b, ok := props["AllowedCPUs"].([]byte); ok {
+		u.AllowedCPUs = DecodeCPUMask(b)
+	}
+	if b, ok := props["EffectiveCPUs"].([]byte); ok {
+		u.EffectiveCPUs = DecodeCPUMask(b)
+	}
+	return u, nil
+}
+
+// SliceUnits lists the services and scopes loaded in slice (its direct
+// children; slices below it are not listed), with their properties. A
+// unit that goes away while being read is left out.
+func (m *Manager) SliceUnits(ctx context.Context, slice string) ([]UnitInfo, error) {
+	all, err := m.conn.ListUnitsByPatternsContext(ctx, nil, []string{"*.service", "*.scope"})
+	if err != nil {
+		return nil, fmt.Errorf("%s manager: ListUnitsByPatterns: %w", m, err)
+	}
+	var out []UnitInfo
+	for _, s := range all {
+		if s.LoadState != "loaded" {
+			continue
+		}
+		u, err := m.UnitInfo(ctx, s.Name)
+		if err != nil {
+			var e dbus.Error
+			if errors.As(err, &e) && e.Name == "org.freedesktop.systemd1.NoSuchUnit" {
+				continue
+			}
+			return nil, err
+		}
+		if u.Slice == slice {
+			out = append(out, u)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// SetAllowedCPUs sets unit name's AllowedCPUs= at runtime only
+// (SetUnitProperties with runtime=true, as `systemctl set-property
+// --runtime`): the unit file and its drop-ins are untouched, and a reboot
+// forgets it. cpus nil or empty resets it (AllowedCPUs= empty: no
+// restriction of the unit's own). On cgroup v2 systemd writes the unit's
+// cpuset.cpus; on v1 it stores the value without applying it.
+func (m *Manager) SetAllowedCPUs(ctx context.Context, name string, cpus []int) error {
+	p := sd.Property{Name: "AllowedCPUs", Value: dbus.MakeVariant(EncodeCPUMask(cpus))}
+	if err := m.conn.SetUnitPropertiesContext(ctx, name, true, p); err != nil {
+		return fmt.Errorf("%s manager: set AllowedCPUs=%s on %s: %w", m, FormatCPUList(cpus), name, err)
+	}
+	return nil
+}
+
+// StartScope starts transient scope name in slice with the processes pids
+// (StartTransientUnit, mode "fail", as `systemd-run --scope --slice=`),
+// and waits until its start job is done. systemd removes the scope when
+// its last process exits. Errors: the name is taken
+// (org.freedesktop.systemd1.UnitExists), a PID is not there or not the
+// manager's to move, or the job did not end "done".
+func (m *Manager) StartScope(ctx context.Context, name, slice, description string, pids ...uint32) error {
+	props := []sd.Property{
+		sd.PropDescription(description),
+		sd.PropSlice(slice),
+		sd.PropPids(pids...),
+	}
+	done := make(chan string, 1)
+	if _, err := m.conn.StartTransientUnitContext(ctx, name, "fail", props, done); err != nil {
+		return fmt.Errorf("%s manager: start %s in %s: %w", m, name, slice, err)
+	}
+	select {
+	case r := <-done:
+		if r != "done" {
+			return fmt.Errorf("%s manager: start %s in %s: job %s", m, name, slice, r)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%s manager: start %s in %s: %w", m, name, slice, ctx.Err())
+	}
+}
+
+// EncodeCPUMask encodes CPU numbers as systemd's AllowedCPUs= byte array
+// (D-Bus "ay"): bit n%8 of byte n/8 is CPU n, as long as the highest CPU
+// needs (systemd's cpu_set_to_dbus). Negative numbers are ignored; nil
+// or empty gives an empty array (unset).
+func EncodeCPUMask(cpus []int) []byte {
+	hi := -1
+	for _, c := range cpus {
+		hi = max(hi, c)
+	}
+	b := make([]byte, (hi+8)/8)
+	for _, c := range cpus {
+		if c >= 0 {
+			b[c/8] |= 1 << (c % 8)
+		}
+	}
+	return b
+}
+
+// DecodeCPUMask is EncodeCPUMask's inverse: the sorted CPU numbers whose
+// bits are set, nil for none.
+func DecodeCPUMask(b []byte) []int {
+	var out []int
+	for i, v := range b {
+		for bit := 0; bit < 8; bit++ {
+			if v&(1<<bit) != 0 {
+				out = append(out, i*8+bit)
+			}
+		}
+	}
+	return out
+}
+
+// FormatCPUList writes sorted CPU numbers in the kernel's cpulist syntax,
+// "0-3,8" ("" for none), as systemctl shows AllowedCPUs.
+func FormatCPUList(cpus []int) string {
+	c := append([]int(nil), cpus...)
+	sort.Ints(c)
+	var b strings.Builder
+	for i := 0; i < len(c); {
+		j := i
+		for j+1 < len(c) && c[j+1] <= c[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(c[i]))
+		if c[j] != c[i] {
+			b.WriteByte('-')
+			b.WriteString(strconv.Itoa(c[j]))
+		}
+		i = j + 1
+	}
+	return b.String()
+}
