@@ -340,6 +340,22 @@ else
 fi
 cp /tmp/conf.good "$conf"
 
+# --- 6b. The systemd manager client, against this systemd ------------------
+# systemd/manager_test.go: transient scopes, SliceUnits, UnitNew and
+# UnitRemoved, AllowedCPUs set and reset, on the system manager and, as
+# root through its private socket, on a lingering user's manager.
+if [ -x /mnt/host/systemd.test ]; then
+	loginctl enable-linger sptest
+	uid=$(id -u sptest)
+	if wait_until 30 test -S "/run/user/$uid/systemd/private"; then
+		gotest /mnt/host/systemd.test 'TestManager' SCHEDPOLICYD_TEST_SYSTEMD=1 SCHEDPOLICYD_TEST_USER_UID="$uid"
+	else
+		fail "user manager for sptest" "no /run/user/$uid/systemd/private after enable-linger: $(systemctl status "user@$uid.service" 2>&1 | tail -n 5)"
+	fi
+else
+	skip "go test ./systemd/ -run TestManager" "no test binary in /mnt/host (container.sh --file)"
+fi
+
 # --- 7. The sandbox as systemd rates it --------------------------------------
 excerpt "systemd-analyze security $unit" systemd-analyze security --no-pager "$unit"
 exposure=$(systemd-analyze security --no-pager "$unit" 2>/dev/null | sed -n 's/.*Overall exposure level for [^:]*: *//p')

@@ -1,5 +1,5 @@
 #!/bin/sh
-# container.sh [--deb FILE] — boot Debian 12 with systemd 252 as PID 1 in a
+# container.sh [--deb FILE] [--file FILE]... [--keep] — boot Debian 12 with systemd 252 as PID 1 in a
 # systemd-nspawn container, install the package there and run
 # container-guest.sh inside (../shared/docs/SYSTEMD.md §4). Part of
 # `make systemd-test`.
@@ -18,14 +18,17 @@ set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
-deb="" keep=0
+deb="" keep=0 files=""
 while [ $# -gt 0 ]; do
 	case $1 in
 	--deb) deb=$2; shift 2 ;;
 	# --keep: leave the container running after the checks, for a look
 	# inside (nsenter); it stops on SIGINT/SIGTERM.
 	--keep) keep=1; shift ;;
-	*) echo "usage: container.sh [--deb FILE] [--keep]" >&2; exit 64 ;;
+	# --file F: also copy F into /mnt/host (Go test binaries the guest
+	# runs when they are there).
+	--file) files="$files $2"; shift 2 ;;
+	*) echo "usage: container.sh [--deb FILE] [--file FILE]... [--keep]" >&2; exit 64 ;;
 	esac
 done
 
@@ -71,7 +74,7 @@ if [ -z "$deb" ]; then
 else
 	cp "$deb" "$work/"
 fi
-cp "$here/lib.sh" "$here/container-guest.sh" "$work/"
+cp "$here/lib.sh" "$here/container-guest.sh" $files "$work/"
 
 mkdir "$cg"
 cat /sys/fs/cgroup/cpuset/cpuset.cpus >"$cg/cpuset.cpus"

@@ -100,3 +100,34 @@ cpulist_count() {
 # cpus_allowed PID: the task's Cpus_allowed_list (/proc/PID/status), what
 # the scheduler really lets it run on; nothing when the task is gone.
 cpus_allowed() { sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$1/status" 2>/dev/null; }
+
+# gotest BINARY PATTERN [ENV=VALUE...]: run a Go test binary's tests
+# matching PATTERN (-test.v) with the environment given, and turn each
+# top-level "--- PASS/FAIL/SKIP: TestName" into a check line; its output
+# is kept in /tmp/gotest-NAME.log and printed on failure.
+gotest() {
+	gt_bin=$1 gt_pat=$2
+	shift 2
+	gt_log=/tmp/gotest-$(basename "$gt_bin").log
+	env "$@" "$gt_bin" -test.v -test.count=1 -test.timeout=10m -test.run "$gt_pat" >"$gt_log" 2>&1
+	gt_rc=$?
+	gt_n=0
+	while read -r gt_word gt_res gt_name gt_rest; do
+		[ "$gt_word" = "---" ] || continue
+		gt_name=${gt_name%:}
+		gt_n=$((gt_n + 1))
+		case $gt_res in
+		PASS:)
+			pass "go test $gt_name $gt_rest"
+			awk -v n="$gt_name" '$0 ~ "^=== RUN +" n "$" { p = 1; next } p && $0 ~ "^--- PASS: " n " " { exit } p && /^ +[a-z_]+\.go:[0-9]+: / { sub(/^ +/, ""); print "systemd-test:   " $0 }' "$gt_log"
+			;;
+		SKIP:) skip "go test $gt_name" "$(grep -A2 -e "--- SKIP: $gt_name" "$gt_log" | sed -n 2p | sed 's/^ *//')" ;;
+		*) fail "go test $gt_name" "$(awk -v n="$gt_name" '$0 ~ "^=== RUN +" n "$" { p = 1; next } p && $0 ~ "^--- FAIL: " n " " { exit } p && !/^=== / { print }' "$gt_log" | tail -n 30)" ;;
+		esac
+	done <<GT_EOF
+$(grep -E '^--- (PASS|FAIL|SKIP): ' "$gt_log")
+GT_EOF
+	if [ "$gt_n" = 0 ] || { [ "$gt_rc" != 0 ] && ! grep -q '^--- FAIL' "$gt_log"; }; then
+		fail "go test $(basename "$gt_bin") -run $gt_pat" "exit $gt_rc: $(tail -n 30 "$gt_log")"
+	fi
+}

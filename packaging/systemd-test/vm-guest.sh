@@ -188,6 +188,24 @@ else
 	fail workloads "not run: workload placement is disabled (install-placement)"
 fi
 
+# --- 2b. The systemd manager client on cgroup v2 -----------------------------------
+# systemd/manager_test.go (the static test binary beside this script):
+# here AllowedCPUs really applies, so it also checks each scope's
+# cpuset.cpus.effective and its task's Cpus_allowed_list, on the system
+# manager and on a lingering user's manager reached as root.
+if [ -x /mnt/host/systemd.test ]; then
+	useradd -m -s /bin/sh sptest 2>/dev/null || true
+	loginctl enable-linger sptest
+	uid=$(id -u sptest)
+	if wait_until 60 test -S "/run/user/$uid/systemd/private"; then
+		gotest /mnt/host/systemd.test 'TestManager' SCHEDPOLICYD_TEST_SYSTEMD=1 SCHEDPOLICYD_TEST_USER_UID="$uid"
+	else
+		fail "user manager for sptest" "no /run/user/$uid/systemd/private after enable-linger"
+	fi
+else
+	skip "go test ./systemd/ -run TestManager" "no test binary in /mnt/host"
+fi
+
 # --- 3. Stop, restore, purge ------------------------------------------------------
 # records: "PATH ORIGINAL written|clean" per record of state.json (ORIGINAL
 # "-" for the empty set; written: it holds a cpuset the daemon wrote).
