@@ -1,6 +1,8 @@
 // Package systemd wraps the sd_notify protocol (readiness, status,
-// stopping, watchdog) over github.com/coreos/go-systemd/v22, and holds the
-// unit file schedpolicyd.service.
+// stopping, watchdog) over github.com/coreos/go-systemd/v22, holds the
+// unit file schedpolicyd.service, and is a client of the system and user
+// managers (Manager: transient scopes, a slice's units, AllowedCPUs=,
+// unit signals) over go-systemd's dbus package.
 package systemd
 
 import (
