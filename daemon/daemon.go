@@ -386,12 +386,20 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	// The first bus connection is made before READY=1; if the bus is
 	// unreachable, the keeper goroutine retries with backoff.
-	d.bus = d.connectBus(ctx, true)
+	rep := &busReporter{log: d.log.WithField("component", "dbus"), bus: d.cfg.Bus}
+	if d.cfg.Bus == "none" {
+		rep.log.Info("D-Bus disabled")
+	} else {
+		var fail *busFailure
+		if d.bus, fail = d.connectBus(ctx); fail != nil {
+			rep.failed(fail)
+		}
+	}
 	defer func() { d.bus.close() }()
 	wg.Add(1)
 	go func(first *busService) {
 		defer wg.Done()
-		d.keepBus(bgCtx, first)
+		d.keepBus(bgCtx, first, rep)
 	}(d.bus)
 
 	d.writeKernelKnob()

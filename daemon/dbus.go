@@ -16,6 +16,7 @@ import (
 	"github.com/godbus/dbus/v5"
 	"github.com/godbus/dbus/v5/introspect"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/policy"
@@ -85,26 +86,16 @@ type propsHandler struct{ s *busService }
 
 // connectBus joins the bus chosen by Config.Bus, exports the object, its
 // properties and introspection, then requests the well-known name. It
-// returns nil when the bus cannot be reached or the name cannot be owned;
-// loud says so at warning level (the first attempt), later retries log at
-// debug level so an absent bus is reported once.
-func (d *Daemon) connectBus(ctx context.Context, loud bool) *busService {
+// returns the service, or nil and a *busFailure saying which step failed
+// and why (the bus cannot be reached, exporting failed, the bus refused
+// the name, another process owns it). It logs nothing about a failure:
+// busReporter decides what is worth saying.
+func (d *Daemon) connectBus(ctx context.Context) (*busService, *busFailure) {
 	log := d.log.WithField("component", "dbus")
-	warn := log.Warn
-	if !loud {
-		warn = log.Debug
-	}
-	if d.cfg.Bus == "none" {
-		if loud {
-			log.Info("D-Bus disabled")
-		}
-		return nil
-	}
 	fast := new(fastProps)
 	conn, err := dialBus(ctx, d.cfg.Bus, busDialTimeout, dbus.WithIncomingInterceptor(fast.intercept))
 	if err != nil {
-		log.WithError(err).WithField("bus", d.cfg.Bus).Log(levelOf(loud), "no D-Bus connection; running without D-Bus and retrying in the background")
-		return nil
+		return nil, &busFailure{step: busConnect, err: err}
 	}
 	s := &busService{d: d, conn: conn, log: log, last: d.Snapshot().values()}
 	// Before anything is exported: a hold made on this connection must be
@@ -119,9 +110,8 @@ func (d *Daemon) connectBus(ctx context.Context, loud bool) *busService {
 		"org.freedesktop.DBus.Introspectable": introspectable(IntrospectionXML),
 	} {
 		if err := conn.Export(v, ObjectPath, iface); err != nil {
-			log.WithError(err).Error("exporting " + iface + " failed")
 			conn.Close()
-			return nil
+			return nil, &busFailure{step: busExport, err: fmt.Errorf("exporting %s: %w", iface, err)}
 		}
 	}
 	fast.s.Store(s)
@@ -132,18 +122,89 @@ func (d *Daemon) connectBus(ctx context.Context, loud bool) *busService {
 	}
 	reply, err := conn.RequestName(BusName, dbus.NameFlagDoNotQueue)
 	if err != nil {
-		warn(fmt.Sprintf("cannot own %s: %v; retrying in the background (is the bus policy file installed?)", BusName, err))
 		conn.Close()
-		return nil
+		return nil, &busFailure{step: busNameRefused, err: err}
 	}
 	if reply != dbus.RequestNameReplyPrimaryOwner {
-		warn(fmt.Sprintf("cannot own %s: another process owns it; retrying in the background", BusName))
 		conn.Close()
-		return nil
+		return nil, &busFailure{step: busNameTaken, err: fmt.Errorf("RequestName answered %d, not primary owner", reply)}
 	}
 	log.WithField("name", BusName).Info("owning bus name")
-	return s
+	return s, nil
 }
+
+// The steps of connectBus that can fail, for busFailure.
+const (
+	busConnect     = "connect"      // dial, authenticate, Hello
+	busExport      = "export"       // exporting the object
+	busNameRefused = "name refused" // RequestName returned an error (bus policy)
+	busNameTaken   = "name taken"   // another connection owns BusName
+)
+
+// busFailure is why connectBus made no service: the step that failed and
+// its error.
+type busFailure struct {
+	step string
+	err  error
+}
+
+func (f *busFailure) Error() string { return f.step + ": " + f.err.Error() }
+func (f *busFailure) Unwrap() error { return f.err }
+
+// kind tells one cause of failure from another: the step, and the D-Bus
+// error name or the errno when there is one ("connect: ENOENT" while the
+// socket is missing, "connect: ECONNREFUSED" once a dead bus left it,
+// "name refused: org.freedesktop.DBus.Error.AccessDenied" without the
+// policy file).
+func (f *busFailure) kind() string {
+	var de dbus.Error
+	var dep *dbus.Error
+	var errno syscall.Errno
+	switch {
+	case errors.As(f.err, &de):
+		return f.step + ": " + de.Name
+	case errors.As(f.err, &dep):
+		return f.step + ": " + dep.Name
+	case errors.As(f.err, &errno):
+		return f.step + ": " + unix.ErrnoName(errno)
+	}
+	return f.step
+}
+
+// busReporter logs the bus connection's failures: each new kind of
+// failure (busFailure.kind) at warning level with its cause, the same kind
+// again at debug level, so a retry loop neither floods the log nor hides a
+// new cause — a bus that was missing at start and then refuses the name
+// says so when it first refuses it. A connection that succeeds resets it.
+type busReporter struct {
+	log  logrus.FieldLogger
+	bus  string
+	last string // kind of the last failure; "" after a success
+}
+
+// failed logs a failure of connectBus.
+func (r *busReporter) failed(f *busFailure) {
+	kind := f.kind()
+	lvl := logrus.WarnLevel
+	if kind == r.last {
+		lvl = logrus.DebugLevel
+	}
+	r.last = kind
+	e := r.log.WithField("bus", r.bus).WithError(f.err)
+	switch f.step {
+	case busConnect:
+		e.Log(lvl, "no D-Bus connection; running without D-Bus and connecting when the bus is there")
+	case busNameRefused:
+		e.Log(lvl, fmt.Sprintf("the bus refused us %s; retrying in the background (on the system bus, is the policy file org.schedpolicyd.SchedPolicy1.conf installed in /usr/share/dbus-1/system.d? see the README)", BusName))
+	case busNameTaken:
+		e.Log(lvl, fmt.Sprintf("cannot own %s: another process owns it; retrying in the background", BusName))
+	default:
+		e.Log(lvl, "cannot serve on D-Bus; retrying in the background")
+	}
+}
+
+// connected forgets the last failure: the next one is news.
+func (r *busReporter) connected() { r.last = "" }
 
 // busDialTimeout bounds connecting and the Hello call: a bus that accepts
 // the socket but never answers must not keep the daemon from starting.
@@ -185,18 +246,12 @@ func dialBus(ctx context.Context, bus string, timeout time.Duration, opts ...dbu
 	return nil, fmt.Errorf("the bus did not answer within %v", timeout)
 }
 
-func levelOf(loud bool) logrus.Level {
-	if loud {
-		return logrus.WarnLevel
-	}
-	return logrus.DebugLevel
-}
-
 // keepBus watches the bus connection and reconnects with exponential
 // backoff (1 s doubling to 30 s) whenever it is lost or was never made,
 // e.g. when dbus-daemon restarts. The new connection is handed to the
-// event loop, which owns d.bus. It returns when ctx ends.
-func (d *Daemon) keepBus(ctx context.Context, cur *busService) {
+// event loop, which owns d.bus. rep has seen the first attempt's failure,
+// if any; every later failure goes to it too. It returns when ctx ends.
+func (d *Daemon) keepBus(ctx context.Context, cur *busService, rep *busReporter) {
 	if d.cfg.Bus == "none" {
 		return
 	}
@@ -229,11 +284,16 @@ func (d *Daemon) keepBus(ctx context.Context, cur *busService) {
 		if ctx.Err() != nil {
 			return
 		}
-		s := d.connectBus(ctx, false)
-		if s == nil {
+		s, fail := d.connectBus(ctx)
+		if fail != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			rep.failed(fail)
 			backoff = min(2*backoff, maxBackoff)
 			continue
 		}
+		rep.connected()
 		if err := d.do(ctx, func() error {
 			d.bus = s
 			s.update(d.Snapshot())

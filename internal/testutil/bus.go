@@ -3,6 +3,7 @@ package testutil
 import (
 	"bufio"
 	"bytes"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
@@ -19,8 +20,9 @@ import (
 )
 
 // BusOptions say how a private dbus-daemon is configured. Whatever they
-// say, every connection may own any name, send to any destination and
-// eavesdrop, and authenticates with EXTERNAL (its uid).
+// say, every connection may send to any destination and eavesdrop, and
+// authenticates with EXTERNAL (its uid); it may own any name but those in
+// DenyOwn.
 type BusOptions struct {
 	// System makes the bus system-like (<type>system</type>), for code
 	// that expects the system bus; otherwise it is session-like.
@@ -44,6 +46,15 @@ type BusOptions struct {
 	// Stderr receives dbus-daemon's standard error. Nil: it is kept and
 	// quoted in the error when the bus does not start.
 	Stderr io.Writer
+	// DenyOwn are names nobody may own (<deny own="..."/>): RequestName
+	// fails with org.freedesktop.DBus.Error.AccessDenied, as on a system
+	// bus without the service's policy file.
+	DenyOwn []string
+	// ServiceDir, if set, is a directory of activation files
+	// (<servicedir>): a call to a name one of them declares starts its
+	// Exec= unless the caller sets NO_AUTO_START. Only on a session-like
+	// bus (System false; a system bus needs a setuid helper).
+	ServiceDir string
 }
 
 // Bus is a running private dbus-daemon.
@@ -53,6 +64,8 @@ type Bus struct {
 	Addr string
 	// Socket is the path of the listening socket.
 	Socket string
+	// Config is the path of its configuration file (see Reload).
+	Config string
 	// Cmd is the dbus-daemon process.
 	Cmd *exec.Cmd
 
@@ -63,28 +76,48 @@ type Bus struct {
 const busStartBound = 30 * time.Second
 
 // BusConfig returns a dbus-daemon configuration listening on the unix
-// socket sock, as BusOptions describe (only System and AnyUser count).
+// socket sock, as BusOptions describe (System, AnyUser, DenyOwn and
+// ServiceDir count). Names are XML-escaped.
 func BusConfig(o BusOptions, sock string) string {
-	kind, users := "session", ""
+	kind, users, deny, services := "session", "", "", ""
 	if o.System {
 		kind = "system"
 	}
 	if o.AnyUser {
 		users = "\n    <allow user=\"*\"/>"
 	}
+	for _, n := range o.DenyOwn {
+		deny += "\n    <deny own=\"" + xmlEscape(n) + "\"/>"
+	}
+	if o.ServiceDir != "" {
+		services = "\n  <servicedir>" + xmlEscape(o.ServiceDir) + "</servicedir>"
+	}
 	return `<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
 <busconfig>
   <type>` + kind + `</type>
   <listen>unix:path=` + EscapeAddressValue(sock) + `</listen>
-  <auth>EXTERNAL</auth>
+  <auth>EXTERNAL</auth>` + services + `
   <policy context="default">` + users + `
     <allow send_destination="*" eavesdrop="true"/>
     <allow eavesdrop="true"/>
-    <allow own="*"/>
+    <allow own="*"/>` + deny + `
   </policy>
 </busconfig>
 `
+}
+
+func xmlEscape(s string) string {
+	var b strings.Builder
+	xml.EscapeText(&b, []byte(s))
+	return b.String()
+}
+
+// Reload has the bus read its configuration file again (SIGHUP), after a
+// test rewrote it with BusConfig, e.g. without DenyOwn. dbus-daemon
+// reloads asynchronously: wait for what the change allows.
+func (b *Bus) Reload() error {
+	return b.Cmd.Process.Signal(syscall.SIGHUP)
 }
 
 // StartBusProcess writes the configuration into o.Dir, starts dbus-daemon
@@ -131,7 +164,7 @@ func StartBusProcess(o BusOptions) (*Bus, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: %w", bin, err)
 	}
-	b := &Bus{Addr: "unix:path=" + EscapeAddressValue(sock), Socket: sock, Cmd: cmd}
+	b := &Bus{Addr: "unix:path=" + EscapeAddressValue(sock), Socket: sock, Config: conf, Cmd: cmd}
 	line := make(chan error, 1)
 	go func() {
 		_, err := bufio.NewReader(out).ReadString('\n')
