@@ -339,11 +339,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 		}
 	}
-	d.knob, d.knobChosen = st.Knob, st.Chosen
+	d.knob, d.knobChosen = st.StartKnob(d.cfg.DefaultKnob), st.Chosen
 	d.pl.load(st.Cgroups)
-	if d.cfg.DefaultKnob != nil && !d.knobChosen {
-		d.knob = *d.cfg.DefaultKnob // the configured default; no choice saved yet
-	}
 	d.recoverBoost(st.Boost)
 	if d.power, err = acpi.Read(d.fs); err != nil {
 		d.log.WithError(err).Warn("cannot read power supplies, assuming AC")

@@ -46,6 +46,23 @@ type State struct {
 	Cgroups []Record
 }
 
+// StartKnob is the knob a daemon starting with this state applies: the
+// saved one when it is an explicit choice (Chosen); else def, the
+// configured default (configuration keys power_aware and
+// power_aware_policy), when given; else the built-in default
+// (policy.DefaultKnob: power_aware 1 with powersaving) — not a default
+// saved by an earlier run whose configuration has changed since.
+// `schedpolicyd probe` uses it too, so both say the same.
+func (st State) StartKnob(def *policy.Knob) policy.Knob {
+	switch {
+	case st.Chosen:
+		return st.Knob
+	case def != nil:
+		return *def
+	}
+	return policy.DefaultKnob()
+}
+
 // Record is what state.json keeps of one cgroup: enough to put back what
 // the daemon changed, and only that, after a clean stop or a crash.
 type Record struct {

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
@@ -21,8 +22,16 @@ type probeReport struct {
 	Policy           string          `json:"policy"` // effective policy
 	PowerAware       int             `json:"power_aware"`
 	PowerAwarePolicy string          `json:"power_aware_policy"`
-	Topology         probeTopology   `json:"topology"`
-	Warnings         []string        `json:"warnings,omitempty"`
+	// KnobFrom says where the knob comes from: "state" (a choice saved in
+	// the state directory), "config" (the configuration file's
+	// power_aware and power_aware_policy; no choice saved) or "default"
+	// (neither).
+	KnobFrom string `json:"knob_from"`
+	// Config is the configuration file read; "" when none was (the
+	// default path does not exist).
+	Config   string        `json:"config"`
+	Topology probeTopology `json:"topology"`
+	Warnings []string      `json:"warnings,omitempty"`
 }
 
 type probeTopology struct {
@@ -35,27 +44,41 @@ type probeTopology struct {
 }
 
 // probeMain prints what the daemon would decide, reading only: no writes,
-// no mounts, no bus. The knob comes from the state directory when it holds
-// a saved choice, else the defaults.
+// no mounts, no bus. It reads the configuration file as the daemon does
+// (--config, default /etc/schedpolicyd/schedpolicyd.conf; a missing
+// default is no error): its sysfs_root and state_dir are the defaults of
+// those flags, and its power_aware and power_aware_policy the knob until a
+// choice is saved in the state directory (daemon.State.StartKnob). A bad
+// file is a usage error (2), as for the daemon.
 func probeMain(args []string, stdout, stderr io.Writer) int {
 	fl := flag.NewFlagSet("schedpolicyd probe", flag.ContinueOnError)
 	fl.SetOutput(stderr)
-	root := fl.String("sysfs-root", sysfs.DefaultRoot, "sysfs root to read (a mock tree works)")
-	stateDir := fl.String("state-dir", daemon.DefaultStateDir, "read the saved knob from this directory")
+	root := fl.String("sysfs-root", sysfs.DefaultRoot, "sysfs root to read (a mock tree works); default: the configuration's sysfs_root, else /sys")
+	stateDir := fl.String("state-dir", daemon.DefaultStateDir, "read the saved knob from this directory; default: the configuration's state_dir, else /var/lib/schedpolicyd")
+	configPath := fl.String("config", DefaultConfigPath, "TOML configuration file, see schedpolicyd.conf(5): the knob until a choice is saved, and the defaults of --sysfs-root and --state-dir")
 	asJSON := fl.Bool("json", false, "print JSON instead of text")
 	fl.Usage = func() {
-		fmt.Fprintln(fl.Output(), "Usage: schedpolicyd probe [--sysfs-root DIR] [--state-dir DIR] [--json]")
+		fmt.Fprintln(fl.Output(), "Usage: schedpolicyd probe [--sysfs-root DIR] [--state-dir DIR] [--config FILE] [--json]")
 		fl.PrintDefaults()
 	}
 	if code, ok := parseFlags(fl, "schedpolicyd probe", args, stdout, stderr); !ok {
 		return code
 	}
-	fs, err := sysfs.NewFS(*root)
+	set := map[string]bool{}
+	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fc, err := loadConfig(*configPath, set["config"])
+	if err != nil {
+		fmt.Fprintf(stderr, "schedpolicyd probe: %v\n", err)
+		return 2
+	}
+	cfg := daemon.Config{SysfsRoot: *root, StateDir: *stateDir}
+	fc.apply(&cfg, set)
+	fs, err := sysfs.NewFS(cfg.SysfsRoot)
 	if err != nil {
 		fmt.Fprintf(stderr, "schedpolicyd probe: %v\n", err)
 		return 1
 	}
-	var r probeReport
+	r := probeReport{Config: fc.Path}
 	dec, err := acpi.Read(fs)
 	if err != nil {
 		r.Warnings = append(r.Warnings, err.Error())
@@ -64,11 +87,19 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 	if r.Boost, err = fs.Boost(); err != nil {
 		r.Warnings = append(r.Warnings, err.Error())
 	}
-	st, err := daemon.LoadState(*stateDir)
+	st, err := daemon.LoadState(cfg.StateDir)
 	if err != nil {
 		r.Warnings = append(r.Warnings, err.Error())
 	}
-	knob := st.Knob
+	knob := st.StartKnob(cfg.DefaultKnob)
+	switch {
+	case st.Chosen:
+		r.KnobFrom = "state"
+	case cfg.DefaultKnob != nil:
+		r.KnobFrom = "config"
+	default:
+		r.KnobFrom = "default"
+	}
 	r.PowerAware, r.PowerAwarePolicy = int(knob.PowerAware), string(knob.PowerAwarePolicy)
 	r.Policy = string(knob.Effective(string(dec.Source)))
 	topo, err := fs.CPUTopology()
@@ -101,7 +132,12 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "  evidence:    %s/%s = %s (%s)\n", e.Supply, e.Attribute, e.Value, e.Rule)
 	}
 	fmt.Fprintf(stdout, "boost:         %s\n", r.Boost)
-	fmt.Fprintf(stdout, "knob:          power_aware=%d power_aware_policy=%s\n", r.PowerAware, r.PowerAwarePolicy)
+	from := map[string]string{
+		"state":   "a choice saved in " + filepath.Join(cfg.StateDir, daemon.StateFile),
+		"config":  "the configuration " + r.Config + "; no choice saved",
+		"default": "the default; no choice saved, none configured",
+	}[r.KnobFrom]
+	fmt.Fprintf(stdout, "knob:          power_aware=%d power_aware_policy=%s (%s)\n", r.PowerAware, r.PowerAwarePolicy, from)
 	fmt.Fprintf(stdout, "policy:        %s\n", r.Policy)
 	for _, w := range r.Warnings {
 		fmt.Fprintf(stdout, "warning:       %s\n", w)

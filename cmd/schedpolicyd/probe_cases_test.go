@@ -33,7 +33,7 @@ func buildProbe(t *testing.T) string {
 // empty state directory (default knob).
 func probeJSON(t *testing.T, bin, root string) probeReport {
 	t.Helper()
-	cmd := exec.Command(bin, "probe", "--sysfs-root", root, "--state-dir", t.TempDir(), "--json")
+	cmd := exec.Command(bin, "probe", "--sysfs-root", root, "--state-dir", t.TempDir(), "--config", emptyConf(t), "--json")
 	out, err := cmd.Output()
 	if err != nil {
 		var ee *exec.ExitError
