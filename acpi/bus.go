@@ -103,7 +103,6 @@ func (m *Monitor) busSession(ctx context.Context) (connected bool, err error) {
 		}
 	}
 	m.log.WithField("address", m.busAddress()).Info("system bus connected")
-	m.busUp.Add(1)
 	if useUPower {
 		m.events.Add(1)
 		defer m.events.Add(-1)
@@ -120,6 +119,7 @@ func (m *Monitor) busSession(ctx context.Context) (connected bool, err error) {
 			m.hint(TriggerUPower) // re-read: the safety net may be needed again
 		}()
 	}
+	m.busUp.Add(1) // subscribed, and UPower asked once
 
 	for sig := range sigs {
 		switch {
@@ -193,12 +193,15 @@ func upowerRelevant(body []any) bool {
 
 // refreshUPower reads OnBattery from the current owner of UPower's name
 // (never from a signal's payload) into m.upower; false (and nil stored)
-// when UPower does not answer.
+// when UPower does not answer. The call carries NO_AUTO_START: "auto"
+// means UPower when it is on the bus, so asking must never make the bus
+// start upowerd by D-Bus activation (when it is not running the bus
+// answers ServiceUnknown at once).
 func (m *Monitor) refreshUPower(ctx context.Context, conn *dbus.Conn) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var v dbus.Variant
-	err := conn.Object(upowerName, upowerPath).CallWithContext(ctx, "org.freedesktop.DBus.Properties.Get", 0, upowerIface, "OnBattery").Store(&v)
+	err := conn.Object(upowerName, upowerPath).CallWithContext(ctx, "org.freedesktop.DBus.Properties.Get", dbus.FlagNoAutoStart, upowerIface, "OnBattery").Store(&v)
 	b, ok := v.Value().(bool)
 	if err != nil || !ok {
 		m.upower.Store(nil)

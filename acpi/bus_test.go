@@ -210,3 +210,51 @@ func ptrBool(b *bool) string {
 	}
 	return "false"
 }
+
+// TestMonitorUPowerNoAutoStart: upower "auto" means UPower when it is on
+// the bus, so the monitor must never make the bus start it. The private
+// bus has an activation file for org.freedesktop.UPower whose Exec only
+// leaves a mark; a call without NO_AUTO_START to another activatable name
+// shows the mark really appears when something asks the bus to start a
+// service. After the monitor's session is up and has asked UPower once,
+// UPower's mark must be absent.
+func TestMonitorUPowerNoAutoStart(t *testing.T) {
+	testutil.NeedBusDaemon(t)
+	dir := t.TempDir()
+	services := filepath.Join(dir, "services")
+	marks := filepath.Join(dir, "started")
+	for name, mark := range map[string]string{upowerName: "upower", "org.schedpolicyd.Test.Activatable": "sanity"} {
+		testutil.WriteFile(t, filepath.Join(services, name+".service"),
+			"[D-BUS Service]\nName="+name+"\nExec=/bin/sh -c \"echo "+mark+" >> "+marks+"\"\n")
+	}
+	bus := testutil.StartBus(t, testutil.BusOptions{ServiceDir: services})
+
+	conn, err := dbus.Connect(bus.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// The service leaves its mark and exits without owning the name; the
+	// call's answer is not waited for (the bus may hold it until its
+	// activation timeout).
+	conn.Object("org.schedpolicyd.Test.Activatable", "/").Go("org.freedesktop.DBus.Peer.Ping", 0, nil)
+	testutil.Eventually(t, "the mark of a service started by an auto-starting call (is activation working on this bus?)", func() (bool, string) {
+		b, _ := os.ReadFile(marks)
+		return string(b) == "sanity\n", string(b)
+	})
+
+	root := t.TempDir()
+	testutil.Put(t, filepath.Join(root, "class/power_supply/AC/type"), "Mains")
+	testutil.Put(t, filepath.Join(root, "class/power_supply/AC/online"), "1")
+	m := NewMonitor(MonitorConfig{FS: mustFS(t, root), Events: EventsNone, UPower: UPowerAuto, SystemBusAddress: bus.Addr,
+		Debounce: time.Millisecond, Settle: -1, Interval: -1, Log: testutil.Logger(t)})
+	stop := runMonitor(t, m)
+	defer stop()
+	if st := recvState(t, m); st.Power.Source != AC || st.UPowerOnBattery != nil {
+		t.Fatalf("initial state %+v, want AC without UPower", st)
+	}
+	testutil.Eventually(t, "the monitor to subscribe and ask UPower", func() (bool, string) { return m.busUp.Load() > 0, "" })
+	if got := testutil.ReadTrim(t, marks); got != "sanity" {
+		t.Errorf("marks after the monitor asked UPower: %q, want only \"sanity\": the monitor had the bus start upowerd", got)
+	}
+}

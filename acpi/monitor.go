@@ -150,7 +150,7 @@ type Monitor struct {
 	started atomic.Bool
 	reads   atomic.Int64 // number of sysfs re-reads, for tests
 	events  atomic.Int32 // event sources for power supplies running (uevents, fsnotify, UPower, acpid)
-	busUp   atomic.Int32 // system-bus sessions subscribed so far, for tests
+	busUp   atomic.Int32 // system-bus sessions subscribed (and UPower asked once) so far, for tests
 
 	upower atomic.Pointer[bool] // UPower's OnBattery as last read; nil = unknown
 

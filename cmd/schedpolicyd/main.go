@@ -178,7 +178,7 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 	fl.DurationVar(&cfg.SafetyInterval, "recheck-interval", daemon.DefaultSafetyInterval, "re-read the power source this often even without events (0: automatic — every 60s, only while the event sources do not cover the machine; positive: 1s to 24h, always; negative: never)")
 	fl.DurationVar(&cfg.SampleInterval, "sample-interval", daemon.DefaultSampleInterval, "workload utilisation sampling period while a workload is busy (10ms to 1h; sampling stops while all are idle)")
 	fl.StringVar(&cfg.BoostOnBattery, "boost-on-battery", "keep", "cpufreq boost on battery: keep (never touch it), off or on; the start-up value comes back on AC and on exit")
-	fl.StringVar(&cfg.UPower, "upower", "auto", "use UPower's OnBattery changes as a hint to re-read power_supply: auto, on or off")
+	fl.StringVar(&cfg.UPower, "upower", "auto", "use UPower's OnBattery changes as a hint to re-read power_supply: auto, on or off (UPower is used while it runs, never started by D-Bus activation)")
 	fl.BoolVar(&cfg.Logind, "logind", true, "re-read everything after resume from suspend (logind PrepareForSleep)")
 	fl.StringVar(&cfg.AcpidSocket, "acpid-socket", "", "also take hints from acpid's event socket, e.g. /run/acpid.socket (empty: off)")
 	fl.DurationVar(&cfg.Settle, "settle", 0, "extra re-read this long after an event-driven one, for firmware that updates late (1ms to 1m; 0: 1s default, negative: off)")
