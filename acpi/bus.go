@@ -56,11 +56,12 @@ func (m *Monitor) startBus(ctx context.Context, wg *sync.WaitGroup) {
 	})
 }
 
+// busAddress is MonitorConfig.Bus, "system" when empty.
 func (m *Monitor) busAddress() string {
-	if m.cfg.SystemBusAddress == "" {
+	if m.cfg.Bus == "" {
 		return "system"
 	}
-	return m.cfg.SystemBusAddress
+	return m.cfg.Bus
 }
 
 // busSession connects, subscribes and turns signals into hints until the
@@ -68,13 +69,16 @@ func (m *Monitor) busAddress() string {
 // was established (so the caller resets its backoff).
 func (m *Monitor) busSession(ctx context.Context) (connected bool, err error) {
 	var conn *dbus.Conn
-	if m.cfg.SystemBusAddress == "" {
+	switch bus := m.busAddress(); bus {
+	case "system":
 		conn, err = dbus.ConnectSystemBus(dbus.WithContext(ctx))
-	} else {
-		conn, err = dbus.Connect(m.cfg.SystemBusAddress, dbus.WithContext(ctx))
+	case "session":
+		conn, err = dbus.ConnectSessionBus(dbus.WithContext(ctx))
+	default:
+		conn, err = dbus.Connect(bus, dbus.WithContext(ctx))
 	}
 	if err != nil {
-		return false, fmt.Errorf("connect to the system bus: %w", err)
+		return false, fmt.Errorf("connect to the %s bus: %w", m.busAddress(), err)
 	}
 	defer conn.Close()
 	sigs := make(chan *dbus.Signal, 16)

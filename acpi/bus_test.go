@@ -31,7 +31,7 @@ func TestMonitorLogindResume(t *testing.T) {
 	}
 
 	fsys := fixtureRoot(t, "ac-offline-battery-unknown")
-	m := NewMonitor(MonitorConfig{FS: fsys, Events: EventsNone, Logind: true, SystemBusAddress: addr,
+	m := NewMonitor(MonitorConfig{FS: fsys, Events: EventsNone, Logind: true, Bus: addr,
 		Debounce: time.Millisecond, Settle: -1, Interval: -1, Log: testutil.Logger(t)})
 	stop := runMonitor(t, m)
 	defer stop()
@@ -67,7 +67,7 @@ func TestMonitorLogindResume(t *testing.T) {
 func TestMonitorBusAbsent(t *testing.T) {
 	fsys := fixtureRoot(t, "ac-offline-battery-unknown")
 	m := NewMonitor(MonitorConfig{FS: fsys, Events: EventsNone, UPower: UPowerAuto, Logind: true,
-		SystemBusAddress: "unix:path=" + filepath.Join(t.TempDir(), "nobus"), Debounce: time.Millisecond, Interval: -1, Log: testutil.Logger(t)})
+		Bus: "unix:path=" + filepath.Join(t.TempDir(), "nobus"), Debounce: time.Millisecond, Interval: -1, Log: testutil.Logger(t)})
 	stop := runMonitor(t, m)
 	defer stop()
 	recvState(t, m)
@@ -178,7 +178,7 @@ func TestMonitorUPower(t *testing.T) {
 	addr := testutil.StartBus(t, testutil.BusOptions{System: true}).Addr
 	tb := startUPowerTestbed(t, addr)
 	fsys := mustFS(t, filepath.Join(tb.root, "sys"))
-	m := NewMonitor(MonitorConfig{FS: fsys, Events: EventsNone, UPower: UPowerOn, SystemBusAddress: addr,
+	m := NewMonitor(MonitorConfig{FS: fsys, Events: EventsNone, UPower: UPowerOn, Bus: addr,
 		Debounce: 10 * time.Millisecond, Settle: -1, Interval: -1, Log: testutil.Logger(t)})
 	stop := runMonitor(t, m)
 	defer stop()
@@ -246,7 +246,7 @@ func TestMonitorUPowerNoAutoStart(t *testing.T) {
 	root := t.TempDir()
 	testutil.Put(t, filepath.Join(root, "class/power_supply/AC/type"), "Mains")
 	testutil.Put(t, filepath.Join(root, "class/power_supply/AC/online"), "1")
-	m := NewMonitor(MonitorConfig{FS: mustFS(t, root), Events: EventsNone, UPower: UPowerAuto, SystemBusAddress: bus.Addr,
+	m := NewMonitor(MonitorConfig{FS: mustFS(t, root), Events: EventsNone, UPower: UPowerAuto, Bus: bus.Addr,
 		Debounce: time.Millisecond, Settle: -1, Interval: -1, Log: testutil.Logger(t)})
 	stop := runMonitor(t, m)
 	defer stop()

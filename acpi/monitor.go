@@ -91,10 +91,13 @@ type MonitorConfig struct {
 	// re-reads everything (power state and a CPUHotplug hint) after resume,
 	// since events during sleep are lost.
 	Logind bool
-	// SystemBusAddress is the D-Bus address used for UPower and logind,
-	// e.g. "unix:path=/run/dbus/system_bus_socket"; "" means the system
-	// bus (DBUS_SYSTEM_BUS_ADDRESS or its default path).
-	SystemBusAddress string
+	// Bus is the D-Bus on which UPower and logind are looked for: "system"
+	// (or "": DBUS_SYSTEM_BUS_ADDRESS, else its default path),
+	// "session" (DBUS_SESSION_BUS_ADDRESS) or a D-Bus address such as
+	// "unix:path=/run/dbus/system_bus_socket" (a private bus standing in
+	// for the system bus). It is used only when UPower is not UPowerOff or
+	// Logind is set; a caller told to use no bus turns both off.
+	Bus string
 	// AcpidSocket is the path of acpid's event socket (conventionally
 	// /run/acpid.socket); "" disables it. Every ac_adapter or battery line
 	// is a hint to re-read.

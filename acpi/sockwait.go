@@ -134,10 +134,8 @@ func BusSocket(bus string) string {
 	return unixSocketPath(bus)
 }
 
-// systemBusSocket is the socket the system-bus client connects to.
+// systemBusSocket is the socket the bus client (UPower, logind) connects
+// to.
 func (m *Monitor) systemBusSocket() string {
-	if m.cfg.SystemBusAddress != "" {
-		return BusSocket(m.cfg.SystemBusAddress)
-	}
-	return BusSocket("system")
+	return BusSocket(m.busAddress())
 }

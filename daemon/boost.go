@@ -86,14 +86,3 @@ func (d *Daemon) boostUncontrollable(err error) {
 	}
 	d.log.WithError(err).Warn("changing boost failed")
 }
-
-// systemBusAddress is the system bus the optional acpi sources (UPower,
-// logind) use: the daemon's own bus when it was given as an address (a
-// private test bus stands in for the system bus), else the real one.
-func (d *Daemon) systemBusAddress() string {
-	switch d.cfg.Bus {
-	case "system", "session", "none":
-		return ""
-	}
-	return d.cfg.Bus
-}

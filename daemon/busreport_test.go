@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/godbus/dbus/v5"
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
@@ -86,5 +87,68 @@ func TestBusFailureEachKindLogged(t *testing.T) {
 	})
 	if got := busEntries(hook, logrus.WarnLevel, ""); len(got) != 2 {
 		t.Errorf("warnings: %s; want exactly two, one per kind of failure (%q, %q)", describe(got), connect, refused)
+	}
+}
+
+// uniqueNames lists the connections on conn's bus (unique names).
+func uniqueNames(t *testing.T, conn *dbus.Conn) []string {
+	t.Helper()
+	var names []string
+	if err := conn.BusObject().Call("org.freedesktop.DBus.ListNames", 0).Store(&names); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, n := range names {
+		if strings.HasPrefix(n, ":") {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// TestBusNoneConnectsNowhere is issue 13's trap: --bus none still
+// connected to the system bus for the UPower and logind hints. Here the
+// "system bus" (DBUS_SYSTEM_BUS_ADDRESS) is a private one. Daemon A runs
+// with bus none and UPower auto and logind on; daemon B, started after A
+// is ready, with bus system, shows that the address is the one a daemon
+// would use: once B owns its name and its hints are connected, the bus
+// has exactly the test's and B's two connections, none of A's.
+func TestBusNoneConnectsNowhere(t *testing.T) {
+	testutil.NeedBusDaemon(t)
+	bus := testutil.StartBus(t, testutil.BusOptions{System: true})
+	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", bus.Addr)
+	conn, err := dbus.Connect(bus.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	logA := testutil.Logger(t)
+	hookA := logtest.NewLocal(logA)
+	newMockLaptop(t).startWith(t, func(c *Config) { c.Bus, c.UPower, c.Logind, c.Log = "none", "auto", true, logA })
+	logB := testutil.Logger(t)
+	hookB := logtest.NewLocal(logB)
+	newMockLaptop(t).startWith(t, func(c *Config) { c.Bus, c.UPower, c.Logind, c.Log = "system", "auto", true, logB })
+
+	connected := func(h *logtest.Hook) bool {
+		for _, e := range h.AllEntries() {
+			if e.Data["component"] == "acpi" && e.Message == "system bus connected" {
+				return true
+			}
+		}
+		return false
+	}
+	testutil.Eventually(t, "daemon B on the bus with its hints", func() (bool, string) {
+		owned, seen := testutil.NameOwned(conn, BusName)
+		return owned && connected(hookB), seen
+	})
+	if names := uniqueNames(t, conn); len(names) != 3 {
+		t.Errorf("connections on the bus: %q; want 3 (the test, daemon B's name and its hints), none of the daemon with bus none", names)
+	}
+	if connected(hookA) {
+		t.Error("the daemon with bus none connected its hints to a bus")
+	}
+	if got := busEntries(hookA, logrus.InfoLevel, "D-Bus disabled"); len(got) != 1 {
+		t.Errorf("daemon A's log: %s; want one \"D-Bus disabled\"", describe(busEntries(hookA, logrus.InfoLevel, "")))
 	}
 }

@@ -50,7 +50,10 @@ type Config struct {
 	TreeBackend string
 	// StateDir holds state.json.
 	StateDir string
-	// Bus is "system", "session", "none" or a D-Bus address.
+	// Bus is the one D-Bus the daemon uses, for its own name and for the
+	// UPower and logind hints alike: "system", "session", a D-Bus address,
+	// or "none" for no D-Bus at all (UPower and Logind are then off; UPower
+	// "on" is an error).
 	Bus string
 	// Events is the power-event source: "auto", "netlink" or "fsnotify".
 	Events string
@@ -80,7 +83,7 @@ type Config struct {
 	BoostOnBattery string
 	// UPower ("auto", "on", "off"), Logind and AcpidSocket ("" = off)
 	// enable the optional power event sources of package acpi; all of them
-	// only trigger a re-read of sysfs.
+	// only trigger a re-read of sysfs. UPower and Logind use Bus.
 	UPower      string
 	Logind      bool
 	AcpidSocket string
@@ -175,8 +178,8 @@ type Daemon struct {
 // Zero durations take their defaults; a duration out of its bounds (see
 // MinDebounce and the rest in bounds.go, e.g. a SampleInterval above
 // MaxSampleInterval) is an error naming the field, as are unknown words in
-// TreeBackend, Events, BoostOnBattery and UPower, an invalid DefaultKnob
-// and a SysfsRoot that is not a directory.
+// TreeBackend, Events, BoostOnBattery and UPower, UPower "on" with Bus
+// "none", an invalid DefaultKnob and a SysfsRoot that is not a directory.
 func New(cfg Config) (*Daemon, error) {
 	if cfg.Log == nil {
 		l := logrus.New()
@@ -239,6 +242,9 @@ func New(cfg Config) (*Daemon, error) {
 	case "auto", "on", "off":
 	default:
 		return nil, fmt.Errorf("upower %q: want auto, on or off", cfg.UPower)
+	}
+	if cfg.Bus == "none" && cfg.UPower == "on" {
+		return nil, errors.New(`upower "on" needs D-Bus, and bus is "none": use upower "auto" or "off", or another bus`)
 	}
 	if cfg.DefaultKnob != nil {
 		if err := cfg.DefaultKnob.Validate(); err != nil {
@@ -385,7 +391,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// unreachable, the keeper goroutine retries with backoff.
 	rep := &busReporter{log: d.log.WithField("component", "dbus"), bus: d.cfg.Bus}
 	if d.cfg.Bus == "none" {
-		rep.log.Info("D-Bus disabled")
+		rep.log.Info("D-Bus disabled (bus none): no bus name, no UPower or resume hints")
 	} else {
 		var fail *busFailure
 		if d.bus, fail = d.connectBus(ctx); fail != nil {
@@ -403,11 +409,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.applyBoost()
 	d.recompute("start", true)
 
+	bus, upower, logind := d.monitorBus()
 	d.mon = acpi.NewMonitor(acpi.MonitorConfig{
 		FS: d.fs, Events: d.cfg.Events, Debounce: d.cfg.Debounce, Interval: d.cfg.SafetyInterval,
-		Settle: d.cfg.Settle, UPower: d.cfg.UPower, Logind: d.cfg.Logind, AcpidSocket: d.cfg.AcpidSocket,
-		SystemBusAddress: d.systemBusAddress(),
-		Log:              d.log.WithField("component", "acpi"),
+		Settle: d.cfg.Settle, UPower: upower, Logind: logind, AcpidSocket: d.cfg.AcpidSocket,
+		Bus: bus, Log: d.log.WithField("component", "acpi"),
 	})
 	wg.Add(1)
 	go func() {
@@ -539,6 +545,17 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.notify.Watchdog()
 		}
 	}
+}
+
+// monitorBus is what the power monitor's D-Bus sources get: the daemon's
+// own bus (Config.Bus: the one bus the daemon uses, for its name and for
+// the UPower and logind hints alike) with the configured UPower and Logind;
+// with "none", no bus at all — both off, nothing connects.
+func (d *Daemon) monitorBus() (bus, upower string, logind bool) {
+	if d.cfg.Bus == "none" {
+		return "", acpi.UPowerOff, false
+	}
+	return d.cfg.Bus, d.cfg.UPower, d.cfg.Logind
 }
 
 func (d *Daemon) onPowerState(st acpi.State) {

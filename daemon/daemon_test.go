@@ -250,9 +250,10 @@ func TestDaemonRestartKeepsChoice(t *testing.T) {
 func TestNewRejectsBadConfig(t *testing.T) {
 	dir := t.TempDir()
 	for name, cfg := range map[string]Config{
-		"tree backend": {SysfsRoot: dir, TreeBackend: "nfs"},
-		"events":       {SysfsRoot: dir, Events: "poll"},
-		"sysfs root":   {SysfsRoot: filepath.Join(dir, "missing")},
+		"tree backend":            {SysfsRoot: dir, TreeBackend: "nfs"},
+		"events":                  {SysfsRoot: dir, Events: "poll"},
+		"sysfs root":              {SysfsRoot: filepath.Join(dir, "missing")},
+		"upower on without a bus": {SysfsRoot: dir, Bus: "none", UPower: "on"},
 	} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("%s: New accepted %+v", name, cfg)

@@ -193,7 +193,7 @@ func (r *busReporter) failed(f *busFailure) {
 	e := r.log.WithField("bus", r.bus).WithError(f.err)
 	switch f.step {
 	case busConnect:
-		e.Log(lvl, "no D-Bus connection; running without D-Bus and connecting when the bus is there")
+		e.Log(lvl, "no D-Bus connection; running without D-Bus (no bus name, no UPower or resume hints) and connecting when the bus is there")
 	case busNameRefused:
 		e.Log(lvl, fmt.Sprintf("the bus refused us %s; retrying in the background (on the system bus, is the policy file org.schedpolicyd.SchedPolicy1.conf installed in /usr/share/dbus-1/system.d? see the README)", BusName))
 	case busNameTaken:

@@ -29,6 +29,7 @@ func TestCLIBadInput(t *testing.T) {
 		{[]string{"--no-such-flag"}, 2, "flag provided but not defined: -no-such-flag", ""},
 		{[]string{"extra-arg"}, 2, `unexpected argument "extra-arg"`, ""},
 		{[]string{"--bus", "nonsense"}, 2, `--bus "nonsense"`, ""},
+		{append([]string{"--upower", "on"}, safe...), 2, `upower "on" needs D-Bus, and bus is "none"`, ""},
 		{[]string{"--debounce", "-1s"}, 2, "--debounce -1s: must be at least 0s and at most 1m", ""},
 		{[]string{"--debounce", "soon"}, 2, `invalid value "soon" for flag -debounce`, ""},
 		{[]string{"--sample-interval", "1ms"}, 2, "--sample-interval 1ms: must be at least 10ms", ""},

@@ -74,7 +74,9 @@ type fileConfig struct {
 	SysfsRoot *string
 	// StateDir holds state.json (absolute path).
 	StateDir *string
-	// Bus is "system", "session", "none" or a D-Bus address.
+	// Bus is "system", "session", "none" or a D-Bus address: the one bus
+	// the daemon uses, for its name and the UPower and logind hints ("none":
+	// no D-Bus at all).
 	Bus *string
 	// Debounce delays a re-read after a power event: 0 (the default,
 	// 500ms) to 1m (daemon.MinDebounce, daemon.MaxDebounce).
@@ -258,6 +260,11 @@ func parseConfig(name string, data []byte) (fileConfig, error) {
 		default:
 			bad("bus", "%q: want \"system\", \"session\", \"none\" or a D-Bus address such as \"unix:path=/run/dbus/system_bus_socket\"", b)
 		}
+	}
+
+	if fc.Bus != nil && *fc.Bus == "none" && fc.UPower != nil && *fc.UPower == "on" {
+		// daemon.New refuses the pair too (also when a flag sets one).
+		bad("upower", "\"on\" needs D-Bus, and bus is \"none\": use \"auto\" or \"off\", or another bus")
 	}
 
 	// The bounds are package daemon's (daemon.MinSampleInterval and the

@@ -178,6 +178,7 @@ func TestConfigErrors(t *testing.T) {
 		{"empty state dir", "state_dir = \"\"\n", 1, "state_dir", "absolute path"},
 		{"relative cgroup", "cgroup_root = \"schedpolicyd\"\n", 1, "cgroup_root", "absolute path"},
 		{"bus word", "bus = \"systembus\"\n", 1, "bus", "D-Bus address"},
+		{"upower on without a bus", "bus = \"none\"\n# hints\nupower = \"on\"\n", 3, "upower", `"on" needs D-Bus, and bus is "none"`},
 		{"debounce unit", "debounce = \"500\"\n", 1, "debounce", "duration"},
 		{"debounce negative", "debounce = \"-1s\"\n", 1, "debounce", "at least 0s and at most 1m"},
 		{"recheck too short", "recheck_interval = \"10ms\"\n", 1, "recheck_interval", "at least 1s"},

@@ -19,6 +19,7 @@ func FuzzParseConfig(f *testing.F) {
 		"debounce = \"500ms\"\nrecheck_interval = \"-1s\"\n",
 		"bogus_key = 1\n", "[table]\nx = 1\n", "power_aware = \"two\"\n", "debounce = \"fast\"\n",
 		"boost_on_battery = \"off\"\nupower = \"on\"\npower_profiles_api = true\n",
+		"bus = \"none\"\nupower = \"on\"\n",
 		"tree_dir = \"relative\"\n", "= = =\n", "\x00\xff", "power_aware = 1\npower_aware = 2\n",
 		"sample_interval = \"2562047h\"\n", "debounce = \"1m\"\nrecheck_interval = \"24h\"\nsample_interval = \"10ms\"\n", "sample_interval = \"1h\"\n",
 	} {
@@ -28,7 +29,9 @@ func FuzzParseConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fc, err := parseConfig("fuzz.conf", data)
 		if err == nil {
-			cfg := daemon.Config{Bus: "none", Debounce: daemon.DefaultDebounce, SampleInterval: daemon.DefaultSampleInterval}
+			// The command line's defaults (bus system): a flag that
+			// conflicts with the file is the command line's error.
+			cfg := daemon.Config{Bus: "system", Debounce: daemon.DefaultDebounce, SampleInterval: daemon.DefaultSampleInterval}
 			fc.apply(&cfg, nil)
 			cfg.SysfsRoot = sysRoot // the file's roots need not exist here
 			if _, err := daemon.New(cfg); err != nil {
