@@ -159,6 +159,44 @@ func jsonValue(name string, v dbus.Variant) any {
 	return v.Value()
 }
 
+// changeFilter remembers how watch last rendered each property, so that a
+// PropertiesChanged whose values all render as shown before prints
+// nothing: the daemon announces every change of the Workloads property,
+// utilisation included, which the text line does not show ("changed
+// Workloads=[build:0-3]" ten times a second otherwise). The JSON line
+// shows the utilisation, so there a change of it is visible and kept.
+type changeFilter struct {
+	render func(name string, v dbus.Variant) string
+	shown  map[string]string // property → as last rendered
+}
+
+func newChangeFilter(asJSON bool) *changeFilter {
+	render := formatValue
+	if asJSON {
+		render = func(name string, v dbus.Variant) string {
+			b, _ := json.Marshal(jsonValue(name, v))
+			return string(b)
+		}
+	}
+	return &changeFilter{render: render, shown: map[string]string{}}
+}
+
+// visible records changed and returns the properties whose rendering
+// differs from what was last shown (or that were never shown); empty when
+// nothing a reader of the output could see has changed.
+func (f *changeFilter) visible(changed map[string]dbus.Variant) map[string]dbus.Variant {
+	out := map[string]dbus.Variant{}
+	for name, v := range changed {
+		r := f.render(name, v)
+		if old, ok := f.shown[name]; ok && old == r {
+			continue
+		}
+		f.shown[name] = r
+		out[name] = v
+	}
+	return out
+}
+
 func (c *cli) emit(ev watchEvent, text string) {
 	if c.g.json {
 		b, _ := json.Marshal(ev)
@@ -206,6 +244,10 @@ func (c *cli) watch(args []string) int {
 		}
 	}
 	c.emit(watchEvent{Time: now(), Event: "state", Changed: jsonMap(initial)}, "state "+formatChanged(initial))
+	// Every property as it is now counts as shown: a later change prints
+	// only what differs from it.
+	filter := newChangeFilter(c.g.json)
+	filter.visible(props)
 
 	for {
 		select {
@@ -222,7 +264,10 @@ func (c *cli) watch(args []string) int {
 					continue
 				}
 				changed, ok := s.Body[1].(map[string]dbus.Variant)
-				if !ok || len(changed) == 0 {
+				if !ok {
+					continue
+				}
+				if changed = filter.visible(changed); len(changed) == 0 {
 					continue
 				}
 				c.emit(watchEvent{Time: now(), Event: "changed", Changed: jsonMap(changed)}, "changed "+formatChanged(changed))

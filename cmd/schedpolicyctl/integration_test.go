@@ -580,3 +580,107 @@ func TestCtlHelpBinary(t *testing.T) {
 		t.Errorf("no command: %v", r)
 	}
 }
+
+// mockCgroupV2 builds a directory tree shaped like a cgroup v2 hierarchy
+// (as the daemon's own tests do) whose managed parent holds one workload,
+// "build"; it returns the managed parent and build's cpu.stat, whose
+// usage_usec the test raises to make the workload look busy.
+func mockCgroupV2(t *testing.T) (managed, cpuStat string) {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "cgroup")
+	managed = filepath.Join(root, "schedpolicyd")
+	testutil.Put(t, root+"/cgroup.controllers", "cpuset cpu io memory")
+	testutil.Put(t, root+"/cgroup.subtree_control", "cpuset cpu")
+	testutil.Put(t, managed+"/cgroup.controllers", "cpuset cpu")
+	testutil.Put(t, managed+"/cgroup.subtree_control", "cpuset")
+	testutil.Put(t, managed+"/cpuset.cpus.effective", "0-7")
+	testutil.Put(t, managed+"/build/cpuset.cpus", "")
+	testutil.Put(t, managed+"/build/cpuset.cpus.effective", "0-7")
+	cpuStat = managed + "/build/cpu.stat"
+	testutil.Put(t, cpuStat, "usage_usec 0\nuser_usec 0\nsystem_usec 0")
+	return managed, cpuStat
+}
+
+// TestCtlWatchPrintsVisibleChanges is issue 13's trap: watch printed the
+// same line again and again while only the workloads' utilisation changed,
+// which its line does not show. Here a workload's CPU time grows while the
+// policy is performance (its CPUs stay 0-7): the daemon announces the
+// Workloads property again and again (counted on the bus), and watch must
+// print no line that repeats the one before it, up to the next change one
+// can see (a policy switch).
+func TestCtlWatchPrintsVisibleChanges(t *testing.T) {
+	managed, cpuStat := mockCgroupV2(t)
+	d := startDaemon(t, managed)
+	if r := d.inProcess("set", "performance"); r.code != 0 {
+		t.Fatal(r)
+	}
+	mon, err := dbus.Connect(d.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mon.Close()
+	if err := mon.AddMatchSignal(dbus.WithMatchObjectPath(objectPath), dbus.WithMatchMember("PropertiesChanged")); err != nil {
+		t.Fatal(err)
+	}
+	sigs := make(chan *dbus.Signal, 256)
+	mon.Signal(sigs)
+	w := d.watch(t)
+	w.expect(t, "state ", "ActivePolicy=performance")
+
+	// Busy: a growing usage_usec, so the decayed utilisation changes at
+	// every sample; the CPUs do not (performance: every CPU).
+	usage := 0
+	utilOnly, last := 0, ""
+	testutil.Eventually(t, "five announcements of the workloads where only the utilisation changed", func() (bool, string) {
+		usage += 50000
+		os.WriteFile(cpuStat, []byte(fmt.Sprintf("usage_usec %d\nuser_usec %d\nsystem_usec 0\n", usage, usage)), 0o644)
+		for {
+			select {
+			case s := <-sigs:
+				if len(s.Body) < 2 {
+					continue
+				}
+				changed, _ := s.Body[1].(map[string]dbus.Variant)
+				v, ok := changed["Workloads"]
+				if !ok {
+					continue
+				}
+				if shown := formatValue("Workloads", v); shown == last {
+					utilOnly++
+				} else {
+					last = shown
+				}
+				continue
+			default:
+			}
+			break
+		}
+		return utilOnly >= 5, fmt.Sprintf("%d so far, workloads %s", utilOnly, last)
+	})
+
+	if r := d.inProcess("set", "powersaving"); r.code != 0 {
+		t.Fatal(r)
+	}
+	var lines []string
+	for done := false; !done; {
+		select {
+		case l, ok := <-w.lines:
+			if !ok {
+				t.Fatalf("watch ended; saw %q", lines)
+			}
+			done = strings.Contains(l, "ActivePolicy=powersaving")
+			lines = append(lines, l)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no line with ActivePolicy=powersaving; saw %q", lines)
+		}
+	}
+	prev := ""
+	for _, l := range lines {
+		_, text, _ := strings.Cut(l, " ") // after the time stamp
+		if text == prev {
+			t.Errorf("watch printed %q twice in a row; all lines:\n%s", text, strings.Join(lines, "\n"))
+		}
+		prev = text
+	}
+	t.Logf("%d announcements with only the utilisation changed; watch printed:\n%s", utilOnly, strings.Join(lines, "\n"))
+}

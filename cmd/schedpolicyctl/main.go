@@ -293,7 +293,10 @@ the polkit action org.schedpolicyd.set-policy.`,
 			name: "watch", synopsis: "watch [--json]", json: true, run: (*cli).watch,
 			help: `Print the current state, then one line per change (changed properties,
 PolicyChanged, the daemon leaving or joining the bus) until interrupted with
-Ctrl-C. With --json every line is one JSON object.`,
+Ctrl-C. A line shows only properties that look different from how they were
+last shown: workloads appear as NAME:CPUS, so a change of their utilisation
+alone prints nothing. With --json every line is one JSON object, which
+includes the utilisation.`,
 		},
 		{
 			name: "workloads", synopsis: "workloads [--json]", json: true, run: (*cli).workloads,

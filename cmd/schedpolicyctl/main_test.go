@@ -274,6 +274,40 @@ func TestCtlUnitFormatChanged(t *testing.T) {
 	}
 }
 
+// TestCtlUnitChangeFilter: watch's text lines drop a change they would
+// show exactly as before (only the workloads' utilisation moved); its JSON
+// lines, which show the utilisation, keep it.
+func TestCtlUnitChangeFilter(t *testing.T) {
+	wl := func(cpus string, util float64) dbus.Variant {
+		return dbus.MakeVariant([][]any{{"a", "/x/a", cpus, util, ""}})
+	}
+	names := func(m map[string]dbus.Variant) string { return formatChanged(m) }
+	text := newChangeFilter(false)
+	text.visible(map[string]dbus.Variant{"ActivePolicy": dbus.MakeVariant("performance"), "Workloads": wl("0-3", 0.5)})
+	for _, c := range []struct {
+		changed map[string]dbus.Variant
+		want    string
+	}{
+		{map[string]dbus.Variant{"Workloads": wl("0-3", 0.7)}, ""},                                                                  // utilisation only
+		{map[string]dbus.Variant{"Workloads": wl("0-1", 0.7)}, "Workloads=[a:0-1]"},                                                 // CPUs
+		{map[string]dbus.Variant{"Workloads": wl("0-1", 0.9), "ActivePolicy": dbus.MakeVariant("balance")}, "ActivePolicy=balance"}, // only the policy shows
+		{map[string]dbus.Variant{"ActivePolicy": dbus.MakeVariant("balance")}, ""},                                                  // the same again
+		{map[string]dbus.Variant{"Boost": dbus.MakeVariant("1")}, "Boost=1"},                                                        // never shown before
+	} {
+		if got := names(text.visible(c.changed)); got != c.want {
+			t.Errorf("text: %s shows %q, want %q", formatChanged(c.changed), got, c.want)
+		}
+	}
+	js := newChangeFilter(true)
+	js.visible(map[string]dbus.Variant{"Workloads": wl("0-3", 0.5)})
+	if got := names(js.visible(map[string]dbus.Variant{"Workloads": wl("0-3", 0.7)})); got != "Workloads=[a:0-3]" {
+		t.Errorf("JSON: a change of utilisation shows %q, want it kept", got)
+	}
+	if got := names(js.visible(map[string]dbus.Variant{"Workloads": wl("0-3", 0.7)})); got != "" {
+		t.Errorf("JSON: the same value again shows %q, want nothing", got)
+	}
+}
+
 func TestCtlUnitPrintable(t *testing.T) {
 	if got := printable("ok name"); got != "ok name" {
 		t.Error(got)
