@@ -18,7 +18,7 @@ import (
 // tree directory (the 2013 patch set's /sys/devices/system/cpu/sched_policy).
 const TreePrefix = "devices/system/cpu/sched_policy"
 
-// The six files of DESIGN.md §4.
+// The six files of DESIGN.md §4, and workloads.
 const (
 	fileAvailable        = "available_sched_policy"
 	fileCurrent          = "current_sched_policy"
@@ -26,6 +26,9 @@ const (
 	filePowerAwarePolicy = "power_aware_policy"
 	filePowerSource      = "power_source"
 	fileBoost            = "boost"
+	// fileWorkloads lists the managed workloads and their CPUs, one
+	// "NAME CPULIST" line each (workloadLines), for reading without D-Bus.
+	fileWorkloads = "workloads"
 )
 
 var treeFiles = []sysfs.TreeFile{
@@ -35,6 +38,7 @@ var treeFiles = []sysfs.TreeFile{
 	{Path: TreePrefix + "/" + filePowerAwarePolicy, Mode: 0o644},
 	{Path: TreePrefix + "/" + filePowerSource, Mode: 0o444},
 	{Path: TreePrefix + "/" + fileBoost, Mode: 0o444},
+	{Path: TreePrefix + "/" + fileWorkloads, Mode: 0o444},
 }
 
 // treeHandler serves the tree from the published snapshot and forwards
@@ -66,8 +70,34 @@ func (h treeHandler) Read(p string) []byte {
 		v = string(s.PowerSource)
 	case fileBoost:
 		v = s.Boost
+	case fileWorkloads:
+		return workloadLines(s.Workloads)
 	}
 	return []byte(v + "\n")
+}
+
+// workloadLines is the content of the workloads file: one line per
+// managed workload, sorted by name, "NAME CPULIST\n" — the cgroup
+// directory's name and the cpulist (kernel format, e.g. "0-3,8") its
+// cpuset.cpus holds as last written or read, the CPUs it got. Like the
+// paths in /proc/self/mountinfo, a name's space, tab, newline, backslash
+// and other control bytes are written as octal escapes (\040, \011, \012,
+// \134), so a line always splits into two fields. No workloads: empty.
+func workloadLines(ws []WorkloadStatus) []byte {
+	var b strings.Builder
+	for _, w := range ws {
+		for i := 0; i < len(w.Name); i++ {
+			if c := w.Name[i]; c <= ' ' || c == '\\' || c == 0x7f {
+				fmt.Fprintf(&b, "\\%03o", c)
+			} else {
+				b.WriteByte(c)
+			}
+		}
+		b.WriteByte(' ')
+		b.WriteString(w.CPUs)
+		b.WriteByte('\n')
+	}
+	return []byte(b.String())
 }
 
 // Write parses one write(2) like the patch's store(): sscanf("%15s"),
