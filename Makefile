@@ -1,5 +1,6 @@
 # schedpolicyd — build, run and test.
 #   sudo make run        build and run the daemon on this machine
+#                        (flags in ARGS="...", see schedpolicyd --help)
 #   sudo make test       install test dependencies if missing, run every test
 #                        (Go tests, the Debian package checks, then the
 #                        package under a real systemd: container and VM)
@@ -23,8 +24,9 @@ build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/schedpolicyd
 	CGO_ENABLED=0 $(GO) build -o $(CTL) ./cmd/schedpolicyctl
 
+# Pass flags with ARGS, e.g. make run ARGS="--bus unix:path=/tmp/spd-bus".
 run: build
-	./$(BIN)
+	./$(BIN) $(ARGS)
 
 # Debian packages the tests use, installed only when missing:
 # dbus-daemon and dbus-send (dbus), busctl and systemd-analyze (systemd),

@@ -110,3 +110,20 @@ func TestReadmeMockMachine(t *testing.T) {
 		t.Errorf("the tree is still mounted at %s/spd/tree after the block", tmp)
 	}
 }
+
+// TestMakeRunPassesArgs: `make run ARGS="..."` hands the flags to the
+// daemon (issue 13: make run could not pass any). make -n only prints the
+// commands.
+func TestMakeRunPassesArgs(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("needs make")
+	}
+	out, err := exec.Command("make", "-s", "-n", "-C", "../..", "run", `ARGS=--bus none --log-level debug`).Output()
+	if err != nil {
+		t.Fatalf("make -n run: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if got := lines[len(lines)-1]; got != "./bin/schedpolicyd --bus none --log-level debug" {
+		t.Errorf("make run ARGS=... runs %q, want the flags passed", got)
+	}
+}
