@@ -323,14 +323,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	defer stateLock.Close()
-	if err := os.MkdirAll(filepath.Dir(filepath.Clean(d.cfg.TreeDir)), 0o755); err != nil {
-		return fmt.Errorf("tree dir: %w", err)
-	}
-	treeLock, err := lockTreeDir(d.cfg.TreeDir)
+	treeLock, err := prepareTreeDir(d.cfg.TreeDir)
 	if err != nil {
 		return err
 	}
-	defer treeLock.Close()
+	// After the tree is closed (deferred below, so run before this):
+	// the tree directory, its lock file and the directories made for
+	// them go, unless something else is in them.
+	defer treeLock.release()
 
 	st, err := LoadState(d.cfg.StateDir)
 	if err != nil {

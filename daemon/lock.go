@@ -120,17 +120,49 @@ func checkTrusted(what, path string, st *unix.Stat_t) error {
 // a regular file owned by our euid with one link, so a planted symlink or
 // hard link can never make the daemon overwrite another file. The lock
 // lives as long as the returned file stays open; the kernel drops it when
-// the process dies, so a crash never leaves a stale lock. Errors:
-// ErrAlreadyRunning (naming the holder's pid) when another process holds
-// it, a refusal of the directory or of the file (saying what to remove or
-// fix), or the open/flock error.
+// the process dies, so a crash never leaves a stale lock. A lock file may
+// be removed by its holder on a clean stop (removeLock): a lock taken on a
+// file that is no longer at its path is let go and taken again on the
+// file there now, so two daemons never hold locks on two files of one
+// name. Errors: ErrAlreadyRunning (naming the holder's pid) when another
+// process holds it, a refusal of the directory or of the file (saying what
+// to remove or fix), or the open/flock error.
 func acquireLock(what, dir, name string) (*os.File, error) {
 	d, err := openTrustedDir(what, dir)
 	if err != nil {
 		return nil, err
 	}
 	defer d.Close()
-	path := filepath.Join(dir, name)
+	for range 16 {
+		f, err := lockAt(d, filepath.Join(dir, name), name)
+		if !errors.Is(err, errLockFileGone) {
+			return f, err
+		}
+	}
+	return nil, fmt.Errorf("lock %s: removed again and again while being locked", filepath.Join(dir, name))
+}
+
+// beforeFlock, when set (tests only), runs in lockAt between opening the
+// lock file and locking it: where a holder's removeLock can come between.
+var beforeFlock func()
+
+// errLockFileGone is lockAt's: the file locked is no longer at its path.
+var errLockFileGone = errors.New("lock file removed while being locked")
+
+// removeLock removes the lock file f holds, while still holding it, then
+// closes f: on a clean stop nothing is left beside the tree. A file that
+// is no longer f's (removed, or another daemon's after all) is left alone.
+func removeLock(f *os.File) {
+	var held, cur unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &held) == nil && unix.Lstat(f.Name(), &cur) == nil && held.Dev == cur.Dev && held.Ino == cur.Ino {
+		os.Remove(f.Name())
+	}
+	f.Close()
+}
+
+// lockAt is one attempt of acquireLock in the open directory d; path is
+// d's name joined with name, for messages.
+func lockAt(d *os.File, path, name string) (*os.File, error) {
 	fd, err := unix.Openat(int(d.Fd()), name, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0o644)
 	if errors.Is(err, unix.ELOOP) {
 		return nil, fmt.Errorf("lock %s: is a symbolic link; refusing to follow it (remove it)", path)
@@ -145,6 +177,10 @@ func acquireLock(what, dir, name string) (*os.File, error) {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	switch {
+	case st.Nlink == 0 && st.Mode&unix.S_IFMT == unix.S_IFREG:
+		// Removed by a holder that let go (removeLock) since we opened it.
+		f.Close()
+		return nil, errLockFileGone
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
 		err = fmt.Errorf("lock %s: not a regular file; refusing it (remove it)", path)
 	case st.Uid != uint32(os.Geteuid()):
@@ -155,6 +191,9 @@ func acquireLock(what, dir, name string) (*os.File, error) {
 	if err != nil {
 		f.Close()
 		return nil, err
+	}
+	if beforeFlock != nil {
+		beforeFlock()
 	}
 	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		defer f.Close()
@@ -168,6 +207,13 @@ func acquireLock(what, dir, name string) (*os.File, error) {
 			return nil, fmt.Errorf("%w: %s holds %s", ErrAlreadyRunning, heldBy(pid), path)
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	// A holder that has just let go may have removed the file first
+	// (removeLock): then this lock is on a file nobody else will open.
+	var cur unix.Stat_t
+	if err := unix.Fstatat(int(d.Fd()), name, &cur, unix.AT_SYMLINK_NOFOLLOW); err != nil || cur.Dev != st.Dev || cur.Ino != st.Ino {
+		f.Close()
+		return nil, errLockFileGone
 	}
 	f.Truncate(0)
 	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
@@ -230,6 +276,60 @@ func resolveTreeDir(dir string) (string, error) {
 	return "", fmt.Errorf("tree dir %s: %w", dir, unix.ELOOP)
 }
 
+// treeLock is the daemon's hold on its tree directory (lockTreeDir) and
+// what a clean stop removes (release).
+type treeLock struct {
+	f   *os.File
+	dir string // the tree directory, symlinks resolved
+	// ownDir: the tree directory is the daemon's to remove once empty —
+	// this run made it, or a daemon that did not stop cleanly did (its
+	// lock file was still there; a clean stop removes it).
+	ownDir bool
+	made   []string // directories above the tree this run made, deepest first
+}
+
+// prepareTreeDir makes the directories above the tree directory dir that
+// are missing (0755) and takes its lock (lockTreeDir), remembering what
+// release may remove. Errors: as lockTreeDir, or the mkdir error.
+func prepareTreeDir(dir string) (*treeLock, error) {
+	parent := filepath.Dir(filepath.Clean(dir))
+	var made []string
+	for p := parent; ; p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) || filepath.Dir(p) == p {
+			break
+		}
+		made = append(made, p)
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return nil, fmt.Errorf("tree dir: %w", err)
+	}
+	l, err := lockTreeDir(dir)
+	if err != nil {
+		for _, p := range made {
+			unix.Rmdir(p)
+		}
+		return nil, err
+	}
+	l.made = made
+	return l, nil
+}
+
+// release removes, after a clean stop (the tree closed), what the daemon
+// made for its tree: the tree directory when it is the daemon's and empty
+// (rmdir refuses a mount point or a directory with anything in it), the
+// lock file while still holding it (removeLock), then the directories
+// above it this run made, if empty. Nothing is left behind but what was
+// there before. It lets go of the lock.
+func (l *treeLock) release() {
+	if l.ownDir {
+		unix.Rmdir(l.dir)
+	}
+	removeLock(l.f)
+	for _, p := range l.made {
+		unix.Rmdir(p)
+	}
+}
+
 // lockTreeDir takes the lock of the tree directory dir:
 // <resolved dir>.lock (resolveTreeDir), in a directory that passes
 // openTrustedDir; the tree directory itself, if it exists and can be
@@ -237,7 +337,7 @@ func resolveTreeDir(dir string) (string, error) {
 // it). Errors: ErrAlreadyRunning naming the holder's pid when another
 // daemon serves the same directory under any name, a refusal of a
 // directory or of the lock file, or the resolve/open/flock error.
-func lockTreeDir(dir string) (*os.File, error) {
+func lockTreeDir(dir string) (*treeLock, error) {
 	r, err := resolveTreeDir(dir)
 	if err != nil {
 		return nil, err
@@ -246,7 +346,12 @@ func lockTreeDir(dir string) (*os.File, error) {
 	if parent == r {
 		return nil, fmt.Errorf("tree dir %s: cannot be the root directory", dir)
 	}
-	lock, err := acquireLock("tree dir's parent", parent, filepath.Base(r)+".lock")
+	name := filepath.Base(r) + ".lock"
+	_, err = os.Lstat(filepath.Join(parent, name))
+	leftBehind := err == nil
+	_, err = os.Lstat(r)
+	missing := errors.Is(err, fs.ErrNotExist)
+	lock, err := acquireLock("tree dir's parent", parent, name)
 	if err != nil {
 		return nil, err
 	}
@@ -257,5 +362,5 @@ func lockTreeDir(dir string) (*os.File, error) {
 			return nil, err
 		}
 	}
-	return lock, nil
+	return &treeLock{f: lock, dir: r, ownDir: missing || leftBehind}, nil
 }

@@ -1,0 +1,188 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+)
+
+// listTree lists every path below dir, relative to it, sorted.
+func listTree(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	filepath.WalkDir(dir, func(p string, _ os.DirEntry, err error) error {
+		if err == nil && p != dir {
+			rel, _ := filepath.Rel(dir, p)
+			out = append(out, rel)
+		}
+		return nil
+	})
+	sort.Strings(out)
+	return out
+}
+
+// runAndStop starts the daemon on m with the tree at treeDir and stops it
+// cleanly.
+func runAndStop(t *testing.T, m mockLaptop, treeDir, backend string) {
+	t.Helper()
+	_, cancel, done := m.startCfg(t, func(c *Config) { c.TreeDir, c.TreeBackend, c.CgroupRoot = treeDir, backend, "" })
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("daemon did not stop")
+	}
+}
+
+// TestCleanStopLeavesNothing is issue 13's trap: after a clean stop an
+// empty tree directory (FUSE) and <tree-dir>.lock were left behind. On
+// both backends: what the daemon made for its tree is gone after a clean
+// stop; a tree directory and lock file left by a daemon that did not stop
+// cleanly go too; a tree directory that was there before without a lock
+// file (someone else's) stays, and so do directories above it that were
+// there before.
+func TestCleanStopLeavesNothing(t *testing.T) {
+	for _, backend := range []string{"plain", "fuse"} {
+		t.Run(backend, func(t *testing.T) {
+			if backend == "fuse" {
+				needFUSE(t)
+			}
+			m := newMockLaptop(t)
+			base := t.TempDir()
+
+			// Made by this run: the tree, its lock and run/spd above it.
+			runAndStop(t, m, filepath.Join(base, "run", "spd", "tree"), backend)
+			if got := listTree(t, base); len(got) != 0 {
+				t.Errorf("left behind after a clean stop: %q, want nothing", got)
+			}
+
+			// Left by a daemon killed earlier: an empty tree directory and
+			// its lock file (with the dead daemon's pid).
+			tree := filepath.Join(base, "run", "tree")
+			testutil.Put(t, tree+".lock", "999999999")
+			if err := os.Mkdir(tree, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			runAndStop(t, m, tree, backend)
+			if got := listTree(t, base); len(got) != 1 || got[0] != "run" {
+				t.Errorf("left behind after a crash and a clean stop: %q, want only run (there before)", got)
+			}
+
+			// Someone else's directory, no lock file: kept, empty.
+			if err := os.Mkdir(tree, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			runAndStop(t, m, tree, backend)
+			if got := listTree(t, base); strings.Join(got, " ") != "run run/tree" {
+				t.Errorf("after a stop with a tree directory that was there: %q, want run and run/tree only", got)
+			}
+		})
+	}
+}
+
+// TestSecondDaemonKeepsFirstsLock: a daemon refused because another holds
+// the tree removes nothing of the first one's.
+func TestSecondDaemonKeepsFirstsLock(t *testing.T) {
+	m := newMockLaptop(t)
+	m.start(t)
+	second := newMockLaptop(t)
+	d, err := New(Config{SysfsRoot: second.sys, TreeDir: m.tree, TreeBackend: "plain", StateDir: second.state, Bus: "none",
+		Events: "none", SafetyInterval: -1, Log: testutil.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Run(context.Background()); !errors.Is(err, ErrAlreadyRunning) {
+		t.Fatalf("second daemon on the same tree: %v, want ErrAlreadyRunning", err)
+	}
+	if got := testutil.ReadTrim(t, m.tree+".lock"); got != strconv.Itoa(os.Getpid()) {
+		t.Errorf("the first daemon's lock file holds %q, want its pid %d", got, os.Getpid())
+	}
+	if _, err := os.Stat(filepath.Join(m.tree, TreePrefix, fileCurrent)); err != nil {
+		t.Errorf("the first daemon's tree: %v", err)
+	}
+}
+
+// TestLockRemovedOnReleaseStaysExclusive: holders that remove the lock
+// file as they let go (removeLock, a clean stop) and takers that opened
+// the file just before never hold two locks at once — a lock taken on a
+// file no longer at its path is taken again on the new file.
+func TestLockRemovedOnReleaseStaysExclusive(t *testing.T) {
+	dir := t.TempDir()
+	var holders, overlaps, taken atomic.Int32
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 400 {
+				f, err := acquireLock("dir", dir, "tree.lock")
+				if errors.Is(err, ErrAlreadyRunning) {
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				taken.Add(1)
+				if holders.Add(1) > 1 {
+					overlaps.Add(1)
+				}
+				time.Sleep(50 * time.Microsecond) // hold it a moment
+				holders.Add(-1)
+				removeLock(f)
+			}
+		}()
+	}
+	wg.Wait()
+	if overlaps.Load() != 0 || taken.Load() == 0 {
+		t.Errorf("%d times two holders at once (%d locks taken), want never", overlaps.Load(), taken.Load())
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "tree.lock")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lock file after every holder removed it: %v", err)
+	}
+}
+
+// TestLockTakenOnRemovedFileRetaken: daemon B opens the tree's lock file
+// just as daemon A, stopping cleanly, removes it and lets go (the
+// beforeFlock hook puts A's removeLock there). B's flock then succeeds on
+// a file no longer at its path; B must take the lock again on a new file,
+// so that C, coming next, finds it held.
+func TestLockTakenOnRemovedFileRetaken(t *testing.T) {
+	dir := t.TempDir()
+	a, err := acquireLock("dir", dir, "tree.lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	beforeFlock = func() {
+		beforeFlock = nil
+		removeLock(a)
+	}
+	t.Cleanup(func() { beforeFlock = nil })
+	b, err := acquireLock("dir", dir, "tree.lock")
+	if err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	defer b.Close()
+	if c, err := acquireLock("dir", dir, "tree.lock"); !errors.Is(err, ErrAlreadyRunning) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("C while B holds the lock: %v, want ErrAlreadyRunning (B locked the removed file)", err)
+	}
+	if got := testutil.ReadTrim(t, filepath.Join(dir, "tree.lock")); got != strconv.Itoa(os.Getpid()) {
+		t.Errorf("lock file holds %q", got)
+	}
+}
