@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"math"
 	"slices"
 )
@@ -27,6 +28,70 @@ type EnergyModel struct {
 	TurboGHz      []float64 `json:"turbo_ghz"`       // by active cores: [1 core, 2 cores, …]; the last repeats
 	Exponent      float64   `json:"exponent"`        // core power ∝ f^Exponent (P ∝ f·V², V ∝ f → 3)
 	PackageLimitW float64   `json:"package_limit_w"` // per package (PL1); 0: none
+	// Machine is the shape of the machine the parameters were fitted on.
+	// Its watts describe only that shape (Describes); on another machine
+	// they compare policies, nothing more.
+	Machine Shape `json:"machine"`
+}
+
+// Shape is a machine's layout as the energy model counts it: packages,
+// physical cores in each, hardware threads per core.
+type Shape struct {
+	Packages        int `json:"packages"`
+	CoresPerPackage int `json:"cores_per_package"`
+	ThreadsPerCore  int `json:"threads_per_core"`
+}
+
+// String reads like "1 package × 4 cores × 2 threads".
+func (s Shape) String() string {
+	n := func(v int, word string) string {
+		if v == 1 {
+			return "1 " + word
+		}
+		return fmt.Sprintf("%d %ss", v, word)
+	}
+	return n(s.Packages, "package") + " × " + n(s.CoresPerPackage, "core") + " × " + n(s.ThreadsPerCore, "thread")
+}
+
+// ShapeOf returns t's shape. uniform is false when its packages do not
+// all have the same number of cores, or its cores the same number of
+// threads (a hybrid part, CPUs offline); the counts are then the largest.
+// An empty topology is the zero Shape, uniform.
+func ShapeOf(t Topology) (s Shape, uniform bool) {
+	cores := map[int]map[int]bool{} // package → its cores
+	threads := map[int]int{}        // core → its threads
+	for _, c := range t.cpus {
+		if cores[c.Package] == nil {
+			cores[c.Package] = map[int]bool{}
+		}
+		cores[c.Package][c.Core] = true
+		threads[c.Core]++
+	}
+	s.Packages, uniform = len(cores), true
+	first := true
+	for _, cs := range cores {
+		if !first && len(cs) != s.CoresPerPackage {
+			uniform = false
+		}
+		s.CoresPerPackage, first = max(s.CoresPerPackage, len(cs)), false
+	}
+	first = true
+	for _, n := range threads {
+		if !first && n != s.ThreadsPerCore {
+			uniform = false
+		}
+		s.ThreadsPerCore, first = max(s.ThreadsPerCore, n), false
+	}
+	return s, uniform
+}
+
+// Describes reports whether t is a machine of the shape the model was
+// fitted on (Machine, with every package and core alike). When it is not,
+// Simulate's watts still rank policies on t, but are no estimate of t's
+// power.
+func (m EnergyModel) Describes(t Topology) bool {
+	s, uniform := ShapeOf(t)
+	return uniform && s == m.Machine
 }
 
 // SNBLaptop is calibrated on the seed's Sandy Bridge laptop, 4 cores × HT
@@ -36,6 +101,7 @@ type EnergyModel struct {
 var SNBLaptop = EnergyModel{
 	Name: "snb-laptop-4c8t", IdleW: 12, PackageW: 8, CoreW: 5.04, ThreadW: 1.5,
 	BaseGHz: 2.2, TurboGHz: []float64{3.3, 3.2, 3.1, 3.0}, Exponent: 3, PackageLimitW: 56,
+	Machine: Shape{Packages: 1, CoresPerPackage: 4, ThreadsPerCore: 2},
 }
 
 // SNBServer is a rough calibration on the seed's 2-socket Sandy Bridge EP
@@ -44,6 +110,7 @@ var SNBLaptop = EnergyModel{
 var SNBServer = EnergyModel{
 	Name: "snb-ep-2s8c2t", IdleW: 110, PackageW: 30, CoreW: 4.5, ThreadW: 5,
 	BaseGHz: 2.7, TurboGHz: []float64{3.5, 3.5, 3.4, 3.4, 3.2, 3.2, 3.1, 3.1}, Exponent: 3, PackageLimitW: 150,
+	Machine: Shape{Packages: 2, CoresPerPackage: 8, ThreadsPerCore: 2},
 }
 
 // Estimate is the model's result for one plan.

@@ -47,3 +47,35 @@ func TestEnergyExactLaptop(t *testing.T) {
 		t.Fatalf("idle machine: %+v, want %.0f W", e, SNBLaptop.IdleW)
 	}
 }
+
+// TestEnergyModelDescribes: each model describes exactly the machine it was
+// fitted on; another shape, or a machine whose packages or cores differ,
+// is not described.
+func TestEnergyModelDescribes(t *testing.T) {
+	hybrid := MustBuildTopology([]CPUDesc{{ID: 0, Core: 0}, {ID: 1, Core: 0}, {ID: 2, Core: 2}}) // one core with SMT, one without
+	for _, c := range []struct {
+		name    string
+		topo    Topology
+		shape   string
+		uniform bool
+		laptop  bool // SNBLaptop.Describes
+		server  bool // SNBServer.Describes
+	}{
+		{"SNB laptop", snbLaptop, "1 package × 4 cores × 2 threads", true, true, false},
+		{"SNB EP", snbEP, "2 packages × 8 cores × 2 threads", true, false, true},
+		{"NHM EP", nhmEP, "2 packages × 4 cores × 2 threads", true, false, false},
+		{"2 vCPUs", twoCPU, "1 package × 2 cores × 1 thread", true, false, false},
+		{"hybrid", hybrid, "1 package × 2 cores × 2 threads", false, false, false},
+	} {
+		s, uniform := ShapeOf(c.topo)
+		if s.String() != c.shape || uniform != c.uniform {
+			t.Errorf("%s: ShapeOf = %s, uniform %v; want %s, %v", c.name, s, uniform, c.shape, c.uniform)
+		}
+		if got := SNBLaptop.Describes(c.topo); got != c.laptop {
+			t.Errorf("%s: SNBLaptop.Describes = %v", c.name, got)
+		}
+		if got := SNBServer.Describes(c.topo); got != c.server {
+			t.Errorf("%s: SNBServer.Describes = %v", c.name, got)
+		}
+	}
+}

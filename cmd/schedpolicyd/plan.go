@@ -27,8 +27,13 @@ type planReport struct {
 	Active    planActive        `json:"active"`
 	Watts     float64           `json:"watts"` // the energy model's estimate for the loads under this plan
 	Model     string            `json:"model"` // which calibration produced Watts
-	Levels    []string          `json:"levels"`
-	Spread    bool              `json:"spread"` // some domain was balanced for performance
+	// ModelDescribes is false when the machine is not of the shape the
+	// model was fitted on (policy.EnergyModel.Describes): Watts then only
+	// compare policies on it; ModelNote says so, with both shapes.
+	ModelDescribes bool     `json:"model_describes_machine"`
+	ModelNote      string   `json:"model_note,omitempty"`
+	Levels         []string `json:"levels"`
+	Spread         bool     `json:"spread"` // some domain was balanced for performance
 }
 
 // planActive counts the union of the workloads' cpusets: what the plan
@@ -144,6 +149,11 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 		r.Workloads[l.Name] = sysfs.NewCPUSet(plan.CPUs[l.Name]...).String()
 	}
 	r.Active = activeCounts(descs, plan.Active)
+	if r.ModelDescribes = model.Describes(topo); !r.ModelDescribes {
+		shape, _ := policy.ShapeOf(topo)
+		r.ModelNote = fmt.Sprintf("the %s model was fitted on %s; this machine is %s: its watts compare the policies, they are no estimate of this machine's power",
+			model.Name, model.Machine, shape)
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -164,6 +174,9 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "active:    %d packages, %d cores, %d threads (%s)\n", r.Active.Packages, r.Active.Cores, r.Active.Threads, r.Active.CPUs)
 	fmt.Fprintf(stdout, "energy:    %.1f W (model %s; an estimate, not a measurement)\n", r.Watts, r.Model)
+	if r.ModelNote != "" {
+		fmt.Fprintf(stdout, "           %s\n", r.ModelNote)
+	}
 	return 0
 }
 

@@ -74,14 +74,16 @@ func TestPlanGoldenJSON(t *testing.T) {
 	}{
 		{[]string{"--topology", "snb-laptop-4c8t", "--policy", "powersaving", "--load", "a=1,b=1"},
 			planReport{Topology: "snb-laptop-4c8t", Requested: "powersaving", Policy: "powersaving",
-				Workloads: map[string]string{"a": "0", "b": "4"}, Active: planActive{1, 1, 2, "0,4"}, Watts: 40, Model: "snb-laptop-4c8t", Levels: []string{"SMT", "MC"}}},
+				Workloads: map[string]string{"a": "0", "b": "4"}, Active: planActive{1, 1, 2, "0,4"}, Watts: 40, Model: "snb-laptop-4c8t", ModelDescribes: true, Levels: []string{"SMT", "MC"}}},
 		{[]string{"--topology", "snb-laptop-4c8t", "--policy", "balance", "--load", "a=1,b=1,c=1,d=1,e=1,f=1"},
 			planReport{Topology: "snb-laptop-4c8t", Requested: "balance", Policy: "performance",
 				Workloads: map[string]string{"a": "0-7", "b": "0-7", "c": "0-7", "d": "0-7", "e": "0-7", "f": "0-7"},
-				Active:    planActive{1, 4, 8, "0-7"}, Watts: 68, Model: "snb-laptop-4c8t", Levels: []string{"SMT", "MC"}, Spread: true}},
+				Active:    planActive{1, 4, 8, "0-7"}, Watts: 68, Model: "snb-laptop-4c8t", ModelDescribes: true, Levels: []string{"SMT", "MC"}, Spread: true}},
 		{[]string{"--sysfs-root", "../../sysfs/testdata/topology/nhm-ep-2s4c2t", "--policy", "powersaving", "--load", "build=3:3"},
 			planReport{Topology: "../../sysfs/testdata/topology/nhm-ep-2s4c2t", Requested: "powersaving", Policy: "powersaving",
-				Workloads: map[string]string{"build": "0-1,8"}, Active: planActive{1, 2, 3, "0-1,8"}, Watts: 0, Model: "snb-ep-2s8c2t", Levels: []string{"SMT", "MC", "NUMA"}}},
+				Workloads: map[string]string{"build": "0-1,8"}, Active: planActive{1, 2, 3, "0-1,8"}, Watts: 0, Model: "snb-ep-2s8c2t",
+				ModelNote: "the snb-ep-2s8c2t model was fitted on 2 packages × 8 cores × 2 threads; this machine is 2 packages × 4 cores × 2 threads: its watts compare the policies, they are no estimate of this machine's power",
+				Levels:    []string{"SMT", "MC", "NUMA"}}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -100,6 +102,33 @@ func TestPlanGoldenJSON(t *testing.T) {
 				t.Errorf("got  %+v\nwant %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestPlanModelDoesNotDescribe is issue 13's trap: plan on a 2-vCPU VM
+// (here its shape as a mock tree: 1 package, 2 cores, no SMT) priced the
+// loads with the snb-laptop-4c8t model's 54 W and said nothing. The
+// estimate stays (it still ranks policies) and the report says the model
+// does not describe the machine, with both shapes, in JSON and in text.
+func TestPlanModelDoesNotDescribe(t *testing.T) {
+	root := t.TempDir()
+	if err := writeSysfsTree(root, preset{sockets: 1, nodesPerSocket: 1, llcsPerNode: 1, coresPerLLC: 2, threads: 1}.cpus()); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runPlan(t, "--sysfs-root", root, "--policy", "powersaving", "--load", "a=1,b=1", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var r planReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	const note = "the snb-laptop-4c8t model was fitted on 1 package × 4 cores × 2 threads; this machine is 1 package × 2 cores × 1 thread: its watts compare the policies, they are no estimate of this machine's power"
+	if r.Model != "snb-laptop-4c8t" || r.Watts != 54 || r.ModelDescribes || r.ModelNote != note {
+		t.Errorf("model %q, %v W, describes %v, note %q; want snb-laptop-4c8t, 54 W, false and %q", r.Model, r.Watts, r.ModelDescribes, r.ModelNote, note)
+	}
+	if _, out, _ := runPlan(t, "--sysfs-root", root, "--policy", "powersaving", "--load", "a=1,b=1"); !strings.Contains(out, "energy:    54.0 W (model snb-laptop-4c8t; an estimate, not a measurement)\n           "+note+"\n") {
+		t.Errorf("text output lacks the note:\n%s", out)
 	}
 }
 
