@@ -152,3 +152,24 @@ func TestBusNoneConnectsNowhere(t *testing.T) {
 		t.Errorf("daemon A's log: %s; want one \"D-Bus disabled\"", describe(busEntries(hookA, logrus.InfoLevel, "")))
 	}
 }
+
+// TestKnobLoggedBeforePolicy is issue 13's order trap: "policy changed"
+// was logged before the "knob changed" that caused it.
+func TestKnobLoggedBeforePolicy(t *testing.T) {
+	m := newMockLaptop(t) // on AC: performance
+	log := testutil.Logger(t)
+	hook := logtest.NewLocal(log)
+	d := m.startWith(t, func(c *Config) { c.Log = log })
+	if err := d.writeFile(t.Context(), fileCurrent, []byte("powersaving\n"), "test"); err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, e := range hook.AllEntries() {
+		if e.Message == "knob changed" || e.Message == "policy changed" {
+			order = append(order, e.Message)
+		}
+	}
+	if strings.Join(order, ", ") != "knob changed, policy changed" {
+		t.Errorf("logged %q; want the knob change, then the policy change it caused", order)
+	}
+}

@@ -163,8 +163,11 @@ type Daemon struct {
 	effective  policy.Policy
 	kernelKnb  string
 	// unpublished: recompute leaves publishing to its caller (setKnob
-	// publishes a choice only once it is persisted).
+	// publishes a choice only once it is persisted), and its log lines
+	// wait in heldLogs, so that the knob change is logged before the policy
+	// change it caused, and a change that is not persisted not at all.
 	unpublished  bool
+	heldLogs     []func()
 	lastSaved    State // what state.json holds, as last saved by saveState
 	holds        map[uint32]*hold
 	holdIdx      holdIndex // beside holds: cookies, holds per owner (holds.go)
@@ -658,11 +661,16 @@ func (d *Daemon) setKnob(k policy.Knob, via string) error {
 		d.lastChange = prevChange
 	}
 	d.unpublished = false
+	held := d.heldLogs
+	d.heldLogs = nil
 	d.publish()
 	if err != nil {
-		return err
+		return err // the policy went back: nothing to say but the error
 	}
 	logChange()
+	for _, log := range held {
+		log()
+	}
 	return nil
 }
 
@@ -685,7 +693,12 @@ func (d *Daemon) recompute(why string, force bool) {
 	d.policyReason = reason
 	if eff != d.effective {
 		if d.effective != "" {
-			d.log.WithFields(logrus.Fields{"from": d.effective, "to": eff, "why": why, "reason": reason}).Info("policy changed")
+			entry := d.log.WithFields(logrus.Fields{"from": d.effective, "to": eff, "why": why, "reason": reason})
+			if d.unpublished {
+				d.heldLogs = append(d.heldLogs, func() { entry.Info("policy changed") })
+			} else {
+				entry.Info("policy changed")
+			}
 		}
 		d.effective = eff
 		d.lastChange = time.Now()
