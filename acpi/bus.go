@@ -38,21 +38,14 @@ const (
 // hint: the adapter's Online, the battery's State and presence.
 var upowerDeviceProps = []string{"Online", "State", "IsPresent", "PowerSupply"}
 
-// startBus runs the system-bus client (UPower and/or logind) until ctx is
-// done, reconnecting with backoff when the bus goes away.
+// startBus runs the bus client (UPower and/or logind) until ctx is done,
+// reconnecting with backoff when the bus goes away. An outage is logged at
+// debug level only: the bus is the daemon's own (MonitorConfig.Bus), whose
+// connection already says, once, that it is missing and that the UPower
+// and resume hints wait for it.
 func (m *Monitor) startBus(ctx context.Context, wg *sync.WaitGroup) {
 	m.keepSession(ctx, wg, m.busSession, m.systemBusSocket, func(err error) {
-		// The system bus is optional: say so once per outage, loudly only
-		// when UPower was asked for explicitly.
-		e := m.log.WithError(err).WithField("address", m.busAddress())
-		switch {
-		case m.cfg.UPower == UPowerOn:
-			e.Warn("system bus unavailable; UPower and resume hints wait for it")
-		case m.cfg.Logind:
-			e.Info("system bus unavailable; resume hints wait for it")
-		default:
-			e.Debug("system bus unavailable; UPower hints wait for it")
-		}
+		m.log.WithError(err).WithField("address", m.busAddress()).Debug("bus unavailable; UPower and resume hints wait for it")
 	})
 }
 

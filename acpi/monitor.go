@@ -27,8 +27,8 @@ const (
 
 // Values of MonitorConfig.UPower.
 const (
-	UPowerAuto = "auto" // use UPower when the system bus and UPower are there, quietly otherwise
-	UPowerOn   = "on"   // use UPower; warn when the bus or UPower is missing
+	UPowerAuto = "auto" // use UPower when the bus and UPower are there, quietly otherwise
+	UPowerOn   = "on"   // use UPower; warn when UPower is missing from the bus
 	UPowerOff  = "off"  // never connect to UPower
 )
 

@@ -153,6 +153,37 @@ func TestBusNoneConnectsNowhere(t *testing.T) {
 	}
 }
 
+// TestNoBusSaidOnce is issue 13's "says so once" trap: without a bus the
+// daemon printed two lines about it, its own connection's warning and the
+// power monitor's (UPower and logind use the same bus). Only the first is
+// left, at warning level; the monitor's is a debug line. Nothing else
+// about the bus is logged above debug level.
+func TestNoBusSaidOnce(t *testing.T) {
+	m := newMockLaptop(t)
+	log := testutil.Logger(t)
+	hook := logtest.NewLocal(log)
+	addr := "unix:path=" + testutil.EscapeAddressValue(filepath.Join(t.TempDir(), "nobus"))
+	m.startWith(t, func(c *Config) { c.Bus, c.UPower, c.Logind, c.Log = addr, "auto", true, log })
+	// The monitor's outage line comes after its first connection attempt.
+	testutil.Eventually(t, "the monitor's outage at debug level", func() (bool, string) {
+		for _, e := range hook.AllEntries() {
+			if e.Data["component"] == "acpi" && strings.Contains(e.Message, "unavailable") {
+				return true, ""
+			}
+		}
+		return false, ""
+	})
+	var said []string
+	for _, e := range hook.AllEntries() {
+		if e.Level <= logrus.InfoLevel && (strings.Contains(e.Message, "bus") || strings.Contains(e.Message, "D-Bus")) {
+			said = append(said, fmt.Sprintf("%s %s %q", e.Level, e.Data["component"], e.Message))
+		}
+	}
+	if len(said) != 1 || !strings.Contains(said[0], "warning dbus \"no D-Bus connection") {
+		t.Errorf("lines about the missing bus: %q; want the one warning of the bus connection", said)
+	}
+}
+
 // TestKnobLoggedBeforePolicy is issue 13's order trap: "policy changed"
 // was logged before the "knob changed" that caused it.
 func TestKnobLoggedBeforePolicy(t *testing.T) {
