@@ -147,15 +147,21 @@ func (cl *client) Close() { cl.conn.Close() }
 
 // call invokes a setter on the daemon, allowing polkit to ask for a
 // password interactively (FlagAllowInteractiveAuthorization), and stores
-// the reply into ret. Errors are *cliError.
+// the reply into ret. Errors are *cliError, prefixed with the method.
 func (cl *client) call(method string, ret []any, args ...any) error {
+	return cl.callAs(method, method, ret, args...)
+}
+
+// callAs is call with errors prefixed with what instead (e.g. "run"), for
+// a command whose user never named the method.
+func (cl *client) callAs(what, method string, ret []any, args ...any) error {
 	call := cl.obj.Call(iface+"."+method, dbus.FlagAllowInteractiveAuthorization, args...)
 	if call.Err != nil {
-		return busError(cl.bus, method, call.Err)
+		return busError(cl.bus, what, call.Err)
 	}
 	if len(ret) > 0 {
 		if err := call.Store(ret...); err != nil {
-			return busError(cl.bus, method, fmt.Errorf("unexpected reply: %w", err))
+			return busError(cl.bus, what, fmt.Errorf("unexpected reply: %w", err))
 		}
 	}
 	return nil

@@ -415,7 +415,11 @@ func (c *cli) runCmd(args []string) int {
 		return c.fail(err)
 	}
 	var cgroup string
-	err = cl.call("CreateWorkload", []any{&cgroup}, name, uint32(pid))
+	what := "run"
+	if c.given["name"] {
+		what = "run --name " + printable(name)
+	}
+	err = cl.callAs(what, "CreateWorkload", []any{&cgroup}, name, uint32(pid))
 	cl.Close()
 	if err != nil {
 		return c.fail(err)

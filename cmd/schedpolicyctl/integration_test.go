@@ -532,8 +532,10 @@ func TestCtlRun(t *testing.T) {
 		return len(ws) == 1 && ws[0].Name == "build" && ws[0].Path == filepath.Join(cg, "build"), r.stdout
 	})
 	marker := filepath.Join(t.TempDir(), "ran")
-	if r := d.run(t, "run", "--name", "build", "--", "touch", marker); r.code != exitExists {
-		t.Errorf("run with an existing name: %v, want exit 5", r)
+	// Said in words (issue 13: it was mkdir's raw "file exists").
+	wantErr := fmt.Sprintf("schedpolicyctl: run --name build: workload %q already exists (%s); choose another name\n", "build", filepath.Join(cg, "build"))
+	if r := d.run(t, "run", "--name", "build", "--", "touch", marker); r.code != exitExists || r.stderr != wantErr {
+		t.Errorf("run with an existing name: %v, want exit 5 and %q", r, wantErr)
 	}
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("the command ran although the workload could not be created")
