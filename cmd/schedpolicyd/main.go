@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"strings"
@@ -234,6 +235,11 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 	if err := d.Run(ctx); err != nil {
+		if os.Geteuid() != 0 && errors.Is(err, fs.ErrPermission) {
+			// The defaults are root's: /var/lib, /run, the cgroup tree.
+			log.WithError(err).Error("must run as root (or with --state-dir, --tree-dir and --cgroup-root that this user may write, or --cgroup-root none)")
+			return 1
+		}
 		log.WithError(err).Error("exiting")
 		return 1
 	}
