@@ -112,6 +112,9 @@ type Snapshot struct {
 	Boost      string // "1", "0" or "unsupported"
 	Workloads  []WorkloadStatus
 	Holds      []hold
+	// Topology is the online CPUs with their package, LLC and core; the
+	// same slice from one snapshot to the next until a hotplug changes it.
+	Topology []TopologyEntry
 
 	// props are the D-Bus property values of this snapshot, computed once
 	// when it is published (Get and GetAll are the hot path); read-only.
@@ -159,6 +162,7 @@ type Daemon struct {
 	power      acpi.Decision
 	boost      string
 	topo       policy.Topology
+	topoProp   []TopologyEntry // the Topology property (topologyEntries)
 	allowed    sysfs.CPUSet
 	effective  policy.Policy
 	kernelKnb  string
@@ -601,6 +605,7 @@ func (d *Daemon) readTopology() {
 		return
 	}
 	d.topo = topo
+	d.topoProp = topologyEntries(t, d.topoProp)
 	d.allowed = t.Online
 }
 
@@ -791,6 +796,7 @@ func (d *Daemon) newSnapshot() *Snapshot {
 		Policy: d.effective, Knob: d.knob, PowerSource: d.power.Source,
 		Reason: d.power.Reason, PolicyReason: d.policyReason, LastChange: d.lastChange,
 		Boost: d.boost, Workloads: d.pl.status(), Holds: d.holdList(),
+		Topology: d.topoProp,
 	}
 	s.props = propertyValues(*s)
 	return s

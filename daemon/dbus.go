@@ -333,6 +333,10 @@ func propertyValues(snap Snapshot) map[string]any {
 	if holds == nil {
 		holds = noHolds
 	}
+	topo := snap.Topology
+	if topo == nil {
+		topo = noTopology
+	}
 	return map[string]any{
 		"ActivePolicy":      string(snap.Policy),
 		"AvailablePolicies": avail,
@@ -345,6 +349,7 @@ func propertyValues(snap Snapshot) map[string]any {
 		"Workloads":         ws,
 		"LastChange":        uint64(snap.LastChange.UnixMicro()),
 		"Holds":             holds,
+		"Topology":          topo,
 	}
 }
 
