@@ -37,7 +37,8 @@ run: build
 # for the UPower source test (upower, umockdev, gir1.2-umockdev-1.0,
 # python3-gi), and the real polkitd for the authorisation test (polkitd);
 # for systemd-test systemd-nspawn (systemd-container), debootstrap, QEMU
-# (qemu-system-x86) and mkfs.ext4 (e2fsprogs).
+# (qemu-system-x86) and mkfs.ext4 (e2fsprogs); tmux for the terminal test
+# of schedpolicyctl top, rsvg-convert (librsvg2-bin) to render plan's SVG.
 deps:
 	@missing=""; \
 	command -v dbus-daemon >/dev/null      || missing="$$missing dbus"; \
@@ -57,6 +58,8 @@ deps:
 	command -v systemd-nspawn >/dev/null   || missing="$$missing systemd-container"; \
 	command -v debootstrap >/dev/null      || missing="$$missing debootstrap"; \
 	command -v qemu-system-x86_64 >/dev/null || missing="$$missing qemu-system-x86"; \
+	command -v tmux >/dev/null             || missing="$$missing tmux"; \
+	command -v rsvg-convert >/dev/null     || missing="$$missing librsvg2-bin"; \
 	for p in upower umockdev gir1.2-umockdev-1.0 python3-gi polkitd; do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
 	done; \

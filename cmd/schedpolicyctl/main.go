@@ -4,6 +4,7 @@
 //	schedpolicyctl set POLICY
 //	schedpolicyctl auto 0|1|2
 //	schedpolicyctl watch [--json]
+//	schedpolicyctl top
 //	schedpolicyctl workloads [--json]
 //	schedpolicyctl run [--name NAME] -- CMD [ARGS...]
 //	schedpolicyctl launch --policy POLICY [--reason TEXT] -- CMD [ARGS...]
@@ -60,6 +61,8 @@ Commands:
   auto 0|1|2                       set the knob: 0 always performance,
                                    1 automatic, 2 always power-aware
   watch [--json]                   print a line per change until interrupted
+  top                              the machine as the balancer sees it, live
+                                   (one plain snapshot when not on a terminal)
   workloads [--json]               list managed workloads
   run [--name NAME] -- CMD [ARGS]  run CMD in a new managed workload
   launch --policy POLICY [--reason TEXT] -- CMD [ARGS]
@@ -297,6 +300,18 @@ Ctrl-C. A line shows only properties that look different from how they were
 last shown: workloads appear as NAME:CPUS, so a change of their utilisation
 alone prints nothing. With --json every line is one JSON object, which
 includes the utilisation.`,
+		},
+		{
+			name: "top", synopsis: "top", run: (*cli).top,
+			help: `Show the machine as the balancer sees it and keep the view up to date:
+the policy and why, the power source, boost, the measured watts of the
+current policy on this power source (when the daemon measures energy), the
+packages, LLCs and cores with each CPU's utilisation and the workloads that
+hold it (by letter), and the workloads. The daemon measures utilisation per
+workload, so a CPU's figure is the workloads' utilisation spread over their
+CPUs. It changes only when the daemon signals a change; it never polls.
+Keys: q quits, up/down and PgUp/PgDn scroll. When standard output is not a
+terminal it prints one snapshot, 80 columns wide, and exits.`,
 		},
 		{
 			name: "workloads", synopsis: "workloads [--json]", json: true, run: (*cli).workloads,
