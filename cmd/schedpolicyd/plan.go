@@ -57,8 +57,9 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 	allowedSpec := fl.String("allowed", "", "cpulist of CPUs to hand out (default: all)")
 	asJSON := fl.Bool("json", false, "print JSON instead of text")
 	writeTree := fl.String("write-sysfs", "", "write the preset's mock sysfs tree into this directory and exit")
+	svgFile := fl.String("svg", "", "also draw the plan as an SVG picture into `FILE` (- for standard output, instead of the text)")
 	fl.Usage = func() {
-		fmt.Fprintln(fl.Output(), "Usage: schedpolicyd plan (--sysfs-root DIR | --topology PRESET) --policy P --load NAME=UTIL[:THREADS],... [--allowed LIST] [--json]")
+		fmt.Fprintln(fl.Output(), "Usage: schedpolicyd plan (--sysfs-root DIR | --topology PRESET) --policy P --load NAME=UTIL[:THREADS],... [--allowed LIST] [--json] [--svg FILE]")
 		fmt.Fprintln(fl.Output(), "       schedpolicyd plan --topology PRESET --write-sysfs DIR")
 		fl.PrintDefaults()
 	}
@@ -153,6 +154,11 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 		shape, _ := policy.ShapeOf(topo)
 		r.ModelNote = fmt.Sprintf("the %s model was fitted on %s; this machine is %s: its watts compare the policies, they are no estimate of this machine's power",
 			model.Name, model.Machine, shape)
+	}
+	if *svgFile != "" {
+		if code, done := planSVG(*svgFile, descs, r, loads, plan, stdout, stderr); done {
+			return code
+		}
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -412,4 +418,38 @@ func writeSysfsTree(dir string, cpus []policy.CPUDesc) error {
 		}
 	}
 	return put("devices/system/node/online", sysfs.NewCPUSet(nodes...).String())
+}
+
+// planSVG writes the picture of the plan to file ("-": standard output,
+// which then carries nothing else: done). A file is written whole or not
+// at all (a temporary file renamed over it).
+func planSVG(file string, descs []policy.CPUDesc, r planReport, loads []policy.Load, plan policy.Plan, stdout, stderr io.Writer) (code int, done bool) {
+	if file == "-" {
+		if err := writePlanSVG(stdout, descs, r, loads, plan); err != nil {
+			fmt.Fprintf(stderr, "schedpolicyd plan: --svg: %v\n", err)
+			return 1, true
+		}
+		return 0, true
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*")
+	if err == nil {
+		err = writePlanSVG(tmp, descs, r, loads, plan)
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Chmod(tmp.Name(), 0o644)
+		}
+		if err == nil {
+			err = os.Rename(tmp.Name(), file)
+		}
+		if err != nil {
+			os.Remove(tmp.Name())
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "schedpolicyd plan: --svg %s: %v\n", file, err)
+		return 1, true
+	}
+	return 0, false
 }

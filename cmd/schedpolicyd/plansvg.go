@@ -1,0 +1,337 @@
+package main
+
+// `schedpolicyd plan --svg FILE`: a picture of a plan for docs and bug
+// reports. The machine is drawn as nested boxes — packages, their
+// last-level caches, cores, hardware threads — with every part that some
+// workload's cpuset allows (the plan's active CPUs) shaded and the idle
+// parts left white, and each workload's CPUs marked in its colour: a strip
+// at the foot of every thread box with one slot per workload, in the order
+// of --load. The elements carry what they show (class "cpu active|idle"
+// and data-cpu on threads, class "mark" with data-workload and data-cpu on
+// marks), so a test or a script can read the plan back from the picture.
+
+import (
+	"encoding/xml"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+)
+
+// svgColors are the workloads' colours in --load order, repeating: the
+// Okabe–Ito palette, distinguishable with the common colour-vision
+// deficiencies, without its yellow and black (too close to the shading).
+var svgColors = []string{"#0072b2", "#e69f00", "#009e73", "#d55e00", "#cc79a7", "#56b4e9"}
+
+// The shading of active and idle parts, by level.
+var (
+	svgActiveFill = map[string]string{"package": "#ececec", "llc": "#dedede", "core": "#cdcdcd", "cpu": "#a9a9a9"}
+	svgIdleFill   = map[string]string{"package": "#fcfcfc", "llc": "#ffffff", "core": "#ffffff", "cpu": "#ffffff"}
+)
+
+// svgElem is one element of the picture; Attrs keep their order, so the
+// same plan always gives the same bytes.
+type svgElem struct {
+	XMLName  xml.Name
+	Attrs    []xml.Attr `xml:",any,attr"`
+	Text     string     `xml:",chardata"`
+	Children []*svgElem
+}
+
+func elem(name string, attrs ...string) *svgElem {
+	e := &svgElem{XMLName: xml.Name{Local: name}}
+	for i := 0; i+1 < len(attrs); i += 2 {
+		e.Attrs = append(e.Attrs, xml.Attr{Name: xml.Name{Local: attrs[i]}, Value: attrs[i+1]})
+	}
+	return e
+}
+
+func (e *svgElem) add(c ...*svgElem) *svgElem { e.Children = append(e.Children, c...); return e }
+
+func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+func rect(x, y, w, h float64, attrs ...string) *svgElem {
+	return elem("rect", append([]string{"x", num(x), "y", num(y), "width", num(w), "height", num(h)}, attrs...)...)
+}
+
+func text(x, y float64, s string, attrs ...string) *svgElem {
+	t := elem("text", append([]string{"x", num(x), "y", num(y)}, attrs...)...)
+	t.Text = s
+	return t
+}
+
+// Geometry, in px (SVG user units at 1:1).
+const (
+	svgMargin   = 16.0
+	svgPad      = 6.0
+	svgGap      = 4.0
+	svgThreadH  = 34.0
+	svgMarkH    = 8.0
+	svgLabelH   = 14.0
+	svgCharW    = 6.6 // a generous average advance of 11 px sans-serif
+	svgLineH    = 18.0
+	svgCoreCols = 4 // cores per row inside an LLC
+	svgPkgCols  = 2 // packages per row
+)
+
+type svgCore struct {
+	id      int
+	threads []int
+}
+
+type svgLLC struct {
+	id    int
+	cores []svgCore
+	cpus  []int
+}
+
+type svgPkg struct {
+	id   int
+	llcs []svgLLC
+	cpus []int
+}
+
+// svgMachine groups the CPUs into packages, LLCs and cores, each in
+// ascending order of its id (the lowest CPU of the group).
+func svgMachine(descs []policy.CPUDesc) []svgPkg {
+	sorted := slices.Clone(descs)
+	slices.SortFunc(sorted, func(a, b policy.CPUDesc) int {
+		for _, d := range [][2]int{{a.Package, b.Package}, {a.LLC, b.LLC}, {a.Core, b.Core}, {a.ID, b.ID}} {
+			if d[0] != d[1] {
+				return d[0] - d[1]
+			}
+		}
+		return 0
+	})
+	var pkgs []svgPkg
+	for _, d := range sorted {
+		if len(pkgs) == 0 || pkgs[len(pkgs)-1].id != d.Package {
+			pkgs = append(pkgs, svgPkg{id: d.Package})
+		}
+		p := &pkgs[len(pkgs)-1]
+		if len(p.llcs) == 0 || p.llcs[len(p.llcs)-1].id != d.LLC {
+			p.llcs = append(p.llcs, svgLLC{id: d.LLC})
+		}
+		l := &p.llcs[len(p.llcs)-1]
+		if len(l.cores) == 0 || l.cores[len(l.cores)-1].id != d.Core {
+			l.cores = append(l.cores, svgCore{id: d.Core})
+		}
+		c := &l.cores[len(l.cores)-1]
+		c.threads = append(c.threads, d.ID)
+		l.cpus = append(l.cpus, d.ID)
+		p.cpus = append(p.cpus, d.ID)
+	}
+	for i := range pkgs {
+		slices.Sort(pkgs[i].cpus)
+		for j := range pkgs[i].llcs {
+			slices.Sort(pkgs[i].llcs[j].cpus)
+		}
+	}
+	return pkgs
+}
+
+// writePlanSVG draws the plan r (made for loads on the machine descs, with
+// plan's cpusets) as an SVG document.
+func writePlanSVG(w io.Writer, descs []policy.CPUDesc, r planReport, loads []policy.Load, plan policy.Plan) error {
+	pkgs := svgMachine(descs)
+	active := map[int]bool{}
+	for _, c := range plan.Active {
+		active[c] = true
+	}
+	holds := make([]map[int]bool, len(loads))
+	for i, l := range loads {
+		holds[i] = map[int]bool{}
+		for _, c := range plan.CPUs[l.Name] {
+			holds[i][c] = true
+		}
+	}
+	anyActive := func(cpus []int) bool { return slices.ContainsFunc(cpus, func(c int) bool { return active[c] }) }
+	state := func(on bool) string {
+		if on {
+			return "active"
+		}
+		return "idle"
+	}
+	fill := func(level string, on bool) string {
+		if on {
+			return svgActiveFill[level]
+		}
+		return svgIdleFill[level]
+	}
+
+	maxID := 0
+	maxThreads := 1
+	for _, d := range descs {
+		maxID = max(maxID, d.ID)
+	}
+	for _, p := range pkgs {
+		for _, l := range p.llcs {
+			for _, c := range l.cores {
+				maxThreads = max(maxThreads, len(c.threads))
+			}
+		}
+	}
+	threadW := math.Max(40, svgCharW*float64(len("cpu"+strconv.Itoa(maxID)))+10)
+	coreW := 2*svgPad + float64(maxThreads)*threadW + float64(maxThreads-1)*svgGap
+	coreH := svgPad + svgLabelH + svgThreadH + svgPad
+
+	// Sizes of LLCs and packages.
+	llcSize := func(l svgLLC) (float64, float64) {
+		cols := min(len(l.cores), svgCoreCols)
+		rows := (len(l.cores) + svgCoreCols - 1) / svgCoreCols
+		return 2*svgPad + float64(cols)*coreW + float64(cols-1)*svgGap,
+			svgPad + svgLabelH + float64(rows)*coreH + float64(rows-1)*svgGap + svgPad
+	}
+	pkgSize := func(p svgPkg) (float64, float64) {
+		w, h := 0.0, svgPad+svgLabelH
+		for i, l := range p.llcs {
+			lw, lh := llcSize(l)
+			w = math.Max(w, lw)
+			h += lh
+			if i > 0 {
+				h += svgGap
+			}
+		}
+		return w + 2*svgPad, h + svgPad
+	}
+	cellW, cellH := 0.0, 0.0
+	for _, p := range pkgs {
+		pw, ph := pkgSize(p)
+		cellW, cellH = math.Max(cellW, pw), math.Max(cellH, ph)
+	}
+
+	// Header.
+	title := fmt.Sprintf("schedpolicyd plan: %s, policy %s", r.Topology, r.Policy)
+	if r.Policy != r.Requested {
+		title += fmt.Sprintf(" (requested %s; the load exceeds its threshold: race to idle)", r.Requested)
+	}
+	var loadText []string
+	for _, l := range loads {
+		loadText = append(loadText, fmt.Sprintf("%s=%s:%d", l.Name, num(l.Util), l.Threads))
+	}
+	sub := fmt.Sprintf("loads %s; active %s, %s, %s (%s); model estimate %.1f W", strings.Join(loadText, " "),
+		count(r.Active.Packages, "package"), count(r.Active.Cores, "core"), count(r.Active.Threads, "thread"), orNone(r.Active.CPUs), r.Watts)
+	headH := 2*svgLineH + 8
+
+	body := elem("g", "id", "machine")
+	cols := min(len(pkgs), svgPkgCols)
+	for pi, p := range pkgs {
+		px := svgMargin + float64(pi%svgPkgCols)*(cellW+2*svgGap)
+		py := svgMargin + headH + float64(pi/svgPkgCols)*(cellH+2*svgGap)
+		pw, ph := pkgSize(p)
+		on := anyActive(p.cpus)
+		g := elem("g", "class", "package "+state(on), "data-package", strconv.Itoa(p.id))
+		g.add(rect(px, py, pw, ph, "rx", "6", "fill", fill("package", on), "stroke", "#666"),
+			text(px+svgPad, py+svgLabelH, fmt.Sprintf("package %d · cpus %s", pi, sysfs.NewCPUSet(p.cpus...)), "class", "label"))
+		ly := py + svgPad + svgLabelH
+		for li, l := range p.llcs {
+			lw, lh := llcSize(l)
+			lon := anyActive(l.cpus)
+			lg := elem("g", "class", "llc "+state(lon), "data-llc", strconv.Itoa(l.id))
+			lx := px + svgPad
+			lg.add(rect(lx, ly, lw, lh, "rx", "4", "fill", fill("llc", lon), "stroke", "#888"),
+				text(lx+svgPad, ly+svgLabelH-2, fmt.Sprintf("LLC %d · cpus %s", li, sysfs.NewCPUSet(l.cpus...)), "class", "label"))
+			for ci, c := range l.cores {
+				cx := lx + svgPad + float64(ci%svgCoreCols)*(coreW+svgGap)
+				cy := ly + svgPad + svgLabelH + float64(ci/svgCoreCols)*(coreH+svgGap)
+				con := anyActive(c.threads)
+				cg := elem("g", "class", "core "+state(con), "data-core", strconv.Itoa(c.id))
+				cg.add(rect(cx, cy, coreW, coreH, "rx", "3", "fill", fill("core", con), "stroke", "#999"),
+					text(cx+svgPad, cy+svgLabelH-3, fmt.Sprintf("core %d", c.id), "class", "small"))
+				for ti, id := range c.threads {
+					tx := cx + svgPad + float64(ti)*(threadW+svgGap)
+					ty := cy + svgPad + svgLabelH
+					ton := active[id]
+					tg := elem("g", "class", "cpu "+state(ton), "data-cpu", strconv.Itoa(id))
+					tg.add(rect(tx, ty, threadW, svgThreadH, "fill", fill("cpu", ton), "stroke", "#555"),
+						text(tx+threadW/2, ty+15, "cpu"+strconv.Itoa(id), "class", "cpu-label"))
+					slot := (threadW - 6) / float64(max(len(loads), 1))
+					for wi, l := range loads {
+						if !holds[wi][id] {
+							continue
+						}
+						tg.add(rect(tx+3+float64(wi)*slot, ty+svgThreadH-svgMarkH-3, slot, svgMarkH,
+							"class", "mark", "data-workload", l.Name, "data-cpu", strconv.Itoa(id), "fill", svgColors[wi%len(svgColors)]))
+					}
+					cg.add(tg)
+				}
+				lg.add(cg)
+			}
+			g.add(lg)
+			ly += lh + svgGap
+		}
+		body.add(g)
+	}
+	rows := (len(pkgs) + svgPkgCols - 1) / svgPkgCols
+	bodyW := float64(cols)*cellW + float64(cols-1)*2*svgGap
+	bodyBottom := svgMargin + headH + float64(rows)*cellH + float64(rows-1)*2*svgGap
+
+	// Legend: shading, then one row per workload.
+	legend := elem("g", "id", "legend")
+	y := bodyBottom + 2*svgGap
+	legend.add(rect(svgMargin, y, 12, 12, "fill", svgActiveFill["cpu"], "stroke", "#555"),
+		text(svgMargin+18, y+10, "active: in some workload's cpuset", "class", "small"),
+		rect(svgMargin+230, y, 12, 12, "fill", svgIdleFill["cpu"], "stroke", "#555"),
+		text(svgMargin+248, y+10, "idle: in none (may sleep)", "class", "small"))
+	legendW := 248 + svgCharW*float64(len("idle: in none (may sleep)"))
+	y += svgLineH
+	for i, l := range loads {
+		unit := "CPUs"
+		if l.Util == 1 {
+			unit = "CPU"
+		}
+		line := fmt.Sprintf("%s: cpus %s (util %s %s, %s)", l.Name, orNone(r.Workloads[l.Name]), num(l.Util), unit, count(l.Threads, "thread"))
+		legend.add(elem("g", "class", "workload", "data-workload", l.Name).add(
+			rect(svgMargin, y, 12, 12, "fill", svgColors[i%len(svgColors)]),
+			text(svgMargin+18, y+10, line, "class", "small")))
+		legendW = math.Max(legendW, 18+svgCharW*float64(len(line)))
+		y += svgLineH
+	}
+
+	width := math.Ceil(2*svgMargin + math.Max(bodyW, math.Max(legendW, svgCharW*1.1*float64(max(len(title), len(sub))))))
+	height := math.Ceil(y + svgMargin)
+	root := elem("svg", "xmlns", "http://www.w3.org/2000/svg", "version", "1.1",
+		"width", num(width), "height", num(height), "viewBox", fmt.Sprintf("0 0 %s %s", num(width), num(height)))
+	style := elem("style")
+	style.Text = "text{font-family:DejaVu Sans,Verdana,sans-serif;fill:#111}" +
+		".title{font-size:14px;font-weight:bold}.sub{font-size:12px}.label{font-size:11px}" +
+		".small{font-size:11px}.cpu-label{font-size:11px;text-anchor:middle}" +
+		".idle .cpu-label{fill:#777}"
+	titleEl := elem("title")
+	titleEl.Text = title
+	root.add(titleEl, style,
+		rect(0, 0, width, height, "fill", "#ffffff"),
+		text(svgMargin, svgMargin+12, title, "class", "title"),
+		text(svgMargin, svgMargin+12+svgLineH, sub, "class", "sub"),
+		body, legend)
+	if _, err := io.WriteString(w, xml.Header); err != nil {
+		return err
+	}
+	enc := xml.NewEncoder(w)
+	enc.Indent("", " ")
+	if err := enc.Encode(root); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, "\n")
+	return err
+}
+
+// count says "1 core", "2 cores".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
