@@ -214,8 +214,12 @@ func writePlanSVG(w io.Writer, descs []policy.CPUDesc, r planReport, loads []pol
 	for _, l := range loads {
 		loadText = append(loadText, fmt.Sprintf("%s=%s:%d", l.Name, num(l.Util), l.Threads))
 	}
-	sub := fmt.Sprintf("loads %s; active %s, %s, %s (%s); model estimate %.1f W", strings.Join(loadText, " "),
-		count(r.Active.Packages, "package"), count(r.Active.Cores, "core"), count(r.Active.Threads, "thread"), orNone(r.Active.CPUs), r.Watts)
+	watts := fmt.Sprintf("model estimate %.1f W", r.Watts)
+	if !r.ModelDescribes {
+		watts = fmt.Sprintf("model %.1f W (ranks the policies only: not fitted on this machine's shape)", r.Watts)
+	}
+	sub := fmt.Sprintf("loads %s; active %s, %s, %s (%s); %s", strings.Join(loadText, " "),
+		count(r.Active.Packages, "package"), count(r.Active.Cores, "core"), count(r.Active.Threads, "thread"), orNone(r.Active.CPUs), watts)
 	headH := 2*svgLineH + 8
 
 	body := elem("g", "id", "machine")
