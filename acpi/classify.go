@@ -336,6 +336,28 @@ func hasSystemBattery(supplies []sysfs.PowerSupply) bool {
 	return false
 }
 
+// SystemBatteries returns the batteries among supplies that power the
+// system, in the order given: type Battery and not set aside by rule 1
+// (scope Device, a peripheral driver's name without scope, present=0).
+// While the machine runs on battery (rule 3), their discharge is its
+// draw; a mouse's or a phone's battery says nothing about it. It is pure.
+func SystemBatteries(supplies []sysfs.PowerSupply) []sysfs.PowerSupply {
+	var out []sysfs.PowerSupply
+	for _, ps := range supplies {
+		if ps.Type != "Battery" || ps.Scope == "Device" {
+			continue
+		}
+		if (ps.Scope == "" || ps.Scope == "Unknown") && peripheralName(ps.Name) {
+			continue
+		}
+		if ps.Present != nil && *ps.Present == 0 {
+			continue
+		}
+		out = append(out, ps)
+	}
+	return out
+}
+
 // usbSourceOnly reports whether the USB-C ports next to supply name are in
 // power source role: some port below the supply's parent device reports
 // power_role "[source]" and none reports "[sink]", as systemd's

@@ -341,3 +341,49 @@ func TestReadNoClassDir(t *testing.T) {
 		t.Fatalf("want %+v, got %+v", want, d)
 	}
 }
+
+// TestSystemBatteries: only the batteries that power the machine, by rule
+// 1, on the shared corpus and on the cases it lacks.
+func TestSystemBatteries(t *testing.T) {
+	fixtureCases(t) // skips without the corpus
+	names := func(ps []sysfs.PowerSupply) []string {
+		var out []string
+		for _, p := range ps {
+			out = append(out, p.Name)
+		}
+		return out
+	}
+	for dir, want := range map[string][]string{
+		"surface-pro-on-battery":            {"BAT1"},
+		"thinkpad-dual-battery-on-battery":  {"BAT0", "BAT1"},
+		"desktop-hidpp-mouse-keyboard":      nil, // scope Device
+		"desktop-ps-controller-discharging": nil, // a controller, discharging
+		"hp-envy-stylus-hid-online":         {"BAT0"},
+		"desktop-no-power-supply":           nil,
+		"thinkpad-x13s-qcom-battmgr":        {"qcom-battmgr-bat"},
+	} {
+		t.Run(dir, func(t *testing.T) {
+			supplies, err := mustFS(t, filepath.Join(fixtureDir, dir, "sys")).PowerSupplies()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := names(SystemBatteries(supplies)); !reflect.DeepEqual(got, want) {
+				t.Errorf("SystemBatteries = %v, want %v", got, want)
+			}
+		})
+	}
+	zero, one := int64(0), int64(1)
+	got := names(SystemBatteries([]sysfs.PowerSupply{
+		{Name: "BAT0", Type: "Battery", Present: &zero}, // removed
+		{Name: "BAT1", Type: "Battery", Present: &one},  // present
+		{Name: "BAT2", Type: "Battery"},                 // no present attribute: present
+		{Name: "hidpp_battery_3", Type: "Battery"},      // peripheral driver, no scope
+		{Name: "wacom_battery_0", Type: "Battery", Scope: "Unknown"},
+		{Name: "axp20x-battery", Type: "Battery"}, // a system fuel gauge
+		{Name: "AC", Type: "Mains", Online: &one}, // not a battery
+		{Name: "BAT9", Type: "Battery", Scope: "Device", Present: &one},
+	}))
+	if want := []string{"BAT1", "BAT2", "axp20x-battery"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("SystemBatteries = %v, want %v", got, want)
+	}
+}
