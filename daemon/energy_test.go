@@ -1,0 +1,407 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+)
+
+// The RAPL counter range of Intel parts (2³² units of 61.04 µJ), µJ.
+const raplRange = 262143328850
+
+// fakeClock is the meter's time: it moves only when the test says.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time                { return c.t }
+func (c *fakeClock) add(d time.Duration)           { c.t = c.t.Add(d) }
+func newClock() *fakeClock                         { return &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
+func secs(n float64) time.Duration                 { return time.Duration(n * float64(time.Second)) }
+func key(p policy.Policy, s acpi.Source) energyKey { return energyKey{p, s} }
+
+// meterMachine is a mock sysfs root the meter reads, built in code (zone
+// names hold ":", which committed file names may not).
+type meterMachine struct {
+	t    *testing.T
+	root string
+	fs   sysfs.FS
+}
+
+func newMeterMachine(t *testing.T) *meterMachine {
+	t.Helper()
+	root := t.TempDir()
+	fsys, err := sysfs.NewFS(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &meterMachine{t: t, root: root, fs: fsys}
+}
+
+// zone creates or updates a RAPL zone: name attribute, counter (µJ),
+// range and power limit (µW; 0 none).
+func (m *meterMachine) zone(zone, name string, energy, rng, limitUW uint64) {
+	d := filepath.Join(m.root, "class/powercap", zone)
+	testutil.Put(m.t, d+"/name", name)
+	testutil.Put(m.t, d+"/max_energy_range_uj", strconv.FormatUint(rng, 10))
+	m.counter(zone, energy)
+	if limitUW > 0 {
+		testutil.Put(m.t, d+"/constraint_0_power_limit_uw", strconv.FormatUint(limitUW, 10))
+	}
+}
+
+func (m *meterMachine) counter(zone string, energy uint64) {
+	testutil.Put(m.t, filepath.Join(m.root, "class/powercap", zone, "energy_uj"), strconv.FormatUint(energy, 10))
+}
+
+// battery writes a supply's attributes (name → value; "" removes one).
+func (m *meterMachine) supply(name string, attrs map[string]string) {
+	for a, v := range attrs {
+		p := filepath.Join(m.root, "class/power_supply", name, a)
+		if v == "" {
+			os.Remove(p)
+			continue
+		}
+		testutil.Put(m.t, p, v)
+	}
+}
+
+func (m *meterMachine) meter(c *fakeClock, saved ...EnergyTotal) (*energyMeter, *logtest.Hook) {
+	log, hook := logtest.NewNullLogger()
+	log.SetLevel(logrus.DebugLevel)
+	return newEnergyMeter(m.fs, log, c.now, saved), hook
+}
+
+func checkTotals(t *testing.T, m *energyMeter, want []EnergyTotal) {
+	t.Helper()
+	got := m.Totals()
+	if len(want) == 0 {
+		want = []EnergyTotal{}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("totals:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// TestEnergyRAPLSegments: each segment's counter delta goes to the policy
+// and power source in force; psys and subzones are not added to the
+// packages; every zone keeps its own total.
+func TestEnergyRAPLSegments(t *testing.T) {
+	mm := newMeterMachine(t)
+	mm.zone("intel-rapl:0", "package-0", 10_000_000, raplRange, 15_000_000)
+	mm.zone("intel-rapl:0:0", "core", 4_000_000, raplRange, 0)
+	mm.zone("intel-rapl:1", "package-1", 20_000_000, raplRange, 15_000_000)
+	mm.zone("intel-rapl:2", "psys", 90_000_000, raplRange, 0)
+	c := newClock()
+	m, _ := mm.meter(c)
+	m.start(key(policy.Performance, acpi.AC), false)
+	if m.Source() != EnergySourceRAPL {
+		t.Fatalf("source %q, want rapl", m.Source())
+	}
+
+	c.add(2 * time.Second)
+	mm.counter("intel-rapl:0", 11_500_000) // +1.5 J
+	mm.counter("intel-rapl:0:0", 5_000_000)
+	mm.counter("intel-rapl:1", 20_250_000) // +0.25 J
+	mm.counter("intel-rapl:2", 99_000_000) // +9 J, not added
+	if !m.closeSegment(key(policy.Powersaving, acpi.Battery), true) {
+		t.Fatal("closeSegment reported no change")
+	}
+	checkTotals(t, m, []EnergyTotal{{policy.Performance, acpi.AC, 1.75, 2}})
+
+	c.add(4 * time.Second)
+	mm.counter("intel-rapl:0", 14_500_000) // +3 J
+	mm.counter("intel-rapl:1", 21_250_000) // +1 J
+	m.closeSegment(key(policy.Performance, acpi.AC), false)
+	c.add(1 * time.Second)
+	mm.counter("intel-rapl:0", 15_000_000) // +0.5 J, into the existing total
+	m.closeSegment(key(policy.Performance, acpi.AC), false)
+	checkTotals(t, m, []EnergyTotal{{policy.Performance, acpi.AC, 2.25, 3}, {policy.Powersaving, acpi.Battery, 4, 4}})
+	if got, want := m.zones(), []zoneEnergy{
+		{"intel-rapl:0", "package-0", 5}, {"intel-rapl:0:0", "core", 1}, {"intel-rapl:1", "package-1", 1.25}, {"intel-rapl:2", "psys", 9},
+	}; !reflect.DeepEqual(got, want) {
+		t.Errorf("zones %+v, want %+v", got, want)
+	}
+}
+
+// TestEnergyRAPLWrap: a counter that passes max_energy_range_uj starts
+// again at 0; the energy across the wrap is range − previous + current.
+func TestEnergyRAPLWrap(t *testing.T) {
+	mm := newMeterMachine(t)
+	mm.zone("intel-rapl:0", "package-0", raplRange-1_000_000, raplRange, 64_000_000)
+	c := newClock()
+	m, hook := mm.meter(c)
+	m.start(key(policy.Balance, acpi.Unknown), false)
+	c.add(3 * time.Second)
+	mm.counter("intel-rapl:0", 500_000) // 1 J to the top, 0.5 J after it
+	m.closeSegment(key(policy.Balance, acpi.Unknown), false)
+	checkTotals(t, m, []EnergyTotal{{policy.Balance, acpi.Unknown, 1.5, 3}})
+	for _, e := range hook.AllEntries() {
+		if e.Level <= logrus.WarnLevel {
+			t.Errorf("a wrap is normal, yet: %s %v", e.Message, e.Data)
+		}
+	}
+}
+
+// TestEnergyRAPLBackwards: a counter below its previous value that no wrap
+// explains (262 kJ in 10 s) went backwards: that interval is not counted,
+// with a warning, and the next one is, from the new value.
+func TestEnergyRAPLBackwards(t *testing.T) {
+	mm := newMeterMachine(t)
+	mm.zone("intel-rapl:0", "package-0", 5_000_000_000, raplRange, 64_000_000)
+	c := newClock()
+	m, hook := mm.meter(c)
+	m.start(key(policy.Performance, acpi.AC), false)
+	c.add(10 * time.Second)
+	mm.counter("intel-rapl:0", 1_000_000_000) // reset, e.g. by firmware at resume
+	m.closeSegment(key(policy.Performance, acpi.AC), false)
+	checkTotals(t, m, nil)
+	warned := false
+	for _, e := range hook.AllEntries() {
+		if e.Level == logrus.WarnLevel && strings.Contains(e.Data["why"].(string), "went backwards") {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Errorf("no warning about the counter; log: %v", hook.AllEntries())
+	}
+
+	c.add(5 * time.Second)
+	mm.counter("intel-rapl:0", 1_002_000_000) // +2 J
+	m.closeSegment(key(policy.Performance, acpi.AC), false)
+	checkTotals(t, m, []EnergyTotal{{policy.Performance, acpi.AC, 2, 5}})
+
+	// A forward jump no zone can draw (100 kJ in 1 s) is no measurement
+	// either.
+	c.add(1 * time.Second)
+	mm.counter("intel-rapl:0", 101_002_000_000)
+	m.closeSegment(key(policy.Performance, acpi.AC), false)
+	checkTotals(t, m, []EnergyTotal{{policy.Performance, acpi.AC, 2, 5}})
+
+	// After hours, the same wrap is plausible (≤ 1 kW on average).
+	mm.counter("intel-rapl:0", raplRange-250_000)
+	m.advance(false)
+	c.add(time.Hour)
+	mm.counter("intel-rapl:0", 10_000_000) // 0.25 J to the top, 10 J after it
+	m.closeSegment(key(policy.Performance, acpi.AC), false)
+	checkTotals(t, m, []EnergyTotal{{policy.Performance, acpi.AC, 12.25, 3605}})
+}
+
+// TestEnergyRAPLGuard: the wrap guard is half the counter's wrap period at
+// the zones' highest power limit; none without RAPL.
+func TestEnergyRAPLGuard(t *testing.T) {
+	mm := newMeterMachine(t)
+	mm.zone("intel-rapl:0", "package-0", 1, raplRange, 64_000_000)
+	mm.zone("intel-rapl:0:0", "core", 1, raplRange, 0)
+	c := newClock()
+	m, _ := mm.meter(c)
+	m.start(key(policy.Performance, acpi.AC), false)
+	// 262143328850 µJ ÷ 64 W ÷ 2 = 2047.994756640625 s.
+	if got, want := m.guardAfter(), 2047994756640*time.Nanosecond; got < want-time.Microsecond || got > want+time.Microsecond {
+		t.Errorf("guardAfter = %v, want %v", got, want)
+	}
+	// AMD's 65 kJ counter and no readable limit: 250 W.
+	mm2 := newMeterMachine(t)
+	mm2.zone("intel-rapl:0", "package-0", 1, 65_535_999_000, 0)
+	m2, _ := mm2.meter(c)
+	m2.start(key(policy.Performance, acpi.AC), false)
+	if got, want := m2.guardAfter(), 131071998*time.Microsecond; got < want-time.Microsecond || got > want+time.Microsecond {
+		t.Errorf("guardAfter without a limit = %v, want %v", got, want)
+	}
+	// Batteries do not wrap.
+	mm3 := newMeterMachine(t)
+	mm3.supply("BAT0", map[string]string{"type": "Battery", "status": "Discharging", "power_now": "5000000"})
+	m3, _ := mm3.meter(c)
+	m3.start(key(policy.Powersaving, acpi.Battery), true)
+	if g := m3.guardAfter(); g != 0 {
+		t.Errorf("guardAfter with batteries = %v, want 0 (no timer)", g)
+	}
+}
+
+// TestEnergyBattery: on battery the discharge is integrated between
+// readings (power_now µW, current_now µA × voltage_now µV); time on AC is
+// not measured; the segment that ends with the plug is priced at its last
+// reading.
+func TestEnergyBattery(t *testing.T) {
+	mm := newMeterMachine(t)
+	mm.supply("AC", map[string]string{"type": "Mains", "online": "0"})
+	mm.supply("BAT0", map[string]string{"type": "Battery", "present": "1", "status": "Discharging", "power_now": "7000000", "energy_now": "28830000"})
+	c := newClock()
+	m, _ := mm.meter(c)
+	m.start(key(policy.Powersaving, acpi.Battery), true)
+	if m.Source() != EnergySourceBattery {
+		t.Fatalf("source %q, want battery", m.Source())
+	}
+	c.add(10 * time.Second)
+	mm.supply("BAT0", map[string]string{"power_now": "5000000"})
+	m.closeSegment(key(policy.Powersaving, acpi.Battery), true) // RefreshEnergy: (7 W + 5 W) / 2 × 10 s
+	checkTotals(t, m, []EnergyTotal{{policy.Powersaving, acpi.Battery, 60, 10}})
+
+	// The driver switches to current × voltage: 0.5 A × 12 V = 6 W.
+	c.add(4 * time.Second)
+	mm.supply("BAT0", map[string]string{"power_now": "", "current_now": "500000", "voltage_now": "12000000"})
+	m.closeSegment(key(policy.Balance, acpi.Battery), true) // (5 + 6) / 2 × 4 = 22 J
+	checkTotals(t, m, []EnergyTotal{{policy.Powersaving, acpi.Battery, 82, 14}})
+
+	// Plugged in: the 8 s since the last reading are priced at 6 W.
+	c.add(8 * time.Second)
+	mm.supply("AC", map[string]string{"online": "1"})
+	mm.supply("BAT0", map[string]string{"status": "Charging", "current_now": "1500000"})
+	m.closeSegment(key(policy.Performance, acpi.AC), false)
+	checkTotals(t, m, []EnergyTotal{{policy.Balance, acpi.Battery, 48, 8}, {policy.Powersaving, acpi.Battery, 82, 14}})
+
+	// On AC nothing is measured: the batteries do not carry the draw.
+	c.add(time.Hour)
+	if m.closeSegment(key(policy.Performance, acpi.AC), false) {
+		t.Error("an AC segment measured by a charging battery changed the totals")
+	}
+	if m.Source() != EnergySourceBattery {
+		t.Errorf("source on AC %q, want battery (available, not measuring)", m.Source())
+	}
+	checkTotals(t, m, []EnergyTotal{{policy.Balance, acpi.Battery, 48, 8}, {policy.Powersaving, acpi.Battery, 82, 14}})
+}
+
+// TestEnergyVanishedBattery: when one of two discharging batteries
+// vanishes, the interval in which it did is not counted (who delivered
+// what is unknown); the next one is, from the battery that is left. A
+// single battery that vanishes takes the machine off battery power
+// (the power source becomes unknown): its segment is priced at its last
+// reading, and nothing after.
+func TestEnergyVanishedBattery(t *testing.T) {
+	mm := newMeterMachine(t)
+	mm.supply("BAT0", map[string]string{"type": "Battery", "status": "Discharging", "power_now": "3000000"})
+	mm.supply("BAT1", map[string]string{"type": "Battery", "status": "Discharging", "power_now": "4000000"})
+	c := newClock()
+	m, _ := mm.meter(c)
+	m.start(key(policy.Powersaving, acpi.Battery), true)
+	c.add(10 * time.Second)
+	if err := os.RemoveAll(filepath.Join(mm.root, "class/power_supply/BAT1")); err != nil {
+		t.Fatal(err)
+	}
+	m.closeSegment(key(policy.Powersaving, acpi.Battery), true)
+	checkTotals(t, m, nil)
+	c.add(10 * time.Second)
+	mm.supply("BAT0", map[string]string{"power_now": "5000000"})
+	m.closeSegment(key(policy.Powersaving, acpi.Battery), true) // (3 + 5) / 2 × 10
+	checkTotals(t, m, []EnergyTotal{{policy.Powersaving, acpi.Battery, 40, 10}})
+
+	c.add(2 * time.Second)
+	if err := os.RemoveAll(filepath.Join(mm.root, "class/power_supply/BAT0")); err != nil {
+		t.Fatal(err)
+	}
+	m.closeSegment(key(policy.Performance, acpi.Unknown), false) // 5 W × 2 s
+	if m.Source() != EnergySourceNone {
+		t.Errorf("source with no battery left %q, want none", m.Source())
+	}
+	c.add(time.Minute)
+	m.closeSegment(key(policy.Performance, acpi.Unknown), false)
+	checkTotals(t, m, []EnergyTotal{{policy.Powersaving, acpi.Battery, 50, 12}})
+}
+
+// TestEnergyBatteryUnits: only power_now (µW) and current_now × voltage_now
+// are powers. A battery with energy_now (µWh) alone is no source, and a
+// reading in the wrong unit (nW) is never added.
+func TestEnergyBatteryUnits(t *testing.T) {
+	t.Run("energy_now µWh only", func(t *testing.T) {
+		mm := newMeterMachine(t)
+		mm.supply("BAT0", map[string]string{"type": "Battery", "status": "Discharging", "energy_now": "28830000", "energy_full": "45040000"})
+		c := newClock()
+		m, _ := mm.meter(c)
+		m.start(key(policy.Powersaving, acpi.Battery), true)
+		c.add(10 * time.Second)
+		m.closeSegment(key(policy.Powersaving, acpi.Battery), true)
+		if m.Source() != EnergySourceNone {
+			t.Errorf("source %q, want none", m.Source())
+		}
+		checkTotals(t, m, nil)
+	})
+	t.Run("power_now in nW", func(t *testing.T) {
+		mm := newMeterMachine(t)
+		mm.supply("BAT0", map[string]string{"type": "Battery", "status": "Discharging", "power_now": "7210000000"})
+		c := newClock()
+		m, hook := mm.meter(c)
+		m.start(key(policy.Powersaving, acpi.Battery), true)
+		c.add(10 * time.Second)
+		m.closeSegment(key(policy.Powersaving, acpi.Battery), true)
+		if m.Source() != EnergySourceBattery {
+			t.Errorf("source %q, want battery", m.Source())
+		}
+		checkTotals(t, m, nil)
+		if e := hook.LastEntry(); e == nil || e.Level != logrus.WarnLevel || !strings.Contains(e.Data["why"].(string), "implausible") {
+			t.Errorf("no warning naming the implausible value: %v", hook.AllEntries())
+		}
+	})
+	t.Run("a discharging peripheral", func(t *testing.T) {
+		mm := newMeterMachine(t)
+		mm.supply("hidpp_battery_0", map[string]string{"type": "Battery", "scope": "Device", "status": "Discharging", "power_now": "100000"})
+		c := newClock()
+		m, _ := mm.meter(c)
+		m.start(key(policy.Powersaving, acpi.Battery), true)
+		c.add(10 * time.Second)
+		m.closeSegment(key(policy.Powersaving, acpi.Battery), true)
+		if m.Source() != EnergySourceNone {
+			t.Errorf("source %q, want none: a mouse is not the machine", m.Source())
+		}
+		checkTotals(t, m, nil)
+	})
+}
+
+// TestEnergyRAPLUnreadable: a RAPL counter that cannot be read (here a
+// directory in its place; as non-root, EACCES: see sysfs's
+// TestPowercapZonesUnreadableForNonRoot and the probe test) leaves the
+// batteries to measure.
+func TestEnergyRAPLUnreadable(t *testing.T) {
+	mm := newMeterMachine(t)
+	mm.zone("intel-rapl:0", "package-0", 1, raplRange, 0)
+	p := filepath.Join(mm.root, "class/powercap/intel-rapl:0/energy_uj")
+	os.Remove(p)
+	os.Mkdir(p, 0o755)
+	mm.supply("BAT0", map[string]string{"type": "Battery", "status": "Discharging", "power_now": "2000000"})
+	c := newClock()
+	m, _ := mm.meter(c)
+	m.start(key(policy.Powersaving, acpi.Battery), true)
+	c.add(3 * time.Second)
+	m.closeSegment(key(policy.Powersaving, acpi.Battery), true)
+	if m.Source() != EnergySourceBattery {
+		t.Fatalf("source %q, want battery", m.Source())
+	}
+	checkTotals(t, m, []EnergyTotal{{policy.Powersaving, acpi.Battery, 6, 3}})
+}
+
+// TestEnergySavedTotals: totals from state.json are the starting point.
+func TestEnergySavedTotals(t *testing.T) {
+	mm := newMeterMachine(t)
+	mm.zone("intel-rapl:0", "package-0", 0, raplRange, 0)
+	c := newClock()
+	m, _ := mm.meter(c, EnergyTotal{policy.Performance, acpi.AC, 100, 50}, EnergyTotal{policy.Balance, acpi.AC, 1, 1})
+	m.start(key(policy.Performance, acpi.AC), false)
+	c.add(time.Second)
+	mm.counter("intel-rapl:0", 4_000_000)
+	m.closeSegment(key(policy.Performance, acpi.AC), false)
+	checkTotals(t, m, []EnergyTotal{{policy.Performance, acpi.AC, 104, 51}, {policy.Balance, acpi.AC, 1, 1}})
+}
+
+// TestEnergyIdleSecondBattery: a second battery that does not discharge
+// (status Unknown, as the ThinkPad dual-battery fixture's BAT0) adds
+// nothing, whatever rate its firmware still shows.
+func TestEnergyIdleSecondBattery(t *testing.T) {
+	mm := newMeterMachine(t)
+	mm.supply("BAT0", map[string]string{"type": "Battery", "present": "1", "status": "Unknown", "power_now": "1000000"})
+	mm.supply("BAT1", map[string]string{"type": "Battery", "present": "1", "status": "Discharging", "power_now": "9000000"})
+	c := newClock()
+	m, _ := mm.meter(c)
+	m.start(key(policy.Powersaving, acpi.Battery), true)
+	c.add(2 * time.Second)
+	m.closeSegment(key(policy.Powersaving, acpi.Battery), true)
+	checkTotals(t, m, []EnergyTotal{{policy.Powersaving, acpi.Battery, 18, 2}})
+}
