@@ -115,6 +115,12 @@ type Snapshot struct {
 	// Topology is the online CPUs with their package, LLC and core; the
 	// same slice from one snapshot to the next until a hotplug changes it.
 	Topology []TopologyEntry
+	// EnergySource is what measures energy: EnergySourceRAPL,
+	// EnergySourceBattery or EnergySourceNone (energy.go).
+	EnergySource string
+	// Energy is the measured energy per policy and power source over every
+	// closed segment, across restarts (EnergyMeter.Totals order).
+	Energy []EnergyTotal
 
 	// props are the D-Bus property values of this snapshot, computed once
 	// when it is published (Get and GetAll are the hot path); read-only.
@@ -179,6 +185,17 @@ type Daemon struct {
 	policyReason string
 
 	stats counters // for Stats; written by the loop only
+
+	// Energy accounting (energy.go), loop-owned.
+	energy *energyMeter
+	// energyDirty: the totals changed since they were last saved.
+	energyDirty bool
+	// energyRefreshed is when RefreshEnergy last read the counters.
+	energyRefreshed time.Time
+	// energyGuard fires when RAPL must be read so no wrap is missed.
+	energyGuard *time.Timer
+
+	est estimateCache // EstimatePower's last answer (energy_model.go)
 }
 
 // New validates cfg and returns a daemon that has not started anything.
@@ -271,6 +288,7 @@ func New(cfg Config) (*Daemon, error) {
 		done:  make(chan struct{}),
 		holds: map[uint32]*hold{},
 	}
+	d.energy = newEnergyMeter(fs, d.log.WithField("component", "energy"), time.Now, nil)
 	d.pl = newPlacement(&d.cfg, d.log, &d.stats, d.done)
 	d.pl.save = func() error { return d.saveState(d.stateWith(d.knob)) }
 	return d, nil
@@ -354,6 +372,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.knob, d.knobChosen = st.StartKnob(d.cfg.DefaultKnob), st.Chosen
 	d.pl.load(st.Cgroups)
+	if st.EnergyErr != nil {
+		d.log.WithError(st.EnergyErr).Warn("ignoring the saved energy totals")
+	}
+	d.energy = newEnergyMeter(d.fs, d.log.WithField("component", "energy"), time.Now, st.Energy)
 	d.recoverBoost(st.Boost)
 	if d.power, err = acpi.Read(d.fs); err != nil {
 		d.log.WithError(err).Warn("cannot read power supplies, assuming AC")
@@ -371,6 +393,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// either can be read.
 	d.effective, d.policyReason = d.decide()
 	d.lastChange = time.Now()
+	d.energy.start(d.energyKey(), d.power.Source == acpi.Battery)
+	d.energyGuard = time.NewTimer(time.Hour)
+	defer d.energyGuard.Stop()
+	d.armEnergyGuard()
+	d.log.WithField("source", d.energy.Source()).Info("energy source")
 	d.snap.Store(d.newSnapshot())
 
 	tree, err := sysfs.ServeTree(d.treeOptions(ctx, d.cfg.TreeBackend))
@@ -548,6 +575,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case <-treeLost:
 			d.stats.events.Add(1)
 			treeLost = d.remountTree(ctx)
+		case <-d.energyGuard.C:
+			d.stats.events.Add(1)
+			d.energyGuardRead()
 		case <-wdC:
 			d.notify.Watchdog()
 		}
@@ -710,11 +740,15 @@ func (d *Daemon) recompute(why string, force bool) {
 		force = true
 		d.writeKernelKnob()
 	}
+	// The segment of the old policy or power source ends now, before the
+	// new plan's writes take effect.
+	d.followEnergy()
 	d.pl.apply(d.effective, d.topo, d.allowed, force)
 	if d.pl.plan.Policy != "" && d.pl.plan.Policy != d.effective {
 		d.policyReason += "; placing for performance: the load exceeds the packing threshold (race to idle)"
 	}
 	if !d.unpublished {
+		d.saveEnergy()
 		d.publish()
 	}
 }
@@ -796,7 +830,8 @@ func (d *Daemon) newSnapshot() *Snapshot {
 		Policy: d.effective, Knob: d.knob, PowerSource: d.power.Source,
 		Reason: d.power.Reason, PolicyReason: d.policyReason, LastChange: d.lastChange,
 		Boost: d.boost, Workloads: d.pl.status(), Holds: d.holdList(),
-		Topology: d.topoProp,
+		Topology:     d.topoProp,
+		EnergySource: d.energy.Source(), Energy: d.energy.Totals(),
 	}
 	s.props = propertyValues(*s)
 	return s
@@ -809,6 +844,8 @@ func (d *Daemon) shutdown() {
 		d.log.Warn("not everything could be restored; state.json keeps what is left for the next start")
 	}
 	d.restoreBoost()
+	// The running energy segment ends with the daemon.
+	d.energy.closeSegment(d.energyKey(), d.power.Source == acpi.Battery)
 	// What is restored is dropped from state.json; what is not (and the
 	// records of other cgroups, and the workloads we created, which the
 	// next start still removes once their tasks are gone) stays.
@@ -827,9 +864,10 @@ func (d *Daemon) saveState(st State) error {
 }
 
 // stateWith is what state.json must hold with knob k: the knob, the boost
-// setting found at start-up while we manage it, and every cgroup record.
+// setting found at start-up while we manage it, every cgroup record and the
+// energy totals.
 func (d *Daemon) stateWith(k policy.Knob) State {
-	return State{Knob: k, Chosen: d.knobChosen, Boost: d.boostOrig, Cgroups: d.pl.recordList()}
+	return State{Knob: k, Chosen: d.knobChosen, Boost: d.boostOrig, Cgroups: d.pl.recordList(), Energy: d.energy.Totals()}
 }
 
 // Reload applies a new configuration (SIGHUP). The validated cfg replaces

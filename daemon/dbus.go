@@ -350,6 +350,8 @@ func propertyValues(snap Snapshot) map[string]any {
 		"LastChange":        uint64(snap.LastChange.UnixMicro()),
 		"Holds":             holds,
 		"Topology":          topo,
+		"EnergySource":      energySourceValue(snap.EnergySource),
+		"Energy":            energyEntries(snap.Energy),
 	}
 }
 

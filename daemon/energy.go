@@ -227,8 +227,12 @@ func (m *energyMeter) closeSegment(next energyKey, onBattery bool) bool {
 }
 
 // Totals returns the closed segments' totals, in policy order
-// (performance, balance, powersaving), then ac, battery, unknown.
+// (performance, balance, powersaving), then ac, battery, unknown; nil when
+// there are none.
 func (m *energyMeter) Totals() []EnergyTotal {
+	if len(m.totals) == 0 {
+		return nil
+	}
 	out := make([]EnergyTotal, 0, len(m.totals))
 	for _, t := range m.totals {
 		out = append(out, t)

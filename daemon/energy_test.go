@@ -86,7 +86,7 @@ func checkTotals(t *testing.T, m *energyMeter, want []EnergyTotal) {
 	t.Helper()
 	got := m.Totals()
 	if len(want) == 0 {
-		want = []EnergyTotal{}
+		want = nil
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("totals:\n got %+v\nwant %+v", got, want)

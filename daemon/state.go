@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -44,6 +45,14 @@ type State struct {
 	// is written before any write it covers and dropped only once what it
 	// records has been restored, or its cgroup is gone.
 	Cgroups []Record
+	// Energy is the measured energy per policy and power source, summed
+	// over every closed segment (energy.go), in Totals order.
+	Energy []EnergyTotal
+	// EnergyErr, set by LoadState only, says why the file's energy totals
+	// were ignored (an unknown policy, a negative or non-finite value, a
+	// pair given twice); the rest of the file is used, since an energy
+	// figure is not worth a workload's original cpuset. Nil otherwise.
+	EnergyErr error
 }
 
 // StartKnob is the knob a daemon starting with this state applies: the
@@ -118,6 +127,7 @@ type persisted struct {
 	Chosen  bool                 `json:"chosen,omitempty"`
 	Boost   []sysfs.BoostSetting `json:"boost,omitempty"`
 	Cgroups []Record             `json:"cgroups,omitempty"`
+	Energy  []EnergyTotal        `json:"energy,omitempty"`
 
 	// Version 1, read only for migration (migrateV1).
 	Originals map[string]string `json:"originals,omitempty"`
@@ -197,9 +207,10 @@ var ErrCorruptState = errors.New("corrupt state file")
 // returns the default knob and no records. A version-1 file is migrated
 // (migrateV1). A file that does not parse, has another version or holds
 // invalid values returns the defaults and an error wrapping
-// ErrCorruptState (the next save replaces it). Other read errors
-// (state.json is a directory, EACCES) are returned as they are. It never
-// writes.
+// ErrCorruptState (the next save replaces it). Invalid energy totals are
+// the exception: they alone are dropped, State.EnergyErr says why, and the
+// rest of the file is used. Other read errors (state.json is a directory,
+// EACCES) are returned as they are. It never writes.
 func LoadState(dir string) (State, error) {
 	def := State{Knob: policy.DefaultKnob()}
 	path := filepath.Join(dir, StateFile)
@@ -257,14 +268,43 @@ func LoadState(dir string) (State, error) {
 			return def, fmt.Errorf("%w %s: boost setting %+v; starting from defaults", ErrCorruptState, path, b)
 		}
 	}
-	return State{Knob: p.Knob, Chosen: p.Chosen, Boost: p.Boost, Cgroups: p.Cgroups}, nil
+	st := State{Knob: p.Knob, Chosen: p.Chosen, Boost: p.Boost, Cgroups: p.Cgroups}
+	st.Energy, st.EnergyErr = validEnergy(p.Energy)
+	if st.EnergyErr != nil {
+		st.EnergyErr = fmt.Errorf("%s: %w; the energy totals start from zero", path, st.EnergyErr)
+	}
+	return st, nil
+}
+
+// validEnergy checks the energy totals of a state file: each valid
+// (EnergyTotal.validate), no (policy, power source) pair twice. On an
+// error none is used.
+func validEnergy(es []EnergyTotal) ([]EnergyTotal, error) {
+	seen := map[energyKey]bool{}
+	for _, e := range es {
+		if err := e.validate(); err != nil {
+			return nil, err
+		}
+		k := energyKey{e.Policy, e.PowerSource}
+		if seen[k] {
+			return nil, fmt.Errorf("energy total %s/%s given twice", e.Policy, e.PowerSource)
+		}
+		seen[k] = true
+	}
+	if len(es) == 0 {
+		return nil, nil
+	}
+	out := slices.Clone(es)
+	sortTotals(out)
+	return out, nil
 }
 
 // SaveState writes st to dir/state.json atomically: a temporary file in the
 // same directory, fsync, rename over the old file, fsync of the directory.
 // The directory is created (0755) if missing; the file is 0644. On any
 // error the old file is untouched and the temporary file removed. An
-// invalid knob is rejected with an error wrapping policy.ErrInvalid.
+// invalid knob is rejected with an error wrapping policy.ErrInvalid,
+// invalid energy totals (see LoadState) with an error naming the entry.
 func SaveState(dir string, st State) error {
 	if err := st.Knob.Validate(); err != nil {
 		return err
@@ -272,7 +312,10 @@ func SaveState(dir string, st State) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create state dir: %w", err)
 	}
-	b, err := json.MarshalIndent(persisted{Version: stateVersion, Knob: st.Knob, Chosen: st.Chosen, Boost: st.Boost, Cgroups: st.Cgroups}, "", "  ")
+	if _, err := validEnergy(st.Energy); err != nil {
+		return fmt.Errorf("save state: %w", err)
+	}
+	b, err := json.MarshalIndent(persisted{Version: stateVersion, Knob: st.Knob, Chosen: st.Chosen, Boost: st.Boost, Cgroups: st.Cgroups, Energy: st.Energy}, "", "  ")
 	if err != nil {
 		return err
 	}

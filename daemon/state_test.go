@@ -182,3 +182,73 @@ func lbCleared(st State) map[string]uint64 {
 	}
 	return m
 }
+
+// TestStateEnergy: the energy totals survive a save and a load; invalid
+// ones are dropped alone, with the reason, and everything else in the file
+// is used; SaveState refuses to write invalid ones.
+func TestStateEnergy(t *testing.T) {
+	dir := t.TempDir()
+	want := State{
+		Knob:    policy.DefaultKnob(),
+		Cgroups: []Record{{Path: "/sys/fs/cgroup/cpuset/schedpolicyd/w", Original: "0-3", Applied: "0"}},
+		Energy: []EnergyTotal{
+			{Policy: policy.Performance, PowerSource: "ac", Joules: 1234.5, Seconds: 60},
+			{Policy: policy.Powersaving, PowerSource: "battery", Joules: 72.1, Seconds: 10},
+		},
+	}
+	if err := SaveState(dir, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadState(dir)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v, %v; want %+v", got, err, want)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, StateFile))
+	var raw map[string]any
+	json.Unmarshal(b, &raw)
+	if e, _ := raw["energy"].([]any); len(e) != 2 || e[1].(map[string]any)["power_source"] != "battery" || e[1].(map[string]any)["joules"] != 72.1 {
+		t.Errorf("state.json energy = %v", raw["energy"])
+	}
+
+	const head = `{"version": 2, "power_aware": 2, "power_aware_policy": "balance", "cgroups": [{"path": "/a", "original_cpus": "1", "applied_cpus": "0"}], "energy": `
+	for name, energy := range map[string]string{
+		"unknown policy":   `[{"policy": "turbo", "power_source": "ac", "joules": 1, "seconds": 1}]`,
+		"unknown source":   `[{"policy": "balance", "power_source": "solar", "joules": 1, "seconds": 1}]`,
+		"negative joules":  `[{"policy": "balance", "power_source": "ac", "joules": -1, "seconds": 1}]`,
+		"huge seconds":     `[{"policy": "balance", "power_source": "ac", "joules": 1, "seconds": 1e300}]`,
+		"a pair twice":     `[{"policy": "balance", "power_source": "ac", "joules": 1, "seconds": 1}, {"policy": "balance", "power_source": "ac", "joules": 2, "seconds": 2}]`,
+		"not a list":       `{"policy": "balance"}`,
+		"joules as string": `[{"policy": "balance", "power_source": "ac", "joules": "1", "seconds": 1}]`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := t.TempDir()
+			os.WriteFile(filepath.Join(d, StateFile), []byte(head+energy+"}"), 0o644)
+			st, err := LoadState(d)
+			if name == "not a list" || name == "joules as string" {
+				// JSON of the wrong shape is a file that does not parse.
+				if !errors.Is(err, ErrCorruptState) {
+					t.Errorf("err = %v, want ErrCorruptState", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("err = %v: the rest of the file must be used", err)
+			}
+			if st.EnergyErr == nil || st.Energy != nil {
+				t.Errorf("energy %+v, EnergyErr %v; want none and a reason", st.Energy, st.EnergyErr)
+			}
+			if st.Knob.PowerAware != 2 || len(st.Cgroups) != 1 || st.Cgroups[0].Applied != "0" {
+				t.Errorf("the rest of the file was not used: %+v", st)
+			}
+		})
+	}
+
+	bad := want
+	bad.Energy = []EnergyTotal{{Policy: "turbo", PowerSource: "ac"}}
+	if err := SaveState(dir, bad); err == nil {
+		t.Error("SaveState wrote an invalid energy total")
+	}
+	if got, _ := LoadState(dir); !reflect.DeepEqual(got, want) {
+		t.Errorf("a refused save changed the file: %+v", got)
+	}
+}

@@ -258,3 +258,18 @@ func (m EnergyModel) watts(t Topology, busy []float64, coreIdx, pkgIdx []int) Es
 	}
 	return e
 }
+
+// ModelFor picks the calibration for machine t: SNBServer when it has
+// several packages, SNBLaptop otherwise (docs/ENERGY_MODEL.md, Limits: for
+// machines other than the two measured the ranking of policies means
+// something, the watts do not).
+func ModelFor(t Topology) EnergyModel {
+	pk := map[int]bool{}
+	for _, c := range t.cpus {
+		pk[c.Package] = true
+	}
+	if len(pk) > 1 {
+		return SNBServer
+	}
+	return SNBLaptop
+}

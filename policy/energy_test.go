@@ -79,3 +79,17 @@ func TestEnergyModelDescribes(t *testing.T) {
 		}
 	}
 }
+
+func TestModelFor(t *testing.T) {
+	laptop := MustBuildTopology([]CPUDesc{{ID: 0, Core: 0, Package: 0}, {ID: 1, Core: 0, Package: 0}})
+	server := MustBuildTopology([]CPUDesc{{ID: 0, Core: 0, Package: 0}, {ID: 1, Core: 1, Package: 1}})
+	if m := ModelFor(laptop); m.Name != SNBLaptop.Name {
+		t.Errorf("one package: %s, want %s", m.Name, SNBLaptop.Name)
+	}
+	if m := ModelFor(server); m.Name != SNBServer.Name {
+		t.Errorf("two packages: %s, want %s", m.Name, SNBServer.Name)
+	}
+	if m := ModelFor(Topology{}); m.Name != SNBLaptop.Name {
+		t.Errorf("empty machine: %s, want %s", m.Name, SNBLaptop.Name)
+	}
+}

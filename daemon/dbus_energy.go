@@ -1,0 +1,77 @@
+package daemon
+
+import (
+	"context"
+
+	"github.com/godbus/dbus/v5"
+)
+
+// The energy part of Interface (issue 14): the EnergySource and Energy
+// properties, RefreshEnergy and EstimatePower.
+
+// energyEntry is one element of the Energy property, signature (ssdd):
+// policy, power source, joules (J), seconds (s).
+type energyEntry struct {
+	Policy, PowerSource string
+	Joules, Seconds     float64
+}
+
+// estimateEntry is one element of EstimatePower's answer, signature (sdd):
+// policy, whole-machine watts (W), package watts (W).
+type estimateEntry struct {
+	Policy              string
+	Watts, PackageWatts float64
+}
+
+func energySourceValue(s string) string {
+	if s == "" {
+		return EnergySourceNone
+	}
+	return s
+}
+
+func energyEntries(ts []EnergyTotal) []energyEntry {
+	out := make([]energyEntry, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, energyEntry{string(t.Policy), string(t.PowerSource), t.Joules, t.Seconds})
+	}
+	return out
+}
+
+// RefreshEnergy reads the energy counters now and closes the running
+// segment into the totals (a new one starts under the same policy and
+// power source); Energy then changes, with PropertiesChanged, if anything
+// was measured. It changes no setting, so anyone may call it. Calls within
+// EnergyRefreshInterval (1 s) of the previous refresh return at once
+// without reading. Errors: InvalidArgs when given arguments; Failed when
+// the daemon is stopping.
+func (o busObject) RefreshEnergy(msg dbus.Message) *dbus.Error {
+	if e := checkSig(msg, "RefreshEnergy", ""); e != nil {
+		return e
+	}
+	return toDBusError(o.s.d.do(context.Background(), func() error {
+		o.s.d.refreshEnergy()
+		return nil
+	}))
+}
+
+// EstimatePower returns the energy model's estimate for the managed
+// workloads' current load under each policy (Daemon.EstimatePower): the
+// model's name and one (policy, watts, package watts) entry per policy, in
+// policy order. It reads nothing from disk and changes nothing; anyone may
+// call it. Errors: InvalidArgs when given arguments; Failed when the daemon
+// is stopping.
+func (o busObject) EstimatePower(msg dbus.Message) (string, []estimateEntry, *dbus.Error) {
+	if e := checkSig(msg, "EstimatePower", ""); e != nil {
+		return "", nil, e
+	}
+	model, est, err := o.s.d.EstimatePower(context.Background())
+	if err != nil {
+		return "", nil, toDBusError(err)
+	}
+	out := make([]estimateEntry, 0, len(est))
+	for _, e := range est {
+		out = append(out, estimateEntry{string(e.Policy), e.Watts, e.PackageWatts})
+	}
+	return model, out, nil
+}

@@ -1,0 +1,184 @@
+package daemon
+
+import (
+	"context"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/policy"
+)
+
+// The event loop's side of the energy meter (energy.go) and the energy
+// model's estimate for the current load (EstimatePower).
+
+// EnergyRefreshInterval coalesces RefreshEnergy: a call within this long of
+// the previous refresh returns without reading, so a client in a loop
+// cannot make the daemon read counters and write state.json without pause.
+// The totals it then sees are at most this old.
+const EnergyRefreshInterval = time.Second
+
+// energyKey is the segment the daemon is in now.
+func (d *Daemon) energyKey() energyKey {
+	return energyKey{d.effective, d.power.Source}
+}
+
+// followEnergy closes the running segment when the policy in force or the
+// power source changed since it began.
+func (d *Daemon) followEnergy() {
+	k := d.energyKey()
+	if k == d.energy.seg {
+		return
+	}
+	if d.energy.closeSegment(k, d.power.Source == acpi.Battery) {
+		d.energyDirty = true
+	}
+	d.armEnergyGuard()
+}
+
+// saveEnergy writes changed totals to state.json, unless what is there
+// already holds them (the placement saves before its writes).
+func (d *Daemon) saveEnergy() {
+	if !d.energyDirty {
+		return
+	}
+	d.energyDirty = false
+	if st := d.stateWith(d.knob); !reflect.DeepEqual(st, d.lastSaved) {
+		if err := d.saveState(st); err != nil {
+			d.log.WithError(err).Warn("cannot save the energy totals; they are kept in memory and saved with the next change")
+			d.energyDirty = true
+		}
+	}
+}
+
+// armEnergyGuard (re)starts the wrap guard after a reading: RAPL only.
+func (d *Daemon) armEnergyGuard() {
+	if d.energyGuard == nil {
+		return
+	}
+	if g := d.energy.guardAfter(); g > 0 {
+		d.energyGuard.Reset(g)
+	} else {
+		d.energyGuard.Stop()
+	}
+}
+
+// energyGuardRead is the wrap guard's reading: it extends the running
+// segment without closing it, so the totals do not change.
+func (d *Daemon) energyGuardRead() {
+	before := d.energy.Source()
+	d.energy.advance(d.power.Source == acpi.Battery)
+	d.armEnergyGuard()
+	if d.energy.Source() != before {
+		d.publish()
+	}
+}
+
+// refreshEnergy is RefreshEnergy on the loop: read now, close the running
+// segment into the totals (the next one starts under the same policy and
+// power source), save and publish. Coalesced: see EnergyRefreshInterval.
+func (d *Daemon) refreshEnergy() {
+	now := time.Now()
+	if !d.energyRefreshed.IsZero() && now.Sub(d.energyRefreshed) < EnergyRefreshInterval {
+		return
+	}
+	d.energyRefreshed = now
+	if d.energy.closeSegment(d.energyKey(), d.power.Source == acpi.Battery) {
+		d.energyDirty = true
+	}
+	d.armEnergyGuard()
+	d.saveEnergy()
+	d.publish()
+}
+
+// PowerEstimate is the energy model's estimate for one policy
+// (EstimatePower): the power the managed workloads' current load would
+// draw placed by that policy on this machine.
+type PowerEstimate struct {
+	Policy policy.Policy
+	// Watts is the whole machine (W), the model's platform idle power
+	// included: what a battery measures.
+	Watts float64
+	// PackageWatts is the packages alone (W): Watts less the model's
+	// platform idle power (policy.EnergyModel.IdleW), what RAPL measures.
+	PackageWatts float64
+}
+
+// estimateCache keeps EstimatePower's last answer for EnergyRefreshInterval.
+type estimateCache struct {
+	mu    sync.Mutex // guards the fields below
+	at    time.Time
+	model string
+	est   []PowerEstimate
+}
+
+// modelInput is what the model needs, copied from the loop.
+type modelInput struct {
+	topo    policy.Topology
+	allowed []int
+	placed  []policy.Load    // the workloads the policy places
+	fixed   []policy.Load    // the others: a performance override, a release
+	cpus    map[string][]int // the fixed ones' CPUs
+}
+
+// EstimatePower runs the energy model (docs/ENERGY_MODEL.md) for each
+// policy, in policy order, on the machine's topology and the managed
+// workloads' current utilisation: each policy's plan as the balancer would
+// make it (without the lazy history), priced with policy.ModelFor's
+// calibration, whose name it returns. Workloads with a performance override
+// keep every allowed CPU and released ones their own, under every policy.
+// Load outside the managed workloads is not seen. The answer is computed
+// off the event loop and reused for EnergyRefreshInterval. Errors:
+// ErrStopped, or ctx's.
+func (d *Daemon) EstimatePower(ctx context.Context) (model string, est []PowerEstimate, err error) {
+	d.est.mu.Lock()
+	defer d.est.mu.Unlock()
+	if !d.est.at.IsZero() && time.Since(d.est.at) < EnergyRefreshInterval {
+		return d.est.model, d.est.est, nil
+	}
+	var in modelInput
+	if err := d.do(ctx, func() error { in = d.modelInput(); return nil }); err != nil {
+		return "", nil, err
+	}
+	m := policy.ModelFor(in.topo)
+	loads := append(append([]policy.Load(nil), in.placed...), in.fixed...)
+	for _, p := range policy.AvailablePolicies {
+		plan := policy.PlanPlacement(policy.Input{Topology: in.topo, Allowed: in.allowed, Policy: p, Loads: in.placed, DisableLazy: true})
+		if plan.CPUs == nil {
+			plan.CPUs = map[string][]int{}
+		}
+		for n, c := range in.cpus {
+			plan.CPUs[n] = c
+		}
+		e := m.Simulate(in.topo, plan, loads)
+		est = append(est, PowerEstimate{Policy: p, Watts: e.Watts, PackageWatts: e.Watts - m.IdleW})
+	}
+	d.est.at, d.est.model, d.est.est = time.Now(), m.Name, est
+	return m.Name, est, nil
+}
+
+// modelInput copies the model's inputs; on the loop.
+func (d *Daemon) modelInput() modelInput {
+	in := modelInput{topo: d.topo, allowed: d.allowed.List(), cpus: map[string][]int{}}
+	if d.pl.cg != nil {
+		if a, err := d.pl.cg.Allowed(); err == nil && !a.IsEmpty() {
+			in.allowed = d.allowed.Intersect(a).List()
+		}
+	}
+	for _, n := range d.pl.sortedNames() {
+		w := d.pl.workloads[n]
+		l := policy.Load{Name: n, Util: w.avg.Util, Threads: w.threads}
+		switch {
+		case w.rec.Released:
+			in.cpus[n] = w.cpus.List()
+		case w.override == policy.Performance:
+			in.cpus[n] = in.allowed
+		default:
+			in.placed = append(in.placed, l)
+			continue
+		}
+		in.fixed = append(in.fixed, l)
+	}
+	return in
+}
