@@ -31,7 +31,9 @@ type probeReport struct {
 	// default path does not exist).
 	Config   string        `json:"config"`
 	Topology probeTopology `json:"topology"`
-	Warnings []string      `json:"warnings,omitempty"`
+	// Energy is which energy source the daemon would measure with.
+	Energy   daemon.EnergyProbe `json:"energy"`
+	Warnings []string           `json:"warnings,omitempty"`
 }
 
 type probeTopology struct {
@@ -115,6 +117,8 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		}
 		r.Topology.Cores, r.Topology.Packages = len(r.Topology.CoreList), len(r.Topology.PkgList)
 	}
+	r.Energy = daemon.ProbeEnergy(fs, dec.Source == acpi.Battery)
+	r.Warnings = append(r.Warnings, r.Energy.Warnings...)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -139,6 +143,7 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 	}[r.KnobFrom]
 	fmt.Fprintf(stdout, "knob:          power_aware=%d power_aware_policy=%s (%s)\n", r.PowerAware, r.PowerAwarePolicy, from)
 	fmt.Fprintf(stdout, "policy:        %s\n", r.Policy)
+	printEnergyProbe(stdout, r.Energy)
 	for _, w := range r.Warnings {
 		fmt.Fprintf(stdout, "warning:       %s\n", w)
 	}
@@ -150,4 +155,38 @@ func plural(n int, word string) string {
 		return "1 " + word
 	}
 	return fmt.Sprintf("%d %ss", n, word)
+}
+
+// printEnergyProbe prints probe's energy lines: the source and whether it
+// measures now, then each RAPL zone and system battery.
+func printEnergyProbe(w io.Writer, e daemon.EnergyProbe) {
+	state := "measuring"
+	if !e.Measuring {
+		state = "not measuring now: " + e.Why
+	}
+	fmt.Fprintf(w, "energy:        %s (%s)\n", e.Source, state)
+	for _, z := range e.Zones {
+		role := "summed"
+		switch {
+		case z.Parent != "":
+			role = "part of " + z.Parent + ", not summed"
+		case !z.Summed:
+			role = "the platform, which contains the packages; not summed"
+		}
+		if z.Error != "" {
+			role = "unreadable: " + z.Error
+		}
+		fmt.Fprintf(w, "  rapl zone:   %s %s: %s\n", z.Zone, z.Name, role)
+	}
+	for _, b := range e.Batteries {
+		status := b.Status
+		if status == "" {
+			status = "(no status)"
+		}
+		if b.Watts != nil {
+			fmt.Fprintf(w, "  battery:     %s %s, %.2f W (%s)\n", b.Supply, status, *b.Watts, b.From)
+		} else {
+			fmt.Fprintf(w, "  battery:     %s %s, no power reading: %s\n", b.Supply, status, b.Error)
+		}
+	}
 }
