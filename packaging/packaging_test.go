@@ -108,7 +108,7 @@ func TestDebCompletions(t *testing.T) {
 	if out, err := exec.Command("bash", "-n", "completions/schedpolicyctl.bash").CombinedOutput(); err != nil {
 		t.Errorf("bash -n: %v %s", err, out)
 	}
-	for _, w := range []string{"status", "set", "auto", "watch", "workloads", "run", "launch", "rebalance",
+	for _, w := range []string{"status", "set", "auto", "watch", "workloads", "run", "launch", "rebalance", "energy",
 		"performance", "balance", "powersaving", "--json", "--bus", "--name", "--policy", "--reason"} {
 		if !strings.Contains(bash, w) {
 			t.Errorf("bash completion lacks %s", w)

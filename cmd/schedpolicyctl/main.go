@@ -8,6 +8,7 @@
 //	schedpolicyctl workloads [--json]
 //	schedpolicyctl run [--name NAME] -- CMD [ARGS...]
 //	schedpolicyctl launch --policy POLICY [--reason TEXT] -- CMD [ARGS...]
+//	schedpolicyctl energy [--json]
 //
 // It talks only to org.schedpolicyd.SchedPolicy1 on the bus (godbus and the
 // standard library; it does not import the daemon) and is documented in
@@ -68,6 +69,8 @@ Commands:
   launch --policy POLICY [--reason TEXT] -- CMD [ARGS]
                                    hold POLICY while CMD runs
   rebalance                        re-read the power source and re-plan now
+  energy [--json]                  measured energy and average watts per policy
+                                   beside the energy model's estimate
   version                          print the version
   help [COMMAND]                   show help
 
@@ -344,6 +347,15 @@ explicit 'set' or 'auto' cancels holds.`,
 		{
 			name: "rebalance", synopsis: "rebalance", run: (*cli).rebalance,
 			help: `Ask the daemon to re-read the power source and re-plan now.`,
+		},
+		{
+			name: "energy", synopsis: "energy [--json]", json: true, run: (*cli).energy,
+			help: `Show the energy measured under each policy and power source (RAPL
+package counters, or the system batteries' discharge while on battery):
+joules, the time they were measured over and the average power, beside
+the energy model's estimate for the managed workloads' current load under
+the same policy. The daemon first closes the running segment
+(RefreshEnergy), so the figures are up to date. Needs no authorisation.`,
 		},
 	}
 	m := map[string]command{}

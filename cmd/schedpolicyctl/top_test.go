@@ -210,7 +210,7 @@ func TestCtlTopTmux(t *testing.T) {
 		"schedpolicyd top  policy: powersaving  power: battery  boost: unsupported",
 		"why: power_aware=1 (automatic) and the machine runs on battery: battery:",
 		"power_aware=1 (automatic)  power_aware_policy=powersaving  holds: none",
-		"watts: – (this schedpolicyd does not measure energy)",
+		"watts: – (nothing measured yet for powersaving on battery)",
 		"package 0  cpus 0-7  (one LLC)",
 		" core 0 cpu0 [..........]   0% -  cpu4 [..........]   0% -",
 		"workloads: none")
@@ -293,7 +293,7 @@ func TestCtlTopPlain(t *testing.T) {
 		"     system battery BAT1 reports status=Discharging and no supply shows external",
 		"     power (rule 3)",
 		"power_aware=1 (automatic)  power_aware_policy=powersaving  holds: none",
-		"watts: – (this schedpolicyd does not measure energy)",
+		"watts: – (nothing measured yet for powersaving on battery)",
 		"",
 		"package 0  cpus 0-7  (one LLC)",
 		" core 0 cpu0 [..........]   0% -  cpu4 [..........]   0% -",

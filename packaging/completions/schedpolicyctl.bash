@@ -5,7 +5,7 @@ _schedpolicyctl() {
     local cur prev words cword
     _init_completion || return
 
-    local commands="status set auto watch top workloads run launch rebalance version help"
+    local commands="status set auto watch top workloads run launch rebalance energy version help"
     local policies="performance balance powersaving"
 
     # Find the command (the first word that is not an option or its value).
@@ -46,7 +46,7 @@ _schedpolicyctl() {
     fi
 
     case $cmd in
-        status|workloads|watch)
+        status|workloads|watch|energy)
             COMPREPLY=($(compgen -W "--json --bus --help" -- "$cur")) ;;
         set)
             if [[ $cur == -* ]]; then

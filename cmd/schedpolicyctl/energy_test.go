@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestCtlEnergy: the real daemon on the mock Surface Pro on battery
+// (power_now 7.21 W, no workloads): `energy` closes the running segment
+// and shows powersaving on battery at exactly 7.21 W beside the model's
+// 12.0 W (the laptop calibration's idle platform, the only load there is).
+func TestCtlEnergy(t *testing.T) {
+	d := startDaemon(t, "none")
+	time.Sleep(1200 * time.Millisecond)
+	r := d.inProcess("energy", "--json")
+	if r.code != 0 {
+		t.Fatalf("energy --json: %v", r)
+	}
+	var rep energyReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, r.stdout)
+	}
+	if rep.Source != "battery" || len(rep.Measured) != 1 || rep.Model != "snb-laptop-4c8t" || len(rep.Estimates) != 3 || rep.Workloads != 0 {
+		t.Fatalf("energy --json = %+v", rep)
+	}
+	m := rep.Measured[0]
+	if m.Policy != "powersaving" || m.PowerSource != "battery" || m.Seconds < 1.2 || math.Abs(m.AverageWatts-7.21) > 1e-9 || math.Abs(m.Joules/m.Seconds-7.21) > 1e-9 {
+		t.Errorf("measured %+v, want powersaving on battery at 7.21 W for ≥ 1.2 s", m)
+	}
+	for i, p := range policies {
+		if e := rep.Estimates[i]; e.Policy != p || e.Watts != 12 || e.PackageWatts != 0 {
+			t.Errorf("estimate %d = %+v, want %s at 12 W (0 W for the packages)", i, e, p)
+		}
+	}
+
+	// The real binary's table.
+	out := d.run(t, "energy")
+	if out.code != 0 {
+		t.Fatalf("energy: %v", out)
+	}
+	for _, want := range []string{
+		"energy source: the system batteries' discharge: the whole machine, measured only while on battery\n",
+		"POLICY       SOURCE   ENERGY  TIME   AVERAGE  MODEL\n",
+		"performance  -        -       -      -        12.0 W\n",
+		"powersaving  battery  ",
+		"  7.21 W   12.0 W\n",
+		"model: snb-laptop-4c8t, the whole machine, for the current load of 0 managed workloads; an estimate, not a measurement\n",
+	} {
+		if !strings.Contains(out.stdout, want) {
+			t.Errorf("energy output lacks %q:\n%s", want, out.stdout)
+		}
+	}
+	if r := d.inProcess("energy", "x"); r.code != exitUsage || !strings.Contains(r.stderr, `unexpected argument "x"`) {
+		t.Errorf("energy x: %v, want a usage error", r)
+	}
+}
+
+// TestWriteEnergy: the table for a RAPL machine compares the packages'
+// measured watts with the model's package watts; a policy never measured
+// gets its row with the model alone.
+func TestWriteEnergy(t *testing.T) {
+	r := energyReport{
+		Source: "rapl",
+		Measured: []energyRow{
+			{Policy: "performance", PowerSource: "ac", Joules: 54000, Seconds: 3600, AverageWatts: 15},
+			{Policy: "powersaving", PowerSource: "ac", Joules: 90.5, Seconds: 10, AverageWatts: 9.05},
+			{Policy: "powersaving", PowerSource: "battery", Joules: 2.5e7, Seconds: 90061, AverageWatts: 2.5e7 / 90061},
+		},
+		Model: "snb-laptop-4c8t",
+		Estimates: []estimate{
+			{Policy: "performance", Watts: 68, PackageWatts: 56},
+			{Policy: "balance", Watts: 54, PackageWatts: 42},
+			{Policy: "powersaving", Watts: 40, PackageWatts: 28},
+		},
+		Workloads: 1,
+	}
+	var b bytes.Buffer
+	writeEnergy(&b, r)
+	want := `energy source: RAPL package counters: the processor packages alone, on AC and on battery
+POLICY       SOURCE   ENERGY   TIME    AVERAGE   MODEL
+performance  ac       54.0 kJ  1h00m   15.00 W   56.0 W
+balance      -        -        -       -         42.0 W
+powersaving  ac       90.5 J   10.0 s  9.05 W    28.0 W
+powersaving  battery  25.0 MJ  25h01m  277.59 W  28.0 W
+model: snb-laptop-4c8t, the packages alone, as RAPL measures, for the current load of 1 managed workload; an estimate, not a measurement
+`
+	if got := b.String(); got != want {
+		t.Errorf("writeEnergy:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestFormatEnergyUnits(t *testing.T) {
+	for _, c := range []struct {
+		j, s         float64
+		wantJ, wantS string
+	}{
+		{0, 0, "0.0 J", "0.0 s"},
+		{9999.94, 59.94, "9999.9 J", "59.9 s"},
+		{10000, 60, "10.0 kJ", "1m00s"},
+		{9999949, 3599.4, "9999.9 kJ", "59m59s"},
+		{1e7, 3600, "10.0 MJ", "1h00m"},
+	} {
+		if got := formatJoules(c.j); got != c.wantJ {
+			t.Errorf("formatJoules(%v) = %q, want %q", c.j, got, c.wantJ)
+		}
+		if got := formatSeconds(c.s); got != c.wantS {
+			t.Errorf("formatSeconds(%v) = %q, want %q", c.s, got, c.wantS)
+		}
+	}
+}
