@@ -38,7 +38,11 @@ run: build
 # python3-gi), and the real polkitd for the authorisation test (polkitd);
 # for systemd-test systemd-nspawn (systemd-container), debootstrap, QEMU
 # (qemu-system-x86) and mkfs.ext4 (e2fsprogs); tmux for the terminal test
-# of schedpolicyctl top, rsvg-convert (librsvg2-bin) to render plan's SVG.
+# of schedpolicyctl top, rsvg-convert (librsvg2-bin) to render plan's SVG;
+# promtool (prometheus) checks the node_exporter textfile the daemon writes
+# (Debian ships promtool only in the server's package, whose postinst
+# enables prometheus.service where systemd runs; `systemctl disable --now
+# prometheus` if it is not wanted).
 deps:
 	@missing=""; \
 	command -v dbus-daemon >/dev/null      || missing="$$missing dbus"; \
@@ -60,6 +64,7 @@ deps:
 	command -v qemu-system-x86_64 >/dev/null || missing="$$missing qemu-system-x86"; \
 	command -v tmux >/dev/null             || missing="$$missing tmux"; \
 	command -v rsvg-convert >/dev/null     || missing="$$missing librsvg2-bin"; \
+	command -v promtool >/dev/null         || missing="$$missing prometheus"; \
 	for p in upower umockdev gir1.2-umockdev-1.0 python3-gi polkitd; do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
 	done; \

@@ -94,7 +94,12 @@ type Config struct {
 	// (net.hadess.PowerProfiles and org.freedesktop.UPower.PowerProfiles)
 	// that GNOME, KDE and powerprofilesctl use.
 	PowerProfilesAPI bool
-	Log              logrus.FieldLogger
+	// MetricsTextfile, when not "", is where the node_exporter textfile
+	// collector file is kept (metrics.go): an absolute path ending in
+	// ".prom" in an existing directory, rewritten whenever a value in it
+	// changed and removed on a clean stop. "" (the default): none.
+	MetricsTextfile string
+	Log             logrus.FieldLogger
 }
 
 // Snapshot is a consistent copy of the daemon's public state, published by
@@ -195,7 +200,10 @@ type Daemon struct {
 	// energyGuard fires when RAPL must be read so no wrap is missed.
 	energyGuard *time.Timer
 
-	est estimateCache // EstimatePower's last answer (energy_model.go)
+	est estimateCache // EstimatePower's last answer (energy_loop.go)
+
+	metrics *metricsFile // nil without Config.MetricsTextfile; loop-owned
+	started time.Time    // when Run began
 }
 
 // New validates cfg and returns a daemon that has not started anything.
@@ -275,6 +283,9 @@ func New(cfg Config) (*Daemon, error) {
 			return nil, fmt.Errorf("default knob: %w", err)
 		}
 	}
+	if err := CheckMetricsTextfile(cfg.MetricsTextfile); err != nil {
+		return nil, err
+	}
 	fs, err := sysfs.NewFS(cfg.SysfsRoot)
 	if err != nil {
 		return nil, err
@@ -291,6 +302,7 @@ func New(cfg Config) (*Daemon, error) {
 	d.energy = newEnergyMeter(fs, d.log.WithField("component", "energy"), time.Now, nil)
 	d.pl = newPlacement(&d.cfg, d.log, &d.stats, d.done)
 	d.pl.save = func() error { return d.saveState(d.stateWith(d.knob)) }
+	d.setMetricsPath(cfg.MetricsTextfile)
 	return d, nil
 }
 
@@ -343,6 +355,7 @@ func (d *Daemon) do(ctx context.Context, fn func() error) error {
 // write (lock.go), a tree that cannot be served.
 func (d *Daemon) Run(ctx context.Context) error {
 	defer close(d.done)
+	d.started = time.Now()
 	stateLock, err := prepareStateDir(d.cfg.StateDir)
 	if err != nil {
 		return err
@@ -820,6 +833,9 @@ func (d *Daemon) publish() {
 		}
 	}
 	d.bus.update(*s)
+	if d.metrics != nil {
+		d.metrics.update(renderMetrics(metricsInput{snap: s, stats: d.Stats(), zones: d.energy.zones(), started: d.started}))
+	}
 	if old == nil || old.Policy != s.Policy || old.PowerSource != s.PowerSource || old.Knob != s.Knob || len(old.Workloads) != len(s.Workloads) {
 		d.notify.Status(d.status())
 	}
@@ -852,6 +868,20 @@ func (d *Daemon) shutdown() {
 	if err := d.saveState(d.stateWith(d.knob)); err != nil {
 		d.log.WithError(err).Warn("cannot update state.json after restoring")
 	}
+	d.metrics.remove()
+}
+
+// setMetricsPath points the metrics textfile at p ("" none), removing the
+// file at the old path.
+func (d *Daemon) setMetricsPath(p string) {
+	if d.metrics != nil && d.metrics.path == p {
+		return
+	}
+	d.metrics.remove()
+	d.metrics = nil
+	if p != "" {
+		d.metrics = &metricsFile{path: p, log: d.log.WithField("component", "metrics")}
+	}
 }
 
 // saveState writes st to state.json (SaveState) and remembers it.
@@ -872,7 +902,8 @@ func (d *Daemon) stateWith(k policy.Knob) State {
 
 // Reload applies a new configuration (SIGHUP). The validated cfg replaces
 // the running one for what can change at run time — boost_on_battery,
-// power_profiles_api (the bus connection is remade), the sampling period —
+// power_profiles_api (the bus connection is remade), the sampling period,
+// metrics_textfile (the file at the old path is removed) —
 // and a warning names every other setting that changed, which takes effect
 // at the next start. It returns an error only for an invalid cfg or a
 // stopped daemon; nothing changes then.
@@ -920,6 +951,10 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 			}
 			d.boostOff = false
 			d.applyBoost()
+		}
+		if nc.MetricsTextfile != old.MetricsTextfile {
+			d.cfg.MetricsTextfile = nc.MetricsTextfile
+			d.setMetricsPath(nc.MetricsTextfile) // written by the recompute below
 		}
 		if nc.PowerProfilesAPI != old.PowerProfilesAPI {
 			d.cfg.PowerProfilesAPI = nc.PowerProfilesAPI

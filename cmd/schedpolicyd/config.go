@@ -99,6 +99,10 @@ type fileConfig struct {
 	PowerProfilesAPI *bool
 	// LogLevel is a logrus level: "debug", "info", "warning", "error".
 	LogLevel *string
+	// MetricsTextfile is where the node_exporter textfile-collector file
+	// is written: "" (none, the default) or an absolute path ending in
+	// ".prom".
+	MetricsTextfile *string
 }
 
 // ConfigError is one problem in a configuration file: File and Line (1-based;
@@ -146,6 +150,7 @@ type rawConfig struct {
 	UPower           *string `toml:"upower"`
 	PowerProfilesAPI *bool   `toml:"power_profiles_api"`
 	LogLevel         *string `toml:"log_level"`
+	MetricsTextfile  *string `toml:"metrics_textfile"`
 }
 
 // loadConfig reads and validates the configuration file at path.
@@ -295,6 +300,13 @@ func parseConfig(name string, data []byte) (fileConfig, error) {
 			fc.LogLevel = raw.LogLevel
 		}
 	}
+	if raw.MetricsTextfile != nil {
+		if err := daemon.CheckMetricsTextfile(*raw.MetricsTextfile); err != nil {
+			bad("metrics_textfile", "%q: want \"\" (none) or an absolute path ending in .prom, e.g. \"/var/lib/prometheus/node-exporter/schedpolicyd.prom\" (the textfile collector reads only *.prom)", *raw.MetricsTextfile)
+		} else {
+			fc.MetricsTextfile = raw.MetricsTextfile
+		}
+	}
 	if len(errs) > 0 {
 		sort.SliceStable(errs, func(i, j int) bool {
 			return errs[i].(*ConfigError).Line < errs[j].(*ConfigError).Line
@@ -338,7 +350,7 @@ func decodeErrors(name string, err error) error {
 func configKeys() []string {
 	return []string{"power_aware", "power_aware_policy", "tree_dir", "tree_backend", "cgroup_root",
 		"sysfs_root", "state_dir", "bus", "debounce", "recheck_interval", "sample_interval",
-		"boost_on_battery", "upower", "power_profiles_api", "log_level"}
+		"boost_on_battery", "upower", "power_profiles_api", "log_level", "metrics_textfile"}
 }
 
 // configKeyType describes the TOML type a key wants, for type errors.
@@ -415,6 +427,7 @@ var configFlags = map[string]string{
 	"power_profiles_api": "power-profiles-api",
 	"boost_on_battery":   "boost-on-battery",
 	"upower":             "upower",
+	"metrics_textfile":   "metrics-textfile",
 }
 
 // apply copies the settings the file names into cfg, except those whose
@@ -445,6 +458,7 @@ func (fc fileConfig) apply(cfg *daemon.Config, setFlags map[string]bool) {
 	dur(&cfg.SampleInterval, fc.SampleInterval, "sample_interval")
 	str(&cfg.BoostOnBattery, fc.BoostOnBattery, "boost_on_battery")
 	str(&cfg.UPower, fc.UPower, "upower")
+	str(&cfg.MetricsTextfile, fc.MetricsTextfile, "metrics_textfile")
 	if fc.PowerProfilesAPI != nil && !setFlags["power-profiles-api"] {
 		cfg.PowerProfilesAPI = *fc.PowerProfilesAPI
 	}

@@ -63,6 +63,7 @@ boost_on_battery = "off"
 upower = "off"
 power_profiles_api = true
 log_level = "debug"
+metrics_textfile = "/var/lib/prometheus/node-exporter/schedpolicyd.prom"
 `)
 	fc, err := loadConfig(p, true)
 	if err != nil {
@@ -87,7 +88,8 @@ log_level = "debug"
 		StateDir: "/var/lib/x", Bus: "unix:path=/tmp/bus", Debounce: 250 * time.Millisecond,
 		SafetyInterval: -time.Second, SampleInterval: 2 * time.Second, PowerProfilesAPI: true,
 		BoostOnBattery: "off", UPower: "off",
-		DefaultKnob: &policy.Knob{PowerAware: 2, PowerAwarePolicy: policy.Balance},
+		DefaultKnob:     &policy.Knob{PowerAware: 2, PowerAwarePolicy: policy.Balance},
+		MetricsTextfile: "/var/lib/prometheus/node-exporter/schedpolicyd.prom",
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("apply:\n got %+v\nwant %+v", cfg, want)
@@ -184,6 +186,9 @@ func TestConfigErrors(t *testing.T) {
 		{"recheck too short", "recheck_interval = \"10ms\"\n", 1, "recheck_interval", "at least 1s"},
 		{"sample too short", "sample_interval = \"1ms\"\n", 1, "sample_interval", "at least 10ms"},
 		{"log level", "log_level = \"loud\"\n", 1, "log_level", "want"},
+		{"relative metrics file", "\nmetrics_textfile = \"schedpolicyd.prom\"\n", 2, "metrics_textfile", "absolute path ending in .prom"},
+		{"metrics file not .prom", "metrics_textfile = \"/var/lib/prometheus/node-exporter/schedpolicyd.txt\"\n", 1, "metrics_textfile", "reads only *.prom"},
+		{"metrics file as bool", "metrics_textfile = true\n", 1, "metrics_textfile", "want a string"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -183,6 +183,7 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 	fl.BoolVar(&cfg.Logind, "logind", true, "re-read everything after resume from suspend (logind PrepareForSleep, on the --bus; off with --bus none)")
 	fl.StringVar(&cfg.AcpidSocket, "acpid-socket", "", "also take hints from acpid's event socket, e.g. /run/acpid.socket (empty: off)")
 	fl.DurationVar(&cfg.Settle, "settle", 0, "extra re-read this long after an event-driven one, for firmware that updates late (1ms to 1m; 0: 1s default, negative: off)")
+	fl.StringVar(&cfg.MetricsTextfile, "metrics-textfile", "", "write Prometheus metrics for node_exporter's textfile collector to this file, an absolute path ending in .prom, e.g. /var/lib/prometheus/node-exporter/schedpolicyd.prom, whenever a value changes (empty: none)")
 	fl.BoolVar(&cfg.PowerProfilesAPI, "power-profiles-api", false, "also serve the power-profiles D-Bus API (net.hadess.PowerProfiles, org.freedesktop.UPower.PowerProfiles) used by GNOME, KDE and powerprofilesctl")
 	configPath := fl.String("config", DefaultConfigPath, "TOML configuration file, see schedpolicyd.conf(5); flags given here override it")
 	logLevel := fl.String("log-level", "info", "log level: debug, info, warning, error")

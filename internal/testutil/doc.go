@@ -13,7 +13,8 @@
 //     Write, Read, ReadTrim);
 //   - a cgroup v1 cpuset parent of the test's own below CpusetRoot,
 //     removed with its children at cleanup (CpusetV1Parent, CpusetV1Dir,
-//     NeedCpusetV1).
+//     NeedCpusetV1);
+//   - the Prometheus reference checker on a metrics text (CheckMetrics).
 //
 // Helpers that need something the machine may lack skip the test and say
 // what is missing (and which Debian package or privilege provides it);
