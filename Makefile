@@ -169,6 +169,7 @@ FUZZ_TARGETS  := \
 	./policy:FuzzScanToken \
 	./policy:FuzzParseCPUPressure \
 	./daemon:FuzzValidWorkloadName \
+	./daemon:FuzzEnergyReadings \
 	./cmd/schedpolicyd:FuzzParseConfig
 
 .PHONY: soak fuzz fault
