@@ -57,21 +57,22 @@ func (o busObject) RefreshEnergy(msg dbus.Message) *dbus.Error {
 
 // EstimatePower returns the energy model's estimate for the managed
 // workloads' current load under each policy (Daemon.EstimatePower): the
-// model's name and one (policy, watts, package watts) entry per policy, in
-// policy order. It reads nothing from disk and changes nothing; anyone may
-// call it. Errors: InvalidArgs when given arguments; Failed when the daemon
-// is stopping.
-func (o busObject) EstimatePower(msg dbus.Message) (string, []estimateEntry, *dbus.Error) {
+// model's name, a note ("" when the model was fitted on a machine of this
+// shape, else why its watts only rank the policies) and one (policy,
+// watts, package watts) entry per policy, in policy order. It changes
+// nothing; anyone may call it. Errors: InvalidArgs when given arguments;
+// Failed when the daemon is stopping.
+func (o busObject) EstimatePower(msg dbus.Message) (string, string, []estimateEntry, *dbus.Error) {
 	if e := checkSig(msg, "EstimatePower", ""); e != nil {
-		return "", nil, e
+		return "", "", nil, e
 	}
-	model, est, err := o.s.d.EstimatePower(context.Background())
+	r, err := o.s.d.EstimatePower(context.Background())
 	if err != nil {
-		return "", nil, toDBusError(err)
+		return "", "", nil, toDBusError(err)
 	}
-	out := make([]estimateEntry, 0, len(est))
-	for _, e := range est {
+	out := make([]estimateEntry, 0, len(r.Policies))
+	for _, e := range r.Policies {
 		out = append(out, estimateEntry{string(e.Policy), e.Watts, e.PackageWatts})
 	}
-	return model, out, nil
+	return r.Model, r.Note, out, nil
 }

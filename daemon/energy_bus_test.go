@@ -143,16 +143,17 @@ func TestEnergyRAPLOverBus(t *testing.T) {
 
 	// The energy model for the same (idle) load: the platform's idle
 	// power, the packages' none, for every policy.
-	var model string
+	var model, note string
 	var est []struct {
 		Policy              string
 		Watts, PackageWatts float64
 	}
-	if err := obj.Call(Interface+".EstimatePower", 0).Store(&model, &est); err != nil {
+	if err := obj.Call(Interface+".EstimatePower", 0).Store(&model, &note, &est); err != nil {
 		t.Fatal(err)
 	}
-	if model != policy.SNBLaptop.Name || len(est) != 3 || est[0].Policy != "performance" || est[2].Policy != "powersaving" {
-		t.Fatalf("EstimatePower = %q %+v", model, est)
+	// The mock laptop is the seed's 4-core/8-thread machine: no note.
+	if model != policy.SNBLaptop.Name || note != "" || len(est) != 3 || est[0].Policy != "performance" || est[2].Policy != "powersaving" {
+		t.Fatalf("EstimatePower = %q %q %+v", model, note, est)
 	}
 	for _, e := range est {
 		if e.Watts != policy.SNBLaptop.IdleW || e.PackageWatts != 0 {
@@ -239,13 +240,13 @@ func TestEnergyBatteryOverBus(t *testing.T) {
 func TestEstimatePowerStopped(t *testing.T) {
 	m := newMockLaptop(t)
 	d, cancel, done := m.startCfg(t, nil)
-	if _, est, err := d.EstimatePower(context.Background()); err != nil || len(est) != 3 {
-		t.Fatalf("EstimatePower = %v, %v", est, err)
+	if r, err := d.EstimatePower(context.Background()); err != nil || len(r.Policies) != 3 {
+		t.Fatalf("EstimatePower = %+v, %v", r, err)
 	}
 	cancel()
 	<-done
 	time.Sleep(EnergyRefreshInterval)
-	if _, _, err := d.EstimatePower(context.Background()); err != ErrStopped {
+	if _, err := d.EstimatePower(context.Background()); err != ErrStopped {
 		t.Errorf("after stop: %v, want ErrStopped", err)
 	}
 }

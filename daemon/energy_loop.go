@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"reflect"
@@ -111,12 +112,23 @@ type PowerEstimate struct {
 	PackageWatts float64
 }
 
+// PowerEstimates is EstimatePower's answer.
+type PowerEstimates struct {
+	// Model names the calibration (policy.ModelFor), e.g. snb-laptop-4c8t.
+	Model string
+	// Note is "" when the model was fitted on a machine of this one's
+	// shape (policy.EnergyModel.Describes), else a sentence saying that
+	// its watts only rank the policies here.
+	Note string
+	// Policies has one estimate per policy, in policy order.
+	Policies []PowerEstimate
+}
+
 // estimateCache keeps EstimatePower's last answer for EnergyRefreshInterval.
 type estimateCache struct {
-	mu    sync.Mutex // guards the fields below
-	at    time.Time
-	model string
-	est   []PowerEstimate
+	mu  sync.Mutex // guards the fields below
+	at  time.Time
+	est PowerEstimates
 }
 
 // modelInput is what the model needs, copied from the loop.
@@ -132,22 +144,28 @@ type modelInput struct {
 // policy, in policy order, on the machine's topology and the managed
 // workloads' current utilisation: each policy's plan as the balancer would
 // make it (without the lazy history), priced with policy.ModelFor's
-// calibration, whose name it returns. Workloads with a performance override
+// calibration, whose name it returns with a note when the model was not
+// fitted on a machine of this shape. Workloads with a performance override
 // keep every allowed CPU and released ones their own, under every policy.
 // Load outside the managed workloads is not seen. The answer is computed
 // off the event loop and reused for EnergyRefreshInterval. Errors:
 // ErrStopped, or ctx's.
-func (d *Daemon) EstimatePower(ctx context.Context) (model string, est []PowerEstimate, err error) {
+func (d *Daemon) EstimatePower(ctx context.Context) (PowerEstimates, error) {
 	d.est.mu.Lock()
 	defer d.est.mu.Unlock()
 	if !d.est.at.IsZero() && time.Since(d.est.at) < EnergyRefreshInterval {
-		return d.est.model, d.est.est, nil
+		return d.est.est, nil
 	}
 	var in modelInput
 	if err := d.do(ctx, func() error { in = d.modelInput(); return nil }); err != nil {
-		return "", nil, err
+		return PowerEstimates{}, err
 	}
 	m := policy.ModelFor(in.topo)
+	r := PowerEstimates{Model: m.Name}
+	if !m.Describes(in.topo) {
+		shape, _ := policy.ShapeOf(in.topo)
+		r.Note = fmt.Sprintf("the %s model was fitted on %s; this machine is %s: its watts compare the policies, they are no estimate of this machine's power", m.Name, m.Machine, shape)
+	}
 	loads := append(append([]policy.Load(nil), in.placed...), in.fixed...)
 	for _, p := range policy.AvailablePolicies {
 		plan := policy.PlanPlacement(policy.Input{Topology: in.topo, Allowed: in.allowed, Policy: p, Loads: in.placed, DisableLazy: true})
@@ -158,10 +176,10 @@ func (d *Daemon) EstimatePower(ctx context.Context) (model string, est []PowerEs
 			plan.CPUs[n] = c
 		}
 		e := m.Simulate(in.topo, plan, loads)
-		est = append(est, PowerEstimate{Policy: p, Watts: e.Watts, PackageWatts: e.Watts - m.IdleW})
+		r.Policies = append(r.Policies, PowerEstimate{Policy: p, Watts: e.Watts, PackageWatts: e.Watts - m.IdleW})
 	}
-	d.est.at, d.est.model, d.est.est = time.Now(), m.Name, est
-	return m.Name, est, nil
+	d.est.at, d.est.est = time.Now(), r
+	return r, nil
 }
 
 // modelInput copies the model's inputs; on the loop.

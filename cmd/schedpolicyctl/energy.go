@@ -22,6 +22,9 @@ type energyReport struct {
 	// estimate for the managed workloads' current load under each policy.
 	Model     string     `json:"model"`
 	Estimates []estimate `json:"model_estimates"`
+	// ModelNote is "" when the model was fitted on a machine of this
+	// shape, else why its watts only rank the policies here.
+	ModelNote string `json:"model_note,omitempty"`
 	// Workloads is the number of managed workloads the model priced.
 	Workloads int `json:"workloads"`
 }
@@ -106,7 +109,7 @@ func (c *cli) readEnergy() (energyReport, error) {
 		r.Workloads = len(ws)
 	}
 	var raw [][]any
-	if err := cl.call("EstimatePower", []any{&r.Model, &raw}); err != nil {
+	if err := cl.call("EstimatePower", []any{&r.Model, &r.ModelNote, &raw}); err != nil {
 		return energyReport{}, err
 	}
 	for _, e := range raw {
@@ -171,6 +174,9 @@ func writeEnergy(w io.Writer, r energyReport) {
 	}
 	fmt.Fprintf(w, "model: %s, %s, for the current load of %s; an estimate, not a measurement\n",
 		printable(r.Model), part, plural(r.Workloads, "managed workload"))
+	if r.ModelNote != "" {
+		fmt.Fprintf(w, "  note: %s\n", printable(r.ModelNote))
+	}
 }
 
 func plural(n int, what string) string {

@@ -91,6 +91,13 @@ model: snb-laptop-4c8t, the packages alone, as RAPL measures, for the current lo
 	if got := b.String(); got != want {
 		t.Errorf("writeEnergy:\n%s\nwant:\n%s", got, want)
 	}
+	// On a machine of another shape the model says its watts only rank.
+	r.ModelNote = "the snb-laptop-4c8t model was fitted on 1 package × 4 cores × 2 threads; this machine is 1 package × 2 cores × 1 thread: its watts compare the policies, they are no estimate of this machine's power"
+	b.Reset()
+	writeEnergy(&b, r)
+	if got := b.String(); got != want+"  note: "+r.ModelNote+"\n" {
+		t.Errorf("writeEnergy with a note:\n%s", got)
+	}
 }
 
 func TestFormatEnergyUnits(t *testing.T) {
