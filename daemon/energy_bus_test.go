@@ -250,3 +250,28 @@ func TestEstimatePowerStopped(t *testing.T) {
 		t.Errorf("after stop: %v, want ErrStopped", err)
 	}
 }
+
+// TestEstimatePowerOtherShape: on a machine the model was not fitted on
+// (a 2-socket 4-core Nehalem EP, priced with the 8-core SNB EP's
+// calibration) the answer says its watts only rank the policies.
+func TestEstimatePowerOtherShape(t *testing.T) {
+	m := newMockLaptop(t)
+	if err := os.RemoveAll(filepath.Join(m.sys, "devices")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.CopyFixture(t, "../sysfs/testdata/topology/nhm-ep-2s4c2t/devices", filepath.Join(m.sys, "devices"))
+	d := m.startWith(t, func(c *Config) { c.CgroupRoot = "" })
+	r, err := d.EstimatePower(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "the snb-ep-2s8c2t model was fitted on 2 packages × 8 cores × 2 threads; this machine is 2 packages × 4 cores × 2 threads: its watts compare the policies, they are no estimate of this machine's power"
+	if r.Model != policy.SNBServer.Name || r.Note != want || len(r.Policies) != 3 {
+		t.Errorf("EstimatePower = %+v, want model %s and the note %q", r, policy.SNBServer.Name, want)
+	}
+	for _, e := range r.Policies {
+		if e.Watts != policy.SNBServer.IdleW || e.PackageWatts != 0 {
+			t.Errorf("no workloads: %+v, want %v W and 0 W", e, policy.SNBServer.IdleW)
+		}
+	}
+}
