@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/godbus/dbus/v5"
@@ -46,6 +47,9 @@ type UnitInfo struct {
 	// "" while the unit has none (inactive).
 	ControlGroup string
 	ActiveState  string // "active", "activating", "inactive", ...
+	// LoadState is "loaded", or "not-found" for a unit systemd does not
+	// know (a transient unit that is gone).
+	LoadState string
 	// AllowedCPUs is the unit's AllowedCPUs= (systemd.resource-control(5)),
 	// as sorted CPU numbers; nil when unset (no restriction of its own).
 	AllowedCPUs []int
@@ -55,12 +59,27 @@ type UnitInfo struct {
 	EffectiveCPUs []int
 }
 
-// UnitEvent is a unit loaded into (New) or dropped from (!New) the
-// manager's memory, from its UnitNew and UnitRemoved signals.
+// UnitEvent is something that happened to unit Name, from the manager's
+// signals.
 type UnitEvent struct {
 	Name string
-	New  bool
+	Kind EventKind
 }
+
+// EventKind says which signal a UnitEvent came from.
+type EventKind int
+
+const (
+	// UnitLoaded: UnitNew, the unit was loaded into the manager's memory
+	// (it may not be active yet).
+	UnitLoaded EventKind = iota
+	// UnitDropped: UnitRemoved, the manager dropped the unit from memory
+	// (a stopped transient unit, after garbage collection).
+	UnitDropped
+	// JobFinished: JobRemoved, a job of the unit ended (a start or stop
+	// completed, or failed): its state may have changed.
+	JobFinished
+)
 
 // Manager is a connection to one systemd manager: the system's (PID 1) or
 // one user's. Methods are safe for concurrent use. Every error wraps what
@@ -80,11 +99,68 @@ type Manager struct {
 	overflow atomic.Bool
 }
 
-// ConnectSystem connects to the system manager through SystemSocket.
-// Errors: the socket is missing (systemd is not PID 1, or not root) or
+// SystemBusSocket is the system bus, through which ConnectSystem reaches
+// the system manager when the bus runs.
+const SystemBusSocket = "/run/dbus/system_bus_socket"
+
+// ConnectSystem connects to the system manager: through the system bus
+// when it runs, else through SystemSocket (root only). The bus is
+// preferred because systemd 252's private socket may leave the first
+// message a client pipelines after authentication unread until the next
+// one arrives (seen in the systemd test container: Subscribe answered
+// only when the connection closed, 10 s later). ctx bounds the
+// connecting. Errors: neither socket is there (systemd is not PID 1), or
 // authentication failed.
 func ConnectSystem(ctx context.Context) (*Manager, error) {
+	if _, err := os.Stat(SystemBusSocket); err == nil {
+		return connectBus(ctx)
+	}
 	return connect(ctx, SystemSocket, -1)
+}
+
+// connectBus connects to the system manager through the system bus: go-
+// systemd's connection for the methods, and one of its own for the
+// signals, with match rules for the manager's UnitNew, UnitRemoved and
+// JobRemoved.
+func connectBus(ctx context.Context) (*Manager, error) {
+	conn, err := sd.NewConnection(func() (*dbus.Conn, error) { return busConn() })
+	if err != nil {
+		return nil, fmt.Errorf("systemd manager on the system bus: %w", err)
+	}
+	sig, err := busConn()
+	if err == nil {
+		for _, member := range []string{"UnitNew", "UnitRemoved", "JobRemoved"} {
+			if err = sig.AddMatchSignalContext(ctx, dbus.WithMatchSender(managerName), dbus.WithMatchObjectPath(managerPath),
+				dbus.WithMatchInterface(managerInterface), dbus.WithMatchMember(member)); err != nil {
+				sig.Close()
+				break
+			}
+		}
+	}
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("systemd manager on the system bus: %w", err)
+	}
+	return &Manager{UID: -1, conn: conn, sig: sig, events: make(chan UnitEvent, 256)}, nil
+}
+
+// busConn is a private connection to the system bus, authenticated as
+// this process's uid (EXTERNAL) and registered (Hello); it lives until
+// closed, whatever context connected it.
+func busConn() (*dbus.Conn, error) {
+	c, err := dbus.SystemBusPrivate()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Auth([]dbus.Auth{dbus.AuthExternal(strconv.Itoa(os.Getuid()))}); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if err := c.Hello(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 // ConnectUser connects to uid's user manager through UserSocket(uid), as
@@ -99,13 +175,19 @@ func connect(ctx context.Context, socket string, uid int) (*Manager, error) {
 		return nil, fmt.Errorf("systemd manager: %w", err)
 	}
 	dial := func() (*dbus.Conn, error) {
-		c, err := dbus.Dial("unix:path="+socket, dbus.WithContext(ctx))
+		// Not dbus.WithContext(ctx): godbus closes a connection when its
+		// context ends, and this one lives until Close.
+		c, err := dbus.Dial("unix:path=" + socket)
 		if err != nil {
 			return nil, err
 		}
 		// EXTERNAL with our uid, no Hello: the socket is systemd itself,
 		// not a bus.
 		if err := c.Auth([]dbus.Auth{dbus.AuthExternal(strconv.Itoa(os.Getuid()))}); err != nil {
+			c.Close()
+			return nil, err
+		}
+		if err := warm(c); err != nil {
 			c.Close()
 			return nil, err
 		}
@@ -122,6 +204,24 @@ func connect(ctx context.Context, socket string, uid int) (*Manager, error) {
 	}
 	m := &Manager{UID: uid, conn: conn, sig: sig, events: make(chan UnitEvent, 256)}
 	return m, nil
+}
+
+// warm pings the manager on a new private-socket connection until it
+// answers: systemd 252 may leave the first message sent right after
+// authentication unread until another arrives (see ConnectSystem), so a
+// ping that gets no answer within 200 ms is followed by another, which
+// makes it read both. Errors: no answer after 10 pings, or the connection
+// failed.
+func warm(c *dbus.Conn) error {
+	for i := 0; i < 10; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Object(managerName, managerPath).CallWithContext(ctx, "org.freedesktop.DBus.Peer.Ping", 0).Err
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+	}
+	return errors.New("no answer to Peer.Ping on the manager's private socket")
 }
 
 // Close closes the connections; Events' channel is closed.
@@ -151,9 +251,10 @@ func (m *Manager) Version(ctx context.Context) (string, error) {
 }
 
 // Events subscribes to the manager's unit signals (once) and returns the
-// channel of UnitNew/UnitRemoved events, closed when the connection
-// closes. systemd sends them for every unit it loads or drops, which is
-// how placement adopts and forgets units without polling. An event that
+// channel of its UnitNew, UnitRemoved and JobRemoved signals as events,
+// closed when the connection closes. systemd sends them for every unit it
+// loads, drops or runs a job for, which is how placement adopts and
+// forgets units without polling. An event that
 // finds the channel full is dropped: the caller re-lists its slices when
 // it sees Overflowed.
 func (m *Manager) Events(ctx context.Context) (<-chan UnitEvent, error) {
@@ -169,18 +270,24 @@ func (m *Manager) Events(ctx context.Context) (<-chan UnitEvent, error) {
 		go func() {
 			defer close(m.events)
 			for s := range ch {
+				// UnitNew/UnitRemoved (s id, o path); JobRemoved (u id,
+				// o job, s unit, s result).
 				var ev UnitEvent
+				arg := 0
 				switch s.Name {
 				case managerInterface + ".UnitNew":
-					ev.New = true
+					ev.Kind = UnitLoaded
 				case managerInterface + ".UnitRemoved":
+					ev.Kind = UnitDropped
+				case managerInterface + ".JobRemoved":
+					ev.Kind, arg = JobFinished, 2
 				default:
 					continue
 				}
-				if len(s.Body) < 1 {
+				if len(s.Body) <= arg {
 					continue
 				}
-				name, ok := s.Body[0].(string)
+				name, ok := s.Body[arg].(string)
 				if !ok {
 					continue
 				}
@@ -218,7 +325,8 @@ func UnitType(name string) string {
 	return unitInterfaces[name[i:]]
 }
 
-// UnitInfo reads unit name's properties. Errors: no such unit
+// UnitInfo reads unit name's properties; a unit systemd does not know has
+// LoadState "not-found". Errors: no such unit
 // (org.freedesktop.systemd1.NoSuchUnit, or a unit of a type without a
 // cgroup), or the call failed.
 func (m *Manager) UnitInfo(ctx context.Context, name string) (UnitInfo, error) {
@@ -232,6 +340,7 @@ func (m *Manager) UnitInfo(ctx context.Context, name string) (UnitInfo, error) {
 		return UnitInfo{}, fmt.Errorf("%s manager: %s: %w", m, name, err)
 	}
 	u.ActiveState, _ = base["ActiveState"].(string)
+	u.LoadState, _ = base["LoadState"].(string)
 	props, err := m.conn.GetUnitTypePropertiesContext(ctx, name, typ)
 	if err != nil {
 		return UnitInfo{}, fmt.Errorf("%s manager: %s: %w", m, name, err)

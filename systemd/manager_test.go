@@ -87,20 +87,20 @@ func systemctlShow(t *testing.T, user int, unit, prop string) string {
 	return strings.TrimSpace(string(out))
 }
 
-func waitEvent(t *testing.T, ch <-chan UnitEvent, name string, isNew bool) {
+func waitEvent(t *testing.T, ch <-chan UnitEvent, name string, kind EventKind) {
 	t.Helper()
 	deadline := time.After(30 * time.Second)
 	for {
 		select {
 		case ev, ok := <-ch:
 			if !ok {
-				t.Fatalf("events closed before %s new=%v", name, isNew)
+				t.Fatalf("events closed before %s kind %d", name, kind)
 			}
-			if ev.Name == name && ev.New == isNew {
+			if ev.Name == name && ev.Kind == kind {
 				return
 			}
 		case <-deadline:
-			t.Fatalf("no %s event for %s within 30 s", map[bool]string{true: "UnitNew", false: "UnitRemoved"}[isNew], name)
+			t.Fatalf("no event of kind %d for %s within 30 s", kind, name)
 		}
 	}
 }
@@ -212,7 +212,8 @@ func testScope(t *testing.T, uid int) {
 	if err := m.StartScope(ctx, name, slice, "schedpolicyd manager test", uint32(pid)); err != nil {
 		t.Fatal(err)
 	}
-	waitEvent(t, events, name, true)
+	waitEvent(t, events, name, UnitLoaded)
+	waitEvent(t, events, name, JobFinished)
 	u, err := m.UnitInfo(ctx, name)
 	if err != nil {
 		t.Fatal(err)
@@ -306,5 +307,5 @@ func testScope(t *testing.T, uid int) {
 
 	sleep.Process.Kill()
 	<-exited
-	waitEvent(t, events, name, false)
+	waitEvent(t, events, name, UnitDropped)
 }
