@@ -688,6 +688,30 @@ func (c *Cgroup) Usage(name string) (time.Duration, error) {
 	return c.schedstatUsage(dir)
 }
 
+// DirUsage returns the cumulative CPU time of the cgroup at dir (any
+// cgroup, not only a child of a managed parent: a systemd unit's): v2's
+// usage_usec of cpu.stat (µs), else v1's cpuacct.usage (ns). Errors name
+// the file; IsGone is true for a cgroup that is gone (or, on v1, a cgroup
+// without cpuacct accounting).
+func DirUsage(dir string) (time.Duration, error) {
+	d, err := cgReadStatUsec(filepath.Join(dir, "cpu.stat"))
+	if !errors.Is(err, fs.ErrNotExist) {
+		return d, err
+	}
+	ns, err := ReadIntAttr(filepath.Join(dir, "cpuacct.usage"))
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(ns), nil
+}
+
+// IsUnified reports whether root (normally /sys/fs/cgroup) is a cgroup v2
+// mount: the unified hierarchy, where systemd applies AllowedCPUs=.
+func IsUnified(root string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(root, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
+}
+
 // schedstatUsage is Usage's v1 fallback over procfs.
 func (c *Cgroup) schedstatUsage(dir string) (time.Duration, error) {
 	tids, err := cgReadIDs(filepath.Join(dir, "tasks"))
