@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/schedpolicyd/schedpolicyd/policy"
@@ -53,6 +54,62 @@ type State struct {
 	// pair given twice); the rest of the file is used, since an energy
 	// figure is not worth a workload's original cpuset. Nil otherwise.
 	EnergyErr error
+	// Units holds one record per systemd unit whose AllowedCPUs= the
+	// daemon sets or set (placement "systemd"), sorted by manager and
+	// unit, kept by the same rule as Cgroups.
+	Units []UnitRecord
+}
+
+// UnitRecord is what state.json keeps of one systemd unit placed through
+// systemd's API (SetUnitProperties with runtime=true): enough to reset
+// exactly the AllowedCPUs= value the daemon set, and only while the unit
+// still has it.
+type UnitRecord struct {
+	// Manager is the unit's manager: "system", or "user:UID" for a user's
+	// manager (user@UID.service).
+	Manager string `json:"manager"`
+	// Unit is the unit's name, "cron.service", "app-firefox-1234.scope".
+	Unit string `json:"unit"`
+	// Original is the unit's AllowedCPUs= as found before the daemon first
+	// set it (a cpulist; "" is unset: no restriction of its own). A
+	// non-empty original was set by an administrator: it bounds the
+	// daemon's choice.
+	Original string `json:"original_cpus"`
+	// Applied is the last AllowedCPUs= the daemon set and saw accepted,
+	// Pending the one it is about to set (recorded first); "" when none.
+	// A unit whose AllowedCPUs= is neither was changed by someone else,
+	// whose value is kept.
+	Applied string `json:"applied_cpus,omitempty"`
+	Pending string `json:"pending_cpus,omitempty"`
+	// Created: the daemon started this transient scope (CreateWorkload,
+	// schedpolicyctl run); systemd removes it when its last process exits.
+	Created bool `json:"created,omitempty"`
+}
+
+// key identifies a unit record: "MANAGER/UNIT".
+func (r UnitRecord) key() string { return r.Manager + "/" + r.Unit }
+
+// written reports whether AllowedCPUs= may hold a value of ours.
+func (r *UnitRecord) written() bool { return r.Applied != "" || r.Pending != "" }
+
+// validate checks one unit record: a manager name, a unit name of a
+// service or scope, and cpulists that parse.
+func (r UnitRecord) validate() error {
+	if r.Manager != "system" {
+		uid, ok := strings.CutPrefix(r.Manager, "user:")
+		if n, err := strconv.Atoi(uid); !ok || err != nil || n < 0 {
+			return fmt.Errorf("unit record %q: manager %q is neither \"system\" nor \"user:UID\"", r.Unit, r.Manager)
+		}
+	}
+	if !strings.HasSuffix(r.Unit, ".service") && !strings.HasSuffix(r.Unit, ".scope") || strings.ContainsAny(r.Unit, "/\x00") {
+		return fmt.Errorf("unit record %q: not the name of a service or scope", r.Unit)
+	}
+	for what, v := range map[string]string{"original_cpus": r.Original, "applied_cpus": r.Applied, "pending_cpus": r.Pending} {
+		if _, err := sysfs.ParseCPUList(v); err != nil {
+			return fmt.Errorf("unit record %s: %s %q: %v", r.key(), what, v, err)
+		}
+	}
+	return nil
 }
 
 // StartKnob is the knob a daemon starting with this state applies: the
@@ -128,6 +185,7 @@ type persisted struct {
 	Boost   []sysfs.BoostSetting `json:"boost,omitempty"`
 	Cgroups []Record             `json:"cgroups,omitempty"`
 	Energy  []EnergyTotal        `json:"energy,omitempty"`
+	Units   []UnitRecord         `json:"units,omitempty"`
 
 	// Version 1, read only for migration (migrateV1).
 	Originals map[string]string `json:"originals,omitempty"`
@@ -263,12 +321,21 @@ func LoadState(dir string) (State, error) {
 		}
 		seen[r.Path] = true
 	}
+	for _, r := range p.Units {
+		if err := r.validate(); err != nil {
+			return def, fmt.Errorf("%w %s: %v; starting from defaults", ErrCorruptState, path, err)
+		}
+		if seen[r.key()] {
+			return def, fmt.Errorf("%w %s: two records for unit %s; starting from defaults", ErrCorruptState, path, r.key())
+		}
+		seen[r.key()] = true
+	}
 	for _, b := range p.Boost {
 		if b.File == "" || filepath.IsAbs(b.File) || strings.Contains(b.File, "..") || (b.Value != "0" && b.Value != "1") {
 			return def, fmt.Errorf("%w %s: boost setting %+v; starting from defaults", ErrCorruptState, path, b)
 		}
 	}
-	st := State{Knob: p.Knob, Chosen: p.Chosen, Boost: p.Boost, Cgroups: p.Cgroups}
+	st := State{Knob: p.Knob, Chosen: p.Chosen, Boost: p.Boost, Cgroups: p.Cgroups, Units: p.Units}
 	st.Energy, st.EnergyErr = validEnergy(p.Energy)
 	if st.EnergyErr != nil {
 		st.EnergyErr = fmt.Errorf("%s: %w; the energy totals start from zero", path, st.EnergyErr)
@@ -315,7 +382,7 @@ func SaveState(dir string, st State) error {
 	if _, err := validEnergy(st.Energy); err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
-	b, err := json.MarshalIndent(persisted{Version: stateVersion, Knob: st.Knob, Chosen: st.Chosen, Boost: st.Boost, Cgroups: st.Cgroups, Energy: st.Energy}, "", "  ")
+	b, err := json.MarshalIndent(persisted{Version: stateVersion, Knob: st.Knob, Chosen: st.Chosen, Boost: st.Boost, Cgroups: st.Cgroups, Units: st.Units, Energy: st.Energy}, "", "  ")
 	if err != nil {
 		return err
 	}

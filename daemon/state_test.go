@@ -24,6 +24,11 @@ func TestStateRoundTrip(t *testing.T) {
 			{Path: "/sys/fs/cgroup/cpuset/schedpolicyd/w1", Inode: 9, Original: "0-3,8", Applied: "0", Pending: "0-1", LoadBalanceCleared: true},
 			{Path: "/sys/fs/cgroup/x/y", Original: "", Applied: "2", Created: true, Released: false},
 		},
+		Units: []UnitRecord{
+			{Manager: "system", Unit: "cron.service", Original: "", Applied: "0"},
+			{Manager: "system", Unit: "wl.scope", Original: "", Pending: "1", Created: true},
+			{Manager: "user:1000", Unit: "app-firefox-1.scope", Original: "2-3", Applied: "2"},
+		},
 	}
 	if err := SaveState(dir, want); err != nil {
 		t.Fatal(err)
@@ -56,6 +61,11 @@ func TestStateCorruptAndInvalid(t *testing.T) {
 		"v2 twice":        `{"version": 2, "power_aware": 1, "power_aware_policy": "balance", "cgroups": [{"path": "/a", "original_cpus": "1"}, {"path": "/a", "original_cpus": "2"}]}`,
 		"v2 with v1 maps": `{"version": 2, "power_aware": 1, "power_aware_policy": "balance", "originals": {"/a": "1"}}`,
 		"truncated file":  ``,
+		"unit manager":    `{"version": 2, "power_aware": 1, "power_aware_policy": "balance", "units": [{"manager": "user:x", "unit": "a.service", "original_cpus": ""}]}`,
+		"unit not a unit": `{"version": 2, "power_aware": 1, "power_aware_policy": "balance", "units": [{"manager": "system", "unit": "a.slice", "original_cpus": ""}]}`,
+		"unit path":       `{"version": 2, "power_aware": 1, "power_aware_policy": "balance", "units": [{"manager": "system", "unit": "../a.service", "original_cpus": ""}]}`,
+		"unit bad cpus":   `{"version": 2, "power_aware": 1, "power_aware_policy": "balance", "units": [{"manager": "system", "unit": "a.service", "original_cpus": "", "applied_cpus": "1-"}]}`,
+		"unit twice":      `{"version": 2, "power_aware": 1, "power_aware_policy": "balance", "units": [{"manager": "system", "unit": "a.service", "original_cpus": ""}, {"manager": "system", "unit": "a.service", "original_cpus": "1"}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
