@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"runtime/debug"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,8 +41,15 @@ type Config struct {
 	// ("/sys", or a mock tree).
 	SysfsRoot string
 	// CgroupRoot is the managed parent cgroup; each direct child is a
-	// workload. "" disables placement.
+	// workload (placement "cgroupfs"). "" disables that placement.
 	CgroupRoot string
+	// Placement is PlacementCgroupfs (default) or PlacementSystemd: units
+	// of the Manage slices placed through systemd's D-Bus API, CgroupRoot
+	// unused. The command line resolves "auto" (ResolvePlacement).
+	Placement string
+	// Manage lists the slices whose direct child services and scopes are
+	// workloads with placement "systemd" (nil: DefaultManage).
+	Manage []string
 	// ProcRoot is /proc (used for cgroup v1 usage accounting).
 	ProcRoot string
 	// TreeDir is where the virtual sysfs tree is served.
@@ -153,11 +161,16 @@ type Daemon struct {
 	log    logrus.FieldLogger
 	notify systemd.Notifier
 
-	fs   sysfs.FS
-	mon  *acpi.Monitor
-	pl   *placement // the workloads and their records (placement.go)
-	tree sysfs.Tree
-	bus  *busService
+	fs  sysfs.FS
+	mon *acpi.Monitor
+	pl  *placement // the workloads and their records (placement.go)
+	// units places systemd units instead (placement "systemd", units.go);
+	// nil otherwise. keptUnits are the unit records of state.json while
+	// it is nil: another placement's, saved back as they are.
+	units     *unitPlacement
+	keptUnits []UnitRecord
+	tree      sysfs.Tree
+	bus       *busService
 
 	reqs  chan func()
 	ready chan struct{} // closed once READY=1 was sent
@@ -268,6 +281,20 @@ func New(cfg Config) (*Daemon, error) {
 	default:
 		return nil, fmt.Errorf("boost_on_battery %q: want keep, off or on", cfg.BoostOnBattery)
 	}
+	switch cfg.Placement {
+	case "":
+		cfg.Placement = PlacementCgroupfs
+	case PlacementCgroupfs:
+	case PlacementSystemd:
+		cfg.CgroupRoot = "" // units, not a managed parent
+	default:
+		return nil, fmt.Errorf("placement %q: want %s or %s", cfg.Placement, PlacementCgroupfs, PlacementSystemd)
+	}
+	for _, sl := range cfg.Manage {
+		if !strings.HasSuffix(sl, ".slice") || strings.ContainsAny(sl, "/ \x00") || sl == ".slice" {
+			return nil, fmt.Errorf("manage: %q is not the name of a slice (NAME.slice)", sl)
+		}
+	}
 	switch cfg.UPower {
 	case "":
 		cfg.UPower = "off"
@@ -303,6 +330,10 @@ func New(cfg Config) (*Daemon, error) {
 	d.pl = newPlacement(&d.cfg, d.log, &d.stats, d.done)
 	d.pl.save = func() error { return d.saveState(d.stateWith(d.knob)) }
 	d.setMetricsPath(cfg.MetricsTextfile)
+	if d.cfg.Placement == PlacementSystemd {
+		d.units = newUnitPlacement(&d.cfg, d.log, &d.stats)
+		d.units.save = d.pl.save
+	}
 	return d, nil
 }
 
@@ -389,6 +420,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.log.WithError(st.EnergyErr).Warn("ignoring the saved energy totals")
 	}
 	d.energy = newEnergyMeter(d.fs, d.log.WithField("component", "energy"), time.Now, st.Energy)
+	if d.units != nil {
+		d.units.load(st.Units)
+	} else {
+		d.keptUnits = st.Units // another placement's: kept as they are
+	}
 	d.recoverBoost(st.Boost)
 	if d.power, err = acpi.Read(d.fs); err != nil {
 		d.log.WithError(err).Warn("cannot read power supplies, assuming AC")
@@ -402,6 +438,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	defer d.pl.close()
 	d.pl.scan()
+	if d.units != nil {
+		d.units.open()
+		defer d.units.close()
+		d.units.scan()
+	}
 	// The tree and the bus serve the snapshot: have a true one before
 	// either can be read.
 	d.effective, d.policyReason = d.decide()
@@ -501,7 +542,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wasSampling := false
 	for {
 		var sampleC <-chan time.Time
+		var unitC <-chan systemd.UnitEvent
 		sampling := d.pl.sampling()
+		if d.units != nil {
+			unitC = d.units.eventsC()
+			sampling = sampling || d.units.sampling()
+		}
 		if sampling {
 			sampleC = sample.C
 		}
@@ -513,7 +559,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 			go debug.FreeOSMemory()
 		}
 		wasSampling = sampling
-		if every := d.pl.sampleEvery(); every != sampleEvery {
+		every := d.pl.sampleEvery()
+		if d.units != nil && !d.pl.sampling() {
+			every = d.units.sampleEvery()
+		}
+		if every != sampleEvery {
 			sampleEvery = every
 			sample.Reset(sampleEvery)
 		}
@@ -540,6 +590,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 			if d.pl.scan() {
 				d.recompute("workloads changed", true)
 			}
+		case ev, ok := <-unitC:
+			if !ok {
+				d.log.Warn("the connection to the systemd manager closed; units are no longer followed")
+				d.units.close()
+				continue
+			}
+			d.stats.events.Add(1)
+			if d.units.onEvent(ev) {
+				d.recompute("units changed", true)
+			}
 		case <-d.pl.cpusC():
 			d.stats.events.Add(1)
 			names := d.pl.takeWritten()
@@ -562,6 +622,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 				d.pl.idleSamples = 0
 			} else {
 				d.pl.idleSamples++
+			}
+			if d.units != nil {
+				if d.units.sample() {
+					d.units.idleSamples = 0
+				} else {
+					d.units.idleSamples++
+				}
 			}
 			d.recompute("sample", changed)
 		case ev := <-d.pl.exits:
@@ -737,6 +804,10 @@ func (d *Daemon) recompute(why string, force bool) {
 		d.pl.idleSamples = 0
 		d.pl.sample()
 	}
+	if force && d.units != nil && d.units.idleSamples >= idleSamplesBeforeBackoff {
+		d.units.idleSamples = 0
+		d.units.sample()
+	}
 	eff, reason := d.decide()
 	d.policyReason = reason
 	if eff != d.effective {
@@ -757,7 +828,14 @@ func (d *Daemon) recompute(why string, force bool) {
 	// new plan's writes take effect.
 	d.followEnergy()
 	d.pl.apply(d.effective, d.topo, d.allowed, force)
-	if d.pl.plan.Policy != "" && d.pl.plan.Policy != d.effective {
+	placedFor := d.pl.plan.Policy
+	if d.units != nil {
+		d.units.apply(d.effective, d.topo, d.allowed, force)
+		if placedFor == "" || placedFor == d.effective {
+			placedFor = d.units.plan.Policy
+		}
+	}
+	if placedFor != "" && placedFor != d.effective {
 		d.policyReason += "; placing for performance: the load exceeds the packing threshold (race to idle)"
 	}
 	if !d.unpublished {
@@ -805,7 +883,11 @@ func (d *Daemon) writeKernelKnob() {
 }
 
 func (d *Daemon) status() string {
-	return statusText(d.effective, d.knob.PowerAware, d.power.Source, len(d.pl.workloads))
+	n := len(d.pl.workloads)
+	if d.units != nil {
+		n += len(d.units.workloads)
+	}
+	return statusText(d.effective, d.knob.PowerAware, d.power.Source, n)
 }
 
 // StatusText is the one line systemd shows as the unit's status (STATUS=,
@@ -841,11 +923,20 @@ func (d *Daemon) publish() {
 	}
 }
 
+// workloadStatus lists every workload: cgroupfs children, then units.
+func (d *Daemon) workloadStatus() []WorkloadStatus {
+	ws := d.pl.status()
+	if d.units != nil {
+		ws = append(ws, d.units.status()...)
+	}
+	return ws
+}
+
 func (d *Daemon) newSnapshot() *Snapshot {
 	s := &Snapshot{
 		Policy: d.effective, Knob: d.knob, PowerSource: d.power.Source,
 		Reason: d.power.Reason, PolicyReason: d.policyReason, LastChange: d.lastChange,
-		Boost: d.boost, Workloads: d.pl.status(), Holds: d.holdList(),
+		Boost: d.boost, Workloads: d.workloadStatus(), Holds: d.holdList(),
 		Topology:     d.topoProp,
 		EnergySource: d.energy.Source(), Energy: d.energy.Totals(),
 	}
@@ -856,7 +947,11 @@ func (d *Daemon) newSnapshot() *Snapshot {
 func (d *Daemon) shutdown() {
 	d.notify.Stopping()
 	d.log.Info("stopping: restoring original cpusets")
-	if !d.pl.restore() {
+	ok := d.pl.restore()
+	if d.units != nil && !d.units.restore() {
+		ok = false
+	}
+	if !ok {
 		d.log.Warn("not everything could be restored; state.json keeps what is left for the next start")
 	}
 	d.restoreBoost()
@@ -897,7 +992,11 @@ func (d *Daemon) saveState(st State) error {
 // setting found at start-up while we manage it, every cgroup record and the
 // energy totals.
 func (d *Daemon) stateWith(k policy.Knob) State {
-	return State{Knob: k, Chosen: d.knobChosen, Boost: d.boostOrig, Cgroups: d.pl.recordList(), Energy: d.energy.Totals()}
+	units := d.keptUnits
+	if d.units != nil {
+		units = d.units.recordList()
+	}
+	return State{Knob: k, Chosen: d.knobChosen, Boost: d.boostOrig, Cgroups: d.pl.recordList(), Units: units, Energy: d.energy.Totals()}
 }
 
 // Reload applies a new configuration (SIGHUP). The validated cfg replaces
@@ -922,6 +1021,7 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 			"state_dir": nc.StateDir != old.StateDir, "bus": nc.Bus != old.Bus, "events": nc.Events != old.Events,
 			"debounce": nc.Debounce != old.Debounce, "recheck_interval": nc.SafetyInterval != old.SafetyInterval,
 			"upower": nc.UPower != old.UPower, "logind": nc.Logind != old.Logind, "acpid_socket": nc.AcpidSocket != old.AcpidSocket,
+			"placement": nc.Placement != old.Placement, "manage": !reflect.DeepEqual(nc.Manage, old.Manage),
 		} {
 			if changed {
 				restart = append(restart, name)

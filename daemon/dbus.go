@@ -610,6 +610,10 @@ func (o busObject) Rebalance(msg dbus.Message, sender dbus.Sender) *dbus.Error {
 		d.pl.scan()
 		d.pl.checkAll(nil) // a cpuset changed by hand is seen now
 		d.pl.sample()
+		if d.units != nil {
+			d.units.scan()
+			d.units.sample()
+		}
 		d.recompute("rebalance", true)
 		return nil
 	}))

@@ -1194,7 +1194,11 @@ func (p *placement) reapFinished() bool {
 // createWorkload makes workload name with pid in it and re-plans
 // (CreateWorkload; placement.create has the errors).
 func (d *Daemon) createWorkload(name string, pid int) (string, error) {
-	path, err := d.pl.create(name, pid)
+	create := d.pl.create
+	if d.units != nil {
+		create = d.units.create // a transient scope in schedpolicyd.slice
+	}
+	path, err := create(name, pid)
 	if err == nil {
 		d.recompute("workload created", true)
 	}
