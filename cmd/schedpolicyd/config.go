@@ -70,6 +70,11 @@ type fileConfig struct {
 	// CgroupRoot is the managed parent cgroup: "auto", "none" or an
 	// absolute path.
 	CgroupRoot *string
+	// Placement is "auto", "systemd" or "cgroupfs".
+	Placement *string
+	// Manage lists the slices placed with placement "systemd"
+	// ("NAME.slice" each).
+	Manage []string
 	// SysfsRoot is the sysfs root (absolute path, "/sys" in production).
 	SysfsRoot *string
 	// StateDir holds state.json (absolute path).
@@ -135,22 +140,24 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // rawConfig is the TOML shape; pointer fields record presence, and the
 // decoder rejects any key not listed here (DisallowUnknownFields).
 type rawConfig struct {
-	PowerAware       *int64  `toml:"power_aware"`
-	PowerAwarePolicy *string `toml:"power_aware_policy"`
-	TreeDir          *string `toml:"tree_dir"`
-	TreeBackend      *string `toml:"tree_backend"`
-	CgroupRoot       *string `toml:"cgroup_root"`
-	SysfsRoot        *string `toml:"sysfs_root"`
-	StateDir         *string `toml:"state_dir"`
-	Bus              *string `toml:"bus"`
-	Debounce         *string `toml:"debounce"`
-	RecheckInterval  *string `toml:"recheck_interval"`
-	SampleInterval   *string `toml:"sample_interval"`
-	BoostOnBattery   *string `toml:"boost_on_battery"`
-	UPower           *string `toml:"upower"`
-	PowerProfilesAPI *bool   `toml:"power_profiles_api"`
-	LogLevel         *string `toml:"log_level"`
-	MetricsTextfile  *string `toml:"metrics_textfile"`
+	PowerAware       *int64    `toml:"power_aware"`
+	PowerAwarePolicy *string   `toml:"power_aware_policy"`
+	TreeDir          *string   `toml:"tree_dir"`
+	TreeBackend      *string   `toml:"tree_backend"`
+	CgroupRoot       *string   `toml:"cgroup_root"`
+	Placement        *string   `toml:"placement"`
+	Manage           *[]string `toml:"manage"`
+	SysfsRoot        *string   `toml:"sysfs_root"`
+	StateDir         *string   `toml:"state_dir"`
+	Bus              *string   `toml:"bus"`
+	Debounce         *string   `toml:"debounce"`
+	RecheckInterval  *string   `toml:"recheck_interval"`
+	SampleInterval   *string   `toml:"sample_interval"`
+	BoostOnBattery   *string   `toml:"boost_on_battery"`
+	UPower           *string   `toml:"upower"`
+	PowerProfilesAPI *bool     `toml:"power_profiles_api"`
+	LogLevel         *string   `toml:"log_level"`
+	MetricsTextfile  *string   `toml:"metrics_textfile"`
 }
 
 // loadConfig reads and validates the configuration file at path.
@@ -233,6 +240,17 @@ func parseConfig(name string, data []byte) (fileConfig, error) {
 	fc.TreeBackend = enum("tree_backend", raw.TreeBackend, "auto", "fuse", "plain")
 	fc.BoostOnBattery = enum("boost_on_battery", raw.BoostOnBattery, "keep", "off", "on")
 	fc.UPower = enum("upower", raw.UPower, "auto", "on", "off")
+	fc.Placement = enum("placement", raw.Placement, "auto", daemon.PlacementSystemd, daemon.PlacementCgroupfs)
+	if raw.Manage != nil {
+		fc.Manage = []string{}
+		for _, sl := range *raw.Manage {
+			if !validSlice(sl) {
+				bad("manage", "%q: want slice names, \"NAME.slice\"", sl)
+				continue
+			}
+			fc.Manage = append(fc.Manage, sl)
+		}
+	}
 
 	absPath := func(key string, v *string) *string {
 		if v == nil {
@@ -349,7 +367,7 @@ func decodeErrors(name string, err error) error {
 // configKeys lists the keys rawConfig accepts, in file order.
 func configKeys() []string {
 	return []string{"power_aware", "power_aware_policy", "tree_dir", "tree_backend", "cgroup_root",
-		"sysfs_root", "state_dir", "bus", "debounce", "recheck_interval", "sample_interval",
+		"placement", "manage", "sysfs_root", "state_dir", "bus", "debounce", "recheck_interval", "sample_interval",
 		"boost_on_battery", "upower", "power_profiles_api", "log_level", "metrics_textfile"}
 }
 
@@ -360,6 +378,8 @@ func configKeyType(key string) string {
 		return "an integer 0, 1 or 2 (power_aware = 1)"
 	case "power_profiles_api":
 		return "a boolean (power_profiles_api = true), not a string"
+	case "manage":
+		return `an array of slice names (manage = ["schedpolicyd.slice", "system.slice"])`
 	case "debounce", "recheck_interval", "sample_interval":
 		return fmt.Sprintf("a duration string (%s = \"500ms\")", key)
 	case "":
@@ -417,6 +437,8 @@ var configFlags = map[string]string{
 	"tree_dir":           "tree-dir",
 	"tree_backend":       "tree-backend",
 	"cgroup_root":        "cgroup-root",
+	"placement":          "placement",
+	"manage":             "manage",
 	"sysfs_root":         "sysfs-root",
 	"state_dir":          "state-dir",
 	"bus":                "bus",
@@ -450,6 +472,10 @@ func (fc fileConfig) apply(cfg *daemon.Config, setFlags map[string]bool) {
 	str(&cfg.TreeDir, fc.TreeDir, "tree_dir")
 	str(&cfg.TreeBackend, fc.TreeBackend, "tree_backend")
 	str(&cfg.CgroupRoot, fc.CgroupRoot, "cgroup_root")
+	str(&cfg.Placement, fc.Placement, "placement")
+	if fc.Manage != nil && !setFlags["manage"] {
+		cfg.Manage = fc.Manage
+	}
 	str(&cfg.SysfsRoot, fc.SysfsRoot, "sysfs_root")
 	str(&cfg.StateDir, fc.StateDir, "state_dir")
 	str(&cfg.Bus, fc.Bus, "bus")
@@ -514,4 +540,10 @@ func (fc fileConfig) LogLevelName(flagValue string, setFlags map[string]bool) st
 		return *fc.LogLevel
 	}
 	return flagValue
+}
+
+// validSlice reports whether s names a slice unit: "NAME.slice", no
+// slash, space or NUL.
+func validSlice(s string) bool {
+	return strings.HasSuffix(s, ".slice") && s != ".slice" && !strings.ContainsAny(s, "/ \x00")
 }

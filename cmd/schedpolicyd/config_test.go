@@ -53,6 +53,8 @@ power_aware_policy = "balance"
 tree_dir = "/run/x/tree/"
 tree_backend = "plain"
 cgroup_root = "none"
+placement = "systemd"
+manage = ["schedpolicyd.slice", "background.slice"]
 sysfs_root = "/tmp/mock"
 state_dir = "/var/lib/x"
 bus = "unix:path=/tmp/bus"
@@ -85,6 +87,7 @@ metrics_textfile = "/var/lib/prometheus/node-exporter/schedpolicyd.prom"
 	fc.apply(&cfg, nil)
 	want := daemon.Config{
 		TreeDir: "/run/x/tree", TreeBackend: "plain", CgroupRoot: "none", SysfsRoot: "/tmp/mock",
+		Placement: "systemd", Manage: []string{"schedpolicyd.slice", "background.slice"},
 		StateDir: "/var/lib/x", Bus: "unix:path=/tmp/bus", Debounce: 250 * time.Millisecond,
 		SafetyInterval: -time.Second, SampleInterval: 2 * time.Second, PowerProfilesAPI: true,
 		BoostOnBattery: "off", UPower: "off",
@@ -179,6 +182,10 @@ func TestConfigErrors(t *testing.T) {
 		{"relative tree", "tree_dir = \"run/tree\"\n", 1, "tree_dir", "absolute path"},
 		{"empty state dir", "state_dir = \"\"\n", 1, "state_dir", "absolute path"},
 		{"relative cgroup", "cgroup_root = \"schedpolicyd\"\n", 1, "cgroup_root", "absolute path"},
+		{"placement", "placement = \"units\"\n", 1, "placement", `"auto", "systemd" or "cgroupfs"`},
+		{"manage not a slice", "\nmanage = [\"system.slice\", \"cron.service\"]\n", 2, "manage", `"cron.service": want slice names`},
+		{"manage path", "manage = [\"a/b.slice\"]\n", 1, "manage", "want slice names"},
+		{"manage string", "manage = \"system.slice\"\n", 1, "manage", "an array of slice names"},
 		{"bus word", "bus = \"systembus\"\n", 1, "bus", "D-Bus address"},
 		{"upower on without a bus", "bus = \"none\"\n# hints\nupower = \"on\"\n", 3, "upower", `"on" needs D-Bus, and bus is "none"`},
 		{"debounce unit", "debounce = \"500\"\n", 1, "debounce", "duration"},
@@ -278,6 +285,7 @@ func TestConfigShippedFile(t *testing.T) {
 	}
 	want := daemon.Config{
 		TreeDir: daemon.DefaultTreeDir, TreeBackend: "auto", CgroupRoot: "auto", SysfsRoot: "/sys",
+		Placement: "auto", Manage: daemon.DefaultManage,
 		StateDir: daemon.DefaultStateDir, Bus: "system", Debounce: daemon.DefaultDebounce,
 		SafetyInterval: daemon.DefaultSafetyInterval, SampleInterval: daemon.DefaultSampleInterval,
 		BoostOnBattery: DefaultBoostOnBattery, UPower: DefaultUPower,

@@ -152,6 +152,14 @@ func resolveCgroupRoot(cfg *daemon.Config) {
 	}
 }
 
+// resolvePlacement turns --placement / placement "auto" into a mode
+// (daemon.ResolvePlacement) and returns why it was chosen.
+func resolvePlacement(cfg *daemon.Config) string {
+	mode, why := daemon.ResolvePlacement(cfg.Placement)
+	cfg.Placement = mode
+	return why
+}
+
 func defaultCgroupRoot() string {
 	if _, err := os.Stat("/sys/fs/cgroup/cpuset/cpuset.cpus"); err == nil {
 		return "/sys/fs/cgroup/cpuset/schedpolicyd"
@@ -169,6 +177,20 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 	var cfg daemon.Config
 	fl.StringVar(&cfg.SysfsRoot, "sysfs-root", sysfs.DefaultRoot, "sysfs root to read power_supply, CPU topology and boost from (a mock tree for tests)")
 	fl.StringVar(&cfg.CgroupRoot, "cgroup-root", "auto", "managed parent cgroup; each direct child is a workload (auto: /sys/fs/cgroup/cpuset/schedpolicyd on cgroup v1, /sys/fs/cgroup/schedpolicyd on v2; none: no placement)")
+	fl.StringVar(&cfg.Placement, "placement", "auto", "how workloads are placed: systemd (units of the --manage slices, through systemd's D-Bus API), cgroupfs (the children of --cgroup-root, by writing cpuset.cpus) or auto (systemd where systemd is PID 1 and /sys/fs/cgroup is cgroup v2, else cgroupfs)")
+	fl.Func("manage", "comma-separated slices whose direct child services and scopes are workloads with --placement systemd (default "+strings.Join(daemon.DefaultManage, ",")+")", func(v string) error {
+		cfg.Manage = []string{}
+		for _, sl := range strings.Split(v, ",") {
+			if sl = strings.TrimSpace(sl); sl == "" {
+				continue
+			}
+			if !validSlice(sl) {
+				return fmt.Errorf("%q is not a slice name (NAME.slice)", sl)
+			}
+			cfg.Manage = append(cfg.Manage, sl)
+		}
+		return nil
+	})
 	fl.StringVar(&cfg.ProcRoot, "proc-root", "/proc", "procfs root (cgroup v1 usage accounting)")
 	fl.StringVar(&cfg.TreeDir, "tree-dir", daemon.DefaultTreeDir, "where to serve the virtual sysfs tree")
 	fl.StringVar(&cfg.TreeBackend, "tree-backend", "auto", "tree backend: auto (FUSE when /dev/fuse works, else plain files), fuse or plain")
@@ -217,7 +239,9 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 		log.SetFormatter(&logrus.TextFormatter{DisableTimestamp: true})
 	}
 	resolveCgroupRoot(&cfg)
+	placementWhy := resolvePlacement(&cfg)
 	cfg.Log = log
+	log.WithFields(logrus.Fields{"placement": cfg.Placement, "why": placementWhy}).Info("placement chosen")
 	d, err := daemon.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "schedpolicyd: %v\n", err)
@@ -270,6 +294,7 @@ func reload(ctx context.Context, d *daemon.Daemon, log *logrus.Logger, path stri
 		return
 	}
 	resolveCgroupRoot(&cfg)
+	resolvePlacement(&cfg)
 	cfg.Log = log
 	if lvl, err := logrus.ParseLevel(fc.LogLevelName(log.GetLevel().String(), set)); err == nil {
 		log.SetLevel(lvl)

@@ -29,8 +29,14 @@ type probeReport struct {
 	KnobFrom string `json:"knob_from"`
 	// Config is the configuration file read; "" when none was (the
 	// default path does not exist).
-	Config   string        `json:"config"`
-	Topology probeTopology `json:"topology"`
+	Config string `json:"config"`
+	// Placement is how workloads would be placed ("systemd" or
+	// "cgroupfs", from the configuration's placement, "auto" resolved),
+	// PlacementWhy why, and Manage the slices placed with "systemd".
+	Placement    string        `json:"placement"`
+	PlacementWhy string        `json:"placement_why"`
+	Manage       []string      `json:"manage,omitempty"`
+	Topology     probeTopology `json:"topology"`
 	// Energy is which energy source the daemon would measure with.
 	Energy   daemon.EnergyProbe `json:"energy"`
 	Warnings []string           `json:"warnings,omitempty"`
@@ -73,7 +79,7 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "schedpolicyd probe: %v\n", err)
 		return 2
 	}
-	cfg := daemon.Config{SysfsRoot: *root, StateDir: *stateDir}
+	cfg := daemon.Config{SysfsRoot: *root, StateDir: *stateDir, Placement: "auto"}
 	fc.apply(&cfg, set)
 	fs, err := sysfs.NewFS(cfg.SysfsRoot)
 	if err != nil {
@@ -81,6 +87,13 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	r := probeReport{Config: fc.Path}
+	r.Placement, r.PlacementWhy = daemon.ResolvePlacement(cfg.Placement)
+	if r.Placement == daemon.PlacementSystemd {
+		r.Manage = cfg.Manage
+		if r.Manage == nil {
+			r.Manage = daemon.DefaultManage
+		}
+	}
 	dec, err := acpi.Read(fs)
 	if err != nil {
 		r.Warnings = append(r.Warnings, err.Error())
@@ -143,6 +156,10 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 	}[r.KnobFrom]
 	fmt.Fprintf(stdout, "knob:          power_aware=%d power_aware_policy=%s (%s)\n", r.PowerAware, r.PowerAwarePolicy, from)
 	fmt.Fprintf(stdout, "policy:        %s\n", r.Policy)
+	fmt.Fprintf(stdout, "placement:     %s (%s)\n", r.Placement, r.PlacementWhy)
+	if len(r.Manage) > 0 {
+		fmt.Fprintf(stdout, "  manage:      %s\n", strings.Join(r.Manage, " "))
+	}
 	printEnergyProbe(stdout, r.Energy)
 	for _, w := range r.Warnings {
 		fmt.Fprintf(stdout, "warning:       %s\n", w)
