@@ -356,6 +356,105 @@ else
 	skip "go test ./systemd/ -run TestManager" "no test binary in /mnt/host (container.sh --file)"
 fi
 
+# --- 6c. placement = "systemd": units placed through systemd's API ---------
+# On cgroup v1 systemd stores AllowedCPUs= and applies nothing, so what is
+# asserted here is what systemd reports (systemctl show -p AllowedCPUs) for
+# every placement, switch and reset; the VM checks the applied cpusets.
+sc() { systemctl show -p AllowedCPUs --value "$1"; }
+# ucpus NAME: the cpulist schedpolicyctl reports for unit NAME.
+ucpus() { schedpolicyctl workloads | awk -v n="$1" '$1 == n { print $2 }'; }
+# units_agree: every unit of ours is listed, and what schedpolicyctl
+# reports is its AllowedCPUs (every CPU while it is unset).
+units_agree() {
+	for n in spsvc1.service spsvc2.service wlu.scope; do
+		schedpolicyctl workloads | grep -q "^$n " || return 1
+		want=$(sc "$n")
+		[ -n "$want" ] || want=$all
+		[ "$want" = "$(ucpus "$n")" ] || return 1
+	done
+}
+cp /tmp/conf.good "$conf"
+printf 'placement = "systemd"\n' >>"$conf"
+before=$(for n in $(systemctl list-units --plain --no-legend --type=service,scope --state=active | awk '{ print $1 }'); do
+	[ "$(systemctl show -p Slice --value "$n")" = system.slice ] && echo "$n=$(sc "$n")"
+done)
+c6=$(cursor)
+systemctl restart "$unit"
+wait_until 20 unit_running
+if journal_wait "$c6" 10 'msg="managing units through systemd"'; then
+	pass "placement = \"systemd\": the daemon manages units through systemd ($(journalctl --no-pager --after-cursor="$c6" | grep -o 'slices=[^ ]*' | head -n 1))"
+else
+	fail "placement systemd" "no 'managing units through systemd' in the journal"
+fi
+systemd-run --quiet --unit=spsvc1 --slice=schedpolicyd.slice sleep 1000
+systemd-run --quiet --unit=spsvc2 --slice=schedpolicyd.slice -p AllowedCPUs="$last" sleep 1000
+schedpolicyctl run --name wlu -- sleep 1000 >/tmp/wlu.log 2>&1 &
+if wait_until 20 sh -c 'for n in spsvc1.service spsvc2.service wlu.scope; do schedpolicyctl workloads | grep -q "^$n " || exit 1; done'; then
+	pass "units adopted from systemd's signals: spsvc1.service, spsvc2.service (AllowedCPUs=$last by its admin), wlu.scope (schedpolicyctl run)"
+else
+	fail "units adopted" "$(schedpolicyctl workloads 2>&1; cat /tmp/wlu.log)"
+fi
+[ "$(systemctl show -p Slice --value wlu.scope)" = schedpolicyd.slice ] && [ "$(systemctl show -p ControlGroup --value wlu.scope)" = /schedpolicyd.slice/wlu.scope ] &&
+	pass "schedpolicyctl run started transient scope wlu.scope in schedpolicyd.slice" ||
+	fail "schedpolicyctl run scope" "Slice=$(systemctl show -p Slice --value wlu.scope) ControlGroup=$(systemctl show -p ControlGroup --value wlu.scope)"
+excerpt "units before the switch" sh -c 'for n in spsvc1.service spsvc2.service wlu.scope; do echo "$n AllowedCPUs=$(systemctl show -p AllowedCPUs --value $n)"; done; schedpolicyctl workloads'
+schedpolicyctl set powersaving
+wait_until 10 is_policy powersaving
+if wait_until 10 sh -c '[ -n "$(systemctl show -p AllowedCPUs --value spsvc1.service)" ]' && units_agree; then
+	s1=$(sc spsvc1.service) s2=$(sc spsvc2.service) s3=$(sc wlu.scope)
+	case "$s1,$s3" in
+	*[-,]*,* | *,*[-,]*) fail "powersaving packs the units" "spsvc1=$s1 wlu=$s3" ;;
+	*) [ "$s2" = "$last" ] && pass "powersaving: AllowedCPUs spsvc1=$s1 wlu.scope=$s3 (packed), spsvc2=$s2 (its admin's value bounds it); systemctl show = schedpolicyctl" ||
+		fail "the admin's AllowedCPUs bounds the choice" "spsvc2=$s2, want $last" ;;
+	esac
+else
+	fail "powersaving AllowedCPUs" "$(for n in spsvc1.service spsvc2.service wlu.scope; do echo "$n show=$(sc $n) ctl=$(ucpus $n)"; done)"
+fi
+schedpolicyctl set performance
+wait_until 10 is_policy performance
+if wait_until 10 sh -c '[ -z "$(systemctl show -p AllowedCPUs --value spsvc1.service)" ]' && [ -z "$(sc wlu.scope)" ] && [ "$(sc spsvc2.service)" = "$last" ] && units_agree; then
+	pass "performance: AllowedCPUs reset to the originals (spsvc1 and wlu.scope unset, spsvc2 $last)"
+else
+	fail "performance resets AllowedCPUs" "spsvc1=$(sc spsvc1.service) wlu=$(sc wlu.scope) spsvc2=$(sc spsvc2.service)"
+fi
+schedpolicyctl set powersaving
+wait_until 10 sh -c '[ -n "$(systemctl show -p AllowedCPUs --value spsvc1.service)" ]'
+grep -q '"unit": "spsvc1.service"' "$state" && grep -q '"applied_cpus"' "$state" &&
+	pass "state.json records the units' originals and the values set" || fail "unit records" "$(cat "$state")"
+excerpt "units under powersaving" sh -c 'for n in spsvc1.service spsvc2.service wlu.scope; do echo "$n AllowedCPUs=$(systemctl show -p AllowedCPUs --value $n)"; done; schedpolicyctl workloads'
+# kill -9: the next start recovers the records and keeps placing.
+pid=$(main_pid "$unit")
+c7=$(cursor)
+systemctl kill -s KILL "$unit"
+if wait_until 40 restarted_from "$pid" && journal_wait "$c7" 10 'original AllowedCPUs recovered from saved state.*spsvc1.service'; then
+	pass "kill -9 and restart: the new daemon recovered the units' originals from state.json (AllowedCPUs spsvc1=$(sc spsvc1.service) kept)"
+else
+	fail "recovery after kill -9" "$(journalctl --no-pager --after-cursor="$c7" | grep -i 'unit\|recover' | tail -n 5)"
+fi
+excerpt "journal: units after kill -9" sh -c "journalctl --no-pager --after-cursor='$c7' | grep -E 'recovered from saved state|managing units|adopted unit'"
+# A unit that stops is forgotten.
+c8=$(cursor)
+systemctl stop spsvc1.service
+if journal_wait "$c8" 10 'msg="unit gone".*unit=spsvc1.service' && ! schedpolicyctl workloads | grep -q '^spsvc1.service '; then
+	pass "a stopped unit is forgotten (journal: unit gone)"
+else
+	fail "stopped unit forgotten" "$(schedpolicyctl workloads)"
+fi
+# The final stop resets exactly what the daemon set.
+systemctl stop "$unit"
+after=$(for n in $(echo "$before" | cut -d= -f1); do echo "$n=$(sc "$n")"; done)
+if [ -z "$(sc wlu.scope)" ] && [ "$(sc spsvc2.service)" = "$last" ] && [ -z "$(sc spsvc1.service)" ] && [ "$before" = "$after" ]; then
+	pass "stop reset every AllowedCPUs to its original (wlu.scope, the stopped spsvc1 unset, spsvc2 $last, system.slice's $(echo "$before" | wc -l) units as found)"
+else
+	fail "stop resets AllowedCPUs" "wlu=$(sc wlu.scope) spsvc1=$(sc spsvc1.service) spsvc2=$(sc spsvc2.service); system.slice before: $before after: $after"
+fi
+excerpt "units after the stop" sh -c 'for n in spsvc1.service spsvc2.service wlu.scope; do echo "$n AllowedCPUs=$(systemctl show -p AllowedCPUs --value $n)"; done'
+grep -q '"applied_cpus"\|"pending_cpus"' "$state" && fail "unit records after the stop" "$(cat "$state")" ||
+	pass "state.json holds no value of ours after the stop"
+systemctl stop spsvc2.service wlu.scope 2>/dev/null
+cp /tmp/conf.good "$conf"
+systemctl start "$unit"
+
 # --- 7. The sandbox as systemd rates it --------------------------------------
 excerpt "systemd-analyze security $unit" systemd-analyze security --no-pager "$unit"
 exposure=$(systemd-analyze security --no-pager "$unit" 2>/dev/null | sed -n 's/.*Overall exposure level for [^:]*: *//p')

@@ -85,6 +85,25 @@ fi
 journal_since "$c0" -u "$unit" >/tmp/j-install
 note "  journal order (not a check): \"owning bus name\" at line $(grep -n 'msg="owning bus name"' /tmp/j-install | head -n 1 | cut -d: -f1), \"Started\" at line $(grep -n 'systemd\[1\]: Started schedpolicyd' /tmp/j-install | head -n 1 | cut -d: -f1); dbus-monitor: name owned at line $owned, unit active at line $activated"
 
+# The package's default placement = "auto" chooses systemd here by itself.
+if journal_wait "$c0" 10 'msg="managing units through systemd" cgroup_v2=true' &&
+	journal_since "$c0" | grep -q 'msg="placement chosen" placement=systemd why="auto: systemd is PID 1 and /sys/fs/cgroup is cgroup v2"'; then
+	pass install-auto-chooses-systemd
+else
+	fail install-auto-chooses-systemd "$(journal_since "$c0" | grep -E 'placement chosen|managing|placement disabled')"
+fi
+excerpt "journal: install and start" cat /tmp/j-install
+
+# The cgroupfs placement on v2 (placement = "cgroupfs"): the daemon's own
+# parent /sys/fs/cgroup/schedpolicyd, its children written directly.
+conf=/etc/schedpolicyd/schedpolicyd.conf
+cp "$conf" /tmp/conf.orig
+printf 'placement = "cgroupfs"\n' >>"$conf"
+c0=$(cursor)
+systemctl restart "$unit"
+wait_until 20 sh -c "systemctl is-active -q $unit"
+journal_wait "$c0" 10 'msg="managing workloads"'
+journal_since "$c0" -u "$unit" >/tmp/j-install
 placement=0
 disabled=$(grep 'workload placement disabled' /tmp/j-install | head -n 1)
 if [ -n "$disabled" ]; then
@@ -99,7 +118,6 @@ else
 	placement=1
 	pass install-placement
 fi
-excerpt "journal: install and start" cat /tmp/j-install
 excerpt "cgroups after start" sh -c "echo /sys/fs/cgroup/cgroup.subtree_control: \$(cat /sys/fs/cgroup/cgroup.subtree_control); echo $cg/cgroup.controllers: \$(cat $cg/cgroup.controllers); echo $cg/cpuset.cpus.effective: \$(cat $cg/cpuset.cpus.effective)"
 
 # --- 2. Workloads and policy switches --------------------------------------------
@@ -294,6 +312,98 @@ if [ "$placement" = 1 ]; then
 	fi
 	excerpt "state.json after restart and stop" cat "$state"
 fi
+
+# --- 4. placement = "auto" (systemd): units, their applied cpusets ---------------
+# Back to the package's configuration: auto chooses systemd. Units in
+# schedpolicyd.slice (two services, one with an administrator's
+# AllowedCPUs=, and a scope from schedpolicyctl run); after every switch
+# each unit's cpuset.cpus.effective and its task's Cpus_allowed_list must
+# be what systemd's AllowedCPUs= and schedpolicyctl say.
+# Only schedpolicyd.slice: under emulation the system services (this
+# script's own unit among them) are busy enough to make powersaving race
+# to idle, which would make the packing below depend on the machine's load.
+cp /tmp/conf.orig "$conf"
+printf 'manage = ["schedpolicyd.slice"]\nlog_level = "debug"\n' >>"$conf"
+all=$(cat /sys/devices/system/cpu/online)
+last=$(echo "$all" | sed 's/.*[-,]//')
+sc() { systemctl show -p AllowedCPUs --value "$1"; }
+ucpus() { schedpolicyctl workloads | awk -v n="$1" '$1 == n { print $2 }'; }
+unit_pid() { systemctl show -p MainPID --value "$1" | grep -v '^0$' || cat "/sys/fs/cgroup$(systemctl show -p ControlGroup --value "$1")/cgroup.procs" 2>/dev/null | head -n 1; }
+units="spsvc1.service spsvc2.service wlu.scope"
+# applied_ok: for every unit, what its task may use is what systemd's
+# AllowedCPUs= gives (every CPU while unset) and what schedpolicyctl says;
+# where AllowedCPUs= is set, the unit's cpuset.cpus.effective says so too.
+applied_ok() {
+	for n in $units; do
+		a=$(sc "$n")
+		want=${a:-$all}
+		pid=$(unit_pid "$n")
+		[ -n "$pid" ] || { echo "$n: no task"; return 1; }
+		task=$(cpus_allowed "$pid")
+		ctl=$want
+		[ "${1:-}" = noctl ] || ctl=$(ucpus "$n")
+		[ "$task" = "$want" ] && [ "$ctl" = "$want" ] || { echo "$n: AllowedCPUs=$a task=$task schedpolicyctl=$ctl"; return 1; }
+		if [ -n "$a" ]; then
+			eff=$(cat "/sys/fs/cgroup$(systemctl show -p ControlGroup --value "$n")/cpuset.cpus.effective" 2>/dev/null)
+			[ "$eff" = "$a" ] || { echo "$n: AllowedCPUs=$a cpuset.cpus.effective=$eff"; return 1; }
+		fi
+	done
+}
+c4=$(cursor)
+systemctl start "$unit"
+if journal_wait "$c4" 10 'msg="managing units through systemd" cgroup_v2=true'; then
+	pass systemd-placement-on
+else
+	fail systemd-placement-on "$(journal_since "$c4" | grep -E 'placement' | tail -n 3)"
+fi
+systemd-run --quiet --unit=spsvc1 --slice=schedpolicyd.slice sleep 1000
+systemd-run --quiet --unit=spsvc2 --slice=schedpolicyd.slice -p AllowedCPUs="$last" sleep 1000
+schedpolicyctl run --name wlu -- sleep 1000 >/tmp/wlu.log 2>&1 </dev/null &
+if wait_until 20 sh -c 'for n in spsvc1.service spsvc2.service wlu.scope; do schedpolicyctl workloads | grep -q "^$n " || exit 1; done'; then
+	pass systemd-units-adopted
+else
+	fail systemd-units-adopted "$(schedpolicyctl workloads 2>&1; cat /tmp/wlu.log)"
+fi
+show_units() { for n in $units; do echo "$n AllowedCPUs=$(sc "$n") EffectiveCPUs=$(systemctl show -p EffectiveCPUs --value "$n") task=$(cpus_allowed "$(unit_pid "$n")")"; done; }
+excerpt "units before the switches" show_units
+for pol in powersaving performance powersaving; do
+	schedpolicyctl set "$pol" >/dev/null
+	if [ "$pol" = powersaving ]; then
+		wait_until 10 sh -c '[ -n "$(systemctl show -p AllowedCPUs --value spsvc1.service)" ]'
+	else
+		wait_until 10 sh -c '[ -z "$(systemctl show -p AllowedCPUs --value spsvc1.service)" ]'
+	fi
+	if why=$(applied_ok); then
+		s1=$(sc spsvc1.service) s2=$(sc spsvc2.service) s3=$(sc wlu.scope)
+		case $pol in
+		powersaving) [ -n "$s1" ] && [ "$s1" = "$s3" ] && [ "$(echo "$s1" | tr -cd ',-')" = "" ] && [ "$s2" = "$last" ] ;;
+		performance) [ -z "$s1" ] && [ -z "$s3" ] && [ "$s2" = "$last" ] ;;
+		esac && pass "systemd-switch-$pol: spsvc1=${s1:-unset} wlu.scope=${s3:-unset} spsvc2=$s2, applied to the tasks" ||
+			fail "systemd-switch-$pol" "AllowedCPUs spsvc1=$s1 wlu.scope=$s3 spsvc2=$s2"
+	else
+		fail "systemd-switch-$pol" "$why"
+	fi
+	excerpt "units after $pol" show_units
+done
+pid=$(main_pid "$unit")
+c5=$(cursor)
+systemctl kill -s KILL "$unit"
+if wait_until 40 sh -c "p=\$(systemctl show -p MainPID --value $unit); [ \"\$p\" != 0 ] && [ \"\$p\" != $pid ] && systemctl is-active -q $unit" &&
+	journal_wait "$c5" 15 'original AllowedCPUs recovered from saved state.*spsvc1.service'; then
+	pass "systemd-kill-9-recovers: AllowedCPUs spsvc1=$(sc spsvc1.service) kept"
+else
+	fail systemd-kill-9-recovers "$(journal_since "$c5" | grep -iE 'recover|adopted unit' | tail -n 4)"
+fi
+excerpt "journal: after kill -9" sh -c "journalctl --no-pager --after-cursor='$c5' | grep -E 'recovered from saved state|managing units'"
+systemctl stop "$unit"
+if [ -z "$(sc spsvc1.service)" ] && [ -z "$(sc wlu.scope)" ] && [ "$(sc spsvc2.service)" = "$last" ] && why=$(applied_ok noctl); then
+	pass "systemd-stop-resets: spsvc1 and wlu.scope unset (tasks on $all), spsvc2 $last"
+else
+	fail systemd-stop-resets "spsvc1=$(sc spsvc1.service) wlu=$(sc wlu.scope) spsvc2=$(sc spsvc2.service) ${why:-}"
+fi
+excerpt "units after the stop" show_units
+grep -q '"applied_cpus"\|"pending_cpus"' "$state" && fail systemd-stop-state "$(cat "$state")" || pass systemd-stop-state
+systemctl stop spsvc1.service spsvc2.service wlu.scope 2>/dev/null
 
 if dpkg --purge schedpolicyd >/tmp/dpkg-purge.log 2>&1; then
 	pass purge-dpkg
