@@ -360,7 +360,24 @@ func (m *Manager) UnitInfo(ctx context.Context, name string) (UnitInfo, error) {
 // children; slices below it are not listed), with their properties. A
 // unit that goes away while being read is left out.
 func (m *Manager) SliceUnits(ctx context.Context, slice string) ([]UnitInfo, error) {
-	all, err := m.conn.ListUnitsByPatternsContext(ctx, nil, []string{"*.service", "*.scope"})
+	all, err := m.Units(ctx, "*.service", "*.scope")
+	if err != nil {
+		return nil, err
+	}
+	var out []UnitInfo
+	for _, u := range all {
+		if u.Slice == slice {
+			out = append(out, u)
+		}
+	}
+	return out, nil
+}
+
+// Units lists the loaded units whose names match one of the shell-style
+// patterns ("user@*.service"), with their properties, sorted by name. A
+// unit that goes away while being read is left out.
+func (m *Manager) Units(ctx context.Context, patterns ...string) ([]UnitInfo, error) {
+	all, err := m.conn.ListUnitsByPatternsContext(ctx, nil, patterns)
 	if err != nil {
 		return nil, fmt.Errorf("%s manager: ListUnitsByPatterns: %w", m, err)
 	}
@@ -377,9 +394,7 @@ func (m *Manager) SliceUnits(ctx context.Context, slice string) ([]UnitInfo, err
 			}
 			return nil, err
 		}
-		if u.Slice == slice {
-			out = append(out, u)
-		}
+		out = append(out, u)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
