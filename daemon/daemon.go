@@ -148,6 +148,11 @@ type WorkloadStatus struct {
 	Util float64 // decayed utilisation, CPUs
 	// Override is the workload's own placement policy ("" = the machine's).
 	Override policy.Policy
+	// Class says what kind of work it is: "workload" (a child of the
+	// managed parent, or a unit of schedpolicyd.slice), "service" (a unit
+	// of system.slice), "user" (a user's whole manager, user@UID.service),
+	// or the managed slice's name without ".slice" for other units.
+	Class string
 }
 
 // ErrStopped is returned by requests made after the event loop ended.

@@ -324,7 +324,7 @@ func propertyValues(snap Snapshot) map[string]any {
 	}
 	ws := make([]workloadEntry, 0, len(snap.Workloads))
 	for _, w := range snap.Workloads {
-		ws = append(ws, workloadEntry{w.Name, w.Path, w.CPUs, w.Util, string(w.Override)})
+		ws = append(ws, workloadEntry{w.Name, w.Path, w.CPUs, w.Util, string(w.Override), w.Class})
 	}
 	// A hold is its own (usss) entry, and the snapshot's list is shared
 	// from one publication to the next while the holds do not change
@@ -355,11 +355,14 @@ func propertyValues(snap Snapshot) map[string]any {
 	}
 }
 
-// workloadEntry is one element of the Workloads property, signature (sssds).
+// workloadEntry is one element of the Workloads property, signature
+// (sssdss): name, cgroup directory, cpulist, utilisation (CPUs),
+// override, class (WorkloadStatus.Class).
 type workloadEntry struct {
 	Name, Path, CPUs string
 	Util             float64
 	Override         string
+	Class            string
 }
 
 // update emits one PropertiesChanged carrying every property whose value

@@ -1093,7 +1093,7 @@ func (p *placement) status() []WorkloadStatus {
 		if w.rec.Released {
 			o = releasedOverride
 		}
-		out = append(out, WorkloadStatus{Name: n, Path: w.rec.Path, CPUs: w.cpus.String(), Util: w.avg.Util, Override: o})
+		out = append(out, WorkloadStatus{Name: n, Path: w.rec.Path, CPUs: w.cpus.String(), Util: w.avg.Util, Override: o, Class: "workload"})
 	}
 	return out
 }

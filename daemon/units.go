@@ -81,7 +81,10 @@ type unitPlacement struct {
 
 	mgr    *systemd.Manager // the system manager; nil until open succeeds
 	events <-chan systemd.UnitEvent
-	slices map[string]bool
+	slices map[string]bool // managed slices of the system manager
+	// users: manage names a user slice (userSlices), so every user's
+	// manager, user@UID.service, is placed as a whole.
+	users bool
 	// cgroupRoot is where units' ControlGroup paths live (/sys/fs/cgroup);
 	// unified: it is cgroup v2, where systemd applies AllowedCPUs=.
 	cgroupRoot string
@@ -122,6 +125,10 @@ func newUnitPlacement(cfg *Config, log logrus.FieldLogger, stats *counters) *uni
 		manage = DefaultManage
 	}
 	for _, s := range manage {
+		if userSlices[s] {
+			u.users = true
+			continue
+		}
 		u.slices[s] = true
 	}
 	u.unified = sysfs.IsUnified(u.cgroupRoot)
@@ -193,6 +200,9 @@ func (u *unitPlacement) open() error {
 	}
 	sort.Strings(slices)
 	u.log.WithFields(logrus.Fields{"systemd": v, "slices": strings.Join(slices, ","), "cgroup_v2": u.unified}).Info("managing units through systemd")
+	if u.users {
+		u.log.Info("user slices in manage: each user's manager (user@UID.service) is placed as a whole; its own units cannot be (the cpuset controller is not delegated to user managers)")
+	}
 	if !u.unified {
 		u.log.Warn("cgroup v1: systemd stores AllowedCPUs= but does not apply it; units are placed in name only (use placement \"cgroupfs\" to place cpusets on v1)")
 	}
@@ -222,17 +232,18 @@ func (u *unitPlacement) scan() bool {
 	defer cancel()
 	seen := map[string]bool{}
 	changed := false
-	for s := range u.slices {
-		list, err := u.mgr.SliceUnits(ctx, s)
-		if err != nil {
-			u.log.WithError(err).WithField("slice", s).Warn("listing a managed slice")
-			return changed
+	list, err := u.mgr.Units(ctx, "*.service", "*.scope")
+	if err != nil {
+		u.log.WithError(err).Warn("listing the managed slices' units")
+		return changed
+	}
+	for _, info := range list {
+		if !u.managed(info) {
+			continue
 		}
-		for _, info := range list {
-			seen[info.Name] = true
-			if u.consider(info) {
-				changed = true
-			}
+		seen[info.Name] = true
+		if u.consider(info) {
+			changed = true
 		}
 	}
 	for n := range u.workloads {
@@ -307,7 +318,7 @@ func (u *unitPlacement) onEvent(ev systemd.UnitEvent) bool {
 // with a cgroup, and forgets it if it no longer is; it reports a change.
 func (u *unitPlacement) consider(info systemd.UnitInfo) bool {
 	_, had := u.workloads[info.Name]
-	want := u.slices[info.Slice] && info.Name != OwnUnit && info.ControlGroup != "" &&
+	want := u.managed(info) && info.Name != OwnUnit && info.ControlGroup != "" &&
 		(info.ActiveState == "active" || info.ActiveState == "reloading" || info.ActiveState == "activating")
 	switch {
 	case want && !had:
@@ -318,6 +329,12 @@ func (u *unitPlacement) consider(info systemd.UnitInfo) bool {
 		return true
 	}
 	return false
+}
+
+// managed reports whether info's unit is in a managed slice, or is a
+// user's manager while user slices are managed.
+func (u *unitPlacement) managed(info systemd.UnitInfo) bool {
+	return u.slices[info.Slice] || u.users && isUserManager(info.Name)
 }
 
 // adopt makes info's unit a workload, with the record a crashed or earlier
@@ -611,10 +628,49 @@ func (u *unitPlacement) status() []WorkloadStatus {
 		if cpus.IsEmpty() {
 			cpus = u.online
 		}
-		out = append(out, WorkloadStatus{Name: n, Path: w.cgroup, CPUs: cpus.String(), Util: w.avg.Util})
+		out = append(out, WorkloadStatus{Name: n, Path: w.cgroup, CPUs: cpus.String(), Util: w.avg.Util, Class: unitClass(n, w.slice)})
 	}
 	return out
 }
+
+// unitClass is a unit's Class (WorkloadStatus): by its slice, or "user"
+// for a user's manager placed as a whole.
+func unitClass(name, slice string) string {
+	switch {
+	case isUserManager(name):
+		return "user"
+	case slice == "system.slice":
+		return "service"
+	case slice == createSlice:
+		return "workload"
+	}
+	return strings.TrimSuffix(slice, ".slice")
+}
+
+// isUserManager reports whether name is a user's manager,
+// user@UID.service (a system unit in user-UID.slice).
+func isUserManager(name string) bool {
+	uid, ok := strings.CutPrefix(name, "user@")
+	uid, ok2 := strings.CutSuffix(uid, ".service")
+	if !ok || !ok2 || uid == "" {
+		return false
+	}
+	for _, c := range uid {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// userSlices are the slices of a user's manager (systemd
+// docs/DESKTOP_ENVIRONMENTS.md). Listed in manage, they mean every
+// logged-in user's: since Debian 12's user@.service does not delegate the
+// cpuset controller, AllowedCPUs= on units of a user manager is stored and
+// never applied (seen in the systemd test VM), so what can be placed is
+// each user's manager as a whole, user@UID.service, through the system
+// manager: all of that user's apps, background work and session together.
+var userSlices = map[string]bool{"app.slice": true, "background.slice": true, "session.slice": true}
 
 // createSlice is where CreateWorkload starts its transient scopes.
 const createSlice = "schedpolicyd.slice"

@@ -318,7 +318,8 @@ terminal it prints one snapshot, 80 columns wide, and exits.`,
 		},
 		{
 			name: "workloads", synopsis: "workloads [--json]", json: true, run: (*cli).workloads,
-			help: `List the managed workloads: name, CPUs (cpulist), utilisation in CPUs,
+			help: `List the managed workloads: name, class (workload, service, user or
+a managed slice's name), CPUs (cpulist), utilisation in CPUs,
 per-workload policy override and cgroup directory.`,
 		},
 		{

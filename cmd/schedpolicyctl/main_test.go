@@ -187,8 +187,8 @@ func sampleProps() map[string]dbus.Variant {
 		"LastChange":        dbus.MakeVariant(uint64(1700000000000000)),
 		"Holds":             dbus.MakeVariant([][]any{{uint32(3), "balance", "make -j8", ":1.42"}}),
 		"Workloads": dbus.MakeVariant([][]any{
-			{"web", "/sys/fs/cgroup/cpuset/schedpolicyd/web", "0-7", 2.5, "performance"},
-			{"build", "/sys/fs/cgroup/cpuset/schedpolicyd/build", "0-1", 0.25, ""},
+			{"web", "/sys/fs/cgroup/cpuset/schedpolicyd/web", "0-7", 2.5, "performance", "workload"},
+			{"build", "/sys/fs/cgroup/cpuset/schedpolicyd/build", "0-1", 0.25, "", "workload"},
 		}),
 		"SomethingNew": dbus.MakeVariant("ignored"),
 	}
@@ -213,9 +213,9 @@ boost:         1
 holds:         1
   #3 balance by :1.42: make -j8
 workloads:     2
-  NAME   CPUS  UTIL  POLICY       PATH
-  build  0-1   0.25  -            /sys/fs/cgroup/cpuset/schedpolicyd/build
-  web    0-7   2.50  performance  /sys/fs/cgroup/cpuset/schedpolicyd/web
+  NAME   CLASS     CPUS  UTIL  POLICY       PATH
+  build  workload  0-1   0.25  -            /sys/fs/cgroup/cpuset/schedpolicyd/build
+  web    workload  0-7   2.50  performance  /sys/fs/cgroup/cpuset/schedpolicyd/web
 `
 	if got != want {
 		t.Errorf("status text:\n%s\nwant:\n%s", got, want)

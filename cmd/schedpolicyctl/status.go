@@ -38,13 +38,16 @@ type hold struct {
 	Holder string `json:"holder"` // the holder's unique bus name
 }
 
-// workload is one entry of the Workloads property, a(sssds).
+// workload is one entry of the Workloads property, a(sssdss).
 type workload struct {
 	Name   string  `json:"name"`
 	Path   string  `json:"path"`   // cgroup directory
 	CPUs   string  `json:"cpus"`   // cpulist, e.g. 0-3,8
 	Util   float64 `json:"util"`   // decayed utilisation, in CPUs
 	Policy string  `json:"policy"` // per-workload override, "" for none
+	// Class is "workload", "service", "user" or a managed slice's name
+	// ("" from a daemon before classes).
+	Class string `json:"class"`
 }
 
 // statusFrom decodes GetAll's answer. A property of an unexpected type is
@@ -112,8 +115,16 @@ func workloadsFrom(v dbus.Variant) ([]workload, error) {
 	out := []workload{}
 	for _, r := range raw {
 		var w workload
-		if err := dbus.Store(r, &w.Name, &w.Path, &w.CPUs, &w.Util, &w.Policy); err != nil {
+		if len(r) < 5 {
+			return nil, fmt.Errorf("a Workloads entry of %d fields, want 6 (sssdss)", len(r))
+		}
+		if err := dbus.Store(r[:5], &w.Name, &w.Path, &w.CPUs, &w.Util, &w.Policy); err != nil {
 			return nil, err
+		}
+		if len(r) > 5 { // a daemon before classes sends (sssds)
+			if err := dbus.Store(r[5:6], &w.Class); err != nil {
+				return nil, err
+			}
 		}
 		out = append(out, w)
 	}
@@ -184,16 +195,19 @@ func writeStatus(w io.Writer, s status, now time.Time) {
 	writeWorkloadTable(w, s.Workloads, "  ")
 }
 
-// writeWorkloadTable prints NAME CPUS UTIL POLICY PATH columns.
+// writeWorkloadTable prints NAME CLASS CPUS UTIL POLICY PATH columns.
 func writeWorkloadTable(w io.Writer, ws []workload, indent string) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "%sNAME\tCPUS\tUTIL\tPOLICY\tPATH\n", indent)
+	fmt.Fprintf(tw, "%sNAME\tCLASS\tCPUS\tUTIL\tPOLICY\tPATH\n", indent)
 	for _, wl := range ws {
-		pol := wl.Policy
+		pol, class := wl.Policy, wl.Class
 		if pol == "" {
 			pol = "-"
 		}
-		fmt.Fprintf(tw, "%s%s\t%s\t%.2f\t%s\t%s\n", indent, printable(wl.Name), wl.CPUs, wl.Util, pol, printable(wl.Path))
+		if class == "" {
+			class = "-"
+		}
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%.2f\t%s\t%s\n", indent, printable(wl.Name), printable(class), wl.CPUs, wl.Util, pol, printable(wl.Path))
 	}
 	tw.Flush()
 }
