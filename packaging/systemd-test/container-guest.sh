@@ -27,7 +27,7 @@ active_policy() {
 is_policy() { [ "$(active_policy)" = "$1" ]; }
 unit_running() { [ "$(systemctl is-active "$unit")" = active ]; }
 # cpus_of NAME: the cpulist schedpolicyctl reports for workload NAME.
-cpus_of() { schedpolicyctl workloads | awk -v n="$1" '$1 == n { print $2 }'; }
+cpus_of() { schedpolicyctl workloads | awk -v n="$1" '$1 == n { print $3 }'; }
 # allowed PID: the task's Cpus_allowed_list, what the kernel really lets it use.
 allowed() { sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$1/status"; }
 # line_of PATTERN FILE: the first line number matching PATTERN, or 0.
@@ -362,7 +362,7 @@ fi
 # every placement, switch and reset; the VM checks the applied cpusets.
 sc() { systemctl show -p AllowedCPUs --value "$1"; }
 # ucpus NAME: the cpulist schedpolicyctl reports for unit NAME.
-ucpus() { schedpolicyctl workloads | awk -v n="$1" '$1 == n { print $2 }'; }
+ucpus() { schedpolicyctl workloads | awk -v n="$1" '$1 == n { print $3 }'; }
 # units_agree: every unit of ours is listed, and what schedpolicyctl
 # reports is its AllowedCPUs (every CPU while it is unset).
 units_agree() {
@@ -374,7 +374,8 @@ units_agree() {
 	done
 }
 cp /tmp/conf.good "$conf"
-printf 'placement = "systemd"\n' >>"$conf"
+printf 'placement = "systemd"\nmanage = ["schedpolicyd.slice", "system.slice", "app.slice"]\n' >>"$conf"
+um=user@$(id -u sptest).service
 before=$(for n in $(systemctl list-units --plain --no-legend --type=service,scope --state=active | awk '{ print $1 }'); do
 	[ "$(systemctl show -p Slice --value "$n")" = system.slice ] && echo "$n=$(sc "$n")"
 done)
@@ -397,6 +398,11 @@ fi
 [ "$(systemctl show -p Slice --value wlu.scope)" = schedpolicyd.slice ] && [ "$(systemctl show -p ControlGroup --value wlu.scope)" = /schedpolicyd.slice/wlu.scope ] &&
 	pass "schedpolicyctl run started transient scope wlu.scope in schedpolicyd.slice" ||
 	fail "schedpolicyctl run scope" "Slice=$(systemctl show -p Slice --value wlu.scope) ControlGroup=$(systemctl show -p ControlGroup --value wlu.scope)"
+if wait_until 10 sh -c "schedpolicyctl workloads | awk '\$1 == \"$um\" && \$2 == \"user\"' | grep -q ." ; then
+	pass "app.slice in manage: $um (the lingering user's manager) is a workload of class user"
+else
+	fail "user manager adopted" "$(schedpolicyctl workloads)"
+fi
 excerpt "units before the switch" sh -c 'for n in spsvc1.service spsvc2.service wlu.scope; do echo "$n AllowedCPUs=$(systemctl show -p AllowedCPUs --value $n)"; done; schedpolicyctl workloads'
 schedpolicyctl set powersaving
 wait_until 10 is_policy powersaving
@@ -421,6 +427,9 @@ schedpolicyctl set powersaving
 wait_until 10 sh -c '[ -n "$(systemctl show -p AllowedCPUs --value spsvc1.service)" ]'
 grep -q '"unit": "spsvc1.service"' "$state" && grep -q '"applied_cpus"' "$state" &&
 	pass "state.json records the units' originals and the values set" || fail "unit records" "$(cat "$state")"
+[ -n "$(sc "$um")" ] && [ "$(sc "$um")" = "$(ucpus "$um")" ] &&
+	pass "powersaving: $um AllowedCPUs=$(sc "$um"), set on the system manager's unit" ||
+	fail "user manager placed" "AllowedCPUs=$(sc "$um") schedpolicyctl=$(ucpus "$um")"
 excerpt "units under powersaving" sh -c 'for n in spsvc1.service spsvc2.service wlu.scope; do echo "$n AllowedCPUs=$(systemctl show -p AllowedCPUs --value $n)"; done; schedpolicyctl workloads'
 # kill -9: the next start recovers the records and keeps placing.
 pid=$(main_pid "$unit")
@@ -443,10 +452,10 @@ fi
 # The final stop resets exactly what the daemon set.
 systemctl stop "$unit"
 after=$(for n in $(echo "$before" | cut -d= -f1); do echo "$n=$(sc "$n")"; done)
-if [ -z "$(sc wlu.scope)" ] && [ "$(sc spsvc2.service)" = "$last" ] && [ -z "$(sc spsvc1.service)" ] && [ "$before" = "$after" ]; then
+if [ -z "$(sc wlu.scope)" ] && [ "$(sc spsvc2.service)" = "$last" ] && [ -z "$(sc spsvc1.service)" ] && [ -z "$(sc "$um")" ] && [ "$before" = "$after" ]; then
 	pass "stop reset every AllowedCPUs to its original (wlu.scope, the stopped spsvc1 unset, spsvc2 $last, system.slice's $(echo "$before" | wc -l) units as found)"
 else
-	fail "stop resets AllowedCPUs" "wlu=$(sc wlu.scope) spsvc1=$(sc spsvc1.service) spsvc2=$(sc spsvc2.service); system.slice before: $before after: $after"
+	fail "stop resets AllowedCPUs" "wlu=$(sc wlu.scope) spsvc1=$(sc spsvc1.service) spsvc2=$(sc spsvc2.service) $um=$(sc "$um"); system.slice before: $before after: $after"
 fi
 excerpt "units after the stop" sh -c 'for n in spsvc1.service spsvc2.service wlu.scope; do echo "$n AllowedCPUs=$(systemctl show -p AllowedCPUs --value $n)"; done'
 grep -q '"applied_cpus"\|"pending_cpus"' "$state" && fail "unit records after the stop" "$(cat "$state")" ||

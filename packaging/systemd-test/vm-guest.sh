@@ -323,13 +323,17 @@ fi
 # script's own unit among them) are busy enough to make powersaving race
 # to idle, which would make the packing below depend on the machine's load.
 cp /tmp/conf.orig "$conf"
-printf 'manage = ["schedpolicyd.slice"]\nlog_level = "debug"\n' >>"$conf"
+printf 'manage = ["schedpolicyd.slice", "app.slice"]\nlog_level = "debug"\n' >>"$conf"
 all=$(cat /sys/devices/system/cpu/online)
 last=$(echo "$all" | sed 's/.*[-,]//')
 sc() { systemctl show -p AllowedCPUs --value "$1"; }
-ucpus() { schedpolicyctl workloads | awk -v n="$1" '$1 == n { print $2 }'; }
+ucpus() { schedpolicyctl workloads | awk -v n="$1" '$1 == n { print $3 }'; }
 unit_pid() { systemctl show -p MainPID --value "$1" | grep -v '^0$' || cat "/sys/fs/cgroup$(systemctl show -p ControlGroup --value "$1")/cgroup.procs" 2>/dev/null | head -n 1; }
-units="spsvc1.service spsvc2.service wlu.scope"
+# The lingering user's manager (2b) is placed as a whole: app.slice is
+# in manage, and Debian 12's user@.service has no cpuset to place its
+# own units with.
+um=user@$(id -u sptest).service
+units="spsvc1.service spsvc2.service wlu.scope $um"
 # applied_ok: for every unit, what its task may use is what systemd's
 # AllowedCPUs= gives (every CPU while unset) and what schedpolicyctl says;
 # where AllowedCPUs= is set, the unit's cpuset.cpus.effective says so too.
@@ -359,7 +363,7 @@ fi
 systemd-run --quiet --unit=spsvc1 --slice=schedpolicyd.slice sleep 1000
 systemd-run --quiet --unit=spsvc2 --slice=schedpolicyd.slice -p AllowedCPUs="$last" sleep 1000
 schedpolicyctl run --name wlu -- sleep 1000 >/tmp/wlu.log 2>&1 </dev/null &
-if wait_until 20 sh -c 'for n in spsvc1.service spsvc2.service wlu.scope; do schedpolicyctl workloads | grep -q "^$n " || exit 1; done'; then
+if wait_until 20 sh -c "for n in $units; do schedpolicyctl workloads | grep -q \"^\$n \" || exit 1; done"; then
 	pass systemd-units-adopted
 else
 	fail systemd-units-adopted "$(schedpolicyctl workloads 2>&1; cat /tmp/wlu.log)"
@@ -376,10 +380,10 @@ for pol in powersaving performance powersaving; do
 	if why=$(applied_ok); then
 		s1=$(sc spsvc1.service) s2=$(sc spsvc2.service) s3=$(sc wlu.scope)
 		case $pol in
-		powersaving) [ -n "$s1" ] && [ "$s1" = "$s3" ] && [ "$(echo "$s1" | tr -cd ',-')" = "" ] && [ "$s2" = "$last" ] ;;
-		performance) [ -z "$s1" ] && [ -z "$s3" ] && [ "$s2" = "$last" ] ;;
-		esac && pass "systemd-switch-$pol: spsvc1=${s1:-unset} wlu.scope=${s3:-unset} spsvc2=$s2, applied to the tasks" ||
-			fail "systemd-switch-$pol" "AllowedCPUs spsvc1=$s1 wlu.scope=$s3 spsvc2=$s2"
+		powersaving) [ -n "$s1" ] && [ "$s1" = "$s3" ] && [ "$(echo "$s1" | tr -cd ',-')" = "" ] && [ "$s2" = "$last" ] && [ -n "$(sc "$um")" ] ;;
+		performance) [ -z "$s1" ] && [ -z "$s3" ] && [ "$s2" = "$last" ] && [ -z "$(sc "$um")" ] ;;
+		esac && pass "systemd-switch-$pol: spsvc1=${s1:-unset} wlu.scope=${s3:-unset} spsvc2=$s2 $um=$(sc "$um"), applied to the tasks" ||
+			fail "systemd-switch-$pol" "AllowedCPUs spsvc1=$s1 wlu.scope=$s3 spsvc2=$s2 $um=$(sc "$um")"
 	else
 		fail "systemd-switch-$pol" "$why"
 	fi
@@ -396,7 +400,7 @@ else
 fi
 excerpt "journal: after kill -9" sh -c "journalctl --no-pager --after-cursor='$c5' | grep -E 'recovered from saved state|managing units'"
 systemctl stop "$unit"
-if [ -z "$(sc spsvc1.service)" ] && [ -z "$(sc wlu.scope)" ] && [ "$(sc spsvc2.service)" = "$last" ] && why=$(applied_ok noctl); then
+if [ -z "$(sc spsvc1.service)" ] && [ -z "$(sc wlu.scope)" ] && [ -z "$(sc "$um")" ] && [ "$(sc spsvc2.service)" = "$last" ] && why=$(applied_ok noctl); then
 	pass "systemd-stop-resets: spsvc1 and wlu.scope unset (tasks on $all), spsvc2 $last"
 else
 	fail systemd-stop-resets "spsvc1=$(sc spsvc1.service) wlu=$(sc wlu.scope) spsvc2=$(sc spsvc2.service) ${why:-}"
