@@ -178,7 +178,11 @@ func (u *unitPlacement) flush() bool {
 func (u *unitPlacement) open() error {
 	ctx, cancel := context.WithTimeout(context.Background(), unitOpTimeout)
 	defer cancel()
-	m, err := systemd.ConnectSystem(ctx)
+	connect := systemd.ConnectSystem
+	if u.cfg.Bus == "none" {
+		connect = systemd.ConnectSystemPrivate // no D-Bus means no bus daemon either
+	}
+	m, err := connect(ctx)
 	if err == nil {
 		u.events, err = m.Events(ctx)
 		if err != nil {

@@ -118,6 +118,12 @@ func ConnectSystem(ctx context.Context) (*Manager, error) {
 	return connect(ctx, SystemSocket, -1)
 }
 
+// ConnectSystemPrivate connects to the system manager through
+// SystemSocket only, never the bus (for a daemon told to use no D-Bus).
+func ConnectSystemPrivate(ctx context.Context) (*Manager, error) {
+	return connect(ctx, SystemSocket, -1)
+}
+
 // connectBus connects to the system manager through the system bus: go-
 // systemd's connection for the methods, and one of its own for the
 // signals, with match rules for the manager's UnitNew, UnitRemoved and

@@ -241,12 +241,12 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 	resolveCgroupRoot(&cfg)
 	placementWhy := resolvePlacement(&cfg)
 	cfg.Log = log
-	log.WithFields(logrus.Fields{"placement": cfg.Placement, "why": placementWhy}).Info("placement chosen")
 	d, err := daemon.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "schedpolicyd: %v\n", err)
 		return 2
 	}
+	log.WithFields(logrus.Fields{"placement": cfg.Placement, "why": placementWhy}).Info("placement chosen")
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	// SIGHUP (systemctl reload) re-reads the configuration file; a bad
