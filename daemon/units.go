@@ -490,7 +490,7 @@ func (u *unitPlacement) apply(eff policy.Policy, topo policy.Topology, online sy
 		if want.Equal(w.cpus) {
 			continue
 		}
-		if s := want.String(); s != w.rec.Original && w.rec.Pending != s {
+		if s := u.pendingFor(want); s != w.rec.Original && w.rec.Pending != s {
 			w.rec.Pending = s
 			u.dirty = true
 		}
@@ -517,6 +517,7 @@ func (u *unitPlacement) apply(eff policy.Policy, topo policy.Topology, online sy
 		if w.rec.Applied == w.rec.Original {
 			w.rec.Applied = ""
 		}
+		u.dirty = true
 	}
 	u.dirty = true
 	u.flush()
@@ -563,6 +564,16 @@ func (u *unitPlacement) restore() bool {
 			continue
 		}
 		orig, _ := sysfs.ParseCPUList(r.Original)
+		if p := u.pendingFor(orig); p != "" && p != r.Pending {
+			// The widening step (setAllowed) is a value of ours too:
+			// recorded before it is set.
+			r.Pending = p
+			u.dirty = true
+			if !u.flush() {
+				ok = false
+				continue
+			}
+		}
 		if err := u.setAllowed(ctx, r.Unit, orig); isNoSuchUnit(err) {
 			r.Applied, r.Pending = "", ""
 			continue
@@ -601,6 +612,19 @@ func (u *unitPlacement) setAllowed(ctx context.Context, name string, cpus sysfs.
 		}
 	}
 	return u.mgr.SetAllowedCPUs(ctx, name, cpus.List())
+}
+
+// pendingFor is what a record's Pending must say before cpus is set:
+// cpus itself, or for the empty set on cgroup v2 the every-possible-CPU
+// value setAllowed passes through (so that a crash between its two steps
+// leaves a value the next start knows as ours).
+func (u *unitPlacement) pendingFor(cpus sysfs.CPUSet) string {
+	if cpus.IsEmpty() && u.unified {
+		if all, err := possibleCPUs(); err == nil {
+			return all.String()
+		}
+	}
+	return cpus.String()
 }
 
 // possibleCPUs reads /sys/devices/system/cpu/possible.
