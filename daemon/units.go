@@ -503,6 +503,18 @@ func (u *unitPlacement) apply(eff policy.Policy, topo policy.Topology, online sy
 	defer cancel()
 	for _, s := range sets {
 		w := s.w
+		// A value someone set since we last looked is theirs: it becomes
+		// the unit's original (an administrator's AllowedCPUs= bounds the
+		// choice from the next plan on), and is not overwritten now.
+		if info, err := u.mgr.UnitInfo(ctx, w.name); err == nil {
+			if cur := sysfs.NewCPUSet(info.AllowedCPUs...); !cur.Equal(w.cpus) {
+				u.log.WithFields(logrus.Fields{"unit": w.name, "allowed_cpus": cur.String(), "was": w.cpus.String()}).Warn("AllowedCPUs was changed by someone else; that value is kept as the unit's original")
+				w.rec.Original, w.rec.Applied, w.rec.Pending = cur.String(), "", ""
+				w.cpus = cur
+				u.dirty = true
+				continue
+			}
+		}
 		err := u.setAllowed(ctx, w.name, s.want)
 		if err != nil {
 			w.rec.Pending = ""

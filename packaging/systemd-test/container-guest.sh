@@ -306,7 +306,8 @@ fi
 # --- 5. D-Bus activation -----------------------------------------------------
 c5=$(cursor)
 got=$(active_policy)
-if [ "$got" = powersaving ] && unit_running; then
+# The daemon answers once it owns its name, a moment before READY=1.
+if [ "$got" = powersaving ] && wait_until 10 unit_running; then
 	pass "a property read on $iface started the stopped service (ActivePolicy $got)"
 else
 	fail "D-Bus activation" "ActivePolicy '$got', unit $(systemctl is-active "$unit")"
@@ -441,6 +442,18 @@ else
 	fail "recovery after kill -9" "$(journalctl --no-pager --after-cursor="$c7" | grep -i 'unit\|recover' | tail -n 5)"
 fi
 excerpt "journal: units after kill -9" sh -c "journalctl --no-pager --after-cursor='$c7' | grep -E 'recovered from saved state|managing units|adopted unit'"
+# A value someone else sets is theirs: kept, never overwritten or reset.
+systemctl set-property --runtime wlu.scope AllowedCPUs="$last"
+c9=$(cursor)
+schedpolicyctl set performance
+wait_until 10 is_policy performance
+if journal_wait "$c9" 10 'AllowedCPUs was changed by someone else.*unit=wlu.scope' && [ "$(sc wlu.scope)" = "$last" ]; then
+	pass "an AllowedCPUs set by hand (wlu.scope=$last) is kept as the unit's original across a switch"
+else
+	fail "a value set by hand is kept" "wlu.scope AllowedCPUs=$(sc wlu.scope); $(journalctl --no-pager --after-cursor="$c9" | grep -i 'someone else' | tail -n 2)"
+fi
+schedpolicyctl set powersaving
+wait_until 10 sh -c '[ -n "$(systemctl show -p AllowedCPUs --value spsvc1.service)" ]'
 # A unit that stops is forgotten.
 c8=$(cursor)
 systemctl stop spsvc1.service
@@ -452,8 +465,8 @@ fi
 # The final stop resets exactly what the daemon set.
 systemctl stop "$unit"
 after=$(for n in $(echo "$before" | cut -d= -f1); do echo "$n=$(sc "$n")"; done)
-if [ -z "$(sc wlu.scope)" ] && [ "$(sc spsvc2.service)" = "$last" ] && [ -z "$(sc spsvc1.service)" ] && [ -z "$(sc "$um")" ] && [ "$before" = "$after" ]; then
-	pass "stop reset every AllowedCPUs to its original (wlu.scope, the stopped spsvc1 unset, spsvc2 $last, system.slice's $(echo "$before" | wc -l) units as found)"
+if [ "$(sc wlu.scope)" = "$last" ] && [ "$(sc spsvc2.service)" = "$last" ] && [ -z "$(sc spsvc1.service)" ] && [ -z "$(sc "$um")" ] && [ "$before" = "$after" ]; then
+	pass "stop reset every AllowedCPUs to its original (the stopped spsvc1 and $um unset; spsvc2 and, set by hand, wlu.scope $last; system.slice's $(echo "$before" | wc -l) units as found)"
 else
 	fail "stop resets AllowedCPUs" "wlu=$(sc wlu.scope) spsvc1=$(sc spsvc1.service) spsvc2=$(sc spsvc2.service) $um=$(sc "$um"); system.slice before: $before after: $after"
 fi
