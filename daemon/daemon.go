@@ -98,10 +98,17 @@ type Config struct {
 	// Settle is the extra re-read after an event-driven one (acpi
 	// DefaultSettle when 0; negative disables).
 	Settle time.Duration
-	// PowerProfilesAPI also serves the power-profiles D-Bus API
+	// PowerProfilesAPI is the power-profiles D-Bus API
 	// (net.hadess.PowerProfiles and org.freedesktop.UPower.PowerProfiles)
-	// that GNOME, KDE and powerprofilesctl use.
-	PowerProfilesAPI bool
+	// that GNOME, KDE and powerprofilesctl use: PowerProfilesOff ("", the
+	// default here; "false"), PowerProfilesServe ("on", "true": serve it)
+	// or PowerProfilesAuto ("auto": follow the process that owns it, serve
+	// it while nobody does; ppfollow.go). Other words are an error.
+	PowerProfilesAPI string
+	// ProfileMap is the power_aware each followed profile ("power-saver",
+	// "balanced", "performance") selects; nil or a missing profile:
+	// DefaultProfileMap. Another key or a value outside 0..2 is an error.
+	ProfileMap map[string]policy.PowerAware
 	// MetricsTextfile, when not "", is where the node_exporter textfile
 	// collector file is kept (metrics.go): an absolute path ending in
 	// ".prom" in an existing directory, rewritten whenever a value in it
@@ -206,6 +213,7 @@ type Daemon struct {
 	holdIdx      holdIndex // beside holds: cookies, holds per owner (holds.go)
 	lastChange   time.Time
 	policyReason string
+	follow       followState // the power-profiles daemon followed (ppfollow.go)
 
 	stats counters // for Stats; written by the loop only
 
@@ -316,6 +324,9 @@ func New(cfg Config) (*Daemon, error) {
 		}
 	}
 	if err := CheckMetricsTextfile(cfg.MetricsTextfile); err != nil {
+		return nil, err
+	}
+	if err := checkPowerProfiles(&cfg); err != nil {
 		return nil, err
 	}
 	fs, err := sysfs.NewFS(cfg.SysfsRoot)
@@ -851,8 +862,14 @@ func (d *Daemon) recompute(why string, force bool) {
 
 // decide returns the effective policy and why: a hold (the most
 // power-saving one wins) overrides the knob; otherwise the knob and the
-// power source decide (policy.Knob.Effective).
+// power source decide (policy.Knob.Effective). The reason says too
+// whether the knob follows another power-profiles daemon (followNote).
 func (d *Daemon) decide() (policy.Policy, string) {
+	p, why := d.decideKnob()
+	return p, why + d.followNote()
+}
+
+func (d *Daemon) decideKnob() (policy.Policy, string) {
 	if h := d.winningHold(); h != nil {
 		who := h.Owner
 		if h.AppID != "" {
@@ -1061,6 +1078,7 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 			d.cfg.MetricsTextfile = nc.MetricsTextfile
 			d.setMetricsPath(nc.MetricsTextfile) // written by the recompute below
 		}
+		d.cfg.ProfileMap = nc.ProfileMap
 		if nc.PowerProfilesAPI != old.PowerProfilesAPI {
 			d.cfg.PowerProfilesAPI = nc.PowerProfilesAPI
 			if d.bus != nil {

@@ -117,8 +117,14 @@ func (d *Daemon) connectBus(ctx context.Context) (*busService, *busFailure) {
 	fast.s.Store(s)
 	// The compatibility names come first, so that once BusName is owned
 	// everything is served.
-	if d.cfg.PowerProfilesAPI {
+	switch d.cfg.PowerProfilesAPI {
+	case PowerProfilesServe:
 		s.pp = exportPowerProfiles(s)
+	case PowerProfilesAuto:
+		// Follow or serve, decided and changed in the background.
+		if err := s.startPPWatch(ctx); err != nil {
+			log.WithError(err).Warn("cannot watch the power-profiles names; neither following nor serving them")
+		}
 	}
 	reply, err := conn.RequestName(BusName, dbus.NameFlagDoNotQueue)
 	if err != nil {
@@ -272,6 +278,7 @@ func (d *Daemon) keepBus(ctx context.Context, cur *busService, rep *busReporter)
 				}
 				// Every holder's unique name died with the old bus.
 				d.cancelHoldsBecause("the bus connection was lost")
+				d.unfollow("the bus connection was lost")
 				return nil
 			})
 			lost.conn.Close()

@@ -90,7 +90,7 @@ func busDaemon(t *testing.T, ppAPI bool) (*Daemon, mockLaptop, *dbus.Conn, strin
 	t.Helper()
 	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
 	m := newMockLaptop(t)
-	d := m.startWith(t, func(c *Config) { c.Bus = addr; c.PowerProfilesAPI = ppAPI })
+	d := m.startWith(t, func(c *Config) { c.Bus = addr; c.PowerProfilesAPI = ppMode(ppAPI) })
 	conn, err := dbus.Connect(addr)
 	if err != nil {
 		t.Fatal(err)
@@ -520,4 +520,12 @@ func TestBusRealClients(t *testing.T) {
 			t.Errorf("after %s: policy %s, want %s", c.name, got, c.want)
 		}
 	}
+}
+
+// ppMode is Config.PowerProfilesAPI for the old boolean: serve or off.
+func ppMode(serve bool) string {
+	if serve {
+		return PowerProfilesServe
+	}
+	return PowerProfilesOff
 }

@@ -48,7 +48,7 @@ func holdDaemon(t *testing.T, ppAPI bool) (*Daemon, *dbus.Conn, string, *holdLog
 	m := newMockLaptop(t)
 	hl := new(holdLog)
 	d := m.startWith(t, func(c *Config) {
-		c.Bus, c.PowerProfilesAPI = addr, ppAPI
+		c.Bus, c.PowerProfilesAPI = addr, ppMode(ppAPI)
 		c.Log.(*logrus.Logger).SetLevel(logrus.InfoLevel)
 		c.Log.(*logrus.Logger).AddHook(hl)
 	})
@@ -412,7 +412,7 @@ func benchDaemon(b *testing.B, ppAPI bool) (*Daemon, string) {
 	d, err := New(Config{
 		SysfsRoot: sys, CgroupRoot: "", TreeDir: filepath.Join(dir, "tree"), TreeBackend: "plain",
 		StateDir: filepath.Join(dir, "state"), Bus: addr, Events: "fsnotify", SafetyInterval: -1,
-		Settle: -1, PowerProfilesAPI: ppAPI, Log: log,
+		Settle: -1, PowerProfilesAPI: ppMode(ppAPI), Log: log,
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -55,6 +55,12 @@ type ppProps struct{ o ppObject }
 // a name that cannot be owned (power-profiles-daemon itself runs) is
 // logged and skipped.
 func exportPowerProfiles(s *busService) *powerProfiles {
+	return exportPowerProfilesFlags(s, dbus.NameFlagDoNotQueue)
+}
+
+// exportPowerProfilesFlags is exportPowerProfiles with the RequestName
+// flags ("auto" adds NameFlagAllowReplacement, ppWatch).
+func exportPowerProfilesFlags(s *busService, flags dbus.RequestNameFlags) *powerProfiles {
 	pp := &powerProfiles{s: s}
 	pp.last = pp.values(s.d.Snapshot())
 	for _, n := range ppNames {
@@ -69,7 +75,7 @@ func exportPowerProfiles(s *busService) *powerProfiles {
 				return nil
 			}
 		}
-		reply, err := s.conn.RequestName(n.name, dbus.NameFlagDoNotQueue)
+		reply, err := s.conn.RequestName(n.name, flags)
 		if err != nil || reply != dbus.RequestNameReplyPrimaryOwner {
 			s.log.WithError(err).WithField("name", n.name).Warn("cannot own the power-profiles name (is power-profiles-daemon running?)")
 			continue

@@ -43,6 +43,8 @@ const (
 	DefaultBoostOnBattery   = "keep"
 	DefaultUPower           = "auto"
 	DefaultLogLevel         = "info"
+	// DefaultPowerProfilesAPI: follow a power-profiles daemon, else serve.
+	DefaultPowerProfilesAPI = daemon.PowerProfilesAuto
 )
 
 // maxConfigSize bounds the file read; a real one is a few hundred bytes.
@@ -99,9 +101,15 @@ type fileConfig struct {
 	// UPower is "auto", "on" or "off": whether UPower's OnBattery changes on
 	// the system bus are taken as a hint to re-read the power supplies.
 	UPower *string
-	// PowerProfilesAPI serves org.freedesktop.UPower.PowerProfiles and
-	// net.hadess.PowerProfiles when true.
-	PowerProfilesAPI *bool
+	// PowerProfilesAPI is daemon.PowerProfilesAuto ("auto": follow the
+	// power-profiles daemon that owns org.freedesktop.UPower.PowerProfiles
+	// or net.hadess.PowerProfiles, serve them while none does),
+	// daemon.PowerProfilesServe (true) or daemon.PowerProfilesOff (false).
+	PowerProfilesAPI *string
+	// ProfileMap is the power_aware (0..2) each followed profile selects,
+	// from profile_power_saver, profile_balanced, profile_performance; only
+	// the keys the file sets.
+	ProfileMap map[string]policy.PowerAware
 	// LogLevel is a logrus level: "debug", "info", "warning", "error".
 	LogLevel *string
 	// MetricsTextfile is where the node_exporter textfile-collector file
@@ -140,24 +148,27 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // rawConfig is the TOML shape; pointer fields record presence, and the
 // decoder rejects any key not listed here (DisallowUnknownFields).
 type rawConfig struct {
-	PowerAware       *int64    `toml:"power_aware"`
-	PowerAwarePolicy *string   `toml:"power_aware_policy"`
-	TreeDir          *string   `toml:"tree_dir"`
-	TreeBackend      *string   `toml:"tree_backend"`
-	CgroupRoot       *string   `toml:"cgroup_root"`
-	Placement        *string   `toml:"placement"`
-	Manage           *[]string `toml:"manage"`
-	SysfsRoot        *string   `toml:"sysfs_root"`
-	StateDir         *string   `toml:"state_dir"`
-	Bus              *string   `toml:"bus"`
-	Debounce         *string   `toml:"debounce"`
-	RecheckInterval  *string   `toml:"recheck_interval"`
-	SampleInterval   *string   `toml:"sample_interval"`
-	BoostOnBattery   *string   `toml:"boost_on_battery"`
-	UPower           *string   `toml:"upower"`
-	PowerProfilesAPI *bool     `toml:"power_profiles_api"`
-	LogLevel         *string   `toml:"log_level"`
-	MetricsTextfile  *string   `toml:"metrics_textfile"`
+	PowerAware         *int64    `toml:"power_aware"`
+	PowerAwarePolicy   *string   `toml:"power_aware_policy"`
+	TreeDir            *string   `toml:"tree_dir"`
+	TreeBackend        *string   `toml:"tree_backend"`
+	CgroupRoot         *string   `toml:"cgroup_root"`
+	Placement          *string   `toml:"placement"`
+	Manage             *[]string `toml:"manage"`
+	SysfsRoot          *string   `toml:"sysfs_root"`
+	StateDir           *string   `toml:"state_dir"`
+	Bus                *string   `toml:"bus"`
+	Debounce           *string   `toml:"debounce"`
+	RecheckInterval    *string   `toml:"recheck_interval"`
+	SampleInterval     *string   `toml:"sample_interval"`
+	BoostOnBattery     *string   `toml:"boost_on_battery"`
+	UPower             *string   `toml:"upower"`
+	PowerProfilesAPI   any       `toml:"power_profiles_api"`
+	ProfilePowerSaver  *int64    `toml:"profile_power_saver"`
+	ProfileBalanced    *int64    `toml:"profile_balanced"`
+	ProfilePerformance *int64    `toml:"profile_performance"`
+	LogLevel           *string   `toml:"log_level"`
+	MetricsTextfile    *string   `toml:"metrics_textfile"`
 }
 
 // loadConfig reads and validates the configuration file at path.
@@ -310,7 +321,37 @@ func parseConfig(name string, data []byte) (fileConfig, error) {
 	fc.Debounce = duration("debounce", raw.Debounce, daemon.CheckDebounce)
 	fc.RecheckInterval = duration("recheck_interval", raw.RecheckInterval, daemon.CheckSafetyInterval)
 	fc.SampleInterval = duration("sample_interval", raw.SampleInterval, daemon.CheckSampleInterval)
-	fc.PowerProfilesAPI = raw.PowerProfilesAPI
+	switch v := raw.PowerProfilesAPI.(type) {
+	case nil:
+	case bool:
+		m := daemon.PowerProfilesOff
+		if v {
+			m = daemon.PowerProfilesServe
+		}
+		fc.PowerProfilesAPI = &m
+	case string:
+		if v == "auto" {
+			m := daemon.PowerProfilesAuto
+			fc.PowerProfilesAPI = &m
+		} else {
+			bad("power_profiles_api", "%q: want true, false or \"auto\"", v)
+		}
+	default:
+		bad("power_profiles_api", "%v: want true, false or \"auto\"", v)
+	}
+	for key, prof := range map[string]*int64{"profile_power_saver": raw.ProfilePowerSaver, "profile_balanced": raw.ProfileBalanced, "profile_performance": raw.ProfilePerformance} {
+		if prof == nil {
+			continue
+		}
+		if *prof < 0 || *prof > 2 {
+			bad(key, "%d: want 0 (always performance), 1 (automatic) or 2 (always power-aware)", *prof)
+			continue
+		}
+		if fc.ProfileMap == nil {
+			fc.ProfileMap = map[string]policy.PowerAware{}
+		}
+		fc.ProfileMap[strings.ReplaceAll(strings.TrimPrefix(key, "profile_"), "_", "-")] = policy.PowerAware(*prof)
+	}
 	if raw.LogLevel != nil {
 		if _, err := logrus.ParseLevel(*raw.LogLevel); err != nil {
 			bad("log_level", "%q: want \"debug\", \"info\", \"warning\" or \"error\"", *raw.LogLevel)
@@ -368,7 +409,8 @@ func decodeErrors(name string, err error) error {
 func configKeys() []string {
 	return []string{"power_aware", "power_aware_policy", "tree_dir", "tree_backend", "cgroup_root",
 		"placement", "manage", "sysfs_root", "state_dir", "bus", "debounce", "recheck_interval", "sample_interval",
-		"boost_on_battery", "upower", "power_profiles_api", "log_level", "metrics_textfile"}
+		"boost_on_battery", "upower", "power_profiles_api", "profile_power_saver", "profile_balanced",
+		"profile_performance", "log_level", "metrics_textfile"}
 }
 
 // configKeyType describes the TOML type a key wants, for type errors.
@@ -376,8 +418,10 @@ func configKeyType(key string) string {
 	switch key {
 	case "power_aware":
 		return "an integer 0, 1 or 2 (power_aware = 1)"
+	case "profile_power_saver", "profile_balanced", "profile_performance":
+		return fmt.Sprintf("an integer 0, 1 or 2 (%s = 1)", key)
 	case "power_profiles_api":
-		return "a boolean (power_profiles_api = true), not a string"
+		return `true, false or "auto" (power_profiles_api = "auto")`
 	case "manage":
 		return `an array of slice names (manage = ["schedpolicyd.slice", "system.slice"])`
 	case "debounce", "recheck_interval", "sample_interval":
@@ -488,6 +532,9 @@ func (fc fileConfig) apply(cfg *daemon.Config, setFlags map[string]bool) {
 	if fc.PowerProfilesAPI != nil && !setFlags["power-profiles-api"] {
 		cfg.PowerProfilesAPI = *fc.PowerProfilesAPI
 	}
+	if fc.ProfileMap != nil {
+		cfg.ProfileMap = fc.ProfileMap
+	}
 	if fc.PowerAware != nil || fc.PowerAwarePolicy != nil {
 		aware, pap := fc.Knob()
 		cfg.DefaultKnob = &policy.Knob{PowerAware: policy.PowerAware(aware), PowerAwarePolicy: policy.Policy(pap)}
@@ -527,9 +574,13 @@ func (fc fileConfig) UPowerMode() string {
 	return DefaultUPower
 }
 
-// PowerProfilesAPIEnabled returns power_profiles_api (default false).
-func (fc fileConfig) PowerProfilesAPIEnabled() bool {
-	return fc.PowerProfilesAPI != nil && *fc.PowerProfilesAPI
+// PowerProfilesAPIMode returns power_profiles_api as daemon.Config wants
+// it: "auto" (default), "on" (true) or "off" (false).
+func (fc fileConfig) PowerProfilesAPIMode() string {
+	if fc.PowerProfilesAPI != nil {
+		return *fc.PowerProfilesAPI
+	}
+	return DefaultPowerProfilesAPI
 }
 
 // LogLevelName returns the log level to use: flagValue when --log-level is

@@ -64,6 +64,7 @@ sample_interval = "2s"
 boost_on_battery = "off"
 upower = "off"
 power_profiles_api = true
+profile_balanced = 2
 log_level = "debug"
 metrics_textfile = "/var/lib/prometheus/node-exporter/schedpolicyd.prom"
 `)
@@ -77,8 +78,8 @@ metrics_textfile = "/var/lib/prometheus/node-exporter/schedpolicyd.prom"
 	if a, pol := fc.Knob(); a != 2 || pol != "balance" {
 		t.Errorf("Knob() = %d, %q", a, pol)
 	}
-	if fc.BoostOnBatteryMode() != "off" || fc.UPowerMode() != "off" || !fc.PowerProfilesAPIEnabled() {
-		t.Errorf("accessors: boost=%q upower=%q ppd=%v", fc.BoostOnBatteryMode(), fc.UPowerMode(), fc.PowerProfilesAPIEnabled())
+	if fc.BoostOnBatteryMode() != "off" || fc.UPowerMode() != "off" || fc.PowerProfilesAPIMode() != daemon.PowerProfilesServe {
+		t.Errorf("accessors: boost=%q upower=%q ppd=%v", fc.BoostOnBatteryMode(), fc.UPowerMode(), fc.PowerProfilesAPIMode())
 	}
 	if got := fc.LogLevelName("info", nil); got != "debug" {
 		t.Errorf("LogLevelName = %q", got)
@@ -89,7 +90,8 @@ metrics_textfile = "/var/lib/prometheus/node-exporter/schedpolicyd.prom"
 		TreeDir: "/run/x/tree", TreeBackend: "plain", CgroupRoot: "none", SysfsRoot: "/tmp/mock",
 		Placement: "systemd", Manage: []string{"schedpolicyd.slice", "background.slice"},
 		StateDir: "/var/lib/x", Bus: "unix:path=/tmp/bus", Debounce: 250 * time.Millisecond,
-		SafetyInterval: -time.Second, SampleInterval: 2 * time.Second, PowerProfilesAPI: true,
+		SafetyInterval: -time.Second, SampleInterval: 2 * time.Second, PowerProfilesAPI: daemon.PowerProfilesServe,
+		ProfileMap:     map[string]policy.PowerAware{"balanced": 2},
 		BoostOnBattery: "off", UPower: "off",
 		DefaultKnob:     &policy.Knob{PowerAware: 2, PowerAwarePolicy: policy.Balance},
 		MetricsTextfile: "/var/lib/prometheus/node-exporter/schedpolicyd.prom",
@@ -107,8 +109,8 @@ func TestConfigDefaultsWhenEmpty(t *testing.T) {
 	if a, pol := fc.Knob(); a != 1 || pol != "powersaving" {
 		t.Errorf("Knob() = %d, %q; want 1, powersaving", a, pol)
 	}
-	if fc.BoostOnBatteryMode() != "keep" || fc.UPowerMode() != "auto" || fc.PowerProfilesAPIEnabled() {
-		t.Errorf("defaults: boost=%q upower=%q ppd=%v", fc.BoostOnBatteryMode(), fc.UPowerMode(), fc.PowerProfilesAPIEnabled())
+	if fc.BoostOnBatteryMode() != "keep" || fc.UPowerMode() != "auto" || fc.PowerProfilesAPIMode() != "auto" {
+		t.Errorf("defaults: boost=%q upower=%q ppd=%v", fc.BoostOnBatteryMode(), fc.UPowerMode(), fc.PowerProfilesAPIMode())
 	}
 	if got := fc.LogLevelName("warning", nil); got != "warning" {
 		t.Errorf("LogLevelName = %q, want the flag's value", got)
@@ -168,7 +170,10 @@ func TestConfigErrors(t *testing.T) {
 		{"table", "[daemon]\ntree_dir = \"/x\"\n", 1, "daemon", "unknown setting"},
 		// wrong types
 		{"knob as string", "power_aware = \"1\"\n", 1, "power_aware", "want an integer"},
-		{"bool as string", "power_profiles_api = \"on\"\n", 1, "power_profiles_api", "want a boolean"},
+		{"bool as string", "power_profiles_api = \"on\"\n", 1, "power_profiles_api", `want true, false or "auto"`},
+		{"api as integer", "power_profiles_api = 1\n", 1, "power_profiles_api", `want true, false or "auto"`},
+		{"profile map out of range", "profile_power_saver = 3\n", 1, "profile_power_saver", "want 0"},
+		{"profile map as string", "profile_balanced = \"1\"\n", 1, "profile_balanced", "want an integer"},
 		{"duration as integer", "debounce = 500\n", 1, "debounce", "duration string"},
 		{"enum as bool", "boost_on_battery = false\n", 1, "boost_on_battery", "want a string"},
 		// bad values
@@ -280,7 +285,7 @@ func TestConfigShippedFile(t *testing.T) {
 	if a, pol := fc.Knob(); a != DefaultPowerAware || pol != DefaultPowerAwarePolicy {
 		t.Errorf("documented knob default %d %q", a, pol)
 	}
-	if fc.BoostOnBatteryMode() != DefaultBoostOnBattery || fc.UPowerMode() != DefaultUPower || fc.PowerProfilesAPIEnabled() || *fc.LogLevel != DefaultLogLevel {
+	if fc.BoostOnBatteryMode() != DefaultBoostOnBattery || fc.UPowerMode() != DefaultUPower || fc.PowerProfilesAPIMode() != DefaultPowerProfilesAPI || *fc.LogLevel != DefaultLogLevel {
 		t.Errorf("documented defaults differ: %+v", fc)
 	}
 	want := daemon.Config{
@@ -289,7 +294,8 @@ func TestConfigShippedFile(t *testing.T) {
 		StateDir: daemon.DefaultStateDir, Bus: "system", Debounce: daemon.DefaultDebounce,
 		SafetyInterval: daemon.DefaultSafetyInterval, SampleInterval: daemon.DefaultSampleInterval,
 		BoostOnBattery: DefaultBoostOnBattery, UPower: DefaultUPower,
-		DefaultKnob: &policy.Knob{PowerAware: DefaultPowerAware, PowerAwarePolicy: DefaultPowerAwarePolicy},
+		DefaultKnob:      &policy.Knob{PowerAware: DefaultPowerAware, PowerAwarePolicy: DefaultPowerAwarePolicy},
+		PowerProfilesAPI: DefaultPowerProfilesAPI, ProfileMap: daemon.DefaultProfileMap,
 	}
 	var cfg daemon.Config
 	fc.apply(&cfg, nil)

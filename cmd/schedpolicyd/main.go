@@ -206,7 +206,8 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 	fl.StringVar(&cfg.AcpidSocket, "acpid-socket", "", "also take hints from acpid's event socket, e.g. /run/acpid.socket (empty: off)")
 	fl.DurationVar(&cfg.Settle, "settle", 0, "extra re-read this long after an event-driven one, for firmware that updates late (1ms to 1m; 0: 1s default, negative: off)")
 	fl.StringVar(&cfg.MetricsTextfile, "metrics-textfile", "", "write Prometheus metrics for node_exporter's textfile collector to this file, an absolute path ending in .prom, e.g. /var/lib/prometheus/node-exporter/schedpolicyd.prom, whenever a value changes (empty: none)")
-	fl.BoolVar(&cfg.PowerProfilesAPI, "power-profiles-api", false, "also serve the power-profiles D-Bus API (net.hadess.PowerProfiles, org.freedesktop.UPower.PowerProfiles) used by GNOME, KDE and powerprofilesctl")
+	cfg.PowerProfilesAPI = DefaultPowerProfilesAPI
+	fl.Var((*ppFlag)(&cfg.PowerProfilesAPI), "power-profiles-api", "the power-profiles D-Bus API (net.hadess.PowerProfiles, org.freedesktop.UPower.PowerProfiles) used by GNOME, KDE and powerprofilesctl: auto (follow the power-profiles daemon that owns it, serve it while none does), true (always serve it) or false (neither)")
 	configPath := fl.String("config", DefaultConfigPath, "TOML configuration file, see schedpolicyd.conf(5); flags given here override it")
 	logLevel := fl.String("log-level", "info", "log level: debug, info, warning, error")
 	if code, ok := parseFlags(fl, "schedpolicyd", args, stdout, stderr); !ok {
@@ -304,4 +305,24 @@ func reload(ctx context.Context, d *daemon.Daemon, log *logrus.Logger, path stri
 		return
 	}
 	log.WithField("config", path).Info("configuration reloaded")
+}
+
+// ppFlag is --power-profiles-api: "auto", "true" or "false" (also
+// "on"/"off"); given alone it is "true", as when it was a boolean flag.
+type ppFlag string
+
+func (f *ppFlag) String() string   { return string(*f) }
+func (f *ppFlag) IsBoolFlag() bool { return true }
+func (f *ppFlag) Set(v string) error {
+	switch v {
+	case "auto":
+		*f = daemon.PowerProfilesAuto
+	case "true", "on":
+		*f = daemon.PowerProfilesServe
+	case "false", "off":
+		*f = daemon.PowerProfilesOff
+	default:
+		return fmt.Errorf("%q: want auto, true or false", v)
+	}
+	return nil
 }
