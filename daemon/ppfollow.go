@@ -215,6 +215,9 @@ func (w *ppWatch) onSignal(ctx context.Context, sig *dbus.Signal) {
 		}
 		name, _ := sig.Body[0].(string)
 		newOwner, _ := sig.Body[2].(string)
+		if !isPPName(name) {
+			return // every NameOwnerChanged comes here (watchHolders' match)
+		}
 		switch {
 		case w.followed != "" && name == w.followed && newOwner != w.owner:
 			// The followed daemon left (or was replaced).
@@ -244,6 +247,15 @@ func (w *ppWatch) onSignal(ctx context.Context, sig *dbus.Signal) {
 			}
 		}
 	}
+}
+
+func isPPName(name string) bool {
+	for _, n := range ppNames {
+		if n.name == name {
+			return true
+		}
+	}
+	return false
 }
 
 func (w *ppWatch) startFollowing(ctx context.Context, name, owner string) {
