@@ -321,3 +321,76 @@ func (w *ppWatch) unserve(ctx context.Context) {
 	})
 	w.s.log.Info("another daemon took the power-profiles names; released them, following it")
 }
+
+// PowerProfilesProbe is what `schedpolicyd probe` says about the
+// power-profiles API: Mode (Config.PowerProfilesAPI), then, read from the
+// bus (only GetNameOwner and GetConnectionUnixProcessID to the bus daemon;
+// nothing is activated), who owns the names and what the daemon does.
+type PowerProfilesProbe struct {
+	Mode string `json:"mode"` // auto | on | off
+	// Owners maps each owned power-profiles name to "UNIQUE pid N".
+	Owners map[string]string `json:"owners,omitempty"`
+	// Ours: the owner is schedpolicyd itself (it owns BusName too).
+	Ours bool `json:"ours"`
+	// Action is "follow NAME", "serve", "served by schedpolicyd",
+	// "off" or "unknown: WHY" (no bus).
+	Action string `json:"action"`
+}
+
+// ProbePowerProfiles looks at bus ("system", "session", an address; "none"
+// gives Action "unknown: bus none") for mode, within busDialTimeout.
+func ProbePowerProfiles(bus, mode string) PowerProfilesProbe {
+	cfg := Config{PowerProfilesAPI: mode}
+	if err := checkPowerProfiles(&cfg); err != nil {
+		return PowerProfilesProbe{Mode: mode, Action: "unknown: " + err.Error()}
+	}
+	p := PowerProfilesProbe{Mode: cfg.PowerProfilesAPI}
+	if bus == "" {
+		bus = "system"
+	}
+	if bus == "none" {
+		p.Action = "unknown: bus none"
+		return p
+	}
+	conn, err := dialBus(context.Background(), bus, busDialTimeout)
+	if err != nil {
+		p.Action = "unknown: no bus: " + err.Error()
+		return p
+	}
+	defer conn.Close()
+	owner := func(name string) string {
+		var o string
+		conn.BusObject().Call("org.freedesktop.DBus.GetNameOwner", dbus.FlagNoAutoStart, name).Store(&o)
+		return o
+	}
+	ourOwner := owner(BusName)
+	var other string
+	for _, n := range ppNames {
+		o := owner(n.name)
+		if o == "" {
+			continue
+		}
+		var pid uint32
+		conn.BusObject().Call("org.freedesktop.DBus.GetConnectionUnixProcessID", dbus.FlagNoAutoStart, o).Store(&pid)
+		if p.Owners == nil {
+			p.Owners = map[string]string{}
+		}
+		p.Owners[n.name] = fmt.Sprintf("%s pid %d", o, pid)
+		if o == ourOwner {
+			p.Ours = true
+		} else if other == "" {
+			other = n.name
+		}
+	}
+	switch {
+	case p.Mode == PowerProfilesOff:
+		p.Action = "off"
+	case p.Mode == PowerProfilesAuto && other != "":
+		p.Action = "follow " + other
+	case p.Ours:
+		p.Action = "served by schedpolicyd"
+	default:
+		p.Action = "serve"
+	}
+	return p
+}

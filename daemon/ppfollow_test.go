@@ -145,8 +145,17 @@ func TestFollowRealPowerProfilesDaemon(t *testing.T) {
 	if o := owner("org.freedesktop.UPower.PowerProfiles"); o != "" && o == owner(BusName) {
 		t.Errorf("we own org.freedesktop.UPower.PowerProfiles while following PPD")
 	}
+	if p := ProbePowerProfiles(addr, "auto"); p.Action != "follow net.hadess.PowerProfiles" || p.Ours {
+		t.Errorf("probe while following: %+v", p)
+	}
 	pctl("set", "power-saver")
 	following("power-saver → 2", policy.PowerAwareOn, policy.Powersaving, "ActiveProfile power-saver")
+	// Reason, as schedpolicyctl status shows it.
+	var reason string
+	if err := conn.Object(BusName, ObjectPath).StoreProperty(Interface+".Reason", &reason); err != nil ||
+		reason != "power_aware=2: always powersaving; power_aware follows net.hadess.PowerProfiles ("+ppdOwner+") ActiveProfile power-saver" {
+		t.Errorf("Reason = %q, %v", reason, err)
+	}
 
 	// An explicit choice wins until the profile changes.
 	if err := conn.Object(BusName, ObjectPath).Call(Interface+".SetPowerAware", 0, uint32(0)).Err; err != nil {
@@ -168,6 +177,9 @@ func TestFollowRealPowerProfilesDaemon(t *testing.T) {
 	})
 	if s := d.Snapshot(); strings.Contains(s.PolicyReason, "follows") || s.Knob.PowerAware != policy.PowerAwareOn {
 		t.Errorf("after PPD left: knob %+v, reason %q; want power_aware 2 kept, not following", s.Knob, s.PolicyReason)
+	}
+	if p := ProbePowerProfiles(addr, "auto"); p.Action != "served by schedpolicyd" || !p.Ours || len(p.Owners) != 2 {
+		t.Errorf("probe while serving: %+v", p)
 	}
 	if out := pctl("get"); out != "power-saver\n" {
 		t.Errorf("powerprofilesctl get from us = %q, want power-saver", out)

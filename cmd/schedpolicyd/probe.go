@@ -38,8 +38,12 @@ type probeReport struct {
 	Manage       []string      `json:"manage,omitempty"`
 	Topology     probeTopology `json:"topology"`
 	// Energy is which energy source the daemon would measure with.
-	Energy   daemon.EnergyProbe `json:"energy"`
-	Warnings []string           `json:"warnings,omitempty"`
+	Energy daemon.EnergyProbe `json:"energy"`
+	// PowerProfiles is power_profiles_api and, from the configured bus,
+	// who owns the power-profiles names and whether the daemon follows or
+	// serves them.
+	PowerProfiles daemon.PowerProfilesProbe `json:"power_profiles"`
+	Warnings      []string                  `json:"warnings,omitempty"`
 }
 
 type probeTopology struct {
@@ -52,7 +56,8 @@ type probeTopology struct {
 }
 
 // probeMain prints what the daemon would decide, reading only: no writes,
-// no mounts, no bus. It reads the configuration file as the daemon does
+// no mounts; on the bus only who owns the power-profiles names (--bus,
+// default the configuration's bus, else system; daemon.ProbePowerProfiles). It reads the configuration file as the daemon does
 // (--config, default /etc/schedpolicyd/schedpolicyd.conf; a missing
 // default is no error): its sysfs_root and state_dir are the defaults of
 // those flags, and its power_aware and power_aware_policy the knob until a
@@ -65,8 +70,9 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 	stateDir := fl.String("state-dir", daemon.DefaultStateDir, "read the saved knob from this directory; default: the configuration's state_dir, else /var/lib/schedpolicyd")
 	configPath := fl.String("config", DefaultConfigPath, "TOML configuration file, see schedpolicyd.conf(5): the knob until a choice is saved, and the defaults of --sysfs-root and --state-dir")
 	asJSON := fl.Bool("json", false, "print JSON instead of text")
+	bus := fl.String("bus", "system", "the bus to look for power-profiles owners on (system, session, an address, none); default: the configuration's bus")
 	fl.Usage = func() {
-		fmt.Fprintln(fl.Output(), "Usage: schedpolicyd probe [--sysfs-root DIR] [--state-dir DIR] [--config FILE] [--json]")
+		fmt.Fprintln(fl.Output(), "Usage: schedpolicyd probe [--sysfs-root DIR] [--state-dir DIR] [--config FILE] [--bus BUS] [--json]")
 		fl.PrintDefaults()
 	}
 	if code, ok := parseFlags(fl, "schedpolicyd probe", args, stdout, stderr); !ok {
@@ -79,7 +85,7 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "schedpolicyd probe: %v\n", err)
 		return 2
 	}
-	cfg := daemon.Config{SysfsRoot: *root, StateDir: *stateDir, Placement: "auto"}
+	cfg := daemon.Config{SysfsRoot: *root, StateDir: *stateDir, Placement: "auto", Bus: *bus}
 	fc.apply(&cfg, set)
 	fs, err := sysfs.NewFS(cfg.SysfsRoot)
 	if err != nil {
@@ -131,6 +137,7 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		r.Topology.Cores, r.Topology.Packages = len(r.Topology.CoreList), len(r.Topology.PkgList)
 	}
 	r.Energy = daemon.ProbeEnergy(fs, dec.Source == acpi.Battery)
+	r.PowerProfiles = daemon.ProbePowerProfiles(cfg.Bus, fc.PowerProfilesAPIMode())
 	r.Warnings = append(r.Warnings, r.Energy.Warnings...)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -161,6 +168,12 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "  manage:      %s\n", strings.Join(r.Manage, " "))
 	}
 	printEnergyProbe(stdout, r.Energy)
+	fmt.Fprintf(stdout, "power profiles: %s: %s\n", r.PowerProfiles.Mode, r.PowerProfiles.Action)
+	for _, name := range []string{"org.freedesktop.UPower.PowerProfiles", "net.hadess.PowerProfiles"} {
+		if o, ok := r.PowerProfiles.Owners[name]; ok {
+			fmt.Fprintf(stdout, "  owner:       %s: %s\n", name, o)
+		}
+	}
 	for _, w := range r.Warnings {
 		fmt.Fprintf(stdout, "warning:       %s\n", w)
 	}
