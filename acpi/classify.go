@@ -358,6 +358,52 @@ func SystemBatteries(supplies []sysfs.PowerSupply) []sysfs.PowerSupply {
 	return out
 }
 
+// BatteryPercent is the charge of the system batteries (SystemBatteries)
+// in percent, rounded down, 0–100: the sum of their energy_now over the
+// sum of their energy_full (µWh) when every one has both (energy_full >
+// 0), else the mean of their capacity (percent) when every one has it;
+// -1 when there is no system battery or neither can be read for all.
+func BatteryPercent(fs sysfs.FS, supplies []sysfs.PowerSupply) int {
+	bats := SystemBatteries(supplies)
+	if len(bats) == 0 {
+		return -1
+	}
+	var now, full, capSum int64
+	energy, capacity := true, true
+	for _, b := range bats {
+		d := fs.Path("class", "power_supply", b.Name)
+		n, err1 := readInt(d + "/energy_now")
+		f, err2 := readInt(d + "/energy_full")
+		if err1 != nil || err2 != nil || f <= 0 || n < 0 {
+			energy = false
+		}
+		now, full = now+n, full+f
+		if b.Capacity == nil {
+			capacity = false
+		} else {
+			capSum += *b.Capacity
+		}
+	}
+	var pct int64
+	switch {
+	case energy:
+		pct = 100 * now / full
+	case capacity:
+		pct = capSum / int64(len(bats))
+	default:
+		return -1
+	}
+	return int(min(max(pct, 0), 100))
+}
+
+func readInt(path string) (int64, error) {
+	s, err := sysfs.ReadAttr(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
 // usbSourceOnly reports whether the USB-C ports next to supply name are in
 // power source role: some port below the supply's parent device reports
 // power_role "[source]" and none reports "[sink]", as systemd's

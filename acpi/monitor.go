@@ -123,6 +123,10 @@ type State struct {
 	// corroboration only (it never decides Power): nil when UPower is not
 	// used or not reachable.
 	UPowerOnBattery *bool
+	// BatteryPercent is the charge of the system batteries
+	// (SystemBatteries) in percent, 0–100 (BatteryPercent); -1 when
+	// there is none or it cannot be read.
+	BatteryPercent int
 
 	// systemBattery: the read found a battery that rule 1 does not set
 	// aside (see needSafetyNet).
@@ -130,10 +134,11 @@ type State struct {
 }
 
 // same reports whether two states are equal for delivery purposes: the
-// verdict, its reason and boost. Evidence details (e.g. capacity), the
-// trigger and UPower's opinion do not count.
+// verdict, its reason, boost and the batteries' percent. Other evidence
+// details, the trigger and UPower's opinion do not count.
 func (s State) same(o State) bool {
-	return s.Power.Source == o.Power.Source && s.Power.Reason == o.Power.Reason && s.Boost == o.Boost
+	return s.Power.Source == o.Power.Source && s.Power.Reason == o.Power.Reason && s.Boost == o.Boost &&
+		s.BatteryPercent == o.BatteryPercent
 }
 
 // Monitor watches the power source and boost state. Every event source is
@@ -390,6 +395,8 @@ func (m *Monitor) Run(ctx context.Context) error {
 			m.log.WithFields(fields).Warn("power state change found only by the periodic re-check; the firmware sent no event")
 		case trigger == TriggerSettle && powerChanged:
 			m.log.WithFields(fields).Info("power state changed after its last event without a new one (found by the settle re-read)")
+		case !powerChanged && st.Boost == last.Boost:
+			m.log.WithFields(fields).WithField("battery_percent", st.BatteryPercent).Debug("battery level changed")
 		default:
 			m.log.WithFields(fields).Info("power state changed")
 		}
@@ -439,7 +446,8 @@ func (m *Monitor) read(trigger string) State {
 		b = sysfs.BoostUnsupported
 	}
 	m.logReadErr(errors.Join(perr, berr))
-	return State{Power: d, Boost: b, Trigger: trigger, UPowerOnBattery: m.upower.Load(), systemBattery: hasSystemBattery(supplies)}
+	return State{Power: d, Boost: b, Trigger: trigger, UPowerOnBattery: m.upower.Load(), systemBattery: hasSystemBattery(supplies),
+		BatteryPercent: BatteryPercent(m.cfg.FS, supplies)}
 }
 
 func (m *Monitor) logReadErr(err error) {

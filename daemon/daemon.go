@@ -109,6 +109,13 @@ type Config struct {
 	// "balanced", "performance") selects; nil or a missing profile:
 	// DefaultProfileMap. Another key or a value outside 0..2 is an error.
 	ProfileMap map[string]policy.PowerAware
+	// LowBattery is the low-battery tier, in percent of the system
+	// batteries' charge (acpi.BatteryPercent): below it, on battery, the
+	// automatic mode (power_aware 1) uses powersaving whatever
+	// power_aware_policy says, until the charge is back at LowBattery +
+	// LowBatteryHysteresis. 0 (the default here) turns it off; 1–100, else
+	// an error.
+	LowBattery int
 	// MetricsTextfile, when not "", is where the node_exporter textfile
 	// collector file is kept (metrics.go): an absolute path ending in
 	// ".prom" in an existing directory, rewritten whenever a value in it
@@ -214,6 +221,8 @@ type Daemon struct {
 	lastChange   time.Time
 	policyReason string
 	follow       followState // the power-profiles daemon followed (ppfollow.go)
+	batteryPct   int         // the system batteries' charge, percent; -1 unknown
+	lowBattery   bool        // the low-battery tier is in force (lowbattery.go)
 
 	stats counters // for Stats; written by the loop only
 
@@ -329,6 +338,9 @@ func New(cfg Config) (*Daemon, error) {
 	if err := checkPowerProfiles(&cfg); err != nil {
 		return nil, err
 	}
+	if cfg.LowBattery < 0 || cfg.LowBattery > 100 {
+		return nil, fmt.Errorf("low_battery %d: want a percentage 1 to 100, or 0 for off", cfg.LowBattery)
+	}
 	fs, err := sysfs.NewFS(cfg.SysfsRoot)
 	if err != nil {
 		return nil, err
@@ -341,6 +353,8 @@ func New(cfg Config) (*Daemon, error) {
 		ready: make(chan struct{}),
 		done:  make(chan struct{}),
 		holds: map[uint32]*hold{},
+
+		batteryPct: -1,
 	}
 	d.energy = newEnergyMeter(fs, d.log.WithField("component", "energy"), time.Now, nil)
 	d.pl = newPlacement(&d.cfg, d.log, &d.stats, d.done)
@@ -696,6 +710,7 @@ func (d *Daemon) onPowerState(st acpi.State) {
 	from := d.power.Source
 	d.power = st.Power
 	d.boost = st.Boost
+	d.setBatteryPercent(st.BatteryPercent)
 	if from != st.Power.Source {
 		d.log.WithFields(logrus.Fields{"from": from, "to": st.Power.Source, "trigger": st.Trigger}).Debug("power source applied")
 		d.applyBoost()
@@ -885,6 +900,10 @@ func (d *Daemon) decideKnob() (policy.Policy, string) {
 		return eff, fmt.Sprintf("power_aware=2: always %s", eff)
 	}
 	if d.power.Source == acpi.Battery {
+		if d.lowBattery {
+			return policy.Powersaving, fmt.Sprintf("power_aware=1 (automatic), the machine runs on battery and the system batteries are at %d%%, below low_battery %d%% (powersaving until %d%%): %s",
+				d.batteryPct, d.cfg.LowBattery, d.cfg.LowBattery+LowBatteryHysteresis, d.power.Reason)
+		}
 		return eff, "power_aware=1 (automatic) and the machine runs on battery: " + d.power.Reason
 	}
 	return eff, fmt.Sprintf("power_aware=1 (automatic) and no positive evidence of battery operation (power source %s): %s", d.power.Source, d.power.Reason)
@@ -1023,7 +1042,8 @@ func (d *Daemon) stateWith(k policy.Knob) State {
 
 // Reload applies a new configuration (SIGHUP). The validated cfg replaces
 // the running one for what can change at run time — boost_on_battery,
-// power_profiles_api (the bus connection is remade), the sampling period,
+// power_profiles_api (the bus connection is remade), the profile map,
+// low_battery, the sampling period,
 // metrics_textfile (the file at the old path is removed) —
 // and a warning names every other setting that changed, which takes effect
 // at the next start. It returns an error only for an invalid cfg or a
@@ -1079,6 +1099,8 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 			d.setMetricsPath(nc.MetricsTextfile) // written by the recompute below
 		}
 		d.cfg.ProfileMap = nc.ProfileMap
+		d.cfg.LowBattery = nc.LowBattery
+		d.setBatteryPercent(d.batteryPct)
 		if nc.PowerProfilesAPI != old.PowerProfilesAPI {
 			d.cfg.PowerProfilesAPI = nc.PowerProfilesAPI
 			if d.bus != nil {

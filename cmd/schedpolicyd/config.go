@@ -45,6 +45,8 @@ const (
 	DefaultLogLevel         = "info"
 	// DefaultPowerProfilesAPI: follow a power-profiles daemon, else serve.
 	DefaultPowerProfilesAPI = daemon.PowerProfilesAuto
+	// DefaultLowBattery: the low-battery tier below 20 % (0 is off).
+	DefaultLowBattery = 20
 )
 
 // maxConfigSize bounds the file read; a real one is a few hundred bytes.
@@ -110,6 +112,8 @@ type fileConfig struct {
 	// from profile_power_saver, profile_balanced, profile_performance; only
 	// the keys the file sets.
 	ProfileMap map[string]policy.PowerAware
+	// LowBattery is the low-battery tier in percent: 1–100, or 0 off.
+	LowBattery *int
 	// LogLevel is a logrus level: "debug", "info", "warning", "error".
 	LogLevel *string
 	// MetricsTextfile is where the node_exporter textfile-collector file
@@ -167,6 +171,7 @@ type rawConfig struct {
 	ProfilePowerSaver  *int64    `toml:"profile_power_saver"`
 	ProfileBalanced    *int64    `toml:"profile_balanced"`
 	ProfilePerformance *int64    `toml:"profile_performance"`
+	LowBattery         *int64    `toml:"low_battery"`
 	LogLevel           *string   `toml:"log_level"`
 	MetricsTextfile    *string   `toml:"metrics_textfile"`
 }
@@ -339,6 +344,14 @@ func parseConfig(name string, data []byte) (fileConfig, error) {
 	default:
 		bad("power_profiles_api", "%v: want true, false or \"auto\"", v)
 	}
+	if raw.LowBattery != nil {
+		if v := *raw.LowBattery; v < 0 || v > 100 {
+			bad("low_battery", "%d: want a percentage 1 to 100, or 0 for off", v)
+		} else {
+			n := int(v)
+			fc.LowBattery = &n
+		}
+	}
 	for key, prof := range map[string]*int64{"profile_power_saver": raw.ProfilePowerSaver, "profile_balanced": raw.ProfileBalanced, "profile_performance": raw.ProfilePerformance} {
 		if prof == nil {
 			continue
@@ -410,7 +423,7 @@ func configKeys() []string {
 	return []string{"power_aware", "power_aware_policy", "tree_dir", "tree_backend", "cgroup_root",
 		"placement", "manage", "sysfs_root", "state_dir", "bus", "debounce", "recheck_interval", "sample_interval",
 		"boost_on_battery", "upower", "power_profiles_api", "profile_power_saver", "profile_balanced",
-		"profile_performance", "log_level", "metrics_textfile"}
+		"profile_performance", "low_battery", "log_level", "metrics_textfile"}
 }
 
 // configKeyType describes the TOML type a key wants, for type errors.
@@ -418,6 +431,8 @@ func configKeyType(key string) string {
 	switch key {
 	case "power_aware":
 		return "an integer 0, 1 or 2 (power_aware = 1)"
+	case "low_battery":
+		return "an integer percentage 0 to 100 (low_battery = 20)"
 	case "profile_power_saver", "profile_balanced", "profile_performance":
 		return fmt.Sprintf("an integer 0, 1 or 2 (%s = 1)", key)
 	case "power_profiles_api":
@@ -491,6 +506,7 @@ var configFlags = map[string]string{
 	"sample_interval":    "sample-interval",
 	"log_level":          "log-level",
 	"power_profiles_api": "power-profiles-api",
+	"low_battery":        "low-battery",
 	"boost_on_battery":   "boost-on-battery",
 	"upower":             "upower",
 	"metrics_textfile":   "metrics-textfile",
@@ -534,6 +550,9 @@ func (fc fileConfig) apply(cfg *daemon.Config, setFlags map[string]bool) {
 	}
 	if fc.ProfileMap != nil {
 		cfg.ProfileMap = fc.ProfileMap
+	}
+	if fc.LowBattery != nil && !setFlags["low-battery"] {
+		cfg.LowBattery = *fc.LowBattery
 	}
 	if fc.PowerAware != nil || fc.PowerAwarePolicy != nil {
 		aware, pap := fc.Knob()

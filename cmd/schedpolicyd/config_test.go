@@ -65,6 +65,7 @@ boost_on_battery = "off"
 upower = "off"
 power_profiles_api = true
 profile_balanced = 2
+low_battery = 15
 log_level = "debug"
 metrics_textfile = "/var/lib/prometheus/node-exporter/schedpolicyd.prom"
 `)
@@ -91,7 +92,7 @@ metrics_textfile = "/var/lib/prometheus/node-exporter/schedpolicyd.prom"
 		Placement: "systemd", Manage: []string{"schedpolicyd.slice", "background.slice"},
 		StateDir: "/var/lib/x", Bus: "unix:path=/tmp/bus", Debounce: 250 * time.Millisecond,
 		SafetyInterval: -time.Second, SampleInterval: 2 * time.Second, PowerProfilesAPI: daemon.PowerProfilesServe,
-		ProfileMap:     map[string]policy.PowerAware{"balanced": 2},
+		ProfileMap: map[string]policy.PowerAware{"balanced": 2}, LowBattery: 15,
 		BoostOnBattery: "off", UPower: "off",
 		DefaultKnob:     &policy.Knob{PowerAware: 2, PowerAwarePolicy: policy.Balance},
 		MetricsTextfile: "/var/lib/prometheus/node-exporter/schedpolicyd.prom",
@@ -172,6 +173,8 @@ func TestConfigErrors(t *testing.T) {
 		{"knob as string", "power_aware = \"1\"\n", 1, "power_aware", "want an integer"},
 		{"bool as string", "power_profiles_api = \"on\"\n", 1, "power_profiles_api", `want true, false or "auto"`},
 		{"api as integer", "power_profiles_api = 1\n", 1, "power_profiles_api", `want true, false or "auto"`},
+		{"low_battery out of range", "low_battery = 101\n", 1, "low_battery", "want a percentage"},
+		{"low_battery negative", "low_battery = -1\n", 1, "low_battery", "want a percentage"},
 		{"profile map out of range", "profile_power_saver = 3\n", 1, "profile_power_saver", "want 0"},
 		{"profile map as string", "profile_balanced = \"1\"\n", 1, "profile_balanced", "want an integer"},
 		{"duration as integer", "debounce = 500\n", 1, "debounce", "duration string"},
@@ -296,6 +299,7 @@ func TestConfigShippedFile(t *testing.T) {
 		BoostOnBattery: DefaultBoostOnBattery, UPower: DefaultUPower,
 		DefaultKnob:      &policy.Knob{PowerAware: DefaultPowerAware, PowerAwarePolicy: DefaultPowerAwarePolicy},
 		PowerProfilesAPI: DefaultPowerProfilesAPI, ProfileMap: daemon.DefaultProfileMap,
+		LowBattery: DefaultLowBattery,
 	}
 	var cfg daemon.Config
 	fc.apply(&cfg, nil)

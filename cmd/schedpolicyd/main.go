@@ -206,6 +206,7 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 	fl.StringVar(&cfg.AcpidSocket, "acpid-socket", "", "also take hints from acpid's event socket, e.g. /run/acpid.socket (empty: off)")
 	fl.DurationVar(&cfg.Settle, "settle", 0, "extra re-read this long after an event-driven one, for firmware that updates late (1ms to 1m; 0: 1s default, negative: off)")
 	fl.StringVar(&cfg.MetricsTextfile, "metrics-textfile", "", "write Prometheus metrics for node_exporter's textfile collector to this file, an absolute path ending in .prom, e.g. /var/lib/prometheus/node-exporter/schedpolicyd.prom, whenever a value changes (empty: none)")
+	fl.IntVar(&cfg.LowBattery, "low-battery", DefaultLowBattery, "below this percentage of the system batteries' charge, on battery, automatic mode uses powersaving even with power_aware_policy balance, until 5 points above (0: off)")
 	cfg.PowerProfilesAPI = DefaultPowerProfilesAPI
 	fl.Var((*ppFlag)(&cfg.PowerProfilesAPI), "power-profiles-api", "the power-profiles D-Bus API (net.hadess.PowerProfiles, org.freedesktop.UPower.PowerProfiles) used by GNOME, KDE and powerprofilesctl: auto (follow the power-profiles daemon that owns it, serve it while none does), true (always serve it) or false (neither)")
 	configPath := fl.String("config", DefaultConfigPath, "TOML configuration file, see schedpolicyd.conf(5); flags given here override it")
