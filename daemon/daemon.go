@@ -220,9 +220,10 @@ type Daemon struct {
 	holdIdx      holdIndex // beside holds: cookies, holds per owner (holds.go)
 	lastChange   time.Time
 	policyReason string
-	follow       followState // the power-profiles daemon followed (ppfollow.go)
-	batteryPct   int         // the system batteries' charge, percent; -1 unknown
-	lowBattery   bool        // the low-battery tier is in force (lowbattery.go)
+	follow       followState            // the power-profiles daemon followed (ppfollow.go)
+	choices      map[string]policy.Knob // explicit choice per power source (choices.go); copy on write
+	batteryPct   int                    // the system batteries' charge, percent; -1 unknown
+	lowBattery   bool                   // the low-battery tier is in force (lowbattery.go)
 
 	stats counters // for Stats; written by the loop only
 
@@ -445,6 +446,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 	}
 	d.knob, d.knobChosen = st.StartKnob(d.cfg.DefaultKnob), st.Chosen
+	d.choices = st.Choices
+	if st.ChoicesErr != nil {
+		d.log.WithError(st.ChoicesErr).Warn("ignoring the saved per-source choices")
+	}
 	d.pl.load(st.Cgroups)
 	if st.EnergyErr != nil {
 		d.log.WithError(st.EnergyErr).Warn("ignoring the saved energy totals")
@@ -460,6 +465,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.log.WithError(err).Warn("cannot read power supplies, assuming AC")
 		d.power = acpi.Decision{Source: acpi.Unknown, Reason: "power_supply unreadable: " + err.Error()}
 	}
+	d.startKnobForSource()
 	d.boost, _ = d.fs.Boost()
 	d.readTopology()
 
@@ -714,6 +720,7 @@ func (d *Daemon) onPowerState(st acpi.State) {
 	if from != st.Power.Source {
 		d.log.WithFields(logrus.Fields{"from": from, "to": st.Power.Source, "trigger": st.Trigger}).Debug("power source applied")
 		d.applyBoost()
+		d.knobForSource(from, st.Power.Source)
 	}
 	d.recompute("power source", true)
 }
@@ -762,10 +769,20 @@ func (d *Daemon) readTopology() {
 // before the first cpuset write. With holds, which an explicit choice
 // cancels, it persists first, since a cancelled hold cannot be undone.
 func (d *Daemon) setKnob(k policy.Knob, via string) error {
+	return d.setKnobAs(k, via, true)
+}
+
+// setKnobAs is setKnob; explicit (the user's choice, not a followed
+// profile) also remembers k for the current power source (choices.go).
+func (d *Daemon) setKnobAs(k policy.Knob, via string, explicit bool) error {
 	if err := k.Validate(); err != nil {
 		return err
 	}
-	if k == d.knob && d.knobChosen {
+	prevChoices := d.choices
+	if explicit {
+		d.choices = d.withChoice(k)
+	}
+	if k == d.knob && d.knobChosen && reflect.DeepEqual(prevChoices, d.choices) {
 		if len(d.holds) > 0 {
 			d.cancelHolds() // an explicit choice, even of the same value
 		}
@@ -779,6 +796,7 @@ func (d *Daemon) setKnob(k policy.Knob, via string) error {
 		st.Chosen = true
 		if err := d.saveState(st); err != nil {
 			d.log.WithError(err).Error("cannot persist choice; not applied")
+			d.choices = prevChoices
 			return err
 		}
 		logChange()
@@ -803,6 +821,7 @@ func (d *Daemon) setKnob(k policy.Knob, via string) error {
 	if err != nil {
 		d.log.WithError(err).Error("cannot persist choice; the previous one is applied again")
 		d.knob, d.knobChosen = prev, prevChosen
+		d.choices = prevChoices
 		d.recompute("knob not persisted", true)
 		d.lastChange = prevChange
 	}
@@ -1037,7 +1056,7 @@ func (d *Daemon) stateWith(k policy.Knob) State {
 	if d.units != nil {
 		units = d.units.recordList()
 	}
-	return State{Knob: k, Chosen: d.knobChosen, Boost: d.boostOrig, Cgroups: d.pl.recordList(), Units: units, Energy: d.energy.Totals()}
+	return State{Knob: k, Chosen: d.knobChosen, Boost: d.boostOrig, Cgroups: d.pl.recordList(), Units: units, Energy: d.energy.Totals(), Choices: d.choices}
 }
 
 // Reload applies a new configuration (SIGHUP). The validated cfg replaces

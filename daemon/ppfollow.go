@@ -96,7 +96,7 @@ func (d *Daemon) followProfile(name, owner, profile string) {
 	}
 	k := policy.Knob{PowerAware: pa, PowerAwarePolicy: d.knob.PowerAwarePolicy}
 	d.follow = followState{name: name, owner: owner, profile: profile, knob: k}
-	if err := d.setKnob(k, "power-profiles "+name+" ActiveProfile "+profile); err != nil {
+	if err := d.setKnobAs(k, "power-profiles "+name+" ActiveProfile "+profile, false); err != nil {
 		d.log.WithError(err).Warn("cannot apply the followed power profile")
 	}
 	d.recompute("power profile followed", true)

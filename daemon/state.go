@@ -58,6 +58,14 @@ type State struct {
 	// daemon sets or set (placement "systemd"), sorted by manager and
 	// unit, kept by the same rule as Cgroups.
 	Units []UnitRecord
+	// Choices is the user's last explicit choice per power source ("ac",
+	// "battery"; choices.go); nil when none was made since this field
+	// exists (a file without it loads as before: Knob carries over).
+	Choices map[string]policy.Knob
+	// ChoicesErr, set by LoadState only, says why the file's choices were
+	// ignored (an unknown power source, an invalid knob); the rest of the
+	// file is used.
+	ChoicesErr error
 }
 
 // UnitRecord is what state.json keeps of one systemd unit placed through
@@ -186,6 +194,8 @@ type persisted struct {
 	Cgroups []Record             `json:"cgroups,omitempty"`
 	Energy  []EnergyTotal        `json:"energy,omitempty"`
 	Units   []UnitRecord         `json:"units,omitempty"`
+	// Choices: optional in version 2 (added for issue 13).
+	Choices map[string]policy.Knob `json:"choices,omitempty"`
 
 	// Version 1, read only for migration (migrateV1).
 	Originals map[string]string `json:"originals,omitempty"`
@@ -335,7 +345,17 @@ func LoadState(dir string) (State, error) {
 			return def, fmt.Errorf("%w %s: boost setting %+v; starting from defaults", ErrCorruptState, path, b)
 		}
 	}
-	st := State{Knob: p.Knob, Chosen: p.Chosen, Boost: p.Boost, Cgroups: p.Cgroups, Units: p.Units}
+	st := State{Knob: p.Knob, Chosen: p.Chosen, Boost: p.Boost, Cgroups: p.Cgroups, Units: p.Units, Choices: p.Choices}
+	for src, k := range p.Choices {
+		err := k.Validate()
+		if src != "ac" && src != "battery" {
+			err = fmt.Errorf("power source %q: want ac or battery", src)
+		}
+		if err != nil {
+			st.Choices, st.ChoicesErr = nil, fmt.Errorf("%s: choices: %v; the per-source choices are ignored", path, err)
+			break
+		}
+	}
 	st.Energy, st.EnergyErr = validEnergy(p.Energy)
 	if st.EnergyErr != nil {
 		st.EnergyErr = fmt.Errorf("%s: %w; the energy totals start from zero", path, st.EnergyErr)
@@ -382,7 +402,7 @@ func SaveState(dir string, st State) error {
 	if _, err := validEnergy(st.Energy); err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
-	b, err := json.MarshalIndent(persisted{Version: stateVersion, Knob: st.Knob, Chosen: st.Chosen, Boost: st.Boost, Cgroups: st.Cgroups, Units: st.Units, Energy: st.Energy}, "", "  ")
+	b, err := json.MarshalIndent(persisted{Version: stateVersion, Knob: st.Knob, Chosen: st.Chosen, Boost: st.Boost, Cgroups: st.Cgroups, Units: st.Units, Energy: st.Energy, Choices: st.Choices}, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,87 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+	"github.com/schedpolicyd/schedpolicyd/policy"
+)
+
+func (m mockLaptop) plug(t *testing.T, ac bool) {
+	t.Helper()
+	ps := filepath.Join(m.sys, "class/power_supply")
+	if ac {
+		testutil.Put(t, ps+"/AC/online", "1")
+		testutil.Put(t, ps+"/BAT0/status", "Charging")
+	} else {
+		testutil.Put(t, ps+"/AC/online", "0")
+		testutil.Put(t, ps+"/BAT0/status", "Discharging")
+	}
+}
+
+func waitKnob(t *testing.T, d *Daemon, what string, src acpi.Source, k policy.Knob, p policy.Policy) {
+	t.Helper()
+	testutil.Eventually(t, what, func() (bool, string) {
+		s := d.Snapshot()
+		return s.PowerSource == src && s.Knob == k && s.Policy == p, fmt.Sprintf("%s %+v %s", s.PowerSource, s.Knob, s.Policy)
+	})
+}
+
+// TestChoicePerPowerSource: a choice made on AC stays on AC, one made on
+// battery stays on battery; a source without a choice gets the default;
+// both are saved in state.json's "choices" and used after a restart.
+func TestChoicePerPowerSource(t *testing.T) {
+	m := newMockLaptop(t)
+	d, cancel, done := m.start(t)
+	def := policy.DefaultKnob()
+	off := policy.Knob{PowerAware: policy.PowerAwareOff, PowerAwarePolicy: policy.Powersaving}
+	bal := policy.Knob{PowerAware: policy.PowerAwareOn, PowerAwarePolicy: policy.Balance}
+	write := func(file, v string) {
+		t.Helper()
+		if err := d.writeFile(context.Background(), file, []byte(v), "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filePowerAware, "0") // on AC
+	waitKnob(t, d, "AC choice 0", acpi.AC, off, policy.Performance)
+	m.plug(t, false)
+	waitKnob(t, d, "battery without a choice: the default", acpi.Battery, def, policy.Powersaving)
+	write(fileCurrent, "balance")
+	waitKnob(t, d, "battery choice balance", acpi.Battery, bal, policy.Balance)
+	m.plug(t, true)
+	waitKnob(t, d, "back on AC: the AC choice", acpi.AC, off, policy.Performance)
+	m.plug(t, false)
+	waitKnob(t, d, "on battery again: its choice", acpi.Battery, bal, policy.Balance)
+
+	cancel()
+	<-done
+	st, err := LoadState(m.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]policy.Knob{"ac": off, "battery": bal}; !reflect.DeepEqual(st.Choices, want) {
+		t.Errorf("state.json choices = %v, want %v", st.Choices, want)
+	}
+	m.plug(t, true)
+	d2 := m.startWith(t, nil)
+	waitKnob(t, d2, "restart on AC: the AC choice", acpi.AC, off, policy.Performance)
+}
+
+// TestStateWithoutChoicesCarriesOver: a state.json without "choices" (from
+// before) loads as before: the chosen knob carries over to battery.
+func TestStateWithoutChoicesCarriesOver(t *testing.T) {
+	m := newMockLaptop(t)
+	bal := policy.Knob{PowerAware: policy.PowerAwareOn, PowerAwarePolicy: policy.Balance}
+	if err := SaveState(m.state, State{Knob: bal, Chosen: true}); err != nil {
+		t.Fatal(err)
+	}
+	d := m.startWith(t, nil)
+	waitKnob(t, d, "the saved knob", acpi.AC, bal, policy.Balance)
+	m.plug(t, false)
+	waitKnob(t, d, "carried over to battery", acpi.Battery, bal, policy.Balance)
+}
