@@ -13,10 +13,17 @@ import (
 // found is saved in state.json before the first write, so a crash cannot
 // lose it. "keep" never touches boost. A machine whose boost cannot be
 // controlled (no file, EPERM from a BIOS lock, EAGAIN from intel_pstate
-// off) is reported once and left alone.
+// off) is reported once and left alone, and so is boost while another
+// owner manages it (BoostOwner: amd_pstate dynamic EPP, or a followed
+// power-profiles daemon with amd-pstate): nothing is written then.
 func (d *Daemon) applyBoost() {
 	mode := d.cfg.BoostOnBattery
 	if mode == "keep" || d.boostOff {
+		return
+	}
+	owner := d.boostOwner()
+	d.stepAside("boost", owner)
+	if owner != "" {
 		return
 	}
 	if d.power.Source != acpi.Battery {

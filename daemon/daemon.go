@@ -222,6 +222,7 @@ type Daemon struct {
 	policyReason string
 	follow       followState            // the power-profiles daemon followed (ppfollow.go)
 	choices      map[string]policy.Knob // explicit choice per power source (choices.go); copy on write
+	asideSaid    map[string]string      // per knob, the other owner last reported (stepaside.go)
 	batteryPct   int                    // the system batteries' charge, percent; -1 unknown
 	lowBattery   bool                   // the low-battery tier is in force (lowbattery.go)
 
@@ -930,10 +931,22 @@ func (d *Daemon) decideKnob() (policy.Policy, string) {
 
 // writeKernelKnob mirrors the effective policy into a kernel that has the
 // real sched_policy knob (the 2013 patch set's ABI).
+//
+// Once written, the file is read before every write: a value that is
+// neither ours nor absent means another writer owns it, and the daemon
+// steps aside (says so once, writes nothing) until the file holds our
+// last value again.
 func (d *Daemon) writeKernelKnob() {
 	p := d.fs.Path("devices/system/cpu/sched_policy/current_sched_policy")
 	if _, err := os.Stat(p); err != nil || d.kernelKnb == string(d.effective) {
 		return
+	}
+	if d.kernelKnb != "" {
+		if cur, err := sysfs.ReadAttr(p); err == nil && cur != d.kernelKnb {
+			d.stepAside("sched_policy", fmt.Sprintf("another writer (%s holds %q, we wrote %q)", p, cur, d.kernelKnb))
+			return
+		}
+		d.stepAside("sched_policy", "")
 	}
 	if err := sysfs.WriteAttr(p, string(d.effective)); err != nil {
 		d.log.WithError(err).Warn("cannot write kernel sched_policy")

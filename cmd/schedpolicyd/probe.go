@@ -43,7 +43,16 @@ type probeReport struct {
 	// who owns the power-profiles names and whether the daemon follows or
 	// serves them.
 	PowerProfiles daemon.PowerProfilesProbe `json:"power_profiles"`
-	Warnings      []string                  `json:"warnings,omitempty"`
+	// BoostOwner is who else manages cpufreq boost, with the evidence
+	// (daemon.BoostOwner: amd_pstate dynamic EPP, or the followed
+	// power-profiles daemon with amd-pstate); "" nobody: boost_on_battery
+	// would write it.
+	BoostOwner string `json:"boost_owner"`
+	// KernelKnob is the real kernel sched_policy knob's value, "" when the
+	// kernel has none; the daemon writes it only while it holds the value
+	// it last wrote.
+	KernelKnob string   `json:"kernel_knob"`
+	Warnings   []string `json:"warnings,omitempty"`
 }
 
 type probeTopology struct {
@@ -138,6 +147,12 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 	}
 	r.Energy = daemon.ProbeEnergy(fs, dec.Source == acpi.Battery)
 	r.PowerProfiles = daemon.ProbePowerProfiles(cfg.Bus, fc.PowerProfilesAPIMode())
+	ppOwner := ""
+	if name, ok := strings.CutPrefix(r.PowerProfiles.Action, "follow "); ok {
+		ppOwner = name + " (" + r.PowerProfiles.Owners[name] + ")"
+	}
+	r.BoostOwner = daemon.BoostOwner(fs, ppOwner)
+	r.KernelKnob, _ = sysfs.ReadAttr(fs.Path("devices/system/cpu/sched_policy/current_sched_policy"))
 	r.Warnings = append(r.Warnings, r.Energy.Warnings...)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -156,6 +171,9 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "  evidence:    %s/%s = %s (%s)\n", e.Supply, e.Attribute, e.Value, e.Rule)
 	}
 	fmt.Fprintf(stdout, "boost:         %s\n", r.Boost)
+	if r.BoostOwner != "" {
+		fmt.Fprintf(stdout, "  managed by:  %s; boost_on_battery steps aside\n", r.BoostOwner)
+	}
 	from := map[string]string{
 		"state":   "a choice saved in " + filepath.Join(cfg.StateDir, daemon.StateFile),
 		"config":  "the configuration " + r.Config + "; no choice saved",
@@ -163,6 +181,9 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 	}[r.KnobFrom]
 	fmt.Fprintf(stdout, "knob:          power_aware=%d power_aware_policy=%s (%s)\n", r.PowerAware, r.PowerAwarePolicy, from)
 	fmt.Fprintf(stdout, "policy:        %s\n", r.Policy)
+	if r.KernelKnob != "" {
+		fmt.Fprintf(stdout, "  kernel knob: %s (written while it holds the daemon's last value)\n", r.KernelKnob)
+	}
 	fmt.Fprintf(stdout, "placement:     %s (%s)\n", r.Placement, r.PlacementWhy)
 	if len(r.Manage) > 0 {
 		fmt.Fprintf(stdout, "  manage:      %s\n", strings.Join(r.Manage, " "))
