@@ -205,3 +205,31 @@ func TestFollowRealPowerProfilesDaemon(t *testing.T) {
 	pctl("set", "power-saver")
 	following("power-saver → 2 with the new PPD", policy.PowerAwareOn, policy.Powersaving, "("+ppdOwner+") ActiveProfile power-saver")
 }
+
+// TestPowerProfilesConfigErrors: bad modes and maps are refused by New
+// with the offending value named; good ones are normalised.
+func TestPowerProfilesConfigErrors(t *testing.T) {
+	m := newMockLaptop(t)
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{PowerProfilesAPI: "maybe"}, `power_profiles_api "maybe": want auto, true or false`},
+		{Config{ProfileMap: map[string]policy.PowerAware{"turbo": 1}}, `profile map: unknown profile "turbo" (want power-saver, balanced or performance)`},
+		{Config{ProfileMap: map[string]policy.PowerAware{"balanced": 3}}, `profile map: balanced → power_aware 3: want 0, 1 or 2`},
+		{Config{LowBattery: -1}, `low_battery -1: want a percentage 1 to 100, or 0 for off`},
+	} {
+		tc.cfg.SysfsRoot = m.sys
+		if _, err := New(tc.cfg); err == nil || err.Error() != tc.want {
+			t.Errorf("New(%+v) = %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+	d, err := New(Config{SysfsRoot: m.sys, PowerProfilesAPI: "true", ProfileMap: map[string]policy.PowerAware{"balanced": 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]policy.PowerAware{"power-saver": 2, "balanced": 2, "performance": 0}
+	if d.cfg.PowerProfilesAPI != PowerProfilesServe || fmt.Sprint(d.cfg.ProfileMap) != fmt.Sprint(want) {
+		t.Errorf("normalised: %q %v, want on %v", d.cfg.PowerProfilesAPI, d.cfg.ProfileMap, want)
+	}
+}
