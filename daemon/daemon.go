@@ -921,8 +921,7 @@ func (d *Daemon) decideKnob() (policy.Policy, string) {
 	}
 	if d.power.Source == acpi.Battery {
 		if d.lowBattery {
-			return policy.Powersaving, fmt.Sprintf("power_aware=1 (automatic), the machine runs on battery and the system batteries are at %d%%, below low_battery %d%% (powersaving until %d%%): %s",
-				d.batteryPct, d.cfg.LowBattery, d.cfg.LowBattery+LowBatteryHysteresis, d.power.Reason)
+			return policy.Powersaving, d.lowBatteryReason()
 		}
 		return eff, "power_aware=1 (automatic) and the machine runs on battery: " + d.power.Reason
 	}

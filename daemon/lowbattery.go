@@ -1,6 +1,10 @@
 package daemon
 
-import "github.com/sirupsen/logrus"
+import (
+	"fmt"
+
+	"github.com/sirupsen/logrus"
+)
 
 // LowBatteryHysteresis is how many percentage points above
 // Config.LowBattery the charge must be back before the low-battery tier
@@ -28,4 +32,16 @@ func (d *Daemon) setBatteryPercent(pct int) {
 	if was != d.lowBattery {
 		d.log.WithFields(logrus.Fields{"battery_percent": pct, "low_battery": d.cfg.LowBattery, "in_force": d.lowBattery}).Info("low-battery tier changed")
 	}
+}
+
+// lowBatteryReason is the policy's reason while the tier is in force: the
+// charge, the threshold and, within the hysteresis, that it is not yet
+// back at LowBattery + LowBatteryHysteresis.
+func (d *Daemon) lowBatteryReason() string {
+	where := fmt.Sprintf("below low_battery %d%%", d.cfg.LowBattery)
+	if d.batteryPct >= d.cfg.LowBattery {
+		where = fmt.Sprintf("not yet back %d points above low_battery %d%%", LowBatteryHysteresis, d.cfg.LowBattery)
+	}
+	return fmt.Sprintf("power_aware=1 (automatic), the machine runs on battery and the system batteries are at %d%%, %s (powersaving until %d%%): %s",
+		d.batteryPct, where, d.cfg.LowBattery+LowBatteryHysteresis, d.power.Reason)
 }

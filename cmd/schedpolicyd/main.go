@@ -208,7 +208,7 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 	fl.StringVar(&cfg.MetricsTextfile, "metrics-textfile", "", "write Prometheus metrics for node_exporter's textfile collector to this file, an absolute path ending in .prom, e.g. /var/lib/prometheus/node-exporter/schedpolicyd.prom, whenever a value changes (empty: none)")
 	fl.IntVar(&cfg.LowBattery, "low-battery", DefaultLowBattery, "below this percentage of the system batteries' charge, on battery, automatic mode uses powersaving even with power_aware_policy balance, until 5 points above (0: off)")
 	cfg.PowerProfilesAPI = DefaultPowerProfilesAPI
-	fl.Var((*ppFlag)(&cfg.PowerProfilesAPI), "power-profiles-api", "the power-profiles D-Bus API (net.hadess.PowerProfiles, org.freedesktop.UPower.PowerProfiles) used by GNOME, KDE and powerprofilesctl: auto (follow the power-profiles daemon that owns it, serve it while none does), true (always serve it) or false (neither)")
+	fl.Var((*ppFlag)(&cfg.PowerProfilesAPI), "power-profiles-api", "the power-profiles D-Bus API (net.hadess.PowerProfiles, org.freedesktop.UPower.PowerProfiles) used by GNOME, KDE and powerprofilesctl, given as --power-profiles-api=VALUE (alone: true): auto (follow the power-profiles daemon that owns it, serve it while none does), true (always serve it) or false (neither)")
 	configPath := fl.String("config", DefaultConfigPath, "TOML configuration file, see schedpolicyd.conf(5); flags given here override it")
 	logLevel := fl.String("log-level", "info", "log level: debug, info, warning, error")
 	if code, ok := parseFlags(fl, "schedpolicyd", args, stdout, stderr); !ok {
