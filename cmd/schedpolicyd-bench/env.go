@@ -346,7 +346,11 @@ func (e *env) startOurs(tag string, oo ourOpts) (*daemonProc, error) {
 	defer nl.Close()
 	args := []string{"--config", filepath.Join(dir, "none.conf"),
 		"--sysfs-root", e.sysRoot, "--cgroup-root", cg, "--tree-dir", p.treeDir, "--tree-backend", "fuse",
-		"--state-dir", filepath.Join(dir, "state"), "--bus", bus, "--events", "fsnotify"}
+		"--state-dir", filepath.Join(dir, "state"), "--bus", bus, "--events", "fsnotify",
+		// The default "auto" would follow the power-profiles-daemon under
+		// comparison, or take its names so that it exits on start: the
+		// two run independently here, as before (extra may override).
+		"--power-profiles-api=false"}
 	args = append(args, oo.extra...)
 	p.cmd = exec.Command(e.o.bin, args...)
 	p.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+notifyPath)
