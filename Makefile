@@ -138,7 +138,7 @@ bench:
 # power-profiles-daemon on private buses, side by side; needs root. Prints a
 # markdown table and writes it into docs/BENCHMARKS.md between the
 # DAEMON-BENCH markers. Pass flags with BENCH_FLAGS, e.g.
-# BENCH_FLAGS="-idle 10s -idle-runs 1" while developing. Never run by test.
+# BENCH_FLAGS="-idle 10s -idle-runs 1 -react-trials 3" while developing. Never run by test.
 .PHONY: bench-daemon
 bench-daemon: build
 	$(GO) build -o bin/schedpolicyd-bench ./cmd/schedpolicyd-bench

@@ -30,6 +30,7 @@ type options struct {
 	idleRuns, starts, calls      int
 	switches10, switches1000     int
 	powerChanges                 int
+	reactTrials                  int
 	out                          string
 	keep                         bool
 	only                         string
@@ -37,6 +38,9 @@ type options struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == spinHelperArg {
+		spinHelper()
+	}
 	var o options
 	flag.StringVar(&o.bin, "bin", "bin/schedpolicyd", "schedpolicyd binary to measure")
 	flag.StringVar(&o.ppd, "ppd", "/usr/libexec/power-profiles-daemon", "power-profiles-daemon binary")
@@ -49,9 +53,10 @@ func main() {
 	flag.IntVar(&o.switches10, "switches-10", 100, "policy switches with 10 workloads (per path)")
 	flag.IntVar(&o.switches1000, "switches-1000", 20, "policy switches with 1,000 workloads (per path)")
 	flag.IntVar(&o.powerChanges, "power-changes", 40, "power-source changes")
+	flag.IntVar(&o.reactTrials, "react-trials", 20, "issue 15: trials per case of a packed workload turning busy (each on a fresh daemon)")
 	flag.StringVar(&o.out, "out", "docs/BENCHMARKS.md", "markdown file whose \"Resident daemon vs power-profiles-daemon\" section is (re)written (empty: print only)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (daemon logs) for inspection")
-	flag.StringVar(&o.only, "only", "", "comma-separated phases to run: idle,start,get,switch,power (default all)")
+	flag.StringVar(&o.only, "only", "", "comma-separated phases to run: idle,start,get,switch,power,react (default all)")
 	flag.StringVar(&o.perf, "perf", "", "debugging: run `perf record -g` on our daemon during the named phase (get, switch1000, idle) and write perf.data into the temporary directory (implies -keep)")
 	flag.Parse()
 	if o.perf != "" {
@@ -118,6 +123,7 @@ func run(o options) error {
 		{"get", env.benchGet},
 		{"switch", env.benchSwitch},
 		{"power", env.benchPower},
+		{"react", env.benchReact},
 		{"idle", env.benchIdle},
 	}
 	for _, s := range steps {

@@ -18,6 +18,8 @@ type row struct {
 	// pcts: the observations are single calls, so the columns are p50 and
 	// p99 of all calls rather than median and p99 over runs.
 	pcts bool
+	// trials: like pcts, of single trials.
+	trials bool
 	// single: one figure per daemon (a total divided by the calls).
 	single bool
 }
@@ -56,8 +58,8 @@ func (r *report) markdown(o options) string {
 	var b strings.Builder
 	fmt.Fprintln(&b, beginMarker)
 	fmt.Fprintln(&b)
-	fmt.Fprintf(&b, "%s. Idle: %d run(s), each a window from readiness and the idle window after it, of %v each, all daemons idle side by side; start-up: %d starts each; D-Bus: %d calls per method; switches: %d (10 workloads) and %d (1,000 workloads) per path; power: %d changes each way.\n",
-		r.meta, o.idleRuns, o.idle, o.starts, o.calls, o.switches10, o.switches1000, o.powerChanges)
+	fmt.Fprintf(&b, "%s. Idle: %d run(s), each a window from readiness and the idle window after it, of %v each, all daemons idle side by side; start-up: %d starts each; D-Bus: %d calls per method; switches: %d (10 workloads) and %d (1,000 workloads) per path; power: %d changes each way; react: %d trials per case, each on a fresh daemon.\n",
+		r.meta, o.idleRuns, o.idle, o.starts, o.calls, o.switches10, o.switches1000, o.powerChanges, o.reactTrials)
 	fmt.Fprintln(&b)
 	fmt.Fprintln(&b, "| group | measurement | unit | schedpolicyd median | p99 | power-profiles-daemon median | p99 | ratio (median) | goal |")
 	fmt.Fprintln(&b, "|---|---|---|---:|---:|---:|---:|---:|---|")
@@ -67,7 +69,7 @@ func (r *report) markdown(o options) string {
 		switch {
 		case x.single:
 			om, pm = x.ours.median(), x.ppd.median()
-		case x.pcts:
+		case x.pcts || x.trials:
 			om, op, pm, pp = x.ours.pct(50), x.ours.pct(99), x.ppd.pct(50), x.ppd.pct(99)
 		default:
 			om, op, pm, pp = x.ours.median(), x.ours.pct(99), x.ppd.median(), x.ppd.pct(99)
@@ -84,6 +86,9 @@ func (r *report) markdown(o options) string {
 		metric := x.metric
 		if x.pcts {
 			metric += " [p50 / p99 of calls]"
+		}
+		if x.trials {
+			metric += " [p50 / p99 of trials]"
 		}
 		if x.note != "" {
 			notes = append(notes, x.note)
