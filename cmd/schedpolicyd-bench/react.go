@@ -244,7 +244,7 @@ func wakeSignal(log string, offset int64, name string) string {
 	if err != nil || int64(len(b)) < offset {
 		return "?"
 	}
-	sig := "?"
+	sig := "periodic sample (no wake logged)"
 	for _, l := range strings.Split(string(b[offset:]), "\n") {
 		if strings.Contains(l, "woken") {
 			if i := strings.Index(l, "signal="); i >= 0 {
@@ -311,9 +311,21 @@ func (e *env) startReact(tag string, sampling bool, bus string) (*reactDaemon, e
 			return nil, err
 		}
 	}
-	if !waitFor(10*time.Second, func() bool { return readCPUs(p.wl.children[0]).Size() == 1 }) {
+	// Packed, and still packed 1 s later: the attaches wake the daemon,
+	// which may widen and shrink again before the burst.
+	packedSince := time.Time{}
+	if !waitFor(15*time.Second, func() bool {
+		if readCPUs(p.wl.children[0]).Size() != 1 {
+			packedSince = time.Time{}
+			return false
+		}
+		if packedSince.IsZero() {
+			packedSince = time.Now()
+		}
+		return time.Since(packedSince) >= time.Second
+	}) {
 		e.stopReact(rd)
-		return nil, fmt.Errorf("w0000 not packed to one CPU within 10s (cpuset.cpus %s); see %s", readCPUs(p.wl.children[0]), rd.log)
+		return nil, fmt.Errorf("w0000 not packed to one CPU for 1 s within 15s (cpuset.cpus %s); see %s", readCPUs(p.wl.children[0]), rd.log)
 	}
 	return rd, nil
 }
