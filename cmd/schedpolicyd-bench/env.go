@@ -261,13 +261,14 @@ func (e *env) release(w *workloads) {
 }
 
 func removeCgroup(dir string) {
-	children, _ := filepath.Glob(filepath.Join(dir, "*"))
-	for _, c := range children {
-		if fi, err := os.Stat(c); err == nil && fi.IsDir() {
-			syscall.Rmdir(c)
-		}
-	}
 	for i := 0; i < 50; i++ {
+		// A child whose last task is still exiting refuses for a moment.
+		children, _ := filepath.Glob(filepath.Join(dir, "*"))
+		for _, c := range children {
+			if fi, err := os.Stat(c); err == nil && fi.IsDir() {
+				syscall.Rmdir(c)
+			}
+		}
 		if err := syscall.Rmdir(dir); err == nil || errors.Is(err, syscall.ENOENT) {
 			return
 		}

@@ -54,11 +54,17 @@ func main() {
 	flag.IntVar(&o.switches1000, "switches-1000", 20, "policy switches with 1,000 workloads (per path)")
 	flag.IntVar(&o.powerChanges, "power-changes", 40, "power-source changes")
 	flag.IntVar(&o.reactTrials, "react-trials", 20, "issue 15: trials per case of a packed workload turning busy (each on a fresh daemon)")
-	flag.StringVar(&o.out, "out", "docs/BENCHMARKS.md", "markdown file whose \"Resident daemon vs power-profiles-daemon\" section is (re)written (empty: print only)")
+	flag.StringVar(&o.out, "out", "docs/BENCHMARKS.md", "markdown file whose \"Resident daemon vs power-profiles-daemon\" section is (re)written (empty: print only; with -only, only when given)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (daemon logs) for inspection")
 	flag.StringVar(&o.only, "only", "", "comma-separated phases to run: idle,start,get,switch,power,react (default all)")
 	flag.StringVar(&o.perf, "perf", "", "debugging: run `perf record -g` on our daemon during the named phase (get, switch1000, idle) and write perf.data into the temporary directory (implies -keep)")
 	flag.Parse()
+	outSet := false
+	flag.Visit(func(f *flag.Flag) { outSet = outSet || f.Name == "out" })
+	if o.only != "" && !outSet {
+		// A partial run would replace the whole table with its rows.
+		o.out = ""
+	}
 	if o.perf != "" {
 		o.keep = true
 	}

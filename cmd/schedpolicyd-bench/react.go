@@ -117,7 +117,7 @@ func (s *spinner) stop(e *env) {
 // so that the daemon keeps sampling.
 func (e *env) lightTask(cgroupDir string) (*exec.Cmd, error) {
 	c := exec.Command("sh", "-c", "while :; do sleep 0.05; done")
-	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := c.Start(); err != nil {
 		return nil, err
 	}
@@ -335,6 +335,7 @@ func (e *env) stopReact(rd *reactDaemon) {
 		rd.sp.stop(e)
 	}
 	if rd.light != nil {
+		syscall.Kill(-rd.light.Process.Pid, syscall.SIGKILL) // sh and its sleep
 		rd.light.Process.Kill()
 		rd.light.Wait()
 		e.untrack(rd.light)
