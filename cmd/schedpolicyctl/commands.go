@@ -17,6 +17,8 @@ import (
 	"unicode"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/names"
 )
 
 // policies are the names SetPolicy and HoldPolicy accept.
@@ -302,30 +304,17 @@ func jsonMap(m map[string]dbus.Variant) map[string]any {
 }
 
 // maxWorkloadName is the longest workload name the daemon accepts, in bytes.
-const maxWorkloadName = 64
+const maxWorkloadName = names.MaxWorkload
 
 func isControl(r rune) bool { return unicode.IsControl(r) }
 
-// validateWorkloadName applies the daemon's rule (CreateWorkload in the
-// D-Bus contract): 1-64 bytes, valid UTF-8, no "/", not "." or "..", no
-// control characters.
+// validateWorkloadName applies the daemon's own rule (names.Workload, the
+// one CreateWorkload uses), so a name refused here is never sent and one
+// accepted here is never refused for its form.
 func validateWorkloadName(name string) error {
-	bad := func(why string) error {
-		return &cliError{exitInvalid, fmt.Sprintf("invalid workload name %q: %s", name, why)}
-	}
-	switch {
-	case name == "":
-		return bad("empty")
-	case len(name) > maxWorkloadName:
-		return bad(fmt.Sprintf("longer than %d bytes", maxWorkloadName))
-	case name == "." || name == "..":
-		return bad(`"." and ".." are not names`)
-	case strings.ContainsRune(name, '/'):
-		return bad(`contains "/"`)
-	case strings.IndexFunc(name, isControl) >= 0:
-		return bad("contains a control character")
-	case !validUTF8(name):
-		return bad("not valid UTF-8")
+	var e *names.Error
+	if err := names.Workload(name); errors.As(err, &e) {
+		return &cliError{exitInvalid, fmt.Sprintf("invalid workload name %q: %s", name, e.Why)}
 	}
 	return nil
 }
