@@ -1419,7 +1419,6 @@ var faultValidConfs = []string{
 	"sample_interval = \"200ms\"\n",
 	"power_aware = 2\npower_aware_policy = \"balance\"\n",
 	"power_aware = 0\n",
-	"sample_interval = \"2562047h\"\n", // issue 11 case 6: bounded, no panic
 	"sample_interval = \"10ms\"\nboost_on_battery = \"off\"\n",
 	"# flags win over these\ncgroup_root = \"none\"\nlog_level = \"error\"\ntree_dir = \"/nonexistent\"\n",
 	"power_aware = 1\npower_aware_policy = \"powersaving\"\nrecheck_interval = \"-1s\"\n",
@@ -1428,6 +1427,10 @@ var faultValidConfs = []string{
 
 var faultInvalidConfs = []string{
 	"bogus_key = 1\n",
+	// issue 11 case 6: out of bounds since the daemon bounds every
+	// duration (daemon/bounds.go): refused, no panic. It was listed as
+	// valid and failed only when a sequence drew it for a reload.
+	"sample_interval = \"2562047h\"\n",
 	"power_aware = 7\n",
 	"sample_interval = \"5ms\"\n",
 	"sample_interval = \"forever\"\n",
