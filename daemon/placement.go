@@ -565,11 +565,14 @@ func (p *placement) check(w *workload) bool {
 	}
 	if p.cg.Version() == sysfs.CgroupV1 {
 		if online, err := p.cg.Allowed(); err == nil && w.cpus.Intersect(online).Equal(cur) {
-			if !w.rec.written() && !cur.IsEmpty() {
-				// The kernel trimmed a value that is not ours: the
-				// original stays the untrimmed one, and the trimmed
-				// value counts as ours, so that restore writes the
-				// original back (in full once the CPUs are online).
+			if !cur.IsEmpty() && w.rec.Applied != cur.String() {
+				// The kernel trimmed the file (a CPU went offline). If
+				// the value was not ours, the original stays the
+				// untrimmed one; either way the trimmed value counts as
+				// ours, so that restore writes the original back (in full
+				// once the CPUs are online) — also after the CPU came
+				// back, when the applied value less the offline CPUs no
+				// longer matches it (found by the fault model).
 				w.rec.Applied = cur.String()
 				p.dirty = true
 			}
