@@ -40,18 +40,13 @@ func watchCgroupDir(parent string) (cgroupSource, error) {
 	return w, nil
 }
 
-// Pressure trigger parameters (issue 15): a task waiting for a CPU for
-// 10 % of the window. The kernel evaluates a trigger every window/10 once
-// a stall begins, so the window bounds how soon a packed workload that
-// turned busy is noticed: the narrowest it grants, 500 ms (~50–100 ms to
-// fire), needs CAP_SYS_RESOURCE; without it windows must be multiples of
-// 2 s (Documentation/accounting/psi.rst), the fallback (~200–400 ms). The
-// kernel fires at most once per window.
+// Pressure trigger parameters: 10 % of a 2 s window spent with a task
+// waiting for a CPU. The window is a multiple of 2 s because the unit does
+// not grant CAP_SYS_RESOURCE (Documentation/accounting/psi.rst); the kernel
+// signals at most once per window.
 const (
-	pressureStall        = 50 * time.Millisecond
-	pressureWindow       = 500 * time.Millisecond
-	pressureStallUnpriv  = 200 * time.Millisecond
-	pressureWindowUnpriv = 2 * time.Second
+	pressureStall  = 200 * time.Millisecond
+	pressureWindow = 2 * time.Second
 )
 
 // pressureC is the PSI trigger's channel, or nil without one.
@@ -79,15 +74,7 @@ func (p *placement) openPressure() *sysfs.PressureTrigger {
 	if p.cg.Version() == sysfs.CgroupV2 {
 		path = filepath.Join(p.cg.Path(), "cpu.pressure")
 	}
-	window := pressureWindow
 	t, err := sysfs.OpenPressureTrigger(path, pressureStall, pressureWindow)
-	if err != nil && !errors.Is(err, sysfs.ErrNoPSI) {
-		// No CAP_SYS_RESOURCE (the packaged unit does not grant it): the
-		// kernel refuses a window that is not a multiple of 2 s.
-		p.log.WithError(err).Debug("narrow CPU pressure window refused; trying a 2 s one")
-		window = pressureWindowUnpriv
-		t, err = sysfs.OpenPressureTrigger(path, pressureStallUnpriv, pressureWindowUnpriv)
-	}
 	if err != nil {
 		lvl := logrus.WarnLevel
 		if errors.Is(err, sysfs.ErrNoPSI) {
@@ -96,7 +83,7 @@ func (p *placement) openPressure() *sysfs.PressureTrigger {
 		p.log.WithError(err).Log(lvl, "no CPU pressure trigger; while every workload is idle, sampling slows down instead of stopping")
 		return nil
 	}
-	p.log.WithFields(logrus.Fields{"file": path, "window": window}).Debug("CPU pressure trigger armed")
+	p.log.WithField("file", path).Debug("CPU pressure trigger armed")
 	return t
 }
 

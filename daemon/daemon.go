@@ -676,7 +676,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case <-d.pl.pressureC():
 			d.stats.events.Add(1)
 			d.stats.pressureWakes.Add(1)
-			d.pl.wake("cpu pressure", true) // tasks wait for a CPU
+			d.pl.idleSamples = 0 // tasks wait for a CPU: look at once, then every period
+			d.pl.sample()
 			d.recompute("cpu pressure", false)
 		case <-d.pl.pressureDone():
 			p := d.pl.pressure
@@ -685,7 +686,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 			p.Close()
 		case <-d.pl.activityC():
 			d.stats.events.Add(1)
-			d.pl.wake("task attached", false)
+			d.pl.idleSamples = 0 // a task arrived: look at once, then every period
+			d.pl.sample()
 			d.recompute("task attached", false)
 		case <-treeLost:
 			d.stats.events.Add(1)

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -645,33 +644,6 @@ func (p *placement) sample() (busy bool) {
 		}
 	}
 	return busy
-}
-
-// wake samples at once because signal (a PSI trigger, a task attached)
-// woke the loop. After a CPU pressure wake, a workload with more runnable
-// threads than CPUs is what the pressure is about: all of its CPUs are
-// busy now, whatever its decayed utilisation says (issue 15: the average
-// takes seconds to show a workload that just turned busy; while sampling
-// was stopped it shows nothing). Its utilisation is raised to its number
-// of CPUs, so that the plan, with its thread count, widens it at once; if
-// the burst was brief the average decays again and the lazy shrink packs
-// it back. An attach alone is no such evidence (a process starting up
-// runs several threads for a moment). Which signal woke the loop and what
-// it found is logged at debug level.
-func (p *placement) wake(signal string, pressure bool) {
-	p.idleSamples = 0 // look at once, then every period
-	p.sample()
-	var crowded []string
-	for _, n := range p.sortedNames() {
-		w := p.workloads[n]
-		if k := w.cpus.Size(); k > 0 && w.threads > k {
-			if pressure {
-				w.avg.Util = max(w.avg.Util, float64(k))
-			}
-			crowded = append(crowded, fmt.Sprintf("%s:%d/%d", n, w.threads, k))
-		}
-	}
-	p.log.WithFields(logrus.Fields{"signal": signal, "runnable_over_cpus": strings.Join(crowded, ",")}).Debug("woken")
 }
 
 // idleUtil: a workload whose decayed utilisation is below it (in CPUs) and
