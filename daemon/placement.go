@@ -688,14 +688,22 @@ func (p *placement) sampling() bool {
 // pressure, a new workload or a policy change brings it back to the
 // configured period.
 func (p *placement) sampleEvery() time.Duration {
-	base := p.cfg.SampleInterval
+	if p.pressure != nil {
+		return backedOffPeriod(p.cfg.SampleInterval, 0)
+	}
+	return backedOffPeriod(p.cfg.SampleInterval, p.idleSamples)
+}
+
+// backedOffPeriod is the sampling period after idle consecutive quiet
+// samples: base (DefaultSampleInterval when not positive) until
+// idleSamplesBeforeBackoff, then doubling per sample up to 2^maxIdleShift ×
+// base, never beyond maxSamplePeriod (saturating: any base gives a
+// positive period).
+func backedOffPeriod(base time.Duration, idle int) time.Duration {
 	if base <= 0 {
 		base = DefaultSampleInterval
 	}
-	shift := p.idleSamples - idleSamplesBeforeBackoff + 1
-	if shift <= 0 || p.pressure != nil {
-		return base
-	}
+	shift := idle - idleSamplesBeforeBackoff + 1
 	every := base
 	for i := 0; i < min(shift, maxIdleShift) && every < maxSamplePeriod; i++ {
 		every *= 2

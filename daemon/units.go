@@ -422,16 +422,7 @@ func (u *unitPlacement) sampling() bool { return len(u.workloads) > 0 }
 // busy, doubling while all are idle (as placement.sampleEvery without a
 // pressure trigger).
 func (u *unitPlacement) sampleEvery() time.Duration {
-	base := u.cfg.SampleInterval
-	if base <= 0 {
-		base = DefaultSampleInterval
-	}
-	shift := u.idleSamples - idleSamplesBeforeBackoff + 1
-	every := base
-	for i := 0; i < min(shift, maxIdleShift) && every < maxSamplePeriod; i++ {
-		every *= 2
-	}
-	return max(base, min(every, maxSamplePeriod))
+	return backedOffPeriod(u.cfg.SampleInterval, u.idleSamples)
 }
 
 // apply plans placement for policy eff over the units and sets the
