@@ -1,0 +1,53 @@
+package sysfs
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// cgReadString reads a whole cgroupfs file (which may exceed a page, unlike
+// sysfs attributes) and trims surrounding whitespace.
+func cgReadString(path string) (string, error) {
+	b, err := readFileRaw(path)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// cgReadCPUs reads a cpulist file.
+func cgReadCPUs(path string) (CPUSet, error) {
+	s, err := cgReadString(path)
+	if err != nil {
+		return CPUSet{}, err
+	}
+	set, err := ParseCPUList(s)
+	if err != nil {
+		return CPUSet{}, fmt.Errorf("parse %s: %w", path, err)
+	}
+	return set, nil
+}
+
+// cgReadIDs reads a file of one decimal ID per line (cgroup.procs, tasks).
+func cgReadIDs(path string) ([]int, error) {
+	s, err := cgReadString(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, f := range strings.Fields(s) {
+		id, err := strconv.Atoi(f)
+		if err != nil || id <= 0 {
+			return nil, fmt.Errorf("parse %s: bad ID %q", path, f)
+		}
+		out = append(out, id)
+	}
+	return out, nil
+}
+
+func cgExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

@@ -1,0 +1,194 @@
+package sysfs
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Usage returns the child's cumulative CPU time, including its descendants.
+//
+//   - v2: usage_usec of cpu.stat (µs; present even without the cpu
+//     controller).
+//   - v1 with cpuacct co-mounted (cpuacct.usage in the child's directory):
+//     cpuacct.usage (ns).
+//   - v1 otherwise: the sum, over the thread IDs in the child's tasks file,
+//     of the first field of <ProcRoot>/<tgid>/task/<tid>/schedstat (ns spent
+//     on a CPU; needs CONFIG_SCHED_INFO), with the TGIDs from cgroup.procs.
+//     Threads that exit during the read are skipped. This fallback is NOT
+//     monotonic: the time of threads that exited or left the cgroup drops
+//     out of the sum, so callers must clamp negative deltas to zero.
+//
+// Errors name the file; a vanished child gives an error for which IsGone is
+// true.
+func (c *Cgroup) Usage(name string) (time.Duration, error) {
+	dir, err := c.ChildPath(name)
+	if err != nil {
+		return 0, err
+	}
+	if c.version == CgroupV2 {
+		return cgReadStatUsec(filepath.Join(dir, "cpu.stat"))
+	}
+	ns, err := ReadIntAttr(filepath.Join(dir, "cpuacct.usage"))
+	if err == nil {
+		return time.Duration(ns), nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return 0, err
+	}
+	return c.schedstatUsage(dir)
+}
+
+// DirUsage returns the cumulative CPU time of the cgroup at dir (any
+// cgroup, not only a child of a managed parent: a systemd unit's): v2's
+// usage_usec of cpu.stat (µs), else v1's cpuacct.usage (ns). Errors name
+// the file; IsGone is true for a cgroup that is gone (or, on v1, a cgroup
+// without cpuacct accounting).
+func DirUsage(dir string) (time.Duration, error) {
+	d, err := cgReadStatUsec(filepath.Join(dir, "cpu.stat"))
+	if !errors.Is(err, fs.ErrNotExist) {
+		return d, err
+	}
+	ns, err := ReadIntAttr(filepath.Join(dir, "cpuacct.usage"))
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(ns), nil
+}
+
+// schedstatUsage is Usage's v1 fallback over procfs.
+func (c *Cgroup) schedstatUsage(dir string) (time.Duration, error) {
+	tids, err := cgReadIDs(filepath.Join(dir, "tasks"))
+	if err != nil {
+		return 0, err
+	}
+	if len(tids) == 0 {
+		return 0, nil
+	}
+	tgids, err := cgReadIDs(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return 0, err
+	}
+	want := make(map[int]bool, len(tids))
+	for _, t := range tids {
+		want[t] = true
+	}
+	var total time.Duration
+	for _, tgid := range tgids {
+		taskDir := filepath.Join(c.procRoot, strconv.Itoa(tgid), "task")
+		entries, err := os.ReadDir(taskDir)
+		if err != nil {
+			continue // the process exited
+		}
+		for _, e := range entries {
+			tid, err := strconv.Atoi(e.Name())
+			if err != nil || !want[tid] {
+				continue
+			}
+			delete(want, tid) // count each thread once
+			ns, err := cgReadSchedstat(filepath.Join(taskDir, e.Name(), "schedstat"))
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+				continue // the thread exited
+			}
+			if err != nil {
+				return 0, err
+			}
+			total += time.Duration(ns)
+		}
+	}
+	return total, nil
+}
+
+// cgReadSchedstat returns the first field (ns on a CPU) of a
+// /proc/<pid>/task/<tid>/schedstat file ("run_ns wait_ns timeslices").
+func cgReadSchedstat(path string) (int64, error) {
+	s, err := ReadAttr(path)
+	if err != nil {
+		return 0, err
+	}
+	f, _, _ := strings.Cut(s, " ")
+	ns, err := strconv.ParseInt(f, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse %s: %w", path, err)
+	}
+	return ns, nil
+}
+
+// cgReadStatUsec returns usage_usec of a v2 cpu.stat file.
+func cgReadStatUsec(path string) (time.Duration, error) {
+	b, err := readFileRaw(path)
+	if err != nil {
+		return 0, err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), " ")
+		if k != "usage_usec" {
+			continue
+		}
+		us, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil || us < 0 {
+			return 0, fmt.Errorf("parse %s: bad usage_usec %q", path, v)
+		}
+		return time.Duration(us) * time.Microsecond, nil
+	}
+	return 0, fmt.Errorf("parse %s: no usage_usec line", path)
+}
+
+// Runnable returns how many of the child's threads are runnable right now
+// (state R in <ProcRoot>/<tid>/stat): the instant nr_running the 2013 patch
+// set uses for placement decisions. Thread IDs come from the child's
+// threads file (v2 cgroup.threads, v1 tasks); threads that exit during the
+// read are skipped. A vanished child gives an error for which IsGone is
+// true.
+func (c *Cgroup) Runnable(name string) (int, error) {
+	file := "tasks"
+	if c.version == CgroupV2 {
+		file = "cgroup.threads"
+	}
+	p, err := c.childFile(name, file)
+	if err != nil {
+		return 0, err
+	}
+	tids, err := cgReadIDs(p)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, tid := range tids {
+		b, err := readFileRaw(filepath.Join(c.procRoot, strconv.Itoa(tid), "stat"))
+		if err != nil {
+			continue // exited
+		}
+		// "pid (comm) S ...": comm may hold spaces and parentheses.
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) && s[i+2] == 'R' {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// CPUPressure returns the child's cpu.pressure file (cgroup v2 PSI, e.g.
+// "some avg10=1.23 avg60=... total=...") for policy.ParseCPUPressure. On v1,
+// or where PSI is off, the file is absent: the error satisfies
+// errors.Is(err, fs.ErrNotExist).
+func (c *Cgroup) CPUPressure(name string) (string, error) {
+	p, err := c.childFile(name, "cpu.pressure")
+	if err != nil {
+		return "", err
+	}
+	b, err := readFileRaw(p)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
