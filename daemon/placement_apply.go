@@ -1,0 +1,224 @@
+package daemon
+
+import (
+	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/sirupsen/logrus"
+)
+
+// apply plans placement for policy eff on topo within the online CPUs and
+// writes the cpusets that differ from what the files hold. Before writing
+// it records each value it will write (Record.Pending) and saves
+// state.json; without a successful save nothing is written. force applies
+// a shrinking plan at once (see policy.Input.DisableLazy).
+func (p *placement) apply(eff policy.Policy, topo policy.Topology, online sysfs.CPUSet, force bool) {
+	if p.cg == nil || len(p.workloads) == 0 {
+		p.plan = policy.Plan{Policy: eff}
+		return
+	}
+	if !p.flush() {
+		// Placement waits until state.json can be written; no plan stands
+		// (so no "placing for performance" reason either).
+		p.plan = policy.Plan{Policy: eff, Lazy: p.plan.Lazy}
+		return
+	}
+	p.quietLoadBalance()
+	allowed := online
+	if a, err := p.cg.Allowed(); err == nil && !a.IsEmpty() {
+		allowed = allowed.Intersect(a)
+	}
+	in := policy.Input{
+		Topology: topo, Allowed: allowed.List(), Policy: eff,
+		Lazy: p.plan.Lazy, Now: time.Now(), MaxInterval: p.cfg.SampleInterval,
+		// A policy, workload or CPU change re-plans at once; only the
+		// periodic samples are subject to patch 18's lazy balance.
+		DisableLazy: force,
+	}
+	if force {
+		in.Lazy = policy.LazyState{}
+	}
+	names := p.sortedNames()
+	for _, n := range names {
+		w := p.workloads[n]
+		if w.override == policy.Performance || w.rec.Released {
+			continue // every allowed CPU below, or not placed at all
+		}
+		in.Loads = append(in.Loads, policy.Load{Name: n, Util: w.avg.Util, Current: w.cpus.List(), Threads: w.threads, Pressure: w.pressure})
+	}
+	plan := policy.PlanPlacement(in)
+	if plan.CPUs == nil {
+		plan.CPUs = map[string][]int{}
+	}
+	for n, w := range p.workloads {
+		if w.override == policy.Performance && !w.rec.Released {
+			plan.CPUs[n] = allowed.List()
+		}
+	}
+	if plan.Policy != p.plan.Policy && plan.Policy != eff {
+		p.log.WithFields(logrus.Fields{"policy": eff, "placement": plan.Policy}).Info("load exceeds the packing threshold: placing for performance (race to idle)")
+	}
+	p.plan = plan
+
+	type write struct {
+		w    *workload
+		want sysfs.CPUSet
+	}
+	var writes []write
+	for _, n := range names {
+		w := p.workloads[n]
+		want := sysfs.NewCPUSet(plan.CPUs[n]...)
+		if w.rec.Released || want.IsEmpty() || want.Equal(w.cpus) {
+			continue
+		}
+		if s := want.String(); w.rec.Pending != s {
+			// Original is kept as it is even when nothing of ours is
+			// there yet: w.cpus may be it less CPUs the kernel took
+			// away on hotplug (check).
+			w.rec.Pending = s
+			p.dirty = true
+		}
+		writes = append(writes, write{w, want})
+	}
+	if len(writes) == 0 || !p.flush() {
+		return
+	}
+	for _, wr := range writes {
+		w, want := wr.w, wr.want
+		// A value someone else wrote since we last looked is theirs.
+		if !p.check(w) {
+			w.rec.Pending = ""
+			continue
+		}
+		if want.Equal(w.cpus) {
+			continue
+		}
+		err := p.writeCPUs(w, want)
+		if err == nil {
+			p.stats.writes.Add(1)
+			w.refused = ""
+			p.log.WithFields(logrus.Fields{"workload": w.name, "from": w.cpus.String(), "to": want.String(), "policy": plan.Policy}).Debug("cpuset written")
+			w.cpus = want
+			w.rec.Applied, w.rec.Pending = want.String(), ""
+			if w.rec.Applied == w.rec.Original {
+				w.rec.Applied = "" // back to its original: nothing of ours there
+			}
+			continue
+		}
+		w.rec.Pending = ""
+		if sysfs.IsGone(err) {
+			// Removed after the last scan: forget it and its record.
+			p.forget(w.name, true)
+			p.log.WithField("workload", w.name).Info("workload gone")
+			continue
+		}
+		p.stats.errors.Add(1)
+		// The same refusal repeats on every sample: warn once per
+		// (workload, cpuset, error), then only at debug level.
+		lvl := logrus.WarnLevel
+		if key := want.String() + " " + err.Error(); key == w.refused {
+			lvl = logrus.DebugLevel
+		} else {
+			w.refused = key
+		}
+		p.log.WithError(err).WithField("workload", w.name).Log(lvl, "cpuset write refused")
+	}
+	// What was written (Applied) or not (Pending cleared), and records
+	// of vanished workloads, are saved too: a record left claiming an
+	// earlier value as ours would take a user's later write of that value,
+	// made while no daemon runs, for ours.
+	p.dirty = true
+	p.flush()
+}
+
+// hotplug follows a change of the online CPUs (before → after): on cgroup
+// v1 the managed parent gets back the CPUs that came online (fitParent),
+// and every workload's cpuset is re-read (v1 silently drops an offlined CPU
+// from every cpuset, for good). The caller re-plans.
+func (p *placement) hotplug(before, after sysfs.CPUSet) {
+	if p.cg == nil {
+		return
+	}
+	p.fitParent(after.Difference(before))
+	for _, w := range p.workloads {
+		p.check(w)
+	}
+	p.flush()
+}
+
+// writeCPUs writes workload w's cpuset.cpus, through its held-open file
+// on the kernel's cgroupfs (sysfs.Cgroup.OpenCPUs: no path lookup and open
+// per write), else with one open/write/close. After an error the file is
+// closed, and the next write opens it again.
+func (p *placement) writeCPUs(w *workload, cpus sysfs.CPUSet) error {
+	if w.cpusFile == nil {
+		f, err := p.cg.OpenCPUs(w.name)
+		if err != nil {
+			return p.cg.WriteCPUs(w.name, cpus)
+		}
+		w.cpusFile = f
+	}
+	err := w.cpusFile.Write(cpus)
+	if err != nil {
+		w.cpusFile.Close()
+		w.cpusFile = nil
+	}
+	return err
+}
+
+// quietLoadBalance clears cgroup v1 cpuset.sched_load_balance (1 → 0) on
+// workloads, when the managed parent has it set. There the children's flag
+// does not shape sched domains — the kernel makes one domain of each
+// topmost load-balanced cpuset and skips its descendants — but with it set
+// every cpuset.cpus write rebuilds the machine's sched domains
+// (sysfs.Cgroup.SchedLoadBalance): on this 2-CPU VM 1,000 writes took
+// ~69 ms with the flag set and ~29 ms without. A workload whose flag is
+// already 0 is left alone, and nothing is changed under a parent without
+// the flag (children's flags matter there). What is cleared is recorded
+// (Record.LoadBalanceCleared) and saved before the write, and set back on
+// exit (restore), or by the next start after a crash.
+func (p *placement) quietLoadBalance() {
+	if p.cg.Version() != sysfs.CgroupV1 {
+		return
+	}
+	var todo []*workload // on every plan: no sorting, order does not matter
+	for _, w := range p.workloads {
+		if !w.lbChecked {
+			todo = append(todo, w)
+		}
+	}
+	if len(todo) == 0 {
+		return
+	}
+	if on, err := p.cg.SchedLoadBalance(""); err != nil || !on {
+		for _, w := range todo {
+			w.lbChecked = true
+		}
+		return
+	}
+	var toClear []*workload
+	for _, w := range todo {
+		w.lbChecked = true
+		if on, err := p.cg.SchedLoadBalance(w.name); err == nil && on {
+			w.rec.LoadBalanceCleared = true
+			p.dirty = true
+			toClear = append(toClear, w)
+		}
+	}
+	if len(toClear) == 0 {
+		return
+	}
+	if !p.flush() {
+		for _, w := range toClear {
+			w.lbChecked, w.rec.LoadBalanceCleared = false, false
+		}
+		return
+	}
+	for _, w := range toClear {
+		if err := p.cg.SetSchedLoadBalance(w.name, false); err != nil {
+			// Still recorded: setting 1 back on exit is harmless.
+			p.log.WithError(err).WithField("workload", w.name).Debug("cannot clear cpuset.sched_load_balance")
+		}
+	}
+}

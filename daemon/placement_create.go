@@ -1,0 +1,155 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sort"
+
+	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/sirupsen/logrus"
+)
+
+func (p *placement) sortedNames() []string {
+	names := make([]string, 0, len(p.workloads))
+	for n := range p.workloads {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// releasedOverride is what the Workloads property and schedpolicyctl show
+// as the override of a released workload (Record.Released).
+const releasedOverride = "user"
+
+func (p *placement) status() []WorkloadStatus {
+	var out []WorkloadStatus
+	for _, n := range p.sortedNames() {
+		w := p.workloads[n]
+		o := w.override
+		if w.rec.Released {
+			o = releasedOverride
+		}
+		out = append(out, WorkloadStatus{Name: n, Path: w.rec.Path, CPUs: w.cpus.String(), Util: w.avg.Util, Override: o, Class: "workload"})
+	}
+	return out
+}
+
+// create makes a new workload and moves pid into it (CreateWorkload). Its
+// record says the daemon created it, saved before pid arrives; if
+// attaching fails the new cgroup is removed again.
+func (p *placement) create(name string, pid int) (string, error) {
+	if err := ValidWorkloadName(name); err != nil {
+		return "", err
+	}
+	if p.cg == nil {
+		return "", errors.New("workload placement is disabled (no managed parent cgroup)")
+	}
+	err := p.cg.CreateChild(name)
+	if errors.Is(err, fs.ErrExist) && p.reapCreated(name) {
+		err = p.cg.CreateChild(name) // a finished run's leftover was in the way
+	}
+	if err != nil {
+		return "", err
+	}
+	path, _ := p.cg.ChildPath(name)
+	p.scan()
+	w := p.workloads[name]
+	if w != nil {
+		w.rec.Created = true
+		p.dirty = true
+		p.flush()
+	}
+	if err := p.cg.Attach(name, pid); err != nil {
+		os.Remove(path)
+		p.scan()
+		return "", fmt.Errorf("move PID %d into %s: %w", pid, path, err)
+	}
+	if w != nil {
+		p.watchExit(name, pid)
+	}
+	p.log.WithFields(logrus.Fields{"workload": name, "pid": pid}).Info("workload created")
+	return path, nil
+}
+
+// setOverride sets or clears a workload's placement override. Either
+// takes back a released workload: its current cpuset becomes its original.
+func (p *placement) setOverride(name string, pol policy.Policy) error {
+	w, ok := p.workloads[name]
+	if !ok {
+		return fmt.Errorf("%w: no workload %q", policy.ErrInvalid, name)
+	}
+	if pol != "" && pol != policy.Performance {
+		return fmt.Errorf("%w: a workload override can only be performance (or empty to clear)", policy.ErrInvalid)
+	}
+	if w.rec.Released {
+		p.check(w)
+		w.rec.Released, w.rec.Original = false, w.cpus.String()
+		p.dirty = true
+		p.log.WithField("workload", name).Info("released workload taken back")
+	}
+	w.override = pol
+	p.log.WithFields(logrus.Fields{"workload": name, "override": pol}).Info("workload override set")
+	return nil
+}
+
+// reapCreated removes workload name if the daemon created it and no task
+// is left in it (the command started by schedpolicyctl run has exited); it
+// reports whether the cgroup is gone.
+func (p *placement) reapCreated(name string) bool {
+	w, ok := p.workloads[name]
+	if !ok || !w.rec.Created || p.cg == nil {
+		return false
+	}
+	if procs, err := p.cg.Procs(name); err != nil || len(procs) > 0 {
+		return false
+	}
+	w.cpusFile.Close() // reopened at the next write if the removal fails
+	w.cpusFile = nil
+	if err := p.cg.RemoveChild(name); err != nil {
+		p.log.WithError(err).WithField("workload", name).Debug("cannot remove a finished workload yet")
+		return false
+	}
+	p.forget(name, true)
+	p.log.WithField("workload", name).Info("workload finished; its cgroup is removed")
+	p.flush()
+	return true
+}
+
+// reapFinished removes every daemon-created workload whose tasks are all
+// gone; it reports whether any was removed.
+func (p *placement) reapFinished() bool {
+	removed := false
+	for _, n := range p.sortedNames() {
+		if w := p.workloads[n]; w != nil && w.rec.Created && p.reapCreated(n) {
+			removed = true
+		}
+	}
+	return removed
+}
+
+// createWorkload makes workload name with pid in it and re-plans
+// (CreateWorkload; placement.create has the errors).
+func (d *Daemon) createWorkload(name string, pid int) (string, error) {
+	create := d.pl.create
+	if d.units != nil {
+		create = d.units.create // a transient scope in schedpolicyd.slice
+	}
+	path, err := create(name, pid)
+	if err == nil {
+		d.recompute("workload created", true)
+	}
+	return path, err
+}
+
+// setWorkloadOverride sets or clears a workload's override and re-plans
+// (SetWorkloadPolicy; placement.setOverride has the errors).
+func (d *Daemon) setWorkloadOverride(name string, pol policy.Policy) error {
+	if err := d.pl.setOverride(name, pol); err != nil {
+		return err
+	}
+	d.recompute("workload override", true)
+	return nil
+}

@@ -1,0 +1,111 @@
+package daemon
+
+import (
+	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+)
+
+// sample updates each workload's load signals: the decayed utilisation
+// from its cgroup CPU-time counter (policy.UtilAverage, a PELT-like
+// average: u = Δusage / Δwall in CPUs; negative deltas of the v1
+// per-thread accounting count as 0), the instant number of runnable
+// threads and, on cgroup v2, cpu.pressure.
+func (p *placement) sample() (busy bool) {
+	p.stats.samples.Add(1)
+	now := time.Now()
+	for n, w := range p.workloads {
+		use, err := p.cg.Usage(n)
+		if err != nil {
+			continue
+		}
+		moved := use != w.avg.Usage
+		if moved || w.avg.Util > idleUtil {
+			busy = true
+		}
+		w.avg, w.lastAt = w.avg.Update(use, now.Sub(w.lastAt), p.cfg.UtilHalfLife), now
+		// A workload whose CPU time did not move ran nothing for a whole
+		// period: skip the per-thread scan of /proc.
+		w.threads = 0
+		if moved {
+			if r, err := p.cg.Runnable(n); err == nil {
+				w.threads = r
+			}
+		}
+		if p.cg.Version() != sysfs.CgroupV2 {
+			continue // cpu.pressure exists on cgroup v2 only
+		}
+		if s, err := p.cg.CPUPressure(n); err == nil {
+			if pr, err := policy.ParseCPUPressure(s); err == nil {
+				w.pressure = pr
+			}
+		}
+	}
+	return busy
+}
+
+// idleUtil: a workload whose decayed utilisation is below it (in CPUs) and
+// whose CPU time did not move counts as idle for the sampling backoff.
+const idleUtil = 0.01
+
+// idleSamplesBeforeBackoff quiet samples (every workload idle) stop the
+// sampling, or start its backoff where it cannot stop. maxIdleShift caps
+// the backoff: the period doubles up to 2^maxIdleShift × the sampling
+// period (32 s at the default 1 s). maxSamplePeriod caps the backed-off
+// period whatever the configured one (no overflow, issue 11 case 6).
+const (
+	idleSamplesBeforeBackoff = 3
+	maxIdleShift             = 5
+	maxSamplePeriod          = time.Hour
+)
+
+// sampling reports whether the loop samples periodically now (issue 7:
+// sample at most once a period, and only while a workload is busy). It
+// does while any workload is busy, and for idleSamplesBeforeBackoff samples
+// after the last busy one. Then it stops if something will wake it when a
+// workload gets busy again — the cgroup watch (a task attached: a write to
+// cgroup.procs or tasks) and the CPU pressure trigger (tasks wait for a
+// CPU) — and a created workload's last exit is seen through its exit
+// watch (reap.go). Without a pressure trigger it keeps sampling, at the
+// backed-off period of sampleEvery. Without a watch on the managed parent
+// it samples even with no workloads, to find new ones.
+func (p *placement) sampling() bool {
+	if p.watch == nil {
+		return p.cfg.CgroupRoot != "" || len(p.workloads) > 0
+	}
+	if len(p.workloads) == 0 {
+		return false
+	}
+	return p.pressure == nil || p.idleSamples < idleSamplesBeforeBackoff
+}
+
+// sampleEvery is the current sampling period: the configured one while any
+// workload is busy or sampling can stop (sampling), else doubling while all
+// are idle, never beyond maxSamplePeriod (saturating: any configured
+// period gives a positive one). A task attached to a workload, CPU
+// pressure, a new workload or a policy change brings it back to the
+// configured period.
+func (p *placement) sampleEvery() time.Duration {
+	if p.pressure != nil {
+		return backedOffPeriod(p.cfg.SampleInterval, 0)
+	}
+	return backedOffPeriod(p.cfg.SampleInterval, p.idleSamples)
+}
+
+// backedOffPeriod is the sampling period after idle consecutive quiet
+// samples: base (DefaultSampleInterval when not positive) until
+// idleSamplesBeforeBackoff, then doubling per sample up to 2^maxIdleShift ×
+// base, never beyond maxSamplePeriod (saturating: any base gives a
+// positive period).
+func backedOffPeriod(base time.Duration, idle int) time.Duration {
+	if base <= 0 {
+		base = DefaultSampleInterval
+	}
+	shift := idle - idleSamplesBeforeBackoff + 1
+	every := base
+	for i := 0; i < min(shift, maxIdleShift) && every < maxSamplePeriod; i++ {
+		every *= 2
+	}
+	return max(base, min(every, maxSamplePeriod))
+}
