@@ -1,0 +1,209 @@
+package daemon
+
+import (
+	"fmt"
+	"os"
+	"reflect"
+	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/sirupsen/logrus"
+)
+
+// setKnob applies and persists a new knob; the caller's reply (D-Bus, the
+// tree's write) comes after both. On a persist failure the previous knob is
+// applied again and the error returned, so nothing changes.
+//
+// Without holds the knob is applied before it is persisted: persisting is
+// a write, fsync and rename of state.json (~1–2 ms here, more on a busy
+// disk), and the policy switch's effect — the cpuset writes — should not
+// wait for it (issue 7). A crash in between loses nothing that was
+// acknowledged: the caller had no reply yet, and the originals were saved
+// before the first cpuset write. With holds, which an explicit choice
+// cancels, it persists first, since a cancelled hold cannot be undone.
+func (d *Daemon) setKnob(k policy.Knob, via string) error {
+	return d.setKnobAs(k, via, true)
+}
+
+// setKnobAs is setKnob; explicit (the user's choice, not a followed
+// profile) also remembers k for the current power source (choices.go).
+func (d *Daemon) setKnobAs(k policy.Knob, via string, explicit bool) error {
+	if err := k.Validate(); err != nil {
+		return err
+	}
+	prevChoices := d.choices
+	if explicit {
+		d.choices = d.withChoice(k)
+	}
+	if k == d.knob && d.knobChosen && reflect.DeepEqual(prevChoices, d.choices) {
+		if len(d.holds) > 0 {
+			d.cancelHolds() // an explicit choice, even of the same value
+		}
+		return nil
+	}
+	logChange := func() {
+		d.log.WithFields(logrus.Fields{"via": via, "power_aware": k.PowerAware, "power_aware_policy": k.PowerAwarePolicy}).Info("knob changed")
+	}
+	if len(d.holds) > 0 {
+		st := d.stateWith(k)
+		st.Chosen = true
+		if err := d.saveState(st); err != nil {
+			d.log.WithError(err).Error("cannot persist choice; not applied")
+			d.choices = prevChoices
+			return err
+		}
+		logChange()
+		d.knob, d.knobChosen = k, true
+		d.cancelHolds() // recomputes
+		return nil
+	}
+	// The cpusets are written first; the new state is published (D-Bus
+	// signals, the tree, sd_notify STATUS) only once it is persisted, so
+	// a choice that cannot be saved is never announced.
+	prev, prevChosen, prevChange := d.knob, d.knobChosen, d.lastChange
+	d.knob, d.knobChosen = k, true
+	d.unpublished = true
+	d.recompute("knob", true)
+	// As things are after the writes (a workload may have vanished);
+	// nothing to do when the placement already saved exactly that before
+	// its writes (one fsync per switch, not two).
+	var err error
+	if st := d.stateWith(k); !reflect.DeepEqual(st, d.lastSaved) {
+		err = d.saveState(st)
+	}
+	if err != nil {
+		d.log.WithError(err).Error("cannot persist choice; the previous one is applied again")
+		d.knob, d.knobChosen = prev, prevChosen
+		d.choices = prevChoices
+		d.recompute("knob not persisted", true)
+		d.lastChange = prevChange
+	}
+	d.unpublished = false
+	held := d.heldLogs
+	d.heldLogs = nil
+	d.publish()
+	if err != nil {
+		return err // the policy went back: nothing to say but the error
+	}
+	logChange()
+	for _, log := range held {
+		log()
+	}
+	return nil
+}
+
+// recompute derives the effective policy, plans, writes changed cpusets and
+// publishes the new state. force applies a shrinking plan at once (policy
+// or workload changes); periodic samples shrink only after shrinkAfter
+// consecutive proposals, so a flapping load does not rewrite cpusets every
+// tick.
+func (d *Daemon) recompute(why string, force bool) {
+	d.stats.decisions.Add(1)
+	if force && len(d.pl.workloads) > 0 && !d.pl.sampling() {
+		// Sampling stopped while every workload looked idle; a workload
+		// may have become busy since without tasks waiting for a CPU (one
+		// busy thread per workload). Plan a policy, power or workload
+		// change on fresh load signals, and watch closely for a while.
+		d.pl.idleSamples = 0
+		d.pl.sample()
+	}
+	if force && d.units != nil && d.units.idleSamples >= idleSamplesBeforeBackoff {
+		d.units.idleSamples = 0
+		d.units.sample()
+	}
+	eff, reason := d.decide()
+	d.policyReason = reason
+	if eff != d.effective {
+		if d.effective != "" {
+			entry := d.log.WithFields(logrus.Fields{"from": d.effective, "to": eff, "why": why, "reason": reason})
+			if d.unpublished {
+				d.heldLogs = append(d.heldLogs, func() { entry.Info("policy changed") })
+			} else {
+				entry.Info("policy changed")
+			}
+		}
+		d.effective = eff
+		d.lastChange = time.Now()
+		force = true
+		d.writeKernelKnob()
+	}
+	// The segment of the old policy or power source ends now, before the
+	// new plan's writes take effect.
+	d.followEnergy()
+	d.pl.apply(d.effective, d.topo, d.allowed, force)
+	placedFor := d.pl.plan.Policy
+	if d.units != nil {
+		d.units.apply(d.effective, d.topo, d.allowed, force)
+		if placedFor == "" || placedFor == d.effective {
+			placedFor = d.units.plan.Policy
+		}
+	}
+	if placedFor != "" && placedFor != d.effective {
+		d.policyReason += "; placing for performance: the load exceeds the packing threshold (race to idle)"
+	}
+	if !d.unpublished {
+		d.saveEnergy()
+		d.publish()
+	}
+}
+
+// decide returns the effective policy and why: a hold (the most
+// power-saving one wins) overrides the knob; otherwise the knob and the
+// power source decide (policy.Knob.Effective). The reason says too
+// whether the knob follows another power-profiles daemon (followNote).
+func (d *Daemon) decide() (policy.Policy, string) {
+	p, why := d.decideKnob()
+	return p, why + d.followNote()
+}
+
+func (d *Daemon) decideKnob() (policy.Policy, string) {
+	if h := d.winningHold(); h != nil {
+		who := h.Owner
+		if h.AppID != "" {
+			who = h.AppID
+		}
+		return h.Policy, fmt.Sprintf("held by %s (%s)", who, h.Reason)
+	}
+	eff := d.knob.Effective(string(d.power.Source))
+	switch d.knob.PowerAware {
+	case policy.PowerAwareOff:
+		return eff, "power_aware=0: always performance"
+	case policy.PowerAwareOn:
+		return eff, fmt.Sprintf("power_aware=2: always %s", eff)
+	}
+	if d.power.Source == acpi.Battery {
+		if d.lowBattery {
+			return policy.Powersaving, d.lowBatteryReason()
+		}
+		return eff, "power_aware=1 (automatic) and the machine runs on battery: " + d.power.Reason
+	}
+	return eff, fmt.Sprintf("power_aware=1 (automatic) and no positive evidence of battery operation (power source %s): %s", d.power.Source, d.power.Reason)
+}
+
+// writeKernelKnob mirrors the effective policy into a kernel that has the
+// real sched_policy knob (the 2013 patch set's ABI).
+//
+// Once written, the file is read before every write: a value that is
+// neither ours nor absent means another writer owns it, and the daemon
+// steps aside (says so once, writes nothing) until the file holds our
+// last value again.
+func (d *Daemon) writeKernelKnob() {
+	p := d.fs.Path("devices/system/cpu/sched_policy/current_sched_policy")
+	if _, err := os.Stat(p); err != nil || d.kernelKnb == string(d.effective) {
+		return
+	}
+	if d.kernelKnb != "" {
+		if cur, err := sysfs.ReadAttr(p); err == nil && cur != d.kernelKnb {
+			d.stepAside("sched_policy", fmt.Sprintf("another writer (%s holds %q, we wrote %q)", p, cur, d.kernelKnb))
+			return
+		}
+		d.stepAside("sched_policy", "")
+	}
+	if err := sysfs.WriteAttr(p, string(d.effective)); err != nil {
+		d.log.WithError(err).Warn("cannot write kernel sched_policy")
+		return
+	}
+	d.kernelKnb = string(d.effective)
+}
