@@ -249,6 +249,11 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	log.WithFields(logrus.Fields{"placement": cfg.Placement, "why": placementWhy}).Info("placement chosen")
+	if cfg.Placement == daemon.PlacementCgroupfs {
+		if w := daemon.ForeignCgroupRoot("/run/systemd/system", "/sys/fs/cgroup", cfg.CgroupRoot); w != "" {
+			log.Warn(w)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	// SIGHUP (systemctl reload) re-reads the configuration file; a bad

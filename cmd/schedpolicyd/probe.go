@@ -33,10 +33,13 @@ type probeReport struct {
 	// Placement is how workloads would be placed ("systemd" or
 	// "cgroupfs", from the configuration's placement, "auto" resolved),
 	// PlacementWhy why, and Manage the slices placed with "systemd".
-	Placement    string        `json:"placement"`
-	PlacementWhy string        `json:"placement_why"`
-	Manage       []string      `json:"manage,omitempty"`
-	Topology     probeTopology `json:"topology"`
+	Placement    string `json:"placement"`
+	PlacementWhy string `json:"placement_why"`
+	// CgroupRoot is the managed parent cgroup with placement "cgroupfs"
+	// ("auto" resolved; "" for none).
+	CgroupRoot string        `json:"cgroup_root,omitempty"`
+	Manage     []string      `json:"manage,omitempty"`
+	Topology   probeTopology `json:"topology"`
 	// Energy is which energy source the daemon would measure with.
 	Energy daemon.EnergyProbe `json:"energy"`
 	// PowerProfiles is power_profiles_api and, from the configured bus,
@@ -103,6 +106,17 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 	}
 	r := probeReport{Config: fc.Path}
 	r.Placement, r.PlacementWhy = daemon.ResolvePlacement(cfg.Placement)
+	if r.Placement == daemon.PlacementCgroupfs {
+		c := daemon.Config{CgroupRoot: cfg.CgroupRoot}
+		if c.CgroupRoot == "" {
+			c.CgroupRoot = "auto"
+		}
+		resolveCgroupRoot(&c)
+		r.CgroupRoot = c.CgroupRoot
+		if w := daemon.ForeignCgroupRoot("/run/systemd/system", "/sys/fs/cgroup", r.CgroupRoot); w != "" {
+			r.Warnings = append(r.Warnings, w)
+		}
+	}
 	if r.Placement == daemon.PlacementSystemd {
 		r.Manage = cfg.Manage
 		if r.Manage == nil {
@@ -187,6 +201,9 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "placement:     %s (%s)\n", r.Placement, r.PlacementWhy)
 	if len(r.Manage) > 0 {
 		fmt.Fprintf(stdout, "  manage:      %s\n", strings.Join(r.Manage, " "))
+	}
+	if r.CgroupRoot != "" {
+		fmt.Fprintf(stdout, "  cgroup root: %s\n", r.CgroupRoot)
 	}
 	printEnergyProbe(stdout, r.Energy)
 	fmt.Fprintf(stdout, "power profiles: %s: %s\n", r.PowerProfiles.Mode, r.PowerProfiles.Action)

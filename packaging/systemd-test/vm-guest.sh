@@ -120,6 +120,29 @@ else
 fi
 excerpt "cgroups after start" sh -c "echo /sys/fs/cgroup/cgroup.subtree_control: \$(cat /sys/fs/cgroup/cgroup.subtree_control); echo $cg/cgroup.controllers: \$(cat $cg/cgroup.controllers); echo $cg/cpuset.cpus.effective: \$(cat $cg/cpuset.cpus.effective)"
 
+# A cgroupfs parent in systemd's own v2 tree breaks its one-writer rule:
+# the daemon and probe say so. A parent inside a unit's delegated subtree
+# (Delegate=yes sets the delegate xattr) is the unit's to write: no warning.
+foreign='placement \"cgroupfs\" writes /sys/fs/cgroup/schedpolicyd and the root cgroup'"'"'s cgroup.subtree_control on a cgroup v2 machine whose cgroups systemd owns'
+if ! journal_since "$c0" | grep -qF "$foreign"; then
+	fail cgroupfs-foreign-warning "no such warning in the journal since the restart"
+elif ! schedpolicyd probe --bus none | grep -q '^warning: *placement "cgroupfs" writes /sys/fs/cgroup/schedpolicyd '; then
+	fail cgroupfs-foreign-warning "probe: $(schedpolicyd probe --bus none 2>&1 | grep -E '^(placement|warning)')"
+else
+	systemd-run -q --unit=spdeleg.service -p Delegate=yes sleep 600
+	printf 'placement = "cgroupfs"\ncgroup_root = "/sys/fs/cgroup/system.slice/spdeleg.service/work"\n' >/tmp/deleg.conf
+	out=$(schedpolicyd probe --bus none --config /tmp/deleg.conf 2>&1)
+	systemctl stop spdeleg.service
+	if printf '%s\n' "$out" | grep -q '^warning: *placement "cgroupfs"'; then
+		fail cgroupfs-foreign-warning "a delegated subtree was warned about: $(printf '%s\n' "$out" | grep -E '^(placement|  cgroup root|warning)')"
+	elif ! printf '%s\n' "$out" | grep -q '^  cgroup root: /sys/fs/cgroup/system.slice/spdeleg.service/work$'; then
+		fail cgroupfs-foreign-warning "probe did not read cgroup_root: $(printf '%s\n' "$out" | grep -E '^(placement|  cgroup root)')"
+	else
+		note "the journal and probe warn about $cg; a parent in spdeleg.service's delegated subtree is not warned about"
+		pass cgroupfs-foreign-warning
+	fi
+fi
+
 # --- 2. Workloads and policy switches --------------------------------------------
 # workloads_json: "NAME CPUS" per workload, from schedpolicyctl workloads --json
 # ("-" for an empty set).

@@ -1,0 +1,53 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestDelegatedXattr: a directory is delegated only with a delegate xattr
+// of "1", as systemd sets on a Delegate= unit's cgroup. tmpfs takes
+// trusted.* xattrs from root, so the real syscall is exercised here; the
+// whole rule (systemd PID 1, cgroup v2) runs in the VM of
+// packaging/systemd-test (cgroupfs-foreign-warning).
+func TestDelegatedXattr(t *testing.T) {
+	dir, err := os.MkdirTemp("/dev/shm", "citizen")
+	if err != nil {
+		t.Skipf("no tmpfs at /dev/shm: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	plain := filepath.Join(dir, "plain")
+	zero := filepath.Join(dir, "zero")
+	deleg := filepath.Join(dir, "deleg")
+	for _, d := range []string{plain, zero, deleg} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Setxattr(deleg, "trusted.delegate", []byte("1"), 0); err != nil {
+		t.Skipf("cannot set trusted.* xattrs here (needs root and tmpfs xattrs): %v", err)
+	}
+	if err := unix.Setxattr(zero, "trusted.delegate", []byte("0"), 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		dir  string
+		want bool
+	}{{plain, false}, {zero, false}, {deleg, true}, {filepath.Join(dir, "missing"), false}} {
+		if got := delegated(c.dir); got != c.want {
+			t.Errorf("delegated(%s) = %v, want %v", filepath.Base(c.dir), got, c.want)
+		}
+	}
+	// Not a systemd machine with cgroup v2 here: never a warning.
+	if w := ForeignCgroupRoot(dir, "/sys/fs/cgroup", "/sys/fs/cgroup/schedpolicyd"); w != "" && !isUnifiedHere() {
+		t.Errorf("ForeignCgroupRoot on a non-v2 /sys/fs/cgroup = %q, want \"\"", w)
+	}
+}
+
+func isUnifiedHere() bool {
+	var st unix.Statfs_t
+	return unix.Statfs("/sys/fs/cgroup", &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
+}
