@@ -416,7 +416,7 @@ pid=$(main_pid "$unit")
 c5=$(cursor)
 systemctl kill -s KILL "$unit"
 if wait_until 40 sh -c "p=\$(systemctl show -p MainPID --value $unit); [ \"\$p\" != 0 ] && [ \"\$p\" != $pid ] && systemctl is-active -q $unit" &&
-	journal_wait "$c5" 15 'original AllowedCPUs recovered from saved state.*spsvc1.service'; then
+	journal_wait "$c5" 60 'original AllowedCPUs recovered from saved state.*spsvc1.service'; then
 	pass "systemd-kill-9-recovers: AllowedCPUs spsvc1=$(sc spsvc1.service) kept"
 else
 	fail systemd-kill-9-recovers "$(journal_since "$c5" | grep -iE 'recover|adopted unit' | tail -n 4)"
