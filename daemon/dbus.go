@@ -510,6 +510,12 @@ func (s *busService) callerUID(sender dbus.Sender) (uint32, error) {
 // PolkitAction for the caller's bus name, letting polkit interact with the
 // user only when the message allows it. Returns AccessDenied when refused
 // or when polkit cannot be reached.
+//
+// The call may start polkitd by D-Bus activation, the one exception to the
+// daemon's no-activation rule: polkit is the system's authority and is
+// activated on demand by design (Debian's polkitd runs only when
+// activated), so refusing to start it would refuse every non-root caller.
+// Root callers never reach it.
 func (s *busService) authorize(msg dbus.Message, sender dbus.Sender) *dbus.Error {
 	uid, err := s.callerUID(sender)
 	if err != nil {
