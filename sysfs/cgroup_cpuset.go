@@ -211,7 +211,7 @@ func (c *Cgroup) OpenCPUs(name string) (*CPUsFile, error) {
 
 // Read returns the cpuset the file holds now, with one pread(2) at offset
 // 0 (kernfs regenerates the content for a read at offset 0). Errors wrap
-// the errno (ENODEV after rmdir: IsGone) or the parse error.
+// the errno (ENODEV after rmdir: IsGone) or are a *ParseError.
 func (f *CPUsFile) Read() (CPUSet, error) {
 	var b [4096]byte
 	for {
@@ -222,7 +222,11 @@ func (f *CPUsFile) Read() (CPUSet, error) {
 		if err != nil {
 			return CPUSet{}, fmt.Errorf("read %s: %w", f.path, err)
 		}
-		return ParseCPUList(strings.TrimSpace(string(b[:n])))
+		set, err := ParseCPUList(strings.TrimSpace(string(b[:n])))
+		if err != nil {
+			return CPUSet{}, &ParseError{Path: f.path, Err: err}
+		}
+		return set, nil
 	}
 }
 

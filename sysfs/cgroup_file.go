@@ -25,12 +25,13 @@ func cgReadCPUs(path string) (CPUSet, error) {
 	}
 	set, err := ParseCPUList(s)
 	if err != nil {
-		return CPUSet{}, fmt.Errorf("parse %s: %w", path, err)
+		return CPUSet{}, &ParseError{Path: path, Err: err}
 	}
 	return set, nil
 }
 
-// cgReadIDs reads a file of one decimal ID per line (cgroup.procs, tasks).
+// cgReadIDs reads a file of one decimal ID per line (cgroup.procs, tasks);
+// anything else is a *ParseError.
 func cgReadIDs(path string) ([]int, error) {
 	s, err := cgReadString(path)
 	if err != nil {
@@ -40,7 +41,7 @@ func cgReadIDs(path string) ([]int, error) {
 	for _, f := range strings.Fields(s) {
 		id, err := strconv.Atoi(f)
 		if err != nil || id <= 0 {
-			return nil, fmt.Errorf("parse %s: bad ID %q", path, f)
+			return nil, &ParseError{Path: path, Err: fmt.Errorf("bad ID %q", f)}
 		}
 		out = append(out, id)
 	}

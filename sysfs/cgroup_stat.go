@@ -117,7 +117,7 @@ func cgReadSchedstat(path string) (int64, error) {
 	f, _, _ := strings.Cut(s, " ")
 	ns, err := strconv.ParseInt(f, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("parse %s: %w", path, err)
+		return 0, &ParseError{Path: path, Err: err}
 	}
 	return ns, nil
 }
@@ -136,11 +136,11 @@ func cgReadStatUsec(path string) (time.Duration, error) {
 		}
 		us, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		if err != nil || us < 0 {
-			return 0, fmt.Errorf("parse %s: bad usage_usec %q", path, v)
+			return 0, &ParseError{Path: path, Err: fmt.Errorf("bad usage_usec %q", v)}
 		}
 		return time.Duration(us) * time.Microsecond, nil
 	}
-	return 0, fmt.Errorf("parse %s: no usage_usec line", path)
+	return 0, &ParseError{Path: path, Err: errors.New("no usage_usec line")}
 }
 
 // Runnable returns how many of the child's threads are runnable right now

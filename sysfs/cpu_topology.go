@@ -78,10 +78,10 @@ func (fsys FS) CPUTopology() (CPUTopology, error) {
 	}
 	online, err := ParseCPUList(s)
 	if err != nil {
-		return CPUTopology{}, fmt.Errorf("parse %s: %w", onlinePath, err)
+		return CPUTopology{}, &ParseError{Path: onlinePath, Err: err}
 	}
 	if online.IsEmpty() {
-		return CPUTopology{}, fmt.Errorf("parse %s: no online CPUs", onlinePath)
+		return CPUTopology{}, &ParseError{Path: onlinePath, Err: errors.New("no online CPUs")}
 	}
 	nodes, err := fsys.topoNodes(online)
 	if err != nil {
@@ -271,7 +271,7 @@ func topoReadList(path string) (set CPUSet, ok bool, err error) {
 	}
 	set, err = ParseCPUList(s)
 	if err != nil {
-		return CPUSet{}, false, fmt.Errorf("parse %s: %w", path, err)
+		return CPUSet{}, false, &ParseError{Path: path, Err: err}
 	}
 	return set, true, nil
 }

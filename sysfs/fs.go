@@ -118,7 +118,22 @@ func readFileRaw(path string) ([]byte, error) {
 	}
 }
 
-// ReadIntAttr reads an attribute holding one decimal integer.
+// ParseError is the error of a read whose file was there and readable but
+// held something that is not in the file's format, as opencontainers/cgroups
+// reports its own (fscommon.ParseError). Path names the file; Err says what
+// is wrong and may wrap ErrCPUList or a *strconv.NumError, so callers can
+// use errors.As for the file and errors.Is for the cause.
+type ParseError struct {
+	Path string
+	Err  error
+}
+
+func (e *ParseError) Error() string { return "parse " + e.Path + ": " + e.Err.Error() }
+
+func (e *ParseError) Unwrap() error { return e.Err }
+
+// ReadIntAttr reads an attribute holding one decimal integer. A value that
+// is not one gives a *ParseError wrapping strconv's error.
 func ReadIntAttr(path string) (int64, error) {
 	s, err := ReadAttr(path)
 	if err != nil {
@@ -126,7 +141,7 @@ func ReadIntAttr(path string) (int64, error) {
 	}
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("parse %s: %w", path, err)
+		return 0, &ParseError{Path: path, Err: err}
 	}
 	return v, nil
 }

@@ -107,8 +107,8 @@ var ErrImplausiblePower = errors.New("implausible battery power")
 
 // BatteryPower reads the instantaneous power of supply name: power_now
 // (µW) when it can be read, else current_now (µA) × voltage_now (µV).
-// Errors: ErrNoBatteryPower when neither is there; the read or parse
-// error of an attribute that is there but cannot be read (the kernel
+// Errors: ErrNoBatteryPower when neither is there; the read error or
+// *ParseError of an attribute that is there but cannot be read (the kernel
 // answers ENODATA or ENODEV while the hardware has no value); an error
 // wrapping ErrImplausiblePower, naming the values, for a reading above
 // MaxBatteryMicroWatts. It does not look at status: the caller decides

@@ -74,7 +74,8 @@ func TestBatteryPower(t *testing.T) {
 			got, err := boostTree(t, tt.files).BatteryPower("BAT0")
 			switch {
 			case tt.wantErr == errParse:
-				if err == nil || errors.Is(err, ErrNoBatteryPower) || errors.Is(err, ErrImplausiblePower) {
+				var pe *ParseError
+				if !errors.As(err, &pe) || errors.Is(err, ErrNoBatteryPower) || errors.Is(err, ErrImplausiblePower) {
 					t.Fatalf("err = %v, want a parse error", err)
 				}
 				return

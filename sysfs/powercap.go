@@ -141,7 +141,7 @@ func readCounter(d string) (energy, rng uint64, err error) {
 		}
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("parse %s/%s: %w", d, file, err)
+			return 0, &ParseError{Path: d + "/" + file, Err: err}
 		}
 		return v, nil
 	}
