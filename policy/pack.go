@@ -69,40 +69,73 @@ func countIn(cur []int32, lo, hi int32) int {
 	return b - a
 }
 
-// place packs items (workload shares) into domain n.
+// place packs items (workload shares) into domain n, the way the patch
+// set's power-aware wake-up balancing walks the sched domains: a domain
+// whose load exceeds its threshold is spread (race to idle); otherwise its
+// groups are ranked (groupOrder: the group_leader first), each workload
+// keeps to its current group where it can (homes), and the groups are
+// filled in rank order up to their thresholds (fill), each group then
+// placing its share the same way down to the CPUs (placeCPUs).
 func (pk *packer) place(n int32, items []item, root bool) {
-	tr := pk.tr
-	nd := &tr.nodes[n]
+	nd := &pk.tr.nodes[n]
 	if len(nd.kids) == 0 {
 		for _, it := range items {
 			pk.out[it.w] = append(pk.out[it.w], span{nd.lo, nd.hi})
 		}
 		return
 	}
+	// The steps fill slices made here rather than return their own, so
+	// that the small ones stay on the stack.
+	k := len(nd.kids)
+	th := make([]float64, k)
+	if !pk.thresholds(nd, items, th) {
+		pk.spreadAll(nd, items, root)
+		return
+	}
+	cur, home := make([]float64, k), make([]int, len(items))
+	pk.homes(nd, items, cur, home)
+	order, rank := make([]int, k), make([]int, k)
+	pk.groupOrder(nd, cur, th, order, rank)
+	idx := itemOrder(items, home, rank)
+	if pk.kidsAreLeaves(nd) {
+		pk.placeCPUs(nd.kids, order, items, idx)
+		return
+	}
+	kidItems := make([][]item, k)
+	fill(order, th, items, idx, kidItems)
+	for j, its := range kidItems {
+		if len(its) > 0 {
+			pk.place(nd.kids[j], its, false)
+		}
+	}
+}
+
+// thresholds sets th[j] to the packing threshold of group j of domain nd,
+// in CPUs. It reports false when the items must be spread over nd instead:
+// their load is over nd's own threshold, or the groups' thresholds cannot
+// hold it (rounding).
+func (pk *packer) thresholds(nd *dnode, items []item, th []float64) bool {
 	total := 0.0
 	for _, it := range items {
 		total += it.portion
 	}
 	if total > pk.rules.domainThreshold(nd)+eps {
-		pk.spreadAll(nd, items, root) // over the threshold: race to idle
-		return
+		return false
 	}
-	kids := nd.kids
-	th := make([]float64, len(kids))
 	sumTh := 0.0
-	for j, k := range kids {
-		th[j] = pk.rules.groupThreshold(&tr.nodes[k], nd)
+	for j, k := range nd.kids {
+		th[j] = pk.rules.groupThreshold(&pk.tr.nodes[k], nd)
 		sumTh += th[j]
 	}
-	if sumTh < total-eps {
-		pk.spreadAll(nd, items, root) // the groups cannot hold it (rounding)
-		return
-	}
+	return !(sumTh < total-eps) // a NaN does not spread, as in the check above
+}
 
-	// Current load per group (each workload's share spread evenly over its
-	// current CPUs in this domain) and each item's home group.
-	cur := make([]float64, len(kids))
-	home := make([]int, len(items))
+// homes adds to cur[j] the current load of group j of domain nd (each
+// item's share spread evenly over its current CPUs in nd) and sets home[i]
+// to item i's home group, the one holding most of its current CPUs (-1:
+// none in nd).
+func (pk *packer) homes(nd *dnode, items []item, cur []float64, home []int) {
+	tr := pk.tr
 	for i, it := range items {
 		home[i] = -1
 		c := pk.loads[it.w].cur
@@ -111,7 +144,7 @@ func (pk *packer) place(n int32, items []item, root bool) {
 			continue
 		}
 		best := 0
-		for j, k := range kids {
+		for j, k := range nd.kids {
 			kd := &tr.nodes[k]
 			cnt := countIn(c, kd.lo, kd.hi)
 			if cnt == 0 {
@@ -123,10 +156,17 @@ func (pk *packer) place(n int32, items []item, root bool) {
 			}
 		}
 	}
-	// Group order: the busiest group with room first (group_leader);
-	// inside the LLC, groups not frequency-capped first.
+}
+
+// groupOrder ranks the groups of domain nd: it fills order with the group
+// indexes best first, and rank[j] with group j's place in it. Above the LLC the busiest
+// group with room comes first (the patch set's group_leader), then the
+// least frequency-capped; inside the LLC the least capped first, then the
+// busiest; ties go to the lower first CPU (group_first_cpu).
+func (pk *packer) groupOrder(nd *dnode, cur, th []float64, order, rank []int) {
+	tr := pk.tr
+	kids := nd.kids
 	aboveLLC := nd.level == LevelPKG || nd.level == LevelNUMA || nd.level == LevelSYS
-	order := make([]int, len(kids))
 	for j := range order {
 		order[j] = j
 	}
@@ -156,13 +196,19 @@ func (pk *packer) place(n int32, items []item, root bool) {
 		}
 		return tr.nodes[kids[ja]].first < tr.nodes[kids[jb]].first
 	})
-	rank := make([]int, len(kids))
 	for r, j := range order {
 		rank[j] = r
 	}
+}
+
+// itemOrder returns the order in which items are placed, as indexes into
+// items: by the rank of their home group (homeless last), then by
+// workload, so each workload lands in its current group when that group
+// has room.
+func itemOrder(items []item, home, rank []int) []int {
 	homeRank := func(i int) int {
 		if home[i] < 0 {
-			return len(kids)
+			return len(rank)
 		}
 		return rank[home[i]]
 	}
@@ -177,29 +223,32 @@ func (pk *packer) place(n int32, items []item, root bool) {
 		}
 		return items[idx[a]].w < items[idx[b]].w
 	})
+	return idx
+}
 
-	allLeaves := true
-	for _, k := range kids {
-		if len(tr.nodes[k].kids) > 0 {
-			allLeaves = false
-			break
+// kidsAreLeaves reports whether every group of nd is a single CPU.
+func (pk *packer) kidsAreLeaves(nd *dnode) bool {
+	for _, k := range nd.kids {
+		if len(pk.tr.nodes[k].kids) > 0 {
+			return false
 		}
 	}
-	if allLeaves {
-		pk.placeCPUs(kids, order, rank, items, idx, home)
-		return
-	}
+	return true
+}
 
-	// The tape: fill groups in order up to their thresholds.
-	fill := make([]float64, len(kids))
-	kidItems := make([][]item, len(kids))
+// fill is the tape: it lays the items, in idx order, over the groups in
+// order, each group up to its threshold th, splitting an item where a
+// group fills up, and appends each group's share to kidItems[j]. A
+// zero-load item joins the group being filled (or the last one used).
+func fill(order []int, th []float64, items []item, idx []int, kidItems [][]item) {
+	used := make([]float64, len(th))
 	c, last := 0, -1
 	for _, i := range idx {
 		it := items[i]
 		rem := it.portion
 		if rem <= eps {
 			j := last
-			if c < len(order) && (j < 0 || fill[order[c]] > 0) {
+			if c < len(order) && (j < 0 || used[order[c]] > 0) {
 				j = order[c]
 			}
 			if j < 0 {
@@ -210,7 +259,7 @@ func (pk *packer) place(n int32, items []item, root bool) {
 		}
 		for rem > eps && c < len(order) {
 			j := order[c]
-			room := th[j] - fill[j]
+			room := th[j] - used[j]
 			if room <= eps {
 				c++
 				continue
@@ -220,18 +269,13 @@ func (pk *packer) place(n int32, items []item, root bool) {
 				take = rem // no slivers from rounding
 			}
 			kidItems[j] = append(kidItems[j], item{it.w, take})
-			fill[j] += take
+			used[j] += take
 			rem -= take
 			last = j
 		}
 		if rem > eps { // cannot happen when Σ th ≥ total; be safe
 			j := order[len(order)-1]
 			kidItems[j] = append(kidItems[j], item{it.w, rem})
-		}
-	}
-	for j, k := range kids {
-		if len(kidItems[j]) > 0 {
-			pk.place(k, kidItems[j], false)
 		}
 	}
 }
@@ -241,95 +285,125 @@ func (pk *packer) place(n int32, items []item, root bool) {
 // idle ones first (its current ones first); a small workload goes to the
 // busy CPU with the smallest positive vacancy (patch 13,
 // find_leader_cpu), else to an idle CPU, else to the least loaded one.
-func (pk *packer) placeCPUs(kids []int32, order, rank []int, items []item, idx []int, home []int) {
-	tr := pk.tr
-	m := len(kids)
-	load := make([]float64, m)
-	nr := make([]int, m)
-	maxUtil := pk.rules.maxUtil()
-	small := func(p float64) bool { return 4*p*100 < maxUtil }
-	inCur := func(w int32, j int) bool {
-		p := tr.nodes[kids[j]].lo
-		_, ok := slices.BinarySearch(pk.loads[w].cur, p)
-		return ok
-	}
-	assign := func(w int32, j int, share float64) {
-		load[j] += share
-		nr[j]++
-		kd := &tr.nodes[kids[j]]
-		pk.out[w] = append(pk.out[w], span{kd.lo, kd.hi})
-	}
-	// pickIdle returns the first idle CPU in order, current ones first.
-	pickIdle := func(w int32, taken []bool) int {
-		for pass := 0; pass < 2; pass++ {
-			for _, j := range order {
-				if nr[j] == 0 && !taken[j] && (pass == 1 || inCur(w, j)) {
-					return j
-				}
-			}
-		}
-		return -1
-	}
-	leastLoaded := func(taken []bool) int {
-		best := -1
-		for _, j := range order {
-			if taken[j] {
-				continue
-			}
-			if best < 0 || load[j] < load[best]-eps {
-				best = j
-			}
-		}
-		return best
-	}
+func (pk *packer) placeCPUs(kids []int32, order []int, items []item, idx []int) {
+	lf := &leafFill{pk: pk, kids: kids, order: order,
+		load: make([]float64, len(kids)), nr: make([]int, len(kids)), maxUtil: pk.rules.maxUtil()}
 	var large, smalls []int
 	for _, i := range idx {
-		if small(items[i].portion) {
+		if lf.small(items[i].portion) {
 			smalls = append(smalls, i)
 		} else {
 			large = append(large, i)
 		}
 	}
 	sort.SliceStable(smalls, func(a, b int) bool { return items[smalls[a]].portion > items[smalls[b]].portion })
-	taken := make([]bool, m)
+	taken := make([]bool, len(kids))
 	for _, i := range large {
-		it := items[i]
-		k := min(max(1, int(math.Ceil(it.portion-1e-6))), m)
-		clear(taken)
-		var got []int
-		for len(got) < k {
-			j := pickIdle(it.w, taken)
-			if j < 0 {
-				j = leastLoaded(taken)
-			}
-			taken[j] = true
-			got = append(got, j)
-		}
-		for _, j := range got {
-			assign(it.w, j, it.portion/float64(k))
-		}
+		lf.placeLarge(items[i], taken)
 	}
 	clear(taken)
 	for _, i := range smalls {
-		it := items[i]
-		best, bestV := -1, math.Inf(1)
-		for _, j := range order {
-			if nr[j] == 0 {
-				continue
-			}
-			v := maxUtil - (load[j]*100*float64(max(nr[j], 1)) + 4*it.portion*100)
-			if v > eps && v < bestV-eps {
-				best, bestV = j, v
-			}
-		}
-		if best < 0 {
-			best = pickIdle(it.w, taken)
-		}
-		if best < 0 {
-			best = leastLoaded(taken)
-		}
-		assign(it.w, best, it.portion)
+		lf.placeSmall(items[i], taken)
 	}
-	_ = rank
-	_ = home
+}
+
+// leafFill is placeCPUs's state: the load and number of workloads given
+// so far to each CPU (kids[j]) of one lowest-level domain.
+type leafFill struct {
+	pk      *packer
+	kids    []int32
+	order   []int // CPU indexes, best first (groupOrder)
+	load    []float64
+	nr      []int
+	maxUtil float64
+}
+
+// small reports whether a share p (in CPUs) is a light task, the one
+// find_leader_cpu may add to a busy CPU: its utilisation (percent) shifted
+// left by two stays under maxUtil ("putil < 25% for powersaving").
+func (lf *leafFill) small(p float64) bool { return 4*p*100 < lf.maxUtil }
+
+// inCur reports whether CPU j is one of workload w's current CPUs.
+func (lf *leafFill) inCur(w int32, j int) bool {
+	p := lf.pk.tr.nodes[lf.kids[j]].lo
+	_, ok := slices.BinarySearch(lf.pk.loads[w].cur, p)
+	return ok
+}
+
+// assign gives CPU j to workload w with share of its load.
+func (lf *leafFill) assign(w int32, j int, share float64) {
+	lf.load[j] += share
+	lf.nr[j]++
+	kd := &lf.pk.tr.nodes[lf.kids[j]]
+	lf.pk.out[w] = append(lf.pk.out[w], span{kd.lo, kd.hi})
+}
+
+// pickIdle returns the first idle CPU in order not taken, w's current
+// ones first; -1 when there is none.
+func (lf *leafFill) pickIdle(w int32, taken []bool) int {
+	for pass := 0; pass < 2; pass++ {
+		for _, j := range lf.order {
+			if lf.nr[j] == 0 && !taken[j] && (pass == 1 || lf.inCur(w, j)) {
+				return j
+			}
+		}
+	}
+	return -1
+}
+
+// leastLoaded returns the least loaded CPU not taken, the first in order
+// among equals.
+func (lf *leafFill) leastLoaded(taken []bool) int {
+	best := -1
+	for _, j := range lf.order {
+		if taken[j] {
+			continue
+		}
+		if best < 0 || lf.load[j] < lf.load[best]-eps {
+			best = j
+		}
+	}
+	return best
+}
+
+// placeLarge gives a workload that is not small ceil(share) distinct CPUs,
+// idle ones first, and spreads its share evenly over them.
+func (lf *leafFill) placeLarge(it item, taken []bool) {
+	k := min(max(1, int(math.Ceil(it.portion-1e-6))), len(lf.kids))
+	clear(taken)
+	var got []int
+	for len(got) < k {
+		j := lf.pickIdle(it.w, taken)
+		if j < 0 {
+			j = lf.leastLoaded(taken)
+		}
+		taken[j] = true
+		got = append(got, j)
+	}
+	for _, j := range got {
+		lf.assign(it.w, j, it.portion/float64(k))
+	}
+}
+
+// placeSmall puts a small workload on the busy CPU whose vacancy after it
+// is smallest but positive (find_leader_cpu), else on an idle CPU, else
+// on the least loaded one.
+func (lf *leafFill) placeSmall(it item, taken []bool) {
+	best, bestV := -1, math.Inf(1)
+	for _, j := range lf.order {
+		if lf.nr[j] == 0 {
+			continue
+		}
+		v := lf.maxUtil - (lf.load[j]*100*float64(max(lf.nr[j], 1)) + 4*it.portion*100)
+		if v > eps && v < bestV-eps {
+			best, bestV = j, v
+		}
+	}
+	if best < 0 {
+		best = lf.pickIdle(it.w, taken)
+	}
+	if best < 0 {
+		best = lf.leastLoaded(taken)
+	}
+	lf.assign(it.w, best, it.portion)
 }
