@@ -18,7 +18,7 @@ import (
 // power-profiles daemon with amd-pstate): nothing is written then.
 func (d *Daemon) applyBoost() {
 	mode := d.cfg.BoostOnBattery
-	if mode == "keep" || d.boostOff {
+	if mode == "keep" || d.boostUncontrollable {
 		return
 	}
 	owner := d.boostOwner()
@@ -33,7 +33,7 @@ func (d *Daemon) applyBoost() {
 	if d.boostOrig == nil {
 		snap, err := d.fs.BoostSnapshot()
 		if err != nil {
-			d.boostUncontrollable(err)
+			d.onBoostError(err)
 			return
 		}
 		d.boostOrig = snap
@@ -45,7 +45,7 @@ func (d *Daemon) applyBoost() {
 	}
 	on := mode == "on"
 	if err := d.fs.SetBoost(on); err != nil {
-		d.boostUncontrollable(err)
+		d.onBoostError(err)
 		return
 	}
 	d.log.WithFields(logrus.Fields{"boost": mode, "power": d.power.Source}).Info("boost set for battery")
@@ -85,9 +85,11 @@ func (d *Daemon) recoverBoost(saved []sysfs.BoostSetting) {
 	d.log.Info("boost restored to the setting saved by a previous run that did not stop cleanly")
 }
 
-func (d *Daemon) boostUncontrollable(err error) {
+// onBoostError reports a failed boost read or write; an error that means
+// boost cannot be controlled at all stops every further attempt.
+func (d *Daemon) onBoostError(err error) {
 	if sysfs.BoostNotControllable(err) {
-		d.boostOff = true
+		d.boostUncontrollable = true
 		d.log.WithError(err).Warn("boost cannot be controlled on this machine; boost_on_battery ignored")
 		return
 	}

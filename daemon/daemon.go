@@ -201,14 +201,18 @@ type Daemon struct {
 	knob       policy.Knob
 	knobChosen bool                 // knob is an explicit choice, not the configured default
 	boostOrig  []sysfs.BoostSetting // boost as found, while we manage it
-	boostOff   bool                 // boost found not controllable; said once
 	power      acpi.Decision
 	boost      string
 	topo       policy.Topology
 	topoProp   []TopologyEntry // the Topology property (topologyEntries)
 	allowed    sysfs.CPUSet
 	effective  policy.Policy
-	kernelKnb  string
+	// boostUncontrollable: boost cannot be controlled on this machine
+	// (sysfs.BoostNotControllable); said once, then left alone.
+	boostUncontrollable bool
+	// kernelPolicy is the value last written to the kernel's own
+	// current_sched_policy ("" none yet; writeKernelKnob).
+	kernelPolicy string
 	// unpublished: recompute leaves publishing to its caller (setKnob
 	// publishes a choice only once it is persisted), and its log lines
 	// wait in heldLogs, so that the knob change is logged before the policy
@@ -864,7 +868,7 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 			if nc.BoostOnBattery == "keep" {
 				d.restoreBoost()
 			}
-			d.boostOff = false
+			d.boostUncontrollable = false
 			d.applyBoost()
 		}
 		if nc.MetricsTextfile != old.MetricsTextfile {

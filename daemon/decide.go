@@ -191,12 +191,12 @@ func (d *Daemon) decideKnob() (policy.Policy, string) {
 // last value again.
 func (d *Daemon) writeKernelKnob() {
 	p := d.fs.Path("devices/system/cpu/sched_policy/current_sched_policy")
-	if _, err := os.Stat(p); err != nil || d.kernelKnb == string(d.effective) {
+	if _, err := os.Stat(p); err != nil || d.kernelPolicy == string(d.effective) {
 		return
 	}
-	if d.kernelKnb != "" {
-		if cur, err := sysfs.ReadAttr(p); err == nil && cur != d.kernelKnb {
-			d.stepAside("sched_policy", fmt.Sprintf("another writer (%s holds %q, we wrote %q)", p, cur, d.kernelKnb))
+	if d.kernelPolicy != "" {
+		if cur, err := sysfs.ReadAttr(p); err == nil && cur != d.kernelPolicy {
+			d.stepAside("sched_policy", fmt.Sprintf("another writer (%s holds %q, we wrote %q)", p, cur, d.kernelPolicy))
 			return
 		}
 		d.stepAside("sched_policy", "")
@@ -205,5 +205,5 @@ func (d *Daemon) writeKernelKnob() {
 		d.log.WithError(err).Warn("cannot write kernel sched_policy")
 		return
 	}
-	d.kernelKnb = string(d.effective)
+	d.kernelPolicy = string(d.effective)
 }

@@ -138,9 +138,6 @@ func validate(cfg daemon.Config) error {
 	return nil
 }
 
-// defaultCgroupRoot picks the managed parent: the v1 cpuset hierarchy when
-// it is mounted (systemd never manages it), else a top-level cgroup v2
-// directory.
 // resolveCgroupRoot turns the --cgroup-root / cgroup_root words into a
 // path: "auto" → defaultCgroupRoot(), "none" → "" (no placement).
 func resolveCgroupRoot(cfg *daemon.Config) {
@@ -160,6 +157,9 @@ func resolvePlacement(cfg *daemon.Config) string {
 	return why
 }
 
+// defaultCgroupRoot picks the managed parent: the v1 cpuset hierarchy when
+// it is mounted (systemd never manages it), else a top-level cgroup v2
+// directory.
 func defaultCgroupRoot() string {
 	if _, err := os.Stat("/sys/fs/cgroup/cpuset/cpuset.cpus"); err == nil {
 		return "/sys/fs/cgroup/cpuset/schedpolicyd"
