@@ -572,7 +572,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	close(d.ready)
 
 	var wdC <-chan time.Time
-	if iv := d.notify.WatchdogInterval(); iv > 0 {
+	iv, err := d.notify.WatchdogInterval()
+	if err != nil {
+		d.log.WithError(err).Error("no watchdog pings: if systemd's watchdog is on for this unit, it will stop the daemon")
+	}
+	if iv > 0 {
 		t := time.NewTicker(iv)
 		defer t.Stop()
 		wdC = t.C

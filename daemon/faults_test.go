@@ -17,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -79,6 +82,38 @@ func TestWatchdogStopsWhenLoopStalls(t *testing.T) {
 	waitPing("after the loop runs again")
 	cancel()
 	<-done
+}
+
+// TestWatchdogBadIntervalLogged: a WATCHDOG_USEC that cannot be read
+// leaves the daemon without pings; it runs on, and says so at start-up with
+// go-systemd's reason, at error level, instead of taking it for "no
+// watchdog".
+func TestWatchdogBadIntervalLogged(t *testing.T) {
+	t.Setenv("NOTIFY_SOCKET", "")
+	t.Setenv("WATCHDOG_USEC", "30s")
+	t.Setenv("WATCHDOG_PID", "")
+	log := testutil.Logger(t)
+	hook := logtest.NewLocal(log)
+	m := newMockLaptop(t)
+	d := m.startWith(t, func(c *Config) { c.Log = log })
+	<-d.Ready()
+	var got []*logrus.Entry
+	testutil.Eventually(t, "the watchdog error logged", func() (bool, string) {
+		got = nil
+		for _, e := range hook.AllEntries() {
+			if strings.Contains(e.Message, "no watchdog pings") {
+				got = append(got, e)
+			}
+		}
+		return len(got) > 0, fmt.Sprint(len(hook.AllEntries()), " entries")
+	})
+	if len(got) != 1 || got[0].Level != logrus.ErrorLevel {
+		t.Fatalf("watchdog log entries %v, want one at error level", got)
+	}
+	err, _ := got[0].Data[logrus.ErrorKey].(error)
+	if want := `systemd watchdog: error converting WATCHDOG_USEC: strconv.Atoi: parsing "30s": invalid syntax`; err == nil || err.Error() != want {
+		t.Errorf("logged error %v, want %q", err, want)
+	}
 }
 
 // TestWorkloadRemovedBetweenPlanAndWrite: the workload's directory goes

@@ -6,6 +6,7 @@
 package systemd
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
@@ -47,12 +48,22 @@ func (n Notifier) Stopping() error { return n.send(daemon.SdNotifyStopping) }
 // really does trip the watchdog.
 func (n Notifier) Watchdog() error { return n.send(daemon.SdNotifyWatchdog) }
 
-// WatchdogInterval returns how often to ping: half of WATCHDOG_USEC when
-// systemd enabled the watchdog for this process, or 0 when it did not.
-func (Notifier) WatchdogInterval() time.Duration {
+// WatchdogInterval returns how often to ping, from go-systemd's
+// SdWatchdogEnabled (systemd.exec(5), WATCHDOG_USEC and WATCHDOG_PID):
+//   - (half of WATCHDOG_USEC, nil) when systemd watches this process;
+//   - (0, nil) when it does not: no WATCHDOG_USEC, or WATCHDOG_PID names
+//     another process;
+//   - (0, err) when WATCHDOG_USEC is not a positive integer or WATCHDOG_PID
+//     not an integer. No interval can be derived then, and a watchdog that
+//     is on will stop the process at its timeout, so the caller must say so
+//     rather than fold it into "no watchdog".
+func (Notifier) WatchdogInterval() (time.Duration, error) {
 	d, err := daemon.SdWatchdogEnabled(false)
-	if err != nil || d <= 0 {
-		return 0
+	if err != nil {
+		return 0, fmt.Errorf("systemd watchdog: %w", err)
 	}
-	return d / 2
+	if d <= 0 {
+		return 0, nil
+	}
+	return d / 2, nil
 }

@@ -2,7 +2,9 @@ package systemd
 
 import (
 	"net"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -61,8 +63,8 @@ func TestNotifierWithoutSystemd(t *testing.T) {
 	if err := n.Ready("x"); err != nil {
 		t.Errorf("Ready without NOTIFY_SOCKET: %v, want nil", err)
 	}
-	if d := n.WatchdogInterval(); d != 0 {
-		t.Errorf("WatchdogInterval = %v, want 0", d)
+	if d, err := n.WatchdogInterval(); d != 0 || err != nil {
+		t.Errorf("WatchdogInterval = %v, %v; want 0, nil", d, err)
 	}
 }
 
@@ -70,8 +72,38 @@ func TestWatchdogInterval(t *testing.T) {
 	t.Setenv("WATCHDOG_USEC", "2000000")
 	t.Setenv("WATCHDOG_PID", "")
 	var n Notifier
-	if d := n.WatchdogInterval(); d != time.Second {
-		t.Errorf("WatchdogInterval = %v, want 1s (half of 2s)", d)
+	if d, err := n.WatchdogInterval(); d != time.Second || err != nil {
+		t.Errorf("WatchdogInterval = %v, %v; want 1s (half of 2s), nil", d, err)
+	}
+}
+
+// TestWatchdogIntervalErrors: a WATCHDOG_USEC or WATCHDOG_PID that cannot
+// be read is an error, never a quiet 0 (which would mean "no watchdog" and
+// stop the pings), and another process's watchdog is no error.
+func TestWatchdogIntervalErrors(t *testing.T) {
+	pid := strconv.Itoa(os.Getpid())
+	for _, c := range []struct {
+		usec, pid string
+		want      time.Duration
+		wantErr   string
+	}{
+		{"2s", "", 0, "systemd watchdog: error converting WATCHDOG_USEC: strconv.Atoi: parsing \"2s\": invalid syntax"},
+		{"0", "", 0, "systemd watchdog: error WATCHDOG_USEC must be a positive number"},
+		{"-1000000", pid, 0, "systemd watchdog: error WATCHDOG_USEC must be a positive number"},
+		{"2000000", "self", 0, "systemd watchdog: error converting WATCHDOG_PID: strconv.Atoi: parsing \"self\": invalid syntax"},
+		{"2000000", "1", 0, ""}, // another process is watched
+		{"2000000", pid, time.Second, ""},
+	} {
+		t.Setenv("WATCHDOG_USEC", c.usec)
+		t.Setenv("WATCHDOG_PID", c.pid)
+		d, err := Notifier{}.WatchdogInterval()
+		gotErr := ""
+		if err != nil {
+			gotErr = err.Error()
+		}
+		if d != c.want || gotErr != c.wantErr {
+			t.Errorf("WATCHDOG_USEC=%q WATCHDOG_PID=%q: WatchdogInterval = %v, %q; want %v, %q", c.usec, c.pid, d, gotErr, c.want, c.wantErr)
+		}
 	}
 }
 
