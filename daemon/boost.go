@@ -53,14 +53,15 @@ func (d *Daemon) applyBoost() {
 }
 
 // restoreBoost writes back the boost setting found at start-up, if the
-// daemon changed it; it reports whether boost is as found.
-func (d *Daemon) restoreBoost() bool {
+// daemon changed it. A failure is logged and the setting stays in
+// state.json for the next start.
+func (d *Daemon) restoreBoost() {
 	if d.boostOrig == nil {
-		return true
+		return
 	}
 	if err := d.fs.RestoreBoost(d.boostOrig); err != nil {
 		d.log.WithError(err).Warn("cannot restore boost; it stays in state.json for the next start")
-		return false
+		return
 	}
 	d.log.Info("boost restored to its start-up setting")
 	d.boostOrig = nil
@@ -68,7 +69,6 @@ func (d *Daemon) restoreBoost() bool {
 	if err := d.saveState(d.stateWith(d.knob)); err != nil {
 		d.log.WithError(err).Warn("cannot update state.json after restoring boost")
 	}
-	return true
 }
 
 // recoverBoost puts back a boost setting a crashed run saved but did not

@@ -27,7 +27,6 @@ type fakeClock struct{ t time.Time }
 func (c *fakeClock) now() time.Time                { return c.t }
 func (c *fakeClock) add(d time.Duration)           { c.t = c.t.Add(d) }
 func newClock() *fakeClock                         { return &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
-func secs(n float64) time.Duration                 { return time.Duration(n * float64(time.Second)) }
 func key(p policy.Policy, s acpi.Source) energyKey { return energyKey{p, s} }
 
 // meterMachine is a mock sysfs root the meter reads, built in code (zone

@@ -114,35 +114,31 @@ func (d *Daemon) writeFile(ctx context.Context, file string, data []byte, via st
 	if err != nil {
 		return fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
 	}
-	var apply func(policy.Knob) (policy.Knob, error)
+	var apply func(policy.Knob) policy.Knob
 	switch file {
 	case fileCurrent:
 		p, err := policy.ParsePolicy(tok)
 		if err != nil {
 			return fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
 		}
-		apply = func(k policy.Knob) (policy.Knob, error) { return k.WithCurrentPolicy(p), nil }
+		apply = func(k policy.Knob) policy.Knob { return k.WithCurrentPolicy(p) }
 	case filePowerAware:
 		v, err := policy.ParsePowerAware(tok)
 		if err != nil {
 			return fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
 		}
-		apply = func(k policy.Knob) (policy.Knob, error) { k.PowerAware = v; return k, nil }
+		apply = func(k policy.Knob) policy.Knob { k.PowerAware = v; return k }
 	case filePowerAwarePolicy:
 		v, err := policy.ParsePowerAwarePolicy(tok)
 		if err != nil {
 			return fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
 		}
-		apply = func(k policy.Knob) (policy.Knob, error) { k.PowerAwarePolicy = v; return k, nil }
+		apply = func(k policy.Knob) policy.Knob { k.PowerAwarePolicy = v; return k }
 	default:
 		return fmt.Errorf("%s is read-only: %w", file, syscall.EACCES)
 	}
 	return d.do(ctx, func() error {
-		k, err := apply(d.knob)
-		if err != nil {
-			return err
-		}
-		if err := d.setKnob(k, via); err != nil {
+		if err := d.setKnob(apply(d.knob), via); err != nil {
 			return fmt.Errorf("%s: %w: %w", file, syscall.EIO, err)
 		}
 		return nil

@@ -170,7 +170,7 @@ func (m EnergyModel) Simulate(t Topology, plan Plan, loads []Load) Estimate {
 			pkgLoad[pkgIdx[best]] += add
 		}
 	}
-	return m.watts(t, busy, coreIdx, pkgIdx)
+	return m.watts(busy, coreIdx, pkgIdx)
 }
 
 func less3(a1, a2, a3, b1, b2, b3 float64) bool {
@@ -200,7 +200,7 @@ func groupIndex(t Topology, key func(CPUDesc) int) []int {
 }
 
 // watts applies the model to per-CPU busy fractions.
-func (m EnergyModel) watts(t Topology, busy []float64, coreIdx, pkgIdx []int) Estimate {
+func (m EnergyModel) watts(busy []float64, coreIdx, pkgIdx []int) Estimate {
 	np := 0
 	for _, p := range pkgIdx {
 		np = max(np, p+1)

@@ -30,7 +30,7 @@ var (
 	// snbEP is the seed's 2-socket Sandy Bridge EP, 8 cores × 2 threads.
 	snbEP = intelSMT(2, 8)
 	// twoCPU is this CI machine: 2 cores, no SMT, one package.
-	twoCPU = NewTopology([][]int{{0}, {1}}, [][]int{{0, 1}})
+	twoCPU = MustBuildTopology([]CPUDesc{{ID: 0, Core: 0, Cluster: 0}, {ID: 1, Core: 1, Cluster: 1}})
 )
 
 func seq(a, b int) []int {

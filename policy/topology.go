@@ -36,8 +36,8 @@ type CPUDesc struct {
 }
 
 // Topology is an immutable, validated machine description built by
-// BuildTopology (or the deprecated NewTopology). The zero value is an empty
-// machine on which every plan is empty. Safe for concurrent use.
+// BuildTopology. The zero value is an empty machine on which every plan is
+// empty. Safe for concurrent use.
 type Topology struct {
 	cpus  []CPUDesc // ascending ID
 	dense []int32   // ID → index into cpus (-1: none), when IDs are dense enough
@@ -96,49 +96,6 @@ func MustBuildTopology(cpus []CPUDesc) Topology {
 	t, err := BuildTopology(cpus)
 	if err != nil {
 		panic(err)
-	}
-	return t
-}
-
-// NewTopology builds a Topology from the kernel's core_cpus_list and
-// package_cpus_list sets alone: each package is also one LLC and one NUMA
-// node. CPUs in no package get a package of their own.
-//
-// Deprecated: use BuildTopology, which also knows clusters, LLCs, nodes,
-// capacities and frequency caps.
-func NewTopology(cores, packages [][]int) Topology {
-	pkgOf := map[int]int{}
-	for _, p := range packages {
-		if len(p) == 0 {
-			continue
-		}
-		first := slices.Min(p)
-		for _, c := range p {
-			pkgOf[c] = first
-		}
-	}
-	var descs []CPUDesc
-	seen := map[int]bool{}
-	for _, core := range cores {
-		if len(core) == 0 {
-			continue
-		}
-		first := slices.Min(core)
-		for _, c := range core {
-			if seen[c] {
-				continue
-			}
-			seen[c] = true
-			p, ok := pkgOf[c]
-			if !ok {
-				p = first
-			}
-			descs = append(descs, CPUDesc{ID: c, Core: first, Cluster: first, LLC: p, Package: p, Node: p})
-		}
-	}
-	t, err := BuildTopology(descs)
-	if err != nil {
-		return Topology{}
 	}
 	return t
 }

@@ -1,7 +1,6 @@
 package sysfs
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -170,16 +169,4 @@ func WriteAttr(path, value string) error {
 		return fmt.Errorf("write %q to %s: %w", value, path, cerr)
 	}
 	return nil
-}
-
-func unwrapPathErr(err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
-		return errno
-	}
-	return err
 }

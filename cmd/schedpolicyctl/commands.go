@@ -319,8 +319,6 @@ func validateWorkloadName(name string) error {
 	return nil
 }
 
-func validUTF8(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
-
 // defaultWorkloadName derives a name from the command and the pid:
 // basename of cmd with anything outside [A-Za-z0-9._+-] replaced by "_",
 // then "-PID", within 64 bytes. It always passes validateWorkloadName.

@@ -132,7 +132,7 @@ func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(fo
 func run(args []string, stdout, stderr io.Writer) int {
 	c := &cli{g: globals{bus: "system"}, stdout: stdout, stderr: stderr}
 	// Global options before the command.
-	gfs := newFlagSet("schedpolicyctl", stderr)
+	gfs := newFlagSet("schedpolicyctl")
 	c.globalFlags(gfs, true)
 	help := gfs.Bool("help", false, "show help")
 	gfs.BoolVar(help, "h", false, "show help")
@@ -173,7 +173,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return c.usage("", usagef("unknown command %q", name))
 	}
-	fs := newFlagSet("schedpolicyctl "+name, stderr)
+	fs := newFlagSet("schedpolicyctl " + name)
 	c.globalFlags(fs, cmd.json)
 	if cmd.flags != nil {
 		cmd.flags(fs, c)
@@ -193,7 +193,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return cmd.run(c, fs.Args())
 }
 
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+func newFlagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are printed by cli.usage
 	return fs
