@@ -1,0 +1,234 @@
+package internal_test
+
+// The import graph's layers (docs: DESIGN.md §2, STYLE.md "Package
+// boundaries"), checked the way tailscale's tstest/deptest does: from
+// `go list -json`, over each package's imports and everything they pull in.
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/schedpolicyd/schedpolicyd"
+
+// listed is the part of `go list -json` output the rules read.
+type listed struct {
+	ImportPath   string
+	Dir          string
+	GoFiles      []string
+	Imports      []string
+	Deps         []string
+	TestImports  []string
+	XTestImports []string
+}
+
+// layers maps a package (relative to the module) to the packages of ours
+// it may depend on, directly or through others; a package missing here
+// may depend on anything of ours. Test files may also import
+// internal/testutil.
+var layers = map[string][]string{
+	"policy":            {},
+	"sysfs":             {},
+	"systemd":           {},
+	"acpi":              {"sysfs"},
+	"daemon":            {"acpi", "sysfs", "policy", "systemd", "internal/names"},
+	"internal/names":    {},
+	"internal/testutil": {},
+	// schedpolicyctl talks to the daemon over D-Bus; of the daemon it may
+	// use only exported types and constants (checkClientUsesAPIOnly).
+	"cmd/schedpolicyctl": {"internal/names", "daemon", "acpi", "sysfs", "policy", "systemd"},
+}
+
+// external lists the only non-standard-library modules a package may
+// depend on (nil: no rule).
+var external = map[string][]string{
+	"policy": {}, // pure decisions: the standard library only
+	"sysfs":  {"github.com/fsnotify/fsnotify", "github.com/hanwen/go-fuse/v2", "golang.org/x/sys"},
+}
+
+func goList(t *testing.T) []listed {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go command is not on PATH, so the import graph cannot be listed")
+	}
+	root, err := exec.Command(goBin, "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		t.Fatalf("go list -m: %v", err)
+	}
+	cmd := exec.Command(goBin, "list", "-json", "./...")
+	cmd.Dir = strings.TrimSpace(string(root))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -json ./...: %v\n%s", err, stderr.String())
+	}
+	var pkgs []listed
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p listed
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("decode go list output: %v", err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if len(pkgs) == 0 {
+		t.Fatal("go list -json ./... listed no packages")
+	}
+	return pkgs
+}
+
+// ours returns the packages of this module in paths, relative to it.
+func ours(paths []string) []string {
+	var out []string
+	for _, p := range paths {
+		if rel, ok := strings.CutPrefix(p, module+"/"); ok {
+			out = append(out, rel)
+		}
+	}
+	return out
+}
+
+func TestLayering(t *testing.T) {
+	pkgs := goList(t)
+	seen := map[string]bool{}
+	for _, p := range pkgs {
+		rel, ok := strings.CutPrefix(p.ImportPath, module+"/")
+		if !ok {
+			continue
+		}
+		seen[rel] = true
+		if strings.HasPrefix(rel, "cmd/") {
+			// A command is a main package: nothing can import it. Only the
+			// client has a rule of its own.
+			if rel != "cmd/schedpolicyctl" {
+				continue
+			}
+		}
+		allowed, ruled := layers[rel]
+		if !ruled {
+			continue
+		}
+		var bad []string
+		for _, dep := range ours(append(slices.Clone(p.Imports), p.Deps...)) {
+			if !slices.Contains(allowed, dep) && !slices.Contains(bad, dep) {
+				bad = append(bad, dep)
+			}
+		}
+		if len(bad) > 0 {
+			t.Errorf("%s depends on %v; it may depend only on %v (DESIGN.md §2)", rel, bad, allowed)
+		}
+		bad = nil
+		for _, imp := range ours(append(slices.Clone(p.TestImports), p.XTestImports...)) {
+			if imp != "internal/testutil" && imp != rel && !slices.Contains(allowed, imp) {
+				bad = append(bad, imp)
+			}
+		}
+		if len(bad) > 0 {
+			t.Errorf("tests of %s import %v; they may import only %v and internal/testutil", rel, bad, allowed)
+		}
+		if mods, ok := external[rel]; ok {
+			bad = nil
+			for _, dep := range p.Deps {
+				first, _, _ := strings.Cut(dep, "/")
+				if !strings.Contains(first, ".") || strings.HasPrefix(dep, module+"/") {
+					continue // the standard library, or ours (checked above)
+				}
+				if !slices.ContainsFunc(mods, func(m string) bool { return dep == m || strings.HasPrefix(dep, m+"/") }) {
+					bad = append(bad, dep)
+				}
+			}
+			if len(bad) > 0 {
+				t.Errorf("%s depends on %v; outside the standard library it may use only %v", rel, bad, mods)
+			}
+		}
+		if rel == "cmd/schedpolicyctl" && slices.Contains(p.Imports, module+"/daemon") {
+			checkClientUsesAPIOnly(t, p, pkgs)
+		}
+	}
+	for rel := range layers {
+		if !seen[rel] {
+			t.Errorf("go list did not list %s, which the layer rules name", rel)
+		}
+	}
+}
+
+// checkClientUsesAPIOnly fails for every daemon.X in schedpolicyctl's
+// non-test files that is not an exported type or constant of package
+// daemon: the client may share the API's names and shapes, not call into
+// the daemon.
+func checkClientUsesAPIOnly(t *testing.T, client listed, pkgs []listed) {
+	t.Helper()
+	var daemonPkg listed
+	for _, p := range pkgs {
+		if p.ImportPath == module+"/daemon" {
+			daemonPkg = p
+		}
+	}
+	api := map[string]bool{}
+	fset := token.NewFileSet()
+	for _, f := range daemonPkg.GoFiles {
+		af, err := parser.ParseFile(fset, filepath.Join(daemonPkg.Dir, f), nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range af.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || (g.Tok != token.TYPE && g.Tok != token.CONST) {
+				continue
+			}
+			for _, s := range g.Specs {
+				switch s := s.(type) {
+				case *ast.TypeSpec:
+					api[s.Name.Name] = s.Name.IsExported()
+				case *ast.ValueSpec:
+					for _, n := range s.Names {
+						api[n.Name] = n.IsExported()
+					}
+				}
+			}
+		}
+	}
+	for _, f := range client.GoFiles {
+		path := filepath.Join(client.Dir, f)
+		af, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := ""
+		for _, im := range af.Imports {
+			if im.Path.Value == `"`+module+`/daemon"` {
+				name = "daemon"
+				if im.Name != nil {
+					name = im.Name.Name
+				}
+			}
+		}
+		if name == "" {
+			continue
+		}
+		ast.Inspect(af, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if id, ok := sel.X.(*ast.Ident); ok && id.Name == name && !api[sel.Sel.Name] {
+				t.Errorf("%s: schedpolicyctl uses daemon.%s, which is not an exported type or constant of the daemon's API", fset.Position(sel.Pos()), sel.Sel.Name)
+			}
+			return true
+		})
+	}
+}
