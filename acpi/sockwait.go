@@ -19,7 +19,7 @@ import (
 // itself is missing (/run/dbus before the bus starts) — or, while the file
 // exists (a service that died and left it, or is still starting), at the
 // latest after backoff. So a daemon on a machine without the service never
-// wakes to retry (issue 7), and one whose service restarts reconnects as
+// wakes to retry, and one whose service restarts reconnects as
 // soon as the new socket appears. Where it cannot watch (no inotify,
 // neither directory exists, path empty or relative) it waits backoff. It
 // returns early when ctx is done.

@@ -1,6 +1,6 @@
 package daemon
 
-// One manager per managed parent cgroup (issue 11 case 4). The parent is
+// One manager per managed parent cgroup. The parent is
 // locked with a flock on its directory itself, which cgroupfs (v1 and v2)
 // supports: no file is added to the cgroup, the lock follows the directory
 // (its inode) whatever path names it — a symlink to it is followed, as

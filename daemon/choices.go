@@ -9,7 +9,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
-// Per-power-source choices (issue 13, TLP's "smart" switching): the
+// Per-power-source choices (TLP's "smart" switching): the
 // user's last explicit choice (tree, D-Bus, CLI) is remembered for the
 // power source it was made on, "ac" or "battery", in state.json's
 // optional "choices". When the source changes between the two and either

@@ -599,8 +599,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		if wasSampling && !sampling {
 			// Every workload went idle and sampling stopped: hand the
 			// memory freed since start-up or the last busy period back to
-			// the kernel, once (issue 7: idle RSS with 100 workloads
-			// ~11.3 → ~10.3 MiB in a helper's measurement). No timer.
+			// the kernel, once, so an idle daemon's RSS is what it needs
+			// (docs/BENCHMARKS.md). No timer.
 			go debug.FreeOSMemory()
 		}
 		wasSampling = sampling

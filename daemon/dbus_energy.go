@@ -6,7 +6,7 @@ import (
 	"github.com/godbus/dbus/v5"
 )
 
-// The energy part of Interface (issue 14): the EnergySource and Energy
+// The energy part of Interface: the EnergySource and Energy
 // properties, RefreshEnergy and EstimatePower.
 
 // energyEntry is one element of the Energy property, signature (ssdd):

@@ -17,9 +17,9 @@ import (
 // applied again and the error returned, so nothing changes.
 //
 // Without holds the knob is applied before it is persisted: persisting is
-// a write, fsync and rename of state.json (~1–2 ms here, more on a busy
-// disk), and the policy switch's effect — the cpuset writes — should not
-// wait for it (issue 7). A crash in between loses nothing that was
+// a write, fsync and rename of state.json, slow on a busy disk, and the
+// policy switch's effect — the cpuset writes — should not wait for it. A
+// crash in between loses nothing that was
 // acknowledged: the caller had no reply yet, and the originals were saved
 // before the first cpuset write. With holds, which an explicit choice
 // cancels, it persists first, since a cancelled hold cannot be undone.

@@ -1,6 +1,6 @@
 package daemon
 
-// Measured energy per policy and power source (issue 14, part 1).
+// Measured energy per policy and power source.
 //
 // Time is cut into segments: a segment runs while the policy in force and
 // the power source stay the same, and closes when either changes, when a

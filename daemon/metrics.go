@@ -1,6 +1,6 @@
 package daemon
 
-// The node_exporter textfile-collector file (issue 14, part 4): the
+// The node_exporter textfile-collector file: the
 // daemon's state as Prometheus metrics in the text exposition format
 // (https://prometheus.io/docs/instrumenting/exposition_formats/), written
 // to Config.MetricsTextfile whenever a published value changed, never on a
@@ -8,10 +8,10 @@ package daemon
 // of a fleet already, serves it (docs/FLEET.md).
 //
 // The format is written here rather than with client_golang: that library
-// and the protobuf runtime it needs would add 6.4 MB to the binary and
-// 3.6 MB to the resident memory of every start (measured with
-// client_golang 1.25 on this daemon), for a few dozen lines of text. The
-// tests check the output with the reference parser, promtool check metrics.
+// and the protobuf runtime it needs would add megabytes to the binary and
+// to the resident memory of every start (docs/BENCHMARKS.md), for a few
+// dozen lines of text. The tests check the output with the reference
+// parser, promtool check metrics.
 
 import (
 	"bytes"

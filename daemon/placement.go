@@ -16,7 +16,7 @@ import (
 // plans, restores, creates and reaps. Owned by the event loop: only the
 // goroutine running Daemon.Run calls its methods.
 //
-// The promise it keeps (issue 11): before any write to a cgroup file it
+// The promise it keeps: before any write to a cgroup file it
 // records the original and the value it writes (Record, persisted through
 // save); on exit, and after a crash on the next start, it restores only
 // files that still hold a value of its own; a value someone else wrote is

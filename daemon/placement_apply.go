@@ -172,8 +172,8 @@ func (p *placement) writeCPUs(w *workload, cpus sysfs.CPUSet) error {
 // does not shape sched domains — the kernel makes one domain of each
 // topmost load-balanced cpuset and skips its descendants — but with it set
 // every cpuset.cpus write rebuilds the machine's sched domains
-// (sysfs.Cgroup.SchedLoadBalance): on this 2-CPU VM 1,000 writes took
-// ~69 ms with the flag set and ~29 ms without. A workload whose flag is
+// (sysfs.Cgroup.SchedLoadBalance), which made a policy switch over many
+// workloads twice as slow (docs/BENCHMARKS.md). A workload whose flag is
 // already 0 is left alone, and nothing is changed under a parent without
 // the flag (children's flags matter there). What is cleared is recorded
 // (Record.LoadBalanceCleared) and saved before the write, and set back on

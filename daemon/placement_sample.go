@@ -53,15 +53,16 @@ const idleUtil = 0.01
 // sampling, or start its backoff where it cannot stop. maxIdleShift caps
 // the backoff: the period doubles up to 2^maxIdleShift × the sampling
 // period (32 s at the default 1 s). maxSamplePeriod caps the backed-off
-// period whatever the configured one (no overflow, issue 11 case 6).
+// period whatever the configured one, so that the shift cannot overflow.
 const (
 	idleSamplesBeforeBackoff = 3
 	maxIdleShift             = 5
 	maxSamplePeriod          = time.Hour
 )
 
-// sampling reports whether the loop samples periodically now (issue 7:
-// sample at most once a period, and only while a workload is busy). It
+// sampling reports whether the loop samples periodically now: at most
+// once a period, and only while a workload is busy, so that an idle
+// machine is not woken. It
 // does while any workload is busy, and for idleSamplesBeforeBackoff samples
 // after the last busy one. Then it stops if something will wake it when a
 // workload gets busy again — the cgroup watch (a task attached: a write to

@@ -194,7 +194,7 @@ type persisted struct {
 	Cgroups []Record             `json:"cgroups,omitempty"`
 	Energy  []EnergyTotal        `json:"energy,omitempty"`
 	Units   []UnitRecord         `json:"units,omitempty"`
-	// Choices: optional in version 2 (added for issue 13).
+	// Choices: optional in version 2 (added after it, so older files lack it).
 	Choices map[string]policy.Knob `json:"choices,omitempty"`
 
 	// Version 1, read only for migration (migrateV1).

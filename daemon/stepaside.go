@@ -7,7 +7,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
-// Stepping aside (issue 13 item 2): before writing a knob another owner
+// Stepping aside: before writing a knob another owner
 // may manage, the daemon looks for that owner; if there is one it says so
 // once (a warning naming the evidence) and does not write.
 

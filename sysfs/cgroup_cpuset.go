@@ -131,8 +131,8 @@ func (c *Cgroup) WriteAllCPUs(name string) error {
 // cpuset and skips its descendants (generate_sched_domains in
 // kernel/cgroup/cpuset.c). But every cpuset.cpus write to a cpuset whose
 // own flag is set rebuilds the sched domains of the whole machine
-// (update_cpumask → rebuild_sched_domains_locked), measured here at about
-// 40 µs per write on 2 CPUs, more with more CPUs and cpusets.
+// (update_cpumask → rebuild_sched_domains_locked), at a cost that grows
+// with the CPUs and cpusets (docs/BENCHMARKS.md).
 func (c *Cgroup) SchedLoadBalance(name string) (bool, error) {
 	p, err := c.loadBalanceFile(name)
 	if err != nil {
@@ -186,14 +186,14 @@ type CPUsFile struct {
 	path string
 }
 
-// OpenCPUs opens child name's cpuset.cpus for reading and writing and keeps it open,
-// so a policy switch that rewrites every workload's cpuset does not pay a
-// path lookup and open per write: 1,000 writes of a changed cpuset took
-// 42–52 ms with open/write/close and ~30 ms held open on this 2-CPU VM.
-// Only on the kernel's cgroupfs, where every write(2) is a whole command
-// whatever the file offset (cgroup_file_write ignores it); on a mock tree
-// it returns an error wrapping errors.ErrUnsupported and callers use
-// WriteCPUs. A vanished child gives an error for which IsGone is true.
+// OpenCPUs opens child name's cpuset.cpus for reading and writing and keeps
+// it open, so a policy switch that rewrites every workload's cpuset does not
+// pay a path lookup and open per write, a good part of each write's cost
+// (docs/BENCHMARKS.md). Only on the kernel's cgroupfs, where every write(2)
+// is a whole command whatever the file offset (cgroup_file_write ignores
+// it); on a mock tree it returns an error wrapping errors.ErrUnsupported and
+// callers use WriteCPUs. A vanished child gives an error for which IsGone is
+// true.
 func (c *Cgroup) OpenCPUs(name string) (*CPUsFile, error) {
 	if !c.kernel {
 		return nil, fmt.Errorf("hold cpuset.cpus open: %w outside cgroupfs", errors.ErrUnsupported)

@@ -65,7 +65,7 @@ func ReadAttr(path string) (string, error) {
 // os.File: sysfs and cgroupfs files are pollable, so os.Open would register
 // every one with the runtime's epoll (epoll_ctl add and del, an fstat and
 // a finalizer per file), which dominated the daemon's per-sample CPU time
-// with 100 workloads (issue 7). The error is an *os.PathError, as os.Open's.
+// with many workloads. The error is an *os.PathError, as os.Open's.
 func openRaw(path string, flags int) (int, error) {
 	for {
 		fd, err := syscall.Open(path, flags|syscall.O_CLOEXEC, 0)

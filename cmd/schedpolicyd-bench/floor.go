@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Floors (issue 15 part 3): what the kernel and the Go runtime cost by
+// Floors: what the kernel and the Go runtime cost by
 // themselves, measured in the same run as our rows.
 
 // kernelSwitchFloor times one switch's worth of cgroup v1 cpuset writes

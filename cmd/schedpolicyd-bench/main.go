@@ -1,5 +1,5 @@
 // Command schedpolicyd-bench measures schedpolicyd as a resident daemon side
-// by side with power-profiles-daemon (issue 7): both run from their real
+// by side with power-profiles-daemon: both run from their real
 // binaries on a private D-Bus in the same run, and the results are printed
 // as a markdown table and written into docs/BENCHMARKS.md.
 //

@@ -491,7 +491,7 @@ func (e *env) benchPower(r *report) error {
 func (e *env) benchIdle(r *report) error {
 	type acc struct{ wake, cpu, rss, pss, threads, startWake, startCPU stats }
 	var a [4]acc // ours 0, ours 100, ppd, the Go floor
-	// Issue 15: a react daemon idles beside them (started first, on a bus
+	// A react daemon idles beside them (started first, on a bus
 	// of its own); after the idle windows, a burst in its packed workload
 	// is timed: a burst after minutes of idleness, sampling stopped.
 	bus3, err := e.startBus("bus3")
@@ -536,7 +536,7 @@ func (e *env) benchIdle(r *report) error {
 		}
 		// Two windows: the first from readiness (adoption, the first
 		// samples, the bus's first callers), then the idle one, 60 s after
-		// readiness (issue 7).
+		// readiness.
 		var s0 [4]procSample
 		for i, p := range procs {
 			if s0[i], err = sampleProc(p.pid); err != nil {

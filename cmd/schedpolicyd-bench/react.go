@@ -22,7 +22,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
-// Issue 15: how long a packed workload that turns busy waits for its
+// React: how long a packed workload that turns busy waits for its
 // cpuset to widen. Each trial runs a fresh daemon (so the workload's
 // history is that of an idle one, without waiting ~15 s for a 2 s
 // half-life to decay a burst away) with reactWorkloads workloads under
