@@ -86,10 +86,14 @@ func (m *Monitor) startWatcher(ctx context.Context, wg *sync.WaitGroup, full boo
 	if full {
 		m.events.Add(1) // an event source for power supplies
 	}
+	// Errors are drained by a goroutine of their own: fsnotify's reader
+	// sends some errors while holding the lock that Add takes (an
+	// IN_MOVE_SELF whose watch the kernel already dropped, when a watched
+	// directory is moved away and deleted), so a single goroutine that
+	// both reads Errors and calls Add (syncSupplies) could deadlock.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		defer w.Close()
 		for {
 			select {
 			case <-ctx.Done():
@@ -103,6 +107,17 @@ func (m *Monitor) startWatcher(ctx context.Context, wg *sync.WaitGroup, full boo
 					m.hint(TriggerFsnotify)
 					signal(m.hotplug)
 				}
+			}
+		}
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer w.Close()
+		for {
+			select {
+			case <-ctx.Done():
+				return
 			case ev, ok := <-w.Events:
 				if !ok {
 					return

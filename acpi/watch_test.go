@@ -116,9 +116,19 @@ func TestMonitorFsnotifyRecreatedDirs(t *testing.T) {
 	}
 }
 
+// removeAll takes p out of the tree at once, as the kernel removes a
+// power_supply directory with everything in it: it renames p out of the
+// watched tree (into a fresh test directory on the same file system) and
+// deletes it there. os.RemoveAll in place deletes file by file, and a read
+// between two deletions would see a supply with a type but no online file,
+// a state no kernel shows.
 func removeAll(t *testing.T, p string) {
 	t.Helper()
-	if err := os.RemoveAll(p); err != nil {
+	gone := filepath.Join(t.TempDir(), "gone")
+	if err := os.Rename(p, gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(gone); err != nil {
 		t.Fatal(err)
 	}
 }
