@@ -146,18 +146,7 @@ func buildTree(t Topology, allowed []int) *tree {
 	levels = append(levels, level{LevelSYS, func(int) int { return 0 }})
 
 	// Union-find, cumulative over levels, so spans always nest.
-	parent := make([]int32, n)
-	for k := range parent {
-		parent[k] = int32(k)
-	}
-	var find func(int32) int32
-	find = func(x int32) int32 {
-		for parent[x] != x {
-			parent[x] = parent[parent[x]]
-			x = parent[x]
-		}
-		return x
-	}
+	sets := newUnionFind(n)
 	comp := make([][]int32, len(levels)) // comp[L][k]: min k of the part (k ascending = ID ascending)
 	first := map[int]int32{}
 	for L, lv := range levels {
@@ -165,21 +154,14 @@ func buildTree(t Topology, allowed []int) *tree {
 		for k := range n {
 			key := lv.key(k)
 			if f, ok := first[key]; ok {
-				a, b := find(f), find(int32(k))
-				if a != b {
-					if a < b {
-						parent[b] = a
-					} else {
-						parent[a] = b
-					}
-				}
+				sets.union(f, int32(k))
 			} else {
 				first[key] = int32(k)
 			}
 		}
 		c := make([]int32, n)
 		for k := range n {
-			c[k] = find(int32(k)) // the root is the part's smallest k
+			c[k] = sets.find(int32(k)) // the root is the part's smallest k
 		}
 		comp[L] = c
 	}
@@ -261,6 +243,38 @@ func buildTree(t Topology, allowed []int) *tree {
 	return tr
 }
 
+// unionFind is a disjoint-set forest over 0..n-1 in which the root of a
+// set is always its smallest member, so a root doubles as a stable label
+// that sorts like the members.
+type unionFind []int32
+
+func newUnionFind(n int) unionFind {
+	u := make(unionFind, n)
+	for k := range u {
+		u[k] = int32(k)
+	}
+	return u
+}
+
+// find returns the smallest member of x's set, halving the path on the way.
+func (u unionFind) find(x int32) int32 {
+	for u[x] != x {
+		u[x] = u[u[x]]
+		x = u[x]
+	}
+	return x
+}
+
+// union joins the sets of a and b under the smaller of their roots.
+func (u unionFind) union(a, b int32) {
+	ra, rb := u.find(a), u.find(b)
+	if ra < rb {
+		u[rb] = ra
+	} else if rb < ra {
+		u[ra] = rb
+	}
+}
+
 // domLevel is one candidate level: CPUs with equal keys share a span.
 type domLevel struct {
 	name string
@@ -311,31 +325,20 @@ func numaLevels(t Topology, sel []int32, nodes map[int]bool) []domLevel {
 	ds = slices.Compact(ds)
 	var out []level
 	for _, d := range ds {
-		// connected components of nodes within distance d
-		comp := map[int]int{}
-		for _, a := range ids {
-			comp[a] = a
-		}
-		var find func(int) int
-		find = func(x int) int {
-			for comp[x] != x {
-				x = comp[x]
-			}
-			return x
-		}
-		for _, a := range ids {
-			for _, b := range ids {
+		// Connected components of nodes within distance d, over indices
+		// into the ascending ids, so a component's root is its smallest
+		// node ID.
+		sets := newUnionFind(len(ids))
+		for i, a := range ids {
+			for j, b := range ids {
 				if dd, _ := dist(a, b); a != b && dd <= d {
-					ra, rb := find(a), find(b)
-					if ra != rb {
-						comp[max(ra, rb)] = min(ra, rb)
-					}
+					sets.union(int32(i), int32(j))
 				}
 			}
 		}
 		label := map[int]int{}
-		for _, a := range ids {
-			label[a] = find(a)
+		for i, a := range ids {
+			label[a] = ids[sets.find(int32(i))]
 		}
 		out = append(out, level{LevelNUMA, func(k int) int { return label[t.cpus[sel[k]].Node] }})
 	}

@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -138,5 +139,29 @@ func TestPELT(t *testing.T) {
 	}
 	if _, err := ParseCPUPressure("bogus"); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("ParseCPUPressure(bogus) err = %v", err)
+	}
+}
+
+// The root of a set is its smallest member whatever the order of unions,
+// which buildTree relies on to sort parts by ID.
+func TestUnionFindRootIsSmallest(t *testing.T) {
+	u := newUnionFind(6)
+	u.union(5, 3)
+	u.union(4, 5)
+	u.union(3, 4) // already joined
+	u.union(2, 1)
+	got := make([]int32, 6)
+	for k := range got {
+		got[k] = u.find(int32(k))
+	}
+	want := []int32{0, 1, 1, 3, 3, 3}
+	if !slices.Equal(got, want) {
+		t.Fatalf("roots %v, want %v", got, want)
+	}
+	u.union(4, 1)
+	for k, w := range []int32{0, 1, 1, 1, 1, 1} {
+		if r := u.find(int32(k)); r != w {
+			t.Errorf("find(%d) = %d after joining {1,2} and {3,4,5}, want %d", k, r, w)
+		}
 	}
 }
