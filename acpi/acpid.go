@@ -72,32 +72,14 @@ func (m *Monitor) startAcpid(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 // keepSession runs session again and again until ctx is done, waiting with
-// exponential backoff (minBackoff doubling to maxBackoff) between attempts;
-// the backoff starts over after a session that connected. The wait ends
-// early when the session's unix socket file (socket(), "" if none) is
-// created, and has no timer while the file is missing (WaitRetry).
-// outage is called once per outage, with the first failure, to log it.
+// reconnectBackoff between attempts and on the session's unix socket file
+// (socket(), "" if none) as reconnect.Backoff.Keep does. outage is called
+// once per outage, with the first failure, to log it.
 func (m *Monitor) keepSession(ctx context.Context, wg *sync.WaitGroup, session func(context.Context) (bool, error), socket func() string, outage func(error)) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		backoff := minBackoff
-		logged := false
-		for {
-			connected, err := session(ctx)
-			if ctx.Err() != nil {
-				return
-			}
-			if connected {
-				backoff, logged = minBackoff, false
-			}
-			if !logged {
-				outage(err)
-				logged = true
-			}
-			WaitRetry(ctx, socket(), backoff)
-			backoff = min(2*backoff, maxBackoff)
-		}
+		reconnectBackoff.Keep(ctx, socket, session, outage)
 	}()
 }
 

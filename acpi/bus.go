@@ -10,6 +10,8 @@ import (
 
 	"github.com/godbus/dbus/v5"
 	"github.com/sirupsen/logrus"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/reconnect"
 )
 
 // Names on the system bus used as hint sources.
@@ -28,11 +30,9 @@ const (
 	prepareForSleep  = logindManager + ".PrepareForSleep"
 )
 
-// Reconnect backoff for the system bus and the acpid socket.
-const (
-	minBackoff = time.Second
-	maxBackoff = time.Minute
-)
+// reconnectBackoff is the wait between attempts to reach the system bus
+// and the acpid socket.
+var reconnectBackoff = reconnect.Backoff{Min: time.Second, Max: time.Minute}
 
 // upowerDeviceProps are the UPower device properties whose change is a
 // hint: the adapter's Online, the battery's State and presence.
@@ -230,4 +230,10 @@ func (m *Monitor) checkUPower(st State) {
 	}
 	m.log.WithFields(logrus.Fields{"upower": disagree, "source": st.Power.Source, "reason": st.Power.Reason}).
 		Info("UPower disagrees with sysfs; keeping the sysfs verdict (UPower is corroboration only)")
+}
+
+// systemBusSocket is the socket the bus client (UPower, logind) connects
+// to.
+func (m *Monitor) systemBusSocket() string {
+	return reconnect.BusSocket(m.busAddress())
 }

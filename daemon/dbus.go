@@ -18,7 +18,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
-	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/internal/reconnect"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -252,66 +252,75 @@ func dialBus(ctx context.Context, bus string, timeout time.Duration, opts ...dbu
 	return nil, fmt.Errorf("the bus did not answer within %v", timeout)
 }
 
-// keepBus watches the bus connection and reconnects with exponential
-// backoff (1 s doubling to 30 s) whenever it is lost or was never made,
-// e.g. when dbus-daemon restarts. The new connection is handed to the
-// event loop, which owns d.bus. rep has seen the first attempt's failure,
-// if any; every later failure goes to it too. It returns when ctx ends.
+// busBackoff is the wait between attempts to reach the daemon's bus.
+var busBackoff = reconnect.Backoff{Min: time.Second, Max: 30 * time.Second}
+
+// keepBus watches the bus connection and reconnects with busBackoff
+// whenever it is lost or was never made, e.g. when dbus-daemon restarts.
+// There is no timer while the bus socket is missing: an idle daemon on a
+// machine without the bus does not wake to retry, and connects as soon as
+// the socket appears (reconnect.WaitSocket). The new connection is handed
+// to the event loop, which owns d.bus. cur is the first attempt's
+// connection, nil if it failed; rep has seen that failure, and every later
+// one goes to it too. It returns when ctx ends or the event loop stops.
 func (d *Daemon) keepBus(ctx context.Context, cur *busService, rep *busReporter) {
 	if d.cfg.Bus == "none" {
 		return
 	}
-	const maxBackoff = 30 * time.Second
-	backoff := time.Second
-	for {
-		if cur != nil {
-			select {
-			case <-ctx.Done():
-				return
-			case <-cur.conn.Context().Done():
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	busSocket := func() string { return reconnect.BusSocket(d.cfg.Bus) }
+	first := true
+	busBackoff.Keep(ctx, busSocket, func(ctx context.Context) (bool, error) {
+		if first {
+			first = false
+			if cur == nil {
+				return false, nil // Run made the first attempt, and rep has its failure
 			}
-			d.log.WithField("component", "dbus").Warn("lost the D-Bus connection; reconnecting")
-			lost := cur
-			d.do(ctx, func() error {
-				if d.bus == lost {
-					d.bus = nil
+		} else {
+			s, fail := d.connectBus(ctx)
+			if fail != nil {
+				if ctx.Err() == nil {
+					rep.failed(fail)
 				}
-				// Every holder's unique name died with the old bus.
-				d.cancelHoldsBecause("the bus connection was lost")
-				d.unfollow("the bus connection was lost")
-				return nil
-			})
-			lost.conn.Close()
-			cur, backoff = nil, time.Second
-		}
-		// No timer while the bus socket is missing: an idle daemon on a
-		// machine without the bus does not wake to retry, and connects as
-		// soon as the socket appears (acpi.WaitRetry).
-		acpi.WaitRetry(ctx, acpi.BusSocket(d.cfg.Bus), backoff)
-		if ctx.Err() != nil {
-			return
-		}
-		s, fail := d.connectBus(ctx)
-		if fail != nil {
-			if ctx.Err() != nil {
-				return
+				return false, fail
 			}
-			rep.failed(fail)
-			backoff = min(2*backoff, maxBackoff)
-			continue
+			rep.connected()
+			if err := d.do(ctx, func() error {
+				d.bus = s
+				s.update(d.Snapshot())
+				return nil
+			}); err != nil {
+				s.close()
+				stop() // the event loop has stopped
+				return true, err
+			}
+			cur = s
 		}
-		rep.connected()
-		if err := d.do(ctx, func() error {
-			d.bus = s
-			s.update(d.Snapshot())
+		select {
+		case <-ctx.Done():
+			return true, ctx.Err()
+		case <-cur.conn.Context().Done():
+		}
+		d.log.WithField("component", "dbus").Warn("lost the D-Bus connection; reconnecting")
+		lost := cur
+		d.do(ctx, func() error {
+			if d.bus == lost {
+				d.bus = nil
+			}
+			// Every holder's unique name died with the old bus.
+			d.cancelHoldsBecause("the bus connection was lost")
+			d.unfollow("the bus connection was lost")
 			return nil
-		}); err != nil {
-			s.close()
-			return
-		}
-		cur = s
-	}
+		})
+		lost.conn.Close()
+		cur = nil
+		return true, errBusLost
+	}, nil)
 }
+
+// errBusLost ends a bus session: the connection's context ended.
+var errBusLost = errors.New("lost the D-Bus connection")
 
 // values returns the snapshot's D-Bus property values: computed once at
 // publication, or now for a snapshot that was built by hand.

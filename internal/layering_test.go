@@ -37,13 +37,16 @@ type listed struct {
 // may depend on anything of ours. Test files may also import
 // internal/testutil.
 var layers = map[string][]string{
-	"policy":            {},
-	"sysfs":             {},
-	"systemd":           {},
-	"acpi":              {"sysfs"},
-	"daemon":            {"acpi", "sysfs", "policy", "systemd", "internal/names"},
-	"internal/names":    {},
-	"internal/testutil": {},
+	"policy":  {},
+	"sysfs":   {},
+	"systemd": {},
+	// acpi and daemon both reconnect to unix sockets (acpid, the bus) with
+	// internal/reconnect, a leaf that imports nothing of ours.
+	"acpi":               {"sysfs", "internal/reconnect"},
+	"daemon":             {"acpi", "sysfs", "policy", "systemd", "internal/names", "internal/reconnect"},
+	"internal/names":     {},
+	"internal/reconnect": {},
+	"internal/testutil":  {},
 	// schedpolicyctl talks to the daemon over D-Bus; of the daemon it may
 	// use only exported types and constants (checkClientUsesAPIOnly).
 	"cmd/schedpolicyctl": {"internal/names", "daemon", "acpi", "sysfs", "policy", "systemd"},

@@ -1,4 +1,4 @@
-package acpi
+package reconnect
 
 import (
 	"context"
@@ -23,16 +23,16 @@ func TestUnixSocketPath(t *testing.T) {
 	}
 }
 
-// TestWaitRetry: a missing socket is waited for without a timer (the
+// TestWaitSocket: a missing socket is waited for without a timer (the
 // backoff here is 1 ms), also while its directory does not exist yet, and
 // the wait ends when it is created; an existing socket waits for the
 // backoff or its re-creation, whichever comes first; without a watchable
 // directory it is the backoff.
-func TestWaitRetry(t *testing.T) {
+func TestWaitSocket(t *testing.T) {
 	root := t.TempDir()
 	wait := func(ctx context.Context, path string, backoff time.Duration) <-chan struct{} {
 		done := make(chan struct{})
-		go func() { WaitRetry(ctx, path, backoff); close(done) }()
+		go func() { WaitSocket(ctx, path, backoff); close(done) }()
 		return done
 	}
 	returned := func(done <-chan struct{}, within time.Duration) bool {

@@ -1,4 +1,4 @@
-package acpi
+package reconnect
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
-// WaitRetry waits before the next attempt to connect to the unix socket
+// WaitSocket waits before the next attempt to connect to the unix socket
 // file path, for a client that reconnects (the system bus, acpid, and the
 // daemon's own bus): until the file is created or re-created — an inotify
 // watch on its directory, or on the directory's parent while the directory
@@ -23,7 +23,7 @@ import (
 // soon as the new socket appears. Where it cannot watch (no inotify,
 // neither directory exists, path empty or relative) it waits backoff. It
 // returns early when ctx is done.
-func WaitRetry(ctx context.Context, path string, backoff time.Duration) {
+func WaitSocket(ctx context.Context, path string, backoff time.Duration) {
 	timer := time.NewTimer(backoff)
 	defer timer.Stop()
 	if path == "" || !filepath.IsAbs(path) {
@@ -120,7 +120,7 @@ func unixSocketPath(addr string) string {
 // DBUS_SYSTEM_BUS_ADDRESS, else the D-Bus specification's default
 // /var/run/dbus/system_bus_socket), "session" (DBUS_SESSION_BUS_ADDRESS)
 // or a D-Bus address; "" when it is not a unix socket path (abstract
-// sockets, tcp), for WaitRetry.
+// sockets, tcp), for WaitSocket.
 func BusSocket(bus string) string {
 	switch bus {
 	case "system":
@@ -134,8 +134,7 @@ func BusSocket(bus string) string {
 	return unixSocketPath(bus)
 }
 
-// systemBusSocket is the socket the bus client (UPower, logind) connects
-// to.
-func (m *Monitor) systemBusSocket() string {
-	return BusSocket(m.busAddress())
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
 }
