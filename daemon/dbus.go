@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"reflect"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -65,8 +64,8 @@ type busService struct {
 	// pp is the power-profiles compatibility object, nil unless enabled.
 	pp *powerProfiles
 
-	mu   sync.Mutex // guards last
-	last map[string]any
+	// properties serves and publishes Interface's properties.
+	properties *propExporter
 
 	// props caches the Variants of the last snapshot Properties was asked
 	// about (dbus_fast.go).
@@ -77,12 +76,6 @@ type busService struct {
 // its own goroutine, so they only validate, authorise and forward to the
 // event loop.
 type busObject struct{ s *busService }
-
-// propsHandler serves org.freedesktop.DBus.Properties for Interface. It is
-// ours rather than godbus's prop package because Set needs the caller, for
-// authorisation, and PropertiesChanged should carry every property that
-// changed together in one signal.
-type propsHandler struct{ s *busService }
 
 // connectBus joins the bus chosen by Config.Bus, exports the object, its
 // properties and introspection, then requests the well-known name. It
@@ -97,7 +90,8 @@ func (d *Daemon) connectBus(ctx context.Context) (*busService, *busFailure) {
 	if err != nil {
 		return nil, &busFailure{step: busConnect, err: err}
 	}
-	s := &busService{d: d, conn: conn, log: log, last: d.Snapshot().values()}
+	s := &busService{d: d, conn: conn, log: log}
+	s.properties = newPropExporter(conn, []propPlace{{ObjectPath, Interface}}, d.Snapshot().values(), s.propVariants, s.propSetters())
 	// Before anything is exported: a hold made on this connection must be
 	// able to see its holder leave (busService.addHold).
 	if err := s.watchHolders(); err != nil {
@@ -106,7 +100,7 @@ func (d *Daemon) connectBus(ctx context.Context) (*busService, *busFailure) {
 	obj := busObject{s: s}
 	for iface, v := range map[string]any{
 		Interface:                             obj,
-		"org.freedesktop.DBus.Properties":     propsHandler{s: s},
+		propsIface:                            s.properties.handler(Interface),
 		"org.freedesktop.DBus.Introspectable": introspectable(IntrospectionXML),
 	} {
 		if err := conn.Export(v, ObjectPath, iface); err != nil {
@@ -389,20 +383,8 @@ func (s *busService) update(snap Snapshot) {
 		return
 	}
 	vals := snap.values()
-	s.mu.Lock()
-	changed := map[string]dbus.Variant{}
-	for name, v := range vals {
-		if !equalValue(s.last[name], v) {
-			changed[name] = dbus.MakeVariant(v)
-		}
-	}
-	policyChanged := s.last["ActivePolicy"] != vals["ActivePolicy"]
-	s.last = vals
-	s.mu.Unlock()
-	if len(changed) > 0 {
-		s.conn.Emit(ObjectPath, "org.freedesktop.DBus.Properties.PropertiesChanged", Interface, changed, []string{})
-	}
-	if policyChanged {
+	prev := s.properties.publish(vals)
+	if prev["ActivePolicy"] != vals["ActivePolicy"] {
 		s.conn.Emit(ObjectPath, Interface+".PolicyChanged", string(snap.Policy), snap.PolicyReason)
 	}
 	s.pp.update(snap)
@@ -427,58 +409,35 @@ func (s *busService) close() {
 	s.conn.Close()
 }
 
-// Get returns one property of Interface.
-func (h propsHandler) Get(iface, name string) (dbus.Variant, *dbus.Error) {
-	if iface != Interface {
-		return dbus.Variant{}, dbus.NewError(errUnknownIface, []any{"no interface " + iface})
+// propSetters are the writable properties of Interface, PowerAware (u)
+// and PowerAwarePolicy (s), with the same rules and authorisation as the
+// methods: a value of the wrong type is InvalidArgs before authorisation.
+func (s *busService) propSetters() map[string]propSetter {
+	return map[string]propSetter{
+		"PowerAware": func(msg dbus.Message, sender dbus.Sender, v dbus.Variant) *dbus.Error {
+			u, ok := v.Value().(uint32)
+			if !ok {
+				return invalidArgs("PowerAware is of type u, got %s", v.Signature())
+			}
+			return s.authorizedWrite(msg, sender, filePowerAware, fmt.Sprint(u), "dbus")
+		},
+		"PowerAwarePolicy": func(msg dbus.Message, sender dbus.Sender, v dbus.Variant) *dbus.Error {
+			p, ok := v.Value().(string)
+			if !ok {
+				return invalidArgs("PowerAwarePolicy is of type s, got %s", v.Signature())
+			}
+			return s.authorizedWrite(msg, sender, filePowerAwarePolicy, p, "dbus")
+		},
 	}
-	v, ok := h.s.propVariants()[name]
-	if !ok {
-		return dbus.Variant{}, dbus.NewError(errUnknownProp, []any{"no property " + name})
-	}
-	return v, nil
 }
 
-// GetAll returns every property of Interface ("" means Interface too).
-func (h propsHandler) GetAll(iface string) (map[string]dbus.Variant, *dbus.Error) {
-	if iface != Interface && iface != "" {
-		return nil, dbus.NewError(errUnknownIface, []any{"no interface " + iface})
-	}
-	// The cached map is shared: godbus only reads it to encode the reply.
-	return h.s.propVariants(), nil
-}
-
-// Set writes PowerAware (u) or PowerAwarePolicy (s) with the same rules
-// and authorisation as the methods; every other property is read-only.
-func (h propsHandler) Set(msg dbus.Message, sender dbus.Sender, iface, name string, v dbus.Variant) *dbus.Error {
-	if iface != Interface {
-		return dbus.NewError(errUnknownIface, []any{"no interface " + iface})
-	}
-	var file string
-	var data string
-	switch name {
-	case "PowerAware":
-		u, ok := v.Value().(uint32)
-		if !ok {
-			return invalidArgs("PowerAware is of type u, got %s", v.Signature())
-		}
-		file, data = filePowerAware, fmt.Sprint(u)
-	case "PowerAwarePolicy":
-		p, ok := v.Value().(string)
-		if !ok {
-			return invalidArgs("PowerAwarePolicy is of type s, got %s", v.Signature())
-		}
-		file, data = filePowerAwarePolicy, p
-	default:
-		if _, ok := propertyValues(Snapshot{})[name]; !ok {
-			return dbus.NewError(errUnknownProp, []any{"no property " + name})
-		}
-		return dbus.NewError(errPropReadOnly, []any{name + " is read-only"})
-	}
-	if e := h.s.authorize(msg, sender); e != nil {
+// authorizedWrite writes data to the tree file as via (busService.write)
+// once the sender is authorised (busService.authorize).
+func (s *busService) authorizedWrite(msg dbus.Message, sender dbus.Sender, file, data, via string) *dbus.Error {
+	if e := s.authorize(msg, sender); e != nil {
 		return e
 	}
-	return h.s.write(file, data, "dbus")
+	return s.write(file, data, via)
 }
 
 // introspectable serves the committed XML plus the standard interfaces.

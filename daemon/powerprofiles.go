@@ -37,8 +37,10 @@ const (
 type powerProfiles struct {
 	s *busService
 
-	mu    sync.Mutex // guards last and holds
-	last  map[string]any
+	// properties serves and publishes the properties at both names.
+	properties *propExporter
+
+	mu    sync.Mutex // guards holds
 	holds ppHoldsCache
 }
 
@@ -47,9 +49,6 @@ type ppObject struct {
 	pp    *powerProfiles
 	iface string
 }
-
-// ppProps is org.freedesktop.DBus.Properties for one of the names.
-type ppProps struct{ o ppObject }
 
 // exportPowerProfiles exports the API at both paths and requests both names;
 // a name that cannot be owned (power-profiles-daemon itself runs) is
@@ -62,12 +61,16 @@ func exportPowerProfiles(s *busService) *powerProfiles {
 // flags ("auto" adds NameFlagAllowReplacement, ppWatch).
 func exportPowerProfilesFlags(s *busService, flags dbus.RequestNameFlags) *powerProfiles {
 	pp := &powerProfiles{s: s}
-	pp.last = pp.values(s.d.Snapshot())
+	places := make([]propPlace, len(ppNames))
+	for i, n := range ppNames {
+		places[i] = propPlace{n.path, n.name}
+	}
+	pp.properties = newPropExporter(s.conn, places, pp.values(s.d.Snapshot()), pp.variants, pp.propSetters())
 	for _, n := range ppNames {
 		o := ppObject{pp: pp, iface: n.name}
 		for iface, v := range map[string]any{
 			n.name:                                o,
-			"org.freedesktop.DBus.Properties":     ppProps{o},
+			propsIface:                            pp.properties.handler(n.name),
 			"org.freedesktop.DBus.Introspectable": introspectable(ppIntrospection(n.name)),
 		} {
 			if err := s.conn.Export(v, n.path, iface); err != nil {
@@ -177,27 +180,23 @@ func (pp *powerProfiles) values(snap Snapshot) map[string]any {
 	return ppValuesWith(snap, pp.holds.convert(snap.Holds))
 }
 
+// variants is the current property values as Variants, for Get and
+// GetAll.
+func (pp *powerProfiles) variants() map[string]dbus.Variant {
+	vals := pp.values(pp.s.d.Snapshot())
+	out := make(map[string]dbus.Variant, len(vals))
+	for k, v := range vals {
+		out[k] = dbus.MakeVariant(v)
+	}
+	return out
+}
+
 // update emits PropertiesChanged on both names for what changed.
 func (pp *powerProfiles) update(snap Snapshot) {
 	if pp == nil {
 		return
 	}
-	vals := pp.values(snap)
-	pp.mu.Lock()
-	changed := map[string]dbus.Variant{}
-	for k, v := range vals {
-		if !equalValue(pp.last[k], v) {
-			changed[k] = dbus.MakeVariant(v)
-		}
-	}
-	pp.last = vals
-	pp.mu.Unlock()
-	if len(changed) == 0 {
-		return
-	}
-	for _, n := range ppNames {
-		pp.s.conn.Emit(n.path, "org.freedesktop.DBus.Properties.PropertiesChanged", n.name, changed, []string{})
-	}
+	pp.properties.publish(pp.values(snap))
 }
 
 // released emits ProfileReleased(cookie) on both names.
@@ -262,59 +261,31 @@ func (o ppObject) ReleaseProfile(msg dbus.Message, sender dbus.Sender, cookie ui
 	}))
 }
 
-func (p ppProps) Get(iface, name string) (dbus.Variant, *dbus.Error) {
-	if iface != p.o.iface {
-		return dbus.Variant{}, dbus.NewError(errUnknownIface, []any{"no interface " + iface})
+// propSetters makes ActiveProfile writable: performance → power_aware 0,
+// balanced → 1, power-saver → 2. It is the user's explicit choice, so it
+// cancels holds. A value that is not one of the three is InvalidArgs
+// before authorisation.
+func (pp *powerProfiles) propSetters() map[string]propSetter {
+	return map[string]propSetter{
+		"ActiveProfile": func(msg dbus.Message, sender dbus.Sender, v dbus.Variant) *dbus.Error {
+			prof, ok := v.Value().(string)
+			if !ok {
+				return invalidArgs("ActiveProfile is of type s, got %s", v.Signature())
+			}
+			var mode string
+			switch prof {
+			case ppPerformance:
+				mode = "0"
+			case ppBalanced:
+				mode = "1"
+			case ppPowerSaver:
+				mode = "2"
+			default:
+				return invalidArgs("unknown profile %q (want power-saver, balanced or performance)", prof)
+			}
+			return pp.s.authorizedWrite(msg, sender, filePowerAware, mode, "power-profiles")
+		},
 	}
-	v, ok := p.o.pp.values(p.o.pp.s.d.Snapshot())[name]
-	if !ok {
-		return dbus.Variant{}, dbus.NewError(errUnknownProp, []any{"no property " + name})
-	}
-	return dbus.MakeVariant(v), nil
-}
-
-func (p ppProps) GetAll(iface string) (map[string]dbus.Variant, *dbus.Error) {
-	if iface != p.o.iface && iface != "" {
-		return nil, dbus.NewError(errUnknownIface, []any{"no interface " + iface})
-	}
-	out := map[string]dbus.Variant{}
-	for k, v := range p.o.pp.values(p.o.pp.s.d.Snapshot()) {
-		out[k] = dbus.MakeVariant(v)
-	}
-	return out, nil
-}
-
-// Set writes ActiveProfile: performance → power_aware 0, balanced → 1,
-// power-saver → 2. It is the user's explicit choice, so it cancels holds.
-func (p ppProps) Set(msg dbus.Message, sender dbus.Sender, iface, name string, v dbus.Variant) *dbus.Error {
-	if iface != p.o.iface {
-		return dbus.NewError(errUnknownIface, []any{"no interface " + iface})
-	}
-	if name != "ActiveProfile" {
-		if _, ok := ppValuesWith(Snapshot{}, nil)[name]; !ok {
-			return dbus.NewError(errUnknownProp, []any{"no property " + name})
-		}
-		return dbus.NewError(errPropReadOnly, []any{name + " is read-only"})
-	}
-	prof, ok := v.Value().(string)
-	if !ok {
-		return invalidArgs("ActiveProfile is of type s, got %s", v.Signature())
-	}
-	var mode string
-	switch prof {
-	case ppPerformance:
-		mode = "0"
-	case ppBalanced:
-		mode = "1"
-	case ppPowerSaver:
-		mode = "2"
-	default:
-		return invalidArgs("unknown profile %q (want power-saver, balanced or performance)", prof)
-	}
-	if e := p.o.pp.s.authorize(msg, sender); e != nil {
-		return e
-	}
-	return p.o.pp.s.write(filePowerAware, mode, "power-profiles")
 }
 
 func ppIntrospection(iface string) string {
