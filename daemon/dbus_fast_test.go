@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -175,4 +176,87 @@ func TestFastPropsIntercept(t *testing.T) {
 		t.Errorf("after a new snapshot: Get ActivePolicy = %v, %v", v, err)
 	}
 	typeOf()
+}
+
+// echoObject counts the calls godbus's own dispatch makes to it.
+type echoObject struct{ calls atomic.Int32 }
+
+func (o *echoObject) Echo(s string) (string, *dbus.Error) {
+	o.calls.Add(1)
+	return "dispatched " + s, nil
+}
+
+// TestGodbusSkipsAnsweredCall checks, against the godbus in go.mod, the
+// behaviour markAnswered relies on: a method call that the incoming
+// interceptor answers and marks is not dispatched (the exported method is
+// never called, no second reply is sent), and an unmarked one still is.
+// If this fails after a godbus upgrade, the fast path of dbus_fast.go
+// must go or change with it.
+func TestGodbusSkipsAnsweredCall(t *testing.T) {
+	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
+	var server *dbus.Conn
+	ready := make(chan struct{})
+	server, err := dbus.Connect(addr, dbus.WithIncomingInterceptor(func(m *dbus.Message) {
+		if m.Type != dbus.TypeMethodCall {
+			return // Connect's own Hello reply among them
+		}
+		<-ready // server is set
+		if member, _ := m.Headers[dbus.FieldMember].Value().(string); member != "Echo" {
+			return
+		}
+		if arg, _ := m.Body[0].(string); arg != "fast" {
+			return
+		}
+		server.Send(&dbus.Message{
+			Type: dbus.TypeMethodReply,
+			Headers: map[dbus.HeaderField]dbus.Variant{
+				dbus.FieldDestination: m.Headers[dbus.FieldSender],
+				dbus.FieldReplySerial: dbus.MakeVariant(m.Serial()),
+				dbus.FieldSignature:   dbus.MakeVariant(dbus.SignatureOf("")),
+			},
+			Body: []any{"answered fast"},
+		}, nil)
+		markAnswered(m)
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	close(ready)
+	obj := new(echoObject)
+	if err := server.Export(obj, "/test", "org.example.Echo"); err != nil {
+		t.Fatal(err)
+	}
+	rc := new(replyCounter)
+	client, err := dbus.Connect(addr, dbus.WithIncomingInterceptor(rc.intercept))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	o := client.Object(server.Names()[0], "/test")
+	before := rc.count() // Connect's Hello
+
+	const n = 20
+	for i := 0; i < n; i++ {
+		var got string
+		if err := o.Call("org.example.Echo.Echo", 0, "fast").Store(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != "answered fast" {
+			t.Fatalf("a marked call was answered %q, want the interceptor's %q", got, "answered fast")
+		}
+	}
+	var got string
+	if err := o.Call("org.example.Echo.Echo", 0, "slow").Store(&got); err != nil || got != "dispatched slow" {
+		t.Fatalf("an unmarked call: %q, %v; want godbus's dispatch to answer %q", got, err, "dispatched slow")
+	}
+	// The unmarked call went through a dispatch goroutine after every
+	// marked one: a dispatch of a marked call would have been counted and
+	// its reply received by now.
+	if c := obj.calls.Load(); c != 1 {
+		t.Errorf("godbus dispatched %d calls, want 1 (the unmarked one): markAnswered no longer keeps godbus from dispatching a call (godbus upgrade?)", c)
+	}
+	if r := rc.count() - before; r != n+1 {
+		t.Errorf("%d replies to %d calls: a marked call was answered twice or not at all (godbus upgrade?)", r, n+1)
+	}
 }
