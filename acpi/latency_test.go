@@ -13,7 +13,7 @@ import (
 // benchMonitor starts m on a copy of the T490 fixture (four supplies) with
 // the adapter and USB-C port offline, so BAT0's status alone decides, and
 // returns the path of BAT0/status.
-func benchMonitor(b *testing.B, events string, src ueventSource) (*Monitor, string) {
+func benchMonitor(b *testing.B, events EventSource, src ueventSource) (*Monitor, string) {
 	b.Helper()
 	root := b.TempDir()
 	srcDir := filepath.Join(fixtureDir, "tl-unplug-replug-thinkpad-t490", "sys")

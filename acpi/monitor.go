@@ -15,22 +15,48 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
-// Event source names for MonitorConfig.Events.
+// EventSource is the power-event source of MonitorConfig.Events.
+type EventSource string
+
+// Event sources.
 const (
-	EventsNetlink  = "netlink"  // kernel uevents (the real machine)
-	EventsFsnotify = "fsnotify" // inotify on the files of a mock root
-	EventsAuto     = "auto"     // netlink when FS.Root() is "/sys", else fsnotify
+	EventsNetlink  EventSource = "netlink"  // kernel uevents (the real machine)
+	EventsFsnotify EventSource = "fsnotify" // inotify on the files of a mock root
+	EventsAuto     EventSource = "auto"     // netlink when FS.Root() is "/sys", else fsnotify
 	// EventsNone opens neither: only the optional sources (UPower, acpid,
 	// logind), Poke and the timers cause re-reads.
-	EventsNone = "none"
+	EventsNone EventSource = "none"
 )
 
-// Values of MonitorConfig.UPower.
+// ParseEventSource returns the event source named s (the events key and
+// --events), or an error naming the words it accepts.
+func ParseEventSource(s string) (EventSource, error) {
+	switch e := EventSource(s); e {
+	case EventsAuto, EventsNetlink, EventsFsnotify, EventsNone:
+		return e, nil
+	}
+	return "", fmt.Errorf("events %q: want auto, netlink, fsnotify or none", s)
+}
+
+// UPowerMode is whether MonitorConfig.UPower follows UPower.
+type UPowerMode string
+
+// UPower modes.
 const (
-	UPowerAuto = "auto" // use UPower when the bus and UPower are there, quietly otherwise
-	UPowerOn   = "on"   // use UPower; warn when UPower is missing from the bus
-	UPowerOff  = "off"  // never connect to UPower
+	UPowerAuto UPowerMode = "auto" // use UPower when the bus and UPower are there, quietly otherwise
+	UPowerOn   UPowerMode = "on"   // use UPower; warn when UPower is missing from the bus
+	UPowerOff  UPowerMode = "off"  // never connect to UPower
 )
+
+// ParseUPowerMode returns the UPower mode named s (the upower key and
+// --upower), or an error naming the words it accepts.
+func ParseUPowerMode(s string) (UPowerMode, error) {
+	switch m := UPowerMode(s); m {
+	case UPowerAuto, UPowerOn, UPowerOff:
+		return m, nil
+	}
+	return "", fmt.Errorf("upower %q: want auto, on or off", s)
+}
 
 // Defaults applied by NewMonitor to zero MonitorConfig fields.
 const (
@@ -58,7 +84,7 @@ type MonitorConfig struct {
 	FS sysfs.FS
 	// Events selects the event source: EventsNetlink, EventsFsnotify,
 	// EventsNone or EventsAuto; "" means EventsAuto.
-	Events string
+	Events EventSource
 	// Debounce is how long after the first hint of a burst the state is
 	// re-read; a burst within the window gives one re-read. Default
 	// DefaultDebounce (500ms) when 0.
@@ -86,7 +112,7 @@ type MonitorConfig struct {
 	// announces only triggers a re-read of sysfs, and its OnBattery value
 	// is recorded in State.UPowerOnBattery for corroboration (see
 	// docs/POWER_SOURCE.md).
-	UPower string
+	UPower UPowerMode
 	// Logind subscribes to logind's PrepareForSleep on the system bus and
 	// re-reads everything (power state and a CPUHotplug hint) after resume,
 	// since events during sleep are lost.
@@ -147,8 +173,8 @@ func (s State) same(o State) bool {
 // concurrent use.
 type Monitor struct {
 	cfg         MonitorConfig
-	autoNet     bool   // Interval was 0: run the safety net only when needSafetyNet says so
-	mode        string // the event source in use (EventsNetlink, EventsFsnotify, EventsNone), set by Run
+	autoNet     bool        // Interval was 0: run the safety net only when needSafetyNet says so
+	mode        EventSource // the event source in use (EventsNetlink, EventsFsnotify, EventsNone), set by Run
 	log         logrus.FieldLogger
 	openUevents func() (ueventSource, error)
 

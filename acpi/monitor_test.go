@@ -446,7 +446,7 @@ func TestMonitorSafetyNetAutomatic(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		fixture string
-		events  string
+		events  EventSource
 		open    func() (ueventSource, error)
 		want    int64 // re-reads after the start read
 	}{
@@ -492,7 +492,7 @@ func TestNeedSafetyNet(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		interval time.Duration
-		mode     string
+		mode     EventSource
 		sources  int32
 		st       State
 		want     bool

@@ -18,7 +18,7 @@ import (
 // power-profiles daemon with amd-pstate): nothing is written then.
 func (d *Daemon) applyBoost() {
 	mode := d.cfg.BoostOnBattery
-	if mode == "keep" || d.boostUncontrollable {
+	if mode == BoostKeep || d.boostUncontrollable {
 		return
 	}
 	owner := d.boostOwner()
@@ -43,7 +43,7 @@ func (d *Daemon) applyBoost() {
 			return
 		}
 	}
-	on := mode == "on"
+	on := mode == BoostEnable
 	if err := d.fs.SetBoost(on); err != nil {
 		d.onBoostError(err)
 		return

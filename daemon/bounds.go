@@ -16,11 +16,11 @@ const (
 	// Config means DefaultDebounce (500 ms).
 	MinDebounce time.Duration = 0
 	MaxDebounce               = time.Minute
-	// SafetyInterval (config recheck_interval, flag --recheck-interval):
+	// RecheckInterval (config recheck_interval, flag --recheck-interval):
 	// a positive value is 1 s to 24 h; 0 means automatic and any negative
 	// value never.
-	MinSafetyInterval = time.Second
-	MaxSafetyInterval = 24 * time.Hour
+	MinRecheckInterval = time.Second
+	MaxRecheckInterval = 24 * time.Hour
 	// SampleInterval (config sample_interval, flag --sample-interval):
 	// 10 ms to 1 h (an hour is, in effect, no periodic sampling); 0 in
 	// Config means DefaultSampleInterval (1 s).
@@ -85,14 +85,14 @@ func CheckDebounce(d time.Duration) error {
 	return checkRange(d, MinDebounce, MaxDebounce, "")
 }
 
-// CheckSafetyInterval returns nil when d is a valid SafetyInterval: 0
-// (automatic), negative (never), or MinSafetyInterval to
-// MaxSafetyInterval; else a *RangeError.
-func CheckSafetyInterval(d time.Duration) error {
+// CheckRecheckInterval returns nil when d is a valid RecheckInterval: 0
+// (automatic), negative (never), or MinRecheckInterval to
+// MaxRecheckInterval; else a *RangeError.
+func CheckRecheckInterval(d time.Duration) error {
 	if d <= 0 {
 		return nil
 	}
-	return checkRange(d, MinSafetyInterval, MaxSafetyInterval, "0: automatic, negative: never")
+	return checkRange(d, MinRecheckInterval, MaxRecheckInterval, "0: automatic, negative: never")
 }
 
 // CheckSampleInterval returns nil when d is a valid SampleInterval
@@ -128,7 +128,7 @@ func checkBounds(cfg Config) error {
 		check func(time.Duration) error
 	}{
 		{"Debounce", cfg.Debounce, CheckDebounce},
-		{"SafetyInterval", cfg.SafetyInterval, CheckSafetyInterval},
+		{"RecheckInterval", cfg.RecheckInterval, CheckRecheckInterval},
 		{"SampleInterval", cfg.SampleInterval, CheckSampleInterval},
 		{"Settle", cfg.Settle, CheckSettle},
 		{"UtilHalfLife", cfg.UtilHalfLife, CheckUtilHalfLife},

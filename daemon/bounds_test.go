@@ -28,12 +28,12 @@ func TestNewBounds(t *testing.T) {
 		{"Debounce", -ns, "config Debounce -1ns: must be at least 0s and at most 1m", 0},
 		{"Debounce", MaxDebounce + ns, "config Debounce 1m0.000000001s: must be at least 0s and at most 1m", 0},
 		{"Debounce", huge, "config Debounce 2562047h0m0s: must be at least 0s and at most 1m", 0},
-		{"SafetyInterval", 0, "", 0},
-		{"SafetyInterval", -huge, "", -huge},
-		{"SafetyInterval", MinSafetyInterval, "", MinSafetyInterval},
-		{"SafetyInterval", MaxSafetyInterval, "", MaxSafetyInterval},
-		{"SafetyInterval", MinSafetyInterval - ns, "config SafetyInterval 999.999999ms: must be at least 1s and at most 24h (0: automatic, negative: never)", 0},
-		{"SafetyInterval", huge, "config SafetyInterval 2562047h0m0s: must be at least 1s and at most 24h (0: automatic, negative: never)", 0},
+		{"RecheckInterval", 0, "", 0},
+		{"RecheckInterval", -huge, "", -huge},
+		{"RecheckInterval", MinRecheckInterval, "", MinRecheckInterval},
+		{"RecheckInterval", MaxRecheckInterval, "", MaxRecheckInterval},
+		{"RecheckInterval", MinRecheckInterval - ns, "config RecheckInterval 999.999999ms: must be at least 1s and at most 24h (0: automatic, negative: never)", 0},
+		{"RecheckInterval", huge, "config RecheckInterval 2562047h0m0s: must be at least 1s and at most 24h (0: automatic, negative: never)", 0},
 		{"SampleInterval", 0, "", DefaultSampleInterval},
 		{"SampleInterval", MinSampleInterval, "", MinSampleInterval},
 		{"SampleInterval", MaxSampleInterval, "", MaxSampleInterval},
@@ -57,7 +57,7 @@ func TestNewBounds(t *testing.T) {
 		t.Run(c.field+"="+c.v.String(), func(t *testing.T) {
 			cfg := Config{SysfsRoot: t.TempDir(), StateDir: t.TempDir(), TreeDir: t.TempDir(), Bus: "none"}
 			field := map[string]*time.Duration{
-				"Debounce": &cfg.Debounce, "SafetyInterval": &cfg.SafetyInterval, "SampleInterval": &cfg.SampleInterval,
+				"Debounce": &cfg.Debounce, "RecheckInterval": &cfg.RecheckInterval, "SampleInterval": &cfg.SampleInterval,
 				"Settle": &cfg.Settle, "UtilHalfLife": &cfg.UtilHalfLife,
 			}
 			*field[c.field] = c.v
@@ -72,7 +72,7 @@ func TestNewBounds(t *testing.T) {
 				t.Fatalf("New: %v", err)
 			}
 			kept := map[string]time.Duration{
-				"Debounce": d.cfg.Debounce, "SafetyInterval": d.cfg.SafetyInterval, "SampleInterval": d.cfg.SampleInterval,
+				"Debounce": d.cfg.Debounce, "RecheckInterval": d.cfg.RecheckInterval, "SampleInterval": d.cfg.SampleInterval,
 				"Settle": d.cfg.Settle, "UtilHalfLife": d.cfg.UtilHalfLife,
 			}
 			if kept[c.field] != c.got {

@@ -12,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
@@ -50,7 +51,12 @@ func TestBusFailureEachKindLogged(t *testing.T) {
 	addr := "unix:path=" + testutil.EscapeAddressValue(filepath.Join(dir, "bus"))
 	log := testutil.Logger(t)
 	hook := logtest.NewLocal(log)
-	m.startWith(t, func(c *Config) { c.Bus = addr; c.Log = log })
+	// UPower off, as this test ran before the zero Config followed UPower:
+	// with the UPower client also waiting for the socket, the daemon's own
+	// attempt sometimes fails with ECONNREFUSED as the bus comes up, a
+	// third kind of failure (not understood yet; the binary, which always
+	// followed UPower, can log it too).
+	m.startWith(t, func(c *Config) { c.Bus = addr; c.Log = log; c.UPower = acpi.UPowerOff })
 
 	connect := "no D-Bus connection"
 	refused := "the bus refused us " + BusName

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // listTree lists every path below dir, relative to it, sorted.
@@ -33,7 +34,7 @@ func listTree(t *testing.T, dir string) []string {
 
 // runAndStop starts the daemon on m with the tree at treeDir and stops it
 // cleanly.
-func runAndStop(t *testing.T, m mockLaptop, treeDir, backend string) {
+func runAndStop(t *testing.T, m mockLaptop, treeDir string, backend sysfs.Backend) {
 	t.Helper()
 	_, cancel, done := m.startCfg(t, func(c *Config) { c.TreeDir, c.TreeBackend, c.CgroupRoot = treeDir, backend, "" })
 	cancel()
@@ -55,8 +56,8 @@ func runAndStop(t *testing.T, m mockLaptop, treeDir, backend string) {
 // file (someone else's) stays, and so do directories above it that were
 // there before.
 func TestCleanStopLeavesNothing(t *testing.T) {
-	for _, backend := range []string{"plain", "fuse"} {
-		t.Run(backend, func(t *testing.T) {
+	for _, backend := range []sysfs.Backend{sysfs.BackendPlain, sysfs.BackendFUSE} {
+		t.Run(string(backend), func(t *testing.T) {
 			if backend == "fuse" {
 				needFUSE(t)
 			}
@@ -100,7 +101,7 @@ func TestSecondDaemonKeepsFirstsLock(t *testing.T) {
 	m.start(t)
 	second := newMockLaptop(t)
 	d, err := New(Config{SysfsRoot: second.sys, TreeDir: m.tree, TreeBackend: "plain", StateDir: second.state, Bus: "none",
-		Events: "none", SafetyInterval: -1, Log: testutil.Logger(t)})
+		Events: "none", RecheckInterval: -1, Log: testutil.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

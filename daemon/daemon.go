@@ -27,12 +27,37 @@ const (
 	DefaultTreeDir  = "/run/schedpolicyd/sysfs"
 	DefaultStateDir = "/var/lib/schedpolicyd"
 	DefaultDebounce = 500 * time.Millisecond
-	// DefaultSafetyInterval (0) is automatic: the power monitor re-reads
+	// DefaultRecheckInterval (0) is automatic: the power monitor re-reads
 	// every acpi.DefaultInterval (60 s) only while its event sources do not
 	// cover the machine (acpi.MonitorConfig.Interval).
-	DefaultSafetyInterval time.Duration = 0
-	DefaultSampleInterval               = policy.DefaultSamplePeriod
+	DefaultRecheckInterval time.Duration = 0
+	DefaultSampleInterval                = policy.DefaultSamplePeriod
+	// DefaultUPower: follow UPower while it is on the bus.
+	DefaultUPower = acpi.UPowerAuto
+	// DefaultBoostOnBattery: never touch boost.
+	DefaultBoostOnBattery = BoostKeep
 )
+
+// BoostMode is Config.BoostOnBattery, the boost_on_battery setting.
+type BoostMode string
+
+// Boost modes: on battery cpufreq boost is left alone, disabled or
+// enabled.
+const (
+	BoostKeep    BoostMode = "keep"
+	BoostDisable BoostMode = "off"
+	BoostEnable  BoostMode = "on"
+)
+
+// ParseBoostMode returns the boost mode named s (the boost_on_battery key
+// and --boost-on-battery), or an error naming the words it accepts.
+func ParseBoostMode(s string) (BoostMode, error) {
+	switch m := BoostMode(s); m {
+	case BoostKeep, BoostDisable, BoostEnable:
+		return m, nil
+	}
+	return "", fmt.Errorf("boost_on_battery %q: want keep, off or on", s)
+}
 
 // Config is everything the daemon needs; cmd/schedpolicyd fills it from
 // flags. Zero durations take the defaults above.
@@ -54,8 +79,8 @@ type Config struct {
 	ProcRoot string
 	// TreeDir is where the virtual sysfs tree is served.
 	TreeDir string
-	// TreeBackend is "auto", "fuse" or "plain".
-	TreeBackend string
+	// TreeBackend is how the tree is served ("" means sysfs.BackendAuto).
+	TreeBackend sysfs.Backend
 	// StateDir holds state.json.
 	StateDir string
 	// Bus is the one D-Bus the daemon uses, for its own name and for the
@@ -63,16 +88,16 @@ type Config struct {
 	// or "none" for no D-Bus at all (UPower and Logind are then off; UPower
 	// "on" is an error).
 	Bus string
-	// Events is the power-event source: "auto", "netlink" or "fsnotify".
-	Events string
+	// Events is the power-event source ("" means acpi.EventsAuto).
+	Events acpi.EventSource
 	// Debounce delays a re-read after an event (default 500 ms; at most
 	// MaxDebounce, bounds.go).
 	Debounce time.Duration
-	// SafetyInterval re-reads the power source even without events: 0
+	// RecheckInterval re-reads the power source even without events: 0
 	// (default) automatic — every 60 s, only while no event source covers
 	// the machine; positive: always at that period; negative: never (see
 	// acpi.MonitorConfig.Interval).
-	SafetyInterval time.Duration
+	RecheckInterval time.Duration
 	// SampleInterval is the workload utilisation sampling period while
 	// any workload is busy (default 1 s; MinSampleInterval to
 	// MaxSampleInterval, bounds.go); sampling stops while every workload is
@@ -86,13 +111,14 @@ type Config struct {
 	// state.json (config keys power_aware, power_aware_policy).
 	DefaultKnob *policy.Knob
 	// BoostOnBattery manages cpufreq boost on power-source changes:
-	// "keep" (default: never touch it), "off" or "on" on battery; on AC
-	// the value found at start-up is restored, and on exit.
-	BoostOnBattery string
-	// UPower ("auto", "on", "off"), Logind and AcpidSocket ("" = off)
-	// enable the optional power event sources of package acpi; all of them
-	// only trigger a re-read of sysfs. UPower and Logind use Bus.
-	UPower      string
+	// BoostKeep (the default: never touch it), BoostDisable or
+	// BoostEnable on battery; on AC the value found at start-up is restored, and on exit.
+	BoostOnBattery BoostMode
+	// UPower ("" means DefaultUPower, acpi.UPowerAuto), Logind and
+	// AcpidSocket ("" = off) enable the optional power event sources of
+	// package acpi; all of them only trigger a re-read of sysfs. UPower and
+	// Logind use Bus.
+	UPower      acpi.UPowerMode
 	Logind      bool
 	AcpidSocket string
 	// Settle is the extra re-read after an event-driven one (acpi
@@ -247,13 +273,10 @@ type Daemon struct {
 	started time.Time    // when Run began
 }
 
-// New validates cfg and returns a daemon that has not started anything.
-// Zero durations take their defaults; a duration out of its bounds (see
-// MinDebounce and the rest in bounds.go, e.g. a SampleInterval above
-// MaxSampleInterval) is an error naming the field, as are unknown words in
-// TreeBackend, Events, BoostOnBattery and UPower, UPower "on" with Bus
-// "none", an invalid DefaultKnob and a SysfsRoot that is not a directory.
-func New(cfg Config) (*Daemon, error) {
+// resolveConfig is New's validation: cfg with its defaults filled in and
+// the sysfs tree at SysfsRoot, or the error New returns. It starts
+// nothing; Reload validates a new configuration with it.
+func resolveConfig(cfg Config) (Config, sysfs.FS, error) {
 	if cfg.Log == nil {
 		l := logrus.New()
 		l.Out = os.Stderr
@@ -269,7 +292,7 @@ func New(cfg Config) (*Daemon, error) {
 		cfg.TreeDir = DefaultTreeDir
 	}
 	if cfg.TreeBackend == "" {
-		cfg.TreeBackend = "auto"
+		cfg.TreeBackend = sysfs.BackendAuto
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = DefaultStateDir
@@ -278,7 +301,7 @@ func New(cfg Config) (*Daemon, error) {
 		cfg.Bus = "system"
 	}
 	if cfg.Events == "" {
-		cfg.Events = "auto"
+		cfg.Events = acpi.EventsAuto
 	}
 	if cfg.Debounce == 0 {
 		cfg.Debounce = DefaultDebounce
@@ -290,24 +313,13 @@ func New(cfg Config) (*Daemon, error) {
 		cfg.UtilHalfLife = policy.DefaultHalfLife
 	}
 	if err := checkBounds(cfg); err != nil {
-		return nil, err
+		return Config{}, sysfs.FS{}, err
 	}
-	switch cfg.TreeBackend {
-	case "auto", "fuse", "plain":
-	default:
-		return nil, fmt.Errorf("tree backend %q: want auto, fuse or plain", cfg.TreeBackend)
+	if cfg.BoostOnBattery == "" {
+		cfg.BoostOnBattery = DefaultBoostOnBattery
 	}
-	switch cfg.Events {
-	case "auto", "netlink", "fsnotify", "none":
-	default:
-		return nil, fmt.Errorf("events %q: want auto, netlink, fsnotify or none", cfg.Events)
-	}
-	switch cfg.BoostOnBattery {
-	case "":
-		cfg.BoostOnBattery = "keep"
-	case "keep", "off", "on":
-	default:
-		return nil, fmt.Errorf("boost_on_battery %q: want keep, off or on", cfg.BoostOnBattery)
+	if err := cfg.checkWords(); err != nil {
+		return Config{}, sysfs.FS{}, err
 	}
 	switch cfg.Placement {
 	case "":
@@ -316,38 +328,51 @@ func New(cfg Config) (*Daemon, error) {
 	case PlacementSystemd:
 		cfg.CgroupRoot = "" // units, not a managed parent
 	default:
-		return nil, fmt.Errorf("placement %q: want %s or %s", cfg.Placement, PlacementCgroupfs, PlacementSystemd)
+		return Config{}, sysfs.FS{}, fmt.Errorf("placement %q: want %s or %s", cfg.Placement, PlacementCgroupfs, PlacementSystemd)
 	}
 	for _, sl := range cfg.Manage {
 		if !strings.HasSuffix(sl, ".slice") || strings.ContainsAny(sl, "/ \x00") || sl == ".slice" {
-			return nil, fmt.Errorf("manage: %q is not the name of a slice (NAME.slice)", sl)
+			return Config{}, sysfs.FS{}, fmt.Errorf("manage: %q is not the name of a slice (NAME.slice)", sl)
 		}
 	}
-	switch cfg.UPower {
-	case "":
-		cfg.UPower = "off"
-	case "auto", "on", "off":
-	default:
-		return nil, fmt.Errorf("upower %q: want auto, on or off", cfg.UPower)
+	if cfg.UPower == "" {
+		cfg.UPower = DefaultUPower
 	}
-	if cfg.Bus == "none" && cfg.UPower == "on" {
-		return nil, errors.New(`upower "on" needs D-Bus, and bus is "none": use upower "auto" or "off", or another bus`)
+	if _, err := acpi.ParseUPowerMode(string(cfg.UPower)); err != nil {
+		return Config{}, sysfs.FS{}, err
+	}
+	if cfg.Bus == "none" && cfg.UPower == acpi.UPowerOn {
+		return Config{}, sysfs.FS{}, errors.New(`upower "on" needs D-Bus, and bus is "none": use upower "auto" or "off", or another bus`)
 	}
 	if cfg.DefaultKnob != nil {
 		if err := cfg.DefaultKnob.Validate(); err != nil {
-			return nil, fmt.Errorf("default knob: %w", err)
+			return Config{}, sysfs.FS{}, fmt.Errorf("default knob: %w", err)
 		}
 	}
 	if err := CheckMetricsTextfile(cfg.MetricsTextfile); err != nil {
-		return nil, err
+		return Config{}, sysfs.FS{}, err
 	}
 	if err := checkPowerProfiles(&cfg); err != nil {
-		return nil, err
+		return Config{}, sysfs.FS{}, err
 	}
 	if cfg.LowBattery < 0 || cfg.LowBattery > 100 {
-		return nil, fmt.Errorf("low_battery %d: want a percentage 1 to 100, or 0 for off", cfg.LowBattery)
+		return Config{}, sysfs.FS{}, fmt.Errorf("low_battery %d: want a percentage 1 to 100, or 0 for off", cfg.LowBattery)
 	}
 	fs, err := sysfs.NewFS(cfg.SysfsRoot)
+	if err != nil {
+		return Config{}, sysfs.FS{}, err
+	}
+	return cfg, fs, nil
+}
+
+// New validates cfg and returns a daemon that has not started anything.
+// Zero durations take their defaults; a duration out of its bounds (see
+// MinDebounce and the rest in bounds.go, e.g. a SampleInterval above
+// MaxSampleInterval) is an error naming the field, as are unknown words in
+// TreeBackend, Events, BoostOnBattery and UPower, UPower "on" with Bus
+// "none", an invalid DefaultKnob and a SysfsRoot that is not a directory.
+func New(cfg Config) (*Daemon, error) {
+	cfg, fs, err := resolveConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -371,6 +396,20 @@ func New(cfg Config) (*Daemon, error) {
 		d.units.save = d.pl.save
 	}
 	return d, nil
+}
+
+// checkWords returns the error of the first of TreeBackend, Events and
+// BoostOnBattery that is not one of its words (the same message the flags
+// give).
+func (cfg Config) checkWords() error {
+	if _, err := sysfs.ParseBackend(string(cfg.TreeBackend)); err != nil {
+		return err
+	}
+	if _, err := acpi.ParseEventSource(string(cfg.Events)); err != nil {
+		return err
+	}
+	_, err := ParseBoostMode(string(cfg.BoostOnBattery))
+	return err
 }
 
 // Ready is closed once the daemon is fully up (tree served, bus joined,
@@ -540,7 +579,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	bus, upower, logind := d.monitorBus()
 	d.mon = acpi.NewMonitor(acpi.MonitorConfig{
-		FS: d.fs, Events: d.cfg.Events, Debounce: d.cfg.Debounce, Interval: d.cfg.SafetyInterval,
+		FS: d.fs, Events: d.cfg.Events, Debounce: d.cfg.Debounce, Interval: d.cfg.RecheckInterval,
 		Settle: d.cfg.Settle, UPower: upower, Logind: logind, AcpidSocket: d.cfg.AcpidSocket,
 		Bus: bus, Log: d.log.WithField("component", "acpi"),
 	})
@@ -713,7 +752,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 // own bus (Config.Bus: the one bus the daemon uses, for its name and for
 // the UPower and logind hints alike) with the configured UPower and Logind;
 // with "none", no bus at all — both off, nothing connects.
-func (d *Daemon) monitorBus() (bus, upower string, logind bool) {
+func (d *Daemon) monitorBus() (bus string, upower acpi.UPowerMode, logind bool) {
 	if d.cfg.Bus == "none" {
 		return "", acpi.UPowerOff, false
 	}
@@ -830,11 +869,10 @@ func (d *Daemon) stateWith(k policy.Knob) State {
 // at the next start. It returns an error only for an invalid cfg or a
 // stopped daemon; nothing changes then.
 func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
-	probe, err := New(cfg) // the same validation and defaults as at start
+	nc, _, err := resolveConfig(cfg) // the same validation and defaults as at start
 	if err != nil {
 		return err
 	}
-	nc := probe.cfg
 	return d.do(ctx, func() error {
 		old := d.cfg
 		var restart []string
@@ -842,7 +880,7 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 			"sysfs_root": nc.SysfsRoot != old.SysfsRoot, "cgroup_root": nc.CgroupRoot != old.CgroupRoot,
 			"tree_dir": nc.TreeDir != old.TreeDir, "tree_backend": nc.TreeBackend != old.TreeBackend,
 			"state_dir": nc.StateDir != old.StateDir, "bus": nc.Bus != old.Bus, "events": nc.Events != old.Events,
-			"debounce": nc.Debounce != old.Debounce, "recheck_interval": nc.SafetyInterval != old.SafetyInterval,
+			"debounce": nc.Debounce != old.Debounce, "recheck_interval": nc.RecheckInterval != old.RecheckInterval,
 			"upower": nc.UPower != old.UPower, "logind": nc.Logind != old.Logind, "acpid_socket": nc.AcpidSocket != old.AcpidSocket,
 			"placement": nc.Placement != old.Placement, "manage": !reflect.DeepEqual(nc.Manage, old.Manage),
 		} {
@@ -869,7 +907,7 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 		}
 		if nc.BoostOnBattery != old.BoostOnBattery {
 			d.cfg.BoostOnBattery = nc.BoostOnBattery
-			if nc.BoostOnBattery == "keep" {
+			if nc.BoostOnBattery == BoostKeep {
 				d.restoreBoost()
 			}
 			d.boostUncontrollable = false

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
@@ -83,7 +84,7 @@ func (m mockLaptop) startCfg(t *testing.T, edit func(*Config)) (*Daemon, context
 	cfg := Config{
 		SysfsRoot: m.sys, CgroupRoot: m.managed, TreeDir: m.tree, TreeBackend: "plain",
 		StateDir: m.state, Bus: "none", Events: "fsnotify", Debounce: 20 * time.Millisecond,
-		SafetyInterval: -1, SampleInterval: 50 * time.Millisecond, UtilHalfLife: 100 * time.Millisecond,
+		RecheckInterval: -1, SampleInterval: 50 * time.Millisecond, UtilHalfLife: 100 * time.Millisecond,
 		Log: log,
 	}
 	if edit != nil {
@@ -260,6 +261,58 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("%s: New accepted %+v", name, cfg)
 		}
+	}
+}
+
+// TestSettingWords: each setting's words parse to its typed value, and any
+// other word is refused with the message New gives for it; the zero
+// Config takes the same defaults as the command line and the file.
+func TestSettingWords(t *testing.T) {
+	for _, tc := range []struct {
+		parse func(string) (string, error)
+		words []string
+		bad   string
+		want  string
+	}{
+		{func(s string) (string, error) { v, err := sysfs.ParseBackend(s); return string(v), err },
+			[]string{"auto", "fuse", "plain"}, "nfs", `tree backend "nfs": want auto, fuse or plain`},
+		{func(s string) (string, error) { v, err := acpi.ParseEventSource(s); return string(v), err },
+			[]string{"auto", "netlink", "fsnotify", "none"}, "poll", `events "poll": want auto, netlink, fsnotify or none`},
+		{func(s string) (string, error) { v, err := ParseBoostMode(s); return string(v), err },
+			[]string{"keep", "off", "on"}, "", `boost_on_battery "": want keep, off or on`},
+		{func(s string) (string, error) { v, err := acpi.ParseUPowerMode(s); return string(v), err },
+			[]string{"auto", "on", "off"}, "On", `upower "On": want auto, on or off`},
+	} {
+		for _, w := range tc.words {
+			if got, err := tc.parse(w); err != nil || got != w {
+				t.Errorf("parse %q = %q, %v; want %q", w, got, err, w)
+			}
+		}
+		if got, err := tc.parse(tc.bad); err == nil || err.Error() != tc.want || got != "" {
+			t.Errorf("parse %q = %q, %v; want the error %q", tc.bad, got, err, tc.want)
+		}
+	}
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{SysfsRoot: dir, TreeBackend: "nfs"}, `tree backend "nfs": want auto, fuse or plain`},
+		{Config{SysfsRoot: dir, Events: "poll"}, `events "poll": want auto, netlink, fsnotify or none`},
+		{Config{SysfsRoot: dir, BoostOnBattery: "maybe"}, `boost_on_battery "maybe": want keep, off or on`},
+		{Config{SysfsRoot: dir, UPower: "yes"}, `upower "yes": want auto, on or off`},
+	} {
+		if _, err := New(tc.cfg); err == nil || err.Error() != tc.want {
+			t.Errorf("New(%+v) = %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+	cfg, _, err := resolveConfig(Config{SysfsRoot: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.TreeBackend != sysfs.BackendAuto || cfg.Events != acpi.EventsAuto || cfg.BoostOnBattery != BoostKeep || cfg.UPower != acpi.UPowerAuto {
+		t.Errorf("defaults: tree %q, events %q, boost %q, upower %q; want auto, auto, keep, auto (the command line's)",
+			cfg.TreeBackend, cfg.Events, cfg.BoostOnBattery, cfg.UPower)
 	}
 }
 

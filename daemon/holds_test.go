@@ -411,7 +411,7 @@ func benchDaemon(b *testing.B, ppAPI bool) (*Daemon, string) {
 	log.SetLevel(logrus.WarnLevel)
 	d, err := New(Config{
 		SysfsRoot: sys, CgroupRoot: "", TreeDir: filepath.Join(dir, "tree"), TreeBackend: "plain",
-		StateDir: filepath.Join(dir, "state"), Bus: addr, Events: "fsnotify", SafetyInterval: -1,
+		StateDir: filepath.Join(dir, "state"), Bus: addr, Events: "fsnotify", RecheckInterval: -1,
 		Settle: -1, PowerProfilesAPI: ppMode(ppAPI), Log: log,
 	})
 	if err != nil {

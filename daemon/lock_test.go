@@ -86,7 +86,7 @@ func startOutcome(t *testing.T, cfg Config) error {
 // quietCfg is a daemon without placement, bus or events on m's machine.
 func quietCfg(m mockLaptop, tree, state string) Config {
 	return Config{SysfsRoot: m.sys, CgroupRoot: "", TreeDir: tree, TreeBackend: "plain",
-		StateDir: state, Bus: "none", Events: "none", SafetyInterval: -1}
+		StateDir: state, Bus: "none", Events: "none", RecheckInterval: -1}
 }
 
 // holderOf returns the pid /proc/locks lists as holding a flock on path.

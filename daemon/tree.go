@@ -147,7 +147,7 @@ func (d *Daemon) writeFile(ctx context.Context, file string, data []byte, via st
 
 // treeOptions are the options the tree is served with, on the given
 // backend.
-func (d *Daemon) treeOptions(ctx context.Context, backend string) sysfs.TreeOptions {
+func (d *Daemon) treeOptions(ctx context.Context, backend sysfs.Backend) sysfs.TreeOptions {
 	return sysfs.TreeOptions{
 		Dir: d.cfg.TreeDir, Files: treeFiles, Handler: treeHandler{d: d, ctx: ctx}, Backend: backend,
 		OnPlainRejected: func(path string, data []byte, err error) {
@@ -178,7 +178,7 @@ func (d *Daemon) remountTree(ctx context.Context) <-chan struct{} {
 	old := d.tree
 	d.tree = nil
 	log := d.log.WithField("dir", d.cfg.TreeDir)
-	serve := func(backend string) (sysfs.Tree, error) {
+	serve := func(backend sysfs.Backend) (sysfs.Tree, error) {
 		opts := d.treeOptions(ctx, backend)
 		opts.Previous = old
 		return sysfs.ServeTree(opts)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // TestTreeWorkloadsFile: the tree's read-only workloads file lists every
@@ -23,7 +24,7 @@ func TestTreeWorkloadsFile(t *testing.T) {
 				needFUSE(t)
 			}
 			m := newMockLaptop(t)
-			d := m.startWith(t, func(c *Config) { c.TreeBackend = backend })
+			d := m.startWith(t, func(c *Config) { c.TreeBackend = sysfs.Backend(backend) })
 			file := filepath.Join(m.tree, TreePrefix, fileWorkloads)
 			cpus := func(name string) string { return testutil.ReadTrim(t, filepath.Join(m.managed, name, "cpuset.cpus")) }
 			read := func() string {

@@ -15,13 +15,27 @@ import (
 // plain files watched with fsnotify. The attribute semantics mimicked are those
 // of kernel sysfs (platform.md §7.1).
 
-// Tree backends, as accepted in TreeOptions.Backend and returned by
-// Tree.Backend.
+// Backend is how the tree is served: BackendAuto, BackendFUSE or
+// BackendPlain, as accepted in TreeOptions.Backend and (FUSE or plain)
+// returned by Tree.Backend.
+type Backend string
+
+// Tree backends.
 const (
-	BackendAuto  = "auto"
-	BackendFUSE  = "fuse"
-	BackendPlain = "plain"
+	BackendAuto  Backend = "auto"
+	BackendFUSE  Backend = "fuse"
+	BackendPlain Backend = "plain"
 )
+
+// ParseBackend returns the backend named s (the tree_backend key and
+// --tree-backend), or an error naming the words it accepts.
+func ParseBackend(s string) (Backend, error) {
+	switch b := Backend(s); b {
+	case BackendAuto, BackendFUSE, BackendPlain:
+		return b, nil
+	}
+	return "", fmt.Errorf("tree backend %q: want auto, fuse or plain", s)
+}
 
 // maxAttrWrite is the largest single write(2) an attribute accepts, PAGE_SIZE
 // on x86 (platform.md §7.1). Longer writes fail with EINVAL before the handler
@@ -72,7 +86,7 @@ type TreeOptions struct {
 	// It cannot refuse a write: the writer always succeeds, and an invalid
 	// value is reverted afterwards (see OnPlainRejected). Root can write the
 	// 0444 files; such writes are reverted with EACCES.
-	Backend string
+	Backend Backend
 	// OnPlainRejected, if set, is called when the plain backend reverted an invalid write.
 	// It runs on the watcher goroutine and may call Tree.Changed but not Tree.Close.
 	OnPlainRejected func(path string, data []byte, err error)
@@ -91,7 +105,7 @@ type TreeOptions struct {
 
 // Tree is a served tree.
 type Tree interface {
-	Backend() string // "fuse" or "plain"
+	Backend() Backend // BackendFUSE or BackendPlain
 	Dir() string
 	// Changed tells the tree that the handler's content changed. FUSE: nothing to do (reads are
 	// generated per read, direct I/O). Plain: rewrite the files whose content differs (without

@@ -201,8 +201,8 @@ func (t *fuseTree) build(ctx context.Context, root *fs.Inode, files []TreeFile) 
 	}
 }
 
-func (t *fuseTree) Backend() string { return BackendFUSE }
-func (t *fuseTree) Dir() string     { return t.dir }
+func (t *fuseTree) Backend() Backend { return BackendFUSE }
+func (t *fuseTree) Dir() string      { return t.dir }
 
 var _ GoneNotifier = (*fuseTree)(nil)
 

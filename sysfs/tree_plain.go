@@ -119,8 +119,8 @@ func servePlain(opts TreeOptions) (*plainTree, error) {
 	return t, nil
 }
 
-func (t *plainTree) Backend() string { return BackendPlain }
-func (t *plainTree) Dir() string     { return t.dir }
+func (t *plainTree) Backend() Backend { return BackendPlain }
+func (t *plainTree) Dir() string      { return t.dir }
 
 // Changed rewrites every file whose handler content differs from what the
 // tree last wrote. A file holding a user write the watcher has not processed

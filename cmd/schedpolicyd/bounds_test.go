@@ -34,7 +34,7 @@ func TestConfigBounds(t *testing.T) {
 		zero     bool   // 0 and negative values are accepted (they mean something)
 	}{
 		{"debounce", daemon.MinDebounce, daemon.MaxDebounce, "0s and at most 1m", false},
-		{"recheck_interval", daemon.MinSafetyInterval, daemon.MaxSafetyInterval, "1s and at most 24h (0: automatic, negative: never)", true},
+		{"recheck_interval", daemon.MinRecheckInterval, daemon.MaxRecheckInterval, "1s and at most 24h (0: automatic, negative: never)", true},
 		{"sample_interval", daemon.MinSampleInterval, daemon.MaxSampleInterval, "10ms and at most 1h", false},
 	} {
 		rows = append(rows,
@@ -136,10 +136,10 @@ func TestFlagBounds(t *testing.T) {
 		{"--debounce", daemon.MaxDebounce + ns, "--debounce 1m0.000000001s: must be at least 0s and at most 1m"},
 		{"--recheck-interval", -2562047 * time.Hour, ""},
 		{"--recheck-interval", 0, ""},
-		{"--recheck-interval", daemon.MinSafetyInterval, ""},
-		{"--recheck-interval", daemon.MaxSafetyInterval, ""},
-		{"--recheck-interval", daemon.MinSafetyInterval - ns, "--recheck-interval 999.999999ms: must be at least 1s and at most 24h (0: automatic, negative: never)"},
-		{"--recheck-interval", daemon.MaxSafetyInterval + ns, "--recheck-interval 24h0m0.000000001s: must be at least 1s and at most 24h (0: automatic, negative: never)"},
+		{"--recheck-interval", daemon.MinRecheckInterval, ""},
+		{"--recheck-interval", daemon.MaxRecheckInterval, ""},
+		{"--recheck-interval", daemon.MinRecheckInterval - ns, "--recheck-interval 999.999999ms: must be at least 1s and at most 24h (0: automatic, negative: never)"},
+		{"--recheck-interval", daemon.MaxRecheckInterval + ns, "--recheck-interval 24h0m0.000000001s: must be at least 1s and at most 24h (0: automatic, negative: never)"},
 		{"--sample-interval", daemon.MinSampleInterval, ""},
 		{"--sample-interval", daemon.MaxSampleInterval, ""},
 		{"--sample-interval", 0, "--sample-interval 0s: must be at least 10ms and at most 1h"},
@@ -158,7 +158,7 @@ func TestFlagBounds(t *testing.T) {
 			case "--debounce":
 				cfg.Debounce = c.value
 			case "--recheck-interval":
-				cfg.SafetyInterval = c.value
+				cfg.RecheckInterval = c.value
 			case "--sample-interval":
 				cfg.SampleInterval = c.value
 			case "--settle":

@@ -28,6 +28,7 @@ import (
 	"github.com/pelletier/go-toml/v2/unstable"
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/daemon"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -40,8 +41,8 @@ const DefaultConfigPath = "/etc/schedpolicyd/schedpolicyd.conf"
 const (
 	DefaultPowerAware       = 1             // automatic
 	DefaultPowerAwarePolicy = "powersaving" // what modes 1 and 2 use
-	DefaultBoostOnBattery   = "keep"
-	DefaultUPower           = "auto"
+	DefaultBoostOnBattery   = daemon.DefaultBoostOnBattery
+	DefaultUPower           = daemon.DefaultUPower
 	DefaultLogLevel         = "info"
 	// DefaultPowerProfilesAPI: follow a power-profiles daemon, else serve.
 	DefaultPowerProfilesAPI = daemon.PowerProfilesAuto
@@ -91,7 +92,7 @@ type fileConfig struct {
 	// 500ms) to 1m (daemon.MinDebounce, daemon.MaxDebounce).
 	Debounce *time.Duration
 	// RecheckInterval re-reads the power source without events: 1s to 24h
-	// (daemon.MinSafetyInterval, daemon.MaxSafetyInterval); 0 automatic;
+	// (daemon.MinRecheckInterval, daemon.MaxRecheckInterval); 0 automatic;
 	// negative never.
 	RecheckInterval *time.Duration
 	// SampleInterval is the workload utilisation sampling period: 10ms to
@@ -324,7 +325,7 @@ func parseConfig(name string, data []byte) (fileConfig, error) {
 		return &d
 	}
 	fc.Debounce = duration("debounce", raw.Debounce, daemon.CheckDebounce)
-	fc.RecheckInterval = duration("recheck_interval", raw.RecheckInterval, daemon.CheckSafetyInterval)
+	fc.RecheckInterval = duration("recheck_interval", raw.RecheckInterval, daemon.CheckRecheckInterval)
 	fc.SampleInterval = duration("sample_interval", raw.SampleInterval, daemon.CheckSampleInterval)
 	switch v := raw.PowerProfilesAPI.(type) {
 	case nil:
@@ -512,6 +513,14 @@ var configFlags = map[string]string{
 	"metrics_textfile":   "metrics-textfile",
 }
 
+// word sets *dst to the file's word v for key (checked by parseConfig)
+// unless the key's flag was given.
+func word[T ~string](dst *T, v *string, setFlags map[string]bool, key string) {
+	if v != nil && !setFlags[configFlags[key]] {
+		*dst = T(*v)
+	}
+}
+
 // apply copies the settings the file names into cfg, except those whose
 // flag is in setFlags (flag names without dashes, e.g. "tree-dir", as
 // flag.FlagSet.Visit reports them): the command line wins. Call it after
@@ -530,7 +539,7 @@ func (fc fileConfig) apply(cfg *daemon.Config, setFlags map[string]bool) {
 		}
 	}
 	str(&cfg.TreeDir, fc.TreeDir, "tree_dir")
-	str(&cfg.TreeBackend, fc.TreeBackend, "tree_backend")
+	word(&cfg.TreeBackend, fc.TreeBackend, setFlags, "tree_backend")
 	str(&cfg.CgroupRoot, fc.CgroupRoot, "cgroup_root")
 	str(&cfg.Placement, fc.Placement, "placement")
 	if fc.Manage != nil && !setFlags["manage"] {
@@ -540,10 +549,10 @@ func (fc fileConfig) apply(cfg *daemon.Config, setFlags map[string]bool) {
 	str(&cfg.StateDir, fc.StateDir, "state_dir")
 	str(&cfg.Bus, fc.Bus, "bus")
 	dur(&cfg.Debounce, fc.Debounce, "debounce")
-	dur(&cfg.SafetyInterval, fc.RecheckInterval, "recheck_interval")
+	dur(&cfg.RecheckInterval, fc.RecheckInterval, "recheck_interval")
 	dur(&cfg.SampleInterval, fc.SampleInterval, "sample_interval")
-	str(&cfg.BoostOnBattery, fc.BoostOnBattery, "boost_on_battery")
-	str(&cfg.UPower, fc.UPower, "upower")
+	word(&cfg.BoostOnBattery, fc.BoostOnBattery, setFlags, "boost_on_battery")
+	word(&cfg.UPower, fc.UPower, setFlags, "upower")
 	str(&cfg.MetricsTextfile, fc.MetricsTextfile, "metrics_textfile")
 	if fc.PowerProfilesAPI != nil && !setFlags["power-profiles-api"] {
 		cfg.PowerProfilesAPI = *fc.PowerProfilesAPI
@@ -577,18 +586,18 @@ func (fc fileConfig) Knob() (powerAware int, powerAwarePolicy string) {
 
 // BoostOnBatteryMode returns boost_on_battery: "keep" (default), "off" or
 // "on".
-func (fc fileConfig) BoostOnBatteryMode() string {
+func (fc fileConfig) BoostOnBatteryMode() daemon.BoostMode {
 	if fc.BoostOnBattery != nil {
-		return *fc.BoostOnBattery
+		return daemon.BoostMode(*fc.BoostOnBattery)
 	}
 	return DefaultBoostOnBattery
 }
 
 // UPowerMode returns upower: "auto" (default: use UPower when it is on the
 // bus), "on" or "off".
-func (fc fileConfig) UPowerMode() string {
+func (fc fileConfig) UPowerMode() acpi.UPowerMode {
 	if fc.UPower != nil {
-		return *fc.UPower
+		return acpi.UPowerMode(*fc.UPower)
 	}
 	return DefaultUPower
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/daemon"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 	"github.com/schedpolicyd/schedpolicyd/systemd"
@@ -119,12 +120,29 @@ func validate(cfg daemon.Config) error {
 		check func(time.Duration) error
 	}{
 		{"--debounce", cfg.Debounce, daemon.CheckDebounce},
-		{"--recheck-interval", cfg.SafetyInterval, daemon.CheckSafetyInterval},
+		{"--recheck-interval", cfg.RecheckInterval, daemon.CheckRecheckInterval},
 		{"--sample-interval", cfg.SampleInterval, daemon.CheckSampleInterval},
 		{"--settle", cfg.Settle, daemon.CheckSettle},
 	} {
 		if err := c.check(c.v); err != nil {
 			return fmt.Errorf("%s %v: %w", c.flag, c.v, err)
+		}
+	}
+	// The words of the settings; "" is the default, as in daemon.New.
+	for _, w := range []struct {
+		v     string
+		parse func(string) error
+	}{
+		{string(cfg.TreeBackend), func(s string) error { _, err := sysfs.ParseBackend(s); return err }},
+		{string(cfg.Events), func(s string) error { _, err := acpi.ParseEventSource(s); return err }},
+		{string(cfg.BoostOnBattery), func(s string) error { _, err := daemon.ParseBoostMode(s); return err }},
+		{string(cfg.UPower), func(s string) error { _, err := acpi.ParseUPowerMode(s); return err }},
+	} {
+		if w.v == "" {
+			continue
+		}
+		if err := w.parse(w.v); err != nil {
+			return err
 		}
 	}
 	switch cfg.Bus {
@@ -193,15 +211,15 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 	})
 	fl.StringVar(&cfg.ProcRoot, "proc-root", "/proc", "procfs root (cgroup v1 usage accounting)")
 	fl.StringVar(&cfg.TreeDir, "tree-dir", daemon.DefaultTreeDir, "where to serve the virtual sysfs tree")
-	fl.StringVar(&cfg.TreeBackend, "tree-backend", "auto", "tree backend: auto (FUSE when /dev/fuse works, else plain files), fuse or plain")
+	treeBackend := fl.String("tree-backend", string(sysfs.BackendAuto), "tree backend: auto (FUSE when /dev/fuse works, else plain files), fuse or plain")
 	fl.StringVar(&cfg.StateDir, "state-dir", daemon.DefaultStateDir, "directory for state.json (the user's persisted choices)")
 	fl.StringVar(&cfg.Bus, "bus", "system", "the one D-Bus to use, for the daemon's name and the UPower and logind hints: system, session, a bus ADDRESS, or none for no D-Bus at all (no name, no UPower or resume hints)")
-	fl.StringVar(&cfg.Events, "events", "auto", "power event source: auto (netlink uevents on /sys, fsnotify on a mock root), netlink, fsnotify or none")
+	events := fl.String("events", string(acpi.EventsAuto), "power event source: auto (netlink uevents on /sys, fsnotify on a mock root), netlink, fsnotify or none")
 	fl.DurationVar(&cfg.Debounce, "debounce", daemon.DefaultDebounce, "delay before re-reading after a power event: 0 (the default, 500ms) to 1m")
-	fl.DurationVar(&cfg.SafetyInterval, "recheck-interval", daemon.DefaultSafetyInterval, "re-read the power source this often even without events (0: automatic — every 60s, only while the event sources do not cover the machine; positive: 1s to 24h, always; negative: never)")
+	fl.DurationVar(&cfg.RecheckInterval, "recheck-interval", daemon.DefaultRecheckInterval, "re-read the power source this often even without events (0: automatic — every 60s, only while the event sources do not cover the machine; positive: 1s to 24h, always; negative: never)")
 	fl.DurationVar(&cfg.SampleInterval, "sample-interval", daemon.DefaultSampleInterval, "workload utilisation sampling period while a workload is busy (10ms to 1h; sampling stops while all are idle)")
-	fl.StringVar(&cfg.BoostOnBattery, "boost-on-battery", "keep", "cpufreq boost on battery: keep (never touch it), off or on; the start-up value comes back on AC and on exit")
-	fl.StringVar(&cfg.UPower, "upower", "auto", "use UPower's OnBattery changes as a hint to re-read power_supply: auto, on or off (UPower is used while it runs, never started by D-Bus activation)")
+	boostOnBattery := fl.String("boost-on-battery", string(daemon.DefaultBoostOnBattery), "cpufreq boost on battery: keep (never touch it), off or on; the start-up value comes back on AC and on exit")
+	upower := fl.String("upower", string(daemon.DefaultUPower), "use UPower's OnBattery changes as a hint to re-read power_supply: auto, on or off (UPower is used while it runs, never started by D-Bus activation)")
 	fl.BoolVar(&cfg.Logind, "logind", true, "re-read everything after resume from suspend (logind PrepareForSleep, on the --bus; off with --bus none)")
 	fl.StringVar(&cfg.AcpidSocket, "acpid-socket", "", "also take hints from acpid's event socket, e.g. /run/acpid.socket (empty: off)")
 	fl.DurationVar(&cfg.Settle, "settle", 0, "extra re-read this long after an event-driven one, for firmware that updates late (1ms to 1m; 0: 1s default, negative: off)")
@@ -214,6 +232,10 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 	if code, ok := parseFlags(fl, "schedpolicyd", args, stdout, stderr); !ok {
 		return code
 	}
+	// The words are checked by validate, with the messages daemon.New
+	// gives.
+	cfg.TreeBackend, cfg.Events = sysfs.Backend(*treeBackend), acpi.EventSource(*events)
+	cfg.BoostOnBattery, cfg.UPower = daemon.BoostMode(*boostOnBattery), acpi.UPowerMode(*upower)
 	set := map[string]bool{}
 	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	flagCfg := cfg // as the command line left it; reloads start from here

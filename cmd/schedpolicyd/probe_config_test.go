@@ -53,7 +53,7 @@ func servedPolicy(t *testing.T, root, stateDir, conf string) policy.Policy {
 	}
 	dir := t.TempDir()
 	cfg := daemon.Config{SysfsRoot: root, StateDir: stateDir, TreeDir: filepath.Join(dir, "tree"), TreeBackend: "plain",
-		Bus: "none", Events: "none", SafetyInterval: -1, Log: testutil.Logger(t)}
+		Bus: "none", Events: "none", RecheckInterval: -1, Log: testutil.Logger(t)}
 	fc.apply(&cfg, map[string]bool{})
 	d, err := daemon.New(cfg)
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 const soakUsage = `Usage: schedpolicyd soak [flags]
@@ -81,7 +82,7 @@ func soakMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	rep, err := runSoak(dir, *dur, *maxW, *backend, *verbose, stderr)
+	rep, err := runSoak(dir, *dur, *maxW, sysfs.Backend(*backend), *verbose, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "schedpolicyd soak: %v\n", err)
 		return 1
@@ -124,7 +125,7 @@ func (c *levelCounter) Fire(*logrus.Entry) error {
 	return nil
 }
 
-func runSoak(dir string, dur time.Duration, maxW int, backend string, verbose bool, stderr io.Writer) (soakReport, error) {
+func runSoak(dir string, dur time.Duration, maxW int, backend sysfs.Backend, verbose bool, stderr io.Writer) (soakReport, error) {
 	sys, managed := filepath.Join(dir, "sys"), filepath.Join(dir, "cgroup", "schedpolicyd")
 	if err := soakMachine(sys, managed); err != nil {
 		return soakReport{}, err
@@ -142,7 +143,7 @@ func runSoak(dir string, dur time.Duration, maxW int, backend string, verbose bo
 	d, err := daemon.New(daemon.Config{
 		SysfsRoot: sys, CgroupRoot: managed, TreeDir: filepath.Join(dir, "tree"), TreeBackend: backend,
 		StateDir: filepath.Join(dir, "state"), Bus: "none", Events: "fsnotify", Debounce: 50 * time.Millisecond,
-		SafetyInterval: 5 * time.Second, SampleInterval: 200 * time.Millisecond, Settle: -1, Log: log,
+		RecheckInterval: 5 * time.Second, SampleInterval: 200 * time.Millisecond, Settle: -1, Log: log,
 	})
 	if err != nil {
 		return rep, err
