@@ -42,6 +42,14 @@ func WaitSocket(ctx context.Context, path string, backoff time.Duration) {
 		return
 	}
 	defer w.Close()
+	// Errors are drained apart from the loop: fsnotify's reader sends some
+	// while holding the lock that Add and Remove take (a watched directory
+	// moved away and deleted), so reading them in the loop that calls Add
+	// could deadlock. Close ends the drain.
+	go func() {
+		for range w.Errors {
+		}
+	}()
 	dir := filepath.Dir(path)
 	watched := ""
 	exists := func() bool {
@@ -89,10 +97,6 @@ func WaitSocket(ctx context.Context, path string, backoff time.Duration) {
 			}
 			if ev.Name == path && ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 {
 				absent = !exists() // removed: wait for the new one without a timer
-			}
-		case _, ok := <-w.Errors:
-			if !ok {
-				return
 			}
 		}
 	}

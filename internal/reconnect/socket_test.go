@@ -95,3 +95,40 @@ func TestWaitSocket(t *testing.T) {
 		t.Fatal("did not return after ctx was cancelled")
 	}
 }
+
+// TestWaitSocketDirMovedAway: the socket's directory moved away and deleted
+// while a wait is under way (a private bus's directory at its end), then
+// made again with the socket in it, ends the wait. fsnotify's reader reports
+// the moved watch's error while holding the lock Add takes, which
+// deadlocked a wait that read Errors in the loop that calls Add.
+func TestWaitSocketDirMovedAway(t *testing.T) {
+	for i := 0; i < 30; i++ {
+		root := t.TempDir()
+		dir := filepath.Join(root, "dbus")
+		sock := filepath.Join(dir, "system_bus_socket")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { WaitSocket(t.Context(), sock, time.Hour); close(done) }()
+		time.Sleep(5 * time.Millisecond) // let the watch on dbus/ be set up (not required for correctness)
+		gone := filepath.Join(t.TempDir(), "gone")
+		if err := os.Rename(dir, gone); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(gone); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(sock, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: still waiting 10s after the directory and socket were made again", i)
+		}
+	}
+}
