@@ -92,6 +92,12 @@ func WaitSocket(ctx context.Context, path string, backoff time.Duration) {
 			if ev.Name == path && ev.Op&fsnotify.Create != 0 {
 				return // (re-)created
 			}
+			if ev.Name == watched && ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 {
+				// The watched directory itself went: its watch ended with
+				// it, even if a new directory of the same name is already
+				// there, so the loop watches again.
+				watched = ""
+			}
 			if absent && exists() {
 				return
 			}
