@@ -163,6 +163,7 @@ func (p *placement) startWatch() {
 }
 
 func (p *placement) stopWatch() {
+	p.stopConfirm()
 	if p.watch != nil {
 		p.watch.Close()
 		p.watch = nil

@@ -723,9 +723,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case <-d.pl.pressureC():
 			d.stats.events.Add(1)
 			d.stats.pressureWakes.Add(1)
-			d.pl.idleSamples = 0 // tasks wait for a CPU: look at once, then every period
-			d.pl.sample()
+			d.pl.pressureWake()
 			d.recompute("cpu pressure", false)
+		case <-d.pl.confirmC():
+			d.stats.events.Add(1)
+			if d.pl.confirmWake() {
+				d.recompute("cpu pressure confirmed", false)
+			}
 		case <-d.pl.pressureDone():
 			p := d.pl.pressure
 			d.pl.pressure = nil

@@ -1,0 +1,225 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+)
+
+// TestMain doubles as a workload for the pressure-wake tests: with
+// SCHEDPOLICYD_TEST_THREADS=1 the test binary reads lines "N MS" on stdin
+// and starts N threads that spin for MS milliseconds of wall time each (0:
+// until the next line), answering "ok" once they run.
+func TestMain(m *testing.M) {
+	if os.Getenv("SCHEDPOLICYD_TEST_THREADS") == "1" {
+		threadsHelper()
+	}
+	os.Exit(m.Run())
+}
+
+func threadsHelper() {
+	var stop *atomic.Bool
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		var n, ms int
+		fmt.Sscan(sc.Text(), &n, &ms)
+		if stop != nil {
+			stop.Store(true)
+		}
+		stop = &atomic.Bool{}
+		runtime.GOMAXPROCS(n + 1)
+		var started atomic.Int32
+		for i := 0; i < n; i++ {
+			go func(s *atomic.Bool) {
+				runtime.LockOSThread() // one OS thread each
+				started.Add(1)
+				end := time.Now().Add(time.Duration(ms) * time.Millisecond)
+				for !s.Load() && (ms == 0 || time.Now().Before(end)) {
+				}
+			}(stop)
+		}
+		for started.Load() < int32(n) {
+			runtime.Gosched()
+		}
+		fmt.Println("ok")
+	}
+	os.Exit(0)
+}
+
+type threadsProc struct {
+	in  io.Writer
+	out *bufio.Reader
+}
+
+// run starts n threads spinning for ms milliseconds (0: until the next run).
+func (p threadsProc) run(t *testing.T, n, ms int) {
+	t.Helper()
+	if _, err := fmt.Fprintf(p.in, "%d %d\n", n, ms); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.out.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// packedThreadsWorkload starts the daemon on battery (powersaving) with
+// real v1 cpusets, the default 2 s half-life, and one workload "job"
+// holding a threadsProc; it returns once job is packed to one CPU and
+// sampling stopped.
+func packedThreadsWorkload(t *testing.T) (*Daemon, string, string, threadsProc) {
+	t.Helper()
+	needPSI(t)
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs two CPUs")
+	}
+	parent := testutil.CpusetV1Parent(t, "schedpolicyd-react")
+	m := thisMachineLaptop(t)
+	ps := filepath.Join(m.sys, "class/power_supply")
+	testutil.Put(t, ps+"/AC/online", "0")
+	testutil.Put(t, ps+"/BAT0/status", "Discharging")
+	d := m.startWith(t, func(c *Config) { c.CgroupRoot = parent; c.UtilHalfLife = policy.DefaultHalfLife })
+	all := testutil.ReadTrim(t, filepath.Join(parent, "cpuset.cpus"))
+	dir := filepath.Join(parent, "job")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "job adopted", func() (bool, string) {
+		return len(d.Snapshot().Workloads) == 1, fmt.Sprint(d.Snapshot().Workloads)
+	})
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := exec.Command(exe, "-test.run=^$")
+	c.Env = append(os.Environ(), "SCHEDPOLICYD_TEST_THREADS=1")
+	in, err := c.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	testutil.Put(t, filepath.Join(dir, "cgroup.procs"), strconv.Itoa(c.Process.Pid))
+	testutil.Eventually(t, "job packed to one CPU, sampling stopped", func() (bool, string) {
+		s := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
+		c, err := sysfs.ParseCPUList(s)
+		return err == nil && c.Size() == 1 && !d.isSampling(), s
+	})
+	return d, all, dir, threadsProc{in: in, out: bufio.NewReader(out)}
+}
+
+// wakeOutcome is what one pressure wake driven on the loop found.
+type wakeOutcome struct {
+	threads      int     // job's runnable threads at the wake's sample
+	util         float64 // its utilisation after the wake's sample
+	atWake       string  // its cpuset after the wake's decision
+	confirmed    bool
+	afterConfirm string // its cpuset after the confirmation's decision
+}
+
+// pressureWakeOnLoop runs, on the daemon's loop (d.do: no periodic sample
+// comes in between), what the loop does at a CPU pressure wake and at the
+// end of the confirmation it starts, with burst started just before.
+func pressureWakeOnLoop(t *testing.T, d *Daemon, dir string, burst func()) wakeOutcome {
+	t.Helper()
+	var o wakeOutcome
+	err := d.do(context.Background(), func() error {
+		burst()
+		// The threads run (on a loaded machine, wait until the kernel lets
+		// both be seen runnable).
+		for i := 0; i < 100; i++ {
+			if r, err := d.pl.cg.Runnable("job"); err == nil && r >= 2 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		d.pl.pressureWake()
+		w := d.pl.workloads["job"]
+		o.threads, o.util = w.threads, w.avg.Util
+		d.recompute("cpu pressure", false)
+		o.atWake = testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
+		c := d.pl.confirmC()
+		if c == nil { // no candidate: nothing to confirm
+			o.afterConfirm = o.atWake
+			return nil
+		}
+		<-c
+		if o.confirmed = d.pl.confirmWake(); o.confirmed {
+			d.recompute("cpu pressure confirmed", false)
+		}
+		o.afterConfirm = testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// TestDaemonPressureWakeWidensSaturated: a workload packed to one CPU on
+// battery whose two threads turn CPU-bound is widened to every CPU in the
+// first decision after the wake's confirmation, without waiting for its
+// decayed utilisation (2 s half-life). Real v1 cpusets, real processes,
+// the real /proc.
+func TestDaemonPressureWakeWidensSaturated(t *testing.T) {
+	d, all, dir, proc := packedThreadsWorkload(t)
+	packed := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
+	o := pressureWakeOnLoop(t, d, dir, func() { proc.run(t, 2, 0) })
+	t.Logf("%+v", o)
+	if o.threads < 2 {
+		t.Fatalf("runnable threads at the wake: %d, want at least 2 (more than its one CPU)", o.threads)
+	}
+	if o.atWake != packed || !(o.util < 1) {
+		t.Fatalf("after the wake's own decision: cpuset %s (packed %s), util %.3f; want still packed, util below 1 (no cut on a snapshot)", o.atWake, packed, o.util)
+	}
+	if !o.confirmed || o.afterConfirm != all {
+		t.Fatalf("after the confirmation: confirmed %v, cpuset %s; want confirmed and every CPU, %s", o.confirmed, o.afterConfirm, all)
+	}
+}
+
+// TestDaemonPressureWakeKeepsLightPacked: a light, bursty workload — two
+// threads runnable at the instant of the wake, but only a 10 ms burst — is
+// not widened: the confirmation finds it far from using its CPU. (A cut
+// that trusted the snapshot spread the end-to-end test's 10 % workload.)
+func TestDaemonPressureWakeKeepsLightPacked(t *testing.T) {
+	d, _, dir, proc := packedThreadsWorkload(t)
+	packed := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
+	var o wakeOutcome
+	for try := 0; try < 10; try++ {
+		o = pressureWakeOnLoop(t, d, dir, func() { proc.run(t, 2, 10) })
+		if o.threads >= 2 {
+			break
+		}
+		// The snapshot missed the burst (a loaded machine): again, once
+		// it ended and job is still packed.
+		time.Sleep(100 * time.Millisecond)
+		if got := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus")); got != packed {
+			t.Fatalf("job left its packed cpuset %s for %s", packed, got)
+		}
+	}
+	t.Logf("%+v", o)
+	if o.threads < 2 {
+		t.Skipf("no wake in 10 saw both threads of a 10 ms burst runnable on this machine (last: %d); nothing to check", o.threads)
+	}
+	if o.confirmed || o.atWake != packed || o.afterConfirm != packed {
+		t.Fatalf("light burst: confirmed %v, cpuset at the wake %s, after the confirmation %s; want not confirmed and %s throughout", o.confirmed, o.atWake, o.afterConfirm, packed)
+	}
+}
