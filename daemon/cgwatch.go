@@ -40,13 +40,23 @@ func watchCgroupDir(parent string) (cgroupSource, error) {
 	return w, nil
 }
 
-// Pressure trigger parameters: 10 % of a 2 s window spent with a task
-// waiting for a CPU. The window is a multiple of 2 s because the unit does
-// not grant CAP_SYS_RESOURCE (Documentation/accounting/psi.rst); the kernel
-// signals at most once per window.
+// Pressure trigger parameters: a task waiting for a CPU for 10 % of the
+// window. The window bounds how soon a packed workload that turned busy is
+// noticed, and the kernel signals at most once per window. What the kernel
+// grants (kernel/sched/psi.c psi_trigger_create, kernel/cgroup/cgroup.c):
+//   - up to 6.4: windows of 500 ms–10 s, evaluated every window/10 by the
+//     psimon RT thread; /proc/pressure/* needs CAP_SYS_RESOURCE to be
+//     opened for writing at all, a cgroup v2 cpu.pressure does not;
+//   - 6.5 on: any window up to 10 s with CAP_SYS_RESOURCE (RT-polled);
+//     without it only multiples of 2 s, evaluated every 2 s by the
+//     averaging worker (6.5–6.6 also refused a cgroup file without it).
+//
+// The narrow window is tried first; where it is refused, the 2 s one.
 const (
-	pressureStall  = 200 * time.Millisecond
-	pressureWindow = 2 * time.Second
+	pressureStall        = 50 * time.Millisecond
+	pressureWindow       = 500 * time.Millisecond
+	pressureStallUnpriv  = 200 * time.Millisecond
+	pressureWindowUnpriv = 2 * time.Second
 )
 
 // pressureC is the PSI trigger's channel, or nil without one.
@@ -74,7 +84,13 @@ func (p *placement) openPressure() *sysfs.PressureTrigger {
 	if p.cg.Version() == sysfs.CgroupV2 {
 		path = filepath.Join(p.cg.Path(), "cpu.pressure")
 	}
+	window := pressureWindow
 	t, err := sysfs.OpenPressureTrigger(path, pressureStall, pressureWindow)
+	if err != nil && !errors.Is(err, sysfs.ErrNoPSI) {
+		p.log.WithError(err).Debug("narrow CPU pressure window refused; trying a 2 s one")
+		window = pressureWindowUnpriv
+		t, err = sysfs.OpenPressureTrigger(path, pressureStallUnpriv, pressureWindowUnpriv)
+	}
 	if err != nil {
 		lvl := logrus.WarnLevel
 		if errors.Is(err, sysfs.ErrNoPSI) {
@@ -83,7 +99,7 @@ func (p *placement) openPressure() *sysfs.PressureTrigger {
 		p.log.WithError(err).Log(lvl, "no CPU pressure trigger; while every workload is idle, sampling slows down instead of stopping")
 		return nil
 	}
-	p.log.WithField("file", path).Debug("CPU pressure trigger armed")
+	p.log.WithFields(logrus.Fields{"file": path, "window": window}).Debug("CPU pressure trigger armed")
 	return t
 }
 

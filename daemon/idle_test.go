@@ -47,7 +47,7 @@ func realV1Daemon(t *testing.T, edit func(*Config)) (*Daemon, string) {
 
 func needPSI(t *testing.T) {
 	t.Helper()
-	tr, err := sysfs.OpenPressureTrigger("/proc/pressure/cpu", pressureStall, pressureWindow)
+	tr, err := sysfs.OpenPressureTrigger("/proc/pressure/cpu", pressureStallUnpriv, pressureWindowUnpriv)
 	if errors.Is(err, sysfs.ErrNoPSI) {
 		t.Skipf("this kernel has no PSI (/proc/pressure/cpu): %v", err)
 	}

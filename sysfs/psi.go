@@ -38,9 +38,10 @@ var ErrNoPSI = errors.New("no kernel pressure stall information")
 
 // OpenPressureTrigger arms a trigger "some <stall µs> <window µs>" on the
 // PSI file path (e.g. /proc/pressure/cpu or <cgroup v2 dir>/cpu.pressure).
-// stall must be > 0 and ≤ window; window must be 500ms–10s, and a multiple
-// of 2s unless the process has CAP_SYS_RESOURCE (the kernel's rule; the
-// systemd unit does not grant it). Errors: ErrNoPSI (wrapped) when path is
+// stall must be > 0 and ≤ window; the kernel's rule for window: 500ms–10s
+// up to Linux 6.4 (where /proc/pressure/* also needs CAP_SYS_RESOURCE to be
+// opened for writing); from 6.5 up to 10s with CAP_SYS_RESOURCE, else a
+// multiple of 2s (the systemd unit does not grant it). Errors: ErrNoPSI (wrapped) when path is
 // not a PSI file on procfs or cgroup2; the open or write error otherwise
 // (EINVAL for parameters the kernel refuses, EPERM/EACCES). C receives a
 // coalesced value each time the kernel signals; Close stops it.
