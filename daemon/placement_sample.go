@@ -3,7 +3,6 @@ package daemon
 import (
 	"time"
 
-	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
@@ -36,10 +35,8 @@ func (p *placement) sample() (busy bool) {
 		if p.cg.Version() != sysfs.CgroupV2 {
 			continue // cpu.pressure exists on cgroup v2 only
 		}
-		if s, err := p.cg.CPUPressure(n); err == nil {
-			if pr, err := policy.ParseCPUPressure(s); err == nil {
-				w.pressure = pr
-			}
+		if pr, err := p.cg.CPUPressure(n); err == nil {
+			w.pressure = pr
 		}
 	}
 	return busy

@@ -134,12 +134,6 @@ func TestPELT(t *testing.T) {
 	if b.Util != 0.25 {
 		t.Fatalf("after a counter reset: %v, want 0.25", b.Util)
 	}
-	if v, err := ParseCPUPressure("some avg10=12.50 avg60=1.00 avg300=0.00 total=123\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"); err != nil || v != 12.5 {
-		t.Fatalf("ParseCPUPressure = %v, %v", v, err)
-	}
-	if _, err := ParseCPUPressure("bogus"); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("ParseCPUPressure(bogus) err = %v", err)
-	}
 }
 
 // The root of a set is its smallest member whatever the order of unions,

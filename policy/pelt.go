@@ -1,10 +1,7 @@
 package policy
 
 import (
-	"fmt"
 	"math"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -52,27 +49,4 @@ func (a UtilAverage) Update(usage, wall, halfLife time.Duration) UtilAverage {
 	}
 	a.Usage, a.Valid = usage, true
 	return a
-}
-
-// ParseCPUPressure returns "some avg10" (percent) from the content of a
-// cgroup v2 cpu.pressure file ("some avg10=1.23 avg60=… total=…").
-func ParseCPUPressure(s string) (float64, error) {
-	for _, line := range strings.Split(s, "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 || f[0] != "some" {
-			continue
-		}
-		for _, kv := range f[1:] {
-			if v, ok := strings.CutPrefix(kv, "avg10="); ok {
-				x, err := strconv.ParseFloat(v, 64)
-				// NaN and ±Inf parse, but are no percentage: a NaN
-				// would make every comparison in the planner false.
-				if err != nil || x < 0 || math.IsNaN(x) || math.IsInf(x, 0) {
-					return 0, fmt.Errorf("%w: cpu.pressure avg10 %q", ErrInvalid, v)
-				}
-				return x, nil
-			}
-		}
-	}
-	return 0, fmt.Errorf("%w: cpu.pressure has no \"some avg10=\"", ErrInvalid)
 }

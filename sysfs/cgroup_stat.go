@@ -177,18 +177,22 @@ func (c *Cgroup) Runnable(name string) (int, error) {
 	return n, nil
 }
 
-// CPUPressure returns the child's cpu.pressure file (cgroup v2 PSI, e.g.
-// "some avg10=1.23 avg60=... total=...") for policy.ParseCPUPressure. On v1,
-// or where PSI is off, the file is absent: the error satisfies
-// errors.Is(err, fs.ErrNotExist).
-func (c *Cgroup) CPUPressure(name string) (string, error) {
+// CPUPressure returns the child's cgroup v2 CPU pressure, "some avg10" of
+// its cpu.pressure file (percent, ParseCPUPressure). On v1, or where PSI is
+// off, the file is absent: the error satisfies errors.Is(err,
+// fs.ErrNotExist); a malformed file wraps ErrPSIFormat.
+func (c *Cgroup) CPUPressure(name string) (float64, error) {
 	p, err := c.childFile(name, "cpu.pressure")
 	if err != nil {
-		return "", err
+		return 0, err
 	}
 	b, err := readFileRaw(p)
 	if err != nil {
-		return "", err
+		return 0, err
 	}
-	return string(b), nil
+	v, err := ParseCPUPressure(string(b))
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", p, err)
+	}
+	return v, nil
 }

@@ -44,6 +44,8 @@ func mockV2(t *testing.T) (root string) {
 		"managed/a/cpuset.cpus.effective": "0-3\n",
 		"managed/a/cgroup.procs":          "100\n200\n",
 		"managed/a/cpu.stat":              "usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\nnr_periods 0\n",
+		"managed/a/cpu.pressure":          "some avg10=12.50 avg60=1.00 avg300=0.00 total=123\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+		"managed/b/cpu.pressure":          "some total=1\n",
 
 		"managed/b/cpuset.cpus":           "\n",
 		"managed/b/cpuset.cpus.effective": "0-7\n",
@@ -75,6 +77,12 @@ func TestCgroupV2Mock(t *testing.T) {
 		t.Errorf("managed cgroup.subtree_control = %q, want %q written", got, "+cpuset")
 	}
 
+	if v, err := cg.CPUPressure("a"); err != nil || v != 12.5 {
+		t.Errorf("CPUPressure(a) = %v, %v; want 12.5", v, err)
+	}
+	if _, err := cg.CPUPressure("b"); !errors.Is(err, ErrPSIFormat) {
+		t.Errorf("CPUPressure(b) err = %v, want ErrPSIFormat", err)
+	}
 	allowed, err := cg.Allowed()
 	if err != nil || allowed.String() != "0-7" {
 		t.Errorf("Allowed = %q, %v; want 0-7", allowed, err)

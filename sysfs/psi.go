@@ -3,6 +3,9 @@ package sysfs
 import (
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +38,35 @@ type PressureTrigger struct {
 // ErrNoPSI is wrapped by OpenPressureTrigger when path is not a kernel PSI
 // file (absent, CONFIG_PSI off or psi=0, or a plain file in a mock tree).
 var ErrNoPSI = errors.New("no kernel pressure stall information")
+
+// ErrPSIFormat is wrapped by ParseCPUPressure for text that is not a
+// pressure file's "some avg10=" line with a percentage.
+var ErrPSIFormat = errors.New("invalid pressure stall information")
+
+// ParseCPUPressure returns "some avg10" (percent, 0–100) from the content
+// of a cpu.pressure file ("some avg10=1.23 avg60=… total=…",
+// Documentation/accounting/psi.rst). Errors wrap ErrPSIFormat: no "some
+// avg10=" field, or a value that is not a non-negative finite number.
+func ParseCPUPressure(s string) (float64, error) {
+	for _, line := range strings.Split(s, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "some" {
+			continue
+		}
+		for _, kv := range f[1:] {
+			if v, ok := strings.CutPrefix(kv, "avg10="); ok {
+				x, err := strconv.ParseFloat(v, 64)
+				// NaN and ±Inf parse, but are no percentage: a NaN
+				// would make every comparison in the planner false.
+				if err != nil || x < 0 || math.IsNaN(x) || math.IsInf(x, 0) {
+					return 0, fmt.Errorf("%w: cpu.pressure avg10 %q", ErrPSIFormat, v)
+				}
+				return x, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("%w: cpu.pressure has no \"some avg10=\"", ErrPSIFormat)
+}
 
 // OpenPressureTrigger arms a trigger "some <stall µs> <window µs>" on the
 // PSI file path (e.g. /proc/pressure/cpu or <cgroup v2 dir>/cpu.pressure).

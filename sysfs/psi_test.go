@@ -2,6 +2,7 @@ package sysfs
 
 import (
 	"errors"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,4 +83,30 @@ func TestPressureTriggerReal(t *testing.T) {
 
 func numCPU() int {
 	return runtime.NumCPU()
+}
+
+func TestParseCPUPressure(t *testing.T) {
+	if v, err := ParseCPUPressure("some avg10=12.50 avg60=1.00 avg300=0.00 total=123\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"); err != nil || v != 12.5 {
+		t.Fatalf("ParseCPUPressure = %v, %v", v, err)
+	}
+	if _, err := ParseCPUPressure("bogus"); !errors.Is(err, ErrPSIFormat) {
+		t.Fatalf("ParseCPUPressure(bogus) err = %v", err)
+	}
+}
+
+// FuzzParseCPUPressure: the cgroup v2 cpu.pressure parser never panics
+// and never returns a negative or NaN percentage.
+func FuzzParseCPUPressure(f *testing.F) {
+	for _, s := range []string{
+		"some avg10=1.23 avg60=0.50 avg300=0.10 total=12345\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+		"some avg10=-1", "some avg10=NaN", "some avg10=1e400", "some avg10=Inf", "some", "", "full avg10=5",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := ParseCPUPressure(s)
+		if err == nil && (v < 0 || math.IsNaN(v) || math.IsInf(v, 0)) {
+			t.Fatalf("ParseCPUPressure(%q) = %v", s, v)
+		}
+	})
 }
