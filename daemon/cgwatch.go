@@ -49,7 +49,8 @@ func watchCgroupDir(parent string) (cgroupSource, error) {
 //     opened for writing at all, a cgroup v2 cpu.pressure does not;
 //   - 6.5 on: any window up to 10 s with CAP_SYS_RESOURCE (RT-polled);
 //     without it only multiples of 2 s, evaluated every 2 s by the
-//     averaging worker (6.5–6.6 also refused a cgroup file without it).
+//     averaging worker (early 6.5 and 6.6 releases also refused to open
+//     a cgroup file for writing without it).
 //
 // The narrow window is tried first; where it is refused, the 2 s one.
 const (

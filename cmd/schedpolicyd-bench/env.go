@@ -397,6 +397,11 @@ func (e *env) startOurs(tag string, oo ourOpts) (*daemonProc, error) {
 func (e *env) startPPD() (*daemonProc, error) { return e.startPPDState(false) }
 
 func (e *env) startPPDState(withState bool) (*daemonProc, error) {
+	return e.startPPDOn(e.busAddr, withState)
+}
+
+// startPPDOn starts power-profiles-daemon on the bus at addr.
+func (e *env) startPPDOn(addr string, withState bool) (*daemonProc, error) {
 	p := &daemonProc{name: "power-profiles-daemon"}
 	p.cmd = exec.Command(e.o.ppd)
 	if withState {
@@ -407,10 +412,10 @@ func (e *env) startPPDState(withState bool) (*daemonProc, error) {
 		p.cmd = exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c",
 			`mount --bind "$0" /var/lib && exec "$1"`, varlib, e.o.ppd)
 	}
-	p.cmd.Env = append(os.Environ(), "DBUS_SYSTEM_BUS_ADDRESS="+e.busAddr)
+	p.cmd.Env = append(os.Environ(), "DBUS_SYSTEM_BUS_ADDRESS="+addr)
 	p.cmd.Stdout = e.logFile("ppd")
 	p.cmd.Stderr = p.cmd.Stdout
-	if err := e.startWatched(p, e.busAddr, ppdName); err != nil {
+	if err := e.startWatched(p, addr, ppdName); err != nil {
 		return nil, err
 	}
 	p.readyAt = time.Now()

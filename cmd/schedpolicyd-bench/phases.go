@@ -491,94 +491,126 @@ func (e *env) benchPower(r *report) error {
 func (e *env) benchIdle(r *report) error {
 	type acc struct{ wake, cpu, rss, pss, threads, startWake, startCPU stats }
 	var a [4]acc // ours 0, ours 100, ppd, the Go floor
-	// A react daemon idles beside them (started first, on a bus
-	// of its own); after the idle windows, a burst in its packed workload
-	// is timed: a burst after minutes of idleness, sampling stopped.
-	bus3, err := e.startBus("bus3")
-	if err != nil {
-		return err
+	// The runs idle side by side, all at once (idle processes do not
+	// disturb each other's wakeups; running them one after the other
+	// would take idle-runs × 2 windows). Each process that owns a bus
+	// name gets a bus of its own. Each run has a react daemon
+	// too; after the idle windows, a burst in its packed workload is
+	// timed: a burst after minutes of idleness, sampling stopped.
+	type idleRun struct {
+		rd    *reactDaemon
+		procs []*daemonProc
+		s0    [4]procSample
 	}
+	var runs []*idleRun
+	defer func() {
+		for _, ir := range runs {
+			for _, p := range ir.procs {
+				e.stop(p)
+			}
+			if ir.rd != nil {
+				e.stopReact(ir.rd)
+			}
+		}
+	}()
 	var minutes reactResult
-	// Our two daemons own the same name: the second one gets a bus of its
-	// own.
-	bus2, err := e.startBus("bus2")
-	if err != nil {
-		return err
-	}
 	for run := 0; run < e.o.idleRuns; run++ {
-		rd, err := e.startReact("idle-react", false, bus3)
+		var buses [4]string
+		for i := range buses {
+			b, err := e.startBus(fmt.Sprintf("idle%d-%d", run, i))
+			if err != nil {
+				return err
+			}
+			buses[i] = b
+		}
+		ir := &idleRun{}
+		runs = append(runs, ir)
+		rd, err := e.startReact(fmt.Sprintf("idle-react%d", run), false, buses[0], 0, false)
 		if err != nil {
 			return err
 		}
-		o0, err := e.startOurs("idle0", ourOpts{})
+		ir.rd = rd
+		o0, err := e.startOurs(fmt.Sprintf("idle0-%d", run), ourOpts{bus: buses[1]})
 		if err != nil {
 			return err
 		}
-		o100, err := e.startOurs("idle100", ourOpts{workloads: idleWorkloads, sleepers: idleSleepers, bus: bus2})
+		ir.procs = append(ir.procs, o0)
+		o100, err := e.startOurs(fmt.Sprintf("idle100-%d", run), ourOpts{workloads: idleWorkloads, sleepers: idleSleepers, bus: buses[2]})
 		if err != nil {
-			e.stop(o0)
 			return err
 		}
-		ppd, err := e.startPPD()
+		ir.procs = append(ir.procs, o100)
+		ppd, err := e.startPPDOn(buses[3], false)
 		if err != nil {
-			e.stop(o0)
-			e.stop(o100)
 			return err
 		}
+		ir.procs = append(ir.procs, ppd)
 		gf, err := e.startGoFloor()
 		if err != nil {
 			return err
 		}
-		procs := []*daemonProc{o0, o100, ppd, gf}
-		var stopPerf func()
-		if run == 0 {
-			stopPerf = e.perfRecord("idle", o100)
-		}
-		// Two windows: the first from readiness (adoption, the first
-		// samples, the bus's first callers), then the idle one, 60 s after
-		// readiness.
-		var s0 [4]procSample
-		for i, p := range procs {
-			if s0[i], err = sampleProc(p.pid); err != nil {
+		ir.procs = append(ir.procs, gf)
+	}
+	stopPerf := e.perfRecord("idle", runs[0].procs[1])
+	// Two windows: the first from readiness (adoption, the first
+	// samples, the bus's first callers), then the idle one, 60 s after
+	// readiness.
+	var err error
+	for _, ir := range runs {
+		for i, p := range ir.procs {
+			if ir.s0[i], err = sampleProc(p.pid); err != nil {
 				return err
 			}
 		}
-		time.Sleep(e.o.idle)
-		for i, p := range procs {
+	}
+	time.Sleep(e.o.idle)
+	for _, ir := range runs {
+		for i, p := range ir.procs {
 			s1, err := sampleProc(p.pid)
 			if err != nil {
 				return err
 			}
-			sw, cpu := s1.since(s0[i])
-			a[i].startWake = append(a[i].startWake, float64(sw)/s1.at.Sub(s0[i].at).Seconds())
+			sw, cpu := s1.since(ir.s0[i])
+			a[i].startWake = append(a[i].startWake, float64(sw)/s1.at.Sub(ir.s0[i].at).Seconds())
 			a[i].startCPU = append(a[i].startCPU, ms(cpu))
-			s0[i] = s1
+			ir.s0[i] = s1
 		}
-		time.Sleep(e.o.idle)
-		for i, p := range procs {
+	}
+	time.Sleep(e.o.idle)
+	for _, ir := range runs {
+		for i, p := range ir.procs {
 			s1, err := sampleProc(p.pid)
 			if err != nil {
 				return err
 			}
-			dt := s1.at.Sub(s0[i].at).Seconds()
-			sw, cpu := s1.since(s0[i])
+			dt := s1.at.Sub(ir.s0[i].at).Seconds()
+			sw, cpu := s1.since(ir.s0[i])
 			a[i].wake = append(a[i].wake, float64(sw)/dt)
 			a[i].cpu = append(a[i].cpu, ms(cpu))
 			a[i].rss = append(a[i].rss, float64(s1.rssKiB)/1024)
 			a[i].pss = append(a[i].pss, float64(s1.pssKiB)/1024)
 			a[i].threads = append(a[i].threads, float64(s1.threads))
 		}
-		if stopPerf != nil {
-			stopPerf()
-		}
-		for _, p := range procs {
+	}
+	stopPerf()
+	for _, ir := range runs {
+		for _, p := range ir.procs {
 			e.stop(p)
 		}
-		t, err := e.reactBurst(rd, readCPUs(cpusetRoot).Size())
-		e.stopReact(rd)
+		ir.procs = nil
+	}
+	// One burst per react daemon, one after the other: on v1 the trigger
+	// is machine-wide, so an earlier burst wakes the later daemons too;
+	// each burst waits until its daemon was quiet for 1.5 s again.
+	for _, ir := range runs {
+		quiet := waitQuiet(ir.rd.p.pid, 1500*time.Millisecond, 10*time.Second)
+		t, err := e.reactBurst(ir.rd, ir.rd.sps[0], readCPUs(cpusetRoot).Size())
+		e.stopReact(ir.rd)
+		ir.rd = nil
 		if err != nil {
 			return err
 		}
+		t.notQuiet = !quiet
 		minutes.add(t)
 	}
 	e.reactRows(r, &minutes, readCPUs(cpusetRoot).Size(), false, fmt.Sprintf("idle for %v first", 2*e.o.idle))

@@ -23,15 +23,20 @@ import (
 )
 
 // React: how long a packed workload that turns busy waits for its
-// cpuset to widen. Each trial runs a fresh daemon (so the workload's
-// history is that of an idle one, without waiting ~15 s for a 2 s
-// half-life to decay a burst away) with reactWorkloads workloads under
+// cpuset to widen. A "sampling stopped" trial runs a fresh daemon (so the
+// workload's history is that of an idle one, without waiting ~15 s for a
+// 2 s half-life to decay a burst away) with reactWorkloads workloads under
 // powersaving; w0000 holds a helper process (this binary, -spin-helper)
 // that sleeps on a pipe until told to start N CPU-bound threads. Starting
 // the threads attaches nothing and writes no cgroup file: the daemon has
-// to notice the load itself.
+// to notice the load itself. The "sampling running" trials of a case share
+// one daemon with reactRotation workloads holding a helper each (and a
+// light task in w0001, so that it keeps sampling): each trial bursts in
+// the next one that has stayed packed for 1 s, while the earlier ones
+// decay.
 const (
 	reactWorkloads = 4
+	reactRotation  = 8
 	spinHelperArg  = "-spin-helper"
 )
 
@@ -277,13 +282,25 @@ func logSize(path string) int64 {
 // the spinner in w0000 and (sampling) a light task in w0001.
 type reactDaemon struct {
 	p     *daemonProc
-	sp    *spinner
+	sps   []reactTarget // every workload with a helper, w0000 first
 	light *exec.Cmd
 	log   string
 }
 
-func (e *env) startReact(tag string, sampling bool, bus string) (*reactDaemon, error) {
-	p, err := e.startOurs(tag, ourOpts{workloads: reactWorkloads, bus: bus, extra: []string{"--log-level", "debug"}})
+// reactTarget is a workload with a helper.
+type reactTarget struct {
+	dir string
+	sp  *spinner
+}
+
+// startReact starts a daemon with workloads workloads (reactWorkloads
+// when 0) packed under powersaving, a helper in w0000 (and, with rotate,
+// in every workload but w0001), a light task in w0001 when sampling.
+func (e *env) startReact(tag string, sampling bool, bus string, workloads int, rotate bool) (*reactDaemon, error) {
+	if workloads == 0 {
+		workloads = reactWorkloads
+	}
+	p, err := e.startOurs(tag, ourOpts{workloads: workloads, bus: bus, extra: []string{"--log-level", "debug"}})
 	if err != nil {
 		return nil, err
 	}
@@ -301,9 +318,16 @@ func (e *env) startReact(tag string, sampling bool, bus string) (*reactDaemon, e
 		e.stopReact(rd)
 		return nil, fmt.Errorf("SetPolicy powersaving: %w", err)
 	}
-	if rd.sp, err = e.startSpinner(p.wl.children[0]); err != nil {
-		e.stopReact(rd)
-		return nil, err
+	for i, c := range p.wl.children {
+		if i == 1 || i > 0 && !rotate {
+			continue
+		}
+		sp, err := e.startSpinner(c)
+		if err != nil {
+			e.stopReact(rd)
+			return nil, err
+		}
+		rd.sps = append(rd.sps, reactTarget{dir: c, sp: sp})
 	}
 	if sampling {
 		if rd.light, err = e.lightTask(p.wl.children[1]); err != nil {
@@ -311,11 +335,20 @@ func (e *env) startReact(tag string, sampling bool, bus string) (*reactDaemon, e
 			return nil, err
 		}
 	}
-	// Packed, and still packed 1 s later: the attaches wake the daemon,
-	// which may widen and shrink again before the burst.
+	if err := waitPacked(p.wl.children[0], 15*time.Second); err != nil {
+		e.stopReact(rd)
+		return nil, fmt.Errorf("%w; see %s", err, rd.log)
+	}
+	return rd, nil
+}
+
+// waitPacked waits until dir's cpuset holds one CPU, and still does 1 s
+// later (the attaches wake the daemon, which may widen and shrink again
+// before the burst).
+func waitPacked(dir string, timeout time.Duration) error {
 	packedSince := time.Time{}
-	if !waitFor(15*time.Second, func() bool {
-		if readCPUs(p.wl.children[0]).Size() != 1 {
+	if !waitFor(timeout, func() bool {
+		if readCPUs(dir).Size() != 1 {
 			packedSince = time.Time{}
 			return false
 		}
@@ -324,15 +357,14 @@ func (e *env) startReact(tag string, sampling bool, bus string) (*reactDaemon, e
 		}
 		return time.Since(packedSince) >= time.Second
 	}) {
-		e.stopReact(rd)
-		return nil, fmt.Errorf("w0000 not packed to one CPU for 1 s within 15s (cpuset.cpus %s); see %s", readCPUs(p.wl.children[0]), rd.log)
+		return fmt.Errorf("%s not packed to one CPU for 1 s within %v (cpuset.cpus %s)", filepath.Base(dir), timeout, readCPUs(dir))
 	}
-	return rd, nil
+	return nil
 }
 
 func (e *env) stopReact(rd *reactDaemon) {
-	if rd.sp != nil {
-		rd.sp.stop(e)
+	for _, t := range rd.sps {
+		t.sp.stop(e)
 	}
 	if rd.light != nil {
 		syscall.Kill(-rd.light.Process.Pid, syscall.SIGKILL) // sh and its sleep
@@ -343,32 +375,47 @@ func (e *env) stopReact(rd *reactDaemon) {
 	e.stop(rd.p)
 }
 
-// reactRun is one trial on a fresh daemon: n threads, sampling stopped
-// (quiet) or running.
-func (e *env) reactRun(n int, sampling bool) (reactTrial, error) {
-	tag := fmt.Sprintf("react%d", n)
-	if sampling {
-		tag += "s"
-	}
-	rd, err := e.startReact(tag, sampling, "")
+// reactRun is one "sampling stopped" trial on a fresh daemon: n threads
+// once it has been quiet for 1.5 s.
+func (e *env) reactRun(n int) (reactTrial, error) {
+	rd, err := e.startReact(fmt.Sprintf("react%d", n), false, "", 0, false)
 	if err != nil {
 		return reactTrial{}, err
 	}
 	defer e.stopReact(rd)
-	if sampling {
-		time.Sleep(1500 * time.Millisecond)
-		return e.reactBurst(rd, n)
-	}
 	// On cgroup v1 the PSI trigger is the machine's: another process's
 	// CPU pressure (a VM on this shared machine) wakes the daemon too, and
 	// then it samples. Such trials are counted, not dropped.
 	quiet := waitQuiet(rd.p.pid, 1500*time.Millisecond, 5*time.Second)
-	tr, err := e.reactBurst(rd, n)
+	tr, err := e.reactBurst(rd, rd.sps[0], n)
 	tr.notQuiet = !quiet
 	return tr, err
 }
 
-func (e *env) reactBurst(rd *reactDaemon, n int) (reactTrial, error) {
+// reactSampling runs the "sampling running" trials of n threads on one
+// daemon, each in the next workload of the rotation once it is packed.
+func (e *env) reactSampling(n int, rr *reactResult) error {
+	rd, err := e.startReact(fmt.Sprintf("react%ds", n), true, "", reactRotation, true)
+	if err != nil {
+		return err
+	}
+	defer e.stopReact(rd)
+	time.Sleep(1500 * time.Millisecond)
+	for i := 0; i < e.o.reactTrials; i++ {
+		t := rd.sps[i%len(rd.sps)]
+		if err := waitPacked(t.dir, 30*time.Second); err != nil {
+			return fmt.Errorf("trial %d: %w; see %s", i, err, rd.log)
+		}
+		tr, err := e.reactBurst(rd, t, n)
+		if err != nil {
+			return err
+		}
+		rr.add(tr)
+	}
+	return nil
+}
+
+func (e *env) reactBurst(rd *reactDaemon, t reactTarget, n int) (reactTrial, error) {
 	allowed := readCPUs(rd.p.wl.dir).Size()
 	want := min(n, allowed)
 	window := 5 * time.Second
@@ -376,12 +423,12 @@ func (e *env) reactBurst(rd *reactDaemon, n int) (reactTrial, error) {
 		window = 1500 * time.Millisecond // one thread on one CPU stays there
 	}
 	off := logSize(rd.log)
-	tr, err := burst(rd.sp, rd.p.wl.children[0], rd.p.pid, n, want, window)
+	tr, err := burst(t.sp, t.dir, rd.p.pid, n, want, window)
 	if err != nil {
 		return tr, err
 	}
-	tr.signal = wakeSignal(rd.log, off, filepath.Base(rd.p.wl.children[0]))
-	rd.sp.spin(0)
+	tr.signal = wakeSignal(rd.log, off, filepath.Base(t.dir))
+	t.sp.spin(0)
 	return tr, nil
 }
 
@@ -427,18 +474,23 @@ func (rr *reactResult) signalNote() string {
 
 func (e *env) benchReact(r *report) error {
 	ncpu := readCPUs(cpusetRoot).Size()
-	for _, sampling := range []bool{false, true} {
-		for _, n := range []int{1, ncpu} {
-			var rr reactResult
-			for i := 0; i < e.o.reactTrials; i++ {
-				t, err := e.reactRun(n, sampling)
-				if err != nil {
-					return err
-				}
-				rr.add(t)
+	for _, n := range []int{1, ncpu} {
+		var rr reactResult
+		for i := 0; i < e.o.reactTrials; i++ {
+			t, err := e.reactRun(n)
+			if err != nil {
+				return err
 			}
-			e.reactRows(r, &rr, n, sampling, "")
+			rr.add(t)
 		}
+		e.reactRows(r, &rr, n, false, "")
+	}
+	for _, n := range []int{1, ncpu} {
+		var rr reactResult
+		if err := e.reactSampling(n, &rr); err != nil {
+			return err
+		}
+		e.reactRows(r, &rr, n, true, "")
 	}
 	return nil
 }
