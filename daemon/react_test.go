@@ -22,7 +22,8 @@ import (
 // TestMain doubles as a workload for the pressure-wake tests: with
 // SCHEDPOLICYD_TEST_THREADS=1 the test binary reads lines "N MS" on stdin
 // and starts N threads that spin for MS milliseconds of wall time each (0:
-// until the next line), answering "ok" once they run.
+// until the next line) and then sleep until the next line, answering "ok"
+// once they run.
 func TestMain(m *testing.M) {
 	if os.Getenv("SCHEDPOLICYD_TEST_THREADS") == "1" {
 		threadsHelper()
@@ -32,6 +33,7 @@ func TestMain(m *testing.M) {
 
 func threadsHelper() {
 	var stop *atomic.Bool
+	var next chan struct{}
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		var n, ms int
@@ -42,14 +44,21 @@ func threadsHelper() {
 		stop = &atomic.Bool{}
 		runtime.GOMAXPROCS(n + 1)
 		var started atomic.Int32
+		if next != nil {
+			close(next)
+		}
+		next = make(chan struct{})
 		for i := 0; i < n; i++ {
-			go func(s *atomic.Bool) {
+			go func(s *atomic.Bool, next chan struct{}) {
 				runtime.LockOSThread() // one OS thread each
 				started.Add(1)
 				end := time.Now().Add(time.Duration(ms) * time.Millisecond)
 				for !s.Load() && (ms == 0 || time.Now().Before(end)) {
 				}
-			}(stop)
+				// The thread stays (asleep) until the next line: a
+				// thread that exits takes its CPU time with it.
+				<-next
+			}(stop, next)
 		}
 		for started.Load() < int32(n) {
 			runtime.Gosched()

@@ -16,28 +16,28 @@ import (
 // runnable threads than CPUs at the wake is a candidate, but a snapshot of
 // thread states is no evidence: a light workload (a few per cent of a CPU)
 // may have two threads runnable at that instant. So the wake starts a
-// one-shot confirmation: wakeConfirm later the candidate's CPU time is read
-// again, and only a workload that used at least wakeBusyRatio of its CPUs
-// in between and still has more runnable threads than CPUs counts as
-// saturated: its utilisation is raised to its CPU count, so that the plan
-// widens it in that decision (if the burst was brief, the average decays
-// again and the lazy shrink packs it back).
+// one-shot confirmation: wakeConfirm later the candidate's threads' run
+// and run-queue wait times are read again (sysfs.Cgroup.RunDelay), and
+// only a workload whose threads were runnable on average for more than its
+// CPU count plus wakeMargin counts as saturated: its utilisation is raised
+// to its CPU count, so that the plan widens it in that decision (if the
+// burst was brief, the average decays again and the lazy shrink packs it
+// back). Runnable time counts waiting too, so a busy workload qualifies
+// however much of its CPUs other tasks take, and a light one does not
+// however busy the machine is.
 //
 // wakeConfirm is short beside the 2 s half-life and long beside the
-// scheduler's slices (a few ms), so a busy workload's usage over it is
-// close to its CPU count. wakeBusyRatio is below the saturation ratio of
-// the average (policy.SaturationRatio) because at a pressure wake other
-// tasks share the workload's CPUs by definition; a light workload stays
-// far below it.
+// scheduler's slices (a few ms).
 const (
-	wakeConfirm   = 30 * time.Millisecond
-	wakeBusyRatio = 0.5
+	wakeConfirm = 30 * time.Millisecond
+	wakeMargin  = 0.5
 )
 
-// wakeCandidate is a workload's CPU time when a confirmation started.
+// wakeCandidate is a workload's threads' run + wait time when a
+// confirmation started.
 type wakeCandidate struct {
-	usage time.Duration
-	at    time.Time
+	runnable time.Duration
+	at       time.Time
 }
 
 // confirmC fires when a started confirmation is due; nil when none is
@@ -61,11 +61,14 @@ func (p *placement) pressureWake() {
 		w := p.workloads[n]
 		if k := w.cpus.Size(); k > 0 && w.threads > k && !w.rec.Released {
 			crowded = append(crowded, fmt.Sprintf("%s:%d/%d", n, w.threads, k))
-			if p.confirm == nil {
+			if p.confirm != nil {
+				continue
+			}
+			if run, wait, err := p.cg.RunDelay(n); err == nil {
 				if p.candidates == nil {
 					p.candidates = map[string]wakeCandidate{}
 				}
-				p.candidates[n] = wakeCandidate{usage: w.avg.Usage, at: w.lastAt}
+				p.candidates[n] = wakeCandidate{runnable: run + wait, at: time.Now()}
 			}
 		}
 	}
@@ -76,9 +79,9 @@ func (p *placement) pressureWake() {
 }
 
 // confirmWake ends the pending confirmation: each candidate still placed
-// that used at least wakeBusyRatio of its CPUs since pressureWake and
-// still has more runnable threads than CPUs gets its utilisation raised to
-// its CPU count. It reports whether any did (then the caller plans).
+// whose threads were runnable on average for more than its CPU count plus
+// wakeMargin since pressureWake gets its utilisation raised to its CPU
+// count. It reports whether any did (then the caller plans).
 func (p *placement) confirmWake() bool {
 	if p.confirm != nil {
 		p.confirm.Stop()
@@ -94,33 +97,27 @@ func (p *placement) confirmWake() bool {
 			continue
 		}
 		k := w.cpus.Size()
-		use, err := p.cg.Usage(n)
+		run, wait, err := p.cg.RunDelay(n)
 		wall := time.Since(c.at)
 		if err != nil || k == 0 || wall <= 0 {
 			continue
 		}
-		rate := float64(use-c.usage) / float64(wall)
-		threads, err := p.cg.Runnable(n)
-		if err != nil {
-			continue
-		}
-		desc := fmt.Sprintf("%s:%.2f/%d,runnable=%d", n, rate, k, threads)
-		if rate < wakeBusyRatio*float64(k) || threads <= k {
+		avg := float64(run+wait-c.runnable) / float64(wall)
+		desc := fmt.Sprintf("%s:%.2f/%d", n, avg, k)
+		if avg < float64(k)+wakeMargin {
 			light = append(light, desc)
 			continue
 		}
 		saturated = append(saturated, desc)
-		w.threads = threads
 		w.avg.Util = max(w.avg.Util, float64(k))
 	}
 	if len(light) > 0 {
-		// usage in CPUs over the interval / its CPUs, runnable threads now
-		p.log.WithField("light", strings.Join(light, ";")).Debug("cpu pressure wake not confirmed: not saturated")
+		p.log.WithField("runnable_avg_over_cpus", strings.Join(light, ",")).Debug("cpu pressure wake not confirmed: not saturated")
 	}
 	if len(saturated) == 0 {
 		return false
 	}
-	p.log.WithFields(logrus.Fields{"signal": "cpu pressure confirmed", "saturated": strings.Join(saturated, ";")}).Debug("woken")
+	p.log.WithFields(logrus.Fields{"signal": "cpu pressure confirmed", "runnable_avg_over_cpus": strings.Join(saturated, ",")}).Debug("woken")
 	return true
 }
 

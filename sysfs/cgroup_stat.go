@@ -177,6 +177,47 @@ func (c *Cgroup) Runnable(name string) (int, error) {
 	return n, nil
 }
 
+// RunDelay returns the time the child's threads (v1 tasks, v2
+// cgroup.threads) have spent running on a CPU and waiting on a run queue,
+// summed over the threads alive now: fields 1 and 2 of each
+// /proc/<tid>/schedstat (ns; Documentation/scheduler/sched-stats.rst).
+// Over an interval, Δ(run+wait)/Δwall is the average number of runnable
+// threads, the patch's nr_running averaged rather than sampled. Threads
+// that exit in between take their time with them (a delta may be
+// negative). Errors name the file.
+func (c *Cgroup) RunDelay(name string) (run, wait time.Duration, err error) {
+	file := "tasks"
+	if c.version == CgroupV2 {
+		file = "cgroup.threads"
+	}
+	p, err := c.childFile(name, file)
+	if err != nil {
+		return 0, 0, err
+	}
+	tids, err := cgReadIDs(p)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, tid := range tids {
+		b, err := readFileRaw(filepath.Join(c.procRoot, strconv.Itoa(tid), "schedstat"))
+		if err != nil {
+			continue // exited
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 2 {
+			return 0, 0, fmt.Errorf("parse /proc/%d/schedstat: %q", tid, b)
+		}
+		r, err1 := strconv.ParseInt(f[0], 10, 64)
+		w, err2 := strconv.ParseInt(f[1], 10, 64)
+		if err1 != nil || err2 != nil {
+			return 0, 0, fmt.Errorf("parse /proc/%d/schedstat: %q", tid, b)
+		}
+		run += time.Duration(r)
+		wait += time.Duration(w)
+	}
+	return run, wait, nil
+}
+
 // CPUPressure returns the child's cgroup v2 CPU pressure, "some avg10" of
 // its cpu.pressure file (percent, ParseCPUPressure). On v1, or where PSI is
 // off, the file is absent: the error satisfies errors.Is(err,

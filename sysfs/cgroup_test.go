@@ -253,6 +253,11 @@ func TestCgroupV1Mock(t *testing.T) {
 		"100/task/101/schedstat": "2000000 555 10\n",
 		"100/task/103/schedstat": "4000000 0 1\n", // a thread in another cgroup
 		// 102 exited: no directory. 300 exited: no process directory.
+		// RunDelay reads /proc/<tid> directly.
+		"100/schedstat": "1000000 555 10\n",
+		"101/schedstat": "2000000 445 10\n",
+		"103/schedstat": "4000000 0 1\n",
+		"104/schedstat": "bogus\n",
 	})
 	cg, err := OpenCgroup(filepath.Join(root, "managed"), CgroupOptions{Create: true, ProcRoot: procRoot})
 	if err != nil {
@@ -296,6 +301,15 @@ func TestCgroupV1Mock(t *testing.T) {
 	if u, err := cg.Usage("w"); err != nil || u != 3*time.Millisecond {
 		t.Errorf("Usage(w) = %v, %v; want 3ms from schedstat", u, err)
 	}
+	// Run and run-queue wait of the threads in tasks: 100 and 101.
+	if r, w, err := cg.RunDelay("w"); err != nil || r != 3*time.Millisecond || w != 1000*time.Nanosecond {
+		t.Errorf("RunDelay(w) = %v, %v, %v; want 3ms, 1µs", r, w, err)
+	}
+	writeTree(t, root, map[string]string{"managed/w/tasks": "100\n104\n"})
+	if _, _, err := cg.RunDelay("w"); err == nil || !strings.Contains(err.Error(), "/proc/104/schedstat") {
+		t.Errorf("RunDelay(w) with a malformed schedstat: err %v, want one naming /proc/104/schedstat", err)
+	}
+	writeTree(t, root, map[string]string{"managed/w/tasks": "100\n101\n102\n300\n"})
 	// cpuacct co-mounted: cpuacct.usage in ns.
 	if u, err := cg.Usage("acct"); err != nil || u != 123456789*time.Nanosecond {
 		t.Errorf("Usage(acct) = %v, %v; want 123.456789ms from cpuacct.usage", u, err)
