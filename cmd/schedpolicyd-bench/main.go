@@ -53,7 +53,7 @@ func main() {
 	flag.IntVar(&o.switches10, "switches-10", 100, "policy switches with 10 workloads (per path)")
 	flag.IntVar(&o.switches1000, "switches-1000", 20, "policy switches with 1,000 workloads (per path)")
 	flag.IntVar(&o.powerChanges, "power-changes", 40, "power-source changes")
-	flag.IntVar(&o.reactTrials, "react-trials", 20, "issue 15: trials per case of a packed workload turning busy (sampling stopped: each on a fresh daemon; sampling running: one daemon per case)")
+	flag.IntVar(&o.reactTrials, "react-trials", 20, "issue 15: trials per case of a packed workload turning busy (each on a fresh daemon, but the one-thread sampling-running trials: on one daemon)")
 	flag.StringVar(&o.out, "out", "docs/BENCHMARKS.md", "markdown file whose \"Resident daemon vs power-profiles-daemon\" section is (re)written (empty: print only; with -only, only when given)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (daemon logs) for inspection")
 	flag.StringVar(&o.only, "only", "", "comma-separated phases to run: idle,start,get,switch,power,react (default all)")
@@ -137,9 +137,11 @@ func run(o options) error {
 			continue
 		}
 		fmt.Fprintf(os.Stderr, "bench: phase %s\n", s.phase)
+		t0 := time.Now()
 		if err := s.fn(r); err != nil {
 			return fmt.Errorf("%s: %w", s.phase, err)
 		}
+		fmt.Fprintf(os.Stderr, "bench: phase %s took %v\n", s.phase, time.Since(t0).Round(time.Second))
 	}
 	md := r.markdown(o)
 	fmt.Print(md)

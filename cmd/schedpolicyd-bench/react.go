@@ -29,12 +29,10 @@ import (
 // powersaving; w0000 holds a helper process (this binary, -spin-helper)
 // that sleeps on a pipe until told to start N CPU-bound threads. Starting
 // the threads attaches nothing and writes no cgroup file: the daemon has
-// to notice the load itself. The "sampling running" trials of a case share
-// one daemon whose workloads but w0001 hold a helper each (w0001 a light
-// task, so that it keeps sampling): each trial bursts in the next one that
-// has stayed packed for 1 s, while the earlier ones decay. (With more
-// workloads, their helpers' start-up crosses powersaving's packing
-// threshold on a 2-CPU machine and everything is spread.)
+// to notice the load itself. "Sampling running" adds a light task in
+// w0001, so that the daemon keeps sampling; its one-thread trials share one
+// daemon whose workloads but w0001 hold a helper each, each trial bursting
+// in the next one that has stayed packed for 1 s.
 const (
 	reactWorkloads = 4
 	spinHelperArg  = "-spin-helper"
@@ -375,14 +373,22 @@ func (e *env) stopReact(rd *reactDaemon) {
 	e.stop(rd.p)
 }
 
-// reactRun is one "sampling stopped" trial on a fresh daemon: n threads
-// once it has been quiet for 1.5 s.
-func (e *env) reactRun(n int) (reactTrial, error) {
-	rd, err := e.startReact(fmt.Sprintf("react%d", n), false, "", 0, false)
+// reactRun is one trial on a fresh daemon: n threads, sampling stopped
+// (once the daemon was quiet for 1.5 s) or running.
+func (e *env) reactRun(n int, sampling bool) (reactTrial, error) {
+	tag := fmt.Sprintf("react%d", n)
+	if sampling {
+		tag += "s"
+	}
+	rd, err := e.startReact(tag, sampling, "", 0, false)
 	if err != nil {
 		return reactTrial{}, err
 	}
 	defer e.stopReact(rd)
+	if sampling {
+		time.Sleep(1500 * time.Millisecond)
+		return e.reactBurst(rd, rd.sps[0], n)
+	}
 	// On cgroup v1 the PSI trigger is the machine's: another process's
 	// CPU pressure (a VM on this shared machine) wakes the daemon too, and
 	// then it samples. Such trials are counted, not dropped.
@@ -394,6 +400,9 @@ func (e *env) reactRun(n int) (reactTrial, error) {
 
 // reactSampling runs the "sampling running" trials of n threads on one
 // daemon, each in the next workload of the rotation once it is packed.
+// Only for bursts that widen nothing: a widening burst places everything
+// for performance on a 2-CPU machine (race to idle), and packing again
+// after a 2 s half-life takes ~20 s, longer than a fresh daemon.
 func (e *env) reactSampling(n int, rr *reactResult) error {
 	rd, err := e.startReact(fmt.Sprintf("react%ds", n), true, "", 0, true)
 	if err != nil {
@@ -474,23 +483,26 @@ func (rr *reactResult) signalNote() string {
 
 func (e *env) benchReact(r *report) error {
 	ncpu := readCPUs(cpusetRoot).Size()
-	for _, n := range []int{1, ncpu} {
-		var rr reactResult
-		for i := 0; i < e.o.reactTrials; i++ {
-			t, err := e.reactRun(n)
-			if err != nil {
-				return err
+	for _, sampling := range []bool{false, true} {
+		for _, n := range []int{1, ncpu} {
+			var rr reactResult
+			if sampling && n == 1 {
+				// One thread stays in its one CPU: no widening, nothing
+				// to decay, so the trials can share a daemon.
+				if err := e.reactSampling(n, &rr); err != nil {
+					return err
+				}
+			} else {
+				for i := 0; i < e.o.reactTrials; i++ {
+					t, err := e.reactRun(n, sampling)
+					if err != nil {
+						return err
+					}
+					rr.add(t)
+				}
 			}
-			rr.add(t)
+			e.reactRows(r, &rr, n, sampling, "")
 		}
-		e.reactRows(r, &rr, n, false, "")
-	}
-	for _, n := range []int{1, ncpu} {
-		var rr reactResult
-		if err := e.reactSampling(n, &rr); err != nil {
-			return err
-		}
-		e.reactRows(r, &rr, n, true, "")
 	}
 	return nil
 }

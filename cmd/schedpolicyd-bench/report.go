@@ -58,7 +58,7 @@ func (r *report) markdown(o options) string {
 	var b strings.Builder
 	fmt.Fprintln(&b, beginMarker)
 	fmt.Fprintln(&b)
-	fmt.Fprintf(&b, "%s. Idle: %d run(s) at once, each a window from readiness and the idle window after it, of %v each, all daemons idle side by side; start-up: %d starts each; D-Bus: %d calls per method; switches: %d (10 workloads) and %d (1,000 workloads) per path; power: %d changes each way; react: %d trials per case (sampling stopped: each on a fresh daemon; sampling running: one daemon per case, the bursts rotating over its workloads).\n",
+	fmt.Fprintf(&b, "%s. Idle: %d run(s) at once, each a window from readiness and the idle window after it, of %v each, all daemons idle side by side; start-up: %d starts each; D-Bus: %d calls per method; switches: %d (10 workloads) and %d (1,000 workloads) per path; power: %d changes each way; react: %d trials per case, each on a fresh daemon (but the one-thread sampling-running trials: one daemon, the bursts rotating over its workloads).\n",
 		r.meta, o.idleRuns, o.idle, o.starts, o.calls, o.switches10, o.switches1000, o.powerChanges, o.reactTrials)
 	fmt.Fprintln(&b)
 	fmt.Fprintln(&b, "| group | measurement | unit | schedpolicyd median | p99 | power-profiles-daemon median | p99 | ratio (median) | goal |")
