@@ -402,7 +402,7 @@ func (e *env) reactRun(n int, sampling bool) (reactTrial, error) {
 // daemon, each in the next workload of the rotation once it is packed.
 // Only for bursts that widen nothing: a widening burst places everything
 // for performance on a 2-CPU machine (race to idle), and packing again
-// after a 2 s half-life takes ~20 s, longer than a fresh daemon.
+// after a 2 s half-life takes longer than starting a fresh daemon.
 func (e *env) reactSampling(n int, rr *reactResult) error {
 	rd, err := e.startReact(fmt.Sprintf("react%ds", n), true, "", 0, true)
 	if err != nil {
