@@ -57,6 +57,12 @@ type UnitInfo struct {
 	// nil where systemd does not apply the cpuset controller (cgroup v1,
 	// or the controller is off for the unit's subtree).
 	EffectiveCPUs []int
+	// Delegate is the unit's Delegate= (services and scopes), and
+	// DelegateControllers the controllers it names: the cgroup
+	// controllers the unit's own processes (a user's manager, for
+	// user@UID.service) may manage below its cgroup.
+	Delegate            bool
+	DelegateControllers []string
 }
 
 // UnitEvent is something that happened to unit Name, from the manager's
@@ -64,6 +70,8 @@ type UnitInfo struct {
 type UnitEvent struct {
 	Name string
 	Kind EventKind
+	// UID is the manager's (Manager.UID): -1 for the system manager.
+	UID int
 }
 
 // EventKind says which signal a UnitEvent came from.
@@ -278,7 +286,7 @@ func (m *Manager) Events(ctx context.Context) (<-chan UnitEvent, error) {
 			for s := range ch {
 				// UnitNew/UnitRemoved (s id, o path); JobRemoved (u id,
 				// o job, s unit, s result).
-				var ev UnitEvent
+				ev := UnitEvent{UID: m.UID}
 				arg := 0
 				switch s.Name {
 				case managerInterface + ".UnitNew":
@@ -359,6 +367,8 @@ func (m *Manager) UnitInfo(ctx context.Context, name string) (UnitInfo, error) {
 	if b, ok := props["EffectiveCPUs"].([]byte); ok {
 		u.EffectiveCPUs = DecodeCPUMask(b)
 	}
+	u.Delegate, _ = props["Delegate"].(bool)
+	u.DelegateControllers, _ = props["DelegateControllers"].([]string)
 	return u, nil
 }
 
