@@ -190,8 +190,11 @@ type WorkloadStatus struct {
 	Override policy.Policy
 	// Class says what kind of work it is: "workload" (a child of the
 	// managed parent, or a unit of schedpolicyd.slice), "service" (a unit
-	// of system.slice), "user" (a user's whole manager, user@UID.service),
-	// or the managed slice's name without ".slice" for other units.
+	// of system.slice), "user" (a user's whole manager, user@UID.service);
+	// for the units of a user's manager (users.go) "focused" (an app.slice
+	// unit whose cgroup's user.xdg.inactive-since is -1), "app",
+	// "background" or "session"; or the managed slice's name without
+	// ".slice" for other units.
 	Class string
 }
 
@@ -626,7 +629,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wasSampling := false
 	for {
 		var sampleC <-chan time.Time
-		var unitC <-chan systemd.UnitEvent
+		var unitC <-chan unitMsg
 		sampling := d.pl.sampling()
 		if d.units != nil {
 			unitC = d.units.eventsC()
@@ -674,12 +677,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			if d.pl.scan() {
 				d.recompute("workloads changed", true)
 			}
-		case ev, ok := <-unitC:
-			if !ok {
-				d.log.Warn("the connection to the systemd manager closed; units are no longer followed")
-				d.units.close()
-				continue
-			}
+		case ev := <-unitC:
 			d.stats.events.Add(1)
 			if d.units.onEvent(ev) {
 				d.recompute("units changed", true)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -80,18 +81,30 @@ type unitPlacement struct {
 	save  func() error
 
 	mgr    *systemd.Manager // the system manager; nil until open succeeds
-	events <-chan systemd.UnitEvent
-	slices map[string]bool // managed slices of the system manager
-	// users: manage names a user slice (userSlices), so every user's
-	// manager, user@UID.service, is placed as a whole.
-	users bool
+	slices map[string]bool  // managed slices of the system manager
+	// users: manage names a user slice (userSlices); userManaged is
+	// which. Each logged-in user is followed (users.go): where cpuset is
+	// delegated to user@UID.service, the units of those slices in the
+	// user's manager are placed through it; elsewhere the user's manager,
+	// user@UID.service, is placed as a whole.
+	users       bool
+	userManaged map[string]bool
+	people      map[int]*userManager // by uid
+	logind      *systemd.Logind
+	userSource  string // "logind" or "system manager"
+	// msgs carries every manager's unit signals, logind's user signals
+	// and the focus watch's events to the event loop; done ends the
+	// goroutines that feed it.
+	msgs  chan unitMsg
+	done  chan struct{}
+	focus *focusWatch
 	// cgroupRoot is where units' ControlGroup paths live (/sys/fs/cgroup);
 	// unified: it is cgroup v2, where systemd applies AllowedCPUs=.
 	cgroupRoot string
 	unified    bool
 	warned     bool
 
-	workloads map[string]*unitWorkload // by unit name
+	workloads map[string]*unitWorkload // by workloadKey
 	records   map[string]*UnitRecord   // by UnitRecord.key()
 	dirty     bool
 
@@ -102,10 +115,16 @@ type unitPlacement struct {
 
 // unitWorkload is one unit placed as a workload.
 type unitWorkload struct {
-	name   string
-	slice  string
-	cgroup string // its cgroup directory (cgroupRoot + ControlGroup)
-	rec    *UnitRecord
+	name  string
+	slice string
+	// uid is the user whose manager owns the unit, -1 for the system
+	// manager.
+	uid int
+	// focused: an app.slice unit whose cgroup's user.xdg.inactive-since
+	// is -1 (the focused app, focus.go).
+	focused bool
+	cgroup  string // its cgroup directory (cgroupRoot + ControlGroup)
+	rec     *UnitRecord
 	// cpus is its AllowedCPUs= as last read or set; empty: unset.
 	cpus   sysfs.CPUSet
 	avg    policy.UtilAverage
@@ -115,10 +134,12 @@ type unitWorkload struct {
 func newUnitPlacement(cfg *Config, log logrus.FieldLogger, stats *counters) *unitPlacement {
 	u := &unitPlacement{
 		cfg: cfg, log: log.WithField("placement", PlacementSystemd), stats: stats,
-		slices:     map[string]bool{},
-		cgroupRoot: "/sys/fs/cgroup",
-		workloads:  map[string]*unitWorkload{},
-		records:    map[string]*UnitRecord{},
+		slices:      map[string]bool{},
+		userManaged: map[string]bool{},
+		people:      map[int]*userManager{},
+		cgroupRoot:  "/sys/fs/cgroup",
+		workloads:   map[string]*unitWorkload{},
+		records:     map[string]*UnitRecord{},
 	}
 	manage := cfg.Manage
 	if manage == nil {
@@ -127,6 +148,7 @@ func newUnitPlacement(cfg *Config, log logrus.FieldLogger, stats *counters) *uni
 	for _, s := range manage {
 		if userSlices[s] {
 			u.users = true
+			u.userManaged[s] = true
 			continue
 		}
 		u.slices[s] = true
@@ -183,8 +205,9 @@ func (u *unitPlacement) open() error {
 		connect = systemd.ConnectSystemPrivate // no D-Bus means no bus daemon either
 	}
 	m, err := connect(ctx)
+	var events <-chan systemd.UnitEvent
 	if err == nil {
-		u.events, err = m.Events(ctx)
+		events, err = m.Events(ctx)
 		if err != nil {
 			m.Close()
 		}
@@ -197,6 +220,8 @@ func (u *unitPlacement) open() error {
 		return err
 	}
 	u.mgr = m
+	u.msgs, u.done = make(chan unitMsg, 256), make(chan struct{})
+	u.forward(-1, events)
 	v, _ := m.Version(ctx)
 	slices := make([]string, 0, len(u.slices))
 	for s := range u.slices {
@@ -205,7 +230,7 @@ func (u *unitPlacement) open() error {
 	sort.Strings(slices)
 	u.log.WithFields(logrus.Fields{"systemd": v, "slices": strings.Join(slices, ","), "cgroup_v2": u.unified}).Info("managing units through systemd")
 	if u.users {
-		u.log.Info("user slices in manage: each user's manager (user@UID.service) is placed as a whole; its own units cannot be (the cpuset controller is not delegated to user managers)")
+		u.openUsers(ctx)
 	}
 	if !u.unified {
 		u.log.Warn("cgroup v1: systemd stores AllowedCPUs= but does not apply it; units are placed in name only (use placement \"cgroupfs\" to place cpusets on v1)")
@@ -213,17 +238,22 @@ func (u *unitPlacement) open() error {
 	return nil
 }
 
-// close drops the connection.
+// close drops the connections: the system manager, logind, every
+// user's manager and the focus watch.
 func (u *unitPlacement) close() {
-	if u.mgr != nil {
-		u.mgr.Close()
-		u.mgr = nil
-		u.events = nil
+	if u.mgr == nil {
+		return
 	}
+	close(u.done)
+	u.closeUsers()
+	u.mgr.Close()
+	u.mgr = nil
+	u.msgs = nil
 }
 
-// eventsC is the manager's unit signals (nil before open).
-func (u *unitPlacement) eventsC() <-chan systemd.UnitEvent { return u.events }
+// eventsC is the channel of the managers' and logind's signals and the
+// focus watch's events (nil before open).
+func (u *unitPlacement) eventsC() <-chan unitMsg { return u.msgs }
 
 // scan lists the managed slices' units, adopting new ones and forgetting
 // those gone; it reports whether the set changed. Used at start, after
@@ -241,18 +271,47 @@ func (u *unitPlacement) scan() bool {
 		u.log.WithError(err).Warn("listing the managed slices' units")
 		return changed
 	}
-	for _, info := range list {
-		if !u.managed(info) {
-			continue
-		}
-		seen[info.Name] = true
-		if u.consider(info) {
+	if u.users {
+		if u.scanUsers(ctx, list) {
 			changed = true
 		}
 	}
-	for n := range u.workloads {
-		if !seen[n] {
-			u.forget(n)
+	for _, info := range list {
+		if !u.managed(-1, info) {
+			continue
+		}
+		seen[workloadKey(-1, info.Name)] = true
+		if u.consider(-1, info) {
+			changed = true
+		}
+	}
+	for _, p := range u.people {
+		if p.mgr == nil {
+			continue
+		}
+		ul, err := p.mgr.Units(ctx, "*.service", "*.scope")
+		if err != nil {
+			u.log.WithError(err).WithField("uid", p.uid).Warn("listing a user manager's units")
+			for k, w := range u.workloads {
+				if w.uid == p.uid {
+					seen[k] = true // kept until the manager answers again
+				}
+			}
+			continue
+		}
+		for _, info := range ul {
+			if !u.managed(p.uid, info) {
+				continue
+			}
+			seen[workloadKey(p.uid, info.Name)] = true
+			if u.consider(p.uid, info) {
+				changed = true
+			}
+		}
+	}
+	for k := range u.workloads {
+		if !seen[k] {
+			u.forget(k)
 			changed = true
 		}
 	}
@@ -266,10 +325,24 @@ func (u *unitPlacement) scan() bool {
 // them.
 func (u *unitPlacement) dropGone(ctx context.Context) {
 	for k, r := range u.records {
-		if r.Manager != "system" || u.workloads[r.Unit] != nil {
+		uid := recordUID(r.Manager)
+		if u.workloads[workloadKey(uid, r.Unit)] != nil {
 			continue
 		}
-		if info, err := u.mgr.UnitInfo(ctx, r.Unit); err == nil && info.LoadState == "not-found" || isNoSuchUnit(err) {
+		m := u.mgr
+		if uid >= 0 {
+			if u.userGone(r) {
+				delete(u.records, k)
+				u.dirty = true
+				continue
+			}
+			if p := u.people[uid]; p != nil && p.mgr != nil {
+				m = p.mgr
+			} else {
+				continue // its manager runs but is not reachable now: kept
+			}
+		}
+		if info, err := m.UnitInfo(ctx, r.Unit); err == nil && info.LoadState == "not-found" || isNoSuchUnit(err) {
 			delete(u.records, k)
 			u.dirty = true
 		}
@@ -282,21 +355,41 @@ func isNoSuchUnit(err error) bool {
 	return errors.As(err, &e) && (e.Name == "org.freedesktop.systemd1.NoSuchUnit" || e.Name == "org.freedesktop.systemd1.LoadFailed")
 }
 
-// onEvent follows one unit signal; it reports whether the workloads
-// changed. After an overflow (signals lost) it rescans.
-func (u *unitPlacement) onEvent(ev systemd.UnitEvent) bool {
+// onEvent follows one message of eventsC: a unit signal of a manager, a
+// user logging in or out, a manager's connection closing, a focus
+// change; it reports whether the workloads changed. After an overflow
+// (signals lost) it rescans.
+func (u *unitPlacement) onEvent(msg unitMsg) bool {
 	if u.mgr == nil {
 		return false
 	}
-	if u.mgr.Overflowed() {
+	switch {
+	case msg.closed && msg.uid < 0:
+		u.log.Warn("the connection to the systemd manager closed; units are no longer followed")
+		u.close()
+		return false
+	case msg.closed:
+		return u.userManagerClosed(msg.uid)
+	case msg.user != nil:
+		return u.onUser(*msg.user)
+	case msg.focus != "" || msg.focusOverflow:
+		return u.onFocus(msg)
+	}
+	ev := msg.ev
+	m := u.managerOf(ev.UID)
+	if m == nil {
+		return false
+	}
+	if m.Overflowed() {
 		return u.scan()
 	}
 	if systemd.UnitType(ev.Name) != "Service" && systemd.UnitType(ev.Name) != "Scope" {
 		return false
 	}
+	key := workloadKey(ev.UID, ev.Name)
 	if ev.Kind == systemd.UnitDropped {
-		if _, ok := u.workloads[ev.Name]; ok {
-			u.forget(ev.Name)
+		if _, ok := u.workloads[key]; ok {
+			u.forget(key)
 			u.flush()
 			return true
 		}
@@ -304,53 +397,116 @@ func (u *unitPlacement) onEvent(ev systemd.UnitEvent) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), unitOpTimeout)
 	defer cancel()
-	info, err := u.mgr.UnitInfo(ctx, ev.Name)
+	info, err := m.UnitInfo(ctx, ev.Name)
 	if err != nil {
-		if _, ok := u.workloads[ev.Name]; ok {
-			u.forget(ev.Name)
+		if _, ok := u.workloads[key]; ok {
+			u.forget(key)
 			u.flush()
 			return true
 		}
 		return false
 	}
-	changed := u.consider(info)
+	changed := false
+	if ev.UID < 0 && u.users && isUserManager(ev.Name) {
+		changed = u.userUnit(ctx, info)
+	}
+	if u.consider(ev.UID, info) {
+		changed = true
+	}
 	u.flush()
 	return changed
 }
 
-// consider adopts info's unit if it is an active unit of a managed slice
-// with a cgroup, and forgets it if it no longer is; it reports a change.
-func (u *unitPlacement) consider(info systemd.UnitInfo) bool {
-	_, had := u.workloads[info.Name]
-	want := u.managed(info) && info.Name != OwnUnit && info.ControlGroup != "" &&
+// managerOf is uid's manager: the system manager for -1, else the user's
+// if it is followed and reachable; nil otherwise.
+func (u *unitPlacement) managerOf(uid int) *systemd.Manager {
+	if uid < 0 {
+		return u.mgr
+	}
+	if p := u.people[uid]; p != nil {
+		return p.mgr
+	}
+	return nil
+}
+
+// workloadKey names a unit workload: the unit's name for the system
+// manager's, "user:UID/NAME" for a user manager's (two users may run units
+// of the same name).
+func workloadKey(uid int, name string) string {
+	if uid < 0 {
+		return name
+	}
+	return managerName(uid) + "/" + name
+}
+
+// managerName is a UnitRecord's Manager: "system", or "user:UID".
+func managerName(uid int) string {
+	if uid < 0 {
+		return "system"
+	}
+	return "user:" + strconv.Itoa(uid)
+}
+
+// recordUID is the uid of a UnitRecord's Manager, -1 for "system"
+// (validate accepts nothing else).
+func recordUID(manager string) int {
+	if s, ok := strings.CutPrefix(manager, "user:"); ok {
+		if n, err := strconv.Atoi(s); err == nil && n >= 0 {
+			return n
+		}
+	}
+	return -1
+}
+
+// consider adopts info's unit (of manager uid) if it is an active unit of
+// a managed slice with a cgroup, and forgets it if it no longer is; it
+// reports a change.
+func (u *unitPlacement) consider(uid int, info systemd.UnitInfo) bool {
+	key := workloadKey(uid, info.Name)
+	_, had := u.workloads[key]
+	want := u.managed(uid, info) && (uid >= 0 || info.Name != OwnUnit) && info.ControlGroup != "" &&
 		(info.ActiveState == "active" || info.ActiveState == "reloading" || info.ActiveState == "activating")
 	switch {
 	case want && !had:
-		u.adopt(info)
+		u.adopt(uid, info)
 		return true
 	case !want && had:
-		u.forget(info.Name)
+		u.forget(key)
 		return true
 	}
 	return false
 }
 
-// managed reports whether info's unit is in a managed slice, or is a
-// user's manager while user slices are managed.
-func (u *unitPlacement) managed(info systemd.UnitInfo) bool {
-	return u.slices[info.Slice] || u.users && isUserManager(info.Name)
+// managed reports whether info's unit (of manager uid) is a workload: a
+// unit of a managed slice of the system manager; a user's manager,
+// user@UID.service, while user slices are managed and cpuset is not
+// delegated to it; or a unit of a managed user slice in a user's manager
+// that can place it.
+func (u *unitPlacement) managed(uid int, info systemd.UnitInfo) bool {
+	if uid >= 0 {
+		p := u.people[uid]
+		return p != nil && p.mgr != nil && u.userManaged[info.Slice]
+	}
+	if u.slices[info.Slice] {
+		return true
+	}
+	if !u.users || !isUserManager(info.Name) {
+		return false
+	}
+	p := u.people[userManagerUID(info.Name)]
+	return p == nil || !p.delegated
 }
 
 // adopt makes info's unit a workload, with the record a crashed or earlier
 // run saved for it if state.json has one (reconciled with what the unit's
 // AllowedCPUs= is now), else a new one.
-func (u *unitPlacement) adopt(info systemd.UnitInfo) {
+func (u *unitPlacement) adopt(uid int, info systemd.UnitInfo) {
 	cur := sysfs.NewCPUSet(info.AllowedCPUs...)
-	key := UnitRecord{Manager: "system", Unit: info.Name}.key()
-	log := u.log.WithFields(logrus.Fields{"unit": info.Name, "slice": info.Slice})
+	key := UnitRecord{Manager: managerName(uid), Unit: info.Name}.key()
+	log := u.log.WithFields(logrus.Fields{"unit": info.Name, "slice": info.Slice, "manager": managerName(uid)})
 	r := u.records[key]
 	if r == nil {
-		r = &UnitRecord{Manager: "system", Unit: info.Name, Original: cur.String()}
+		r = &UnitRecord{Manager: managerName(uid), Unit: info.Name, Original: cur.String()}
 		u.records[key] = r
 	} else {
 		switch s := cur.String(); {
@@ -367,11 +523,12 @@ func (u *unitPlacement) adopt(info systemd.UnitInfo) {
 		}
 	}
 	u.dirty = true
-	w := &unitWorkload{name: info.Name, slice: info.Slice, cgroup: filepath.Join(u.cgroupRoot, info.ControlGroup), rec: r, cpus: cur}
+	w := &unitWorkload{name: info.Name, slice: info.Slice, uid: uid, cgroup: filepath.Join(u.cgroupRoot, info.ControlGroup), rec: r, cpus: cur}
 	if use, err := sysfs.DirUsage(w.cgroup); err == nil {
 		w.avg, w.lastAt = w.avg.Update(use, 0, u.cfg.UtilHalfLife), time.Now()
 	}
-	u.workloads[info.Name] = w
+	u.workloads[workloadKey(uid, info.Name)] = w
+	u.watchFocus(w)
 	u.idleSamples = 0
 	log.WithFields(logrus.Fields{"allowed_cpus": cur.String(), "original": r.Original}).Info("adopted unit")
 }
@@ -379,17 +536,18 @@ func (u *unitPlacement) adopt(info systemd.UnitInfo) {
 // forget drops a workload. Its record stays while it holds a value of
 // ours (a stopped service keeps its runtime AllowedCPUs=; it is reset at
 // exit) or it is a scope we started.
-func (u *unitPlacement) forget(name string) {
-	w, ok := u.workloads[name]
+func (u *unitPlacement) forget(key string) {
+	w, ok := u.workloads[key]
 	if !ok {
 		return
 	}
-	delete(u.workloads, name)
+	delete(u.workloads, key)
+	u.unwatchFocus(w)
 	if !w.rec.written() && !w.rec.Created {
 		delete(u.records, w.rec.key())
 	}
 	u.dirty = true
-	u.log.WithField("unit", name).Info("unit gone")
+	u.log.WithFields(logrus.Fields{"unit": w.name, "manager": managerName(w.uid)}).Info("unit gone")
 }
 
 // sample reads each unit's cumulative CPU time (cpu.stat) and updates its
@@ -497,7 +655,12 @@ func (u *unitPlacement) apply(eff policy.Policy, topo policy.Topology, online sy
 		// A value someone set since we last looked is theirs: it becomes
 		// the unit's original (an administrator's AllowedCPUs= bounds the
 		// choice from the next plan on), and is not overwritten now.
-		if info, err := u.mgr.UnitInfo(ctx, w.name); err == nil {
+		m := u.managerOf(w.uid)
+		if m == nil {
+			w.rec.Pending = ""
+			continue
+		}
+		if info, err := m.UnitInfo(ctx, w.name); err == nil {
 			if cur := sysfs.NewCPUSet(info.AllowedCPUs...); !cur.Equal(w.cpus) {
 				u.log.WithFields(logrus.Fields{"unit": w.name, "allowed_cpus": cur.String(), "was": w.cpus.String()}).Warn("AllowedCPUs was changed by someone else; that value is kept as the unit's original")
 				w.rec.Original, w.rec.Applied, w.rec.Pending = cur.String(), "", ""
@@ -506,11 +669,11 @@ func (u *unitPlacement) apply(eff policy.Policy, topo policy.Topology, online sy
 				continue
 			}
 		}
-		err := u.setAllowed(ctx, w.name, s.want)
+		err := u.setAllowed(ctx, m, w.name, s.want)
 		if err != nil {
 			w.rec.Pending = ""
 			u.stats.errors.Add(1)
-			u.log.WithError(err).WithField("unit", w.name).Warn("AllowedCPUs refused")
+			u.log.WithError(err).WithFields(logrus.Fields{"unit": w.name, "manager": managerName(w.uid)}).Warn("AllowedCPUs refused")
 			continue
 		}
 		u.stats.writes.Add(1)
@@ -538,6 +701,12 @@ func (u *unitPlacement) restore() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), unitOpTimeout)
 	defer cancel()
 	ok := true
+	var temp []*systemd.Manager
+	defer func() {
+		for _, m := range temp {
+			m.Close()
+		}
+	}()
 	keys := make([]string, 0, len(u.records))
 	for k := range u.records {
 		keys = append(keys, k)
@@ -545,10 +714,28 @@ func (u *unitPlacement) restore() bool {
 	sort.Strings(keys)
 	for _, k := range keys {
 		r := u.records[k]
-		if r.Manager != "system" || !r.written() {
+		if !r.written() {
 			continue
 		}
-		info, err := u.mgr.UnitInfo(ctx, r.Unit)
+		uid := recordUID(r.Manager)
+		m := u.managerOf(uid)
+		if uid >= 0 && m == nil {
+			if u.userGone(r) {
+				delete(u.records, k)
+				continue
+			}
+			// A user manager that runs but is not followed now (the
+			// user's cpuset is no longer delegated): reached for the
+			// reset only.
+			var err error
+			if m, err = systemd.ConnectUser(ctx, uid); err != nil {
+				u.log.WithError(err).WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager}).Warn("cannot reach the user's manager to restore AllowedCPUs; it stays in state.json for the next start")
+				ok = false
+				continue
+			}
+			temp = append(temp, m)
+		}
+		info, err := m.UnitInfo(ctx, r.Unit)
 		if err == nil && info.LoadState == "not-found" || isNoSuchUnit(err) {
 			r.Applied, r.Pending = "", "" // gone, and its runtime values with it
 			continue
@@ -577,7 +764,7 @@ func (u *unitPlacement) restore() bool {
 				continue
 			}
 		}
-		if err := u.setAllowed(ctx, r.Unit, orig); isNoSuchUnit(err) {
+		if err := u.setAllowed(ctx, m, r.Unit, orig); isNoSuchUnit(err) {
 			r.Applied, r.Pending = "", ""
 			continue
 		} else if err != nil {
@@ -588,7 +775,7 @@ func (u *unitPlacement) restore() bool {
 		}
 		u.stats.writes.Add(1)
 		r.Applied, r.Pending = "", ""
-		if w := u.workloads[r.Unit]; w != nil {
+		if w := u.workloads[workloadKey(uid, r.Unit)]; w != nil {
 			w.cpus = orig
 		}
 	}
@@ -606,15 +793,15 @@ func (u *unitPlacement) restore() bool {
 // possible CPU is accepted and gives the tasks the parent's CPUs, the
 // same as unset; then the property is reset, so that systemd reports what
 // the unit had.
-func (u *unitPlacement) setAllowed(ctx context.Context, name string, cpus sysfs.CPUSet) error {
+func (u *unitPlacement) setAllowed(ctx context.Context, m *systemd.Manager, name string, cpus sysfs.CPUSet) error {
 	if cpus.IsEmpty() && u.unified {
 		if all, err := possibleCPUs(); err == nil && !all.IsEmpty() {
-			if err := u.mgr.SetAllowedCPUs(ctx, name, all.List()); err != nil {
+			if err := m.SetAllowedCPUs(ctx, name, all.List()); err != nil {
 				return err
 			}
 		}
 	}
-	return u.mgr.SetAllowedCPUs(ctx, name, cpus.List())
+	return m.SetAllowedCPUs(ctx, name, cpus.List())
 }
 
 // pendingFor is what a record's Pending must say before cpus is set:
@@ -659,13 +846,28 @@ func (u *unitPlacement) status() []WorkloadStatus {
 		if cpus.IsEmpty() {
 			cpus = u.online
 		}
-		out = append(out, WorkloadStatus{Name: n, Path: w.cgroup, CPUs: cpus.String(), Util: w.avg.Util, Class: unitClass(n, w.slice)})
+		out = append(out, WorkloadStatus{Name: w.name, Path: w.cgroup, CPUs: cpus.String(), Util: w.avg.Util, Class: w.class()})
 	}
 	return out
 }
 
-// unitClass is a unit's Class (WorkloadStatus): by its slice, or "user"
-// for a user's manager placed as a whole.
+// class is the workload's Class (WorkloadStatus). A user manager's units:
+// "focused" (an app.slice unit whose cgroup's user.xdg.inactive-since
+// is -1), "app" (the other app.slice units), "background"
+// (background.slice), "session" (session.slice). The system manager's:
+// unitClass.
+func (w *unitWorkload) class() string {
+	if w.uid < 0 {
+		return unitClass(w.name, w.slice)
+	}
+	if w.slice == "app.slice" && w.focused {
+		return "focused"
+	}
+	return strings.TrimSuffix(w.slice, ".slice")
+}
+
+// unitClass is a system unit's Class (WorkloadStatus): by its slice, or
+// "user" for a user's manager placed as a whole.
 func unitClass(name, slice string) string {
 	switch {
 	case isUserManager(name):
@@ -696,10 +898,12 @@ func isUserManager(name string) bool {
 
 // userSlices are the slices of a user's manager (systemd
 // docs/DESKTOP_ENVIRONMENTS.md). Listed in manage, they mean every
-// logged-in user's: since Debian 12's user@.service does not delegate the
-// cpuset controller, AllowedCPUs= on units of a user manager is stored and
-// never applied (seen in the systemd test VM), so what can be placed is
-// each user's manager as a whole, user@UID.service, through the system
+// logged-in user's (users.go): where the cpuset controller is delegated to
+// user@UID.service, that user's units in these slices are placed through
+// the user's manager; where it is not (Debian 12's user@.service delegates
+// pids memory cpu: AllowedCPUs= on a user manager's units is stored and
+// never applied, seen in the systemd test VM), what can be placed is the
+// user's manager as a whole, user@UID.service, through the system
 // manager: all of that user's apps, background work and session together.
 var userSlices = map[string]bool{"app.slice": true, "background.slice": true, "session.slice": true}
 
@@ -723,7 +927,7 @@ func (u *unitPlacement) create(name string, pid int) (string, error) {
 	}
 	unit := name + ".scope"
 	key := UnitRecord{Manager: "system", Unit: unit}.key()
-	if _, ok := u.workloads[unit]; ok {
+	if _, ok := u.workloads[workloadKey(-1, unit)]; ok {
 		return "", fmt.Errorf("workload %s: %w", unit, fs.ErrExist)
 	}
 	u.records[key] = &UnitRecord{Manager: "system", Unit: unit, Created: true}
@@ -748,8 +952,8 @@ func (u *unitPlacement) create(name string, pid int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	u.consider(info)
-	if w := u.workloads[unit]; w != nil {
+	u.consider(-1, info)
+	if w := u.workloads[workloadKey(-1, unit)]; w != nil {
 		w.rec.Created = true
 	}
 	u.flush()

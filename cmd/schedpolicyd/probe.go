@@ -37,9 +37,14 @@ type probeReport struct {
 	PlacementWhy string `json:"placement_why"`
 	// CgroupRoot is the managed parent cgroup with placement "cgroupfs"
 	// ("auto" resolved; "" for none).
-	CgroupRoot string        `json:"cgroup_root,omitempty"`
-	Manage     []string      `json:"manage,omitempty"`
-	Topology   probeTopology `json:"topology"`
+	CgroupRoot string   `json:"cgroup_root,omitempty"`
+	Manage     []string `json:"manage,omitempty"`
+	// UserManagers: with a user slice (app.slice, background.slice,
+	// session.slice) in Manage on cgroup v2, each running user's manager
+	// and whether its own units can be placed (cpuset delegated to it)
+	// or it is placed as a whole.
+	UserManagers []daemon.UserManagerProbe `json:"user_managers,omitempty"`
+	Topology     probeTopology             `json:"topology"`
 	// Energy is which energy source the daemon would measure with.
 	Energy daemon.EnergyProbe `json:"energy"`
 	// PowerProfiles is power_profiles_api and, from the configured bus,
@@ -121,6 +126,12 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		r.Manage = cfg.Manage
 		if r.Manage == nil {
 			r.Manage = daemon.DefaultManage
+		}
+		for _, m := range r.Manage {
+			if m == "app.slice" || m == "background.slice" || m == "session.slice" {
+				r.UserManagers = daemon.ProbeUserManagers("/sys/fs/cgroup")
+				break
+			}
 		}
 	}
 	dec, err := acpi.Read(fs)
@@ -204,6 +215,13 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if r.CgroupRoot != "" {
 		fmt.Fprintf(stdout, "  cgroup root: %s\n", r.CgroupRoot)
+	}
+	for _, m := range r.UserManagers {
+		if m.Delegated {
+			fmt.Fprintf(stdout, "  user:        %s: cpuset delegated; its units are placed through it\n", m.Unit)
+		} else {
+			fmt.Fprintf(stdout, "  user:        %s: placed as a whole: %s\n", m.Unit, m.Why)
+		}
 	}
 	printEnergyProbe(stdout, r.Energy)
 	fmt.Fprintf(stdout, "power profiles: %s: %s\n", r.PowerProfiles.Mode, r.PowerProfiles.Action)
