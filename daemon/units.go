@@ -63,6 +63,12 @@ const OwnUnit = "schedpolicyd.service"
 // event loop.
 const unitOpTimeout = 10 * time.Second
 
+// unitScanTimeout bounds a scan: it reads two property sets of every
+// loaded service and scope of the system manager and of each followed
+// user's manager, which a loaded machine may not answer within
+// unitOpTimeout; a scan cut short adopts nothing until the next.
+const unitScanTimeout = 60 * time.Second
+
 // unitPlacement places systemd units: each service or scope directly in a
 // managed slice is a workload, placed with AllowedCPUs= set at runtime
 // through the system manager. Owned by the event loop, like placement.
@@ -262,7 +268,7 @@ func (u *unitPlacement) scan() bool {
 	if u.mgr == nil {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), unitOpTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), unitScanTimeout)
 	defer cancel()
 	seen := map[string]bool{}
 	changed := false

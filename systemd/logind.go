@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/godbus/dbus/v5"
 )
@@ -43,6 +44,8 @@ type UserEvent struct {
 type Logind struct {
 	conn   *dbus.Conn
 	events chan UserEvent
+	done   chan struct{}
+	once   sync.Once
 }
 
 // ConnectLogind connects to logind on the system bus and subscribes to
@@ -69,7 +72,7 @@ func ConnectLogind(ctx context.Context) (*Logind, error) {
 			return nil, fmt.Errorf("logind: match %s: %w", member, err)
 		}
 	}
-	l := &Logind{conn: c, events: make(chan UserEvent, 64)}
+	l := &Logind{conn: c, events: make(chan UserEvent, 64), done: make(chan struct{})}
 	ch := make(chan *dbus.Signal, 64)
 	c.Signal(ch)
 	go func() {
@@ -92,9 +95,13 @@ func ConnectLogind(ctx context.Context) (*Logind, error) {
 				continue
 			}
 			ev.UID = int(uid)
-			// Blocking: a user event must not be lost (the user would never
-			// be followed or never be let go); the reader is the event loop.
-			l.events <- ev
+			// Blocking until read or closed: a user event must not be lost
+			// (the user would never be followed, or never let go).
+			select {
+			case l.events <- ev:
+			case <-l.done:
+				return
+			}
 		}
 	}()
 	return l, nil
@@ -123,4 +130,7 @@ func (l *Logind) Users(ctx context.Context) ([]User, error) {
 func (l *Logind) Events() <-chan UserEvent { return l.events }
 
 // Close closes the connection; Events' channel is closed.
-func (l *Logind) Close() { l.conn.Close() }
+func (l *Logind) Close() {
+	l.once.Do(func() { close(l.done) })
+	l.conn.Close()
+}
