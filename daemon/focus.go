@@ -33,7 +33,7 @@ func (u *unitPlacement) startFocus() error {
 		return err
 	}
 	u.focus = &focusWatch{w: w, byDir: map[string]string{}}
-	out, done := u.msgs, u.done
+	out, done, log := u.msgs, u.done, u.log
 	go func() {
 		for {
 			var m unitMsg
@@ -42,6 +42,7 @@ func (u *unitPlacement) startFocus() error {
 				if !ok {
 					return
 				}
+				log.WithFields(logrus.Fields{"path": ev.Name, "op": ev.Op.String()}).Debug("focus watch event")
 				if !ev.Has(fsnotify.Chmod) {
 					continue
 				}
@@ -51,6 +52,7 @@ func (u *unitPlacement) startFocus() error {
 					return
 				}
 				if !errors.Is(err, fsnotify.ErrEventOverflow) {
+					log.WithError(err).Warn("focus watch")
 					continue
 				}
 				m.focusOverflow = true
@@ -75,6 +77,7 @@ func (u *unitPlacement) watchFocus(w *unitWorkload) {
 		u.log.WithError(err).WithField("unit", w.name).Warn("cannot watch an app's cgroup for focus changes")
 	} else {
 		u.focus.byDir[w.cgroup] = workloadKey(w.uid, w.name)
+		u.log.WithFields(logrus.Fields{"unit": w.name, "path": w.cgroup}).Debug("focus watched")
 	}
 	w.focused = readFocused(w.cgroup)
 }
@@ -97,6 +100,7 @@ func (u *unitPlacement) onFocus(m unitMsg) bool {
 		return false
 	}
 	keys := []string{u.focus.byDir[m.focus]}
+	u.log.WithFields(logrus.Fields{"path": m.focus, "key": keys[0], "watched": len(u.focus.byDir), "overflow": m.focusOverflow}).Debug("focus message")
 	if m.focusOverflow {
 		keys = keys[:0]
 		for _, k := range u.focus.byDir {
@@ -109,7 +113,10 @@ func (u *unitPlacement) onFocus(m unitMsg) bool {
 		if w == nil {
 			continue
 		}
-		if f := readFocused(w.cgroup); f != w.focused {
+		v, err := focusValue(w.cgroup)
+		f := err == nil && v == "-1"
+		u.log.WithFields(logrus.Fields{"unit": w.name, "value": v, "error": err, "was": w.focused}).Debug("focus read")
+		if f != w.focused {
 			w.focused = f
 			changed = true
 			u.log.WithFields(logrus.Fields{"unit": w.name, "uid": w.uid, "focused": f}).Debug("focus changed")
@@ -122,10 +129,16 @@ func (u *unitPlacement) onFocus(m unitMsg) bool {
 // missing attribute (no Mutter, or not yet written) or an unreadable one
 // is not focused.
 func readFocused(dir string) bool {
+	v, err := focusValue(dir)
+	return err == nil && v == "-1"
+}
+
+// focusValue is dir's FocusXattr, without surrounding blanks and NULs.
+func focusValue(dir string) (string, error) {
 	b := make([]byte, 64)
 	n, err := unix.Getxattr(dir, FocusXattr, b)
-	if err != nil || n < 0 {
-		return false
+	if err != nil {
+		return "", err
 	}
-	return strings.TrimRight(strings.TrimSpace(string(b[:n])), "\x00") == "-1"
+	return strings.TrimRight(strings.TrimSpace(string(b[:n])), "\x00"), nil
 }

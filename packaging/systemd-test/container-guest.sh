@@ -349,7 +349,7 @@ if [ -x /mnt/host/systemd.test ]; then
 	loginctl enable-linger sptest
 	uid=$(id -u sptest)
 	if wait_until 30 test -S "/run/user/$uid/systemd/private"; then
-		gotest /mnt/host/systemd.test 'TestManager' SCHEDPOLICYD_TEST_SYSTEMD=1 SCHEDPOLICYD_TEST_USER_UID="$uid"
+		gotest /mnt/host/systemd.test 'TestManager|TestLogind' SCHEDPOLICYD_TEST_SYSTEMD=1 SCHEDPOLICYD_TEST_USER_UID="$uid"
 	else
 		fail "user manager for sptest" "no /run/user/$uid/systemd/private after enable-linger: $(systemctl status "user@$uid.service" 2>&1 | tail -n 5)"
 	fi

@@ -239,7 +239,7 @@ if [ -x /mnt/host/systemd.test ]; then
 	loginctl enable-linger sptest
 	uid=$(id -u sptest)
 	if wait_until 60 test -S "/run/user/$uid/systemd/private"; then
-		gotest /mnt/host/systemd.test 'TestManager' SCHEDPOLICYD_TEST_SYSTEMD=1 SCHEDPOLICYD_TEST_USER_UID="$uid"
+		gotest /mnt/host/systemd.test 'TestManager|TestLogind' SCHEDPOLICYD_TEST_SYSTEMD=1 SCHEDPOLICYD_TEST_USER_UID="$uid"
 	else
 		fail "user manager for sptest" "no /run/user/$uid/systemd/private after enable-linger"
 	fi
@@ -347,6 +347,11 @@ fi
 # to idle, which would make the packing below depend on the machine's load.
 cp /tmp/conf.orig "$conf"
 printf 'manage = ["schedpolicyd.slice", "app.slice"]\nlog_level = "debug"\n' >>"$conf"
+if schedpolicyd probe 2>&1 | grep -q "user:  *user@$(id -u sptest).service: placed as a whole: cpuset is not delegated"; then
+	pass "user-probe-whole: $(schedpolicyd probe 2>&1 | grep "user@$(id -u sptest).service" | sed 's/^ *//')"
+else
+	fail user-probe-whole "$(schedpolicyd probe 2>&1 | grep -A3 placement)"
+fi
 all=$(cat /sys/devices/system/cpu/online)
 last=$(echo "$all" | sed 's/.*[-,]//')
 sc() { systemctl show -p AllowedCPUs --value "$1"; }
@@ -389,7 +394,7 @@ schedpolicyctl run --name wlu -- sleep 1000 >/tmp/wlu.log 2>&1 </dev/null &
 if wait_until 20 sh -c "for n in $units; do schedpolicyctl workloads | grep -q \"^\$n \" || exit 1; done"; then
 	pass systemd-units-adopted
 else
-	fail systemd-units-adopted "$(schedpolicyctl workloads 2>&1; cat /tmp/wlu.log)"
+	fail systemd-units-adopted "$(schedpolicyctl workloads 2>&1; cat /tmp/wlu.log; journal_since "$c4" | grep -E 'user|listing|adopted' | tail -n 8)"
 fi
 show_units() { for n in $units; do echo "$n AllowedCPUs=$(sc "$n") EffectiveCPUs=$(systemctl show -p EffectiveCPUs --value "$n") task=$(cpus_allowed "$(unit_pid "$n")")"; done; }
 excerpt "units before the switches" show_units
@@ -431,6 +436,180 @@ fi
 excerpt "units after the stop" show_units
 grep -q '"applied_cpus"\|"pending_cpus"' "$state" && fail systemd-stop-state "$(cat "$state")" || pass systemd-stop-state
 systemctl stop spsvc1.service spsvc2.service wlu.scope 2>/dev/null
+
+# --- 5. cpuset delegated to user@.service: a user's own units, the focused app ----
+# The administrator's drop-in of docs/USERS.md delegates cpuset to every
+# user's manager. Then the daemon places the units of the lingering user's
+# app.slice and background.slice through that user's manager (not
+# user@UID.service as a whole), each app's class follows the
+# user.xdg.inactive-since xattr set as Mutter would, kill -9 and stop
+# reset exactly its values through the user manager, and the user's
+# logout forgets its records.
+uid=$(id -u sptest)
+ucg=/sys/fs/cgroup/user.slice/user-$uid.slice/user@$uid.service
+ur() { runuser -u sptest -- env XDG_RUNTIME_DIR="/run/user/$uid" "$@"; }
+usc() { ur systemctl --user show -p AllowedCPUs --value "$1"; }
+apps="app-sptest-a.scope app-sptest-b.scope bg-sptest.scope"
+acg() { case $1 in bg-*) echo "$ucg/background.slice/$1" ;; *) echo "$ucg/app.slice/$1" ;; esac; }
+apid() { head -n 1 "$(acg "$1")/cgroup.procs" 2>/dev/null; }
+aclass() { schedpolicyctl workloads | awk -v n="$1" '$1 == n { print $2 }'; }
+setfocus() { ur python3 -c 'import os, sys; os.setxattr(sys.argv[1], "user.xdg.inactive-since", sys.argv[2].encode())' "$(acg "$1")" "$2"; }
+# show_apps [noctl]: noctl while the daemon is stopped (schedpolicyctl
+# would start it again by D-Bus activation, which places the units anew).
+show_apps() { for n in $apps; do echo "$n$([ "${1:-}" = noctl ] || echo " class=$(aclass "$n")") AllowedCPUs=$(usc "$n") effective=$(cat "$(acg "$n")/cpuset.cpus.effective" 2>/dev/null) task=$(cpus_allowed "$(apid "$n")")"; done; }
+# apps_ok: each app's task runs where its user manager's AllowedCPUs= says
+# (every CPU while unset), so does its cpuset.cpus.effective when set, and
+# schedpolicyctl says the same.
+apps_ok() {
+	for n in $apps; do
+		a=$(usc "$n")
+		want=${a:-$all}
+		pid=$(apid "$n")
+		[ -n "$pid" ] || { echo "$n: no task"; return 1; }
+		task=$(cpus_allowed "$pid")
+		ctl=$want
+		[ "${1:-}" = noctl ] || ctl=$(ucpus "$n")
+		[ "$task" = "$want" ] && [ "$ctl" = "$want" ] || { echo "$n: AllowedCPUs=$a task=$task schedpolicyctl=$ctl"; return 1; }
+		if [ -n "$a" ]; then
+			eff=$(cat "$(acg "$n")/cpuset.cpus.effective" 2>/dev/null)
+			[ "$eff" = "$a" ] || { echo "$n: AllowedCPUs=$a cpuset.cpus.effective=$eff"; return 1; }
+		fi
+	done
+}
+mkdir -p /etc/systemd/system/user@.service.d
+printf '[Service]\nDelegate=pids memory cpu cpuset\n' >/etc/systemd/system/user@.service.d/50-delegate-cpuset.conf
+systemctl daemon-reload
+systemctl restart "user@$uid.service"
+wait_until 30 test -S "/run/user/$uid/systemd/private"
+dc=$(systemctl show -p DelegateControllers --value "user@$uid.service")
+ctl=$(cat "$ucg/cgroup.controllers" 2>/dev/null)
+case " $ctl " in
+*" cpuset "*) pass "user-cpuset-delegated: DelegateControllers=$dc, $ucg/cgroup.controllers: $ctl" ;;
+*) fail user-cpuset-delegated "DelegateControllers=$dc cgroup.controllers=$ctl" ;;
+esac
+cp /tmp/conf.orig "$conf"
+printf 'manage = ["schedpolicyd.slice", "app.slice", "background.slice"]\nlog_level = "debug"\n' >>"$conf"
+if schedpolicyd probe 2>&1 | grep -q "user:  *user@$uid.service: cpuset delegated"; then
+	pass "user-probe: $(schedpolicyd probe 2>&1 | grep "user@$uid.service" | sed 's/^ *//')"
+else
+	fail user-probe "$(schedpolicyd probe 2>&1 | grep -A3 placement)"
+fi
+c6=$(cursor)
+systemctl start "$unit"
+if journal_wait "$c6" 30 "msg=\"following users through logind\" .*users=[^ ]*$uid" &&
+	journal_wait "$c6" 30 "msg=\"cpuset is delegated to the user's manager.*uid=$uid" &&
+	journal_wait "$c6" 30 "msg=\"managing a user's units through its manager\".*uid=$uid"; then
+	pass "user-manager-followed: through logind, cpuset delegated, units through user@$uid's manager"
+else
+	fail user-manager-followed "$(journal_since "$c6" | grep -iE 'user|logind' | tail -n 5)"
+fi
+ur systemd-run --user --quiet --scope --slice=app.slice --unit=app-sptest-a sleep 1000 </dev/null >/tmp/app-a.log 2>&1 &
+ur systemd-run --user --quiet --scope --slice=app.slice --unit=app-sptest-b sleep 1000 </dev/null >/tmp/app-b.log 2>&1 &
+ur systemd-run --user --quiet --scope --slice=background.slice --unit=bg-sptest sleep 1000 </dev/null >/tmp/bg.log 2>&1 &
+if wait_until 20 sh -c "for n in $apps; do schedpolicyctl workloads | grep -q \"^\$n \" || exit 1; done"; then
+	pass user-units-adopted
+else
+	fail user-units-adopted "$(schedpolicyctl workloads 2>&1; cat /tmp/app-a.log /tmp/bg.log; journal_since "$c6" | grep -E 'user|listing|adopted' | tail -n 8)"
+fi
+if schedpolicyctl workloads | grep -q "^user@$uid.service "; then
+	fail user-manager-not-whole "user@$uid.service is still a workload with cpuset delegated"
+else
+	pass user-manager-not-whole
+fi
+# Who may set user.* xattrs on cgroupfs: the cgroup's owner (here the
+# user, who owns its delegated subtree) and root; not the user on a
+# cgroup of the system's.
+if ur python3 -c 'import os; os.setxattr("/sys/fs/cgroup/system.slice", "user.xdg.inactive-since", b"-1")' 2>/tmp/xattr-sys.log; then
+	fail user-xattr-owner "the user could set user.xdg.inactive-since on /sys/fs/cgroup/system.slice"
+else
+	pass "user-xattr-owner: not on system.slice ($(tail -n 1 /tmp/xattr-sys.log | sed 's/.*Error: //'))"
+fi
+# IN_ATTRIB for setxattr on cgroup v2 (kernfs), seen by a plain inotify
+# watch of root's while the user writes, as Mutter would.
+cat >/tmp/inattrib.py <<'PY'
+import ctypes, os, select, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(os.O_NONBLOCK)
+if libc.inotify_add_watch(fd, sys.argv[1].encode(), 0x4) < 0:
+    sys.exit("inotify_add_watch: errno %d" % ctypes.get_errno())
+subprocess.run(sys.argv[2:], check=True)
+r, _, _ = select.select([fd], [], [], 10)
+print("IN_ATTRIB" if r else "no event")
+PY
+ev=$(python3 /tmp/inattrib.py "$(acg app-sptest-b.scope)" runuser -u sptest -- python3 -c 'import os, sys; os.setxattr(sys.argv[1], "user.xdg.inactive-since", b"5")' "$(acg app-sptest-b.scope)" 2>&1)
+[ "$ev" = IN_ATTRIB ] && pass "user-xattr-inattrib: setxattr by the user raises IN_ATTRIB on the cgroup v2 directory" || fail user-xattr-inattrib "$ev"
+xa() { python3 -c 'import os, sys; print(os.getxattr(sys.argv[1], "user.xdg.inactive-since").decode())' "$(acg "$1")" 2>&1; }
+focus_diag() { echo "xattr a=$(xa app-sptest-a.scope) b=$(xa app-sptest-b.scope)"; show_apps; journal_since "$c6" | grep -E 'focus|unit gone|adopted unit|user manager|managing a user' | tail -n 25; }
+setfocus app-sptest-a.scope -1 && setfocus app-sptest-b.scope 123456789
+if wait_until 10 sh -c "[ \"\$(schedpolicyctl workloads | awk '\$1 == \"app-sptest-a.scope\" { print \$2 }')\" = focused ]" &&
+	[ "$(aclass app-sptest-b.scope)" = app ] && [ "$(aclass bg-sptest.scope)" = background ]; then
+	pass "user-focus-class: a focused, b app, bg-sptest background"
+else
+	fail user-focus-class "$(focus_diag)"
+fi
+setfocus app-sptest-a.scope 987654321 && setfocus app-sptest-b.scope -1
+if wait_until 10 sh -c "[ \"\$(schedpolicyctl workloads | awk '\$1 == \"app-sptest-b.scope\" { print \$2 }')\" = focused ]" &&
+	[ "$(aclass app-sptest-a.scope)" = app ]; then
+	pass "user-focus-follows: b focused, a app (no polling: IN_ATTRIB)"
+else
+	fail user-focus-follows "$(focus_diag)"
+fi
+excerpt "schedpolicyctl workloads (a user's units)" schedpolicyctl workloads
+for pol in powersaving performance powersaving; do
+	schedpolicyctl set "$pol" >/dev/null
+	if [ "$pol" = powersaving ]; then
+		wait_until 10 sh -c "[ -n \"\$(runuser -u sptest -- env XDG_RUNTIME_DIR=/run/user/$uid systemctl --user show -p AllowedCPUs --value bg-sptest.scope)\" ]"
+	else
+		wait_until 10 sh -c "[ -z \"\$(runuser -u sptest -- env XDG_RUNTIME_DIR=/run/user/$uid systemctl --user show -p AllowedCPUs --value bg-sptest.scope)\" ]"
+	fi
+	if why=$(apps_ok); then
+		a=$(usc app-sptest-a.scope) b=$(usc app-sptest-b.scope) g=$(usc bg-sptest.scope)
+		case $pol in
+		powersaving) [ -n "$a" ] && [ -n "$b" ] && [ -n "$g" ] && [ -z "$(sc "user@$uid.service")" ] ;;
+		performance) [ -z "$a" ] && [ -z "$b" ] && [ -z "$g" ] ;;
+		esac && pass "user-switch-$pol: AllowedCPUs a=${a:-unset} b=${b:-unset} bg=${g:-unset} in the user's manager, applied to the tasks" ||
+			fail "user-switch-$pol" "AllowedCPUs a=$a b=$b bg=$g user@$uid=$(sc "user@$uid.service")"
+	else
+		fail "user-switch-$pol" "$why"
+	fi
+	excerpt "user units after $pol" show_apps
+done
+grep -q "\"manager\": \"user:$uid\"" "$state" && pass "user-records: state.json names manager user:$uid" || fail user-records "$(cat "$state")"
+pid=$(main_pid "$unit")
+c7=$(cursor)
+systemctl kill -s KILL "$unit"
+if wait_until 40 sh -c "p=\$(systemctl show -p MainPID --value $unit); [ \"\$p\" != 0 ] && [ \"\$p\" != $pid ] && systemctl is-active -q $unit" &&
+	journal_wait "$c7" 15 'original AllowedCPUs recovered from saved state.*manager=.user:'"$uid"'.*unit=bg-sptest.scope'; then
+	pass "user-kill-9-recovers: bg-sptest.scope AllowedCPUs=$(usc bg-sptest.scope) known as ours"
+else
+	fail user-kill-9-recovers "$(journal_since "$c7" | grep -iE 'recover|adopted unit' | tail -n 4)"
+fi
+systemctl stop "$unit"
+if [ -z "$(usc app-sptest-a.scope)$(usc app-sptest-b.scope)$(usc bg-sptest.scope)" ] && why=$(apps_ok noctl); then
+	pass "user-stop-resets: every app's AllowedCPUs unset again, tasks on $all"
+else
+	fail user-stop-resets "$(show_apps noctl) ${why:-}"
+fi
+excerpt "user units after the stop" show_apps noctl
+grep -q '"applied_cpus"\|"pending_cpus"' "$state" && fail user-stop-state "$(cat "$state")" || pass user-stop-state
+# Logout: the user's manager goes, with its units and their runtime
+# values; the daemon forgets them and their records.
+systemctl start "$unit"
+schedpolicyctl set powersaving >/dev/null
+wait_until 15 sh -c "[ -n \"\$(runuser -u sptest -- env XDG_RUNTIME_DIR=/run/user/$uid systemctl --user show -p AllowedCPUs --value bg-sptest.scope)\" ]"
+c8=$(cursor)
+loginctl disable-linger sptest
+if journal_wait "$c8" 30 "msg=\"user logged out\".*uid=$uid" &&
+	wait_until 10 sh -c "! schedpolicyctl workloads | grep -qE '^(app|bg)-sptest'" &&
+	wait_until 10 sh -c "! grep -q '\"user:$uid\"' $state"; then
+	pass "user-logout-forgets: units gone from schedpolicyctl workloads, no user:$uid record in state.json"
+else
+	fail user-logout-forgets "$(schedpolicyctl workloads; cat "$state"; journal_since "$c8" | grep -iE 'user|record' | tail -n 5)"
+fi
+excerpt "journal: logout" sh -c "journalctl --no-pager --after-cursor='$c8' | grep -E 'logged out|record forgotten|unit gone'"
+systemctl stop "$unit"
+rm -f /etc/systemd/system/user@.service.d/50-delegate-cpuset.conf
+systemctl daemon-reload
 
 if dpkg --purge schedpolicyd >/tmp/dpkg-purge.log 2>&1; then
 	pass purge-dpkg
