@@ -679,8 +679,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 		case ev := <-unitC:
 			d.stats.events.Add(1)
-			if d.units.onEvent(ev) {
+			t0 := time.Now()
+			changed := d.units.onEvent(ev)
+			if changed {
 				d.recompute("units changed", true)
+			}
+			if el := time.Since(t0); el > 2*time.Second {
+				d.log.WithFields(logrus.Fields{"unit": ev.ev.Name, "uid": ev.ev.UID, "focus": ev.focus, "took": el.String()}).Warn("slow unit event")
 			}
 		case <-d.pl.cpusC():
 			d.stats.events.Add(1)

@@ -42,7 +42,6 @@ func (u *unitPlacement) startFocus() error {
 				if !ok {
 					return
 				}
-				log.WithFields(logrus.Fields{"path": ev.Name, "op": ev.Op.String()}).Debug("focus watch event")
 				if !ev.Has(fsnotify.Chmod) {
 					continue
 				}
@@ -77,7 +76,6 @@ func (u *unitPlacement) watchFocus(w *unitWorkload) {
 		u.log.WithError(err).WithField("unit", w.name).Warn("cannot watch an app's cgroup for focus changes")
 	} else {
 		u.focus.byDir[w.cgroup] = workloadKey(w.uid, w.name)
-		u.log.WithFields(logrus.Fields{"unit": w.name, "path": w.cgroup}).Debug("focus watched")
 	}
 	w.focused = readFocused(w.cgroup)
 }
@@ -100,7 +98,6 @@ func (u *unitPlacement) onFocus(m unitMsg) bool {
 		return false
 	}
 	keys := []string{u.focus.byDir[m.focus]}
-	u.log.WithFields(logrus.Fields{"path": m.focus, "key": keys[0], "watched": len(u.focus.byDir), "overflow": m.focusOverflow}).Debug("focus message")
 	if m.focusOverflow {
 		keys = keys[:0]
 		for _, k := range u.focus.byDir {
@@ -113,10 +110,7 @@ func (u *unitPlacement) onFocus(m unitMsg) bool {
 		if w == nil {
 			continue
 		}
-		v, err := focusValue(w.cgroup)
-		f := err == nil && v == "-1"
-		u.log.WithFields(logrus.Fields{"unit": w.name, "value": v, "error": err, "was": w.focused}).Debug("focus read")
-		if f != w.focused {
+		if f := readFocused(w.cgroup); f != w.focused {
 			w.focused = f
 			changed = true
 			u.log.WithFields(logrus.Fields{"unit": w.name, "uid": w.uid, "focused": f}).Debug("focus changed")

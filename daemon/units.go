@@ -403,7 +403,7 @@ func (u *unitPlacement) onEvent(msg unitMsg) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), unitOpTimeout)
 	defer cancel()
-	info, err := m.UnitInfo(ctx, ev.Name)
+	info, err := m.LoadedUnitInfo(ctx, ev.Name)
 	if err != nil {
 		if _, ok := u.workloads[key]; ok {
 			u.forget(key)

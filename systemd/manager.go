@@ -372,6 +372,21 @@ func (m *Manager) UnitInfo(ctx context.Context, name string) (UnitInfo, error) {
 	return u, nil
 }
 
+// LoadedUnitInfo is UnitInfo for a unit the manager has loaded now, and
+// never loads one: it asks GetUnit first, which answers NoSuchUnit for a
+// unit not in memory, where reading properties would load it. Following
+// signals with UnitInfo alone can loop: reading a unit that was just
+// garbage-collected loads it again (UnitNew), and a reader slower than
+// the collector reads it again. Errors: as UnitInfo, and
+// org.freedesktop.systemd1.NoSuchUnit for a unit not loaded.
+func (m *Manager) LoadedUnitInfo(ctx context.Context, name string) (UnitInfo, error) {
+	var path dbus.ObjectPath
+	if err := m.sig.Object(managerName, managerPath).CallWithContext(ctx, managerInterface+".GetUnit", 0, name).Store(&path); err != nil {
+		return UnitInfo{}, fmt.Errorf("%s manager: %s: %w", m, name, err)
+	}
+	return m.UnitInfo(ctx, name)
+}
+
 // SliceUnits lists the services and scopes loaded in slice (its direct
 // children; slices below it are not listed), with their properties. A
 // unit that goes away while being read is left out.

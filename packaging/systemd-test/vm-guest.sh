@@ -539,7 +539,7 @@ PY
 ev=$(python3 /tmp/inattrib.py "$(acg app-sptest-b.scope)" runuser -u sptest -- python3 -c 'import os, sys; os.setxattr(sys.argv[1], "user.xdg.inactive-since", b"5")' "$(acg app-sptest-b.scope)" 2>&1)
 [ "$ev" = IN_ATTRIB ] && pass "user-xattr-inattrib: setxattr by the user raises IN_ATTRIB on the cgroup v2 directory" || fail user-xattr-inattrib "$ev"
 xa() { python3 -c 'import os, sys; print(os.getxattr(sys.argv[1], "user.xdg.inactive-since").decode())' "$(acg "$1")" 2>&1; }
-focus_diag() { echo "xattr a=$(xa app-sptest-a.scope) b=$(xa app-sptest-b.scope)"; show_apps; journal_since "$c6" | grep -E 'focus|unit gone|adopted unit|user manager|managing a user' | tail -n 25; }
+focus_diag() { echo "xattr a=$(xa app-sptest-a.scope) b=$(xa app-sptest-b.scope)"; show_apps; journal_since "$c6" | grep -E 'focus|unit gone|adopted unit|user manager|managing a user|slow unit event' | tail -n 25; }
 setfocus app-sptest-a.scope -1 && setfocus app-sptest-b.scope 123456789
 if wait_until 10 sh -c "[ \"\$(schedpolicyctl workloads | awk '\$1 == \"app-sptest-a.scope\" { print \$2 }')\" = focused ]" &&
 	[ "$(aclass app-sptest-b.scope)" = app ] && [ "$(aclass bg-sptest.scope)" = background ]; then
