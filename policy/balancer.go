@@ -23,6 +23,13 @@ type Load struct {
 	// Pressure is cgroup v2 cpu.pressure "some avg10", in percent
 	// (0..100). 0 means none or unknown (cgroup v1).
 	Pressure float64
+	// Class is what kind of work it is (ClassService, ClassFocused, …;
+	// "" is ClassWorkload); with Slice it picks the policy the workload
+	// is placed with (LoadPolicy).
+	Class string
+	// Slice is the systemd slice the workload runs in ("" none), whose
+	// rule in Input.Slices applies to it.
+	Slice string
 }
 
 // Input is everything one balancing decision depends on. The same Input
@@ -50,6 +57,9 @@ type Input struct {
 	// DisableLazy packs whenever the load allows it, ignoring patch 18's
 	// history (for comparisons and tests).
 	DisableLazy bool
+	// Slices are the configured slice rules by slice name ([[slice]] in
+	// schedpolicyd.conf); a Load's Slice picks its rule. nil: none.
+	Slices map[string]SliceRule
 }
 
 // Plan is a placement: the CPUs each workload may run on.
@@ -74,6 +84,10 @@ type Plan struct {
 	// balanced for performance (a "performance balance" in patch 18's
 	// record).
 	Spread bool
+	// Policies maps each workload name to the policy it was placed with:
+	// its LoadPolicy, or Performance where that policy's plan fell back
+	// (race to idle).
+	Policies map[string]Policy
 }
 
 // Saturation rules (DESIGN.md §5): a workload confined to k CPUs can never
@@ -146,9 +160,83 @@ type loadState struct {
 // current cpusets are kept and only short workloads grow (Plan.Deferred).
 // Every performance decision is immediate.
 //
+// Classes and slices. Each workload is placed with its LoadPolicy (its
+// Class and its Slice's rule in Input.Slices against Input.Policy; see
+// ClassPolicy for the table). When they differ, each policy present is
+// planned as above over every workload, as if the machine ran it, and
+// each workload takes its set from its own policy's plan: the focused app
+// gets the room balance would give it beside everything else, background
+// work the set powersaving would give it. Sets of different policies may
+// overlap (CFS shares those CPUs). Only the machine policy's plan carries
+// the lazy history (Plan.Lazy); each plan's stability is judged on its
+// own members; Plan.Policies says which policy placed each workload.
+//
 // Every workload gets a non-empty set of allowed CPUs when any CPU is
 // allowed. With no allowed CPUs every set is empty.
 func PlanPlacement(in Input) Plan {
+	pols := make([]Policy, len(in.Loads))
+	mixed := false
+	for i, l := range in.Loads {
+		var rule *SliceRule
+		if r, ok := in.Slices[l.Slice]; ok && l.Slice != "" {
+			rule = &r
+		}
+		pols[i] = LoadPolicy(in.Policy, l.Class, rule)
+		mixed = mixed || pols[i] != in.Policy
+	}
+	if !mixed {
+		plan := planWith(in, nil)
+		plan.Policies = make(map[string]Policy, len(in.Loads))
+		for _, l := range in.Loads {
+			plan.Policies[l.Name] = plan.Policy
+		}
+		return plan
+	}
+	// Workloads of different policies: each policy's plan is made over
+	// every workload, as if the machine ran that policy, and each
+	// workload takes its set from the plan of its own policy — the room
+	// that policy would give it beside everything else that runs. The
+	// machine's policy's plan carries the lazy history; each plan keeps a
+	// set only by looking at its own members (planWith).
+	main := planWith(in, func(i int) bool { return pols[i] == in.Policy })
+	out := Plan{Policy: main.Policy, CPUs: make(map[string][]int, len(in.Loads)), Lazy: main.Lazy,
+		Deferred: main.Deferred, Spread: main.Spread, Policies: make(map[string]Policy, len(in.Loads))}
+	var active []int
+	for _, p := range AvailablePolicies {
+		sub := main
+		if p != in.Policy {
+			has := false
+			for _, q := range pols {
+				has = has || q == p
+			}
+			if !has {
+				continue
+			}
+			pin := in
+			pin.Policy = p
+			sub = planWith(pin, func(i int) bool { return pols[i] == p })
+			out.Spread = out.Spread || sub.Spread
+			out.Deferred = out.Deferred || sub.Deferred
+		}
+		for i, l := range in.Loads {
+			if pols[i] == p {
+				out.CPUs[l.Name] = sub.CPUs[l.Name]
+				out.Policies[l.Name] = sub.Policy
+				active = append(active, sub.CPUs[l.Name]...)
+			}
+		}
+	}
+	if len(active) > 0 {
+		slices.Sort(active)
+		out.Active = slices.Compact(active)
+	}
+	return out
+}
+
+// planWith is PlanPlacement for every workload under in.Policy; member
+// (nil: every workload) says whose sets the caller takes, and only those
+// decide whether the current sets are kept (Stability).
+func planWith(in Input, member func(i int) bool) Plan {
 	topo := in.Topology
 	var allowed []int
 	if len(in.Allowed) > 0 {
@@ -198,7 +286,7 @@ func PlanPlacement(in Input) Plan {
 		return everyone(allowed)
 	}
 	freshSets := fresh.sets()
-	curOK := tr.acceptable(rules, loads, freshSets)
+	curOK := tr.acceptable(rules, loads, freshSets, member)
 	switch {
 	case curOK:
 		return tr.emit(plan, in.Loads, func(i int) []int32 { return loads[i].cur })
@@ -370,7 +458,17 @@ func (tr *tree) emit(plan Plan, loads []Load, set func(i int) []int32) Plan {
 
 // acceptable reports whether the current cpusets may be kept (see
 // PlanPlacement, "Stability").
-func (tr *tree) acceptable(rules balancer, loads []loadState, fresh [][]int32) bool {
+func (tr *tree) acceptable(rules balancer, loads []loadState, fresh [][]int32, member func(i int) bool) bool {
+	if member != nil {
+		var ml []loadState
+		var mf [][]int32
+		for i := range loads {
+			if member(i) {
+				ml, mf = append(ml, loads[i]), append(mf, fresh[i])
+			}
+		}
+		loads, fresh = ml, mf
+	}
 	for _, l := range loads {
 		if len(l.cur) == 0 || l.contended || l.demand > float64(len(l.cur))+eps {
 			return false

@@ -1,0 +1,172 @@
+package policy
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestClassPolicy(t *testing.T) {
+	classes := []string{ClassBackground, ClassService, ClassFocused, ClassApp, ClassSession, ClassWorkload, ClassUser, "", "batch"}
+	want := map[Policy][]Policy{
+		Performance: {Performance, Performance, Performance, Performance, Performance, Performance, Performance, Performance, Performance},
+		Balance:     {Powersaving, Powersaving, Balance, Balance, Balance, Balance, Balance, Balance, Balance},
+		Powersaving: {Powersaving, Powersaving, Balance, Powersaving, Powersaving, Powersaving, Powersaving, Powersaving, Powersaving},
+	}
+	for machine, ws := range want {
+		for i, c := range classes {
+			if got := ClassPolicy(machine, c); got != ws[i] {
+				t.Errorf("ClassPolicy(%s, %q) = %s, want %s", machine, c, got, ws[i])
+			}
+		}
+	}
+}
+
+func TestLoadPolicy(t *testing.T) {
+	ps, bal := &SliceRule{Policy: Powersaving}, &SliceRule{Policy: Balance}
+	psAlways := &SliceRule{Policy: Powersaving, Always: true}
+	tests := []struct {
+		machine Policy
+		class   string
+		rule    *SliceRule
+		want    Policy
+	}{
+		{Performance, ClassApp, ps, Performance},           // unrestricted under performance
+		{Performance, ClassApp, psAlways, Powersaving},     // unless the rule says always
+		{Performance, ClassFocused, psAlways, Powersaving}, // the admin's rule wins over the class
+		{Balance, ClassApp, ps, Powersaving},               // caps: packs harder
+		{Balance, ClassApp, bal, Balance},
+		{Powersaving, ClassApp, bal, Powersaving}, // never loosens
+		{Powersaving, ClassFocused, nil, Balance},
+		{Powersaving, ClassFocused, ps, Powersaving},
+		{Powersaving, ClassBackground, bal, Powersaving},
+		{Balance, ClassWorkload, &SliceRule{Policy: Performance, Always: true}, Balance},
+	}
+	for _, tt := range tests {
+		if got := LoadPolicy(tt.machine, tt.class, tt.rule); got != tt.want {
+			t.Errorf("LoadPolicy(%s, %q, %+v) = %s, want %s", tt.machine, tt.class, tt.rule, got, tt.want)
+		}
+	}
+}
+
+// desktop is a laptop's mix: the focused editor (two busy threads), a chat
+// app, a background indexer and a system service.
+func desktop(editorClass string) []Load {
+	return []Load{
+		{Name: "editor", Util: 1.5, Threads: 2, Class: editorClass},
+		{Name: "chat", Util: 0.3, Threads: 1, Class: ClassApp},
+		{Name: "indexer", Util: 0.9, Threads: 1, Class: ClassBackground},
+		{Name: "cupsd", Util: 0.2, Threads: 1, Class: ClassService},
+	}
+}
+
+func classless(ls []Load) []Load {
+	for i := range ls {
+		ls[i].Class = ""
+	}
+	return ls
+}
+
+func TestPlanPlacementClasses(t *testing.T) {
+	tests := []struct {
+		name    string
+		topo    Topology
+		policy  Policy
+		loads   []Load
+		slices  map[string]SliceRule
+		want    map[string][]int
+		wantPol map[string]Policy
+		active  []int
+	}{
+		// Without classes powersaving gives the editor one core's two
+		// threads, balance two cores: {0,4} versus {0,1}.
+		{name: "powersaving, no classes", topo: snbLaptop, policy: Powersaving, loads: classless(desktop(ClassApp)),
+			want:    map[string][]int{"editor": {0, 4}, "chat": {1}, "indexer": {5}, "cupsd": {1}},
+			wantPol: map[string]Policy{"editor": Powersaving, "chat": Powersaving, "indexer": Powersaving, "cupsd": Powersaving},
+			active:  []int{0, 1, 4, 5}},
+		// The focused editor keeps balance's room, two cores; the rest is
+		// packed as powersaving packs it.
+		{name: "powersaving: the focused app keeps balance's room", topo: snbLaptop, policy: Powersaving, loads: desktop(ClassFocused),
+			want:    map[string][]int{"editor": {0, 1}, "chat": {1}, "indexer": {5}, "cupsd": {1}},
+			wantPol: map[string]Policy{"editor": Balance, "chat": Powersaving, "indexer": Powersaving, "cupsd": Powersaving},
+			active:  []int{0, 1, 5}},
+		// Under balance background work and services are packed like
+		// powersaving: the indexer gets one thread, not balance's {3,6};
+		// cupsd joins a busy CPU instead of an idle one.
+		{name: "balance: background and services packed harder", topo: snbLaptop, policy: Balance, loads: desktop(ClassFocused),
+			want:    map[string][]int{"editor": {0, 1}, "chat": {2}, "indexer": {5}, "cupsd": {1}},
+			wantPol: map[string]Policy{"editor": Balance, "chat": Balance, "indexer": Powersaving, "cupsd": Powersaving},
+			active:  []int{0, 1, 2, 5}},
+		{name: "balance, no classes", topo: snbLaptop, policy: Balance, loads: classless(desktop("")),
+			want:    map[string][]int{"editor": {0, 1}, "chat": {2}, "indexer": {3, 6}, "cupsd": {7}},
+			wantPol: map[string]Policy{"editor": Balance, "chat": Balance, "indexer": Balance, "cupsd": Balance},
+			active:  []int{0, 1, 2, 3, 6, 7}},
+		{name: "performance: nothing restricted", topo: snbLaptop, policy: Performance, loads: desktop(ClassFocused),
+			want:    map[string][]int{"editor": seq(0, 7), "chat": seq(0, 7), "indexer": seq(0, 7), "cupsd": seq(0, 7)},
+			wantPol: map[string]Policy{"editor": Performance, "chat": Performance, "indexer": Performance, "cupsd": Performance},
+			active:  seq(0, 7)},
+		// A slice ruled "powersaving, always" is packed even under
+		// performance; the other workload is unrestricted.
+		{name: "performance: a slice rule with always packs its units", topo: twoCPU, policy: Performance,
+			loads:   []Load{{Name: "bg1", Slice: "bg.slice"}, {Name: "bg2", Util: 0.1, Slice: "bg.slice"}, {Name: "w", Slice: "schedpolicyd.slice"}},
+			slices:  map[string]SliceRule{"bg.slice": {Policy: Powersaving, Always: true}},
+			want:    map[string][]int{"bg1": {0}, "bg2": {0}, "w": {0, 1}},
+			wantPol: map[string]Policy{"bg1": Powersaving, "bg2": Powersaving, "w": Performance},
+			active:  []int{0, 1}},
+		{name: "performance: a slice rule without always does nothing", topo: twoCPU, policy: Performance,
+			loads:   []Load{{Name: "bg1", Slice: "bg.slice"}, {Name: "w"}},
+			slices:  map[string]SliceRule{"bg.slice": {Policy: Powersaving}},
+			want:    map[string][]int{"bg1": {0, 1}, "w": {0, 1}},
+			wantPol: map[string]Policy{"bg1": Performance, "w": Performance},
+			active:  []int{0, 1}},
+		// Under balance a powersaving slice's busy unit shares a core
+		// with another busy one (SMT siblings 0 and 4); the same load
+		// outside the slice gets CPUs of cores of its own.
+		{name: "balance: a powersaving slice packs harder than another", topo: snbLaptop, policy: Balance,
+			loads:   []Load{{Name: "fg", Util: 0.9, Threads: 1, Slice: "a.slice"}, {Name: "bg", Util: 0.9, Threads: 1, Slice: "bg.slice"}, {Name: "fg2", Util: 0.9, Threads: 1, Slice: "a.slice"}},
+			slices:  map[string]SliceRule{"bg.slice": {Policy: Powersaving}},
+			want:    map[string][]int{"fg": {0}, "bg": {4}, "fg2": {2, 5}},
+			wantPol: map[string]Policy{"fg": Balance, "bg": Powersaving, "fg2": Balance},
+			active:  []int{0, 2, 4, 5}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := Input{Topology: tt.topo, Allowed: all(tt.topo), Policy: tt.policy, Loads: tt.loads, Slices: tt.slices, DisableLazy: true}
+			plan := PlanPlacement(in)
+			if !reflect.DeepEqual(plan.CPUs, tt.want) {
+				t.Errorf("CPUs = %v, want %v", plan.CPUs, tt.want)
+			}
+			if !reflect.DeepEqual(plan.Policies, tt.wantPol) {
+				t.Errorf("Policies = %v, want %v", plan.Policies, tt.wantPol)
+			}
+			if !reflect.DeepEqual(plan.Active, tt.active) {
+				t.Errorf("Active = %v, want %v", plan.Active, tt.active)
+			}
+			// Each workload's set is exactly what its policy's plan over
+			// every workload gives it.
+			for _, l := range tt.loads {
+				uni := in
+				uni.Policy = plan.Policies[l.Name]
+				uni.Slices = nil
+				uni.Loads = nil
+				for _, m := range tt.loads {
+					m.Class, m.Slice = "", ""
+					uni.Loads = append(uni.Loads, m)
+				}
+				if u := PlanPlacement(uni); !reflect.DeepEqual(u.CPUs[l.Name], plan.CPUs[l.Name]) {
+					t.Errorf("%s: %v, but the %s plan gives it %v", l.Name, plan.CPUs[l.Name], uni.Policy, u.CPUs[l.Name])
+				}
+			}
+			// Stable: the plan fed back as the current sets is kept.
+			again := in
+			again.Loads = nil
+			for _, l := range tt.loads {
+				l.Current = plan.CPUs[l.Name]
+				again.Loads = append(again.Loads, l)
+			}
+			again.DisableLazy = false
+			if p2 := PlanPlacement(again); !reflect.DeepEqual(p2.CPUs, plan.CPUs) {
+				t.Errorf("re-planned from its own sets: %v, want %v", p2.CPUs, plan.CPUs)
+			}
+		})
+	}
+}
