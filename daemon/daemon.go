@@ -75,6 +75,12 @@ type Config struct {
 	// Manage lists the slices whose direct child services and scopes are
 	// workloads with placement "systemd" (nil: DefaultManage).
 	Manage []string
+	// Slices are the slice rules ([[slice]] in schedpolicyd.conf(5)) by
+	// slice name, for placement "systemd": each is policy.SliceRule, its
+	// Policy balance or powersaving, and names a slice of Manage (a user
+	// slice, app.slice, background.slice or session.slice, names each
+	// user's). nil: none. Anything else is an error.
+	Slices map[string]policy.SliceRule
 	// ProcRoot is /proc (used for cgroup v1 usage accounting).
 	ProcRoot string
 	// TreeDir is where the virtual sysfs tree is served.
@@ -337,6 +343,9 @@ func resolveConfig(cfg Config) (Config, sysfs.FS, error) {
 		if !strings.HasSuffix(sl, ".slice") || strings.ContainsAny(sl, "/ \x00") || sl == ".slice" {
 			return Config{}, sysfs.FS{}, fmt.Errorf("manage: %q is not the name of a slice (NAME.slice)", sl)
 		}
+	}
+	if err := checkSlices(cfg.Slices, cfg.Manage); err != nil {
+		return Config{}, sysfs.FS{}, err
 	}
 	if cfg.UPower == "" {
 		cfg.UPower = DefaultUPower
@@ -869,7 +878,8 @@ func (d *Daemon) stateWith(k policy.Knob) State {
 
 // Reload applies a new configuration (SIGHUP). The validated cfg replaces
 // the running one for what can change at run time — boost_on_battery,
-// power_profiles_api (the bus connection is remade), the profile map,
+// power_profiles_api (the bus connection is remade), the profile map, the
+// slice rules,
 // low_battery, the sampling period,
 // metrics_textfile (the file at the old path is removed) —
 // and a warning names every other setting that changed, which takes effect
@@ -923,6 +933,10 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 		if nc.MetricsTextfile != old.MetricsTextfile {
 			d.cfg.MetricsTextfile = nc.MetricsTextfile
 			d.setMetricsPath(nc.MetricsTextfile) // written by the recompute below
+		}
+		if !reflect.DeepEqual(nc.Slices, old.Slices) {
+			d.cfg.Slices = nc.Slices
+			d.log.WithField("slices", sliceRulesString(nc.Slices)).Info("reload: slice rules changed")
 		}
 		d.cfg.ProfileMap = nc.ProfileMap
 		d.cfg.LowBattery = nc.LowBattery

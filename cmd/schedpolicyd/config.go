@@ -2,7 +2,8 @@ package main
 
 // The configuration file, schedpolicyd.conf(5).
 //
-// The file is flat TOML: one key = value per line, no tables. The keys are
+// The file is TOML: one key = value per line, and at the end any number of
+// [[slice]] tables (name, policy, always), one per slice rule. The keys are
 // spelled as in the issues (snake_case); each one that has a command-line
 // flag has the same name with "_" turned into "-", and a flag given on the
 // command line wins over the file. On/off settings are TOML booleans
@@ -121,6 +122,9 @@ type fileConfig struct {
 	// is written: "" (none, the default) or an absolute path ending in
 	// ".prom".
 	MetricsTextfile *string
+	// Slices are the [[slice]] rules by slice name; nil when the file
+	// has none.
+	Slices map[string]policy.SliceRule
 }
 
 // ConfigError is one problem in a configuration file: File and Line (1-based;
@@ -153,28 +157,36 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // rawConfig is the TOML shape; pointer fields record presence, and the
 // decoder rejects any key not listed here (DisallowUnknownFields).
 type rawConfig struct {
-	PowerAware         *int64    `toml:"power_aware"`
-	PowerAwarePolicy   *string   `toml:"power_aware_policy"`
-	TreeDir            *string   `toml:"tree_dir"`
-	TreeBackend        *string   `toml:"tree_backend"`
-	CgroupRoot         *string   `toml:"cgroup_root"`
-	Placement          *string   `toml:"placement"`
-	Manage             *[]string `toml:"manage"`
-	SysfsRoot          *string   `toml:"sysfs_root"`
-	StateDir           *string   `toml:"state_dir"`
-	Bus                *string   `toml:"bus"`
-	Debounce           *string   `toml:"debounce"`
-	RecheckInterval    *string   `toml:"recheck_interval"`
-	SampleInterval     *string   `toml:"sample_interval"`
-	BoostOnBattery     *string   `toml:"boost_on_battery"`
-	UPower             *string   `toml:"upower"`
-	PowerProfilesAPI   any       `toml:"power_profiles_api"`
-	ProfilePowerSaver  *int64    `toml:"profile_power_saver"`
-	ProfileBalanced    *int64    `toml:"profile_balanced"`
-	ProfilePerformance *int64    `toml:"profile_performance"`
-	LowBattery         *int64    `toml:"low_battery"`
-	LogLevel           *string   `toml:"log_level"`
-	MetricsTextfile    *string   `toml:"metrics_textfile"`
+	PowerAware         *int64     `toml:"power_aware"`
+	PowerAwarePolicy   *string    `toml:"power_aware_policy"`
+	TreeDir            *string    `toml:"tree_dir"`
+	TreeBackend        *string    `toml:"tree_backend"`
+	CgroupRoot         *string    `toml:"cgroup_root"`
+	Placement          *string    `toml:"placement"`
+	Manage             *[]string  `toml:"manage"`
+	SysfsRoot          *string    `toml:"sysfs_root"`
+	StateDir           *string    `toml:"state_dir"`
+	Bus                *string    `toml:"bus"`
+	Debounce           *string    `toml:"debounce"`
+	RecheckInterval    *string    `toml:"recheck_interval"`
+	SampleInterval     *string    `toml:"sample_interval"`
+	BoostOnBattery     *string    `toml:"boost_on_battery"`
+	UPower             *string    `toml:"upower"`
+	PowerProfilesAPI   any        `toml:"power_profiles_api"`
+	ProfilePowerSaver  *int64     `toml:"profile_power_saver"`
+	ProfileBalanced    *int64     `toml:"profile_balanced"`
+	ProfilePerformance *int64     `toml:"profile_performance"`
+	LowBattery         *int64     `toml:"low_battery"`
+	LogLevel           *string    `toml:"log_level"`
+	MetricsTextfile    *string    `toml:"metrics_textfile"`
+	Slice              []rawSlice `toml:"slice"`
+}
+
+// rawSlice is one [[slice]] table.
+type rawSlice struct {
+	Name   *string `toml:"name"`
+	Policy *string `toml:"policy"`
+	Always *bool   `toml:"always"`
 }
 
 // loadConfig reads and validates the configuration file at path.
@@ -380,6 +392,54 @@ func parseConfig(name string, data []byte) (fileConfig, error) {
 			fc.MetricsTextfile = raw.MetricsTextfile
 		}
 	}
+	seenSlice := map[string]bool{}
+	if l, ok := lines["[slice]"]; ok {
+		errs = append(errs, &ConfigError{File: name, Line: l, Key: "slice", Err: errors.New("[slice]: want [[slice]], one table per slice rule")})
+		raw.Slice = nil
+	}
+	for i, rs := range raw.Slice {
+		at := func(key string) string {
+			if _, ok := lines[fmt.Sprintf("slice[%d].%s", i, key)]; ok {
+				return fmt.Sprintf("slice[%d].%s", i, key)
+			}
+			return fmt.Sprintf("slice[%d]", i)
+		}
+		badAt := func(key, format string, args ...any) {
+			errs = append(errs, &ConfigError{File: name, Line: lines[at(key)], Key: "slice." + key, Err: fmt.Errorf(format, args...)})
+		}
+		switch {
+		case rs.Name == nil:
+			badAt("name", "missing: each [[slice]] names its slice (name = \"background.slice\")")
+			continue
+		case !validSlice(*rs.Name):
+			badAt("name", "%q: want a slice name, \"NAME.slice\"", *rs.Name)
+			continue
+		case seenSlice[*rs.Name]:
+			badAt("name", "%q: a second [[slice]] for the same slice", *rs.Name)
+			continue
+		}
+		seenSlice[*rs.Name] = true
+		var r policy.SliceRule
+		switch {
+		case rs.Policy == nil:
+			badAt("policy", "missing: want \"balance\" or \"powersaving\"")
+			continue
+		case *rs.Policy == string(policy.Performance):
+			badAt("policy", "\"performance\": a slice's policy is the least packing of its units, and performance would change nothing; want \"balance\" or \"powersaving\" (SetWorkloadPolicy exempts one workload)")
+			continue
+		case *rs.Policy != string(policy.Balance) && *rs.Policy != string(policy.Powersaving):
+			badAt("policy", "%q: want \"balance\" or \"powersaving\"", *rs.Policy)
+			continue
+		}
+		r.Policy = policy.Policy(*rs.Policy)
+		if rs.Always != nil {
+			r.Always = *rs.Always
+		}
+		if fc.Slices == nil {
+			fc.Slices = map[string]policy.SliceRule{}
+		}
+		fc.Slices[*rs.Name] = r
+	}
 	if len(errs) > 0 {
 		sort.SliceStable(errs, func(i, j int) bool {
 			return errs[i].(*ConfigError).Line < errs[j].(*ConfigError).Line
@@ -399,8 +459,11 @@ func decodeErrors(name string, err error) error {
 			e := &strict.Errors[i]
 			row, _ := e.Position()
 			key := strings.Join(e.Key(), ".")
-			errs = append(errs, &ConfigError{File: name, Line: row, Key: key,
-				Err: fmt.Errorf("unknown setting (known: %s; see schedpolicyd.conf(5))", strings.Join(configKeys(), ", "))})
+			msg := fmt.Errorf("unknown setting (known: %s, and [[slice]] tables; see schedpolicyd.conf(5))", strings.Join(configKeys(), ", "))
+			if strings.HasPrefix(key, "slice.") {
+				msg = errors.New("unknown setting in [[slice]] (known: name, policy, always; top-level settings go before the first [[slice]])")
+			}
+			errs = append(errs, &ConfigError{File: name, Line: row, Key: key, Err: msg})
 		}
 		return errors.Join(errs...)
 	}
@@ -440,6 +503,13 @@ func configKeyType(key string) string {
 		return `true, false or "auto" (power_profiles_api = "auto")`
 	case "manage":
 		return `an array of slice names (manage = ["schedpolicyd.slice", "system.slice"])`
+	case "slice":
+		return `[[slice]] tables (see schedpolicyd.conf(5))`
+	case "slice.name", "slice.policy":
+		return fmt.Sprintf("a string (%s = \"...\")", strings.TrimPrefix(key, "slice."))
+	case "slice.always":
+		return "true or false (always = true)"
+
 	case "debounce", "recheck_interval", "sample_interval":
 		return fmt.Sprintf("a duration string (%s = \"500ms\")", key)
 	case "":
@@ -454,14 +524,35 @@ func configKeyType(key string) string {
 }
 
 // keyLines maps each top-level key of a TOML document to the 1-based line
-// it is set on. Only called on a document the decoder accepted.
+// it is set on, each [[slice]] table N (from 0) as "slice[N]" to its
+// header's line and its keys as "slice[N].KEY". Only called on a document
+// the decoder accepted.
 func keyLines(data []byte) map[string]int {
 	lines := map[string]int{}
 	var p unstable.Parser
 	p.Reset(data)
+	prefix, slices := "", 0
 	for p.NextExpression() {
 		e := p.Expression()
-		if e.Kind != unstable.KeyValue {
+		switch e.Kind {
+		case unstable.ArrayTable, unstable.Table:
+			prefix = "?."
+			it := e.Key()
+			if !it.Next() || string(it.Node().Data) != "slice" {
+				continue
+			}
+			at := p.Shape(it.Node().Raw).Start.Line
+			if e.Kind == unstable.Table {
+				lines["[slice]"] = at
+				continue
+			}
+			prefix = fmt.Sprintf("slice[%d]", slices)
+			lines[prefix] = at
+			prefix += "."
+			slices++
+			continue
+		case unstable.KeyValue:
+		default:
 			continue
 		}
 		it := e.Key()
@@ -475,7 +566,7 @@ func keyLines(data []byte) map[string]int {
 			parts = append(parts, string(n.Data))
 		}
 		if first != nil {
-			lines[strings.Join(parts, ".")] = p.Shape(first.Raw).Start.Line
+			lines[prefix+strings.Join(parts, ".")] = p.Shape(first.Raw).Start.Line
 		}
 	}
 	return lines
@@ -562,6 +653,9 @@ func (fc fileConfig) apply(cfg *daemon.Config, setFlags map[string]bool) {
 	}
 	if fc.LowBattery != nil && !setFlags["low-battery"] {
 		cfg.LowBattery = *fc.LowBattery
+	}
+	if fc.Slices != nil {
+		cfg.Slices = fc.Slices
 	}
 	if fc.PowerAware != nil || fc.PowerAwarePolicy != nil {
 		aware, pap := fc.Knob()

@@ -204,6 +204,17 @@ func TestConfigErrors(t *testing.T) {
 		{"relative metrics file", "\nmetrics_textfile = \"schedpolicyd.prom\"\n", 2, "metrics_textfile", "absolute path ending in .prom"},
 		{"metrics file not .prom", "metrics_textfile = \"/var/lib/prometheus/node-exporter/schedpolicyd.txt\"\n", 1, "metrics_textfile", "reads only *.prom"},
 		{"metrics file as bool", "metrics_textfile = true\n", 1, "metrics_textfile", "want a string"},
+		// [[slice]] rules
+		{"slice without name", "[[slice]]\npolicy = \"powersaving\"\n", 1, "slice.name", "missing"},
+		{"slice name not a slice", "[[slice]]\nname = \"cron.service\"\npolicy = \"balance\"\n", 2, "slice.name", `"cron.service": want a slice name`},
+		{"slice twice", "[[slice]]\nname = \"a.slice\"\npolicy = \"balance\"\n[[slice]]\nname = \"a.slice\"\npolicy = \"powersaving\"\n", 5, "slice.name", "a second [[slice]]"},
+		{"slice without policy", "[[slice]]\nname = \"a.slice\"\n", 1, "slice.policy", "missing"},
+		{"slice policy unknown", "[[slice]]\nname = \"a.slice\"\npolicy = \"eco\"\n", 3, "slice.policy", `"eco": want "balance" or "powersaving"`},
+		{"slice policy performance", "[[slice]]\nname = \"a.slice\"\npolicy = \"performance\"\n", 3, "slice.policy", "would change nothing"},
+		{"slice always as string", "[[slice]]\nname = \"a.slice\"\npolicy = \"balance\"\nalways = \"yes\"\n", 4, "slice.always", "want true or false"},
+		{"slice unknown key", "[[slice]]\nname = \"a.slice\"\npolcy = \"balance\"\n", 3, "slice.polcy", "unknown setting in [[slice]]"},
+		{"setting after a slice", "[[slice]]\nname = \"a.slice\"\npolicy = \"balance\"\nupower = \"off\"\n", 4, "slice.upower", "top-level settings go before the first [[slice]]"},
+		{"slice as a table", "[slice]\nname = \"a.slice\"\n", 1, "slice", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -231,6 +242,54 @@ func TestConfigErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConfigSlices: [[slice]] tables become the slice rules, by name.
+func TestConfigSlices(t *testing.T) {
+	p := writeConfig(t, `placement = "systemd"
+manage = ["system.slice", "background.slice", "batch.slice"]
+
+[[slice]]
+name = "background.slice"
+policy = "powersaving"
+
+[[slice]]
+name = "batch.slice"
+policy = "balance"
+always = true
+`)
+	fc, err := loadConfig(p, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]policy.SliceRule{
+		"background.slice": {Policy: policy.Powersaving},
+		"batch.slice":      {Policy: policy.Balance, Always: true},
+	}
+	if !reflect.DeepEqual(fc.Slices, want) {
+		t.Errorf("Slices = %+v, want %+v", fc.Slices, want)
+	}
+	var cfg daemon.Config
+	fc.apply(&cfg, nil)
+	if !reflect.DeepEqual(cfg.Slices, want) {
+		t.Errorf("applied Slices = %+v, want %+v", cfg.Slices, want)
+	}
+	if _, err := daemon.New(withSafeDefaults(cfg)); err != nil {
+		t.Errorf("daemon.New refused the rules: %v", err)
+	}
+	// A rule for a slice that is not managed would never apply.
+	cfg.Manage = []string{"system.slice"}
+	if _, err := daemon.New(withSafeDefaults(cfg)); err == nil || !strings.Contains(err.Error(), "background.slice: not in manage (system.slice)") {
+		t.Errorf("daemon.New with a rule outside manage: %v", err)
+	}
+}
+
+// withSafeDefaults makes cfg a Config daemon.New accepts without touching
+// the host: a mock sysfs root and no bus.
+func withSafeDefaults(cfg daemon.Config) daemon.Config {
+	cfg.SysfsRoot = "../../sysfs/testdata/topology/snb-laptop-4c8t"
+	cfg.Bus = "none"
+	return cfg
 }
 
 // TestConfigAllErrorsReported: several bad values are all reported, in

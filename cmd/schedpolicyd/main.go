@@ -276,6 +276,11 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 			log.Warn(w)
 		}
 	}
+	if cfg.Placement != daemon.PlacementSystemd && len(cfg.Slices) > 0 {
+		// Children of the managed parent are in no slice: the rules stay
+		// checked, and apply once placement is systemd.
+		log.WithField("placement", cfg.Placement).Warn("[[slice]] rules apply to units with placement \"systemd\" only; here they change nothing")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	// SIGHUP (systemctl reload) re-reads the configuration file; a bad
