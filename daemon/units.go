@@ -135,6 +135,9 @@ type unitWorkload struct {
 	cpus   sysfs.CPUSet
 	avg    policy.UtilAverage
 	lastAt time.Time
+	// pressure is its cgroup's cpu.pressure some avg10, percent (cgroup
+	// v2 only; 0 on v1, which has no PSI per cgroup).
+	pressure float64
 }
 
 func newUnitPlacement(cfg *Config, log logrus.FieldLogger, stats *counters) *unitPlacement {
@@ -234,7 +237,7 @@ func (u *unitPlacement) open() error {
 		slices = append(slices, s)
 	}
 	sort.Strings(slices)
-	u.log.WithFields(logrus.Fields{"systemd": v, "slices": strings.Join(slices, ","), "cgroup_v2": u.unified}).Info("managing units through systemd")
+	u.log.WithFields(logrus.Fields{"systemd": v, "slices": strings.Join(slices, ","), "cgroup_v2": u.unified, "slice_rules": sliceRulesString(u.cfg.Slices)}).Info("managing units through systemd")
 	if u.users {
 		u.openUsers(ctx)
 	}
@@ -557,7 +560,10 @@ func (u *unitPlacement) forget(key string) {
 }
 
 // sample reads each unit's cumulative CPU time (cpu.stat) and updates its
-// decayed utilisation; it reports whether any was busy.
+// decayed utilisation, and on cgroup v2 its cpu.pressure (some avg10: the
+// planner's saturation rule, as for the cgroupfs path's workloads; v1 has
+// no pressure per cgroup, so it stays 0 there); it reports whether any
+// was busy.
 func (u *unitPlacement) sample() (busy bool) {
 	if len(u.workloads) == 0 {
 		return false
@@ -573,6 +579,12 @@ func (u *unitPlacement) sample() (busy bool) {
 			busy = true
 		}
 		w.avg, w.lastAt = w.avg.Update(use, now.Sub(w.lastAt), u.cfg.UtilHalfLife), now
+		if !u.unified {
+			continue
+		}
+		if pr, err := sysfs.DirCPUPressure(w.cgroup); err == nil {
+			w.pressure = pr
+		}
 	}
 	return busy
 }
@@ -606,7 +618,7 @@ func (u *unitPlacement) apply(eff policy.Policy, topo policy.Topology, online sy
 	in := policy.Input{
 		Topology: topo, Allowed: online.List(), Policy: eff,
 		Lazy: u.plan.Lazy, Now: time.Now(), MaxInterval: u.cfg.SampleInterval,
-		DisableLazy: force,
+		DisableLazy: force, Slices: u.cfg.Slices,
 	}
 	if force {
 		in.Lazy = policy.LazyState{}
@@ -618,7 +630,8 @@ func (u *unitPlacement) apply(eff policy.Policy, topo policy.Topology, online sy
 		if cur.IsEmpty() {
 			cur = online
 		}
-		in.Loads = append(in.Loads, policy.Load{Name: n, Util: w.avg.Util, Current: cur.List()})
+		in.Loads = append(in.Loads, policy.Load{Name: n, Util: w.avg.Util, Current: cur.List(), Pressure: w.pressure,
+			Class: w.class(), Slice: w.slice})
 	}
 	plan := policy.PlanPlacement(in)
 	u.plan, u.online = plan, online
@@ -683,7 +696,7 @@ func (u *unitPlacement) apply(eff policy.Policy, topo policy.Topology, online sy
 			continue
 		}
 		u.stats.writes.Add(1)
-		u.log.WithFields(logrus.Fields{"unit": w.name, "from": w.cpus.String(), "to": s.want.String(), "policy": plan.Policy}).Debug("AllowedCPUs set")
+		u.log.WithFields(logrus.Fields{"unit": w.name, "from": w.cpus.String(), "to": s.want.String(), "policy": plan.Policies[workloadKey(w.uid, w.name)]}).Debug("AllowedCPUs set")
 		w.cpus = s.want
 		w.rec.Applied, w.rec.Pending = s.want.String(), ""
 		if w.rec.Applied == w.rec.Original {
@@ -857,31 +870,37 @@ func (u *unitPlacement) status() []WorkloadStatus {
 	return out
 }
 
-// class is the workload's Class (WorkloadStatus). A user manager's units:
-// "focused" (an app.slice unit whose cgroup's user.xdg.inactive-since
-// is -1), "app" (the other app.slice units), "background"
-// (background.slice), "session" (session.slice). The system manager's:
-// unitClass.
+// class is the workload's Class (WorkloadStatus, policy.Load.Class). A
+// user manager's units: policy.ClassFocused (an app.slice unit whose
+// cgroup's user.xdg.inactive-since is -1), policy.ClassApp (the other
+// app.slice units), policy.ClassBackground (background.slice),
+// policy.ClassSession (session.slice). The system manager's: unitClass.
 func (w *unitWorkload) class() string {
 	if w.uid < 0 {
 		return unitClass(w.name, w.slice)
 	}
 	if w.slice == "app.slice" && w.focused {
-		return "focused"
+		return policy.ClassFocused
 	}
 	return strings.TrimSuffix(w.slice, ".slice")
 }
 
-// unitClass is a system unit's Class (WorkloadStatus): by its slice, or
-// "user" for a user's manager placed as a whole.
+// UnitClass is the class the daemon gives a system unit name of slice
+// (WorkloadStatus.Class; `schedpolicyd plan` uses it for its --load
+// NAME@SLICE).
+func UnitClass(name, slice string) string { return unitClass(name, slice) }
+
+// unitClass is a system unit's Class: by its slice, or policy.ClassUser
+// for a user's manager placed as a whole; any other slice its name
+// without ".slice".
 func unitClass(name, slice string) string {
 	switch {
 	case isUserManager(name):
-		return "user"
+		return policy.ClassUser
 	case slice == "system.slice":
-		return "service"
+		return policy.ClassService
 	case slice == createSlice:
-		return "workload"
+		return policy.ClassWorkload
 	}
 	return strings.TrimSuffix(slice, ".slice")
 }

@@ -64,6 +64,24 @@ func DirUsage(dir string) (time.Duration, error) {
 	return time.Duration(ns), nil
 }
 
+// DirCPUPressure returns cpu.pressure's "some avg10" (percent; PSI,
+// cgroup v2) of the cgroup at dir (any cgroup: a systemd unit's), as
+// CPUPressure does for a child of the managed parent. Cgroup v1 has no
+// such file: the error wraps fs.ErrNotExist; a malformed file's error
+// names it and wraps ErrPSIFormat.
+func DirCPUPressure(dir string) (float64, error) {
+	p := filepath.Join(dir, "cpu.pressure")
+	b, err := readFileRaw(p)
+	if err != nil {
+		return 0, err
+	}
+	v, err := ParseCPUPressure(string(b))
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", p, err)
+	}
+	return v, nil
+}
+
 // schedstatUsage is Usage's v1 fallback over procfs.
 func (c *Cgroup) schedstatUsage(dir string) (time.Duration, error) {
 	tids, err := cgReadIDs(filepath.Join(dir, "tasks"))
