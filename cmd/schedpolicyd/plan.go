@@ -24,9 +24,21 @@ type planReport struct {
 	Requested string            `json:"requested_policy"`
 	Policy    string            `json:"policy"`    // effective, after any race-to-idle fallback
 	Workloads map[string]string `json:"workloads"` // name → cpulist (kernel format)
-	Active    planActive        `json:"active"`
-	Watts     float64           `json:"watts"` // the energy model's estimate for the loads under this plan
-	Model     string            `json:"model"` // which calibration produced Watts
+	// Classes is each workload's class (policy.Class*; "workload" unless
+	// its --load names a slice or a class), as the daemon's Workloads
+	// property reports it.
+	Classes map[string]string `json:"classes"`
+	// WorkloadPolicies is the policy each workload was placed with: its
+	// class and slice rule against the policy (policy.LoadPolicy), or
+	// performance where that policy's plan fell back (race to idle).
+	WorkloadPolicies map[string]string `json:"workload_policies"`
+	// Slices are the slice rules in force (--config's [[slice]] tables
+	// and --slice), "balance" or "powersaving", "+always" when they apply
+	// under performance too; omitted when none.
+	Slices map[string]string `json:"slices,omitempty"`
+	Active planActive        `json:"active"`
+	Watts  float64           `json:"watts"` // the energy model's estimate for the loads under this plan
+	Model  string            `json:"model"` // which calibration produced Watts
 	// ModelDescribes is false when the machine is not of the shape the
 	// model was fitted on (policy.EnergyModel.Describes): Watts then only
 	// compare policies on it; ModelNote says so, with both shapes.
@@ -53,13 +65,22 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 	root := fl.String("sysfs-root", "", "read the topology from this sysfs root (a mock tree works)")
 	preset := fl.String("topology", "", "use a preset machine: "+strings.Join(presetNames(), ", "))
 	pol := fl.String("policy", "powersaving", "performance, balance or powersaving")
-	loadSpec := fl.String("load", "", "workloads: NAME=UTIL[:THREADS],... (UTIL in CPUs, 1 = one CPU busy; THREADS defaults to 1)")
+	loadSpec := fl.String("load", "", "workloads: NAME=UTIL[:THREADS][@SLICE[/CLASS]],... (UTIL in CPUs, 1 = one CPU busy; THREADS defaults to 1; SLICE a unit's slice, giving its class as the daemon does; CLASS e.g. focused)")
+	configFile := fl.String("config", "", "take the [[slice]] rules of this configuration `FILE` (schedpolicyd.conf(5))")
+	sliceRules := map[string]policy.SliceRule{}
+	fl.Func("slice", "a slice rule NAME.slice=balance|powersaving[+always] (repeatable; wins over --config's)", func(v string) error {
+		name, r, err := parseSliceFlag(v)
+		if err == nil {
+			sliceRules[name] = r
+		}
+		return err
+	})
 	allowedSpec := fl.String("allowed", "", "cpulist of CPUs to hand out (default: all)")
 	asJSON := fl.Bool("json", false, "print JSON instead of text")
 	writeTree := fl.String("write-sysfs", "", "write the preset's mock sysfs tree into this directory and exit")
 	svgFile := fl.String("svg", "", "also draw the plan as an SVG picture into `FILE` (- for standard output, instead of the text)")
 	fl.Usage = func() {
-		fmt.Fprintln(fl.Output(), "Usage: schedpolicyd plan (--sysfs-root DIR | --topology PRESET) --policy P --load NAME=UTIL[:THREADS],... [--allowed LIST] [--json] [--svg FILE]")
+		fmt.Fprintln(fl.Output(), "Usage: schedpolicyd plan (--sysfs-root DIR | --topology PRESET) --policy P --load NAME=UTIL[:THREADS][@SLICE[/CLASS]],... [--slice NAME.slice=POLICY[+always]]... [--config FILE] [--allowed LIST] [--json] [--svg FILE]")
 		fmt.Fprintln(fl.Output(), "       schedpolicyd plan --topology PRESET --write-sysfs DIR")
 		fl.PrintDefaults()
 	}
@@ -91,6 +112,20 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 	loads, err := parseLoads(*loadSpec)
 	if err != nil {
 		return fail("%v", err)
+	}
+	rules := map[string]policy.SliceRule{}
+	if *configFile != "" {
+		fc, err := loadConfig(*configFile, true)
+		if err != nil {
+			fmt.Fprintf(stderr, "schedpolicyd plan: %v\n", err)
+			return 2
+		}
+		for n, r := range fc.Slices {
+			rules[n] = r
+		}
+	}
+	for n, r := range sliceRules {
+		rules[n] = r
 	}
 	var descs []policy.CPUDesc
 	model := policy.SNBLaptop
@@ -139,15 +174,27 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 		}
 		allowed = set.List()
 	}
-	plan := policy.PlanPlacement(policy.Input{Topology: topo, Allowed: allowed, Policy: policyName, Loads: loads})
+	plan := policy.PlanPlacement(policy.Input{Topology: topo, Allowed: allowed, Policy: policyName, Loads: loads, Slices: rules})
 	est := model.Simulate(topo, plan, loads)
 	r := planReport{
 		Topology: name, Requested: string(policyName), Policy: string(plan.Policy),
 		Workloads: map[string]string{}, Watts: math.Round(est.Watts*10) / 10, Model: model.Name,
 		Levels: topo.Levels(allowed), Spread: plan.Spread,
+		Classes: map[string]string{}, WorkloadPolicies: map[string]string{},
 	}
 	for _, l := range loads {
 		r.Workloads[l.Name] = sysfs.NewCPUSet(plan.CPUs[l.Name]...).String()
+		r.Classes[l.Name] = l.Class
+		r.WorkloadPolicies[l.Name] = string(plan.Policies[l.Name])
+	}
+	if len(rules) > 0 {
+		r.Slices = map[string]string{}
+		for n, sr := range rules {
+			r.Slices[n] = string(sr.Policy)
+			if sr.Always {
+				r.Slices[n] += "+always"
+			}
+		}
 	}
 	r.Active = activeCounts(descs, plan.Active)
 	if r.ModelDescribes = model.Describes(topo); !r.ModelDescribes {
@@ -174,9 +221,22 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, " (requested %s; the load exceeds its threshold: race to idle)", r.Requested)
 	}
 	fmt.Fprintln(stdout)
+	if len(r.Slices) > 0 {
+		var rs []string
+		for n, v := range r.Slices {
+			rs = append(rs, n+"="+v)
+		}
+		slices.Sort(rs)
+		fmt.Fprintf(stdout, "slices:    %s\n", strings.Join(rs, " "))
+	}
 	fmt.Fprintln(stdout, "workloads:")
+	fmt.Fprintf(stdout, "  %-16s %-12s %-12s %s\n", "NAME", "CLASS", "POLICY", "CPUS")
 	for _, l := range loads {
-		fmt.Fprintf(stdout, "  %-16s %s\n", l.Name, r.Workloads[l.Name])
+		why := ""
+		if pol := r.WorkloadPolicies[l.Name]; pol != r.Policy {
+			why = "  (" + placedWhy(policyName, l, rules, plan.Policies[l.Name]) + ")"
+		}
+		fmt.Fprintf(stdout, "  %-16s %-12s %-12s %s%s\n", l.Name, r.Classes[l.Name], r.WorkloadPolicies[l.Name], r.Workloads[l.Name], why)
 	}
 	fmt.Fprintf(stdout, "active:    %d packages, %d cores, %d threads (%s)\n", r.Active.Packages, r.Active.Cores, r.Active.Threads, r.Active.CPUs)
 	fmt.Fprintf(stdout, "energy:    %.1f W (model %s; an estimate, not a measurement)\n", r.Watts, r.Model)
@@ -186,7 +246,39 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// parseLoads parses NAME=UTIL[:THREADS],...
+// placedWhy says why workload l was placed with got rather than the
+// machine's policy: its slice's rule or its class, and whether that
+// policy's plan raced to idle.
+func placedWhy(machine policy.Policy, l policy.Load, rules map[string]policy.SliceRule, got policy.Policy) string {
+	byClass := policy.ClassPolicy(machine, l.Class)
+	want, why := byClass, "class "+l.Class
+	if r, ok := rules[l.Slice]; ok {
+		if want = policy.LoadPolicy(machine, l.Class, &r); want != byClass {
+			why = "rule of " + l.Slice
+		}
+	}
+	if got != want {
+		return fmt.Sprintf("%s by %s; its plan races to idle", want, why)
+	}
+	return why
+}
+
+// parseSliceFlag parses --slice NAME.slice=balance|powersaving[+always].
+func parseSliceFlag(v string) (string, policy.SliceRule, error) {
+	name, val, ok := strings.Cut(v, "=")
+	if !ok || !validSlice(name) {
+		return "", policy.SliceRule{}, fmt.Errorf("%q: want NAME.slice=balance|powersaving[+always]", v)
+	}
+	pol, always := strings.CutSuffix(val, "+always")
+	if pol != string(policy.Balance) && pol != string(policy.Powersaving) {
+		return "", policy.SliceRule{}, fmt.Errorf("%q: the policy must be balance or powersaving (a slice's policy is the least packing of its units)", v)
+	}
+	return name, policy.SliceRule{Policy: policy.Policy(pol), Always: always}, nil
+}
+
+// parseLoads parses NAME=UTIL[:THREADS][@SLICE[/CLASS]],...: a workload
+// with a slice gets the class the daemon gives a unit of that slice
+// (daemon.UnitClass), unless CLASS names one; without, ClassWorkload.
 func parseLoads(s string) ([]policy.Load, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, errors.New("--load is required (NAME=UTIL[:THREADS],...)")
@@ -202,6 +294,18 @@ func parseLoads(s string) ([]policy.Load, error) {
 			return nil, fmt.Errorf("--load: workload %q given twice", name)
 		}
 		seen[name] = true
+		val, where, hasSlice := strings.Cut(val, "@")
+		slice, class, hasClass := strings.Cut(where, "/")
+		switch {
+		case hasSlice && !validSlice(slice):
+			return nil, fmt.Errorf("--load %q: SLICE must be a slice name, NAME.slice", part)
+		case hasClass && (class == "" || strings.ContainsAny(class, " =,:@/")):
+			return nil, fmt.Errorf("--load %q: CLASS must be a word (focused, app, background, session, service, …)", part)
+		case !hasClass && hasSlice:
+			class = daemon.UnitClass(name, slice)
+		case !hasClass:
+			class = policy.ClassWorkload
+		}
 		us, ts, hasT := strings.Cut(val, ":")
 		u, err := strconv.ParseFloat(us, 64)
 		if err != nil || u < 0 || math.IsNaN(u) || math.IsInf(u, 0) {
@@ -213,7 +317,7 @@ func parseLoads(s string) ([]policy.Load, error) {
 				return nil, fmt.Errorf("--load %q: THREADS must be an integer ≥ 1", part)
 			}
 		}
-		out = append(out, policy.Load{Name: name, Util: u, Threads: threads})
+		out = append(out, policy.Load{Name: name, Util: u, Threads: threads, Class: class, Slice: slice})
 	}
 	return out, nil
 }

@@ -74,14 +74,18 @@ func TestPlanGoldenJSON(t *testing.T) {
 	}{
 		{[]string{"--topology", "snb-laptop-4c8t", "--policy", "powersaving", "--load", "a=1,b=1"},
 			planReport{Topology: "snb-laptop-4c8t", Requested: "powersaving", Policy: "powersaving",
-				Workloads: map[string]string{"a": "0", "b": "4"}, Active: planActive{1, 1, 2, "0,4"}, Watts: 40, Model: "snb-laptop-4c8t", ModelDescribes: true, Levels: []string{"SMT", "MC"}}},
+				Workloads: map[string]string{"a": "0", "b": "4"},
+				Classes:   map[string]string{"a": "workload", "b": "workload"}, WorkloadPolicies: map[string]string{"a": "powersaving", "b": "powersaving"}, Active: planActive{1, 1, 2, "0,4"}, Watts: 40, Model: "snb-laptop-4c8t", ModelDescribes: true, Levels: []string{"SMT", "MC"}}},
 		{[]string{"--topology", "snb-laptop-4c8t", "--policy", "balance", "--load", "a=1,b=1,c=1,d=1,e=1,f=1"},
 			planReport{Topology: "snb-laptop-4c8t", Requested: "balance", Policy: "performance",
-				Workloads: map[string]string{"a": "0-7", "b": "0-7", "c": "0-7", "d": "0-7", "e": "0-7", "f": "0-7"},
-				Active:    planActive{1, 4, 8, "0-7"}, Watts: 68, Model: "snb-laptop-4c8t", ModelDescribes: true, Levels: []string{"SMT", "MC"}, Spread: true}},
+				Workloads:        map[string]string{"a": "0-7", "b": "0-7", "c": "0-7", "d": "0-7", "e": "0-7", "f": "0-7"},
+				Classes:          map[string]string{"a": "workload", "b": "workload", "c": "workload", "d": "workload", "e": "workload", "f": "workload"},
+				WorkloadPolicies: map[string]string{"a": "performance", "b": "performance", "c": "performance", "d": "performance", "e": "performance", "f": "performance"},
+				Active:           planActive{1, 4, 8, "0-7"}, Watts: 68, Model: "snb-laptop-4c8t", ModelDescribes: true, Levels: []string{"SMT", "MC"}, Spread: true}},
 		{[]string{"--sysfs-root", "../../sysfs/testdata/topology/nhm-ep-2s4c2t", "--policy", "powersaving", "--load", "build=3:3"},
 			planReport{Topology: "../../sysfs/testdata/topology/nhm-ep-2s4c2t", Requested: "powersaving", Policy: "powersaving",
-				Workloads: map[string]string{"build": "0-1,8"}, Active: planActive{1, 2, 3, "0-1,8"}, Watts: 0, Model: "snb-ep-2s8c2t",
+				Workloads: map[string]string{"build": "0-1,8"},
+				Classes:   map[string]string{"build": "workload"}, WorkloadPolicies: map[string]string{"build": "powersaving"}, Active: planActive{1, 2, 3, "0-1,8"}, Watts: 0, Model: "snb-ep-2s8c2t",
 				ModelNote: "the snb-ep-2s8c2t model was fitted on 2 packages × 8 cores × 2 threads; this machine is 2 packages × 4 cores × 2 threads: its watts compare the policies, they are no estimate of this machine's power",
 				Levels:    []string{"SMT", "MC", "NUMA"}}},
 	}
@@ -158,5 +162,76 @@ func TestPlanUsageErrors(t *testing.T) {
 	}
 	if code, _, _ := runPlan(t, "--sysfs-root", "/nonexistent", "--load", "a=1"); code != 1 {
 		t.Errorf("missing root: exit %d, want 1", code)
+	}
+}
+
+// TestPlanClasses: --load NAME@SLICE[/CLASS] gives each workload the class
+// the daemon gives a unit of that slice, and --slice rules; each
+// workload's class, policy and cpulist are reported.
+func TestPlanClasses(t *testing.T) {
+	args := []string{"--topology", "snb-laptop-4c8t", "--policy", "balance",
+		"--load", "editor=1.5:2@app.slice/focused,chat=0.3@app.slice,indexer=0.6@background.slice,cupsd=0.1@system.slice,job=0.6@batch.slice"}
+	code, out, errs := runPlan(t, append(args, "--json")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var r planReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	wantCPUs := map[string]string{"editor": "0-1", "chat": "2", "indexer": "5", "cupsd": "5", "job": "3"}
+	wantClass := map[string]string{"editor": "focused", "chat": "app", "indexer": "background", "cupsd": "service", "job": "batch"}
+	wantPol := map[string]string{"editor": "balance", "chat": "balance", "indexer": "powersaving", "cupsd": "powersaving", "job": "balance"}
+	if !reflect.DeepEqual(r.Workloads, wantCPUs) || !reflect.DeepEqual(r.Classes, wantClass) || !reflect.DeepEqual(r.WorkloadPolicies, wantPol) || r.Slices != nil {
+		t.Errorf("got %v %v %v %v\nwant %v %v %v", r.Workloads, r.Classes, r.WorkloadPolicies, r.Slices, wantCPUs, wantClass, wantPol)
+	}
+
+	// A rule on batch.slice packs job like powersaving: beside the busy
+	// editor, not on a core of its own.
+	code, out, errs = runPlan(t, append(args, "--slice", "batch.slice=powersaving")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, line := range []string{
+		"slices:    batch.slice=powersaving\n",
+		"  NAME             CLASS        POLICY       CPUS\n",
+		"  editor           focused      balance      0-1\n",
+		"  indexer          background   powersaving  5  (class background)\n",
+		"  job              batch        powersaving  1  (rule of batch.slice)\n",
+	} {
+		if !strings.Contains(out, line) {
+			t.Errorf("text output lacks %q:\n%s", line, out)
+		}
+	}
+
+	// The same rule from a configuration file; without +always it does
+	// nothing under performance.
+	conf := writeConfig(t, "[[slice]]\nname = \"batch.slice\"\npolicy = \"powersaving\"\n")
+	code, out, errs = runPlan(t, "--topology", "snb-laptop-4c8t", "--policy", "performance", "--load", "job=0.9@batch.slice", "--config", conf, "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	r = planReport{}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Workloads["job"] != "0-7" || r.WorkloadPolicies["job"] != "performance" || r.Slices["batch.slice"] != "powersaving" {
+		t.Errorf("performance, rule without always: %+v", r)
+	}
+	code, out, _ = runPlan(t, "--topology", "snb-laptop-4c8t", "--policy", "performance", "--load", "job=0.9@batch.slice", "--slice", "batch.slice=powersaving+always")
+	if code != 0 || !strings.Contains(out, "  job              batch        powersaving  0  (rule of batch.slice)\n") {
+		t.Errorf("performance, rule with always: exit %d\n%s", code, out)
+	}
+
+	for _, bad := range [][]string{
+		{"--load", "a=1@cron.service"},
+		{"--load", "a=1@a.slice/"},
+		{"--load", "a=1", "--slice", "a.slice=performance"},
+		{"--load", "a=1", "--slice", "a=powersaving"},
+		{"--load", "a=1", "--config", filepath.Join(t.TempDir(), "missing.conf")},
+	} {
+		if code, _, errs := runPlan(t, append([]string{"--topology", "snb-laptop-4c8t"}, bad...)...); code != 2 || errs == "" {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and a message", bad, code, errs)
+		}
 	}
 }
