@@ -21,6 +21,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -431,6 +432,12 @@ func parseConfig(name string, data []byte) (fileConfig, error) {
 			badAt("policy", "%q: want \"balance\" or \"powersaving\"", *rs.Policy)
 			continue
 		}
+		if fc.Manage != nil && !slices.Contains(fc.Manage, *rs.Name) {
+			// Without manage in the file, daemon.New checks the rule
+			// against the default or --manage.
+			badAt("name", "%q is not in manage (line %d): its rule would never apply", *rs.Name, lines["manage"])
+			continue
+		}
 		r.Policy = policy.Policy(*rs.Policy)
 		if rs.Always != nil {
 			r.Always = *rs.Always
@@ -531,7 +538,7 @@ func keyLines(data []byte) map[string]int {
 	lines := map[string]int{}
 	var p unstable.Parser
 	p.Reset(data)
-	prefix, slices := "", 0
+	prefix, nslice := "", 0
 	for p.NextExpression() {
 		e := p.Expression()
 		switch e.Kind {
@@ -546,10 +553,10 @@ func keyLines(data []byte) map[string]int {
 				lines["[slice]"] = at
 				continue
 			}
-			prefix = fmt.Sprintf("slice[%d]", slices)
+			prefix = fmt.Sprintf("slice[%d]", nslice)
 			lines[prefix] = at
 			prefix += "."
-			slices++
+			nslice++
 			continue
 		case unstable.KeyValue:
 		default:

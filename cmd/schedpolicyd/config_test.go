@@ -214,6 +214,7 @@ func TestConfigErrors(t *testing.T) {
 		{"slice always as string", "[[slice]]\nname = \"a.slice\"\npolicy = \"balance\"\nalways = \"yes\"\n", 4, "slice.always", "want true or false"},
 		{"slice unknown key", "[[slice]]\nname = \"a.slice\"\npolcy = \"balance\"\n", 3, "slice.polcy", "unknown setting in [[slice]]"},
 		{"setting after a slice", "[[slice]]\nname = \"a.slice\"\npolicy = \"balance\"\nupower = \"off\"\n", 4, "slice.upower", "top-level settings go before the first [[slice]]"},
+		{"slice not managed", "manage = [\"system.slice\"]\n[[slice]]\nname = \"a.slice\"\npolicy = \"balance\"\n", 3, "slice.name", `"a.slice" is not in manage (line 1)`},
 		{"slice as a table", "[slice]\nname = \"a.slice\"\n", 1, "slice", ""},
 	}
 	for _, tt := range tests {
