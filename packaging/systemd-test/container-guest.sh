@@ -477,6 +477,77 @@ systemctl stop spsvc2.service wlu.scope 2>/dev/null
 cp /tmp/conf.good "$conf"
 systemctl start "$unit"
 
+# --- 6d. [[slice]] rules: a slice packed harder than another ---------------
+# spbg.slice has a rule "powersaving, always": under performance its unit
+# is packed while schedpolicyd.slice's stays unset; a reload drops
+# "always" and the unit is unset again; a rule for an unmanaged slice is
+# refused with its line and changes nothing; the stop resets both units.
+slice_conf() {
+	cp /tmp/conf.good "$conf"
+	printf 'placement = "systemd"\nmanage = ["schedpolicyd.slice", "spbg.slice"]\n\n[[slice]]\nname = "spbg.slice"\npolicy = "powersaving"\n%b' "$1" >>"$conf"
+}
+# class_of NAME: the CLASS column schedpolicyctl shows for unit NAME.
+class_of() { schedpolicyctl workloads | awk -v n="$1" '$1 == n { print $2 }'; }
+one_cpu() { [ -n "$1" ] && [ "$(echo "$1" | tr -cd ',-')" = "" ]; }
+slice_conf 'always = true\n'
+systemctl restart "$unit"
+wait_until 20 unit_running
+schedpolicyctl set performance >/dev/null
+systemd-run --quiet --unit=spbg1 --slice=spbg.slice sleep 1000
+systemd-run --quiet --unit=spw1 --slice=schedpolicyd.slice sleep 1000
+if wait_until 20 sh -c 'for n in spbg1.service spw1.service; do schedpolicyctl workloads | grep -q "^$n " || exit 1; done'; then
+	pass "units of spbg.slice and schedpolicyd.slice adopted; classes spbg1=$(class_of spbg1.service) spw1=$(class_of spw1.service)"
+else
+	fail "slice units adopted" "$(schedpolicyctl workloads 2>&1)"
+fi
+[ "$(class_of spbg1.service)" = spbg ] && [ "$(class_of spw1.service)" = workload ] ||
+	fail "classes" "spbg1=$(class_of spbg1.service) spw1=$(class_of spw1.service), want spbg and workload"
+wait_until 10 sh -c '[ -n "$(systemctl show -p AllowedCPUs --value spbg1.service)" ]'
+b=$(sc spbg1.service) w=$(sc spw1.service)
+if is_policy performance && one_cpu "$b" && [ -z "$w" ] && [ "$b" = "$(ucpus spbg1.service)" ] && [ "$all" = "$(ucpus spw1.service)" ]; then
+	pass "performance with [[slice]] spbg.slice powersaving always: AllowedCPUs spbg1=$b (packed), spw1 unset; systemctl show = schedpolicyctl"
+else
+	fail "slice rule with always under performance" "policy $(active_policy) spbg1=$b (ctl $(ucpus spbg1.service)) spw1=$w (ctl $(ucpus spw1.service))"
+fi
+excerpt "units with the slice rule, under performance" sh -c 'for n in spbg1.service spw1.service; do echo "$n AllowedCPUs=$(systemctl show -p AllowedCPUs --value $n)"; done; schedpolicyctl workloads'
+schedpolicyctl set powersaving >/dev/null
+wait_until 10 sh -c '[ -n "$(systemctl show -p AllowedCPUs --value spw1.service)" ]'
+b=$(sc spbg1.service) w=$(sc spw1.service)
+one_cpu "$b" && one_cpu "$w" && [ "$w" = "$(ucpus spw1.service)" ] &&
+	pass "powersaving: both packed (AllowedCPUs spbg1=$b spw1=$w)" ||
+	fail "powersaving with a slice rule" "spbg1=$b spw1=$w (ctl $(ucpus spw1.service))"
+# A reload without "always": under performance the rule no longer applies.
+schedpolicyctl set performance >/dev/null
+slice_conf ''
+c10=$(cursor)
+systemctl reload "$unit"
+if journal_wait "$c10" 10 'msg="configuration reloaded"' && wait_until 10 sh -c '[ -z "$(systemctl show -p AllowedCPUs --value spbg1.service)" ]' && [ -z "$(sc spw1.service)" ]; then
+	pass "systemctl reload without always: spbg1 unset again under performance ($(journalctl --no-pager --after-cursor="$c10" | grep -o 'msg="reload: slice rules changed" slices="[^"]*"' | head -n 1))"
+else
+	fail "reload of a slice rule" "spbg1=$(sc spbg1.service) spw1=$(sc spw1.service); $(journalctl --no-pager --after-cursor="$c10" | grep -i reload | tail -n 3)"
+fi
+# A rule for a slice that is not managed: refused, the running rules stay.
+slice_conf 'always = true\n[[slice]]\nname = "nope.slice"\npolicy = "balance"\n'
+bad=$(line_of 'name = "nope.slice"' "$conf")
+c11=$(cursor)
+systemctl reload "$unit"
+if journal_wait "$c11" 10 "keeping the running configuration.*$conf:$bad: slice.name: .*not in manage" && [ -z "$(sc spbg1.service)" ]; then
+	pass "a [[slice]] for an unmanaged slice is refused ($conf:$bad in the journal); spbg1 stays unset"
+else
+	fail "bad slice rule on reload" "spbg1=$(sc spbg1.service); $(journalctl --no-pager --after-cursor="$c11" | grep -i 'reload\|slice' | tail -n 3)"
+fi
+schedpolicyctl set powersaving >/dev/null
+wait_until 10 sh -c '[ -n "$(systemctl show -p AllowedCPUs --value spbg1.service)" ]'
+systemctl stop "$unit"
+if [ -z "$(sc spbg1.service)" ] && [ -z "$(sc spw1.service)" ] && ! grep -q '"applied_cpus"\|"pending_cpus"' "$state"; then
+	pass "stop reset spbg1 and spw1 to unset; state.json holds no value of ours"
+else
+	fail "stop resets the slice units" "spbg1=$(sc spbg1.service) spw1=$(sc spw1.service) $(cat "$state")"
+fi
+systemctl stop spbg1.service spw1.service 2>/dev/null
+cp /tmp/conf.good "$conf"
+systemctl start "$unit"
+
 # --- 7. The sandbox as systemd rates it --------------------------------------
 excerpt "systemd-analyze security $unit" systemd-analyze security --no-pager "$unit"
 exposure=$(systemd-analyze security --no-pager "$unit" 2>/dev/null | sed -n 's/.*Overall exposure level for [^:]*: *//p')

@@ -18,6 +18,10 @@
 #    the daemon's; once the workloads end, the next start removes their
 #    cgroups and every record; dpkg --purge leaves no configuration, state
 #    or unit link.
+# 4. placement "auto" choosing systemd: units placed, switched, recovered
+#    after kill -9 and reset at stop, asserted on the applied cpusets; 4b. a
+#    [[slice]] rule packs its slice's unit harder than another's, also
+#    under performance with "always", and a reload drops it.
 . "${SYSTEMD_TEST_LIB:-./lib.sh}"
 
 deb=${SYSTEMD_TEST_DEB:?the .deb to install}
@@ -436,6 +440,62 @@ fi
 excerpt "units after the stop" show_units
 grep -q '"applied_cpus"\|"pending_cpus"' "$state" && fail systemd-stop-state "$(cat "$state")" || pass systemd-stop-state
 systemctl stop spsvc1.service spsvc2.service wlu.scope 2>/dev/null
+
+# --- 4b. [[slice]] rules on cgroup v2: a slice packed harder than another -------
+# spbg.slice has the rule "powersaving, always": under performance its
+# unit's cpuset.cpus.effective and its task's Cpus_allowed_list are one
+# CPU while schedpolicyd.slice's unit runs on every CPU; a reload without
+# "always" gives it every CPU back; the stop resets both.
+printf 'manage = ["schedpolicyd.slice", "spbg.slice"]\n\n[[slice]]\nname = "spbg.slice"\npolicy = "powersaving"\nalways = true\n' >/tmp/slice.conf
+cp /tmp/conf.orig "$conf"
+printf 'log_level = "debug"\n' >>"$conf"
+cat /tmp/slice.conf >>"$conf"
+units="spbg1.service spw1.service"
+one_cpu() { [ -n "$1" ] && [ "$(echo "$1" | tr -cd ',-')" = "" ]; }
+systemctl start "$unit"
+schedpolicyctl set performance >/dev/null
+systemd-run --quiet --unit=spbg1 --slice=spbg.slice sleep 1000
+systemd-run --quiet --unit=spw1 --slice=schedpolicyd.slice sleep 1000
+if wait_until 20 sh -c "for n in $units; do schedpolicyctl workloads | grep -q \"^\$n \" || exit 1; done"; then
+	pass "slice-units-adopted: $(schedpolicyctl workloads | awk '$1 ~ /^sp(bg1|w1)/ { printf "%s class %s; ", $1, $2 }')"
+else
+	fail slice-units-adopted "$(schedpolicyctl workloads 2>&1)"
+fi
+wait_until 10 sh -c '[ -n "$(systemctl show -p AllowedCPUs --value spbg1.service)" ]'
+b=$(sc spbg1.service)
+if why=$(applied_ok) && one_cpu "$b" && [ -z "$(sc spw1.service)" ] && [ "$(cpus_allowed "$(unit_pid spw1.service)")" = "$all" ]; then
+	pass "slice-rule-always-performance: spbg1 cpuset.cpus.effective and task on $b, spw1 unset (task on $all)"
+else
+	fail slice-rule-always-performance "spbg1=$b spw1=$(sc spw1.service) ${why:-}"
+fi
+excerpt "slice units under performance" show_units
+schedpolicyctl set powersaving >/dev/null
+wait_until 10 sh -c '[ -n "$(systemctl show -p AllowedCPUs --value spw1.service)" ]'
+if why=$(applied_ok) && one_cpu "$(sc spbg1.service)" && one_cpu "$(sc spw1.service)"; then
+	pass "slice-rule-powersaving: spbg1=$(sc spbg1.service) spw1=$(sc spw1.service), applied to the tasks"
+else
+	fail slice-rule-powersaving "spbg1=$(sc spbg1.service) spw1=$(sc spw1.service) ${why:-}"
+fi
+schedpolicyctl set performance >/dev/null
+sed -i '/^always = true$/d' "$conf"
+c6=$(cursor)
+systemctl reload "$unit"
+if journal_wait "$c6" 10 'msg="configuration reloaded"' && wait_until 10 sh -c '[ -z "$(systemctl show -p AllowedCPUs --value spbg1.service)" ]' && why=$(applied_ok) &&
+	[ "$(cpus_allowed "$(unit_pid spbg1.service)")" = "$all" ]; then
+	pass "slice-rule-reload: without always spbg1 is unset again, its task on $all"
+else
+	fail slice-rule-reload "spbg1=$(sc spbg1.service) ${why:-} $(journal_since "$c6" | grep -i reload | tail -n 2)"
+fi
+schedpolicyctl set powersaving >/dev/null
+wait_until 10 sh -c '[ -n "$(systemctl show -p AllowedCPUs --value spbg1.service)" ]'
+systemctl stop "$unit"
+if [ -z "$(sc spbg1.service)" ] && [ -z "$(sc spw1.service)" ] && why=$(applied_ok noctl); then
+	pass "slice-stop-resets: spbg1 and spw1 unset, tasks on $all"
+else
+	fail slice-stop-resets "spbg1=$(sc spbg1.service) spw1=$(sc spw1.service) ${why:-}"
+fi
+grep -q '"applied_cpus"\|"pending_cpus"' "$state" && fail slice-stop-state "$(cat "$state")" || pass slice-stop-state
+systemctl stop spbg1.service spw1.service 2>/dev/null
 
 # --- 5. cpuset delegated to user@.service: a user's own units, the focused app ----
 # The administrator's drop-in of docs/USERS.md delegates cpuset to every
