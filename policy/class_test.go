@@ -2,7 +2,10 @@ package policy
 
 import (
 	"reflect"
+	"slices"
 	"testing"
+
+	"pgregory.net/rapid"
 )
 
 func TestClassPolicy(t *testing.T) {
@@ -169,4 +172,62 @@ func TestPlanPlacementClasses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPropClasses: with random classes and slice rules every workload still
+// gets a non-empty set of allowed CPUs, is placed with its LoadPolicy (or
+// Performance where that plan raced to idle), and its set is what a plan of
+// that policy alone over the same workloads gives it.
+func TestPropClasses(t *testing.T) {
+	classes := []string{"", ClassWorkload, ClassService, ClassBackground, ClassFocused, ClassApp, ClassSession}
+	rapid.Check(t, func(t *rapid.T) {
+		in := genInput(t)
+		in.Slices = map[string]SliceRule{
+			"a.slice": {Policy: rapid.SampledFrom([]Policy{Balance, Powersaving}).Draw(t, "a policy"), Always: rapid.Bool().Draw(t, "a always")},
+		}
+		fresh := rapid.Bool().Draw(t, "fresh")
+		in.DisableLazy = fresh
+		for i := range in.Loads {
+			if fresh {
+				in.Loads[i].Current = nil
+			}
+			in.Loads[i].Class = rapid.SampledFrom(classes).Draw(t, "class")
+			in.Loads[i].Slice = rapid.SampledFrom([]string{"", "a.slice", "b.slice"}).Draw(t, "slice")
+		}
+		p := PlanPlacement(in)
+		allowed := normalize(in.Topology, in.Allowed)
+		for _, l := range in.Loads {
+			set := p.CPUs[l.Name]
+			if len(set) == 0 {
+				t.Fatalf("%s: empty set", l.Name)
+			}
+			for _, c := range set {
+				if !slices.Contains(allowed, c) {
+					t.Fatalf("%s: CPU %d not allowed (%v)", l.Name, c, allowed)
+				}
+			}
+			var rule *SliceRule
+			if r, ok := in.Slices[l.Slice]; ok {
+				rule = &r
+			}
+			want := LoadPolicy(in.Policy, l.Class, rule)
+			if got := p.Policies[l.Name]; got != want && got != Performance {
+				t.Fatalf("%s: placed with %s, want %s", l.Name, got, want)
+			}
+			uni := in
+			uni.Policy, uni.Slices, uni.Loads = want, nil, nil
+			for _, m := range in.Loads {
+				m.Class, m.Slice = "", ""
+				uni.Loads = append(uni.Loads, m)
+			}
+			// Compared on fresh decisions: with current sets, stability is
+			// judged per policy on that policy's members, so the plan of
+			// one policy alone may keep sets the mixed plan does not.
+			if fresh {
+				if u := PlanPlacement(uni); !slices.Equal(u.CPUs[l.Name], set) {
+					t.Fatalf("%s: %v, the %s plan gives %v", l.Name, set, want, u.CPUs[l.Name])
+				}
+			}
+		}
+	})
 }
