@@ -201,7 +201,9 @@ func PlanPlacement(in Input) Plan {
 	main := planWith(in, func(i int) bool { return pols[i] == in.Policy })
 	out := Plan{Policy: main.Policy, CPUs: make(map[string][]int, len(in.Loads)), Lazy: main.Lazy,
 		Deferred: main.Deferred, Spread: main.Spread, Policies: make(map[string]Policy, len(in.Loads))}
-	var active []int
+	// Active is the union of the sets, marked by CPU ID: sets of a
+	// spreading plan hold every allowed CPU each, too many to sort.
+	var mark []bool
 	for _, p := range AvailablePolicies {
 		sub := main
 		if p != in.Policy {
@@ -222,13 +224,19 @@ func PlanPlacement(in Input) Plan {
 			if pols[i] == p {
 				out.CPUs[l.Name] = sub.CPUs[l.Name]
 				out.Policies[l.Name] = sub.Policy
-				active = append(active, sub.CPUs[l.Name]...)
+				for _, id := range sub.CPUs[l.Name] {
+					if id >= len(mark) {
+						mark = append(mark, make([]bool, id+1-len(mark))...)
+					}
+					mark[id] = true
+				}
 			}
 		}
 	}
-	if len(active) > 0 {
-		slices.Sort(active)
-		out.Active = slices.Compact(active)
+	for id, m := range mark {
+		if m {
+			out.Active = append(out.Active, id)
+		}
 	}
 	return out
 }

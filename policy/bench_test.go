@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -55,6 +56,36 @@ func BenchmarkBuildTopology(b *testing.B) {
 	for b.Loop() {
 		if _, err := BuildTopology(descs); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPlanClasses is BenchmarkPlan's decision under powersaving with
+// every third workload focused (placed as balance places it), beside the
+// same decision without classes: the cost of planning a second policy.
+func BenchmarkPlanClasses(b *testing.B) {
+	for _, bt := range benchTopos[:3] {
+		topo := bt.topo()
+		for _, w := range []int{10, 1000} {
+			in := benchInput(topo, w)
+			mixed := in
+			mixed.Loads = slices.Clone(in.Loads)
+			for i := range mixed.Loads {
+				if i%3 == 0 {
+					mixed.Loads[i].Class = ClassFocused
+				}
+			}
+			for _, c := range []struct {
+				name string
+				in   Input
+			}{{"none", in}, {"focused", mixed}} {
+				b.Run(fmt.Sprintf("cpus=%d/workloads=%d/classes=%s", bt.cpus, w, c.name), func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						PlanPlacement(c.in)
+					}
+				})
+			}
 		}
 	}
 }
