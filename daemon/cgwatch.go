@@ -85,10 +85,17 @@ func (p *placement) openPressure() *sysfs.PressureTrigger {
 	if p.cg.Version() == sysfs.CgroupV2 {
 		path = filepath.Join(p.cg.Path(), "cpu.pressure")
 	}
+	return armPressure(p.log, path)
+}
+
+// armPressure opens a CPU pressure trigger on the PSI file path with the
+// narrow window, else the 2 s one (see pressureWindow); nil (logged: info
+// where the kernel has no PSI, else a warning) when neither is granted.
+func armPressure(log logrus.FieldLogger, path string) *sysfs.PressureTrigger {
 	window := pressureWindow
 	t, err := sysfs.OpenPressureTrigger(path, pressureStall, pressureWindow)
 	if err != nil && !errors.Is(err, sysfs.ErrNoPSI) {
-		p.log.WithError(err).Debug("narrow CPU pressure window refused; trying a 2 s one")
+		log.WithError(err).Debug("narrow CPU pressure window refused; trying a 2 s one")
 		window = pressureWindowUnpriv
 		t, err = sysfs.OpenPressureTrigger(path, pressureStallUnpriv, pressureWindowUnpriv)
 	}
@@ -97,10 +104,10 @@ func (p *placement) openPressure() *sysfs.PressureTrigger {
 		if errors.Is(err, sysfs.ErrNoPSI) {
 			lvl = logrus.InfoLevel
 		}
-		p.log.WithError(err).Log(lvl, "no CPU pressure trigger; while every workload is idle, sampling slows down instead of stopping")
+		log.WithError(err).Log(lvl, "no CPU pressure trigger; while every workload is idle, sampling slows down instead of stopping")
 		return nil
 	}
-	p.log.WithFields(logrus.Fields{"file": path, "window": window}).Debug("CPU pressure trigger armed")
+	log.WithFields(logrus.Fields{"file": path, "window": window}).Debug("CPU pressure trigger armed")
 	return t
 }
 

@@ -737,6 +737,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.stats.pressureWakes.Add(1)
 			d.pl.pressureWake()
 			d.recompute("cpu pressure", false)
+		case <-d.units.pressureC():
+			d.stats.events.Add(1)
+			d.stats.pressureWakes.Add(1)
+			d.units.idleSamples = 0 // sample at once, then every period
+			d.units.sample()
+			d.log.WithField("signal", "cpu pressure").Debug("woken: units sampled")
+			d.recompute("cpu pressure", false)
+		case <-d.units.pressureDone():
+			d.log.WithError(d.units.pressure.Err()).Warn("the CPU pressure trigger of units stopped; while every unit is idle, sampling slows down instead of stopping")
+			d.units.dropPressure()
 		case <-d.pl.confirmC():
 			d.stats.events.Add(1)
 			if d.pl.confirmWake() {

@@ -114,6 +114,12 @@ type unitPlacement struct {
 	records   map[string]*UnitRecord   // by UnitRecord.key()
 	dirty     bool
 
+	// pressure wakes the loop when tasks wait for a CPU anywhere (the
+	// machine's /proc/pressure/cpu: every managed slice is in it); nil
+	// where the kernel grants no trigger. With it, sampling stops while
+	// every unit is idle, as for cgroupfs workloads.
+	pressure *sysfs.PressureTrigger
+
 	idleSamples int
 	plan        policy.Plan
 	online      sysfs.CPUSet // the CPUs of the last plan: what "unset" gives
@@ -244,7 +250,38 @@ func (u *unitPlacement) open() error {
 	if !u.unified {
 		u.log.Warn("cgroup v1: systemd stores AllowedCPUs= but does not apply it; units are placed in name only (use placement \"cgroupfs\" to place cpusets on v1)")
 	}
+	procRoot := u.cfg.ProcRoot
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	u.pressure = armPressure(u.log, filepath.Join(procRoot, "pressure", "cpu"))
 	return nil
+}
+
+// pressureC is the PSI trigger's channel; nil without one (or without
+// units placement: u is nil in cgroupfs mode).
+func (u *unitPlacement) pressureC() <-chan struct{} {
+	if u == nil || u.pressure == nil {
+		return nil
+	}
+	return u.pressure.C()
+}
+
+// pressureDone is closed when the kernel drops the trigger; nil without
+// one.
+func (u *unitPlacement) pressureDone() <-chan struct{} {
+	if u == nil || u.pressure == nil {
+		return nil
+	}
+	return u.pressure.Done()
+}
+
+// dropPressure closes the trigger (after pressureDone, or at close).
+func (u *unitPlacement) dropPressure() {
+	if u.pressure != nil {
+		u.pressure.Close()
+		u.pressure = nil
+	}
 }
 
 // close drops the connections: the system manager, logind, every
@@ -254,6 +291,7 @@ func (u *unitPlacement) close() {
 		return
 	}
 	close(u.done)
+	u.dropPressure()
 	u.closeUsers()
 	u.mgr.Close()
 	u.mgr = nil
@@ -590,14 +628,24 @@ func (u *unitPlacement) sample() (busy bool) {
 }
 
 // sampling reports whether the loop samples periodically: while any unit
-// is busy and for idleSamplesBeforeBackoff samples after (no pressure
-// trigger yet: then at the backed-off period, sampleEvery).
-func (u *unitPlacement) sampling() bool { return len(u.workloads) > 0 }
+// is busy and for idleSamplesBeforeBackoff samples after; then it stops
+// where the CPU pressure trigger will wake it when a unit's tasks wait for
+// a CPU, and keeps sampling at the backed-off period (sampleEvery) where
+// there is no trigger (as placement.sampling).
+func (u *unitPlacement) sampling() bool {
+	if len(u.workloads) == 0 {
+		return false
+	}
+	return u.pressure == nil || u.idleSamples < idleSamplesBeforeBackoff
+}
 
 // sampleEvery is the sampling period: the configured one while a unit is
-// busy, doubling while all are idle (as placement.sampleEvery without a
-// pressure trigger).
+// busy or sampling can stop (a pressure trigger), else doubling while all
+// are idle (as placement.sampleEvery).
 func (u *unitPlacement) sampleEvery() time.Duration {
+	if u.pressure != nil {
+		return backedOffPeriod(u.cfg.SampleInterval, 0)
+	}
 	return backedOffPeriod(u.cfg.SampleInterval, u.idleSamples)
 }
 

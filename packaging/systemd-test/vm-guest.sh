@@ -431,6 +431,31 @@ else
 	fail systemd-kill-9-recovers "$(journal_since "$c5" | grep -iE 'recover|adopted unit' | tail -n 4)"
 fi
 excerpt "journal: after kill -9" sh -c "journalctl --no-pager --after-cursor='$c5' | grep -E 'recovered from saved state|managing units'"
+
+# A packed unit turning busy after every unit idled: with a CPU pressure
+# trigger sampling has stopped, and the trigger's wake widens it in
+# seconds; without one the backed-off sampling (32 s by then) would.
+t0=$(date +%s)
+systemd-run --quiet --unit=spburst --slice=schedpolicyd.slice sh -c 'sleep 45; (while :; do :; done) & while :; do :; done'
+packed() { v=$(sc spburst.service); [ -n "$v" ] && [ "$(echo "$v" | tr -cd ',-')" = "" ]; }
+widened() { v=$(sc spburst.service); [ -z "$v" ] || [ -n "$(echo "$v" | tr -cd ',-')" ]; }
+if ! wait_until 30 packed; then
+	fail systemd-pressure-wake "spburst.service not packed while idle: AllowedCPUs=$(sc spburst.service)"
+else
+	while [ $(($(date +%s) - t0)) -lt 45 ]; do sleep 1; done
+	if wait_until 60 widened; then
+		took=$(($(date +%s) - t0 - 45))
+		if [ "$took" -le 15 ]; then
+			note "spburst widened ${took} s after its two spinners started (AllowedCPUs=$(sc spburst.service); task on $(cpus_allowed "$(unit_pid spburst.service)"))"
+			pass systemd-pressure-wake
+		else
+			fail systemd-pressure-wake "widened only ${took} s after the burst: the periodic sample, not the pressure wake"
+		fi
+	else
+		fail systemd-pressure-wake "not widened within 60 s of the burst: AllowedCPUs=$(sc spburst.service)"
+	fi
+fi
+systemctl stop spburst.service
 systemctl stop "$unit"
 if [ -z "$(sc spsvc1.service)" ] && [ -z "$(sc wlu.scope)" ] && [ -z "$(sc "$um")" ] && [ "$(sc spsvc2.service)" = "$last" ] && why=$(applied_ok noctl); then
 	pass "systemd-stop-resets: spsvc1 and wlu.scope unset (tasks on $all), spsvc2 $last"
