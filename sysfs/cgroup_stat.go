@@ -241,17 +241,9 @@ func (c *Cgroup) RunDelay(name string) (run, wait time.Duration, err error) {
 // off, the file is absent: the error satisfies errors.Is(err,
 // fs.ErrNotExist); a malformed file wraps ErrPSIFormat.
 func (c *Cgroup) CPUPressure(name string) (float64, error) {
-	p, err := c.childFile(name, "cpu.pressure")
+	dir, err := c.ChildPath(name)
 	if err != nil {
 		return 0, err
 	}
-	b, err := readFileRaw(p)
-	if err != nil {
-		return 0, err
-	}
-	v, err := ParseCPUPressure(string(b))
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", p, err)
-	}
-	return v, nil
+	return DirCPUPressure(dir)
 }
