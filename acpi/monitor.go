@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -48,11 +49,14 @@ const (
 	UPowerOff  UPowerMode = "off"  // never connect to UPower
 )
 
+// UPowerModes are the words ParseUPowerMode accepts, in the order its
+// error names them.
+var UPowerModes = []UPowerMode{UPowerAuto, UPowerOn, UPowerOff}
+
 // ParseUPowerMode returns the UPower mode named s (the upower key and
 // --upower), or an error naming the words it accepts.
 func ParseUPowerMode(s string) (UPowerMode, error) {
-	switch m := UPowerMode(s); m {
-	case UPowerAuto, UPowerOn, UPowerOff:
+	if m := UPowerMode(s); slices.Contains(UPowerModes, m) {
 		return m, nil
 	}
 	return "", fmt.Errorf("upower %q: want auto, on or off", s)

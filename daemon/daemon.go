@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -49,11 +50,14 @@ const (
 	BoostEnable  BoostMode = "on"
 )
 
+// BoostModes are the words ParseBoostMode accepts, in the order its error
+// names them.
+var BoostModes = []BoostMode{BoostKeep, BoostDisable, BoostEnable}
+
 // ParseBoostMode returns the boost mode named s (the boost_on_battery key
 // and --boost-on-battery), or an error naming the words it accepts.
 func ParseBoostMode(s string) (BoostMode, error) {
-	switch m := BoostMode(s); m {
-	case BoostKeep, BoostDisable, BoostEnable:
+	if m := BoostMode(s); slices.Contains(BoostModes, m) {
 		return m, nil
 	}
 	return "", fmt.Errorf("boost_on_battery %q: want keep, off or on", s)

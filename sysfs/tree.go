@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,11 +28,14 @@ const (
 	BackendPlain Backend = "plain"
 )
 
+// Backends are the words ParseBackend accepts, in the order its error
+// names them.
+var Backends = []Backend{BackendAuto, BackendFUSE, BackendPlain}
+
 // ParseBackend returns the backend named s (the tree_backend key and
 // --tree-backend), or an error naming the words it accepts.
 func ParseBackend(s string) (Backend, error) {
-	switch b := Backend(s); b {
-	case BackendAuto, BackendFUSE, BackendPlain:
+	if b := Backend(s); slices.Contains(Backends, b) {
 		return b, nil
 	}
 	return "", fmt.Errorf("tree backend %q: want auto, fuse or plain", s)

@@ -33,6 +33,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/daemon"
 	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // DefaultConfigPath is where the Debian package installs the conffile.
@@ -267,9 +268,9 @@ func parseConfig(name string, data []byte) (fileConfig, error) {
 		return nil
 	}
 	fc.PowerAwarePolicy = enum("power_aware_policy", raw.PowerAwarePolicy, "balance", "powersaving")
-	fc.TreeBackend = enum("tree_backend", raw.TreeBackend, "auto", "fuse", "plain")
-	fc.BoostOnBattery = enum("boost_on_battery", raw.BoostOnBattery, "keep", "off", "on")
-	fc.UPower = enum("upower", raw.UPower, "auto", "on", "off")
+	fc.TreeBackend = enum("tree_backend", raw.TreeBackend, words(sysfs.Backends)...)
+	fc.BoostOnBattery = enum("boost_on_battery", raw.BoostOnBattery, words(daemon.BoostModes)...)
+	fc.UPower = enum("upower", raw.UPower, words(acpi.UPowerModes)...)
 	fc.Placement = enum("placement", raw.Placement, "auto", daemon.PlacementSystemd, daemon.PlacementCgroupfs)
 	if raw.Manage != nil {
 		fc.Manage = []string{}
@@ -726,4 +727,15 @@ func (fc fileConfig) LogLevelName(flagValue string, setFlags map[string]bool) st
 // slash, space or NUL.
 func validSlice(s string) bool {
 	return strings.HasSuffix(s, ".slice") && s != ".slice" && !strings.ContainsAny(s, "/ \x00")
+}
+
+// words turns a setting's accepted values (sysfs.Backends, ...) into the
+// strings the configuration file is checked against, so the file and the
+// flags accept the same words.
+func words[T ~string](vs []T) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = string(v)
+	}
+	return out
 }
