@@ -366,25 +366,31 @@ unit_pid() { systemctl show -p MainPID --value "$1" | grep -v '^0$' || cat "/sys
 # own units with.
 um=user@$(id -u sptest).service
 units="spsvc1.service spsvc2.service wlu.scope $um"
-# applied_ok: for every unit, what its task may use is what systemd's
-# AllowedCPUs= gives (every CPU while unset) and what schedpolicyctl says;
-# where AllowedCPUs= is set, the unit's cpuset.cpus.effective says so too.
-applied_ok() {
-	for n in $units; do
-		a=$(sc "$n")
+# placed_ok ALLOWED PID CGROUP "UNITS" [noctl]: for every unit, what its task
+# may use is what its AllowedCPUs= gives (every CPU while unset) and what
+# schedpolicyctl says (not with noctl); where AllowedCPUs= is set, the
+# unit's cpuset.cpus.effective says so too. ALLOWED, PID and CGROUP are
+# functions of a unit's name: its AllowedCPUs=, its task, its cgroup
+# directory.
+placed_ok() {
+	for n in $4; do
+		a=$($1 "$n")
 		want=${a:-$all}
-		pid=$(unit_pid "$n")
+		pid=$($2 "$n")
 		[ -n "$pid" ] || { echo "$n: no task"; return 1; }
 		task=$(cpus_allowed "$pid")
 		ctl=$want
-		[ "${1:-}" = noctl ] || ctl=$(ucpus "$n")
+		[ "${5:-}" = noctl ] || ctl=$(ucpus "$n")
 		[ "$task" = "$want" ] && [ "$ctl" = "$want" ] || { echo "$n: AllowedCPUs=$a task=$task schedpolicyctl=$ctl"; return 1; }
 		if [ -n "$a" ]; then
-			eff=$(cat "/sys/fs/cgroup$(systemctl show -p ControlGroup --value "$n")/cpuset.cpus.effective" 2>/dev/null)
+			eff=$(cat "$($3 "$n")/cpuset.cpus.effective" 2>/dev/null)
 			[ "$eff" = "$a" ] || { echo "$n: AllowedCPUs=$a cpuset.cpus.effective=$eff"; return 1; }
 		fi
 	done
 }
+unit_cg() { echo "/sys/fs/cgroup$(systemctl show -p ControlGroup --value "$1")"; }
+# applied_ok [noctl]: placed_ok for the system manager's units.
+applied_ok() { placed_ok sc unit_pid unit_cg "$units" "${1:-}"; }
 c4=$(cursor)
 systemctl start "$unit"
 if journal_wait "$c4" 10 'msg="managing units through systemd" cgroup_v2=true'; then
@@ -542,25 +548,8 @@ setfocus() { ur python3 -c 'import os, sys; os.setxattr(sys.argv[1], "user.xdg.i
 # show_apps [noctl]: noctl while the daemon is stopped (schedpolicyctl
 # would start it again by D-Bus activation, which places the units anew).
 show_apps() { for n in $apps; do echo "$n$([ "${1:-}" = noctl ] || echo " class=$(aclass "$n")") AllowedCPUs=$(usc "$n") effective=$(cat "$(acg "$n")/cpuset.cpus.effective" 2>/dev/null) task=$(cpus_allowed "$(apid "$n")")"; done; }
-# apps_ok: each app's task runs where its user manager's AllowedCPUs= says
-# (every CPU while unset), so does its cpuset.cpus.effective when set, and
-# schedpolicyctl says the same.
-apps_ok() {
-	for n in $apps; do
-		a=$(usc "$n")
-		want=${a:-$all}
-		pid=$(apid "$n")
-		[ -n "$pid" ] || { echo "$n: no task"; return 1; }
-		task=$(cpus_allowed "$pid")
-		ctl=$want
-		[ "${1:-}" = noctl ] || ctl=$(ucpus "$n")
-		[ "$task" = "$want" ] && [ "$ctl" = "$want" ] || { echo "$n: AllowedCPUs=$a task=$task schedpolicyctl=$ctl"; return 1; }
-		if [ -n "$a" ]; then
-			eff=$(cat "$(acg "$n")/cpuset.cpus.effective" 2>/dev/null)
-			[ "$eff" = "$a" ] || { echo "$n: AllowedCPUs=$a cpuset.cpus.effective=$eff"; return 1; }
-		fi
-	done
-}
+# apps_ok [noctl]: placed_ok for the apps, in their user manager.
+apps_ok() { placed_ok usc apid acg "$apps" "${1:-}"; }
 mkdir -p /etc/systemd/system/user@.service.d
 printf '[Service]\nDelegate=pids memory cpu cpuset\n' >/etc/systemd/system/user@.service.d/50-delegate-cpuset.conf
 systemctl daemon-reload
