@@ -18,7 +18,20 @@ import (
 // docs/CGROUP_DELEGATION.md, "Delegation").
 var delegateXattrs = []string{"trusted.delegate", "user.delegate"}
 
-// ForeignCgroupRoot says why the cgroupfs placement at cgroupRoot would
+// sdBootedDir exists where systemd is PID 1 (sd_booted(3)); cgroupMount is
+// where the cgroup hierarchy (on v2, systemd's tree) is mounted.
+const (
+	sdBootedDir = "/run/systemd/system"
+	cgroupMount = "/sys/fs/cgroup"
+)
+
+// ForeignCgroupRoot is foreignCgroupRoot on this machine: sdBootedDir and
+// cgroupMount.
+func ForeignCgroupRoot(cgroupRoot string) string {
+	return foreignCgroupRoot(sdBootedDir, cgroupMount, cgroupRoot)
+}
+
+// foreignCgroupRoot says why the cgroupfs placement at cgroupRoot would
 // write cgroups that systemd owns, or returns "" when it would not. That
 // is the case on a machine where systemd is PID 1 (runSystemd, normally
 // /run/systemd/system, exists) and unified (normally /sys/fs/cgroup) is
@@ -32,7 +45,7 @@ var delegateXattrs = []string{"trusted.delegate", "user.delegate"}
 // On cgroup v1, systemd never manages the cpuset hierarchy, so a cpuset
 // cgroup of our own is nobody else's: "" is returned. Errors reading the
 // attributes count as "not delegated".
-func ForeignCgroupRoot(runSystemd, unified, cgroupRoot string) string {
+func foreignCgroupRoot(runSystemd, unified, cgroupRoot string) string {
 	if cgroupRoot == "" {
 		return ""
 	}

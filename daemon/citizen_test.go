@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // TestDelegatedXattr: a directory is delegated only with a delegate xattr
@@ -42,12 +44,7 @@ func TestDelegatedXattr(t *testing.T) {
 		}
 	}
 	// Not a systemd machine with cgroup v2 here: never a warning.
-	if w := ForeignCgroupRoot(dir, "/sys/fs/cgroup", "/sys/fs/cgroup/schedpolicyd"); w != "" && !isUnifiedHere() {
-		t.Errorf("ForeignCgroupRoot on a non-v2 /sys/fs/cgroup = %q, want \"\"", w)
+	if w := foreignCgroupRoot(dir, "/sys/fs/cgroup", "/sys/fs/cgroup/schedpolicyd"); w != "" && !sysfs.IsUnified("/sys/fs/cgroup") {
+		t.Errorf("foreignCgroupRoot on a non-v2 /sys/fs/cgroup = %q, want \"\"", w)
 	}
-}
-
-func isUnifiedHere() bool {
-	var st unix.Statfs_t
-	return unix.Statfs("/sys/fs/cgroup", &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
 }

@@ -272,7 +272,7 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 	}
 	log.WithFields(logrus.Fields{"placement": cfg.Placement, "why": placementWhy}).Info("placement chosen")
 	if cfg.Placement == daemon.PlacementCgroupfs {
-		if w := daemon.ForeignCgroupRoot("/run/systemd/system", "/sys/fs/cgroup", cfg.CgroupRoot); w != "" {
+		if w := daemon.ForeignCgroupRoot(cfg.CgroupRoot); w != "" {
 			log.Warn(w)
 		}
 	}

@@ -118,7 +118,7 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		}
 		resolveCgroupRoot(&c)
 		r.CgroupRoot = c.CgroupRoot
-		if w := daemon.ForeignCgroupRoot("/run/systemd/system", "/sys/fs/cgroup", r.CgroupRoot); w != "" {
+		if w := daemon.ForeignCgroupRoot(r.CgroupRoot); w != "" {
 			r.Warnings = append(r.Warnings, w)
 		}
 	}
