@@ -311,27 +311,27 @@ func TestEnergyVanishedBattery(t *testing.T) {
 // are powers. A battery with energy_now (µWh) alone is no source, and a
 // reading in the wrong unit (nW) is never added.
 func TestEnergyBatteryUnits(t *testing.T) {
-	t.Run("energy_now µWh only", func(t *testing.T) {
+	// tenSeconds meters one supply with these attributes for a 10 s
+	// powersaving segment on battery.
+	tenSeconds := func(t *testing.T, name string, attrs map[string]string) (*energyMeter, *logtest.Hook) {
 		mm := newMeterMachine(t)
-		mm.supply("BAT0", map[string]string{"type": "Battery", "status": "Discharging", "energy_now": "28830000", "energy_full": "45040000"})
+		mm.supply(name, attrs)
 		c := newClock()
-		m, _ := mm.meter(c)
+		m, hook := mm.meter(c)
 		m.start(key(policy.Powersaving, acpi.Battery), true)
 		c.add(10 * time.Second)
 		m.closeSegment(key(policy.Powersaving, acpi.Battery), true)
+		return m, hook
+	}
+	t.Run("energy_now µWh only", func(t *testing.T) {
+		m, _ := tenSeconds(t, "BAT0", map[string]string{"type": "Battery", "status": "Discharging", "energy_now": "28830000", "energy_full": "45040000"})
 		if m.Source() != EnergySourceNone {
 			t.Errorf("source %q, want none", m.Source())
 		}
 		checkTotals(t, m, nil)
 	})
 	t.Run("power_now in nW", func(t *testing.T) {
-		mm := newMeterMachine(t)
-		mm.supply("BAT0", map[string]string{"type": "Battery", "status": "Discharging", "power_now": "7210000000"})
-		c := newClock()
-		m, hook := mm.meter(c)
-		m.start(key(policy.Powersaving, acpi.Battery), true)
-		c.add(10 * time.Second)
-		m.closeSegment(key(policy.Powersaving, acpi.Battery), true)
+		m, hook := tenSeconds(t, "BAT0", map[string]string{"type": "Battery", "status": "Discharging", "power_now": "7210000000"})
 		if m.Source() != EnergySourceBattery {
 			t.Errorf("source %q, want battery", m.Source())
 		}
@@ -341,13 +341,7 @@ func TestEnergyBatteryUnits(t *testing.T) {
 		}
 	})
 	t.Run("a discharging peripheral", func(t *testing.T) {
-		mm := newMeterMachine(t)
-		mm.supply("hidpp_battery_0", map[string]string{"type": "Battery", "scope": "Device", "status": "Discharging", "power_now": "100000"})
-		c := newClock()
-		m, _ := mm.meter(c)
-		m.start(key(policy.Powersaving, acpi.Battery), true)
-		c.add(10 * time.Second)
-		m.closeSegment(key(policy.Powersaving, acpi.Battery), true)
+		m, _ := tenSeconds(t, "hidpp_battery_0", map[string]string{"type": "Battery", "scope": "Device", "status": "Discharging", "power_now": "100000"})
 		if m.Source() != EnergySourceNone {
 			t.Errorf("source %q, want none: a mouse is not the machine", m.Source())
 		}
