@@ -64,20 +64,20 @@ func DirUsage(dir string) (time.Duration, error) {
 	return time.Duration(ns), nil
 }
 
-// DirCPUPressure returns cpu.pressure's "some avg10" (percent; PSI,
-// cgroup v2) of the cgroup at dir (any cgroup: a systemd unit's), as
+// DirCPUPressure returns cpu.pressure's "some" line (ParseCPUPressure;
+// PSI, cgroup v2) of the cgroup at dir (any cgroup: a systemd unit's), as
 // CPUPressure does for a child of the managed parent. Cgroup v1 has no
 // such file: the error wraps fs.ErrNotExist; a malformed file's error
 // names it and wraps ErrPSIFormat.
-func DirCPUPressure(dir string) (float64, error) {
+func DirCPUPressure(dir string) (Pressure, error) {
 	p := filepath.Join(dir, "cpu.pressure")
 	b, err := readFileRaw(p)
 	if err != nil {
-		return 0, err
+		return Pressure{}, err
 	}
 	v, err := ParseCPUPressure(string(b))
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", p, err)
+		return Pressure{}, fmt.Errorf("%s: %w", p, err)
 	}
 	return v, nil
 }
@@ -162,27 +162,30 @@ func cgReadStatUsec(path string) (time.Duration, error) {
 }
 
 // Runnable returns how many of the child's threads are runnable right now
-// (state R in <ProcRoot>/<tid>/stat): the instant nr_running the 2013 patch
-// set uses for placement decisions. Thread IDs come from the child's
-// threads file (v2 cgroup.threads, v1 tasks); threads that exit during the
-// read are skipped. A vanished child gives an error for which IsGone is
-// true.
+// (DirRunnable on its directory): the instant nr_running the 2013 patch set
+// uses for placement decisions. A vanished child gives an error for which
+// IsGone is true.
 func (c *Cgroup) Runnable(name string) (int, error) {
-	file := "tasks"
-	if c.version == CgroupV2 {
-		file = "cgroup.threads"
-	}
-	p, err := c.childFile(name, file)
+	dir, err := c.ChildPath(name)
 	if err != nil {
 		return 0, err
 	}
-	tids, err := cgReadIDs(p)
+	return DirRunnable(dir, c.procRoot)
+}
+
+// DirRunnable returns how many threads of the cgroup directory dir and of
+// every cgroup below it are runnable right now (state R in
+// <procRoot>/<tid>/stat). Thread IDs come from each directory's threads
+// file (DirThreads); threads that exit during the read are skipped. Errors
+// name the file; a vanished dir gives one for which IsGone is true.
+func DirRunnable(dir, procRoot string) (int, error) {
+	tids, err := DirThreads(dir)
 	if err != nil {
 		return 0, err
 	}
 	n := 0
 	for _, tid := range tids {
-		b, err := readFileRaw(filepath.Join(c.procRoot, strconv.Itoa(tid), "stat"))
+		b, err := readFileRaw(filepath.Join(procRoot, strconv.Itoa(tid), "stat"))
 		if err != nil {
 			continue // exited
 		}
@@ -195,29 +198,33 @@ func (c *Cgroup) Runnable(name string) (int, error) {
 	return n, nil
 }
 
-// RunDelay returns the time the child's threads (v1 tasks, v2
-// cgroup.threads) have spent running on a CPU and waiting on a run queue,
-// summed over the threads alive now: fields 1 and 2 of each
-// /proc/<tid>/schedstat (ns; Documentation/scheduler/sched-stats.rst).
-// Over an interval, Δ(run+wait)/Δwall is the average number of runnable
-// threads, the patch's nr_running averaged rather than sampled. Threads
-// that exit in between take their time with them (a delta may be
-// negative). Errors name the file.
+// RunDelay returns the time the child's threads have spent running on a
+// CPU and waiting on a run queue (DirRunDelay on its directory). Errors
+// name the file.
 func (c *Cgroup) RunDelay(name string) (run, wait time.Duration, err error) {
-	file := "tasks"
-	if c.version == CgroupV2 {
-		file = "cgroup.threads"
-	}
-	p, err := c.childFile(name, file)
+	dir, err := c.ChildPath(name)
 	if err != nil {
 		return 0, 0, err
 	}
-	tids, err := cgReadIDs(p)
+	return DirRunDelay(dir, c.procRoot)
+}
+
+// DirRunDelay returns the time the threads of the cgroup directory dir and
+// of every cgroup below it (DirThreads) have spent running on a CPU and
+// waiting on a run queue, summed over the threads alive now: fields 1 and
+// 2 of each <procRoot>/<tid>/schedstat (ns; needs CONFIG_SCHED_INFO;
+// Documentation/scheduler/sched-stats.rst). Over an interval,
+// Δ(run+wait)/Δwall is the average number of runnable threads, the
+// patch's nr_running averaged rather than sampled. Threads that exit in
+// between take their time with them (a delta may be negative). Errors name
+// the file.
+func DirRunDelay(dir, procRoot string) (run, wait time.Duration, err error) {
+	tids, err := DirThreads(dir)
 	if err != nil {
 		return 0, 0, err
 	}
 	for _, tid := range tids {
-		b, err := readFileRaw(filepath.Join(c.procRoot, strconv.Itoa(tid), "schedstat"))
+		b, err := readFileRaw(filepath.Join(procRoot, strconv.Itoa(tid), "schedstat"))
 		if err != nil {
 			continue // exited
 		}
@@ -236,14 +243,45 @@ func (c *Cgroup) RunDelay(name string) (run, wait time.Duration, err error) {
 	return run, wait, nil
 }
 
-// CPUPressure returns the child's cgroup v2 CPU pressure, "some avg10" of
-// its cpu.pressure file (percent, ParseCPUPressure). On v1, or where PSI is
+// DirThreads returns the thread IDs in the cgroup directory dir and in
+// every cgroup below it: each directory's cgroup.threads (cgroup v2), or
+// tasks where there is none (v1). A child cgroup removed during the walk
+// is skipped; an error reading dir itself is returned (it names the file,
+// and IsGone is true for a vanished dir).
+func DirThreads(dir string) ([]int, error) {
+	file := filepath.Join(dir, "cgroup.threads")
+	if !cgExists(file) {
+		file = filepath.Join(dir, "tasks")
+	}
+	tids, err := cgReadIDs(file)
+	if err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return tids, nil // dir went away after its threads were read
+	}
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		sub, err := DirThreads(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue // removed meanwhile
+		}
+		tids = append(tids, sub...)
+	}
+	return tids, nil
+}
+
+// CPUPressure returns the child's cgroup v2 CPU pressure, the "some" line
+// of its cpu.pressure file (ParseCPUPressure). On v1, or where PSI is
 // off, the file is absent: the error satisfies errors.Is(err,
 // fs.ErrNotExist); a malformed file wraps ErrPSIFormat.
-func (c *Cgroup) CPUPressure(name string) (float64, error) {
+func (c *Cgroup) CPUPressure(name string) (Pressure, error) {
 	dir, err := c.ChildPath(name)
 	if err != nil {
-		return 0, err
+		return Pressure{}, err
 	}
 	return DirCPUPressure(dir)
 }

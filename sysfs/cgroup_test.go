@@ -77,7 +77,7 @@ func TestCgroupV2Mock(t *testing.T) {
 		t.Errorf("managed cgroup.subtree_control = %q, want %q written", got, "+cpuset")
 	}
 
-	if v, err := cg.CPUPressure("a"); err != nil || v != 12.5 {
+	if v, err := cg.CPUPressure("a"); err != nil || v.Avg10 != 12.5 {
 		t.Errorf("CPUPressure(a) = %v, %v; want 12.5", v, err)
 	}
 	if _, err := cg.CPUPressure("b"); !errors.Is(err, ErrPSIFormat) {

@@ -43,29 +43,54 @@ var ErrNoPSI = errors.New("no kernel pressure stall information")
 // pressure file's "some avg10=" line with a percentage.
 var ErrPSIFormat = errors.New("invalid pressure stall information")
 
-// ParseCPUPressure returns "some avg10" (percent, 0–100) from the content
-// of a cpu.pressure file ("some avg10=1.23 avg60=… total=…",
-// Documentation/accounting/psi.rst). Errors wrap ErrPSIFormat: no "some
-// avg10=" field, or a value that is not a non-negative finite number.
-func ParseCPUPressure(s string) (float64, error) {
+// Pressure is the "some" line of a PSI file (Documentation/accounting/psi.rst):
+// the share of time in which at least one task waited for the resource.
+type Pressure struct {
+	// Avg10 is the average over the last 10 s, in percent (0–100; the
+	// kernel updates it every 2 s).
+	Avg10 float64
+	// Total is the cumulative stall time since boot (the file gives µs);
+	// 0 where the line has no total= field. Over an interval,
+	// ΔTotal/Δwall is the stalled share of it.
+	Total time.Duration
+}
+
+// ParseCPUPressure returns the "some" line of a cpu.pressure file ("some
+// avg10=1.23 avg60=… total=…"). Errors wrap ErrPSIFormat: no "some
+// avg10=" field, a value that is not a non-negative finite number, or a
+// total= that is not a non-negative integer.
+func ParseCPUPressure(s string) (Pressure, error) {
 	for _, line := range strings.Split(s, "\n") {
 		f := strings.Fields(line)
 		if len(f) == 0 || f[0] != "some" {
 			continue
 		}
+		var pr Pressure
+		avg := false
 		for _, kv := range f[1:] {
 			if v, ok := strings.CutPrefix(kv, "avg10="); ok {
 				x, err := strconv.ParseFloat(v, 64)
 				// NaN and ±Inf parse, but are no percentage: a NaN
 				// would make every comparison in the planner false.
 				if err != nil || x < 0 || math.IsNaN(x) || math.IsInf(x, 0) {
-					return 0, fmt.Errorf("%w: cpu.pressure avg10 %q", ErrPSIFormat, v)
+					return Pressure{}, fmt.Errorf("%w: cpu.pressure avg10 %q", ErrPSIFormat, v)
 				}
-				return x, nil
+				pr.Avg10, avg = x, true
+			}
+			if v, ok := strings.CutPrefix(kv, "total="); ok {
+				us, err := strconv.ParseInt(v, 10, 64)
+				if err != nil || us < 0 || us > math.MaxInt64/int64(time.Microsecond) {
+					return Pressure{}, fmt.Errorf("%w: cpu.pressure total %q", ErrPSIFormat, v)
+				}
+				pr.Total = time.Duration(us) * time.Microsecond
 			}
 		}
+		if !avg {
+			break
+		}
+		return pr, nil
 	}
-	return 0, fmt.Errorf("%w: cpu.pressure has no \"some avg10=\"", ErrPSIFormat)
+	return Pressure{}, fmt.Errorf("%w: cpu.pressure has no \"some avg10=\"", ErrPSIFormat)
 }
 
 // OpenPressureTrigger arms a trigger "some <stall µs> <window µs>" on the

@@ -88,16 +88,21 @@ func numCPU() int {
 }
 
 func TestParseCPUPressure(t *testing.T) {
-	if v, err := ParseCPUPressure("some avg10=12.50 avg60=1.00 avg300=0.00 total=123\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"); err != nil || v != 12.5 {
+	if v, err := ParseCPUPressure("some avg10=12.50 avg60=1.00 avg300=0.00 total=123\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"); err != nil || v != (Pressure{Avg10: 12.5, Total: 123 * time.Microsecond}) {
 		t.Fatalf("ParseCPUPressure = %v, %v", v, err)
 	}
-	if _, err := ParseCPUPressure("bogus"); !errors.Is(err, ErrPSIFormat) {
-		t.Fatalf("ParseCPUPressure(bogus) err = %v", err)
+	if v, err := ParseCPUPressure("some avg10=0.50 avg60=0.00 avg300=0.00\n"); err != nil || v != (Pressure{Avg10: 0.5}) {
+		t.Fatalf("ParseCPUPressure without total = %v, %v; want avg10 0.5, total 0", v, err)
+	}
+	for _, bad := range []string{"bogus", "some total=5", "some avg10=1.00 total=-1", "some avg10=1.00 total=x", "some avg10=1.00 total=9223372036854775807"} {
+		if _, err := ParseCPUPressure(bad); !errors.Is(err, ErrPSIFormat) {
+			t.Errorf("ParseCPUPressure(%q) err = %v, want ErrPSIFormat", bad, err)
+		}
 	}
 }
 
 // FuzzParseCPUPressure: the cgroup v2 cpu.pressure parser never panics
-// and never returns a negative or NaN percentage.
+// and never returns a negative or NaN percentage or a negative total.
 func FuzzParseCPUPressure(f *testing.F) {
 	for _, s := range []string{
 		"some avg10=1.23 avg60=0.50 avg300=0.10 total=12345\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
@@ -107,7 +112,7 @@ func FuzzParseCPUPressure(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		v, err := ParseCPUPressure(s)
-		if err == nil && (v < 0 || math.IsNaN(v) || math.IsInf(v, 0)) {
+		if err == nil && (v.Avg10 < 0 || math.IsNaN(v.Avg10) || math.IsInf(v.Avg10, 0) || v.Total < 0) {
 			t.Fatalf("ParseCPUPressure(%q) = %v", s, v)
 		}
 	})
@@ -124,7 +129,7 @@ func TestDirCPUPressure(t *testing.T) {
 	if err := os.WriteFile(f, []byte("some avg10=12.50 avg60=3.00 avg300=1.00 total=12345\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := DirCPUPressure(dir); err != nil || v != 12.5 {
+	if v, err := DirCPUPressure(dir); err != nil || v.Avg10 != 12.5 {
 		t.Errorf("DirCPUPressure = %v, %v; want 12.5", v, err)
 	}
 	if err := os.WriteFile(f, []byte("some avg10=NaN\n"), 0o644); err != nil {
