@@ -711,26 +711,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 		case <-sampleC:
 			d.stats.events.Add(1)
-			// With a watch on the managed parent, its events drive the
-			// scans (and a lost event forces one); only without one does
-			// each sample list the children (and stat each of them).
-			changed := d.pl.watch == nil && d.pl.scan()
-			if d.pl.reapFinished() {
-				changed = true
-			}
-			if busy := d.pl.sample(); busy || changed {
-				d.pl.idleSamples = 0
-			} else {
-				d.pl.idleSamples++
-			}
-			if d.units != nil {
-				if d.units.sample() {
-					d.units.idleSamples = 0
-				} else {
-					d.units.idleSamples++
-				}
-			}
-			d.recompute("sample", changed)
+			d.onSample()
 		case ev := <-d.pl.exits:
 			d.stats.events.Add(1)
 			if d.pl.onExit(ev) {
@@ -747,6 +728,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.units.idleSamples = 0 // sample at once, then every period
 			d.units.sample()
 			d.log.WithField("signal", "cpu pressure").Debug("woken: units sampled")
+			d.units.startConfirm("cpu pressure")
 			d.recompute("cpu pressure", false)
 		case <-d.units.pressureDone():
 			d.log.WithError(d.units.pressure.Err()).Warn("the CPU pressure trigger of units stopped; while every unit is idle, sampling slows down instead of stopping")
@@ -754,7 +736,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case <-d.pl.confirmC():
 			d.stats.events.Add(1)
 			if d.pl.confirmWake() {
-				d.recompute("cpu pressure confirmed", false)
+				d.recompute("crowded workload confirmed", false)
+			}
+		case <-d.units.confirmC():
+			d.stats.events.Add(1)
+			if d.units.confirmWake() {
+				d.recompute("crowded unit confirmed", false)
 			}
 		case <-d.pl.pressureDone():
 			p := d.pl.pressure
@@ -765,6 +752,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.stats.events.Add(1)
 			d.pl.idleSamples = 0 // a task arrived: look at once, then every period
 			d.pl.sample()
+			d.pl.startConfirm("task attached")
 			d.recompute("task attached", false)
 		case <-treeLost:
 			d.stats.events.Add(1)
@@ -776,6 +764,34 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.notify.Watchdog()
 		}
 	}
+}
+
+// onSample is the loop's periodic sample: a scan where nothing watches the
+// managed parent, the workloads' and units' load signals, a confirmation
+// for any that look crowded (wake.go), and a decision.
+func (d *Daemon) onSample() {
+	// With a watch on the managed parent, its events drive the scans (and
+	// a lost event forces one); only without one does each sample list
+	// the children (and stat each of them).
+	changed := d.pl.watch == nil && d.pl.scan()
+	if d.pl.reapFinished() {
+		changed = true
+	}
+	if busy := d.pl.sample(); busy || changed {
+		d.pl.idleSamples = 0
+	} else {
+		d.pl.idleSamples++
+	}
+	d.pl.startConfirm("sample")
+	if d.units != nil {
+		if d.units.sample() {
+			d.units.idleSamples = 0
+		} else {
+			d.units.idleSamples++
+		}
+		d.units.startConfirm("sample")
+	}
+	d.recompute("sample", changed)
 }
 
 // monitorBus is what the power monitor's D-Bus sources get: the daemon's

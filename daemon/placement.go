@@ -63,11 +63,10 @@ type placement struct {
 	saved   bool // the last save succeeded: writes may go ahead
 
 	idleSamples int // consecutive samples with every workload idle
-	// confirm is the pending one-shot confirmation of a CPU pressure wake
-	// and candidates the workloads it covers (wake.go); nil without one.
-	confirm    *time.Timer
-	candidates map[string]wakeCandidate
-	plan       policy.Plan
+	// confirm is the pending one-shot confirmation of a crowded workload
+	// (wake.go).
+	confirm confirmation
+	plan    policy.Plan
 
 	exits       chan exitEvent              // a watched task of a created workload exited (reap.go)
 	exitWatches map[string]*sysfs.ExitWatch // one task's per created workload (reap.go)

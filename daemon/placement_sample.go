@@ -36,7 +36,7 @@ func (p *placement) sample() (busy bool) {
 			continue // cpu.pressure exists on cgroup v2 only
 		}
 		if pr, err := p.cg.CPUPressure(n); err == nil {
-			w.pressure = pr
+			w.pressure = pr.Avg10
 		}
 	}
 	return busy

@@ -71,6 +71,7 @@ func threadsHelper() {
 type threadsProc struct {
 	in  io.Writer
 	out *bufio.Reader
+	pid int
 }
 
 // run starts n threads spinning for ms milliseconds (0: until the next run).
@@ -108,6 +109,20 @@ func packedThreadsWorkload(t *testing.T) (*Daemon, string, string, threadsProc) 
 	testutil.Eventually(t, "job adopted", func() (bool, string) {
 		return len(d.Snapshot().Workloads) == 1, fmt.Sprint(d.Snapshot().Workloads)
 	})
+	proc := startThreadsProc(t)
+	testutil.Put(t, filepath.Join(dir, "cgroup.procs"), strconv.Itoa(proc.pid))
+	testutil.Eventually(t, "job packed to one CPU, sampling stopped", func() (bool, string) {
+		s := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
+		c, err := sysfs.ParseCPUList(s)
+		return err == nil && c.Size() == 1 && !d.isSampling(), s
+	})
+	return d, all, dir, proc
+}
+
+// startThreadsProc starts the test binary as a threadsProc (killed at the
+// test's end).
+func startThreadsProc(t *testing.T) threadsProc {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -126,13 +141,7 @@ func packedThreadsWorkload(t *testing.T) (*Daemon, string, string, threadsProc) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
-	testutil.Put(t, filepath.Join(dir, "cgroup.procs"), strconv.Itoa(c.Process.Pid))
-	testutil.Eventually(t, "job packed to one CPU, sampling stopped", func() (bool, string) {
-		s := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
-		c, err := sysfs.ParseCPUList(s)
-		return err == nil && c.Size() == 1 && !d.isSampling(), s
-	})
-	return d, all, dir, threadsProc{in: in, out: bufio.NewReader(out)}
+	return threadsProc{in: in, out: bufio.NewReader(out), pid: c.Process.Pid}
 }
 
 // wakeOutcome is what one pressure wake driven on the loop found.
@@ -149,6 +158,13 @@ type wakeOutcome struct {
 // end of the confirmation it starts, with burst started just before.
 func pressureWakeOnLoop(t *testing.T, d *Daemon, dir string, burst func()) wakeOutcome {
 	t.Helper()
+	return wakeOnLoop(t, d, dir, burst, d.pl.pressureWake)
+}
+
+// wakeOnLoop is pressureWakeOnLoop with what wakes the loop (wake: the
+// pressure wake, or the periodic sample's work before its decision).
+func wakeOnLoop(t *testing.T, d *Daemon, dir string, burst, wake func()) wakeOutcome {
+	t.Helper()
 	var o wakeOutcome
 	err := d.do(context.Background(), func() error {
 		burst()
@@ -160,7 +176,7 @@ func pressureWakeOnLoop(t *testing.T, d *Daemon, dir string, burst func()) wakeO
 			}
 			time.Sleep(time.Millisecond)
 		}
-		d.pl.pressureWake()
+		wake()
 		w := d.pl.workloads["job"]
 		o.threads, o.util = w.threads, w.avg.Util
 		d.recompute("cpu pressure", false)
@@ -230,5 +246,26 @@ func TestDaemonPressureWakeKeepsLightPacked(t *testing.T) {
 	}
 	if o.confirmed || o.atWake != packed || o.afterConfirm != packed {
 		t.Fatalf("light burst: confirmed %v, cpuset at the wake %s, after the confirmation %s; want not confirmed and %s throughout", o.confirmed, o.atWake, o.afterConfirm, packed)
+	}
+}
+
+// TestDaemonSampleWidensSaturated: the periodic sample (sampling running)
+// confirms a crowded workload as the pressure wake does: two CPU-bound
+// threads in a workload packed to one CPU get every CPU in the first
+// decision after the confirmation the sample started, not seconds later
+// when the decayed utilisation catches up.
+func TestDaemonSampleWidensSaturated(t *testing.T) {
+	d, all, dir, proc := packedThreadsWorkload(t)
+	packed := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
+	o := wakeOnLoop(t, d, dir, func() { proc.run(t, 2, 0) }, d.onSample)
+	t.Logf("%+v", o)
+	if o.threads < 2 {
+		t.Fatalf("runnable threads at the sample: %d, want at least 2 (more than its one CPU)", o.threads)
+	}
+	if o.atWake != packed || !(o.util < 1) {
+		t.Fatalf("after the sample's own decision: cpuset %s (packed %s), util %.3f; want still packed, util below 1", o.atWake, packed, o.util)
+	}
+	if !o.confirmed || o.afterConfirm != all {
+		t.Fatalf("after the confirmation: confirmed %v, cpuset %s; want confirmed and every CPU, %s", o.confirmed, o.afterConfirm, all)
 	}
 }

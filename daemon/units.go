@@ -121,8 +121,12 @@ type unitPlacement struct {
 	pressure *sysfs.PressureTrigger
 
 	idleSamples int
-	plan        policy.Plan
-	online      sysfs.CPUSet // the CPUs of the last plan: what "unset" gives
+	// confirm is the pending confirmation of a crowded unit (wake.go);
+	// procRoot is where its threads' schedstat is read.
+	confirm  confirmation
+	procRoot string
+	plan     policy.Plan
+	online   sysfs.CPUSet // the CPUs of the last plan: what "unset" gives
 }
 
 // unitWorkload is one unit placed as a workload.
@@ -144,6 +148,10 @@ type unitWorkload struct {
 	// pressure is its cgroup's cpu.pressure some avg10, percent (cgroup
 	// v2 only; 0 on v1, which has no PSI per cgroup).
 	pressure float64
+	// stallTotal is that file's cumulative "some" stall at the last
+	// sample (0 before the first); stalled is how much it grew since the
+	// one before: time in which a task of the unit waited for a CPU.
+	stallTotal, stalled time.Duration
 }
 
 func newUnitPlacement(cfg *Config, log logrus.FieldLogger, stats *counters) *unitPlacement {
@@ -250,11 +258,11 @@ func (u *unitPlacement) open() error {
 	if !u.unified {
 		u.log.Warn("cgroup v1: systemd stores AllowedCPUs= but does not apply it; units are placed in name only (use placement \"cgroupfs\" to place cpusets on v1)")
 	}
-	procRoot := u.cfg.ProcRoot
-	if procRoot == "" {
-		procRoot = "/proc"
+	u.procRoot = u.cfg.ProcRoot
+	if u.procRoot == "" {
+		u.procRoot = "/proc"
 	}
-	u.pressure = armPressure(u.log, filepath.Join(procRoot, "pressure", "cpu"))
+	u.pressure = armPressure(u.log, filepath.Join(u.procRoot, "pressure", "cpu"))
 	return nil
 }
 
@@ -292,6 +300,8 @@ func (u *unitPlacement) close() {
 	}
 	close(u.done)
 	u.dropPressure()
+	u.confirm.stop()
+	u.confirm.cands = nil
 	u.closeUsers()
 	u.mgr.Close()
 	u.mgr = nil
@@ -599,9 +609,10 @@ func (u *unitPlacement) forget(key string) {
 
 // sample reads each unit's cumulative CPU time (cpu.stat) and updates its
 // decayed utilisation, and on cgroup v2 its cpu.pressure (some avg10: the
-// planner's saturation rule, as for the cgroupfs path's workloads; v1 has
-// no pressure per cgroup, so it stays 0 there); it reports whether any
-// was busy.
+// planner's saturation rule, as for the cgroupfs path's workloads; and the
+// stall since the last sample, which makes a packed unit a candidate for
+// a wake's confirmation; v1 has no pressure per cgroup, so both stay 0
+// there); it reports whether any was busy.
 func (u *unitPlacement) sample() (busy bool) {
 	if len(u.workloads) == 0 {
 		return false
@@ -621,7 +632,11 @@ func (u *unitPlacement) sample() (busy bool) {
 			continue
 		}
 		if pr, err := sysfs.DirCPUPressure(w.cgroup); err == nil {
-			w.pressure = pr
+			w.stalled = 0
+			if w.stallTotal > 0 && pr.Total > w.stallTotal {
+				w.stalled = pr.Total - w.stallTotal
+			}
+			w.pressure, w.stallTotal = pr.Avg10, pr.Total
 		}
 	}
 	return busy

@@ -8,23 +8,27 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // A CPU pressure wake says that some task waits for a CPU, not which one,
 // and a workload's decayed utilisation takes seconds to show a burst (it
-// shows nothing while sampling was stopped). A packed workload with more
-// runnable threads than CPUs at the wake is a candidate, but a snapshot of
-// thread states is no evidence: a light workload (a few per cent of a CPU)
-// may have two threads runnable at that instant. So the wake starts a
-// one-shot confirmation: wakeConfirm later the candidate's threads' run
-// and run-queue wait times are read again (sysfs.Cgroup.RunDelay), and
-// only a workload whose threads were runnable on average for more than its
-// CPU count plus wakeMargin counts as saturated: its utilisation is raised
-// to its CPU count, so that the plan widens it in that decision (if the
-// burst was brief, the average decays again and the lazy shrink packs it
-// back). Runnable time counts waiting too, so a busy workload qualifies
-// however much of its CPUs other tasks take, and a light one does not
-// however busy the machine is.
+// shows nothing while sampling was stopped). A packed workload that looks
+// crowded at the wake or at a sample — more runnable threads than CPUs
+// (cgroupfs placement) or CPU stall of its own since the last sample
+// (units, from their cgroup's cpu.pressure total) — is a candidate, but a
+// snapshot is no evidence: a light workload (a few per cent of a CPU) may
+// have two threads runnable at that instant. So a one-shot confirmation
+// starts: wakeConfirm later the candidate's threads' run and run-queue
+// wait times are read again (sysfs.DirRunDelay), and only a workload whose
+// threads were runnable on average for more than its CPU count plus
+// wakeMargin counts as saturated: its utilisation is raised to its CPU
+// count, so that the plan widens it in that decision (if the burst was
+// brief, the average decays again and the lazy shrink packs it back).
+// Runnable time counts waiting too, so a busy workload qualifies however
+// much of its CPUs other tasks take, and a light one does not however busy
+// the machine is.
 //
 // wakeConfirm is short beside the 2 s half-life and long beside the
 // scheduler's slices (a few ms).
@@ -40,92 +44,226 @@ type wakeCandidate struct {
 	at       time.Time
 }
 
-// confirmC fires when a started confirmation is due; nil when none is
-// pending, so nothing wakes the loop while every workload is idle.
-func (p *placement) confirmC() <-chan time.Time {
-	if p.confirm == nil {
+// runDelayFunc reads a workload's threads' run and run-queue wait time
+// (sysfs.DirRunDelay); cpusFunc its CPU count now (0: no longer placed).
+type (
+	runDelayFunc func(name string) (run, wait time.Duration, err error)
+	cpusFunc     func(name string) int
+)
+
+// confirmation is the pending one-shot confirmation of a wake over its
+// candidate workloads, by name; the zero value has none pending, and then
+// nothing wakes the loop for it.
+type confirmation struct {
+	timer *time.Timer
+	cands map[string]wakeCandidate
+	// signal is what started it ("cpu pressure", "sample"), for the log.
+	signal string
+}
+
+// C fires when the pending confirmation is due; nil when none is.
+func (c *confirmation) C() <-chan time.Time {
+	if c == nil || c.timer == nil {
 		return nil
 	}
-	return p.confirm.C
+	return c.timer.C
 }
 
-// pressureWake samples at once because the CPU pressure trigger fired and
-// starts a confirmation (wakeConfirm) for each workload with more runnable
-// threads than CPUs, unless one is pending. Which signal woke the loop and
-// the candidates are logged at debug level.
-func (p *placement) pressureWake() {
-	p.idleSamples = 0 // look at once, then every period
-	p.sample()
-	var crowded []string
-	for _, n := range p.sortedNames() {
-		w := p.workloads[n]
-		if k := w.cpus.Size(); k > 0 && w.threads > k && !w.rec.Released {
-			crowded = append(crowded, fmt.Sprintf("%s:%d/%d", n, w.threads, k))
-			if p.confirm != nil {
-				continue
+// start begins a confirmation over the names whose run + wait times read
+// now, unless one is pending (its candidates are confirmed first). It
+// reports whether one started.
+func (c *confirmation) start(signal string, names []string, read runDelayFunc) bool {
+	if c.timer != nil || len(names) == 0 {
+		return false
+	}
+	now := time.Now()
+	for _, n := range names {
+		if run, wait, err := read(n); err == nil {
+			if c.cands == nil {
+				c.cands = map[string]wakeCandidate{}
 			}
-			if run, wait, err := p.cg.RunDelay(n); err == nil {
-				if p.candidates == nil {
-					p.candidates = map[string]wakeCandidate{}
-				}
-				p.candidates[n] = wakeCandidate{runnable: run + wait, at: time.Now()}
-			}
+			c.cands[n] = wakeCandidate{runnable: run + wait, at: now}
 		}
 	}
-	if len(p.candidates) > 0 && p.confirm == nil {
-		p.confirm = time.NewTimer(wakeConfirm)
+	if len(c.cands) == 0 {
+		return false
 	}
-	p.log.WithFields(logrus.Fields{"signal": "cpu pressure", "runnable_over_cpus": strings.Join(crowded, ",")}).Debug("woken")
+	c.signal = signal
+	c.timer = time.NewTimer(wakeConfirm)
+	return true
 }
 
-// confirmWake ends the pending confirmation: each candidate still placed
-// whose threads were runnable on average for more than its CPU count plus
-// wakeMargin since pressureWake gets its utilisation raised to its CPU
-// count. It reports whether any did (then the caller plans).
-func (p *placement) confirmWake() bool {
-	if p.confirm != nil {
-		p.confirm.Stop()
-		p.confirm = nil
-	}
-	cands := p.candidates
-	p.candidates = nil
-	var saturated, light []string
+// finish ends the pending confirmation and returns the candidates whose
+// threads were runnable on average for more than their CPU count plus
+// wakeMargin since start (saturated) and the others still placed (light),
+// each as NAME:AVG/CPUS, in name order. Candidates gone or unreadable
+// are dropped.
+func (c *confirmation) finish(cpus cpusFunc, read runDelayFunc) (saturated []string, light []string, names []string) {
+	c.stop()
+	cands := c.cands
+	c.cands = nil
 	for _, n := range slices.Sorted(maps.Keys(cands)) {
-		c := cands[n]
-		w := p.workloads[n]
-		if w == nil || w.rec.Released {
+		k := cpus(n)
+		run, wait, err := read(n)
+		wall := time.Since(cands[n].at)
+		if err != nil || k <= 0 || wall <= 0 {
 			continue
 		}
-		k := w.cpus.Size()
-		run, wait, err := p.cg.RunDelay(n)
-		wall := time.Since(c.at)
-		if err != nil || k == 0 || wall <= 0 {
-			continue
-		}
-		avg := float64(run+wait-c.runnable) / float64(wall)
+		avg := float64(run+wait-cands[n].runnable) / float64(wall)
 		desc := fmt.Sprintf("%s:%.2f/%d", n, avg, k)
 		if avg < float64(k)+wakeMargin {
 			light = append(light, desc)
 			continue
 		}
 		saturated = append(saturated, desc)
-		w.avg.Util = max(w.avg.Util, float64(k))
+		names = append(names, n)
 	}
+	return saturated, light, names
+}
+
+// stop drops a pending confirmation without reading anything.
+func (c *confirmation) stop() {
+	if c.timer != nil {
+		c.timer.Stop()
+		c.timer = nil
+	}
+}
+
+// logConfirmed logs a finished confirmation at debug level: which signal
+// started it and each candidate's average runnable threads over its CPUs.
+func logConfirmed(log logrus.FieldLogger, signal string, saturated, light []string) {
 	if len(light) > 0 {
-		p.log.WithField("runnable_avg_over_cpus", strings.Join(light, ",")).Debug("cpu pressure wake not confirmed: not saturated")
+		log.WithFields(logrus.Fields{"signal": signal, "runnable_avg_over_cpus": strings.Join(light, ",")}).Debug("wake not confirmed: not saturated")
 	}
-	if len(saturated) == 0 {
-		return false
+	if len(saturated) > 0 {
+		log.WithFields(logrus.Fields{"signal": signal + " confirmed", "runnable_avg_over_cpus": strings.Join(saturated, ",")}).Debug("woken")
 	}
-	p.log.WithFields(logrus.Fields{"signal": "cpu pressure confirmed", "runnable_avg_over_cpus": strings.Join(saturated, ",")}).Debug("woken")
-	return true
+}
+
+// confirmC fires when the cgroupfs placement's confirmation is due.
+func (p *placement) confirmC() <-chan time.Time { return p.confirm.C() }
+
+// crowded returns the placed workloads with more runnable threads at the
+// last sample than CPUs, in name order, and each as NAME:THREADS/CPUS.
+func (p *placement) crowded() (names, desc []string) {
+	for _, n := range p.sortedNames() {
+		w := p.workloads[n]
+		if k := w.cpus.Size(); k > 0 && w.threads > k && !w.rec.Released {
+			names = append(names, n)
+			desc = append(desc, fmt.Sprintf("%s:%d/%d", n, w.threads, k))
+		}
+	}
+	return names, desc
+}
+
+// startConfirm starts a confirmation (signal names what woke the loop)
+// over the crowded workloads of the last sample, unless one is pending.
+func (p *placement) startConfirm(signal string) {
+	names, desc := p.crowded()
+	if p.confirm.start(signal, names, p.cg.RunDelay) {
+		p.log.WithFields(logrus.Fields{"signal": signal, "runnable_over_cpus": strings.Join(desc, ",")}).Debug("crowded: confirming")
+	}
+}
+
+// pressureWake samples at once because the CPU pressure trigger fired and
+// starts a confirmation for the crowded workloads. Which signal woke the
+// loop and the crowded workloads are logged at debug level.
+func (p *placement) pressureWake() {
+	p.idleSamples = 0 // look at once, then every period
+	p.sample()
+	_, desc := p.crowded()
+	p.log.WithFields(logrus.Fields{"signal": "cpu pressure", "runnable_over_cpus": strings.Join(desc, ",")}).Debug("woken")
+	p.startConfirm("cpu pressure")
+}
+
+// confirmWake ends the pending confirmation: each candidate still placed
+// whose threads were runnable on average for more than its CPU count plus
+// wakeMargin gets its utilisation raised to its CPU count. It reports
+// whether any did (then the caller plans).
+func (p *placement) confirmWake() bool {
+	signal := p.confirm.signal
+	cpus := func(n string) int {
+		if w := p.workloads[n]; w != nil && !w.rec.Released {
+			return w.cpus.Size()
+		}
+		return 0
+	}
+	saturated, light, names := p.confirm.finish(cpus, p.cg.RunDelay)
+	logConfirmed(p.log, signal, saturated, light)
+	for _, n := range names {
+		w := p.workloads[n]
+		w.avg.Util = max(w.avg.Util, float64(w.cpus.Size()))
+	}
+	return len(names) > 0
 }
 
 // stopConfirm drops a pending confirmation (the placement closes).
 func (p *placement) stopConfirm() {
-	if p.confirm != nil {
-		p.confirm.Stop()
-		p.confirm = nil
+	p.confirm.stop()
+	p.confirm.cands = nil
+}
+
+// unitStallCandidate: a packed unit whose tasks waited for a CPU this long
+// since the last sample (its cgroup's cpu.pressure "some" total) is a
+// candidate for a confirmation. A unit's thread count is not read at each
+// sample: a user manager placed whole may hold thousands of threads, and
+// its cgroup's own stall costs one read.
+const unitStallCandidate = 10 * time.Millisecond
+
+// confirmC fires when the units' confirmation is due; nil without units.
+func (u *unitPlacement) confirmC() <-chan time.Time {
+	if u == nil {
+		return nil
 	}
-	p.candidates = nil
+	return u.confirm.C()
+}
+
+// runDelay is sysfs.DirRunDelay for the unit of key.
+func (u *unitPlacement) runDelay(key string) (run, wait time.Duration, err error) {
+	w := u.workloads[key]
+	if w == nil {
+		return 0, 0, fmt.Errorf("unit %s gone", key)
+	}
+	return sysfs.DirRunDelay(w.cgroup, u.procRoot)
+}
+
+// startConfirm starts a confirmation (signal names what woke the loop)
+// over the units with AllowedCPUs= set that stalled for at least
+// unitStallCandidate since the sample before the last, unless one is
+// pending.
+func (u *unitPlacement) startConfirm(signal string) {
+	if u == nil {
+		return
+	}
+	var names, desc []string
+	for _, n := range u.sortedNames() {
+		w := u.workloads[n]
+		if k := w.cpus.Size(); k > 0 && w.stalled >= unitStallCandidate {
+			names = append(names, n)
+			desc = append(desc, fmt.Sprintf("%s:%s/%d", n, w.stalled.Round(time.Millisecond), k))
+		}
+	}
+	if u.confirm.start(signal, names, u.runDelay) {
+		u.log.WithFields(logrus.Fields{"signal": signal, "stalled_over_cpus": strings.Join(desc, ",")}).Debug("crowded: confirming")
+	}
+}
+
+// confirmWake ends the units' pending confirmation as placement.confirmWake
+// does: a saturated unit's utilisation is raised to its CPU count. It
+// reports whether any was (then the caller plans).
+func (u *unitPlacement) confirmWake() bool {
+	signal := u.confirm.signal
+	cpus := func(n string) int {
+		if w := u.workloads[n]; w != nil {
+			return w.cpus.Size()
+		}
+		return 0
+	}
+	saturated, light, names := u.confirm.finish(cpus, u.runDelay)
+	logConfirmed(u.log, signal, saturated, light)
+	for _, n := range names {
+		w := u.workloads[n]
+		w.avg.Util = max(w.avg.Util, float64(w.cpus.Size()))
+	}
+	return len(names) > 0
 }
