@@ -640,6 +640,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	sample := time.NewTicker(sampleEvery)
 	defer sample.Stop()
 	wasSampling := false
+	var lazy lazyWake
+	defer lazy.stop()
 	for {
 		var sampleC <-chan time.Time
 		var unitC <-chan unitMsg
@@ -659,6 +661,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			go debug.FreeOSMemory()
 		}
 		wasSampling = sampling
+		lazyC := lazy.c(d.lazyExpiry(sampling))
 		every := d.pl.sampleEvery()
 		if d.units != nil && !d.pl.sampling() {
 			every = d.units.sampleEvery()
@@ -712,6 +715,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case <-sampleC:
 			d.stats.events.Add(1)
 			d.onSample()
+		case <-lazyC:
+			d.stats.events.Add(1)
+			lazy.fired()
+			d.recompute("lazy balance history expired", false)
 		case ev := <-d.pl.exits:
 			d.stats.events.Add(1)
 			if d.pl.onExit(ev) {

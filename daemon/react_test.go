@@ -91,6 +91,13 @@ func (p threadsProc) run(t *testing.T, n, ms int) {
 // sampling stopped.
 func packedThreadsWorkload(t *testing.T) (*Daemon, string, string, threadsProc) {
 	t.Helper()
+	return packedThreadsWorkloadWith(t, nil)
+}
+
+// packedThreadsWorkloadWith is packedThreadsWorkload with more
+// configuration (nil: none).
+func packedThreadsWorkloadWith(t *testing.T, cfg func(*Config)) (*Daemon, string, string, threadsProc) {
+	t.Helper()
 	needPSI(t)
 	if runtime.NumCPU() < 2 {
 		t.Skip("needs two CPUs")
@@ -100,7 +107,13 @@ func packedThreadsWorkload(t *testing.T) (*Daemon, string, string, threadsProc) 
 	ps := filepath.Join(m.sys, "class/power_supply")
 	testutil.Put(t, ps+"/AC/online", "0")
 	testutil.Put(t, ps+"/BAT0/status", "Discharging")
-	d := m.startWith(t, func(c *Config) { c.CgroupRoot = parent; c.UtilHalfLife = policy.DefaultHalfLife })
+	d := m.startWith(t, func(c *Config) {
+		c.CgroupRoot = parent
+		c.UtilHalfLife = policy.DefaultHalfLife
+		if cfg != nil {
+			cfg(c)
+		}
+	})
 	all := testutil.ReadTrim(t, filepath.Join(parent, "cpuset.cpus"))
 	dir := filepath.Join(parent, "job")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -267,5 +280,49 @@ func TestDaemonSampleWidensSaturated(t *testing.T) {
 	}
 	if !o.confirmed || o.afterConfirm != all {
 		t.Fatalf("after the confirmation: confirmed %v, cpuset %s; want confirmed and every CPU, %s", o.confirmed, o.afterConfirm, all)
+	}
+}
+
+// TestDaemonRepacksAfterBurst: a workload widened by a burst long enough
+// to spread it (a performance decision in patch 18's lazy history) is
+// packed again once the burst ends and its average decays, although
+// sampling stops before 32 power decisions have passed: one decision past
+// the history's reset time (8 sample periods) packs it. Without that
+// decision it stayed on every CPU until the next event. The default 1 s
+// sample period, as in production: the history counts decisions. Real v1
+// cpusets, real processes.
+func TestDaemonRepacksAfterBurst(t *testing.T) {
+	d, all, dir, proc := packedThreadsWorkloadWith(t, func(c *Config) { c.SampleInterval = DefaultSampleInterval })
+	packed := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
+	o := wakeOnLoop(t, d, dir, func() { proc.run(t, 2, 0) }, d.onSample)
+	if !o.confirmed || o.afterConfirm != all {
+		t.Fatalf("burst not widened: %+v", o)
+	}
+	proc.run(t, 3, 0) // more threads than CPUs: the whole set is over its threshold
+	plan := func() (p policy.Plan, sampling bool) {
+		d.do(context.Background(), func() error {
+			p, sampling = d.pl.plan, d.pl.sampling()
+			return nil
+		})
+		return p, sampling
+	}
+	testutil.WaitFor(t, "a performance decision while job spins", 30*time.Second, func() (bool, string) {
+		p, _ := plan()
+		return p.Lazy.Record != 0, fmt.Sprintf("%s, record %#x", p.Policy, p.Lazy.Record)
+	})
+	proc.run(t, 0, 0)
+	start := time.Now()
+	var deferredStopped bool
+	testutil.WaitFor(t, "job packed again after its burst", 90*time.Second, func() (bool, string) {
+		p, sampling := plan()
+		if p.Deferred && !sampling {
+			deferredStopped = true
+		}
+		s := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
+		return s == packed, fmt.Sprintf("cpuset %s, deferred %v, sampling %v, record %#x", s, p.Deferred, sampling, p.Lazy.Record)
+	})
+	t.Logf("packed again %s after the burst ended (sampling had stopped with the plan deferred: %v)", time.Since(start).Round(100*time.Millisecond), deferredStopped)
+	if !deferredStopped {
+		t.Log("sampling never stopped with the plan deferred in this run: the lazy wake was not needed")
 	}
 }

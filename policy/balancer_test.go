@@ -313,6 +313,27 @@ func TestLazyState(t *testing.T) {
 	}
 }
 
+// TestLazyResetAfter: a gap just past LazyResetAfter clears the history
+// (step's rule), one of exactly it does not; 0 where step never clears.
+func TestLazyResetAfter(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	after := LazyResetAfter(time.Second)
+	if after != 8*time.Second {
+		t.Fatalf("LazyResetAfter(1s) = %v, want 8s", after)
+	}
+	if s := (LazyState{Record: 1, Last: t0}).step(false, t0.Add(after+time.Nanosecond), time.Second); s.Record != 0 {
+		t.Fatalf("record %#x just past LazyResetAfter, want 0", s.Record)
+	}
+	if s := (LazyState{Record: 1, Last: t0}).step(false, t0.Add(after), time.Second); s.Record != 2 {
+		t.Fatalf("record %#x at exactly LazyResetAfter, want 0x2", s.Record)
+	}
+	for _, iv := range []time.Duration{0, -time.Second, math.MaxInt64/lazyResetIntervals + 1, math.MaxInt64} {
+		if got := LazyResetAfter(iv); got != 0 {
+			t.Errorf("LazyResetAfter(%v) = %v, want 0 (never cleared)", iv, got)
+		}
+	}
+}
+
 // TestPlanSharedCPUContention: two busy single-threaded workloads packed
 // onto one CPU each show only half of it, so no workload alone looks
 // saturated; their threads share one run queue, which the patch counts as

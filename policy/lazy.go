@@ -55,6 +55,18 @@ func (s LazyState) step(perf bool, now time.Time, maxInterval time.Duration) Laz
 	return s
 }
 
+// LazyResetAfter is how long without a decision clears the history at the
+// next power decision (8 × maxInterval, patch 18's reset; saturating): a
+// decision made later packs at once if the load allows it. 0 where the
+// history is never cleared: maxInterval ≤ 0, or beyond an eighth of
+// time.Duration's range (as step).
+func LazyResetAfter(maxInterval time.Duration) time.Duration {
+	if maxInterval <= 0 || maxInterval > math.MaxInt64/lazyResetIntervals {
+		return 0
+	}
+	return lazyResetIntervals * maxInterval
+}
+
 // PowerBalanceAllowed reports whether the history allows a power balance
 // (packing): no performance decision in the last 32 and at most 4 in the
 // 32 before those.
