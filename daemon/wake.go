@@ -93,15 +93,25 @@ func (c *confirmation) start(signal string, names []string, read runDelayFunc) b
 	return true
 }
 
-// finish ends the pending confirmation and returns the candidates whose
-// threads were runnable on average for more than their CPU count plus
-// wakeMargin since start (saturated) and the others still placed (light),
-// each as NAME:AVG/CPUS, in name order. Candidates gone or unreadable
-// are dropped.
-func (c *confirmation) finish(cpus cpusFunc, read runDelayFunc) (saturated []string, light []string, names []string) {
+// confirmed is what a finished confirmation found, each list in name
+// order: saturated and light as NAME:AVG/CPUS for the log; names, the
+// saturated ones; borderline, the light ones whose threads were runnable
+// for at least their CPU count on average but less than wakeMargin more
+// (a burst caught while it started: its second thread began during the
+// 30 ms).
+type confirmed struct {
+	saturated, light  []string
+	names, borderline []string
+}
+
+// finish ends the pending confirmation and sorts its candidates by their
+// average runnable threads since start (confirmed). Candidates gone or
+// unreadable are dropped.
+func (c *confirmation) finish(cpus cpusFunc, read runDelayFunc) confirmed {
 	c.stop()
 	cands := c.cands
 	c.cands = nil
+	var out confirmed
 	for _, n := range slices.Sorted(maps.Keys(cands)) {
 		k := cpus(n)
 		run, wait, err := read(n)
@@ -111,14 +121,32 @@ func (c *confirmation) finish(cpus cpusFunc, read runDelayFunc) (saturated []str
 		}
 		avg := float64(run+wait-cands[n].runnable) / float64(wall)
 		desc := fmt.Sprintf("%s:%.2f/%d", n, avg, k)
-		if avg < float64(k)+wakeMargin {
-			light = append(light, desc)
-			continue
+		switch {
+		case avg >= float64(k)+wakeMargin:
+			out.saturated = append(out.saturated, desc)
+			out.names = append(out.names, n)
+		case avg >= float64(k):
+			out.light = append(out.light, desc)
+			out.borderline = append(out.borderline, n)
+		default:
+			out.light = append(out.light, desc)
 		}
-		saturated = append(saturated, desc)
-		names = append(names, n)
 	}
-	return saturated, light, names
+	return out
+}
+
+// retrySuffix marks a confirmation started again for borderline
+// candidates; such a one is not retried again.
+const retrySuffix = " retry"
+
+// retry starts one more confirmation over r's borderline candidates,
+// unless signal (what started the finished one) was itself a retry. It
+// reports whether one started.
+func (c *confirmation) retry(signal string, r confirmed, read runDelayFunc) bool {
+	if strings.HasSuffix(signal, retrySuffix) {
+		return false
+	}
+	return c.start(signal+retrySuffix, r.borderline, read)
 }
 
 // stop drops a pending confirmation without reading anything.
@@ -178,8 +206,9 @@ func (p *placement) pressureWake() {
 
 // confirmWake ends the pending confirmation: each candidate still placed
 // whose threads were runnable on average for more than its CPU count plus
-// wakeMargin gets its utilisation raised to its CPU count. It reports
-// whether any did (then the caller plans).
+// wakeMargin gets its utilisation raised to its CPU count, and the
+// borderline ones get one more confirmation at once. It reports whether
+// any was raised (then the caller plans).
 func (p *placement) confirmWake() bool {
 	signal := p.confirm.signal
 	cpus := func(n string) int {
@@ -188,13 +217,14 @@ func (p *placement) confirmWake() bool {
 		}
 		return 0
 	}
-	saturated, light, names := p.confirm.finish(cpus, p.cg.RunDelay)
-	logConfirmed(p.log, signal, saturated, light)
-	for _, n := range names {
+	r := p.confirm.finish(cpus, p.cg.RunDelay)
+	logConfirmed(p.log, signal, r.saturated, r.light)
+	for _, n := range r.names {
 		w := p.workloads[n]
 		w.avg.Util = max(w.avg.Util, float64(w.cpus.Size()))
 	}
-	return len(names) > 0
+	p.confirm.retry(signal, r, p.cg.RunDelay)
+	return len(r.names) > 0
 }
 
 // stopConfirm drops a pending confirmation (the placement closes).
@@ -259,11 +289,12 @@ func (u *unitPlacement) confirmWake() bool {
 		}
 		return 0
 	}
-	saturated, light, names := u.confirm.finish(cpus, u.runDelay)
-	logConfirmed(u.log, signal, saturated, light)
-	for _, n := range names {
+	r := u.confirm.finish(cpus, u.runDelay)
+	logConfirmed(u.log, signal, r.saturated, r.light)
+	for _, n := range r.names {
 		w := u.workloads[n]
 		w.avg.Util = max(w.avg.Util, float64(w.cpus.Size()))
 	}
-	return len(names) > 0
+	u.confirm.retry(signal, r, u.runDelay)
+	return len(r.names) > 0
 }
