@@ -96,9 +96,11 @@ func (c *confirmation) start(signal string, names []string, read runDelayFunc) b
 // confirmed is what a finished confirmation found, each list in name
 // order: saturated and light as NAME:AVG/CPUS for the log; names, the
 // saturated ones; borderline, the light ones whose threads were runnable
-// for at least their CPU count on average but less than wakeMargin more
-// (a burst caught while it started: its second thread began during the
-// 30 ms).
+// within wakeMargin of their CPU count on average (a burst caught while it
+// started: in the VM a second process forked by the first began up to
+// tens of ms later, and the first confirmation read 0.97 and 1.36 threads
+// on one CPU; a lone busy thread reads 1.0 and is retried once for
+// nothing).
 type confirmed struct {
 	saturated, light  []string
 	names, borderline []string
@@ -125,7 +127,7 @@ func (c *confirmation) finish(cpus cpusFunc, read runDelayFunc) confirmed {
 		case avg >= float64(k)+wakeMargin:
 			out.saturated = append(out.saturated, desc)
 			out.names = append(out.names, n)
-		case avg >= float64(k):
+		case avg >= float64(k)-wakeMargin:
 			out.light = append(out.light, desc)
 			out.borderline = append(out.borderline, n)
 		default:
