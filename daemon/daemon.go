@@ -735,7 +735,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.units.idleSamples = 0 // sample at once, then every period
 			d.units.sample()
 			d.log.WithField("signal", "cpu pressure").Debug("woken: units sampled")
-			d.units.startConfirm("cpu pressure")
+			d.units.startConfirm("cpu pressure", unitWakeStall)
 			d.recompute("cpu pressure", false)
 		case <-d.units.pressureDone():
 			d.log.WithError(d.units.pressure.Err()).Warn("the CPU pressure trigger of units stopped; while every unit is idle, sampling slows down instead of stopping")
@@ -796,7 +796,7 @@ func (d *Daemon) onSample() {
 		} else {
 			d.units.idleSamples++
 		}
-		d.units.startConfirm("sample")
+		d.units.startConfirm("sample", unitStallCandidate)
 	}
 	d.recompute("sample", changed)
 }

@@ -18,7 +18,8 @@ import (
 
 // TestUnitsConfirmCrowded: a unit with AllowedCPUs= set whose own
 // cpu.pressure stall grew by at least unitStallCandidate since the last
-// sample gets a confirmation, and the confirmation reads the real
+// sample (any stall at a pressure wake) gets a confirmation, and the
+// confirmation reads the real
 // schedstat of the threads in its cgroup subtree: two CPU-bound threads on
 // one CPU raise its utilisation to 1; the same threads asleep, or a stall
 // below the bar, or a unit without AllowedCPUs=, change nothing. The
@@ -63,13 +64,13 @@ func TestUnitsConfirmCrowded(t *testing.T) {
 	}
 	w := u.workloads["spin.service"]
 	u.sample() // the first read of the stall total: no delta yet
-	confirm := func(stall int) (started, confirmed bool) {
+	confirm := func(stall int, signal string, minStall time.Duration) (started, confirmed bool) {
 		t.Helper()
 		usage += 100_000
 		total += stall
 		put()
 		u.sample()
-		u.startConfirm("sample")
+		u.startConfirm(signal, minStall)
 		c := u.confirmC()
 		if c == nil {
 			return false, false
@@ -78,23 +79,27 @@ func TestUnitsConfirmCrowded(t *testing.T) {
 		return true, u.confirmWake()
 	}
 
-	if started, _ := confirm(9_000); started {
-		t.Fatalf("a 9 ms stall (below %s) started a confirmation", unitStallCandidate)
+	if started, _ := confirm(9_000, "sample", unitStallCandidate); started {
+		t.Fatalf("a 9 ms stall (below %s) started a confirmation at a sample", unitStallCandidate)
 	}
-	if started, ok := confirm(60_000); !started || !ok || w.avg.Util != 1 {
+	if started, ok := confirm(2_000, "cpu pressure", unitWakeStall); !started || !ok || w.avg.Util != 1 {
+		t.Fatalf("two spinners, a 2 ms stall at a pressure wake: started %v, confirmed %v, util %.3f; want a confirmation raising util to 1", started, ok, w.avg.Util)
+	}
+	w.avg = policy.UtilAverage{Usage: w.avg.Usage}
+	if started, ok := confirm(60_000, "sample", unitStallCandidate); !started || !ok || w.avg.Util != 1 {
 		t.Fatalf("two spinners, a 60 ms stall: started %v, confirmed %v, util %.3f; want a confirmation raising util to 1", started, ok, w.avg.Util)
 	}
 
 	proc.run(t, 0, 0) // the spinners stop
 	time.Sleep(20 * time.Millisecond)
 	w.avg = policy.UtilAverage{Usage: w.avg.Usage}
-	if started, ok := confirm(60_000); !started || ok || w.avg.Util >= 1 {
+	if started, ok := confirm(60_000, "sample", unitStallCandidate); !started || ok || w.avg.Util >= 1 {
 		t.Fatalf("threads asleep, a 60 ms stall: started %v, confirmed %v, util %.3f; want a confirmation that finds it light", started, ok, w.avg.Util)
 	}
 
 	proc.run(t, 2, 0)
 	w.cpus = sysfs.CPUSet{} // AllowedCPUs= unset: every CPU already
-	if started, _ := confirm(60_000); started {
+	if started, _ := confirm(60_000, "cpu pressure", unitWakeStall); started {
 		t.Fatal("a unit without AllowedCPUs= started a confirmation")
 	}
 }
