@@ -193,7 +193,7 @@ func (p *placement) startWatch() {
 }
 
 func (p *placement) stopWatch() {
-	p.stopConfirm()
+	p.confirm.drop()
 	if p.watch != nil {
 		p.watch.Close()
 		p.watch = nil

@@ -300,8 +300,7 @@ func (u *unitPlacement) close() {
 	}
 	close(u.done)
 	u.dropPressure()
-	u.confirm.stop()
-	u.confirm.cands = nil
+	u.confirm.drop()
 	u.closeUsers()
 	u.mgr.Close()
 	u.mgr = nil

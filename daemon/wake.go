@@ -57,8 +57,10 @@ type (
 type confirmation struct {
 	timer *time.Timer
 	cands map[string]wakeCandidate
-	// signal is what started it ("cpu pressure", "sample"), for the log.
-	signal string
+	// signal is what started it ("cpu pressure", "sample"), for the log;
+	// retried: it is a retry (retry), which is not retried again.
+	signal  string
+	retried bool
 }
 
 // C fires when the pending confirmation is due; nil when none is.
@@ -88,7 +90,7 @@ func (c *confirmation) start(signal string, names []string, read runDelayFunc) b
 	if len(c.cands) == 0 {
 		return false
 	}
-	c.signal = signal
+	c.signal, c.retried = signal, false
 	c.timer = time.NewTimer(wakeConfirm)
 	return true
 }
@@ -137,26 +139,31 @@ func (c *confirmation) finish(cpus cpusFunc, read runDelayFunc) confirmed {
 	return out
 }
 
-// retrySuffix marks a confirmation started again for borderline
-// candidates; such a one is not retried again.
-const retrySuffix = " retry"
-
 // retry starts one more confirmation over r's borderline candidates,
-// unless signal (what started the finished one) was itself a retry. It
-// reports whether one started.
-func (c *confirmation) retry(signal string, r confirmed, read runDelayFunc) bool {
-	if strings.HasSuffix(signal, retrySuffix) {
+// unless the finished one (signal, retried: as finish found them) was
+// itself a retry. Its signal is signal + " retry". It reports whether one
+// started.
+func (c *confirmation) retry(signal string, retried bool, r confirmed, read runDelayFunc) bool {
+	if retried || !c.start(signal+" retry", r.borderline, read) {
 		return false
 	}
-	return c.start(signal+retrySuffix, r.borderline, read)
+	c.retried = true
+	return true
 }
 
-// stop drops a pending confirmation without reading anything.
+// stop ends a pending confirmation's timer without reading anything.
 func (c *confirmation) stop() {
 	if c.timer != nil {
 		c.timer.Stop()
 		c.timer = nil
 	}
+}
+
+// drop forgets a pending confirmation and its candidates (the placement
+// closes).
+func (c *confirmation) drop() {
+	c.stop()
+	c.cands = nil
 }
 
 // logConfirmed logs a finished confirmation at debug level: which signal
@@ -187,12 +194,14 @@ func (p *placement) crowded() (names, desc []string) {
 }
 
 // startConfirm starts a confirmation (signal names what woke the loop)
-// over the crowded workloads of the last sample, unless one is pending.
-func (p *placement) startConfirm(signal string) {
+// over the crowded workloads of the last sample, unless one is pending. It
+// returns them as NAME:THREADS/CPUS.
+func (p *placement) startConfirm(signal string) (crowded []string) {
 	names, desc := p.crowded()
 	if p.confirm.start(signal, names, p.cg.RunDelay) {
 		p.log.WithFields(logrus.Fields{"signal": signal, "runnable_over_cpus": strings.Join(desc, ",")}).Debug("crowded: confirming")
 	}
+	return desc
 }
 
 // pressureWake samples at once because the CPU pressure trigger fired and
@@ -201,9 +210,8 @@ func (p *placement) startConfirm(signal string) {
 func (p *placement) pressureWake() {
 	p.idleSamples = 0 // look at once, then every period
 	p.sample()
-	_, desc := p.crowded()
-	p.log.WithFields(logrus.Fields{"signal": "cpu pressure", "runnable_over_cpus": strings.Join(desc, ",")}).Debug("woken")
-	p.startConfirm("cpu pressure")
+	crowded := p.startConfirm("cpu pressure")
+	p.log.WithFields(logrus.Fields{"signal": "cpu pressure", "runnable_over_cpus": strings.Join(crowded, ",")}).Debug("woken")
 }
 
 // confirmWake ends the pending confirmation: each candidate still placed
@@ -212,7 +220,7 @@ func (p *placement) pressureWake() {
 // borderline ones get one more confirmation at once. It reports whether
 // any was raised (then the caller plans).
 func (p *placement) confirmWake() bool {
-	signal := p.confirm.signal
+	signal, retried := p.confirm.signal, p.confirm.retried
 	cpus := func(n string) int {
 		if w := p.workloads[n]; w != nil && !w.rec.Released {
 			return w.cpus.Size()
@@ -225,14 +233,8 @@ func (p *placement) confirmWake() bool {
 		w := p.workloads[n]
 		w.avg.Util = max(w.avg.Util, float64(w.cpus.Size()))
 	}
-	p.confirm.retry(signal, r, p.cg.RunDelay)
+	p.confirm.retry(signal, retried, r, p.cg.RunDelay)
 	return len(r.names) > 0
-}
-
-// stopConfirm drops a pending confirmation (the placement closes).
-func (p *placement) stopConfirm() {
-	p.confirm.stop()
-	p.confirm.cands = nil
 }
 
 // unitStallCandidate: a packed unit whose tasks waited for a CPU this long
@@ -289,7 +291,7 @@ func (u *unitPlacement) startConfirm(signal string, minStall time.Duration) {
 // does: a saturated unit's utilisation is raised to its CPU count. It
 // reports whether any was (then the caller plans).
 func (u *unitPlacement) confirmWake() bool {
-	signal := u.confirm.signal
+	signal, retried := u.confirm.signal, u.confirm.retried
 	cpus := func(n string) int {
 		if w := u.workloads[n]; w != nil {
 			return w.cpus.Size()
@@ -302,6 +304,6 @@ func (u *unitPlacement) confirmWake() bool {
 		w := u.workloads[n]
 		w.avg.Util = max(w.avg.Util, float64(w.cpus.Size()))
 	}
-	u.confirm.retry(signal, r, u.runDelay)
+	u.confirm.retry(signal, retried, r, u.runDelay)
 	return len(r.names) > 0
 }

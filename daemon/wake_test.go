@@ -36,16 +36,17 @@ func TestConfirmationSortsAndRetries(t *testing.T) {
 	if c.C() != nil {
 		t.Fatal("finish left a timer")
 	}
-	if !c.retry("cpu pressure", r, read) || c.signal != "cpu pressure retry" {
-		t.Fatalf("no retry of the borderline ones (signal %q)", c.signal)
+	if !c.retry(c.signal, c.retried, r, read) || c.signal != "cpu pressure retry" || !c.retried {
+		t.Fatalf("no retry of the borderline ones (signal %q, retried %v)", c.signal, c.retried)
 	}
 	<-c.C()
 	rate["starting"] = 1.8 // its second thread runs now
+	signal, retried := c.signal, c.retried
 	r = c.finish(func(n string) int { return cpus[n] }, read)
 	if !slices.Equal(r.names, []string{"starting"}) || !slices.Equal(r.borderline, []string{"alone", "wide"}) {
 		t.Fatalf("retry's finish = %+v; want starting saturated, alone and wide borderline", r)
 	}
-	if c.retry("cpu pressure retry", r, read) {
+	if c.retry(signal, retried, r, read) {
 		t.Fatal("a retry was retried")
 	}
 }
