@@ -245,17 +245,22 @@ func DirRunDelay(dir, procRoot string) (run, wait time.Duration, err error) {
 
 // DirThreads returns the thread IDs in the cgroup directory dir and in
 // every cgroup below it: each directory's cgroup.threads (cgroup v2), or
-// tasks where there is none (v1). A child cgroup removed during the walk
-// is skipped; an error reading dir itself is returned (it names the file,
-// and IsGone is true for a vanished dir).
+// tasks where there is none (v1). A directory whose link count is 2 has no
+// subdirectory (cgroupfs, like tmpfs and ext4, counts them) and is not
+// listed; any other count is. A child cgroup removed during the walk is
+// skipped; an error reading dir itself is returned (it names the file, and
+// IsGone is true for a vanished dir).
 func DirThreads(dir string) ([]int, error) {
-	file := filepath.Join(dir, "cgroup.threads")
-	if !cgExists(file) {
-		file = filepath.Join(dir, "tasks")
+	tids, err := cgReadIDs(filepath.Join(dir, "cgroup.threads"))
+	if errors.Is(err, fs.ErrNotExist) {
+		tids, err = cgReadIDs(filepath.Join(dir, "tasks"))
 	}
-	tids, err := cgReadIDs(file)
 	if err != nil {
 		return nil, err
+	}
+	var st syscall.Stat_t
+	if syscall.Stat(dir, &st) == nil && st.Nlink == 2 {
+		return tids, nil
 	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {

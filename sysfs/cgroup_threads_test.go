@@ -1,10 +1,16 @@
 package sysfs
 
 import (
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
 // TestDirThreadsSubtree: a unit's cgroup (v2: cgroup.threads) counts the
@@ -44,5 +50,60 @@ func TestDirThreadsSubtree(t *testing.T) {
 	}
 	if _, err := DirThreads(filepath.Join(root, "cg/gone")); !IsGone(err) {
 		t.Errorf("DirThreads(missing) err = %v, want IsGone", err)
+	}
+}
+
+// TestDirThreadsRealV1: on the real v1 cpuset hierarchy a workload's
+// threads include those of a cgroup below it, and a leaf (link count 2:
+// not listed) gives its own. Real processes in a parent of the test's own,
+// removed after.
+func TestDirThreadsRealV1(t *testing.T) {
+	path := testutil.CpusetV1Dir(t, "schedpolicyd-threads")
+	cg, err := OpenCgroup(path, CgroupOptions{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, g := filepath.Join(path, "w"), filepath.Join(path, "w", "g")
+	var pids []int
+	t.Cleanup(func() { // before CpusetV1Dir's removal: cleanups run last first
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+			syscall.Wait4(pid, nil, 0, nil)
+		}
+		os.Remove(g)
+	})
+	if err := os.MkdirAll(g, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := cg.PrepareChild("w"); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+		b, err := os.ReadFile(filepath.Join(w, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(g, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, dir := range []string{w, g} {
+		c := exec.Command("sleep", "1000")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, c.Process.Pid)
+		if err := os.WriteFile(filepath.Join(dir, "tasks"), []byte(strconv.Itoa(c.Process.Pid)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := DirThreads(w)
+	slices.Sort(got)
+	want := slices.Sorted(slices.Values(pids))
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("DirThreads(w) = %v, %v; want %v (its own and g's)", got, err, want)
+	}
+	if got, err := DirThreads(g); err != nil || !slices.Equal(got, pids[1:]) {
+		t.Errorf("DirThreads(w/g) = %v, %v; want %v", got, err, pids[1:])
 	}
 }
