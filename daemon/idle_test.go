@@ -137,18 +137,7 @@ func TestDaemonIdleStopsSampling(t *testing.T) {
 func TestDaemonReapsOnExit(t *testing.T) {
 	d, parent := realV1Daemon(t, func(c *Config) { c.SampleInterval = time.Hour })
 	c := exec.Command("sh", "-c", "read x; sleep 1000 </dev/null >/dev/null 2>&1 & echo $!")
-	in, err := c.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := c.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	in, out := startPiped(t, c)
 	var path string
 	if err := d.do(context.Background(), func() (err error) {
 		path, err = d.createWorkload("job", c.Process.Pid)
