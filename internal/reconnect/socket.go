@@ -67,9 +67,22 @@ func WaitSocket(ctx context.Context, path string, backoff time.Duration) {
 				w.Remove(watched)
 			}
 			watched = ""
-			if isDir(target) && w.Add(target) == nil {
-				watched = target
+			if isDir(target) {
+				if w.Add(target) == nil {
+					watched = target
+				} else if !isDir(target) {
+					// It went between the check and the watch (moved
+					// away or deleted): look again, or nothing would
+					// wake this wait.
+					continue
+				}
 			}
+		}
+		if watched != "" && watched != dir && isDir(dir) {
+			// The directory was made while its parent's watch was set
+			// up: its Create came before the watch, and the socket's
+			// would never reach the parent's. Watch the directory.
+			continue
 		}
 		if absent && exists() {
 			return // created before or while the watch was set up
