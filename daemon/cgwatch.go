@@ -190,6 +190,9 @@ func (p *placement) startWatch() {
 		p.log.Warn("cannot watch cpuset.cpus for changes by someone else; they are seen at the next write or Rebalance")
 	}
 	p.pressure = p.openPressure()
+	if !p.cfg.NoTaskClock {
+		p.clock = newClockGate(p.log)
+	}
 }
 
 func (p *placement) stopWatch() {
@@ -202,4 +205,6 @@ func (p *placement) stopWatch() {
 		p.pressure.Close()
 		p.pressure = nil
 	}
+	p.clock.close()
+	p.clock = nil
 }

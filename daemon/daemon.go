@@ -117,6 +117,10 @@ type Config struct {
 	// (default policy.DefaultHalfLife, 2 s; MinUtilHalfLife to
 	// MaxUtilHalfLife, bounds.go; see policy/pelt.go).
 	UtilHalfLife time.Duration
+	// NoTaskClock turns the task-clock wake off (daemon/clockwake.go):
+	// a packed workload turning busy is then noticed by CPU pressure and
+	// sampling only.
+	NoTaskClock bool
 	// DefaultKnob, if set, is the knob used until a choice is saved in
 	// state.json (config keys power_aware, power_aware_policy).
 	DefaultKnob *policy.Knob
@@ -740,6 +744,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case <-d.units.pressureDone():
 			d.log.WithError(d.units.pressure.Err()).Warn("the CPU pressure trigger of units stopped; while every unit is idle, sampling slows down instead of stopping")
 			d.units.dropPressure()
+		case <-d.pl.clockC():
+			d.stats.events.Add(1)
+			d.pl.clockWake()
 		case <-d.pl.confirmC():
 			d.stats.events.Add(1)
 			if d.pl.confirmWake() {
@@ -759,6 +766,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.stats.events.Add(1)
 			d.pl.idleSamples = 0 // a task arrived: look at once, then every period
 			d.pl.sample()
+			d.pl.syncClock(true)
 			d.pl.startConfirm("task attached")
 			d.recompute("task attached", false)
 		case <-treeLost:

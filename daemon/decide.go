@@ -133,6 +133,7 @@ func (d *Daemon) recompute(why string, force bool) {
 	// new plan's writes take effect.
 	d.followEnergy()
 	d.pl.apply(d.effective, d.topo, d.allowed, force)
+	d.pl.syncClock(false)
 	placedFor := d.pl.plan.Policy
 	if d.units != nil {
 		d.units.apply(d.effective, d.topo, d.allowed, force)

@@ -42,6 +42,11 @@ type placement struct {
 	watch    cgroupSource
 	newWatch func(parent string) (cgroupSource, error)
 	pressure *sysfs.PressureTrigger
+	// clock wakes the loop when a packed workload's tasks run busy (the
+	// task-clock wake, clockwake.go); nil when Config.NoTaskClock.
+	// allowed is the CPUs the last plan could give (online ∩ the parent's).
+	clock   *clockGate
+	allowed sysfs.CPUSet
 
 	workloads map[string]*workload
 	// records holds every record by cgroup path: the current workloads',

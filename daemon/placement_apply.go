@@ -29,6 +29,7 @@ func (p *placement) apply(eff policy.Policy, topo policy.Topology, online sysfs.
 	if a, err := p.cg.Allowed(); err == nil && !a.IsEmpty() {
 		allowed = allowed.Intersect(a)
 	}
+	p.allowed = allowed
 	in := policy.Input{
 		Topology: topo, Allowed: allowed.List(), Policy: eff,
 		Lazy: p.plan.Lazy, Now: time.Now(), MaxInterval: p.cfg.SampleInterval,

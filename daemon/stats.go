@@ -27,11 +27,14 @@ type Stats struct {
 	// PressureWakes is the number of times the CPU pressure trigger woke
 	// the loop (tasks waited for a CPU; see sysfs.PressureTrigger).
 	PressureWakes int64
+	// ClockWakes is the number of confirmations started because a packed
+	// workload's task-clock counters signalled a burst (clockwake.go).
+	ClockWakes int64
 }
 
 // counters back Stats; updated by the event loop only.
 type counters struct {
-	events, decisions, writes, errors, remounts, samples, pressureWakes atomic.Int64
+	events, decisions, writes, errors, remounts, samples, pressureWakes, clockWakes atomic.Int64
 }
 
 // Stats returns the counters so far. Safe for concurrent use.
@@ -44,5 +47,6 @@ func (d *Daemon) Stats() Stats {
 		TreeRemounts:  d.stats.remounts.Load(),
 		Samples:       d.stats.samples.Load(),
 		PressureWakes: d.stats.pressureWakes.Load(),
+		ClockWakes:    d.stats.clockWakes.Load(),
 	}
 }

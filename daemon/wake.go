@@ -227,6 +227,7 @@ func (p *placement) confirmWake() bool {
 		}
 		return 0
 	}
+	cands := slices.Collect(maps.Keys(p.confirm.cands))
 	r := p.confirm.finish(cpus, p.cg.RunDelay)
 	logConfirmed(p.log, signal, r.saturated, r.light)
 	for _, n := range r.names {
@@ -234,6 +235,9 @@ func (p *placement) confirmWake() bool {
 		w.avg.Util = max(w.avg.Util, float64(w.cpus.Size()))
 	}
 	p.confirm.retry(signal, retried, r, p.cg.RunDelay)
+	// Confirmed either way: their counters would signal every period while
+	// they stay busy (clockwake.go); a retry keeps its candidates'.
+	p.clock.pause(slices.DeleteFunc(cands, func(n string) bool { _, again := p.confirm.cands[n]; return again }))
 	return len(r.names) > 0
 }
 

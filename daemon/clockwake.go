@@ -1,0 +1,253 @@
+package daemon
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/taskclock"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+)
+
+// The task-clock wake (issue 15): the CPU pressure trigger wakes the loop
+// within its window (500 ms with CAP_SYS_RESOURCE, else 2 s) and sampling
+// once a period (1 s), so a packed workload that turns busy waited about
+// half a second or more for its cpuset to widen. Instead, each packed
+// workload has perf software counters (package taskclock) that signal
+// every clockPeriod of CPU time its tasks run: without a timer, and not
+// at all while it is idle. A signal whose workload ran at least clockBusy
+// of its CPUs on average since its last one is a candidate for the same
+// 30 ms confirmation as a pressure wake (wake.go), so that a burst of two
+// threads on one CPU widens in about clockPeriod + wakeConfirm.
+//
+// A workload found not saturated (a lone busy thread on its one CPU, which
+// cannot use more) or confirmed but kept packed would signal every period
+// while it stays busy: its counters are paused after every confirmation
+// and resumed at a sample that finds it calm again (its CPU time over the
+// sample below clockBusy of its CPUs); meanwhile, sampling (which runs
+// while it is busy) covers it as before.
+//
+// Counters: cgroupfs placement on cgroup v1, one inherited task-clock
+// counter per task of the workload, set again when a task is attached
+// (threads and processes its tasks create are counted through
+// inheritance); on cgroup v2 and for units, one CPU-clock counter per CPU
+// of the workload's cpuset, filtered by its cgroup. Only workloads whose
+// cpuset is narrower than the CPUs they may get have counters.
+const (
+	clockPeriod = 20 * time.Millisecond
+	clockBusy   = 0.25
+	// clockMaxCounters bounds the counters (file descriptors) a placement
+	// holds; a workload that would exceed it has none (it is woken as
+	// before), said once at info level.
+	clockMaxCounters = 4096
+)
+
+// clockGate is a placement's task-clock wake; nil-safe: a nil gate
+// (turned off) has no channel and arms nothing.
+type clockGate struct {
+	w   *taskclock.Watch
+	log logrus.FieldLogger
+	// refused holds, by key, what the kernel refused counters for (the
+	// cpuset, or "tasks"), so that it is neither retried until that
+	// changes nor logged again; said is set once one refusal was logged
+	// at info level (the rest go to debug).
+	refused map[string]string
+	said    bool
+	// pausedAt is when each paused key was paused.
+	pausedAt map[string]time.Time
+}
+
+func newClockGate(log logrus.FieldLogger) *clockGate {
+	return &clockGate{w: taskclock.New(clockPeriod, clockMaxCounters), log: log, refused: map[string]string{}, pausedAt: map[string]time.Time{}}
+}
+
+// C fires when some counter overflowed; nil without a gate.
+func (g *clockGate) C() <-chan struct{} {
+	if g == nil {
+		return nil
+	}
+	return g.w.C()
+}
+
+func (g *clockGate) close() {
+	if g != nil {
+		g.w.Close()
+	}
+}
+
+// armed reports whether key has counters.
+func (g *clockGate) armed(key string) bool { return g != nil && g.w.Has(key) }
+
+// set gives key counters through open (a taskclock Set call) for what
+// they count, unless the kernel refused that already. The first refusal
+// is logged at info level, the others at debug: a refused workload is
+// woken by CPU pressure and sampling, as without counters.
+func (g *clockGate) set(key, what string, open func(w *taskclock.Watch) (int, error)) {
+	if g == nil || g.refused[key] == what {
+		return
+	}
+	_, err := open(g.w)
+	if err == nil {
+		delete(g.refused, key)
+		return
+	}
+	g.refused[key] = what
+	lvl := logrus.DebugLevel
+	if !g.said {
+		lvl, g.said = logrus.InfoLevel, true
+	}
+	g.log.WithError(err).WithField("workload", key).Log(lvl, "no task-clock counters for this workload (perf_event_open refused); it is woken by CPU pressure and sampling")
+}
+
+// remove closes key's counters.
+func (g *clockGate) remove(key string) {
+	if g != nil {
+		g.w.Remove(key)
+		delete(g.refused, key)
+		delete(g.pausedAt, key)
+	}
+}
+
+// keep closes the counters of every key for which keep is false.
+func (g *clockGate) keep(keep func(key string) bool) {
+	if g == nil {
+		return
+	}
+	for _, k := range g.w.Keys() {
+		if !keep(k) {
+			g.remove(k)
+		}
+	}
+}
+
+// bursts returns the armed keys among names (in their order) that ran at
+// least clockBusy of their CPU count (cpus) on average since their last
+// burst, and each as NAME:UTIL/CPUS for the log.
+func (g *clockGate) bursts(names []string, cpus func(string) int) (hot, desc []string) {
+	if g == nil {
+		return nil, nil
+	}
+	now := time.Now()
+	for _, n := range names {
+		ran, wall, ok := g.w.Burst(n, now)
+		k := cpus(n)
+		if !ok || wall <= 0 || k <= 0 {
+			continue
+		}
+		util := float64(ran) / float64(wall)
+		if util >= clockBusy*float64(k) {
+			hot = append(hot, n)
+			desc = append(desc, fmt.Sprintf("%s:%.2f/%d", n, util, k))
+		}
+	}
+	return hot, desc
+}
+
+// pause pauses the counters of names (a confirmation over them started
+// or ended).
+func (g *clockGate) pause(names []string) {
+	if g == nil {
+		return
+	}
+	now := time.Now()
+	for _, n := range names {
+		if !g.w.Has(n) || g.w.Paused(n) {
+			continue
+		}
+		if err := g.w.Pause(n); err != nil {
+			g.log.WithError(err).WithField("workload", n).Debug("cannot pause task-clock counters; closing them")
+			g.remove(n)
+			continue
+		}
+		g.pausedAt[n] = now
+	}
+}
+
+// resumeIfCalm resumes key's paused counters when a sample from..to that
+// began after the pause found it calm: it ran (CPU time) less than
+// clockBusy of its k CPUs over that interval.
+func (g *clockGate) resumeIfCalm(key string, ran time.Duration, from, to time.Time, k int) {
+	if g == nil || !g.w.Paused(key) || k <= 0 || from.Before(g.pausedAt[key]) || !to.After(from) {
+		return
+	}
+	if float64(ran)/float64(to.Sub(from)) < clockBusy*float64(k) {
+		delete(g.pausedAt, key)
+		if err := g.w.Resume(key); err != nil {
+			g.remove(key)
+		}
+	}
+}
+
+// packed reports whether a workload on cpus may be widened: it has some,
+// and fewer than allowed.
+func packed(cpus, allowed sysfs.CPUSet) bool {
+	return !cpus.IsEmpty() && cpus.Size() < allowed.Size()
+}
+
+// clockC fires when a cgroupfs workload's counter overflowed.
+func (p *placement) clockC() <-chan struct{} { return p.clock.C() }
+
+// syncClock gives every packed, placed workload counters and closes those
+// of the others. retask sets the counters of task-counted (cgroup v1)
+// workloads again: tasks were attached. On cgroup v2 a workload's counters
+// follow its cpuset.
+func (p *placement) syncClock(retask bool) {
+	if p.clock == nil || p.cg == nil {
+		return
+	}
+	allowed := p.allowed
+	for _, n := range p.sortedNames() {
+		w := p.workloads[n]
+		if w.rec.Released || !packed(w.cpus, allowed) {
+			p.clock.remove(n)
+			continue
+		}
+		dir, err := p.cg.ChildPath(n)
+		if err != nil {
+			continue
+		}
+		if p.cg.Version() == sysfs.CgroupV2 {
+			cpus := w.cpus.List()
+			p.clock.set(n, w.cpus.String(), func(t *taskclock.Watch) (int, error) { return t.SetCgroup(n, dir, cpus) })
+			continue
+		}
+		if retask {
+			delete(p.clock.refused, n) // new tasks: try again
+		} else if p.clock.armed(n) {
+			continue
+		}
+		tids, err := sysfs.DirThreads(dir)
+		if err != nil {
+			continue
+		}
+		p.clock.set(n, "tasks", func(t *taskclock.Watch) (int, error) { return t.SetTasks(n, tids) })
+	}
+	p.clock.keep(func(k string) bool { return p.workloads[k] != nil })
+}
+
+// clockWake handles the counters' signal: a confirmation (wake.go) starts
+// over the packed workloads that ran busy since their last signal, unless
+// one is pending, and their counters pause; the signal is logged at debug
+// level as "task clock".
+func (p *placement) clockWake() {
+	cpus := func(n string) int {
+		if w := p.workloads[n]; w != nil && !w.rec.Released {
+			return w.cpus.Size()
+		}
+		return 0
+	}
+	hot, desc := p.clock.bursts(p.sortedNames(), cpus)
+	if len(hot) == 0 {
+		return
+	}
+	p.idleSamples = 0 // busy: sample every period from now
+	if p.confirm.start("task clock", hot, p.cg.RunDelay) {
+		p.stats.clockWakes.Add(1)
+		// The confirmation needs no counters; while it and its retry run
+		// they would signal every period.
+		p.clock.pause(hot)
+		p.log.WithFields(logrus.Fields{"signal": "task clock", "util_over_cpus": strings.Join(desc, ",")}).Debug("busy: confirming")
+	}
+}

@@ -1,0 +1,281 @@
+package taskclock
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The helper process: each line on stdin is a number of CPU-bound threads
+// to run from then on; it answers "ok" once they were started.
+const helperEnv = "TASKCLOCK_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "1" {
+		var stop *atomic.Bool
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			n, _ := strconv.Atoi(sc.Text())
+			if stop != nil {
+				stop.Store(true)
+			}
+			stop = &atomic.Bool{}
+			runtime.GOMAXPROCS(n + 1)
+			for range n {
+				go func(s *atomic.Bool) {
+					runtime.LockOSThread()
+					for !s.Load() {
+					}
+				}(stop)
+			}
+			fmt.Println("ok")
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+type helper struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
+}
+
+func startHelper(t *testing.T) *helper {
+	t.Helper()
+	h := &helper{cmd: exec.Command(os.Args[0], "-test.run=^$")}
+	h.cmd.Env = append(os.Environ(), helperEnv+"=1")
+	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var err error
+	if h.in, err = h.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := h.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.out = bufio.NewReader(out)
+	if err := h.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		h.in.Close()
+		h.cmd.Process.Kill()
+		h.cmd.Wait()
+	})
+	return h
+}
+
+func (h *helper) spin(t *testing.T, n int) {
+	t.Helper()
+	fmt.Fprintln(h.in, n)
+	if l, err := h.out.ReadString('\n'); err != nil || l != "ok\n" {
+		t.Fatalf("helper: %q %v", l, err)
+	}
+}
+
+func (h *helper) tids(t *testing.T) []int {
+	t.Helper()
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", h.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tids []int
+	for _, e := range ents {
+		if id, err := strconv.Atoi(e.Name()); err == nil {
+			tids = append(tids, id)
+		}
+	}
+	return tids
+}
+
+// skipWithoutPerf skips when this machine refuses software counters (a
+// seccomp filter, perf_event_paranoid without the privilege).
+func skipWithoutPerf(t *testing.T, err error) {
+	t.Helper()
+	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.ENOENT) {
+		t.Skipf("perf_event_open refused here, cannot test counters: %v", err)
+	}
+}
+
+// waitBurst waits (up to a generous bound: this checks that a signal comes,
+// not how soon) for C and a Burst of key.
+func waitBurst(t *testing.T, w *Watch, key string) (ran, wall time.Duration) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case <-w.C():
+			if ran, wall, ok := w.Burst(key, time.Now()); ok {
+				return ran, wall
+			}
+		case <-deadline:
+			t.Fatal("no overflow signal in 20 s")
+		}
+	}
+}
+
+func TestTasksCountNewThreads(t *testing.T) {
+	h := startHelper(t)
+	h.spin(t, 0) // the runtime has started its threads
+	w := New(20*time.Millisecond, 64)
+	defer w.Close()
+	n, err := w.SetTasks("h", h.tids(t))
+	skipWithoutPerf(t, err)
+	if err != nil || n == 0 {
+		t.Fatalf("SetTasks: %d, %v", n, err)
+	}
+	if w.Open() != n || !w.Has("h") || strings.Join(w.Keys(), ",") != "h" {
+		t.Fatalf("Open %d Has %v Keys %v after %d counters", w.Open(), w.Has("h"), w.Keys(), n)
+	}
+	// Two threads the counters were not opened on, created after: counted
+	// through inheritance.
+	before := len(h.tids(t))
+	h.spin(t, 2)
+	ran, wall := waitBurst(t, w, "h")
+	if ran < w.Period() || wall <= 0 {
+		t.Fatalf("Burst: ran %v over %v, want at least one period (%v)", ran, wall, w.Period())
+	}
+	if after := len(h.tids(t)); after <= before {
+		t.Logf("the runtime reused %d idle threads (%d before, %d after)", after-before, before, after)
+	}
+}
+
+func TestPauseStopsCounting(t *testing.T) {
+	h := startHelper(t)
+	h.spin(t, 1)
+	w := New(10*time.Millisecond, 64)
+	defer w.Close()
+	_, err := w.SetTasks("h", h.tids(t))
+	skipWithoutPerf(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitBurst(t, w, "h")
+	if err := w.Pause("h"); err != nil || !w.Paused("h") {
+		t.Fatalf("Pause: %v, paused %v", err, w.Paused("h"))
+	}
+	g := w.groups["h"]
+	a, err := g.sum()
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the thread spins on meanwhile
+	b, _ := g.sum()
+	if a != b {
+		t.Fatalf("a paused group counted %v", b-a)
+	}
+	if _, _, ok := w.Burst("h", time.Now()); ok {
+		t.Fatal("Burst of a paused group reported one")
+	}
+	if err := w.Resume("h"); err != nil || w.Paused("h") {
+		t.Fatalf("Resume: %v", err)
+	}
+	ran, _ := waitBurst(t, w, "h")
+	if ran < w.Period() {
+		t.Fatalf("after Resume: ran %v", ran)
+	}
+}
+
+func TestSetTasksSkipsExited(t *testing.T) {
+	w := New(20*time.Millisecond, 4)
+	defer w.Close()
+	// A tid no task has (above pid_max).
+	n, err := w.SetTasks("gone", []int{1 << 30})
+	skipWithoutPerf(t, err)
+	if n != 0 || err != nil {
+		t.Fatalf("SetTasks of a gone task: %d, %v; want 0, nil", n, err)
+	}
+	if _, _, ok := w.Burst("gone", time.Now()); ok {
+		t.Fatal("Burst of an empty group")
+	}
+	if _, err := w.SetTasks("many", []int{1, 2, 3, 4, 5}); !errors.Is(err, ErrLimit) {
+		t.Fatalf("5 tasks with room for 4: %v, want ErrLimit", err)
+	}
+	if w.Has("many") || w.Open() != 0 {
+		t.Fatalf("a refused group left counters: Has %v Open %d", w.Has("many"), w.Open())
+	}
+}
+
+// cgroup2Mount returns where a cgroup v2 hierarchy is mounted ("" if none).
+func cgroup2Mount(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 2 && f[2] == "cgroup2" {
+			return f[1]
+		}
+	}
+	return ""
+}
+
+func TestCgroupCountsItsTasks(t *testing.T) {
+	root := cgroup2Mount(t)
+	if root == "" || os.Geteuid() != 0 {
+		t.Skip("needs root and a cgroup v2 mount to make a child cgroup in")
+	}
+	dir := filepath.Join(root, fmt.Sprintf("taskclock-test-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skipf("cannot make a cgroup v2 child here: %v", err)
+	}
+	t.Cleanup(func() {
+		// Its task back to the root before removal.
+		os.Remove(dir)
+	})
+	h := startHelper(t)
+	h.spin(t, 0)
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(h.cmd.Process.Pid)), 0); err != nil {
+		t.Skipf("cannot move a task into a cgroup v2 child here (a v1 controller may own it): %v", err)
+	}
+	t.Cleanup(func() {
+		h.in.Close()
+		h.cmd.Process.Kill()
+		h.cmd.Wait()
+		os.Remove(dir)
+	})
+	w := New(20*time.Millisecond, 64)
+	defer w.Close()
+	cpus := make([]int, runtime.NumCPU())
+	for i := range cpus {
+		cpus[i] = i
+	}
+	n, err := w.SetCgroup("cg", dir, cpus)
+	skipWithoutPerf(t, err)
+	if err != nil || n != len(cpus) {
+		t.Fatalf("SetCgroup: %d, %v", n, err)
+	}
+	// The same directory and CPUs keep the counters.
+	fds := append([]int(nil), w.groups["cg"].fds...)
+	if _, err := w.SetCgroup("cg", dir, cpus); err != nil || fmt.Sprint(w.groups["cg"].fds) != fmt.Sprint(fds) {
+		t.Fatalf("SetCgroup again reopened: %v", err)
+	}
+	// Idle, the cgroup runs far less than a period in 300 ms.
+	time.Sleep(300 * time.Millisecond)
+	if r, _, ok := w.Burst("cg", time.Now()); ok {
+		t.Fatalf("an idle cgroup reported a burst of %v", r)
+	}
+	h.spin(t, 1)
+	ran, _ := waitBurst(t, w, "cg")
+	if ran < w.Period() {
+		t.Fatalf("ran %v", ran)
+	}
+	if _, err := w.SetCgroup("bad", filepath.Join(dir, "nope"), cpus); err == nil || w.Has("bad") {
+		t.Fatal("SetCgroup of a missing directory succeeded")
+	}
+}
