@@ -17,17 +17,21 @@ import (
 // half a second or more for its cpuset to widen. Instead, each packed
 // workload has perf software counters (package taskclock) that signal
 // every clockPeriod of CPU time its tasks run: without a timer, and not
-// at all while it is idle. A signal whose workload ran at least clockBusy
-// of its CPUs on average since its last one is a candidate for the same
-// 30 ms confirmation as a pressure wake (wake.go), so that a burst of two
-// threads on one CPU widens in about clockPeriod + wakeConfirm.
+// at all while it is idle. A signal is a candidate for the same 30 ms
+// confirmation as a pressure wake (wake.go) when the workload ran at least
+// clockBusy of its CPUs on average since its last signal, or has more
+// threads runnable at that instant than CPUs (the first signal after a
+// quiet spell, whose average spans the quiet). Two threads sharing one CPU
+// each run half the time, so a per-thread counter signals about
+// 2 × clockPeriod into such a burst, and it widens about wakeConfirm later.
 //
 // A workload found not saturated (a lone busy thread on its one CPU, which
 // cannot use more) or confirmed but kept packed would signal every period
-// while it stays busy: its counters are paused after every confirmation
-// and resumed at a sample that finds it calm again (its CPU time over the
-// sample below clockBusy of its CPUs); meanwhile, sampling (which runs
-// while it is busy) covers it as before.
+// while it stays busy, and a light one that runs often would signal
+// several times a second: their counters pause, and resume at a sample
+// that began after the pause and finds the workload calm (its CPU time
+// over the sample below clockBusy of its CPUs); meanwhile sampling, which
+// runs while any workload is busy, covers them as before.
 //
 // Counters: cgroupfs placement on cgroup v1, one inherited task-clock
 // counter per task of the workload, set again when a task is attached
@@ -36,8 +40,9 @@ import (
 // of the workload's cpuset, filtered by its cgroup. Only workloads whose
 // cpuset is narrower than the CPUs they may get have counters.
 const (
-	clockPeriod = 20 * time.Millisecond
+	clockPeriod = 10 * time.Millisecond
 	clockBusy   = 0.25
+	clockLight  = time.Second
 	// clockMaxCounters bounds the counters (file descriptors) a placement
 	// holds; a workload that would exceed it has none (it is woken as
 	// before), said once at info level.
@@ -122,14 +127,21 @@ func (g *clockGate) keep(keep func(key string) bool) {
 	}
 }
 
-// bursts returns the armed keys among names (in their order) that ran at
-// least clockBusy of their CPU count (cpus) on average since their last
-// burst, and each as NAME:UTIL/CPUS for the log.
-func (g *clockGate) bursts(names []string, cpus func(string) int) (hot, desc []string) {
+// bursts returns the armed keys among names (in their order) whose
+// counters signalled a burst, and each as NAME:UTIL/CPUS for the log: a
+// key that ran at least clockBusy of its CPU count (cpus) on average since
+// its last signal, or — the first signal after a quiet spell says nothing
+// of the rate now — one with more threads runnable at this instant than
+// CPUs (crowded). A key that signalled neither way within clockLight of
+// its last signal runs light but often: its counters pause until a calm
+// sample (resumeIfCalm), which bounds the wake-ups a light workload costs
+// to about one per sample.
+func (g *clockGate) bursts(names []string, cpus func(string) int, crowded func(string, int) bool) (hot, desc []string) {
 	if g == nil {
 		return nil, nil
 	}
 	now := time.Now()
+	var light []string
 	for _, n := range names {
 		ran, wall, ok := g.w.Burst(n, now)
 		k := cpus(n)
@@ -137,11 +149,18 @@ func (g *clockGate) bursts(names []string, cpus func(string) int) (hot, desc []s
 			continue
 		}
 		util := float64(ran) / float64(wall)
-		if util >= clockBusy*float64(k) {
+		switch {
+		case util >= clockBusy*float64(k):
 			hot = append(hot, n)
 			desc = append(desc, fmt.Sprintf("%s:%.2f/%d", n, util, k))
+		case crowded(n, k):
+			hot = append(hot, n)
+			desc = append(desc, fmt.Sprintf("%s:%.2f/%d,runnable>%d", n, util, k, k))
+		case wall < clockLight:
+			light = append(light, n)
 		}
 	}
+	g.pause(light)
 	return hot, desc
 }
 
@@ -238,7 +257,11 @@ func (p *placement) clockWake() {
 		}
 		return 0
 	}
-	hot, desc := p.clock.bursts(p.sortedNames(), cpus)
+	crowded := func(n string, k int) bool {
+		r, err := p.cg.Runnable(n)
+		return err == nil && r > k
+	}
+	hot, desc := p.clock.bursts(p.sortedNames(), cpus, crowded)
 	if len(hot) == 0 {
 		return
 	}
