@@ -274,3 +274,62 @@ func (p *placement) clockWake() {
 		p.log.WithFields(logrus.Fields{"signal": "task clock", "util_over_cpus": strings.Join(desc, ",")}).Debug("busy: confirming")
 	}
 }
+
+// clockC fires when a unit's counter overflowed; nil without units.
+func (u *unitPlacement) clockC() <-chan struct{} {
+	if u == nil {
+		return nil
+	}
+	return u.clock.C()
+}
+
+// syncClock gives every unit with AllowedCPUs= narrower than the CPUs of
+// the last plan counters on its cgroup and those CPUs, and closes the
+// others'.
+func (u *unitPlacement) syncClock() {
+	if u == nil || u.clock == nil {
+		return
+	}
+	for _, n := range u.sortedNames() {
+		w := u.workloads[n]
+		if !packed(w.cpus, u.online) {
+			u.clock.remove(n)
+			continue
+		}
+		dir, cpus := w.cgroup, w.cpus.List()
+		u.clock.set(n, w.cpus.String(), func(t *taskclock.Watch) (int, error) { return t.SetCgroup(n, dir, cpus) })
+	}
+	u.clock.keep(func(k string) bool { return u.workloads[k] != nil })
+}
+
+// clockWake is placement.clockWake for units. A unit's runnable threads
+// are not counted at the signal (a user manager placed whole may hold
+// thousands): a unit is crowded when its cgroup's tasks waited for a CPU
+// (cpu.pressure "some" total) at least unitWakeStall since the last
+// sample.
+func (u *unitPlacement) clockWake() {
+	cpus := func(n string) int {
+		if w := u.workloads[n]; w != nil {
+			return w.cpus.Size()
+		}
+		return 0
+	}
+	crowded := func(n string, _ int) bool {
+		w := u.workloads[n]
+		if w == nil {
+			return false
+		}
+		pr, err := sysfs.DirCPUPressure(w.cgroup)
+		return err == nil && pr.Total-w.stallTotal >= unitWakeStall
+	}
+	hot, desc := u.clock.bursts(u.sortedNames(), cpus, crowded)
+	if len(hot) == 0 {
+		return
+	}
+	u.idleSamples = 0
+	if u.confirm.start("task clock", hot, u.runDelay) {
+		u.stats.clockWakes.Add(1)
+		u.clock.pause(hot)
+		u.log.WithFields(logrus.Fields{"signal": "task clock", "util_over_cpus": strings.Join(desc, ",")}).Debug("busy: confirming")
+	}
+}

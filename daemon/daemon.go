@@ -747,6 +747,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case <-d.pl.clockC():
 			d.stats.events.Add(1)
 			d.pl.clockWake()
+		case <-d.units.clockC():
+			d.stats.events.Add(1)
+			d.units.clockWake()
 		case <-d.pl.confirmC():
 			d.stats.events.Add(1)
 			if d.pl.confirmWake() {

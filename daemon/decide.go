@@ -137,6 +137,7 @@ func (d *Daemon) recompute(why string, force bool) {
 	placedFor := d.pl.plan.Policy
 	if d.units != nil {
 		d.units.apply(d.effective, d.topo, d.allowed, force)
+		d.units.syncClock()
 		if placedFor == "" || placedFor == d.effective {
 			placedFor = d.units.plan.Policy
 		}

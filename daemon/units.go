@@ -119,6 +119,10 @@ type unitPlacement struct {
 	// where the kernel grants no trigger. With it, sampling stops while
 	// every unit is idle, as for cgroupfs workloads.
 	pressure *sysfs.PressureTrigger
+	// clock wakes the loop when a unit with AllowedCPUs= set turns busy
+	// (clockwake.go); nil on cgroup v1 (systemd applies no AllowedCPUs=
+	// there) or with Config.NoTaskClock.
+	clock *clockGate
 
 	idleSamples int
 	// confirm is the pending confirmation of a crowded unit (wake.go);
@@ -263,6 +267,9 @@ func (u *unitPlacement) open() error {
 		u.procRoot = "/proc"
 	}
 	u.pressure = armPressure(u.log, filepath.Join(u.procRoot, "pressure", "cpu"))
+	if u.unified && !u.cfg.NoTaskClock {
+		u.clock = newClockGate(u.log)
+	}
 	return nil
 }
 
@@ -300,6 +307,8 @@ func (u *unitPlacement) close() {
 	}
 	close(u.done)
 	u.dropPressure()
+	u.clock.close()
+	u.clock = nil
 	u.confirm.drop()
 	u.closeUsers()
 	u.mgr.Close()
@@ -603,6 +612,7 @@ func (u *unitPlacement) forget(key string) {
 		delete(u.records, w.rec.key())
 	}
 	u.dirty = true
+	u.clock.remove(key)
 	u.log.WithFields(logrus.Fields{"unit": w.name, "manager": managerName(w.uid)}).Info("unit gone")
 }
 
@@ -618,7 +628,7 @@ func (u *unitPlacement) sample() (busy bool) {
 	}
 	u.stats.samples.Add(1)
 	now := time.Now()
-	for _, w := range u.workloads {
+	for key, w := range u.workloads {
 		use, err := sysfs.DirUsage(w.cgroup)
 		if err != nil {
 			continue
@@ -626,6 +636,7 @@ func (u *unitPlacement) sample() (busy bool) {
 		if use != w.avg.Usage || w.avg.Util > idleUtil {
 			busy = true
 		}
+		u.clock.resumeIfCalm(key, max(use-w.avg.Usage, 0), w.lastAt, now, w.cpus.Size())
 		w.avg, w.lastAt = w.avg.Update(use, now.Sub(w.lastAt), u.cfg.UtilHalfLife), now
 		if !u.unified {
 			continue

@@ -302,6 +302,7 @@ func (u *unitPlacement) confirmWake() bool {
 		}
 		return 0
 	}
+	cands := slices.Collect(maps.Keys(u.confirm.cands))
 	r := u.confirm.finish(cpus, u.runDelay)
 	logConfirmed(u.log, signal, r.saturated, r.light)
 	for _, n := range r.names {
@@ -309,5 +310,6 @@ func (u *unitPlacement) confirmWake() bool {
 		w.avg.Util = max(w.avg.Util, float64(w.cpus.Size()))
 	}
 	u.confirm.retry(signal, retried, r, u.runDelay)
+	u.clock.pause(slices.DeleteFunc(cands, func(n string) bool { _, again := u.confirm.cands[n]; return again }))
 	return len(r.names) > 0
 }

@@ -182,7 +182,9 @@ func TestUnitSecurity(t *testing.T) {
 	}
 	score, _ := strconv.ParseFloat(m[1], 64)
 	t.Logf("systemd-analyze security --offline=true: %s %s", m[1], m[2])
-	const maxExposure = 4.0 // 3.8 when written; see packaging/README.md
+	// 3.8 when written; 4.1 since the task-clock wake's perf_event_open
+	// (SystemCallFilter=~@debug); see packaging/README.md.
+	const maxExposure = 4.1
 	if score > maxExposure {
 		t.Errorf("exposure %.1f > %.1f: a sandboxing option was lost\n%s", score, maxExposure, out)
 	}
