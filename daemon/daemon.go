@@ -117,6 +117,10 @@ type Config struct {
 	// (default policy.DefaultHalfLife, 2 s; MinUtilHalfLife to
 	// MaxUtilHalfLife, bounds.go; see policy/pelt.go).
 	UtilHalfLife time.Duration
+	// TreeNoPollHack is sysfs.TreeOptions.NoPollHack: set by the daemon
+	// binary, which never reads its own tree; a process that does (tests
+	// running the daemon in-process) leaves it false.
+	TreeNoPollHack bool
 	// NoTaskClock turns the task-clock wake off (daemon/clockwake.go):
 	// a packed workload turning busy is then noticed by CPU pressure and
 	// sampling only.
@@ -948,6 +952,7 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 			"debounce": nc.Debounce != old.Debounce, "recheck_interval": nc.RecheckInterval != old.RecheckInterval,
 			"upower": nc.UPower != old.UPower, "logind": nc.Logind != old.Logind, "acpid_socket": nc.AcpidSocket != old.AcpidSocket,
 			"placement": nc.Placement != old.Placement, "manage": !reflect.DeepEqual(nc.Manage, old.Manage),
+			"task_clock": nc.NoTaskClock != old.NoTaskClock,
 		} {
 			if changed {
 				restart = append(restart, name)

@@ -150,6 +150,7 @@ func (d *Daemon) writeFile(ctx context.Context, file string, data []byte, via st
 func (d *Daemon) treeOptions(ctx context.Context, backend sysfs.Backend) sysfs.TreeOptions {
 	return sysfs.TreeOptions{
 		Dir: d.cfg.TreeDir, Files: treeFiles, Handler: treeHandler{d: d, ctx: ctx}, Backend: backend,
+		NoPollHack: d.cfg.TreeNoPollHack,
 		OnPlainRejected: func(path string, data []byte, err error) {
 			d.log.WithFields(logrus.Fields{"file": filepath.Base(path), "value": fmt.Sprintf("%.40q", data)}).WithError(err).Warn("rejected write reverted")
 		},

@@ -91,6 +91,16 @@ type TreeOptions struct {
 	// value is reverted afterwards (see OnPlainRejected). Root can write the
 	// 0444 files; such writes are reverted with EACCES.
 	Backend Backend
+	// NoPollHack, for a process that never opens or polls the tree's
+	// files itself (the daemon binary), skips go-fuse's poll hack: the
+	// serving process opens and polls a file of its own mount once at
+	// mount time, so that the kernel stops sending FUSE_POLL for files the
+	// process opens through Go's netpoller. The serving process is then
+	// its own client: killed (SIGKILL) while that request is in flight,
+	// it waits in D state for its own answer (request_wait_answer in
+	// fs/fuse/dev.c waits uninterruptibly for a request already sent)
+	// until the connection is aborted. FUSE backend only.
+	NoPollHack bool
 	// OnPlainRejected, if set, is called when the plain backend reverted an invalid write.
 	// It runs on the watcher goroutine and may call Tree.Changed but not Tree.Close.
 	OnPlainRejected func(path string, data []byte, err error)

@@ -104,7 +104,17 @@ func serveFUSE(opts TreeOptions) (*fuseTree, error) {
 			t.build(ctx, &root.Inode, opts.Files)
 		},
 	}
-	server, err := fs.Mount(opts.Dir, root, fopts)
+	// fs.Mount, but for the poll hack: NewServer mounts and answers the
+	// kernel's INIT before it returns, and WaitMount only adds go-fuse's
+	// poll hack, an open and poll of a file on the mount by the serving
+	// process itself (see TreeOptions.NoPollHack).
+	server, err := fuse.NewServer(fs.NewNodeFS(root, fopts), opts.Dir, &fopts.MountOptions)
+	if err == nil {
+		go server.Serve()
+		if !opts.NoPollHack {
+			err = server.WaitMount()
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sysfs: tree: fuse mount %s: %w", opts.Dir, err)
 	}
@@ -149,9 +159,14 @@ type mountID struct {
 	unique bool
 }
 
+// AT_STATX_DONT_SYNC: the device and mount IDs come from the VFS, and a
+// FUSE mount is then answered from cached attributes instead of a GETATTR
+// request. On our own tree that request would be served by this process,
+// and a SIGKILL while it is in flight leaves the process waiting for its
+// own answer in D state until the connection is aborted.
 func mountIdentity(dir string) (mountID, error) {
 	var stx unix.Statx_t
-	err := unix.Statx(unix.AT_FDCWD, dir, 0, unix.STATX_BASIC_STATS|unix.STATX_MNT_ID_UNIQUE|unix.STATX_MNT_ID, &stx)
+	err := unix.Statx(unix.AT_FDCWD, dir, unix.AT_STATX_DONT_SYNC, unix.STATX_BASIC_STATS|unix.STATX_MNT_ID_UNIQUE|unix.STATX_MNT_ID, &stx)
 	if err != nil {
 		return mountID{}, err
 	}
@@ -476,8 +491,12 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 // time.
 func clearStaleMount(dir string) error {
 	for range 16 {
-		var st unix.Stat_t
-		statErr := unix.Stat(dir, &st)
+		// Without a GETATTR request (mountIdentity): the mount may be a
+		// previous tree this process still serves. A dead server's
+		// ENOTCONN comes from the path walk; its mount is found by type
+		// below in any case.
+		var stx unix.Statx_t
+		statErr := unix.Statx(unix.AT_FDCWD, dir, unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &stx)
 		stale := errors.Is(statErr, unix.ENOTCONN)
 		if !stale {
 			fstype, mounted, err := mountAt(resolveExisting(dir))

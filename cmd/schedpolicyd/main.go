@@ -225,6 +225,7 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 	fl.DurationVar(&cfg.Settle, "settle", 0, "extra re-read this long after an event-driven one, for firmware that updates late (1ms to 1m; 0: 1s default, negative: off)")
 	fl.StringVar(&cfg.MetricsTextfile, "metrics-textfile", "", "write Prometheus metrics for node_exporter's textfile collector to this file, an absolute path ending in .prom, e.g. /var/lib/prometheus/node-exporter/schedpolicyd.prom, whenever a value changes (empty: none)")
 	fl.IntVar(&cfg.LowBattery, "low-battery", DefaultLowBattery, "below this percentage of the system batteries' charge, on battery, automatic mode uses powersaving even with power_aware_policy balance, until 5 points above (0: off)")
+	taskClock := fl.Bool("task-clock", true, "wake when a packed workload turns busy from perf software counters of its CPU time (perf_event_open; false: CPU pressure and sampling only)")
 	cfg.PowerProfilesAPI = DefaultPowerProfilesAPI
 	fl.Var((*ppFlag)(&cfg.PowerProfilesAPI), "power-profiles-api", "the power-profiles D-Bus API (net.hadess.PowerProfiles, org.freedesktop.UPower.PowerProfiles) used by GNOME, KDE and powerprofilesctl, given as --power-profiles-api=VALUE (alone: true): auto (follow the power-profiles daemon that owns it, serve it while none does), true (always serve it) or false (neither)")
 	configPath := fl.String("config", DefaultConfigPath, "TOML configuration file, see schedpolicyd.conf(5); flags given here override it")
@@ -236,6 +237,8 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 	// gives.
 	cfg.TreeBackend, cfg.Events = sysfs.Backend(*treeBackend), acpi.EventSource(*events)
 	cfg.BoostOnBattery, cfg.UPower = daemon.BoostMode(*boostOnBattery), acpi.UPowerMode(*upower)
+	cfg.NoTaskClock = !*taskClock
+	cfg.TreeNoPollHack = true // this process never reads its own tree
 	set := map[string]bool{}
 	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	flagCfg := cfg // as the command line left it; reloads start from here
