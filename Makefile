@@ -167,7 +167,7 @@ FUZZ_TARGETS  := \
 	./acpi:FuzzParseAcpidEvent \
 	./acpi:FuzzPowerSupplyAttrs \
 	./policy:FuzzScanToken \
-	./policy:FuzzParseCPUPressure \
+	./sysfs:FuzzParseCPUPressure \
 	./daemon:FuzzValidWorkloadName \
 	./daemon:FuzzEnergyReadings \
 	./cmd/schedpolicyd:FuzzParseConfig

@@ -118,6 +118,9 @@ type fileConfig struct {
 	ProfileMap map[string]policy.PowerAware
 	// LowBattery is the low-battery tier in percent: 1–100, or 0 off.
 	LowBattery *int
+	// TaskClock is whether packed workloads get task-clock counters (the
+	// task-clock wake, daemon/clockwake.go; default true).
+	TaskClock *bool
 	// LogLevel is a logrus level: "debug", "info", "warning", "error".
 	LogLevel *string
 	// MetricsTextfile is where the node_exporter textfile-collector file
@@ -179,6 +182,7 @@ type rawConfig struct {
 	ProfileBalanced    *int64     `toml:"profile_balanced"`
 	ProfilePerformance *int64     `toml:"profile_performance"`
 	LowBattery         *int64     `toml:"low_battery"`
+	TaskClock          *bool      `toml:"task_clock"`
 	LogLevel           *string    `toml:"log_level"`
 	MetricsTextfile    *string    `toml:"metrics_textfile"`
 	Slice              []rawSlice `toml:"slice"`
@@ -359,6 +363,7 @@ func parseConfig(name string, data []byte) (fileConfig, error) {
 	default:
 		bad("power_profiles_api", "%v: want true, false or \"auto\"", v)
 	}
+	fc.TaskClock = raw.TaskClock
 	if raw.LowBattery != nil {
 		if v := *raw.LowBattery; v < 0 || v > 100 {
 			bad("low_battery", "%d: want a percentage 1 to 100, or 0 for off", v)
@@ -495,7 +500,7 @@ func configKeys() []string {
 	return []string{"power_aware", "power_aware_policy", "tree_dir", "tree_backend", "cgroup_root",
 		"placement", "manage", "sysfs_root", "state_dir", "bus", "debounce", "recheck_interval", "sample_interval",
 		"boost_on_battery", "upower", "power_profiles_api", "profile_power_saver", "profile_balanced",
-		"profile_performance", "low_battery", "log_level", "metrics_textfile"}
+		"profile_performance", "low_battery", "task_clock", "log_level", "metrics_textfile"}
 }
 
 // configKeyType describes the TOML type a key wants, for type errors.
@@ -517,6 +522,8 @@ func configKeyType(key string) string {
 		return fmt.Sprintf("a string (%s = \"...\")", strings.TrimPrefix(key, "slice."))
 	case "slice.always":
 		return "true or false (always = true)"
+	case "task_clock":
+		return "true or false (task_clock = true)"
 
 	case "debounce", "recheck_interval", "sample_interval":
 		return fmt.Sprintf("a duration string (%s = \"500ms\")", key)
@@ -607,6 +614,7 @@ var configFlags = map[string]string{
 	"log_level":          "log-level",
 	"power_profiles_api": "power-profiles-api",
 	"low_battery":        "low-battery",
+	"task_clock":         "task-clock",
 	"boost_on_battery":   "boost-on-battery",
 	"upower":             "upower",
 	"metrics_textfile":   "metrics-textfile",
@@ -661,6 +669,9 @@ func (fc fileConfig) apply(cfg *daemon.Config, setFlags map[string]bool) {
 	}
 	if fc.LowBattery != nil && !setFlags["low-battery"] {
 		cfg.LowBattery = *fc.LowBattery
+	}
+	if fc.TaskClock != nil && !setFlags["task-clock"] {
+		cfg.NoTaskClock = !*fc.TaskClock
 	}
 	if fc.Slices != nil {
 		cfg.Slices = fc.Slices

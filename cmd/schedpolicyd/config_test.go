@@ -66,6 +66,7 @@ upower = "off"
 power_profiles_api = true
 profile_balanced = 2
 low_battery = 15
+task_clock = false
 log_level = "debug"
 metrics_textfile = "/var/lib/prometheus/node-exporter/schedpolicyd.prom"
 `)
@@ -92,7 +93,7 @@ metrics_textfile = "/var/lib/prometheus/node-exporter/schedpolicyd.prom"
 		Placement: "systemd", Manage: []string{"schedpolicyd.slice", "background.slice"},
 		StateDir: "/var/lib/x", Bus: "unix:path=/tmp/bus", Debounce: 250 * time.Millisecond,
 		RecheckInterval: -time.Second, SampleInterval: 2 * time.Second, PowerProfilesAPI: daemon.PowerProfilesServe,
-		ProfileMap: map[string]policy.PowerAware{"balanced": 2}, LowBattery: 15,
+		ProfileMap: map[string]policy.PowerAware{"balanced": 2}, LowBattery: 15, NoTaskClock: true,
 		BoostOnBattery: "off", UPower: "off",
 		DefaultKnob:     &policy.Knob{PowerAware: 2, PowerAwarePolicy: policy.Balance},
 		MetricsTextfile: "/var/lib/prometheus/node-exporter/schedpolicyd.prom",
@@ -175,6 +176,7 @@ func TestConfigErrors(t *testing.T) {
 		{"api as integer", "power_profiles_api = 1\n", 1, "power_profiles_api", `want true, false or "auto"`},
 		{"low_battery out of range", "low_battery = 101\n", 1, "low_battery", "want a percentage"},
 		{"low_battery negative", "low_battery = -1\n", 1, "low_battery", "want a percentage"},
+		{"task_clock as string", "task_clock = \"no\"\n", 1, "task_clock", "want true or false"},
 		{"profile map out of range", "profile_power_saver = 3\n", 1, "profile_power_saver", "want 0"},
 		{"profile map as string", "profile_balanced = \"1\"\n", 1, "profile_balanced", "want an integer"},
 		{"duration as integer", "debounce = 500\n", 1, "debounce", "duration string"},
