@@ -191,7 +191,11 @@ func (p *placement) startWatch() {
 	}
 	p.pressure = p.openPressure()
 	if !p.cfg.NoTaskClock {
-		p.clock = newClockGate(p.log)
+		p.clock = newClockGate(p.log, func(n string) (time.Duration, error) {
+			run, wait, err := p.cg.RunDelay(n)
+			return run + wait, err
+		}, func(cpus int) float64 { return float64(cpus) + wakeMargin }) // as a confirmation
+
 	}
 }
 

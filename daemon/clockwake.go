@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,10 +27,16 @@ import (
 // 2 × clockPeriod into such a burst, and it widens about wakeConfirm later.
 //
 // A workload found not saturated (a lone busy thread on its one CPU, which
-// cannot use more) or confirmed but kept packed would signal every period
-// while it stays busy, and a light one that runs often would signal
-// several times a second: their counters pause, and resume at a sample
-// that began after the pause and finds the workload calm (its CPU time
+// cannot use more), or a light one that signals more than once a second,
+// would signal every period while it runs: its counters go slow
+// (clockSlowPeriod), and a slow signal only counts when the workload's
+// tasks waited for a CPU at least wakeMargin of the time since the last
+// one (its threads' run-queue wait; a unit's cpu.pressure "some" total),
+// so that a second busy thread joining the first is caught within about
+// 2 × clockSlowPeriod. A workload confirmed
+// saturated but kept packed (a slice rule, an administrator's bound)
+// would be confirmed at every signal: its counters pause. Both end at a
+// sample that began after them and finds the workload calm (its CPU time
 // over the sample below clockBusy of its CPUs); meanwhile sampling, which
 // runs while any workload is busy, covers them as before.
 //
@@ -40,9 +47,11 @@ import (
 // of the workload's cpuset, filtered by its cgroup. Only workloads whose
 // cpuset is narrower than the CPUs they may get have counters.
 const (
-	clockPeriod = 10 * time.Millisecond
-	clockBusy   = 0.25
-	clockLight  = time.Second
+	clockPeriod     = 10 * time.Millisecond
+	clockSlowPeriod = 50 * time.Millisecond
+	clockSlowMax    = 1600 * time.Millisecond
+	clockBusy       = 0.25
+	clockLight      = time.Second
 	// clockMaxCounters bounds the counters (file descriptors) a placement
 	// holds; a workload that would exceed it has none (it is woken as
 	// before), said once at info level.
@@ -60,12 +69,44 @@ type clockGate struct {
 	// at info level (the rest go to debug).
 	refused map[string]string
 	said    bool
-	// pausedAt is when each paused key was paused.
-	pausedAt map[string]time.Time
+	keys    map[string]*clockKey
+	// waited reads a key's cumulative time its tasks were runnable
+	// (cgroupfs: its threads' run + run-queue wait, so that a rate is
+	// average runnable threads) or waited for a CPU (units: its cgroup's
+	// cpu.pressure "some" total, one read where its threads may be
+	// thousands); a slow signal counts when that rate since the last one
+	// reaches bar(CPUs).
+	waited func(key string) (time.Duration, error)
+	bar    func(cpus int) float64
 }
 
-func newClockGate(log logrus.FieldLogger) *clockGate {
-	return &clockGate{w: taskclock.New(clockPeriod, clockMaxCounters), log: log, refused: map[string]string{}, pausedAt: map[string]time.Time{}}
+// clockKey is one armed key's state.
+type clockKey struct {
+	// open (re)opens its counters at a period.
+	open func(w *taskclock.Watch, period time.Duration) (int, error)
+	// slow: counting at clockSlowPeriod; paused: not counting. since is
+	// when either began (a calm sample must begin after it).
+	slow, paused bool
+	since        time.Time
+	// slowPeriod is the slow period: clockSlowPeriod, doubled (up to
+	// clockSlowMax) by each confirmation a slow signal started that found
+	// the workload not saturated.
+	slowPeriod time.Duration
+	// waited is the key's cumulative wait for a CPU (clockGate's waited
+	// function) at waitedAt, while slow.
+	waited   time.Duration
+	waitedAt time.Time
+}
+
+func (k *clockKey) period() time.Duration {
+	if k.slow {
+		return max(k.slowPeriod, clockSlowPeriod)
+	}
+	return clockPeriod
+}
+
+func newClockGate(log logrus.FieldLogger, waited func(key string) (time.Duration, error), bar func(cpus int) float64) *clockGate {
+	return &clockGate{w: taskclock.New(clockPeriod, clockMaxCounters), log: log, refused: map[string]string{}, keys: map[string]*clockKey{}, waited: waited, bar: bar}
 }
 
 // C fires when some counter overflowed; nil without a gate.
@@ -85,25 +126,52 @@ func (g *clockGate) close() {
 // armed reports whether key has counters.
 func (g *clockGate) armed(key string) bool { return g != nil && g.w.Has(key) }
 
-// set gives key counters through open (a taskclock Set call) for what
-// they count, unless the kernel refused that already. The first refusal
-// is logged at info level, the others at debug: a refused workload is
-// woken by CPU pressure and sampling, as without counters.
-func (g *clockGate) set(key, what string, open func(w *taskclock.Watch) (int, error)) {
+// slow and paused report key's state.
+func (g *clockGate) slow(key string) bool { return g != nil && g.keys[key] != nil && g.keys[key].slow }
+func (g *clockGate) paused(key string) bool {
+	return g != nil && g.keys[key] != nil && g.keys[key].paused
+}
+
+// set gives key counters through open, for what they count, unless the
+// kernel refused that already; a key already armed keeps its state (slow
+// or paused). The first refusal is logged at info level, the others at
+// debug: a refused workload is woken by CPU pressure and sampling, as
+// without counters.
+func (g *clockGate) set(key, what string, open func(w *taskclock.Watch, period time.Duration) (int, error)) {
 	if g == nil || g.refused[key] == what {
 		return
 	}
-	_, err := open(g.w)
-	if err == nil {
+	k := g.keys[key]
+	if k == nil {
+		k = &clockKey{}
+	}
+	k.open = open
+	if g.reopen(key, k) {
 		delete(g.refused, key)
 		return
 	}
 	g.refused[key] = what
+}
+
+// reopen opens key's counters at k's period (paused again if k is); on a
+// refusal key has none, logged as set says.
+func (g *clockGate) reopen(key string, k *clockKey) bool {
+	_, err := k.open(g.w, k.period())
+	if err == nil && k.paused {
+		err = g.w.Pause(key)
+	}
+	if err == nil {
+		g.keys[key] = k
+		return true
+	}
+	g.w.Remove(key)
+	delete(g.keys, key)
 	lvl := logrus.DebugLevel
 	if !g.said {
 		lvl, g.said = logrus.InfoLevel, true
 	}
 	g.log.WithError(err).WithField("workload", key).Log(lvl, "no task-clock counters for this workload (perf_event_open refused); it is woken by CPU pressure and sampling")
+	return false
 }
 
 // remove closes key's counters.
@@ -111,7 +179,7 @@ func (g *clockGate) remove(key string) {
 	if g != nil {
 		g.w.Remove(key)
 		delete(g.refused, key)
-		delete(g.pausedAt, key)
+		delete(g.keys, key)
 	}
 }
 
@@ -128,14 +196,16 @@ func (g *clockGate) keep(keep func(key string) bool) {
 }
 
 // bursts returns the armed keys among names (in their order) whose
-// counters signalled a burst, and each as NAME:UTIL/CPUS for the log: a
-// key that ran at least clockBusy of its CPU count (cpus) on average since
-// its last signal, or — the first signal after a quiet spell says nothing
-// of the rate now — one with more threads runnable at this instant than
-// CPUs (crowded). A key that signalled neither way within clockLight of
-// its last signal runs light but often: its counters pause until a calm
-// sample (resumeIfCalm), which bounds the wake-ups a light workload costs
-// to about one per sample.
+// counters signalled a burst, and each as NAME:UTIL/CPUS for the log. A
+// key counting at clockPeriod signalled one when it ran at least clockBusy
+// of its CPU count (cpus) on average since its last signal, or — the first
+// signal after a quiet spell says nothing of the rate now — when it is
+// crowded (crowded: more threads runnable than CPUs right then); one that
+// did neither within clockLight of its last signal runs light but often,
+// and goes slow. A slow key signalled one only when its waited rate since
+// its last slow signal reaches bar (a snapshot of runnable threads is no
+// evidence there: a lone busy Go thread's runtime threads are runnable now
+// and then).
 func (g *clockGate) bursts(names []string, cpus func(string) int, crowded func(string, int) bool) (hot, desc []string) {
 	if g == nil {
 		return nil, nil
@@ -149,6 +219,13 @@ func (g *clockGate) bursts(names []string, cpus func(string) int, crowded func(s
 			continue
 		}
 		util := float64(ran) / float64(wall)
+		if g.slow(n) {
+			if w := g.waitRate(n, now); w >= g.bar(k) {
+				hot = append(hot, n)
+				desc = append(desc, fmt.Sprintf("%s:%.2f/%d,slow %.2f", n, util, k, w))
+			}
+			continue
+		}
 		switch {
 		case util >= clockBusy*float64(k):
 			hot = append(hot, n)
@@ -160,19 +237,64 @@ func (g *clockGate) bursts(names []string, cpus func(string) int, crowded func(s
 			light = append(light, n)
 		}
 	}
-	g.pause(light)
+	g.slowDown(light)
 	return hot, desc
 }
 
-// pause pauses the counters of names (a confirmation over them started
-// or ended).
+// waitRate is the share of the time since key's last call that its tasks
+// waited for a CPU (0 at the first, or when it cannot be read), and moves
+// the baseline to now.
+func (g *clockGate) waitRate(key string, now time.Time) float64 {
+	k := g.keys[key]
+	w, err := g.waited(key)
+	if k == nil || err != nil {
+		return 0
+	}
+	rate := 0.0
+	if !k.waitedAt.IsZero() && now.After(k.waitedAt) && w >= k.waited {
+		rate = float64(w-k.waited) / float64(now.Sub(k.waitedAt))
+	}
+	k.waited, k.waitedAt = w, now
+	return rate
+}
+
+// slowDown makes the counters of names count at clockSlowPeriod (they ran
+// without being saturated: a confirmation found them light, or they
+// signal often); those already slow double their period, up to
+// clockSlowMax.
+func (g *clockGate) slowDown(names []string) {
+	if g == nil {
+		return
+	}
+	for _, n := range names {
+		k := g.keys[n]
+		switch {
+		case k == nil || k.paused:
+			continue
+		case k.slow:
+			if k.period() >= clockSlowMax {
+				continue
+			}
+			k.slowPeriod = min(2*k.period(), clockSlowMax)
+		default:
+			k.slow, k.slowPeriod, k.since = true, clockSlowPeriod, time.Now()
+		}
+		k.waitedAt = time.Time{}
+		if g.reopen(n, k) {
+			g.waitRate(n, time.Now()) // the baseline
+		}
+	}
+}
+
+// pause pauses the counters of names (confirmed saturated; still packed,
+// they would be confirmed again at every signal).
 func (g *clockGate) pause(names []string) {
 	if g == nil {
 		return
 	}
-	now := time.Now()
 	for _, n := range names {
-		if !g.w.Has(n) || g.w.Paused(n) {
+		k := g.keys[n]
+		if k == nil || k.paused {
 			continue
 		}
 		if err := g.w.Pause(n); err != nil {
@@ -180,22 +302,50 @@ func (g *clockGate) pause(names []string) {
 			g.remove(n)
 			continue
 		}
-		g.pausedAt[n] = now
+		k.paused, k.since = true, time.Now()
 	}
 }
 
-// resumeIfCalm resumes key's paused counters when a sample from..to that
-// began after the pause found it calm: it ran (CPU time) less than
-// clockBusy of its k CPUs over that interval.
-func (g *clockGate) resumeIfCalm(key string, ran time.Duration, from, to time.Time, k int) {
-	if g == nil || !g.w.Paused(key) || k <= 0 || from.Before(g.pausedAt[key]) || !to.After(from) {
+// settle records how confirmations over cands ended: the saturated ones
+// pause, the others (but those retried) go slow.
+func (g *clockGate) settle(cands, saturated []string, retried func(string) bool) {
+	if g == nil {
 		return
 	}
-	if float64(ran)/float64(to.Sub(from)) < clockBusy*float64(k) {
-		delete(g.pausedAt, key)
+	var light []string
+	for _, n := range cands {
+		if !slices.Contains(saturated, n) && !retried(n) {
+			light = append(light, n)
+		}
+	}
+	g.pause(saturated)
+	g.slowDown(light)
+}
+
+// calm takes key back to clockPeriod, counting, when a sample from..to
+// that began after it went slow or paused found it calm: it ran (CPU
+// time) less than clockBusy of its k CPUs over that interval.
+func (g *clockGate) calm(key string, ran time.Duration, from, to time.Time, k int) {
+	if g == nil || k <= 0 || !to.After(from) {
+		return
+	}
+	c := g.keys[key]
+	if c == nil || !c.slow && !c.paused || from.Before(c.since) {
+		return
+	}
+	if float64(ran)/float64(to.Sub(from)) >= clockBusy*float64(k) {
+		return
+	}
+	if c.paused {
+		c.paused = false
 		if err := g.w.Resume(key); err != nil {
 			g.remove(key)
+			return
 		}
+	}
+	if c.slow {
+		c.slow, c.slowPeriod = false, 0
+		g.reopen(key, c)
 	}
 }
 
@@ -229,7 +379,9 @@ func (p *placement) syncClock(retask bool) {
 		}
 		if p.cg.Version() == sysfs.CgroupV2 {
 			cpus := w.cpus.List()
-			p.clock.set(n, w.cpus.String(), func(t *taskclock.Watch) (int, error) { return t.SetCgroup(n, dir, cpus) })
+			p.clock.set(n, w.cpus.String(), func(t *taskclock.Watch, period time.Duration) (int, error) {
+				return t.SetCgroup(n, dir, cpus, period)
+			})
 			continue
 		}
 		if retask {
@@ -237,19 +389,23 @@ func (p *placement) syncClock(retask bool) {
 		} else if p.clock.armed(n) {
 			continue
 		}
-		tids, err := sysfs.DirThreads(dir)
-		if err != nil {
-			continue
-		}
-		p.clock.set(n, "tasks", func(t *taskclock.Watch) (int, error) { return t.SetTasks(n, tids) })
+		// The tasks are listed at each (re)open: threads created since
+		// the last were counted through inheritance only.
+		p.clock.set(n, "tasks", func(t *taskclock.Watch, period time.Duration) (int, error) {
+			tids, err := sysfs.DirThreads(dir)
+			if err != nil {
+				return 0, err
+			}
+			return t.SetTasks(n, tids, period)
+		})
 	}
 	p.clock.keep(func(k string) bool { return p.workloads[k] != nil })
 }
 
 // clockWake handles the counters' signal: a confirmation (wake.go) starts
-// over the packed workloads that ran busy since their last signal, unless
-// one is pending, and their counters pause; the signal is logged at debug
-// level as "task clock".
+// over the packed workloads that signalled a burst (clockGate.bursts),
+// unless one is pending; the signal is logged at debug level as "task
+// clock".
 func (p *placement) clockWake() {
 	cpus := func(n string) int {
 		if w := p.workloads[n]; w != nil && !w.rec.Released {
@@ -268,9 +424,6 @@ func (p *placement) clockWake() {
 	p.idleSamples = 0 // busy: sample every period from now
 	if p.confirm.start("task clock", hot, p.cg.RunDelay) {
 		p.stats.clockWakes.Add(1)
-		// The confirmation needs no counters; while it and its retry run
-		// they would signal every period.
-		p.clock.pause(hot)
 		p.log.WithFields(logrus.Fields{"signal": "task clock", "util_over_cpus": strings.Join(desc, ",")}).Debug("busy: confirming")
 	}
 }
@@ -297,7 +450,9 @@ func (u *unitPlacement) syncClock() {
 			continue
 		}
 		dir, cpus := w.cgroup, w.cpus.List()
-		u.clock.set(n, w.cpus.String(), func(t *taskclock.Watch) (int, error) { return t.SetCgroup(n, dir, cpus) })
+		u.clock.set(n, w.cpus.String(), func(t *taskclock.Watch, period time.Duration) (int, error) {
+			return t.SetCgroup(n, dir, cpus, period)
+		})
 	}
 	u.clock.keep(func(k string) bool { return u.workloads[k] != nil })
 }
@@ -329,7 +484,6 @@ func (u *unitPlacement) clockWake() {
 	u.idleSamples = 0
 	if u.confirm.start("task clock", hot, u.runDelay) {
 		u.stats.clockWakes.Add(1)
-		u.clock.pause(hot)
 		u.log.WithFields(logrus.Fields{"signal": "task clock", "util_over_cpus": strings.Join(desc, ",")}).Debug("busy: confirming")
 	}
 }

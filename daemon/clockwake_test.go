@@ -21,7 +21,7 @@ func needTaskClock(t *testing.T) {
 	t.Helper()
 	w := taskclock.New(clockPeriod, 1)
 	defer w.Close()
-	if _, err := w.SetTasks("self", []int{1}); err != nil {
+	if _, err := w.SetTasks("self", []int{1}, 0); err != nil {
 		t.Skipf("perf_event_open refused here (%v): the task-clock wake cannot run", err)
 	}
 }
@@ -41,14 +41,17 @@ func confirmedBy(hook *logtest.Hook) []string {
 }
 
 // packedWithLog is packedThreadsWorkload with the daemon's log at debug
-// level into a hook, and its task-clock counters checked to be armed.
+// level into a hook, the production sample period, and its task-clock
+// counters checked to be armed.
 func packedWithLog(t *testing.T) (*Daemon, *logtest.Hook, string, string, threadsProc) {
 	t.Helper()
 	needTaskClock(t)
 	log := logrus.New()
 	log.SetLevel(logrus.DebugLevel)
 	hook := logtest.NewLocal(log)
-	d, all, dir, proc := packedThreadsWorkloadWith(t, func(c *Config) { c.Log = log })
+	// The production sample period: a sample confirms a crowded workload
+	// too, and at the tests' 50 ms it would race the counters.
+	d, all, dir, proc := packedThreadsWorkloadWith(t, func(c *Config) { c.Log = log; c.SampleInterval = DefaultSampleInterval })
 	if !d.clockArmed("job") {
 		t.Fatal("the packed workload has no task-clock counters")
 	}
@@ -60,9 +63,9 @@ func (d *Daemon) clockArmed(key string) (armed bool) {
 	return armed
 }
 
-func (d *Daemon) clockPaused(key string) (paused bool) {
-	d.do(context.Background(), func() error { paused = d.pl.clock.w.Paused(key); return nil })
-	return paused
+func (d *Daemon) clockSlow(key string) (slow bool) {
+	d.do(context.Background(), func() error { slow = d.pl.clock.slow(key); return nil })
+	return slow
 }
 
 // TestDaemonTaskClockWidensSaturated (issue 15): with sampling stopped, a
@@ -89,34 +92,70 @@ func TestDaemonTaskClockWidensSaturated(t *testing.T) {
 	}
 }
 
-// TestDaemonTaskClockPausesWhileBusy: a lone busy thread, which cannot use
-// more than its one CPU, leaves its workload packed and starts one
-// confirmation through the counters, which then pause while it stays busy
-// (they would signal every 20 ms); once it is idle, a sample that began
-// after the pause resumes them.
-func TestDaemonTaskClockPausesWhileBusy(t *testing.T) {
-	d, _, _, dir, proc := packedWithLog(t)
+// TestDaemonTaskClockSlowsWhileBusy: a lone busy thread, which cannot use
+// more than its one CPU, leaves its workload packed and starts at most one
+// confirmation through the counters, which then go slow (at 10 ms they
+// would signal 100 times a second); once it is idle, a sample that began
+// after that takes them back to 10 ms. Slow, they still catch a second
+// thread joining a busy one: the widening comes from the task clock, not
+// from a sample.
+func TestDaemonTaskClockSlowsWhileBusy(t *testing.T) {
+	d, hook, all, dir, proc := packedWithLog(t)
 	packedCPUs := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
-	proc.run(t, 1, 0)
-	testutil.Eventually(t, "a task-clock wake", func() (bool, string) {
-		return d.Stats().ClockWakes >= 1, fmt.Sprint(d.Stats())
-	})
-	time.Sleep(1500 * time.Millisecond) // sampling runs; the thread spins on
-	if got := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus")); got != packedCPUs {
-		t.Fatalf("one busy thread: cpuset %s, want it kept packed at %s", got, packedCPUs)
+	// fast waits until job's counters count at 10 ms (the start of the
+	// helper process may have been a burst of its own).
+	fast := func() {
+		t.Helper()
+		testutil.Eventually(t, "counters at 10 ms (a calm sample)", func() (bool, string) {
+			return !d.clockSlow("job") && d.clockArmed("job"), fmt.Sprint(d.Stats())
+		})
 	}
-	if n := d.Stats().ClockWakes; n != 1 {
-		t.Fatalf("one busy thread for 1.5 s started %d confirmations through its counters, want 1 (paused since)", n)
+	oneThread := func() {
+		t.Helper()
+		fast()
+		before := d.Stats().ClockWakes
+		proc.run(t, 1, 0)
+		testutil.Eventually(t, "counters slow", func() (bool, string) {
+			return d.clockSlow("job"), fmt.Sprint(d.Stats())
+		})
+		time.Sleep(1500 * time.Millisecond) // sampling runs; the thread spins on
+		if got := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus")); got != packedCPUs {
+			t.Fatalf("one busy thread: cpuset %s, want it kept packed at %s", got, packedCPUs)
+		}
+		// At most the one that found it light (a first signal judged by
+		// its rate since a mark under a second old goes slow without
+		// one); then slow signals never reach 1.5 runnable threads.
+		if n := d.Stats().ClockWakes - before; n > 1 {
+			for _, e := range hook.AllEntries() {
+				if strings.Contains(e.Message, "confirm") || e.Message == "woken" {
+					t.Log(e.Time.Format("05.000"), e.Message, e.Data)
+				}
+			}
+			t.Fatalf("one busy thread: %d confirmations through its counters, want at most 1 (slow since)", n)
+		}
+		if !d.clockSlow("job") {
+			t.Fatal("counters of a busy, unsaturated workload not slow")
+		}
 	}
-	if !d.clockPaused("job") {
-		t.Fatal("counters of a busy, unsaturated workload not paused")
-	}
+	oneThread()
 	proc.run(t, 0, 0)
-	testutil.Eventually(t, "counters resumed at a calm sample", func() (bool, string) {
-		return !d.clockPaused("job"), fmt.Sprint(d.Stats())
+	oneThread() // back at 10 ms first
+	// Only the slow counters can be first now: no pressure trigger (it
+	// might fire at its 2 s tick), and the next sample up to 5 s away.
+	d.do(context.Background(), func() error {
+		d.pl.pressure.Close()
+		d.pl.pressure = nil
+		d.cfg.SampleInterval = 5 * time.Second
+		return nil
 	})
-	if !d.clockArmed("job") {
-		t.Fatal("counters closed instead of resumed")
+	before := len(confirmedBy(hook))
+	proc.run(t, 2, 0) // a second thread beside the busy one
+	testutil.Eventually(t, "job widened to every CPU", func() (bool, string) {
+		s := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
+		return s == all, s
+	})
+	if got := confirmedBy(hook)[before:]; len(got) == 0 || got[0] != "task clock confirmed" {
+		t.Fatalf("the widening's confirmations: %q; want the first from the (slow) task clock", got)
 	}
 }
 

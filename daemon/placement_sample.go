@@ -20,7 +20,7 @@ func (p *placement) sample() (busy bool) {
 			continue
 		}
 		moved := use != w.avg.Usage
-		p.clock.resumeIfCalm(n, max(use-w.avg.Usage, 0), w.lastAt, now, w.cpus.Size())
+		p.clock.calm(n, max(use-w.avg.Usage, 0), w.lastAt, now, w.cpus.Size())
 		if moved || w.avg.Util > idleUtil {
 			busy = true
 		}

@@ -268,7 +268,14 @@ func (u *unitPlacement) open() error {
 	}
 	u.pressure = armPressure(u.log, filepath.Join(u.procRoot, "pressure", "cpu"))
 	if u.unified && !u.cfg.NoTaskClock {
-		u.clock = newClockGate(u.log)
+		u.clock = newClockGate(u.log, func(key string) (time.Duration, error) {
+			w := u.workloads[key]
+			if w == nil {
+				return 0, fmt.Errorf("unit %s gone", key)
+			}
+			pr, err := sysfs.DirCPUPressure(w.cgroup)
+			return pr.Total, err
+		}, func(int) float64 { return wakeMargin })
 	}
 	return nil
 }
@@ -636,7 +643,7 @@ func (u *unitPlacement) sample() (busy bool) {
 		if use != w.avg.Usage || w.avg.Util > idleUtil {
 			busy = true
 		}
-		u.clock.resumeIfCalm(key, max(use-w.avg.Usage, 0), w.lastAt, now, w.cpus.Size())
+		u.clock.calm(key, max(use-w.avg.Usage, 0), w.lastAt, now, w.cpus.Size())
 		w.avg, w.lastAt = w.avg.Update(use, now.Sub(w.lastAt), u.cfg.UtilHalfLife), now
 		if !u.unified {
 			continue

@@ -237,7 +237,7 @@ func (p *placement) confirmWake() bool {
 	p.confirm.retry(signal, retried, r, p.cg.RunDelay)
 	// Confirmed either way: their counters would signal every period while
 	// they stay busy (clockwake.go); a retry keeps its candidates'.
-	p.clock.pause(slices.DeleteFunc(cands, func(n string) bool { _, again := p.confirm.cands[n]; return again }))
+	p.clock.settle(cands, r.names, func(n string) bool { _, again := p.confirm.cands[n]; return again })
 	return len(r.names) > 0
 }
 
@@ -310,6 +310,6 @@ func (u *unitPlacement) confirmWake() bool {
 		w.avg.Util = max(w.avg.Util, float64(w.cpus.Size()))
 	}
 	u.confirm.retry(signal, retried, r, u.runDelay)
-	u.clock.pause(slices.DeleteFunc(cands, func(n string) bool { _, again := u.confirm.cands[n]; return again }))
+	u.clock.settle(cands, r.names, func(n string) bool { _, again := u.confirm.cands[n]; return again })
 	return len(r.names) > 0
 }

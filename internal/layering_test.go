@@ -42,10 +42,13 @@ var layers = map[string][]string{
 	"systemd": {},
 	// acpi and daemon both reconnect to unix sockets (acpid, the bus) with
 	// internal/reconnect, a leaf that imports nothing of ours.
+	// daemon counts packed workloads' CPU time with internal/taskclock
+	// (perf events: not pseudo-filesystem I/O, so not sysfs), a leaf too.
 	"acpi":               {"sysfs", "internal/reconnect"},
-	"daemon":             {"acpi", "sysfs", "policy", "systemd", "internal/names", "internal/reconnect"},
+	"daemon":             {"acpi", "sysfs", "policy", "systemd", "internal/names", "internal/reconnect", "internal/taskclock"},
 	"internal/names":     {},
 	"internal/reconnect": {},
+	"internal/taskclock": {},
 	"internal/testutil":  {},
 	// schedpolicyctl talks to the daemon over D-Bus; of the daemon it may
 	// use only exported types and constants (checkClientUsesAPIOnly).
@@ -57,6 +60,8 @@ var layers = map[string][]string{
 var external = map[string][]string{
 	"policy": {}, // pure decisions: the standard library only
 	"sysfs":  {"github.com/fsnotify/fsnotify", "github.com/hanwen/go-fuse/v2", "golang.org/x/sys"},
+	// perf_event_open through x/sys/unix only.
+	"internal/taskclock": {"golang.org/x/sys"},
 }
 
 func goList(t *testing.T) []listed {

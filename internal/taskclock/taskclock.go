@@ -53,7 +53,8 @@ type Watch struct {
 }
 
 type group struct {
-	fds []int
+	fds    []int
+	period time.Duration
 	// what is what the counters count (tasks, or the cgroup and CPUs), so
 	// that SetCgroup with the same ones keeps them.
 	what   string
@@ -77,8 +78,24 @@ func New(period time.Duration, limit int) *Watch {
 // receive.
 func (w *Watch) C() <-chan struct{} { return w.c }
 
-// Period is the CPU time between a counter's signals.
+// Period is the CPU time between a counter's signals, unless a Set call
+// gives another.
 func (w *Watch) Period() time.Duration { return w.period }
+
+// GroupPeriod is key's counters' period (0 without counters).
+func (w *Watch) GroupPeriod(key string) time.Duration {
+	if g := w.groups[key]; g != nil {
+		return g.period
+	}
+	return 0
+}
+
+func (w *Watch) periodOr(p time.Duration) time.Duration {
+	if p <= 0 {
+		return w.period
+	}
+	return max(p, time.Millisecond)
+}
 
 // Open is the number of counters held.
 func (w *Watch) Open() int { return w.open }
@@ -98,18 +115,20 @@ func (w *Watch) Keys() []string {
 
 // SetTasks replaces key's counters with one task-clock counter per task id
 // in tids (thread ids, as in /proc/PID/task or a cgroup's tasks file),
-// inherited by what they create from now on. Tasks that exited in between
+// inherited by what they create from now on, signalling every period of
+// CPU time (0: the Watch's). Tasks that exited in between
 // (ESRCH) are skipped. It returns the number opened; an error when none
 // could be opened while some task exists (the kernel's refusal: EACCES or
 // EPERM without the privilege, ENOENT or ENOSYS without perf events), or
 // ErrLimit. On error key has no counters.
-func (w *Watch) SetTasks(key string, tids []int) (int, error) {
+func (w *Watch) SetTasks(key string, tids []int, period time.Duration) (int, error) {
 	w.Remove(key)
 	if len(tids) > w.max-w.open {
 		return 0, fmt.Errorf("%d tasks: %w (%d held, at most %d)", len(tids), ErrLimit, w.open, w.max)
 	}
-	attr := w.attr(unix.PERF_COUNT_SW_TASK_CLOCK, true)
-	g := &group{what: "tasks"}
+	period = w.periodOr(period)
+	attr := w.attr(unix.PERF_COUNT_SW_TASK_CLOCK, true, period)
+	g := &group{what: "tasks", period: period}
 	var firstErr error
 	for _, tid := range tids {
 		fd, err := w.openCounter(&attr, tid, -1, 0)
@@ -129,13 +148,15 @@ func (w *Watch) SetTasks(key string, tids []int) (int, error) {
 }
 
 // SetCgroup makes key's counters one CPU-clock counter per CPU in cpus
-// filtered by the cgroup v2 directory dir. Counters already counting the
-// same directory and CPUs are kept as they are. It returns the number held;
+// filtered by the cgroup v2 directory dir, signalling every period of CPU
+// time (0: the Watch's). Counters already counting the same directory and
+// CPUs with the same period are kept as they are. It returns the number held;
 // an error when dir cannot be opened or the kernel refuses a counter (no
 // perf_event controller for dir, no privilege), or ErrLimit. On error key
 // has no counters.
-func (w *Watch) SetCgroup(key, dir string, cpus []int) (int, error) {
-	what := fmt.Sprintf("cgroup %s cpus %v", dir, cpus)
+func (w *Watch) SetCgroup(key, dir string, cpus []int, period time.Duration) (int, error) {
+	period = w.periodOr(period)
+	what := fmt.Sprintf("cgroup %s cpus %v period %v", dir, cpus, period)
 	if g := w.groups[key]; g != nil && g.what == what {
 		return len(g.fds), nil
 	}
@@ -148,8 +169,8 @@ func (w *Watch) SetCgroup(key, dir string, cpus []int) (int, error) {
 		return 0, &os.PathError{Op: "open", Path: dir, Err: err}
 	}
 	defer unix.Close(cg)
-	attr := w.attr(unix.PERF_COUNT_SW_CPU_CLOCK, false)
-	g := &group{what: what}
+	attr := w.attr(unix.PERF_COUNT_SW_CPU_CLOCK, false, period)
+	g := &group{what: what, period: period}
 	for _, cpu := range cpus {
 		fd, err := w.openCounter(&attr, cg, cpu, unix.PERF_FLAG_PID_CGROUP)
 		if err != nil {
@@ -162,11 +183,11 @@ func (w *Watch) SetCgroup(key, dir string, cpus []int) (int, error) {
 	return len(g.fds), nil
 }
 
-func (w *Watch) attr(config uint64, inherit bool) unix.PerfEventAttr {
+func (w *Watch) attr(config uint64, inherit bool, period time.Duration) unix.PerfEventAttr {
 	a := unix.PerfEventAttr{
 		Type:   unix.PERF_TYPE_SOFTWARE,
 		Config: config,
-		Sample: uint64(w.period.Nanoseconds()),
+		Sample: uint64(period.Nanoseconds()),
 	}
 	if inherit {
 		a.Bits |= unix.PerfBitInherit
@@ -291,7 +312,7 @@ func (w *Watch) setPaused(key string, paused bool) error {
 // Burst reports what key's tasks ran since its mark (set when its counters
 // were opened or resumed, moved by every Burst that reports one): ran, the
 // CPU time counted, and wall, the time since the mark; ok only when ran is
-// at least one period (then the mark moves to now). ran/wall is the
+// at least one of its period (then the mark moves to now). ran/wall is the
 // group's average utilisation over wall, in CPUs.
 func (w *Watch) Burst(key string, now time.Time) (ran, wall time.Duration, ok bool) {
 	g := w.groups[key]
@@ -299,7 +320,7 @@ func (w *Watch) Burst(key string, now time.Time) (ran, wall time.Duration, ok bo
 		return 0, 0, false
 	}
 	sum, err := g.sum()
-	if err != nil || sum-g.mark < w.period {
+	if err != nil || sum-g.mark < g.period {
 		return 0, 0, false
 	}
 	ran, wall = sum-g.mark, now.Sub(g.markAt)

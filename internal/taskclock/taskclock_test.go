@@ -133,7 +133,7 @@ func TestTasksCountNewThreads(t *testing.T) {
 	h.spin(t, 0) // the runtime has started its threads
 	w := New(20*time.Millisecond, 64)
 	defer w.Close()
-	n, err := w.SetTasks("h", h.tids(t))
+	n, err := w.SetTasks("h", h.tids(t), 0)
 	skipWithoutPerf(t, err)
 	if err != nil || n == 0 {
 		t.Fatalf("SetTasks: %d, %v", n, err)
@@ -159,7 +159,7 @@ func TestPauseStopsCounting(t *testing.T) {
 	h.spin(t, 1)
 	w := New(10*time.Millisecond, 64)
 	defer w.Close()
-	_, err := w.SetTasks("h", h.tids(t))
+	_, err := w.SetTasks("h", h.tids(t), 0)
 	skipWithoutPerf(t, err)
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +194,7 @@ func TestSetTasksSkipsExited(t *testing.T) {
 	w := New(20*time.Millisecond, 4)
 	defer w.Close()
 	// A tid no task has (above pid_max).
-	n, err := w.SetTasks("gone", []int{1 << 30})
+	n, err := w.SetTasks("gone", []int{1 << 30}, 0)
 	skipWithoutPerf(t, err)
 	if n != 0 || err != nil {
 		t.Fatalf("SetTasks of a gone task: %d, %v; want 0, nil", n, err)
@@ -202,7 +202,7 @@ func TestSetTasksSkipsExited(t *testing.T) {
 	if _, _, ok := w.Burst("gone", time.Now()); ok {
 		t.Fatal("Burst of an empty group")
 	}
-	if _, err := w.SetTasks("many", []int{1, 2, 3, 4, 5}); !errors.Is(err, ErrLimit) {
+	if _, err := w.SetTasks("many", []int{1, 2, 3, 4, 5}, 0); !errors.Is(err, ErrLimit) {
 		t.Fatalf("5 tasks with room for 4: %v, want ErrLimit", err)
 	}
 	if w.Has("many") || w.Open() != 0 {
@@ -255,15 +255,25 @@ func TestCgroupCountsItsTasks(t *testing.T) {
 	for i := range cpus {
 		cpus[i] = i
 	}
-	n, err := w.SetCgroup("cg", dir, cpus)
+	n, err := w.SetCgroup("cg", dir, cpus, 0)
 	skipWithoutPerf(t, err)
 	if err != nil || n != len(cpus) {
 		t.Fatalf("SetCgroup: %d, %v", n, err)
 	}
 	// The same directory and CPUs keep the counters.
 	fds := append([]int(nil), w.groups["cg"].fds...)
-	if _, err := w.SetCgroup("cg", dir, cpus); err != nil || fmt.Sprint(w.groups["cg"].fds) != fmt.Sprint(fds) {
+	if _, err := w.SetCgroup("cg", dir, cpus, 0); err != nil || fmt.Sprint(w.groups["cg"].fds) != fmt.Sprint(fds) {
 		t.Fatalf("SetCgroup again reopened: %v", err)
+	}
+	if got := w.GroupPeriod("cg"); got != w.Period() {
+		t.Fatalf("GroupPeriod %v, want the Watch's %v", got, w.Period())
+	}
+	// Another period reopens them.
+	if _, err := w.SetCgroup("cg", dir, cpus, 50*time.Millisecond); err != nil || w.GroupPeriod("cg") != 50*time.Millisecond || w.Open() != len(cpus) {
+		t.Fatalf("SetCgroup at 50ms: %v, period %v, %d open", err, w.GroupPeriod("cg"), w.Open())
+	}
+	if _, err := w.SetCgroup("cg", dir, cpus, 0); err != nil {
+		t.Fatal(err)
 	}
 	// Idle, the cgroup runs far less than a period in 300 ms.
 	time.Sleep(300 * time.Millisecond)
@@ -275,7 +285,7 @@ func TestCgroupCountsItsTasks(t *testing.T) {
 	if ran < w.Period() {
 		t.Fatalf("ran %v", ran)
 	}
-	if _, err := w.SetCgroup("bad", filepath.Join(dir, "nope"), cpus); err == nil || w.Has("bad") {
+	if _, err := w.SetCgroup("bad", filepath.Join(dir, "nope"), cpus, 0); err == nil || w.Has("bad") {
 		t.Fatal("SetCgroup of a missing directory succeeded")
 	}
 }

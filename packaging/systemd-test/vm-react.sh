@@ -9,8 +9,8 @@
 # REACT_IDLE seconds (default 12; sampling has stopped by then), and the
 # time from their start to its AllowedCPUs= widening is printed (polled
 # every 50 ms through systemctl show), with the daemon's debug lines from
-# the burst on and each step's time after it: the pressure wake, the
-# confirmation, the AllowedCPUs= call (journal, monotonic clock). Then the spinners end and the time
+# the burst on and each step's time after it: the wake (the task-clock
+# signal's "busy: confirming", else the pressure wake), the confirmation, the AllowedCPUs= call (journal, monotonic clock). Then the spinners end and the time
 # until the unit is packed again is printed. Under QEMU TCG every figure
 # carries the emulation's slowness.
 . "${SYSTEMD_TEST_LIB:-./lib.sh}"
@@ -73,10 +73,10 @@ time.sleep(1000)
 	# The daemon's lines from the burst on, and each step's time after it
 	# (the journal's monotonic clock is the burst's).
 	journal_since "$c" -u "$unit" | awk -v m="$mono" 'match($0, /\[ *[0-9.]+\]/) && substr($0, RSTART + 1, RLENGTH - 2) + 0 >= m + 0' >/tmp/$u.log
-	grep -E 'woken|confirming|not confirmed|AllowedCPUs set' /tmp/$u.log | head -n 8 | sed 's/^/    /'
+	grep -E 'woken|confirming|not confirmed|AllowedCPUs set|task-clock' /tmp/$u.log | head -n 8 | sed 's/^/    /'
 	step() { grep -E "$1" /tmp/$u.log | head -n 1 | awk -v m="$mono" 'match($0, /\[ *[0-9.]+\]/) { printf "%d", (substr($0, RSTART + 1, RLENGTH - 2) - m) * 1000 }'; }
-	wake=$(step 'msg="woken: units sampled"|msg=woken ')
-	conf=$(step 'signal="cpu pressure( retry)? confirmed"|signal="sample( retry)? confirmed"')
+	wake=$(step 'msg="woken: units sampled"|msg=woken |msg="busy: confirming"')
+	conf=$(step 'signal="(cpu pressure|sample|task clock)( retry)? confirmed"')
 	set=$(step 'msg="AllowedCPUs set".*unit='$u.service)
 	note "trial $i: steps after the burst: wake ${wake:-?} ms, confirmed ${conf:-?} ms, AllowedCPUs set ${set:-?} ms"
 	echo "$wake $conf $set" >>/tmp/react.steps
