@@ -487,3 +487,12 @@ func (u *unitPlacement) clockWake() {
 		u.log.WithFields(logrus.Fields{"signal": "task clock", "util_over_cpus": strings.Join(desc, ",")}).Debug("busy: confirming")
 	}
 }
+
+// requestClockSync has the loop sync both placements' counters with the
+// plans once the event being handled is done (Daemon.clockSync).
+func (d *Daemon) requestClockSync() {
+	select {
+	case d.clockSync <- struct{}{}:
+	default:
+	}
+}

@@ -238,9 +238,14 @@ type Daemon struct {
 	tree      sysfs.Tree
 	bus       *busService
 
-	reqs  chan func()
-	ready chan struct{} // closed once READY=1 was sent
-	done  chan struct{} // closed when the loop ends
+	reqs chan func()
+	// clockSync asks the loop to sync the task-clock counters with the
+	// last plan (clockwake.go) once the current event is handled: after a
+	// D-Bus call's reply, not before (arming 1,000 workloads takes tens of
+	// ms). Capacity 1: requests coalesce.
+	clockSync chan struct{}
+	ready     chan struct{} // closed once READY=1 was sent
+	done      chan struct{} // closed when the loop ends
 
 	snap atomic.Pointer[Snapshot]
 
@@ -401,13 +406,14 @@ func New(cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{
-		cfg:   cfg,
-		log:   cfg.Log,
-		fs:    fs,
-		reqs:  make(chan func()),
-		ready: make(chan struct{}),
-		done:  make(chan struct{}),
-		holds: map[uint32]*hold{},
+		cfg:       cfg,
+		log:       cfg.Log,
+		fs:        fs,
+		reqs:      make(chan func()),
+		clockSync: make(chan struct{}, 1),
+		ready:     make(chan struct{}),
+		done:      make(chan struct{}),
+		holds:     map[uint32]*hold{},
 
 		batteryPct: -1,
 	}
@@ -748,6 +754,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case <-d.units.pressureDone():
 			d.log.WithError(d.units.pressure.Err()).Warn("the CPU pressure trigger of units stopped; while every unit is idle, sampling slows down instead of stopping")
 			d.units.dropPressure()
+		case <-d.clockSync:
+			d.pl.syncClock(false)
+			d.units.syncClock()
 		case <-d.pl.clockC():
 			d.stats.events.Add(1)
 			d.pl.clockWake()

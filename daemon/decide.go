@@ -133,11 +133,10 @@ func (d *Daemon) recompute(why string, force bool) {
 	// new plan's writes take effect.
 	d.followEnergy()
 	d.pl.apply(d.effective, d.topo, d.allowed, force)
-	d.pl.syncClock(false)
+	d.requestClockSync()
 	placedFor := d.pl.plan.Policy
 	if d.units != nil {
 		d.units.apply(d.effective, d.topo, d.allowed, force)
-		d.units.syncClock()
 		if placedFor == "" || placedFor == d.effective {
 			placedFor = d.units.plan.Policy
 		}
