@@ -17,8 +17,10 @@ import (
 type cgroupSource interface {
 	// Changed: children created or removed, or events lost.
 	Changed() <-chan struct{}
-	// Attached: a task was attached to a child.
+	// Attached: a task was attached to a child; TakeAttached returns the
+	// children's names since the last call.
 	Attached() <-chan struct{}
+	TakeAttached() map[string]bool
 	// Written: a child's cpuset.cpus was written by someone else; nil if
 	// that cannot be watched. TakeWritten returns the children's names
 	// (all: any of them).
@@ -125,6 +127,15 @@ func (p *placement) activityC() <-chan struct{} {
 		return nil
 	}
 	return p.watch.Attached()
+}
+
+// takeAttached returns the workloads a task was attached to since the last
+// call (nil without a watch).
+func (p *placement) takeAttached() map[string]bool {
+	if p.watch == nil {
+		return nil
+	}
+	return p.watch.TakeAttached()
 }
 
 func (p *placement) cgEvents() <-chan struct{} {

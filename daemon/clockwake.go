@@ -358,15 +358,23 @@ func packed(cpus, allowed sysfs.CPUSet) bool {
 // clockC fires when a cgroupfs workload's counter overflowed.
 func (p *placement) clockC() <-chan struct{} { return p.clock.C() }
 
-// syncClock gives every packed, placed workload counters and closes those
-// of the others. retask sets the counters of task-counted (cgroup v1)
-// workloads again: tasks were attached. On cgroup v2 a workload's counters
-// follow its cpuset.
-func (p *placement) syncClock(retask bool) {
+// clockSyncBatch bounds the workloads syncClock gives counters in one
+// call: listing a v1 cgroup's tasks costs ~25 µs here (its tasks file
+// builds a pid list), so arming 1,000 workloads at once took ~35 ms of the
+// loop; in batches, events (a D-Bus call) are served in between.
+const clockSyncBatch = 100
+
+// syncClock gives packed, placed workloads counters (at most
+// clockSyncBatch of those without) and closes those of the others. The
+// task-counted (cgroup v1) workloads in p.clockRetask get theirs again:
+// tasks were attached to them. On cgroup v2 a workload's counters follow
+// its cpuset. It reports whether workloads are left to arm (the caller
+// asks for another call).
+func (p *placement) syncClock() (more bool) {
 	if p.clock == nil || p.cg == nil {
-		return
+		return false
 	}
-	allowed := p.allowed
+	allowed, opened := p.allowed, 0
 	for _, n := range p.sortedNames() {
 		w := p.workloads[n]
 		if w.rec.Released || !packed(w.cpus, allowed) {
@@ -377,18 +385,31 @@ func (p *placement) syncClock(retask bool) {
 		if err != nil {
 			continue
 		}
+		if opened >= clockSyncBatch && !p.clock.armed(n) {
+			more = true
+			continue
+		}
 		if p.cg.Version() == sysfs.CgroupV2 {
 			cpus := w.cpus.List()
+			if !p.clock.armed(n) {
+				opened++
+			}
 			p.clock.set(n, w.cpus.String(), func(t *taskclock.Watch, period time.Duration) (int, error) {
 				return t.SetCgroup(n, dir, cpus, period)
 			})
 			continue
 		}
-		if retask {
+		if p.clockRetask[n] {
+			if opened >= clockSyncBatch {
+				more = true
+				continue
+			}
+			delete(p.clockRetask, n)
 			delete(p.clock.refused, n) // new tasks: try again
-		} else if p.clock.armed(n) {
+		} else if p.clock.armed(n) || p.clock.refused[n] == "tasks" {
 			continue
 		}
+		opened++
 		// The tasks are listed at each (re)open: threads created since
 		// the last were counted through inheritance only.
 		p.clock.set(n, "tasks", func(t *taskclock.Watch, period time.Duration) (int, error) {
@@ -400,6 +421,12 @@ func (p *placement) syncClock(retask bool) {
 		})
 	}
 	p.clock.keep(func(k string) bool { return p.workloads[k] != nil })
+	for n := range p.clockRetask {
+		if p.workloads[n] == nil || !p.clock.armed(n) {
+			delete(p.clockRetask, n) // gone, or armed afresh when packed
+		}
+	}
+	return more
 }
 
 // clockWake handles the counters' signal: a confirmation (wake.go) starts
@@ -494,5 +521,20 @@ func (d *Daemon) requestClockSync() {
 	select {
 	case d.clockSync <- struct{}{}:
 	default:
+	}
+}
+
+// retaskClock has the workloads tasks were attached to get their counters
+// again: now for a batch, the rest through the loop (requestClockSync).
+func (d *Daemon) retaskClock() {
+	p := d.pl
+	for n := range p.takeAttached() {
+		if p.clockRetask == nil {
+			p.clockRetask = map[string]bool{}
+		}
+		p.clockRetask[n] = true
+	}
+	if p.syncClock() {
+		d.requestClockSync()
 	}
 }

@@ -755,7 +755,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.log.WithError(d.units.pressure.Err()).Warn("the CPU pressure trigger of units stopped; while every unit is idle, sampling slows down instead of stopping")
 			d.units.dropPressure()
 		case <-d.clockSync:
-			d.pl.syncClock(false)
+			if d.pl.syncClock() {
+				d.requestClockSync() // more in the next batch
+			}
 			d.units.syncClock()
 		case <-d.pl.clockC():
 			d.stats.events.Add(1)
@@ -782,7 +784,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.stats.events.Add(1)
 			d.pl.idleSamples = 0 // a task arrived: look at once, then every period
 			d.pl.sample()
-			d.pl.syncClock(true)
+			d.retaskClock()
 			d.pl.startConfirm("task attached")
 			d.recompute("task attached", false)
 		case <-treeLost:

@@ -47,6 +47,9 @@ type placement struct {
 	// allowed is the CPUs the last plan could give (online ∩ the parent's).
 	clock   *clockGate
 	allowed sysfs.CPUSet
+	// clockRetask holds the workloads tasks were attached to whose
+	// counters are to be set again (syncClock).
+	clockRetask map[string]bool
 
 	workloads map[string]*workload
 	// records holds every record by cgroup path: the current workloads',

@@ -3,6 +3,7 @@ package sysfs
 import (
 	"fmt"
 	"path/filepath"
+	"sync"
 
 	"github.com/fsnotify/fsnotify"
 )
@@ -23,6 +24,10 @@ type CgroupWatch struct {
 	w                 *fsnotify.Watcher
 	closes            *CloseWriteWatch // nil if it could not be made
 	stop, done        chan struct{}
+	// mu guards attachedTo: the children (names) a task was attached to
+	// since the last TakeAttached.
+	mu         sync.Mutex
+	attachedTo map[string]bool
 }
 
 // WatchCgroup starts watching the managed parent directory parent. Errors
@@ -71,6 +76,12 @@ func (c *CgroupWatch) run(parent string) {
 					poke(c.changed)
 				}
 			case ev.Op&fsnotify.Write != 0 && (b == "cgroup.procs" || b == "tasks" || b == "cgroup.threads"):
+				c.mu.Lock()
+				if c.attachedTo == nil {
+					c.attachedTo = map[string]bool{}
+				}
+				c.attachedTo[filepath.Base(dir)] = true
+				c.mu.Unlock()
 				poke(c.attached)
 			case ev.Op&(fsnotify.Create|fsnotify.Write) != 0 && filepath.Dir(dir) == parent:
 				// A file of a child being waited for (WatchDir).
@@ -95,6 +106,16 @@ func (c *CgroupWatch) Written() <-chan struct{} {
 		return nil
 	}
 	return c.closes.C()
+}
+
+// TakeAttached returns the names of the children a task was attached to
+// since the last call (as Attached hinted), and clears them.
+func (c *CgroupWatch) TakeAttached() map[string]bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := c.attachedTo
+	c.attachedTo = nil
+	return names
 }
 
 // ClosesWatched reports whether cpuset.cpus writes are watched (false: Written
