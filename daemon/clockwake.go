@@ -29,11 +29,12 @@ import (
 // A workload found not saturated (a lone busy thread on its one CPU, which
 // cannot use more), or a light one that signals more than once a second,
 // would signal every period while it runs: its counters go slow
-// (clockSlowPeriod), and a slow signal only counts when the workload's
-// tasks waited for a CPU at least wakeMargin of the time since the last
-// one (its threads' run-queue wait; a unit's cpu.pressure "some" total),
-// so that a second busy thread joining the first is caught within about
-// 2 × clockSlowPeriod. A workload confirmed
+// (clockSlowPeriod), and a slow signal only counts when, since the last
+// one, the workload's threads were runnable for more than its CPUs plus
+// wakeMargin on average (as a confirmation judges; a unit: its tasks
+// waited for a CPU wakeMargin of the time, from its cpu.pressure "some"
+// total), so that a second busy thread joining the first is caught within
+// about 2 × clockSlowPeriod. A workload confirmed
 // saturated but kept packed (a slice rule, an administrator's bound)
 // would be confirmed at every signal: its counters pause. Both end at a
 // sample that began after them and finds the workload calm (its CPU time
@@ -92,8 +93,10 @@ type clockKey struct {
 	// clockSlowMax) by each confirmation a slow signal started that found
 	// the workload not saturated.
 	slowPeriod time.Duration
-	// waited is the key's cumulative wait for a CPU (clockGate's waited
-	// function) at waitedAt, while slow.
+	// what is what its counters were last set for (clockGate.set).
+	what string
+	// waited is clockGate.waited's value for the key at waitedAt, while
+	// slow.
 	waited   time.Duration
 	waitedAt time.Time
 }
@@ -126,11 +129,8 @@ func (g *clockGate) close() {
 // armed reports whether key has counters.
 func (g *clockGate) armed(key string) bool { return g != nil && g.w.Has(key) }
 
-// slow and paused report key's state.
+// slow reports whether key's counters are slow.
 func (g *clockGate) slow(key string) bool { return g != nil && g.keys[key] != nil && g.keys[key].slow }
-func (g *clockGate) paused(key string) bool {
-	return g != nil && g.keys[key] != nil && g.keys[key].paused
-}
 
 // set gives key counters through open, for what they count, unless the
 // kernel refused that already; a key already armed keeps its state (slow
@@ -142,10 +142,13 @@ func (g *clockGate) set(key, what string, open func(w *taskclock.Watch, period t
 		return
 	}
 	k := g.keys[key]
+	if k != nil && k.what == what && g.w.Has(key) {
+		return // as they are: every decision syncs, most change nothing
+	}
 	if k == nil {
 		k = &clockKey{}
 	}
-	k.open = open
+	k.open, k.what = open, what
 	if g.reopen(key, k) {
 		delete(g.refused, key)
 		return
@@ -172,6 +175,24 @@ func (g *clockGate) reopen(key string, k *clockKey) bool {
 	}
 	g.log.WithError(err).WithField("workload", key).Log(lvl, "no task-clock counters for this workload (perf_event_open refused); it is woken by CPU pressure and sampling")
 	return false
+}
+
+// stale has the next set for key open its counters again (its tasks
+// changed), or try again after a refusal; its state (slow, paused) stays.
+func (g *clockGate) stale(key string) {
+	delete(g.refused, key)
+	if k := g.keys[key]; k != nil {
+		k.what = ""
+	}
+}
+
+// setCgroup gives key per-CPU counters on the cgroup v2 directory dir and
+// cpus (set).
+func (g *clockGate) setCgroup(key, dir string, cpus sysfs.CPUSet) {
+	list := cpus.List()
+	g.set(key, cpus.String(), func(t *taskclock.Watch, period time.Duration) (int, error) {
+		return t.SetCgroup(key, dir, list, period)
+	})
 }
 
 // remove closes key's counters.
@@ -241,9 +262,9 @@ func (g *clockGate) bursts(names []string, cpus func(string) int, crowded func(s
 	return hot, desc
 }
 
-// waitRate is the share of the time since key's last call that its tasks
-// waited for a CPU (0 at the first, or when it cannot be read), and moves
-// the baseline to now.
+// waitRate is how fast clockGate.waited grew for key since the last call
+// (average runnable threads, or a stall share; 0 at the first, or when it
+// cannot be read), and moves the baseline to now.
 func (g *clockGate) waitRate(key string, now time.Time) float64 {
 	k := g.keys[key]
 	w, err := g.waited(key)
@@ -390,13 +411,10 @@ func (p *placement) syncClock() (more bool) {
 			continue
 		}
 		if p.cg.Version() == sysfs.CgroupV2 {
-			cpus := w.cpus.List()
 			if !p.clock.armed(n) {
 				opened++
 			}
-			p.clock.set(n, w.cpus.String(), func(t *taskclock.Watch, period time.Duration) (int, error) {
-				return t.SetCgroup(n, dir, cpus, period)
-			})
+			p.clock.setCgroup(n, dir, w.cpus)
 			continue
 		}
 		if p.clockRetask[n] {
@@ -405,7 +423,7 @@ func (p *placement) syncClock() (more bool) {
 				continue
 			}
 			delete(p.clockRetask, n)
-			delete(p.clock.refused, n) // new tasks: try again
+			p.clock.stale(n) // new tasks: list them, or try again
 		} else if p.clock.armed(n) || p.clock.refused[n] == "tasks" {
 			continue
 		}
@@ -444,15 +462,25 @@ func (p *placement) clockWake() {
 		r, err := p.cg.Runnable(n)
 		return err == nil && r > k
 	}
-	hot, desc := p.clock.bursts(p.sortedNames(), cpus, crowded)
+	if p.clock.confirmBursts(p.sortedNames(), cpus, crowded, &p.confirm, p.cg.RunDelay, p.stats) {
+		p.idleSamples = 0 // busy: sample every period from now
+	}
+}
+
+// confirmBursts starts a confirmation (c, reading read) over the keys
+// among names that signalled a burst (bursts), unless one is pending; a
+// start is counted (ClockWakes) and logged at debug level. It reports
+// whether any key signalled one.
+func (g *clockGate) confirmBursts(names []string, cpus func(string) int, crowded func(string, int) bool, c *confirmation, read runDelayFunc, stats *counters) bool {
+	hot, desc := g.bursts(names, cpus, crowded)
 	if len(hot) == 0 {
-		return
+		return false
 	}
-	p.idleSamples = 0 // busy: sample every period from now
-	if p.confirm.start("task clock", hot, p.cg.RunDelay) {
-		p.stats.clockWakes.Add(1)
-		p.log.WithFields(logrus.Fields{"signal": "task clock", "util_over_cpus": strings.Join(desc, ",")}).Debug("busy: confirming")
+	if c.start("task clock", hot, read) {
+		stats.clockWakes.Add(1)
+		g.log.WithFields(logrus.Fields{"signal": "task clock", "util_over_cpus": strings.Join(desc, ",")}).Debug("busy: confirming")
 	}
+	return true
 }
 
 // clockC fires when a unit's counter overflowed; nil without units.
@@ -476,10 +504,7 @@ func (u *unitPlacement) syncClock() {
 			u.clock.remove(n)
 			continue
 		}
-		dir, cpus := w.cgroup, w.cpus.List()
-		u.clock.set(n, w.cpus.String(), func(t *taskclock.Watch, period time.Duration) (int, error) {
-			return t.SetCgroup(n, dir, cpus, period)
-		})
+		u.clock.setCgroup(n, w.cgroup, w.cpus)
 	}
 	u.clock.keep(func(k string) bool { return u.workloads[k] != nil })
 }
@@ -504,14 +529,8 @@ func (u *unitPlacement) clockWake() {
 		pr, err := sysfs.DirCPUPressure(w.cgroup)
 		return err == nil && pr.Total-w.stallTotal >= unitWakeStall
 	}
-	hot, desc := u.clock.bursts(u.sortedNames(), cpus, crowded)
-	if len(hot) == 0 {
-		return
-	}
-	u.idleSamples = 0
-	if u.confirm.start("task clock", hot, u.runDelay) {
-		u.stats.clockWakes.Add(1)
-		u.log.WithFields(logrus.Fields{"signal": "task clock", "util_over_cpus": strings.Join(desc, ",")}).Debug("busy: confirming")
+	if u.clock.confirmBursts(u.sortedNames(), cpus, crowded, &u.confirm, u.runDelay, u.stats) {
+		u.idleSamples = 0
 	}
 }
 

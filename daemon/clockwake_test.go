@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -167,5 +168,37 @@ func TestDaemonNoTaskClock(t *testing.T) {
 	d.do(context.Background(), func() error { gate = d.pl.clock; return nil })
 	if gate != nil || d.pl.clockC() != nil {
 		t.Fatal("NoTaskClock: a gate was made")
+	}
+}
+
+// TestDaemonTaskClockCountsAttachedTasks: a process attached to a packed
+// cgroup v1 workload from outside (no fork of a counted task) gets
+// counters of its own — the cgroup watch names the workload — so its burst
+// is caught by the task clock. The pressure trigger is off and the next
+// sample 5 s away, so nothing else can widen it first.
+func TestDaemonTaskClockCountsAttachedTasks(t *testing.T) {
+	d, hook, all, dir, _ := packedWithLog(t)
+	var before int
+	d.do(context.Background(), func() error {
+		before = d.pl.clock.w.Open()
+		d.pl.pressure.Close()
+		d.pl.pressure = nil
+		d.cfg.SampleInterval = 5 * time.Second
+		return nil
+	})
+	proc := startThreadsProc(t)
+	testutil.Put(t, filepath.Join(dir, "cgroup.procs"), strconv.Itoa(proc.pid))
+	testutil.Eventually(t, "counters on the attached process's threads", func() (bool, string) {
+		var n int
+		d.do(context.Background(), func() error { n = d.pl.clock.w.Open(); return nil })
+		return n > before, fmt.Sprintf("%d counters, %d before", n, before)
+	})
+	proc.run(t, 2, 0)
+	testutil.Eventually(t, "job widened to every CPU", func() (bool, string) {
+		s := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
+		return s == all, s
+	})
+	if got := confirmedBy(hook); len(got) == 0 || got[0] != "task clock confirmed" {
+		t.Fatalf("the widening's confirmations: %q; want the first from the task clock", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -20,7 +21,8 @@ import (
 )
 
 // The helper process: each line on stdin is a number of CPU-bound threads
-// to run from then on; it answers "ok" once they were started.
+// to run from then on; it answers "ok" once they were started. The line
+// "child" starts a CPU-bound child process instead and answers its pid.
 const helperEnv = "TASKCLOCK_TEST_HELPER"
 
 func TestMain(m *testing.M) {
@@ -28,6 +30,16 @@ func TestMain(m *testing.M) {
 		var stop *atomic.Bool
 		sc := bufio.NewScanner(os.Stdin)
 		for sc.Scan() {
+			if sc.Text() == "child" {
+				c := exec.Command("sh", "-c", "while :; do :; done")
+				c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+				if err := c.Start(); err != nil {
+					fmt.Println("error", err)
+					continue
+				}
+				fmt.Println(c.Process.Pid)
+				continue
+			}
 			n, _ := strconv.Atoi(sc.Text())
 			if stop != nil {
 				stop.Store(true)
@@ -128,12 +140,37 @@ func waitBurst(t *testing.T, w *Watch, key string) (ran, wall time.Duration) {
 	}
 }
 
-func TestTasksCountNewThreads(t *testing.T) {
+// cpuTime is the CPU time the threads of pid ran so far (the first field
+// of each /proc/PID/task/TID/schedstat, in ns).
+func cpuTime(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	dirs, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("schedstat of %d: %v", pid, err)
+	}
+	var sum time.Duration
+	for _, f := range dirs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread exited
+		}
+		if ns, err := strconv.ParseInt(strings.Fields(string(b))[0], 10, 64); err == nil {
+			sum += time.Duration(ns)
+		}
+	}
+	return sum
+}
+
+// TestTasksCountChildren: counters opened on a process's threads count a
+// process it starts later (inherit): the burst comes from the child, whose
+// pid had no counter, while the helper itself stays idle.
+func TestTasksCountChildren(t *testing.T) {
 	h := startHelper(t)
 	h.spin(t, 0) // the runtime has started its threads
 	w := New(20*time.Millisecond, 64)
 	defer w.Close()
-	n, err := w.SetTasks("h", h.tids(t), 0)
+	tids := h.tids(t)
+	n, err := w.SetTasks("h", tids, 0)
 	skipWithoutPerf(t, err)
 	if err != nil || n == 0 {
 		t.Fatalf("SetTasks: %d, %v", n, err)
@@ -141,16 +178,23 @@ func TestTasksCountNewThreads(t *testing.T) {
 	if w.Open() != n || !w.Has("h") || strings.Join(w.Keys(), ",") != "h" {
 		t.Fatalf("Open %d Has %v Keys %v after %d counters", w.Open(), w.Has("h"), w.Keys(), n)
 	}
-	// Two threads the counters were not opened on, created after: counted
-	// through inheritance.
-	before := len(h.tids(t))
-	h.spin(t, 2)
+	own := cpuTime(t, h.cmd.Process.Pid)
+	fmt.Fprintln(h.in, "child")
+	l, err := h.out.ReadString('\n')
+	child, perr := strconv.Atoi(strings.TrimSpace(l))
+	if err != nil || perr != nil {
+		t.Fatalf("helper: %q %v", l, err)
+	}
+	t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
+	if slices.Contains(tids, child) {
+		t.Fatalf("the child %d had a counter of its own", child)
+	}
 	ran, wall := waitBurst(t, w, "h")
 	if ran < w.Period() || wall <= 0 {
 		t.Fatalf("Burst: ran %v over %v, want at least one period (%v)", ran, wall, w.Period())
 	}
-	if after := len(h.tids(t)); after <= before {
-		t.Logf("the runtime reused %d idle threads (%d before, %d after)", after-before, before, after)
+	if byHelper := cpuTime(t, h.cmd.Process.Pid) - own; byHelper >= ran {
+		t.Fatalf("the helper itself ran %v of the %v counted: the child's CPU was not counted", byHelper, ran)
 	}
 }
 
