@@ -428,14 +428,11 @@ func (p *placement) syncClock() (more bool) {
 			continue
 		}
 		opened++
-		// The tasks are listed at each (re)open: threads created since
-		// the last were counted through inheritance only.
+		// The tasks are listed at each (re)open, until a listing names no
+		// new one: threads created since the last were counted through
+		// inheritance only.
 		p.clock.set(n, "tasks", func(t *taskclock.Watch, period time.Duration) (int, error) {
-			tids, err := sysfs.DirThreads(dir)
-			if err != nil {
-				return 0, err
-			}
-			return t.SetTasks(n, tids, period)
+			return t.SetTasks(n, func() ([]int, error) { return sysfs.DirThreads(dir) }, period)
 		})
 	}
 	p.clock.keep(func(k string) bool { return p.workloads[k] != nil })

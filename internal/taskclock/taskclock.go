@@ -113,38 +113,74 @@ func (w *Watch) Keys() []string {
 	return keys
 }
 
-// SetTasks replaces key's counters with one task-clock counter per task id
-// in tids (thread ids, as in /proc/PID/task or a cgroup's tasks file),
-// inherited by what they create from now on, signalling every period of
-// CPU time (0: the Watch's). Tasks that exited in between
-// (ESRCH) are skipped. It returns the number opened; an error when none
-// could be opened while some task exists (the kernel's refusal: EACCES or
-// EPERM without the privilege, ENOENT or ENOSYS without perf events), or
-// ErrLimit. On error key has no counters.
-func (w *Watch) SetTasks(key string, tids []int, period time.Duration) (int, error) {
+// SetTasks replaces key's counters with one task-clock counter per task
+// that list returns (thread ids, as in /proc/PID/task or a cgroup's tasks
+// file), inherited by what they create from now on, signalling every period
+// of CPU time (0: the Watch's).
+//
+// A thread created between the listing and its creator's counter is not
+// inherited (perf_event_init_task copies only the counters its creator
+// already has), so list is called again after each round of counters until
+// it names no task not yet tried, at most maxListRounds times: from then on
+// every task list names, and every one they create, is counted. Tasks that
+// exited in between (ESRCH) are skipped. It returns the number of counters
+// opened; list's error; an error when none could be opened while some task
+// exists (the kernel's refusal: EACCES or EPERM without the privilege,
+// ENOENT or ENOSYS without perf events); or ErrLimit. On error key has no
+// counters.
+func (w *Watch) SetTasks(key string, list func() ([]int, error), period time.Duration) (int, error) {
 	w.Remove(key)
-	if len(tids) > w.max-w.open {
-		return 0, fmt.Errorf("%d tasks: %w (%d held, at most %d)", len(tids), ErrLimit, w.open, w.max)
-	}
 	period = w.periodOr(period)
 	attr := w.attr(unix.PERF_COUNT_SW_TASK_CLOCK, true, period)
 	g := &group{what: "tasks", period: period}
+	tried := map[int]bool{}
 	var firstErr error
-	for _, tid := range tids {
-		fd, err := w.openCounter(&attr, tid, -1, 0)
+	for round := 0; round < maxListRounds; round++ {
+		tids, err := list()
 		if err != nil {
-			if !errors.Is(err, unix.ESRCH) && firstErr == nil {
-				firstErr = fmt.Errorf("task %d: %w", tid, err)
-			}
-			continue
+			closeAll(g.fds)
+			return 0, err
 		}
-		g.fds = append(g.fds, fd)
+		var fresh []int
+		for _, tid := range tids {
+			if !tried[tid] {
+				tried[tid] = true
+				fresh = append(fresh, tid)
+			}
+		}
+		if len(fresh) == 0 {
+			break
+		}
+		if len(g.fds)+len(fresh) > w.max-w.open {
+			closeAll(g.fds)
+			return 0, fmt.Errorf("%d tasks: %w (%d held, at most %d)", len(g.fds)+len(fresh), ErrLimit, w.open, w.max)
+		}
+		for _, tid := range fresh {
+			fd, err := w.openCounter(&attr, tid, -1, 0)
+			if err != nil {
+				if !errors.Is(err, unix.ESRCH) && firstErr == nil {
+					firstErr = fmt.Errorf("task %d: %w", tid, err)
+				}
+				continue
+			}
+			g.fds = append(g.fds, fd)
+		}
+		if len(g.fds) == 0 && firstErr != nil {
+			return 0, firstErr
+		}
 	}
-	if len(g.fds) == 0 && firstErr != nil {
-		return 0, firstErr
-	}
-	w.add(key, g)
+	w.add(key, g) // with no counters when every task exited: nothing to count
 	return len(g.fds), nil
+}
+
+// maxListRounds bounds SetTasks' listings: a group creating threads faster
+// than they can be counted keeps the counters of the last round (its later
+// threads are inherited from those that have counters).
+const maxListRounds = 8
+
+// Tasks returns a list for SetTasks that always names tids.
+func Tasks(tids ...int) func() ([]int, error) {
+	return func() ([]int, error) { return tids, nil }
 }
 
 // SetCgroup makes key's counters one CPU-clock counter per CPU in cpus

@@ -170,7 +170,7 @@ func TestTasksCountChildren(t *testing.T) {
 	w := New(20*time.Millisecond, 64)
 	defer w.Close()
 	tids := h.tids(t)
-	n, err := w.SetTasks("h", tids, 0)
+	n, err := w.SetTasks("h", Tasks(tids...), 0)
 	skipWithoutPerf(t, err)
 	if err != nil || n == 0 {
 		t.Fatalf("SetTasks: %d, %v", n, err)
@@ -203,7 +203,7 @@ func TestPauseStopsCounting(t *testing.T) {
 	h.spin(t, 1)
 	w := New(10*time.Millisecond, 64)
 	defer w.Close()
-	_, err := w.SetTasks("h", h.tids(t), 0)
+	_, err := w.SetTasks("h", Tasks(h.tids(t)...), 0)
 	skipWithoutPerf(t, err)
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +238,7 @@ func TestSetTasksSkipsExited(t *testing.T) {
 	w := New(20*time.Millisecond, 4)
 	defer w.Close()
 	// A tid no task has (above pid_max).
-	n, err := w.SetTasks("gone", []int{1 << 30}, 0)
+	n, err := w.SetTasks("gone", Tasks(1<<30), 0)
 	skipWithoutPerf(t, err)
 	if n != 0 || err != nil {
 		t.Fatalf("SetTasks of a gone task: %d, %v; want 0, nil", n, err)
@@ -246,7 +246,7 @@ func TestSetTasksSkipsExited(t *testing.T) {
 	if _, _, ok := w.Burst("gone", time.Now()); ok {
 		t.Fatal("Burst of an empty group")
 	}
-	if _, err := w.SetTasks("many", []int{1, 2, 3, 4, 5}, 0); !errors.Is(err, ErrLimit) {
+	if _, err := w.SetTasks("many", Tasks(1, 2, 3, 4, 5), 0); !errors.Is(err, ErrLimit) {
 		t.Fatalf("5 tasks with room for 4: %v, want ErrLimit", err)
 	}
 	if w.Has("many") || w.Open() != 0 {
@@ -331,5 +331,55 @@ func TestCgroupCountsItsTasks(t *testing.T) {
 	}
 	if _, err := w.SetCgroup("bad", filepath.Join(dir, "nope"), cpus, 0); err == nil || w.Has("bad") {
 		t.Fatal("SetCgroup of a missing directory succeeded")
+	}
+}
+
+// TestSetTasksListsAgain: a task the first listing missed (here a running
+// child, as one created between a listing and its creator's counter would
+// be) is counted because SetTasks lists again until nothing is new; and a
+// later listing over the limit leaves no counters.
+func TestSetTasksListsAgain(t *testing.T) {
+	h := startHelper(t)
+	h.spin(t, 0)
+	fmt.Fprintln(h.in, "child")
+	l, err := h.out.ReadString('\n')
+	child, perr := strconv.Atoi(strings.TrimSpace(l))
+	if err != nil || perr != nil {
+		t.Fatalf("helper: %q %v", l, err)
+	}
+	t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
+	tids := h.tids(t)
+	var calls int
+	list := func() ([]int, error) {
+		calls++
+		if calls == 1 {
+			return tids, nil
+		}
+		return append(slices.Clone(tids), child), nil
+	}
+	w := New(20*time.Millisecond, 64)
+	defer w.Close()
+	own := cpuTime(t, h.cmd.Process.Pid)
+	n, err := w.SetTasks("h", list, 0)
+	skipWithoutPerf(t, err)
+	if err != nil || n != len(tids)+1 || w.Open() != n {
+		t.Fatalf("SetTasks: %d, %v (Open %d); want %d counters", n, err, w.Open(), len(tids)+1)
+	}
+	if calls != 3 {
+		t.Fatalf("list called %d times; want 3 (the last naming nothing new)", calls)
+	}
+	ran, _ := waitBurst(t, w, "h")
+	if byHelper := cpuTime(t, h.cmd.Process.Pid) - own; ran < w.Period() || byHelper >= ran {
+		t.Fatalf("ran %v, the helper itself %v: the child listed second was not counted", ran, byHelper)
+	}
+
+	small := New(20*time.Millisecond, len(tids))
+	defer small.Close()
+	calls = 0
+	if _, err := small.SetTasks("h", list, 0); !errors.Is(err, ErrLimit) {
+		t.Fatalf("a second listing over the limit: %v, want ErrLimit", err)
+	}
+	if small.Has("h") || small.Open() != 0 {
+		t.Fatalf("a refused group left counters: Has %v Open %d", small.Has("h"), small.Open())
 	}
 }
