@@ -1,26 +1,55 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // Floors: what the kernel and the Go runtime cost by
 // themselves, measured in the same run as our rows.
 
+// floorMode is how kernelSwitchFloor's loop is timed and what it does
+// besides the writes.
+type floorMode int
+
+const (
+	// floorBare: the writes alone, timed by the loop.
+	floorBare floorMode = iota
+	// floorWatched: timed until the bench's own inotify watch
+	// (cpusetWatch) has seen every file written, as the daemon's
+	// switches are timed. An inotify watch costs the writer: on this
+	// 2-CPU machine it took the loop over 1,000 files from 34 to 46 ms
+	// (p50) in a stand-alone check.
+	floorWatched
+	// floorRules: floorWatched plus what the project's rules require of
+	// a switch besides the writes — the value about to be written
+	// recorded for every cgroup in state.json (daemon.SaveState: write,
+	// fsync, rename, directory fsync) before the first write, and each
+	// file re-read (pread, parsed) just before it is written, so that a
+	// value someone else wrote is kept (README: "Record what you are
+	// about to change ... before writing it; restore only what is still
+	// yours").
+	floorRules
+)
+
 // kernelSwitchFloor times one switch's worth of cgroup v1 cpuset writes
-// with nothing else: n sibling cpusets (sched_load_balance cleared, as the
-// daemon does on workloads), their cpuset.cpus pre-opened, each written
-// with the other of two values in a tight loop; one observation per
-// round of n writes. watched times each round as the daemon's switches
-// are timed: until the bench's own inotify watch (cpusetWatch) has seen
-// every file written. An inotify watch costs the writer: on this 2-CPU
-// machine it took the loop over 1,000 files from 34 to 46 ms (p50) in a
-// stand-alone check.
-func (e *env) kernelSwitchFloor(n, rounds int, watched bool) (stats, error) {
+// with nothing else (but what mode adds): n sibling cpusets
+// (sched_load_balance cleared, as the daemon does on workloads), their
+// cpuset.cpus pre-opened, each written with the other of two values in a
+// tight loop; one observation per round of n writes, in ms.
+func (e *env) kernelSwitchFloor(n, rounds int, mode floorMode) (stats, error) {
 	w, err := e.makeWorkloads(n, 0)
 	if err != nil {
 		return nil, err
@@ -36,19 +65,28 @@ func (e *env) kernelSwitchFloor(n, rounds int, watched bool) (stats, error) {
 	}()
 	for _, c := range w.children {
 		writeFile(filepath.Join(c, "cpuset.sched_load_balance"), []byte("0"))
-		f, err := os.OpenFile(filepath.Join(c, "cpuset.cpus"), os.O_WRONLY, 0)
+		f, err := os.OpenFile(filepath.Join(c, "cpuset.cpus"), os.O_RDWR, 0)
 		if err != nil {
 			return nil, err
 		}
 		files = append(files, f)
 	}
 	var cw *cpusetWatch
-	if watched {
+	if mode != floorBare {
 		if cw, err = newCpusetWatch(w); err != nil {
 			return nil, err
 		}
 		defer cw.close()
 	}
+	stateDir := filepath.Join(e.tmp, fmt.Sprintf("floor-state-%d", n))
+	defer os.RemoveAll(stateDir)
+	recs := make([]daemon.Record, n)
+	for i, c := range w.children {
+		var st unix.Stat_t
+		unix.Stat(c, &st)
+		recs[i] = daemon.Record{Path: c, Inode: st.Ino, Original: all.String(), LoadBalanceCleared: true}
+	}
+	var buf [4096]byte
 	var s stats
 	for r := 0; r < rounds+1; r++ {
 		v := vals[r%2]
@@ -58,7 +96,24 @@ func (e *env) kernelSwitchFloor(n, rounds int, watched bool) (stats, error) {
 			written = cw.waitAllAsync(5 * time.Second)
 		}
 		t0 := time.Now()
+		if mode == floorRules {
+			for i := range recs {
+				recs[i].Applied, recs[i].Pending = string(vals[(r+1)%2]), string(v)
+			}
+			if err := daemon.SaveState(stateDir, daemon.State{Knob: policy.DefaultKnob(), Cgroups: recs}); err != nil {
+				return nil, fmt.Errorf("floor state save: %w", err)
+			}
+		}
 		for _, f := range files {
+			if mode == floorRules {
+				k, err := f.ReadAt(buf[:], 0)
+				if err != nil && !errors.Is(err, io.EOF) {
+					return nil, fmt.Errorf("floor re-read: %w", err)
+				}
+				if _, err := sysfs.ParseCPUList(strings.TrimSpace(string(buf[:k]))); err != nil {
+					return nil, fmt.Errorf("floor re-read: %w", err)
+				}
+			}
 			if _, err := f.WriteAt(v, 0); err != nil {
 				return nil, fmt.Errorf("floor write: %w", err)
 			}
