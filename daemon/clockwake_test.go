@@ -69,6 +69,19 @@ func (d *Daemon) clockSlow(key string) (slow bool) {
 	return slow
 }
 
+// widenedByClock waits until the workload directory dir's cpuset is all,
+// and fails unless the first confirmation logged was the task clock's.
+func widenedByClock(t *testing.T, hook *logtest.Hook, dir, all string) {
+	t.Helper()
+	testutil.Eventually(t, "job widened to every CPU", func() (bool, string) {
+		s := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
+		return s == all, s
+	})
+	if got := confirmedBy(hook); len(got) == 0 || got[0] != "task clock confirmed" {
+		t.Fatalf("the widening's confirmations: %q; want the first from the task clock", got)
+	}
+}
+
 // TestDaemonTaskClockWidensSaturated (issue 15): with sampling stopped, a
 // workload packed to one CPU whose two threads turn CPU-bound is widened
 // by a confirmation the task-clock wake started — not by the CPU pressure
@@ -77,13 +90,7 @@ func (d *Daemon) clockSlow(key string) (slow bool) {
 func TestDaemonTaskClockWidensSaturated(t *testing.T) {
 	d, hook, all, dir, proc := packedWithLog(t)
 	proc.run(t, 2, 0)
-	testutil.Eventually(t, "job widened to every CPU", func() (bool, string) {
-		s := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
-		return s == all, s
-	})
-	if got := confirmedBy(hook); len(got) == 0 || got[0] != "task clock confirmed" {
-		t.Fatalf("the widening's confirmations: %q; want the first from the task clock", got)
-	}
+	widenedByClock(t, hook, dir, all)
 	if n := d.Stats().ClockWakes; n < 1 {
 		t.Fatalf("ClockWakes %d", n)
 	}
@@ -201,11 +208,5 @@ func TestDaemonTaskClockCountsAttachedTasks(t *testing.T) {
 		return n > before && !pending, fmt.Sprintf("%d counters, %d before; confirmation pending %v", n, before, pending)
 	})
 	proc.run(t, 2, 0)
-	testutil.Eventually(t, "job widened to every CPU", func() (bool, string) {
-		s := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
-		return s == all, s
-	})
-	if got := confirmedBy(hook); len(got) == 0 || got[0] != "task clock confirmed" {
-		t.Fatalf("the widening's confirmations: %q; want the first from the task clock", got)
-	}
+	widenedByClock(t, hook, dir, all)
 }

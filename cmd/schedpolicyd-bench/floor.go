@@ -78,13 +78,18 @@ func (e *env) kernelSwitchFloor(n, rounds int, mode floorMode) (stats, error) {
 		}
 		defer cw.close()
 	}
+	// floorRules' records, as the daemon keeps them for its workloads.
+	var recs []daemon.Record
 	stateDir := filepath.Join(e.tmp, fmt.Sprintf("floor-state-%d", n))
-	defer os.RemoveAll(stateDir)
-	recs := make([]daemon.Record, n)
-	for i, c := range w.children {
-		var st unix.Stat_t
-		unix.Stat(c, &st)
-		recs[i] = daemon.Record{Path: c, Inode: st.Ino, Original: all.String(), LoadBalanceCleared: true}
+	if mode == floorRules {
+		defer os.RemoveAll(stateDir)
+		for _, c := range w.children {
+			var st unix.Stat_t
+			if err := unix.Stat(c, &st); err != nil {
+				return nil, fmt.Errorf("floor record: %w", err)
+			}
+			recs = append(recs, daemon.Record{Path: c, Inode: st.Ino, Original: all.String(), LoadBalanceCleared: true})
+		}
 	}
 	var buf [4096]byte
 	var s stats

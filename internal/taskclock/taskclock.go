@@ -234,6 +234,7 @@ func (w *Watch) attr(config uint64, inherit bool, period time.Duration) unix.Per
 
 // openCounter opens one counter and has its overflows signal this process.
 func (w *Watch) openCounter(attr *unix.PerfEventAttr, pid, cpu int, flags int) (int, error) {
+	w.notify()
 	fd, err := unix.PerfEventOpen(attr, pid, cpu, -1, flags|unix.PERF_FLAG_FD_CLOEXEC)
 	if err != nil {
 		return -1, err
@@ -265,14 +266,19 @@ func (w *Watch) add(key string, g *group) {
 	g.markAt = time.Now()
 	w.groups[key] = g
 	w.open += len(g.fds)
-	if w.sig == nil {
-		// Before any counter can overflow into a process that ignores
-		// SIGIO: the runtime's handler drops a SIGIO nobody asked for.
-		w.sig = make(chan os.Signal, 1)
-		w.quit = make(chan struct{})
-		signal.Notify(w.sig, unix.SIGIO)
-		go forward(w.sig, w.c, w.quit)
+}
+
+// notify starts SIGIO's delivery to C, once, before the first counter is
+// opened: a counter may overflow as soon as it is, and the runtime drops a
+// SIGIO nobody asked for.
+func (w *Watch) notify() {
+	if w.sig != nil {
+		return
 	}
+	w.sig = make(chan os.Signal, 1)
+	w.quit = make(chan struct{})
+	signal.Notify(w.sig, unix.SIGIO)
+	go forward(w.sig, w.c, w.quit)
 }
 
 func forward(sig <-chan os.Signal, c chan<- struct{}, quit <-chan struct{}) {

@@ -99,6 +99,20 @@ func (h *helper) spin(t *testing.T, n int) {
 	}
 }
 
+// startChild has the helper start a CPU-bound child process and returns
+// its pid; it is killed at the test's end.
+func (h *helper) startChild(t *testing.T) int {
+	t.Helper()
+	fmt.Fprintln(h.in, "child")
+	l, err := h.out.ReadString('\n')
+	child, perr := strconv.Atoi(strings.TrimSpace(l))
+	if err != nil || perr != nil {
+		t.Fatalf("helper: %q %v", l, err)
+	}
+	t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
+	return child
+}
+
 func (h *helper) tids(t *testing.T) []int {
 	t.Helper()
 	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", h.cmd.Process.Pid))
@@ -179,13 +193,7 @@ func TestTasksCountChildren(t *testing.T) {
 		t.Fatalf("Open %d Has %v Keys %v after %d counters", w.Open(), w.Has("h"), w.Keys(), n)
 	}
 	own := cpuTime(t, h.cmd.Process.Pid)
-	fmt.Fprintln(h.in, "child")
-	l, err := h.out.ReadString('\n')
-	child, perr := strconv.Atoi(strings.TrimSpace(l))
-	if err != nil || perr != nil {
-		t.Fatalf("helper: %q %v", l, err)
-	}
-	t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
+	child := h.startChild(t)
 	if slices.Contains(tids, child) {
 		t.Fatalf("the child %d had a counter of its own", child)
 	}
@@ -341,13 +349,7 @@ func TestCgroupCountsItsTasks(t *testing.T) {
 func TestSetTasksListsAgain(t *testing.T) {
 	h := startHelper(t)
 	h.spin(t, 0)
-	fmt.Fprintln(h.in, "child")
-	l, err := h.out.ReadString('\n')
-	child, perr := strconv.Atoi(strings.TrimSpace(l))
-	if err != nil || perr != nil {
-		t.Fatalf("helper: %q %v", l, err)
-	}
-	t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
+	child := h.startChild(t)
 	tids := h.tids(t)
 	var calls int
 	list := func() ([]int, error) {
