@@ -51,11 +51,10 @@ func TestBusFailureEachKindLogged(t *testing.T) {
 	addr := "unix:path=" + testutil.EscapeAddressValue(filepath.Join(dir, "bus"))
 	log := testutil.Logger(t)
 	hook := logtest.NewLocal(log)
-	// UPower off, as this test ran before the zero Config followed UPower:
-	// with the UPower client also waiting for the socket, the daemon's own
-	// attempt sometimes fails with ECONNREFUSED as the bus comes up, a
-	// third kind of failure (not understood yet; the binary, which always
-	// followed UPower, can log it too).
+	// UPower off, as this test ran before the zero Config followed UPower.
+	// An attempt woken by the socket's creation waits until the bus
+	// listens (reconnect.WaitSocket): connecting between its bind() and
+	// listen() was refused (ECONNREFUSED), a third kind of failure.
 	m.startWith(t, func(c *Config) { c.Bus = addr; c.Log = log; c.UPower = acpi.UPowerOff })
 
 	connect := "no D-Bus connection"

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -85,6 +87,7 @@ func WaitSocket(ctx context.Context, path string, backoff time.Duration) {
 			continue
 		}
 		if absent && exists() {
+			listening(ctx, path)
 			return // created before or while the watch was set up
 		}
 		// The timer runs only while the file exists: a missing one is
@@ -103,6 +106,7 @@ func WaitSocket(ctx context.Context, path string, backoff time.Duration) {
 				return
 			}
 			if ev.Name == path && ev.Op&fsnotify.Create != 0 {
+				listening(ctx, path)
 				return // (re-)created
 			}
 			if ev.Name == watched && ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 {
@@ -112,11 +116,44 @@ func WaitSocket(ctx context.Context, path string, backoff time.Duration) {
 				watched = ""
 			}
 			if absent && exists() {
+				listening(ctx, path)
 				return
 			}
 			if ev.Name == path && ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 {
 				absent = !exists() // removed: wait for the new one without a timer
 			}
+		}
+	}
+}
+
+// listenGrace bounds how long listening waits for a new socket to accept
+// (a variable for the tests).
+var listenGrace = time.Second
+
+// listening returns once the unix socket path, just created, accepts a
+// connection (the probe is closed at once), or after listenGrace, or when
+// ctx is done. A service creates its socket file with bind() and accepts
+// only after listen(): a client woken by the file's creation that
+// connects in between is refused (ECONNREFUSED), and would wait a whole
+// backoff for nothing and report a failure that is not one.
+func listening(ctx context.Context, path string) {
+	if fi, err := os.Stat(path); err != nil || fi.Mode()&fs.ModeSocket == 0 {
+		return // not a socket: nothing to wait for
+	}
+	deadline := time.Now().Add(listenGrace)
+	for {
+		c, err := net.DialTimeout("unix", path, listenGrace)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) || time.Now().After(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }

@@ -2,8 +2,11 @@ package reconnect
 
 import (
 	"context"
+	"errors"
+	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -131,4 +134,39 @@ func TestWaitSocketDirMovedAway(t *testing.T) {
 			t.Fatalf("round %d: still waiting 10s after the directory and socket were made again", i)
 		}
 	}
+}
+
+// TestListeningWaitsForListen: a socket file that exists but is not
+// listening yet (bound, as a service has it between bind() and listen())
+// refuses connections; listening probes it again until the service
+// listens, and its probe is accepted.
+func TestListeningWaitsForListen(t *testing.T) {
+	defer func(g time.Duration) { listenGrace = g }(listenGrace)
+	listenGrace = time.Minute
+	path := filepath.Join(t.TempDir(), "sock")
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Bind(fd, &syscall.SockaddrUnix{Name: path}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := net.Dial("unix", path); !errors.Is(err, syscall.ECONNREFUSED) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("a bound socket that does not listen: dial %v, want ECONNREFUSED", err)
+	}
+	done := make(chan struct{})
+	go func() { listening(context.Background(), path); close(done) }()
+	if err := syscall.Listen(fd, 1); err != nil {
+		t.Fatal(err)
+	}
+	nfd, _, err := syscall.Accept(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Close(nfd)
+	<-done
 }
