@@ -37,29 +37,33 @@ type listed struct {
 // may depend on anything of ours. Test files may also import
 // internal/testutil.
 var layers = map[string][]string{
-	"policy":  {},
-	"sysfs":   {},
-	"systemd": {},
+	"policy": {},
+	"sysfs":  {},
+	// Every consumer of D-Bus signals checks their sender with
+	// internal/bussender, a leaf that imports nothing of ours.
+	"systemd": {"internal/bussender"},
 	// acpi and daemon both reconnect to unix sockets (acpid, the bus) with
 	// internal/reconnect, a leaf that imports nothing of ours.
 	// daemon counts packed workloads' CPU time with internal/taskclock
 	// (perf events: not pseudo-filesystem I/O, so not sysfs), a leaf too.
-	"acpi":               {"sysfs", "internal/reconnect"},
-	"daemon":             {"acpi", "sysfs", "policy", "systemd", "internal/names", "internal/reconnect", "internal/taskclock"},
+	"acpi":               {"sysfs", "internal/reconnect", "internal/bussender"},
+	"daemon":             {"acpi", "sysfs", "policy", "systemd", "internal/names", "internal/reconnect", "internal/taskclock", "internal/bussender"},
+	"internal/bussender": {},
 	"internal/names":     {},
 	"internal/reconnect": {},
 	"internal/taskclock": {},
 	"internal/testutil":  {},
 	// schedpolicyctl talks to the daemon over D-Bus; of the daemon it may
 	// use only exported types and constants (checkClientUsesAPIOnly).
-	"cmd/schedpolicyctl": {"internal/names", "daemon", "acpi", "sysfs", "policy", "systemd"},
+	"cmd/schedpolicyctl": {"internal/names", "internal/bussender", "daemon", "acpi", "sysfs", "policy", "systemd"},
 }
 
 // external lists the only non-standard-library modules a package may
 // depend on (nil: no rule).
 var external = map[string][]string{
-	"policy": {}, // pure decisions: the standard library only
-	"sysfs":  {"github.com/fsnotify/fsnotify", "github.com/hanwen/go-fuse/v2", "golang.org/x/sys"},
+	"policy":             {}, // pure decisions: the standard library only
+	"sysfs":              {"github.com/fsnotify/fsnotify", "github.com/hanwen/go-fuse/v2", "golang.org/x/sys"},
+	"internal/bussender": {"github.com/godbus/dbus/v5"},
 	// perf_event_open through x/sys/unix only.
 	"internal/taskclock": {"golang.org/x/sys"},
 }

@@ -151,14 +151,21 @@ func StartBusProcess(o BusOptions) (*Bus, error) {
 	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err // a killed bus leaves its socket behind
 	}
+	return startBusConfig(conf, sock, bin, o.Stderr)
+}
+
+// startBusConfig runs dbus-daemon bin with the configuration file conf,
+// which listens on sock, and returns once it has printed its address
+// (standard error to stderr; nil: kept for the error).
+func startBusConfig(conf, sock, bin string, stderrTo io.Writer) (*Bus, error) {
 	cmd := exec.Command(bin, "--nofork", "--print-address=1", "--config-file="+conf)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
 	}
 	var stderr bytes.Buffer
-	cmd.Stderr = o.Stderr
-	if o.Stderr == nil {
+	cmd.Stderr = stderrTo
+	if stderrTo == nil {
 		cmd.Stderr = &stderr
 	}
 	if err := cmd.Start(); err != nil {

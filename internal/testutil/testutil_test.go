@@ -218,3 +218,62 @@ func TestStartBusEscapedPath(t *testing.T) {
 		t.Errorf("EscapeAddressValue = %q", got)
 	}
 }
+
+// TestSystemPolicyBus: the private bus enforces the system bus's policy.
+// A connection DialAs makes as nobody is credited with uid 65534, may not
+// own a name the installed policies give to root only
+// (org.freedesktop.login1) and may not call a method nobody punched a
+// hole for, but may send a unicast signal to any connection, which
+// arrives with its own unique name as sender; root may own the name.
+func TestSystemPolicyBus(t *testing.T) {
+	if _, err := os.Stat("/usr/share/dbus-1/system.d/org.freedesktop.login1.conf"); err != nil {
+		t.Skip("needs systemd's org.freedesktop.login1.conf (Debian package systemd) for a root-only name")
+	}
+	b := StartSystemPolicyBus(t)
+	root, err := dbus.Connect(b.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	nobody := DialAs(t, b.Addr, 65534)
+	if uid := UID(t, root, nobody.Names()[0]); uid != 65534 {
+		t.Fatalf("the bus credits DialAs's connection with uid %d, want 65534", uid)
+	}
+	if uid := UID(t, root, root.Names()[0]); uid != 0 {
+		t.Fatalf("the test's own connection is uid %d, want 0 (DialAs must not change this process's credentials)", uid)
+	}
+	if os.Geteuid() != 0 || os.Getuid() != 0 {
+		t.Fatalf("after DialAs this process runs as uid %d/%d", os.Getuid(), os.Geteuid())
+	}
+	if _, err := nobody.RequestName("org.freedesktop.login1", dbus.NameFlagDoNotQueue); err == nil {
+		t.Fatal("uid 65534 owned org.freedesktop.login1: the system policy is not enforced")
+	}
+	// Another connection of root's owns it: a name's policy also guards
+	// what is sent to its owner, so the signal below goes to root's first.
+	owner, err := dbus.Connect(b.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close()
+	if r, err := owner.RequestName("org.freedesktop.login1", dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
+		t.Fatalf("root cannot own org.freedesktop.login1: %v %v", r, err)
+	}
+	err = nobody.Object("org.freedesktop.login1", "/org/freedesktop/login1").Call("org.freedesktop.login1.Manager.NoSuchMember", 0).Err
+	if err == nil || !strings.Contains(err.Error(), "Rejected send message") {
+		t.Fatalf("nobody's call to a root-only method: %v, want rejected by the policy", err)
+	}
+
+	sigs := make(chan *dbus.Signal, 4)
+	root.Signal(sigs)
+	// Broadcasts reach only connections with a matching rule; this one
+	// is unicast.
+	SendSignal(t, nobody, root.Names()[0], "/org/freedesktop/DBus", "org.freedesktop.DBus.NameOwnerChanged", "x", "", ":1.999")
+	select {
+	case s := <-sigs:
+		if s.Sender != nobody.Names()[0] || s.Name != "org.freedesktop.DBus.NameOwnerChanged" {
+			t.Fatalf("got %s from %s, want the forged NameOwnerChanged from %s", s.Name, s.Sender, nobody.Names()[0])
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the unicast signal from uid 65534 did not arrive")
+	}
+}
