@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/bussender"
 )
 
 // logind's D-Bus names (org.freedesktop.login1(5)).
@@ -49,22 +51,18 @@ type Logind struct {
 }
 
 // ConnectLogind connects to logind on the system bus and subscribes to
-// its UserNew and UserRemoved signals. Errors: no system bus, ErrNoLogind
+// its UserNew and UserRemoved signals, taken only from the connection that
+// owns org.freedesktop.login1 (logind, across its restarts). Errors: no system bus, ErrNoLogind
 // (nobody owns the name), or the bus refused a match rule.
 func ConnectLogind(ctx context.Context) (*Logind, error) {
 	c, err := busConn()
 	if err != nil {
 		return nil, fmt.Errorf("logind: system bus: %w", err)
 	}
-	var has bool
-	if err := c.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.NameHasOwner", dbus.FlagNoAutoStart, logindName).Store(&has); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("logind: NameHasOwner: %w", err)
-	}
-	if !has {
-		c.Close()
-		return nil, ErrNoLogind
-	}
+	// The channel first, then the match rules and the owner: nothing in
+	// between is missed.
+	ch := make(chan *dbus.Signal, 64)
+	c.Signal(ch)
 	for _, member := range []string{"UserNew", "UserRemoved"} {
 		if err := c.AddMatchSignalContext(ctx, dbus.WithMatchSender(logindName), dbus.WithMatchObjectPath(logindPath),
 			dbus.WithMatchInterface(logindInterface), dbus.WithMatchMember(member)); err != nil {
@@ -72,12 +70,24 @@ func ConnectLogind(ctx context.Context) (*Logind, error) {
 			return nil, fmt.Errorf("logind: match %s: %w", member, err)
 		}
 	}
+	owner, err := bussender.WatchOwner(ctx, c, logindName)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("logind: %w", err)
+	}
+	if owner.Unique() == "" {
+		c.Close()
+		return nil, ErrNoLogind
+	}
 	l := &Logind{conn: c, events: make(chan UserEvent, 64), done: make(chan struct{})}
-	ch := make(chan *dbus.Signal, 64)
-	c.Signal(ch)
 	go func() {
 		defer close(l.events)
 		for s := range ch {
+			// Only logind's own connection speaks for logind: anyone may
+			// send us a UserRemoved.
+			if owner.Observe(s) || !owner.Sent(s) || s.Path != logindPath {
+				continue
+			}
 			var ev UserEvent
 			switch s.Name {
 			case logindInterface + ".UserNew":

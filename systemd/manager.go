@@ -14,6 +14,8 @@ import (
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/godbus/dbus/v5"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/bussender"
 )
 
 // The systemd manager's D-Bus names (org.freedesktop.systemd1(5)).
@@ -100,8 +102,13 @@ type Manager struct {
 	conn *sd.Conn
 	// sig is a connection of its own that receives the manager's signals
 	// after Subscribe (a peer-to-peer connection gets every signal, no
-	// match rules needed).
-	sig      *dbus.Conn
+	// match rules needed) on sigs, registered as it was made.
+	sig  *dbus.Conn
+	sigs chan *dbus.Signal
+	// owner is the system manager's name on the bus, for a connection
+	// through the bus: a signal counts only when its owner sent it. nil on
+	// a peer-to-peer connection, where only the manager can send.
+	owner    *bussender.Owner
 	events   chan UnitEvent
 	once     sync.Once
 	overflow atomic.Bool
@@ -142,20 +149,34 @@ func connectBus(ctx context.Context) (*Manager, error) {
 		return nil, fmt.Errorf("systemd manager on the system bus: %w", err)
 	}
 	sig, err := busConn()
-	if err == nil {
-		for _, member := range []string{"UnitNew", "UnitRemoved", "JobRemoved"} {
-			if err = sig.AddMatchSignalContext(ctx, dbus.WithMatchSender(managerName), dbus.WithMatchObjectPath(managerPath),
-				dbus.WithMatchInterface(managerInterface), dbus.WithMatchMember(member)); err != nil {
-				sig.Close()
-				break
-			}
-		}
-	}
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("systemd manager on the system bus: %w", err)
 	}
-	return &Manager{UID: -1, conn: conn, sig: sig, events: make(chan UnitEvent, 256)}, nil
+	m := newManager(-1, conn, sig)
+	for _, member := range []string{"UnitNew", "UnitRemoved", "JobRemoved"} {
+		if err = sig.AddMatchSignalContext(ctx, dbus.WithMatchSender(managerName), dbus.WithMatchObjectPath(managerPath),
+			dbus.WithMatchInterface(managerInterface), dbus.WithMatchMember(member)); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		m.owner, err = bussender.WatchOwner(ctx, sig, managerName)
+	}
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("systemd manager on the system bus: %w", err)
+	}
+	return m, nil
+}
+
+// newManager is a Manager on conn (methods) and sig (signals), with sig's
+// signal channel registered at once, so that nothing sig receives from
+// now on is missed.
+func newManager(uid int, conn *sd.Conn, sig *dbus.Conn) *Manager {
+	m := &Manager{UID: uid, conn: conn, sig: sig, sigs: make(chan *dbus.Signal, 256), events: make(chan UnitEvent, 256)}
+	sig.Signal(m.sigs)
+	return m
 }
 
 // busConn is a private connection to the system bus, authenticated as
@@ -216,8 +237,7 @@ func connect(ctx context.Context, socket string, uid int) (*Manager, error) {
 		conn.Close()
 		return nil, fmt.Errorf("systemd manager at %s: %w", socket, err)
 	}
-	m := &Manager{UID: uid, conn: conn, sig: sig, events: make(chan UnitEvent, 256)}
-	return m, nil
+	return newManager(uid, conn, sig), nil
 }
 
 // warm pings the manager on a new private-socket connection until it
@@ -268,22 +288,24 @@ func (m *Manager) Version(ctx context.Context) (string, error) {
 // channel of its UnitNew, UnitRemoved and JobRemoved signals as events,
 // closed when the connection closes. systemd sends them for every unit it
 // loads, drops or runs a job for, which is how placement adopts and
-// forgets units without polling. An event that
+// forgets units without polling. Through the bus, only signals the
+// manager's connection sent count (anyone may send a connection a
+// signal). An event that
 // finds the channel full is dropped: the caller re-lists its slices when
 // it sees Overflowed.
 func (m *Manager) Events(ctx context.Context) (<-chan UnitEvent, error) {
 	var err error
 	m.once.Do(func() {
-		ch := make(chan *dbus.Signal, 256)
-		m.sig.Signal(ch)
 		if err = m.sig.Object(managerName, managerPath).CallWithContext(ctx, managerInterface+".Subscribe", 0).Err; err != nil {
-			m.sig.RemoveSignal(ch)
 			err = fmt.Errorf("%s manager: Subscribe: %w", m, err)
 			return
 		}
 		go func() {
 			defer close(m.events)
-			for s := range ch {
+			for s := range m.sigs {
+				if m.owner != nil && (m.owner.Observe(s) || !m.owner.Sent(s)) {
+					continue // an owner change, or not the manager's
+				}
 				// UnitNew/UnitRemoved (s id, o path); JobRemoved (u id,
 				// o job, s unit, s result).
 				ev := UnitEvent{UID: m.UID}
@@ -447,28 +469,59 @@ func (m *Manager) SetAllowedCPUs(ctx context.Context, name string, cpus []int) e
 
 // StartScope starts transient scope name in slice with the processes pids
 // (StartTransientUnit, mode "fail", as `systemd-run --scope --slice=`),
-// and waits until its start job is done. systemd removes the scope when
-// its last process exits. Errors: the name is taken
-// (org.freedesktop.systemd1.UnitExists), a PID is not there or not the
-// manager's to move, or the job did not end "done".
+// and waits until its start job is over and the scope is active. systemd
+// removes the scope when its last process exits. Errors: the name is
+// taken (org.freedesktop.systemd1.UnitExists), a PID is not there or not
+// the manager's to move, the scope is not active once its job is over, or
+// ctx ended first.
 func (m *Manager) StartScope(ctx context.Context, name, slice, description string, pids ...uint32) error {
 	props := []sd.Property{
 		sd.PropDescription(description),
 		sd.PropSlice(slice),
 		sd.PropPids(pids...),
 	}
-	done := make(chan string, 1)
-	if _, err := m.conn.StartTransientUnitContext(ctx, name, "fail", props, done); err != nil {
+	// No job channel: go-systemd completes it from any JobRemoved its
+	// connection receives, whoever sent it. The job is watched through
+	// calls instead, whose answers only the manager can give.
+	id, err := m.conn.StartTransientUnitContext(ctx, name, "fail", props, nil)
+	if err != nil {
 		return fmt.Errorf("%s manager: start %s in %s: %w", m, name, slice, err)
 	}
-	select {
-	case r := <-done:
-		if r != "done" {
-			return fmt.Errorf("%s manager: start %s in %s: job %s", m, name, slice, r)
+	if err := m.waitJob(ctx, id); err != nil {
+		return fmt.Errorf("%s manager: start %s in %s: %w", m, name, slice, err)
+	}
+	u, err := m.UnitInfo(ctx, name)
+	if err != nil {
+		return fmt.Errorf("%s manager: start %s in %s: %w", m, name, slice, err)
+	}
+	if u.ActiveState != "active" {
+		return fmt.Errorf("%s manager: start %s in %s: the scope is %s after its start job", m, name, slice, u.ActiveState)
+	}
+	return nil
+}
+
+// waitJob returns once job id is over (the manager no longer has its
+// object), asking every 5 to 100 ms; an error when ctx ends first or the
+// manager answers otherwise.
+func (m *Manager) waitJob(ctx context.Context, id int) error {
+	path := dbus.ObjectPath(string(managerPath) + "/job/" + strconv.Itoa(id))
+	wait := 5 * time.Millisecond
+	for {
+		err := m.sig.Object(managerName, path).CallWithContext(ctx, "org.freedesktop.DBus.Properties.Get", 0,
+			"org.freedesktop.systemd1.Job", "State").Err
+		var de dbus.Error
+		if errors.As(err, &de) && (de.Name == "org.freedesktop.DBus.Error.UnknownObject" || de.Name == "org.freedesktop.systemd1.NoSuchJob") {
+			return nil
 		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("%s manager: start %s in %s: %w", m, name, slice, ctx.Err())
+		if err != nil {
+			return fmt.Errorf("job %d: %w", id, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("job %d: %w", id, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 100*time.Millisecond)
 	}
 }
 
