@@ -11,6 +11,7 @@ import (
 	"github.com/godbus/dbus/v5"
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/internal/bussender"
 	"github.com/schedpolicyd/schedpolicyd/internal/reconnect"
 )
 
@@ -25,9 +26,8 @@ const (
 	logindPath    = "/org/freedesktop/login1"
 	logindManager = "org.freedesktop.login1.Manager"
 
-	propsChanged     = "org.freedesktop.DBus.Properties.PropertiesChanged"
-	nameOwnerChanged = "org.freedesktop.DBus.NameOwnerChanged"
-	prepareForSleep  = logindManager + ".PrepareForSleep"
+	propsChanged    = "org.freedesktop.DBus.Properties.PropertiesChanged"
+	prepareForSleep = logindManager + ".PrepareForSleep"
 )
 
 // reconnectBackoff is the wait between attempts to reach the system bus
@@ -89,13 +89,24 @@ func (m *Monitor) busSession(ctx context.Context) (connected bool, err error) {
 		matches = append(matches, []dbus.MatchOption{
 			dbus.WithMatchSender(upowerName), dbus.WithMatchPathNamespace(upowerPath),
 			dbus.WithMatchInterface("org.freedesktop.DBus.Properties"), dbus.WithMatchMember("PropertiesChanged"),
-		}, []dbus.MatchOption{
-			dbus.WithMatchSender("org.freedesktop.DBus"), dbus.WithMatchInterface("org.freedesktop.DBus"),
-			dbus.WithMatchMember("NameOwnerChanged"), dbus.WithMatchArg(0, upowerName),
 		})
 	}
 	for _, mo := range matches {
 		if err := conn.AddMatchSignalContext(ctx, mo...); err != nil {
+			return true, fmt.Errorf("subscribe on the system bus: %w", err)
+		}
+	}
+	// A signal counts only from the connection that owns the name it
+	// speaks for: anyone on the bus may send us a PrepareForSleep or a
+	// PropertiesChanged. A nil owner is a source not followed.
+	var logind, upower *bussender.Owner
+	if m.cfg.Logind {
+		if logind, err = bussender.WatchOwner(ctx, conn, logindName); err != nil {
+			return true, fmt.Errorf("subscribe on the system bus: %w", err)
+		}
+	}
+	if useUPower {
+		if upower, err = bussender.WatchOwner(ctx, conn, upowerName); err != nil {
 			return true, fmt.Errorf("subscribe on the system bus: %w", err)
 		}
 	}
@@ -120,7 +131,15 @@ func (m *Monitor) busSession(ctx context.Context) (connected bool, err error) {
 
 	for sig := range sigs {
 		switch {
-		case sig.Name == prepareForSleep && m.cfg.Logind && sig.Path == logindPath:
+		case logind != nil && logind.Observe(sig):
+		case upower != nil && upower.Observe(sig):
+			if m.refreshUPower(ctx, conn) {
+				m.log.Info("UPower appeared on the system bus")
+			} else {
+				m.log.Info("UPower left the system bus")
+			}
+			m.hint(TriggerUPower) // also re-decides whether the safety net is needed
+		case sig.Name == prepareForSleep && logind != nil && logind.Sent(sig) && sig.Path == logindPath:
 			var sleeping bool
 			if len(sig.Body) != 1 || dbus.Store(sig.Body, &sleeping) != nil {
 				continue
@@ -133,22 +152,11 @@ func (m *Monitor) busSession(ctx context.Context) (connected bool, err error) {
 			m.log.Info("resumed from suspend; re-reading power state and CPUs")
 			m.hint(TriggerResume)
 			signal(m.hotplug)
-		case sig.Name == propsChanged && useUPower && strings.HasPrefix(string(sig.Path), upowerPath):
+		case sig.Name == propsChanged && upower != nil && upower.Sent(sig) && strings.HasPrefix(string(sig.Path), upowerPath):
 			if upowerRelevant(sig.Body) {
 				m.refreshUPower(ctx, conn)
 				m.hint(TriggerUPower)
 			}
-		case sig.Name == nameOwnerChanged && useUPower:
-			var name, old, owner string
-			if dbus.Store(sig.Body, &name, &old, &owner) != nil || name != upowerName {
-				continue
-			}
-			if m.refreshUPower(ctx, conn) {
-				m.log.Info("UPower appeared on the system bus")
-			} else {
-				m.log.Info("UPower left the system bus")
-			}
-			m.hint(TriggerUPower) // also re-decides whether the safety net is needed
 		}
 	}
 	return true, errors.New("system bus connection closed")
