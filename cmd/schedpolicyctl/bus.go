@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/bussender"
 )
 
 // D-Bus error names the client turns into messages and exit codes.
@@ -176,4 +179,17 @@ func (cl *client) properties() (map[string]dbus.Variant, error) {
 		return nil, busError(cl.bus, "reading properties", err)
 	}
 	return props, nil
+}
+
+// subscribe adds the match rules (the caller has registered its signal
+// channel already), then follows who owns busName. Signals count only
+// from that owner: anyone on the bus may send the client a
+// PropertiesChanged or a NameOwnerChanged.
+func subscribe(ctx context.Context, conn *dbus.Conn, matches ...[]dbus.MatchOption) (*bussender.Owner, error) {
+	for _, m := range matches {
+		if err := conn.AddMatchSignalContext(ctx, m...); err != nil {
+			return nil, err
+		}
+	}
+	return bussender.WatchOwner(ctx, conn, busName)
 }

@@ -220,18 +220,15 @@ func (c *cli) watch(args []string) int {
 	}
 	defer cl.Close()
 	conn := cl.conn
-	matches := [][]dbus.MatchOption{
-		{dbus.WithMatchObjectPath(objectPath), dbus.WithMatchInterface("org.freedesktop.DBus.Properties"), dbus.WithMatchMember("PropertiesChanged"), dbus.WithMatchArg(0, iface)},
-		{dbus.WithMatchObjectPath(objectPath), dbus.WithMatchInterface(iface), dbus.WithMatchMember("PolicyChanged")},
-		{dbus.WithMatchSender("org.freedesktop.DBus"), dbus.WithMatchInterface("org.freedesktop.DBus"), dbus.WithMatchMember("NameOwnerChanged"), dbus.WithMatchArg(0, busName)},
-	}
-	for _, m := range matches {
-		if err := conn.AddMatchSignal(m...); err != nil {
-			return c.fail(busError(cl.bus, "subscribing to signals", err))
-		}
-	}
 	sigs := make(chan *dbus.Signal, 64)
 	conn.Signal(sigs)
+	owner, err := subscribe(ctx, conn,
+		[]dbus.MatchOption{dbus.WithMatchObjectPath(objectPath), dbus.WithMatchInterface("org.freedesktop.DBus.Properties"), dbus.WithMatchMember("PropertiesChanged"), dbus.WithMatchArg(0, iface)},
+		[]dbus.MatchOption{dbus.WithMatchObjectPath(objectPath), dbus.WithMatchInterface(iface), dbus.WithMatchMember("PolicyChanged")},
+	)
+	if err != nil {
+		return c.fail(busError(cl.bus, "subscribing to signals", err))
+	}
 	now := func() string { return time.Now().Format("2006-01-02T15:04:05.000Z07:00") }
 
 	// The current state first: it shows the subscription is in place.
@@ -260,6 +257,17 @@ func (c *cli) watch(args []string) int {
 				fmt.Fprintf(c.stderr, "schedpolicyctl: lost the connection to %s\n", busLabel(cl.bus))
 				return exitFailure
 			}
+			if owner.Observe(s) {
+				if neu := owner.Unique(); neu == "" {
+					c.emit(watchEvent{Time: now(), Event: "daemon-stopped"}, "daemon-stopped schedpolicyd left the bus")
+				} else {
+					c.emit(watchEvent{Time: now(), Event: "daemon-started"}, "daemon-started schedpolicyd is on the bus as "+neu)
+				}
+				continue
+			}
+			if !owner.Sent(s) {
+				continue // only the daemon speaks for the daemon
+			}
 			switch s.Name {
 			case "org.freedesktop.DBus.Properties.PropertiesChanged":
 				if s.Path != objectPath || len(s.Body) < 2 {
@@ -280,16 +288,6 @@ func (c *cli) watch(args []string) int {
 				}
 				c.emit(watchEvent{Time: now(), Event: "policy-changed", Policy: pol, Reason: reason},
 					fmt.Sprintf("policy-changed %s: %s", pol, printable(reason)))
-			case "org.freedesktop.DBus.NameOwnerChanged":
-				var name, old, neu string
-				if dbus.Store(s.Body, &name, &old, &neu) != nil || name != busName {
-					continue
-				}
-				if neu == "" {
-					c.emit(watchEvent{Time: now(), Event: "daemon-stopped"}, "daemon-stopped schedpolicyd left the bus")
-				} else {
-					c.emit(watchEvent{Time: now(), Event: "daemon-started"}, "daemon-started schedpolicyd is on the bus as "+neu)
-				}
 			}
 		}
 	}

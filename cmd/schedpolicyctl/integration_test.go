@@ -118,8 +118,13 @@ type testDaemon struct {
 // daemon owns its name.
 func startDaemon(t *testing.T, cgroupRoot string) *testDaemon {
 	t.Helper()
+	return startDaemonOn(t, cgroupRoot, testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr)
+}
+
+// startDaemonOn is startDaemon on the bus at addr.
+func startDaemonOn(t *testing.T, cgroupRoot, addr string) *testDaemon {
+	t.Helper()
 	daemonBin, ctlBin := binaries(t)
-	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
 	tmp := t.TempDir()
 	d := &testDaemon{addr: addr, sys: mockLaptop(t), state: filepath.Join(tmp, "state"), ctl: ctlBin, log: &lockedBuffer{}}
 	treeDir := filepath.Join(tmp, "tree")
@@ -420,6 +425,41 @@ func TestCtlWatch(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("watch did not exit on SIGINT")
+	}
+}
+
+// TestCtlWatchForgedSignals, on a bus with the system bus's policy and
+// the package's: uid 65534 sends the watch client the daemon's
+// PropertiesChanged and PolicyChanged and the bus's NameOwnerChanged
+// saying the daemon left (unicast); watch prints none of them, and the
+// next line is about the daemon's own change to performance that followed
+// them.
+func TestCtlWatchForgedSignals(t *testing.T) {
+	bus := testutil.StartSystemPolicyBus(t, "../../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf")
+	d := startDaemonOn(t, "none", bus.Addr)
+	w := d.watch(t)
+	w.expect(t, "state ", "ActivePolicy=powersaving")
+	attacker := testutil.DialAs(t, bus.Addr, 65534)
+	var daemon string
+	if err := attacker.BusObject().Call("org.freedesktop.DBus.GetNameOwner", 0, busName).Store(&daemon); err != nil {
+		t.Fatal(err)
+	}
+	for _, dest := range testutil.Peers(t, attacker, daemon) {
+		testutil.SendSignal(t, attacker, dest, objectPath, "org.freedesktop.DBus.Properties.PropertiesChanged",
+			iface, map[string]dbus.Variant{"ActivePolicy": dbus.MakeVariant("forged")}, []string{})
+		testutil.SendSignal(t, attacker, dest, objectPath, iface+".PolicyChanged", "forged", "forged")
+		testutil.SendSignal(t, attacker, dest, "/org/freedesktop/DBus", "org.freedesktop.DBus.NameOwnerChanged", busName, daemon, "")
+	}
+	if r := d.inProcess("set", "performance"); r.code != 0 {
+		t.Fatal(r)
+	}
+	select {
+	case l := <-w.lines:
+		if strings.Contains(l, "forged") || strings.Contains(l, "daemon-stopped") || !strings.Contains(l, "performance") {
+			t.Fatalf("watch printed %q after forged signals, want the daemon's change to performance", l)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no line after the daemon's change")
 	}
 }
 

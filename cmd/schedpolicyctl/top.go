@@ -107,15 +107,11 @@ func topFeed(ctx context.Context, cl *client, send func(tea.Msg)) {
 	sigs := make(chan *dbus.Signal, 256)
 	conn.Signal(sigs)
 	defer conn.RemoveSignal(sigs)
-	matches := [][]dbus.MatchOption{
-		{dbus.WithMatchObjectPath(objectPath), dbus.WithMatchInterface("org.freedesktop.DBus.Properties"), dbus.WithMatchMember("PropertiesChanged"), dbus.WithMatchArg(0, iface)},
-		{dbus.WithMatchSender("org.freedesktop.DBus"), dbus.WithMatchInterface("org.freedesktop.DBus"), dbus.WithMatchMember("NameOwnerChanged"), dbus.WithMatchArg(0, busName)},
-	}
-	for _, m := range matches {
-		if err := conn.AddMatchSignal(m...); err != nil {
-			send(topLostMsg{busError(cl.bus, "subscribing to signals", err)})
-			return
-		}
+	owner, err := subscribe(ctx, conn,
+		[]dbus.MatchOption{dbus.WithMatchObjectPath(objectPath), dbus.WithMatchInterface("org.freedesktop.DBus.Properties"), dbus.WithMatchMember("PropertiesChanged"), dbus.WithMatchArg(0, iface)})
+	if err != nil {
+		send(topLostMsg{busError(cl.bus, "subscribing to signals", err)})
+		return
 	}
 	readAll := func() {
 		props, err := cl.properties()
@@ -139,6 +135,17 @@ func topFeed(ctx context.Context, cl *client, send func(tea.Msg)) {
 				send(topLostMsg{&cliError{exitFailure, "lost the connection to " + busLabel(cl.bus)}})
 				return
 			}
+			if owner.Observe(s) {
+				if owner.Unique() == "" {
+					send(topGoneMsg{})
+				} else {
+					readAll()
+				}
+				continue
+			}
+			if !owner.Sent(s) {
+				continue // only the daemon speaks for the daemon
+			}
 			switch s.Name {
 			case "org.freedesktop.DBus.Properties.PropertiesChanged":
 				var name string
@@ -156,16 +163,6 @@ func topFeed(ctx context.Context, cl *client, send func(tea.Msg)) {
 					}
 				}
 				send(topChangedMsg{changed, gone})
-			case "org.freedesktop.DBus.NameOwnerChanged":
-				var name, old, neu string
-				if dbus.Store(s.Body, &name, &old, &neu) != nil || name != busName {
-					continue
-				}
-				if neu == "" {
-					send(topGoneMsg{})
-				} else {
-					readAll()
-				}
 			}
 		}
 	}
