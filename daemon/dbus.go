@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os/user"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -17,6 +19,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/schedpolicyd/schedpolicyd/internal/bussender"
 	"github.com/schedpolicyd/schedpolicyd/internal/reconnect"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
@@ -466,20 +469,90 @@ func (x introspectable) Introspect() (string, *dbus.Error) {
 ` + std + body[i+len("<node>"):j] + "</node>\n", nil
 }
 
-// callerUID returns the Unix uid of a bus peer.
+// callerUID returns the Unix uid of a bus peer, as the bus daemon says.
 func (s *busService) callerUID(sender dbus.Sender) (uint32, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), busCallTimeout)
+	defer cancel()
+	return busUID(ctx, s.conn, string(sender))
+}
+
+// busUID is the Unix uid the bus daemon credits connection name with
+// (GetConnectionUnixUser).
+func busUID(ctx context.Context, conn *dbus.Conn, name string) (uint32, error) {
 	var uid uint32
-	err := s.conn.BusObject().Call("org.freedesktop.DBus.GetConnectionUnixUser", 0, string(sender)).Store(&uid)
+	err := conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetConnectionUnixUser", 0, name).Store(&uid)
 	return uid, err
+}
+
+// polkit's names; polkitInteractiveTimeout bounds a check that lets polkit
+// ask the user (an authentication dialog waits for a person), and
+// polkitStartTimeout the start of polkitd by activation (dbus-daemon's
+// own service_start_timeout is 25 s).
+const (
+	polkitName               = "org.freedesktop.PolicyKit1"
+	polkitPath               = dbus.ObjectPath("/org/freedesktop/PolicyKit1/Authority")
+	polkitInteractiveTimeout = 2 * time.Minute
+	polkitStartTimeout       = 25 * time.Second
+)
+
+// polkitAuthority returns the unique name of polkit's authority: the owner
+// of org.freedesktop.PolicyKit1, started by activation when nobody owns it
+// (see authorize), and only if that owner runs as root or as the polkitd
+// system user (polkitTrusted). The system bus lets only polkitd's user own
+// the name, but another bus (Config.Bus) may let anyone: an answer from
+// another owner would be anyone's word. Calls then go to the unique name,
+// so that only that connection can answer them.
+func (s *busService) polkitAuthority() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), polkitStartTimeout)
+	defer cancel()
+	owner, err := bussender.GetNameOwner(ctx, s.conn, polkitName)
+	if err == nil && owner == "" {
+		var r uint32
+		if err = s.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.StartServiceByName", 0, polkitName, uint32(0)).Store(&r); err == nil {
+			owner, err = bussender.GetNameOwner(ctx, s.conn, polkitName)
+		}
+	}
+	if err != nil {
+		return "", err
+	}
+	if owner == "" {
+		return "", errors.New(polkitName + " has no owner")
+	}
+	uid, err := busUID(ctx, s.conn, owner)
+	if err != nil {
+		return "", err
+	}
+	if !polkitTrusted(uid) {
+		return "", fmt.Errorf("%s is owned by %s, which runs as uid %d, neither root nor the polkitd system user: its answer would not be polkit's", polkitName, owner, uid)
+	}
+	return owner, nil
+}
+
+// polkitTrusted reports whether uid may be polkit's authority: root, or
+// the system user polkitd (uid below 1000), as which Debian's polkitd runs
+// and which alone its bus policy (org.freedesktop.PolicyKit1.conf) lets
+// own the name.
+func polkitTrusted(uid uint32) bool {
+	if uid == 0 {
+		return true
+	}
+	u, err := user.Lookup("polkitd")
+	if err != nil {
+		return false
+	}
+	id, err := strconv.ParseUint(u.Uid, 10, 32)
+	return err == nil && id < 1000 && uint32(id) == uid
 }
 
 // authorize allows uid 0 and, for anyone else, asks polkit
 // (org.freedesktop.PolicyKit1.Authority.CheckAuthorization) about
 // PolkitAction for the caller's bus name, letting polkit interact with the
 // user only when the message allows it. Returns AccessDenied when refused
-// or when polkit cannot be reached.
+// or when polkit cannot be reached, does not answer in time
+// (polkitInteractiveTimeout with interaction, busCallTimeout without) or
+// is not root (polkitAuthority).
 //
-// The call may start polkitd by D-Bus activation, the one exception to the
+// Asking may start polkitd by D-Bus activation, the one exception to the
 // daemon's no-activation rule: polkit is the system's authority and is
 // activated on demand by design (Debian's polkitd runs only when
 // activated), so refusing to start it would refuse every non-root caller.
@@ -493,8 +566,10 @@ func (s *busService) authorize(msg dbus.Message, sender dbus.Sender) *dbus.Error
 		return nil
 	}
 	var flags uint32
+	timeout := busCallTimeout
 	if msg.Flags&dbus.FlagAllowInteractiveAuthorization != 0 {
 		flags = 1 // AllowUserInteraction
+		timeout = polkitInteractiveTimeout
 	}
 	subject := struct {
 		Kind    string
@@ -504,9 +579,14 @@ func (s *busService) authorize(msg dbus.Message, sender dbus.Sender) *dbus.Error
 		IsAuthorized, IsChallenge bool
 		Details                   map[string]string
 	}
-	err = s.conn.Object("org.freedesktop.PolicyKit1", "/org/freedesktop/PolicyKit1/Authority").Call(
-		"org.freedesktop.PolicyKit1.Authority.CheckAuthorization", 0,
-		subject, PolkitAction, map[string]string{}, flags, "").Store(&result)
+	authority, err := s.polkitAuthority()
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		err = s.conn.Object(authority, polkitPath).CallWithContext(ctx,
+			"org.freedesktop.PolicyKit1.Authority.CheckAuthorization", dbus.FlagNoAutoStart,
+			subject, PolkitAction, map[string]string{}, flags, "").Store(&result)
+		cancel()
+	}
 	if err != nil {
 		s.log.WithError(err).WithField("uid", uid).Info("polkit check failed; refusing")
 		return dbus.NewError(errAccessDenied, []any{fmt.Sprintf("not authorised: uid %d is not root and polkit could not be asked (%v)", uid, err)})
@@ -656,7 +736,9 @@ func (s *busService) addHold(p policy.Policy, reason string, sender dbus.Sender,
 		return 0, toDBusError(err)
 	}
 	var present bool
-	err := s.conn.BusObject().Call("org.freedesktop.DBus.NameHasOwner", 0, string(sender)).Store(&present)
+	cctx, cancel := context.WithTimeout(ctx, busCallTimeout)
+	err := s.conn.BusObject().CallWithContext(cctx, "org.freedesktop.DBus.NameHasOwner", 0, string(sender)).Store(&present)
+	cancel()
 	if err == nil && present {
 		return cookie, nil
 	}
@@ -702,7 +784,9 @@ func (o busObject) CreateWorkload(msg dbus.Message, sender dbus.Sender, name str
 		return "", invalidArgs("%v", err)
 	}
 	var callerPID uint32
-	if err := o.s.conn.BusObject().Call("org.freedesktop.DBus.GetConnectionUnixProcessID", 0, string(sender)).Store(&callerPID); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), busCallTimeout)
+	defer cancel()
+	if err := o.s.conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetConnectionUnixProcessID", 0, string(sender)).Store(&callerPID); err != nil {
 		return "", dbus.MakeFailedError(fmt.Errorf("cannot identify the caller's process: %w", err))
 	}
 	if pid != callerPID {
@@ -755,15 +839,16 @@ func (o busObject) SetWorkloadPolicy(msg dbus.Message, sender dbus.Sender, name,
 }
 
 // watchHolders releases the holds of bus peers that disconnect
-// (NameOwnerChanged with an empty new owner for a unique name). The
-// channel is registered before the match is added, so that no signal the
-// match lets through is missed.
+// (NameOwnerChanged with an empty new owner for a unique name), as the bus
+// daemon announces it: the same signal from anyone else is ignored, since
+// any peer may send it to us. The channel is registered before the match
+// is added, so that no signal the match lets through is missed.
 func (s *busService) watchHolders() error {
 	ch := make(chan *dbus.Signal, 64)
 	s.conn.Signal(ch)
 	if err := s.conn.AddMatchSignal(
-		dbus.WithMatchSender("org.freedesktop.DBus"),
-		dbus.WithMatchInterface("org.freedesktop.DBus"),
+		dbus.WithMatchSender(bussender.Bus),
+		dbus.WithMatchInterface(bussender.Bus),
 		dbus.WithMatchMember("NameOwnerChanged"),
 	); err != nil {
 		s.conn.RemoveSignal(ch)
@@ -771,12 +856,8 @@ func (s *busService) watchHolders() error {
 	}
 	go func() {
 		for sig := range ch {
-			if sig.Name != "org.freedesktop.DBus.NameOwnerChanged" || len(sig.Body) != 3 {
-				continue
-			}
-			name, _ := sig.Body[0].(string)
-			newOwner, _ := sig.Body[2].(string)
-			if !strings.HasPrefix(name, ":") || newOwner != "" {
+			name, _, newOwner, ok := bussender.NameOwnerChanged(sig)
+			if !ok || !strings.HasPrefix(name, ":") || newOwner != "" {
 				continue
 			}
 			s.d.do(context.Background(), func() error {

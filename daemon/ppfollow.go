@@ -3,11 +3,13 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"strings"
+	"sync"
+	"time"
 
 	"github.com/godbus/dbus/v5"
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/internal/bussender"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
@@ -131,6 +133,16 @@ func (d *Daemon) followNote() string {
 // while someone does. It runs in its own goroutine (run); the loop state
 // it changes (busService.pp, Daemon.follow) is changed through Daemon.do.
 //
+// Who owns a name is learnt only from the bus daemon (GetNameOwner, and
+// NameOwnerChanged that the bus daemon sent: any peer may send us a
+// forged one), and a profile only from the owner's own PropertiesChanged
+// or its answer to Get. The signal reader never waits for the loop on a
+// profile: it keeps the latest one (ppMailbox), and an applier hands the
+// loop one change at a time, at most one per ppMinInterval, after asking
+// the bus that the owner still owns the name. A daemon that flaps its
+// profile a thousand times a second therefore costs a few applications a
+// second and no memory, and its stale profiles die with its ownership.
+//
 // The names are requested with AllowReplacement: power-profiles-daemon
 // started with --replace (or any owner that asks for replacement) takes
 // them, and we follow it. Without --replace it exits when the name is
@@ -140,23 +152,83 @@ type ppWatch struct {
 	s   *busService
 	sig chan *dbus.Signal
 	me  string // our unique name
-	// followed is the name followed ("" none), owner its unique name;
-	// serving: the API is exported and the names requested.
+	box ppMailbox
+
+	// mu guards followed and owner, written only by run's goroutine and
+	// read by the applier's (current).
+	mu sync.Mutex
+	// followed is the name followed ("" none), owner its unique name.
 	followed, owner string
-	serving         bool
+	// serving: the API is exported and the names requested (run's
+	// goroutine only).
+	serving bool
+}
+
+// ppMinInterval is the least time between two profiles of a followed
+// daemon handed to the loop; profiles in between are coalesced to the
+// latest.
+const ppMinInterval = 250 * time.Millisecond
+
+// busCallTimeout bounds every call the daemon makes to another service on
+// the bus (the bus daemon, a followed daemon, polkit without
+// interaction): a peer that stopped answering must not park a goroutine
+// for ever.
+const busCallTimeout = 5 * time.Second
+
+// ppChange is a profile to apply for the followed name's owner; read:
+// the profile is not known yet, ask the owner (Properties.Get).
+type ppChange struct {
+	name, owner, profile string
+	read                 bool
+}
+
+// ppMailbox holds at most one pending ppChange, the latest: put replaces
+// what was there, so a flood costs nothing but the last value.
+type ppMailbox struct {
+	mu   sync.Mutex
+	next *ppChange
+	wake chan struct{} // capacity 1: something is pending
+}
+
+func (b *ppMailbox) put(c ppChange) {
+	b.mu.Lock()
+	b.next = &c
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the pending change, if any, and empties the box.
+func (b *ppMailbox) take() (ppChange, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.next == nil {
+		return ppChange{}, false
+	}
+	c := *b.next
+	b.next = nil
+	return c, true
+}
+
+// drop empties the box (nothing is followed any more).
+func (b *ppMailbox) drop() {
+	b.mu.Lock()
+	b.next = nil
+	b.mu.Unlock()
 }
 
 // startPPWatch subscribes to NameOwnerChanged of the power-profiles names
-// and to PropertiesChanged on their paths, then starts the goroutine.
+// and to PropertiesChanged on their paths, then starts the goroutines.
 // Everything on the bus here is a call to the bus daemon or to an owner's
 // unique name: nothing is ever activated (dbus.FlagNoAutoStart).
 func (s *busService) startPPWatch(ctx context.Context) error {
 	w := &ppWatch{s: s, sig: make(chan *dbus.Signal, 64), me: s.conn.Names()[0]}
+	w.box.wake = make(chan struct{}, 1)
 	s.conn.Signal(w.sig)
 	for _, n := range ppNames {
-		if err := s.conn.AddMatchSignal(dbus.WithMatchSender("org.freedesktop.DBus"),
-			dbus.WithMatchInterface("org.freedesktop.DBus"), dbus.WithMatchMember("NameOwnerChanged"),
-			dbus.WithMatchArg(0, n.name)); err != nil {
+		if err := s.conn.AddMatchSignal(bussender.MatchOwnerChanged(n.name)...); err != nil {
 			return err
 		}
 		if err := s.conn.AddMatchSignal(dbus.WithMatchInterface("org.freedesktop.DBus.Properties"),
@@ -165,6 +237,7 @@ func (s *busService) startPPWatch(ctx context.Context) error {
 		}
 	}
 	go w.run(ctx)
+	go w.applier(ctx)
 	return nil
 }
 
@@ -186,12 +259,12 @@ func (w *ppWatch) run(ctx context.Context) {
 	}
 }
 
-// ownerOf is name's unique owner, "" when it has none (or on error).
-func (w *ppWatch) ownerOf(name string) string {
-	var owner string
-	if err := w.s.conn.BusObject().Call("org.freedesktop.DBus.GetNameOwner", dbus.FlagNoAutoStart, name).Store(&owner); err != nil {
-		return ""
-	}
+// ownerOf is name's unique owner as the bus daemon says, "" when it has
+// none (or on error).
+func (w *ppWatch) ownerOf(ctx context.Context, name string) string {
+	ctx, cancel := context.WithTimeout(ctx, busCallTimeout)
+	defer cancel()
+	owner, _ := bussender.GetNameOwner(ctx, w.s.conn, name)
 	return owner
 }
 
@@ -199,52 +272,61 @@ func (w *ppWatch) ownerOf(name string) string {
 // or serves them when none is.
 func (w *ppWatch) decide(ctx context.Context) {
 	for _, n := range ppNames {
-		if o := w.ownerOf(n.name); o != "" && o != w.me {
-			w.startFollowing(ctx, n.name, o)
+		if o := w.ownerOf(ctx, n.name); o != "" && o != w.me {
+			w.startFollowing(n.name, o)
 			return
 		}
 	}
 	w.serve(ctx)
 }
 
+// current is the followed name and its owner ("" none).
+func (w *ppWatch) current() (name, owner string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.followed, w.owner
+}
+
+func (w *ppWatch) setFollowed(name, owner string) {
+	w.mu.Lock()
+	w.followed, w.owner = name, owner
+	w.mu.Unlock()
+}
+
 func (w *ppWatch) onSignal(ctx context.Context, sig *dbus.Signal) {
-	switch sig.Name {
-	case "org.freedesktop.DBus.NameOwnerChanged":
-		if len(sig.Body) != 3 {
-			return
-		}
-		name, _ := sig.Body[0].(string)
-		newOwner, _ := sig.Body[2].(string)
+	followed, owner := w.current()
+	if name, _, newOwner, ok := bussender.NameOwnerChanged(sig); ok {
 		if !isPPName(name) {
 			return // every NameOwnerChanged comes here (watchHolders' match)
 		}
 		switch {
-		case w.followed != "" && name == w.followed && newOwner != w.owner:
+		case followed != "" && name == followed && newOwner != owner:
 			// The followed daemon left (or was replaced).
-			w.followed, w.owner = "", ""
+			w.setFollowed("", "")
+			w.box.drop()
 			w.s.d.do(ctx, func() error { w.s.d.unfollow("its bus name " + name + " changed owner"); return nil })
 			w.decide(ctx)
 		case w.serving && newOwner != "" && newOwner != w.me:
 			// Another daemon took one of our names (--replace): let it
 			// have both, and follow it.
 			w.unserve(ctx)
-			w.startFollowing(ctx, name, newOwner)
-		case w.followed == "" && !w.serving && newOwner != "" && newOwner != w.me:
-			w.startFollowing(ctx, name, newOwner)
+			w.startFollowing(name, newOwner)
+		case followed == "" && !w.serving && newOwner != "" && newOwner != w.me:
+			w.startFollowing(name, newOwner)
 		}
-	case "org.freedesktop.DBus.Properties.PropertiesChanged":
-		if w.followed == "" || sig.Sender != w.owner || len(sig.Body) < 2 {
-			return
-		}
-		iface, _ := sig.Body[0].(string)
-		changed, _ := sig.Body[1].(map[string]dbus.Variant)
-		if !strings.HasSuffix(iface, "PowerProfiles") {
-			return
-		}
-		if v, ok := changed["ActiveProfile"]; ok {
-			if p, ok := v.Value().(string); ok {
-				w.deliver(ctx, p)
-			}
+		return
+	}
+	if sig.Name != "org.freedesktop.DBus.Properties.PropertiesChanged" || followed == "" || sig.Sender != owner || len(sig.Body) < 2 {
+		return
+	}
+	iface, _ := sig.Body[0].(string)
+	changed, _ := sig.Body[1].(map[string]dbus.Variant)
+	if !isPPName(iface) {
+		return
+	}
+	if v, ok := changed["ActiveProfile"]; ok {
+		if p, ok := v.Value().(string); ok {
+			w.box.put(ppChange{name: followed, owner: owner, profile: p})
 		}
 	}
 }
@@ -258,33 +340,95 @@ func isPPName(name string) bool {
 	return false
 }
 
-func (w *ppWatch) startFollowing(ctx context.Context, name, owner string) {
-	w.followed, w.owner = name, owner
-	var path dbus.ObjectPath
+func ppPath(name string) dbus.ObjectPath {
 	for _, n := range ppNames {
 		if n.name == name {
-			path = n.path
+			return n.path
 		}
 	}
-	// The call goes to the unique name: it cannot activate anything.
-	v, err := w.s.conn.Object(owner, path).GetProperty(name + ".ActiveProfile")
-	if err != nil {
-		w.s.log.WithError(err).WithField("name", name).Warn("cannot read the power-profiles daemon's ActiveProfile; following its changes")
-		return
-	}
-	if p, ok := v.Value().(string); ok {
-		w.deliver(ctx, p)
+	return ""
+}
+
+// startFollowing follows owner's name; its ActiveProfile is read by the
+// applier.
+func (w *ppWatch) startFollowing(name, owner string) {
+	w.setFollowed(name, owner)
+	w.box.put(ppChange{name: name, owner: owner, read: true})
+}
+
+// applier hands the pending change to the loop, one at a time and at most
+// one per ppMinInterval, until ctx or the connection ends.
+func (w *ppWatch) applier(ctx context.Context) {
+	var wait <-chan time.Time
+	for {
+		if wait != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.s.conn.Context().Done():
+				return
+			case <-wait:
+			}
+			wait = nil
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.s.conn.Context().Done():
+			return
+		case <-w.box.wake:
+		}
+		c, ok := w.box.take()
+		if !ok {
+			continue
+		}
+		if w.apply(ctx, c) {
+			wait = time.After(ppMinInterval)
+		}
 	}
 }
 
-func (w *ppWatch) deliver(ctx context.Context, profile string) {
-	name, owner, s := w.followed, w.owner, w.s
+// apply checks that c's owner is still followed and still owns the name
+// (the bus daemon's word), reads the profile from it where c does not
+// carry one, and has the loop follow it. It reports whether the loop was
+// asked to.
+func (w *ppWatch) apply(ctx context.Context, c ppChange) bool {
+	still := func() bool {
+		name, owner := w.current()
+		return name == c.name && owner == c.owner
+	}
+	if !still() || w.ownerOf(ctx, c.name) != c.owner {
+		w.s.log.WithFields(logrus.Fields{"name": c.name, "owner": c.owner}).Debug("followed daemon's profile dropped: it no longer owns the name")
+		return false
+	}
+	profile := c.profile
+	if c.read {
+		cctx, cancel := context.WithTimeout(ctx, busCallTimeout)
+		var v dbus.Variant
+		// The call goes to the unique name: it cannot activate anything.
+		err := w.s.conn.Object(c.owner, ppPath(c.name)).CallWithContext(cctx, "org.freedesktop.DBus.Properties.Get",
+			dbus.FlagNoAutoStart, c.name, "ActiveProfile").Store(&v)
+		cancel()
+		p, ok := v.Value().(string)
+		if err != nil || !ok {
+			if err == nil {
+				err = fmt.Errorf("ActiveProfile is of type %s", v.Signature())
+			}
+			w.s.log.WithError(err).WithField("name", c.name).Warn("cannot read the power-profiles daemon's ActiveProfile; following its changes")
+			return false
+		}
+		profile = p
+	}
+	s := w.s
 	s.d.do(ctx, func() error {
-		if s.d.bus == s || s.d.bus == nil {
-			s.d.followProfile(name, owner, profile)
+		// Checked again on the loop: the owner may have left while the
+		// change waited for it (unfollow ran first).
+		if still() && (s.d.bus == s || s.d.bus == nil) {
+			s.d.followProfile(c.name, c.owner, profile)
 		}
 		return nil
 	})
+	return true
 }
 
 // serve exports the API and requests the names (replaceable).
@@ -301,9 +445,9 @@ func (w *ppWatch) serve(ctx context.Context) {
 	})
 	// A name taken between the GetNameOwner and our request.
 	for _, n := range ppNames {
-		if o := w.ownerOf(n.name); o != "" && o != w.me {
+		if o := w.ownerOf(ctx, n.name); o != "" && o != w.me {
 			w.unserve(ctx)
-			w.startFollowing(ctx, n.name, o)
+			w.startFollowing(n.name, o)
 			return
 		}
 	}
@@ -358,9 +502,10 @@ func ProbePowerProfiles(bus, mode string) PowerProfilesProbe {
 		return p
 	}
 	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), busCallTimeout)
+	defer cancel()
 	owner := func(name string) string {
-		var o string
-		conn.BusObject().Call("org.freedesktop.DBus.GetNameOwner", dbus.FlagNoAutoStart, name).Store(&o)
+		o, _ := bussender.GetNameOwner(ctx, conn, name)
 		return o
 	}
 	ourOwner := owner(BusName)
@@ -371,7 +516,7 @@ func ProbePowerProfiles(bus, mode string) PowerProfilesProbe {
 			continue
 		}
 		var pid uint32
-		conn.BusObject().Call("org.freedesktop.DBus.GetConnectionUnixProcessID", dbus.FlagNoAutoStart, o).Store(&pid)
+		conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetConnectionUnixProcessID", dbus.FlagNoAutoStart, o).Store(&pid)
 		if p.Owners == nil {
 			p.Owners = map[string]string{}
 		}
