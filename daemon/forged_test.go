@@ -3,11 +3,13 @@ package daemon
 import (
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/godbus/dbus/v5"
 	"github.com/sirupsen/logrus"
@@ -351,5 +353,78 @@ func TestPolkitFromNonRootOwnerRefused(t *testing.T) {
 	}
 	if asked.Load() != 1 || d.Snapshot().Knob.PowerAware != policy.PowerAwareOff {
 		t.Fatalf("root's polkit asked %d times; knob %+v", asked.Load(), d.Snapshot().Knob)
+	}
+}
+
+// TestFollowedDaemonFlaps is the trust issue's fourth case: a followed
+// power-profiles daemon sets ActiveProfile 3,000 times at 1,000 a second,
+// alternating performance and power-saver, ends on power-saver and leaves
+// the bus. The daemon applies at most one profile per ppMinInterval (the
+// count is bounded by the flood's length), its goroutines do not pile up
+// behind the loop (godbus parks one per signal a full channel cannot take),
+// the last profile wins, and once the daemon says it no longer follows,
+// nothing of the departed daemon is applied.
+func TestFollowedDaemonFlaps(t *testing.T) {
+	bus := testutil.StartSystemPolicyBus(t, "../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf", ppdPolicy(t))
+	ppd := ownPPD(t, bus.Addr, "net.hadess.PowerProfiles", ppBalanced)
+	ml := new(msgLog)
+	d := newMockLaptop(t).startWith(t, func(c *Config) {
+		c.Bus, c.PowerProfilesAPI = bus.Addr, PowerProfilesAuto
+		c.Log.(*logrus.Logger).AddHook(ml)
+		c.Log.(*logrus.Logger).SetLevel(logrus.InfoLevel)
+	})
+	testutil.Eventually(t, "following", func() (bool, string) {
+		return ml.count("following the power-profiles daemon's ActiveProfile") == 1, ""
+	})
+	before := ml.count("knob changed")
+	peak := runtime.NumGoroutine()
+	const flaps = 3000
+	start := time.Now()
+	tick := time.NewTicker(time.Millisecond)
+	for i := 0; i < flaps; i++ {
+		p := ppPerformance
+		if i%2 == 1 || i == flaps-1 {
+			p = ppPowerSaver
+		}
+		if err := ppd.Emit("/net/hadess/PowerProfiles", "org.freedesktop.DBus.Properties.PropertiesChanged",
+			"net.hadess.PowerProfiles", map[string]dbus.Variant{"ActiveProfile": dbus.MakeVariant(p)}, []string{}); err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 0 {
+			peak = max(peak, runtime.NumGoroutine())
+		}
+		<-tick.C
+	}
+	tick.Stop()
+	testutil.Eventually(t, "the last profile, power-saver", func() (bool, string) {
+		k := d.Snapshot().Knob
+		peak = max(peak, runtime.NumGoroutine())
+		return k.PowerAware == policy.PowerAwareOn, fmt.Sprintf("power_aware %d", k.PowerAware)
+	})
+	elapsed := time.Since(start)
+	applied := ml.count("knob changed") - before
+	if limit := 2 + int(elapsed/ppMinInterval); applied > limit {
+		t.Errorf("%d profiles applied in %v, want at most %d (one per %v)", applied, elapsed, limit, ppMinInterval)
+	}
+	if peak > 500 {
+		t.Errorf("%d goroutines at the peak of the flood: signals pile up behind the loop", peak)
+	}
+	t.Logf("%d flaps in %v: %d applied, at most %d goroutines", flaps, elapsed, applied, peak)
+
+	ppd.Close()
+	testutil.Eventually(t, "no longer following", func() (bool, string) { return ml.count("no longer following") == 1, "" })
+	testutil.Eventually(t, "serving the names again", func() (bool, string) {
+		return testutil.NameOwnedAt(bus.Addr, "net.hadess.PowerProfiles")
+	})
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	left := -1
+	for i, e := range ml.entries {
+		if strings.HasPrefix(e, "no longer following") {
+			left = i
+		}
+		if left >= 0 && strings.HasPrefix(e, "knob changed") {
+			t.Errorf("applied after the followed daemon left: %q", e)
+		}
 	}
 }
