@@ -288,6 +288,8 @@ type Daemon struct {
 	energy *energyMeter
 	// energyDirty: the totals changed since they were last saved.
 	energyDirty bool
+	// saveFailing: the last saveBackground failed (and said so).
+	saveFailing bool
 	// energyRefreshed is when RefreshEnergy last read the counters.
 	energyRefreshed time.Time
 	// energyGuard fires when RAPL must be read so no wrap is missed.
@@ -419,7 +421,7 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	d.energy = newEnergyMeter(fs, d.log.WithField("component", "energy"), time.Now, nil)
 	d.pl = newPlacement(&d.cfg, d.log, &d.stats, d.done)
-	d.pl.save = func() error { return d.saveState(d.stateWith(d.knob)) }
+	d.pl.save = d.saveBackground
 	d.setMetricsPath(cfg.MetricsTextfile)
 	if d.cfg.Placement == PlacementSystemd {
 		d.units = newUnitPlacement(&d.cfg, d.log, &d.stats)
@@ -926,6 +928,25 @@ func (d *Daemon) saveState(st State) error {
 	}
 	d.lastSaved = st
 	return nil
+}
+
+// saveBackground saves state.json for the placement and the energy
+// totals, which retry at every event and sample until it works: a failure
+// is logged once, at error level with its cause, its repeats at debug
+// level, and the first save that works again once (saveFailing).
+func (d *Daemon) saveBackground() error {
+	err := d.saveState(d.stateWith(d.knob))
+	switch {
+	case err != nil && !d.saveFailing:
+		d.log.WithError(err).Error("cannot save state.json; no cpuset or AllowedCPUs= is changed, and energy totals are kept in memory, until it can be")
+		d.saveFailing = true
+	case err != nil:
+		d.log.WithError(err).Debug("cannot save state.json yet")
+	case d.saveFailing:
+		d.log.Info("state.json saved again")
+		d.saveFailing = false
+	}
+	return err
 }
 
 // stateWith is what state.json must hold with knob k: the knob, the boost

@@ -52,9 +52,8 @@ func (d *Daemon) saveEnergy() {
 	}
 	d.energyDirty = false
 	if st := d.stateWith(d.knob); !reflect.DeepEqual(st, d.lastSaved) {
-		if err := d.saveState(st); err != nil {
-			d.log.WithError(err).Warn("cannot save the energy totals; they are kept in memory and saved with the next change")
-			d.energyDirty = true
+		if err := d.saveBackground(); err != nil {
+			d.energyDirty = true // kept in memory, saved with the next change
 		}
 	}
 }

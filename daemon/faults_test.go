@@ -220,3 +220,40 @@ func TestDaemonChoiceNotPersisted(t *testing.T) {
 		t.Errorf("state.json changed:\n%s\nwant\n%s", got, saved)
 	}
 }
+
+// TestSaveFailureLoggedOnce: while state.json cannot be written (the state
+// directory is immutable), the daemon says so once, at error level with
+// the cause, however many times the placement tries again (at every event
+// and sample while a record is unsaved); and says once that it works again
+// when the directory is writable.
+func TestSaveFailureLoggedOnce(t *testing.T) {
+	if _, err := exec.LookPath("chattr"); err != nil {
+		t.Skip("needs chattr (e2fsprogs) to make the state directory immutable")
+	}
+	m := newMockLaptop(t)
+	hook := new(msgLog)
+	d := m.startWith(t, func(c *Config) { c.Log.(*logrus.Logger).AddHook(hook) })
+	if out, err := exec.Command("chattr", "+i", m.state).CombinedOutput(); err != nil {
+		t.Skipf("cannot make %s immutable on this file system: %v %s", m.state, err, out)
+	}
+	t.Cleanup(func() { exec.Command("chattr", "-i", m.state).Run() })
+	// b's cpuset changed by someone: its record must be saved (released).
+	testutil.Put(t, filepath.Join(m.managed, "b", "cpuset.cpus"), "1")
+	testutil.Eventually(t, "a failed save", func() (bool, string) { return hook.count("cannot save state.json;") > 0, "" })
+	// What every event and sample does while the record is unsaved.
+	for i := 0; i < 20; i++ {
+		d.do(context.Background(), func() error { d.pl.flush(); return nil })
+	}
+	if n := hook.count("cannot save state.json;"); n != 1 {
+		t.Fatalf("the save failure was logged %d times in 21 attempts, want once", n)
+	}
+	if e := hook.mentions("cannot save state.json;"); !strings.Contains(e, "operation not permitted") {
+		t.Fatalf("the failure's entry %q does not give the cause", e)
+	}
+	if out, err := exec.Command("chattr", "-i", m.state).CombinedOutput(); err != nil {
+		t.Fatalf("chattr -i: %v %s", err, out)
+	}
+	testutil.Eventually(t, "state.json saved again", func() (bool, string) {
+		return hook.count("state.json saved again") == 1, ""
+	})
+}

@@ -115,16 +115,26 @@ func newPlacement(cfg *Config, log logrus.FieldLogger, stats *counters, done <-c
 
 // load takes the records state.json holds (before anything is adopted),
 // but for those whose cgroup is gone: no directory at the path (cgroups do
-// not survive a reboot), or another one (a different inode).
+// not survive a reboot), or another one (a different inode). A record
+// without an inode (a version-1 file's, or one edited by hand) cannot be
+// shown to name the cgroup now at its path, which may be anyone's: it is
+// dropped with a warning, and that cgroup is adopted as it is found, never
+// removed, restored or written back on the record's word.
 func (p *placement) load(saved []Record) {
 	for i := range saved {
 		r := saved[i]
-		if id := dirInode(r.Path); id == 0 || r.Inode != 0 && id != r.Inode {
+		id := dirInode(r.Path)
+		switch {
+		case id == 0 || r.Inode != 0 && id != r.Inode:
 			p.log.WithField("path", r.Path).Debug("dropping the record of a cgroup that is gone")
-			p.dirty = true
+		case r.Inode == 0:
+			p.log.WithFields(logrus.Fields{"path": r.Path, "created": r.Created, "original": r.Original}).
+				Warn("a saved record has no inode, so it cannot be shown to be this cgroup's; not used (the cgroup is left as it is)")
+		default:
+			p.records[r.Path] = &r
 			continue
 		}
-		p.records[r.Path] = &r
+		p.dirty = true
 	}
 }
 
@@ -141,15 +151,12 @@ func (p *placement) recordList() []Record {
 
 // flush saves state.json if a record changed since the last save; it
 // reports whether state.json is up to date. Until it is, no cpuset is
-// written.
+// written. save says why it failed (Daemon.saveBackground).
 func (p *placement) flush() bool {
 	if !p.dirty && p.saved {
 		return true
 	}
 	if err := p.save(); err != nil {
-		if p.saved || p.dirty {
-			p.log.WithError(err).Error("cannot save state.json; not placing workloads until it works")
-		}
 		p.saved = false
 		return false
 	}

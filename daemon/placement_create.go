@@ -57,7 +57,7 @@ func (p *placement) create(name string, pid int) (string, error) {
 	path, _ := p.cg.ChildPath(name)
 	p.scan()
 	w := p.workloads[name]
-	if w != nil {
+	if w != nil && w.rec.Inode != 0 {
 		w.rec.Created = true
 		p.dirty = true
 		p.flush()
@@ -97,10 +97,14 @@ func (p *placement) setOverride(name string, pol policy.Policy) error {
 
 // reapCreated removes workload name if the daemon created it and no task
 // is left in it (the command started by schedpolicyctl run has exited); it
-// reports whether the cgroup is gone.
+// reports whether the cgroup is gone. Only the cgroup the record names is
+// removed: its directory must have the record's inode, never 0.
 func (p *placement) reapCreated(name string) bool {
 	w, ok := p.workloads[name]
 	if !ok || !w.rec.Created || p.cg == nil {
+		return false
+	}
+	if id := p.childID(name); w.rec.Inode == 0 || id != w.rec.Inode {
 		return false
 	}
 	if procs, err := p.cg.Procs(name); err != nil || len(procs) > 0 {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -315,4 +317,62 @@ func TestAdoptRetriesChildNotReady(t *testing.T) {
 		}
 		return false, fmt.Sprint(d.Snapshot().Workloads)
 	})
+}
+
+// TestRecordWithoutInodeNotUsed is the trust issue's fifth case, on real
+// cgroup v1 cpusets: state.json says the daemon created workload "admin"
+// and packed it (original 1), but its record has no inode, and an
+// administrator's empty cgroup "admin" (cpus 0) is there now. The same
+// with a version-1 file, whose created map may hold inode 0 and whose
+// originals may have no original_inodes. The record is not used, and
+// the daemon says so: the empty cgroup is never removed, and a stop
+// leaves it as it was found (0), not at the record's original.
+func TestRecordWithoutInodeNotUsed(t *testing.T) {
+	for name, file := range map[string]func(admin string) string{
+		"version 2 record": func(admin string) string {
+			return `{"version": 2, "power_aware": 1, "power_aware_policy": "powersaving",
+  "cgroups": [{"path": "` + admin + `", "original_cpus": "1", "applied_cpus": "0", "created": true}]}`
+		},
+		"version 1 file": func(admin string) string {
+			return `{"version": 1, "power_aware": 1, "power_aware_policy": "powersaving",
+  "originals": {"` + admin + `": "1"}, "created": {"` + admin + `": 0}}`
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			parent := testutil.CpusetV1Parent(t, "schedpolicyd-test")
+			needTwoCPUs(t, parent)
+			v1Workloads(t, parent, map[string]string{"admin": "0"})
+			admin := filepath.Join(parent, "admin")
+			m := thisMachineLaptop(t)
+			testutil.WriteFile(t, filepath.Join(m.state, StateFile), file(admin))
+			if st, err := LoadState(m.state); err != nil || len(st.Cgroups) != 1 || st.Cgroups[0].Inode != 0 || !st.Cgroups[0].Created {
+				t.Fatalf("the file's record: %+v %v, want one created record without inode", st.Cgroups, err)
+			}
+			ml := new(msgLog)
+			d, cancel, done := m.startCfg(t, func(c *Config) {
+				c.CgroupRoot = parent
+				c.Log.(*logrus.Logger).AddHook(ml)
+			})
+			testutil.Eventually(t, "admin adopted and spread (performance)", func() (bool, string) {
+				return cpusOf(t, admin) == "0-1", cpusOf(t, admin)
+			})
+			// A created workload without tasks is reaped at the next
+			// event: give it one.
+			d.do(context.Background(), func() error { d.pl.reapFinished(); return nil })
+			if _, err := os.Stat(admin); err != nil {
+				t.Fatalf("the administrator's cgroup was removed: %v", err)
+			}
+			if e := ml.mentions("cannot be shown to be this cgroup's"); !strings.Contains(e, admin) {
+				t.Fatalf("no warning about the record without inode; log has %q", e)
+			}
+			if e := ml.mentions("its cgroup is removed"); e != "" {
+				t.Fatalf("the daemon says %q", e)
+			}
+			cancel()
+			<-done
+			if got := cpusOf(t, admin); got != "0" {
+				t.Fatalf("after the stop admin = %s, want 0 as found (not the record's original 1)", got)
+			}
+		})
+	}
 }

@@ -206,19 +206,22 @@ func (u *unitPlacement) recordList() []UnitRecord {
 
 // flush saves state.json if a record changed; it reports whether
 // state.json is up to date (nothing is set before it is).
-func (u *unitPlacement) flush() bool {
+func (u *unitPlacement) flush() bool { return u.flushErr() == nil }
+
+// flushErr is flush with the cause of a failure; save says why it failed
+// (Daemon.saveBackground).
+func (u *unitPlacement) flushErr() error {
 	if !u.dirty {
-		return true
+		return nil
 	}
 	if u.save == nil {
-		return false
+		return errors.New("no state file")
 	}
 	if err := u.save(); err != nil {
-		u.log.WithError(err).Warn("cannot save state.json; AllowedCPUs= is not changed until it can be")
-		return false
+		return err
 	}
 	u.dirty = false
-	return true
+	return nil
 }
 
 // open connects to the system manager and subscribes to its signals. An
@@ -1037,9 +1040,9 @@ func (u *unitPlacement) create(name string, pid int) (string, error) {
 	}
 	u.records[key] = &UnitRecord{Manager: "system", Unit: unit, Created: true}
 	u.dirty = true
-	if !u.flush() {
+	if err := u.flushErr(); err != nil {
 		delete(u.records, key)
-		return "", errors.New("cannot save state.json")
+		return "", fmt.Errorf("cannot save state.json: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), unitOpTimeout)
 	defer cancel()
