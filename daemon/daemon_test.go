@@ -324,7 +324,7 @@ func TestDaemonRecoversOriginalsAfterCrash(t *testing.T) {
 	testutil.Put(t, filepath.Join(m.managed, "a/cpuset.cpus"), "0")
 	if err := SaveState(m.state, State{
 		Knob:    policy.DefaultKnob(),
-		Cgroups: []Record{{Path: filepath.Join(m.managed, "a"), Original: "1-2", Applied: "0"}},
+		Cgroups: []Record{{Path: filepath.Join(m.managed, "a"), Inode: dirInode(filepath.Join(m.managed, "a")), Original: "1-2", Applied: "0"}},
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -143,8 +143,9 @@ type Record struct {
 	// Path is the cgroup directory (absolute, clean).
 	Path string `json:"path"`
 	// Inode is the directory's inode number: a record is used only for the
-	// same cgroup, never for one removed and made again under the path (0:
-	// unknown, the path alone decides; version-1 files may lack it).
+	// same cgroup, never for one removed and made again under the path. 0
+	// (a version-1 file may lack it, a hand-edited one too): the record
+	// cannot be matched to a cgroup and is not used (placement.load).
 	Inode uint64 `json:"inode,omitempty"`
 	// Original is cpuset.cpus as found before the daemon first wrote it (a
 	// cpulist; "" is v2's "inherit"); meaningful while Applied or Pending
