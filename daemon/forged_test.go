@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"sort"
 	"strings"
@@ -62,6 +63,20 @@ func (l *msgLog) mentions(text string) string {
 	defer l.mu.Unlock()
 	for _, e := range l.entries {
 		if strings.Contains(e, text) {
+			return e
+		}
+	}
+	return ""
+}
+
+// mentionsName is the first entry that names the bus connection name
+// (":1.3", not ":1.30"), "" if none does.
+func (l *msgLog) mentionsName(name string) string {
+	re := regexp.MustCompile(regexp.QuoteMeta(name) + `([^0-9]|$)`)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.entries {
+		if re.MatchString(e) {
 			return e
 		}
 	}
@@ -171,7 +186,7 @@ func TestForgedOwnerChangeTakesNoPowerProfilesNames(t *testing.T) {
 		k := sb.d.Snapshot().Knob
 		return k.PowerAware == policy.PowerAwareOn, fmt.Sprintf("power_aware %d", k.PowerAware)
 	})
-	if e := sb.log.mentions(me); e != "" {
+	if e := sb.log.mentionsName(me); e != "" {
 		t.Fatalf("the daemon acted on the forged signals: %q", e)
 	}
 	if n := sb.log.count("another daemon took the power-profiles names"); n != 1 {

@@ -232,6 +232,8 @@ func TestFaultModel(t *testing.T) {
 	t.Logf("fault model: %d sequences, %d steps, %d daemon runs, CPU offline %d times (%d real), %d sequences disturbed by another process's CPU hotplug, %v",
 		stats.seqs, stats.steps, stats.runs, stats.offline, stats.realOffline, stats.disturbed, time.Since(start).Round(time.Second))
 	t.Logf("fault model: steps by kind: %s", strings.Join(per, ", "))
+	t.Logf("fault model: the daemon's peak RSS after a flapping power-profiles daemon (%d profiles a step): %.1f MiB (bound %d MiB)",
+		faultFlaps, float64(stats.peakRSS)/(1<<20), faultRSSBound>>20)
 }
 
 // faultStats are the figures printed at the end (all sequences, including
@@ -239,6 +241,7 @@ func TestFaultModel(t *testing.T) {
 type faultStats struct {
 	seqs, steps, runs, offline, realOffline, disturbed int
 	actions                                            map[string]int
+	peakRSS                                            int64 // the highest VmHWM after a flap step
 }
 
 // faultWorkload is the model of one workload.
@@ -284,6 +287,8 @@ type faultModel struct {
 	logs    []string // every run's log, for a failure
 	trace   []string // the steps, for a failure
 	seconds []string // directories of second daemons (unmounted at teardown)
+
+	fb *faultBus // the bus every daemon of the sequence uses (faultbus_test.go)
 }
 
 var faultNames = []string{"w0", "w1", "w2", "w3", "w4", "w5"}
@@ -320,6 +325,7 @@ func (m *faultModel) setup(rt *rapid.T) {
 	if err := os.WriteFile(m.conf, nil, 0o644); err != nil {
 		m.fatalf(rt, "%v", err)
 	}
+	m.startBus(rt)
 }
 
 // teardown ends every process of the sequence, brings the CPU back, and
@@ -335,6 +341,7 @@ func (m *faultModel) teardown() {
 		faultPutCPUBack()
 		m.realOff = false
 	}
+	m.stopBus()
 	for _, dir := range append([]string{m.treeDir}, m.seconds...) {
 		syscall.Unmount(dir, syscall.MNT_DETACH)
 	}
@@ -364,6 +371,7 @@ func (m *faultModel) actions() map[string]func(*rapid.T) {
 		"hotplug": {m.actHotplug, 3}, "kill9": {m.actKill, 2}, "start": {m.actStart, 4},
 		"stop": {m.actStop, 1}, "restart": {m.actRestart, 1}, "sighup": {m.actHup, 1},
 		"second": {m.actSecond, 1}, "fixup": {m.actFixUp, 1},
+		"forge": {m.actForge, 2}, "hold": {m.actHold, 1}, "leave": {m.actLeave, 1}, "flap": {m.actFlap, 1},
 	} {
 		for i := 0; i < w.weight; i++ {
 			a[fmt.Sprintf("%s%d", kind, i)] = w.fn
@@ -673,7 +681,7 @@ func (d *faultDaemon) waitExit() error {
 // tree directories) on root.
 func (m *faultModel) daemonArgs(root, stateDir, treeDir string) []string {
 	return []string{"--sysfs-root", m.sys, "--cgroup-root", root, "--tree-dir", treeDir, "--tree-backend", "fuse",
-		"--state-dir", stateDir, "--bus", "none", "--events", "fsnotify", "--debounce", "50ms", "--upower", "off",
+		"--state-dir", stateDir, "--bus", m.fb.bus.Addr, "--events", "fsnotify", "--debounce", "50ms", "--upower", "off",
 		"--logind=false", "--log-level", "debug", "--config", m.conf}
 }
 
@@ -1512,6 +1520,11 @@ func (m *faultModel) actSecond(rt *rapid.T) {
 	before, stateBefore := m.snapshot(), faultRead(filepath.Join(m.stateDir, daemon.StateFile))
 	args := m.daemonArgs(root, state, tree)
 	args[len(args)-1] = emptyConfIn(dir) // its own, valid configuration
+	for i := range args {
+		if args[i] == m.fb.bus.Addr {
+			args[i] = "none" // the first daemon's bus name and power profiles are its own
+		}
+	}
 	d := m.spawn(rt, "second", args...)
 	ready, err := d.waitReady()
 	if err != nil {
