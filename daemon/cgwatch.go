@@ -86,7 +86,10 @@ func (p *placement) pressureDone() <-chan struct{} {
 // stopping.
 func (p *placement) openPressure() *sysfs.PressureTrigger {
 	path := filepath.Join(p.cfg.ProcRoot, "pressure", "cpu")
-	if p.cg.Version() == sysfs.CgroupV2 {
+	switch {
+	case p.cfg.pressureFile != "":
+		path = p.cfg.pressureFile
+	case p.cg.Version() == sysfs.CgroupV2:
 		path = filepath.Join(p.cg.Path(), "cpu.pressure")
 	}
 	return armPressure(p.log, path)

@@ -70,25 +70,68 @@ func (d *Daemon) clockSlow(key string) (slow bool) {
 }
 
 // widenedByClock waits until the workload directory dir's cpuset is all,
-// and fails unless the first confirmation logged was the task clock's.
+// and fails unless the first confirmation logged was the task clock's (at
+// once, or its one retry of a borderline count, which a loaded machine
+// makes likely).
 func widenedByClock(t *testing.T, hook *logtest.Hook, dir, all string) {
 	t.Helper()
 	testutil.Eventually(t, "job widened to every CPU", func() (bool, string) {
 		s := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
 		return s == all, s
 	})
-	if got := confirmedBy(hook); len(got) == 0 || got[0] != "task clock confirmed" {
+	if got := confirmedBy(hook); len(got) == 0 || got[0] != "task clock confirmed" && got[0] != "task clock retry confirmed" {
 		t.Fatalf("the widening's confirmations: %q; want the first from the task clock", got)
 	}
 }
 
+// onlyTaskClock leaves the task clock the one wake of d's placement: no
+// pressure trigger, and the next sample an hour away. What wakes the loop
+// then is the task clock, or nothing, whatever else the machine runs.
+func onlyTaskClock(t *testing.T, d *Daemon) {
+	t.Helper()
+	d.do(context.Background(), func() error {
+		if d.pl.pressure != nil {
+			d.pl.pressure.Close()
+			d.pl.pressure = nil
+		}
+		d.cfg.SampleInterval = time.Hour
+		return nil
+	})
+	clockCounting(t, d)
+}
+
+// clockCounting returns once job's counters are armed and count at
+// clockPeriod. A confirmation pauses or slows them (the start of a helper
+// process may have made one), and only a sample that began after that
+// and found job calm takes them back: with the next sample an hour away,
+// the test takes samples itself, while job is idle.
+func clockCounting(t *testing.T, d *Daemon) {
+	t.Helper()
+	testutil.Eventually(t, "job's counters armed at 10 ms (a calm sample)", func() (bool, string) {
+		var ok bool
+		var state string
+		d.do(context.Background(), func() error {
+			d.onSample()
+			k := d.pl.clock.keys["job"]
+			ok = d.pl.clock.armed("job") && k != nil && !k.slow && !k.paused && d.pl.confirm.timer == nil
+			if k != nil {
+				state = fmt.Sprintf("armed %v slow %v paused %v, confirmation pending %v", d.pl.clock.armed("job"), k.slow, k.paused, d.pl.confirm.timer != nil)
+			}
+			return nil
+		})
+		return ok, state
+	})
+}
+
 // TestDaemonTaskClockWidensSaturated (issue 15): with sampling stopped, a
 // workload packed to one CPU whose two threads turn CPU-bound is widened
-// by a confirmation the task-clock wake started — not by the CPU pressure
-// trigger (2 s window here) or a sample, which come later. The loop runs
-// freely: real v1 cpusets, real threads, real perf counters.
+// by a confirmation the task-clock wake started. The pressure trigger is
+// closed and the next sample an hour away (onlyTaskClock), so nothing else
+// can. The loop runs freely: real v1 cpusets, real threads, real perf
+// counters.
 func TestDaemonTaskClockWidensSaturated(t *testing.T) {
 	d, hook, all, dir, proc := packedWithLog(t)
+	onlyTaskClock(t, d)
 	proc.run(t, 2, 0)
 	widenedByClock(t, hook, dir, all)
 	if n := d.Stats().ClockWakes; n < 1 {
@@ -119,22 +162,41 @@ func TestDaemonTaskClockSlowsWhileBusy(t *testing.T) {
 			return !d.clockSlow("job") && d.clockArmed("job"), fmt.Sprint(d.Stats())
 		})
 	}
+	// crowdedByOthers skips the test when job's lone thread waited for its
+	// CPU for more than a third of the time since (run, wait): other
+	// processes on that CPU crowd it, and then widening it is right. The
+	// test needs a CPU the rest of the machine leaves alone most of the
+	// time; a busy machine gives none.
+	runDelay := func() (run, wait time.Duration) {
+		d.do(context.Background(), func() error { run, wait, _ = d.pl.cg.RunDelay("job"); return nil })
+		return run, wait
+	}
+	crowdedByOthers := func(run0, wait0 time.Duration) {
+		t.Helper()
+		run, wait := runDelay()
+		if r, w := run-run0, wait-wait0; r+w > 0 && 3*w > r+w {
+			t.Skipf("job's one busy thread waited for its CPU %v of %v: other processes crowd that CPU, so widening it is right; this test needs a machine that leaves a CPU alone", w.Round(time.Millisecond), (r + w).Round(time.Millisecond))
+		}
+	}
 	oneThread := func() {
 		t.Helper()
 		fast()
 		before := d.Stats().ClockWakes
+		run0, wait0 := runDelay()
 		proc.run(t, 1, 0)
 		testutil.Eventually(t, "counters slow", func() (bool, string) {
 			return d.clockSlow("job"), fmt.Sprint(d.Stats())
 		})
 		time.Sleep(1500 * time.Millisecond) // sampling runs; the thread spins on
 		if got := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus")); got != packedCPUs {
+			crowdedByOthers(run0, wait0)
 			t.Fatalf("one busy thread: cpuset %s, want it kept packed at %s", got, packedCPUs)
 		}
 		// At most the one that found it light (a first signal judged by
 		// its rate since a mark under a second old goes slow without
 		// one); then slow signals never reach 1.5 runnable threads.
 		if n := d.Stats().ClockWakes - before; n > 1 {
+			crowdedByOthers(run0, wait0)
 			for _, e := range hook.AllEntries() {
 				if strings.Contains(e.Message, "confirm") || e.Message == "woken" {
 					t.Log(e.Time.Format("05.000"), e.Message, e.Data)
@@ -183,18 +245,14 @@ func TestDaemonNoTaskClock(t *testing.T) {
 // cgroup v1 workload from outside (no fork of a counted task) gets
 // counters of its own — the cgroup watch names the workload — so its burst
 // is caught by the task clock. The pressure trigger is off and the next
-// sample 5 s away, so nothing else can widen it first.
+// sample an hour away (onlyTaskClock), so nothing else can widen it first.
 func TestDaemonTaskClockCountsAttachedTasks(t *testing.T) {
 	d, hook, all, dir, _ := packedWithLog(t)
+	onlyTaskClock(t, d)
 	var before int
-	d.do(context.Background(), func() error {
-		before = d.pl.clock.w.Open()
-		d.pl.pressure.Close()
-		d.pl.pressure = nil
-		d.cfg.SampleInterval = 5 * time.Second
-		return nil
-	})
+	d.do(context.Background(), func() error { before = d.pl.clock.w.Open(); return nil })
 	proc := startThreadsProc(t)
+	proc.run(t, 0, 0) // started and idle: its start-up burst is over, outside job
 	testutil.Put(t, filepath.Join(dir, "cgroup.procs"), strconv.Itoa(proc.pid))
 	// The attach itself starts a confirmation ("task attached"); the burst
 	// starts once it has ended, or it could be the one to see the burst.
@@ -207,6 +265,7 @@ func TestDaemonTaskClockCountsAttachedTasks(t *testing.T) {
 		})
 		return n > before && !pending, fmt.Sprintf("%d counters, %d before; confirmation pending %v", n, before, pending)
 	})
+	clockCounting(t, d) // that confirmation may have paused or slowed them
 	proc.run(t, 2, 0)
 	widenedByClock(t, hook, dir, all)
 }

@@ -166,6 +166,12 @@ type Config struct {
 	// changed and removed on a clean stop. "" (the default): none.
 	MetricsTextfile string
 	Log             logrus.FieldLogger
+
+	// pressureFile, for tests: the PSI file the cgroupfs placement's
+	// pressure trigger watches instead of the kernel's for the managed
+	// parent (<ProcRoot>/pressure/cpu on cgroup v1, machine-wide, which a
+	// busy test machine keeps firing).
+	pressureFile string
 }
 
 // Snapshot is a consistent copy of the daemon's public state, published by

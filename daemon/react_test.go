@@ -103,6 +103,13 @@ func packedThreadsWorkloadWith(t *testing.T, cfg func(*Config)) (*Daemon, string
 		t.Skip("needs two CPUs")
 	}
 	parent := testutil.CpusetV1Parent(t, "schedpolicyd-react")
+	// The test's processes also go into a cgroup2 directory of its own,
+	// whose cpu.pressure is the trigger's file: it counts their stalls
+	// alone, so another process keeping this machine busy neither wakes
+	// the placement nor keeps it sampling (the machine-wide
+	// /proc/pressure/cpu of cgroup v1 did). Without cgroup2 the tests use
+	// the machine-wide file and want a quiet machine.
+	psi := testutil.CgroupV2Dir(t, "schedpolicyd-react")
 	m := thisMachineLaptop(t)
 	ps := filepath.Join(m.sys, "class/power_supply")
 	testutil.Put(t, ps+"/AC/online", "0")
@@ -110,6 +117,9 @@ func packedThreadsWorkloadWith(t *testing.T, cfg func(*Config)) (*Daemon, string
 	d := m.startWith(t, func(c *Config) {
 		c.CgroupRoot = parent
 		c.UtilHalfLife = policy.DefaultHalfLife
+		if psi != "" {
+			c.pressureFile = filepath.Join(psi, "cpu.pressure")
+		}
 		if cfg != nil {
 			cfg(c)
 		}
@@ -124,6 +134,9 @@ func packedThreadsWorkloadWith(t *testing.T, cfg func(*Config)) (*Daemon, string
 	})
 	proc := startThreadsProc(t)
 	testutil.Put(t, filepath.Join(dir, "cgroup.procs"), strconv.Itoa(proc.pid))
+	if psi != "" {
+		testutil.Put(t, filepath.Join(psi, "cgroup.procs"), strconv.Itoa(proc.pid))
+	}
 	testutil.Eventually(t, "job packed to one CPU, sampling stopped", func() (bool, string) {
 		s := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
 		c, err := sysfs.ParseCPUList(s)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -103,4 +104,54 @@ func NeedRealHotplug(t testing.TB) {
 	if os.Getenv(HotplugEnv) != "1" {
 		t.Skipf("takes a real CPU offline, which trims every v1 cpuset on the machine: runs alone, with %s=1 (make test does)", HotplugEnv)
 	}
+}
+
+// CgroupV2Dir makes a cgroup of the test's own in the cgroup2 hierarchy
+// (the unified one of a hybrid machine, or /sys/fs/cgroup on a v2 one),
+// below this process's own cgroup there, named prefix-<pid>-<random>, and
+// returns its path; "" where there is none (no cgroup2 mount, not root,
+// mkdir refused): the caller then does without. Its cpu.pressure is a
+// kernel PSI file that counts only the tasks the test moves into it, so a
+// PSI trigger on it fires for them alone, whatever else the machine runs.
+// At cleanup it is removed as CpusetV1Dir's is; stopping its tasks is the
+// caller's job, in a cleanup registered later.
+func CgroupV2Dir(t testing.TB, prefix string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return ""
+	}
+	mount := ""
+	for _, line := range strings.Split(readOr("/proc/self/mountinfo"), "\n") {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS ... - FSTYPE SOURCE SUPEROPTS
+		if pre, post, ok := strings.Cut(line, " - "); ok && strings.HasPrefix(post, "cgroup2 ") {
+			if f := strings.Fields(pre); len(f) >= 5 && f[3] == "/" {
+				mount = f[4]
+				break
+			}
+		}
+	}
+	own := ""
+	for _, line := range strings.Split(readOr("/proc/self/cgroup"), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			own = p
+		}
+	}
+	if mount == "" || own == "" {
+		return ""
+	}
+	dir := filepath.Join(mount, own, fmt.Sprintf("%s-%d-%08x", prefix, os.Getpid(), rand.Uint32()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Logf("no cgroup2 directory of the test's own (%v)", err)
+		return ""
+	}
+	t.Cleanup(func() { removeCgroupTree(t, dir) })
+	return dir
+}
+
+func readOr(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }
