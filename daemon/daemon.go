@@ -279,6 +279,7 @@ type Daemon struct {
 	follow       followState            // the power-profiles daemon followed (ppfollow.go)
 	choices      map[string]policy.Knob // explicit choice per power source (choices.go); copy on write
 	asideSaid    map[string]string      // per knob, the other owner last reported (stepaside.go)
+	classesSaid  string                 // the efficiency classes last logged (classes.go)
 	batteryPct   int                    // the system batteries' charge, percent; -1 unknown
 	lowBattery   bool                   // the low-battery tier is in force (lowbattery.go)
 
@@ -874,11 +875,13 @@ func (d *Daemon) readTopology() {
 		d.log.WithError(err).Warn("cannot read CPU topology")
 		return
 	}
-	topo, err := policy.BuildTopology(CPUDescs(t))
+	classes := d.fs.CPUClasses(t)
+	topo, err := policy.BuildTopology(ClassedCPUDescs(t, classes))
 	if err != nil {
 		d.log.WithError(err).Warn("cannot build sched domains from the CPU topology")
 		return
 	}
+	d.noteClasses(classes)
 	d.topo = topo
 	d.topoProp = topologyEntries(t, d.topoProp)
 	d.allowed = t.Online

@@ -342,7 +342,7 @@ func cpuDescsFromSysfs(fsys sysfs.FS) ([]policy.CPUDesc, error) {
 	if err != nil {
 		return nil, err
 	}
-	return daemon.CPUDescs(t), nil
+	return daemon.ClassedCPUDescs(t, fsys.CPUClasses(t)), nil
 }
 
 // modelFor picks the energy calibration for a machine read from sysfs: the

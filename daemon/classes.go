@@ -1,0 +1,38 @@
+package daemon
+
+import (
+	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+)
+
+// ClassedCPUDescs is CPUDescs with the machine's efficiency classes
+// (sysfs.CPUClasses): on a hybrid machine each CPU gets its class's index
+// (0 the most efficient) as policy.CPUDesc.Class and its class's capacity
+// as Capacity, so the balancer packs by class; with one class the result
+// is CPUDescs(t), unchanged.
+func ClassedCPUDescs(t sysfs.CPUTopology, c sysfs.CPUClasses) []policy.CPUDesc {
+	out := CPUDescs(t)
+	if !c.Hybrid() {
+		return out
+	}
+	for i := range out {
+		if k := c.Of(out[i].ID); k >= 0 {
+			out[i].Class, out[i].Capacity = k, c.Classes[k].Capacity
+		}
+	}
+	return out
+}
+
+// noteClasses logs the efficiency classes when they differ from the last
+// ones read (at start and after a hotplug that changes them).
+func (d *Daemon) noteClasses(c sysfs.CPUClasses) {
+	var s string
+	for _, cl := range c.Classes {
+		s += cl.Name + "=" + cl.CPUs.String() + " "
+	}
+	if s == d.classesSaid {
+		return
+	}
+	d.classesSaid = s
+	d.log.WithFields(map[string]any{"classes": s[:max(0, len(s)-1)], "rule": c.Rule}).Info("cpu efficiency classes")
+}
