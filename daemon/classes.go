@@ -36,3 +36,22 @@ func (d *Daemon) noteClasses(c sysfs.CPUClasses) {
 	d.classesSaid = s
 	d.log.WithFields(map[string]any{"classes": s[:max(0, len(s)-1)], "rule": c.Rule}).Info("cpu efficiency classes")
 }
+
+// ClassModel returns m pricing each efficiency class of a hybrid machine
+// (policy.EnergyModel.WithClasses): from the kernel's energy model where
+// it is readable (sysfs.FS.ClassEnergyFromEM), else from the published
+// figures (policy.ClassCostFor). from says which, "" on a machine of one
+// class, where m is returned as it is.
+func ClassModel(m policy.EnergyModel, fs sysfs.FS, c sysfs.CPUClasses, vendor sysfs.ClassVendor) (_ policy.EnergyModel, from string) {
+	if !c.Hybrid() {
+		return m, ""
+	}
+	if cost, ok := fs.ClassEnergyFromEM(c); ok {
+		return m.WithClasses(cost), "the kernel's energy model (debugfs energy_model)"
+	}
+	cost := make([]float64, len(c.Classes))
+	for i, cl := range c.Classes {
+		cost[i] = policy.ClassCostFor(string(vendor), cl.Name)
+	}
+	return m.WithClasses(cost), "published figures (an estimate; docs/HYBRID-PLACEMENT.md)"
+}

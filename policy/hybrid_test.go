@@ -126,14 +126,16 @@ func TestHybridPlacement(t *testing.T) {
 		// A plain workload under balance gets P-cores first.
 		{"adl balance, a build", adlP, Balance, []Load{{Name: "build", Util: 3, Threads: 3}},
 			"build=0,2,4"},
-		// Four busy loops (0.78 of a P-core each, unconfined) fill the E
-		// modules (2.27 each); six spill one loop's remainder to a P-core.
-		{"adl powersaving, 4 loops", adlP, Powersaving, loops(4), "l1=8 l2=9 l3=10,13 l4=12"},
-		{"adl powersaving, 6 loops", adlP, Powersaving, loops(6), "l1=8 l2=9 l3=10,15 l4=12 l5=13 l6=0,14"},
+		// Busy loops (0.78 of a P-core each, unconfined) go whole to the
+		// E modules (2.27 of capacity each: two loops); the fifth and
+		// sixth take what room the E-cores have left (4.53 in all) and
+		// only the sixth's remainder spills to a P-core.
+		{"adl powersaving, 4 loops", adlP, Powersaving, loops(4), "l1=8 l2=9 l3=12 l4=13"},
+		{"adl powersaving, 6 loops", adlP, Powersaving, loops(6), "l1=8 l2=9 l3=12 l4=13 l5=10,15 l6=0,14"},
 		// Lunar Lake: LP E-cores first under powersaving; the focused
 		// app on P-cores.
 		{"lnl powersaving", lnl, Powersaving, append([]Load{{Name: "ed", Util: 1.5, Threads: 2, Class: ClassFocused}}, bg...),
-			"ed=0-1 bg1=4 svc=7 svc2=5-6"},
+			"ed=0-1 bg1=4 svc=4 svc2=5-6"},
 		// big.LITTLE: the focused app on the big cores, background on
 		// little ones (CPU 0 is little here, so only the focused app
 		// moves compared with a symmetric plan).
@@ -243,4 +245,39 @@ func TestHybridClassZeroIsNotHybrid(t *testing.T) {
 	if _, err := BuildTopology([]CPUDesc{{ID: 0, Class: -1}}); err == nil {
 		t.Error("a negative class was accepted")
 	}
+}
+
+// TestHybridEnergyPerClass: with class costs, the same light load costs
+// less on E-cores than on P-cores, the watts are split by class, and a
+// model without class costs prices the machine as before.
+func TestHybridEnergyPerClass(t *testing.T) {
+	m := SNBLaptop.WithClasses([]float64{0.35, 1})
+	loads := []Load{{Name: "bg", Util: 0.5, Threads: 1}}
+	onE := m.Simulate(adlP, Plan{CPUs: map[string][]int{"bg": {8}}}, loads)
+	onP := m.Simulate(adlP, Plan{CPUs: map[string][]int{"bg": {0}}}, loads)
+	if !(onE.Watts < onP.Watts) || len(onE.ClassWatts) != 2 || onE.ClassWatts[1] != 0 || onE.ClassWatts[0] <= 0 || onP.ClassWatts[0] != 0 {
+		t.Errorf("on E %+v, on P %+v", onE, onP)
+	}
+	// 0.5 busy on an E-core (cost 0.35, capacity 580): core 0.5 × 5.04 ×
+	// 0.35 × 580/1024 and thread 0.5 × 1.5 × 0.35 × 580/1024.
+	if want := 0.5*5.04*0.35*580/1024 + 0.5*1.5*0.35*580/1024; abs(onE.ClassWatts[0]-want) > 1e-9 {
+		t.Errorf("E watts %v, want %v", onE.ClassWatts[0], want)
+	}
+	plain := SNBLaptop.Simulate(snbLaptop, Plan{CPUs: map[string][]int{"bg": {0}}}, loads)
+	if plain.ClassWatts != nil {
+		t.Errorf("a model without classes split watts: %+v", plain)
+	}
+	if w := SNBLaptop.WithClasses([]float64{0, -1}).ClassCost; w[0] != 1 || w[1] != 1 {
+		t.Errorf("bad costs kept: %v", w)
+	}
+	if ClassCostFor("intel", "LPE") != 0.25 || ClassCostFor("amd", "E") != 0.5 || ClassCostFor("", "mid2") != 0.45 || ClassCostFor("", "all") != 1 {
+		t.Error("ClassCostFor")
+	}
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
 }

@@ -125,7 +125,19 @@ func (pk *packer) place(n int32, items []item, root bool) {
 		return
 	}
 	kidItems := make([][]item, k)
-	fill(order, th, items, idx, kidItems)
+	if pk.pref != 0 {
+		key := make([]int32, k)
+		for j, kid := range nd.kids {
+			if pk.pref == efficientFirst {
+				key[j] = pk.tr.nodes[kid].minClass
+			} else {
+				key[j] = -pk.tr.nodes[kid].maxClass
+			}
+		}
+		fillWhole(order, th, key, items, idx, kidItems)
+	} else {
+		fill(order, th, items, idx, kidItems)
+	}
 	for j, its := range kidItems {
 		if len(its) > 0 {
 			pk.place(nd.kids[j], its, false)
@@ -323,6 +335,72 @@ func fill(order []int, th []float64, items []item, idx []int, kidItems [][]item)
 	}
 }
 
+// fillWhole is fill for a hybrid topology: each item goes whole into the
+// first group in order with room for it among the groups of the best
+// class that still has room (key: the groups' class, in order), so a
+// light workload is not cut across two modules of one class; an item
+// that class cannot hold whole is laid along the groups' remaining room
+// as fill does, spilling to the next class only where the class is full.
+func fillWhole(order []int, th []float64, key []int32, items []item, idx []int, kidItems [][]item) {
+	used := make([]float64, len(th))
+	last := -1
+	for _, i := range idx {
+		it := items[i]
+		if it.portion <= eps {
+			j := last
+			if j < 0 {
+				j = order[0]
+			}
+			kidItems[j] = append(kidItems[j], item{it.w, 0})
+			continue
+		}
+		placed := false
+		best := int32(-1 << 30)
+		for _, j := range order {
+			if th[j]-used[j] > eps {
+				best = key[j]
+				break
+			}
+		}
+		for _, j := range order {
+			if key[j] != best {
+				continue
+			}
+			if th[j]-used[j] >= it.portion-1e-6 {
+				kidItems[j] = append(kidItems[j], it)
+				used[j] += it.portion
+				last, placed = j, true
+				break
+			}
+		}
+		if placed {
+			continue
+		}
+		rem := it.portion
+		for _, j := range order {
+			room := th[j] - used[j]
+			if rem <= eps {
+				break
+			}
+			if room <= eps {
+				continue
+			}
+			take := math.Min(rem, room)
+			if rem-take <= 1e-6 {
+				take = rem
+			}
+			kidItems[j] = append(kidItems[j], item{it.w, take})
+			used[j] += take
+			rem -= take
+			last = j
+		}
+		if rem > eps {
+			j := order[len(order)-1]
+			kidItems[j] = append(kidItems[j], item{it.w, rem})
+		}
+	}
+}
+
 // placeCPUs places items on the CPUs of a lowest-level domain (kids are
 // leaves): a workload that is not small gets ceil(share) CPUs of its own,
 // idle ones first (its current ones first); a small workload goes to the
@@ -471,6 +549,17 @@ func (lf *leafFill) placeSmall(it item, taken []bool) {
 		v := lf.maxUtil - ((lf.load[j]/c)*100*float64(max(lf.nr[j], 1)) + 4*(it.portion/c)*100)
 		if v > eps && v < bestV-eps {
 			best, bestV = j, v
+		}
+	}
+	if best < 0 && lf.pk.pref != 0 {
+		// On a hybrid topology a class is not left while one of its
+		// CPUs has room for the task by capacity: the first such CPU in
+		// class order, before an idle CPU of the next class.
+		for _, j := range lf.order {
+			if lf.load[j]+it.portion <= lf.capOf(j)+eps {
+				best = j
+				break
+			}
 		}
 	}
 	if best < 0 {

@@ -300,7 +300,25 @@ put "$r/README" "Snapdragon 850 (Lenovo Yoga C630). cpu_capacity 377/1024: Steev
 machine apple-m1 0-7
 for c in 0 1 2 3; do hcpu "$r" $c $c 0-3 - 459 2064000 - -; done
 for c in 4 5 6 7; do hcpu "$r" $c $c 4-7 - 1024 3204000 - -; done
-put "$r/README" "Apple M1 (Mac mini) under Asahi Linux. cpu_capacity 459/1024: Qais Yousef, RFC 00/16, linux-pm 2024-08-20. Maxima: t8103.dtsi OPP tables, AsahiLinux/linux PR #229."
+# The kernel's energy model in debugfs, as it would be built from
+# t8103.dtsi's opp-microwatt (AsahiLinux/linux PR #229): lowest and highest
+# states of each cluster; performance = capacity × f / fmax (derived).
+em=$r/kernel/debug/energy_model
+put "$em/cpu0/cpus" 0-3
+put "$em/cpu0/ps:600000/frequency" 600000
+put "$em/cpu0/ps:600000/power" 47296
+put "$em/cpu0/ps:600000/performance" 133
+put "$em/cpu0/ps:2064000/frequency" 2064000
+put "$em/cpu0/ps:2064000/power" 412979
+put "$em/cpu0/ps:2064000/performance" 459
+put "$em/cpu4/cpus" 4-7
+put "$em/cpu4/ps:600000/frequency" 600000
+put "$em/cpu4/ps:600000/power" 290230
+put "$em/cpu4/ps:600000/performance" 192
+put "$em/cpu4/ps:3204000/frequency" 3204000
+put "$em/cpu4/ps:3204000/power" 4951324
+put "$em/cpu4/ps:3204000/performance" 1024
+put "$r/README" "Apple M1 (Mac mini) under Asahi Linux. cpu_capacity 459/1024: Qais Yousef, RFC 00/16, linux-pm 2024-08-20. Maxima and the energy model's power (opp-microwatt, uW): t8103.dtsi, AsahiLinux/linux PR #229. Derived: the debugfs energy_model layout and its performance values (capacity x f / fmax); not observed."
 
 # x1e-snapdragon-x-elite: 12 Oryon cores in 3 clusters of 4 (shared L2, no
 # L3), cluster 0 max 3801600 kHz, clusters 1-2 4300800 kHz (1.13x),
