@@ -149,3 +149,33 @@ func TestPlanHybridReport(t *testing.T) {
 		t.Errorf("homogeneous text output changed:\n%s", out)
 	}
 }
+
+// TestPlanHybridSVG: on a hybrid machine every core carries its class
+// (data-class, the class's colour on its border, "core 8 · E") and the
+// legend has a row per class; a homogeneous machine's picture has none of
+// it (its bytes are checked by TestPlanSVGDocs).
+func TestPlanHybridSVG(t *testing.T) {
+	code, out, errs := runPlan(t, "--sysfs-root", filepath.Join(topoFixtures, "adl-p-i7-1260p"), "--policy", "powersaving", "--load", "bg=0.3@background.slice", "--svg", "-")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	cores := map[string]int{}
+	for _, part := range strings.Split(out, `class="core `)[1:] {
+		_, rest, _ := strings.Cut(part, `data-class="`)
+		name, _, _ := strings.Cut(rest, `"`)
+		cores[name]++
+	}
+	if !reflect.DeepEqual(cores, map[string]int{"P": 4, "E": 8}) {
+		t.Errorf("cores by class %v, want 4 P and 8 E", cores)
+	}
+	for _, s := range []string{`>core 8 · E<`, `>core 0 · P<`, `stroke="#228833"`, `stroke="#aa3377"`,
+		`data-class="E"`, `class E: cpus 8-15, capacity 580, energy per unit of work 0.35 (estimate)`} {
+		if !strings.Contains(out, s) {
+			t.Errorf("SVG lacks %q", s)
+		}
+	}
+	_, out, _ = runPlan(t, "--sysfs-root", filepath.Join(topoFixtures, "strix-halo-16c"), "--policy", "powersaving", "--load", "bg=0.3@background.slice", "--svg", "-")
+	if strings.Contains(out, "data-class") || strings.Contains(out, "cpu-class") {
+		t.Error("homogeneous machine's SVG marks classes")
+	}
+}
