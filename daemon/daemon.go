@@ -186,6 +186,9 @@ type Snapshot struct {
 	// Topology is the online CPUs with their package, LLC and core; the
 	// same slice from one snapshot to the next until a hotplug changes it.
 	Topology []TopologyEntry
+	// CPUClasses is the efficiency classes, most efficient first
+	// (classes.go); the same slice until a hotplug changes them.
+	CPUClasses []CPUClassEntry
 	// EnergySource is what measures energy: EnergySourceRAPL,
 	// EnergySourceBattery or EnergySourceNone (energy.go).
 	EnergySource string
@@ -257,6 +260,7 @@ type Daemon struct {
 	boost      string
 	topo       policy.Topology
 	topoProp   []TopologyEntry // the Topology property (topologyEntries)
+	classProp  []CPUClassEntry // the CPUClasses property (classEntries)
 	allowed    sysfs.CPUSet
 	effective  policy.Policy
 	// boostUncontrollable: boost cannot be controlled on this machine
@@ -882,6 +886,7 @@ func (d *Daemon) readTopology() {
 		return
 	}
 	d.noteClasses(classes)
+	d.classProp = classEntries(classes, d.classProp)
 	d.topo = topo
 	d.topoProp = topologyEntries(t, d.topoProp)
 	d.allowed = t.Online
