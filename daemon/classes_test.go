@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -69,4 +70,62 @@ func TestBusCPUClasses(t *testing.T) {
 	if got := prop(t, c2, "CPUClasses"); !reflect.DeepEqual(got, want) {
 		t.Errorf("i7-1260P: CPUClasses = %v, want %v", got, want)
 	}
+}
+
+// TestLpmdStepAside: while intel-lpmd owns its bus name the daemon packs
+// nothing onto the LP E-cores (it confines work there itself) and says so
+// once; when it leaves, the next decision packs them again. The fake
+// lpmd is a second connection owning the name on a private bus.
+func TestLpmdStepAside(t *testing.T) {
+	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
+	m := newMockLaptop(t)
+	if err := os.RemoveAll(filepath.Join(m.sys, "devices")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.CopyFixture(t, "../sysfs/testdata/topology/mtl-u-ultra7-164u", m.sys)
+	testutil.Put(t, m.managed+"/cpuset.cpus.effective", "0-13")
+	for _, w := range []string{"a", "b"} {
+		testutil.Put(t, filepath.Join(m.managed, w, "cpuset.cpus.effective"), "0-13")
+	}
+	d := m.startWith(t, func(c *Config) { c.Bus = addr })
+	conn, err := dbus.Connect(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(conn, BusName) })
+	obj := conn.Object(BusName, ObjectPath)
+	cpus := func() string {
+		return testutil.ReadTrim(t, filepath.Join(m.managed, "a/cpuset.cpus")) + " " + testutil.ReadTrim(t, filepath.Join(m.managed, "b/cpuset.cpus"))
+	}
+	if err := obj.Call(Interface+".SetPolicy", 0, "powersaving").Err; err != nil {
+		t.Fatal(err)
+	}
+	// Two idle workloads, packed on the most efficient class: an LPE core.
+	testutil.Eventually(t, "packed on the LP E-cores", func() (bool, string) { return cpus() == "12 12", cpus() })
+
+	lpmd, err := dbus.Connect(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lpmd.Close() })
+	if r, err := lpmd.RequestName(LpmdBusName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
+		t.Fatalf("fake intel-lpmd cannot own %s: %v %v", LpmdBusName, r, err)
+	}
+	if err := obj.Call(Interface+".Rebalance", 0).Err; err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "off the LP E-cores", func() (bool, string) { return cpus() == "4 4", cpus() })
+	var owner string
+	if err := d.do(context.Background(), func() error { owner = d.lpmdOwner; return nil }); err != nil || owner != lpmd.Names()[0] {
+		t.Errorf("lpmdOwner %q, want %q (%v)", owner, lpmd.Names()[0], err)
+	}
+
+	if _, err := lpmd.ReleaseName(LpmdBusName); err != nil {
+		t.Fatal(err)
+	}
+	if err := obj.Call(Interface+".Rebalance", 0).Err; err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "back on the LP E-cores", func() (bool, string) { return cpus() == "12 12", cpus() })
 }

@@ -284,6 +284,7 @@ type Daemon struct {
 	choices      map[string]policy.Knob // explicit choice per power source (choices.go); copy on write
 	asideSaid    map[string]string      // per knob, the other owner last reported (stepaside.go)
 	classesSaid  string                 // the efficiency classes last logged (classes.go)
+	lpmdOwner    string                 // intel-lpmd's unique bus name, "" not running (lpmd.go)
 	batteryPct   int                    // the system batteries' charge, percent; -1 unknown
 	lowBattery   bool                   // the low-battery tier is in force (lowbattery.go)
 
@@ -880,7 +881,13 @@ func (d *Daemon) readTopology() {
 		return
 	}
 	classes := d.fs.CPUClasses(t)
-	topo, err := policy.BuildTopology(ClassedCPUDescs(t, classes))
+	descs := ClassedCPUDescs(t, classes)
+	aside := LpmdStepAside(d.lpmdOwner, classes)
+	if aside != "" {
+		reserveLPE(descs, classes)
+	}
+	d.stepAside("LPE confinement", aside)
+	topo, err := policy.BuildTopology(descs)
 	if err != nil {
 		d.log.WithError(err).Warn("cannot build sched domains from the CPU topology")
 		return

@@ -358,6 +358,19 @@ func planWith(in Input, member func(i int) bool) Plan {
 	if len(allowed) == 0 {
 		return everyone(nil)
 	}
+	if rules.packs() && len(topo.reserved) > 0 {
+		// Another owner confines work to the reserved CPUs (intel-lpmd
+		// on the LP E-cores): pack elsewhere, unless nothing is left.
+		var rest []int
+		for _, id := range allowed {
+			if _, ok := slices.BinarySearch(topo.reserved, id); !ok {
+				rest = append(rest, id)
+			}
+		}
+		if len(rest) > 0 {
+			allowed = rest
+		}
+	}
 	if !rules.packs() || topo.NumCPUs() == 0 || len(in.Loads) == 0 {
 		if rules.packs() {
 			plan.Policy = Performance // nothing to pack with

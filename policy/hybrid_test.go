@@ -281,3 +281,34 @@ func abs(x float64) float64 {
 	}
 	return x
 }
+
+// TestReservedCPUs: CPUs another owner confines work to (intel-lpmd's LP
+// E-cores) get nothing packed onto them; performance still hands them
+// out, and with nothing else allowed they are used.
+func TestReservedCPUs(t *testing.T) {
+	var cs []CPUDesc
+	for _, c := range lnl.CPUs() {
+		c.Reserved = c.Class == 0
+		cs = append(cs, c)
+	}
+	topo := MustBuildTopology(cs)
+	loads := []Load{{Name: "bg", Util: 0.3, Threads: 1, Class: ClassBackground}}
+	for _, tt := range []struct {
+		policy  Policy
+		allowed []int
+		want    string
+	}{
+		{Powersaving, all(topo), "0"},
+		{Balance, all(topo), "0"},
+		{Performance, all(topo), "0-7"},
+		{Powersaving, []int{4, 5}, "4"},
+	} {
+		p := PlanPlacement(Input{Topology: topo, Allowed: tt.allowed, Policy: tt.policy, Loads: loads, DisableLazy: true})
+		if got := cpulistOf(p.CPUs["bg"]); got != tt.want {
+			t.Errorf("%s over %v: %s, want %s", tt.policy, tt.allowed, got, tt.want)
+		}
+	}
+	if got := topo.Reserved(); fmt.Sprint(got) != "[4 5 6 7]" {
+		t.Errorf("Reserved() = %v", got)
+	}
+}

@@ -35,6 +35,11 @@ type CPUDesc struct {
 	// (PlanPlacement, "Efficiency classes") and the CPUs' Capacity should
 	// be their class's capacity. Negative is invalid.
 	Class int
+	// Reserved marks a CPU another owner confines work to by itself
+	// (intel-lpmd's LP E-cores): the power-aware policies pack nothing
+	// onto it while any other CPU is allowed; performance still gives
+	// it to every workload.
+	Reserved bool
 	// Distance is the node's row of the SLIT (nodeN/distance), indexed by
 	// node number; local is usually 10. Nil means unknown: every other
 	// node is at one and the same remote distance. Only the row of the
@@ -53,6 +58,8 @@ type Topology struct {
 	// with more than one the machine is hybrid.
 	nclass int
 	full   *tree // the domain tree over every CPU, built once
+	// reserved is the Reserved CPUs' IDs, ascending.
+	reserved []int
 }
 
 // ErrTopology is wrapped by BuildTopology's errors.
@@ -104,6 +111,11 @@ func BuildTopology(cpus []CPUDesc) (Topology, error) {
 		classes[c.Class] = true
 	}
 	t.nclass = len(classes)
+	for _, c := range cs {
+		if c.Reserved {
+			t.reserved = append(t.reserved, c.ID)
+		}
+	}
 	t.full = buildTree(t, nil)
 	return t, nil
 }
@@ -131,6 +143,9 @@ func (t Topology) Asymmetric() bool { return t.asym }
 // Hybrid reports whether the CPUs are of more than one efficiency class
 // (CPUDesc.Class).
 func (t Topology) Hybrid() bool { return t.nclass > 1 }
+
+// Reserved returns the CPUs marked CPUDesc.Reserved, ascending (a copy).
+func (t Topology) Reserved() []int { return slices.Clone(t.reserved) }
 
 // index returns the position of CPU id in t.cpus, or -1.
 func (t Topology) index(id int) int {

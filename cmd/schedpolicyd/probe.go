@@ -52,6 +52,10 @@ type probeReport struct {
 	// them (pmu, cpu_capacity, l3+max_freq, max_freq) or homogeneous.
 	CPUClasses   []probeClass `json:"cpu_classes"`
 	CPUClassRule string       `json:"cpu_class_rule"`
+	// IntelLpmd is whether intel-lpmd owns its bus name (asked without
+	// starting it) and, when it runs on a machine with LP E-cores, that
+	// the daemon leaves their confinement to it.
+	IntelLpmd daemon.LpmdProbe `json:"intel_lpmd"`
 	// Energy is which energy source the daemon would measure with.
 	Energy daemon.EnergyProbe `json:"energy"`
 	// PowerProfiles is power_profiles_api and, from the configured bus,
@@ -195,6 +199,7 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		}
 		r.Topology.Cores, r.Topology.Packages = len(r.Topology.CoreList), len(r.Topology.PkgList)
 		classes := fs.CPUClasses(topo)
+		r.IntelLpmd = daemon.ProbeLpmd(cfg.Bus, classes)
 		r.CPUClassRule = classes.Rule
 		for _, cl := range classes.Classes {
 			pc := probeClass{Name: cl.Name, CPUs: cl.CPUs.String(), Capacity: cl.Capacity, CapacityFrom: cl.CapacityFrom, Evidence: cl.Evidence}
@@ -244,6 +249,16 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 					fmt.Fprintf(stdout, "               order by CPPC: %s\n", c.Order)
 				}
 			}
+		}
+	}
+	if r.IntelLpmd.State != "" {
+		fmt.Fprintf(stdout, "  intel-lpmd:  %s", r.IntelLpmd.State)
+		if r.IntelLpmd.Owner != "" {
+			fmt.Fprintf(stdout, " (%s %s)", daemon.LpmdBusName, r.IntelLpmd.Owner)
+		}
+		fmt.Fprintln(stdout)
+		if r.IntelLpmd.StepAside != "" {
+			fmt.Fprintf(stdout, "  steps aside: %s\n", r.IntelLpmd.StepAside)
 		}
 	}
 	fmt.Fprintf(stdout, "power source:  %s\n", r.PowerSource)

@@ -6,8 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
 func runProbe(t *testing.T, args ...string) (string, probeReport) {
@@ -16,7 +22,10 @@ func runProbe(t *testing.T, args ...string) (string, probeReport) {
 	if err := os.WriteFile(conf, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	base := []string{"--state-dir", t.TempDir(), "--config", conf, "--bus", "none"}
+	base := []string{"--state-dir", t.TempDir(), "--config", conf}
+	if !slices.Contains(args, "--bus") {
+		base = append(base, "--bus", "none")
+	}
 	var out, errb bytes.Buffer
 	if code := probeMain(append(base, args...), &out, &errb); code != 0 {
 		t.Fatalf("probe %v: exit %d: %s", args, code, errb.String())
@@ -62,5 +71,36 @@ func TestProbeCPUClasses(t *testing.T) {
 	if len(r.CPUClasses) != 1 || r.CPUClasses[0].Name != "all" || r.CPUClasses[0].CPUs != "0-7" || r.CPUClassRule != "homogeneous" ||
 		!strings.Contains(text, "  classes:     one, all 0-7 (no sysfs rung separates the CPUs: homogeneous)\n") {
 		t.Errorf("homogeneous: %+v\n%s", r.CPUClasses, text)
+	}
+}
+
+// TestProbeIntelLpmd: probe asks the bus who owns intel-lpmd's name
+// (starting nothing) and, on a machine with LP E-cores, says their
+// confinement is left to it.
+func TestProbeIntelLpmd(t *testing.T) {
+	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
+	root := filepath.Join(topoFixtures, "mtl-u-ultra7-164u")
+	text, r := runProbe(t, "--sysfs-root", root, "--bus", addr)
+	if r.IntelLpmd.State != "not running" || r.IntelLpmd.StepAside != "" || !strings.Contains(text, "  intel-lpmd:  not running\n") {
+		t.Errorf("without lpmd: %+v\n%s", r.IntelLpmd, text)
+	}
+	conn, err := dbus.Connect(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if rep, err := conn.RequestName(daemon.LpmdBusName, dbus.NameFlagDoNotQueue); err != nil || rep != dbus.RequestNameReplyPrimaryOwner {
+		t.Fatalf("cannot own %s: %v %v", daemon.LpmdBusName, rep, err)
+	}
+	text, r = runProbe(t, "--sysfs-root", root, "--bus", addr)
+	owner := conn.Names()[0]
+	want := "intel-lpmd (org.freedesktop.intel_lpmd " + owner + ") confines work to the LP E-cores 12-13 itself; schedpolicyd packs nothing onto them"
+	if r.IntelLpmd.State != "running" || r.IntelLpmd.Owner != owner || r.IntelLpmd.StepAside != want ||
+		!strings.Contains(text, "  steps aside: "+want+"\n") {
+		t.Errorf("with lpmd: %+v\n%s", r.IntelLpmd, text)
+	}
+	// No LP E-cores (an i7-1260P): nothing to leave to it.
+	if _, r = runProbe(t, "--sysfs-root", filepath.Join(topoFixtures, "adl-p-i7-1260p"), "--bus", addr); r.IntelLpmd.State != "running" || r.IntelLpmd.StepAside != "" {
+		t.Errorf("no LPE: %+v", r.IntelLpmd)
 	}
 }
