@@ -179,3 +179,27 @@ func TestPlanHybridSVG(t *testing.T) {
 		t.Error("homogeneous machine's SVG marks classes")
 	}
 }
+
+// TestPlanHybridSVGDoc: docs/plan-adl-p-i7-1260p-powersaving.svg (in the
+// README and docs/HYBRID-PLACEMENT.md) is what plan draws for the issue's
+// i7-1260P example now; -update-svg rewrites it.
+func TestPlanHybridSVGDoc(t *testing.T) {
+	doc := filepath.Join("..", "..", "docs", "plan-adl-p-i7-1260p-powersaving.svg")
+	code, got, errs := runPlan(t, "--sysfs-root", filepath.Join(topoFixtures, "adl-p-i7-1260p"), "--policy", "powersaving",
+		"--load", "game=3.5:8@app.slice/focused,bg1=0.3@background.slice,svc=0.2@system.slice,svc2=0.5:2@system.slice", "--svg", "-")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if *updateSVG {
+		if err := os.WriteFile(doc, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	committed, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatalf("%v (write it with go test ./cmd/schedpolicyd -run TestPlanHybridSVGDoc -update-svg)", err)
+	}
+	if string(committed) != got {
+		t.Errorf("%s is not what plan draws now; rewrite it with go test ./cmd/schedpolicyd -run TestPlanHybridSVGDoc -update-svg", doc)
+	}
+}
