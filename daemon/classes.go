@@ -44,7 +44,7 @@ func (d *Daemon) noteClasses(c sysfs.CPUClasses) {
 // it is readable (sysfs.FS.ClassEnergyFromEM), else from the published
 // figures (policy.ClassCostFor). from says which, "" on a machine of one
 // class, where m is returned as it is.
-func ClassModel(m policy.EnergyModel, fs sysfs.FS, c sysfs.CPUClasses, vendor sysfs.ClassVendor) (_ policy.EnergyModel, from string) {
+func ClassModel(m policy.EnergyModel, fs sysfs.FS, c sysfs.CPUClasses) (_ policy.EnergyModel, from string) {
 	if !c.Hybrid() {
 		return m, ""
 	}
@@ -53,7 +53,7 @@ func ClassModel(m policy.EnergyModel, fs sysfs.FS, c sysfs.CPUClasses, vendor sy
 	}
 	cost := make([]float64, len(c.Classes))
 	for i, cl := range c.Classes {
-		cost[i] = policy.ClassCostFor(string(vendor), cl.Name)
+		cost[i] = policy.ClassCostFor(string(c.Vendor), cl.Name)
 	}
 	return m.WithClasses(cost), "published figures (an estimate; docs/HYBRID-PLACEMENT.md)"
 }

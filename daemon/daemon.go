@@ -285,6 +285,7 @@ type Daemon struct {
 	asideSaid    map[string]string      // per knob, the other owner last reported (stepaside.go)
 	classesSaid  string                 // the efficiency classes last logged (classes.go)
 	lpmdOwner    string                 // intel-lpmd's unique bus name, "" not running (lpmd.go)
+	classes      sysfs.CPUClasses       // the efficiency classes last read (classes.go)
 	batteryPct   int                    // the system batteries' charge, percent; -1 unknown
 	lowBattery   bool                   // the low-battery tier is in force (lowbattery.go)
 
@@ -894,6 +895,7 @@ func (d *Daemon) readTopology() {
 	}
 	d.noteClasses(classes)
 	d.classProp = classEntries(classes, d.classProp)
+	d.classes = classes
 	d.topo = topo
 	d.topoProp = topologyEntries(t, d.topoProp)
 	d.allowed = t.Online

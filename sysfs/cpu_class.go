@@ -126,6 +126,9 @@ type CPUClasses struct {
 	// Rule is the rung that separated the CPUs (Rule*), RuleHomogeneous
 	// when none did.
 	Rule string
+	// Vendor is the naming the classes got (VendorIntel, VendorAMD, or
+	// "" for big.LITTLE and unknown machines).
+	Vendor ClassVendor
 }
 
 // Hybrid reports whether there is more than one class.
@@ -262,7 +265,7 @@ func readL3(dir string) (CPUSet, bool) {
 // CPUs gives one class, ClassAll. An empty input gives no class.
 func ClassifyCPUs(ev ClassEvidence) CPUClasses {
 	if len(ev.CPUs) == 0 {
-		return CPUClasses{Rule: RuleHomogeneous}
+		return CPUClasses{Rule: RuleHomogeneous, Vendor: ev.Vendor}
 	}
 	cpus := slices.Clone(ev.CPUs)
 	slices.SortFunc(cpus, func(a, b CPUEvidence) int { return a.ID - b.ID })
@@ -460,7 +463,7 @@ func finish(cpus []CPUEvidence, tiers []tier, rule string, vendor ClassVendor) C
 		byID[c.ID] = c
 	}
 	names := tierNames(len(tiers), vendor)
-	out := CPUClasses{Rule: rule}
+	out := CPUClasses{Rule: rule, Vendor: vendor}
 	// Capacity source: the first that is known for every CPU and, for
 	// cpu_capacity, varies (1024 everywhere means unknown).
 	type source struct {

@@ -163,12 +163,11 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "schedpolicyd plan: %v\n", err)
 			return 1
 		}
-		var ev sysfs.ClassEvidence
-		if descs, classes, ev, err = readMachine(fsys); err != nil {
+		if descs, classes, err = readMachine(fsys); err != nil {
 			fmt.Fprintf(stderr, "schedpolicyd plan: %v\n", err)
 			return 1
 		}
-		model, costFrom = daemon.ClassModel(modelFor(descs), fsys, classes, ev.Vendor)
+		model, costFrom = daemon.ClassModel(modelFor(descs), fsys, classes)
 	}
 	topo, err := policy.BuildTopology(descs)
 	if err != nil {
@@ -401,19 +400,18 @@ func activeCounts(descs []policy.CPUDesc, active []int) planActive {
 // cpuDescsFromSysfs reads the topology under fsys and converts it as the
 // daemon does (daemon.ClassedCPUDescs).
 func cpuDescsFromSysfs(fsys sysfs.FS) ([]policy.CPUDesc, error) {
-	descs, _, _, err := readMachine(fsys)
+	descs, _, err := readMachine(fsys)
 	return descs, err
 }
 
 // readMachine reads the topology and the efficiency classes under fsys.
-func readMachine(fsys sysfs.FS) ([]policy.CPUDesc, sysfs.CPUClasses, sysfs.ClassEvidence, error) {
+func readMachine(fsys sysfs.FS) ([]policy.CPUDesc, sysfs.CPUClasses, error) {
 	t, err := fsys.CPUTopology()
 	if err != nil {
-		return nil, sysfs.CPUClasses{}, sysfs.ClassEvidence{}, err
+		return nil, sysfs.CPUClasses{}, err
 	}
-	ev := fsys.ReadClassEvidence(t)
-	classes := sysfs.ClassifyCPUs(ev)
-	return daemon.ClassedCPUDescs(t, classes), classes, ev, nil
+	classes := fsys.CPUClasses(t)
+	return daemon.ClassedCPUDescs(t, classes), classes, nil
 }
 
 // modelFor picks the energy calibration for a machine read from sysfs: the
