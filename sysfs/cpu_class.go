@@ -401,12 +401,16 @@ func byL3Frequency(cpus []CPUEvidence, _ ClassEvidence) ([]tier, string) {
 	if len(doms) < 2 {
 		return nil, ""
 	}
+	// A domain's members are the CPUs that name it as their L3 (a
+	// garbled list may not hold its own CPU, or overlap another).
 	medians := make([]CPUEvidence, len(doms)) // ID = domain index, MaxFreqKHz = median
+	members := make([][]int, len(doms))
 	for i, d := range doms {
 		var fs []int64
 		for _, c := range cpus {
-			if d.Contains(c.ID) && c.L3.Equal(d) {
+			if c.L3.Equal(d) {
 				fs = append(fs, c.MaxFreqKHz)
+				members[i] = append(members[i], c.ID)
 			}
 		}
 		slices.Sort(fs)
@@ -421,7 +425,7 @@ func byL3Frequency(cpus []CPUEvidence, _ ClassEvidence) ([]tier, string) {
 		var ids []int
 		var ls []string
 		for _, m := range g {
-			ids = append(ids, doms[m.ID].List()...)
+			ids = append(ids, members[m.ID]...)
 			ls = append(ls, doms[m.ID].String())
 		}
 		slices.Sort(ids)

@@ -192,3 +192,43 @@ func TestCPUClassesGarbage(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+// FuzzClassifyCPUs: whatever the evidence, the classes partition the
+// CPUs (each in exactly one class, none empty), capacities are 1..1024
+// and nothing panics.
+func FuzzClassifyCPUs(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+	f.Add([]byte{255, 0, 255, 0, 1, 1, 1, 1, 200, 100, 50, 25})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		in := ClassEvidence{Vendor: []ClassVendor{"", VendorIntel, VendorAMD}[len(b)%3], L3Known: len(b)%2 == 0}
+		for i := 0; i+2 < len(b) && i < 3*64; i += 3 {
+			e := CPUEvidence{ID: i / 3}
+			e.PMU = []string{"", "cpu_core", "cpu_atom", "cpu_lowpower"}[b[i]%4]
+			if b[i]&4 != 0 {
+				e.L3 = NewCPUSet(int(b[i] >> 3))
+			}
+			e.Capacity = int(b[i+1]) * 4
+			e.MaxFreqKHz = int64(b[i+2]) * 20000
+			e.BaseFreqKHz = int64(b[i+2]&0xf0) * 10000
+			e.HighestPerf = int64(b[i+1] ^ b[i+2])
+			in.CPUs = append(in.CPUs, e)
+		}
+		got := ClassifyCPUs(in)
+		seen := map[int]bool{}
+		for _, cl := range got.Classes {
+			if cl.CPUs.IsEmpty() || cl.Capacity < 1 || cl.Capacity > 1024 || len(cl.Order) != cl.CPUs.Size() {
+				t.Fatalf("bad class %+v", cl)
+			}
+			for _, id := range cl.CPUs.List() {
+				if seen[id] {
+					t.Fatalf("CPU %d in two classes: %+v", id, got)
+				}
+				seen[id] = true
+			}
+		}
+		if len(seen) != len(in.CPUs) || (len(in.CPUs) > 0 && len(got.Classes) == 0) {
+			t.Fatalf("%d of %d CPUs classed: %+v", len(seen), len(in.CPUs), got)
+		}
+	})
+}
