@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -311,4 +312,77 @@ func TestReservedCPUs(t *testing.T) {
 	if got := topo.Reserved(); fmt.Sprint(got) != "[4 5 6 7]" {
 		t.Errorf("Reserved() = %v", got)
 	}
+}
+
+// genHybridInput is genInput on hybrid machines: the literal ones or a
+// random one (P-cores with or without SMT, E-core modules, a few LPE),
+// with workload classes, current sets and reserved LPE CPUs drawn too.
+func genHybridInput(t *rapid.T) Input {
+	topo := rapid.SampledFrom([]Topology{adlP, lnl, rk3588}).Draw(t, "topo")
+	if rapid.Bool().Draw(t, "random topo") {
+		np, smt := rapid.IntRange(1, 4).Draw(t, "p-cores"), rapid.IntRange(1, 2).Draw(t, "smt")
+		ne, nl := 4*rapid.IntRange(0, 2).Draw(t, "e-modules"), rapid.IntRange(0, 4).Draw(t, "lpe")
+		reserve := rapid.Bool().Draw(t, "reserve lpe")
+		var cs []CPUDesc
+		id := 0
+		for c := range np {
+			for range smt {
+				cs = append(cs, CPUDesc{ID: id, Core: c * smt, Cluster: c * smt, Class: 2, Capacity: 1024})
+				id++
+			}
+		}
+		for range ne {
+			cs = append(cs, CPUDesc{ID: id, Core: id, Cluster: 1000 + (id-np*smt)/4, Class: 1, Capacity: rapid.IntRange(400, 800).Draw(t, "e cap")})
+			id++
+		}
+		for range nl {
+			cs = append(cs, CPUDesc{ID: id, Core: id, Cluster: 2000, LLC: 2000, Class: 0, Capacity: 300, Reserved: reserve})
+			id++
+		}
+		topo = MustBuildTopology(cs)
+	}
+	ids := all(topo)
+	allowed := ids
+	if rapid.Bool().Draw(t, "subset") {
+		allowed = rapid.SliceOfNDistinct(rapid.SampledFrom(ids), 1, len(ids), rapid.ID[int]).Draw(t, "allowed")
+	}
+	n := rapid.IntRange(1, 8).Draw(t, "loads")
+	loads := make([]Load, n)
+	for i := range loads {
+		loads[i] = Load{Name: fmt.Sprintf("w%d", i), Util: rapid.Float64Range(0, 3).Draw(t, "util"), Threads: rapid.IntRange(0, 4).Draw(t, "threads"),
+			Class: rapid.SampledFrom([]string{ClassWorkload, ClassFocused, ClassApp, ClassBackground, ClassService}).Draw(t, "class")}
+		if rapid.Bool().Draw(t, "has current") {
+			loads[i].Current = rapid.SliceOfNDistinct(rapid.SampledFrom(ids), 0, len(ids), rapid.ID[int]).Draw(t, "current")
+		}
+	}
+	return Input{Topology: topo, Allowed: allowed, Loads: loads, Policy: rapid.SampledFrom(AvailablePolicies).Draw(t, "policy"),
+		DisableLazy: rapid.Bool().Draw(t, "no lazy")}
+}
+
+// TestPropHybridPlans: on hybrid machines every workload gets a non-empty
+// ascending set of allowed CPUs, performance gives every allowed CPU, and
+// the same input gives the same plan.
+func TestPropHybridPlans(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		in := genHybridInput(t)
+		p := PlanPlacement(in)
+		allowed := normalize(in.Topology, in.Allowed)
+		for _, l := range in.Loads {
+			set := p.CPUs[l.Name]
+			if len(set) == 0 || !slices.IsSorted(set) {
+				t.Fatalf("%s got %v", l.Name, set)
+			}
+			for _, c := range set {
+				if !slices.Contains(allowed, c) {
+					t.Fatalf("%s got CPU %d outside allowed %v", l.Name, c, allowed)
+				}
+			}
+			if in.Policy == Performance && !slices.Equal(set, allowed) {
+				t.Fatalf("performance: %s got %v, want %v", l.Name, set, allowed)
+			}
+		}
+		if q := PlanPlacement(in); !reflect.DeepEqual(p, q) {
+			t.Fatalf("same input, different plans:\n%+v\n%+v", p, q)
+		}
+	})
 }
