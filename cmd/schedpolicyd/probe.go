@@ -251,7 +251,8 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
-	if r.IntelLpmd.State != "" {
+	hasLPE := slices.ContainsFunc(r.CPUClasses, func(c probeClass) bool { return c.Name == sysfs.ClassLPE })
+	if r.IntelLpmd.State == "running" || (hasLPE && r.IntelLpmd.State != "") {
 		fmt.Fprintf(stdout, "  intel-lpmd:  %s", r.IntelLpmd.State)
 		if r.IntelLpmd.Owner != "" {
 			fmt.Fprintf(stdout, " (%s %s)", daemon.LpmdBusName, r.IntelLpmd.Owner)

@@ -104,3 +104,13 @@ func TestProbeIntelLpmd(t *testing.T) {
 		t.Errorf("no LPE: %+v", r.IntelLpmd)
 	}
 }
+
+// TestProbeIntelLpmdQuietWithoutLPE: on a machine without LP E-cores probe
+// says nothing of an intel-lpmd that does not run.
+func TestProbeIntelLpmdQuietWithoutLPE(t *testing.T) {
+	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
+	text, r := runProbe(t, "--sysfs-root", filepath.Join(topoFixtures, "strix-point-hx370"), "--bus", addr)
+	if r.IntelLpmd.State != "not running" || strings.Contains(text, "intel-lpmd") {
+		t.Errorf("%+v\n%s", r.IntelLpmd, text)
+	}
+}
