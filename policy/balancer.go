@@ -175,6 +175,21 @@ type loadState struct {
 // the lazy history (Plan.Lazy); each plan's stability is judged on its
 // own members; Plan.Policies says which policy placed each workload.
 //
+// Efficiency classes. On a hybrid topology (CPUDesc.Class takes more
+// than one value: P-cores and E-cores, big.LITTLE) powersaving fills the
+// most efficient class first and balance the most performant; every
+// group order puts the class first, thresholds count capacity (an E-core
+// of cpu_capacity 580 holds 0.57 of a P-core's load; demand measured in
+// CPU time is scaled by the mean capacity of the CPUs it ran on), a
+// workload goes whole into the first module of the best class with room
+// for it, and current sets on a worse class than the fresh plan's are not
+// kept. Workloads of different policies are planned each policy on its
+// own, the focused app's first, and background and service work is kept
+// off every core (SMT siblings included) the focused app got, unless no
+// CPU would be left. CPUs marked Reserved (another owner confines work
+// there) get nothing packed onto them. With a single class none of this
+// applies and the plans are the ones above.
+//
 // Every workload gets a non-empty set of allowed CPUs when any CPU is
 // allowed. With no allowed CPUs every set is empty.
 func PlanPlacement(in Input) Plan {
