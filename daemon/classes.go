@@ -20,6 +20,7 @@ func ClassedCPUDescs(t sysfs.CPUTopology, c sysfs.CPUClasses) []policy.CPUDesc {
 	for i := range out {
 		if k := c.Of(out[i].ID); k >= 0 {
 			out[i].Class, out[i].Capacity = k, c.Classes[k].Capacity
+			out[i].Perf = int(min(c.Perf[out[i].ID], 1<<30))
 		}
 	}
 	return out

@@ -68,6 +68,8 @@ type dnode struct {
 	// minClass and maxClass are the lowest and highest CPUDesc.Class in
 	// the span.
 	minClass, maxClass int32
+	// perf is the highest CPUDesc.Perf in the span.
+	perf int
 	// capw is the span's capacity in CPUs: Σ cpu_capacity / 1024 on a
 	// hybrid topology (each SMT thread counts its core's capacity),
 	// else the span weight.
@@ -206,7 +208,7 @@ func buildTree(t Topology, allowed []int) *tree {
 				base = c.Capacity
 			}
 			nd := dnode{lo: lo, hi: lo + 1, power: cpuPower(base, smtW[c.Core]), first: c.ID,
-				minClass: int32(c.Class), maxClass: int32(c.Class), capw: 1}
+				minClass: int32(c.Class), maxClass: int32(c.Class), capw: 1, perf: c.Perf}
 			if t.Hybrid() {
 				nd.capw = float64(c.Capacity) / capacityScale
 			}
@@ -240,6 +242,7 @@ func buildTree(t Topology, allowed []int) *tree {
 			nd.capped += c.capped
 			nd.first = min(nd.first, c.first)
 			nd.minClass, nd.maxClass = min(nd.minClass, c.minClass), max(nd.maxClass, c.maxClass)
+			nd.perf = max(nd.perf, c.perf)
 			nd.capw += c.capw
 		}
 		tr.nodes = append(tr.nodes, nd)

@@ -386,3 +386,38 @@ func TestPropHybridPlans(t *testing.T) {
 		}
 	})
 }
+
+// TestHybridPerfOrdersInsideAClass: CPPC ranks (binning, favoured cores)
+// break ties inside a class — the performance-first plan takes the
+// favoured P-core, the efficient-first plan the lowest-ranked E-core —
+// and never make a class.
+func TestHybridPerfOrdersInsideAClass(t *testing.T) {
+	var cs []CPUDesc
+	for _, c := range adlP.CPUs() {
+		switch c.ID {
+		case 0, 1:
+			c.Perf = 60
+		case 4, 5:
+			c.Perf = 64 // the favoured core
+		case 8:
+			c.Perf = 36
+		default:
+			if c.Class == 1 {
+				c.Perf = 60
+			} else {
+				c.Perf = 34
+			}
+		}
+		cs = append(cs, c)
+	}
+	topo := MustBuildTopology(cs)
+	bal := PlanPlacement(Input{Topology: topo, Allowed: all(topo), Policy: Balance, DisableLazy: true,
+		Loads: []Load{{Name: "build", Util: 1, Threads: 1}}})
+	ps := PlanPlacement(Input{Topology: topo, Allowed: all(topo), Policy: Powersaving, DisableLazy: true,
+		Loads: []Load{{Name: "bg", Util: 0.3, Threads: 1, Class: ClassBackground}}})
+	// A group ranks by its best CPU: the module 12-15 (34) before 8-11,
+	// which holds the better binned CPU 8 (36).
+	if got := cpulistOf(bal.CPUs["build"]) + " " + cpulistOf(ps.CPUs["bg"]); got != "4 12" {
+		t.Errorf("got %s, want 4 (the favoured P-core) 12 (the E module without CPU 8's higher rank)", got)
+	}
+}

@@ -249,6 +249,13 @@ func (pk *packer) groupOrder(nd *dnode, cur, th []float64, order, rank []int) {
 				return ba > bb
 			}
 		}
+		if pk.pref != 0 {
+			// CPPC ranks binned cores of one class: favoured ones for
+			// the performance-first plans, the others for packing.
+			if pa, pb := tr.nodes[kids[ja]].perf, tr.nodes[kids[jb]].perf; pa != pb {
+				return (pa > pb) == (pk.pref == performantFirst)
+			}
+		}
 		return tr.nodes[kids[ja]].first < tr.nodes[kids[jb]].first
 	})
 	for r, j := range order {

@@ -35,6 +35,12 @@ type CPUDesc struct {
 	// (PlanPlacement, "Efficiency classes") and the CPUs' Capacity should
 	// be their class's capacity. Negative is invalid.
 	Class int
+	// Perf orders CPUs inside a class: CPPC highest_perf or
+	// amd_pstate_prefcore_ranking (favoured cores rank higher); 0
+	// unknown. On a hybrid topology ties between otherwise equal groups
+	// go to the highest Perf for the performance cores first, to the
+	// lowest for the efficient ones first; it never makes a class.
+	Perf int
 	// Reserved marks a CPU another owner confines work to by itself
 	// (intel-lpmd's LP E-cores): the power-aware policies pack nothing
 	// onto it while any other CPU is allowed; performance still gives

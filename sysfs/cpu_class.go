@@ -129,6 +129,10 @@ type CPUClasses struct {
 	// Vendor is the naming the classes got (VendorIntel, VendorAMD, or
 	// "" for big.LITTLE and unknown machines).
 	Vendor ClassVendor
+	// Perf is each CPU's CPPC rank inside its class: its
+	// amd_pstate_prefcore_ranking, else acpi_cppc/highest_perf; absent
+	// (0) when unknown or the same for every CPU of its class.
+	Perf map[int]int64
 }
 
 // Hybrid reports whether there is more than one class.
@@ -516,6 +520,17 @@ func finish(cpus []CPUEvidence, tiers []tier, rule string, vendor ClassVendor) C
 				return c.PrefcoreRanking
 			}
 			return c.HighestPerf
+		}
+		for _, id := range t.ids {
+			if r := rank(byID[id]); r != rank(byID[t.ids[0]]) {
+				if out.Perf == nil {
+					out.Perf = map[int]int64{}
+				}
+				for _, id := range t.ids {
+					out.Perf[id] = rank(byID[id])
+				}
+				break
+			}
 		}
 		slices.SortStableFunc(cl.Order, func(a, b int) int {
 			ra, rb := rank(byID[a]), rank(byID[b])

@@ -152,6 +152,14 @@ func TestClassOrderByCPPC(t *testing.T) {
 	if o := fmt.Sprint(got.Classes[0].Order); o != "[1 2 3 0]" {
 		t.Errorf("order %s, want [1 2 3 0]", o)
 	}
+	if p := fmt.Sprint(got.Perf); p != "map[0:196 1:236 2:231 3:226]" {
+		t.Errorf("perf %s", p)
+	}
+	// Equal within each class: no rank at all.
+	fsys, _ := NewFS(filepath.Join("testdata", "topology", "adl-p-i7-1260p"))
+	if c := fsys.CPUClasses(topoFixture(t, "adl-p-i7-1260p")); c.Perf != nil {
+		t.Errorf("adl perf %v, want none (highest_perf equal inside each class)", c.Perf)
+	}
 }
 
 // TestCPUClassesGarbage: missing, empty and garbage files are no
