@@ -168,6 +168,7 @@ FUZZ_TARGETS  := \
 	./acpi:FuzzPowerSupplyAttrs \
 	./policy:FuzzScanToken \
 	./sysfs:FuzzParseCPUPressure \
+	./sysfs:FuzzClassifyCPUs \
 	./daemon:FuzzValidWorkloadName \
 	./daemon:FuzzEnergyReadings \
 	./cmd/schedpolicyd:FuzzParseConfig

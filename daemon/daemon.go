@@ -192,6 +192,9 @@ type Snapshot struct {
 	// Topology is the online CPUs with their package, LLC and core; the
 	// same slice from one snapshot to the next until a hotplug changes it.
 	Topology []TopologyEntry
+	// CPUClasses is the efficiency classes, most efficient first
+	// (classes.go); the same slice until a hotplug changes them.
+	CPUClasses []CPUClassEntry
 	// EnergySource is what measures energy: EnergySourceRAPL,
 	// EnergySourceBattery or EnergySourceNone (energy.go).
 	EnergySource string
@@ -263,6 +266,7 @@ type Daemon struct {
 	boost      string
 	topo       policy.Topology
 	topoProp   []TopologyEntry // the Topology property (topologyEntries)
+	classProp  []CPUClassEntry // the CPUClasses property (classEntries)
 	allowed    sysfs.CPUSet
 	effective  policy.Policy
 	// boostUncontrollable: boost cannot be controlled on this machine
@@ -285,6 +289,9 @@ type Daemon struct {
 	follow       followState            // the power-profiles daemon followed (ppfollow.go)
 	choices      map[string]policy.Knob // explicit choice per power source (choices.go); copy on write
 	asideSaid    map[string]string      // per knob, the other owner last reported (stepaside.go)
+	classesSaid  string                 // the efficiency classes last logged (classes.go)
+	lpmdOwner    string                 // intel-lpmd's unique bus name, "" not running (lpmd.go)
+	classes      sysfs.CPUClasses       // the efficiency classes last read (classes.go)
 	batteryPct   int                    // the system batteries' charge, percent; -1 unknown
 	lowBattery   bool                   // the low-battery tier is in force (lowbattery.go)
 
@@ -882,11 +889,21 @@ func (d *Daemon) readTopology() {
 		d.log.WithError(err).Warn("cannot read CPU topology")
 		return
 	}
-	topo, err := policy.BuildTopology(CPUDescs(t))
+	classes := d.fs.CPUClasses(t)
+	descs := ClassedCPUDescs(t, classes)
+	aside := LpmdStepAside(d.lpmdOwner, classes)
+	if aside != "" {
+		reserveLPE(descs, classes)
+	}
+	d.stepAside("LPE confinement", aside)
+	topo, err := policy.BuildTopology(descs)
 	if err != nil {
 		d.log.WithError(err).Warn("cannot build sched domains from the CPU topology")
 		return
 	}
+	d.noteClasses(classes)
+	d.classProp = classEntries(classes, d.classProp)
+	d.classes = classes
 	d.topo = topo
 	d.topoProp = topologyEntries(t, d.topoProp)
 	d.allowed = t.Online

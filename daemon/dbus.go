@@ -350,7 +350,12 @@ func propertyValues(snap Snapshot) map[string]any {
 	if topo == nil {
 		topo = noTopology
 	}
+	classes := snap.CPUClasses
+	if classes == nil {
+		classes = noClasses
+	}
 	return map[string]any{
+		"CPUClasses":        classes,
 		"ActivePolicy":      string(snap.Policy),
 		"AvailablePolicies": avail,
 		"PowerAware":        uint32(snap.Knob.PowerAware),

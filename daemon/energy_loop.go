@@ -133,6 +133,7 @@ type estimateCache struct {
 // modelInput is what the model needs, copied from the loop.
 type modelInput struct {
 	topo    policy.Topology
+	classes sysfs.CPUClasses // the efficiency classes, for their energy costs
 	allowed []int
 	placed  []policy.Load    // the workloads the policy places
 	fixed   []policy.Load    // the others: a performance override, a release
@@ -143,7 +144,8 @@ type modelInput struct {
 // policy, in policy order, on the machine's topology and the managed
 // workloads' current utilisation: each policy's plan as the balancer would
 // make it (without the lazy history), priced with policy.ModelFor's
-// calibration, whose name it returns with a note when the model was not
+// calibration (each efficiency class at its cost on a hybrid machine,
+// ClassModel), whose name it returns with a note when the model was not
 // fitted on a machine of this shape. Workloads with a performance override
 // keep every allowed CPU and released ones their own, under every policy.
 // Load outside the managed workloads is not seen. The answer is computed
@@ -159,7 +161,7 @@ func (d *Daemon) EstimatePower(ctx context.Context) (PowerEstimates, error) {
 	if err := d.do(ctx, func() error { in = d.modelInput(); return nil }); err != nil {
 		return PowerEstimates{}, err
 	}
-	m := policy.ModelFor(in.topo)
+	m, _ := ClassModel(policy.ModelFor(in.topo), d.fs, in.classes)
 	r := PowerEstimates{Model: m.Name}
 	if !m.Describes(in.topo) {
 		shape, _ := policy.ShapeOf(in.topo)
@@ -183,7 +185,7 @@ func (d *Daemon) EstimatePower(ctx context.Context) (PowerEstimates, error) {
 
 // modelInput copies the model's inputs; on the loop.
 func (d *Daemon) modelInput() modelInput {
-	in := modelInput{topo: d.topo, allowed: d.allowed.List(), cpus: map[string][]int{}}
+	in := modelInput{topo: d.topo, classes: d.classes, allowed: d.allowed.List(), cpus: map[string][]int{}}
 	if d.pl.cg != nil {
 		if a, err := d.pl.cg.Allowed(); err == nil && !a.IsEmpty() {
 			in.allowed = d.allowed.Intersect(a).List()

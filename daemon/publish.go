@@ -62,7 +62,7 @@ func (d *Daemon) newSnapshot() *Snapshot {
 		Policy: d.effective, Knob: d.knob, PowerSource: d.power.Source,
 		Reason: d.power.Reason, PolicyReason: d.policyReason, LastChange: d.lastChange,
 		Boost: d.boost, Workloads: d.workloadStatus(), Holds: d.holdList(),
-		Topology:     d.topoProp,
+		Topology: d.topoProp, CPUClasses: d.classProp,
 		EnergySource: d.energy.Source(), Energy: d.energy.Totals(),
 	}
 	s.props = propertyValues(*s)

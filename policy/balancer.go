@@ -118,6 +118,10 @@ type loadState struct {
 	// contended: the workload shares an overloaded confined set with
 	// others (see shareContention); its current set must not be kept.
 	contended bool
+	// scale converts util (CPU time) to capacity (CPUs of the biggest
+	// kind): the mean capacity of the CPUs it ran on, on a hybrid
+	// topology; 1 with a single class.
+	scale float64
 }
 
 // PlanPlacement computes a placement plan. It is pure and deterministic
@@ -171,6 +175,21 @@ type loadState struct {
 // the lazy history (Plan.Lazy); each plan's stability is judged on its
 // own members; Plan.Policies says which policy placed each workload.
 //
+// Efficiency classes. On a hybrid topology (CPUDesc.Class takes more
+// than one value: P-cores and E-cores, big.LITTLE) powersaving fills the
+// most efficient class first and balance the most performant; every
+// group order puts the class first, thresholds count capacity (an E-core
+// of cpu_capacity 580 holds 0.57 of a P-core's load; demand measured in
+// CPU time is scaled by the mean capacity of the CPUs it ran on), a
+// workload goes whole into the first module of the best class with room
+// for it, and current sets on a worse class than the fresh plan's are not
+// kept. Workloads of different policies are planned each policy on its
+// own, the focused app's first, and background and service work is kept
+// off every core (SMT siblings included) the focused app got, unless no
+// CPU would be left. CPUs marked Reserved (another owner confines work
+// there) get nothing packed onto them. With a single class none of this
+// applies and the plans are the ones above.
+//
 // Every workload gets a non-empty set of allowed CPUs when any CPU is
 // allowed. With no allowed CPUs every set is empty.
 func PlanPlacement(in Input) Plan {
@@ -191,6 +210,9 @@ func PlanPlacement(in Input) Plan {
 			plan.Policies[l.Name] = plan.Policy
 		}
 		return plan
+	}
+	if in.Topology.Hybrid() {
+		return planHybrid(in, pols)
 	}
 	// Workloads of different policies: each policy's plan is made over
 	// every workload, as if the machine ran that policy, and each
@@ -241,6 +263,87 @@ func PlanPlacement(in Input) Plan {
 	return out
 }
 
+// planHybrid is PlanPlacement for workloads of different policies on a
+// hybrid topology (see PlanPlacement, "Efficiency classes"): each
+// policy's members are planned on their own, the policies of focused apps
+// first; the plans that place background or service work then leave out
+// the focused apps' cores (every SMT sibling of a CPU they got), unless
+// that would leave no CPU. The machine policy's plan over every workload
+// still gives Plan.Policy, Lazy, Deferred and Spread, as on a machine of
+// one class.
+func planHybrid(in Input, pols []Policy) Plan {
+	main := planWith(in, func(i int) bool { return pols[i] == in.Policy })
+	out := Plan{Policy: main.Policy, CPUs: make(map[string][]int, len(in.Loads)), Lazy: main.Lazy,
+		Deferred: main.Deferred, Spread: main.Spread, Policies: make(map[string]Policy, len(in.Loads))}
+	topo := in.Topology
+	allowed := normalize(topo, in.Allowed)
+	focusedPol := map[Policy]bool{}
+	for i, l := range in.Loads {
+		if l.Class == ClassFocused {
+			focusedPol[pols[i]] = true
+		}
+	}
+	var order []Policy
+	for _, first := range []bool{true, false} {
+		for _, p := range AvailablePolicies {
+			if focusedPol[p] == first && slices.Contains(pols, p) {
+				order = append(order, p)
+			}
+		}
+	}
+	byCore := map[int][]int{}
+	for _, c := range topo.cpus {
+		byCore[c.Core] = append(byCore[c.Core], c.ID)
+	}
+	focusedCPUs := map[int]bool{}
+	active := map[int]bool{}
+	for _, p := range order {
+		sub := in
+		sub.Policy, sub.Loads = p, nil
+		var idx []int
+		bg := false
+		for i, l := range in.Loads {
+			if pols[i] == p {
+				sub.Loads = append(sub.Loads, l)
+				idx = append(idx, i)
+				bg = bg || l.Class == ClassBackground || l.Class == ClassService
+			}
+		}
+		if !focusedPol[p] && bg && len(focusedCPUs) > 0 {
+			var rest []int
+			for _, id := range allowed {
+				if !focusedCPUs[id] {
+					rest = append(rest, id)
+				}
+			}
+			if len(rest) > 0 {
+				sub.Allowed = rest
+			}
+		}
+		plan := planWith(sub, nil)
+		out.Spread = out.Spread || plan.Spread
+		out.Deferred = out.Deferred || plan.Deferred
+		for _, i := range idx {
+			name := in.Loads[i].Name
+			out.CPUs[name] = plan.CPUs[name]
+			out.Policies[name] = plan.Policy
+			for _, id := range plan.CPUs[name] {
+				active[id] = true
+				if in.Loads[i].Class == ClassFocused {
+					for _, sib := range byCore[topo.cpus[topo.index(id)].Core] {
+						focusedCPUs[sib] = true
+					}
+				}
+			}
+		}
+	}
+	for id := range active {
+		out.Active = append(out.Active, id)
+	}
+	slices.Sort(out.Active)
+	return out
+}
+
 // planWith is PlanPlacement for every workload under in.Policy; member
 // (nil: every workload) says whose sets the caller takes, and only those
 // decide whether the current sets are kept (Stability).
@@ -270,6 +373,19 @@ func planWith(in Input, member func(i int) bool) Plan {
 	if len(allowed) == 0 {
 		return everyone(nil)
 	}
+	if rules.packs() && len(topo.reserved) > 0 {
+		// Another owner confines work to the reserved CPUs (intel-lpmd
+		// on the LP E-cores): pack elsewhere, unless nothing is left.
+		var rest []int
+		for _, id := range allowed {
+			if _, ok := slices.BinarySearch(topo.reserved, id); !ok {
+				rest = append(rest, id)
+			}
+		}
+		if len(rest) > 0 {
+			allowed = rest
+		}
+	}
 	if !rules.packs() || topo.NumCPUs() == 0 || len(in.Loads) == 0 {
 		if rules.packs() {
 			plan.Policy = Performance // nothing to pack with
@@ -285,7 +401,11 @@ func planWith(in Input, member func(i int) bool) Plan {
 		loads[i] = tr.loadState(l, len(allowed), mark)
 	}
 	shareContention(loads, len(allowed))
-	fresh := newPacker(tr, rules, loads)
+	pref := classPref(topo, in.Policy)
+	if pref != 0 {
+		tr.toCapacity(loads)
+	}
+	fresh := newPacker(tr, rules, loads, pref)
 	fresh.run()
 	plan.Spread = fresh.spread
 	plan.Lazy = in.Lazy.step(fresh.spread, in.Now, in.MaxInterval)
@@ -294,7 +414,7 @@ func planWith(in Input, member func(i int) bool) Plan {
 		return everyone(allowed)
 	}
 	freshSets := fresh.sets()
-	curOK := tr.acceptable(rules, loads, freshSets, member)
+	curOK := tr.acceptable(rules, loads, freshSets, member, pref)
 	switch {
 	case curOK:
 		return tr.emit(plan, in.Loads, func(i int) []int32 { return loads[i].cur })
@@ -373,8 +493,33 @@ func (tr *tree) loadState(l Load, nAllowed int, mark []bool) loadState {
 			p = math.Max(p, float64(k+1))
 		}
 	}
-	st.demand, st.util, st.threads = p, u, l.Threads
+	st.demand, st.util, st.threads, st.scale = p, u, l.Threads, 1
 	return st
+}
+
+// toCapacity converts the loads' demand, measured in CPU time, to
+// capacity on a hybrid topology: a workload busy on k E-cores of
+// cpu_capacity 580 needs 0.57 × k of P-cores (the kernel's PELT util is
+// capacity-invariant the same way). The scale is the mean capacity of its
+// current CPUs, or of every CPU when it has none. The saturation rule
+// stays in CPUs of its own set, where it is the same rule: a workload can
+// show at most k CPUs of time on k CPUs, whatever their kind.
+func (tr *tree) toCapacity(loads []loadState) {
+	root := &tr.nodes[tr.root]
+	all := root.capw / float64(root.weight())
+	for i := range loads {
+		l := &loads[i]
+		f := all
+		if len(l.cur) > 0 {
+			sum := 0.0
+			for _, p := range l.cur {
+				sum += tr.nodes[tr.leaf[p]].capw
+			}
+			f = sum / float64(len(l.cur))
+		}
+		l.scale = f
+		l.demand *= f
+	}
 }
 
 // shareContention applies the saturation rule to workloads that share a
@@ -466,7 +611,7 @@ func (tr *tree) emit(plan Plan, loads []Load, set func(i int) []int32) Plan {
 
 // acceptable reports whether the current cpusets may be kept (see
 // PlanPlacement, "Stability").
-func (tr *tree) acceptable(rules balancer, loads []loadState, fresh [][]int32, member func(i int) bool) bool {
+func (tr *tree) acceptable(rules balancer, loads []loadState, fresh [][]int32, member func(i int) bool, pref int) bool {
 	if member != nil {
 		var ml []loadState
 		var mf [][]int32
@@ -486,8 +631,8 @@ func (tr *tree) acceptable(rules balancer, loads []loadState, fresh [][]int32, m
 	for i := range loads {
 		cur[i] = loads[i].cur
 	}
-	c, f := tr.count(cur), tr.count(fresh)
-	if c.packages > f.packages || c.cores > f.cores || c.capped > f.capped {
+	c, f := tr.count(cur, pref), tr.count(fresh, pref)
+	if c.packages > f.packages || c.cores > f.cores || c.capped > f.capped || c.classCost > f.classCost {
 		return false
 	}
 	// No CPU (powersaving) or core (balance) over its threshold by the
@@ -516,12 +661,16 @@ func (tr *tree) overload(rules balancer, loads []loadState, sets [][]int32) floa
 			th = math.Max(1, math.Ceil(l.util-1e-6))
 		}
 		k := float64(len(set))
+		u := l.util
+		if l.scale != 0 {
+			u *= l.scale
+		}
 		for _, p := range set {
 			n := tr.leaf[p]
 			if isBalance {
 				n = tr.core[p]
 			}
-			util[n] += l.util / k
+			util[n] += u / k
 			nr[n] += th / k
 		}
 	}
@@ -534,16 +683,21 @@ func (tr *tree) overload(rules balancer, loads []loadState, sets [][]int32) floa
 		th := 1.0
 		if isBalance && nd.weight() > 1 {
 			th = float64(groupCapacity(nd.power, false))
+		} else if tr.topo.Hybrid() {
+			th = nd.capw
 		}
 		worst = math.Max(worst, u*math.Max(nr[n], 1)-th)
 	}
 	return worst
 }
 
-// counts are the distinct packages, cores, CPUs and capped CPUs used.
-type counts struct{ packages, cores, threads, capped int }
+// counts are the distinct packages, cores, CPUs and capped CPUs used,
+// and on a hybrid topology the classes' cost of the CPUs used: Σ class
+// (efficientFirst) or Σ (highest class − class) (performantFirst), so a
+// plan on the wrong side of the machine is not kept.
+type counts struct{ packages, cores, threads, capped, classCost int }
 
-func (tr *tree) count(sets [][]int32) counts {
+func (tr *tree) count(sets [][]int32, pref int) counts {
 	var c counts
 	seenCPU := make([]bool, len(tr.pos))
 	pk, co := map[int]bool{}, map[int]bool{}
@@ -557,6 +711,12 @@ func (tr *tree) count(sets [][]int32) counts {
 			c.threads++
 			if d.Capped {
 				c.capped++
+			}
+			switch pref {
+			case efficientFirst:
+				c.classCost += d.Class
+			case performantFirst:
+				c.classCost += int(tr.nodes[tr.root].maxClass) - d.Class
 			}
 			pk[d.Package] = true
 			co[d.Core] = true

@@ -89,3 +89,40 @@ func BenchmarkPlanClasses(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPlanHybrid measures one decision on hybrid machines: the
+// i7-1260P and a 1024-CPU machine of half P-cores with SMT and half
+// E-cores in 4-core modules, with a focused app, background work and
+// services (each policy planned on its own, the focused app's cores left
+// out of the others').
+func BenchmarkPlanHybrid(b *testing.B) {
+	big := func() Topology {
+		var cs []CPUDesc
+		for id := range 1024 {
+			c := CPUDesc{ID: id, Core: id / 2 * 2, Cluster: id / 2 * 2, LLC: id / 128 * 128, Class: 1, Capacity: 1024}
+			if id >= 512 {
+				c = CPUDesc{ID: id, Core: id, Cluster: id / 4 * 4, LLC: id / 128 * 128, Class: 0, Capacity: 580}
+			}
+			cs = append(cs, c)
+		}
+		return MustBuildTopology(cs)
+	}()
+	for _, bt := range []struct {
+		cpus int
+		topo Topology
+	}{{16, adlP}, {1024, big}} {
+		for _, w := range []int{10, 1000} {
+			in := benchInput(bt.topo, w)
+			in.Loads[0].Class = ClassFocused
+			for i := 1; i < len(in.Loads); i++ {
+				in.Loads[i].Class = []string{ClassBackground, ClassService, ClassApp}[i%3]
+			}
+			b.Run(fmt.Sprintf("cpus=%d/workloads=%d", bt.cpus, w), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					PlanPlacement(in)
+				}
+			})
+		}
+	}
+}

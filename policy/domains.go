@@ -65,6 +65,15 @@ type dnode struct {
 	capped int32
 	first  int // lowest CPU id in the span
 	smt    bool
+	// minClass and maxClass are the lowest and highest CPUDesc.Class in
+	// the span.
+	minClass, maxClass int32
+	// perf is the highest CPUDesc.Perf in the span.
+	perf int
+	// capw is the span's capacity in CPUs: Σ cpu_capacity / 1024 on a
+	// hybrid topology (each SMT thread counts its core's capacity),
+	// else the span weight.
+	capw float64
 }
 
 func (n *dnode) weight() int { return int(n.hi - n.lo) }
@@ -198,7 +207,11 @@ func buildTree(t Topology, allowed []int) *tree {
 			if t.asym {
 				base = c.Capacity
 			}
-			nd := dnode{lo: lo, hi: lo + 1, power: cpuPower(base, smtW[c.Core]), first: c.ID}
+			nd := dnode{lo: lo, hi: lo + 1, power: cpuPower(base, smtW[c.Core]), first: c.ID,
+				minClass: int32(c.Class), maxClass: int32(c.Class), capw: 1, perf: c.Perf}
+			if t.Hybrid() {
+				nd.capw = float64(c.Capacity) / capacityScale
+			}
 			if c.Capped {
 				nd.capped = 1
 			}
@@ -221,12 +234,16 @@ func buildTree(t Topology, allowed []int) *tree {
 		if len(kids) == 1 {
 			return kids[0] // degenerate: a single group
 		}
-		nd := dnode{level: levels[L].name, lo: lo, hi: hi, kids: kids, first: int(^uint(0) >> 1), smt: levels[L].name == LevelSMT}
+		nd := dnode{level: levels[L].name, lo: lo, hi: hi, kids: kids, first: int(^uint(0) >> 1), smt: levels[L].name == LevelSMT,
+			minClass: tr.nodes[kids[0]].minClass, maxClass: tr.nodes[kids[0]].maxClass}
 		for _, k := range kids {
 			c := &tr.nodes[k]
 			nd.power += c.power
 			nd.capped += c.capped
 			nd.first = min(nd.first, c.first)
+			nd.minClass, nd.maxClass = min(nd.minClass, c.minClass), max(nd.maxClass, c.maxClass)
+			nd.perf = max(nd.perf, c.perf)
+			nd.capw += c.capw
 		}
 		tr.nodes = append(tr.nodes, nd)
 		return int32(len(tr.nodes) - 1)

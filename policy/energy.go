@@ -32,6 +32,26 @@ type EnergyModel struct {
 	// Its watts describe only that shape (Describes); on another machine
 	// they compare policies, nothing more.
 	Machine Shape `json:"machine"`
+	// ClassCost is, on a hybrid machine, each efficiency class's energy
+	// per unit of work relative to the most performant class (1), by
+	// CPUDesc.Class (WithClasses). A busy core of class c draws
+	// ClassCost[c] × its capacity / 1024 of what a P-core of the
+	// calibration draws. nil: every core is priced alike, as before.
+	ClassCost []float64 `json:"class_cost,omitempty"`
+}
+
+// WithClasses returns m pricing each efficiency class by cost[c] (energy
+// per unit of work relative to the most performant class; see
+// ClassCost). A cost that is not positive or not finite counts as 1.
+func (m EnergyModel) WithClasses(cost []float64) EnergyModel {
+	m.ClassCost = make([]float64, len(cost))
+	for i, c := range cost {
+		if !(c > 0) || math.IsInf(c, 0) {
+			c = 1
+		}
+		m.ClassCost[i] = c
+	}
+	return m
 }
 
 // Shape is a machine's layout as the energy model counts it: packages,
@@ -119,6 +139,10 @@ type Estimate struct {
 	BusyThreads  float64 `json:"busy_threads"`  // Σ thread busy fractions
 	BusyCores    int     `json:"busy_cores"`    // cores with any busy thread
 	BusyPackages int     `json:"busy_packages"` // packages with any busy core
+	// ClassWatts is, with ClassCost on a hybrid topology, the watts each
+	// class's cores and threads draw (by CPUDesc.Class); the rest of
+	// Watts is the platform and the packages' uncore. nil otherwise.
+	ClassWatts []float64 `json:"class_watts,omitempty"`
 }
 
 // Simulate estimates the power of the loads running under plan: inside each
@@ -132,6 +156,13 @@ func (m EnergyModel) Simulate(t Topology, plan Plan, loads []Load) Estimate {
 	coreIdx, pkgIdx := groupIndex(t, func(c CPUDesc) int { return c.Core }), groupIndex(t, func(c CPUDesc) int { return c.Package })
 	coreLoad := make([]float64, slices.Max(append(coreIdx, 0))+1)
 	pkgLoad := make([]float64, slices.Max(append(pkgIdx, 0))+1)
+	// taskIdle is, per package, Π(1 − u) over every thread placed: the
+	// share of time no thread runs when their busy periods are
+	// independent, wherever they run.
+	taskIdle := make([]float64, len(pkgLoad))
+	for p := range taskIdle {
+		taskIdle[p] = 1
+	}
 	for _, l := range loads {
 		u := math.Max(l.Util, 0)
 		if u == 0 {
@@ -166,11 +197,25 @@ func (m EnergyModel) Simulate(t Topology, plan Plan, loads []Load) Estimate {
 			}
 			add := math.Min(per, 1-busy[best])
 			busy[best] += add
+			taskIdle[pkgIdx[best]] *= 1 - add
 			coreLoad[coreIdx[best]] += add
 			pkgLoad[pkgIdx[best]] += add
 		}
 	}
-	return m.watts(busy, coreIdx, pkgIdx)
+	var weight []float64 // per CPU: the class's cost × capacity, on a hybrid machine
+	var class []int
+	if t.Hybrid() && len(m.ClassCost) > 0 {
+		weight, class = make([]float64, n), make([]int, n)
+		for i, c := range t.cpus {
+			cost := 1.0
+			if c.Class < len(m.ClassCost) {
+				cost = m.ClassCost[c.Class]
+			}
+			weight[i] = cost * float64(c.Capacity) / capacityScale
+			class[i] = c.Class
+		}
+	}
+	return m.watts(busy, coreIdx, pkgIdx, weight, class, taskIdle)
 }
 
 func less3(a1, a2, a3, b1, b2, b3 float64) bool {
@@ -199,8 +244,10 @@ func groupIndex(t Topology, key func(CPUDesc) int) []int {
 	return out
 }
 
-// watts applies the model to per-CPU busy fractions.
-func (m EnergyModel) watts(busy []float64, coreIdx, pkgIdx []int) Estimate {
+// watts applies the model to per-CPU busy fractions; weight (nil: 1
+// each) scales each CPU's core and thread power by its class's cost and
+// capacity, and class (with weight) says which class's watts it adds to.
+func (m EnergyModel) watts(busy []float64, coreIdx, pkgIdx []int, weight []float64, class []int, taskIdle []float64) Estimate {
 	np := 0
 	for _, p := range pkgIdx {
 		np = max(np, p+1)
@@ -214,17 +261,32 @@ func (m EnergyModel) watts(busy []float64, coreIdx, pkgIdx []int) Estimate {
 		idle[i] = 1
 	}
 	corePkg := make([]int, nc)
+	coreW := make([]float64, nc) // the core's class weight (1 without classes)
+	coreClass := make([]int, nc)
 	thread := make([]float64, np)
 	var e Estimate
+	nclass := 0
+	for _, c := range class {
+		nclass = max(nclass, c+1)
+	}
+	classThread := make([]float64, nclass)
 	for i, u := range busy {
 		idle[coreIdx[i]] *= 1 - u
 		corePkg[coreIdx[i]] = pkgIdx[i]
-		thread[pkgIdx[i]] += u
+		coreW[coreIdx[i]] = 1
+		if weight != nil {
+			coreW[coreIdx[i]], coreClass[coreIdx[i]] = weight[i], class[i]
+			thread[pkgIdx[i]] += u * weight[i]
+			classThread[class[i]] += u * weight[i]
+		} else {
+			thread[pkgIdx[i]] += u
+		}
 		e.BusyThreads += u
 	}
 	act := make([]float64, np)
 	nact := make([]int, np)
 	coreSum := make([]float64, np)
+	classCore := make([][]float64, np) // per package, per class: Σ a_c × weight
 	for c := range nc {
 		a := 1 - idle[c]
 		if a <= 1e-12 {
@@ -232,9 +294,23 @@ func (m EnergyModel) watts(busy []float64, coreIdx, pkgIdx []int) Estimate {
 		}
 		p := corePkg[c]
 		nact[p]++
-		coreSum[p] += a
+		if weight != nil {
+			coreSum[p] += a * coreW[c]
+			if classCore[p] == nil {
+				classCore[p] = make([]float64, nclass)
+			}
+			classCore[p][coreClass[c]] += a * coreW[c]
+		} else {
+			coreSum[p] += a
+		}
 		act[p] = math.Max(act[p], a)
 		e.BusyCores++
+	}
+	if weight != nil {
+		e.ClassWatts = make([]float64, nclass)
+		for k := range nclass {
+			e.ClassWatts[k] = classThread[k] * m.ThreadW
+		}
 	}
 	e.Watts = m.IdleW
 	for p := range np {
@@ -243,14 +319,30 @@ func (m EnergyModel) watts(busy []float64, coreIdx, pkgIdx []int) Estimate {
 		}
 		e.BusyPackages++
 		f := m.BaseGHz
-		if len(m.TurboGHz) > 0 {
+		if len(m.TurboGHz) > 0 && weight == nil {
 			f = m.TurboGHz[min(nact[p], len(m.TurboGHz))-1]
+		}
+		if weight != nil {
+			// With classes the package is awake while any thread
+			// runs, their busy periods taken as independent (not as
+			// overlapping fully), wherever they run: packing decides
+			// the class, not the uncore; and the classes' costs stand
+			// for their frequencies, so no turbo bin applies.
+			act[p] = 1
+			if p < len(taskIdle) {
+				act[p] = 1 - taskIdle[p]
+			}
 		}
 		scale := 1.0
 		if m.BaseGHz > 0 {
 			scale = math.Pow(f/m.BaseGHz, m.Exponent)
 		}
 		w := act[p]*m.PackageW + coreSum[p]*m.CoreW*scale + thread[p]*m.ThreadW
+		if weight != nil {
+			for k, v := range classCore[p] {
+				e.ClassWatts[k] += v * m.CoreW * scale
+			}
+		}
 		if m.PackageLimitW > 0 {
 			w = math.Min(w, m.PackageLimitW)
 		}
@@ -272,4 +364,47 @@ func ModelFor(t Topology) EnergyModel {
 		return SNBServer
 	}
 	return SNBLaptop
+}
+
+// Relative energy per unit of work of each efficiency class (the most
+// performant class = 1), from published figures; estimates, not
+// measurements (docs/HYBRID-PLACEMENT.md, "Energy model";
+// ../shared/docs/HYBRID.md §3). Where the kernel's energy model is
+// readable (debugfs energy_model), the caller uses its ratios instead.
+var (
+	// IntelClassCost: LP E-core, E-core, P-core. HYBRID.md §3's default
+	// model from Apple's and Intel's figures: LPE 1, E 1.4, P about 4
+	// per unit of work at high frequency; the kernel's 6.19 hybrid
+	// energy model orders them the same way (LPE < E < P).
+	IntelClassCost = map[string]float64{"LPE": 0.25, "E": 0.35, "P": 1}
+	// AMDClassCost: Zen5c (dense, "E") and Zen5 ("P") are one
+	// microarchitecture at different voltage-frequency ceilings (5.15 vs
+	// 3.3 GHz on Strix Point); no per-core figure is published, so the
+	// dense core is priced at half, an inference.
+	AMDClassCost = map[string]float64{"E": 0.5, "P": 1}
+	// BigLittleClassCost: Apple M1's measured OPPs give the E-core 0.90
+	// mW and the P-core 4.84 mW per unit of capacity at the top state
+	// (t8103.dtsi opp-microwatt, capacity 459/1024): little ≈ 0.2 of big;
+	// mid classes take the geometric middle, an inference.
+	BigLittleClassCost = map[string]float64{"little": 0.2, "mid": 0.45, "big": 1}
+)
+
+// ClassCostFor returns the published cost of a class named name (LPE, E,
+// P; little, mid*, big), vendor "intel", "amd" or "" for others; 1 for
+// any other name.
+func ClassCostFor(vendor, name string) float64 {
+	table := BigLittleClassCost
+	switch vendor {
+	case "intel":
+		table = IntelClassCost
+	case "amd":
+		table = AMDClassCost
+	}
+	if c, ok := table[name]; ok {
+		return c
+	}
+	if len(name) > 3 && name[:3] == "mid" {
+		return BigLittleClassCost["mid"]
+	}
+	return 1
 }

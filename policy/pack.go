@@ -22,10 +22,33 @@ type packer struct {
 	out        [][]span // per workload
 	spread     bool     // some domain balanced for performance
 	rootSpread bool     // the top domain did
+	// pref orders groups by efficiency class on a hybrid topology:
+	// efficientFirst, performantFirst, or 0 (a single class).
+	pref int
 }
 
-func newPacker(tr *tree, rules balancer, loads []loadState) *packer {
-	return &packer{tr: tr, rules: rules, loads: loads, out: make([][]span, len(loads))}
+// Class preferences of a plan on a hybrid topology (classPref).
+const (
+	efficientFirst  = 1  // LPE, E, P; little, mid, big
+	performantFirst = -1 // P, E, LPE; big, mid, little
+)
+
+// classPref is the class order a policy packs in on topology t: on a
+// hybrid machine powersaving fills the most efficient class first and
+// spills to the next only when it is full, and balance gives the
+// performance cores first; with one class, none.
+func classPref(t Topology, p Policy) int {
+	if !t.Hybrid() {
+		return 0
+	}
+	if p == Powersaving {
+		return efficientFirst
+	}
+	return performantFirst
+}
+
+func newPacker(tr *tree, rules balancer, loads []loadState, pref int) *packer {
+	return &packer{tr: tr, rules: rules, loads: loads, out: make([][]span, len(loads)), pref: pref}
 }
 
 func (pk *packer) run() {
@@ -102,7 +125,19 @@ func (pk *packer) place(n int32, items []item, root bool) {
 		return
 	}
 	kidItems := make([][]item, k)
-	fill(order, th, items, idx, kidItems)
+	if pk.pref != 0 {
+		key := make([]int32, k)
+		for j, kid := range nd.kids {
+			if pk.pref == efficientFirst {
+				key[j] = pk.tr.nodes[kid].minClass
+			} else {
+				key[j] = -pk.tr.nodes[kid].maxClass
+			}
+		}
+		fillWhole(order, th, key, items, idx, kidItems)
+	} else {
+		fill(order, th, items, idx, kidItems)
+	}
 	for j, its := range kidItems {
 		if len(its) > 0 {
 			pk.place(nd.kids[j], its, false)
@@ -162,7 +197,9 @@ func (pk *packer) homes(nd *dnode, items []item, cur []float64, home []int) {
 // indexes best first, and rank[j] with group j's place in it. Above the LLC the busiest
 // group with room comes first (the patch set's group_leader), then the
 // least frequency-capped; inside the LLC the least capped first, then the
-// busiest; ties go to the lower first CPU (group_first_cpu).
+// busiest; ties go to the lower first CPU (group_first_cpu). On a hybrid
+// topology the class preference (packer.pref) comes before all of these,
+// so a class is filled before the next one is used.
 func (pk *packer) groupOrder(nd *dnode, cur, th []float64, order, rank []int) {
 	tr := pk.tr
 	kids := nd.kids
@@ -177,6 +214,24 @@ func (pk *packer) groupOrder(nd *dnode, cur, th []float64, order, rank []int) {
 	}
 	sort.SliceStable(order, func(a, b int) bool {
 		ja, jb := order[a], order[b]
+		if pk.pref != 0 {
+			ka, kb := &tr.nodes[kids[ja]], &tr.nodes[kids[jb]]
+			if pk.pref == efficientFirst {
+				if ka.minClass != kb.minClass {
+					return ka.minClass < kb.minClass
+				}
+				if ka.maxClass != kb.maxClass {
+					return ka.maxClass < kb.maxClass
+				}
+			} else {
+				if ka.maxClass != kb.maxClass {
+					return ka.maxClass > kb.maxClass
+				}
+				if ka.minClass != kb.minClass {
+					return ka.minClass > kb.minClass
+				}
+			}
+		}
 		ba, bb := busy(ja), busy(jb)
 		ca, cb := cappedFrac(ja), cappedFrac(jb)
 		if aboveLLC {
@@ -192,6 +247,13 @@ func (pk *packer) groupOrder(nd *dnode, cur, th []float64, order, rank []int) {
 			}
 			if ba != bb {
 				return ba > bb
+			}
+		}
+		if pk.pref != 0 {
+			// CPPC ranks binned cores of one class: favoured ones for
+			// the performance-first plans, the others for packing.
+			if pa, pb := tr.nodes[kids[ja]].perf, tr.nodes[kids[jb]].perf; pa != pb {
+				return (pa > pb) == (pk.pref == performantFirst)
 			}
 		}
 		return tr.nodes[kids[ja]].first < tr.nodes[kids[jb]].first
@@ -280,6 +342,72 @@ func fill(order []int, th []float64, items []item, idx []int, kidItems [][]item)
 	}
 }
 
+// fillWhole is fill for a hybrid topology: each item goes whole into the
+// first group in order with room for it among the groups of the best
+// class that still has room (key: the groups' class, in order), so a
+// light workload is not cut across two modules of one class; an item
+// that class cannot hold whole is laid along the groups' remaining room
+// as fill does, spilling to the next class only where the class is full.
+func fillWhole(order []int, th []float64, key []int32, items []item, idx []int, kidItems [][]item) {
+	used := make([]float64, len(th))
+	last := -1
+	for _, i := range idx {
+		it := items[i]
+		if it.portion <= eps {
+			j := last
+			if j < 0 {
+				j = order[0]
+			}
+			kidItems[j] = append(kidItems[j], item{it.w, 0})
+			continue
+		}
+		placed := false
+		best := int32(-1 << 30)
+		for _, j := range order {
+			if th[j]-used[j] > eps {
+				best = key[j]
+				break
+			}
+		}
+		for _, j := range order {
+			if key[j] != best {
+				continue
+			}
+			if th[j]-used[j] >= it.portion-1e-6 {
+				kidItems[j] = append(kidItems[j], it)
+				used[j] += it.portion
+				last, placed = j, true
+				break
+			}
+		}
+		if placed {
+			continue
+		}
+		rem := it.portion
+		for _, j := range order {
+			room := th[j] - used[j]
+			if rem <= eps {
+				break
+			}
+			if room <= eps {
+				continue
+			}
+			take := math.Min(rem, room)
+			if rem-take <= 1e-6 {
+				take = rem
+			}
+			kidItems[j] = append(kidItems[j], item{it.w, take})
+			used[j] += take
+			rem -= take
+			last = j
+		}
+		if rem > eps {
+			j := order[len(order)-1]
+			kidItems[j] = append(kidItems[j], item{it.w, rem})
+		}
+	}
+}
+
 // placeCPUs places items on the CPUs of a lowest-level domain (kids are
 // leaves): a workload that is not small gets ceil(share) CPUs of its own,
 // idle ones first (its current ones first); a small workload goes to the
@@ -287,7 +415,14 @@ func fill(order []int, th []float64, items []item, idx []int, kidItems [][]item)
 // find_leader_cpu), else to an idle CPU, else to the least loaded one.
 func (pk *packer) placeCPUs(kids []int32, order []int, items []item, idx []int) {
 	lf := &leafFill{pk: pk, kids: kids, order: order,
-		load: make([]float64, len(kids)), nr: make([]int, len(kids)), maxUtil: pk.rules.maxUtil()}
+		load: make([]float64, len(kids)), nr: make([]int, len(kids)), maxUtil: pk.rules.maxUtil(), meanCap: 1}
+	if pk.pref != 0 {
+		sum := 0.0
+		for _, k := range kids {
+			sum += pk.tr.nodes[k].capw
+		}
+		lf.meanCap = sum / float64(len(kids))
+	}
 	var large, smalls []int
 	for _, i := range idx {
 		if lf.small(items[i].portion) {
@@ -316,12 +451,24 @@ type leafFill struct {
 	load    []float64
 	nr      []int
 	maxUtil float64
+	// meanCap is the CPUs' mean capacity in CPUs (1 with a single
+	// class): on a hybrid topology loads are counted against each CPU's
+	// capacity (capw).
+	meanCap float64
+}
+
+// capOf is CPU j's capacity in CPUs (1 with a single class).
+func (lf *leafFill) capOf(j int) float64 {
+	if lf.pk.pref == 0 {
+		return 1
+	}
+	return lf.pk.tr.nodes[lf.kids[j]].capw
 }
 
 // small reports whether a share p (in CPUs) is a light task, the one
 // find_leader_cpu may add to a busy CPU: its utilisation (percent) shifted
 // left by two stays under maxUtil ("putil < 25% for powersaving").
-func (lf *leafFill) small(p float64) bool { return 4*p*100 < lf.maxUtil }
+func (lf *leafFill) small(p float64) bool { return 4*(p/lf.meanCap)*100 < lf.maxUtil }
 
 // inCur reports whether CPU j is one of workload w's current CPUs.
 func (lf *leafFill) inCur(w int32, j int) bool {
@@ -366,20 +513,31 @@ func (lf *leafFill) leastLoaded(taken []bool) int {
 	return best
 }
 
-// placeLarge gives a workload that is not small ceil(share) distinct CPUs,
-// idle ones first, and spreads its share evenly over them.
+// placeLarge gives a workload that is not small ceil(share) distinct CPUs
+// (on a hybrid topology, CPUs until their capacity holds the share), idle
+// ones first, and spreads its share evenly over them.
 func (lf *leafFill) placeLarge(it item, taken []bool) {
 	k := min(max(1, int(math.Ceil(it.portion-1e-6))), len(lf.kids))
 	clear(taken)
 	var got []int
-	for len(got) < k {
+	room := 0.0
+	if lf.pk.pref != 0 {
+		// By capacity, but never more CPUs than its threads and its
+		// time (in CPUs) can use: one busy thread needs 0.78 of a
+		// P-core, yet two E-cores would not help it.
+		l := &lf.pk.loads[it.w]
+		k = min(len(lf.kids), max(1, l.threads, int(math.Ceil(it.portion/l.scale-1e-6))))
+	}
+	for len(got) < k && (lf.pk.pref == 0 || len(got) == 0 || room < it.portion-1e-6) {
 		j := lf.pickIdle(it.w, taken)
 		if j < 0 {
 			j = lf.leastLoaded(taken)
 		}
 		taken[j] = true
 		got = append(got, j)
+		room += lf.capOf(j)
 	}
+	k = len(got)
 	for _, j := range got {
 		lf.assign(it.w, j, it.portion/float64(k))
 	}
@@ -394,9 +552,21 @@ func (lf *leafFill) placeSmall(it item, taken []bool) {
 		if lf.nr[j] == 0 {
 			continue
 		}
-		v := lf.maxUtil - (lf.load[j]*100*float64(max(lf.nr[j], 1)) + 4*it.portion*100)
+		c := lf.capOf(j)
+		v := lf.maxUtil - ((lf.load[j]/c)*100*float64(max(lf.nr[j], 1)) + 4*(it.portion/c)*100)
 		if v > eps && v < bestV-eps {
 			best, bestV = j, v
+		}
+	}
+	if best < 0 && lf.pk.pref != 0 {
+		// On a hybrid topology a class is not left while one of its
+		// CPUs has room for the task by capacity: the first such CPU in
+		// class order, before an idle CPU of the next class.
+		for _, j := range lf.order {
+			if lf.load[j]+it.portion <= lf.capOf(j)+eps {
+				best = j
+				break
+			}
 		}
 	}
 	if best < 0 {

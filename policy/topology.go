@@ -28,6 +28,24 @@ type CPUDesc struct {
 	// Capped reports that the CPU runs frequency-capped (scaling_cur_freq
 	// well below the maximum). Packing prefers CPUs that are not capped.
 	Capped bool
+	// Class is the CPU's efficiency class, 0 for the most efficient
+	// (LP E-cores, E-cores, little) and rising towards the most
+	// performant (P-cores, big); every CPU of a homogeneous machine is
+	// in class 0. With more than one class the balancer packs by class
+	// (PlanPlacement, "Efficiency classes") and the CPUs' Capacity should
+	// be their class's capacity. Negative is invalid.
+	Class int
+	// Perf orders CPUs inside a class: CPPC highest_perf or
+	// amd_pstate_prefcore_ranking (favoured cores rank higher); 0
+	// unknown. On a hybrid topology ties between otherwise equal groups
+	// go to the highest Perf for the performance cores first, to the
+	// lowest for the efficient ones first; it never makes a class.
+	Perf int
+	// Reserved marks a CPU another owner confines work to by itself
+	// (intel-lpmd's LP E-cores): the power-aware policies pack nothing
+	// onto it while any other CPU is allowed; performance still gives
+	// it to every workload.
+	Reserved bool
 	// Distance is the node's row of the SLIT (nodeN/distance), indexed by
 	// node number; local is usually 10. Nil means unknown: every other
 	// node is at one and the same remote distance. Only the row of the
@@ -42,7 +60,12 @@ type Topology struct {
 	cpus  []CPUDesc // ascending ID
 	dense []int32   // ID → index into cpus (-1: none), when IDs are dense enough
 	asym  bool      // capacities differ
-	full  *tree     // the domain tree over every CPU, built once
+	// nclass is the number of efficiency classes (distinct Class values);
+	// with more than one the machine is hybrid.
+	nclass int
+	full   *tree // the domain tree over every CPU, built once
+	// reserved is the Reserved CPUs' IDs, ascending.
+	reserved []int
 }
 
 // ErrTopology is wrapped by BuildTopology's errors.
@@ -51,7 +74,7 @@ var ErrTopology = errors.New("invalid topology")
 // BuildTopology validates the CPU descriptions and precomputes the
 // scheduling-domain tree over all of them (see Domains). CPUs may come in
 // any order. It fails, wrapping ErrTopology, on a negative or duplicate ID
-// or a capacity outside 0..1024.
+// a capacity outside 0..1024 or a negative class.
 func BuildTopology(cpus []CPUDesc) (Topology, error) {
 	cs := slices.Clone(cpus)
 	slices.SortFunc(cs, func(a, b CPUDesc) int { return a.ID - b.ID })
@@ -65,6 +88,9 @@ func BuildTopology(cpus []CPUDesc) (Topology, error) {
 		}
 		if c.Capacity < 0 || c.Capacity > capacityScale {
 			return Topology{}, fmt.Errorf("%w: CPU %d capacity %d not in 0..%d", ErrTopology, c.ID, c.Capacity, capacityScale)
+		}
+		if c.Class < 0 {
+			return Topology{}, fmt.Errorf("%w: CPU %d class %d is negative", ErrTopology, c.ID, c.Class)
 		}
 		if c.Capacity == 0 {
 			cs[i].Capacity = capacityScale
@@ -84,6 +110,16 @@ func BuildTopology(cpus []CPUDesc) (Topology, error) {
 	for _, c := range caps {
 		if c != caps[0] {
 			t.asym = true
+		}
+	}
+	classes := map[int]bool{}
+	for _, c := range cs {
+		classes[c.Class] = true
+	}
+	t.nclass = len(classes)
+	for _, c := range cs {
+		if c.Reserved {
+			t.reserved = append(t.reserved, c.ID)
 		}
 	}
 	t.full = buildTree(t, nil)
@@ -109,6 +145,13 @@ func (t Topology) NumCPUs() int { return len(t.cpus) }
 // Asymmetric reports whether the CPUs' capacities differ, in which case
 // group capacity comes from cpu_capacity instead of smt_gain.
 func (t Topology) Asymmetric() bool { return t.asym }
+
+// Hybrid reports whether the CPUs are of more than one efficiency class
+// (CPUDesc.Class).
+func (t Topology) Hybrid() bool { return t.nclass > 1 }
+
+// Reserved returns the CPUs marked CPUDesc.Reserved, ascending (a copy).
+func (t Topology) Reserved() []int { return slices.Clone(t.reserved) }
 
 // index returns the position of CPU id in t.cpus, or -1.
 func (t Topology) index(id int) int {

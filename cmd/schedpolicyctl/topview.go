@@ -25,6 +25,15 @@ type topCPU struct {
 	CPU, Package, LLC, Core int
 }
 
+// topClass is one entry of the CPUClasses property, a(ssu): an
+// efficiency class (LPE, E, P; little, mid, big; all), its CPUs and its
+// capacity, most efficient first.
+type topClass struct {
+	Name     string
+	CPUs     []int
+	Capacity int
+}
+
 // energyEntry is one entry of the Energy property, a(ssdd): the energy
 // measured while a policy was in force on a power source.
 type energyEntry struct {
@@ -41,9 +50,14 @@ type topState struct {
 	props   map[string]dbus.Variant
 	updated time.Time // when the last change arrived
 
-	st           status
-	topo         []topCPU // nil: no Topology property
-	energySource string   // "": no EnergySource property
+	st   status
+	topo []topCPU // nil: no Topology property
+	// classes are the efficiency classes (nil: no CPUClasses property,
+	// an older daemon); classOf names each CPU's class when there is
+	// more than one, else it is nil and nothing is marked.
+	classes      []topClass
+	classOf      map[int]string
+	energySource string // "": no EnergySource property
 	energy       []energyEntry
 	hasEnergy    bool
 	err          string // a property of an unexpected type
@@ -81,6 +95,20 @@ func (s *topState) decode() {
 	}
 	s.st = st
 	s.topo, s.energySource, s.energy, s.hasEnergy = nil, "", nil, false
+	s.classes, s.classOf = nil, nil
+	if v, ok := s.props["CPUClasses"]; ok {
+		if s.classes, err = classesFrom(v); err != nil {
+			s.err = fmt.Sprintf("property CPUClasses has type %s: %v", v.Signature(), err)
+		}
+		if len(s.classes) > 1 {
+			s.classOf = map[int]string{}
+			for _, c := range s.classes {
+				for _, id := range c.CPUs {
+					s.classOf[id] = c.Name
+				}
+			}
+		}
+	}
 	if v, ok := s.props["Topology"]; ok {
 		if s.topo, err = topologyFrom(v); err != nil {
 			s.err = fmt.Sprintf("property Topology has type %s: %v", v.Signature(), err)
@@ -111,6 +139,25 @@ func topologyFrom(v dbus.Variant) ([]topCPU, error) {
 			return nil, err
 		}
 		out = append(out, topCPU{int(c[0]), int(c[1]), int(c[2]), int(c[3])})
+	}
+	return out, nil
+}
+
+func classesFrom(v dbus.Variant) ([]topClass, error) {
+	var raw [][]any
+	if err := dbus.Store([]any{v.Value()}, &raw); err != nil {
+		return nil, err
+	}
+	out := []topClass{}
+	for _, r := range raw {
+		var c topClass
+		var cpus string
+		var capacity uint32
+		if err := dbus.Store(r, &c.Name, &cpus, &capacity); err != nil {
+			return nil, err
+		}
+		c.CPUs, c.Capacity = cpuList(cpus), int(capacity)
+		out = append(out, c)
 	}
 	return out, nil
 }
@@ -392,6 +439,13 @@ func topMachine(s *topState, width int) []string {
 	tagW := min(4, max(1, len(s.st.Workloads)))
 	cpuW := len("cpu") + len(strconv.Itoa(maxCPU))
 	coreW := len(" core ") + len(strconv.Itoa(max(ncores-1, 0)))
+	classW := 0 // on a hybrid machine each core's label ends in its class
+	for _, c := range s.classes {
+		if s.classOf != nil {
+			classW = max(classW, 1+len(c.Name))
+		}
+	}
+	coreW += classW
 	// One thread: "cpu12 [####......]  40% ab  ".
 	cellW := cpuW + 1 + topBarWidth + 2 + 5 + tagW
 	perLine := max(1, (width-coreW-1)/(cellW+2))
@@ -404,6 +458,13 @@ func topMachine(s *topState, width int) []string {
 			head += fmt.Sprintf("  (%d LLCs)", len(p.llcs))
 		}
 		lines = append(lines, fit(head, width))
+		if s.classOf != nil && pi == 0 {
+			var cs []string
+			for _, c := range s.classes {
+				cs = append(cs, fmt.Sprintf("%s %s (capacity %d)", c.Name, formatCPUList(c.CPUs), c.Capacity))
+			}
+			lines = append(lines, fit(" classes, most efficient first: "+strings.Join(cs, ", "), width))
+		}
 		for li, l := range p.llcs {
 			if len(p.llcs) > 1 {
 				lines = append(lines, fit(fmt.Sprintf(" llc %d  cpus %s", li, formatCPUList(l.cpus)), width))
@@ -412,7 +473,11 @@ func topMachine(s *topState, width int) []string {
 				for i := 0; i < len(c.threads); i += perLine {
 					label := strings.Repeat(" ", coreW)
 					if i == 0 {
-						label = fmt.Sprintf("%-*s", coreW, fmt.Sprintf(" core %d", core))
+						name := fmt.Sprintf(" core %d", core)
+						if s.classOf != nil {
+							name += " " + s.classOf[c.threads[0].id]
+						}
+						label = fmt.Sprintf("%-*s", coreW, name)
 					}
 					var cells []string
 					for _, t := range c.threads[i:min(i+perLine, len(c.threads))] {

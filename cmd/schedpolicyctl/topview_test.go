@@ -310,3 +310,47 @@ func TestTopUnitCPUList(t *testing.T) {
 		}
 	}
 }
+
+func classesVariant(cs ...topClass) dbus.Variant {
+	raw := [][]any{}
+	for _, c := range cs {
+		raw = append(raw, []any{c.Name, formatCPUList(c.CPUs), uint32(c.Capacity)})
+	}
+	return dbus.MakeVariantWithSignature(raw, dbus.ParseSignatureMust("a(ssu)"))
+}
+
+// TestTopUnitHybrid: on a hybrid machine (a Lunar Lake: 4 P-cores, 4 LP
+// E-cores, one LLC each) top lists the classes under the first package
+// and ends each core's label with its class; one class ("all") marks
+// nothing, as on the laptop screen above.
+func TestTopUnitHybrid(t *testing.T) {
+	props := laptopProps()
+	var cpus []topCPU
+	for c := range 8 {
+		cpus = append(cpus, topCPU{CPU: c, Core: c, LLC: c / 4 * 4})
+	}
+	props["Topology"] = topoVariant(cpus...)
+	props["CPUClasses"] = classesVariant(topClass{"LPE", []int{4, 5, 6, 7}, 689}, topClass{"P", []int{0, 1, 2, 3}, 1024})
+	props["Workloads"] = workloadsVariant(workload{Name: "indexer", Path: "/cg/indexer", CPUs: "4", Util: 0.3})
+	lines, _ := renderTop(stateOf(props), 100, 0, 0)
+	want := []string{
+		"package 0  cpus 0-7  (2 LLCs)",
+		" classes, most efficient first: LPE 4-7 (capacity 689), P 0-3 (capacity 1024)",
+		" llc 0  cpus 0-3",
+		" core 0 P   cpu0 [..........]   0% -",
+		" llc 1  cpus 4-7",
+		" core 4 LPE cpu4 [###.......]  30% a",
+		" core 5 LPE cpu5 [..........]   0% -",
+	}
+	got := strings.Join(lines, "\n")
+	for _, w := range want {
+		if !strings.Contains(got, w+"\n") {
+			t.Errorf("screen lacks %q:\n%s", w, got)
+		}
+	}
+	props["CPUClasses"] = classesVariant(topClass{"all", []int{0, 1, 2, 3, 4, 5, 6, 7}, 1024})
+	lines, _ = renderTop(stateOf(props), 100, 0, 0)
+	if got := strings.Join(lines, "\n"); strings.Contains(got, "classes") || !strings.Contains(got, " core 4 cpu4 [###.......]  30% a\n") {
+		t.Errorf("one class marked:\n%s", got)
+	}
+}

@@ -42,10 +42,28 @@ type planReport struct {
 	// ModelDescribes is false when the machine is not of the shape the
 	// model was fitted on (policy.EnergyModel.Describes): Watts then only
 	// compare policies on it; ModelNote says so, with both shapes.
-	ModelDescribes bool     `json:"model_describes_machine"`
-	ModelNote      string   `json:"model_note,omitempty"`
-	Levels         []string `json:"levels"`
-	Spread         bool     `json:"spread"` // some domain was balanced for performance
+	ModelDescribes bool   `json:"model_describes_machine"`
+	ModelNote      string `json:"model_note,omitempty"`
+	// CPUClasses are the machine's efficiency classes, most efficient
+	// first, with the watts this plan's load draws on each class's cores
+	// (ClassCostFrom says where the classes' costs come from); CPUClass
+	// is each CPU's class by CPU number. Both only on a machine of more
+	// than one class (sysfs.CPUClasses), so a homogeneous machine's
+	// report is as before.
+	CPUClasses    []planClass       `json:"cpu_classes,omitempty"`
+	CPUClass      map[string]string `json:"cpu_class,omitempty"`
+	ClassCostFrom string            `json:"class_cost_from,omitempty"`
+	Levels        []string          `json:"levels"`
+	Spread        bool              `json:"spread"` // some domain was balanced for performance
+}
+
+// planClass is one efficiency class in the plan report.
+type planClass struct {
+	Name     string  `json:"name"`     // LPE, E, P; little, mid, big
+	CPUs     string  `json:"cpus"`     // cpulist
+	Capacity int     `json:"capacity"` // 1..1024, the biggest CPU = 1024
+	Cost     float64 `json:"cost"`     // energy per unit of work, the most performant class = 1 (estimate)
+	Watts    float64 `json:"watts"`    // the model's watts of this class's cores and threads under this plan
 }
 
 // planActive counts the union of the workloads' cpusets: what the plan
@@ -128,8 +146,10 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 		rules[n] = r
 	}
 	var descs []policy.CPUDesc
+	var classes sysfs.CPUClasses
 	model := policy.SNBLaptop
 	name := *preset
+	costFrom := ""
 	if *preset != "" {
 		p, ok := presets[*preset]
 		if !ok {
@@ -143,11 +163,11 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "schedpolicyd plan: %v\n", err)
 			return 1
 		}
-		if descs, err = cpuDescsFromSysfs(fsys); err != nil {
+		if descs, classes, err = readMachine(fsys); err != nil {
 			fmt.Fprintf(stderr, "schedpolicyd plan: %v\n", err)
 			return 1
 		}
-		model = modelFor(descs)
+		model, costFrom = daemon.ClassModel(modelFor(descs), fsys, classes)
 	}
 	topo, err := policy.BuildTopology(descs)
 	if err != nil {
@@ -197,6 +217,19 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	r.Active = activeCounts(descs, plan.Active)
+	if classes.Hybrid() {
+		r.ClassCostFrom, r.CPUClass = costFrom, map[string]string{}
+		for i, cl := range classes.Classes {
+			pc := planClass{Name: cl.Name, CPUs: cl.CPUs.String(), Capacity: cl.Capacity, Cost: model.ClassCost[i]}
+			if i < len(est.ClassWatts) {
+				pc.Watts = math.Round(est.ClassWatts[i]*10) / 10
+			}
+			r.CPUClasses = append(r.CPUClasses, pc)
+			for _, id := range cl.CPUs.List() {
+				r.CPUClass[strconv.Itoa(id)] = cl.Name
+			}
+		}
+	}
 	if r.ModelDescribes = model.Describes(topo); !r.ModelDescribes {
 		shape, _ := policy.ShapeOf(topo)
 		r.ModelNote = fmt.Sprintf("the %s model was fitted on %s; this machine is %s: its watts compare the policies, they are no estimate of this machine's power",
@@ -236,14 +269,43 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 		if pol := r.WorkloadPolicies[l.Name]; pol != r.Policy {
 			why = "  (" + placedWhy(policyName, l, rules, plan.Policies[l.Name]) + ")"
 		}
-		fmt.Fprintf(stdout, "  %-16s %-12s %-12s %s%s\n", l.Name, r.Classes[l.Name], r.WorkloadPolicies[l.Name], r.Workloads[l.Name], why)
+		fmt.Fprintf(stdout, "  %-16s %-12s %-12s %s%s%s\n", l.Name, r.Classes[l.Name], r.WorkloadPolicies[l.Name], r.Workloads[l.Name], byClass(classes, plan.CPUs[l.Name]), why)
 	}
 	fmt.Fprintf(stdout, "active:    %d packages, %d cores, %d threads (%s)\n", r.Active.Packages, r.Active.Cores, r.Active.Threads, r.Active.CPUs)
 	fmt.Fprintf(stdout, "energy:    %.1f W (model %s; an estimate, not a measurement)\n", r.Watts, r.Model)
 	if r.ModelNote != "" {
 		fmt.Fprintf(stdout, "           %s\n", r.ModelNote)
 	}
+	if len(r.CPUClasses) > 0 {
+		var ws []string
+		for _, c := range r.CPUClasses {
+			ws = append(ws, fmt.Sprintf("%s %.1f W", c.Name, c.Watts))
+		}
+		fmt.Fprintf(stdout, "           by class: %s (cores and threads; the rest is platform and uncore)\n", strings.Join(ws, ", "))
+		fmt.Fprintf(stdout, "           class costs per unit of work from %s\n", r.ClassCostFrom)
+		fmt.Fprintln(stdout, "classes:")
+		for _, c := range r.CPUClasses {
+			fmt.Fprintf(stdout, "  %-6s %-16s capacity %4d, cost %.2f\n", c.Name, c.CPUs, c.Capacity, c.Cost)
+		}
+	}
 	return 0
+}
+
+// byClass names the classes of a workload's CPUs on a machine of more
+// than one class, e.g. "  [P 0,2 + E 8-9]" (most performant first); ""
+// on a homogeneous machine, so its lines stay as they were.
+func byClass(c sysfs.CPUClasses, cpus []int) string {
+	if !c.Hybrid() || len(cpus) == 0 {
+		return ""
+	}
+	set := sysfs.NewCPUSet(cpus...)
+	var parts []string
+	for i := len(c.Classes) - 1; i >= 0; i-- {
+		if in := set.Intersect(c.Classes[i].CPUs); !in.IsEmpty() {
+			parts = append(parts, c.Classes[i].Name+" "+in.String())
+		}
+	}
+	return "  [" + strings.Join(parts, " + ") + "]"
 }
 
 // placedWhy says why workload l was placed with got rather than the
@@ -336,13 +398,20 @@ func activeCounts(descs []policy.CPUDesc, active []int) planActive {
 }
 
 // cpuDescsFromSysfs reads the topology under fsys and converts it as the
-// daemon does (daemon.CPUDescs).
+// daemon does (daemon.ClassedCPUDescs).
 func cpuDescsFromSysfs(fsys sysfs.FS) ([]policy.CPUDesc, error) {
+	descs, _, err := readMachine(fsys)
+	return descs, err
+}
+
+// readMachine reads the topology and the efficiency classes under fsys.
+func readMachine(fsys sysfs.FS) ([]policy.CPUDesc, sysfs.CPUClasses, error) {
 	t, err := fsys.CPUTopology()
 	if err != nil {
-		return nil, err
+		return nil, sysfs.CPUClasses{}, err
 	}
-	return daemon.CPUDescs(t), nil
+	classes := fsys.CPUClasses(t)
+	return daemon.ClassedCPUDescs(t, classes), classes, nil
 }
 
 // modelFor picks the energy calibration for a machine read from sysfs: the

@@ -28,6 +28,22 @@ import (
 // deficiencies, without its yellow and black (too close to the shading).
 var svgColors = []string{"#0072b2", "#e69f00", "#009e73", "#d55e00", "#cc79a7", "#56b4e9"}
 
+// svgClassColors colour the efficiency classes on a hybrid machine (the
+// cores' borders and a legend row each), most efficient first; a middle
+// class takes the middle colour. Paul Tol's "bright" green, yellow and
+// purple, apart from the workloads' colours.
+var svgClassColors = []string{"#228833", "#ccbb44", "#aa3377"}
+
+func svgClassColor(i, n int) string {
+	switch {
+	case i == 0:
+		return svgClassColors[0]
+	case i == n-1:
+		return svgClassColors[2]
+	}
+	return svgClassColors[1]
+}
+
 // The shading of active and idle parts, by level.
 var (
 	svgActiveFill = map[string]string{"package": "#ececec", "llc": "#dedede", "core": "#cdcdcd", "cpu": "#a9a9a9"}
@@ -151,6 +167,17 @@ func writePlanSVG(w io.Writer, descs []policy.CPUDesc, r planReport, loads []pol
 		}
 	}
 	anyActive := func(cpus []int) bool { return slices.ContainsFunc(cpus, func(c int) bool { return active[c] }) }
+	// On a machine of more than one class, each CPU's class (an index
+	// into r.CPUClasses); nil otherwise, and nothing of it is drawn.
+	var classOf map[int]int
+	if len(r.CPUClasses) > 1 {
+		classOf = map[int]int{}
+		for _, d := range descs {
+			if d.Class < len(r.CPUClasses) {
+				classOf[d.ID] = d.Class
+			}
+		}
+	}
 	state := func(on bool) string {
 		if on {
 			return "active"
@@ -245,8 +272,16 @@ func writePlanSVG(w io.Writer, descs []policy.CPUDesc, r planReport, loads []pol
 				cy := ly + svgPad + svgLabelH + float64(ci/svgCoreCols)*(coreH+svgGap)
 				con := anyActive(c.threads)
 				cg := elem("g", "class", "core "+state(con), "data-core", strconv.Itoa(c.id))
-				cg.add(rect(cx, cy, coreW, coreH, "rx", "3", "fill", fill("core", con), "stroke", "#999"),
-					text(cx+svgPad, cy+svgLabelH-3, fmt.Sprintf("core %d", c.id), "class", "small"))
+				if classOf == nil {
+					cg.add(rect(cx, cy, coreW, coreH, "rx", "3", "fill", fill("core", con), "stroke", "#999"),
+						text(cx+svgPad, cy+svgLabelH-3, fmt.Sprintf("core %d", c.id), "class", "small"))
+				} else {
+					k := classOf[c.threads[0]]
+					name := r.CPUClasses[k].Name
+					cg.Attrs = append(cg.Attrs, xml.Attr{Name: xml.Name{Local: "data-class"}, Value: name})
+					cg.add(rect(cx, cy, coreW, coreH, "rx", "3", "fill", fill("core", con), "stroke", svgClassColor(k, len(r.CPUClasses)), "stroke-width", "2.5"),
+						text(cx+svgPad, cy+svgLabelH-3, fmt.Sprintf("core %d · %s", c.id, name), "class", "small"))
+				}
 				for ti, id := range c.threads {
 					tx := cx + svgPad + float64(ti)*(threadW+svgGap)
 					ty := cy + svgPad + svgLabelH
@@ -284,6 +319,17 @@ func writePlanSVG(w io.Writer, descs []policy.CPUDesc, r planReport, loads []pol
 		text(svgMargin+248, y+10, "idle: in none (may sleep)", "class", "small"))
 	legendW := 248 + svgCharW*float64(len("idle: in none (may sleep)"))
 	y += svgLineH
+	for k, c := range r.CPUClasses {
+		if classOf == nil {
+			break
+		}
+		line := fmt.Sprintf("class %s: cpus %s, capacity %d, energy per unit of work %.2f (estimate)", c.Name, c.CPUs, c.Capacity, c.Cost)
+		legend.add(elem("g", "class", "cpu-class", "data-class", c.Name).add(
+			rect(svgMargin, y, 12, 12, "fill", "#ffffff", "stroke", svgClassColor(k, len(r.CPUClasses)), "stroke-width", "2.5"),
+			text(svgMargin+18, y+10, line, "class", "small")))
+		legendW = math.Max(legendW, 18+svgCharW*float64(len(line)))
+		y += svgLineH
+	}
 	for i, l := range loads {
 		unit := "CPUs"
 		if l.Util == 1 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
@@ -45,6 +46,16 @@ type probeReport struct {
 	// or it is placed as a whole.
 	UserManagers []daemon.UserManagerProbe `json:"user_managers,omitempty"`
 	Topology     probeTopology             `json:"topology"`
+	// CPUClasses are the efficiency classes (P-cores, E-cores, LP
+	// E-cores; big.LITTLE), most efficient first, one class ("all") on a
+	// homogeneous machine; CPUClassRule is the sysfs rung that separated
+	// them (pmu, cpu_capacity, l3+max_freq, max_freq) or homogeneous.
+	CPUClasses   []probeClass `json:"cpu_classes"`
+	CPUClassRule string       `json:"cpu_class_rule"`
+	// IntelLpmd is whether intel-lpmd owns its bus name (asked without
+	// starting it) and, when it runs on a machine with LP E-cores, that
+	// the daemon leaves their confinement to it.
+	IntelLpmd daemon.LpmdProbe `json:"intel_lpmd"`
 	// Energy is which energy source the daemon would measure with.
 	Energy daemon.EnergyProbe `json:"energy"`
 	// PowerProfiles is power_profiles_api and, from the configured bus,
@@ -70,6 +81,24 @@ type probeTopology struct {
 	Packages int      `json:"packages"` // distinct package_cpus_list
 	CoreList []string `json:"core_list"`
 	PkgList  []string `json:"package_list"`
+}
+
+// probeClass is one efficiency class in `probe --json`'s cpu_classes,
+// most efficient first (sysfs.CPUClasses).
+type probeClass struct {
+	Name string `json:"name"` // LPE, E, P (Intel); E, P (AMD); little, mid, big; all (one class)
+	CPUs string `json:"cpus"` // cpulist
+	// Capacity is relative to the biggest CPU (1024), CapacityFrom its
+	// source: cpu_capacity, or derived from highest_perf or
+	// cpuinfo_max_freq.
+	Capacity     int    `json:"capacity"`
+	CapacityFrom string `json:"capacity_from"`
+	Cores        int    `json:"cores"`    // physical cores in the class
+	Evidence     string `json:"evidence"` // the sysfs values that make the class
+	// Order is the class's CPUs, most performant first by CPPC
+	// highest_perf or amd_pstate_prefcore_ranking, when that differs
+	// from ascending order (favoured cores).
+	Order string `json:"order,omitempty"`
 }
 
 // probeMain prints what the daemon would decide, reading only: no writes,
@@ -169,6 +198,21 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 			r.Topology.PkgList = append(r.Topology.PkgList, p.String())
 		}
 		r.Topology.Cores, r.Topology.Packages = len(r.Topology.CoreList), len(r.Topology.PkgList)
+		classes := fs.CPUClasses(topo)
+		r.IntelLpmd = daemon.ProbeLpmd(cfg.Bus, classes)
+		r.CPUClassRule = classes.Rule
+		for _, cl := range classes.Classes {
+			pc := probeClass{Name: cl.Name, CPUs: cl.CPUs.String(), Capacity: cl.Capacity, CapacityFrom: cl.CapacityFrom, Evidence: cl.Evidence}
+			for _, c := range topo.Cores() {
+				if c.IsSubsetOf(cl.CPUs) {
+					pc.Cores++
+				}
+			}
+			if !slices.IsSorted(cl.Order) {
+				pc.Order = strings.Trim(strings.Join(strings.Fields(fmt.Sprint(cl.Order)), ","), "[]")
+			}
+			r.CPUClasses = append(r.CPUClasses, pc)
+		}
 	}
 	r.Energy = daemon.ProbeEnergy(fs, dec.Source == acpi.Battery)
 	r.PowerProfiles = daemon.ProbePowerProfiles(cfg.Bus, fc.PowerProfilesAPIMode())
@@ -190,6 +234,34 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "topology:      %s (%s), %s, %s\n", plural(r.Topology.CPUs, "CPU"), r.Topology.Online, plural(r.Topology.Cores, "core"), plural(r.Topology.Packages, "package"))
 	fmt.Fprintf(stdout, "  cores:       %s\n", strings.Join(r.Topology.CoreList, " "))
 	fmt.Fprintf(stdout, "  packages:    %s\n", strings.Join(r.Topology.PkgList, " "))
+	if len(r.CPUClasses) > 0 {
+		var cs []string
+		for _, c := range r.CPUClasses {
+			cs = append(cs, c.Name+" "+c.CPUs)
+		}
+		if len(r.CPUClasses) == 1 {
+			fmt.Fprintf(stdout, "  classes:     one, %s (no sysfs rung separates the CPUs: homogeneous)\n", cs[0])
+		} else {
+			fmt.Fprintf(stdout, "  classes:     %d by %s, most efficient first: %s\n", len(r.CPUClasses), r.CPUClassRule, strings.Join(cs, ", "))
+			for _, c := range r.CPUClasses {
+				fmt.Fprintf(stdout, "  class %-6s %s, %s, capacity %d (%s): %s\n", c.Name+":", c.CPUs, plural(c.Cores, "core"), c.Capacity, c.CapacityFrom, c.Evidence)
+				if c.Order != "" {
+					fmt.Fprintf(stdout, "               order by CPPC: %s\n", c.Order)
+				}
+			}
+		}
+	}
+	hasLPE := slices.ContainsFunc(r.CPUClasses, func(c probeClass) bool { return c.Name == sysfs.ClassLPE })
+	if r.IntelLpmd.State == "running" || (hasLPE && r.IntelLpmd.State != "") {
+		fmt.Fprintf(stdout, "  intel-lpmd:  %s", r.IntelLpmd.State)
+		if r.IntelLpmd.Owner != "" {
+			fmt.Fprintf(stdout, " (%s %s)", daemon.LpmdBusName, r.IntelLpmd.Owner)
+		}
+		fmt.Fprintln(stdout)
+		if r.IntelLpmd.StepAside != "" {
+			fmt.Fprintf(stdout, "  steps aside: %s\n", r.IntelLpmd.StepAside)
+		}
+	}
 	fmt.Fprintf(stdout, "power source:  %s\n", r.PowerSource)
 	fmt.Fprintf(stdout, "  reason:      %s\n", r.Reason)
 	for _, e := range r.Evidence {

@@ -111,6 +111,227 @@ done
 put "$r/devices/system/cpu/cpu0/cpu_capacity" 446
 put "$r/devices/system/cpu/cpu1/cpu_capacity" 1024
 
+# Hybrid machines (issue 25): P-cores and E-cores, big.LITTLE. Values are
+# transcribed from public dumps of real machines; each tree's README names
+# its source and marks what was derived rather than observed (x86
+# cpu_capacity: a kernel >= 6.16 shows 1024 with SMT, and on hybrids without
+# SMT HWP highest perf x 1024 / the largest, intel_pstate.rst; the arm64
+# capacities marked derived follow arch_topology's capacity-dmips-mhz x
+# max frequency). Sources are summarised in ../shared/docs/HYBRID.md §1.
+
+# hcpu ROOT ID SIBLINGS L2 L3(-=none) CAPACITY(-) MAXKHZ(-) BASEKHZ(-) HIGHEST_PERF(-)
+# One package, package_cpus_list = every online CPU.
+hcpu() {
+	_d=$1/devices/system/cpu/cpu$2
+	_all=$(cat "$1/devices/system/cpu/online")
+	put "$_d/topology/core_cpus_list" "$3"
+	put "$_d/topology/thread_siblings_list" "$3"
+	put "$_d/topology/cluster_cpus_list" "$4"
+	put "$_d/topology/package_cpus_list" "$_all"
+	put "$_d/topology/core_siblings_list" "$_all"
+	put "$_d/topology/physical_package_id" 0
+	cache "$_d" 0 1 Data "$3"
+	cache "$_d" 1 1 Instruction "$3"
+	cache "$_d" 2 2 Unified "$4"
+	[ "$5" = - ] || cache "$_d" 3 3 Unified "$5"
+	[ "$6" = - ] || put "$_d/cpu_capacity" "$6"
+	[ "$7" = - ] || put "$_d/cpufreq/cpuinfo_max_freq" "$7"
+	[ "$7" = - ] || put "$_d/cpufreq/scaling_max_freq" "$7"
+	[ "$8" = - ] || put "$_d/cpufreq/base_frequency" "$8"
+	[ "$9" = - ] || put "$_d/acpi_cppc/highest_perf" "$9"
+}
+
+# machine NAME ONLINE: starts a tree with one NUMA node.
+machine() {
+	r=$out/$1
+	put "$r/devices/system/cpu/online" "$2"
+	put "$r/devices/system/cpu/possible" "$2"
+	put "$r/devices/system/cpu/present" "$2"
+	put "$r/devices/system/node/online" 0
+	put "$r/devices/system/node/node0/cpulist" "$2"
+	put "$r/devices/system/node/node0/distance" 10
+}
+
+# adl-p-i7-1260p: Alder Lake-P, 4 P-cores with SMT (siblings adjacent:
+# 0-1 ... 6-7, private L2) and 8 E-cores in two 4-core L2 modules (8-11,
+# 12-15), one L3 0-15. pepc tests/emul-data/adl0 (sys/inlinefiles.txt:
+# cache shared_cpu_list, cpu_core/cpus 0-7, cpu_atom/cpus 8-15; highest_perf
+# 60 / 34; cpuinfo_max_freq 4700000 / 3400000). base_frequency 2100000 /
+# 1500000 from Intel's i7-1260P specification. cpu_capacity 1024 as a
+# kernel >= 6.16 shows it with SMT (derived: intel_pstate.rst).
+machine adl-p-i7-1260p 0-15
+for c in 0 1 2 3 4 5 6 7; do
+	s=$((c / 2 * 2))-$((c / 2 * 2 + 1))
+	hcpu "$r" $c $s $s 0-15 1024 4700000 2100000 60
+done
+for c in 8 9 10 11 12 13 14 15; do
+	m=$((c / 4 * 4))-$((c / 4 * 4 + 3))
+	hcpu "$r" $c $c $m 0-15 1024 3400000 1500000 34
+done
+put "$r/devices/cpu_core/cpus" 0-7
+put "$r/devices/cpu_atom/cpus" 8-15
+put "$r/devices/system/cpu/intel_pstate/status" active
+put "$r/README" "i7-1260P (Alder Lake-P). Source: github.com/intel/pepc tests/emul-data/adl0 (sys/inlinefiles.txt, proc/cpuinfo). base_frequency from Intel's specification. Derived: cpu_capacity 1024 (kernel >= 6.16 with SMT, intel_pstate.rst)."
+
+# mtl-u-ultra7-164u: Meteor Lake-U, 2 P-cores with SMT (0-1, 2-3), 8
+# E-cores (modules 4-7, 8-11) sharing the L3 0-11 with the P-cores, and 2
+# LP E-cores on the SoC tile (12-13, shared L2, no L3). pepc
+# tests/emul-data/mtl-m-2: cpu_core 0-3, cpu_atom 4-13, cpuinfo_max_freq
+# 4800000 / 3800000 / 2100000, highest_perf 60 / 38 / 21. No cpu_capacity
+# (kernel < 6.16).
+machine mtl-u-ultra7-164u 0-13
+for c in 0 1 2 3; do
+	s=$((c / 2 * 2))-$((c / 2 * 2 + 1))
+	hcpu "$r" $c $s $s 0-11 - 4800000 - 60
+done
+for c in 4 5 6 7 8 9 10 11; do
+	m=$((c / 4 * 4))-$((c / 4 * 4 + 3))
+	hcpu "$r" $c $c $m 0-11 - 3800000 - 38
+done
+for c in 12 13; do hcpu "$r" $c $c 12-13 - - 2100000 - 21; done
+put "$r/devices/cpu_core/cpus" 0-3
+put "$r/devices/cpu_atom/cpus" 4-13
+put "$r/devices/system/cpu/intel_pstate/status" active
+put "$r/README" "Core Ultra 7 164U (Meteor Lake-U). Source: github.com/intel/pepc tests/emul-data/mtl-m-2 (sys/inlinefiles.txt). No cpu_capacity (kernel < 6.16)."
+
+# lnl-ultra5-226v: Lunar Lake, 4 P-cores without SMT (private L2, L3
+# 0-3) and 4 E-cores without L3 (shared L2 4-7): LPE by the rule, as
+# intel-lpmd counts it (4P0E4L). pepc tests/emul-data/lnl0: cpu_core 0-3,
+# cpu_atom 4-7, cpuinfo_max_freq 4500000 / 3500000, highest_perf 52 / 35.
+# cpu_capacity derived as a kernel >= 6.16 computes it: 1024, 689.
+machine lnl-ultra5-226v 0-7
+for c in 0 1 2 3; do hcpu "$r" $c $c $c 0-3 1024 4500000 - 52; done
+for c in 4 5 6 7; do hcpu "$r" $c $c 4-7 - 689 3500000 - 35; done
+put "$r/devices/cpu_core/cpus" 0-3
+put "$r/devices/cpu_atom/cpus" 4-7
+put "$r/devices/system/cpu/intel_pstate/status" active
+put "$r/README" "Core Ultra 5 226V (Lunar Lake). Source: github.com/intel/pepc tests/emul-data/lnl0. Derived: cpu_capacity 1024/689 = HWP highest perf x 1024 / 52 (kernel >= 6.16, intel_pstate.rst); not observed."
+
+# arl-h-es: Arrow Lake-H engineering sample (model 197), 4 P-cores without
+# SMT, 8 E-cores (modules 4-7, 8-11), 2 LP E-cores 12-13 with their own
+# PMU cpu_lowpower (two Atom microarchitectures). pepc
+# tests/emul-data/arl-h-1: cpuinfo_max_freq 4500000 / 3900000 / 2500000,
+# highest_perf 72 / 55 / 25. cpu_capacity derived: 1024, 782, 355.
+machine arl-h-es 0-13
+for c in 0 1 2 3; do hcpu "$r" $c $c $c 0-11 1024 4500000 - 72; done
+for c in 4 5 6 7 8 9 10 11; do
+	m=$((c / 4 * 4))-$((c / 4 * 4 + 3))
+	hcpu "$r" $c $c $m 0-11 782 3900000 - 55
+done
+for c in 12 13; do hcpu "$r" $c $c 12-13 - 355 2500000 - 25; done
+put "$r/devices/cpu_core/cpus" 0-3
+put "$r/devices/cpu_atom/cpus" 4-11
+put "$r/devices/cpu_lowpower/cpus" 12-13
+put "$r/devices/system/cpu/intel_pstate/status" active
+put "$r/README" "Arrow Lake-H ES, family 6 model 197. Source: github.com/intel/pepc tests/emul-data/arl-h-1. Derived: cpu_capacity 1024/782/355 from highest_perf 72/55/25 (kernel >= 6.16, intel_pstate.rst); not observed."
+
+# ptl-h-es: Panther Lake engineering sample (model 204), 2 P-cores, 4
+# E-cores (2-5, L3 0-5) and 4 LP E-cores (6-9, shared L2, no L3). E and LPE
+# share cpuinfo_max_freq 2400000, base_frequency 1600000 and highest_perf
+# 24: only the missing L3 separates them. pepc tests/emul-data/ptl-h-4.
+# cpu_capacity derived: 1024, 682, 682.
+machine ptl-h-es 0-9
+for c in 0 1; do hcpu "$r" $c $c $c 0-5 1024 3200000 - 36; done
+for c in 2 3 4 5; do hcpu "$r" $c $c 2-5 0-5 682 2400000 1600000 24; done
+for c in 6 7 8 9; do hcpu "$r" $c $c 6-9 - 682 2400000 1600000 24; done
+put "$r/devices/cpu_core/cpus" 0-1
+put "$r/devices/cpu_atom/cpus" 2-9
+put "$r/devices/system/cpu/intel_pstate/status" active
+put "$r/README" "Panther Lake ES, family 6 model 204. Source: github.com/intel/pepc tests/emul-data/ptl-h-4. Derived: cpu_capacity 1024/682/682 from highest_perf 36/24/24; not observed."
+
+# strix-point-hx370: AMD Ryzen AI 9 HX 370, 4 Zen5 cores (0-3, siblings
+# +12, L3 0-3,12-15) and 8 Zen5c cores (4-11, siblings +12, L3
+# 4-11,16-23). Topology: hwloc tests/hwloc/x86/
+# AMD-1Ah-Zen5StrixPoint-RyzenAI9HX370.xml; cpuinfo_max_freq 5157895 /
+# 3289474 from FrameworkComputer/SoftwareFirmwareIssueTracker #243 (another
+# HX 370, matched by core type). cpu_capacity 1024 (no AMD capacity
+# scaling).
+machine strix-point-hx370 0-23
+for c in $(seq 0 23); do
+	core=$((c % 12))
+	s=$core,$((core + 12))
+	if [ $core -lt 4 ]; then
+		hcpu "$r" $c $s $s 0-3,12-15 1024 5157895 - -
+	else
+		hcpu "$r" $c $s $s 4-11,16-23 1024 3289474 - -
+	fi
+done
+put "$r/devices/system/cpu/amd_pstate/status" active
+put "$r/README" "AMD Ryzen AI 9 HX 370 (Strix Point). Topology: github.com/open-mpi/hwloc tests/hwloc/x86/AMD-1Ah-Zen5StrixPoint-RyzenAI9HX370.xml. cpuinfo_max_freq: FrameworkComputer/SoftwareFirmwareIssueTracker #243 (FW16 HX 370, kernel 6.18), joined by core type: not captured together with the topology."
+
+# strix-halo-16c: AMD Strix Halo, 16 Zen5 cores in two CCDs (L3 0-7,16-23
+# and 8-15,24-31), cpuinfo_max_freq 5187500 on all 32 CPUs (sbc-bench
+# results/8hUb.txt): two L3 domains of one kind, homogeneous.
+machine strix-halo-16c 0-31
+for c in $(seq 0 31); do
+	core=$((c % 16))
+	s=$core,$((core + 16))
+	if [ $core -lt 8 ]; then l3=0-7,16-23; else l3=8-15,24-31; fi
+	hcpu "$r" $c $s $s $l3 1024 5187500 - -
+done
+put "$r/devices/system/cpu/amd_pstate/status" active
+put "$r/README" "AMD Ryzen AI Max (Strix Halo), 16 x Zen5. Source: github.com/ThomasKaiser/sbc-bench results/8hUb.txt (cpuinfo_max_freq on all CPUs); two 8-core CCDs per AMD's layout."
+
+# rk3588: Rockchip RK3588 (Rock 5B class), 4 Cortex-A55 (0-3) and 4
+# Cortex-A76 in two cpufreq policies (4-5, 6-7), one DSU L3 0-7. Layout and
+# maxima 1800000 / 2352000 / 2304000 kHz: sbc-bench results/4qJG.txt.
+# cpu_capacity derived from rk3588-base.dtsi capacity-dmips-mhz 530 / 1024
+# x each CPU's maximum (arch_topology.c): 405, 1024, 1003.
+machine rk3588 0-7
+for c in 0 1 2 3; do hcpu "$r" $c $c 0-3 0-7 405 1800000 - -; done
+for c in 4 5; do hcpu "$r" $c $c 4-5 0-7 1024 2352000 - -; done
+for c in 6 7; do hcpu "$r" $c $c 6-7 0-7 1003 2304000 - -; done
+put "$r/README" "Rockchip RK3588. Source: github.com/ThomasKaiser/sbc-bench results/4qJG.txt (cores, clusters, cpufreq maxima). Derived: cpu_capacity from rk3588-base.dtsi capacity-dmips-mhz (A55 530, A76 1024) x max frequency, as arch_topology.c computes it; not observed."
+
+# sdm850: Snapdragon 850 (Lenovo Yoga C630), 4 little (0-3) and 4 big
+# (4-7) Kryo 385 cores in one DynamIQ cluster (one L3 0-7). cpu_capacity 377
+# / 1024 as posted by Steev Klimaszewski, linux-pm 2021-11-05; maxima
+# 1766400 / 2956800 kHz (sdm845/850 OPP tables).
+machine sdm850 0-7
+for c in 0 1 2 3; do hcpu "$r" $c $c 0-7 0-7 377 1766400 - -; done
+for c in 4 5 6 7; do hcpu "$r" $c $c 0-7 0-7 1024 2956800 - -; done
+put "$r/README" "Snapdragon 850 (Lenovo Yoga C630). cpu_capacity 377/1024: Steev Klimaszewski, linux-pm 2021-11-05; one cluster per arch/arm64/boot/dts/qcom/sdm845.dtsi cpu-map; maxima from its OPP tables."
+
+# apple-m1: Apple M1 under Asahi Linux, 4 Icestorm E-cores (0-3, shared L2)
+# and 4 Firestorm P-cores (4-7, shared L2), no L3 in sysfs. cpu_capacity
+# 459 / 1024 (Qais Yousef, RFC 00/16, linux-pm 2024-08-20, Mac mini M1,
+# 6.8); maxima 2064000 / 3204000 kHz (t8103.dtsi OPPs, AsahiLinux/linux
+# PR #229).
+machine apple-m1 0-7
+for c in 0 1 2 3; do hcpu "$r" $c $c 0-3 - 459 2064000 - -; done
+for c in 4 5 6 7; do hcpu "$r" $c $c 4-7 - 1024 3204000 - -; done
+# The kernel's energy model in debugfs, as it would be built from
+# t8103.dtsi's opp-microwatt (AsahiLinux/linux PR #229): lowest and highest
+# states of each cluster; performance = capacity × f / fmax (derived).
+em=$r/kernel/debug/energy_model
+put "$em/cpu0/cpus" 0-3
+put "$em/cpu0/ps:600000/frequency" 600000
+put "$em/cpu0/ps:600000/power" 47296
+put "$em/cpu0/ps:600000/performance" 133
+put "$em/cpu0/ps:2064000/frequency" 2064000
+put "$em/cpu0/ps:2064000/power" 412979
+put "$em/cpu0/ps:2064000/performance" 459
+put "$em/cpu4/cpus" 4-7
+put "$em/cpu4/ps:600000/frequency" 600000
+put "$em/cpu4/ps:600000/power" 290230
+put "$em/cpu4/ps:600000/performance" 192
+put "$em/cpu4/ps:3204000/frequency" 3204000
+put "$em/cpu4/ps:3204000/power" 4951324
+put "$em/cpu4/ps:3204000/performance" 1024
+put "$r/README" "Apple M1 (Mac mini) under Asahi Linux. cpu_capacity 459/1024: Qais Yousef, RFC 00/16, linux-pm 2024-08-20. Maxima and the energy model's power (opp-microwatt, uW): t8103.dtsi, AsahiLinux/linux PR #229. Derived: the debugfs energy_model layout and its performance values (capacity x f / fmax); not observed."
+
+# x1e-snapdragon-x-elite: 12 Oryon cores in 3 clusters of 4 (shared L2, no
+# L3), cluster 0 max 3801600 kHz, clusters 1-2 4300800 kHz (1.13x),
+# capacity-dmips-mhz not set so cpu_capacity 1024 everywhere (sbc-bench
+# results/8SWL.txt, Linux 6.14-rc6): homogeneous.
+machine x1e-snapdragon-x-elite 0-11
+for c in $(seq 0 11); do
+	m=$((c / 4 * 4))-$((c / 4 * 4 + 3))
+	if [ $c -lt 4 ]; then f=3801600; else f=4300800; fi
+	hcpu "$r" $c $c $m - 1024 $f - -
+done
+put "$r/README" "Snapdragon X Elite (X1E). Source: github.com/ThomasKaiser/sbc-bench results/8SWL.txt (Linux 6.14-rc6): three clusters of 4, maxima 3801600/4300800 kHz, cpu_capacity 1024."
+
 # Presets of `schedpolicyd plan --topology` (the seed's machines), written
 # from their Go descriptions in cmd/schedpolicyd/plan.go (also reachable as
 # `schedpolicyd plan --topology P --write-sysfs DIR`) so the two cannot

@@ -1,0 +1,119 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+)
+
+// Stepping aside for intel-lpmd (Intel's Low Power Mode daemon, "Energy
+// Optimizer"): in its low-power mode it confines work to the LP E-cores
+// with a cpuset of its own (systemd AllowedCPUs= on the slices, or a
+// cgroup partition). While it runs the daemon leaves that confinement to
+// it: the power-aware policies pack nothing onto the LPE class
+// (policy.CPUDesc.Reserved) and the log and probe say so.
+
+// LpmdBusName is the name intel-lpmd owns on the system bus.
+const LpmdBusName = "org.freedesktop.intel_lpmd"
+
+// lpmdCallTimeout bounds the GetNameOwner call to the bus daemon.
+const lpmdCallTimeout = time.Second
+
+// LpmdOwner returns the unique name owning LpmdBusName on conn, "" when
+// nobody does or the bus cannot say. It never starts the service: the
+// call carries NO_AUTO_START and goes to the bus daemon only.
+func LpmdOwner(conn *dbus.Conn) string {
+	if conn == nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lpmdCallTimeout)
+	defer cancel()
+	var owner string
+	if err := conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetNameOwner", dbus.FlagNoAutoStart, LpmdBusName).Store(&owner); err != nil {
+		return ""
+	}
+	return owner
+}
+
+// LpmdStepAside describes what the daemon leaves to intel-lpmd running
+// as owner on a machine with the given classes: "" when it does not run
+// or the machine has no LPE class (nothing to leave).
+func LpmdStepAside(owner string, c sysfs.CPUClasses) string {
+	if owner == "" {
+		return ""
+	}
+	for _, cl := range c.Classes {
+		if cl.Name == sysfs.ClassLPE && c.Hybrid() {
+			return fmt.Sprintf("intel-lpmd (%s %s) confines work to the LP E-cores %s itself; schedpolicyd packs nothing onto them", LpmdBusName, owner, cl.CPUs)
+		}
+	}
+	return ""
+}
+
+// reserveLPE marks the LPE class's CPUs Reserved in descs.
+func reserveLPE(descs []policy.CPUDesc, c sysfs.CPUClasses) {
+	for i := range descs {
+		if k := c.Of(descs[i].ID); k >= 0 && c.Classes[k].Name == sysfs.ClassLPE {
+			descs[i].Reserved = true
+		}
+	}
+}
+
+// checkLpmd looks for intel-lpmd on the daemon's bus (at start, and at
+// every forced decision: a policy, power or workload change) and, when it
+// came or went, reads the topology again so that the LP E-cores are left
+// to it or taken back, saying so once.
+func (d *Daemon) checkLpmd() {
+	owner := ""
+	if d.bus != nil {
+		owner = LpmdOwner(d.bus.conn)
+	}
+	if owner == d.lpmdOwner {
+		return
+	}
+	was := d.lpmdOwner
+	d.lpmdOwner = owner
+	d.readTopology()
+	if owner == "" && was != "" {
+		d.log.WithField("owner", was).Info("intel-lpmd left the bus; the LP E-cores are packed again")
+	}
+}
+
+// LpmdProbe is what `schedpolicyd probe` says about intel-lpmd.
+type LpmdProbe struct {
+	// Owner is the unique name owning LpmdBusName, "" none.
+	Owner string `json:"owner,omitempty"`
+	// State is "running", "not running" or "unknown: WHY" (no bus).
+	State string `json:"state"`
+	// StepAside is what the daemon leaves to it (LpmdStepAside), ""
+	// nothing.
+	StepAside string `json:"step_aside,omitempty"`
+}
+
+// ProbeLpmd asks bus ("system", "session", an address; "none": unknown)
+// who owns LpmdBusName, starting nothing, and what the daemon would leave
+// to it on a machine with classes c.
+func ProbeLpmd(bus string, c sysfs.CPUClasses) LpmdProbe {
+	if bus == "" {
+		bus = "system"
+	}
+	if bus == "none" {
+		return LpmdProbe{State: "unknown: bus none"}
+	}
+	conn, err := dialBus(context.Background(), bus, busDialTimeout)
+	if err != nil {
+		return LpmdProbe{State: "unknown: no bus: " + err.Error()}
+	}
+	defer conn.Close()
+	p := LpmdProbe{State: "not running", Owner: LpmdOwner(conn)}
+	if p.Owner != "" {
+		p.State = "running"
+		p.StepAside = LpmdStepAside(p.Owner, c)
+	}
+	return p
+}
