@@ -74,8 +74,9 @@ func TestBusCPUClasses(t *testing.T) {
 
 // TestLpmdStepAside: while intel-lpmd owns its bus name the daemon packs
 // nothing onto the LP E-cores (it confines work there itself) and says so
-// once; when it leaves, the next decision packs them again. The fake
-// lpmd is a second connection owning the name on a private bus.
+// once; when it leaves, it packs them again. The daemon follows the
+// name's owner on its own (no other event is needed). The fake lpmd is a
+// second connection owning the name on a private bus.
 func TestLpmdStepAside(t *testing.T) {
 	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
 	m := newMockLaptop(t)
@@ -112,9 +113,6 @@ func TestLpmdStepAside(t *testing.T) {
 	if r, err := lpmd.RequestName(LpmdBusName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
 		t.Fatalf("fake intel-lpmd cannot own %s: %v %v", LpmdBusName, r, err)
 	}
-	if err := obj.Call(Interface+".Rebalance", 0).Err; err != nil {
-		t.Fatal(err)
-	}
 	testutil.Eventually(t, "off the LP E-cores", func() (bool, string) { return cpus() == "4 4", cpus() })
 	var owner string
 	if err := d.do(context.Background(), func() error { owner = d.lpmdOwner; return nil }); err != nil || owner != lpmd.Names()[0] {
@@ -122,9 +120,6 @@ func TestLpmdStepAside(t *testing.T) {
 	}
 
 	if _, err := lpmd.ReleaseName(LpmdBusName); err != nil {
-		t.Fatal(err)
-	}
-	if err := obj.Call(Interface+".Rebalance", 0).Err; err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, "back on the LP E-cores", func() (bool, string) { return cpus() == "12 12", cpus() })

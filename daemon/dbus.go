@@ -100,6 +100,9 @@ func (d *Daemon) connectBus(ctx context.Context) (*busService, *busFailure) {
 	if err := s.watchHolders(); err != nil {
 		log.WithError(err).Warn("cannot watch hold owners; holds are released only explicitly")
 	}
+	if err := s.watchLpmd(ctx); err != nil {
+		log.WithError(err).Warn("cannot watch for intel-lpmd; its LP E-cores are packed as any")
+	}
 	obj := busObject{s: s}
 	for iface, v := range map[string]any{
 		Interface:                             obj,

@@ -113,9 +113,6 @@ func (d *Daemon) recompute(why string, force bool) {
 		d.units.idleSamples = 0
 		d.units.sample()
 	}
-	if force {
-		d.checkLpmd()
-	}
 	eff, reason := d.decide()
 	d.policyReason = reason
 	if eff != d.effective {

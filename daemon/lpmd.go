@@ -7,6 +7,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/schedpolicyd/schedpolicyd/internal/bussender"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -64,15 +65,51 @@ func reserveLPE(descs []policy.CPUDesc, c sysfs.CPUClasses) {
 	}
 }
 
-// checkLpmd looks for intel-lpmd on the daemon's bus (at start, and at
-// every forced decision: a policy, power or workload change) and, when it
-// came or went, reads the topology again so that the LP E-cores are left
-// to it or taken back, saying so once.
-func (d *Daemon) checkLpmd() {
-	owner := ""
-	if d.bus != nil {
-		owner = LpmdOwner(d.bus.conn)
+// watchLpmd follows who owns LpmdBusName on the daemon's bus, as the bus
+// daemon says (GetNameOwner, then its NameOwnerChanged), in a goroutine
+// that hands each change to the loop (setLpmd) until the connection or
+// ctx ends. Errors: the match rule was refused, or the bus did not answer.
+func (s *busService) watchLpmd(ctx context.Context) error {
+	ch := make(chan *dbus.Signal, 16)
+	s.conn.Signal(ch)
+	cctx, cancel := context.WithTimeout(ctx, busCallTimeout)
+	o, err := bussender.WatchOwner(cctx, s.conn, LpmdBusName)
+	cancel()
+	if err != nil {
+		s.conn.RemoveSignal(ch)
+		return err
 	}
+	set := func(owner string) {
+		s.d.do(ctx, func() error {
+			if s.d.bus == s || s.d.bus == nil {
+				s.d.setLpmd(owner)
+			}
+			return nil
+		})
+	}
+	go func() {
+		defer s.conn.RemoveSignal(ch)
+		set(o.Unique())
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.conn.Context().Done():
+				return
+			case sig := <-ch:
+				if o.Observe(sig) {
+					set(o.Unique())
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// setLpmd records intel-lpmd's owner ("" not running) and, when it came
+// or went, reads the topology again so that the LP E-cores are left to it
+// or taken back, saying so once, and plans.
+func (d *Daemon) setLpmd(owner string) {
 	if owner == d.lpmdOwner {
 		return
 	}
@@ -82,6 +119,7 @@ func (d *Daemon) checkLpmd() {
 	if owner == "" && was != "" {
 		d.log.WithField("owner", was).Info("intel-lpmd left the bus; the LP E-cores are packed again")
 	}
+	d.recompute("intel-lpmd "+map[bool]string{true: "started", false: "stopped"}[owner != ""], true)
 }
 
 // LpmdProbe is what `schedpolicyd probe` says about intel-lpmd.
