@@ -153,6 +153,13 @@ type Config struct {
 	// "balanced", "performance") selects; nil or a missing profile:
 	// DefaultProfileMap. Another key or a value outside 0..2 is an error.
 	ProfileMap map[string]policy.PowerAware
+	// PowerProfilesUnits are the systemd service units of the
+	// power-profiles implementations: while one is installed (its unit
+	// file exists and is not masked) "auto" never serves the names, and
+	// a start of one releases them at once (ppunits.go). nil:
+	// DefaultPowerProfilesUnits; a name that is not NAME.service is an
+	// error.
+	PowerProfilesUnits []string
 	// LowBattery is the low-battery tier, in percent of the system
 	// batteries' charge (acpi.BatteryPercent): below it, on battery, the
 	// automatic mode (power_aware 1) uses powersaving whatever
@@ -985,7 +992,8 @@ func (d *Daemon) stateWith(k policy.Knob) State {
 
 // Reload applies a new configuration (SIGHUP). The validated cfg replaces
 // the running one for what can change at run time — boost_on_battery,
-// power_profiles_api (the bus connection is remade), the profile map, the
+// power_profiles_api and power_profiles_units (the bus connection is remade),
+// the profile map, the
 // slice rules,
 // low_battery, the sampling period,
 // metrics_textfile (the file at the old path is removed) —
@@ -1049,8 +1057,8 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 		d.cfg.ProfileMap = nc.ProfileMap
 		d.cfg.LowBattery = nc.LowBattery
 		d.setBatteryPercent(d.batteryPct)
-		if nc.PowerProfilesAPI != old.PowerProfilesAPI {
-			d.cfg.PowerProfilesAPI = nc.PowerProfilesAPI
+		if nc.PowerProfilesAPI != old.PowerProfilesAPI || !slices.Equal(nc.PowerProfilesUnits, old.PowerProfilesUnits) {
+			d.cfg.PowerProfilesAPI, d.cfg.PowerProfilesUnits = nc.PowerProfilesAPI, nc.PowerProfilesUnits
 			if d.bus != nil {
 				// keepBus notices the closed connection and reconnects
 				// with the new setting.

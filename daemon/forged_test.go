@@ -189,7 +189,7 @@ func TestForgedOwnerChangeTakesNoPowerProfilesNames(t *testing.T) {
 	if e := sb.log.mentionsName(me); e != "" {
 		t.Fatalf("the daemon acted on the forged signals: %q", e)
 	}
-	if n := sb.log.count("another daemon took the power-profiles names"); n != 1 {
+	if n := sb.log.count("released the power-profiles names"); n != 1 {
 		t.Fatalf("released the names %d times, want once (for %s)", n, ppd.Names()[0])
 	}
 }

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,7 +65,7 @@ func checkPowerProfiles(cfg *Config) error {
 		m[p] = v
 	}
 	cfg.ProfileMap = m
-	return nil
+	return checkPowerProfilesUnits(cfg)
 }
 
 // followState is the loop's view of the power-profiles daemon it follows
@@ -162,6 +163,12 @@ type ppWatch struct {
 	// serving: the API is exported and the names requested (run's
 	// goroutine only).
 	serving bool
+	// units follows the power-profiles implementations' units through
+	// systemd (nil without systemd on the bus); standbyWhy is the unit the
+	// names are left to, "error" when systemd could not say, "" neither
+	// (run's goroutine only).
+	units      *ppUnits
+	standbyWhy string
 }
 
 // ppMinInterval is the least time between two profiles of a followed
@@ -236,6 +243,13 @@ func (s *busService) startPPWatch(ctx context.Context) error {
 			return err
 		}
 	}
+	units, err := dialPPUnits(ctx, s.d.cfg.Bus, s.d.cfg.PowerProfilesUnits)
+	if err != nil {
+		// Without an answer from systemd it cannot be told whether a
+		// power-profiles daemon is installed: serving could lock it out.
+		return fmt.Errorf("following systemd for power-profiles daemons: %w", err)
+	}
+	w.units = units
 	go w.run(ctx)
 	go w.applier(ctx)
 	return nil
@@ -243,6 +257,7 @@ func (s *busService) startPPWatch(ctx context.Context) error {
 
 func (w *ppWatch) run(ctx context.Context) {
 	defer w.s.conn.RemoveSignal(w.sig)
+	defer w.units.close()
 	w.decide(ctx)
 	for {
 		select {
@@ -255,6 +270,8 @@ func (w *ppWatch) run(ctx context.Context) {
 				return
 			}
 			w.onSignal(ctx, sig)
+		case sig := <-w.units.signals():
+			w.onUnits(ctx, sig)
 		}
 	}
 }
@@ -269,7 +286,7 @@ func (w *ppWatch) ownerOf(ctx context.Context, name string) string {
 }
 
 // decide follows the first power-profiles name another connection owns,
-// or serves them when none is.
+// or serves them when none is and no power-profiles daemon is installed.
 func (w *ppWatch) decide(ctx context.Context) {
 	for _, n := range ppNames {
 		if o := w.ownerOf(ctx, n.name); o != "" && o != w.me {
@@ -309,7 +326,7 @@ func (w *ppWatch) onSignal(ctx context.Context, sig *dbus.Signal) {
 		case w.serving && newOwner != "" && newOwner != w.me:
 			// Another daemon took one of our names (--replace): let it
 			// have both, and follow it.
-			w.unserve(ctx)
+			w.unserveFor(ctx, "another daemon took them")
 			w.startFollowing(name, newOwner)
 		case followed == "" && !w.serving && newOwner != "" && newOwner != w.me:
 			w.startFollowing(name, newOwner)
@@ -431,8 +448,14 @@ func (w *ppWatch) apply(ctx context.Context, c ppChange) bool {
 	return true
 }
 
-// serve exports the API and requests the names (replaceable).
+// serve exports the API and requests the names (replaceable), unless a
+// power-profiles daemon is installed (or systemd cannot say): its start
+// would fail on names we own (Debian's power-profiles-daemon exits when
+// its name is taken), so they are left to it.
 func (w *ppWatch) serve(ctx context.Context) {
+	if unit, err := w.leftTo(ctx); unit != "" || err != nil {
+		return
+	}
 	pp := exportPowerProfilesFlags(w.s, dbus.NameFlagDoNotQueue|dbus.NameFlagAllowReplacement)
 	if pp == nil {
 		return
@@ -446,15 +469,16 @@ func (w *ppWatch) serve(ctx context.Context) {
 	// A name taken between the GetNameOwner and our request.
 	for _, n := range ppNames {
 		if o := w.ownerOf(ctx, n.name); o != "" && o != w.me {
-			w.unserve(ctx)
+			w.unserveFor(ctx, "another daemon took them")
 			w.startFollowing(n.name, o)
 			return
 		}
 	}
 }
 
-// unserve releases both names so that the other daemon can own both.
-func (w *ppWatch) unserve(ctx context.Context) {
+// unserveFor releases both names so that the other daemon can own both,
+// saying why.
+func (w *ppWatch) unserveFor(ctx context.Context, why string) {
 	w.serving = false
 	w.s.d.do(ctx, func() error {
 		if w.s.pp != nil {
@@ -463,7 +487,7 @@ func (w *ppWatch) unserve(ctx context.Context) {
 		}
 		return nil
 	})
-	w.s.log.Info("another daemon took the power-profiles names; released them, following it")
+	w.s.log.WithField("why", why).Info("released the power-profiles names")
 }
 
 // PowerProfilesProbe is what `schedpolicyd probe` says about the
@@ -476,15 +500,21 @@ type PowerProfilesProbe struct {
 	Owners map[string]string `json:"owners,omitempty"`
 	// Ours: the owner is schedpolicyd itself (it owns BusName too).
 	Ours bool `json:"ours"`
+	// Installed is the first power-profiles daemon installed, as systemd
+	// says ("UNIT STATE", e.g. "power-profiles-daemon.service disabled");
+	// "" none, or no systemd on the bus.
+	Installed string `json:"installed,omitempty"`
 	// Action is "follow NAME", "serve", "served by schedpolicyd",
-	// "off" or "unknown: WHY" (no bus).
+	// "left to UNIT (installed)", "off" or "unknown: WHY" (no bus, or
+	// systemd did not say whether one is installed).
 	Action string `json:"action"`
 }
 
 // ProbePowerProfiles looks at bus ("system", "session", an address; "none"
-// gives Action "unknown: bus none") for mode, within busDialTimeout.
-func ProbePowerProfiles(bus, mode string) PowerProfilesProbe {
-	cfg := Config{PowerProfilesAPI: mode}
+// gives Action "unknown: bus none") for mode and the power-profiles
+// daemons' units (nil: DefaultPowerProfilesUnits), within busDialTimeout.
+func ProbePowerProfiles(bus, mode string, units []string) PowerProfilesProbe {
+	cfg := Config{PowerProfilesAPI: mode, PowerProfilesUnits: units}
 	if err := checkPowerProfiles(&cfg); err != nil {
 		return PowerProfilesProbe{Mode: mode, Action: "unknown: " + err.Error()}
 	}
@@ -527,6 +557,13 @@ func ProbePowerProfiles(bus, mode string) PowerProfilesProbe {
 			other = n.name
 		}
 	}
+	var installErr error
+	if o, _ := bussender.GetNameOwner(ctx, conn, systemdName); o != "" {
+		var unit, state string
+		if unit, state, installErr = installedUnit(ctx, conn, cfg.PowerProfilesUnits); unit != "" {
+			p.Installed = unit + " " + state
+		}
+	}
 	switch {
 	case p.Mode == PowerProfilesOff:
 		p.Action = "off"
@@ -534,6 +571,10 @@ func ProbePowerProfiles(bus, mode string) PowerProfilesProbe {
 		p.Action = "follow " + other
 	case p.Ours:
 		p.Action = "served by schedpolicyd"
+	case p.Mode == PowerProfilesAuto && p.Installed != "":
+		p.Action = "left to " + strings.Fields(p.Installed)[0] + " (installed)"
+	case p.Mode == PowerProfilesAuto && installErr != nil:
+		p.Action = "unknown: " + installErr.Error()
 	default:
 		p.Action = "serve"
 	}

@@ -145,7 +145,7 @@ func TestFollowRealPowerProfilesDaemon(t *testing.T) {
 	if o := owner("org.freedesktop.UPower.PowerProfiles"); o != "" && o == owner(BusName) {
 		t.Errorf("we own org.freedesktop.UPower.PowerProfiles while following PPD")
 	}
-	if p := ProbePowerProfiles(addr, "auto"); p.Action != "follow net.hadess.PowerProfiles" || p.Ours {
+	if p := ProbePowerProfiles(addr, "auto", nil); p.Action != "follow net.hadess.PowerProfiles" || p.Ours {
 		t.Errorf("probe while following: %+v", p)
 	}
 	pctl("set", "power-saver")
@@ -178,7 +178,7 @@ func TestFollowRealPowerProfilesDaemon(t *testing.T) {
 	if s := d.Snapshot(); strings.Contains(s.PolicyReason, "follows") || s.Knob.PowerAware != policy.PowerAwareOn {
 		t.Errorf("after PPD left: knob %+v, reason %q; want power_aware 2 kept, not following", s.Knob, s.PolicyReason)
 	}
-	if p := ProbePowerProfiles(addr, "auto"); p.Action != "served by schedpolicyd" || !p.Ours || len(p.Owners) != 2 {
+	if p := ProbePowerProfiles(addr, "auto", nil); p.Action != "served by schedpolicyd" || !p.Ours || len(p.Owners) != 2 {
 		t.Errorf("probe while serving: %+v", p)
 	}
 	if out := pctl("get"); out != "power-saver\n" {

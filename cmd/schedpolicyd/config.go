@@ -116,6 +116,10 @@ type fileConfig struct {
 	// from profile_power_saver, profile_balanced, profile_performance; only
 	// the keys the file sets.
 	ProfileMap map[string]policy.PowerAware
+	// PowerProfilesUnits are the service units of the power-profiles
+	// implementations "auto" leaves the names to while one is installed
+	// ("NAME.service" each; daemon.DefaultPowerProfilesUnits when unset).
+	PowerProfilesUnits []string
 	// LowBattery is the low-battery tier in percent: 1–100, or 0 off.
 	LowBattery *int
 	// TaskClock is whether packed workloads get task-clock counters (the
@@ -181,6 +185,7 @@ type rawConfig struct {
 	ProfilePowerSaver  *int64     `toml:"profile_power_saver"`
 	ProfileBalanced    *int64     `toml:"profile_balanced"`
 	ProfilePerformance *int64     `toml:"profile_performance"`
+	PowerProfilesUnits *[]string  `toml:"power_profiles_units"`
 	LowBattery         *int64     `toml:"low_battery"`
 	TaskClock          *bool      `toml:"task_clock"`
 	LogLevel           *string    `toml:"log_level"`
@@ -284,6 +289,17 @@ func parseConfig(name string, data []byte) (fileConfig, error) {
 				continue
 			}
 			fc.Manage = append(fc.Manage, sl)
+		}
+	}
+
+	if raw.PowerProfilesUnits != nil {
+		fc.PowerProfilesUnits = []string{}
+		for _, u := range *raw.PowerProfilesUnits {
+			if name, ok := strings.CutSuffix(u, ".service"); !ok || name == "" || strings.ContainsAny(u, "/ \t\n") {
+				bad("power_profiles_units", "%q: want service unit names, \"NAME.service\"", u)
+				continue
+			}
+			fc.PowerProfilesUnits = append(fc.PowerProfilesUnits, u)
 		}
 	}
 
@@ -500,7 +516,7 @@ func configKeys() []string {
 	return []string{"power_aware", "power_aware_policy", "tree_dir", "tree_backend", "cgroup_root",
 		"placement", "manage", "sysfs_root", "state_dir", "bus", "debounce", "recheck_interval", "sample_interval",
 		"boost_on_battery", "upower", "power_profiles_api", "profile_power_saver", "profile_balanced",
-		"profile_performance", "low_battery", "task_clock", "log_level", "metrics_textfile"}
+		"profile_performance", "power_profiles_units", "low_battery", "task_clock", "log_level", "metrics_textfile"}
 }
 
 // configKeyType describes the TOML type a key wants, for type errors.
@@ -516,6 +532,8 @@ func configKeyType(key string) string {
 		return `true, false or "auto" (power_profiles_api = "auto")`
 	case "manage":
 		return `an array of slice names (manage = ["schedpolicyd.slice", "system.slice"])`
+	case "power_profiles_units":
+		return `an array of service unit names (power_profiles_units = ["power-profiles-daemon.service"])`
 	case "slice":
 		return `[[slice]] tables (see schedpolicyd.conf(5))`
 	case "slice.name", "slice.policy":
@@ -666,6 +684,9 @@ func (fc fileConfig) apply(cfg *daemon.Config, setFlags map[string]bool) {
 	}
 	if fc.ProfileMap != nil {
 		cfg.ProfileMap = fc.ProfileMap
+	}
+	if fc.PowerProfilesUnits != nil {
+		cfg.PowerProfilesUnits = fc.PowerProfilesUnits
 	}
 	if fc.LowBattery != nil && !setFlags["low-battery"] {
 		cfg.LowBattery = *fc.LowBattery

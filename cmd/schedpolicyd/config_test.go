@@ -361,7 +361,8 @@ func TestConfigShippedFile(t *testing.T) {
 		BoostOnBattery: DefaultBoostOnBattery, UPower: DefaultUPower,
 		DefaultKnob:      &policy.Knob{PowerAware: DefaultPowerAware, PowerAwarePolicy: DefaultPowerAwarePolicy},
 		PowerProfilesAPI: DefaultPowerProfilesAPI, ProfileMap: daemon.DefaultProfileMap,
-		LowBattery: DefaultLowBattery,
+		PowerProfilesUnits: daemon.DefaultPowerProfilesUnits,
+		LowBattery:         DefaultLowBattery,
 	}
 	var cfg daemon.Config
 	fc.apply(&cfg, nil)

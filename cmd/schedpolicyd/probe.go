@@ -215,7 +215,7 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	r.Energy = daemon.ProbeEnergy(fs, dec.Source == acpi.Battery)
-	r.PowerProfiles = daemon.ProbePowerProfiles(cfg.Bus, fc.PowerProfilesAPIMode())
+	r.PowerProfiles = daemon.ProbePowerProfiles(cfg.Bus, fc.PowerProfilesAPIMode(), fc.PowerProfilesUnits)
 	ppOwner := ""
 	if name, ok := strings.CutPrefix(r.PowerProfiles.Action, "follow "); ok {
 		ppOwner = name + " (" + r.PowerProfiles.Owners[name] + ")"
@@ -301,6 +301,9 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		if o, ok := r.PowerProfiles.Owners[name]; ok {
 			fmt.Fprintf(stdout, "  owner:       %s: %s\n", name, o)
 		}
+	}
+	if r.PowerProfiles.Installed != "" {
+		fmt.Fprintf(stdout, "  installed:   %s\n", r.PowerProfiles.Installed)
 	}
 	for _, w := range r.Warnings {
 		fmt.Fprintf(stdout, "warning:       %s\n", w)
