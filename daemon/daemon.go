@@ -556,6 +556,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	} else {
 		d.keptUnits = st.Units // another placement's: kept as they are
 	}
+	if n := st.unfinished(); n != "" {
+		d.log.WithField("found", n).Warn("the last run did not finish its stop: each value it set is checked now, restored where it is still ours, and kept where someone else changed it since")
+	}
 	d.recoverBoost(st.Boost)
 	if d.power, err = acpi.Read(d.fs); err != nil {
 		d.log.WithError(err).Warn("cannot read power supplies, assuming AC")

@@ -177,6 +177,41 @@ type Record struct {
 	Parent bool `json:"parent,omitempty"`
 }
 
+// unfinished describes what of the daemon's own st holds, which a clean
+// stop leaves nothing of ("2 cgroups, 1 unit, boost"): cpusets, flags and
+// AllowedCPUs= values it set, and a boost setting it changed. "" when
+// there is none: the last run stopped cleanly (or never changed anything).
+func (st State) unfinished() string {
+	var cgroups, units int
+	for i := range st.Cgroups {
+		if r := &st.Cgroups[i]; r.written() || r.LoadBalanceCleared {
+			cgroups++
+		}
+	}
+	for i := range st.Units {
+		if st.Units[i].written() {
+			units++
+		}
+	}
+	var parts []string
+	plural := func(n int, one string) string {
+		if n == 1 {
+			return "1 " + one
+		}
+		return fmt.Sprintf("%d %ss", n, one)
+	}
+	if cgroups > 0 {
+		parts = append(parts, plural(cgroups, "cgroup"))
+	}
+	if units > 0 {
+		parts = append(parts, plural(units, "unit"))
+	}
+	if len(st.Boost) > 0 {
+		parts = append(parts, "boost")
+	}
+	return strings.Join(parts, ", ")
+}
+
 // written reports whether cpuset.cpus may hold a value of ours.
 func (r *Record) written() bool { return r.Applied != "" || r.Pending != "" || r.Unverified }
 

@@ -154,6 +154,9 @@ func (d *Daemon) treeOptions(ctx context.Context, backend sysfs.Backend) sysfs.T
 		OnPlainRejected: func(path string, data []byte, err error) {
 			d.log.WithFields(logrus.Fields{"file": filepath.Base(path), "value": fmt.Sprintf("%.40q", data)}).WithError(err).Warn("rejected write reverted")
 		},
+		OnStaleMount: func(what string) {
+			d.log.WithFields(logrus.Fields{"dir": d.cfg.TreeDir, "found": what}).Warn("an earlier run did not unmount its tree; detached it")
+		},
 	}
 }
 

@@ -104,6 +104,12 @@ type TreeOptions struct {
 	// OnPlainRejected, if set, is called when the plain backend reverted an invalid write.
 	// It runs on the watcher goroutine and may call Tree.Changed but not Tree.Close.
 	OnPlainRejected func(path string, data []byte, err error)
+	// OnStaleMount, if set, is called for each stale mount the FUSE
+	// backend detaches from Dir before mounting (what an instance that
+	// died left there), with what it was: "a dead FUSE mount (transport
+	// endpoint not connected)" or "a fuse.schedpolicyd mount of an
+	// instance that is gone".
+	OnStaleMount func(what string)
 	// Previous, if set, is the tree the new one replaces at Dir: one whose
 	// Gone channel was closed. A FUSE tree is left serving the processes
 	// that still hold files or directories in it (its handler is still

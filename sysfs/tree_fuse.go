@@ -71,7 +71,11 @@ func serveFUSE(opts TreeOptions) (*fuseTree, error) {
 		return nil, fmt.Errorf("sysfs: tree: fuse: %w", err)
 	}
 	f.Close()
-	if err := clearStaleMount(opts.Dir); err != nil {
+	report := opts.OnStaleMount
+	if opts.Previous != nil {
+		report = nil // the previous tree's own mount is no news
+	}
+	if err := clearStaleMount(opts.Dir, report); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
@@ -488,8 +492,8 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 // mount whose stat gives ENOTCONN ("Transport endpoint is not connected"), or
 // any fuse.schedpolicyd mount point at dir (platform.md §7.2). Other file
 // systems mounted at dir are left alone. Stacked mounts are peeled one at a
-// time.
-func clearStaleMount(dir string) error {
+// time, each reported to report (if not nil) once it is detached.
+func clearStaleMount(dir string, report func(what string)) error {
 	for range 16 {
 		// Without a GETATTR request (mountIdentity): the mount may be a
 		// previous tree this process still serves. A dead server's
@@ -510,6 +514,15 @@ func clearStaleMount(dir string) error {
 		}
 		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
 			return fmt.Errorf("sysfs: tree: unmount stale mount %s: %w", dir, err)
+		}
+		if report != nil {
+			// The tree directory is locked by the caller: a
+			// fuse.schedpolicyd mount there is an instance's that is gone.
+			what := "a fuse.schedpolicyd mount of an instance that is gone"
+			if errors.Is(statErr, unix.ENOTCONN) {
+				what = "a dead FUSE mount (transport endpoint not connected)"
+			}
+			report(what)
 		}
 	}
 	return fmt.Errorf("sysfs: tree: too many stale mounts at %s", dir)

@@ -63,7 +63,11 @@ type plainTree struct {
 func servePlain(opts TreeOptions) (*plainTree, error) {
 	// A stale FUSE mount would make every path below Dir fail with ENOTCONN;
 	// if it cannot be cleared, MkdirAll reports that.
-	_ = clearStaleMount(opts.Dir)
+	report := opts.OnStaleMount
+	if opts.Previous != nil {
+		report = nil
+	}
+	_ = clearStaleMount(opts.Dir, report)
 
 	t := &plainTree{
 		dir:        opts.Dir,

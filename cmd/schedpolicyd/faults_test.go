@@ -274,6 +274,15 @@ func TestCrashKill9Reconcile(t *testing.T) {
 		t.Errorf("boost after the restart on AC = %s, want the saved start-up value 1", got)
 	}
 	p2.logHas(t, "recovery logged", "original cpuset recovered from saved state")
+	// The start after a crash says what it found: values of the last run,
+	// and its tree's dead FUSE mount. A first start says neither.
+	p2.logHas(t, "the unfinished stop logged", `msg="the last run did not finish its stop: each value it set is checked now, restored where it is still ours, and kept where someone else changed it since" found="2 cgroups, boost"`)
+	p2.logHas(t, "the dead mount logged", `msg="an earlier run did not unmount its tree; detached it" dir=`+treeDir+` found=`)
+	for _, s := range []string{"did not finish its stop", "did not unmount its tree"} {
+		if strings.Contains(p1.log.String(), s) {
+			t.Errorf("a first start logged %q", s)
+		}
+	}
 	testutil.WaitFor(t, "re-planned for performance", 10*time.Second, func() (bool, string) {
 		a, c := cg.cpusOf(t, "w1"), cg.cpusOf(t, "w3")
 		return a == cg.cpus && c == cg.cpus, fmt.Sprintf("w1=%s w3=%s", a, c)
@@ -543,4 +552,80 @@ func emptyConf(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestLogPipeClosedAtStop is the laptop issue's second case: the daemon's
+// output goes into a pipe whose reader ends first (`schedpolicyd | tee
+// log`, then Ctrl-C, which ends tee too). Its stop writes log lines into
+// the closed pipe, which must fail without ending it: it exits 0, every
+// workload has its original back, state.json keeps nothing to restore,
+// and the FUSE tree is unmounted. Before, SIGPIPE killed it in the middle
+// of the restore (exit 141).
+func TestLogPipeClosedAtStop(t *testing.T) {
+	requireMachine(t)
+	bin := buildDaemon(t)
+	sys := mockMachine(t, "ac-offline-battery-unknown")
+	cg := newV1Parent(t)
+	cg.child(t, "w1", cg.cpus)
+	cg.spin(t, "w1")
+	tmp := t.TempDir()
+	stateDir, treeDir := filepath.Join(tmp, "state"), filepath.Join(tmp, "tree")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--sysfs-root", sys, "--cgroup-root", cg.dir, "--tree-dir", treeDir, "--tree-backend", "fuse",
+		"--state-dir", stateDir, "--bus", "none", "--events", "fsnotify", "--debounce", "50ms",
+		"--log-level", "debug", "--config", emptyConf(t))
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+		syscall.Unmount(treeDir, syscall.MNT_DETACH)
+	})
+	log := &lockedBuffer{}
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		buf := make([]byte, 4096)
+		for {
+			n, err := r.Read(buf)
+			log.Write(buf[:n])
+			if err != nil || strings.Contains(log.String(), `msg=ready`) && strings.Contains(log.String(), `msg="cpuset written"`) {
+				return
+			}
+		}
+	}()
+	onBattery(t, sys)
+	testutil.WaitFor(t, "w1 packed", 15*time.Second, func() (bool, string) {
+		a := cg.cpusOf(t, "w1")
+		return single(a), "w1=" + a
+	})
+	<-readDone
+	r.Close() // the reader is gone: every later line goes into a closed pipe
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		exited <- err
+		if err != nil {
+			t.Fatalf("the daemon's exit after SIGTERM with its log pipe closed: %v, want status 0\n%s", err, log.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the daemon did not exit after SIGTERM")
+	}
+	if a := cg.cpusOf(t, "w1"); a != cg.cpus {
+		t.Errorf("w1 = %s after the stop, want its original %s", a, cg.cpus)
+	}
+	if st := savedState(t, stateDir); st["cgroups"] != nil {
+		t.Errorf("state.json after the stop holds %v, want nothing to restore", st["cgroups"])
+	}
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), " "+treeDir+" ") {
+		t.Errorf("%s is still mounted after the stop", treeDir)
+	}
 }

@@ -253,18 +253,19 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	*logLevel = fc.LogLevelName(*logLevel, set)
-	log := logrus.New()
-	log.Out = stderr
+	log := daemonLogger(stderr)
 	lvl, err := logrus.ParseLevel(*logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "schedpolicyd: --log-level: %v\n", err)
 		return 2
 	}
 	log.SetLevel(lvl)
-	if os.Getenv("JOURNAL_STREAM") != "" {
-		// journald stamps every line itself.
-		log.SetFormatter(&logrus.TextFormatter{DisableTimestamp: true})
-	}
+	// A log line written to a closed pipe (`schedpolicyd | tee log`, then
+	// Ctrl-C, which ends tee first) must fail with EPIPE, not end the
+	// daemon with SIGPIPE in the middle of its restore: Go's runtime
+	// raises SIGPIPE for a write to a broken pipe on fd 1 or 2 unless the
+	// signal is ignored or handled (os/signal).
+	signal.Ignore(syscall.SIGPIPE)
 	resolveCgroupRoot(&cfg)
 	placementWhy := resolvePlacement(&cfg)
 	cfg.Log = log
