@@ -511,7 +511,7 @@ func (d *Daemon) do(ctx context.Context, fn func() error) error {
 // of the daemon that holds the state directory, the tree or the managed
 // parent), a state or tree directory that is unusable or that others could
 // write (lock.go), a tree that cannot be served.
-func (d *Daemon) Run(ctx context.Context) error {
+func (d *Daemon) Run(ctx context.Context) (runErr error) {
 	defer close(d.done)
 	d.started = time.Now()
 	stateLock, err := prepareStateDir(d.cfg.StateDir)
@@ -681,6 +681,26 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wasSampling := false
 	var lazy lazyWake
 	defer lazy.stop()
+	// A panic on the loop is a bug, but it must not leave workloads
+	// packed: it is logged with its stack, every workload is restored (as
+	// at a stop; a panic there too is only logged), and Run returns an
+	// error, so the process exits non-zero and systemd restarts it.
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		d.log.WithFields(logrus.Fields{"panic": fmt.Sprint(r), "stack": string(debug.Stack())}).Error("internal error in the event loop: restoring every workload and exiting")
+		func() {
+			defer func() {
+				if r2 := recover(); r2 != nil {
+					d.log.WithField("panic", fmt.Sprint(r2)).Error("internal error while restoring; state.json keeps what is left for the next start")
+				}
+			}()
+			d.shutdown()
+		}()
+		runErr = fmt.Errorf("internal error in the event loop: %v", r)
+	}()
 	for {
 		var sampleC <-chan time.Time
 		var unitC <-chan unitMsg

@@ -804,26 +804,10 @@ func (o busObject) CreateWorkload(msg dbus.Message, sender dbus.Sender, name str
 	err := o.s.d.do(context.Background(), func() error {
 		var err error
 		path, err = o.s.d.createWorkload(name, int(pid))
-		if errors.Is(err, fs.ErrExist) {
-			p, _ := o.s.d.pl.cg.ChildPath(name)
-			err = &workloadExistsError{name: name, path: p}
-		}
 		return err
 	})
 	return path, toDBusError(err)
 }
-
-// workloadExistsError is CreateWorkload's FileExists: the cgroup is there
-// already (another run, or made by hand). It reads "workload "build"
-// already exists (/sys/fs/cgroup/cpuset/schedpolicyd/build); choose
-// another name", not mkdir's "file exists", and matches fs.ErrExist.
-type workloadExistsError struct{ name, path string }
-
-func (e *workloadExistsError) Error() string {
-	return fmt.Sprintf("workload %q already exists (%s); choose another name", e.name, e.path)
-}
-
-func (e *workloadExistsError) Is(target error) bool { return target == fs.ErrExist }
 
 // SetWorkloadPolicy sets ("performance") or clears ("") a workload's
 // placement override.

@@ -205,6 +205,21 @@ func (d *Daemon) modelInput() modelInput {
 		}
 		in.fixed = append(in.fixed, l)
 	}
+	if d.units != nil {
+		// The units placement's, as its apply plans them: an override of
+		// performance has every online CPU, an administrator's
+		// AllowedCPUs= bounds the others (kept as they are here).
+		for _, n := range d.units.sortedNames() {
+			w := d.units.workloads[n]
+			l := policy.Load{Name: n, Util: w.avg.Util, Class: w.class(), Slice: w.slice}
+			if w.override == policy.Performance {
+				in.cpus[n] = in.allowed
+				in.fixed = append(in.fixed, l)
+				continue
+			}
+			in.placed = append(in.placed, l)
+		}
+	}
 	return in
 }
 

@@ -7,6 +7,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -256,4 +257,39 @@ func TestSaveFailureLoggedOnce(t *testing.T) {
 	testutil.Eventually(t, "state.json saved again", func() (bool, string) {
 		return hook.count("state.json saved again") == 1, ""
 	})
+}
+
+// TestLoopPanicRestores: a panic on the event loop (a bug) is logged with
+// its stack, every workload gets its original back as at a stop, and Run
+// returns an error (the process exits non-zero, systemd restarts it),
+// instead of dying with the workloads packed.
+func TestLoopPanicRestores(t *testing.T) {
+	m := newMockLaptop(t)
+	ps := filepath.Join(m.sys, "class/power_supply")
+	testutil.Put(t, ps+"/AC/online", "0")
+	testutil.Put(t, ps+"/BAT0/status", "Discharging")
+	hook := new(msgLog)
+	d, _, done := m.startCfg(t, func(c *Config) { c.Log.(*logrus.Logger).AddHook(hook) })
+	b := filepath.Join(m.managed, "b", "cpuset.cpus")
+	testutil.Eventually(t, "b packed on battery", func() (bool, string) {
+		got := testutil.ReadTrim(t, b)
+		return got != "2-3" && !strings.ContainsAny(got, ",-"), got
+	})
+	if err := d.do(context.Background(), func() error { panic("injected fault") }); !errors.Is(err, ErrStopped) {
+		t.Fatalf("the call that panicked returned %v, want ErrStopped", err)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "internal error in the event loop: injected fault") {
+			t.Fatalf("Run returned %v, want the internal error", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not return after a panic on the loop")
+	}
+	if got := testutil.ReadTrim(t, b); got != "2-3" {
+		t.Fatalf("b = %s after the panic, want its original 2-3 back", got)
+	}
+	if e := hook.mentions("internal error in the event loop: restoring every workload and exiting"); !strings.Contains(e, "panic=injected fault") || !strings.Contains(e, "stack=") {
+		t.Fatalf("the panic's log entry: %q, want it with the panic and its stack", e)
+	}
 }

@@ -51,10 +51,13 @@ func (p *placement) create(name string, pid int) (string, error) {
 	if errors.Is(err, fs.ErrExist) && p.reapCreated(name) {
 		err = p.cg.CreateChild(name) // a finished run's leftover was in the way
 	}
+	path, _ := p.cg.ChildPath(name)
+	if errors.Is(err, fs.ErrExist) {
+		return "", &workloadExistsError{name: name, what: path}
+	}
 	if err != nil {
 		return "", err
 	}
-	path, _ := p.cg.ChildPath(name)
 	p.scan()
 	w := p.workloads[name]
 	if w != nil && w.rec.Inode != 0 {
@@ -134,6 +137,19 @@ func (p *placement) reapFinished() bool {
 	return removed
 }
 
+// workloadExistsError is CreateWorkload's FileExists: the workload is
+// there already (another run, or made by hand). It reads "workload
+// "build" already exists (/sys/fs/cgroup/cpuset/schedpolicyd/build);
+// choose another name" (what: the cgroup, or the unit build.scope), not
+// mkdir's "file exists", and matches fs.ErrExist.
+type workloadExistsError struct{ name, what string }
+
+func (e *workloadExistsError) Error() string {
+	return fmt.Sprintf("workload %q already exists (%s); choose another name", e.name, e.what)
+}
+
+func (e *workloadExistsError) Is(target error) bool { return target == fs.ErrExist }
+
 // createWorkload makes workload name with pid in it and re-plans
 // (CreateWorkload; placement.create has the errors).
 func (d *Daemon) createWorkload(name string, pid int) (string, error) {
@@ -151,7 +167,11 @@ func (d *Daemon) createWorkload(name string, pid int) (string, error) {
 // setWorkloadOverride sets or clears a workload's override and re-plans
 // (SetWorkloadPolicy; placement.setOverride has the errors).
 func (d *Daemon) setWorkloadOverride(name string, pol policy.Policy) error {
-	if err := d.pl.setOverride(name, pol); err != nil {
+	set := d.pl.setOverride
+	if d.units != nil {
+		set = d.units.setOverride
+	}
+	if err := set(name, pol); err != nil {
 		return err
 	}
 	d.recompute("workload override", true)

@@ -12,6 +12,9 @@ import (
 // per-thread accounting count as 0), the instant number of runnable
 // threads and, on cgroup v2, cpu.pressure.
 func (p *placement) sample() (busy bool) {
+	if p.cg == nil {
+		return false // dormant (placement "systemd", or no parent yet): nothing to sample, nothing counted
+	}
 	p.stats.samples.Add(1)
 	now := time.Now()
 	for n, w := range p.workloads {

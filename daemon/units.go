@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -156,6 +155,9 @@ type unitWorkload struct {
 	// sample (0 before the first); stalled is how much it grew since the
 	// one before: time in which a task of the unit waited for a CPU.
 	stallTotal, stalled time.Duration
+	// override is the unit's own placement policy (SetWorkloadPolicy):
+	// "" the daemon's, policy.Performance no restriction of ours.
+	override policy.Policy
 }
 
 func newUnitPlacement(cfg *Config, log logrus.FieldLogger, stats *counters) *unitPlacement {
@@ -709,6 +711,9 @@ func (u *unitPlacement) apply(eff policy.Policy, topo policy.Topology, online sy
 	names := u.sortedNames()
 	for _, n := range names {
 		w := u.workloads[n]
+		if w.override == policy.Performance {
+			continue // no restriction of ours: its original below
+		}
 		cur := w.cpus
 		if cur.IsEmpty() {
 			cur = online
@@ -948,9 +953,35 @@ func (u *unitPlacement) status() []WorkloadStatus {
 		if cpus.IsEmpty() {
 			cpus = u.online
 		}
-		out = append(out, WorkloadStatus{Name: w.name, Path: w.cgroup, CPUs: cpus.String(), Util: w.avg.Util, Class: w.class()})
+		out = append(out, WorkloadStatus{Name: w.name, Path: w.cgroup, CPUs: cpus.String(), Util: w.avg.Util, Override: w.override, Class: w.class()})
 	}
 	return out
+}
+
+// setOverride sets (policy.Performance) or clears ("") the override of
+// the unit named name (SetWorkloadPolicy). Errors, wrapping
+// policy.ErrInvalid: no managed unit of that name, several (one per
+// user's manager), or another policy.
+func (u *unitPlacement) setOverride(name string, pol policy.Policy) error {
+	if pol != "" && pol != policy.Performance {
+		return fmt.Errorf("%w: a workload override can only be performance (or empty to clear)", policy.ErrInvalid)
+	}
+	var found []*unitWorkload
+	for _, k := range u.sortedNames() {
+		if w := u.workloads[k]; w.name == name {
+			found = append(found, w)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return fmt.Errorf("%w: no workload %q", policy.ErrInvalid, name)
+	case 1:
+	default:
+		return fmt.Errorf("%w: %d units named %q, one per user's manager: an override needs one", policy.ErrInvalid, len(found), name)
+	}
+	found[0].override = pol
+	u.log.WithFields(logrus.Fields{"workload": name, "override": pol}).Info("workload override set")
+	return nil
 }
 
 // class is the workload's Class (WorkloadStatus, policy.Load.Class). A
@@ -1036,7 +1067,7 @@ func (u *unitPlacement) create(name string, pid int) (string, error) {
 	unit := name + ".scope"
 	key := UnitRecord{Manager: "system", Unit: unit}.key()
 	if _, ok := u.workloads[workloadKey(-1, unit)]; ok {
-		return "", fmt.Errorf("workload %s: %w", unit, fs.ErrExist)
+		return "", &workloadExistsError{name: name, what: unit}
 	}
 	u.records[key] = &UnitRecord{Manager: "system", Unit: unit, Created: true}
 	u.dirty = true
@@ -1052,7 +1083,7 @@ func (u *unitPlacement) create(name string, pid int) (string, error) {
 		u.flush()
 		var e dbus.Error
 		if errors.As(err, &e) && e.Name == "org.freedesktop.systemd1.UnitExists" {
-			return "", fmt.Errorf("workload %s: %w", unit, fs.ErrExist)
+			return "", &workloadExistsError{name: name, what: unit}
 		}
 		return "", err
 	}
