@@ -172,7 +172,12 @@ type Config struct {
 	// ".prom" in an existing directory, rewritten whenever a value in it
 	// changed and removed on a clean stop. "" (the default): none.
 	MetricsTextfile string
-	Log             logrus.FieldLogger
+	// ConfigDigest names the configuration file content this Config was
+	// made from, "sha256:HEX" of its bytes ("" without a file), published
+	// as the ConfigDigest property so that probe can tell whether the
+	// running daemon applies the file as it is now.
+	ConfigDigest string
+	Log          logrus.FieldLogger
 
 	// pressureFile, for tests: the PSI file the cgroupfs placement's
 	// pressure trigger watches instead of the kernel's for the managed
@@ -208,6 +213,8 @@ type Snapshot struct {
 	// Energy is the measured energy per policy and power source over every
 	// closed segment, across restarts (EnergyMeter.Totals order).
 	Energy []EnergyTotal
+	// ConfigDigest is Config.ConfigDigest of the configuration applied.
+	ConfigDigest string
 
 	// props are the D-Bus property values of this snapshot, computed once
 	// when it is published (Get and GetAll are the hot path); read-only.
@@ -310,6 +317,9 @@ type Daemon struct {
 	energyDirty bool
 	// saveFailing: the last saveBackground failed (and said so).
 	saveFailing bool
+	// restartFor: the settings of a reload that stop this daemon for a
+	// restart (PrepareRestart); nil for a plain stop.
+	restartFor atomic.Pointer[[]string]
 	// energyRefreshed is when RefreshEnergy last read the counters.
 	energyRefreshed time.Time
 	// energyGuard fires when RAPL must be read so no wrap is missed.
@@ -940,8 +950,12 @@ func (d *Daemon) readTopology() {
 }
 
 func (d *Daemon) shutdown() {
-	d.notify.Stopping()
-	d.log.Info("stopping: restoring original cpusets")
+	if r := d.restartFor.Load(); r != nil {
+		d.log.WithField("settings", *r).Info("reload: restoring original cpusets to start again with the new configuration")
+	} else {
+		d.notify.Stopping()
+		d.log.Info("stopping: restoring original cpusets")
+	}
 	ok := d.pl.restore()
 	if d.units != nil && !d.units.restore() {
 		ok = false
@@ -1013,16 +1027,61 @@ func (d *Daemon) stateWith(k policy.Knob) State {
 	return State{Knob: k, Chosen: d.knobChosen, Boost: d.boostOrig, Cgroups: d.pl.recordList(), Units: units, Energy: d.energy.Totals(), Choices: d.choices}
 }
 
+// StartOnly names the settings that differ between the running
+// configuration old and nc (both as resolveConfig leaves them) and that
+// are read only as the daemon starts: the event sources, the roots and
+// directories, the bus, the placement. Sorted; nil when none differs.
+func startOnly(old, nc Config) []string {
+	var out []string
+	for name, changed := range map[string]bool{
+		"sysfs_root": nc.SysfsRoot != old.SysfsRoot, "cgroup_root": nc.CgroupRoot != old.CgroupRoot,
+		"tree_dir": nc.TreeDir != old.TreeDir, "tree_backend": nc.TreeBackend != old.TreeBackend,
+		"state_dir": nc.StateDir != old.StateDir, "bus": nc.Bus != old.Bus, "events": nc.Events != old.Events,
+		"debounce": nc.Debounce != old.Debounce, "recheck_interval": nc.RecheckInterval != old.RecheckInterval,
+		"upower": nc.UPower != old.UPower, "logind": nc.Logind != old.Logind, "acpid_socket": nc.AcpidSocket != old.AcpidSocket,
+		"placement": nc.Placement != old.Placement, "manage": !reflect.DeepEqual(nc.Manage, old.Manage),
+		"task_clock": nc.NoTaskClock != old.NoTaskClock,
+	} {
+		if changed {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ReloadNeedsRestart checks cfg as Reload does and names the settings in
+// which it differs from the running configuration that only a start
+// reads (nil: Reload applies all of cfg). The caller then stops this
+// daemon for a restart (PrepareRestart, then ending Run's context) and
+// runs a new one with cfg: every workload is restored first and placed
+// again by the new one. Errors: an invalid cfg, or a stopped daemon.
+func (d *Daemon) ReloadNeedsRestart(ctx context.Context, cfg Config) ([]string, error) {
+	nc, _, err := resolveConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	err = d.do(ctx, func() error { names = startOnly(d.cfg, nc); return nil })
+	return names, err
+}
+
+// PrepareRestart makes the stop that follows (Run's context ends) one of
+// a restart with a new configuration (ReloadNeedsRestart): it restores
+// every workload as a stop does, but tells systemd nothing (the new
+// daemon's READY=1 ends the reload), and says why.
+func (d *Daemon) PrepareRestart(settings []string) {
+	d.restartFor.Store(&settings)
+}
+
 // Reload applies a new configuration (SIGHUP). The validated cfg replaces
 // the running one for what can change at run time — boost_on_battery,
-// power_profiles_api and power_profiles_units (the bus connection is remade),
-// the profile map, the
-// slice rules,
-// low_battery, the sampling period,
-// metrics_textfile (the file at the old path is removed) —
-// and a warning names every other setting that changed, which takes effect
-// at the next start. It returns an error only for an invalid cfg or a
-// stopped daemon; nothing changes then.
+// power_profiles_api and power_profiles_units (the bus connection is
+// remade), the profile map, the slice rules, low_battery, the sampling
+// period, metrics_textfile (the file at the old path is removed), the
+// default knob. What only a start reads (ReloadNeedsRestart) is not
+// applied here: a warning names it. It returns an error only for an
+// invalid cfg or a stopped daemon; nothing changes then.
 func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 	nc, _, err := resolveConfig(cfg) // the same validation and defaults as at start
 	if err != nil {
@@ -1030,25 +1089,11 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 	}
 	return d.do(ctx, func() error {
 		old := d.cfg
-		var restart []string
-		for name, changed := range map[string]bool{
-			"sysfs_root": nc.SysfsRoot != old.SysfsRoot, "cgroup_root": nc.CgroupRoot != old.CgroupRoot,
-			"tree_dir": nc.TreeDir != old.TreeDir, "tree_backend": nc.TreeBackend != old.TreeBackend,
-			"state_dir": nc.StateDir != old.StateDir, "bus": nc.Bus != old.Bus, "events": nc.Events != old.Events,
-			"debounce": nc.Debounce != old.Debounce, "recheck_interval": nc.RecheckInterval != old.RecheckInterval,
-			"upower": nc.UPower != old.UPower, "logind": nc.Logind != old.Logind, "acpid_socket": nc.AcpidSocket != old.AcpidSocket,
-			"placement": nc.Placement != old.Placement, "manage": !reflect.DeepEqual(nc.Manage, old.Manage),
-			"task_clock": nc.NoTaskClock != old.NoTaskClock,
-		} {
-			if changed {
-				restart = append(restart, name)
-			}
-		}
-		if len(restart) > 0 {
-			sort.Strings(restart)
+		if restart := startOnly(old, nc); len(restart) > 0 {
 			d.log.WithField("settings", restart).Warn("reload: these settings change at the next start")
 		}
 		d.cfg.SampleInterval = nc.SampleInterval
+		d.cfg.ConfigDigest = nc.ConfigDigest
 		d.cfg.DefaultKnob = nc.DefaultKnob
 		if nc.DefaultKnob != nil && !d.knobChosen && *nc.DefaultKnob != d.knob {
 			// No explicit choice yet: the configured default follows the

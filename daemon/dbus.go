@@ -359,6 +359,7 @@ func propertyValues(snap Snapshot) map[string]any {
 	}
 	return map[string]any{
 		"CPUClasses":        classes,
+		"ConfigDigest":      snap.ConfigDigest,
 		"ActivePolicy":      string(snap.Policy),
 		"AvailablePolicies": avail,
 		"PowerAware":        uint32(snap.Knob.PowerAware),

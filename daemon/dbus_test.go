@@ -144,7 +144,7 @@ func TestBusAPI(t *testing.T) {
 	if err := obj.Call("org.freedesktop.DBus.Properties.GetAll", 0, Interface).Store(&all); err != nil {
 		t.Fatal(err)
 	}
-	if len(all) != 15 || all["ActivePolicy"].Value() != "performance" || all["OnBattery"].Value() != false ||
+	if len(all) != 16 || all["ActivePolicy"].Value() != "performance" || all["OnBattery"].Value() != false ||
 		all["PowerSource"].Value() != "ac" || !strings.Contains(all["Reason"].Value().(string), "power_aware=1") {
 		t.Errorf("GetAll = %v", all)
 	}

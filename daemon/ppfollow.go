@@ -580,3 +580,46 @@ func ProbePowerProfiles(bus, mode string, units []string) PowerProfilesProbe {
 	}
 	return p
 }
+
+// ConfigDigestProbe is what the daemon on a bus says of its
+// configuration (ProbeConfigDigest).
+type ConfigDigestProbe struct {
+	// Running: a daemon owns BusName and answered.
+	Running bool
+	// Digest is its ConfigDigest property.
+	Digest string
+	// Err says why nothing could be asked ("" when it could).
+	Err string
+}
+
+// ProbeConfigDigest asks the daemon on bus ("system", "session", an
+// address; "none": nothing is asked) for its ConfigDigest, never starting
+// it (NO_AUTO_START), within busDialTimeout and busCallTimeout.
+func ProbeConfigDigest(bus string) ConfigDigestProbe {
+	if bus == "" {
+		bus = "system"
+	}
+	if bus == "none" {
+		return ConfigDigestProbe{Err: "bus none"}
+	}
+	conn, err := dialBus(context.Background(), bus, busDialTimeout)
+	if err != nil {
+		return ConfigDigestProbe{Err: "no bus: " + err.Error()}
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), busCallTimeout)
+	defer cancel()
+	owner, err := bussender.GetNameOwner(ctx, conn, BusName)
+	if err != nil {
+		return ConfigDigestProbe{Err: err.Error()}
+	}
+	if owner == "" {
+		return ConfigDigestProbe{}
+	}
+	var v dbus.Variant
+	if err := conn.Object(owner, ObjectPath).CallWithContext(ctx, "org.freedesktop.DBus.Properties.Get", dbus.FlagNoAutoStart, Interface, "ConfigDigest").Store(&v); err != nil {
+		return ConfigDigestProbe{Err: err.Error()}
+	}
+	d, _ := v.Value().(string)
+	return ConfigDigestProbe{Running: true, Digest: d}
+}

@@ -63,7 +63,7 @@ func (d *Daemon) newSnapshot() *Snapshot {
 		Reason: d.power.Reason, PolicyReason: d.policyReason, LastChange: d.lastChange,
 		Boost: d.boost, Workloads: d.workloadStatus(), Holds: d.holdList(),
 		Topology: d.topoProp, CPUClasses: d.classProp,
-		EnergySource: d.energy.Source(), Energy: d.energy.Totals(),
+		EnergySource: d.energy.Source(), Energy: d.energy.Totals(), ConfigDigest: d.cfg.ConfigDigest,
 	}
 	s.props = propertyValues(*s)
 	return s

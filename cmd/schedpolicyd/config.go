@@ -15,6 +15,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -116,6 +118,8 @@ type fileConfig struct {
 	// from profile_power_saver, profile_balanced, profile_performance; only
 	// the keys the file sets.
 	ProfileMap map[string]policy.PowerAware
+	// Digest is ConfigDigest of the file's bytes ("" without a file).
+	Digest string
 	// PowerProfilesUnits are the service units of the power-profiles
 	// implementations "auto" leaves the names to while one is installed
 	// ("NAME.service" each; daemon.DefaultPowerProfilesUnits when unset).
@@ -228,7 +232,18 @@ func loadConfig(path string, explicit bool) (fileConfig, error) {
 	if err != nil {
 		return fileConfig{}, &ConfigError{File: path, Err: err}
 	}
-	return parseConfig(path, data)
+	fc, err := parseConfig(path, data)
+	if err == nil {
+		fc.Digest = ConfigDigest(data)
+	}
+	return fc, err
+}
+
+// ConfigDigest is the digest daemon.Config.ConfigDigest names a
+// configuration file's content by: "sha256:" and the hex SHA-256 of data.
+func ConfigDigest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 func readAllLimited(f *os.File, limit int64) ([]byte, error) {
@@ -688,6 +703,7 @@ func (fc fileConfig) apply(cfg *daemon.Config, setFlags map[string]bool) {
 	if fc.PowerProfilesUnits != nil {
 		cfg.PowerProfilesUnits = fc.PowerProfilesUnits
 	}
+	cfg.ConfigDigest = fc.Digest
 	if fc.LowBattery != nil && !setFlags["low-battery"] {
 		cfg.LowBattery = *fc.LowBattery
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
@@ -97,9 +98,13 @@ metrics_textfile = "/var/lib/prometheus/node-exporter/schedpolicyd.prom"
 		BoostOnBattery: "off", UPower: "off",
 		DefaultKnob:     &policy.Knob{PowerAware: 2, PowerAwarePolicy: policy.Balance},
 		MetricsTextfile: "/var/lib/prometheus/node-exporter/schedpolicyd.prom",
+		ConfigDigest:    ConfigDigest([]byte(testutil.Read(t, p))),
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("apply:\n got %+v\nwant %+v", cfg, want)
+	}
+	if !strings.HasPrefix(cfg.ConfigDigest, "sha256:") || len(cfg.ConfigDigest) != len("sha256:")+64 {
+		t.Errorf("ConfigDigest %q, want sha256:HEX", cfg.ConfigDigest)
 	}
 }
 

@@ -269,10 +269,48 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 	resolveCgroupRoot(&cfg)
 	placementWhy := resolvePlacement(&cfg)
 	cfg.Log = log
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	// SIGHUP (systemctl reload) re-reads the configuration file; a bad
+	// file keeps the running configuration.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		next, err := runDaemon(ctx, cfg, placementWhy, log, hup, *configPath, set, flagCfg)
+		if err == errNewFailed {
+			return 2
+		}
+		if next != nil && ctx.Err() == nil {
+			// A reload that changed what only a start reads: every
+			// workload was restored; the same process starts again.
+			cfg, placementWhy = *next, "reload"
+			continue
+		}
+		if err != nil {
+			if os.Geteuid() != 0 && errors.Is(err, fs.ErrPermission) {
+				// The defaults are root's: /var/lib, /run, the cgroup tree.
+				log.WithError(err).Error("must run as root (or with --state-dir, --tree-dir and --cgroup-root that this user may write, or --cgroup-root none)")
+				return 1
+			}
+			log.WithError(err).Error("exiting")
+			return 1
+		}
+		return 0
+	}
+}
+
+// errNewFailed: daemon.New refused the configuration (said on stderr).
+var errNewFailed = errors.New("daemon.New failed")
+
+// runDaemon runs one daemon with cfg until ctx ends or a reload (hup)
+// needs a restart; then next is the configuration to start again with.
+func runDaemon(ctx context.Context, cfg daemon.Config, placementWhy string, log *logrus.Logger, hup <-chan os.Signal,
+	configPath string, set map[string]bool, flagCfg daemon.Config) (next *daemon.Config, err error) {
 	d, err := daemon.New(cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "schedpolicyd: %v\n", err)
-		return 2
+		fmt.Fprintf(log.Out, "schedpolicyd: %v\n", err)
+		return nil, errNewFailed
 	}
 	log.WithFields(logrus.Fields{"placement": cfg.Placement, "why": placementWhy}).Info("placement chosen")
 	if cfg.Placement == daemon.PlacementCgroupfs {
@@ -285,51 +323,63 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 		// checked, and apply once placement is systemd.
 		log.WithField("placement", cfg.Placement).Warn("[[slice]] rules apply to units with placement \"systemd\" only; here they change nothing")
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	// SIGHUP (systemctl reload) re-reads the configuration file; a bad
-	// file keeps the running configuration.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	runCtx, end := context.WithCancel(ctx)
+	defer end()
+	restart := make(chan daemon.Config, 1)
+	done := make(chan struct{})
 	go func() {
-		for range hup {
-			reload(ctx, d, log, *configPath, set, flagCfg)
+		defer close(done)
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-hup:
+				if nc, ok := reload(runCtx, d, log, configPath, set, flagCfg); ok {
+					restart <- nc
+					end()
+					return
+				}
+			}
 		}
 	}()
-	if err := d.Run(ctx); err != nil {
-		if os.Geteuid() != 0 && errors.Is(err, fs.ErrPermission) {
-			// The defaults are root's: /var/lib, /run, the cgroup tree.
-			log.WithError(err).Error("must run as root (or with --state-dir, --tree-dir and --cgroup-root that this user may write, or --cgroup-root none)")
-			return 1
-		}
-		log.WithError(err).Error("exiting")
-		return 1
+	err = d.Run(runCtx)
+	end()
+	<-done
+	select {
+	case nc := <-restart:
+		return &nc, err
+	default:
+		return nil, err
 	}
-	return 0
 }
 
 // reload re-reads the configuration file on SIGHUP and applies it on top of
 // the command line (flagCfg, so a key deleted from the file falls back to
 // its flag or default). A bad file keeps the running configuration and
 // says why, with file:line. systemd hears RELOADING=1 first and READY=1
-// after, whatever the outcome.
-func reload(ctx context.Context, d *daemon.Daemon, log *logrus.Logger, path string, set map[string]bool, flagCfg daemon.Config) {
+// after, whatever the outcome. A file that changes what only a start reads
+// (daemon.ReloadNeedsRestart) returns it with restart true: d is told to
+// stop for a restart, and the new daemon's READY=1 ends the reload.
+func reload(ctx context.Context, d *daemon.Daemon, log *logrus.Logger, path string, set map[string]bool, flagCfg daemon.Config) (next daemon.Config, restart bool) {
 	n := systemd.Notifier{}
 	n.Reloading()
 	// READY=1 carries STATUS= again: the policy line, not a word about the
 	// reload, is what `systemctl status` should keep showing.
-	defer func() { n.Ready(d.Snapshot().StatusText()) }()
+	defer func() {
+		if !restart {
+			n.Ready(d.Snapshot().StatusText())
+		}
+	}()
 	fc, err := loadConfig(path, set["config"])
 	if err != nil {
 		log.WithError(err).Error("reload: keeping the running configuration")
-		return
+		return daemon.Config{}, false
 	}
 	cfg := flagCfg
 	fc.apply(&cfg, set)
 	if err := validate(cfg); err != nil {
 		log.WithError(err).Error("reload: keeping the running configuration")
-		return
+		return daemon.Config{}, false
 	}
 	resolveCgroupRoot(&cfg)
 	resolvePlacement(&cfg)
@@ -337,11 +387,22 @@ func reload(ctx context.Context, d *daemon.Daemon, log *logrus.Logger, path stri
 	if lvl, err := logrus.ParseLevel(fc.LogLevelName(log.GetLevel().String(), set)); err == nil {
 		log.SetLevel(lvl)
 	}
+	names, err := d.ReloadNeedsRestart(ctx, cfg)
+	if err != nil {
+		log.WithError(err).Error("reload: keeping the running configuration")
+		return daemon.Config{}, false
+	}
+	if len(names) > 0 {
+		log.WithFields(logrus.Fields{"config": path, "settings": names}).Info("reload: these settings are read at start: restoring every workload and starting again in this process (holds end)")
+		d.PrepareRestart(names)
+		return cfg, true
+	}
 	if err := d.Reload(ctx, cfg); err != nil {
 		log.WithError(err).Error("reload failed")
-		return
+		return daemon.Config{}, false
 	}
 	log.WithField("config", path).Info("configuration reloaded")
+	return daemon.Config{}, false
 }
 
 // ppFlag is --power-profiles-api: "auto", "true" or "false" (also

@@ -31,6 +31,12 @@ type probeReport struct {
 	// Config is the configuration file read; "" when none was (the
 	// default path does not exist).
 	Config string `json:"config"`
+	// Describes says whose setup this report shows: "running" (the daemon
+	// on the bus applies the configuration file as it is now), "file"
+	// (the file changed since the running daemon read it: a reload applies
+	// it; every setting below is the file's), "file, no daemon" (none
+	// answers on the bus) or "file, unknown: WHY".
+	Describes string `json:"describes"`
 	// Placement is how workloads would be placed ("systemd" or
 	// "cgroupfs", from the configuration's placement, "auto" resolved),
 	// PlacementWhy why, and Manage the slices placed with "systemd".
@@ -215,6 +221,7 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	r.Energy = daemon.ProbeEnergy(fs, dec.Source == acpi.Battery)
+	r.Describes = describes(fc.Digest, daemon.ProbeConfigDigest(cfg.Bus))
 	r.PowerProfiles = daemon.ProbePowerProfiles(cfg.Bus, fc.PowerProfilesAPIMode(), fc.PowerProfilesUnits)
 	ppOwner := ""
 	if name, ok := strings.CutPrefix(r.PowerProfiles.Action, "follow "); ok {
@@ -276,6 +283,15 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		"config":  "the configuration " + r.Config + "; no choice saved",
 		"default": "the default; no choice saved, none configured",
 	}[r.KnobFrom]
+	desc := map[string]string{
+		"running":         "the running daemon's setup: it applies " + configName(r.Config) + " as it is now",
+		"file":            "the file " + configName(r.Config) + ", changed since the running daemon read it (systemctl reload schedpolicyd applies it)",
+		"file, no daemon": "the file " + configName(r.Config) + " (no daemon answers on the bus)",
+	}[r.Describes]
+	if why, ok := strings.CutPrefix(r.Describes, "file, unknown: "); ok {
+		desc = "the file " + configName(r.Config) + " (whether a daemon runs is unknown: " + why + ")"
+	}
+	fmt.Fprintf(stdout, "describes:     %s\n", desc)
 	fmt.Fprintf(stdout, "knob:          power_aware=%d power_aware_policy=%s (%s)\n", r.PowerAware, r.PowerAwarePolicy, from)
 	fmt.Fprintf(stdout, "policy:        %s\n", r.Policy)
 	if r.KernelKnob != "" {
@@ -350,4 +366,26 @@ func printEnergyProbe(w io.Writer, e daemon.EnergyProbe) {
 			fmt.Fprintf(w, "  battery:     %s %s, no power reading: %s\n", b.Supply, status, b.Error)
 		}
 	}
+}
+
+// describes compares the digest of the configuration file read (file, ""
+// without one) with the running daemon's (daemon.ProbeConfigDigest): see
+// probeReport.Describes.
+func describes(file string, running daemon.ConfigDigestProbe) string {
+	switch {
+	case running.Err != "":
+		return "file, unknown: " + running.Err
+	case !running.Running:
+		return "file, no daemon"
+	case running.Digest == file:
+		return "running"
+	}
+	return "file"
+}
+
+func configName(path string) string {
+	if path == "" {
+		return "(no configuration file)"
+	}
+	return path
 }
