@@ -160,27 +160,62 @@ func (d *Daemon) decide() (policy.Policy, string) {
 }
 
 func (d *Daemon) decideKnob() (policy.Policy, string) {
+	in := knobInputs{Knob: d.knob, Source: d.power.Source, SourceReason: d.power.Reason, LowBattery: d.lowBattery}
 	if h := d.winningHold(); h != nil {
+		in.Hold = h
+	}
+	if d.lowBattery {
+		in.LowBatteryReason = d.lowBatteryReason()
+	}
+	return decidePolicy(in)
+}
+
+// knobInputs is everything the effective policy depends on.
+type knobInputs struct {
+	// Hold is the winning hold (the power-saving one when holds
+	// disagree), nil without one.
+	Hold *hold
+	// Knob is the knob in force: the explicit choice made for this power
+	// source, else the configured or built-in default (choices.go).
+	Knob policy.Knob
+	// Source and SourceReason are the power source and why (acpi).
+	Source       acpi.Source
+	SourceReason string
+	// LowBattery: on battery below low_battery (with its hysteresis);
+	// LowBatteryReason says so in words.
+	LowBattery       bool
+	LowBatteryReason string
+}
+
+// decidePolicy is the effective policy and why, in this order of
+// precedence: a hold wins over everything; then the knob — power_aware 0
+// is always performance and 2 always power_aware_policy; power_aware 1
+// (automatic) is powersaving below low_battery on battery, whatever
+// power_aware_policy says, else power_aware_policy on positive evidence of
+// battery operation and performance on anything else (AC, unknown). It is
+// pure: the same inputs give the same answer.
+func decidePolicy(in knobInputs) (policy.Policy, string) {
+	if h := in.Hold; h != nil {
 		who := h.Owner
 		if h.AppID != "" {
 			who = h.AppID
 		}
 		return h.Policy, fmt.Sprintf("held by %s (%s)", who, h.Reason)
 	}
-	eff := d.knob.Effective(string(d.power.Source))
-	switch d.knob.PowerAware {
+	eff := in.Knob.Effective(string(in.Source))
+	switch in.Knob.PowerAware {
 	case policy.PowerAwareOff:
 		return eff, "power_aware=0: always performance"
 	case policy.PowerAwareOn:
 		return eff, fmt.Sprintf("power_aware=2: always %s", eff)
 	}
-	if d.power.Source == acpi.Battery {
-		if d.lowBattery {
-			return policy.Powersaving, d.lowBatteryReason()
+	if in.Source == acpi.Battery {
+		if in.LowBattery {
+			return policy.Powersaving, in.LowBatteryReason
 		}
-		return eff, "power_aware=1 (automatic) and the machine runs on battery: " + d.power.Reason
+		return eff, "power_aware=1 (automatic) and the machine runs on battery: " + in.SourceReason
 	}
-	return eff, fmt.Sprintf("power_aware=1 (automatic) and no positive evidence of battery operation (power source %s): %s", d.power.Source, d.power.Reason)
+	return eff, fmt.Sprintf("power_aware=1 (automatic) and no positive evidence of battery operation (power source %s): %s", in.Source, in.SourceReason)
 }
 
 // writeKernelKnob mirrors the effective policy into a kernel that has the
