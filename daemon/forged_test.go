@@ -275,21 +275,32 @@ func ppdPolicy(t *testing.T) string {
 	return f
 }
 
-// TestForgedOwnerChangeKeepsFollowing: the daemon follows root's
-// power-profiles daemon; uid 65534 sends it NameOwnerChanged saying that
-// daemon left. The daemon goes on following it without a pause (no "no
-// longer following"), and applies the followed daemon's next profile.
-func TestForgedOwnerChangeKeepsFollowing(t *testing.T) {
+// followingDaemon runs the daemon ("auto", log kept at info level) on a
+// bus with the system bus's policy, where root's fake power-profiles
+// daemon owns net.hadess.PowerProfiles with balanced, and returns once the
+// daemon follows it.
+func followingDaemon(t *testing.T) (*testutil.Bus, *dbus.Conn, *Daemon, *msgLog) {
+	t.Helper()
 	bus := testutil.StartSystemPolicyBus(t, "../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf", ppdPolicy(t))
 	ppd := ownPPD(t, bus.Addr, "net.hadess.PowerProfiles", ppBalanced)
 	ml := new(msgLog)
 	d := newMockLaptop(t).startWith(t, func(c *Config) {
 		c.Bus, c.PowerProfilesAPI = bus.Addr, PowerProfilesAuto
 		c.Log.(*logrus.Logger).AddHook(ml)
+		c.Log.(*logrus.Logger).SetLevel(logrus.InfoLevel)
 	})
 	testutil.Eventually(t, "following", func() (bool, string) {
 		return ml.count("following the power-profiles daemon's ActiveProfile") == 1, ""
 	})
+	return bus, ppd, d, ml
+}
+
+// TestForgedOwnerChangeKeepsFollowing: the daemon follows root's
+// power-profiles daemon; uid 65534 sends it NameOwnerChanged saying that
+// daemon left. The daemon goes on following it without a pause (no "no
+// longer following"), and applies the followed daemon's next profile.
+func TestForgedOwnerChangeKeepsFollowing(t *testing.T) {
+	bus, ppd, d, ml := followingDaemon(t)
 	attacker := testutil.DialAs(t, bus.Addr, 65534)
 	forge(t, attacker, []string{ppd.Names()[0]}, "/org/freedesktop/DBus", nameOwnerChanged, "net.hadess.PowerProfiles", ppd.Names()[0], "")
 	if err := ppd.Emit("/net/hadess/PowerProfiles", "org.freedesktop.DBus.Properties.PropertiesChanged",
@@ -380,17 +391,7 @@ func TestPolkitFromNonRootOwnerRefused(t *testing.T) {
 // the last profile wins, and once the daemon says it no longer follows,
 // nothing of the departed daemon is applied.
 func TestFollowedDaemonFlaps(t *testing.T) {
-	bus := testutil.StartSystemPolicyBus(t, "../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf", ppdPolicy(t))
-	ppd := ownPPD(t, bus.Addr, "net.hadess.PowerProfiles", ppBalanced)
-	ml := new(msgLog)
-	d := newMockLaptop(t).startWith(t, func(c *Config) {
-		c.Bus, c.PowerProfilesAPI = bus.Addr, PowerProfilesAuto
-		c.Log.(*logrus.Logger).AddHook(ml)
-		c.Log.(*logrus.Logger).SetLevel(logrus.InfoLevel)
-	})
-	testutil.Eventually(t, "following", func() (bool, string) {
-		return ml.count("following the power-profiles daemon's ActiveProfile") == 1, ""
-	})
+	bus, ppd, d, ml := followingDaemon(t)
 	before := ml.count("knob changed")
 	peak := runtime.NumGoroutine()
 	const flaps = 3000
