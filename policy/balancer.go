@@ -118,11 +118,25 @@ type loadState struct {
 	// contended: the workload shares an overloaded confined set with
 	// others (see shareContention); its current set must not be kept.
 	contended bool
+	// idle: demand below idleDemand; the workload occupies no CPU of
+	// its own (see idleDemand).
+	idle bool
 	// scale converts util (CPU time) to capacity (CPUs of the biggest
 	// kind): the mean capacity of the CPUs it ran on, on a hybrid
 	// topology; 1 with a single class.
 	scale float64
 }
+
+// idleDemand is the potential demand, in CPUs, below which a workload is
+// idle: asleep in the patch's terms. find_leader_cpu's integer percent
+// (putil) rounds it to 0 %, and it has no runnable thread to add to
+// nr_running. Counted like a busy one, every idle unit of a slice added a
+// task to its CPU's util × nr_running until the vacancy rule gave up on a
+// CPU that held 0.24 CPUs of load, so idle units alone made a plan use a
+// second CPU; and a current placement spread over every CPU then never
+// used more cores than the plan, so it was kept. An idle workload adds
+// nothing to any threshold and is placed where the packed work is.
+const idleDemand = 0.01
 
 // PlanPlacement computes a placement plan. It is pure and deterministic
 // and does not modify its input.
@@ -136,6 +150,14 @@ type loadState struct {
 // workload (k < allowed) whose Util ≥ 90 % of k with no thread count, or
 // whose cpu.pressure some avg10 ≥ 10 %, is saturated: P ≥ k + 1, so its
 // set grows at once instead of waiting for the average.
+//
+// Idle workloads. A workload whose P is below 0.01 CPUs (find_leader_cpu's
+// integer putil rounds it to 0 %) is asleep: it adds nothing to any
+// threshold nor to a CPU's nr_running, and it goes where the packed work
+// is — its current CPU if that one got work, else the busy CPU with the
+// smallest positive vacancy, else the busy CPU with the most room; with
+// nothing busy, all idle workloads share one CPU. However many there are,
+// idle workloads never make a plan use a CPU of their own.
 //
 // Policies (DESIGN.md §5; the domain tree is described on buildTree):
 //   - performance: every workload gets every allowed CPU (CFS spreads).
@@ -494,6 +516,7 @@ func (tr *tree) loadState(l Load, nAllowed int, mark []bool) loadState {
 		}
 	}
 	st.demand, st.util, st.threads, st.scale = p, u, l.Threads, 1
+	st.idle = p < idleDemand
 	return st
 }
 
@@ -657,7 +680,10 @@ func (tr *tree) overload(rules balancer, loads []loadState, sets [][]int32) floa
 			continue
 		}
 		th := float64(l.threads)
-		if th == 0 {
+		switch {
+		case l.idle:
+			th = 0 // no runnable thread
+		case th == 0:
 			th = math.Max(1, math.Ceil(l.util-1e-6))
 		}
 		k := float64(len(set))
