@@ -69,7 +69,8 @@ type Input struct {
 type Plan struct {
 	// Policy is the policy the plan was made with: the input policy, or
 	// Performance when a power-aware policy fell back because the load
-	// exceeds the whole set's threshold ("race to idle").
+	// exceeds the whole set's threshold ("race to idle"), or because
+	// the lazy history still holds it there (see PlanPlacement).
 	Policy Policy
 	// CPUs maps each workload name to its CPUs (ascending).
 	CPUs map[string][]int
@@ -78,7 +79,8 @@ type Plan struct {
 	// Lazy is the lazy-balance history to pass as the next Input.Lazy.
 	Lazy LazyState
 	// Deferred reports that the load would pack tighter but lazy balance
-	// held the current cpusets (growing only workloads that need it).
+	// held the current cpusets (growing only workloads that need it), or
+	// held the plan in race to idle.
 	Deferred bool
 	// Spread reports that at least one domain was over its threshold and
 	// balanced for performance (a "performance balance" in patch 18's
@@ -186,6 +188,20 @@ const idleDemand = 0.01
 // current cpusets are kept and only short workloads grow (Plan.Deferred).
 // Every performance decision is immediate.
 //
+// Race to idle. Once the machine policy's plan has raced to idle (the
+// whole set over its threshold), it stays there — Plan.Policy
+// Performance, every workload on every allowed CPU, Plan.Deferred — while
+// the lazy history forbids packing: it packs again at the first decision
+// after 32 in a row below the threshold with at most 4 over it among the
+// 32 before (LazyState.PowerBalanceAllowed), or after 8 × MaxInterval
+// without a decision. A load flapping around the threshold so stays in
+// race to idle instead of toggling at every crossing. The history records
+// what the load asked for, never the hold itself. DisableLazy, and a
+// zero Input.Lazy, leave the hold out. Plans of other policies (classes,
+// slice rules), and on a hybrid machine each policy's plan over its own
+// members (see "Efficiency classes"), race to idle on their own load
+// only.
+//
 // Classes and slices. Each workload is placed with its LoadPolicy (its
 // Class and its Slice's rule in Input.Slices against Input.Policy; see
 // ClassPolicy for the table). When they differ, each policy present is
@@ -260,6 +276,7 @@ func PlanPlacement(in Input) Plan {
 			}
 			pin := in
 			pin.Policy = p
+			pin.Lazy.RaceToIdle = false // the machine policy's plan's
 			sub = planWith(pin, func(i int) bool { return pols[i] == p })
 			out.Spread = out.Spread || sub.Spread
 			out.Deferred = out.Deferred || sub.Deferred
@@ -322,6 +339,7 @@ func planHybrid(in Input, pols []Policy) Plan {
 	for _, p := range order {
 		sub := in
 		sub.Policy, sub.Loads = p, nil
+		sub.Lazy.RaceToIdle = false // main's: the plan over every workload
 		var idx []int
 		bg := false
 		for i, l := range in.Loads {
@@ -431,8 +449,12 @@ func planWith(in Input, member func(i int) bool) Plan {
 	fresh.run()
 	plan.Spread = fresh.spread
 	plan.Lazy = in.Lazy.step(fresh.spread, in.Now, in.MaxInterval)
-	if fresh.rootSpread {
-		plan.Policy = Performance
+	// Race to idle with the lazy balance's hysteresis: entered at once,
+	// left only when the history allows a power balance.
+	held := !fresh.rootSpread && in.Lazy.RaceToIdle && !in.DisableLazy && !plan.Lazy.PowerBalanceAllowed()
+	plan.Lazy.RaceToIdle = fresh.rootSpread || held
+	if plan.Lazy.RaceToIdle {
+		plan.Policy, plan.Deferred = Performance, held
 		return everyone(allowed)
 	}
 	freshSets := fresh.sets()
