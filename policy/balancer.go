@@ -69,7 +69,8 @@ type Input struct {
 type Plan struct {
 	// Policy is the policy the plan was made with: the input policy, or
 	// Performance when a power-aware policy fell back because the load
-	// exceeds the whole set's threshold ("race to idle").
+	// exceeds the whole set's threshold ("race to idle"), or because
+	// the lazy history still holds it there (see PlanPlacement).
 	Policy Policy
 	// CPUs maps each workload name to its CPUs (ascending).
 	CPUs map[string][]int
@@ -78,7 +79,8 @@ type Plan struct {
 	// Lazy is the lazy-balance history to pass as the next Input.Lazy.
 	Lazy LazyState
 	// Deferred reports that the load would pack tighter but lazy balance
-	// held the current cpusets (growing only workloads that need it).
+	// held the current cpusets (growing only workloads that need it), or
+	// held the plan in race to idle.
 	Deferred bool
 	// Spread reports that at least one domain was over its threshold and
 	// balanced for performance (a "performance balance" in patch 18's
@@ -118,11 +120,25 @@ type loadState struct {
 	// contended: the workload shares an overloaded confined set with
 	// others (see shareContention); its current set must not be kept.
 	contended bool
+	// idle: demand below idleDemand; the workload occupies no CPU of
+	// its own (see idleDemand).
+	idle bool
 	// scale converts util (CPU time) to capacity (CPUs of the biggest
 	// kind): the mean capacity of the CPUs it ran on, on a hybrid
 	// topology; 1 with a single class.
 	scale float64
 }
+
+// idleDemand is the potential demand, in CPUs, below which a workload is
+// idle: asleep in the patch's terms. find_leader_cpu's integer percent
+// (putil) rounds it to 0 %, and it has no runnable thread to add to
+// nr_running. Counted like a busy one, every idle unit of a slice added a
+// task to its CPU's util × nr_running until the vacancy rule gave up on a
+// CPU that held 0.24 CPUs of load, so idle units alone made a plan use a
+// second CPU; and a current placement spread over every CPU then never
+// used more cores than the plan, so it was kept. An idle workload adds
+// nothing to any threshold and is placed where the packed work is.
+const idleDemand = 0.01
 
 // PlanPlacement computes a placement plan. It is pure and deterministic
 // and does not modify its input.
@@ -136,6 +152,14 @@ type loadState struct {
 // workload (k < allowed) whose Util ≥ 90 % of k with no thread count, or
 // whose cpu.pressure some avg10 ≥ 10 %, is saturated: P ≥ k + 1, so its
 // set grows at once instead of waiting for the average.
+//
+// Idle workloads. A workload whose P is below 0.01 CPUs (find_leader_cpu's
+// integer putil rounds it to 0 %) is asleep: it adds nothing to any
+// threshold nor to a CPU's nr_running, and it goes where the packed work
+// is — its current CPU if that one got work, else the busy CPU with the
+// smallest positive vacancy, else the busy CPU with the most room; with
+// nothing busy, all idle workloads share one CPU. However many there are,
+// idle workloads never make a plan use a CPU of their own.
 //
 // Policies (DESIGN.md §5; the domain tree is described on buildTree):
 //   - performance: every workload gets every allowed CPU (CFS spreads).
@@ -163,6 +187,20 @@ type loadState struct {
 // balance (Input.Lazy, patch 18) forbids packing now, in which case the
 // current cpusets are kept and only short workloads grow (Plan.Deferred).
 // Every performance decision is immediate.
+//
+// Race to idle. Once the machine policy's plan has raced to idle (the
+// whole set over its threshold), it stays there — Plan.Policy
+// Performance, every workload on every allowed CPU, Plan.Deferred — while
+// the lazy history forbids packing: it packs again at the first decision
+// after 32 in a row below the threshold with at most 4 over it among the
+// 32 before (LazyState.PowerBalanceAllowed), or after 8 × MaxInterval
+// without a decision. A load flapping around the threshold so stays in
+// race to idle instead of toggling at every crossing. The history records
+// what the load asked for, never the hold itself. DisableLazy, and a
+// zero Input.Lazy, leave the hold out. Plans of other policies (classes,
+// slice rules), and on a hybrid machine each policy's plan over its own
+// members (see "Efficiency classes"), race to idle on their own load
+// only.
 //
 // Classes and slices. Each workload is placed with its LoadPolicy (its
 // Class and its Slice's rule in Input.Slices against Input.Policy; see
@@ -238,6 +276,7 @@ func PlanPlacement(in Input) Plan {
 			}
 			pin := in
 			pin.Policy = p
+			pin.Lazy.RaceToIdle = false // the machine policy's plan's
 			sub = planWith(pin, func(i int) bool { return pols[i] == p })
 			out.Spread = out.Spread || sub.Spread
 			out.Deferred = out.Deferred || sub.Deferred
@@ -300,6 +339,7 @@ func planHybrid(in Input, pols []Policy) Plan {
 	for _, p := range order {
 		sub := in
 		sub.Policy, sub.Loads = p, nil
+		sub.Lazy.RaceToIdle = false // main's: the plan over every workload
 		var idx []int
 		bg := false
 		for i, l := range in.Loads {
@@ -409,8 +449,12 @@ func planWith(in Input, member func(i int) bool) Plan {
 	fresh.run()
 	plan.Spread = fresh.spread
 	plan.Lazy = in.Lazy.step(fresh.spread, in.Now, in.MaxInterval)
-	if fresh.rootSpread {
-		plan.Policy = Performance
+	// Race to idle with the lazy balance's hysteresis: entered at once,
+	// left only when the history allows a power balance.
+	held := !fresh.rootSpread && in.Lazy.RaceToIdle && !in.DisableLazy && !plan.Lazy.PowerBalanceAllowed()
+	plan.Lazy.RaceToIdle = fresh.rootSpread || held
+	if plan.Lazy.RaceToIdle {
+		plan.Policy, plan.Deferred = Performance, held
 		return everyone(allowed)
 	}
 	freshSets := fresh.sets()
@@ -494,6 +538,7 @@ func (tr *tree) loadState(l Load, nAllowed int, mark []bool) loadState {
 		}
 	}
 	st.demand, st.util, st.threads, st.scale = p, u, l.Threads, 1
+	st.idle = p < idleDemand
 	return st
 }
 
@@ -657,7 +702,10 @@ func (tr *tree) overload(rules balancer, loads []loadState, sets [][]int32) floa
 			continue
 		}
 		th := float64(l.threads)
-		if th == 0 {
+		switch {
+		case l.idle:
+			th = 0 // no runnable thread
+		case th == 0:
 			th = math.Max(1, math.Ceil(l.util-1e-6))
 		}
 		k := float64(len(set))

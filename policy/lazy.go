@@ -19,6 +19,11 @@ type LazyState struct {
 	// Last is the time of the previous decision (sd->last_balance); zero
 	// before the first.
 	Last time.Time `json:"last"`
+	// RaceToIdle reports that this decision's plan raced to idle: the
+	// whole set over its threshold, or held there by the history (see
+	// PlanPlacement, "Race to idle"). It is the plan of the machine's
+	// policy over every workload, the one that carries the history.
+	RaceToIdle bool `json:"race_to_idle,omitempty"`
 }
 
 // Masks of need_perf_balance (patch 18).

@@ -119,7 +119,7 @@ func (pk *packer) place(n int32, items []item, root bool) {
 	pk.homes(nd, items, cur, home)
 	order, rank := make([]int, k), make([]int, k)
 	pk.groupOrder(nd, cur, th, order, rank)
-	idx := itemOrder(items, home, rank)
+	idx := pk.itemOrder(items, home, rank)
 	if pk.kidsAreLeaves(nd) {
 		pk.placeCPUs(nd.kids, order, items, idx)
 		return
@@ -264,10 +264,11 @@ func (pk *packer) groupOrder(nd *dnode, cur, th []float64, order, rank []int) {
 }
 
 // itemOrder returns the order in which items are placed, as indexes into
-// items: by the rank of their home group (homeless last), then by
-// workload, so each workload lands in its current group when that group
-// has room.
-func itemOrder(items []item, home, rank []int) []int {
+// items: idle workloads (loadState.idle) after the others, so that they
+// take what room the loaded groups leave before any other group is used;
+// then by the rank of their home group (homeless last), then by workload,
+// so each workload lands in its current group when that group has room.
+func (pk *packer) itemOrder(items []item, home, rank []int) []int {
 	homeRank := func(i int) int {
 		if home[i] < 0 {
 			return len(rank)
@@ -279,6 +280,9 @@ func itemOrder(items []item, home, rank []int) []int {
 		idx[i] = i
 	}
 	sort.SliceStable(idx, func(a, b int) bool {
+		if ia, ib := pk.loads[items[idx[a]].w].idle, pk.loads[items[idx[b]].w].idle; ia != ib {
+			return ib
+		}
 		ra, rb := homeRank(idx[a]), homeRank(idx[b])
 		if ra != rb {
 			return ra < rb
@@ -412,7 +416,9 @@ func fillWhole(order []int, th []float64, key []int32, items []item, idx []int, 
 // leaves): a workload that is not small gets ceil(share) CPUs of its own,
 // idle ones first (its current ones first); a small workload goes to the
 // busy CPU with the smallest positive vacancy (patch 13,
-// find_leader_cpu), else to an idle CPU, else to the least loaded one.
+// find_leader_cpu), else to an idle CPU, else to the least loaded one;
+// an idle workload (loadState.idle) goes where the others went
+// (placeIdle).
 func (pk *packer) placeCPUs(kids []int32, order []int, items []item, idx []int) {
 	lf := &leafFill{pk: pk, kids: kids, order: order,
 		load: make([]float64, len(kids)), nr: make([]int, len(kids)), maxUtil: pk.rules.maxUtil(), meanCap: 1}
@@ -423,11 +429,14 @@ func (pk *packer) placeCPUs(kids []int32, order []int, items []item, idx []int) 
 		}
 		lf.meanCap = sum / float64(len(kids))
 	}
-	var large, smalls []int
+	var large, smalls, idle []int
 	for _, i := range idx {
-		if lf.small(items[i].portion) {
+		switch {
+		case pk.loads[items[i].w].idle:
+			idle = append(idle, i)
+		case lf.small(items[i].portion):
 			smalls = append(smalls, i)
-		} else {
+		default:
 			large = append(large, i)
 		}
 	}
@@ -440,17 +449,26 @@ func (pk *packer) placeCPUs(kids []int32, order []int, items []item, idx []int) 
 	for _, i := range smalls {
 		lf.placeSmall(items[i], taken)
 	}
+	if len(idle) > 0 {
+		lf.sleepers = make([]int, len(kids))
+	}
+	for _, i := range idle {
+		lf.placeIdle(items[i], taken)
+	}
 }
 
 // leafFill is placeCPUs's state: the load and number of workloads given
 // so far to each CPU (kids[j]) of one lowest-level domain.
 type leafFill struct {
-	pk      *packer
-	kids    []int32
-	order   []int // CPU indexes, best first (groupOrder)
-	load    []float64
-	nr      []int
-	maxUtil float64
+	pk    *packer
+	kids  []int32
+	order []int // CPU indexes, best first (groupOrder)
+	load  []float64
+	nr    []int // workloads given each CPU, idle ones not counted
+	// sleepers is the idle workloads given each CPU: their utilisation
+	// is in load, but they have no runnable thread to add to nr_running.
+	sleepers []int
+	maxUtil  float64
 	// meanCap is the CPUs' mean capacity in CPUs (1 with a single
 	// class): on a hybrid topology loads are counted against each CPU's
 	// capacity (capw).
@@ -576,4 +594,60 @@ func (lf *leafFill) placeSmall(it item, taken []bool) {
 		best = lf.leastLoaded(taken)
 	}
 	lf.assign(it.w, best, it.portion)
+}
+
+// placeIdle puts an idle workload (loadState.idle) where the packed work
+// is. It has no runnable thread, so it adds its utilisation to the CPU's
+// load but nothing to nr_running, and it joins a CPU that holds work —
+// its current one if the vacancy rule leaves room there (no needless
+// migration), else the one of smallest positive vacancy
+// (find_leader_cpu), else the one with the most room if the workload
+// fits in its capacity — so that idle workloads, however many, never make
+// the plan use a CPU of their own. Only a load that fits on no CPU in use
+// takes an idle CPU (its current one first), else the least loaded one.
+func (lf *leafFill) placeIdle(it item, taken []bool) {
+	used := func(j int) bool { return lf.nr[j] > 0 || lf.sleepers[j] > 0 }
+	vacancy := func(j int) float64 {
+		c := lf.capOf(j)
+		return lf.maxUtil - ((lf.load[j]/c)*100*float64(max(lf.nr[j], 1)) + 4*(it.portion/c)*100)
+	}
+	best := -1
+	for _, j := range lf.order {
+		if used(j) && lf.inCur(it.w, j) && vacancy(j) > eps {
+			best = j
+			break
+		}
+	}
+	if best < 0 {
+		bestV := math.Inf(1)
+		for _, j := range lf.order {
+			if v := vacancy(j); used(j) && v > eps && v < bestV-eps {
+				best, bestV = j, v
+			}
+		}
+	}
+	if best < 0 {
+		most := -eps
+		for _, j := range lf.order {
+			if r := lf.capOf(j) - lf.load[j] - it.portion; used(j) && r > most {
+				best, most = j, r
+			}
+		}
+	}
+	for pass := 0; pass < 2 && best < 0; pass++ {
+		for _, j := range lf.order {
+			if !used(j) && (pass == 1 || lf.inCur(it.w, j)) {
+				best = j
+				break
+			}
+		}
+	}
+	if best < 0 {
+		clear(taken)
+		best = lf.leastLoaded(taken)
+	}
+	lf.load[best] += it.portion
+	lf.sleepers[best]++
+	kd := &lf.pk.tr.nodes[lf.kids[best]]
+	lf.pk.out[it.w] = append(lf.pk.out[it.w], span{kd.lo, kd.hi})
 }

@@ -55,7 +55,40 @@ type planReport struct {
 	ClassCostFrom string            `json:"class_cost_from,omitempty"`
 	Levels        []string          `json:"levels"`
 	Spread        bool              `json:"spread"` // some domain was balanced for performance
+	// Current, CurrentActive and Next are there only with --current:
+	// each workload's current cpulist (none: a new workload), the
+	// active packages, cores and threads of those sets, and what the
+	// daemon does next with each workload (planNext: keep, pack, widen,
+	// move, place).
+	Current       map[string]string `json:"current,omitempty"`
+	CurrentActive *planActive       `json:"current_active,omitempty"`
+	Next          map[string]string `json:"next,omitempty"`
+	// Deferred: lazy balance keeps the current sets, or holds the plan in
+	// race to idle (policy.Plan.Deferred).
+	Deferred bool `json:"deferred,omitempty"`
+	// Lazy is the lazy balance history after this decision, the next
+	// decision's input; only with --current, --lazy-record or --raced.
+	Lazy *planLazy `json:"lazy,omitempty"`
 }
+
+// planLazy is patch 18's history after the planned decision.
+type planLazy struct {
+	Record     string `json:"record"`       // perf_lb_record, 0x and 16 hex digits; bit 0 this decision
+	RaceToIdle bool   `json:"race_to_idle"` // this plan raced to idle, or was held there
+	// PackingAllowed: the history allows a power balance, so the next
+	// decision packs (and leaves race to idle) if its load allows it.
+	PackingAllowed bool `json:"packing_allowed"`
+}
+
+// What the daemon does next with a workload, from its current set to the
+// plan's (planReport.Next).
+const (
+	nextKeep  = "keep"  // the same set: nothing written
+	nextPack  = "pack"  // fewer CPUs, all of them in the current set
+	nextWiden = "widen" // more CPUs, the current ones among them
+	nextMove  = "move"  // some other set
+	nextPlace = "place" // no current set given: a new workload's first one
+)
 
 // planClass is one efficiency class in the plan report.
 type planClass struct {
@@ -94,11 +127,18 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 		return err
 	})
 	allowedSpec := fl.String("allowed", "", "cpulist of CPUs to hand out (default: all)")
+	var currentSpecs []string
+	fl.Func("current", "plan from the current placement `NAME=CPULIST,...` and show what the daemon does next (a piece without = continues the cpulist before it: a=0-1,3,b=2; NAME * sets every workload not named; repeatable)", func(v string) error {
+		currentSpecs = append(currentSpecs, v)
+		return nil
+	})
+	lazyRecord := fl.String("lazy-record", "", "the lazy balance history of the decisions before, patch 18's perf_lb_record as a number `N` (0x… hex; bit 0 the last decision, set where it was over a threshold); default empty, as after a forced decision")
+	raced := fl.Bool("raced", false, "the decision before raced to idle: with a --lazy-record that forbids packing the plan is held there")
 	asJSON := fl.Bool("json", false, "print JSON instead of text")
 	writeTree := fl.String("write-sysfs", "", "write the preset's mock sysfs tree into this directory and exit")
 	svgFile := fl.String("svg", "", "also draw the plan as an SVG picture into `FILE` (- for standard output, instead of the text)")
 	fl.Usage = func() {
-		fmt.Fprintln(fl.Output(), "Usage: schedpolicyd plan (--sysfs-root DIR | --topology PRESET) --policy P --load NAME=UTIL[:THREADS][@SLICE[/CLASS]],... [--slice NAME.slice=POLICY[+always]]... [--config FILE] [--allowed LIST] [--json] [--svg FILE]")
+		fmt.Fprintln(fl.Output(), "Usage: schedpolicyd plan (--sysfs-root DIR | --topology PRESET) --policy P --load NAME=UTIL[:THREADS][@SLICE[/CLASS]],... [--slice NAME.slice=POLICY[+always]]... [--config FILE] [--allowed LIST] [--current NAME=CPULIST,...] [--lazy-record N] [--raced] [--json] [--svg FILE]")
 		fmt.Fprintln(fl.Output(), "       schedpolicyd plan --topology PRESET --write-sysfs DIR")
 		fl.PrintDefaults()
 	}
@@ -131,6 +171,13 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("%v", err)
 	}
+	var lazy policy.LazyState
+	if *lazyRecord != "" {
+		if lazy.Record, err = strconv.ParseUint(*lazyRecord, 0, 64); err != nil {
+			return fail("--lazy-record %q: want a 64-bit number (0x… hex, 0b… binary or decimal)", *lazyRecord)
+		}
+	}
+	lazy.RaceToIdle = *raced
 	rules := map[string]policy.SliceRule{}
 	if *configFile != "" {
 		fc, err := loadConfig(*configFile, true)
@@ -194,7 +241,18 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 		}
 		allowed = set.List()
 	}
-	plan := policy.PlanPlacement(policy.Input{Topology: topo, Allowed: allowed, Policy: policyName, Loads: loads, Slices: rules})
+	var current map[string]sysfs.CPUSet
+	if len(currentSpecs) > 0 {
+		if current, err = parseCurrent(currentSpecs, loads, descs); err != nil {
+			return fail("%v", err)
+		}
+		for i := range loads {
+			if c, ok := current[loads[i].Name]; ok {
+				loads[i].Current = c.List()
+			}
+		}
+	}
+	plan := policy.PlanPlacement(policy.Input{Topology: topo, Allowed: allowed, Policy: policyName, Loads: loads, Slices: rules, Lazy: lazy})
 	est := model.Simulate(topo, plan, loads)
 	r := planReport{
 		Topology: name, Requested: string(policyName), Policy: string(plan.Policy),
@@ -217,6 +275,25 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	r.Active = activeCounts(descs, plan.Active)
+	r.Deferred = plan.Deferred
+	if current != nil {
+		r.Current, r.Next = map[string]string{}, map[string]string{}
+		var union sysfs.CPUSet
+		for _, l := range loads {
+			c, ok := current[l.Name]
+			if ok {
+				r.Current[l.Name] = c.String()
+				union = union.Union(c)
+			}
+			r.Next[l.Name] = planNext(c, ok, sysfs.NewCPUSet(plan.CPUs[l.Name]...))
+		}
+		ca := activeCounts(descs, union.List())
+		r.CurrentActive = &ca
+	}
+	if current != nil || *lazyRecord != "" || *raced {
+		r.Lazy = &planLazy{Record: fmt.Sprintf("0x%016x", plan.Lazy.Record), RaceToIdle: plan.Lazy.RaceToIdle,
+			PackingAllowed: plan.Lazy.PowerBalanceAllowed()}
+	}
 	if classes.Hybrid() {
 		r.ClassCostFrom, r.CPUClass = costFrom, map[string]string{}
 		for i, cl := range classes.Classes {
@@ -251,7 +328,7 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "topology:  %s (%d CPUs; domain levels %s)\n", r.Topology, len(descs), strings.Join(r.Levels, " "))
 	fmt.Fprintf(stdout, "policy:    %s", r.Policy)
 	if r.Policy != r.Requested {
-		fmt.Fprintf(stdout, " (requested %s; the load exceeds its threshold: race to idle)", r.Requested)
+		fmt.Fprintf(stdout, " (requested %s; %s)", r.Requested, raceWhy(r))
 	}
 	fmt.Fprintln(stdout)
 	if len(r.Slices) > 0 {
@@ -263,15 +340,34 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "slices:    %s\n", strings.Join(rs, " "))
 	}
 	fmt.Fprintln(stdout, "workloads:")
-	fmt.Fprintf(stdout, "  %-16s %-12s %-12s %s\n", "NAME", "CLASS", "POLICY", "CPUS")
+	if r.Current != nil {
+		fmt.Fprintf(stdout, "  %-16s %-12s %-12s %-12s %-6s %s\n", "NAME", "CLASS", "POLICY", "CURRENT", "NEXT", "CPUS")
+	} else {
+		fmt.Fprintf(stdout, "  %-16s %-12s %-12s %s\n", "NAME", "CLASS", "POLICY", "CPUS")
+	}
 	for _, l := range loads {
 		why := ""
 		if pol := r.WorkloadPolicies[l.Name]; pol != r.Policy {
 			why = "  (" + placedWhy(policyName, l, rules, plan.Policies[l.Name]) + ")"
 		}
+		if r.Current != nil {
+			cur := r.Current[l.Name]
+			if cur == "" {
+				cur = "-"
+			}
+			fmt.Fprintf(stdout, "  %-16s %-12s %-12s %-12s %-6s %s%s%s\n", l.Name, r.Classes[l.Name], r.WorkloadPolicies[l.Name], cur, r.Next[l.Name], r.Workloads[l.Name], byClass(classes, plan.CPUs[l.Name]), why)
+			continue
+		}
 		fmt.Fprintf(stdout, "  %-16s %-12s %-12s %s%s%s\n", l.Name, r.Classes[l.Name], r.WorkloadPolicies[l.Name], r.Workloads[l.Name], byClass(classes, plan.CPUs[l.Name]), why)
 	}
 	fmt.Fprintf(stdout, "active:    %d packages, %d cores, %d threads (%s)\n", r.Active.Packages, r.Active.Cores, r.Active.Threads, r.Active.CPUs)
+	if c := r.CurrentActive; c != nil {
+		fmt.Fprintf(stdout, "current:   %d packages, %d cores, %d threads (%s)\n", c.Packages, c.Cores, c.Threads, orNone(c.CPUs))
+		fmt.Fprintf(stdout, "next:      %s\n", nextSummary(r))
+	}
+	if z := r.Lazy; z != nil {
+		fmt.Fprintf(stdout, "lazy:      record %s after this decision; %s\n", z.Record, lazyWhy(z))
+	}
 	fmt.Fprintf(stdout, "energy:    %.1f W (model %s; an estimate, not a measurement)\n", r.Watts, r.Model)
 	if r.ModelNote != "" {
 		fmt.Fprintf(stdout, "           %s\n", r.ModelNote)
@@ -289,6 +385,134 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+// raceWhy says why r's policy is performance though a packing policy was
+// requested: the load over the whole set's threshold, or the lazy history
+// holding the plan in race to idle.
+func raceWhy(r planReport) string {
+	if r.Deferred {
+		return "race to idle, held by the lazy balance history"
+	}
+	return "the load exceeds its threshold: race to idle"
+}
+
+// planNext is what the daemon does next with a workload whose current set
+// is cur (known: one was given) and whose plan is want (planReport.Next).
+func planNext(cur sysfs.CPUSet, known bool, want sysfs.CPUSet) string {
+	switch {
+	case !known:
+		return nextPlace
+	case want.Equal(cur):
+		return nextKeep
+	case want.IsSubsetOf(cur):
+		return nextPack
+	case cur.IsSubsetOf(want):
+		return nextWiden
+	}
+	return nextMove
+}
+
+// nextSummary is the "next:" line of --current: how many sets the daemon
+// writes, and whether lazy balance holds them.
+func nextSummary(r planReport) string {
+	changed := 0
+	for _, n := range r.Next {
+		if n != nextKeep {
+			changed++
+		}
+	}
+	var s string
+	switch {
+	case changed == 0:
+		s = "every workload keeps its set"
+	case changed == 1:
+		s = fmt.Sprintf("1 of %d workloads gets a new set", len(r.Next))
+	default:
+		s = fmt.Sprintf("%d of %d workloads get a new set", changed, len(r.Next))
+	}
+	switch {
+	case r.Deferred && r.Policy != r.Requested:
+		s += " (race to idle held: the lazy balance history forbids packing)"
+	case r.Deferred:
+		s += " (lazy balance defers packing: the current sets stay, those short of CPUs grow)"
+	case changed == 0:
+		s += " (they use no more packages, cores or capped CPUs than a fresh packing)"
+	}
+	return s
+}
+
+// lazyWhy says what the history after a decision allows the next one.
+func lazyWhy(z *planLazy) string {
+	switch {
+	case z.PackingAllowed:
+		return "the next decision may pack"
+	case z.RaceToIdle:
+		return "the next decision stays in race to idle (packing waits for 32 decisions below the threshold, at most 4 over it in the 32 before)"
+	}
+	return "the next decision keeps the current sets (packing waits for 32 decisions below the threshold, at most 4 over it in the 32 before)"
+}
+
+// parseCurrent parses --current NAME=CPULIST,... (each value of the
+// repeated flag): a piece without "=" continues the cpulist before it
+// (a=0-1,3,b=2), and NAME "*" gives every workload not named its set.
+// Every NAME must be a workload of loads, every CPU one of descs.
+func parseCurrent(specs []string, loads []policy.Load, descs []policy.CPUDesc) (map[string]sysfs.CPUSet, error) {
+	known := map[string]bool{}
+	for _, l := range loads {
+		known[l.Name] = true
+	}
+	var ids []int
+	for _, d := range descs {
+		ids = append(ids, d.ID)
+	}
+	cpus := sysfs.NewCPUSet(ids...)
+	type entry struct{ name, list string }
+	var entries []entry
+	for _, spec := range specs {
+		for _, piece := range strings.Split(spec, ",") {
+			piece = strings.TrimSpace(piece)
+			name, list, ok := strings.Cut(piece, "=")
+			switch {
+			case ok:
+				entries = append(entries, entry{name, list})
+			case len(entries) > 0 && piece != "":
+				entries[len(entries)-1].list += "," + piece
+			default:
+				return nil, fmt.Errorf("--current %q: want NAME=CPULIST,...", spec)
+			}
+		}
+	}
+	out := map[string]sysfs.CPUSet{}
+	var rest *sysfs.CPUSet
+	for _, e := range entries {
+		if e.name != "*" && !known[e.name] {
+			return nil, fmt.Errorf("--current: %q is no workload of --load", e.name)
+		}
+		if _, dup := out[e.name]; dup || e.name == "*" && rest != nil {
+			return nil, fmt.Errorf("--current: workload %q given twice", e.name)
+		}
+		set, err := sysfs.ParseCPUList(e.list)
+		if err != nil || set.IsEmpty() {
+			return nil, fmt.Errorf("--current %s=%s: want a non-empty cpulist", e.name, e.list)
+		}
+		if extra := set.Difference(cpus); !extra.IsEmpty() {
+			return nil, fmt.Errorf("--current %s=%s: CPUs %s are not in the topology (CPUs %s)", e.name, e.list, extra, cpus)
+		}
+		if e.name == "*" {
+			rest = &set
+			continue
+		}
+		out[e.name] = set
+	}
+	if rest != nil {
+		for _, l := range loads {
+			if _, ok := out[l.Name]; !ok {
+				out[l.Name] = *rest
+			}
+		}
+	}
+	return out, nil
 }
 
 // byClass names the classes of a workload's CPUs on a machine of more

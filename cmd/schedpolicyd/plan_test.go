@@ -235,3 +235,148 @@ func TestPlanClasses(t *testing.T) {
 		}
 	}
 }
+
+// vm2Tree writes the 2-vCPU VM of issue 27 (1 package, 2 cores, no SMT:
+// the cgroup v2 VM of packaging/systemd-test) as a mock sysfs tree.
+func vm2Tree(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	if err := writeSysfsTree(root, preset{sockets: 1, nodesPerSocket: 1, llcsPerNode: 1, coresPerLLC: 2, threads: 1}.cpus()); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// issue27Load is issue 27's units on that VM: dbus, two light workers
+// and five idle units.
+const issue27Load = "dbus=0.01,work1=0.12,work2=0.11,idle1=0,idle2=0,idle3=0,idle4=0,idle5=0"
+
+func sameFor(v string, names ...string) map[string]string {
+	m := map[string]string{}
+	for _, n := range names {
+		m[n] = v
+	}
+	return m
+}
+
+var issue27Names = []string{"dbus", "work1", "work2", "idle1", "idle2", "idle3", "idle4", "idle5"}
+
+// TestPlanIssue27: powersaving packs the light load and the idle units
+// onto one CPU (it showed "active: 2 cores" with idle3-5 on CPU 1), and
+// --current shows what the daemon does from its units unrestricted
+// (every set 0-1): packs each, where the old plan kept them.
+func TestPlanIssue27(t *testing.T) {
+	root := vm2Tree(t)
+	r := planJSON(t, "--sysfs-root", root, "--policy", "powersaving", "--load", issue27Load)
+	if !reflect.DeepEqual(r.Workloads, sameFor("0", issue27Names...)) || r.Active != (planActive{1, 1, 1, "0"}) || r.Current != nil || r.Next != nil || r.Lazy != nil {
+		t.Fatalf("plan: %v, active %+v, current %v, next %v, lazy %v; want every workload on 0, 1 core, no --current fields", r.Workloads, r.Active, r.Current, r.Next, r.Lazy)
+	}
+
+	r = planJSON(t, "--sysfs-root", root, "--policy", "powersaving", "--load", issue27Load, "--current", "*=0-1")
+	if !reflect.DeepEqual(r.Workloads, sameFor("0", issue27Names...)) || !reflect.DeepEqual(r.Current, sameFor("0-1", issue27Names...)) ||
+		!reflect.DeepEqual(r.Next, sameFor("pack", issue27Names...)) || *r.CurrentActive != (planActive{1, 2, 2, "0-1"}) || r.Deferred ||
+		*r.Lazy != (planLazy{Record: "0x0000000000000000", PackingAllowed: true}) {
+		t.Fatalf("--current *=0-1: %+v", r)
+	}
+	_, out, _ := runPlan(t, "--sysfs-root", root, "--policy", "powersaving", "--load", issue27Load, "--current", "*=0-1")
+	for _, line := range []string{
+		"  NAME             CLASS        POLICY       CURRENT      NEXT   CPUS\n",
+		"  idle5            workload     powersaving  0-1          pack   0\n",
+		"active:    1 packages, 1 cores, 1 threads (0)\n",
+		"current:   1 packages, 2 cores, 2 threads (0-1)\n",
+		"next:      8 of 8 workloads get a new set\n",
+		"lazy:      record 0x0000000000000000 after this decision; the next decision may pack\n",
+	} {
+		if !strings.Contains(out, line) {
+			t.Errorf("text output lacks %q:\n%s", line, out)
+		}
+	}
+
+	// Fed back: every set kept.
+	r = planJSON(t, "--sysfs-root", root, "--policy", "powersaving", "--load", issue27Load, "--current", "*=0")
+	if !reflect.DeepEqual(r.Next, sameFor("keep", issue27Names...)) {
+		t.Errorf("--current *=0: next %v, want keep everywhere", r.Next)
+	}
+	// A performance decision in the history: lazy balance keeps the
+	// unrestricted sets this time.
+	_, out, _ = runPlan(t, "--sysfs-root", root, "--policy", "powersaving", "--load", issue27Load, "--current", "*=0-1", "--lazy-record", "0x1")
+	for _, line := range []string{
+		"  dbus             workload     powersaving  0-1          keep   0-1\n",
+		"next:      every workload keeps its set (lazy balance defers packing: the current sets stay, those short of CPUs grow)\n",
+		"lazy:      record 0x0000000000000002 after this decision; the next decision keeps the current sets (packing waits for 32 decisions below the threshold, at most 4 over it in the 32 before)\n",
+	} {
+		if !strings.Contains(out, line) {
+			t.Errorf("--lazy-record 0x1: text output lacks %q:\n%s", line, out)
+		}
+	}
+}
+
+// TestPlanCurrentRaceToIdle: the race-to-idle hysteresis through the CLI:
+// a load over the threshold races to idle whatever the history; a light
+// one after a race (--raced) with a history that forbids packing is held
+// there, and packs once the history allows it.
+func TestPlanCurrentRaceToIdle(t *testing.T) {
+	root := vm2Tree(t)
+	r := planJSON(t, "--sysfs-root", root, "--policy", "powersaving", "--load", "a=1.5:2,b=1", "--current", "a=0")
+	if r.Policy != "performance" || r.Deferred || !reflect.DeepEqual(r.Next, map[string]string{"a": "widen", "b": "place"}) ||
+		*r.Lazy != (planLazy{Record: "0x0000000000000001", RaceToIdle: true}) {
+		t.Fatalf("burst: %+v", r)
+	}
+	held := []string{"--sysfs-root", root, "--policy", "powersaving", "--load", "a=0.3,b=0.1", "--current", "*=0-1", "--raced"}
+	r = planJSON(t, append(held, "--lazy-record", "0x1")...)
+	if r.Policy != "performance" || !r.Deferred || !reflect.DeepEqual(r.Next, sameFor("keep", "a", "b")) ||
+		*r.Lazy != (planLazy{Record: "0x0000000000000002", RaceToIdle: true}) {
+		t.Fatalf("held: %+v", r)
+	}
+	_, out, _ := runPlan(t, append(held, "--lazy-record", "0x1")...)
+	for _, line := range []string{
+		"policy:    performance (requested powersaving; race to idle, held by the lazy balance history)\n",
+		"next:      every workload keeps its set (race to idle held: the lazy balance history forbids packing)\n",
+		"lazy:      record 0x0000000000000002 after this decision; the next decision stays in race to idle (packing waits for 32 decisions below the threshold, at most 4 over it in the 32 before)\n",
+	} {
+		if !strings.Contains(out, line) {
+			t.Errorf("held: text output lacks %q:\n%s", line, out)
+		}
+	}
+	// Four performance decisions, the last 32 decisions before this
+	// one (bits 31-34 of the record before it): packs. Five: held.
+	r = planJSON(t, append(held, "--lazy-record", "0x780000000")...)
+	if r.Policy != "powersaving" || r.Deferred || !reflect.DeepEqual(r.Workloads, sameFor("0", "a", "b")) || r.Lazy.RaceToIdle || !r.Lazy.PackingAllowed {
+		t.Fatalf("history allows packing: %+v", r)
+	}
+	r = planJSON(t, append(held, "--lazy-record", "0xf80000000")...)
+	if r.Policy != "performance" || !r.Deferred || !r.Lazy.RaceToIdle || r.Lazy.PackingAllowed {
+		t.Fatalf("five in the window: %+v", r)
+	}
+}
+
+// TestPlanCurrentParse: --current takes cpulists with commas (a piece
+// without "=" continues the one before), "*" for the others, and
+// repeats; it refuses unknown workloads, CPUs and bad lists.
+func TestPlanCurrentParse(t *testing.T) {
+	r := planJSON(t, "--topology", "snb-laptop-4c8t", "--policy", "powersaving", "--load", "a=1,b=0.5,c=0.1,d=0",
+		"--current", "a=0-1,3,b=4", "--current", "*=5,7")
+	if want := map[string]string{"a": "0-1,3", "b": "4", "c": "5,7", "d": "5,7"}; !reflect.DeepEqual(r.Current, want) {
+		t.Errorf("current %v, want %v", r.Current, want)
+	}
+	r = planJSON(t, "--topology", "snb-laptop-4c8t", "--policy", "powersaving", "--load", "a=1,b=0.5", "--current", "a=0")
+	if !reflect.DeepEqual(r.Current, map[string]string{"a": "0"}) || r.Next["b"] != "place" {
+		t.Errorf("b without a current set: current %v, next %v", r.Current, r.Next)
+	}
+	for _, bad := range [][]string{
+		{"--current", "x=0"},     // no such workload
+		{"--current", "a=0-9"},   // CPUs 8-9 are not in the topology
+		{"--current", "a=0-"},    // bad cpulist
+		{"--current", "a="},      // empty
+		{"--current", "0,a=1"},   // a piece before any NAME=
+		{"--current", "a=0,a=1"}, // twice
+		{"--current", "*=0", "--current", "*=1"},
+		{"--lazy-record", "0xfoo"},
+		{"--lazy-record", "0x10000000000000000"}, // 65 bits
+	} {
+		args := append([]string{"--topology", "snb-laptop-4c8t", "--load", "a=1,b=0.5"}, bad...)
+		if code, _, errs := runPlan(t, args...); code != 2 || errs == "" {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and a message", bad, code, errs)
+		}
+	}
+}

@@ -235,7 +235,7 @@ func writePlanSVG(w io.Writer, descs []policy.CPUDesc, r planReport, loads []pol
 	// Header.
 	title := fmt.Sprintf("schedpolicyd plan: %s, policy %s", r.Topology, r.Policy)
 	if r.Policy != r.Requested {
-		title += fmt.Sprintf(" (requested %s; the load exceeds its threshold: race to idle)", r.Requested)
+		title += fmt.Sprintf(" (requested %s; %s)", r.Requested, raceWhy(r))
 	}
 	var loadText []string
 	for _, l := range loads {
