@@ -18,6 +18,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 	"github.com/schedpolicyd/schedpolicyd/systemd"
@@ -186,58 +187,10 @@ type Config struct {
 	pressureFile string
 }
 
-// Snapshot is a consistent copy of the daemon's public state, published by
-// the event loop after every change. Readers (tree, D-Bus) never touch loop
-// state directly.
-type Snapshot struct {
-	Policy      policy.Policy // effective policy
-	Knob        policy.Knob
-	PowerSource acpi.Source
-	Reason      string // why this power source (acpi.Decision.Reason)
-	// PolicyReason says why the effective policy, in words.
-	PolicyReason string
-	// LastChange is when Policy last changed (start-up counts).
-	LastChange time.Time
-	Boost      string // "1", "0" or "unsupported"
-	Workloads  []WorkloadStatus
-	Holds      []hold
-	// Topology is the online CPUs with their package, LLC and core; the
-	// same slice from one snapshot to the next until a hotplug changes it.
-	Topology []TopologyEntry
-	// CPUClasses is the efficiency classes, most efficient first
-	// (classes.go); the same slice until a hotplug changes them.
-	CPUClasses []CPUClassEntry
-	// EnergySource is what measures energy: EnergySourceRAPL,
-	// EnergySourceBattery or EnergySourceNone (energy.go).
-	EnergySource string
-	// Energy is the measured energy per policy and power source over every
-	// closed segment, across restarts (EnergyMeter.Totals order).
-	Energy []EnergyTotal
-	// ConfigDigest is Config.ConfigDigest of the configuration applied.
-	ConfigDigest string
-
-	// props are the D-Bus property values of this snapshot, computed once
-	// when it is published (Get and GetAll are the hot path); read-only.
-	props map[string]any
-}
-
-// WorkloadStatus describes one managed workload.
-type WorkloadStatus struct {
-	Name string
-	Path string  // cgroup directory
-	CPUs string  // cpulist of cpuset.cpus as last written or read
-	Util float64 // decayed utilisation, CPUs
-	// Override is the workload's own placement policy ("" = the machine's).
-	Override policy.Policy
-	// Class says what kind of work it is: "workload" (a child of the
-	// managed parent, or a unit of schedpolicyd.slice), "service" (a unit
-	// of system.slice), "user" (a user's whole manager, user@UID.service);
-	// for the units of a user's manager (users.go) "focused" (an app.slice
-	// unit whose cgroup's user.xdg.inactive-since is -1), "app",
-	// "background" or "session"; or the managed slice's name without
-	// ".slice" for other units.
-	Class string
-}
+// WorkloadStatus describes one managed workload (snapshot.WorkloadStatus);
+// the name stays here for the placements (placement_create.go, units.go),
+// which report it.
+type WorkloadStatus = snapshot.WorkloadStatus
 
 // ErrStopped is returned by requests made after the event loop ended.
 var ErrStopped = errors.New("daemon is stopping")
@@ -270,7 +223,10 @@ type Daemon struct {
 	ready     chan struct{} // closed once READY=1 was sent
 	done      chan struct{} // closed when the loop ends
 
-	snap atomic.Pointer[Snapshot]
+	snap atomic.Pointer[snapshot.Snapshot]
+	// props are the D-Bus property values of the last published snapshot
+	// (storeProps).
+	props atomic.Pointer[snapProps]
 
 	// Loop-owned state: touched only by the goroutine running Run.
 	knob       policy.Knob
@@ -279,8 +235,8 @@ type Daemon struct {
 	power      acpi.Decision
 	boost      string
 	topo       policy.Topology
-	topoProp   []TopologyEntry // the Topology property (topologyEntries)
-	classProp  []CPUClassEntry // the CPUClasses property (classEntries)
+	topoProp   []snapshot.TopologyEntry // the Topology property (topologyEntries)
+	classProp  []snapshot.CPUClassEntry // the CPUClasses property (classEntries)
 	allowed    sysfs.CPUSet
 	effective  policy.Policy
 	// boostUncontrollable: boost cannot be controlled on this machine
@@ -296,7 +252,7 @@ type Daemon struct {
 	unpublished  bool
 	heldLogs     []func()
 	lastSaved    State // what state.json holds, as last saved by saveState
-	holds        map[uint32]*hold
+	holds        map[uint32]*snapshot.Hold
 	holdIdx      holdIndex // beside holds: cookies, holds per owner (holds.go)
 	lastChange   time.Time
 	policyReason string
@@ -445,7 +401,7 @@ func New(cfg Config) (*Daemon, error) {
 		clockSync: make(chan struct{}, 1),
 		ready:     make(chan struct{}),
 		done:      make(chan struct{}),
-		holds:     map[uint32]*hold{},
+		holds:     map[uint32]*snapshot.Hold{},
 
 		batteryPct: -1,
 	}
@@ -483,11 +439,11 @@ func (d *Daemon) Ready() <-chan struct{} { return d.ready }
 func (d *Daemon) Done() <-chan struct{} { return d.done }
 
 // Snapshot returns the latest published state. Safe for concurrent use.
-func (d *Daemon) Snapshot() Snapshot {
+func (d *Daemon) Snapshot() snapshot.Snapshot {
 	if s := d.snap.Load(); s != nil {
 		return *s
 	}
-	return Snapshot{}
+	return snapshot.Snapshot{}
 }
 
 // do runs fn on the event loop and returns its error; it is how the tree and
@@ -597,7 +553,9 @@ func (d *Daemon) Run(ctx context.Context) (runErr error) {
 	defer d.energyGuard.Stop()
 	d.armEnergyGuard()
 	d.log.WithField("source", d.energy.Source()).Info("energy source")
-	d.snap.Store(d.newSnapshot())
+	first := d.newSnapshot()
+	d.storeProps(first)
+	d.snap.Store(first)
 
 	tree, err := sysfs.ServeTree(d.treeOptions(ctx, d.cfg.TreeBackend))
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/internal/bussender"
 	"github.com/schedpolicyd/schedpolicyd/internal/reconnect"
 	"github.com/schedpolicyd/schedpolicyd/policy"
@@ -94,7 +95,7 @@ func (d *Daemon) connectBus(ctx context.Context) (*busService, *busFailure) {
 		return nil, &busFailure{step: busConnect, err: err}
 	}
 	s := &busService{d: d, conn: conn, log: log}
-	s.properties = newPropExporter(conn, []propPlace{{ObjectPath, Interface}}, d.Snapshot().values(), s.propVariants, s.propSetters())
+	s.properties = newPropExporter(conn, []propPlace{{ObjectPath, Interface}}, d.values(d.snap.Load()), s.propVariants, s.propSetters())
 	// Before anything is exported: a hold made on this connection must be
 	// able to see its holder leave (busService.addHold).
 	if err := s.watchHolders(); err != nil {
@@ -288,7 +289,7 @@ func (d *Daemon) keepBus(ctx context.Context, cur *busService, rep *busReporter)
 			rep.connected()
 			if err := d.do(ctx, func() error {
 				d.bus = s
-				s.update(d.Snapshot())
+				s.update(d.snap.Load())
 				return nil
 			}); err != nil {
 				s.close()
@@ -322,18 +323,35 @@ func (d *Daemon) keepBus(ctx context.Context, cur *busService, rep *busReporter)
 // errBusLost ends a bus session: the connection's context ended.
 var errBusLost = errors.New("lost the D-Bus connection")
 
-// values returns the snapshot's D-Bus property values: computed once at
-// publication, or now for a snapshot that was built by hand.
-func (snap Snapshot) values() map[string]any {
-	if snap.props != nil {
-		return snap.props
+// snapProps is a published snapshot with its D-Bus property values,
+// computed once when it is published (Get and GetAll are the hot path);
+// read-only.
+type snapProps struct {
+	snap *snapshot.Snapshot
+	vals map[string]any
+}
+
+// storeProps computes the property values of s, about to be published.
+func (d *Daemon) storeProps(s *snapshot.Snapshot) {
+	d.props.Store(&snapProps{snap: s, vals: propertyValues(*s)})
+}
+
+// values returns snap's D-Bus property values: computed once at
+// publication, or now for a snapshot that was built by hand (nil: the
+// empty one).
+func (d *Daemon) values(snap *snapshot.Snapshot) map[string]any {
+	if snap == nil {
+		return propertyValues(snapshot.Snapshot{})
 	}
-	return propertyValues(snap)
+	if p := d.props.Load(); p != nil && p.snap == snap {
+		return p.vals
+	}
+	return propertyValues(*snap)
 }
 
 // propertyValues maps a snapshot to the D-Bus property values of Interface,
 // with the Go types godbus encodes as the XML's signatures.
-func propertyValues(snap Snapshot) map[string]any {
+func propertyValues(snap snapshot.Snapshot) map[string]any {
 	avail := make([]string, len(policy.AvailablePolicies))
 	for i, p := range policy.AvailablePolicies {
 		avail[i] = string(p)
@@ -372,7 +390,7 @@ func propertyValues(snap Snapshot) map[string]any {
 		"LastChange":        uint64(snap.LastChange.UnixMicro()),
 		"Holds":             holds,
 		"Topology":          topo,
-		"EnergySource":      energySourceValue(snap.EnergySource),
+		"EnergySource":      snap.EnergySourceName(),
 		"Energy":            energyEntries(snap.Energy),
 	}
 }
@@ -390,16 +408,16 @@ type workloadEntry struct {
 // update emits one PropertiesChanged carrying every property whose value
 // differs from the last published one, and PolicyChanged when ActivePolicy
 // changed. Called from the event loop after every change.
-func (s *busService) update(snap Snapshot) {
+func (s *busService) update(snap *snapshot.Snapshot) {
 	if s == nil {
 		return
 	}
-	vals := snap.values()
+	vals := s.d.values(snap)
 	prev := s.properties.publish(vals)
 	if prev["ActivePolicy"] != vals["ActivePolicy"] {
 		s.conn.Emit(ObjectPath, Interface+".PolicyChanged", string(snap.Policy), snap.PolicyReason)
 	}
-	s.pp.update(snap)
+	s.pp.update(*snap)
 }
 
 // equalValue compares two property values (strings, numbers, slices of

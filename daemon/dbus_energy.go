@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 )
 
 // The energy part of Interface: the EnergySource and Energy
@@ -23,14 +25,7 @@ type estimateEntry struct {
 	Watts, PackageWatts float64
 }
 
-func energySourceValue(s string) string {
-	if s == "" {
-		return EnergySourceNone
-	}
-	return s
-}
-
-func energyEntries(ts []EnergyTotal) []energyEntry {
+func energyEntries(ts []snapshot.EnergyTotal) []energyEntry {
 	out := make([]energyEntry, 0, len(ts))
 	for _, t := range ts {
 		out = append(out, energyEntry{string(t.Policy), string(t.PowerSource), t.Joules, t.Seconds})

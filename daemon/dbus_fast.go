@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 )
 
 // The fast path for org.freedesktop.DBus.Properties.Get and GetAll of
@@ -42,7 +44,7 @@ var (
 // of Get (one per property) and GetAll. Nothing in it is modified after it
 // is built; godbus only reads reply bodies to encode them.
 type propCache struct {
-	snap   *Snapshot
+	snap   *snapshot.Snapshot
 	vars   map[string]dbus.Variant
 	get    map[string][]any
 	getAll []any
@@ -55,11 +57,7 @@ func (s *busService) propCache() *propCache {
 	if c := s.props.Load(); c != nil && c.snap == p && p != nil {
 		return c
 	}
-	var snap Snapshot
-	if p != nil {
-		snap = *p
-	}
-	vals := snap.values()
+	vals := s.d.values(p)
 	c := &propCache{
 		snap: p,
 		vars: make(map[string]dbus.Variant, len(vals)),

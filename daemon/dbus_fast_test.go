@@ -8,6 +8,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
@@ -44,7 +45,7 @@ func TestFastPropsOneReply(t *testing.T) {
 	}
 	defer conn.Close()
 	obj := conn.Object(BusName, ObjectPath)
-	want := d.Snapshot().values()
+	want := d.values(d.snap.Load())
 
 	before := rc.count()
 	const n = 50
@@ -101,7 +102,7 @@ func TestFastPropsOneReply(t *testing.T) {
 func TestFastPropsIntercept(t *testing.T) {
 	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
 	d := new(Daemon)
-	d.snap.Store(&Snapshot{Policy: "balance", PowerSource: "battery"})
+	d.snap.Store(&snapshot.Snapshot{Policy: "balance", PowerSource: "battery"})
 	f := new(fastProps)
 	seen := make(chan dbus.Type, 10) // each call's type after the interceptor
 	server, err := dbus.Connect(addr, dbus.WithIncomingInterceptor(func(m *dbus.Message) {
@@ -165,13 +166,13 @@ func TestFastPropsIntercept(t *testing.T) {
 	}
 	var all map[string]dbus.Variant
 	if err := obj.Call(propsIface+".GetAll", 0, "").Store(&all); err != nil ||
-		len(all) != len(propertyValues(Snapshot{})) || all["ActivePolicy"].Value() != "balance" {
+		len(all) != len(propertyValues(snapshot.Snapshot{})) || all["ActivePolicy"].Value() != "balance" {
 		t.Errorf("GetAll \"\" = %v, %v", all, err)
 	}
 	typeOf()
 
 	// A new snapshot is served at once.
-	d.snap.Store(&Snapshot{Policy: "powersaving"})
+	d.snap.Store(&snapshot.Snapshot{Policy: "powersaving"})
 	if err := obj.Call(propsIface+".Get", 0, Interface, "ActivePolicy").Store(&v); err != nil || v.Value() != "powersaving" {
 		t.Errorf("after a new snapshot: Get ActivePolicy = %v, %v", v, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/godbus/dbus/v5"
 	"github.com/godbus/dbus/v5/introspect"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -54,7 +55,7 @@ func TestIntrospectionMatchesExports(t *testing.T) {
 		t.Errorf("methods differ:\nXML      %v\nexported %v", fromXML, exported)
 	}
 
-	vals := propertyValues(Snapshot{Holds: []hold{{Cookie: 1}}, Workloads: []WorkloadStatus{{Name: "w"}}})
+	vals := propertyValues(snapshot.Snapshot{Holds: []snapshot.Hold{{Cookie: 1}}, Workloads: []WorkloadStatus{{Name: "w"}}})
 	seen := map[string]bool{}
 	for _, p := range iface.Properties {
 		seen[p.Name] = true

@@ -14,6 +14,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -201,7 +202,7 @@ func TestEnergyBatteryOverBus(t *testing.T) {
 	}
 	defer conn.Close()
 	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(conn, BusName) })
-	if s := d.Snapshot(); s.PowerSource != "battery" || s.Policy != policy.Powersaving || s.EnergySource != EnergySourceBattery {
+	if s := d.Snapshot(); s.PowerSource != "battery" || s.Policy != policy.Powersaving || s.EnergySource != snapshot.EnergySourceBattery {
 		t.Fatalf("snapshot %s %s %s, want battery, powersaving, battery", s.PowerSource, s.Policy, s.EnergySource)
 	}
 	time.Sleep(200 * time.Millisecond)

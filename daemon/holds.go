@@ -6,6 +6,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
@@ -26,20 +27,6 @@ const MaxHoldsPerCaller = 16
 // opens many connections: BenchmarkHoldAdd measures it.
 const MaxHolds = 256
 
-// hold is one HoldPolicy (or power-profiles HoldProfile) request. Loop-owned
-// and never modified once made. Without AppID it is exactly one entry of
-// the Holds property, signature (usss).
-type hold struct {
-	Cookie uint32
-	Policy policy.Policy
-	Reason string
-	// Owner is the holder's unique bus name; the hold ends when it leaves.
-	Owner string
-	// AppID is the power-profiles application_id ("" for HoldPolicy); not
-	// part of the Holds property.
-	AppID string `dbus:"-"`
-}
-
 // holdIndex is what the event loop keeps beside Daemon.holds, so that
 // adding a hold costs no more than the PropertiesChanged that announces
 // it: the cookies, each owner's number of holds (MaxHoldsPerCaller) and the
@@ -53,7 +40,7 @@ type holdIndex struct {
 	// array, so no element a snapshot can see is ever written, and a
 	// snapshot whose holds did not change carries the same slice (which
 	// reflect.DeepEqual, in busService.update, compares in O(1)).
-	list []hold
+	list []snapshot.Hold
 }
 
 // holdLimitError refuses a hold beyond MaxHoldsPerCaller (owner set) or
@@ -101,7 +88,7 @@ func (d *Daemon) addHold(p policy.Policy, reason, owner, appID string) (uint32, 
 			break
 		}
 	}
-	h := &hold{Cookie: ix.last, Policy: p, Reason: reason, Owner: owner, AppID: appID}
+	h := &snapshot.Hold{Cookie: ix.last, Policy: p, Reason: reason, Owner: owner, AppID: appID}
 	d.holds[h.Cookie] = h
 	if ix.perOwner == nil {
 		ix.perOwner = map[string]int{}
@@ -173,7 +160,7 @@ func (d *Daemon) dropHolds(cookies []uint32, why string) {
 		}
 	}
 	// A new array: published snapshots keep theirs.
-	keep := make([]hold, 0, len(ix.list))
+	keep := make([]snapshot.Hold, 0, len(ix.list))
 	for _, h := range ix.list {
 		if _, ok := d.holds[h.Cookie]; ok {
 			keep = append(keep, h)
@@ -185,8 +172,8 @@ func (d *Daemon) dropHolds(cookies []uint32, why string) {
 
 // winningHold returns the hold that decides the policy, or nil: the most
 // power-saving one, the oldest among equals. The result is read-only.
-func (d *Daemon) winningHold() *hold {
-	var win *hold
+func (d *Daemon) winningHold() *snapshot.Hold {
+	var win *snapshot.Hold
 	for i := range d.holdIdx.list {
 		if h := &d.holdIdx.list[i]; win == nil || holdRank(h.Policy) > holdRank(win.Policy) {
 			win = h
@@ -197,12 +184,12 @@ func (d *Daemon) winningHold() *hold {
 
 // noHolds is the published list while there is no hold (not nil, so that
 // it compares equal to an empty list built elsewhere).
-var noHolds = []hold{}
+var noHolds = []snapshot.Hold{}
 
 // holdList is the list of holds for the snapshot, in the order they were
 // made. It is shared, not copied (holdIndex.list): read-only, and capped
 // so that an append by a reader copies it.
-func (d *Daemon) holdList() []hold {
+func (d *Daemon) holdList() []snapshot.Hold {
 	l := d.holdIdx.list
 	if len(l) == 0 {
 		return noHolds

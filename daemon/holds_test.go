@@ -20,6 +20,7 @@ import (
 	"github.com/godbus/dbus/v5"
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -177,7 +178,7 @@ func TestHoldsOfCallersThatLeaveAtOnce(t *testing.T) {
 			sentinel.Close()
 			// From here on holds can only end. Those of callers that left
 			// end once their NameOwnerChanged is handled, or at once.
-			var last []hold
+			var last []snapshot.Hold
 			testutil.Eventually(t, "no holds of callers that left", func() (bool, string) {
 				last = d.Snapshot().Holds
 				return len(last) == 0, fmt.Sprintf("%d holds remain: %v", len(last), last)
@@ -199,7 +200,7 @@ func TestHoldsOfCallersThatLeaveAtOnce(t *testing.T) {
 
 // unchanged fails unless refused holds left the holds alone: no hold was
 // added (the log), and the published list is the one published before.
-func unchanged(t *testing.T, before, after []hold, addedBefore, addedAfter int64) {
+func unchanged(t *testing.T, before, after []snapshot.Hold, addedBefore, addedAfter int64) {
 	t.Helper()
 	if addedAfter != addedBefore {
 		t.Errorf("%d holds added by refused calls", addedAfter-addedBefore)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
@@ -90,7 +91,7 @@ func exportPowerProfilesFlags(s *busService, flags dbus.RequestNameFlags) *power
 
 // profileOf is the power-profiles view of a snapshot: a winning hold first,
 // else the knob.
-func profileOf(snap Snapshot) string {
+func profileOf(snap snapshot.Snapshot) string {
 	if len(snap.Holds) > 0 {
 		if snap.Policy == policy.Performance {
 			return ppPerformance
@@ -123,7 +124,7 @@ var ppProfiles = func() []map[string]dbus.Variant {
 }()
 
 // ppHold is one entry of ActiveProfileHolds (a{sv}).
-func ppHold(h hold) map[string]dbus.Variant {
+func ppHold(h snapshot.Hold) map[string]dbus.Variant {
 	prof := ppPowerSaver
 	if h.Policy == policy.Performance {
 		prof = ppPerformance
@@ -141,11 +142,11 @@ func ppHold(h hold) map[string]dbus.Variant {
 // converted, and an unchanged list gives the same slice back, which
 // update compares in O(1). What it returns is shared and read-only.
 type ppHoldsCache struct {
-	from []hold                    // the list last converted
+	from []snapshot.Hold           // the list last converted
 	val  []map[string]dbus.Variant // its conversion (len(from) entries), room to grow
 }
 
-func (c *ppHoldsCache) convert(hs []hold) []map[string]dbus.Variant {
+func (c *ppHoldsCache) convert(hs []snapshot.Hold) []map[string]dbus.Variant {
 	grown := len(hs) >= len(c.from) && len(c.from) > 0 && &hs[0] == &c.from[0]
 	if !grown {
 		c.val = make([]map[string]dbus.Variant, 0, len(hs))
@@ -160,7 +161,7 @@ func (c *ppHoldsCache) convert(hs []hold) []map[string]dbus.Variant {
 
 // ppValuesWith is the power-profiles property values of snap, with holds
 // (snap.Holds converted) as ActiveProfileHolds.
-func ppValuesWith(snap Snapshot, holds []map[string]dbus.Variant) map[string]any {
+func ppValuesWith(snap snapshot.Snapshot, holds []map[string]dbus.Variant) map[string]any {
 	return map[string]any{
 		"ActiveProfile":        profileOf(snap),
 		"PerformanceInhibited": "",
@@ -174,7 +175,7 @@ func ppValuesWith(snap Snapshot, holds []map[string]dbus.Variant) map[string]any
 
 // values is the power-profiles property values of snap, with
 // ActiveProfileHolds from the cache.
-func (pp *powerProfiles) values(snap Snapshot) map[string]any {
+func (pp *powerProfiles) values(snap snapshot.Snapshot) map[string]any {
 	pp.mu.Lock()
 	defer pp.mu.Unlock()
 	return ppValuesWith(snap, pp.holds.convert(snap.Holds))
@@ -192,7 +193,7 @@ func (pp *powerProfiles) variants() map[string]dbus.Variant {
 }
 
 // update emits PropertiesChanged on both names for what changed.
-func (pp *powerProfiles) update(snap Snapshot) {
+func (pp *powerProfiles) update(snap snapshot.Snapshot) {
 	if pp == nil {
 		return
 	}

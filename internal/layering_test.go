@@ -46,8 +46,12 @@ var layers = map[string][]string{
 	// internal/reconnect, a leaf that imports nothing of ours.
 	// daemon counts packed workloads' CPU time with internal/taskclock
 	// (perf events: not pseudo-filesystem I/O, so not sysfs), a leaf too.
-	"acpi":               {"sysfs", "internal/reconnect", "internal/bussender"},
-	"daemon":             {"acpi", "sysfs", "policy", "systemd", "internal/names", "internal/reconnect", "internal/taskclock", "internal/bussender"},
+	"acpi":   {"sysfs", "internal/reconnect", "internal/bussender"},
+	"daemon": {"daemon/snapshot", "acpi", "sysfs", "policy", "systemd", "internal/names", "internal/reconnect", "internal/taskclock", "internal/bussender"},
+	// The published state's types, shared by the daemon and its readers:
+	// policy and acpi for the types of its values (acpi.Source), and what
+	// acpi brings, nothing else.
+	"daemon/snapshot":    {"policy", "acpi", "sysfs", "internal/reconnect", "internal/bussender"},
 	"internal/bussender": {},
 	"internal/names":     {},
 	"internal/reconnect": {},
@@ -55,7 +59,7 @@ var layers = map[string][]string{
 	"internal/testutil":  {},
 	// schedpolicyctl talks to the daemon over D-Bus; of the daemon it may
 	// use only exported types and constants (checkClientUsesAPIOnly).
-	"cmd/schedpolicyctl": {"internal/names", "internal/bussender", "daemon", "acpi", "sysfs", "policy", "systemd"},
+	"cmd/schedpolicyctl": {"internal/names", "internal/bussender", "daemon", "daemon/snapshot", "acpi", "sysfs", "policy", "systemd"},
 }
 
 // external lists the only non-standard-library modules a package may
