@@ -60,9 +60,6 @@ func ClassModel(m policy.EnergyModel, fs sysfs.FS, c sysfs.CPUClasses) (_ policy
 	return m.WithClasses(cost), "published figures (an estimate; docs/HYBRID-PLACEMENT.md)"
 }
 
-// noClasses is the published CPUClasses before the topology was read.
-var noClasses = []snapshot.CPUClassEntry{}
-
 // classEntries maps the classes to the CPUClasses property; prev itself
 // when equal, so the published slice stays the same until a hotplug
 // changes it (see topologyEntries).

@@ -18,6 +18,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
@@ -145,10 +146,11 @@ type Config struct {
 	Settle time.Duration
 	// PowerProfilesAPI is the power-profiles D-Bus API
 	// (net.hadess.PowerProfiles and org.freedesktop.UPower.PowerProfiles)
-	// that GNOME, KDE and powerprofilesctl use: PowerProfilesOff ("", the
-	// default here; "false"), PowerProfilesServe ("on", "true": serve it)
-	// or PowerProfilesAuto ("auto": follow the process that owns it, serve
-	// it while nobody does; ppfollow.go). Other words are an error.
+	// that GNOME, KDE and powerprofilesctl use: bus.PowerProfilesOff ("",
+	// the default here; "false"), bus.PowerProfilesServe ("on", "true":
+	// serve it) or bus.PowerProfilesAuto ("auto": follow the process that
+	// owns it, serve it while nobody does; bus/ppfollow.go). Other words
+	// are an error.
 	PowerProfilesAPI string
 	// ProfileMap is the power_aware each followed profile ("power-saver",
 	// "balanced", "performance") selects; nil or a missing profile:
@@ -157,9 +159,9 @@ type Config struct {
 	// PowerProfilesUnits are the systemd service units of the
 	// power-profiles implementations: while one is installed (its unit
 	// file exists and is not masked) "auto" never serves the names, and
-	// a start of one releases them at once (ppunits.go). nil:
-	// DefaultPowerProfilesUnits; a name that is not NAME.service is an
-	// error.
+	// a start of one releases them at once (bus/ppunits.go). nil:
+	// bus.DefaultPowerProfilesUnits; a name that is not NAME.service is
+	// an error.
 	PowerProfilesUnits []string
 	// LowBattery is the low-battery tier, in percent of the system
 	// batteries' charge (acpi.BatteryPercent): below it, on battery, the
@@ -212,7 +214,7 @@ type Daemon struct {
 	units     *unitPlacement
 	keptUnits []UnitRecord
 	tree      sysfs.Tree
-	bus       *busService
+	bus       *bus.Service // nil with bus "none"
 
 	reqs chan func()
 	// clockSync asks the loop to sync the task-clock counters with the
@@ -224,9 +226,6 @@ type Daemon struct {
 	done      chan struct{} // closed when the loop ends
 
 	snap atomic.Pointer[snapshot.Snapshot]
-	// props are the D-Bus property values of the last published snapshot
-	// (storeProps).
-	props atomic.Pointer[snapProps]
 
 	// Loop-owned state: touched only by the goroutine running Run.
 	knob       policy.Knob
@@ -256,7 +255,7 @@ type Daemon struct {
 	holdIdx      holdIndex // beside holds: cookies, holds per owner (holds.go)
 	lastChange   time.Time
 	policyReason string
-	follow       followState            // the power-profiles daemon followed (ppfollow.go)
+	follow       followState            // the power-profiles daemon followed (follow.go)
 	choices      map[string]policy.Knob // explicit choice per power source (choices.go); copy on write
 	asideSaid    map[string]string      // per knob, the other owner last reported (stepaside.go)
 	classesSaid  string                 // the efficiency classes last logged (classes.go)
@@ -553,9 +552,7 @@ func (d *Daemon) Run(ctx context.Context) (runErr error) {
 	defer d.energyGuard.Stop()
 	d.armEnergyGuard()
 	d.log.WithField("source", d.energy.Source()).Info("energy source")
-	first := d.newSnapshot()
-	d.storeProps(first)
-	d.snap.Store(first)
+	d.snap.Store(d.newSnapshot())
 
 	tree, err := sysfs.ServeTree(d.treeOptions(ctx, d.cfg.TreeBackend))
 	if err != nil {
@@ -580,21 +577,21 @@ func (d *Daemon) Run(ctx context.Context) (runErr error) {
 
 	// The first bus connection is made before READY=1; if the bus is
 	// unreachable, the keeper goroutine retries with backoff.
-	rep := &busReporter{log: d.log.WithField("component", "dbus"), bus: d.cfg.Bus}
-	if d.cfg.Bus == "none" {
-		rep.log.Info("D-Bus disabled (bus none): no bus name, no UPower or resume hints")
+	if busLog := d.log.WithField("component", "dbus"); d.cfg.Bus == "none" {
+		busLog.Info("D-Bus disabled (bus none): no bus name, no UPower or resume hints")
 	} else {
-		var fail *busFailure
-		if d.bus, fail = d.connectBus(ctx); fail != nil {
-			rep.failed(fail)
-		}
+		d.bus = bus.New(bus.Config{
+			Bus: d.cfg.Bus, PowerProfilesAPI: d.cfg.PowerProfilesAPI,
+			PowerProfilesUnits: d.cfg.PowerProfilesUnits, Log: busLog,
+		}, d)
+		d.bus.Connect(ctx) // a failure is logged; Keep retries
 	}
-	defer func() { d.bus.close() }()
+	defer d.bus.Close()
 	wg.Add(1)
-	go func(first *busService) {
+	go func() {
 		defer wg.Done()
-		d.keepBus(bgCtx, first, rep)
-	}(d.bus)
+		d.bus.Keep(bgCtx)
+	}()
 
 	d.writeKernelKnob()
 	d.applyBoost()
@@ -1085,11 +1082,9 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 		d.setBatteryPercent(d.batteryPct)
 		if nc.PowerProfilesAPI != old.PowerProfilesAPI || !slices.Equal(nc.PowerProfilesUnits, old.PowerProfilesUnits) {
 			d.cfg.PowerProfilesAPI, d.cfg.PowerProfilesUnits = nc.PowerProfilesAPI, nc.PowerProfilesUnits
-			if d.bus != nil {
-				// keepBus notices the closed connection and reconnects
-				// with the new setting.
-				d.bus.conn.Close()
-			}
+			// The connection closes, and Keep reconnects with the
+			// new setting.
+			d.bus.Reconfigure(nc.PowerProfilesAPI, nc.PowerProfilesUnits)
 		}
 		d.recompute("reload", true)
 		return nil

@@ -2,13 +2,16 @@ package daemon
 
 // Following a power-profiles daemon, the loop's side: the profile map, the
 // followed daemon's state and what its profiles do to the knob. The bus
-// side, which watches the names and reads the profiles, is ppfollow.go.
+// side, which watches the names and reads the profiles, is
+// bus/ppfollow.go; it hands each profile to the loop
+// (bus.Controller.FollowProfile, Unfollow).
 
 import (
 	"fmt"
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
@@ -16,24 +19,22 @@ import (
 // daemon's ActiveProfile is followed: power-saver → power_aware 2,
 // balanced → 1, performance → 0.
 var DefaultProfileMap = map[string]policy.PowerAware{
-	ppPowerSaver:  policy.PowerAwareOn,
-	ppBalanced:    policy.PowerAwareAuto,
-	ppPerformance: policy.PowerAwareOff,
+	bus.ProfilePowerSaver:  policy.PowerAwareOn,
+	bus.ProfileBalanced:    policy.PowerAwareAuto,
+	bus.ProfilePerformance: policy.PowerAwareOff,
 }
 
 // checkPowerProfiles normalises cfg.PowerProfilesAPI ("" and "false" are
-// off, "true" is on) and cfg.ProfileMap (nil: DefaultProfileMap; only the
-// three profiles, each to 0, 1 or 2; a missing profile keeps its default).
+// off, "true" is on: bus.ParsePowerProfilesAPI), cfg.ProfileMap (nil:
+// DefaultProfileMap; only the three profiles, each to 0, 1 or 2; a
+// missing profile keeps its default) and cfg.PowerProfilesUnits
+// (bus.CheckPowerProfilesUnits).
 func checkPowerProfiles(cfg *Config) error {
-	switch cfg.PowerProfilesAPI {
-	case "", "false", PowerProfilesOff:
-		cfg.PowerProfilesAPI = PowerProfilesOff
-	case "true", PowerProfilesServe:
-		cfg.PowerProfilesAPI = PowerProfilesServe
-	case PowerProfilesAuto:
-	default:
-		return fmt.Errorf("power_profiles_api %q: want auto, true or false", cfg.PowerProfilesAPI)
+	api, err := bus.ParsePowerProfilesAPI(cfg.PowerProfilesAPI)
+	if err != nil {
+		return err
 	}
+	cfg.PowerProfilesAPI = api
 	m := map[string]policy.PowerAware{}
 	for p, v := range DefaultProfileMap {
 		m[p] = v
@@ -48,7 +49,8 @@ func checkPowerProfiles(cfg *Config) error {
 		m[p] = v
 	}
 	cfg.ProfileMap = m
-	return checkPowerProfilesUnits(cfg)
+	cfg.PowerProfilesUnits, err = bus.CheckPowerProfilesUnits(cfg.PowerProfilesUnits)
+	return err
 }
 
 // followState is the loop's view of the power-profiles daemon it follows

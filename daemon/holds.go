@@ -6,6 +6,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -13,10 +14,11 @@ import (
 // MaxHoldsPerCaller is the most holds one bus connection (one unique bus
 // name) may have at once, made with HoldPolicy and HoldProfile together.
 // One more is refused with org.freedesktop.DBus.Error.LimitsExceeded
-// (holdLimitError) and changes nothing; releasing a hold makes room again.
-// A program needs one hold per activity it runs (schedpolicyctl launch
-// makes one); the bound keeps one client from making the daemon's memory
-// and every PropertiesChanged it emits grow without end.
+// (holdLimitError, bus.ErrLimitsExceeded) and changes nothing; releasing
+// a hold makes room again. A program needs one hold per activity it runs
+// (schedpolicyctl launch makes one); the bound keeps one client from
+// making the daemon's memory and every PropertiesChanged it emits grow
+// without end.
 const MaxHoldsPerCaller = 16
 
 // MaxHolds is the most holds the daemon keeps at once, of all callers
@@ -39,16 +41,19 @@ type holdIndex struct {
 	// writes past the end of every published slice, a removal builds a new
 	// array, so no element a snapshot can see is ever written, and a
 	// snapshot whose holds did not change carries the same slice (which
-	// reflect.DeepEqual, in busService.update, compares in O(1)).
+	// reflect.DeepEqual, in the bus's publication, compares in O(1)).
 	list []snapshot.Hold
 }
 
 // holdLimitError refuses a hold beyond MaxHoldsPerCaller (owner set) or
-// MaxHolds (owner ""); D-Bus org.freedesktop.DBus.Error.LimitsExceeded.
+// MaxHolds (owner ""); it matches bus.ErrLimitsExceeded, D-Bus
+// org.freedesktop.DBus.Error.LimitsExceeded.
 type holdLimitError struct {
 	owner string
 	n     int
 }
+
+func (e *holdLimitError) Is(target error) bool { return target == bus.ErrLimitsExceeded }
 
 func (e *holdLimitError) Error() string {
 	if e.owner == "" {
@@ -117,8 +122,8 @@ func (d *Daemon) endHold(cookie uint32, why string) {
 	}
 }
 
-// releaseHoldsOf ends every hold of a bus peer that left the bus.
-func (d *Daemon) releaseHoldsOf(owner string) {
+// endHoldsOf ends every hold of a bus peer (it left the bus), saying why.
+func (d *Daemon) endHoldsOf(owner, why string) {
 	if d.holdIdx.perOwner[owner] == 0 {
 		return // most peers that leave held nothing
 	}
@@ -128,7 +133,7 @@ func (d *Daemon) releaseHoldsOf(owner string) {
 			gone = append(gone, h.Cookie)
 		}
 	}
-	d.dropHolds(gone, "holder left the bus")
+	d.dropHolds(gone, why)
 }
 
 // cancelHolds ends every hold: a user's explicit choice wins over them.
@@ -155,9 +160,7 @@ func (d *Daemon) dropHolds(cookies []uint32, why string) {
 			delete(ix.perOwner, owner)
 		}
 		d.log.WithFields(logrus.Fields{"cookie": c, "why": why}).Info("policy hold ended")
-		if d.bus != nil {
-			d.bus.pp.released(c)
-		}
+		d.bus.HoldEnded(c)
 	}
 	// A new array: published snapshots keep theirs.
 	keep := make([]snapshot.Hold, 0, len(ix.list))

@@ -1,9 +1,9 @@
 package daemon
 
 import (
-	"context"
 	"fmt"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -24,7 +24,7 @@ func LpmdStepAside(owner string, c sysfs.CPUClasses) string {
 	}
 	for _, cl := range c.Classes {
 		if cl.Name == sysfs.ClassLPE && c.Hybrid() {
-			return fmt.Sprintf("intel-lpmd (%s %s) confines work to the LP E-cores %s itself; schedpolicyd packs nothing onto them", LpmdBusName, owner, cl.CPUs)
+			return fmt.Sprintf("intel-lpmd (%s %s) confines work to the LP E-cores %s itself; schedpolicyd packs nothing onto them", bus.LpmdName, owner, cl.CPUs)
 		}
 	}
 	return ""
@@ -57,7 +57,7 @@ func (d *Daemon) setLpmd(owner string) {
 
 // LpmdProbe is what `schedpolicyd probe` says about intel-lpmd.
 type LpmdProbe struct {
-	// Owner is the unique name owning LpmdBusName, "" none.
+	// Owner is the unique name owning bus.LpmdName, "" none.
 	Owner string `json:"owner,omitempty"`
 	// State is "running", "not running" or "unknown: WHY" (no bus).
 	State string `json:"state"`
@@ -66,22 +66,21 @@ type LpmdProbe struct {
 	StepAside string `json:"step_aside,omitempty"`
 }
 
-// ProbeLpmd asks bus ("system", "session", an address; "none": unknown)
-// who owns LpmdBusName, starting nothing, and what the daemon would leave
-// to it on a machine with classes c.
-func ProbeLpmd(bus string, c sysfs.CPUClasses) LpmdProbe {
-	if bus == "" {
-		bus = "system"
+// ProbeLpmd asks busAddr ("system", "session", an address; "none":
+// unknown) who owns bus.LpmdName, starting nothing, and what the daemon
+// would leave to it on a machine with classes c.
+func ProbeLpmd(busAddr string, c sysfs.CPUClasses) LpmdProbe {
+	if busAddr == "" {
+		busAddr = "system"
 	}
-	if bus == "none" {
+	if busAddr == "none" {
 		return LpmdProbe{State: "unknown: bus none"}
 	}
-	conn, err := dialBus(context.Background(), bus, busDialTimeout)
+	owner, err := bus.LpmdOwnerAt(busAddr)
 	if err != nil {
 		return LpmdProbe{State: "unknown: no bus: " + err.Error()}
 	}
-	defer conn.Close()
-	p := LpmdProbe{State: "not running", Owner: LpmdOwner(conn)}
+	p := LpmdProbe{State: "not running", Owner: owner}
 	if p.Owner != "" {
 		p.State = "running"
 		p.StepAside = LpmdStepAside(p.Owner, c)

@@ -17,14 +17,13 @@ func (d *Daemon) status() string {
 // STATUS.
 func (d *Daemon) publish() {
 	s := d.newSnapshot()
-	d.storeProps(s)
 	old := d.snap.Swap(s)
 	if d.tree != nil {
 		if err := d.tree.Changed(); err != nil {
 			d.log.WithError(err).Warn("refreshing tree")
 		}
 	}
-	d.bus.update(s)
+	d.bus.Publish(s)
 	if d.metrics != nil {
 		d.metrics.update(renderMetrics(metricsInput{snap: s, stats: d.Stats(), zones: d.energy.zones(), started: d.started}))
 	}

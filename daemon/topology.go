@@ -30,9 +30,6 @@ func CPUDescs(t sysfs.CPUTopology) []policy.CPUDesc {
 	return out
 }
 
-// noTopology is the published Topology before the topology could be read.
-var noTopology = []snapshot.TopologyEntry{}
-
 // topologyEntries maps a topology read from sysfs to the Topology
 // property (groups named as in CPUDescs), one entry per online CPU in ascending order. When the result
 // equals prev, prev itself is returned: the published slice stays the same

@@ -1,4 +1,4 @@
-package daemon
+package bus
 
 import (
 	"sync/atomic"
@@ -50,14 +50,14 @@ type propCache struct {
 	getAll []any
 }
 
-// propCache returns the cache of the daemon's current snapshot, rebuilding
+// propCache returns the cache of the daemon's latest snapshot, rebuilding
 // it when a new snapshot has been published.
-func (s *busService) propCache() *propCache {
-	p := s.d.snap.Load()
+func (s *session) propCache() *propCache {
+	p := s.ctl.Published()
 	if c := s.props.Load(); c != nil && c.snap == p && p != nil {
 		return c
 	}
-	vals := s.d.values(p)
+	vals := s.svc.values(p)
 	c := &propCache{
 		snap: p,
 		vars: make(map[string]dbus.Variant, len(vals)),
@@ -75,12 +75,12 @@ func (s *busService) propCache() *propCache {
 }
 
 // propVariants returns the property Variants of the current snapshot.
-func (s *busService) propVariants() map[string]dbus.Variant { return s.propCache().vars }
+func (s *session) propVariants() map[string]dbus.Variant { return s.propCache().vars }
 
-// fastProps is the incoming interceptor. Its busService is set once the
+// fastProps is the incoming interceptor. Its session is set once the
 // connection is exported; until then every message takes the normal path.
 type fastProps struct {
-	s atomic.Pointer[busService]
+	s atomic.Pointer[session]
 }
 
 func (f *fastProps) intercept(msg *dbus.Message) {

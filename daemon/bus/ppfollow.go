@@ -1,4 +1,4 @@
-package daemon
+package bus
 
 import (
 	"context"
@@ -28,17 +28,34 @@ const (
 	PowerProfilesOff = "off"
 )
 
+// ParsePowerProfilesAPI normalises the power_profiles_api setting: "" and
+// "false" are PowerProfilesOff, "true" is PowerProfilesServe; the three
+// modes are themselves. Anything else is an error naming the value.
+func ParsePowerProfilesAPI(s string) (string, error) {
+	switch s {
+	case "", "false", PowerProfilesOff:
+		return PowerProfilesOff, nil
+	case "true", PowerProfilesServe:
+		return PowerProfilesServe, nil
+	case PowerProfilesAuto:
+		return PowerProfilesAuto, nil
+	}
+	return "", fmt.Errorf("power_profiles_api %q: want auto, true or false", s)
+}
+
 // ppWatch is the "auto" mode on one connection: it serves the
 // power-profiles names while nobody else owns them and follows the owner
-// while someone does. It runs in its own goroutine (run); the loop state
-// it changes (busService.pp, Daemon.follow) is changed through Daemon.do.
+// while someone does. It runs in its own goroutine (run); it changes the
+// daemon's state only through the Controller (FollowProfile, Unfollow),
+// and the power-profiles object served (session.pp) under the service's
+// lock.
 //
 // Who owns a name is learnt only from the bus daemon (GetNameOwner, and
 // NameOwnerChanged that the bus daemon sent: any peer may send us a
 // forged one), and a profile only from the owner's own PropertiesChanged
 // or its answer to Get. The signal reader never waits for the loop on a
 // profile: it keeps the latest one (ppMailbox), and an applier hands the
-// loop one change at a time, at most one per ppMinInterval, after asking
+// loop one change at a time, at most one per FollowMinInterval, after asking
 // the bus that the owner still owns the name. A daemon that flaps its
 // profile a thousand times a second therefore costs a few applications a
 // second and no memory, and its stale profiles die with its ownership.
@@ -49,7 +66,7 @@ const (
 // owned ("power-profiles-daemon is already running"): start it before
 // schedpolicyd or with --replace (README, schedpolicyd.conf(5)).
 type ppWatch struct {
-	s   *busService
+	s   *session
 	sig chan *dbus.Signal
 	me  string // our unique name
 	box ppMailbox
@@ -70,10 +87,10 @@ type ppWatch struct {
 	standbyWhy string
 }
 
-// ppMinInterval is the least time between two profiles of a followed
-// daemon handed to the loop; profiles in between are coalesced to the
-// latest.
-const ppMinInterval = 250 * time.Millisecond
+// FollowMinInterval is the least time between two profiles of a followed
+// daemon handed to the loop (Controller.FollowProfile); profiles in
+// between are coalesced to the latest.
+const FollowMinInterval = 250 * time.Millisecond
 
 // busCallTimeout bounds every call the daemon makes to another service on
 // the bus (the bus daemon, a followed daemon, polkit without
@@ -129,7 +146,7 @@ func (b *ppMailbox) drop() {
 // and to PropertiesChanged on their paths, then starts the goroutines.
 // Everything on the bus here is a call to the bus daemon or to an owner's
 // unique name: nothing is ever activated (dbus.FlagNoAutoStart).
-func (s *busService) startPPWatch(ctx context.Context) error {
+func (s *session) startPPWatch(ctx context.Context, units []string) error {
 	w := &ppWatch{s: s, sig: make(chan *dbus.Signal, 64), me: s.conn.Names()[0]}
 	w.box.wake = make(chan struct{}, 1)
 	s.conn.Signal(w.sig)
@@ -142,13 +159,13 @@ func (s *busService) startPPWatch(ctx context.Context) error {
 			return err
 		}
 	}
-	units, err := dialPPUnits(ctx, s.d.cfg.Bus, s.d.cfg.PowerProfilesUnits)
+	u, err := dialPPUnits(ctx, s.svc.bus, units)
 	if err != nil {
 		// Without an answer from systemd it cannot be told whether a
 		// power-profiles daemon is installed: serving could lock it out.
 		return fmt.Errorf("following systemd for power-profiles daemons: %w", err)
 	}
-	w.units = units
+	w.units = u
 	go w.run(ctx)
 	go w.applier(ctx)
 	return nil
@@ -220,7 +237,7 @@ func (w *ppWatch) onSignal(ctx context.Context, sig *dbus.Signal) {
 			// The followed daemon left (or was replaced).
 			w.setFollowed("", "")
 			w.box.drop()
-			w.s.d.do(ctx, func() error { w.s.d.unfollow("its bus name " + name + " changed owner"); return nil })
+			w.s.ctl.Unfollow(ctx, "its bus name "+name+" changed owner")
 			w.decide(ctx)
 		case w.serving && newOwner != "" && newOwner != w.me:
 			// Another daemon took one of our names (--replace): let it
@@ -273,7 +290,7 @@ func (w *ppWatch) startFollowing(name, owner string) {
 }
 
 // applier hands the pending change to the loop, one at a time and at most
-// one per ppMinInterval, until ctx or the connection ends.
+// one per FollowMinInterval, until ctx or the connection ends.
 func (w *ppWatch) applier(ctx context.Context) {
 	var wait <-chan time.Time
 	for {
@@ -299,7 +316,7 @@ func (w *ppWatch) applier(ctx context.Context) {
 			continue
 		}
 		if w.apply(ctx, c) {
-			wait = time.After(ppMinInterval)
+			wait = time.After(FollowMinInterval)
 		}
 	}
 }
@@ -335,15 +352,9 @@ func (w *ppWatch) apply(ctx context.Context, c ppChange) bool {
 		}
 		profile = p
 	}
-	s := w.s
-	s.d.do(ctx, func() error {
-		// Checked again on the loop: the owner may have left while the
-		// change waited for it (unfollow ran first).
-		if still() && (s.d.bus == s || s.d.bus == nil) {
-			s.d.followProfile(c.name, c.owner, profile)
-		}
-		return nil
-	})
+	// Checked again on the loop: the owner may have left while the change
+	// waited for it (unfollow ran first), or the connection been replaced.
+	w.s.ctl.FollowProfile(ctx, c.name, c.owner, profile, func() bool { return still() && w.s.isCurrent() })
 	return true
 }
 
@@ -360,11 +371,7 @@ func (w *ppWatch) serve(ctx context.Context) {
 		return
 	}
 	w.serving = true
-	w.s.d.do(ctx, func() error {
-		w.s.pp = pp
-		pp.update(w.s.d.Snapshot())
-		return nil
-	})
+	w.s.svc.setPP(w.s, pp)
 	// A name taken between the GetNameOwner and our request.
 	for _, n := range ppNames {
 		if o := w.ownerOf(ctx, n.name); o != "" && o != w.me {
@@ -379,13 +386,7 @@ func (w *ppWatch) serve(ctx context.Context) {
 // saying why.
 func (w *ppWatch) unserveFor(ctx context.Context, why string) {
 	w.serving = false
-	w.s.d.do(ctx, func() error {
-		if w.s.pp != nil {
-			w.s.pp.close()
-			w.s.pp = nil
-		}
-		return nil
-	})
+	w.s.svc.dropPP(w.s)
 	w.s.log.WithField("why", why).Info("released the power-profiles names")
 }
 
@@ -397,7 +398,7 @@ type PowerProfilesProbe struct {
 	Mode string `json:"mode"` // auto | on | off
 	// Owners maps each owned power-profiles name to "UNIQUE pid N".
 	Owners map[string]string `json:"owners,omitempty"`
-	// Ours: the owner is schedpolicyd itself (it owns BusName too).
+	// Ours: the owner is schedpolicyd itself (it owns Name too).
 	Ours bool `json:"ours"`
 	// Installed is the first power-profiles daemon installed, as systemd
 	// says ("UNIT STATE", e.g. "power-profiles-daemon.service disabled");
@@ -413,11 +414,14 @@ type PowerProfilesProbe struct {
 // gives Action "unknown: bus none") for mode and the power-profiles
 // daemons' units (nil: DefaultPowerProfilesUnits), within busDialTimeout.
 func ProbePowerProfiles(bus, mode string, units []string) PowerProfilesProbe {
-	cfg := Config{PowerProfilesAPI: mode, PowerProfilesUnits: units}
-	if err := checkPowerProfiles(&cfg); err != nil {
+	api, err := ParsePowerProfilesAPI(mode)
+	if err == nil {
+		units, err = CheckPowerProfilesUnits(units)
+	}
+	if err != nil {
 		return PowerProfilesProbe{Mode: mode, Action: "unknown: " + err.Error()}
 	}
-	p := PowerProfilesProbe{Mode: cfg.PowerProfilesAPI}
+	p := PowerProfilesProbe{Mode: api}
 	if bus == "" {
 		bus = "system"
 	}
@@ -437,7 +441,7 @@ func ProbePowerProfiles(bus, mode string, units []string) PowerProfilesProbe {
 		o, _ := bussender.GetNameOwner(ctx, conn, name)
 		return o
 	}
-	ourOwner := owner(BusName)
+	ourOwner := owner(Name)
 	var other string
 	for _, n := range ppNames {
 		o := owner(n.name)
@@ -459,7 +463,7 @@ func ProbePowerProfiles(bus, mode string, units []string) PowerProfilesProbe {
 	var installErr error
 	if o, _ := bussender.GetNameOwner(ctx, conn, systemdName); o != "" {
 		var unit, state string
-		if unit, state, installErr = installedUnit(ctx, conn, cfg.PowerProfilesUnits); unit != "" {
+		if unit, state, installErr = installedUnit(ctx, conn, units); unit != "" {
 			p.Installed = unit + " " + state
 		}
 	}
@@ -483,7 +487,7 @@ func ProbePowerProfiles(bus, mode string, units []string) PowerProfilesProbe {
 // ConfigDigestProbe is what the daemon on a bus says of its
 // configuration (ProbeConfigDigest).
 type ConfigDigestProbe struct {
-	// Running: a daemon owns BusName and answered.
+	// Running: a daemon owns Name and answered.
 	Running bool
 	// Digest is its ConfigDigest property.
 	Digest string
@@ -508,7 +512,7 @@ func ProbeConfigDigest(bus string) ConfigDigestProbe {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), busCallTimeout)
 	defer cancel()
-	owner, err := bussender.GetNameOwner(ctx, conn, BusName)
+	owner, err := bussender.GetNameOwner(ctx, conn, Name)
 	if err != nil {
 		return ConfigDigestProbe{Err: err.Error()}
 	}

@@ -1,4 +1,14 @@
-package daemon
+// Package bus is schedpolicyd's D-Bus service: the API
+// org.schedpolicyd.SchedPolicy1 (its contract is
+// org.schedpolicyd.SchedPolicy1.xml, embedded), the power-profiles API
+// and the follower of another power-profiles daemon, the watch on
+// intel-lpmd's name, polkit authorisation, and the connection kept to the
+// bus across its restarts.
+//
+// It talks to the daemon only through a Controller, and the daemon to it
+// through a Service: New, Connect, Keep, Publish, HoldEnded, Reconfigure
+// and Close.
+package bus
 
 import (
 	"context"
@@ -10,6 +20,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -21,6 +32,7 @@ import (
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/internal/bussender"
+	"github.com/schedpolicyd/schedpolicyd/internal/names"
 	"github.com/schedpolicyd/schedpolicyd/internal/reconnect"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
@@ -29,7 +41,7 @@ import (
 // The D-Bus names, versioned as "How to Version D-Bus Interfaces Properly"
 // recommends: the well-known name, object path and interface all carry 1.
 const (
-	BusName    = "org.schedpolicyd.SchedPolicy1"
+	Name       = "org.schedpolicyd.SchedPolicy1"
 	ObjectPath = dbus.ObjectPath("/org/schedpolicyd/SchedPolicy1")
 	Interface  = "org.schedpolicyd.SchedPolicy1"
 	// PolkitAction authorises every setter for callers other than root.
@@ -37,7 +49,7 @@ const (
 )
 
 // IntrospectionXML is the interface contract, committed as
-// daemon/org.schedpolicyd.SchedPolicy1.xml and served by Introspect.
+// daemon/bus/org.schedpolicyd.SchedPolicy1.xml and served by Introspect.
 //
 //go:embed org.schedpolicyd.SchedPolicy1.xml
 var IntrospectionXML string
@@ -50,7 +62,8 @@ const (
 	errUnknownProp  = "org.freedesktop.DBus.Error.UnknownProperty"
 	errUnknownIface = "org.freedesktop.DBus.Error.UnknownInterface"
 	errPropReadOnly = "org.freedesktop.DBus.Error.PropertyReadOnly"
-	// errLimitsExceeded: a hold beyond MaxHoldsPerCaller or MaxHolds.
+	// errLimitsExceeded: a hold beyond the daemon's bounds
+	// (ErrLimitsExceeded).
 	errLimitsExceeded = "org.freedesktop.DBus.Error.LimitsExceeded"
 )
 
@@ -58,46 +71,261 @@ func invalidArgs(format string, a ...any) *dbus.Error {
 	return dbus.NewError(errInvalidArgs, []any{fmt.Sprintf(format, a...)})
 }
 
-// busService is one bus connection with everything exported on it. A nil
-// *busService (no bus reachable) accepts every call as a no-op, so the loop
-// need not care.
-type busService struct {
-	d    *Daemon
+// The knob files of the daemon's tree that the setters write
+// (Controller.WriteKnob): the 2013 patch set's names.
+const (
+	knobCurrent          = "current_sched_policy"
+	knobPowerAware       = "power_aware"
+	knobPowerAwarePolicy = "power_aware_policy"
+)
+
+// Config is how the daemon runs its service.
+type Config struct {
+	// Bus is the bus served: "system", "session" or a D-Bus address.
+	Bus string
+	// PowerProfilesAPI is PowerProfilesOff, PowerProfilesServe or
+	// PowerProfilesAuto (as ParsePowerProfilesAPI leaves it).
+	PowerProfilesAPI string
+	// PowerProfilesUnits are the power-profiles implementations' service
+	// units "auto" leaves the names to (CheckPowerProfilesUnits).
+	PowerProfilesUnits []string
+	// Log is where the service logs (the daemon's, with component=dbus);
+	// nil: logrus's standard logger.
+	Log logrus.FieldLogger
+}
+
+// Service is the daemon's D-Bus service on one bus: the connection it
+// keeps, and everything exported on it. The daemon makes it with New,
+// makes the first connection with Connect, keeps it with Keep, and hands
+// it every snapshot it publishes (Publish) and every hold that ends
+// (HoldEnded). A nil *Service (bus "none") accepts every call as a no-op.
+// Its methods are safe for concurrent use.
+type Service struct {
+	ctl Controller
+	log logrus.FieldLogger
+	bus string
+	rep *busReporter
+
+	// pub is the snapshot published last, with its property values.
+	pub atomic.Pointer[published]
+
+	// mu guards the fields below and the sessions' pp; it is held while a
+	// snapshot is published, so that an older one never overtakes a newer
+	// one. Nobody waits for the daemon's loop while holding it: the loop
+	// takes it (Publish, and the current checks of FollowProfile and
+	// SetLpmdOwner).
+	mu sync.Mutex
+	// pp are the power-profiles settings of the next connection
+	// (Reconfigure).
+	ppAPI   string
+	ppUnits []string
+	// cur is the connection serving, nil while there is none.
+	cur *session
+	// closed: Close was called; no connection is installed any more.
+	closed bool
+}
+
+// published is a published snapshot with its D-Bus property values,
+// computed once when it is published (Get and GetAll are the hot path);
+// read-only.
+type published struct {
+	snap *snapshot.Snapshot
+	vals map[string]any
+}
+
+// New returns the service of ctl on cfg.Bus. It starts nothing.
+func New(cfg Config, ctl Controller) *Service {
+	log := cfg.Log
+	if log == nil {
+		log = logrus.StandardLogger()
+	}
+	return &Service{
+		ctl: ctl, log: log, bus: cfg.Bus,
+		rep:   &busReporter{log: log, bus: cfg.Bus},
+		ppAPI: cfg.PowerProfilesAPI, ppUnits: cfg.PowerProfilesUnits,
+	}
+}
+
+// Connect makes the first connection: it joins the bus, exports the
+// object, its properties and introspection (and the power-profiles API
+// as configured), then requests Name. It returns nil once Name is owned,
+// or the failure, which it has logged (busReporter); Keep then retries.
+func (s *Service) Connect(ctx context.Context) error {
+	if s == nil {
+		return nil
+	}
+	c, fail := s.connect(ctx)
+	if fail != nil {
+		s.rep.failed(fail)
+		return fail
+	}
+	if !s.install(c) {
+		c.close()
+		return errClosed
+	}
+	return nil
+}
+
+// errClosed: the service was closed.
+var errClosed = errors.New("the D-Bus service is closed")
+
+// Publish publishes snap, which the daemon has just made its latest
+// (Controller.Published): it computes its property values once, and on
+// the connection emits one PropertiesChanged carrying every property
+// whose value differs from the last published one, PolicyChanged when
+// ActivePolicy changed, and the power-profiles API's PropertiesChanged.
+// Called from the daemon's loop after every change; snap is read-only.
+func (s *Service) Publish(snap *snapshot.Snapshot) {
+	if s == nil {
+		return
+	}
+	s.pub.Store(&published{snap: snap, vals: propertyValues(*snap)})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cur.update(snap)
+}
+
+// HoldEnded announces that hold cookie ended: ProfileReleased(cookie) on
+// both power-profiles names, where they are served. Called from the
+// daemon's loop.
+func (s *Service) HoldEnded(cookie uint32) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur != nil {
+		s.cur.pp.released(cookie)
+	}
+}
+
+// Reconfigure takes new power-profiles settings (as Config's) and closes
+// the connection: Keep reconnects with them at once (the holds end, as
+// when the bus is lost).
+func (s *Service) Reconfigure(api string, units []string) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.ppAPI, s.ppUnits = api, units
+	c := s.cur
+	s.mu.Unlock()
+	if c != nil {
+		// Keep notices the closed connection and reconnects with the
+		// new setting.
+		c.conn.Close()
+	}
+}
+
+// Close releases the names and closes the connection; no connection made
+// after it is kept. Idempotent.
+func (s *Service) Close() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.closed = true
+	c := s.cur
+	s.cur = nil
+	s.mu.Unlock()
+	c.close()
+}
+
+// install makes c the connection serving and publishes the latest
+// snapshot on it; false once the service is closed.
+func (s *Service) install(c *session) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.cur = c
+	if p := s.ctl.Published(); p != nil {
+		c.update(p)
+	}
+	return true
+}
+
+// current is the connection serving, nil none.
+func (s *Service) current() *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur
+}
+
+// latest is the daemon's latest snapshot; the empty one before the first.
+func (s *Service) latest() snapshot.Snapshot {
+	if p := s.ctl.Published(); p != nil {
+		return *p
+	}
+	return snapshot.Snapshot{}
+}
+
+// values returns snap's D-Bus property values: computed once at
+// publication, or now for a snapshot that was not published (nil: the
+// empty one).
+func (s *Service) values(snap *snapshot.Snapshot) map[string]any {
+	if snap == nil {
+		return propertyValues(snapshot.Snapshot{})
+	}
+	if p := s.pub.Load(); p != nil && p.snap == snap {
+		return p.vals
+	}
+	return propertyValues(*snap)
+}
+
+// session is one bus connection with everything exported on it. A nil
+// *session (no connection) accepts every call as a no-op.
+type session struct {
+	svc  *Service
+	ctl  Controller
 	conn *dbus.Conn
 	log  logrus.FieldLogger
-	// pp is the power-profiles compatibility object, nil unless enabled.
+	// pp is the power-profiles compatibility object, nil unless served
+	// (guarded by svc.mu).
 	pp *powerProfiles
 
 	// properties serves and publishes Interface's properties.
 	properties *propExporter
 
 	// props caches the Variants of the last snapshot Properties was asked
-	// about (dbus_fast.go).
+	// about (fast.go).
 	props atomic.Pointer[propCache]
 }
 
 // busObject carries the exported methods of Interface; godbus calls each in
 // its own goroutine, so they only validate, authorise and forward to the
-// event loop.
-type busObject struct{ s *busService }
+// daemon (Controller).
+type busObject struct{ s *session }
 
-// connectBus joins the bus chosen by Config.Bus, exports the object, its
-// properties and introspection, then requests the well-known name. It
-// returns the service, or nil and a *busFailure saying which step failed
-// and why (the bus cannot be reached, exporting failed, the bus refused
-// the name, another process owns it). It logs nothing about a failure:
-// busReporter decides what is worth saying.
-func (d *Daemon) connectBus(ctx context.Context) (*busService, *busFailure) {
-	log := d.log.WithField("component", "dbus")
+// isCurrent reports whether s is the connection serving or none is: a
+// change that a watcher of a replaced connection reports is dropped.
+// Called on the daemon's loop (Controller.FollowProfile, SetLpmdOwner).
+func (s *session) isCurrent() bool {
+	cur := s.svc.current()
+	return cur == s || cur == nil
+}
+
+// connect joins the bus, exports the object, its properties and
+// introspection, then requests the well-known name. It returns the
+// connection, or nil and a *busFailure saying which step failed and why
+// (the bus cannot be reached, exporting failed, the bus refused the name,
+// another process owns it). It logs nothing about a failure: busReporter
+// decides what is worth saying.
+func (svc *Service) connect(ctx context.Context) (*session, *busFailure) {
+	svc.mu.Lock()
+	ppAPI, ppUnits := svc.ppAPI, svc.ppUnits
+	svc.mu.Unlock()
+	log := svc.log
 	fast := new(fastProps)
-	conn, err := dialBus(ctx, d.cfg.Bus, busDialTimeout, dbus.WithIncomingInterceptor(fast.intercept))
+	conn, err := dialBus(ctx, svc.bus, busDialTimeout, dbus.WithIncomingInterceptor(fast.intercept))
 	if err != nil {
 		return nil, &busFailure{step: busConnect, err: err}
 	}
-	s := &busService{d: d, conn: conn, log: log}
-	s.properties = newPropExporter(conn, []propPlace{{ObjectPath, Interface}}, d.values(d.snap.Load()), s.propVariants, s.propSetters())
+	s := &session{svc: svc, ctl: svc.ctl, conn: conn, log: log}
+	s.properties = newPropExporter(conn, []propPlace{{ObjectPath, Interface}}, svc.values(svc.ctl.Published()), s.propVariants, s.propSetters())
 	// Before anything is exported: a hold made on this connection must be
-	// able to see its holder leave (busService.addHold).
+	// able to see its holder leave (session.addHold).
 	if err := s.watchHolders(); err != nil {
 		log.WithError(err).Warn("cannot watch hold owners; holds are released only explicitly")
 	}
@@ -116,18 +344,18 @@ func (d *Daemon) connectBus(ctx context.Context) (*busService, *busFailure) {
 		}
 	}
 	fast.s.Store(s)
-	// The compatibility names come first, so that once BusName is owned
+	// The compatibility names come first, so that once Name is owned
 	// everything is served.
-	switch d.cfg.PowerProfilesAPI {
+	switch ppAPI {
 	case PowerProfilesServe:
-		s.pp = exportPowerProfiles(s)
+		svc.setPP(s, exportPowerProfiles(s))
 	case PowerProfilesAuto:
 		// Follow or serve, decided and changed in the background.
-		if err := s.startPPWatch(ctx); err != nil {
+		if err := s.startPPWatch(ctx, ppUnits); err != nil {
 			log.WithError(err).Warn("cannot watch the power-profiles names; neither following nor serving them")
 		}
 	}
-	reply, err := conn.RequestName(BusName, dbus.NameFlagDoNotQueue)
+	reply, err := conn.RequestName(Name, dbus.NameFlagDoNotQueue)
 	if err != nil {
 		conn.Close()
 		return nil, &busFailure{step: busNameRefused, err: err}
@@ -136,19 +364,38 @@ func (d *Daemon) connectBus(ctx context.Context) (*busService, *busFailure) {
 		conn.Close()
 		return nil, &busFailure{step: busNameTaken, err: fmt.Errorf("RequestName answered %d, not primary owner", reply)}
 	}
-	log.WithField("name", BusName).Info("owning bus name")
+	log.WithField("name", Name).Info("owning bus name")
 	return s, nil
 }
 
-// The steps of connectBus that can fail, for busFailure.
+// setPP makes pp the power-profiles object served on c (nil: none) and
+// publishes the latest snapshot on it.
+func (svc *Service) setPP(c *session, pp *powerProfiles) {
+	svc.mu.Lock()
+	defer svc.mu.Unlock()
+	c.pp = pp
+	pp.update(svc.latest())
+}
+
+// dropPP closes and forgets the power-profiles object served on c.
+func (svc *Service) dropPP(c *session) {
+	svc.mu.Lock()
+	defer svc.mu.Unlock()
+	if c.pp != nil {
+		c.pp.close()
+		c.pp = nil
+	}
+}
+
+// The steps of connect that can fail, for busFailure.
 const (
 	busConnect     = "connect"      // dial, authenticate, Hello
 	busExport      = "export"       // exporting the object
 	busNameRefused = "name refused" // RequestName returned an error (bus policy)
-	busNameTaken   = "name taken"   // another connection owns BusName
+	busNameTaken   = "name taken"   // another connection owns Name
 )
 
-// busFailure is why connectBus made no service: the step that failed and
+// busFailure is why connect made no connection: the step that failed and
 // its error.
 type busFailure struct {
 	step string
@@ -183,13 +430,14 @@ func (f *busFailure) kind() string {
 // again at debug level, so a retry loop neither floods the log nor hides a
 // new cause — a bus that was missing at start and then refuses the name
 // says so when it first refuses it. A connection that succeeds resets it.
+// Only Connect and Keep use it, one after the other.
 type busReporter struct {
 	log  logrus.FieldLogger
 	bus  string
 	last string // kind of the last failure; "" after a success
 }
 
-// failed logs a failure of connectBus.
+// failed logs a failure of connect.
 func (r *busReporter) failed(f *busFailure) {
 	kind := f.kind()
 	lvl := logrus.WarnLevel
@@ -202,9 +450,9 @@ func (r *busReporter) failed(f *busFailure) {
 	case busConnect:
 		e.Log(lvl, "no D-Bus connection; running without D-Bus (no bus name, no UPower or resume hints) and connecting when the bus is there")
 	case busNameRefused:
-		e.Log(lvl, fmt.Sprintf("the bus refused us %s; retrying in the background (on the system bus, is the policy file org.schedpolicyd.SchedPolicy1.conf installed in /usr/share/dbus-1/system.d? see the README)", BusName))
+		e.Log(lvl, fmt.Sprintf("the bus refused us %s; retrying in the background (on the system bus, is the policy file org.schedpolicyd.SchedPolicy1.conf installed in /usr/share/dbus-1/system.d? see the README)", Name))
 	case busNameTaken:
-		e.Log(lvl, fmt.Sprintf("cannot own %s: another process owns it; retrying in the background", BusName))
+		e.Log(lvl, fmt.Sprintf("cannot own %s: another process owns it; retrying in the background", Name))
 	default:
 		e.Log(lvl, "cannot serve on D-Bus; retrying in the background")
 	}
@@ -256,66 +504,62 @@ func dialBus(ctx context.Context, bus string, timeout time.Duration, opts ...dbu
 // busBackoff is the wait between attempts to reach the daemon's bus.
 var busBackoff = reconnect.Backoff{Min: time.Second, Max: 30 * time.Second}
 
-// keepBus watches the bus connection and reconnects with busBackoff
-// whenever it is lost or was never made, e.g. when dbus-daemon restarts.
-// There is no timer while the bus socket is missing: an idle daemon on a
-// machine without the bus does not wake to retry, and connects as soon as
-// the socket appears (reconnect.WaitSocket). The new connection is handed
-// to the event loop, which owns d.bus. cur is the first attempt's
-// connection, nil if it failed; rep has seen that failure, and every later
-// one goes to it too. It returns when ctx ends or the event loop stops.
-func (d *Daemon) keepBus(ctx context.Context, cur *busService, rep *busReporter) {
-	if d.cfg.Bus == "none" {
+// Keep watches the bus connection and reconnects with busBackoff whenever
+// it is lost or was never made (Connect failed), e.g. when dbus-daemon
+// restarts. There is no timer while the bus socket is missing: an idle
+// daemon on a machine without the bus does not wake to retry, and
+// connects as soon as the socket appears (reconnect.WaitSocket). Every
+// failure goes to the reporter Connect's failure went to. When a
+// connection is lost every hold ends and nothing is followed any more
+// (Controller.EndHolds, Unfollow): the holders' and the followed daemon's
+// unique names died with it. It returns when ctx ends or the service is
+// closed; the daemon runs it in a goroutine of its own.
+func (s *Service) Keep(ctx context.Context) {
+	if s == nil {
 		return
 	}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	busSocket := func() string { return reconnect.BusSocket(d.cfg.Bus) }
+	busSocket := func() string { return reconnect.BusSocket(s.bus) }
 	first := true
 	busBackoff.Keep(ctx, busSocket, func(ctx context.Context) (bool, error) {
+		var cur *session
 		if first {
 			first = false
-			if cur == nil {
-				return false, nil // Run made the first attempt, and rep has its failure
+			if cur = s.current(); cur == nil {
+				return false, nil // Connect made the first attempt, and the reporter has its failure
 			}
 		} else {
-			s, fail := d.connectBus(ctx)
+			c, fail := s.connect(ctx)
 			if fail != nil {
 				if ctx.Err() == nil {
-					rep.failed(fail)
+					s.rep.failed(fail)
 				}
 				return false, fail
 			}
-			rep.connected()
-			if err := d.do(ctx, func() error {
-				d.bus = s
-				s.update(d.snap.Load())
-				return nil
-			}); err != nil {
-				s.close()
-				stop() // the event loop has stopped
-				return true, err
+			s.rep.connected()
+			if !s.install(c) {
+				c.close()
+				stop() // the service is closed
+				return true, errClosed
 			}
-			cur = s
+			cur = c
 		}
 		select {
 		case <-ctx.Done():
 			return true, ctx.Err()
 		case <-cur.conn.Context().Done():
 		}
-		d.log.WithField("component", "dbus").Warn("lost the D-Bus connection; reconnecting")
-		lost := cur
-		d.do(ctx, func() error {
-			if d.bus == lost {
-				d.bus = nil
-			}
-			// Every holder's unique name died with the old bus.
-			d.cancelHoldsBecause("the bus connection was lost")
-			d.unfollow("the bus connection was lost")
-			return nil
-		})
-		lost.conn.Close()
-		cur = nil
+		s.log.Warn("lost the D-Bus connection; reconnecting")
+		s.mu.Lock()
+		if s.cur == cur {
+			s.cur = nil
+		}
+		s.mu.Unlock()
+		// Every holder's unique name died with the old bus.
+		s.ctl.EndHolds(ctx, "", "the bus connection was lost")
+		s.ctl.Unfollow(ctx, "the bus connection was lost")
+		cur.conn.Close()
 		return true, errBusLost
 	}, nil)
 }
@@ -323,31 +567,14 @@ func (d *Daemon) keepBus(ctx context.Context, cur *busService, rep *busReporter)
 // errBusLost ends a bus session: the connection's context ended.
 var errBusLost = errors.New("lost the D-Bus connection")
 
-// snapProps is a published snapshot with its D-Bus property values,
-// computed once when it is published (Get and GetAll are the hot path);
-// read-only.
-type snapProps struct {
-	snap *snapshot.Snapshot
-	vals map[string]any
-}
-
-// storeProps computes the property values of s, about to be published.
-func (d *Daemon) storeProps(s *snapshot.Snapshot) {
-	d.props.Store(&snapProps{snap: s, vals: propertyValues(*s)})
-}
-
-// values returns snap's D-Bus property values: computed once at
-// publication, or now for a snapshot that was built by hand (nil: the
-// empty one).
-func (d *Daemon) values(snap *snapshot.Snapshot) map[string]any {
-	if snap == nil {
-		return propertyValues(snapshot.Snapshot{})
-	}
-	if p := d.props.Load(); p != nil && p.snap == snap {
-		return p.vals
-	}
-	return propertyValues(*snap)
-}
+// The published lists while they are empty (no hold yet, before the
+// topology could be read): not nil, so that they compare equal
+// (equalValue) to an empty list built elsewhere.
+var (
+	noHolds    = []snapshot.Hold{}
+	noTopology = []snapshot.TopologyEntry{}
+	noClasses  = []snapshot.CPUClassEntry{}
+)
 
 // propertyValues maps a snapshot to the D-Bus property values of Interface,
 // with the Go types godbus encodes as the XML's signatures.
@@ -361,8 +588,9 @@ func propertyValues(snap snapshot.Snapshot) map[string]any {
 		ws = append(ws, workloadEntry{w.Name, w.Path, w.CPUs, w.Util, string(w.Override), w.Class})
 	}
 	// A hold is its own (usss) entry, and the snapshot's list is shared
-	// from one publication to the next while the holds do not change
-	// (holdIndex): no per-hold work here, and update compares it in O(1).
+	// from one publication to the next while the holds do not change (the
+	// daemon's holdIndex): no per-hold work here, and update compares it
+	// in O(1).
 	holds := snap.Holds
 	if holds == nil {
 		holds = noHolds
@@ -407,12 +635,12 @@ type workloadEntry struct {
 
 // update emits one PropertiesChanged carrying every property whose value
 // differs from the last published one, and PolicyChanged when ActivePolicy
-// changed. Called from the event loop after every change.
-func (s *busService) update(snap *snapshot.Snapshot) {
+// changed. Called with svc.mu held (Publish, install).
+func (s *session) update(snap *snapshot.Snapshot) {
 	if s == nil {
 		return
 	}
-	vals := s.d.values(snap)
+	vals := s.svc.values(snap)
 	prev := s.properties.publish(vals)
 	if prev["ActivePolicy"] != vals["ActivePolicy"] {
 		s.conn.Emit(ObjectPath, Interface+".PolicyChanged", string(snap.Policy), snap.PolicyReason)
@@ -428,42 +656,46 @@ func equalValue(a, b any) bool {
 	return reflect.DeepEqual(a, b)
 }
 
-func (s *busService) close() {
+// close releases the names and closes the connection.
+func (s *session) close() {
 	if s == nil {
 		return
 	}
-	if s.pp != nil {
-		s.pp.close()
+	s.svc.mu.Lock()
+	pp := s.pp
+	s.svc.mu.Unlock()
+	if pp != nil {
+		pp.close()
 	}
-	s.conn.ReleaseName(BusName)
+	s.conn.ReleaseName(Name)
 	s.conn.Close()
 }
 
 // propSetters are the writable properties of Interface, PowerAware (u)
 // and PowerAwarePolicy (s), with the same rules and authorisation as the
 // methods: a value of the wrong type is InvalidArgs before authorisation.
-func (s *busService) propSetters() map[string]propSetter {
+func (s *session) propSetters() map[string]propSetter {
 	return map[string]propSetter{
 		"PowerAware": func(msg dbus.Message, sender dbus.Sender, v dbus.Variant) *dbus.Error {
 			u, ok := v.Value().(uint32)
 			if !ok {
 				return invalidArgs("PowerAware is of type u, got %s", v.Signature())
 			}
-			return s.authorizedWrite(msg, sender, filePowerAware, fmt.Sprint(u), "dbus")
+			return s.authorizedWrite(msg, sender, knobPowerAware, fmt.Sprint(u), "dbus")
 		},
 		"PowerAwarePolicy": func(msg dbus.Message, sender dbus.Sender, v dbus.Variant) *dbus.Error {
 			p, ok := v.Value().(string)
 			if !ok {
 				return invalidArgs("PowerAwarePolicy is of type s, got %s", v.Signature())
 			}
-			return s.authorizedWrite(msg, sender, filePowerAwarePolicy, p, "dbus")
+			return s.authorizedWrite(msg, sender, knobPowerAwarePolicy, p, "dbus")
 		},
 	}
 }
 
-// authorizedWrite writes data to the tree file as via (busService.write)
-// once the sender is authorised (busService.authorize).
-func (s *busService) authorizedWrite(msg dbus.Message, sender dbus.Sender, file, data, via string) *dbus.Error {
+// authorizedWrite writes data to the tree file as via (session.write)
+// once the sender is authorised (session.authorize).
+func (s *session) authorizedWrite(msg dbus.Message, sender dbus.Sender, file, data, via string) *dbus.Error {
 	if e := s.authorize(msg, sender); e != nil {
 		return e
 	}
@@ -497,7 +729,7 @@ func (x introspectable) Introspect() (string, *dbus.Error) {
 }
 
 // callerUID returns the Unix uid of a bus peer, as the bus daemon says.
-func (s *busService) callerUID(sender dbus.Sender) (uint32, error) {
+func (s *session) callerUID(sender dbus.Sender) (uint32, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), busCallTimeout)
 	defer cancel()
 	return busUID(ctx, s.conn, string(sender))
@@ -529,7 +761,7 @@ const (
 // the name, but another bus (Config.Bus) may let anyone: an answer from
 // another owner would be anyone's word. Calls then go to the unique name,
 // so that only that connection can answer them.
-func (s *busService) polkitAuthority() (string, error) {
+func (s *session) polkitAuthority() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), polkitStartTimeout)
 	defer cancel()
 	owner, err := bussender.GetNameOwner(ctx, s.conn, polkitName)
@@ -584,7 +816,7 @@ func polkitTrusted(uid uint32) bool {
 // activated on demand by design (Debian's polkitd runs only when
 // activated), so refusing to start it would refuse every non-root caller.
 // Root callers never reach it.
-func (s *busService) authorize(msg dbus.Message, sender dbus.Sender) *dbus.Error {
+func (s *session) authorize(msg dbus.Message, sender dbus.Sender) *dbus.Error {
 	uid, err := s.callerUID(sender)
 	if err != nil {
 		return dbus.MakeFailedError(fmt.Errorf("cannot identify the caller: %w", err))
@@ -624,20 +856,21 @@ func (s *busService) authorize(msg dbus.Message, sender dbus.Sender) *dbus.Error
 	return nil
 }
 
-// write applies a knob-file write through the one shared path and maps the
-// error to D-Bus.
-func (s *busService) write(file, data, via string) *dbus.Error {
-	err := s.d.writeFile(context.Background(), file, []byte(data), via)
-	return toDBusError(err)
+// write applies a knob-file write through the daemon's one shared path
+// (Controller.WriteKnob) and maps the error to D-Bus.
+func (s *session) write(file, data, via string) *dbus.Error {
+	return toDBusError(s.ctl.WriteKnob(context.Background(), file, data, via))
 }
 
+// toDBusError maps a Controller's error to the D-Bus error its caller
+// gets (Controller's doc).
 func toDBusError(err error) *dbus.Error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, syscall.EINVAL), errors.Is(err, policy.ErrInvalid), errors.Is(err, sysfs.ErrCgroupName):
 		return invalidArgs("%v", err)
-	case errors.As(err, new(*holdLimitError)):
+	case errors.Is(err, ErrLimitsExceeded):
 		return dbus.NewError(errLimitsExceeded, []any{err.Error()})
 	case errors.Is(err, fs.ErrExist):
 		return dbus.NewError(errFileExists, []any{err.Error()})
@@ -671,7 +904,7 @@ func (o busObject) SetPolicy(msg dbus.Message, sender dbus.Sender, p string) *db
 	if e := o.s.authorize(msg, sender); e != nil {
 		return e
 	}
-	return o.s.write(fileCurrent, p, "dbus")
+	return o.s.write(knobCurrent, p, "dbus")
 }
 
 // SetPowerAware is like writing power_aware: 0, 1 or 2.
@@ -682,7 +915,7 @@ func (o busObject) SetPowerAware(msg dbus.Message, sender dbus.Sender, mode uint
 	if e := o.s.authorize(msg, sender); e != nil {
 		return e
 	}
-	return o.s.write(filePowerAware, fmt.Sprint(mode), "dbus")
+	return o.s.write(knobPowerAware, fmt.Sprint(mode), "dbus")
 }
 
 // Rebalance re-reads the power source and re-plans now.
@@ -693,21 +926,7 @@ func (o busObject) Rebalance(msg dbus.Message, sender dbus.Sender) *dbus.Error {
 	if e := o.s.authorize(msg, sender); e != nil {
 		return e
 	}
-	return toDBusError(o.s.d.do(context.Background(), func() error {
-		d := o.s.d
-		if d.mon != nil {
-			d.mon.Poke()
-		}
-		d.pl.scan()
-		d.pl.checkAll(nil) // a cpuset changed by hand is seen now
-		d.pl.sample()
-		if d.units != nil {
-			d.units.scan()
-			d.units.sample()
-		}
-		d.recompute("rebalance", true)
-		return nil
-	}))
+	return toDBusError(o.s.ctl.Rebalance(context.Background()))
 }
 
 // HoldPolicy holds policy for the caller until ReleasePolicy, until the
@@ -717,10 +936,10 @@ func (o busObject) Rebalance(msg dbus.Message, sender dbus.Sender) *dbus.Error {
 // bytes. Errors, checked in this order: InvalidArgs when the arguments are
 // not two strings; AccessDenied unless root or authorised by polkit;
 // InvalidArgs for a bad policy or a longer reason; LimitsExceeded when the
-// caller already has MaxHoldsPerCaller holds (HoldProfile's count too) or
-// the daemon MaxHolds; Failed when the caller left the bus before the hold
-// was in place or the bus could not say whether it is still there
-// (busService.addHold). On an error no hold is kept.
+// caller already has daemon.MaxHoldsPerCaller holds (HoldProfile's count
+// too) or the daemon keeps daemon.MaxHolds; Failed when the caller left
+// the bus before the hold was in place or the bus could not say whether
+// it is still there (session.addHold). On an error no hold is kept.
 func (o busObject) HoldPolicy(msg dbus.Message, sender dbus.Sender, p, reason string) (uint32, *dbus.Error) {
 	if e := checkSig(msg, "HoldPolicy", "ss"); e != nil {
 		return 0, e
@@ -752,31 +971,24 @@ func (o busObject) HoldPolicy(msg dbus.Message, sender dbus.Sender, p, reason st
 // connection, and watchHolders (whose match is in place before anything is
 // exported) ends the hold. If the bus cannot answer, the hold ends too and
 // the call fails: an unverified hold could stay for ever.
-func (s *busService) addHold(p policy.Policy, reason string, sender dbus.Sender, appID string) (uint32, *dbus.Error) {
+func (s *session) addHold(p policy.Policy, reason string, sender dbus.Sender, appID string) (uint32, *dbus.Error) {
 	ctx := context.Background()
-	var cookie uint32
-	if err := s.d.do(ctx, func() error {
-		var err error
-		cookie, err = s.d.addHold(p, reason, string(sender), appID)
-		return err
-	}); err != nil {
+	cookie, err := s.ctl.AddHold(ctx, p, reason, string(sender), appID)
+	if err != nil {
 		return 0, toDBusError(err)
 	}
 	var present bool
 	cctx, cancel := context.WithTimeout(ctx, busCallTimeout)
-	err := s.conn.BusObject().CallWithContext(cctx, "org.freedesktop.DBus.NameHasOwner", 0, string(sender)).Store(&present)
+	err = s.conn.BusObject().CallWithContext(cctx, "org.freedesktop.DBus.NameHasOwner", 0, string(sender)).Store(&present)
 	cancel()
 	if err == nil && present {
 		return cookie, nil
 	}
-	s.d.do(ctx, func() error {
-		if err != nil {
-			s.d.endHold(cookie, "cannot check that the holder is still on the bus")
-		} else {
-			s.d.releaseHoldsOf(string(sender))
-		}
-		return nil
-	})
+	if err != nil {
+		s.ctl.EndHold(ctx, cookie, "cannot check that the holder is still on the bus")
+	} else {
+		s.ctl.EndHolds(ctx, string(sender), holderLeft)
+	}
 	if err != nil {
 		s.log.WithError(err).WithField("owner", sender).Warn("cannot check that a holder is still on the bus; its new hold ended")
 		return 0, dbus.MakeFailedError(fmt.Errorf("cannot check that the caller is still on the bus, so the hold was not kept: %w", err))
@@ -793,9 +1005,7 @@ func (o busObject) ReleasePolicy(msg dbus.Message, sender dbus.Sender, cookie ui
 		return e
 	}
 	uid, _ := o.s.callerUID(sender)
-	return toDBusError(o.s.d.do(context.Background(), func() error {
-		return o.s.d.releaseHold(cookie, string(sender), uid == 0)
-	}))
+	return toDBusError(o.s.ctl.ReleaseHold(context.Background(), cookie, string(sender), uid == 0))
 }
 
 // CreateWorkload creates workload name and moves pid into it; pid must be
@@ -807,8 +1017,9 @@ func (o busObject) CreateWorkload(msg dbus.Message, sender dbus.Sender, name str
 	if e := o.s.authorize(msg, sender); e != nil {
 		return "", e
 	}
-	if err := ValidWorkloadName(name); err != nil {
-		return "", invalidArgs("%v", err)
+	if err := names.Workload(name); err != nil {
+		// As daemon.ValidWorkloadName says it.
+		return "", invalidArgs("%v: %v", policy.ErrInvalid, err)
 	}
 	var callerPID uint32
 	ctx, cancel := context.WithTimeout(context.Background(), busCallTimeout)
@@ -819,12 +1030,7 @@ func (o busObject) CreateWorkload(msg dbus.Message, sender dbus.Sender, name str
 	if pid != callerPID {
 		return "", dbus.NewError(errAccessDenied, []any{fmt.Sprintf("PID %d is not the caller's process (%d)", pid, callerPID)})
 	}
-	var path string
-	err := o.s.d.do(context.Background(), func() error {
-		var err error
-		path, err = o.s.d.createWorkload(name, int(pid))
-		return err
-	})
+	path, err := o.s.ctl.CreateWorkload(context.Background(), name, int(pid))
 	return path, toDBusError(err)
 }
 
@@ -844,9 +1050,7 @@ func (o busObject) SetWorkloadPolicy(msg dbus.Message, sender dbus.Sender, name,
 			return invalidArgs("%v", err)
 		}
 	}
-	return toDBusError(o.s.d.do(context.Background(), func() error {
-		return o.s.d.setWorkloadOverride(name, pol)
-	}))
+	return toDBusError(o.s.ctl.SetWorkloadPolicy(context.Background(), name, pol))
 }
 
 // watchHolders releases the holds of bus peers that disconnect
@@ -854,7 +1058,7 @@ func (o busObject) SetWorkloadPolicy(msg dbus.Message, sender dbus.Sender, name,
 // daemon announces it: the same signal from anyone else is ignored, since
 // any peer may send it to us. The channel is registered before the match
 // is added, so that no signal the match lets through is missed.
-func (s *busService) watchHolders() error {
+func (s *session) watchHolders() error {
 	ch := make(chan *dbus.Signal, 64)
 	s.conn.Signal(ch)
 	if err := s.conn.AddMatchSignal(
@@ -871,10 +1075,7 @@ func (s *busService) watchHolders() error {
 			if !ok || !strings.HasPrefix(name, ":") || newOwner != "" {
 				continue
 			}
-			s.d.do(context.Background(), func() error {
-				s.d.releaseHoldsOf(name)
-				return nil
-			})
+			s.ctl.EndHolds(context.Background(), name, holderLeft)
 		}
 	}()
 	return nil
