@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/godbus/dbus/v5"
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
@@ -24,7 +27,8 @@ import (
 // intel-lpmd's owner — and no I/O. A mutex stands in for the event loop:
 // every request takes it, and every change publishes a new snapshot to
 // the service as the loop does. calls records each request, in order, as
-// a line a test compares exactly.
+// a line a test compares exactly (but EndHolds of an owner without
+// holds).
 type fakeDaemon struct {
 	snap atomic.Pointer[snapshot.Snapshot]
 
@@ -56,6 +60,13 @@ func (f *fakeDaemon) serve(s *Service) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.svc = s
+}
+
+// change runs fn on the fake's loop: a test's change of its behaviour.
+func (f *fakeDaemon) change(fn func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn()
 }
 
 // record notes a request; on the loop.
@@ -205,8 +216,13 @@ func (f *fakeDaemon) EndHold(ctx context.Context, cookie uint32, why string) err
 	})
 }
 
+// EndHolds of an owner without holds is not recorded: every connection
+// that leaves the bus is asked about.
 func (f *fakeDaemon) EndHolds(ctx context.Context, owner, why string) error {
 	return f.do(ctx, func() error {
+		if owner != "" && !slices.ContainsFunc(f.holds, func(h snapshot.Hold) bool { return h.Owner == owner }) {
+			return nil
+		}
 		f.record("EndHolds %q %s", owner, why)
 		f.endLocked(func(h snapshot.Hold) bool { return owner == "" || h.Owner == owner })
 		return nil
@@ -277,7 +293,35 @@ type started struct {
 	svc    *Service
 	addr   string
 	client *dbus.Conn
+	log    *logtest.Hook // the service's log entries
 }
+
+// testLogger is a logger for code that may still log after the test: it
+// keeps every line and hands them to t.Log when the test fails, from a
+// cleanup (t.Log itself must not be called once the test is over).
+func testLogger(t *testing.T) *logrus.Logger {
+	var mu sync.Mutex
+	var b strings.Builder
+	l := logrus.New()
+	l.SetLevel(logrus.DebugLevel)
+	l.SetOutput(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return b.Write(p)
+	}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Log("the service's log:\n" + b.String())
+		}
+	})
+	return l
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // startService runs the service of a new fakeDaemon on addr (a private
 // bus of its own when ""), with cfg's power-profiles settings (Bus and
@@ -287,7 +331,9 @@ func startService(t *testing.T, addr string, cfg Config) started {
 	if addr == "" {
 		addr = testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
 	}
-	cfg.Bus, cfg.Log = addr, testutil.Logger(t)
+	log := testLogger(t)
+	hook := logtest.NewLocal(log)
+	cfg.Bus, cfg.Log = addr, log
 	if cfg.PowerProfilesAPI == "" {
 		cfg.PowerProfilesAPI = PowerProfilesOff
 	}
@@ -303,7 +349,7 @@ func startService(t *testing.T, addr string, cfg Config) started {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	return started{f: f, svc: svc, addr: addr, client: client}
+	return started{f: f, svc: svc, addr: addr, client: client, log: hook}
 }
 
 func (s started) obj() dbus.BusObject { return s.client.Object(Name, ObjectPath) }
@@ -316,14 +362,14 @@ func dbusErrName(err error) string {
 	return fmt.Sprint(err)
 }
 
-// nextSignal returns the next signal on ch whose name is name.
+// nextSignal returns the next signal on ch whose name is name ("": any).
 func nextSignal(t *testing.T, ch chan *dbus.Signal, name string) *dbus.Signal {
 	t.Helper()
 	timeout := time.After(testutil.DefaultBound)
 	for {
 		select {
 		case s := <-ch:
-			if s.Name == name {
+			if name == "" || s.Name == name {
 				return s
 			}
 		case <-timeout:
