@@ -77,20 +77,16 @@ func TestLpmdOwnerFollowed(t *testing.T) {
 // the followed power-profiles daemon left; it goes on following it, and
 // stops only when it really leaves.
 func TestForgedOwnerChangeKeepsFollowing(t *testing.T) {
-	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
-	hadess := ppNames[1].name
-	ppd, p := ownPPD(t, addr, hadess, ProfileBalanced)
-	o := ppd.Names()[0]
-	st := startService(t, addr, Config{PowerProfilesAPI: PowerProfilesAuto})
-	following := fmt.Sprintf("FollowProfile %s %s %s", hadess, o, ProfileBalanced)
-	st.f.waitCalls(t, following)
-	attacker := testutil.DialAs(t, addr, 65534)
+	fl := startFollowing(t)
+	st, ppd, o, hadess := fl.started, fl.ppd, fl.o, fl.hadess
+	following := fl.follow(o, ProfileBalanced)
+	attacker := testutil.DialAs(t, st.addr, 65534)
 	forge(t, attacker, []string{st.client.Names()[0], o}, "/org/freedesktop/DBus", "org.freedesktop.DBus.NameOwnerChanged", hadess, o, "")
 	// The next profile comes after the forged signal on the follower's
 	// channel: once it is followed, the forged one was judged — believed,
 	// it would have ended following first.
-	emitProfile(t, ppd, p, hadess, ProfilePowerSaver)
-	next := fmt.Sprintf("FollowProfile %s %s %s", hadess, o, ProfilePowerSaver)
+	emitProfile(t, ppd, fl.p, hadess, ProfilePowerSaver)
+	next := fl.follow(o, ProfilePowerSaver)
 	st.f.waitCalls(t, following, next)
 	ppd.Close()
 	st.f.waitCalls(t, following, next, "Unfollow its bus name "+hadess+" changed owner")

@@ -164,6 +164,33 @@ func emitProfile(t *testing.T, ppd *dbus.Conn, p *fakePPD, name, profile string)
 	}
 }
 
+// following is a service in "auto" mode (no systemd on the bus) that
+// follows ppd, a fake power-profiles daemon owning net.hadess.PowerProfiles
+// (hadess) with balanced, as ppd's owner o.
+type following struct {
+	started
+	ppd    *dbus.Conn
+	p      *fakePPD
+	o      string
+	hadess string
+}
+
+func startFollowing(t *testing.T) following {
+	t.Helper()
+	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
+	fl := following{hadess: ppNames[1].name}
+	fl.ppd, fl.p = ownPPD(t, addr, fl.hadess, ProfileBalanced)
+	fl.o = fl.ppd.Names()[0]
+	fl.started = startService(t, addr, Config{PowerProfilesAPI: PowerProfilesAuto})
+	fl.f.waitCalls(t, fl.follow(fl.o, ProfileBalanced))
+	return fl
+}
+
+// follow is the request to follow profile of owner.
+func (fl following) follow(owner, profile string) string {
+	return fmt.Sprintf("FollowProfile %s %s %s", fl.hadess, owner, profile)
+}
+
 // ppOwners is the owners of the two power-profiles names.
 func ppOwners(t *testing.T, conn *dbus.Conn) []string {
 	t.Helper()
@@ -182,16 +209,9 @@ func ppOwners(t *testing.T, conn *dbus.Conn) []string {
 // serves both names itself, and gives them up to a daemon that takes one
 // by replacement, which it then follows.
 func TestPowerProfilesFollowed(t *testing.T) {
-	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
-	hadess := ppNames[1].name
-	ppd, p := ownPPD(t, addr, hadess, ProfileBalanced)
-	o := ppd.Names()[0]
-	st := startService(t, addr, Config{PowerProfilesAPI: PowerProfilesAuto})
-	follow := func(owner, profile string) string {
-		return fmt.Sprintf("FollowProfile %s %s %s", hadess, owner, profile)
-	}
-	st.f.waitCalls(t, follow(o, ProfileBalanced))
-	emitProfile(t, ppd, p, hadess, ProfilePowerSaver)
+	fl := startFollowing(t)
+	st, ppd, o, hadess, follow := fl.started, fl.ppd, fl.o, fl.hadess, fl.follow
+	emitProfile(t, ppd, fl.p, hadess, ProfilePowerSaver)
 	st.f.waitCalls(t, follow(o, ProfileBalanced), follow(o, ProfilePowerSaver))
 
 	ppd.Close()
@@ -208,7 +228,7 @@ func TestPowerProfilesFollowed(t *testing.T) {
 
 	// A daemon started with --replace takes one name: both are given up,
 	// and it is followed.
-	ppd2, _ := ownPPD(t, addr, hadess, ProfilePerformance)
+	ppd2, _ := ownPPD(t, st.addr, hadess, ProfilePerformance)
 	o2 := ppd2.Names()[0]
 	st.f.waitCalls(t, follow(o, ProfileBalanced), follow(o, ProfilePowerSaver), left, follow(o2, ProfilePerformance))
 	testutil.Eventually(t, "both names given up", func() (bool, string) {
