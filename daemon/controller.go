@@ -48,15 +48,18 @@ func (d *Daemon) EndHold(ctx context.Context, cookie uint32, why string) error {
 	})
 }
 
-// EndHolds ends every hold of owner ("": every hold), saying why, on the
-// loop.
-func (d *Daemon) EndHolds(ctx context.Context, owner, why string) error {
+// EndHoldsOf ends every hold of owner, saying why, on the loop.
+func (d *Daemon) EndHoldsOf(ctx context.Context, owner, why string) error {
 	return d.do(ctx, func() error {
-		if owner == "" {
-			d.cancelHoldsBecause(why)
-		} else {
-			d.endHoldsOf(owner, why)
-		}
+		d.endHoldsOf(owner, why)
+		return nil
+	})
+}
+
+// EndAllHolds ends every hold, saying why, on the loop.
+func (d *Daemon) EndAllHolds(ctx context.Context, why string) error {
+	return d.do(ctx, func() error {
+		d.cancelHoldsBecause(why)
 		return nil
 	})
 }

@@ -52,9 +52,11 @@ type Controller interface {
 	// EndHold ends hold cookie if it still exists, logging why. On the
 	// loop.
 	EndHold(ctx context.Context, cookie uint32, why string) error
-	// EndHolds ends every hold of owner, or every hold at all when owner
-	// is "", logging why. On the loop.
-	EndHolds(ctx context.Context, owner, why string) error
+	// EndHoldsOf ends every hold of owner (a unique bus name; "" has
+	// none), logging why. On the loop.
+	EndHoldsOf(ctx context.Context, owner, why string) error
+	// EndAllHolds ends every hold, logging why. On the loop.
+	EndAllHolds(ctx context.Context, why string) error
 
 	// CreateWorkload creates workload name (names.Workload's rule, checked
 	// by the service first) and moves process pid into it; it returns the

@@ -27,7 +27,7 @@ import (
 // intel-lpmd's owner — and no I/O. A mutex stands in for the event loop:
 // every request takes it, and every change publishes a new snapshot to
 // the service as the loop does. calls records each request, in order, as
-// a line a test compares exactly (but EndHolds of an owner without
+// a line a test compares exactly (but EndHoldsOf an owner without
 // holds).
 type fakeDaemon struct {
 	snap atomic.Pointer[snapshot.Snapshot]
@@ -216,15 +216,23 @@ func (f *fakeDaemon) EndHold(ctx context.Context, cookie uint32, why string) err
 	})
 }
 
-// EndHolds of an owner without holds is not recorded: every connection
+// EndHoldsOf an owner without holds is not recorded: every connection
 // that leaves the bus is asked about.
-func (f *fakeDaemon) EndHolds(ctx context.Context, owner, why string) error {
+func (f *fakeDaemon) EndHoldsOf(ctx context.Context, owner, why string) error {
 	return f.do(ctx, func() error {
-		if owner != "" && !slices.ContainsFunc(f.holds, func(h snapshot.Hold) bool { return h.Owner == owner }) {
+		if !slices.ContainsFunc(f.holds, func(h snapshot.Hold) bool { return h.Owner == owner }) {
 			return nil
 		}
-		f.record("EndHolds %q %s", owner, why)
-		f.endLocked(func(h snapshot.Hold) bool { return owner == "" || h.Owner == owner })
+		f.record("EndHoldsOf %s %s", owner, why)
+		f.endLocked(func(h snapshot.Hold) bool { return h.Owner == owner })
+		return nil
+	})
+}
+
+func (f *fakeDaemon) EndAllHolds(ctx context.Context, why string) error {
+	return f.do(ctx, func() error {
+		f.record("EndAllHolds %s", why)
+		f.endLocked(func(snapshot.Hold) bool { return true })
 		return nil
 	})
 }

@@ -54,7 +54,7 @@ func TestLpmdOwnerFollowed(t *testing.T) {
 	held := []string{
 		fmt.Sprintf(`AddHold powersaving "stays" %s ""`, h),
 		fmt.Sprintf(`AddHold balance "leaves" %s ""`, l),
-		fmt.Sprintf(`EndHolds %q holder left the bus`, l),
+		fmt.Sprintf("EndHoldsOf %s holder left the bus", l),
 	}
 	st.f.waitCalls(t, held...)
 

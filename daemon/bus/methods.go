@@ -190,7 +190,7 @@ func (s *session) addHold(p policy.Policy, reason string, sender dbus.Sender, ap
 	if err != nil {
 		s.ctl.EndHold(ctx, cookie, "cannot check that the holder is still on the bus")
 	} else {
-		s.ctl.EndHolds(ctx, string(sender), holderLeft)
+		s.ctl.EndHoldsOf(ctx, string(sender), holderLeft)
 	}
 	if err != nil {
 		s.log.WithError(err).WithField("owner", sender).Warn("cannot check that a holder is still on the bus; its new hold ended")
@@ -278,7 +278,7 @@ func (s *session) watchHolders() error {
 			if !ok || !strings.HasPrefix(name, ":") || newOwner != "" {
 				continue
 			}
-			s.ctl.EndHolds(context.Background(), name, holderLeft)
+			s.ctl.EndHoldsOf(context.Background(), name, holderLeft)
 		}
 	}()
 	return nil

@@ -244,7 +244,7 @@ func TestHoldEndsWhenHolderLeaves(t *testing.T) {
 	st.f.waitCalls(t,
 		fmt.Sprintf(`AddHold powersaving "leaving" %s ""`, h),
 		fmt.Sprintf(`AddHold balance "staying" %s ""`, me),
-		fmt.Sprintf(`EndHolds %q holder left the bus`, h),
+		fmt.Sprintf("EndHoldsOf %s holder left the bus", h),
 	)
 	var holds [][]any
 	if err := st.obj().StoreProperty(Interface+".Holds", &holds); err != nil {

@@ -497,7 +497,7 @@ var busBackoff = reconnect.Backoff{Min: time.Second, Max: 30 * time.Second}
 // connects as soon as the socket appears (reconnect.WaitSocket). Every
 // failure goes to the reporter Connect's failure went to. When a
 // connection is lost every hold ends and nothing is followed any more
-// (Controller.EndHolds, Unfollow): the holders' and the followed daemon's
+// (Controller.EndAllHolds, Unfollow): the holders' and the followed daemon's
 // unique names died with it. It returns when ctx ends or the service is
 // closed; the daemon runs it in a goroutine of its own.
 func (s *Service) Keep(ctx context.Context) {
@@ -543,7 +543,7 @@ func (s *Service) Keep(ctx context.Context) {
 		}
 		s.mu.Unlock()
 		// Every holder's unique name died with the old bus.
-		s.ctl.EndHolds(ctx, "", "the bus connection was lost")
+		s.ctl.EndAllHolds(ctx, "the bus connection was lost")
 		s.ctl.Unfollow(ctx, "the bus connection was lost")
 		cur.conn.Close()
 		return true, errBusLost

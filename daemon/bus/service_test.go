@@ -228,7 +228,7 @@ func TestKeepReconnects(t *testing.T) {
 	pbus.Stop()
 	lost := []string{
 		fmt.Sprintf(`AddHold balance "r" %s ""`, me),
-		`EndHolds "" the bus connection was lost`,
+		"EndAllHolds the bus connection was lost",
 		"Unfollow the bus connection was lost",
 	}
 	st.f.waitCalls(t, lost...)
@@ -274,7 +274,7 @@ func TestReconfigureReconnects(t *testing.T) {
 		got := ppOwners(t, st.client)
 		return o != "" && o != first && reflect.DeepEqual(got, []string{o, o}), fmt.Sprint(o, got)
 	})
-	st.f.waitCalls(t, `EndHolds "" the bus connection was lost`, "Unfollow the bus connection was lost")
+	st.f.waitCalls(t, "EndAllHolds the bus connection was lost", "Unfollow the bus connection was lost")
 }
 
 // TestIsCurrent: a connection's watchers count while it serves or while
