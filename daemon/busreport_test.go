@@ -13,6 +13,7 @@ import (
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
@@ -38,7 +39,7 @@ func describe(es []logrus.Entry) string {
 
 // TestBusFailureEachKindLogged is issue 13's trap: the daemon starts
 // before its bus (the first attempt fails to connect), then the bus comes
-// up without the policy that lets us own BusName. The refusal is a new
+// up without the policy that lets us own bus.Name. The refusal is a new
 // kind of failure, so it is logged at warning level with its cause when
 // it first happens, though an earlier attempt already warned about
 // something else; the same refusal again is only a debug line. Once the
@@ -58,13 +59,13 @@ func TestBusFailureEachKindLogged(t *testing.T) {
 	m.startWith(t, func(c *Config) { c.Bus = addr; c.Log = log; c.UPower = acpi.UPowerOff })
 
 	connect := "no D-Bus connection"
-	refused := "the bus refused us " + BusName
+	refused := "the bus refused us " + bus.Name
 	if got := busEntries(hook, logrus.WarnLevel, ""); len(got) != 1 || !strings.Contains(got[0].Message, connect) {
 		t.Fatalf("warnings before the bus is there: %s; want one %q", describe(got), connect)
 	}
 
-	o := testutil.BusOptions{System: true, Dir: dir, DenyOwn: []string{BusName}}
-	bus := testutil.StartBus(t, o)
+	o := testutil.BusOptions{System: true, Dir: dir, DenyOwn: []string{bus.Name}}
+	pbus := testutil.StartBus(t, o)
 	testutil.Eventually(t, "the refusal logged at warning level", func() (bool, string) {
 		return len(busEntries(hook, logrus.WarnLevel, refused)) > 0, describe(busEntries(hook, logrus.WarnLevel, ""))
 	})
@@ -81,14 +82,14 @@ func TestBusFailureEachKindLogged(t *testing.T) {
 	})
 
 	o.DenyOwn = nil
-	if err := os.WriteFile(bus.Config, []byte(testutil.BusConfig(o, bus.Socket)), 0o644); err != nil {
+	if err := os.WriteFile(pbus.Config, []byte(testutil.BusConfig(o, pbus.Socket)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := bus.Reload(); err != nil {
+	if err := pbus.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitFor(t, BusName+" owned once the policy allows it", 40*time.Second, func() (bool, string) {
-		return testutil.NameOwnedAt(addr, BusName)
+	testutil.WaitFor(t, bus.Name+" owned once the policy allows it", 40*time.Second, func() (bool, string) {
+		return testutil.NameOwnedAt(addr, bus.Name)
 	})
 	if got := busEntries(hook, logrus.WarnLevel, ""); len(got) != 2 {
 		t.Errorf("warnings: %s; want exactly two, one per kind of failure (%q, %q)", describe(got), connect, refused)
@@ -120,9 +121,9 @@ func uniqueNames(t *testing.T, conn *dbus.Conn) []string {
 // has exactly the test's and B's two connections, none of A's.
 func TestBusNoneConnectsNowhere(t *testing.T) {
 	testutil.NeedBusDaemon(t)
-	bus := testutil.StartBus(t, testutil.BusOptions{System: true})
-	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", bus.Addr)
-	conn, err := dbus.Connect(bus.Addr)
+	pbus := testutil.StartBus(t, testutil.BusOptions{System: true})
+	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", pbus.Addr)
+	conn, err := dbus.Connect(pbus.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,7 @@ func TestBusNoneConnectsNowhere(t *testing.T) {
 		return false
 	}
 	testutil.Eventually(t, "daemon B on the bus with its hints", func() (bool, string) {
-		owned, seen := testutil.NameOwned(conn, BusName)
+		owned, seen := testutil.NameOwned(conn, bus.Name)
 		return owned && connected(hookB), seen
 	})
 	if names := uniqueNames(t, conn); len(names) != 3 {

@@ -15,7 +15,7 @@ import (
 // optional "choices". When the source changes between the two and either
 // has a remembered choice, the knob becomes the new source's choice, or,
 // if it has none, the base knob: the followed power profile's while one is
-// followed (ppfollow.go), else the configured default. So a choice made on
+// followed (follow.go), else the configured default. So a choice made on
 // battery is not carried over to AC. A choice made while the source is
 // unknown, and a followed profile, are not remembered per source. Without
 // any remembered choice (a state file from before) the knob carries over,

@@ -3,6 +3,7 @@ package daemon
 import (
 	"slices"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -59,27 +60,13 @@ func ClassModel(m policy.EnergyModel, fs sysfs.FS, c sysfs.CPUClasses) (_ policy
 	return m.WithClasses(cost), "published figures (an estimate; docs/HYBRID-PLACEMENT.md)"
 }
 
-// CPUClassEntry is one element of the CPUClasses property, signature
-// (ssu): an efficiency class's name (LPE, E, P; little, mid, big; all on
-// a homogeneous machine), its CPUs as a cpulist and its capacity relative
-// to the biggest CPU (1..1024). The property lists the classes most
-// efficient first.
-type CPUClassEntry struct {
-	Name     string
-	CPUs     string
-	Capacity uint32
-}
-
-// noClasses is the published CPUClasses before the topology was read.
-var noClasses = []CPUClassEntry{}
-
 // classEntries maps the classes to the CPUClasses property; prev itself
 // when equal, so the published slice stays the same until a hotplug
 // changes it (see topologyEntries).
-func classEntries(c sysfs.CPUClasses, prev []CPUClassEntry) []CPUClassEntry {
-	out := make([]CPUClassEntry, 0, len(c.Classes))
+func classEntries(c sysfs.CPUClasses, prev []snapshot.CPUClassEntry) []snapshot.CPUClassEntry {
+	out := make([]snapshot.CPUClassEntry, 0, len(c.Classes))
 	for _, cl := range c.Classes {
-		out = append(out, CPUClassEntry{Name: cl.Name, CPUs: cl.CPUs.String(), Capacity: uint32(cl.Capacity)})
+		out = append(out, snapshot.CPUClassEntry{Name: cl.Name, CPUs: cl.CPUs.String(), Capacity: uint32(cl.Capacity)})
 	}
 	if slices.Equal(out, prev) {
 		return prev

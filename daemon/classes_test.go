@@ -9,6 +9,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -65,7 +66,7 @@ func TestBusCPUClasses(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c2.Close() })
-	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(c2, BusName) })
+	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(c2, bus.Name) })
 	want := [][]any{{"E", "8-15", uint32(580)}, {"P", "0-7", uint32(1024)}}
 	if got := prop(t, c2, "CPUClasses"); !reflect.DeepEqual(got, want) {
 		t.Errorf("i7-1260P: CPUClasses = %v, want %v", got, want)
@@ -94,12 +95,12 @@ func TestLpmdStepAside(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(conn, BusName) })
-	obj := conn.Object(BusName, ObjectPath)
+	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(conn, bus.Name) })
+	obj := conn.Object(bus.Name, bus.ObjectPath)
 	cpus := func() string {
 		return testutil.ReadTrim(t, filepath.Join(m.managed, "a/cpuset.cpus")) + " " + testutil.ReadTrim(t, filepath.Join(m.managed, "b/cpuset.cpus"))
 	}
-	if err := obj.Call(Interface+".SetPolicy", 0, "powersaving").Err; err != nil {
+	if err := obj.Call(bus.Interface+".SetPolicy", 0, "powersaving").Err; err != nil {
 		t.Fatal(err)
 	}
 	// Two idle workloads, packed on the most efficient class: an LPE core.
@@ -110,8 +111,8 @@ func TestLpmdStepAside(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lpmd.Close() })
-	if r, err := lpmd.RequestName(LpmdBusName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
-		t.Fatalf("fake intel-lpmd cannot own %s: %v %v", LpmdBusName, r, err)
+	if r, err := lpmd.RequestName(bus.LpmdName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
+		t.Fatalf("fake intel-lpmd cannot own %s: %v %v", bus.LpmdName, r, err)
 	}
 	testutil.Eventually(t, "off the LP E-cores", func() (bool, string) { return cpus() == "4 4", cpus() })
 	var owner string
@@ -119,7 +120,7 @@ func TestLpmdStepAside(t *testing.T) {
 		t.Errorf("lpmdOwner %q, want %q (%v)", owner, lpmd.Names()[0], err)
 	}
 
-	if _, err := lpmd.ReleaseName(LpmdBusName); err != nil {
+	if _, err := lpmd.ReleaseName(bus.LpmdName); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, "back on the LP E-cores", func() (bool, string) { return cpus() == "12 12", cpus() })

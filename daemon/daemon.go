@@ -18,6 +18,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 	"github.com/schedpolicyd/schedpolicyd/systemd"
@@ -144,10 +146,11 @@ type Config struct {
 	Settle time.Duration
 	// PowerProfilesAPI is the power-profiles D-Bus API
 	// (net.hadess.PowerProfiles and org.freedesktop.UPower.PowerProfiles)
-	// that GNOME, KDE and powerprofilesctl use: PowerProfilesOff ("", the
-	// default here; "false"), PowerProfilesServe ("on", "true": serve it)
-	// or PowerProfilesAuto ("auto": follow the process that owns it, serve
-	// it while nobody does; ppfollow.go). Other words are an error.
+	// that GNOME, KDE and powerprofilesctl use: bus.PowerProfilesOff ("",
+	// the default here; "false"), bus.PowerProfilesServe ("on", "true":
+	// serve it) or bus.PowerProfilesAuto ("auto": follow the process that
+	// owns it, serve it while nobody does; bus/ppfollow.go). Other words
+	// are an error.
 	PowerProfilesAPI string
 	// ProfileMap is the power_aware each followed profile ("power-saver",
 	// "balanced", "performance") selects; nil or a missing profile:
@@ -156,9 +159,9 @@ type Config struct {
 	// PowerProfilesUnits are the systemd service units of the
 	// power-profiles implementations: while one is installed (its unit
 	// file exists and is not masked) "auto" never serves the names, and
-	// a start of one releases them at once (ppunits.go). nil:
-	// DefaultPowerProfilesUnits; a name that is not NAME.service is an
-	// error.
+	// a start of one releases them at once (bus/ppunits.go). nil:
+	// bus.DefaultPowerProfilesUnits; a name that is not NAME.service is
+	// an error.
 	PowerProfilesUnits []string
 	// LowBattery is the low-battery tier, in percent of the system
 	// batteries' charge (acpi.BatteryPercent): below it, on battery, the
@@ -186,58 +189,10 @@ type Config struct {
 	pressureFile string
 }
 
-// Snapshot is a consistent copy of the daemon's public state, published by
-// the event loop after every change. Readers (tree, D-Bus) never touch loop
-// state directly.
-type Snapshot struct {
-	Policy      policy.Policy // effective policy
-	Knob        policy.Knob
-	PowerSource acpi.Source
-	Reason      string // why this power source (acpi.Decision.Reason)
-	// PolicyReason says why the effective policy, in words.
-	PolicyReason string
-	// LastChange is when Policy last changed (start-up counts).
-	LastChange time.Time
-	Boost      string // "1", "0" or "unsupported"
-	Workloads  []WorkloadStatus
-	Holds      []hold
-	// Topology is the online CPUs with their package, LLC and core; the
-	// same slice from one snapshot to the next until a hotplug changes it.
-	Topology []TopologyEntry
-	// CPUClasses is the efficiency classes, most efficient first
-	// (classes.go); the same slice until a hotplug changes them.
-	CPUClasses []CPUClassEntry
-	// EnergySource is what measures energy: EnergySourceRAPL,
-	// EnergySourceBattery or EnergySourceNone (energy.go).
-	EnergySource string
-	// Energy is the measured energy per policy and power source over every
-	// closed segment, across restarts (EnergyMeter.Totals order).
-	Energy []EnergyTotal
-	// ConfigDigest is Config.ConfigDigest of the configuration applied.
-	ConfigDigest string
-
-	// props are the D-Bus property values of this snapshot, computed once
-	// when it is published (Get and GetAll are the hot path); read-only.
-	props map[string]any
-}
-
-// WorkloadStatus describes one managed workload.
-type WorkloadStatus struct {
-	Name string
-	Path string  // cgroup directory
-	CPUs string  // cpulist of cpuset.cpus as last written or read
-	Util float64 // decayed utilisation, CPUs
-	// Override is the workload's own placement policy ("" = the machine's).
-	Override policy.Policy
-	// Class says what kind of work it is: "workload" (a child of the
-	// managed parent, or a unit of schedpolicyd.slice), "service" (a unit
-	// of system.slice), "user" (a user's whole manager, user@UID.service);
-	// for the units of a user's manager (users.go) "focused" (an app.slice
-	// unit whose cgroup's user.xdg.inactive-since is -1), "app",
-	// "background" or "session"; or the managed slice's name without
-	// ".slice" for other units.
-	Class string
-}
+// WorkloadStatus describes one managed workload (snapshot.WorkloadStatus);
+// the name stays here for the placements (placement_create.go, units.go),
+// which report it.
+type WorkloadStatus = snapshot.WorkloadStatus
 
 // ErrStopped is returned by requests made after the event loop ended.
 var ErrStopped = errors.New("daemon is stopping")
@@ -259,7 +214,7 @@ type Daemon struct {
 	units     *unitPlacement
 	keptUnits []UnitRecord
 	tree      sysfs.Tree
-	bus       *busService
+	bus       *bus.Service // nil with bus "none"
 
 	reqs chan func()
 	// clockSync asks the loop to sync the task-clock counters with the
@@ -270,7 +225,7 @@ type Daemon struct {
 	ready     chan struct{} // closed once READY=1 was sent
 	done      chan struct{} // closed when the loop ends
 
-	snap atomic.Pointer[Snapshot]
+	snap atomic.Pointer[snapshot.Snapshot]
 
 	// Loop-owned state: touched only by the goroutine running Run.
 	knob       policy.Knob
@@ -279,8 +234,8 @@ type Daemon struct {
 	power      acpi.Decision
 	boost      string
 	topo       policy.Topology
-	topoProp   []TopologyEntry // the Topology property (topologyEntries)
-	classProp  []CPUClassEntry // the CPUClasses property (classEntries)
+	topoProp   []snapshot.TopologyEntry // the Topology property (topologyEntries)
+	classProp  []snapshot.CPUClassEntry // the CPUClasses property (classEntries)
 	allowed    sysfs.CPUSet
 	effective  policy.Policy
 	// boostUncontrollable: boost cannot be controlled on this machine
@@ -296,11 +251,11 @@ type Daemon struct {
 	unpublished  bool
 	heldLogs     []func()
 	lastSaved    State // what state.json holds, as last saved by saveState
-	holds        map[uint32]*hold
+	holds        map[uint32]*snapshot.Hold
 	holdIdx      holdIndex // beside holds: cookies, holds per owner (holds.go)
 	lastChange   time.Time
 	policyReason string
-	follow       followState            // the power-profiles daemon followed (ppfollow.go)
+	follow       followState            // the power-profiles daemon followed (follow.go)
 	choices      map[string]policy.Knob // explicit choice per power source (choices.go); copy on write
 	asideSaid    map[string]string      // per knob, the other owner last reported (stepaside.go)
 	classesSaid  string                 // the efficiency classes last logged (classes.go)
@@ -445,7 +400,7 @@ func New(cfg Config) (*Daemon, error) {
 		clockSync: make(chan struct{}, 1),
 		ready:     make(chan struct{}),
 		done:      make(chan struct{}),
-		holds:     map[uint32]*hold{},
+		holds:     map[uint32]*snapshot.Hold{},
 
 		batteryPct: -1,
 	}
@@ -483,11 +438,11 @@ func (d *Daemon) Ready() <-chan struct{} { return d.ready }
 func (d *Daemon) Done() <-chan struct{} { return d.done }
 
 // Snapshot returns the latest published state. Safe for concurrent use.
-func (d *Daemon) Snapshot() Snapshot {
+func (d *Daemon) Snapshot() snapshot.Snapshot {
 	if s := d.snap.Load(); s != nil {
 		return *s
 	}
-	return Snapshot{}
+	return snapshot.Snapshot{}
 }
 
 // do runs fn on the event loop and returns its error; it is how the tree and
@@ -622,21 +577,21 @@ func (d *Daemon) Run(ctx context.Context) (runErr error) {
 
 	// The first bus connection is made before READY=1; if the bus is
 	// unreachable, the keeper goroutine retries with backoff.
-	rep := &busReporter{log: d.log.WithField("component", "dbus"), bus: d.cfg.Bus}
-	if d.cfg.Bus == "none" {
-		rep.log.Info("D-Bus disabled (bus none): no bus name, no UPower or resume hints")
+	if busLog := d.log.WithField("component", "dbus"); d.cfg.Bus == "none" {
+		busLog.Info("D-Bus disabled (bus none): no bus name, no UPower or resume hints")
 	} else {
-		var fail *busFailure
-		if d.bus, fail = d.connectBus(ctx); fail != nil {
-			rep.failed(fail)
-		}
+		d.bus = bus.New(bus.Config{
+			Bus: d.cfg.Bus, PowerProfilesAPI: d.cfg.PowerProfilesAPI,
+			PowerProfilesUnits: d.cfg.PowerProfilesUnits, Log: busLog,
+		}, d)
+		d.bus.Connect(ctx) // a failure is logged; Keep retries
 	}
-	defer func() { d.bus.close() }()
+	defer d.bus.Close()
 	wg.Add(1)
-	go func(first *busService) {
+	go func() {
 		defer wg.Done()
-		d.keepBus(bgCtx, first, rep)
-	}(d.bus)
+		d.bus.Keep(bgCtx)
+	}()
 
 	d.writeKernelKnob()
 	d.applyBoost()
@@ -1127,11 +1082,9 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 		d.setBatteryPercent(d.batteryPct)
 		if nc.PowerProfilesAPI != old.PowerProfilesAPI || !slices.Equal(nc.PowerProfilesUnits, old.PowerProfilesUnits) {
 			d.cfg.PowerProfilesAPI, d.cfg.PowerProfilesUnits = nc.PowerProfilesAPI, nc.PowerProfilesUnits
-			if d.bus != nil {
-				// keepBus notices the closed connection and reconnects
-				// with the new setting.
-				d.bus.conn.Close()
-			}
+			// The connection closes, and Keep reconnects with the
+			// new setting.
+			d.bus.Reconfigure(nc.PowerProfilesAPI, nc.PowerProfilesUnits)
 		}
 		d.recompute("reload", true)
 		return nil

@@ -15,74 +15,10 @@ import (
 	"github.com/godbus/dbus/v5"
 	"github.com/godbus/dbus/v5/introspect"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
-
-// TestIntrospectionMatchesExports compares the committed XML contract with
-// what the daemon really exports: every method with its argument
-// signatures and directions (by reflection, as godbus dispatches) and every
-// property with its type (from the values the Properties handler serves).
-func TestIntrospectionMatchesExports(t *testing.T) {
-	var node introspect.Node
-	if err := xml.Unmarshal([]byte(IntrospectionXML), &node); err != nil {
-		t.Fatalf("committed XML does not parse: %v", err)
-	}
-	if len(node.Interfaces) != 1 || node.Interfaces[0].Name != Interface {
-		t.Fatalf("XML interfaces = %+v, want only %s", node.Interfaces, Interface)
-	}
-	iface := node.Interfaces[0]
-
-	// Each method as "in signature -> out signature".
-	signatures := func(ms []introspect.Method) map[string]string {
-		out := map[string]string{}
-		for _, m := range ms {
-			var in, res string
-			for _, a := range m.Args {
-				if a.Direction == "out" {
-					res += a.Type
-				} else {
-					in += a.Type
-				}
-			}
-			out[m.Name] = in + " -> " + res
-		}
-		return out
-	}
-	fromXML, exported := signatures(iface.Methods), signatures(introspect.Methods(busObject{}))
-	if !reflect.DeepEqual(fromXML, exported) {
-		t.Errorf("methods differ:\nXML      %v\nexported %v", fromXML, exported)
-	}
-
-	vals := propertyValues(Snapshot{Holds: []hold{{Cookie: 1}}, Workloads: []WorkloadStatus{{Name: "w"}}})
-	seen := map[string]bool{}
-	for _, p := range iface.Properties {
-		seen[p.Name] = true
-		v, ok := vals[p.Name]
-		if !ok {
-			t.Errorf("property %s in the XML is not served", p.Name)
-			continue
-		}
-		if got := dbus.SignatureOf(v).String(); got != p.Type {
-			t.Errorf("property %s: XML type %s, served %s", p.Name, p.Type, got)
-		}
-		wantAccess := "read"
-		if p.Name == "PowerAware" || p.Name == "PowerAwarePolicy" {
-			wantAccess = "readwrite"
-		}
-		if p.Access != wantAccess {
-			t.Errorf("property %s: XML access %s, Set allows %s", p.Name, p.Access, wantAccess)
-		}
-	}
-	for name := range vals {
-		if !seen[name] {
-			t.Errorf("served property %s is missing from the XML", name)
-		}
-	}
-	if len(iface.Signals) != 1 || iface.Signals[0].Name != "PolicyChanged" {
-		t.Errorf("signals = %+v, want PolicyChanged", iface.Signals)
-	}
-}
 
 // busDaemon runs the daemon in-process on a private bus against the mock
 // laptop.
@@ -96,13 +32,13 @@ func busDaemon(t *testing.T, ppAPI bool) (*Daemon, mockLaptop, *dbus.Conn, strin
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(conn, BusName) })
+	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(conn, bus.Name) })
 	return d, m, conn, addr
 }
 
 func prop(t *testing.T, conn *dbus.Conn, name string) any {
 	t.Helper()
-	v, err := conn.Object(BusName, ObjectPath).GetProperty(Interface + "." + name)
+	v, err := conn.Object(bus.Name, bus.ObjectPath).GetProperty(bus.Interface + "." + name)
 	if err != nil {
 		t.Fatalf("Get %s: %v", name, err)
 	}
@@ -119,7 +55,7 @@ func dbusErrName(err error) string {
 // TestBusAPI exercises the service with a real client on a private bus.
 func TestBusAPI(t *testing.T) {
 	d, m, conn, _ := busDaemon(t, false)
-	obj := conn.Object(BusName, ObjectPath)
+	obj := conn.Object(bus.Name, bus.ObjectPath)
 
 	// Introspect serves the committed contract.
 	var x string
@@ -135,13 +71,13 @@ func TestBusAPI(t *testing.T) {
 		names = append(names, i.Name)
 	}
 	sort.Strings(names)
-	if want := []string{"org.freedesktop.DBus.Introspectable", "org.freedesktop.DBus.Peer", "org.freedesktop.DBus.Properties", Interface}; !reflect.DeepEqual(names, want) {
+	if want := []string{"org.freedesktop.DBus.Introspectable", "org.freedesktop.DBus.Peer", "org.freedesktop.DBus.Properties", bus.Interface}; !reflect.DeepEqual(names, want) {
 		t.Errorf("introspected interfaces %v, want %v", names, want)
 	}
 
 	// GetAll has every property with its value.
 	var all map[string]dbus.Variant
-	if err := obj.Call("org.freedesktop.DBus.Properties.GetAll", 0, Interface).Store(&all); err != nil {
+	if err := obj.Call("org.freedesktop.DBus.Properties.GetAll", 0, bus.Interface).Store(&all); err != nil {
 		t.Fatal(err)
 	}
 	if len(all) != 16 || all["ActivePolicy"].Value() != "performance" || all["OnBattery"].Value() != false ||
@@ -153,12 +89,12 @@ func TestBusAPI(t *testing.T) {
 	}
 
 	// PropertiesChanged and PolicyChanged come with a change.
-	conn.AddMatchSignal(dbus.WithMatchObjectPath(ObjectPath))
+	conn.AddMatchSignal(dbus.WithMatchObjectPath(bus.ObjectPath))
 	sigs := make(chan *dbus.Signal, 50)
 	conn.Signal(sigs)
 
 	// Writable property: PowerAware via Properties.Set.
-	if err := obj.SetProperty(Interface+".PowerAware", dbus.MakeVariant(uint32(2))); err != nil {
+	if err := obj.SetProperty(bus.Interface+".PowerAware", dbus.MakeVariant(uint32(2))); err != nil {
 		t.Fatalf("Set PowerAware: %v", err)
 	}
 	if got := prop(t, conn, "ActivePolicy"); got != "powersaving" {
@@ -170,34 +106,34 @@ func TestBusAPI(t *testing.T) {
 		ch := s.Body[1].(map[string]dbus.Variant)
 		return ch["ActivePolicy"].Value() == "powersaving" && ch["PowerAware"].Value() == uint32(2)
 	})
-	waitSignal(t, sigs, Interface+".PolicyChanged", func(s *dbus.Signal) bool { return s.Body[0] == "powersaving" })
+	waitSignal(t, sigs, bus.Interface+".PolicyChanged", func(s *dbus.Signal) bool { return s.Body[0] == "powersaving" })
 	for name, v := range map[string]any{"ActivePolicy": "balance", "PowerAware": "2", "Boost": "1"} {
-		err := obj.SetProperty(Interface+"."+name, dbus.MakeVariant(v))
+		err := obj.SetProperty(bus.Interface+"."+name, dbus.MakeVariant(v))
 		want := map[string]string{"ActivePolicy": errPropReadOnly, "Boost": errPropReadOnly, "PowerAware": errInvalidArgs}[name]
 		if dbusErrName(err) != want {
 			t.Errorf("Set %s = %v: %v, want %s", name, v, err, want)
 		}
 	}
-	if err := obj.SetProperty(Interface+".PowerAwarePolicy", dbus.MakeVariant("performance")); dbusErrName(err) != errInvalidArgs {
+	if err := obj.SetProperty(bus.Interface+".PowerAwarePolicy", dbus.MakeVariant("performance")); dbusErrName(err) != errInvalidArgs {
 		t.Errorf("Set PowerAwarePolicy performance: %v, want InvalidArgs", err)
 	}
-	if err := obj.Call(Interface+".SetPowerAware", 0, uint32(3)).Err; dbusErrName(err) != errInvalidArgs {
+	if err := obj.Call(bus.Interface+".SetPowerAware", 0, uint32(3)).Err; dbusErrName(err) != errInvalidArgs {
 		t.Errorf("SetPowerAware(3): %v, want InvalidArgs", err)
 	}
-	if err := obj.Call(Interface+".SetPowerAware", 0, uint32(1)).Err; err != nil {
+	if err := obj.Call(bus.Interface+".SetPowerAware", 0, uint32(1)).Err; err != nil {
 		t.Fatal(err)
 	}
 
 	// Holds: the power-saving one wins; a user's choice cancels holds; a
 	// holder leaving the bus releases its holds.
 	var c1, c2 uint32
-	if err := obj.Call(Interface+".HoldPolicy", 0, "performance", "benchmark").Store(&c1); err != nil {
+	if err := obj.Call(bus.Interface+".HoldPolicy", 0, "performance", "benchmark").Store(&c1); err != nil {
 		t.Fatal(err)
 	}
 	if got := prop(t, conn, "ActivePolicy"); got != "performance" {
 		t.Errorf("with a performance hold: %v", got)
 	}
-	if err := obj.Call(Interface+".HoldPolicy", 0, "balance", "video").Store(&c2); err != nil {
+	if err := obj.Call(bus.Interface+".HoldPolicy", 0, "balance", "video").Store(&c2); err != nil {
 		t.Fatal(err)
 	}
 	if got := prop(t, conn, "ActivePolicy"); got != "balance" {
@@ -206,16 +142,16 @@ func TestBusAPI(t *testing.T) {
 	if r := prop(t, conn, "Reason").(string); !strings.Contains(r, "video") {
 		t.Errorf("Reason %q does not name the winning hold", r)
 	}
-	if err := obj.Call(Interface+".ReleasePolicy", 0, c2).Err; err != nil {
+	if err := obj.Call(bus.Interface+".ReleasePolicy", 0, c2).Err; err != nil {
 		t.Fatal(err)
 	}
 	if got := prop(t, conn, "ActivePolicy"); got != "performance" {
 		t.Errorf("after releasing balance: %v", got)
 	}
-	if err := obj.Call(Interface+".ReleasePolicy", 0, uint32(9999)).Err; dbusErrName(err) != errInvalidArgs {
+	if err := obj.Call(bus.Interface+".ReleasePolicy", 0, uint32(9999)).Err; dbusErrName(err) != errInvalidArgs {
 		t.Errorf("ReleasePolicy(unknown): %v", err)
 	}
-	if err := obj.Call(Interface+".SetPolicy", 0, "powersaving").Err; err != nil {
+	if err := obj.Call(bus.Interface+".SetPolicy", 0, "powersaving").Err; err != nil {
 		t.Fatal(err)
 	}
 	if hs := prop(t, conn, "Holds").([][]any); len(hs) != 0 {
@@ -225,7 +161,7 @@ func TestBusAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := other.Object(BusName, ObjectPath).Call(Interface+".HoldPolicy", 0, "performance", "game").Err; err != nil {
+	if err := other.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".HoldPolicy", 0, "performance", "game").Err; err != nil {
 		t.Fatal(err)
 	}
 	if got := prop(t, conn, "ActivePolicy"); got != "performance" {
@@ -255,7 +191,7 @@ func TestBusAPI(t *testing.T) {
 		{strings.Repeat("x", 65), pid, errInvalidArgs},
 		{"notmine", 1, errAccessDenied},
 	} {
-		err := obj.Call(Interface+".CreateWorkload", 0, tc.name, tc.pid).Err
+		err := obj.Call(bus.Interface+".CreateWorkload", 0, tc.name, tc.pid).Err
 		if dbusErrName(err) != tc.want {
 			t.Errorf("CreateWorkload(%q, %d) = %v, want %s", tc.name, tc.pid, err, tc.want)
 		}
@@ -265,20 +201,20 @@ func TestBusAPI(t *testing.T) {
 	}
 
 	// Per-workload override: b keeps every CPU while the rest is packed.
-	if err := obj.Call(Interface+".SetWorkloadPolicy", 0, "b", "performance").Err; err != nil {
+	if err := obj.Call(bus.Interface+".SetWorkloadPolicy", 0, "b", "performance").Err; err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, "override applied", func() (bool, string) {
 		b, a := testutil.ReadTrim(t, filepath.Join(m.managed, "b/cpuset.cpus")), testutil.ReadTrim(t, filepath.Join(m.managed, "a/cpuset.cpus"))
 		return b == "0-7" && a == "0", b + " / " + a
 	})
-	if err := obj.Call(Interface+".SetWorkloadPolicy", 0, "b", "balance").Err; dbusErrName(err) != errInvalidArgs {
+	if err := obj.Call(bus.Interface+".SetWorkloadPolicy", 0, "b", "balance").Err; dbusErrName(err) != errInvalidArgs {
 		t.Errorf("override balance: %v, want InvalidArgs", err)
 	}
-	if err := obj.Call(Interface+".SetWorkloadPolicy", 0, "nosuch", "performance").Err; dbusErrName(err) != errInvalidArgs {
+	if err := obj.Call(bus.Interface+".SetWorkloadPolicy", 0, "nosuch", "performance").Err; dbusErrName(err) != errInvalidArgs {
 		t.Errorf("override of an unknown workload: %v", err)
 	}
-	if err := obj.Call(Interface+".Rebalance", 0).Err; err != nil {
+	if err := obj.Call(bus.Interface+".Rebalance", 0).Err; err != nil {
 		t.Errorf("Rebalance: %v", err)
 	}
 	if d.Snapshot().Policy != policy.Powersaving {
@@ -320,14 +256,14 @@ func TestBusNonRootRefused(t *testing.T) {
 		return string(out), err
 	}
 	// Reading is allowed for everyone.
-	if out, err := run("get-property", BusName, string(ObjectPath), Interface, "ActivePolicy"); err != nil || out != "s \"performance\"\n" {
+	if out, err := run("get-property", bus.Name, string(bus.ObjectPath), bus.Interface, "ActivePolicy"); err != nil || out != "s \"performance\"\n" {
 		t.Fatalf("non-root read: %v %q", err, out)
 	}
 	for _, call := range [][]string{
-		{"call", BusName, string(ObjectPath), Interface, "SetPolicy", "s", "powersaving"},
-		{"call", BusName, string(ObjectPath), Interface, "SetPowerAware", "u", "2"},
-		{"call", BusName, string(ObjectPath), Interface, "HoldPolicy", "ss", "powersaving", "x"},
-		{"set-property", BusName, string(ObjectPath), Interface, "PowerAware", "u", "0"},
+		{"call", bus.Name, string(bus.ObjectPath), bus.Interface, "SetPolicy", "s", "powersaving"},
+		{"call", bus.Name, string(bus.ObjectPath), bus.Interface, "SetPowerAware", "u", "2"},
+		{"call", bus.Name, string(bus.ObjectPath), bus.Interface, "HoldPolicy", "ss", "powersaving", "x"},
+		{"set-property", bus.Name, string(bus.ObjectPath), bus.Interface, "PowerAware", "u", "0"},
 	} {
 		out, err := run(call...)
 		if err == nil || !strings.Contains(out, "Access denied") {
@@ -423,8 +359,8 @@ func TestBusCreateWorkloadRealCgroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(conn, BusName) })
-	out, err := exec.Command("sh", "-c", `exec busctl --address="$0" call `+BusName+` `+string(ObjectPath)+` `+Interface+` CreateWorkload su job $$`, addr).CombinedOutput()
+	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(conn, bus.Name) })
+	out, err := exec.Command("sh", "-c", `exec busctl --address="$0" call `+bus.Name+` `+string(bus.ObjectPath)+` `+bus.Interface+` CreateWorkload su job $$`, addr).CombinedOutput()
 	if err != nil {
 		t.Fatalf("CreateWorkload through busctl: %v %s", err, out)
 	}
@@ -440,7 +376,7 @@ func TestBusCreateWorkloadRealCgroup(t *testing.T) {
 		_, err := os.Stat(filepath.Join(parent, "job"))
 		return os.IsNotExist(err) && len(d.Snapshot().Workloads) == 0, fmt.Sprint(err, d.Snapshot().Workloads)
 	})
-	if out, err := exec.Command("sh", "-c", `exec busctl --address="$0" call `+BusName+` `+string(ObjectPath)+` `+Interface+` CreateWorkload su job $$`, addr).CombinedOutput(); err != nil {
+	if out, err := exec.Command("sh", "-c", `exec busctl --address="$0" call `+bus.Name+` `+string(bus.ObjectPath)+` `+bus.Interface+` CreateWorkload su job $$`, addr).CombinedOutput(); err != nil {
 		t.Fatalf("CreateWorkload of a reused name: %v %s", err, out)
 	}
 	// A cgroup the daemon did not create is never removed by it.
@@ -475,29 +411,29 @@ func TestBusRealClients(t *testing.T) {
 		return string(out), err
 	}
 	// Reads.
-	if out, err := run("busctl", "--address="+addr, "get-property", BusName, string(ObjectPath), Interface, "ActivePolicy", "OnBattery"); err != nil || out != "s \"performance\"\nb false\n" {
+	if out, err := run("busctl", "--address="+addr, "get-property", bus.Name, string(bus.ObjectPath), bus.Interface, "ActivePolicy", "OnBattery"); err != nil || out != "s \"performance\"\nb false\n" {
 		t.Errorf("busctl get-property: %v %q", err, out)
 	}
-	out, err := run("gdbus", "call", "--address", addr, "--dest", BusName, "--object-path", string(ObjectPath),
-		"--method", "org.freedesktop.DBus.Properties.GetAll", Interface)
+	out, err := run("gdbus", "call", "--address", addr, "--dest", bus.Name, "--object-path", string(bus.ObjectPath),
+		"--method", "org.freedesktop.DBus.Properties.GetAll", bus.Interface)
 	if err != nil || !strings.Contains(out, "'ActivePolicy': <'performance'>") || !strings.Contains(out, "'PowerAware': <uint32 1>") {
 		t.Errorf("gdbus GetAll: %v %q", err, out)
 	}
-	out, err = run("gdbus", "introspect", "--address", addr, "--dest", BusName, "--object-path", string(ObjectPath))
+	out, err = run("gdbus", "introspect", "--address", addr, "--dest", bus.Name, "--object-path", string(bus.ObjectPath))
 	if err != nil || !strings.Contains(out, "SetPolicy(in  s policy);") || !strings.Contains(out, "readwrite u PowerAware") {
 		t.Errorf("gdbus introspect: %v\n%s", err, out)
 	}
-	if out, err := run("dbus-send", "--bus="+addr, "--print-reply", "--dest="+BusName, string(ObjectPath),
-		"org.freedesktop.DBus.Properties.Get", "string:"+Interface, "string:PowerSource"); err != nil || !strings.Contains(out, `string "ac"`) {
+	if out, err := run("dbus-send", "--bus="+addr, "--print-reply", "--dest="+bus.Name, string(bus.ObjectPath),
+		"org.freedesktop.DBus.Properties.Get", "string:"+bus.Interface, "string:PowerSource"); err != nil || !strings.Contains(out, `string "ac"`) {
 		t.Errorf("dbus-send Get: %v %q", err, out)
 	}
 	// A bad value: InvalidArgs from every client, nothing changes.
-	if out, err := run("gdbus", "call", "--address", addr, "--dest", BusName, "--object-path", string(ObjectPath),
-		"--method", Interface+".SetPolicy", "bogus"); err == nil || !strings.Contains(out, "org.freedesktop.DBus.Error.InvalidArgs") {
+	if out, err := run("gdbus", "call", "--address", addr, "--dest", bus.Name, "--object-path", string(bus.ObjectPath),
+		"--method", bus.Interface+".SetPolicy", "bogus"); err == nil || !strings.Contains(out, "org.freedesktop.DBus.Error.InvalidArgs") {
 		t.Errorf("gdbus SetPolicy bogus: %v %q", err, out)
 	}
-	if out, err := run("dbus-send", "--bus="+addr, "--print-reply", "--dest="+BusName, string(ObjectPath),
-		Interface+".SetPolicy", "string:Performance"); err == nil || !strings.Contains(out, "org.freedesktop.DBus.Error.InvalidArgs") {
+	if out, err := run("dbus-send", "--bus="+addr, "--print-reply", "--dest="+bus.Name, string(bus.ObjectPath),
+		bus.Interface+".SetPolicy", "string:Performance"); err == nil || !strings.Contains(out, "org.freedesktop.DBus.Error.InvalidArgs") {
 		t.Errorf("dbus-send SetPolicy Performance: %v %q", err, out)
 	}
 	if d.Snapshot().Knob.PowerAware != policy.PowerAwareAuto {
@@ -509,9 +445,9 @@ func TestBusRealClients(t *testing.T) {
 		args []string
 		want policy.Policy
 	}{
-		{"busctl", []string{"--address=" + addr, "call", BusName, string(ObjectPath), Interface, "SetPolicy", "s", "balance"}, policy.Balance},
-		{"gdbus", []string{"call", "--address", addr, "--dest", BusName, "--object-path", string(ObjectPath), "--method", Interface + ".SetPolicy", "powersaving"}, policy.Powersaving},
-		{"dbus-send", []string{"--bus=" + addr, "--print-reply", "--dest=" + BusName, string(ObjectPath), Interface + ".SetPolicy", "string:performance"}, policy.Performance},
+		{"busctl", []string{"--address=" + addr, "call", bus.Name, string(bus.ObjectPath), bus.Interface, "SetPolicy", "s", "balance"}, policy.Balance},
+		{"gdbus", []string{"call", "--address", addr, "--dest", bus.Name, "--object-path", string(bus.ObjectPath), "--method", bus.Interface + ".SetPolicy", "powersaving"}, policy.Powersaving},
+		{"dbus-send", []string{"--bus=" + addr, "--print-reply", "--dest=" + bus.Name, string(bus.ObjectPath), bus.Interface + ".SetPolicy", "string:performance"}, policy.Performance},
 	} {
 		if out, err := run(c.name, c.args...); err != nil {
 			t.Errorf("%s SetPolicy: %v %q", c.name, err, out)
@@ -525,7 +461,7 @@ func TestBusRealClients(t *testing.T) {
 // ppMode is Config.PowerProfilesAPI for the old boolean: serve or off.
 func ppMode(serve bool) string {
 	if serve {
-		return PowerProfilesServe
+		return bus.PowerProfilesServe
 	}
-	return PowerProfilesOff
+	return bus.PowerProfilesOff
 }

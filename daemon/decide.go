@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 	"github.com/sirupsen/logrus"
@@ -174,7 +175,7 @@ func (d *Daemon) decideKnob() (policy.Policy, string) {
 type knobInputs struct {
 	// Hold is the winning hold (the power-saving one when holds
 	// disagree), nil without one.
-	Hold *hold
+	Hold *snapshot.Hold
 	// Knob is the knob in force: the explicit choice made for this power
 	// source, else the configured or built-in default (choices.go).
 	Knob policy.Knob

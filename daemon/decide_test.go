@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
@@ -14,7 +15,7 @@ import (
 // (off, on) gives the policy the precedence says — hold > knob 0/2 > low
 // battery > power source — with its reason.
 func TestDecidePolicyTruthTable(t *testing.T) {
-	holds := []*hold{nil, {Policy: policy.Performance, Owner: ":1.7", Reason: "game"}, {Policy: policy.Powersaving, Owner: ":1.8", AppID: "org.gnome.Settings", Reason: "saver"}}
+	holds := []*snapshot.Hold{nil, {Policy: policy.Performance, Owner: ":1.7", Reason: "game"}, {Policy: policy.Powersaving, Owner: ":1.8", AppID: "org.gnome.Settings", Reason: "saver"}}
 	var knobs []policy.Knob
 	for _, pa := range []policy.PowerAware{policy.PowerAwareOff, policy.PowerAwareAuto, policy.PowerAwareOn} {
 		for _, pap := range []policy.Policy{policy.Balance, policy.Powersaving} {

@@ -1,5 +1,7 @@
 // Package daemon wires schedpolicyd together: one event loop owns the knob,
 // the power source, the workloads and the current plan; it applies plans to
 // cgroup cpusets, persists the user's choices, serves the virtual sysfs tree
-// and the D-Bus service, and talks to systemd.
+// and talks to systemd. Its D-Bus service is package daemon/bus, which asks
+// the loop through the bus.Controller methods of Daemon (controller.go) and
+// is handed every snapshot it publishes (daemon/snapshot).
 package daemon

@@ -54,36 +54,13 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
-// The energy sources, the values of the EnergySource property.
-const (
-	EnergySourceRAPL    = "rapl"
-	EnergySourceBattery = "battery"
-	EnergySourceNone    = "none"
-)
-
-// EnergyTotal is the measured energy of one policy on one power source,
-// summed over every closed segment since the state directory was made (the
-// Energy property, state.json).
-type EnergyTotal struct {
-	// Policy is the policy that was in force: performance, balance or
-	// powersaving.
-	Policy policy.Policy `json:"policy"`
-	// PowerSource is the power source in force: ac, battery or unknown.
-	PowerSource acpi.Source `json:"power_source"`
-	// Joules is the energy measured (J): the packages' with RAPL, the
-	// whole machine's from the batteries.
-	Joules float64 `json:"joules"`
-	// Seconds is the time Joules was measured over (s), so Joules/Seconds
-	// is the average power in W.
-	Seconds float64 `json:"seconds"`
-}
-
-// validate checks a total read from state.json.
-func (e EnergyTotal) validate() error {
+// validEnergyTotal checks a total read from state.json.
+func validEnergyTotal(e snapshot.EnergyTotal) error {
 	if _, err := policy.ParsePolicy(string(e.Policy)); err != nil {
 		return fmt.Errorf("energy total: policy %q: want performance, balance or powersaving", e.Policy)
 	}
@@ -144,10 +121,10 @@ type energyMeter struct {
 	log logrus.FieldLogger
 	now func() time.Time
 
-	totals map[energyKey]EnergyTotal // closed segments
-	seg    energyKey                 // the running segment
-	segJ   float64                   // its measured J
-	segS   float64                   // and s
+	totals map[energyKey]snapshot.EnergyTotal // closed segments
+	seg    energyKey                          // the running segment
+	segJ   float64                            // its measured J
+	segS   float64                            // and s
 	last   energySample
 	zoneJ  map[string]*zoneEnergy // every RAPL zone's J since start
 	warned string                 // the last reason logged, so each is said once
@@ -155,8 +132,8 @@ type energyMeter struct {
 
 // newEnergyMeter returns a meter holding the saved totals; start begins
 // the first segment.
-func newEnergyMeter(fsys sysfs.FS, log logrus.FieldLogger, now func() time.Time, saved []EnergyTotal) *energyMeter {
-	m := &energyMeter{fs: fsys, log: log, now: now, totals: map[energyKey]EnergyTotal{}, zoneJ: map[string]*zoneEnergy{}}
+func newEnergyMeter(fsys sysfs.FS, log logrus.FieldLogger, now func() time.Time, saved []snapshot.EnergyTotal) *energyMeter {
+	m := &energyMeter{fs: fsys, log: log, now: now, totals: map[energyKey]snapshot.EnergyTotal{}, zoneJ: map[string]*zoneEnergy{}}
 	for _, e := range saved {
 		m.totals[energyKey{e.Policy, e.PowerSource}] = e
 	}
@@ -203,7 +180,7 @@ func (m *energyMeter) say(s energySample) {
 		return
 	}
 	l := m.log.WithFields(logrus.Fields{"source": s.source, "why": why})
-	if s.source == EnergySourceNone || (s.source == EnergySourceBattery && !s.onBattery) {
+	if s.source == snapshot.EnergySourceNone || (s.source == snapshot.EnergySourceBattery && !s.onBattery) {
 		l.Debug("energy: nothing to measure")
 		return
 	}
@@ -229,11 +206,11 @@ func (m *energyMeter) closeSegment(next energyKey, onBattery bool) bool {
 // Totals returns the closed segments' totals, in policy order
 // (performance, balance, powersaving), then ac, battery, unknown; nil when
 // there are none.
-func (m *energyMeter) Totals() []EnergyTotal {
+func (m *energyMeter) Totals() []snapshot.EnergyTotal {
 	if len(m.totals) == 0 {
 		return nil
 	}
-	out := make([]EnergyTotal, 0, len(m.totals))
+	out := make([]snapshot.EnergyTotal, 0, len(m.totals))
 	for _, t := range m.totals {
 		out = append(out, t)
 	}
@@ -241,8 +218,8 @@ func (m *energyMeter) Totals() []EnergyTotal {
 	return out
 }
 
-func sortTotals(ts []EnergyTotal) {
-	rank := func(t EnergyTotal) int {
+func sortTotals(ts []snapshot.EnergyTotal) {
+	rank := func(t snapshot.EnergyTotal) int {
 		p := slices.Index(policy.AvailablePolicies, t.Policy)
 		s := slices.Index([]acpi.Source{acpi.AC, acpi.Battery, acpi.Unknown}, t.PowerSource)
 		return p*3 + s
@@ -250,8 +227,8 @@ func sortTotals(ts []EnergyTotal) {
 	sort.Slice(ts, func(i, j int) bool { return rank(ts[i]) < rank(ts[j]) })
 }
 
-// Source is the source of the last reading: EnergySourceRAPL,
-// EnergySourceBattery or EnergySourceNone.
+// Source is the source of the last reading: snapshot.EnergySourceRAPL,
+// snapshot.EnergySourceBattery or snapshot.EnergySourceNone.
 func (m *energyMeter) Source() string { return m.last.source }
 
 // zones returns every RAPL zone's energy since start, by zone.
@@ -273,7 +250,7 @@ const guardPowerUW = 250_000_000
 // at the highest power limit of the zones read (or guardPowerUW). 0 when
 // no counter can wrap (battery, none).
 func (m *energyMeter) guardAfter() time.Duration {
-	if m.last.source != EnergySourceRAPL {
+	if m.last.source != snapshot.EnergySourceRAPL {
 		return 0
 	}
 	var limit, rng uint64
@@ -316,15 +293,15 @@ func (m *energyMeter) read(onBattery bool) energySample {
 		}
 	}
 	if len(used) > 0 {
-		s.source, s.used, s.ok = EnergySourceRAPL, strings.Join(used, ","), true
+		s.source, s.used, s.ok = snapshot.EnergySourceRAPL, strings.Join(used, ","), true
 		return s
 	}
 	s.zones = nil
-	s.source = EnergySourceBattery
+	s.source = snapshot.EnergySourceBattery
 	why := m.readBatteries(&s)
 	if why != "" {
 		s.why = why
-		if len(zoneWhy) > 0 && s.source == EnergySourceNone {
+		if len(zoneWhy) > 0 && s.source == snapshot.EnergySourceNone {
 			s.why = "RAPL: " + strings.Join(zoneWhy, "; ") + "; batteries: " + why
 		}
 	}
@@ -332,12 +309,12 @@ func (m *energyMeter) read(onBattery bool) energySample {
 }
 
 // readBatteries fills s from the system batteries and returns why it is
-// not a usable point ("" when it is). s.source becomes EnergySourceNone
+// not a usable point ("" when it is). s.source becomes snapshot.EnergySourceNone
 // when no system battery has a power attribute.
 func (m *energyMeter) readBatteries(s *energySample) string {
 	supplies, err := m.fs.PowerSupplies()
 	if err != nil {
-		s.source = EnergySourceNone
+		s.source = snapshot.EnergySourceNone
 		return err.Error()
 	}
 	type reading struct {
@@ -355,7 +332,7 @@ func (m *energyMeter) readBatteries(s *energySample) string {
 		}
 	}
 	if !metered {
-		s.source = EnergySourceNone
+		s.source = snapshot.EnergySourceNone
 		if len(bats) == 0 {
 			return "no RAPL counter and no system battery"
 		}
@@ -421,7 +398,7 @@ func (m *energyMeter) interval(last, cur energySample) (joules, seconds float64,
 	case !last.ok:
 		return 0, 0, "no usable reading at the start: " + last.why
 	}
-	if last.source == EnergySourceRAPL {
+	if last.source == snapshot.EnergySourceRAPL {
 		for zone, c := range cur.zones {
 			p, ok := last.zones[zone]
 			if !ok {
@@ -436,7 +413,7 @@ func (m *energyMeter) interval(last, cur energySample) (joules, seconds float64,
 				z.Joules += float64(d) / 1e6
 			}
 		}
-		if cur.source != EnergySourceRAPL || cur.used != last.used {
+		if cur.source != snapshot.EnergySourceRAPL || cur.used != last.used {
 			return 0, 0, fmt.Sprintf("the RAPL zones read changed from %s to %q", last.used, cur.used)
 		}
 		var sum uint64
@@ -452,7 +429,7 @@ func (m *energyMeter) interval(last, cur energySample) (joules, seconds float64,
 	}
 	// Battery.
 	switch {
-	case cur.source == EnergySourceBattery && cur.ok && cur.used == last.used:
+	case cur.source == snapshot.EnergySourceBattery && cur.ok && cur.used == last.used:
 		return float64(last.powerUW+cur.powerUW) / 2 / 1e6 * dt, dt, ""
 	case !cur.onBattery:
 		// The segment ends because the machine left battery power.

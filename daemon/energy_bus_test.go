@@ -14,6 +14,8 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -21,7 +23,7 @@ import (
 // energyProp reads the Energy property as (policy, source) → [J, s].
 func energyProp(t *testing.T, conn *dbus.Conn) map[string][2]float64 {
 	t.Helper()
-	v, err := conn.Object(BusName, ObjectPath).GetProperty(Interface + ".Energy")
+	v, err := conn.Object(bus.Name, bus.ObjectPath).GetProperty(bus.Interface + ".Energy")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,20 +74,20 @@ func TestEnergyRAPLOverBus(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(conn, BusName) })
-	obj := conn.Object(BusName, ObjectPath)
+	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(conn, bus.Name) })
+	obj := conn.Object(bus.Name, bus.ObjectPath)
 	if src := prop(t, conn, "EnergySource"); src != "rapl" {
 		t.Fatalf("EnergySource %v, want rapl", src)
 	}
 	if e := energyProp(t, conn); len(e) != 0 {
 		t.Fatalf("Energy before any segment closed: %v", e)
 	}
-	conn.AddMatchSignal(dbus.WithMatchObjectPath(ObjectPath))
+	conn.AddMatchSignal(dbus.WithMatchObjectPath(bus.ObjectPath))
 	sigs := make(chan *dbus.Signal, 50)
 	conn.Signal(sigs)
 
 	bump(2_500_000)
-	if err := obj.Call(Interface+".RefreshEnergy", 0).Err; err != nil {
+	if err := obj.Call(bus.Interface+".RefreshEnergy", 0).Err; err != nil {
 		t.Fatal(err)
 	}
 	waitSignal(t, sigs, "org.freedesktop.DBus.Properties.PropertiesChanged", func(s *dbus.Signal) bool {
@@ -99,7 +101,7 @@ func TestEnergyRAPLOverBus(t *testing.T) {
 
 	// Coalesced: a second refresh within a second reads nothing.
 	bump(1_000_000)
-	if err := obj.Call(Interface+".RefreshEnergy", 0).Err; err != nil {
+	if err := obj.Call(bus.Interface+".RefreshEnergy", 0).Err; err != nil {
 		t.Fatal(err)
 	}
 	if got := joules(energyProp(t, conn)); !reflect.DeepEqual(got, map[string]float64{"performance/ac": 2.5}) {
@@ -107,7 +109,7 @@ func TestEnergyRAPLOverBus(t *testing.T) {
 	}
 
 	// A policy change closes the segment: the 1 J goes to performance.
-	if err := obj.Call(Interface+".SetPolicy", 0, "powersaving").Err; err != nil {
+	if err := obj.Call(bus.Interface+".SetPolicy", 0, "powersaving").Err; err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, "performance/ac 3.5 J", func() (bool, string) {
@@ -121,13 +123,13 @@ func TestEnergyRAPLOverBus(t *testing.T) {
 		if _, err := exec.LookPath("setpriv"); err == nil {
 			if _, err := exec.LookPath("busctl"); err == nil {
 				out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-					"busctl", "--address="+addr, "call", BusName, string(ObjectPath), Interface, "RefreshEnergy").CombinedOutput()
+					"busctl", "--address="+addr, "call", bus.Name, string(bus.ObjectPath), bus.Interface, "RefreshEnergy").CombinedOutput()
 				if err != nil {
 					t.Fatalf("RefreshEnergy as nobody: %v %s", err, out)
 				}
 			}
 		}
-	} else if err := obj.Call(Interface+".RefreshEnergy", 0).Err; err != nil {
+	} else if err := obj.Call(bus.Interface+".RefreshEnergy", 0).Err; err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, "powersaving/ac 4 J", func() (bool, string) {
@@ -137,7 +139,7 @@ func TestEnergyRAPLOverBus(t *testing.T) {
 	before := energyProp(t, conn)
 
 	// Bad calls change nothing.
-	if err := obj.Call(Interface+".RefreshEnergy", 0, "x").Err; dbusErrName(err) != errInvalidArgs {
+	if err := obj.Call(bus.Interface+".RefreshEnergy", 0, "x").Err; dbusErrName(err) != errInvalidArgs {
 		t.Errorf("RefreshEnergy(\"x\"): %v, want InvalidArgs", err)
 	}
 
@@ -148,7 +150,7 @@ func TestEnergyRAPLOverBus(t *testing.T) {
 		Policy              string
 		Watts, PackageWatts float64
 	}
-	if err := obj.Call(Interface+".EstimatePower", 0).Store(&model, &note, &est); err != nil {
+	if err := obj.Call(bus.Interface+".EstimatePower", 0).Store(&model, &note, &est); err != nil {
 		t.Fatal(err)
 	}
 	// The mock laptop is the seed's 4-core/8-thread machine: no note.
@@ -167,7 +169,7 @@ func TestEnergyRAPLOverBus(t *testing.T) {
 	<-done
 	_ = d
 	m.startCfg(t, func(c *Config) { c.Bus = addr })
-	testutil.Eventually(t, "bus name again", func() (bool, string) { return testutil.NameOwned(conn, BusName) })
+	testutil.Eventually(t, "bus name again", func() (bool, string) { return testutil.NameOwned(conn, bus.Name) })
 	after := energyProp(t, conn)
 	if !reflect.DeepEqual(joules(after), joules(before)) || after["powersaving/ac"][1] <= before["powersaving/ac"][1] || after["performance/ac"] != before["performance/ac"] {
 		t.Errorf("after a restart %v, want the joules of %v and more time (the segment the stop closed)", after, before)
@@ -200,12 +202,12 @@ func TestEnergyBatteryOverBus(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(conn, BusName) })
-	if s := d.Snapshot(); s.PowerSource != "battery" || s.Policy != policy.Powersaving || s.EnergySource != EnergySourceBattery {
+	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(conn, bus.Name) })
+	if s := d.Snapshot(); s.PowerSource != "battery" || s.Policy != policy.Powersaving || s.EnergySource != snapshot.EnergySourceBattery {
 		t.Fatalf("snapshot %s %s %s, want battery, powersaving, battery", s.PowerSource, s.Policy, s.EnergySource)
 	}
 	time.Sleep(200 * time.Millisecond)
-	if err := conn.Object(BusName, ObjectPath).Call(Interface+".RefreshEnergy", 0).Err; err != nil {
+	if err := conn.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".RefreshEnergy", 0).Err; err != nil {
 		t.Fatal(err)
 	}
 	avg := func(v [2]float64) float64 { return v[0] / v[1] }
@@ -228,7 +230,7 @@ func TestEnergyBatteryOverBus(t *testing.T) {
 		t.Errorf("Energy %v, want only powersaving/battery, still 7.21 W", e)
 	}
 	time.Sleep(EnergyRefreshInterval)
-	if err := conn.Object(BusName, ObjectPath).Call(Interface+".RefreshEnergy", 0).Err; err != nil {
+	if err := conn.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".RefreshEnergy", 0).Err; err != nil {
 		t.Fatal(err)
 	}
 	if e := energyProp(t, conn); len(e) != 1 {

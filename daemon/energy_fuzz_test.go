@@ -48,7 +48,7 @@ func FuzzEnergyReadings(f *testing.F) {
 				if tot.Joules < 0 || tot.Seconds < 0 || math.IsNaN(tot.Joules) || math.IsInf(tot.Joules, 0) || tot.Seconds > time.Duration(dt).Seconds()+1e-9 {
 					t.Fatalf("total %+v after %v", tot, time.Duration(dt))
 				}
-				if err := tot.validate(); err != nil {
+				if err := validEnergyTotal(tot); err != nil {
 					t.Fatalf("total %+v would not load back: %v", tot, err)
 				}
 			}

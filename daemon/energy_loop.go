@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -98,36 +99,11 @@ func (d *Daemon) refreshEnergy() {
 	d.publish()
 }
 
-// PowerEstimate is the energy model's estimate for one policy
-// (EstimatePower): the power the managed workloads' current load would
-// draw placed by that policy on this machine.
-type PowerEstimate struct {
-	Policy policy.Policy
-	// Watts is the whole machine (W), the model's platform idle power
-	// included: what a battery measures.
-	Watts float64
-	// PackageWatts is the packages alone (W): Watts less the model's
-	// platform idle power (policy.EnergyModel.IdleW), what RAPL measures.
-	PackageWatts float64
-}
-
-// PowerEstimates is EstimatePower's answer.
-type PowerEstimates struct {
-	// Model names the calibration (policy.ModelFor), e.g. snb-laptop-4c8t.
-	Model string
-	// Note is "" when the model was fitted on a machine of this one's
-	// shape (policy.EnergyModel.Describes), else a sentence saying that
-	// its watts only rank the policies here.
-	Note string
-	// Policies has one estimate per policy, in policy order.
-	Policies []PowerEstimate
-}
-
 // estimateCache keeps EstimatePower's last answer for EnergyRefreshInterval.
 type estimateCache struct {
 	mu  sync.Mutex // guards the fields below
 	at  time.Time
-	est PowerEstimates
+	est snapshot.PowerEstimates
 }
 
 // modelInput is what the model needs, copied from the loop.
@@ -151,7 +127,7 @@ type modelInput struct {
 // Load outside the managed workloads is not seen. The answer is computed
 // off the event loop and reused for EnergyRefreshInterval. Errors:
 // ErrStopped, or ctx's.
-func (d *Daemon) EstimatePower(ctx context.Context) (PowerEstimates, error) {
+func (d *Daemon) EstimatePower(ctx context.Context) (snapshot.PowerEstimates, error) {
 	d.est.mu.Lock()
 	defer d.est.mu.Unlock()
 	if !d.est.at.IsZero() && time.Since(d.est.at) < EnergyRefreshInterval {
@@ -159,10 +135,10 @@ func (d *Daemon) EstimatePower(ctx context.Context) (PowerEstimates, error) {
 	}
 	var in modelInput
 	if err := d.do(ctx, func() error { in = d.modelInput(); return nil }); err != nil {
-		return PowerEstimates{}, err
+		return snapshot.PowerEstimates{}, err
 	}
 	m, _ := ClassModel(policy.ModelFor(in.topo), d.fs, in.classes)
-	r := PowerEstimates{Model: m.Name}
+	r := snapshot.PowerEstimates{Model: m.Name}
 	if !m.Describes(in.topo) {
 		shape, _ := policy.ShapeOf(in.topo)
 		r.Note = fmt.Sprintf("the %s model was fitted on %s; this machine is %s: its watts compare the policies, they are no estimate of this machine's power", m.Name, m.Machine, shape)
@@ -177,7 +153,7 @@ func (d *Daemon) EstimatePower(ctx context.Context) (PowerEstimates, error) {
 			plan.CPUs[n] = c
 		}
 		e := m.Simulate(in.topo, plan, loads)
-		r.Policies = append(r.Policies, PowerEstimate{Policy: p, Watts: e.Watts, PackageWatts: e.Watts - m.IdleW})
+		r.Policies = append(r.Policies, snapshot.PowerEstimate{Policy: p, Watts: e.Watts, PackageWatts: e.Watts - m.IdleW})
 	}
 	d.est.at, d.est.est = time.Now(), r
 	return r, nil
@@ -226,7 +202,8 @@ func (d *Daemon) modelInput() modelInput {
 // EnergyProbe is what `schedpolicyd probe` says about energy measurement:
 // the source the daemon would use on the machine now and what it found.
 type EnergyProbe struct {
-	// Source is EnergySourceRAPL, EnergySourceBattery or EnergySourceNone.
+	// Source is snapshot.EnergySourceRAPL, EnergySourceBattery or
+	// EnergySourceNone.
 	Source string `json:"source"`
 	// Measuring reports that a reading now can start or end a measured
 	// interval: RAPL always, the batteries only while on battery.

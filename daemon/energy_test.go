@@ -13,6 +13,7 @@ import (
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
@@ -75,13 +76,13 @@ func (m *meterMachine) supply(name string, attrs map[string]string) {
 	}
 }
 
-func (m *meterMachine) meter(c *fakeClock, saved ...EnergyTotal) (*energyMeter, *logtest.Hook) {
+func (m *meterMachine) meter(c *fakeClock, saved ...snapshot.EnergyTotal) (*energyMeter, *logtest.Hook) {
 	log, hook := logtest.NewNullLogger()
 	log.SetLevel(logrus.DebugLevel)
 	return newEnergyMeter(m.fs, log, c.now, saved), hook
 }
 
-func checkTotals(t *testing.T, m *energyMeter, want []EnergyTotal) {
+func checkTotals(t *testing.T, m *energyMeter, want []snapshot.EnergyTotal) {
 	t.Helper()
 	got := m.Totals()
 	if len(want) == 0 {
@@ -104,7 +105,7 @@ func TestEnergyRAPLSegments(t *testing.T) {
 	c := newClock()
 	m, _ := mm.meter(c)
 	m.start(key(policy.Performance, acpi.AC), false)
-	if m.Source() != EnergySourceRAPL {
+	if m.Source() != snapshot.EnergySourceRAPL {
 		t.Fatalf("source %q, want rapl", m.Source())
 	}
 
@@ -116,7 +117,7 @@ func TestEnergyRAPLSegments(t *testing.T) {
 	if !m.closeSegment(key(policy.Powersaving, acpi.Battery), true) {
 		t.Fatal("closeSegment reported no change")
 	}
-	checkTotals(t, m, []EnergyTotal{{policy.Performance, acpi.AC, 1.75, 2}})
+	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Performance, PowerSource: acpi.AC, Joules: 1.75, Seconds: 2}})
 
 	c.add(4 * time.Second)
 	mm.counter("intel-rapl:0", 14_500_000) // +3 J
@@ -125,7 +126,7 @@ func TestEnergyRAPLSegments(t *testing.T) {
 	c.add(1 * time.Second)
 	mm.counter("intel-rapl:0", 15_000_000) // +0.5 J, into the existing total
 	m.closeSegment(key(policy.Performance, acpi.AC), false)
-	checkTotals(t, m, []EnergyTotal{{policy.Performance, acpi.AC, 2.25, 3}, {policy.Powersaving, acpi.Battery, 4, 4}})
+	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Performance, PowerSource: acpi.AC, Joules: 2.25, Seconds: 3}, {Policy: policy.Powersaving, PowerSource: acpi.Battery, Joules: 4, Seconds: 4}})
 	if got, want := m.zones(), []zoneEnergy{
 		{"intel-rapl:0", "package-0", 5}, {"intel-rapl:0:0", "core", 1}, {"intel-rapl:1", "package-1", 1.25}, {"intel-rapl:2", "psys", 9},
 	}; !reflect.DeepEqual(got, want) {
@@ -144,7 +145,7 @@ func TestEnergyRAPLWrap(t *testing.T) {
 	c.add(3 * time.Second)
 	mm.counter("intel-rapl:0", 500_000) // 1 J to the top, 0.5 J after it
 	m.closeSegment(key(policy.Balance, acpi.Unknown), false)
-	checkTotals(t, m, []EnergyTotal{{policy.Balance, acpi.Unknown, 1.5, 3}})
+	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Balance, PowerSource: acpi.Unknown, Joules: 1.5, Seconds: 3}})
 	for _, e := range hook.AllEntries() {
 		if e.Level <= logrus.WarnLevel {
 			t.Errorf("a wrap is normal, yet: %s %v", e.Message, e.Data)
@@ -178,14 +179,14 @@ func TestEnergyRAPLBackwards(t *testing.T) {
 	c.add(5 * time.Second)
 	mm.counter("intel-rapl:0", 1_002_000_000) // +2 J
 	m.closeSegment(key(policy.Performance, acpi.AC), false)
-	checkTotals(t, m, []EnergyTotal{{policy.Performance, acpi.AC, 2, 5}})
+	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Performance, PowerSource: acpi.AC, Joules: 2, Seconds: 5}})
 
 	// A forward jump no zone can draw (100 kJ in 1 s) is no measurement
 	// either.
 	c.add(1 * time.Second)
 	mm.counter("intel-rapl:0", 101_002_000_000)
 	m.closeSegment(key(policy.Performance, acpi.AC), false)
-	checkTotals(t, m, []EnergyTotal{{policy.Performance, acpi.AC, 2, 5}})
+	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Performance, PowerSource: acpi.AC, Joules: 2, Seconds: 5}})
 
 	// After hours, the same wrap is plausible (≤ 1 kW on average).
 	mm.counter("intel-rapl:0", raplRange-250_000)
@@ -193,7 +194,7 @@ func TestEnergyRAPLBackwards(t *testing.T) {
 	c.add(time.Hour)
 	mm.counter("intel-rapl:0", 10_000_000) // 0.25 J to the top, 10 J after it
 	m.closeSegment(key(policy.Performance, acpi.AC), false)
-	checkTotals(t, m, []EnergyTotal{{policy.Performance, acpi.AC, 12.25, 3605}})
+	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Performance, PowerSource: acpi.AC, Joules: 12.25, Seconds: 3605}})
 }
 
 // TestEnergyRAPLGuard: the wrap guard is half the counter's wrap period at
@@ -238,36 +239,36 @@ func TestEnergyBattery(t *testing.T) {
 	c := newClock()
 	m, _ := mm.meter(c)
 	m.start(key(policy.Powersaving, acpi.Battery), true)
-	if m.Source() != EnergySourceBattery {
+	if m.Source() != snapshot.EnergySourceBattery {
 		t.Fatalf("source %q, want battery", m.Source())
 	}
 	c.add(10 * time.Second)
 	mm.supply("BAT0", map[string]string{"power_now": "5000000"})
 	m.closeSegment(key(policy.Powersaving, acpi.Battery), true) // RefreshEnergy: (7 W + 5 W) / 2 × 10 s
-	checkTotals(t, m, []EnergyTotal{{policy.Powersaving, acpi.Battery, 60, 10}})
+	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Powersaving, PowerSource: acpi.Battery, Joules: 60, Seconds: 10}})
 
 	// The driver switches to current × voltage: 0.5 A × 12 V = 6 W.
 	c.add(4 * time.Second)
 	mm.supply("BAT0", map[string]string{"power_now": "", "current_now": "500000", "voltage_now": "12000000"})
 	m.closeSegment(key(policy.Balance, acpi.Battery), true) // (5 + 6) / 2 × 4 = 22 J
-	checkTotals(t, m, []EnergyTotal{{policy.Powersaving, acpi.Battery, 82, 14}})
+	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Powersaving, PowerSource: acpi.Battery, Joules: 82, Seconds: 14}})
 
 	// Plugged in: the 8 s since the last reading are priced at 6 W.
 	c.add(8 * time.Second)
 	mm.supply("AC", map[string]string{"online": "1"})
 	mm.supply("BAT0", map[string]string{"status": "Charging", "current_now": "1500000"})
 	m.closeSegment(key(policy.Performance, acpi.AC), false)
-	checkTotals(t, m, []EnergyTotal{{policy.Balance, acpi.Battery, 48, 8}, {policy.Powersaving, acpi.Battery, 82, 14}})
+	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Balance, PowerSource: acpi.Battery, Joules: 48, Seconds: 8}, {Policy: policy.Powersaving, PowerSource: acpi.Battery, Joules: 82, Seconds: 14}})
 
 	// On AC nothing is measured: the batteries do not carry the draw.
 	c.add(time.Hour)
 	if m.closeSegment(key(policy.Performance, acpi.AC), false) {
 		t.Error("an AC segment measured by a charging battery changed the totals")
 	}
-	if m.Source() != EnergySourceBattery {
+	if m.Source() != snapshot.EnergySourceBattery {
 		t.Errorf("source on AC %q, want battery (available, not measuring)", m.Source())
 	}
-	checkTotals(t, m, []EnergyTotal{{policy.Balance, acpi.Battery, 48, 8}, {policy.Powersaving, acpi.Battery, 82, 14}})
+	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Balance, PowerSource: acpi.Battery, Joules: 48, Seconds: 8}, {Policy: policy.Powersaving, PowerSource: acpi.Battery, Joules: 82, Seconds: 14}})
 }
 
 // TestEnergyVanishedBattery: when one of two discharging batteries
@@ -292,19 +293,19 @@ func TestEnergyVanishedBattery(t *testing.T) {
 	c.add(10 * time.Second)
 	mm.supply("BAT0", map[string]string{"power_now": "5000000"})
 	m.closeSegment(key(policy.Powersaving, acpi.Battery), true) // (3 + 5) / 2 × 10
-	checkTotals(t, m, []EnergyTotal{{policy.Powersaving, acpi.Battery, 40, 10}})
+	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Powersaving, PowerSource: acpi.Battery, Joules: 40, Seconds: 10}})
 
 	c.add(2 * time.Second)
 	if err := os.RemoveAll(filepath.Join(mm.root, "class/power_supply/BAT0")); err != nil {
 		t.Fatal(err)
 	}
 	m.closeSegment(key(policy.Performance, acpi.Unknown), false) // 5 W × 2 s
-	if m.Source() != EnergySourceNone {
+	if m.Source() != snapshot.EnergySourceNone {
 		t.Errorf("source with no battery left %q, want none", m.Source())
 	}
 	c.add(time.Minute)
 	m.closeSegment(key(policy.Performance, acpi.Unknown), false)
-	checkTotals(t, m, []EnergyTotal{{policy.Powersaving, acpi.Battery, 50, 12}})
+	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Powersaving, PowerSource: acpi.Battery, Joules: 50, Seconds: 12}})
 }
 
 // TestEnergyBatteryUnits: only power_now (µW) and current_now × voltage_now
@@ -325,14 +326,14 @@ func TestEnergyBatteryUnits(t *testing.T) {
 	}
 	t.Run("energy_now µWh only", func(t *testing.T) {
 		m, _ := tenSeconds(t, "BAT0", map[string]string{"type": "Battery", "status": "Discharging", "energy_now": "28830000", "energy_full": "45040000"})
-		if m.Source() != EnergySourceNone {
+		if m.Source() != snapshot.EnergySourceNone {
 			t.Errorf("source %q, want none", m.Source())
 		}
 		checkTotals(t, m, nil)
 	})
 	t.Run("power_now in nW", func(t *testing.T) {
 		m, hook := tenSeconds(t, "BAT0", map[string]string{"type": "Battery", "status": "Discharging", "power_now": "7210000000"})
-		if m.Source() != EnergySourceBattery {
+		if m.Source() != snapshot.EnergySourceBattery {
 			t.Errorf("source %q, want battery", m.Source())
 		}
 		checkTotals(t, m, nil)
@@ -342,7 +343,7 @@ func TestEnergyBatteryUnits(t *testing.T) {
 	})
 	t.Run("a discharging peripheral", func(t *testing.T) {
 		m, _ := tenSeconds(t, "hidpp_battery_0", map[string]string{"type": "Battery", "scope": "Device", "status": "Discharging", "power_now": "100000"})
-		if m.Source() != EnergySourceNone {
+		if m.Source() != snapshot.EnergySourceNone {
 			t.Errorf("source %q, want none: a mouse is not the machine", m.Source())
 		}
 		checkTotals(t, m, nil)
@@ -365,10 +366,10 @@ func TestEnergyRAPLUnreadable(t *testing.T) {
 	m.start(key(policy.Powersaving, acpi.Battery), true)
 	c.add(3 * time.Second)
 	m.closeSegment(key(policy.Powersaving, acpi.Battery), true)
-	if m.Source() != EnergySourceBattery {
+	if m.Source() != snapshot.EnergySourceBattery {
 		t.Fatalf("source %q, want battery", m.Source())
 	}
-	checkTotals(t, m, []EnergyTotal{{policy.Powersaving, acpi.Battery, 6, 3}})
+	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Powersaving, PowerSource: acpi.Battery, Joules: 6, Seconds: 3}})
 }
 
 // TestEnergySavedTotals: totals from state.json are the starting point.
@@ -376,12 +377,12 @@ func TestEnergySavedTotals(t *testing.T) {
 	mm := newMeterMachine(t)
 	mm.zone("intel-rapl:0", "package-0", 0, raplRange, 0)
 	c := newClock()
-	m, _ := mm.meter(c, EnergyTotal{policy.Performance, acpi.AC, 100, 50}, EnergyTotal{policy.Balance, acpi.AC, 1, 1})
+	m, _ := mm.meter(c, snapshot.EnergyTotal{Policy: policy.Performance, PowerSource: acpi.AC, Joules: 100, Seconds: 50}, snapshot.EnergyTotal{Policy: policy.Balance, PowerSource: acpi.AC, Joules: 1, Seconds: 1})
 	m.start(key(policy.Performance, acpi.AC), false)
 	c.add(time.Second)
 	mm.counter("intel-rapl:0", 4_000_000)
 	m.closeSegment(key(policy.Performance, acpi.AC), false)
-	checkTotals(t, m, []EnergyTotal{{policy.Performance, acpi.AC, 104, 51}, {policy.Balance, acpi.AC, 1, 1}})
+	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Performance, PowerSource: acpi.AC, Joules: 104, Seconds: 51}, {Policy: policy.Balance, PowerSource: acpi.AC, Joules: 1, Seconds: 1}})
 }
 
 // TestEnergyIdleSecondBattery: a second battery that does not discharge
@@ -396,5 +397,5 @@ func TestEnergyIdleSecondBattery(t *testing.T) {
 	m.start(key(policy.Powersaving, acpi.Battery), true)
 	c.add(2 * time.Second)
 	m.closeSegment(key(policy.Powersaving, acpi.Battery), true)
-	checkTotals(t, m, []EnergyTotal{{policy.Powersaving, acpi.Battery, 18, 2}})
+	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Powersaving, PowerSource: acpi.Battery, Joules: 18, Seconds: 2}})
 }

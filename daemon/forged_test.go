@@ -15,6 +15,7 @@ import (
 	"github.com/godbus/dbus/v5"
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -95,22 +96,22 @@ type sysBus struct {
 
 func sysBusDaemon(t *testing.T, edit func(*Config)) sysBus {
 	t.Helper()
-	bus := testutil.StartSystemPolicyBus(t, "../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf")
-	sb := sysBus{addr: bus.Addr, log: new(msgLog)}
+	pbus := testutil.StartSystemPolicyBus(t, "../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf")
+	sb := sysBus{addr: pbus.Addr, log: new(msgLog)}
 	sb.d = newMockLaptop(t).startWith(t, func(c *Config) {
-		c.Bus = bus.Addr
+		c.Bus = pbus.Addr
 		c.Log.(*logrus.Logger).AddHook(sb.log)
 		if edit != nil {
 			edit(c)
 		}
 	})
 	var err error
-	if sb.root, err = dbus.Connect(bus.Addr); err != nil {
+	if sb.root, err = dbus.Connect(pbus.Addr); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sb.root.Close() })
-	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(sb.root, BusName) })
-	sb.attacker = testutil.DialAs(t, bus.Addr, 65534)
+	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(sb.root, bus.Name) })
+	sb.attacker = testutil.DialAs(t, pbus.Addr, 65534)
 	return sb
 }
 
@@ -167,11 +168,11 @@ func ownPPD(t *testing.T, addr, name, profile string) *dbus.Conn {
 // acted on anything from the attacker (believed, the forged change makes
 // it release the names a first time and follow the attacker).
 func TestForgedOwnerChangeTakesNoPowerProfilesNames(t *testing.T) {
-	sb := sysBusDaemon(t, func(c *Config) { c.PowerProfilesAPI = PowerProfilesAuto })
+	sb := sysBusDaemon(t, func(c *Config) { c.PowerProfilesAPI = bus.PowerProfilesAuto })
 	for _, n := range ppNames {
 		testutil.Eventually(t, "serving "+n.name, func() (bool, string) { return testutil.NameOwned(sb.root, n.name) })
 	}
-	err := sb.attacker.Object(BusName, ObjectPath).Call(Interface+".SetPowerAware", 0, uint32(0)).Err
+	err := sb.attacker.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".SetPowerAware", 0, uint32(0)).Err
 	if dbusErrName(err) != errAccessDenied {
 		t.Fatalf("SetPowerAware as uid 65534: %v, want AccessDenied", err)
 	}
@@ -179,9 +180,9 @@ func TestForgedOwnerChangeTakesNoPowerProfilesNames(t *testing.T) {
 	except := []string{sb.root.Names()[0]}
 	forge(t, sb.attacker, except, "/org/freedesktop/DBus", nameOwnerChanged, "net.hadess.PowerProfiles", "", me)
 	forge(t, sb.attacker, except, "/net/hadess/PowerProfiles", "org.freedesktop.DBus.Properties.PropertiesChanged",
-		"net.hadess.PowerProfiles", map[string]dbus.Variant{"ActiveProfile": dbus.MakeVariant(ppPerformance)}, []string{})
+		"net.hadess.PowerProfiles", map[string]dbus.Variant{"ActiveProfile": dbus.MakeVariant(bus.ProfilePerformance)}, []string{})
 
-	ppd := ownPPD(t, sb.addr, ppNames[0].name, ppPowerSaver)
+	ppd := ownPPD(t, sb.addr, ppNames[0].name, bus.ProfilePowerSaver)
 	testutil.Eventually(t, "following the new owner's power-saver", func() (bool, string) {
 		k := sb.d.Snapshot().Knob
 		return k.PowerAware == policy.PowerAwareOn, fmt.Sprintf("power_aware %d", k.PowerAware)
@@ -211,7 +212,7 @@ func holders(d *Daemon) []string {
 // really leaves: its hold ends, which the daemon does after handling the
 // forged signals (routed first), and the two holds are still there.
 func TestForgedOwnerChangeEndsNoHold(t *testing.T) {
-	sb := sysBusDaemon(t, func(c *Config) { c.PowerProfilesAPI = PowerProfilesServe })
+	sb := sysBusDaemon(t, func(c *Config) { c.PowerProfilesAPI = bus.PowerProfilesServe })
 	conn := func() *dbus.Conn {
 		c, err := dbus.Connect(sb.addr)
 		if err != nil {
@@ -221,13 +222,13 @@ func TestForgedOwnerChangeEndsNoHold(t *testing.T) {
 		return c
 	}
 	h, p, q := conn(), conn(), conn()
-	if err := h.Object(BusName, ObjectPath).Call(Interface+".HoldPolicy", 0, "powersaving", "test").Err; err != nil {
+	if err := h.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".HoldPolicy", 0, "powersaving", "test").Err; err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Object(ppNames[1].name, ppNames[1].path).Call(ppNames[1].name+".HoldProfile", 0, ppPowerSaver, "test", "app").Err; err != nil {
+	if err := p.Object(ppNames[1].name, ppNames[1].path).Call(ppNames[1].name+".HoldProfile", 0, bus.ProfilePowerSaver, "test", "app").Err; err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Object(BusName, ObjectPath).Call(Interface+".HoldPolicy", 0, "powersaving", "leaves").Err; err != nil {
+	if err := q.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".HoldPolicy", 0, "powersaving", "leaves").Err; err != nil {
 		t.Fatal(err)
 	}
 	want := []string{h.Names()[0], p.Names()[0], q.Names()[0]}
@@ -281,18 +282,18 @@ func ppdPolicy(t *testing.T) string {
 // daemon follows it.
 func followingDaemon(t *testing.T) (*testutil.Bus, *dbus.Conn, *Daemon, *msgLog) {
 	t.Helper()
-	bus := testutil.StartSystemPolicyBus(t, "../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf", ppdPolicy(t))
-	ppd := ownPPD(t, bus.Addr, "net.hadess.PowerProfiles", ppBalanced)
+	pbus := testutil.StartSystemPolicyBus(t, "../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf", ppdPolicy(t))
+	ppd := ownPPD(t, pbus.Addr, "net.hadess.PowerProfiles", bus.ProfileBalanced)
 	ml := new(msgLog)
 	d := newMockLaptop(t).startWith(t, func(c *Config) {
-		c.Bus, c.PowerProfilesAPI = bus.Addr, PowerProfilesAuto
+		c.Bus, c.PowerProfilesAPI = pbus.Addr, bus.PowerProfilesAuto
 		c.Log.(*logrus.Logger).AddHook(ml)
 		c.Log.(*logrus.Logger).SetLevel(logrus.InfoLevel)
 	})
 	testutil.Eventually(t, "following", func() (bool, string) {
 		return ml.count("following the power-profiles daemon's ActiveProfile") == 1, ""
 	})
-	return bus, ppd, d, ml
+	return pbus, ppd, d, ml
 }
 
 // TestForgedOwnerChangeKeepsFollowing: the daemon follows root's
@@ -300,11 +301,11 @@ func followingDaemon(t *testing.T) (*testutil.Bus, *dbus.Conn, *Daemon, *msgLog)
 // daemon left. The daemon goes on following it without a pause (no "no
 // longer following"), and applies the followed daemon's next profile.
 func TestForgedOwnerChangeKeepsFollowing(t *testing.T) {
-	bus, ppd, d, ml := followingDaemon(t)
-	attacker := testutil.DialAs(t, bus.Addr, 65534)
+	pbus, ppd, d, ml := followingDaemon(t)
+	attacker := testutil.DialAs(t, pbus.Addr, 65534)
 	forge(t, attacker, []string{ppd.Names()[0]}, "/org/freedesktop/DBus", nameOwnerChanged, "net.hadess.PowerProfiles", ppd.Names()[0], "")
 	if err := ppd.Emit("/net/hadess/PowerProfiles", "org.freedesktop.DBus.Properties.PropertiesChanged",
-		"net.hadess.PowerProfiles", map[string]dbus.Variant{"ActiveProfile": dbus.MakeVariant(ppPowerSaver)}, []string{}); err != nil {
+		"net.hadess.PowerProfiles", map[string]dbus.Variant{"ActiveProfile": dbus.MakeVariant(bus.ProfilePowerSaver)}, []string{}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, "the followed daemon's power-saver", func() (bool, string) {
@@ -347,7 +348,7 @@ func TestPolkitFromNonRootOwnerRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer root.Close()
-	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(root, BusName) })
+	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(root, bus.Name) })
 	asked := new(atomic.Int64)
 	own := func(c *dbus.Conn) {
 		t.Helper()
@@ -361,7 +362,7 @@ func TestPolkitFromNonRootOwnerRefused(t *testing.T) {
 	impostor := testutil.DialAs(t, addr, 65534)
 	own(impostor)
 	caller := testutil.DialAs(t, addr, 65534)
-	err = caller.Object(BusName, ObjectPath).Call(Interface+".SetPolicy", 0, "performance").Err
+	err = caller.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".SetPolicy", 0, "performance").Err
 	if dbusErrName(err) != errAccessDenied || !strings.Contains(err.Error(), "neither root nor the polkitd system user") {
 		t.Fatalf("SetPolicy with a non-root polkit: %v, want AccessDenied naming the owner's uid", err)
 	}
@@ -374,7 +375,7 @@ func TestPolkitFromNonRootOwnerRefused(t *testing.T) {
 		return !ok, why
 	})
 	own(root)
-	if err := caller.Object(BusName, ObjectPath).Call(Interface+".SetPolicy", 0, "performance").Err; err != nil {
+	if err := caller.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".SetPolicy", 0, "performance").Err; err != nil {
 		t.Fatalf("SetPolicy authorised by root's polkit: %v", err)
 	}
 	if asked.Load() != 1 || d.Snapshot().Knob.PowerAware != policy.PowerAwareOff {
@@ -385,22 +386,22 @@ func TestPolkitFromNonRootOwnerRefused(t *testing.T) {
 // TestFollowedDaemonFlaps is the trust issue's fourth case: a followed
 // power-profiles daemon sets ActiveProfile 3,000 times at 1,000 a second,
 // alternating performance and power-saver, ends on power-saver and leaves
-// the bus. The daemon applies at most one profile per ppMinInterval (the
+// the bus. The daemon applies at most one profile per bus.FollowMinInterval (the
 // count is bounded by the flood's length), its goroutines do not pile up
 // behind the loop (godbus parks one per signal a full channel cannot take),
 // the last profile wins, and once the daemon says it no longer follows,
 // nothing of the departed daemon is applied.
 func TestFollowedDaemonFlaps(t *testing.T) {
-	bus, ppd, d, ml := followingDaemon(t)
+	pbus, ppd, d, ml := followingDaemon(t)
 	before := ml.count("knob changed")
 	peak := runtime.NumGoroutine()
 	const flaps = 3000
 	start := time.Now()
 	tick := time.NewTicker(time.Millisecond)
 	for i := 0; i < flaps; i++ {
-		p := ppPerformance
+		p := bus.ProfilePerformance
 		if i%2 == 1 || i == flaps-1 {
-			p = ppPowerSaver
+			p = bus.ProfilePowerSaver
 		}
 		if err := ppd.Emit("/net/hadess/PowerProfiles", "org.freedesktop.DBus.Properties.PropertiesChanged",
 			"net.hadess.PowerProfiles", map[string]dbus.Variant{"ActiveProfile": dbus.MakeVariant(p)}, []string{}); err != nil {
@@ -419,8 +420,8 @@ func TestFollowedDaemonFlaps(t *testing.T) {
 	})
 	elapsed := time.Since(start)
 	applied := ml.count("knob changed") - before
-	if limit := 2 + int(elapsed/ppMinInterval); applied > limit {
-		t.Errorf("%d profiles applied in %v, want at most %d (one per %v)", applied, elapsed, limit, ppMinInterval)
+	if limit := 2 + int(elapsed/bus.FollowMinInterval); applied > limit {
+		t.Errorf("%d profiles applied in %v, want at most %d (one per %v)", applied, elapsed, limit, bus.FollowMinInterval)
 	}
 	if peak > 500 {
 		t.Errorf("%d goroutines at the peak of the flood: signals pile up behind the loop", peak)
@@ -430,7 +431,7 @@ func TestFollowedDaemonFlaps(t *testing.T) {
 	ppd.Close()
 	testutil.Eventually(t, "no longer following", func() (bool, string) { return ml.count("no longer following") == 1, "" })
 	testutil.Eventually(t, "serving the names again", func() (bool, string) {
-		return testutil.NameOwnedAt(bus.Addr, "net.hadess.PowerProfiles")
+		return testutil.NameOwnedAt(pbus.Addr, "net.hadess.PowerProfiles")
 	})
 	ml.mu.Lock()
 	defer ml.mu.Unlock()

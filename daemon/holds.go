@@ -6,16 +6,19 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
 // MaxHoldsPerCaller is the most holds one bus connection (one unique bus
 // name) may have at once, made with HoldPolicy and HoldProfile together.
 // One more is refused with org.freedesktop.DBus.Error.LimitsExceeded
-// (holdLimitError) and changes nothing; releasing a hold makes room again.
-// A program needs one hold per activity it runs (schedpolicyctl launch
-// makes one); the bound keeps one client from making the daemon's memory
-// and every PropertiesChanged it emits grow without end.
+// (holdLimitError, bus.ErrLimitsExceeded) and changes nothing; releasing
+// a hold makes room again. A program needs one hold per activity it runs
+// (schedpolicyctl launch makes one); the bound keeps one client from
+// making the daemon's memory and every PropertiesChanged it emits grow
+// without end.
 const MaxHoldsPerCaller = 16
 
 // MaxHolds is the most holds the daemon keeps at once, of all callers
@@ -25,20 +28,6 @@ const MaxHoldsPerCaller = 16
 // names), so this bounds the cost of adding one even for a client that
 // opens many connections: BenchmarkHoldAdd measures it.
 const MaxHolds = 256
-
-// hold is one HoldPolicy (or power-profiles HoldProfile) request. Loop-owned
-// and never modified once made. Without AppID it is exactly one entry of
-// the Holds property, signature (usss).
-type hold struct {
-	Cookie uint32
-	Policy policy.Policy
-	Reason string
-	// Owner is the holder's unique bus name; the hold ends when it leaves.
-	Owner string
-	// AppID is the power-profiles application_id ("" for HoldPolicy); not
-	// part of the Holds property.
-	AppID string `dbus:"-"`
-}
 
 // holdIndex is what the event loop keeps beside Daemon.holds, so that
 // adding a hold costs no more than the PropertiesChanged that announces
@@ -52,16 +41,19 @@ type holdIndex struct {
 	// writes past the end of every published slice, a removal builds a new
 	// array, so no element a snapshot can see is ever written, and a
 	// snapshot whose holds did not change carries the same slice (which
-	// reflect.DeepEqual, in busService.update, compares in O(1)).
-	list []hold
+	// reflect.DeepEqual, in the bus's publication, compares in O(1)).
+	list []snapshot.Hold
 }
 
 // holdLimitError refuses a hold beyond MaxHoldsPerCaller (owner set) or
-// MaxHolds (owner ""); D-Bus org.freedesktop.DBus.Error.LimitsExceeded.
+// MaxHolds (owner ""); it matches bus.ErrLimitsExceeded, D-Bus
+// org.freedesktop.DBus.Error.LimitsExceeded.
 type holdLimitError struct {
 	owner string
 	n     int
 }
+
+func (e *holdLimitError) Is(target error) bool { return target == bus.ErrLimitsExceeded }
 
 func (e *holdLimitError) Error() string {
 	if e.owner == "" {
@@ -101,7 +93,7 @@ func (d *Daemon) addHold(p policy.Policy, reason, owner, appID string) (uint32, 
 			break
 		}
 	}
-	h := &hold{Cookie: ix.last, Policy: p, Reason: reason, Owner: owner, AppID: appID}
+	h := &snapshot.Hold{Cookie: ix.last, Policy: p, Reason: reason, Owner: owner, AppID: appID}
 	d.holds[h.Cookie] = h
 	if ix.perOwner == nil {
 		ix.perOwner = map[string]int{}
@@ -130,8 +122,8 @@ func (d *Daemon) endHold(cookie uint32, why string) {
 	}
 }
 
-// releaseHoldsOf ends every hold of a bus peer that left the bus.
-func (d *Daemon) releaseHoldsOf(owner string) {
+// endHoldsOf ends every hold of a bus peer (it left the bus), saying why.
+func (d *Daemon) endHoldsOf(owner, why string) {
 	if d.holdIdx.perOwner[owner] == 0 {
 		return // most peers that leave held nothing
 	}
@@ -141,7 +133,7 @@ func (d *Daemon) releaseHoldsOf(owner string) {
 			gone = append(gone, h.Cookie)
 		}
 	}
-	d.dropHolds(gone, "holder left the bus")
+	d.dropHolds(gone, why)
 }
 
 // cancelHolds ends every hold: a user's explicit choice wins over them.
@@ -168,12 +160,10 @@ func (d *Daemon) dropHolds(cookies []uint32, why string) {
 			delete(ix.perOwner, owner)
 		}
 		d.log.WithFields(logrus.Fields{"cookie": c, "why": why}).Info("policy hold ended")
-		if d.bus != nil {
-			d.bus.pp.released(c)
-		}
+		d.bus.HoldEnded(c)
 	}
 	// A new array: published snapshots keep theirs.
-	keep := make([]hold, 0, len(ix.list))
+	keep := make([]snapshot.Hold, 0, len(ix.list))
 	for _, h := range ix.list {
 		if _, ok := d.holds[h.Cookie]; ok {
 			keep = append(keep, h)
@@ -185,8 +175,8 @@ func (d *Daemon) dropHolds(cookies []uint32, why string) {
 
 // winningHold returns the hold that decides the policy, or nil: the most
 // power-saving one, the oldest among equals. The result is read-only.
-func (d *Daemon) winningHold() *hold {
-	var win *hold
+func (d *Daemon) winningHold() *snapshot.Hold {
+	var win *snapshot.Hold
 	for i := range d.holdIdx.list {
 		if h := &d.holdIdx.list[i]; win == nil || holdRank(h.Policy) > holdRank(win.Policy) {
 			win = h
@@ -197,12 +187,12 @@ func (d *Daemon) winningHold() *hold {
 
 // noHolds is the published list while there is no hold (not nil, so that
 // it compares equal to an empty list built elsewhere).
-var noHolds = []hold{}
+var noHolds = []snapshot.Hold{}
 
 // holdList is the list of holds for the snapshot, in the order they were
 // made. It is shared, not copied (holdIndex.list): read-only, and capped
 // so that an append by a reader copies it.
-func (d *Daemon) holdList() []hold {
+func (d *Daemon) holdList() []snapshot.Hold {
 	l := d.holdIdx.list
 	if len(l) == 0 {
 		return noHolds

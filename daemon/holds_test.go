@@ -20,6 +20,8 @@ import (
 	"github.com/godbus/dbus/v5"
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -57,7 +59,7 @@ func holdDaemon(t *testing.T, ppAPI bool) (*Daemon, *dbus.Conn, string, *holdLog
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(conn, BusName) })
+	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(conn, bus.Name) })
 	return d, conn, addr, hl
 }
 
@@ -101,11 +103,11 @@ func TestHoldsOfCallersThatLeaveAtOnce(t *testing.T) {
 		hold  func(c *dbus.Conn) *dbus.Call
 	}{
 		{"HoldPolicy", false, func(c *dbus.Conn) *dbus.Call {
-			return c.Object(BusName, ObjectPath).Go(Interface+".HoldPolicy", 0, nil, "powersaving", "leaving")
+			return c.Object(bus.Name, bus.ObjectPath).Go(bus.Interface+".HoldPolicy", 0, nil, "powersaving", "leaving")
 		}},
 		{"HoldProfile", true, func(c *dbus.Conn) *dbus.Call {
 			n := ppNames[0]
-			return c.Object(n.name, n.path).Go(n.name+".HoldProfile", 0, nil, ppPowerSaver, "leaving", "org.example.Leaver")
+			return c.Object(n.name, n.path).Go(n.name+".HoldProfile", 0, nil, bus.ProfilePowerSaver, "leaving", "org.example.Leaver")
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -167,7 +169,7 @@ func TestHoldsOfCallersThatLeaveAtOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			var cookie uint32
-			if err := sentinel.Object(BusName, ObjectPath).Call(Interface+".HoldPolicy", 0, "performance", "sentinel").Store(&cookie); err != nil {
+			if err := sentinel.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".HoldPolicy", 0, "performance", "sentinel").Store(&cookie); err != nil {
 				t.Fatal(err)
 			}
 			testutil.Eventually(t, "every hold call handled", func() (bool, string) {
@@ -177,7 +179,7 @@ func TestHoldsOfCallersThatLeaveAtOnce(t *testing.T) {
 			sentinel.Close()
 			// From here on holds can only end. Those of callers that left
 			// end once their NameOwnerChanged is handled, or at once.
-			var last []hold
+			var last []snapshot.Hold
 			testutil.Eventually(t, "no holds of callers that left", func() (bool, string) {
 				last = d.Snapshot().Holds
 				return len(last) == 0, fmt.Sprintf("%d holds remain: %v", len(last), last)
@@ -199,7 +201,7 @@ func TestHoldsOfCallersThatLeaveAtOnce(t *testing.T) {
 
 // unchanged fails unless refused holds left the holds alone: no hold was
 // added (the log), and the published list is the one published before.
-func unchanged(t *testing.T, before, after []hold, addedBefore, addedAfter int64) {
+func unchanged(t *testing.T, before, after []snapshot.Hold, addedBefore, addedAfter int64) {
 	t.Helper()
 	if addedAfter != addedBefore {
 		t.Errorf("%d holds added by refused calls", addedAfter-addedBefore)
@@ -215,16 +217,16 @@ func unchanged(t *testing.T, before, after []hold, addedBefore, addedAfter int64
 // nothing. Other callers are not affected, and a released hold makes room.
 func TestHoldsBoundedPerCaller(t *testing.T) {
 	d, conn, addr, hl := holdDaemon(t, true)
-	obj := conn.Object(BusName, ObjectPath)
+	obj := conn.Object(bus.Name, bus.ObjectPath)
 	pp := conn.Object(ppNames[1].name, ppNames[1].path)
 	var cookies []uint32
 	for i := range MaxHoldsPerCaller {
 		var c uint32
 		var err error
 		if i%2 == 0 {
-			err = obj.Call(Interface+".HoldPolicy", 0, "balance", fmt.Sprint("hold ", i)).Store(&c)
+			err = obj.Call(bus.Interface+".HoldPolicy", 0, "balance", fmt.Sprint("hold ", i)).Store(&c)
 		} else {
-			err = pp.Call(ppNames[1].name+".HoldProfile", 0, ppPerformance, fmt.Sprint("hold ", i), "org.example.Bound").Store(&c)
+			err = pp.Call(ppNames[1].name+".HoldProfile", 0, bus.ProfilePerformance, fmt.Sprint("hold ", i), "org.example.Bound").Store(&c)
 		}
 		if err != nil {
 			t.Fatalf("hold %d of %d: %v", i+1, MaxHoldsPerCaller, err)
@@ -238,9 +240,9 @@ func TestHoldsBoundedPerCaller(t *testing.T) {
 	me := conn.Names()[0]
 	wantMsg := fmt.Sprintf("%s already has %d holds, the most one bus connection may have", me, MaxHoldsPerCaller)
 	for _, call := range []func() error{
-		func() error { return obj.Call(Interface+".HoldPolicy", 0, "powersaving", "one too many").Err },
+		func() error { return obj.Call(bus.Interface+".HoldPolicy", 0, "powersaving", "one too many").Err },
 		func() error {
-			return pp.Call(ppNames[1].name+".HoldProfile", 0, ppPowerSaver, "one too many", "org.example.Bound").Err
+			return pp.Call(ppNames[1].name+".HoldProfile", 0, bus.ProfilePowerSaver, "one too many", "org.example.Bound").Err
 		},
 	} {
 		err := call()
@@ -263,7 +265,7 @@ func TestHoldsBoundedPerCaller(t *testing.T) {
 	}
 	defer other.Close()
 	var oc uint32
-	if err := other.Object(BusName, ObjectPath).Call(Interface+".HoldPolicy", 0, "powersaving", "other").Store(&oc); err != nil {
+	if err := other.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".HoldPolicy", 0, "powersaving", "other").Store(&oc); err != nil {
 		t.Fatalf("another caller's hold: %v", err)
 	}
 	if s := d.Snapshot(); len(s.Holds) != MaxHoldsPerCaller+1 || s.Policy != policy.Powersaving {
@@ -271,14 +273,14 @@ func TestHoldsBoundedPerCaller(t *testing.T) {
 	}
 
 	// A released hold makes room for one more, and only one.
-	if err := obj.Call(Interface+".ReleasePolicy", 0, cookies[0]).Err; err != nil {
+	if err := obj.Call(bus.Interface+".ReleasePolicy", 0, cookies[0]).Err; err != nil {
 		t.Fatal(err)
 	}
 	var c uint32
-	if err := obj.Call(Interface+".HoldPolicy", 0, "balance", "again").Store(&c); err != nil {
+	if err := obj.Call(bus.Interface+".HoldPolicy", 0, "balance", "again").Store(&c); err != nil {
 		t.Fatalf("hold after a release: %v", err)
 	}
-	if err := obj.Call(Interface+".HoldPolicy", 0, "balance", "again").Err; dbusErrName(err) != errLimitsExceeded {
+	if err := obj.Call(bus.Interface+".HoldPolicy", 0, "balance", "again").Err; dbusErrName(err) != errLimitsExceeded {
 		t.Errorf("second hold after one release: %v, want %s", err, errLimitsExceeded)
 	}
 	hs := d.Snapshot().Holds
@@ -310,7 +312,7 @@ func TestHoldsBoundedPerCaller(t *testing.T) {
 	}
 	defer other2.Close()
 	pp2 := other2.Object(ppNames[1].name, ppNames[1].path)
-	for _, args := range [][]any{{ppPerformance, long, "org.example.Long"}, {ppPerformance, "r", long}} {
+	for _, args := range [][]any{{bus.ProfilePerformance, long, "org.example.Long"}, {bus.ProfilePerformance, "r", long}} {
 		if err := pp2.Call(ppNames[1].name+".HoldProfile", 0, args...).Err; dbusErrName(err) != errInvalidArgs {
 			t.Errorf("HoldProfile with a 257-byte string: %v, want InvalidArgs", err)
 		}
@@ -339,7 +341,7 @@ func TestHoldsBoundedInAll(t *testing.T) {
 			callers = append(callers, c)
 		}
 		var cookie uint32
-		if err := callers[len(callers)-1].Object(BusName, ObjectPath).Call(Interface+".HoldPolicy", 0, "balance", fmt.Sprint("hold ", i)).Store(&cookie); err != nil {
+		if err := callers[len(callers)-1].Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".HoldPolicy", 0, "balance", fmt.Sprint("hold ", i)).Store(&cookie); err != nil {
 			t.Fatalf("hold %d of %d: %v", i+1, MaxHolds, err)
 		}
 		if i == 0 {
@@ -352,7 +354,7 @@ func TestHoldsBoundedInAll(t *testing.T) {
 	}
 	defer late.Close()
 	before, added := d.Snapshot().Holds, hl.added.Load()
-	err = late.Object(BusName, ObjectPath).Call(Interface+".HoldPolicy", 0, "powersaving", "one too many").Err
+	err = late.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".HoldPolicy", 0, "powersaving", "one too many").Err
 	want := fmt.Sprintf("the daemon already keeps %d holds", MaxHolds)
 	if dbusErrName(err) != errLimitsExceeded || !strings.HasPrefix(err.(dbus.Error).Error(), want) {
 		t.Fatalf("hold %d: %v, want %s starting %q", MaxHolds+1, err, errLimitsExceeded, want)
@@ -361,10 +363,10 @@ func TestHoldsBoundedInAll(t *testing.T) {
 	if s := d.Snapshot(); len(s.Holds) != MaxHolds || s.Policy != policy.Balance {
 		t.Errorf("%d holds, policy %s; want %d, balance", len(s.Holds), s.Policy, MaxHolds)
 	}
-	if err := callers[0].Object(BusName, ObjectPath).Call(Interface+".ReleasePolicy", 0, first).Err; err != nil {
+	if err := callers[0].Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".ReleasePolicy", 0, first).Err; err != nil {
 		t.Fatal(err)
 	}
-	if err := late.Object(BusName, ObjectPath).Call(Interface+".HoldPolicy", 0, "powersaving", "room again").Err; err != nil {
+	if err := late.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".HoldPolicy", 0, "powersaving", "room again").Err; err != nil {
 		t.Fatalf("hold after one ended: %v", err)
 	}
 	if s := d.Snapshot(); len(s.Holds) != MaxHolds || s.Policy != policy.Powersaving {
@@ -377,7 +379,7 @@ func TestHoldsBoundedInAll(t *testing.T) {
 func TestHoldBoundsDocumented(t *testing.T) {
 	for _, f := range []struct{ path, perCaller, inAll string }{
 		{"../README.md", "may have %d holds at once", "keeps %d in all"},
-		{"org.schedpolicyd.SchedPolicy1.xml", "may have %d holds at once", "keeps %d in all"},
+		{"bus/org.schedpolicyd.SchedPolicy1.xml", "may have %d holds at once", "keeps %d in all"},
 		{"../packaging/man/schedpolicyd.8", "may have %d holds at once", "keeps %d in all"},
 		{"../docs/INPUTS.md", "at most %d holds per bus connection", "and %d in all"},
 	} {
@@ -427,7 +429,7 @@ func benchDaemon(b *testing.B, ppAPI bool) (*Daemon, string) {
 	case <-d.Done():
 		b.Fatal("daemon stopped during start-up")
 	}
-	testutil.Eventually(b, "bus name", func() (bool, string) { return testutil.NameOwnedAt(addr, BusName) })
+	testutil.Eventually(b, "bus name", func() (bool, string) { return testutil.NameOwnedAt(addr, bus.Name) })
 	return d, addr
 }
 
@@ -450,14 +452,14 @@ func BenchmarkHoldAdd(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer conn.Close()
-				hold, release := Interface+".HoldPolicy", Interface+".ReleasePolicy"
-				obj := conn.Object(BusName, ObjectPath)
+				hold, release := bus.Interface+".HoldPolicy", bus.Interface+".ReleasePolicy"
+				obj := conn.Object(bus.Name, bus.ObjectPath)
 				args := []any{"powersaving", "the measured hold"}
 				if ppAPI {
 					n := ppNames[0]
 					obj = conn.Object(n.name, n.path)
 					hold, release = n.name+".HoldProfile", n.name+".ReleaseProfile"
-					args = []any{ppPowerSaver, "the measured hold", "org.example.Bench"}
+					args = []any{bus.ProfilePowerSaver, "the measured hold", "org.example.Bench"}
 				}
 				b.ReportAllocs()
 				b.ResetTimer()
@@ -494,7 +496,7 @@ func makeHolds(b *testing.B, addr string, held int) {
 			}
 			holders = append(holders, c)
 		}
-		err := holders[len(holders)-1].Object(BusName, ObjectPath).Call(Interface+".HoldPolicy", 0, "performance", fmt.Sprintf("background hold %d of the benchmark", made)).Err
+		err := holders[len(holders)-1].Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".HoldPolicy", 0, "performance", fmt.Sprintf("background hold %d of the benchmark", made)).Err
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,13 +1,9 @@
 package daemon
 
 import (
-	"context"
 	"fmt"
-	"time"
 
-	"github.com/godbus/dbus/v5"
-
-	"github.com/schedpolicyd/schedpolicyd/internal/bussender"
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -19,28 +15,6 @@ import (
 // it: the power-aware policies pack nothing onto the LPE class
 // (policy.CPUDesc.Reserved) and the log and probe say so.
 
-// LpmdBusName is the name intel-lpmd owns on the system bus.
-const LpmdBusName = "org.freedesktop.intel_lpmd"
-
-// lpmdCallTimeout bounds the GetNameOwner call to the bus daemon.
-const lpmdCallTimeout = time.Second
-
-// LpmdOwner returns the unique name owning LpmdBusName on conn, "" when
-// nobody does or the bus cannot say. It never starts the service: the
-// call carries NO_AUTO_START and goes to the bus daemon only.
-func LpmdOwner(conn *dbus.Conn) string {
-	if conn == nil {
-		return ""
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), lpmdCallTimeout)
-	defer cancel()
-	var owner string
-	if err := conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetNameOwner", dbus.FlagNoAutoStart, LpmdBusName).Store(&owner); err != nil {
-		return ""
-	}
-	return owner
-}
-
 // LpmdStepAside describes what the daemon leaves to intel-lpmd running
 // as owner on a machine with the given classes: "" when it does not run
 // or the machine has no LPE class (nothing to leave).
@@ -50,7 +24,7 @@ func LpmdStepAside(owner string, c sysfs.CPUClasses) string {
 	}
 	for _, cl := range c.Classes {
 		if cl.Name == sysfs.ClassLPE && c.Hybrid() {
-			return fmt.Sprintf("intel-lpmd (%s %s) confines work to the LP E-cores %s itself; schedpolicyd packs nothing onto them", LpmdBusName, owner, cl.CPUs)
+			return fmt.Sprintf("intel-lpmd (%s %s) confines work to the LP E-cores %s itself; schedpolicyd packs nothing onto them", bus.LpmdName, owner, cl.CPUs)
 		}
 	}
 	return ""
@@ -63,47 +37,6 @@ func reserveLPE(descs []policy.CPUDesc, c sysfs.CPUClasses) {
 			descs[i].Reserved = true
 		}
 	}
-}
-
-// watchLpmd follows who owns LpmdBusName on the daemon's bus, as the bus
-// daemon says (GetNameOwner, then its NameOwnerChanged), in a goroutine
-// that hands each change to the loop (setLpmd) until the connection or
-// ctx ends. Errors: the match rule was refused, or the bus did not answer.
-func (s *busService) watchLpmd(ctx context.Context) error {
-	ch := make(chan *dbus.Signal, 16)
-	s.conn.Signal(ch)
-	cctx, cancel := context.WithTimeout(ctx, busCallTimeout)
-	o, err := bussender.WatchOwner(cctx, s.conn, LpmdBusName)
-	cancel()
-	if err != nil {
-		s.conn.RemoveSignal(ch)
-		return err
-	}
-	set := func(owner string) {
-		s.d.do(ctx, func() error {
-			if s.d.bus == s || s.d.bus == nil {
-				s.d.setLpmd(owner)
-			}
-			return nil
-		})
-	}
-	go func() {
-		defer s.conn.RemoveSignal(ch)
-		set(o.Unique())
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-s.conn.Context().Done():
-				return
-			case sig := <-ch:
-				if o.Observe(sig) {
-					set(o.Unique())
-				}
-			}
-		}
-	}()
-	return nil
 }
 
 // setLpmd records intel-lpmd's owner ("" not running) and, when it came
@@ -124,7 +57,7 @@ func (d *Daemon) setLpmd(owner string) {
 
 // LpmdProbe is what `schedpolicyd probe` says about intel-lpmd.
 type LpmdProbe struct {
-	// Owner is the unique name owning LpmdBusName, "" none.
+	// Owner is the unique name owning bus.LpmdName, "" none.
 	Owner string `json:"owner,omitempty"`
 	// State is "running", "not running" or "unknown: WHY" (no bus).
 	State string `json:"state"`
@@ -133,22 +66,21 @@ type LpmdProbe struct {
 	StepAside string `json:"step_aside,omitempty"`
 }
 
-// ProbeLpmd asks bus ("system", "session", an address; "none": unknown)
-// who owns LpmdBusName, starting nothing, and what the daemon would leave
-// to it on a machine with classes c.
-func ProbeLpmd(bus string, c sysfs.CPUClasses) LpmdProbe {
-	if bus == "" {
-		bus = "system"
+// ProbeLpmd asks busAddr ("system", "session", an address; "none":
+// unknown) who owns bus.LpmdName, starting nothing, and what the daemon
+// would leave to it on a machine with classes c.
+func ProbeLpmd(busAddr string, c sysfs.CPUClasses) LpmdProbe {
+	if busAddr == "" {
+		busAddr = "system"
 	}
-	if bus == "none" {
+	if busAddr == "none" {
 		return LpmdProbe{State: "unknown: bus none"}
 	}
-	conn, err := dialBus(context.Background(), bus, busDialTimeout)
+	owner, err := bus.LpmdOwnerAt(busAddr)
 	if err != nil {
 		return LpmdProbe{State: "unknown: no bus: " + err.Error()}
 	}
-	defer conn.Close()
-	p := LpmdProbe{State: "not running", Owner: LpmdOwner(conn)}
+	p := LpmdProbe{State: "not running", Owner: owner}
 	if p.Owner != "" {
 		p.State = "running"
 		p.StepAside = LpmdStepAside(p.Owner, c)

@@ -27,6 +27,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -116,7 +117,7 @@ func writeFileAtomic(path string, b []byte) error {
 
 // metricsInput is everything the file shows.
 type metricsInput struct {
-	snap    *Snapshot
+	snap    *snapshot.Snapshot
 	stats   Stats
 	zones   []zoneEnergy
 	started time.Time
@@ -216,8 +217,8 @@ func renderMetrics(in metricsInput) []byte {
 	sample("schedpolicyd_errors_total", float64(in.stats.Errors))
 
 	family("schedpolicyd_energy_source", "gauge", "What measures energy: 1 for rapl (the packages), battery (the whole machine, on battery only) or none.")
-	for _, src := range []string{EnergySourceRAPL, EnergySourceBattery, EnergySourceNone} {
-		sample("schedpolicyd_energy_source", one(energySourceValue(s.EnergySource) == src), "energy_source", src)
+	for _, src := range []string{snapshot.EnergySourceRAPL, snapshot.EnergySourceBattery, snapshot.EnergySourceNone} {
+		sample("schedpolicyd_energy_source", one(s.EnergySourceName() == src), "energy_source", src)
 	}
 	if len(s.Energy) > 0 {
 		family("schedpolicyd_energy_joules_total", "counter", "Measured energy per policy and power source in force, in joules, across restarts; updated when a segment closes.")

@@ -10,19 +10,20 @@ import (
 	"time"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
-var metricsSnap = Snapshot{
+var metricsSnap = snapshot.Snapshot{
 	Policy: policy.Powersaving, Knob: policy.Knob{PowerAware: 1, PowerAwarePolicy: policy.Powersaving},
 	PowerSource: acpi.Battery, Boost: "1",
 	Workloads: []WorkloadStatus{
 		{Name: "build", CPUs: "0-3", Util: 2.34567},
 		{Name: "idle", CPUs: "0", Util: 0},
 	},
-	EnergySource: EnergySourceRAPL,
-	Energy: []EnergyTotal{
+	EnergySource: snapshot.EnergySourceRAPL,
+	Energy: []snapshot.EnergyTotal{
 		{Policy: policy.Performance, PowerSource: acpi.AC, Joules: 54000.5, Seconds: 3600},
 		{Policy: policy.Powersaving, PowerSource: acpi.Battery, Joules: 90, Seconds: 10.25},
 	},

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -68,12 +69,12 @@ func TestPolkitAuthorisation(t *testing.T) {
 	d := m.startWith(t, func(c *Config) { c.Bus = addr })
 	call := func() (string, error) {
 		out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-			"busctl", "--address="+addr, "call", BusName, string(ObjectPath), Interface, "SetPolicy", "s", "powersaving").CombinedOutput()
+			"busctl", "--address="+addr, "call", bus.Name, string(bus.ObjectPath), bus.Interface, "SetPolicy", "s", "powersaving").CombinedOutput()
 		return string(out), err
 	}
 	testutil.Eventually(t, "polkitd and our name on the bus", func() (bool, string) {
 		out, err := exec.Command("busctl", "--address="+addr, "list", "--acquired").CombinedOutput()
-		return err == nil && strings.Contains(string(out), "org.freedesktop.PolicyKit1") && strings.Contains(string(out), BusName), string(out)
+		return err == nil && strings.Contains(string(out), "org.freedesktop.PolicyKit1") && strings.Contains(string(out), bus.Name), string(out)
 	})
 
 	// No rule: refused by polkit, nothing changes.
@@ -91,7 +92,7 @@ func TestPolkitAuthorisation(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(rule, []byte(`polkit.addRule(function(action, subject) {
-    if (action.id == "`+PolkitAction+`" && subject.user == "nobody") {
+    if (action.id == "`+bus.PolkitAction+`" && subject.user == "nobody") {
         return polkit.Result.YES;
     }
 });

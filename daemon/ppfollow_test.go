@@ -11,6 +11,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -109,7 +110,7 @@ func TestFollowRealPowerProfilesDaemon(t *testing.T) {
 	stopPPD := realPPD(t, addr)
 
 	m := newMockLaptop(t)
-	d := m.startWith(t, func(c *Config) { c.Bus = addr; c.PowerProfilesAPI = PowerProfilesAuto })
+	d := m.startWith(t, func(c *Config) { c.Bus = addr; c.PowerProfilesAPI = bus.PowerProfilesAuto })
 	conn, err := dbus.Connect(addr)
 	if err != nil {
 		t.Fatal(err)
@@ -142,23 +143,23 @@ func TestFollowRealPowerProfilesDaemon(t *testing.T) {
 	// PPD starts in balanced: power_aware 1 (on AC: performance).
 	following("follows PPD's balanced", policy.PowerAwareAuto, policy.Performance,
 		"; power_aware follows net.hadess.PowerProfiles ("+ppdOwner+") ActiveProfile balanced")
-	if o := owner("org.freedesktop.UPower.PowerProfiles"); o != "" && o == owner(BusName) {
+	if o := owner("org.freedesktop.UPower.PowerProfiles"); o != "" && o == owner(bus.Name) {
 		t.Errorf("we own org.freedesktop.UPower.PowerProfiles while following PPD")
 	}
-	if p := ProbePowerProfiles(addr, "auto", nil); p.Action != "follow net.hadess.PowerProfiles" || p.Ours {
+	if p := bus.ProbePowerProfiles(addr, "auto", nil); p.Action != "follow net.hadess.PowerProfiles" || p.Ours {
 		t.Errorf("probe while following: %+v", p)
 	}
 	pctl("set", "power-saver")
 	following("power-saver → 2", policy.PowerAwareOn, policy.Powersaving, "ActiveProfile power-saver")
 	// Reason, as schedpolicyctl status shows it.
 	var reason string
-	if err := conn.Object(BusName, ObjectPath).StoreProperty(Interface+".Reason", &reason); err != nil ||
+	if err := conn.Object(bus.Name, bus.ObjectPath).StoreProperty(bus.Interface+".Reason", &reason); err != nil ||
 		reason != "power_aware=2: always powersaving; power_aware follows net.hadess.PowerProfiles ("+ppdOwner+") ActiveProfile power-saver" {
 		t.Errorf("Reason = %q, %v", reason, err)
 	}
 
 	// An explicit choice wins until the profile changes.
-	if err := conn.Object(BusName, ObjectPath).Call(Interface+".SetPowerAware", 0, uint32(0)).Err; err != nil {
+	if err := conn.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".SetPowerAware", 0, uint32(0)).Err; err != nil {
 		t.Fatal(err)
 	}
 	following("explicit choice wins", policy.PowerAwareOff, policy.Performance,
@@ -170,7 +171,7 @@ func TestFollowRealPowerProfilesDaemon(t *testing.T) {
 
 	// PPD stopped: we serve both names, and powerprofilesctl talks to us.
 	stopPPD()
-	me := owner(BusName)
+	me := owner(bus.Name)
 	testutil.Eventually(t, "we serve both names", func() (bool, string) {
 		a, b := owner("net.hadess.PowerProfiles"), owner("org.freedesktop.UPower.PowerProfiles")
 		return a == me && b == me, a + " " + b
@@ -178,7 +179,7 @@ func TestFollowRealPowerProfilesDaemon(t *testing.T) {
 	if s := d.Snapshot(); strings.Contains(s.PolicyReason, "follows") || s.Knob.PowerAware != policy.PowerAwareOn {
 		t.Errorf("after PPD left: knob %+v, reason %q; want power_aware 2 kept, not following", s.Knob, s.PolicyReason)
 	}
-	if p := ProbePowerProfiles(addr, "auto", nil); p.Action != "served by schedpolicyd" || !p.Ours || len(p.Owners) != 2 {
+	if p := bus.ProbePowerProfiles(addr, "auto", nil); p.Action != "served by schedpolicyd" || !p.Ours || len(p.Owners) != 2 {
 		t.Errorf("probe while serving: %+v", p)
 	}
 	if out := pctl("get"); out != "power-saver\n" {
@@ -229,7 +230,7 @@ func TestPowerProfilesConfigErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]policy.PowerAware{"power-saver": 2, "balanced": 2, "performance": 0}
-	if d.cfg.PowerProfilesAPI != PowerProfilesServe || fmt.Sprint(d.cfg.ProfileMap) != fmt.Sprint(want) {
+	if d.cfg.PowerProfilesAPI != bus.PowerProfilesServe || fmt.Sprint(d.cfg.ProfileMap) != fmt.Sprint(want) {
 		t.Errorf("normalised: %q %v, want on %v", d.cfg.PowerProfilesAPI, d.cfg.ProfileMap, want)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/godbus/dbus/v5"
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
@@ -57,8 +58,8 @@ func ppOwners(conn *dbus.Conn) string {
 // before it asks for them. A forged JobNew from uid 65534 releases
 // nothing.
 func TestPowerProfilesLeftToInstalledDaemon(t *testing.T) {
-	bus := testutil.StartSystemPolicyBus(t, "../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf")
-	systemd, err := dbus.Connect(bus.Addr)
+	pbus := testutil.StartSystemPolicyBus(t, "../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf")
+	systemd, err := dbus.Connect(pbus.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,10 +73,10 @@ func TestPowerProfilesLeftToInstalledDaemon(t *testing.T) {
 	}
 	ml := new(msgLog)
 	newMockLaptop(t).startWith(t, func(c *Config) {
-		c.Bus, c.PowerProfilesAPI = bus.Addr, PowerProfilesAuto
+		c.Bus, c.PowerProfilesAPI = pbus.Addr, bus.PowerProfilesAuto
 		c.Log.(*logrus.Logger).AddHook(ml)
 	})
-	root, err := dbus.Connect(bus.Addr)
+	root, err := dbus.Connect(pbus.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,9 +84,9 @@ func TestPowerProfilesLeftToInstalledDaemon(t *testing.T) {
 	testutil.Eventually(t, "the names left to the installed daemon", func() (bool, string) {
 		return ml.mentions("a power-profiles daemon is installed") != "", ppOwners(root)
 	})
-	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(root, BusName) })
+	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(root, bus.Name) })
 	var ours string
-	if err := root.BusObject().Call("org.freedesktop.DBus.GetNameOwner", 0, BusName).Store(&ours); err != nil {
+	if err := root.BusObject().Call("org.freedesktop.DBus.GetNameOwner", 0, bus.Name).Store(&ours); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := ppOwners(root), fmt.Sprintf("%s= %s= ", ppNames[0].name, ppNames[1].name); got != want {
@@ -104,7 +105,7 @@ func TestPowerProfilesLeftToInstalledDaemon(t *testing.T) {
 	emit("UnitFilesChanged")
 	testutil.Eventually(t, "served once nothing is installed", func() (bool, string) { return ppOwners(root) == served, ppOwners(root) })
 
-	attacker := testutil.DialAs(t, bus.Addr, 65534)
+	attacker := testutil.DialAs(t, pbus.Addr, 65534)
 	forge(t, attacker, []string{systemd.Names()[0], root.Names()[0]}, systemdPath, systemdIface+".JobNew",
 		uint32(66), dbus.ObjectPath("/org/freedesktop/systemd1/job/66"), "power-profiles-daemon.service")
 	fake.set(map[string]string{"tuned-ppd.service": "enabled"}) // installed, then a reload
@@ -115,7 +116,7 @@ func TestPowerProfilesLeftToInstalledDaemon(t *testing.T) {
 		t.Fatalf("released %d times (first: %q), want once, for the installed daemon (a forged JobNew was believed?)", n, e)
 	}
 
-	if p := ProbePowerProfiles(bus.Addr, PowerProfilesAuto, nil); p.Action != "left to tuned-ppd.service (installed)" || p.Installed != "tuned-ppd.service enabled" {
+	if p := bus.ProbePowerProfiles(pbus.Addr, bus.PowerProfilesAuto, nil); p.Action != "left to tuned-ppd.service (installed)" || p.Installed != "tuned-ppd.service enabled" {
 		t.Fatalf("probe: %+v, want the names left to tuned-ppd.service (installed, enabled)", p)
 	}
 

@@ -1,10 +1,7 @@
 package daemon
 
 import (
-	"fmt"
-
-	"github.com/schedpolicyd/schedpolicyd/acpi"
-	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 )
 
 func (d *Daemon) status() string {
@@ -12,20 +9,7 @@ func (d *Daemon) status() string {
 	if d.units != nil {
 		n += len(d.units.workloads)
 	}
-	return statusText(d.effective, d.knob.PowerAware, d.power.Source, n)
-}
-
-// StatusText is the one line systemd shows as the unit's status (STATUS=,
-// `systemctl show -p StatusText`): the effective policy, the knob, the power
-// source and the number of workloads, for example "policy powersaving
-// (power_aware 2), power source battery, 3 workloads". It reads the last
-// published snapshot, so it is safe from any goroutine.
-func (s Snapshot) StatusText() string {
-	return statusText(s.Policy, s.Knob.PowerAware, s.PowerSource, len(s.Workloads))
-}
-
-func statusText(p policy.Policy, powerAware policy.PowerAware, src acpi.Source, workloads int) string {
-	return fmt.Sprintf("policy %s (power_aware %d), power source %s, %d workloads", p, powerAware, src, workloads)
+	return snapshot.FormatStatus(d.effective, d.knob.PowerAware, d.power.Source, n)
 }
 
 // publish stores a new snapshot, refreshes the plain tree, updates D-Bus
@@ -39,7 +23,7 @@ func (d *Daemon) publish() {
 			d.log.WithError(err).Warn("refreshing tree")
 		}
 	}
-	d.bus.update(*s)
+	d.bus.Publish(s)
 	if d.metrics != nil {
 		d.metrics.update(renderMetrics(metricsInput{snap: s, stats: d.Stats(), zones: d.energy.zones(), started: d.started}))
 	}
@@ -57,14 +41,12 @@ func (d *Daemon) workloadStatus() []WorkloadStatus {
 	return ws
 }
 
-func (d *Daemon) newSnapshot() *Snapshot {
-	s := &Snapshot{
+func (d *Daemon) newSnapshot() *snapshot.Snapshot {
+	return &snapshot.Snapshot{
 		Policy: d.effective, Knob: d.knob, PowerSource: d.power.Source,
 		Reason: d.power.Reason, PolicyReason: d.policyReason, LastChange: d.lastChange,
 		Boost: d.boost, Workloads: d.workloadStatus(), Holds: d.holdList(),
 		Topology: d.topoProp, CPUClasses: d.classProp,
 		EnergySource: d.energy.Source(), Energy: d.energy.Totals(), ConfigDigest: d.cfg.ConfigDigest,
 	}
-	s.props = propertyValues(*s)
-	return s
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -48,7 +49,7 @@ type State struct {
 	Cgroups []Record
 	// Energy is the measured energy per policy and power source, summed
 	// over every closed segment (energy.go), in Totals order.
-	Energy []EnergyTotal
+	Energy []snapshot.EnergyTotal
 	// EnergyErr, set by LoadState only, says why the file's energy totals
 	// were ignored (an unknown policy, a negative or non-finite value, a
 	// pair given twice); the rest of the file is used, since an energy
@@ -225,11 +226,11 @@ func (r *Record) needed() bool {
 type persisted struct {
 	Version int `json:"version"`
 	policy.Knob
-	Chosen  bool                 `json:"chosen,omitempty"`
-	Boost   []sysfs.BoostSetting `json:"boost,omitempty"`
-	Cgroups []Record             `json:"cgroups,omitempty"`
-	Energy  []EnergyTotal        `json:"energy,omitempty"`
-	Units   []UnitRecord         `json:"units,omitempty"`
+	Chosen  bool                   `json:"chosen,omitempty"`
+	Boost   []sysfs.BoostSetting   `json:"boost,omitempty"`
+	Cgroups []Record               `json:"cgroups,omitempty"`
+	Energy  []snapshot.EnergyTotal `json:"energy,omitempty"`
+	Units   []UnitRecord           `json:"units,omitempty"`
 	// Choices: optional in version 2 (added after it, so older files lack it).
 	Choices map[string]policy.Knob `json:"choices,omitempty"`
 
@@ -400,12 +401,12 @@ func LoadState(dir string) (State, error) {
 }
 
 // validEnergy checks the energy totals of a state file: each valid
-// (EnergyTotal.validate), no (policy, power source) pair twice. On an
+// (validEnergyTotal), no (policy, power source) pair twice. On an
 // error none is used.
-func validEnergy(es []EnergyTotal) ([]EnergyTotal, error) {
+func validEnergy(es []snapshot.EnergyTotal) ([]snapshot.EnergyTotal, error) {
 	seen := map[energyKey]bool{}
 	for _, e := range es {
-		if err := e.validate(); err != nil {
+		if err := validEnergyTotal(e); err != nil {
 			return nil, err
 		}
 		k := energyKey{e.Policy, e.PowerSource}

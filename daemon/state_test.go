@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
@@ -201,7 +202,7 @@ func TestStateEnergy(t *testing.T) {
 	want := State{
 		Knob:    policy.DefaultKnob(),
 		Cgroups: []Record{{Path: "/sys/fs/cgroup/cpuset/schedpolicyd/w", Original: "0-3", Applied: "0"}},
-		Energy: []EnergyTotal{
+		Energy: []snapshot.EnergyTotal{
 			{Policy: policy.Performance, PowerSource: "ac", Joules: 1234.5, Seconds: 60},
 			{Policy: policy.Powersaving, PowerSource: "battery", Joules: 72.1, Seconds: 10},
 		},
@@ -254,7 +255,7 @@ func TestStateEnergy(t *testing.T) {
 	}
 
 	bad := want
-	bad.Energy = []EnergyTotal{{Policy: "turbo", PowerSource: "ac"}}
+	bad.Energy = []snapshot.EnergyTotal{{Policy: "turbo", PowerSource: "ac"}}
 	if err := SaveState(dir, bad); err == nil {
 		t.Error("SaveState wrote an invalid energy total")
 	}

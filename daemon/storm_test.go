@@ -20,6 +20,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"go.uber.org/goleak"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -112,7 +113,7 @@ func TestStormBusCalls(t *testing.T) {
 				return
 			}
 			defer conn.Close()
-			obj := conn.Object(BusName, ObjectPath)
+			obj := conn.Object(bus.Name, bus.ObjectPath)
 			tick := time.NewTicker(time.Second / perClient)
 			defer tick.Stop()
 			for i := 0; time.Now().Before(stop); i++ {
@@ -120,10 +121,10 @@ func TestStormBusCalls(t *testing.T) {
 				var err error
 				switch (i + c) % 3 {
 				case 0:
-					_, err = obj.GetProperty(Interface + ".ActivePolicy")
+					_, err = obj.GetProperty(bus.Interface + ".ActivePolicy")
 				case 1:
 					var all map[string]dbus.Variant
-					err = obj.Call("org.freedesktop.DBus.Properties.GetAll", 0, Interface).Store(&all)
+					err = obj.Call("org.freedesktop.DBus.Properties.GetAll", 0, bus.Interface).Store(&all)
 				case 2:
 					var xml string
 					err = obj.Call("org.freedesktop.DBus.Introspectable.Introspect", 0).Store(&xml)
@@ -145,10 +146,10 @@ func TestStormBusCalls(t *testing.T) {
 			return
 		}
 		defer conn.Close()
-		obj := conn.Object(BusName, ObjectPath)
+		obj := conn.Object(bus.Name, bus.ObjectPath)
 		pols := []string{"powersaving", "performance", "balance"}
 		for i := 0; time.Now().Before(stop); i++ {
-			if err := obj.Call(Interface+".SetPolicy", 0, pols[i%3]).Err; err != nil {
+			if err := obj.Call(bus.Interface+".SetPolicy", 0, pols[i%3]).Err; err != nil {
 				fail(err)
 			}
 			sets.Add(1)

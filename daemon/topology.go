@@ -3,6 +3,7 @@ package daemon
 import (
 	"slices"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -29,28 +30,16 @@ func CPUDescs(t sysfs.CPUTopology) []policy.CPUDesc {
 	return out
 }
 
-// TopologyEntry is one element of the Topology property, signature
-// (uuuu): an online CPU and the groups the balancer places it in, each
-// named by its lowest CPU as in CPUDescs — the package (package_cpus), the
-// last-level cache (shared_cpu_list) and the core (core_cpus, its SMT
-// siblings).
-type TopologyEntry struct {
-	CPU, Package, LLC, Core uint32
-}
-
-// noTopology is the published Topology before the topology could be read.
-var noTopology = []TopologyEntry{}
-
 // topologyEntries maps a topology read from sysfs to the Topology
-// property, one entry per online CPU in ascending order. When the result
+// property (groups named as in CPUDescs), one entry per online CPU in ascending order. When the result
 // equals prev, prev itself is returned: the published slice stays the same
 // from one snapshot to the next until a hotplug changes it, so comparing
 // it before each PropertiesChanged costs nothing (reflect.DeepEqual stops
 // at the same backing array).
-func topologyEntries(t sysfs.CPUTopology, prev []TopologyEntry) []TopologyEntry {
-	out := make([]TopologyEntry, 0, len(t.CPUs))
+func topologyEntries(t sysfs.CPUTopology, prev []snapshot.TopologyEntry) []snapshot.TopologyEntry {
+	out := make([]snapshot.TopologyEntry, 0, len(t.CPUs))
 	for _, c := range t.CPUs {
-		out = append(out, TopologyEntry{
+		out = append(out, snapshot.TopologyEntry{
 			CPU: uint32(c.ID), Package: uint32(c.Package.First()),
 			LLC: uint32(c.LLC.First()), Core: uint32(c.Core.First()),
 		})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
@@ -30,12 +31,12 @@ func laptopTopology(online ...int) [][]any {
 // offline and coming back is one PropertiesChanged each that carries it.
 func TestBusTopology(t *testing.T) {
 	_, m, conn, _ := busDaemon(t, false)
-	obj := conn.Object(BusName, ObjectPath)
+	obj := conn.Object(bus.Name, bus.ObjectPath)
 	if got, want := prop(t, conn, "Topology"), laptopTopology(0, 1, 2, 3, 4, 5, 6, 7); !reflect.DeepEqual(got, want) {
 		t.Fatalf("Topology = %v, want %v", got, want)
 	}
 
-	if err := conn.AddMatchSignal(dbus.WithMatchObjectPath(ObjectPath), dbus.WithMatchMember("PropertiesChanged")); err != nil {
+	if err := conn.AddMatchSignal(dbus.WithMatchObjectPath(bus.ObjectPath), dbus.WithMatchMember("PropertiesChanged")); err != nil {
 		t.Fatal(err)
 	}
 	sigs := make(chan *dbus.Signal, 100)
@@ -72,7 +73,7 @@ func TestBusTopology(t *testing.T) {
 		return found
 	}
 
-	if err := obj.Call(Interface+".SetPolicy", 0, "powersaving").Err; err != nil {
+	if err := obj.Call(bus.Interface+".SetPolicy", 0, "powersaving").Err; err != nil {
 		t.Fatal(err)
 	}
 	if ch := waitChange("ActivePolicy", "powersaving"); ch["Topology"].Signature().String() != "" {

@@ -46,8 +46,17 @@ var layers = map[string][]string{
 	// internal/reconnect, a leaf that imports nothing of ours.
 	// daemon counts packed workloads' CPU time with internal/taskclock
 	// (perf events: not pseudo-filesystem I/O, so not sysfs), a leaf too.
-	"acpi":               {"sysfs", "internal/reconnect", "internal/bussender"},
-	"daemon":             {"acpi", "sysfs", "policy", "systemd", "internal/names", "internal/reconnect", "internal/taskclock", "internal/bussender"},
+	"acpi":   {"sysfs", "internal/reconnect", "internal/bussender"},
+	"daemon": {"daemon/bus", "daemon/snapshot", "acpi", "sysfs", "policy", "systemd", "internal/names", "internal/reconnect", "internal/taskclock", "internal/bussender"},
+	// The D-Bus service talks to the daemon through its Controller
+	// interface: it never imports the daemon nor anything of the
+	// placement (never, below). policy for the policy names and sysfs for
+	// one error it maps (sysfs.ErrCgroupName); the snapshot brings acpi.
+	"daemon/bus": {"daemon/snapshot", "policy", "acpi", "sysfs", "internal/names", "internal/reconnect", "internal/bussender"},
+	// The published state's types, shared by the daemon and its readers:
+	// policy and acpi for the types of its values (acpi.Source), and what
+	// acpi brings, nothing else.
+	"daemon/snapshot":    {"policy", "acpi", "sysfs", "internal/reconnect", "internal/bussender"},
 	"internal/bussender": {},
 	"internal/names":     {},
 	"internal/reconnect": {},
@@ -55,7 +64,26 @@ var layers = map[string][]string{
 	"internal/testutil":  {},
 	// schedpolicyctl talks to the daemon over D-Bus; of the daemon it may
 	// use only exported types and constants (checkClientUsesAPIOnly).
-	"cmd/schedpolicyctl": {"internal/names", "internal/bussender", "daemon", "acpi", "sysfs", "policy", "systemd"},
+	"cmd/schedpolicyctl": {"internal/names", "internal/bussender", "daemon", "daemon/bus", "daemon/snapshot", "acpi", "sysfs", "policy", "systemd"},
+}
+
+// never lists what a package must not depend on, whatever layers allows
+// it, and whatever is added under these paths: the D-Bus service stays
+// out of the daemon and of the placement (which lives in the daemon
+// today, with the task clock and systemd's manager serving it, and is to
+// move to daemon/placement), and the snapshot out of both.
+var never = map[string][]string{
+	"daemon/bus":      {"daemon", "daemon/placement/...", "internal/taskclock", "systemd"},
+	"daemon/snapshot": {"daemon", "daemon/bus", "daemon/placement/..."},
+}
+
+// neverMatches reports whether package dep is rule: that path, or any
+// package below it for a rule ending in "/...".
+func neverMatches(rule, dep string) bool {
+	if base, ok := strings.CutSuffix(rule, "/..."); ok {
+		return dep == base || strings.HasPrefix(dep, base+"/")
+	}
+	return dep == rule
 }
 
 // external lists the only non-standard-library modules a package may
@@ -130,11 +158,22 @@ func TestLayering(t *testing.T) {
 				continue
 			}
 		}
+		var bad []string
+		for _, dep := range ours(append(append(slices.Clone(p.Imports), p.Deps...), append(slices.Clone(p.TestImports), p.XTestImports...)...)) {
+			for _, rule := range never[rel] {
+				if neverMatches(rule, dep) && !slices.Contains(bad, dep) {
+					bad = append(bad, dep)
+				}
+			}
+		}
+		if len(bad) > 0 {
+			t.Errorf("%s or its tests depend on %v, which it must never depend on (%v)", rel, bad, never[rel])
+		}
 		allowed, ruled := layers[rel]
 		if !ruled {
 			continue
 		}
-		var bad []string
+		bad = nil
 		for _, dep := range ours(append(slices.Clone(p.Imports), p.Deps...)) {
 			if !slices.Contains(allowed, dep) && !slices.Contains(bad, dep) {
 				bad = append(bad, dep)
@@ -167,8 +206,12 @@ func TestLayering(t *testing.T) {
 				t.Errorf("%s depends on %v; outside the standard library it may use only %v", rel, bad, mods)
 			}
 		}
-		if rel == "cmd/schedpolicyctl" && slices.Contains(p.Imports, module+"/daemon") {
-			checkClientUsesAPIOnly(t, p, pkgs)
+		if rel == "cmd/schedpolicyctl" {
+			for _, api := range apiPackages {
+				if slices.Contains(p.Imports, module+"/"+api) {
+					checkClientUsesAPIOnly(t, p, pkgs, api)
+				}
+			}
 		}
 	}
 	for rel := range layers {
@@ -176,17 +219,30 @@ func TestLayering(t *testing.T) {
 			t.Errorf("go list did not list %s, which the layer rules name", rel)
 		}
 	}
+	for rel, rules := range never {
+		for _, rule := range rules {
+			for _, a := range layers[rel] {
+				if neverMatches(rule, a) {
+					t.Errorf("layers allows %s to depend on %s, which never forbids", rel, a)
+				}
+			}
+		}
+	}
 }
 
-// checkClientUsesAPIOnly fails for every daemon.X in schedpolicyctl's
-// non-test files that is not an exported type or constant of package
-// daemon: the client may share the API's names and shapes, not call into
-// the daemon.
-func checkClientUsesAPIOnly(t *testing.T, client listed, pkgs []listed) {
+// apiPackages are the packages whose exported types and constants are the
+// daemon's API, which schedpolicyctl may share (and nothing else of them).
+var apiPackages = []string{"daemon", "daemon/bus", "daemon/snapshot"}
+
+// checkClientUsesAPIOnly fails for every X of package apiPath (one of
+// apiPackages, e.g. daemon.X, bus.X) in schedpolicyctl's non-test files
+// that is not an exported type or constant of that package: the client
+// may share the API's names and shapes, not call into the daemon.
+func checkClientUsesAPIOnly(t *testing.T, client listed, pkgs []listed, apiPath string) {
 	t.Helper()
 	var daemonPkg listed
 	for _, p := range pkgs {
-		if p.ImportPath == module+"/daemon" {
+		if p.ImportPath == module+"/"+apiPath {
 			daemonPkg = p
 		}
 	}
@@ -222,8 +278,8 @@ func checkClientUsesAPIOnly(t *testing.T, client listed, pkgs []listed) {
 		}
 		name := ""
 		for _, im := range af.Imports {
-			if im.Path.Value == `"`+module+`/daemon"` {
-				name = "daemon"
+			if im.Path.Value == `"`+module+"/"+apiPath+`"` {
+				name = filepath.Base(apiPath)
 				if im.Name != nil {
 					name = im.Name.Name
 				}
@@ -238,7 +294,7 @@ func checkClientUsesAPIOnly(t *testing.T, client listed, pkgs []listed) {
 				return true
 			}
 			if id, ok := sel.X.(*ast.Ident); ok && id.Name == name && !api[sel.Sel.Name] {
-				t.Errorf("%s: schedpolicyctl uses daemon.%s, which is not an exported type or constant of the daemon's API", fset.Position(sel.Pos()), sel.Sel.Name)
+				t.Errorf("%s: schedpolicyctl uses %s.%s, which is not an exported type or constant of the daemon's API", fset.Position(sel.Pos()), name, sel.Sel.Name)
 			}
 			return true
 		})

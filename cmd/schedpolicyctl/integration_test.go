@@ -242,7 +242,7 @@ func TestCtlStatus(t *testing.T) {
 }
 
 // TestCtlStatusContract checks the properties the D-Bus contract adds
-// (daemon/org.schedpolicyd.SchedPolicy1.xml) as the client sees them.
+// (daemon/bus/org.schedpolicyd.SchedPolicy1.xml) as the client sees them.
 func TestCtlStatusContract(t *testing.T) {
 	d := startDaemon(t, "none")
 	s := d.statusJSON(t)

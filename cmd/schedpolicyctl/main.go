@@ -27,8 +27,8 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "0.1.0-dev"
 
-// The daemon's D-Bus names (daemon.BusName, daemon.ObjectPath,
-// daemon.Interface), repeated here so the client does not import the daemon.
+// The daemon's D-Bus names (daemon/bus: bus.Name, bus.ObjectPath,
+// bus.Interface), repeated here so the client does not import the daemon.
 const (
 	busName    = "org.schedpolicyd.SchedPolicy1"
 	objectPath = "/org/schedpolicyd/SchedPolicy1"

@@ -21,7 +21,7 @@ func runArgs(args ...string) result {
 
 // TestCtlUnitNames: the D-Bus names match the daemon's contract file.
 func TestCtlUnitNames(t *testing.T) {
-	b, err := os.ReadFile("../../daemon/org.schedpolicyd.SchedPolicy1.xml")
+	b, err := os.ReadFile("../../daemon/bus/org.schedpolicyd.SchedPolicy1.xml")
 	if err != nil {
 		t.Skipf("contract file: %v", err)
 	}

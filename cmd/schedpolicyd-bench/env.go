@@ -15,7 +15,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
-	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
@@ -323,9 +323,9 @@ func (e *env) startOurs(tag string, oo ourOpts) (*daemonProc, error) {
 		return nil, err
 	}
 	p := &daemonProc{name: "schedpolicyd", treeDir: filepath.Join(dir, "tree")}
-	bus := oo.bus
-	if bus == "" {
-		bus = e.busAddr
+	busAddr := oo.bus
+	if busAddr == "" {
+		busAddr = e.busAddr
 	}
 	cg := "none"
 	if !oo.noCgroup {
@@ -347,7 +347,7 @@ func (e *env) startOurs(tag string, oo ourOpts) (*daemonProc, error) {
 	defer nl.Close()
 	args := []string{"--config", filepath.Join(dir, "none.conf"),
 		"--sysfs-root", e.sysRoot, "--cgroup-root", cg, "--tree-dir", p.treeDir, "--tree-backend", "fuse",
-		"--state-dir", filepath.Join(dir, "state"), "--bus", bus, "--events", "fsnotify",
+		"--state-dir", filepath.Join(dir, "state"), "--bus", busAddr, "--events", "fsnotify",
 		// The default "auto" would follow the power-profiles-daemon under
 		// comparison, or take its names so that it exits on start: the
 		// two run independently here, as before (extra may override).
@@ -371,7 +371,7 @@ func (e *env) startOurs(tag string, oo ourOpts) (*daemonProc, error) {
 			}
 		}
 	}()
-	if err := e.startWatched(p, bus, daemon.BusName); err != nil {
+	if err := e.startWatched(p, busAddr, bus.Name); err != nil {
 		return nil, err
 	}
 	select {

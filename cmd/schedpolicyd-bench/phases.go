@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 )
 
 // Workload shapes of the idle phase: 100 workloads, the first 10 with one
@@ -67,7 +68,7 @@ func (e *env) benchGet(r *report) error {
 		iface, prop string
 	}
 	targets := []target{
-		{ours, conn.Object(daemon.BusName, daemon.ObjectPath), daemon.Interface, "ActivePolicy"},
+		{ours, conn.Object(bus.Name, bus.ObjectPath), bus.Interface, "ActivePolicy"},
 		{ppd, conn.Object(ppdName, ppdPath), ppdIface, "ActiveProfile"},
 	}
 	var lat [2][2]stats     // [target][Get, GetAll] µs
@@ -326,11 +327,11 @@ func (e *env) switchOurs(r *report, n int) error {
 		return err
 	}
 	defer conn.Close()
-	pw, err := newPropWaiter(conn, daemon.ObjectPath)
+	pw, err := newPropWaiter(conn, bus.ObjectPath)
 	if err != nil {
 		return err
 	}
-	obj := conn.Object(daemon.BusName, daemon.ObjectPath)
+	obj := conn.Object(bus.Name, bus.ObjectPath)
 	var stopPerf func()
 	if n > 10 {
 		stopPerf = e.perfRecord("switch1000", p)
@@ -353,7 +354,7 @@ func (e *env) switchOurs(r *report, n int) error {
 		// in flight, not after it returned.
 		written := cw.waitAllAsync(5 * time.Second)
 		t0 := time.Now()
-		if err := obj.Call(daemon.Interface+".SetPolicy", 0, policies[i%2]).Err; err != nil {
+		if err := obj.Call(bus.Interface+".SetPolicy", 0, policies[i%2]).Err; err != nil {
 			return fmt.Errorf("SetPolicy: %w", err)
 		}
 		t1 := time.Now()
@@ -362,7 +363,7 @@ func (e *env) switchOurs(r *report, n int) error {
 		if err != nil {
 			return fmt.Errorf("SetPolicy %s with %d workloads: %w", policies[i%2], n, err)
 		}
-		t3, err := pw.wait(daemon.Interface, "ActivePolicy", 5*time.Second)
+		t3, err := pw.wait(bus.Interface, "ActivePolicy", 5*time.Second)
 		if err != nil {
 			return err
 		}
@@ -438,7 +439,7 @@ func (e *env) benchPower(r *report) error {
 		return err
 	}
 	defer conn.Close()
-	pw, err := newPropWaiter(conn, daemon.ObjectPath)
+	pw, err := newPropWaiter(conn, bus.ObjectPath)
 	if err != nil {
 		return err
 	}
@@ -463,7 +464,7 @@ func (e *env) benchPower(r *report) error {
 		if err := os.WriteFile(path, []byte(v+"\n"), 0o644); err != nil {
 			return 0, err
 		}
-		t1, err := pw.wait(daemon.Interface, "PowerSource", 5*time.Second)
+		t1, err := pw.wait(bus.Interface, "PowerSource", 5*time.Second)
 		if err != nil {
 			return 0, fmt.Errorf("write %s to %s: %w", v, path, err)
 		}

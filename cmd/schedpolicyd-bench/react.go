@@ -18,7 +18,7 @@ import (
 	"github.com/godbus/dbus/v5"
 	"golang.org/x/sys/unix"
 
-	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
@@ -294,25 +294,25 @@ type reactTarget struct {
 // startReact starts a daemon with workloads workloads (reactWorkloads
 // when 0) packed under powersaving, a helper in w0000 (and, with rotate,
 // in every workload but w0001), a light task in w0001 when sampling.
-func (e *env) startReact(tag string, sampling bool, bus string, workloads int, rotate bool) (*reactDaemon, error) {
+func (e *env) startReact(tag string, sampling bool, busAddr string, workloads int, rotate bool) (*reactDaemon, error) {
 	if workloads == 0 {
 		workloads = reactWorkloads
 	}
-	p, err := e.startOurs(tag, ourOpts{workloads: workloads, bus: bus, extra: []string{"--log-level", "debug"}})
+	p, err := e.startOurs(tag, ourOpts{workloads: workloads, bus: busAddr, extra: []string{"--log-level", "debug"}})
 	if err != nil {
 		return nil, err
 	}
 	rd := &reactDaemon{p: p, log: p.cmd.Stdout.(*os.File).Name()}
-	if bus == "" {
-		bus = e.busAddr
+	if busAddr == "" {
+		busAddr = e.busAddr
 	}
-	conn, err := dbus.Connect(bus)
+	conn, err := dbus.Connect(busAddr)
 	if err != nil {
 		e.stopReact(rd)
 		return nil, err
 	}
 	defer conn.Close()
-	if err := conn.Object(daemon.BusName, daemon.ObjectPath).Call(daemon.Interface+".SetPolicy", 0, "powersaving").Err; err != nil {
+	if err := conn.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".SetPolicy", 0, "powersaving").Err; err != nil {
 		e.stopReact(rd)
 		return nil, fmt.Errorf("SetPolicy powersaving: %w", err)
 	}

@@ -34,6 +34,7 @@ import (
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -50,7 +51,7 @@ const (
 	DefaultUPower           = daemon.DefaultUPower
 	DefaultLogLevel         = "info"
 	// DefaultPowerProfilesAPI: follow a power-profiles daemon, else serve.
-	DefaultPowerProfilesAPI = daemon.PowerProfilesAuto
+	DefaultPowerProfilesAPI = bus.PowerProfilesAuto
 	// DefaultLowBattery: the low-battery tier below 20 % (0 is off).
 	DefaultLowBattery = 20
 )
@@ -109,10 +110,10 @@ type fileConfig struct {
 	// UPower is "auto", "on" or "off": whether UPower's OnBattery changes on
 	// the system bus are taken as a hint to re-read the power supplies.
 	UPower *string
-	// PowerProfilesAPI is daemon.PowerProfilesAuto ("auto": follow the
+	// PowerProfilesAPI is bus.PowerProfilesAuto ("auto": follow the
 	// power-profiles daemon that owns org.freedesktop.UPower.PowerProfiles
 	// or net.hadess.PowerProfiles, serve them while none does),
-	// daemon.PowerProfilesServe (true) or daemon.PowerProfilesOff (false).
+	// bus.PowerProfilesServe (true) or bus.PowerProfilesOff (false).
 	PowerProfilesAPI *string
 	// ProfileMap is the power_aware (0..2) each followed profile selects,
 	// from profile_power_saver, profile_balanced, profile_performance; only
@@ -122,7 +123,7 @@ type fileConfig struct {
 	Digest string
 	// PowerProfilesUnits are the service units of the power-profiles
 	// implementations "auto" leaves the names to while one is installed
-	// ("NAME.service" each; daemon.DefaultPowerProfilesUnits when unset).
+	// ("NAME.service" each; bus.DefaultPowerProfilesUnits when unset).
 	PowerProfilesUnits []string
 	// LowBattery is the low-battery tier in percent: 1–100, or 0 off.
 	LowBattery *int
@@ -379,14 +380,14 @@ func parseConfig(name string, data []byte) (fileConfig, error) {
 	switch v := raw.PowerProfilesAPI.(type) {
 	case nil:
 	case bool:
-		m := daemon.PowerProfilesOff
+		m := bus.PowerProfilesOff
 		if v {
-			m = daemon.PowerProfilesServe
+			m = bus.PowerProfilesServe
 		}
 		fc.PowerProfilesAPI = &m
 	case string:
 		if v == "auto" {
-			m := daemon.PowerProfilesAuto
+			m := bus.PowerProfilesAuto
 			fc.PowerProfilesAPI = &m
 		} else {
 			bad("power_profiles_api", "%q: want true, false or \"auto\"", v)

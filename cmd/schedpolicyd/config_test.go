@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -81,7 +82,7 @@ metrics_textfile = "/var/lib/prometheus/node-exporter/schedpolicyd.prom"
 	if a, pol := fc.Knob(); a != 2 || pol != "balance" {
 		t.Errorf("Knob() = %d, %q", a, pol)
 	}
-	if fc.BoostOnBatteryMode() != "off" || fc.UPowerMode() != "off" || fc.PowerProfilesAPIMode() != daemon.PowerProfilesServe {
+	if fc.BoostOnBatteryMode() != "off" || fc.UPowerMode() != "off" || fc.PowerProfilesAPIMode() != bus.PowerProfilesServe {
 		t.Errorf("accessors: boost=%q upower=%q ppd=%v", fc.BoostOnBatteryMode(), fc.UPowerMode(), fc.PowerProfilesAPIMode())
 	}
 	if got := fc.LogLevelName("info", nil); got != "debug" {
@@ -93,7 +94,7 @@ metrics_textfile = "/var/lib/prometheus/node-exporter/schedpolicyd.prom"
 		TreeDir: "/run/x/tree", TreeBackend: "plain", CgroupRoot: "none", SysfsRoot: "/tmp/mock",
 		Placement: "systemd", Manage: []string{"schedpolicyd.slice", "background.slice"},
 		StateDir: "/var/lib/x", Bus: "unix:path=/tmp/bus", Debounce: 250 * time.Millisecond,
-		RecheckInterval: -time.Second, SampleInterval: 2 * time.Second, PowerProfilesAPI: daemon.PowerProfilesServe,
+		RecheckInterval: -time.Second, SampleInterval: 2 * time.Second, PowerProfilesAPI: bus.PowerProfilesServe,
 		ProfileMap: map[string]policy.PowerAware{"balanced": 2}, LowBattery: 15, NoTaskClock: true,
 		BoostOnBattery: "off", UPower: "off",
 		DefaultKnob:     &policy.Knob{PowerAware: 2, PowerAwarePolicy: policy.Balance},
@@ -366,7 +367,7 @@ func TestConfigShippedFile(t *testing.T) {
 		BoostOnBattery: DefaultBoostOnBattery, UPower: DefaultUPower,
 		DefaultKnob:      &policy.Knob{PowerAware: DefaultPowerAware, PowerAwarePolicy: DefaultPowerAwarePolicy},
 		PowerProfilesAPI: DefaultPowerProfilesAPI, ProfileMap: daemon.DefaultProfileMap,
-		PowerProfilesUnits: daemon.DefaultPowerProfilesUnits,
+		PowerProfilesUnits: bus.DefaultPowerProfilesUnits,
 		LowBattery:         DefaultLowBattery,
 	}
 	var cfg daemon.Config

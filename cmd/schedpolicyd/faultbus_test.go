@@ -35,7 +35,7 @@ import (
 	"github.com/godbus/dbus/v5"
 	"pgregory.net/rapid"
 
-	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
@@ -129,10 +129,10 @@ func (m *faultModel) stopBus() {
 // busState is what no forged signal may change: the knob, the holds and
 // the owners of the power-profiles names.
 func (m *faultModel) busState(rt *rapid.T) string {
-	obj := m.fb.root.Object(daemon.BusName, daemon.ObjectPath)
+	obj := m.fb.root.Object(bus.Name, bus.ObjectPath)
 	var b strings.Builder
 	for _, p := range []string{"PowerAware", "PowerAwarePolicy", "Holds"} {
-		v, err := obj.GetProperty(daemon.Interface + "." + p)
+		v, err := obj.GetProperty(bus.Interface + "." + p)
 		if err != nil {
 			m.fatalf(rt, "reading %s: %v", p, err)
 		}
@@ -151,7 +151,7 @@ func (m *faultModel) needBusDaemon(rt *rapid.T) {
 	if m.d == nil {
 		rt.Skip("no daemon")
 	}
-	m.poll(rt, "the daemon on the bus", func() (bool, string) { return testutil.NameOwned(m.fb.root, daemon.BusName) })
+	m.poll(rt, "the daemon on the bus", func() (bool, string) { return testutil.NameOwned(m.fb.root, bus.Name) })
 }
 
 // actForge: uid 65534 tries to steer the daemon (see the top of the file).
@@ -162,7 +162,7 @@ func (m *faultModel) actForge(rt *rapid.T) {
 	m.settle(rt)
 	before := m.busState(rt)
 	a := m.fb.attacker
-	if err := a.Object(daemon.BusName, daemon.ObjectPath).Call(daemon.Interface+".SetPolicy", 0, "performance").Err; err == nil ||
+	if err := a.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".SetPolicy", 0, "performance").Err; err == nil ||
 		!strings.Contains(err.Error(), "not authorised") {
 		m.fatalf(rt, "SetPolicy as uid 65534: %v, want refused", err)
 	}
@@ -199,7 +199,7 @@ func (m *faultModel) actForge(rt *rapid.T) {
 
 // holds is the daemon's Holds property: (cookie, policy, reason, owner).
 func (m *faultModel) holds(rt *rapid.T) [][]any {
-	v, err := m.fb.root.Object(daemon.BusName, daemon.ObjectPath).GetProperty(daemon.Interface + ".Holds")
+	v, err := m.fb.root.Object(bus.Name, bus.ObjectPath).GetProperty(bus.Interface + ".Holds")
 	if err != nil {
 		m.fatalf(rt, "reading Holds: %v", err)
 	}
@@ -235,7 +235,7 @@ func (m *faultModel) actHold(rt *rapid.T) {
 	}
 	m.step(rt, "hold", "%s holds %s", c.Names()[0], pol)
 	var cookie uint32
-	if err := c.Object(daemon.BusName, daemon.ObjectPath).Call(daemon.Interface+".HoldPolicy", 0, pol, "fault model").Store(&cookie); err != nil {
+	if err := c.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".HoldPolicy", 0, pol, "fault model").Store(&cookie); err != nil {
 		var de dbus.Error
 		if errors.As(err, &de) && de.Name == "org.freedesktop.DBus.Error.LimitsExceeded" {
 			return // the per-caller bound: documented, nothing held
@@ -331,13 +331,13 @@ func (m *faultModel) actFlap(rt *rapid.T) {
 		m.poll(rt, "the daemon serving the power-profiles names again", func() (bool, string) {
 			var o, ours string
 			fb.root.BusObject().Call("org.freedesktop.DBus.GetNameOwner", 0, "net.hadess.PowerProfiles").Store(&o)
-			fb.root.BusObject().Call("org.freedesktop.DBus.GetNameOwner", 0, daemon.BusName).Store(&ours)
+			fb.root.BusObject().Call("org.freedesktop.DBus.GetNameOwner", 0, bus.Name).Store(&ours)
 			return o != "" && o == ours, o
 		})
 	} else if changes {
 		want := map[string]uint32{"performance": 0, "balanced": 1, "power-saver": 2}[last]
 		m.poll(rt, "the followed daemon's last profile "+last, func() (bool, string) {
-			v, err := fb.root.Object(daemon.BusName, daemon.ObjectPath).GetProperty(daemon.Interface + ".PowerAware")
+			v, err := fb.root.Object(bus.Name, bus.ObjectPath).GetProperty(bus.Interface + ".PowerAware")
 			got, _ := v.Value().(uint32)
 			return err == nil && got == want, fmt.Sprint(got, err)
 		})

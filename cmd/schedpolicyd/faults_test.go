@@ -23,6 +23,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
@@ -321,8 +322,8 @@ func TestFaultsRealBinary(t *testing.T) {
 	}
 	bin := buildDaemon(t)
 	busDir := t.TempDir()
-	bus := testutil.StartBus(t, testutil.BusOptions{Dir: busDir})
-	addr := bus.Addr
+	pbus := testutil.StartBus(t, testutil.BusOptions{Dir: busDir})
+	addr := pbus.Addr
 	sys := mockMachine(t, "ac-offline-battery-unknown")
 	cg := newV1Parent(t)
 	cg.child(t, "w1", cg.cpus)
@@ -334,7 +335,7 @@ func TestFaultsRealBinary(t *testing.T) {
 	p := startDaemonProc(t, bin, "--sysfs-root", sys, "--cgroup-root", cg.dir, "--tree-dir", treeDir, "--tree-backend", "fuse",
 		"--state-dir", stateDir, "--bus", addr, "--events", "fsnotify", "--debounce", "50ms", "--sample-interval", "200ms",
 		"--recheck-interval", "1s", "--log-level", "debug", "--config", emptyConf(t))
-	testutil.WaitFor(t, "name owned", 10*time.Second, func() (bool, string) { return testutil.NameOwnedAt(addr, daemon.BusName) })
+	testutil.WaitFor(t, "name owned", 10*time.Second, func() (bool, string) { return testutil.NameOwnedAt(addr, bus.Name) })
 
 	t.Run("tree unmounted from outside", func(t *testing.T) {
 		if out, err := exec.Command("umount", "-l", treeDir).CombinedOutput(); err != nil {
@@ -452,19 +453,19 @@ func TestFaultsRealBinary(t *testing.T) {
 	})
 
 	t.Run("dbus-daemon killed and restarted", func(t *testing.T) {
-		bus.Kill()
+		pbus.Kill()
 		p.logHas(t, "loss logged", "lost the D-Bus connection")
 		addr2 := testutil.StartBus(t, testutil.BusOptions{Dir: busDir}).Addr
 		if addr2 != addr {
 			t.Fatalf("restarted bus at %s, want %s", addr2, addr)
 		}
-		testutil.WaitFor(t, "name owned again", 40*time.Second, func() (bool, string) { return testutil.NameOwnedAt(addr, daemon.BusName) })
+		testutil.WaitFor(t, "name owned again", 40*time.Second, func() (bool, string) { return testutil.NameOwnedAt(addr, bus.Name) })
 		conn, err := dbus.Connect(addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		v, err := conn.Object(daemon.BusName, daemon.ObjectPath).GetProperty(daemon.Interface + ".PowerAware")
+		v, err := conn.Object(bus.Name, bus.ObjectPath).GetProperty(bus.Interface + ".PowerAware")
 		if err != nil || v.Value() != uint32(1) {
 			t.Errorf("PowerAware after the reconnect = %v, %v", v, err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
@@ -249,9 +250,9 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	obj := conn.Object(daemon.BusName, daemon.ObjectPath)
+	obj := conn.Object(bus.Name, bus.ObjectPath)
 	getProp := func(name string) string {
-		v, err := obj.GetProperty(daemon.Interface + "." + name)
+		v, err := obj.GetProperty(bus.Interface + "." + name)
 		if err != nil {
 			return "error: " + err.Error()
 		}
@@ -308,8 +309,8 @@ func TestEndToEnd(t *testing.T) {
 	}
 	// The same through a real command-line client.
 	if _, err := exec.LookPath("busctl"); err == nil {
-		out, err := exec.Command("busctl", "--address="+addr, "get-property", daemon.BusName, string(daemon.ObjectPath),
-			daemon.Interface, "ActivePolicy", "PowerAware", "PowerSource").CombinedOutput()
+		out, err := exec.Command("busctl", "--address="+addr, "get-property", bus.Name, string(bus.ObjectPath),
+			bus.Interface, "ActivePolicy", "PowerAware", "PowerSource").CombinedOutput()
 		if want := "s \"powersaving\"\nu 1\ns \"battery\"\n"; err != nil || string(out) != want {
 			t.Errorf("busctl get-property: %v\n%q, want %q", err, out, want)
 		}
@@ -377,7 +378,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Errorf("state file changed after a rejected write: %q → %q", stateBefore, stateAfter)
 	}
 	// D-Bus SetPolicy with a bad value: InvalidArgs, no change.
-	call := obj.Call(daemon.Interface+".SetPolicy", 0, "bogus")
+	call := obj.Call(bus.Interface+".SetPolicy", 0, "bogus")
 	if derr, ok := call.Err.(dbus.Error); !ok || derr.Name != "org.freedesktop.DBus.Error.InvalidArgs" {
 		t.Errorf("SetPolicy(bogus) err = %v, want InvalidArgs", call.Err)
 	}
@@ -402,7 +403,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Errorf("state.json = %s (%v), want power_aware 2, powersaving", b, err)
 	}
 	// D-Bus SetPolicy performance behaves like the write.
-	if call := obj.Call(daemon.Interface+".SetPolicy", 0, "performance"); call.Err != nil {
+	if call := obj.Call(bus.Interface+".SetPolicy", 0, "performance"); call.Err != nil {
 		t.Fatalf("SetPolicy(performance): %v", call.Err)
 	}
 	testutil.WaitFor(t, "SetPolicy performance", 10*time.Second, func() (bool, string) {
@@ -452,22 +453,22 @@ func TestDaemonBusRestartAndSignals(t *testing.T) {
 	testutil.NeedBusDaemon(t)
 	bin := buildDaemon(t)
 	busDir := t.TempDir()
-	bus := testutil.StartBus(t, testutil.BusOptions{Dir: busDir})
-	addr := bus.Addr
+	pbus := testutil.StartBus(t, testutil.BusOptions{Dir: busDir})
+	addr := pbus.Addr
 	sys := mockMachine(t, "ac-offline-battery-unknown")
 	tmp := t.TempDir()
 	conf := filepath.Join(tmp, "schedpolicyd.conf")
 	os.WriteFile(conf, []byte("# test config\npower_profiles_api = false\n"), 0o644)
 	d := startDaemonProc(t, bin, "--config", conf, "--sysfs-root", sys, "--cgroup-root", "none", "--tree-dir", filepath.Join(tmp, "tree"),
 		"--tree-backend", "plain", "--state-dir", filepath.Join(tmp, "state"), "--bus", addr, "--log-level", "debug")
-	owned := func() (bool, string) { return testutil.NameOwnedAt(addr, daemon.BusName) }
+	owned := func() (bool, string) { return testutil.NameOwnedAt(addr, bus.Name) }
 	testutil.WaitFor(t, "name owned", 10*time.Second, owned)
 
 	// Wrong argument types: InvalidArgs, and nothing changes.
 	for _, arg := range []string{"uint32:1", "int32:2", "objpath:/balance", "variant:string:powersaving"} {
 		// --bus registers with Hello; --address (alias of --peer) does not.
-		out, err := exec.Command("dbus-send", "--bus="+addr, "--print-reply", "--dest="+daemon.BusName,
-			string(daemon.ObjectPath), daemon.Interface+".SetPolicy", arg).CombinedOutput()
+		out, err := exec.Command("dbus-send", "--bus="+addr, "--print-reply", "--dest="+bus.Name,
+			string(bus.ObjectPath), bus.Interface+".SetPolicy", arg).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "org.freedesktop.DBus.Error.InvalidArgs") {
 			t.Errorf("SetPolicy %s: err=%v out=%q, want InvalidArgs", arg, err, out)
 		}
@@ -494,7 +495,7 @@ func TestDaemonBusRestartAndSignals(t *testing.T) {
 	testutil.WaitFor(t, "main name owned after the reload reconnect", 20*time.Second, owned)
 
 	// The bus goes away and comes back at the same address.
-	bus.Stop()
+	pbus.Stop()
 	addr2 := testutil.StartBus(t, testutil.BusOptions{Dir: busDir}).Addr
 	if addr2 != addr {
 		t.Fatalf("restarted bus at %s, want %s", addr2, addr)

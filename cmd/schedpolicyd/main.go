@@ -23,6 +23,7 @@ import (
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 	"github.com/schedpolicyd/schedpolicyd/systemd"
 )
@@ -414,11 +415,11 @@ func (f *ppFlag) IsBoolFlag() bool { return true }
 func (f *ppFlag) Set(v string) error {
 	switch v {
 	case "auto":
-		*f = daemon.PowerProfilesAuto
+		*f = bus.PowerProfilesAuto
 	case "true", "on":
-		*f = daemon.PowerProfilesServe
+		*f = bus.PowerProfilesServe
 	case "false", "off":
-		*f = daemon.PowerProfilesOff
+		*f = bus.PowerProfilesOff
 	default:
 		return fmt.Errorf("%q: want auto, true or false", v)
 	}

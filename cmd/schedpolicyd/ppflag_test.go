@@ -5,7 +5,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 )
 
 // TestPowerProfilesFlag: --power-profiles-api alone is true (as when it was
@@ -17,11 +17,11 @@ func TestPowerProfilesFlag(t *testing.T) {
 		want string
 		bad  bool
 	}{
-		{nil, daemon.PowerProfilesAuto, false},
-		{[]string{"--power-profiles-api"}, daemon.PowerProfilesServe, false},
-		{[]string{"--power-profiles-api=auto"}, daemon.PowerProfilesAuto, false},
-		{[]string{"--power-profiles-api=false"}, daemon.PowerProfilesOff, false},
-		{[]string{"--power-profiles-api=on"}, daemon.PowerProfilesServe, false},
+		{nil, bus.PowerProfilesAuto, false},
+		{[]string{"--power-profiles-api"}, bus.PowerProfilesServe, false},
+		{[]string{"--power-profiles-api=auto"}, bus.PowerProfilesAuto, false},
+		{[]string{"--power-profiles-api=false"}, bus.PowerProfilesOff, false},
+		{[]string{"--power-profiles-api=on"}, bus.PowerProfilesServe, false},
 		{[]string{"--power-profiles-api=maybe"}, "", true},
 	} {
 		v := DefaultPowerProfilesAPI

@@ -22,6 +22,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
@@ -119,11 +120,11 @@ func TestPrivilegeBoundaries(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		obj := conn.Object(daemon.BusName, daemon.ObjectPath)
-		testutil.WaitFor(t, "name", 10*time.Second, func() (bool, string) { return testutil.NameOwnedAt(addr, daemon.BusName) })
+		obj := conn.Object(bus.Name, bus.ObjectPath)
+		testutil.WaitFor(t, "name", 10*time.Second, func() (bool, string) { return testutil.NameOwnedAt(addr, bus.Name) })
 		before, _ := os.ReadDir(filepath.Dir(cg.dir))
 		for _, name := range []string{"..", "../escape", "a/b", "/abs", ".hidden", "cgroup.procs", "cpuset.cpus", "tasks", "x\ny", strings.Repeat("n", 65), ""} {
-			call := obj.Call(daemon.Interface+".CreateWorkload", 0, name, uint32(os.Getpid()))
+			call := obj.Call(bus.Interface+".CreateWorkload", 0, name, uint32(os.Getpid()))
 			if e, ok := call.Err.(dbus.Error); !ok || e.Name != "org.freedesktop.DBus.Error.InvalidArgs" {
 				t.Errorf("CreateWorkload(%q) = %v, want InvalidArgs", name, call.Err)
 			}
@@ -137,7 +138,7 @@ func TestPrivilegeBoundaries(t *testing.T) {
 		}
 		// A valid one, so the creating path is traced: busctl exec'd by a
 		// shell that passes its own PID, so the bus credentials match.
-		out, err := exec.Command("sh", "-c", `exec busctl --address="$0" call `+daemon.BusName+` `+string(daemon.ObjectPath)+` `+daemon.Interface+` CreateWorkload su made $$`, addr).CombinedOutput()
+		out, err := exec.Command("sh", "-c", `exec busctl --address="$0" call `+bus.Name+` `+string(bus.ObjectPath)+` `+bus.Interface+` CreateWorkload su made $$`, addr).CombinedOutput()
 		if err != nil {
 			t.Fatalf("CreateWorkload(made) through busctl: %v %s", err, out)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
@@ -67,7 +68,7 @@ type probeReport struct {
 	// PowerProfiles is power_profiles_api and, from the configured bus,
 	// who owns the power-profiles names and whether the daemon follows or
 	// serves them.
-	PowerProfiles daemon.PowerProfilesProbe `json:"power_profiles"`
+	PowerProfiles bus.PowerProfilesProbe `json:"power_profiles"`
 	// BoostOwner is who else manages cpufreq boost, with the evidence
 	// (daemon.BoostOwner: amd_pstate dynamic EPP, or the followed
 	// power-profiles daemon with amd-pstate); "" nobody: boost_on_battery
@@ -109,7 +110,7 @@ type probeClass struct {
 
 // probeMain prints what the daemon would decide, reading only: no writes,
 // no mounts; on the bus only who owns the power-profiles names (--bus,
-// default the configuration's bus, else system; daemon.ProbePowerProfiles). It reads the configuration file as the daemon does
+// default the configuration's bus, else system; bus.ProbePowerProfiles). It reads the configuration file as the daemon does
 // (--config, default /etc/schedpolicyd/schedpolicyd.conf; a missing
 // default is no error): its sysfs_root and state_dir are the defaults of
 // those flags, and its power_aware and power_aware_policy the knob until a
@@ -122,7 +123,7 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 	stateDir := fl.String("state-dir", daemon.DefaultStateDir, "read the saved knob from this directory; default: the configuration's state_dir, else /var/lib/schedpolicyd")
 	configPath := fl.String("config", DefaultConfigPath, "TOML configuration file, see schedpolicyd.conf(5): the knob until a choice is saved, and the defaults of --sysfs-root and --state-dir")
 	asJSON := fl.Bool("json", false, "print JSON instead of text")
-	bus := fl.String("bus", "system", "the bus to look for power-profiles owners on (system, session, an address, none); default: the configuration's bus")
+	busFlag := fl.String("bus", "system", "the bus to look for power-profiles owners on (system, session, an address, none); default: the configuration's bus")
 	fl.Usage = func() {
 		fmt.Fprintln(fl.Output(), "Usage: schedpolicyd probe [--sysfs-root DIR] [--state-dir DIR] [--config FILE] [--bus BUS] [--json]")
 		fl.PrintDefaults()
@@ -137,7 +138,7 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "schedpolicyd probe: %v\n", err)
 		return 2
 	}
-	cfg := daemon.Config{SysfsRoot: *root, StateDir: *stateDir, Placement: "auto", Bus: *bus}
+	cfg := daemon.Config{SysfsRoot: *root, StateDir: *stateDir, Placement: "auto", Bus: *busFlag}
 	fc.apply(&cfg, set)
 	fs, err := sysfs.NewFS(cfg.SysfsRoot)
 	if err != nil {
@@ -221,8 +222,8 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	r.Energy = daemon.ProbeEnergy(fs, dec.Source == acpi.Battery)
-	r.Describes = describes(fc.Digest, daemon.ProbeConfigDigest(cfg.Bus))
-	r.PowerProfiles = daemon.ProbePowerProfiles(cfg.Bus, fc.PowerProfilesAPIMode(), fc.PowerProfilesUnits)
+	r.Describes = describes(fc.Digest, bus.ProbeConfigDigest(cfg.Bus))
+	r.PowerProfiles = bus.ProbePowerProfiles(cfg.Bus, fc.PowerProfilesAPIMode(), fc.PowerProfilesUnits)
 	ppOwner := ""
 	if name, ok := strings.CutPrefix(r.PowerProfiles.Action, "follow "); ok {
 		ppOwner = name + " (" + r.PowerProfiles.Owners[name] + ")"
@@ -262,7 +263,7 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 	if r.IntelLpmd.State == "running" || (hasLPE && r.IntelLpmd.State != "") {
 		fmt.Fprintf(stdout, "  intel-lpmd:  %s", r.IntelLpmd.State)
 		if r.IntelLpmd.Owner != "" {
-			fmt.Fprintf(stdout, " (%s %s)", daemon.LpmdBusName, r.IntelLpmd.Owner)
+			fmt.Fprintf(stdout, " (%s %s)", bus.LpmdName, r.IntelLpmd.Owner)
 		}
 		fmt.Fprintln(stdout)
 		if r.IntelLpmd.StepAside != "" {
@@ -369,9 +370,9 @@ func printEnergyProbe(w io.Writer, e daemon.EnergyProbe) {
 }
 
 // describes compares the digest of the configuration file read (file, ""
-// without one) with the running daemon's (daemon.ProbeConfigDigest): see
+// without one) with the running daemon's (bus.ProbeConfigDigest): see
 // probeReport.Describes.
-func describes(file string, running daemon.ConfigDigestProbe) string {
+func describes(file string, running bus.ConfigDigestProbe) string {
 	switch {
 	case running.Err != "":
 		return "file, unknown: " + running.Err

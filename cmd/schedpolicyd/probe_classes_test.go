@@ -12,7 +12,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
-	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
@@ -89,8 +89,8 @@ func TestProbeIntelLpmd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if rep, err := conn.RequestName(daemon.LpmdBusName, dbus.NameFlagDoNotQueue); err != nil || rep != dbus.RequestNameReplyPrimaryOwner {
-		t.Fatalf("cannot own %s: %v %v", daemon.LpmdBusName, rep, err)
+	if rep, err := conn.RequestName(bus.LpmdName, dbus.NameFlagDoNotQueue); err != nil || rep != dbus.RequestNameReplyPrimaryOwner {
+		t.Fatalf("cannot own %s: %v %v", bus.LpmdName, rep, err)
 	}
 	text, r = runProbe(t, "--sysfs-root", root, "--bus", addr)
 	owner := conn.Names()[0]

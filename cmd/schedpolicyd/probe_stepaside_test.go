@@ -4,7 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
@@ -23,7 +23,7 @@ func TestProbeStepAside(t *testing.T) {
 	if r.KernelKnob != "balance" {
 		t.Errorf("kernel_knob = %q, want balance", r.KernelKnob)
 	}
-	if r.PowerProfiles.Mode != daemon.PowerProfilesAuto {
+	if r.PowerProfiles.Mode != bus.PowerProfilesAuto {
 		t.Errorf("power_profiles.mode = %q, want auto", r.PowerProfiles.Mode)
 	}
 	plain := filepath.Join(t.TempDir(), "sys")

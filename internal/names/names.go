@@ -1,7 +1,8 @@
 // Package names holds the one rule for workload names, shared by the
-// daemon (CreateWorkload, D-Bus contract daemon/org.schedpolicyd.SchedPolicy1.xml)
-// and schedpolicyctl (run --name), so that a name the client lets through
-// is one the daemon accepts. It imports nothing of the project's.
+// daemon (CreateWorkload, D-Bus contract
+// daemon/bus/org.schedpolicyd.SchedPolicy1.xml) and schedpolicyctl (run
+// --name), so that a name the client lets through is one the daemon
+// accepts. It imports nothing of the project's.
 package names
 
 import (

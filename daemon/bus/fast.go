@@ -1,9 +1,11 @@
-package daemon
+package bus
 
 import (
 	"sync/atomic"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 )
 
 // The fast path for org.freedesktop.DBus.Properties.Get and GetAll of
@@ -42,24 +44,20 @@ var (
 // of Get (one per property) and GetAll. Nothing in it is modified after it
 // is built; godbus only reads reply bodies to encode them.
 type propCache struct {
-	snap   *Snapshot
+	snap   *snapshot.Snapshot
 	vars   map[string]dbus.Variant
 	get    map[string][]any
 	getAll []any
 }
 
-// propCache returns the cache of the daemon's current snapshot, rebuilding
+// propCache returns the cache of the daemon's latest snapshot, rebuilding
 // it when a new snapshot has been published.
-func (s *busService) propCache() *propCache {
-	p := s.d.snap.Load()
+func (s *session) propCache() *propCache {
+	p := s.ctl.Published()
 	if c := s.props.Load(); c != nil && c.snap == p && p != nil {
 		return c
 	}
-	var snap Snapshot
-	if p != nil {
-		snap = *p
-	}
-	vals := snap.values()
+	vals := s.svc.values(p)
 	c := &propCache{
 		snap: p,
 		vars: make(map[string]dbus.Variant, len(vals)),
@@ -77,12 +75,12 @@ func (s *busService) propCache() *propCache {
 }
 
 // propVariants returns the property Variants of the current snapshot.
-func (s *busService) propVariants() map[string]dbus.Variant { return s.propCache().vars }
+func (s *session) propVariants() map[string]dbus.Variant { return s.propCache().vars }
 
-// fastProps is the incoming interceptor. Its busService is set once the
+// fastProps is the incoming interceptor. Its session is set once the
 // connection is exported; until then every message takes the normal path.
 type fastProps struct {
-	s atomic.Pointer[busService]
+	s atomic.Pointer[session]
 }
 
 func (f *fastProps) intercept(msg *dbus.Message) {

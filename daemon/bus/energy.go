@@ -1,9 +1,11 @@
-package daemon
+package bus
 
 import (
 	"context"
 
 	"github.com/godbus/dbus/v5"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 )
 
 // The energy part of Interface: the EnergySource and Energy
@@ -23,14 +25,7 @@ type estimateEntry struct {
 	Watts, PackageWatts float64
 }
 
-func energySourceValue(s string) string {
-	if s == "" {
-		return EnergySourceNone
-	}
-	return s
-}
-
-func energyEntries(ts []EnergyTotal) []energyEntry {
+func energyEntries(ts []snapshot.EnergyTotal) []energyEntry {
 	out := make([]energyEntry, 0, len(ts))
 	for _, t := range ts {
 		out = append(out, energyEntry{string(t.Policy), string(t.PowerSource), t.Joules, t.Seconds})
@@ -49,14 +44,11 @@ func (o busObject) RefreshEnergy(msg dbus.Message) *dbus.Error {
 	if e := checkSig(msg, "RefreshEnergy", ""); e != nil {
 		return e
 	}
-	return toDBusError(o.s.d.do(context.Background(), func() error {
-		o.s.d.refreshEnergy()
-		return nil
-	}))
+	return toDBusError(o.s.ctl.RefreshEnergy(context.Background()))
 }
 
 // EstimatePower returns the energy model's estimate for the managed
-// workloads' current load under each policy (Daemon.EstimatePower): the
+// workloads' current load under each policy (Controller.EstimatePower): the
 // model's name, a note ("" when the model was fitted on a machine of this
 // shape, else why its watts only rank the policies) and one (policy,
 // watts, package watts) entry per policy, in policy order. It changes
@@ -66,7 +58,7 @@ func (o busObject) EstimatePower(msg dbus.Message) (string, string, []estimateEn
 	if e := checkSig(msg, "EstimatePower", ""); e != nil {
 		return "", "", nil, e
 	}
-	r, err := o.s.d.EstimatePower(context.Background())
+	r, err := o.s.ctl.EstimatePower(context.Background())
 	if err != nil {
 		return "", "", nil, toDBusError(err)
 	}

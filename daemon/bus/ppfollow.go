@@ -1,9 +1,8 @@
-package daemon
+package bus
 
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/internal/bussender"
-	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
 // Config.PowerProfilesAPI values.
@@ -29,117 +27,34 @@ const (
 	PowerProfilesOff = "off"
 )
 
-// DefaultProfileMap is the knob each power profile selects when another
-// daemon's ActiveProfile is followed: power-saver → power_aware 2,
-// balanced → 1, performance → 0.
-var DefaultProfileMap = map[string]policy.PowerAware{
-	ppPowerSaver:  policy.PowerAwareOn,
-	ppBalanced:    policy.PowerAwareAuto,
-	ppPerformance: policy.PowerAwareOff,
-}
-
-// checkPowerProfiles normalises cfg.PowerProfilesAPI ("" and "false" are
-// off, "true" is on) and cfg.ProfileMap (nil: DefaultProfileMap; only the
-// three profiles, each to 0, 1 or 2; a missing profile keeps its default).
-func checkPowerProfiles(cfg *Config) error {
-	switch cfg.PowerProfilesAPI {
+// ParsePowerProfilesAPI normalises the power_profiles_api setting: "" and
+// "false" are PowerProfilesOff, "true" is PowerProfilesServe; the three
+// modes are themselves. Anything else is an error naming the value.
+func ParsePowerProfilesAPI(s string) (string, error) {
+	switch s {
 	case "", "false", PowerProfilesOff:
-		cfg.PowerProfilesAPI = PowerProfilesOff
+		return PowerProfilesOff, nil
 	case "true", PowerProfilesServe:
-		cfg.PowerProfilesAPI = PowerProfilesServe
+		return PowerProfilesServe, nil
 	case PowerProfilesAuto:
-	default:
-		return fmt.Errorf("power_profiles_api %q: want auto, true or false", cfg.PowerProfilesAPI)
+		return PowerProfilesAuto, nil
 	}
-	m := map[string]policy.PowerAware{}
-	for p, v := range DefaultProfileMap {
-		m[p] = v
-	}
-	for p, v := range cfg.ProfileMap {
-		if _, ok := DefaultProfileMap[p]; !ok {
-			return fmt.Errorf("profile map: unknown profile %q (want power-saver, balanced or performance)", p)
-		}
-		if v < policy.PowerAwareOff || v > policy.PowerAwareOn {
-			return fmt.Errorf("profile map: %s → power_aware %d: want 0, 1 or 2", p, v)
-		}
-		m[p] = v
-	}
-	cfg.ProfileMap = m
-	return checkPowerProfilesUnits(cfg)
-}
-
-// followState is the loop's view of the power-profiles daemon it follows
-// (loop-owned). name is "" while nothing is followed.
-type followState struct {
-	name    string      // the followed bus name, e.g. net.hadess.PowerProfiles
-	owner   string      // its unique name
-	profile string      // its ActiveProfile as last seen
-	knob    policy.Knob // the knob the profile selected
-}
-
-// followProfile is called on the loop when the followed daemon's
-// ActiveProfile is first read or changes (PropertiesChanged). A new
-// profile, or a new owner, sets the knob the profile maps to
-// (Config.ProfileMap; power_aware_policy unchanged) as setKnob does, so
-// it persists and cancels holds like an explicit choice. The same profile
-// again changes nothing: an explicit choice made through the tree or
-// D-Bus since then stays in force until the profile changes. An unknown
-// profile is logged and ignored.
-func (d *Daemon) followProfile(name, owner, profile string) {
-	pa, ok := d.cfg.ProfileMap[profile]
-	if !ok {
-		d.log.WithFields(logrus.Fields{"name": name, "profile": profile}).Warn("followed power profile unknown; ignored")
-		return
-	}
-	if d.follow.name == name && d.follow.owner == owner && d.follow.profile == profile {
-		return
-	}
-	if d.follow.name == "" {
-		d.log.WithFields(logrus.Fields{"name": name, "owner": owner}).Info("following the power-profiles daemon's ActiveProfile")
-	}
-	k := policy.Knob{PowerAware: pa, PowerAwarePolicy: d.knob.PowerAwarePolicy}
-	d.follow = followState{name: name, owner: owner, profile: profile, knob: k}
-	if err := d.setKnobAs(k, "power-profiles "+name+" ActiveProfile "+profile, false); err != nil {
-		d.log.WithError(err).Warn("cannot apply the followed power profile")
-	}
-	d.recompute("power profile followed", true)
-}
-
-// unfollow ends following (the followed daemon left the bus, or our bus
-// connection went); the knob stays as it is.
-func (d *Daemon) unfollow(why string) {
-	if d.follow.name == "" {
-		return
-	}
-	d.log.WithFields(logrus.Fields{"name": d.follow.name, "why": why}).Info("no longer following the power-profiles daemon")
-	d.follow = followState{}
-	d.recompute("power profile no longer followed", true)
-}
-
-// followNote is what decide appends to the policy's reason while another
-// daemon's profile is followed.
-func (d *Daemon) followNote() string {
-	f := d.follow
-	if f.name == "" {
-		return ""
-	}
-	if d.knob == f.knob {
-		return fmt.Sprintf("; power_aware follows %s (%s) ActiveProfile %s", f.name, f.owner, f.profile)
-	}
-	return fmt.Sprintf("; an explicit choice overrides %s (%s) ActiveProfile %s until that profile changes", f.name, f.owner, f.profile)
+	return "", fmt.Errorf("power_profiles_api %q: want auto, true or false", s)
 }
 
 // ppWatch is the "auto" mode on one connection: it serves the
 // power-profiles names while nobody else owns them and follows the owner
-// while someone does. It runs in its own goroutine (run); the loop state
-// it changes (busService.pp, Daemon.follow) is changed through Daemon.do.
+// while someone does. It runs in its own goroutine (run); it changes the
+// daemon's state only through the Controller (FollowProfile, Unfollow),
+// and the power-profiles object served (session.pp) under the service's
+// lock.
 //
 // Who owns a name is learnt only from the bus daemon (GetNameOwner, and
 // NameOwnerChanged that the bus daemon sent: any peer may send us a
 // forged one), and a profile only from the owner's own PropertiesChanged
 // or its answer to Get. The signal reader never waits for the loop on a
 // profile: it keeps the latest one (ppMailbox), and an applier hands the
-// loop one change at a time, at most one per ppMinInterval, after asking
+// loop one change at a time, at most one per FollowMinInterval, after asking
 // the bus that the owner still owns the name. A daemon that flaps its
 // profile a thousand times a second therefore costs a few applications a
 // second and no memory, and its stale profiles die with its ownership.
@@ -150,7 +65,7 @@ func (d *Daemon) followNote() string {
 // owned ("power-profiles-daemon is already running"): start it before
 // schedpolicyd or with --replace (README, schedpolicyd.conf(5)).
 type ppWatch struct {
-	s   *busService
+	s   *session
 	sig chan *dbus.Signal
 	me  string // our unique name
 	box ppMailbox
@@ -171,10 +86,10 @@ type ppWatch struct {
 	standbyWhy string
 }
 
-// ppMinInterval is the least time between two profiles of a followed
-// daemon handed to the loop; profiles in between are coalesced to the
-// latest.
-const ppMinInterval = 250 * time.Millisecond
+// FollowMinInterval is the least time between two profiles of a followed
+// daemon handed to the loop (Controller.FollowProfile); profiles in
+// between are coalesced to the latest.
+const FollowMinInterval = 250 * time.Millisecond
 
 // busCallTimeout bounds every call the daemon makes to another service on
 // the bus (the bus daemon, a followed daemon, polkit without
@@ -230,7 +145,7 @@ func (b *ppMailbox) drop() {
 // and to PropertiesChanged on their paths, then starts the goroutines.
 // Everything on the bus here is a call to the bus daemon or to an owner's
 // unique name: nothing is ever activated (dbus.FlagNoAutoStart).
-func (s *busService) startPPWatch(ctx context.Context) error {
+func (s *session) startPPWatch(ctx context.Context, units []string) error {
 	w := &ppWatch{s: s, sig: make(chan *dbus.Signal, 64), me: s.conn.Names()[0]}
 	w.box.wake = make(chan struct{}, 1)
 	s.conn.Signal(w.sig)
@@ -243,13 +158,13 @@ func (s *busService) startPPWatch(ctx context.Context) error {
 			return err
 		}
 	}
-	units, err := dialPPUnits(ctx, s.d.cfg.Bus, s.d.cfg.PowerProfilesUnits)
+	u, err := dialPPUnits(ctx, s.svc.bus, units)
 	if err != nil {
 		// Without an answer from systemd it cannot be told whether a
 		// power-profiles daemon is installed: serving could lock it out.
 		return fmt.Errorf("following systemd for power-profiles daemons: %w", err)
 	}
-	w.units = units
+	w.units = u
 	go w.run(ctx)
 	go w.applier(ctx)
 	return nil
@@ -321,7 +236,7 @@ func (w *ppWatch) onSignal(ctx context.Context, sig *dbus.Signal) {
 			// The followed daemon left (or was replaced).
 			w.setFollowed("", "")
 			w.box.drop()
-			w.s.d.do(ctx, func() error { w.s.d.unfollow("its bus name " + name + " changed owner"); return nil })
+			w.s.ctl.Unfollow(ctx, "its bus name "+name+" changed owner")
 			w.decide(ctx)
 		case w.serving && newOwner != "" && newOwner != w.me:
 			// Another daemon took one of our names (--replace): let it
@@ -374,7 +289,7 @@ func (w *ppWatch) startFollowing(name, owner string) {
 }
 
 // applier hands the pending change to the loop, one at a time and at most
-// one per ppMinInterval, until ctx or the connection ends.
+// one per FollowMinInterval, until ctx or the connection ends.
 func (w *ppWatch) applier(ctx context.Context) {
 	var wait <-chan time.Time
 	for {
@@ -400,7 +315,7 @@ func (w *ppWatch) applier(ctx context.Context) {
 			continue
 		}
 		if w.apply(ctx, c) {
-			wait = time.After(ppMinInterval)
+			wait = time.After(FollowMinInterval)
 		}
 	}
 }
@@ -436,15 +351,9 @@ func (w *ppWatch) apply(ctx context.Context, c ppChange) bool {
 		}
 		profile = p
 	}
-	s := w.s
-	s.d.do(ctx, func() error {
-		// Checked again on the loop: the owner may have left while the
-		// change waited for it (unfollow ran first).
-		if still() && (s.d.bus == s || s.d.bus == nil) {
-			s.d.followProfile(c.name, c.owner, profile)
-		}
-		return nil
-	})
+	// Checked again on the loop: the owner may have left while the change
+	// waited for it (unfollow ran first), or the connection been replaced.
+	w.s.ctl.FollowProfile(ctx, c.name, c.owner, profile, func() bool { return still() && w.s.isCurrent() })
 	return true
 }
 
@@ -461,11 +370,7 @@ func (w *ppWatch) serve(ctx context.Context) {
 		return
 	}
 	w.serving = true
-	w.s.d.do(ctx, func() error {
-		w.s.pp = pp
-		pp.update(w.s.d.Snapshot())
-		return nil
-	})
+	w.s.svc.setPP(w.s, pp)
 	// A name taken between the GetNameOwner and our request.
 	for _, n := range ppNames {
 		if o := w.ownerOf(ctx, n.name); o != "" && o != w.me {
@@ -480,146 +385,6 @@ func (w *ppWatch) serve(ctx context.Context) {
 // saying why.
 func (w *ppWatch) unserveFor(ctx context.Context, why string) {
 	w.serving = false
-	w.s.d.do(ctx, func() error {
-		if w.s.pp != nil {
-			w.s.pp.close()
-			w.s.pp = nil
-		}
-		return nil
-	})
+	w.s.svc.dropPP(w.s)
 	w.s.log.WithField("why", why).Info("released the power-profiles names")
-}
-
-// PowerProfilesProbe is what `schedpolicyd probe` says about the
-// power-profiles API: Mode (Config.PowerProfilesAPI), then, read from the
-// bus (only GetNameOwner and GetConnectionUnixProcessID to the bus daemon;
-// nothing is activated), who owns the names and what the daemon does.
-type PowerProfilesProbe struct {
-	Mode string `json:"mode"` // auto | on | off
-	// Owners maps each owned power-profiles name to "UNIQUE pid N".
-	Owners map[string]string `json:"owners,omitempty"`
-	// Ours: the owner is schedpolicyd itself (it owns BusName too).
-	Ours bool `json:"ours"`
-	// Installed is the first power-profiles daemon installed, as systemd
-	// says ("UNIT STATE", e.g. "power-profiles-daemon.service disabled");
-	// "" none, or no systemd on the bus.
-	Installed string `json:"installed,omitempty"`
-	// Action is "follow NAME", "serve", "served by schedpolicyd",
-	// "left to UNIT (installed)", "off" or "unknown: WHY" (no bus, or
-	// systemd did not say whether one is installed).
-	Action string `json:"action"`
-}
-
-// ProbePowerProfiles looks at bus ("system", "session", an address; "none"
-// gives Action "unknown: bus none") for mode and the power-profiles
-// daemons' units (nil: DefaultPowerProfilesUnits), within busDialTimeout.
-func ProbePowerProfiles(bus, mode string, units []string) PowerProfilesProbe {
-	cfg := Config{PowerProfilesAPI: mode, PowerProfilesUnits: units}
-	if err := checkPowerProfiles(&cfg); err != nil {
-		return PowerProfilesProbe{Mode: mode, Action: "unknown: " + err.Error()}
-	}
-	p := PowerProfilesProbe{Mode: cfg.PowerProfilesAPI}
-	if bus == "" {
-		bus = "system"
-	}
-	if bus == "none" {
-		p.Action = "unknown: bus none"
-		return p
-	}
-	conn, err := dialBus(context.Background(), bus, busDialTimeout)
-	if err != nil {
-		p.Action = "unknown: no bus: " + err.Error()
-		return p
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), busCallTimeout)
-	defer cancel()
-	owner := func(name string) string {
-		o, _ := bussender.GetNameOwner(ctx, conn, name)
-		return o
-	}
-	ourOwner := owner(BusName)
-	var other string
-	for _, n := range ppNames {
-		o := owner(n.name)
-		if o == "" {
-			continue
-		}
-		var pid uint32
-		conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetConnectionUnixProcessID", dbus.FlagNoAutoStart, o).Store(&pid)
-		if p.Owners == nil {
-			p.Owners = map[string]string{}
-		}
-		p.Owners[n.name] = fmt.Sprintf("%s pid %d", o, pid)
-		if o == ourOwner {
-			p.Ours = true
-		} else if other == "" {
-			other = n.name
-		}
-	}
-	var installErr error
-	if o, _ := bussender.GetNameOwner(ctx, conn, systemdName); o != "" {
-		var unit, state string
-		if unit, state, installErr = installedUnit(ctx, conn, cfg.PowerProfilesUnits); unit != "" {
-			p.Installed = unit + " " + state
-		}
-	}
-	switch {
-	case p.Mode == PowerProfilesOff:
-		p.Action = "off"
-	case p.Mode == PowerProfilesAuto && other != "":
-		p.Action = "follow " + other
-	case p.Ours:
-		p.Action = "served by schedpolicyd"
-	case p.Mode == PowerProfilesAuto && p.Installed != "":
-		p.Action = "left to " + strings.Fields(p.Installed)[0] + " (installed)"
-	case p.Mode == PowerProfilesAuto && installErr != nil:
-		p.Action = "unknown: " + installErr.Error()
-	default:
-		p.Action = "serve"
-	}
-	return p
-}
-
-// ConfigDigestProbe is what the daemon on a bus says of its
-// configuration (ProbeConfigDigest).
-type ConfigDigestProbe struct {
-	// Running: a daemon owns BusName and answered.
-	Running bool
-	// Digest is its ConfigDigest property.
-	Digest string
-	// Err says why nothing could be asked ("" when it could).
-	Err string
-}
-
-// ProbeConfigDigest asks the daemon on bus ("system", "session", an
-// address; "none": nothing is asked) for its ConfigDigest, never starting
-// it (NO_AUTO_START), within busDialTimeout and busCallTimeout.
-func ProbeConfigDigest(bus string) ConfigDigestProbe {
-	if bus == "" {
-		bus = "system"
-	}
-	if bus == "none" {
-		return ConfigDigestProbe{Err: "bus none"}
-	}
-	conn, err := dialBus(context.Background(), bus, busDialTimeout)
-	if err != nil {
-		return ConfigDigestProbe{Err: "no bus: " + err.Error()}
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), busCallTimeout)
-	defer cancel()
-	owner, err := bussender.GetNameOwner(ctx, conn, BusName)
-	if err != nil {
-		return ConfigDigestProbe{Err: err.Error()}
-	}
-	if owner == "" {
-		return ConfigDigestProbe{}
-	}
-	var v dbus.Variant
-	if err := conn.Object(owner, ObjectPath).CallWithContext(ctx, "org.freedesktop.DBus.Properties.Get", dbus.FlagNoAutoStart, Interface, "ConfigDigest").Store(&v); err != nil {
-		return ConfigDigestProbe{Err: err.Error()}
-	}
-	d, _ := v.Value().(string)
-	return ConfigDigestProbe{Running: true, Digest: d}
 }

@@ -1,4 +1,4 @@
-package daemon
+package bus
 
 import (
 	"sync"
@@ -14,7 +14,7 @@ import (
 // it.
 //
 // It is ours rather than godbus's prop package because that package
-// cannot keep the contract of daemon/org.schedpolicyd.SchedPolicy1.xml:
+// cannot keep the contract of daemon/bus/org.schedpolicyd.SchedPolicy1.xml:
 // its Set callback is given neither the message nor the sender, which
 // authorisation (polkit, interactive or not) needs; it emits one
 // PropertiesChanged per property on every set, changed or not, where

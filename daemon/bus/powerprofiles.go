@@ -1,4 +1,4 @@
-package daemon
+package bus
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
@@ -26,16 +27,17 @@ var ppNames = []struct {
 	{"net.hadess.PowerProfiles", "/net/hadess/PowerProfiles"},
 }
 
+// The power profiles, the values of ActiveProfile.
 const (
-	ppPerformance = "performance"
-	ppBalanced    = "balanced"
-	ppPowerSaver  = "power-saver"
+	ProfilePerformance = "performance"
+	ProfileBalanced    = "balanced"
+	ProfilePowerSaver  = "power-saver"
 )
 
 // powerProfiles is the compatibility service on one connection. A nil
 // *powerProfiles ignores every call.
 type powerProfiles struct {
-	s *busService
+	s *session
 
 	// properties serves and publishes the properties at both names.
 	properties *propExporter
@@ -53,19 +55,19 @@ type ppObject struct {
 // exportPowerProfiles exports the API at both paths and requests both names;
 // a name that cannot be owned (power-profiles-daemon itself runs) is
 // logged and skipped.
-func exportPowerProfiles(s *busService) *powerProfiles {
+func exportPowerProfiles(s *session) *powerProfiles {
 	return exportPowerProfilesFlags(s, dbus.NameFlagDoNotQueue)
 }
 
 // exportPowerProfilesFlags is exportPowerProfiles with the RequestName
 // flags ("auto" adds NameFlagAllowReplacement, ppWatch).
-func exportPowerProfilesFlags(s *busService, flags dbus.RequestNameFlags) *powerProfiles {
+func exportPowerProfilesFlags(s *session, flags dbus.RequestNameFlags) *powerProfiles {
 	pp := &powerProfiles{s: s}
 	places := make([]propPlace, len(ppNames))
 	for i, n := range ppNames {
 		places[i] = propPlace{n.path, n.name}
 	}
-	pp.properties = newPropExporter(s.conn, places, pp.values(s.d.Snapshot()), pp.variants, pp.propSetters())
+	pp.properties = newPropExporter(s.conn, places, pp.values(s.svc.latest()), pp.variants, pp.propSetters())
 	for _, n := range ppNames {
 		o := ppObject{pp: pp, iface: n.name}
 		for iface, v := range map[string]any{
@@ -90,20 +92,20 @@ func exportPowerProfilesFlags(s *busService, flags dbus.RequestNameFlags) *power
 
 // profileOf is the power-profiles view of a snapshot: a winning hold first,
 // else the knob.
-func profileOf(snap Snapshot) string {
+func profileOf(snap snapshot.Snapshot) string {
 	if len(snap.Holds) > 0 {
 		if snap.Policy == policy.Performance {
-			return ppPerformance
+			return ProfilePerformance
 		}
-		return ppPowerSaver
+		return ProfilePowerSaver
 	}
 	switch snap.Knob.PowerAware {
 	case policy.PowerAwareOff:
-		return ppPerformance
+		return ProfilePerformance
 	case policy.PowerAwareOn:
-		return ppPowerSaver
+		return ProfilePowerSaver
 	default:
-		return ppBalanced
+		return ProfileBalanced
 	}
 }
 
@@ -111,7 +113,7 @@ func profileOf(snap Snapshot) string {
 // shared (read-only), so update compares it in O(1).
 var ppProfiles = func() []map[string]dbus.Variant {
 	var profiles []map[string]dbus.Variant
-	for _, p := range []string{ppPowerSaver, ppBalanced, ppPerformance} {
+	for _, p := range []string{ProfilePowerSaver, ProfileBalanced, ProfilePerformance} {
 		profiles = append(profiles, map[string]dbus.Variant{
 			"Profile":        dbus.MakeVariant(p),
 			"Driver":         dbus.MakeVariant("schedpolicyd"),
@@ -123,10 +125,10 @@ var ppProfiles = func() []map[string]dbus.Variant {
 }()
 
 // ppHold is one entry of ActiveProfileHolds (a{sv}).
-func ppHold(h hold) map[string]dbus.Variant {
-	prof := ppPowerSaver
+func ppHold(h snapshot.Hold) map[string]dbus.Variant {
+	prof := ProfilePowerSaver
 	if h.Policy == policy.Performance {
-		prof = ppPerformance
+		prof = ProfilePerformance
 	}
 	return map[string]dbus.Variant{
 		"ApplicationId": dbus.MakeVariant(h.AppID),
@@ -136,16 +138,16 @@ func ppHold(h hold) map[string]dbus.Variant {
 }
 
 // ppHoldsCache converts the snapshot's holds to ActiveProfileHolds and
-// keeps the result: while the loop's list only grows (holdIndex.list,
+// keeps the result: while the daemon's list only grows (its holdIndex.list,
 // whose published elements are never written) only the new holds are
 // converted, and an unchanged list gives the same slice back, which
 // update compares in O(1). What it returns is shared and read-only.
 type ppHoldsCache struct {
-	from []hold                    // the list last converted
+	from []snapshot.Hold           // the list last converted
 	val  []map[string]dbus.Variant // its conversion (len(from) entries), room to grow
 }
 
-func (c *ppHoldsCache) convert(hs []hold) []map[string]dbus.Variant {
+func (c *ppHoldsCache) convert(hs []snapshot.Hold) []map[string]dbus.Variant {
 	grown := len(hs) >= len(c.from) && len(c.from) > 0 && &hs[0] == &c.from[0]
 	if !grown {
 		c.val = make([]map[string]dbus.Variant, 0, len(hs))
@@ -160,7 +162,7 @@ func (c *ppHoldsCache) convert(hs []hold) []map[string]dbus.Variant {
 
 // ppValuesWith is the power-profiles property values of snap, with holds
 // (snap.Holds converted) as ActiveProfileHolds.
-func ppValuesWith(snap Snapshot, holds []map[string]dbus.Variant) map[string]any {
+func ppValuesWith(snap snapshot.Snapshot, holds []map[string]dbus.Variant) map[string]any {
 	return map[string]any{
 		"ActiveProfile":        profileOf(snap),
 		"PerformanceInhibited": "",
@@ -174,7 +176,7 @@ func ppValuesWith(snap Snapshot, holds []map[string]dbus.Variant) map[string]any
 
 // values is the power-profiles property values of snap, with
 // ActiveProfileHolds from the cache.
-func (pp *powerProfiles) values(snap Snapshot) map[string]any {
+func (pp *powerProfiles) values(snap snapshot.Snapshot) map[string]any {
 	pp.mu.Lock()
 	defer pp.mu.Unlock()
 	return ppValuesWith(snap, pp.holds.convert(snap.Holds))
@@ -183,7 +185,7 @@ func (pp *powerProfiles) values(snap Snapshot) map[string]any {
 // variants is the current property values as Variants, for Get and
 // GetAll.
 func (pp *powerProfiles) variants() map[string]dbus.Variant {
-	vals := pp.values(pp.s.d.Snapshot())
+	vals := pp.values(pp.s.svc.latest())
 	out := make(map[string]dbus.Variant, len(vals))
 	for k, v := range vals {
 		out[k] = dbus.MakeVariant(v)
@@ -192,7 +194,7 @@ func (pp *powerProfiles) variants() map[string]dbus.Variant {
 }
 
 // update emits PropertiesChanged on both names for what changed.
-func (pp *powerProfiles) update(snap Snapshot) {
+func (pp *powerProfiles) update(snap snapshot.Snapshot) {
 	if pp == nil {
 		return
 	}
@@ -222,9 +224,9 @@ func (pp *powerProfiles) close() {
 // checked in this order: InvalidArgs when the arguments are not three
 // strings; AccessDenied unless root or authorised by polkit; InvalidArgs
 // for another profile or a longer string; LimitsExceeded when the caller
-// already has MaxHoldsPerCaller holds (HoldPolicy's count too) or the
-// daemon MaxHolds; Failed as for HoldPolicy (busService.addHold). On an
-// error no hold is kept.
+// already has daemon.MaxHoldsPerCaller holds (HoldPolicy's count too) or
+// the daemon keeps daemon.MaxHolds; Failed as for HoldPolicy
+// (session.addHold). On an error no hold is kept.
 func (o ppObject) HoldProfile(msg dbus.Message, sender dbus.Sender, profile, reason, appID string) (uint32, *dbus.Error) {
 	if e := checkSig(msg, "HoldProfile", "sss"); e != nil {
 		return 0, e
@@ -234,12 +236,12 @@ func (o ppObject) HoldProfile(msg dbus.Message, sender dbus.Sender, profile, rea
 	}
 	var p policy.Policy
 	switch profile {
-	case ppPerformance:
+	case ProfilePerformance:
 		p = policy.Performance
-	case ppPowerSaver:
-		p = o.pp.s.d.Snapshot().Knob.PowerAwarePolicy
+	case ProfilePowerSaver:
+		p = o.pp.s.svc.latest().Knob.PowerAwarePolicy
 	default:
-		return 0, invalidArgs("only %q and %q can be held, not %q", ppPerformance, ppPowerSaver, profile)
+		return 0, invalidArgs("only %q and %q can be held, not %q", ProfilePerformance, ProfilePowerSaver, profile)
 	}
 	if len(reason) > 256 {
 		return 0, invalidArgs("reason longer than 256 bytes")
@@ -256,9 +258,7 @@ func (o ppObject) ReleaseProfile(msg dbus.Message, sender dbus.Sender, cookie ui
 		return e
 	}
 	uid, _ := o.pp.s.callerUID(sender)
-	return toDBusError(o.pp.s.d.do(context.Background(), func() error {
-		return o.pp.s.d.releaseHold(cookie, string(sender), uid == 0)
-	}))
+	return toDBusError(o.pp.s.ctl.ReleaseHold(context.Background(), cookie, string(sender), uid == 0))
 }
 
 // propSetters makes ActiveProfile writable: performance → power_aware 0,
@@ -274,16 +274,16 @@ func (pp *powerProfiles) propSetters() map[string]propSetter {
 			}
 			var mode string
 			switch prof {
-			case ppPerformance:
+			case ProfilePerformance:
 				mode = "0"
-			case ppBalanced:
+			case ProfileBalanced:
 				mode = "1"
-			case ppPowerSaver:
+			case ProfilePowerSaver:
 				mode = "2"
 			default:
 				return invalidArgs("unknown profile %q (want power-saver, balanced or performance)", prof)
 			}
-			return pp.s.authorizedWrite(msg, sender, filePowerAware, mode, "power-profiles")
+			return pp.s.authorizedWrite(msg, sender, knobPowerAware, mode, "power-profiles")
 		},
 	}
 }

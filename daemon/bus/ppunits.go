@@ -1,4 +1,4 @@
-package daemon
+package bus
 
 import (
 	"context"
@@ -27,20 +27,21 @@ const (
 	systemdIface = "org.freedesktop.systemd1.Manager"
 )
 
-// checkPowerProfilesUnits normalises cfg.PowerProfilesUnits (nil: the
-// default list) and checks each is a service unit's name.
-func checkPowerProfilesUnits(cfg *Config) error {
-	if cfg.PowerProfilesUnits == nil {
-		cfg.PowerProfilesUnits = slices.Clone(DefaultPowerProfilesUnits)
-		return nil
+// CheckPowerProfilesUnits normalises the power_profiles_units setting:
+// nil is a copy of DefaultPowerProfilesUnits; otherwise units itself, once
+// each is checked to be a service unit's name (an error names the first
+// that is not).
+func CheckPowerProfilesUnits(units []string) ([]string, error) {
+	if units == nil {
+		return slices.Clone(DefaultPowerProfilesUnits), nil
 	}
-	for _, u := range cfg.PowerProfilesUnits {
+	for _, u := range units {
 		name, ok := strings.CutSuffix(u, ".service")
 		if !ok || name == "" || strings.ContainsAny(u, "/ \t\n") {
-			return fmt.Errorf("power_profiles_units: %q is not a service unit name (NAME.service)", u)
+			return nil, fmt.Errorf("power_profiles_units: %q is not a service unit name (NAME.service)", u)
 		}
 	}
-	return nil
+	return units, nil
 }
 
 // ppUnits follows, on a connection of its own (the manager's signals go

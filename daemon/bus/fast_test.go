@@ -1,4 +1,4 @@
-package daemon
+package bus
 
 import (
 	"sync"
@@ -8,7 +8,9 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
 // replyCounter counts the replies and errors a client connection receives.
@@ -36,15 +38,16 @@ func (r *replyCounter) count() int {
 // gets exactly one reply (godbus must not dispatch it a second time), with
 // the same values and the same errors as before.
 func TestFastPropsOneReply(t *testing.T) {
-	d, _, _, addr := busDaemon(t, false)
+	st := startService(t, "", Config{})
+	st.f.set(&snapshot.Snapshot{Policy: "balance", Knob: policy.Knob{PowerAware: 2, PowerAwarePolicy: "balance"}, PowerSource: "battery"})
 	rc := new(replyCounter)
-	conn, err := dbus.Connect(addr, dbus.WithIncomingInterceptor(rc.intercept))
+	conn, err := dbus.Connect(st.addr, dbus.WithIncomingInterceptor(rc.intercept))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	obj := conn.Object(BusName, ObjectPath)
-	want := d.Snapshot().values()
+	obj := conn.Object(Name, ObjectPath)
+	want := st.svc.values(st.f.Published())
 
 	before := rc.count()
 	const n = 50
@@ -100,8 +103,8 @@ func TestFastPropsOneReply(t *testing.T) {
 // here can only answer with an error).
 func TestFastPropsIntercept(t *testing.T) {
 	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
-	d := new(Daemon)
-	d.snap.Store(&Snapshot{Policy: "balance", PowerSource: "battery"})
+	fake := newFake()
+	fake.set(&snapshot.Snapshot{Policy: "balance", PowerSource: "battery"})
 	f := new(fastProps)
 	seen := make(chan dbus.Type, 10) // each call's type after the interceptor
 	server, err := dbus.Connect(addr, dbus.WithIncomingInterceptor(func(m *dbus.Message) {
@@ -136,7 +139,7 @@ func TestFastPropsIntercept(t *testing.T) {
 	if err := obj.Call(propsIface+".Get", 0, Interface, "ActivePolicy").Err; err == nil || typeOf() != dbus.TypeMethodCall {
 		t.Fatalf("answered before the service was set: %v", err)
 	}
-	f.s.Store(&busService{d: d, conn: server})
+	f.s.Store(&session{svc: New(Config{}, fake), ctl: fake, conn: server})
 
 	other := client.Object(server.Names()[0], "/org/example")
 	for _, tc := range []struct {
@@ -165,13 +168,13 @@ func TestFastPropsIntercept(t *testing.T) {
 	}
 	var all map[string]dbus.Variant
 	if err := obj.Call(propsIface+".GetAll", 0, "").Store(&all); err != nil ||
-		len(all) != len(propertyValues(Snapshot{})) || all["ActivePolicy"].Value() != "balance" {
+		len(all) != len(propertyValues(snapshot.Snapshot{})) || all["ActivePolicy"].Value() != "balance" {
 		t.Errorf("GetAll \"\" = %v, %v", all, err)
 	}
 	typeOf()
 
 	// A new snapshot is served at once.
-	d.snap.Store(&Snapshot{Policy: "powersaving"})
+	fake.set(&snapshot.Snapshot{Policy: "powersaving"})
 	if err := obj.Call(propsIface+".Get", 0, Interface, "ActivePolicy").Store(&v); err != nil || v.Value() != "powersaving" {
 		t.Errorf("after a new snapshot: Get ActivePolicy = %v, %v", v, err)
 	}

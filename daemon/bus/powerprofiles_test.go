@@ -1,0 +1,275 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+)
+
+// TestPowerProfilesServed: with the API served, ActiveProfile shows the
+// knob at both names and writing it is an explicit choice of power_aware;
+// HoldProfile holds the daemon's power_aware_policy for power-saver, the
+// holds are listed with their application, and a hold that ends is
+// announced with ProfileReleased at both names.
+func TestPowerProfilesServed(t *testing.T) {
+	st := startService(t, "", Config{PowerProfilesAPI: PowerProfilesServe})
+	me := st.client.Names()[0]
+	legacy := st.client.Object(ppNames[1].name, ppNames[1].path)
+	profile := func() []string {
+		t.Helper()
+		var out []string
+		for _, n := range ppNames {
+			var p string
+			if err := st.client.Object(n.name, n.path).StoreProperty(n.name+".ActiveProfile", &p); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, p)
+		}
+		return out
+	}
+	if got := profile(); !reflect.DeepEqual(got, []string{"balanced", "balanced"}) {
+		t.Fatalf("ActiveProfile at both names %q, want balanced (power_aware 1)", got)
+	}
+	for _, n := range ppNames {
+		if err := st.client.AddMatchSignal(dbus.WithMatchObjectPath(n.path)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sigs := make(chan *dbus.Signal, 16)
+	st.client.Signal(sigs)
+
+	if err := legacy.SetProperty(ppNames[1].name+".ActiveProfile", dbus.MakeVariant(ProfilePowerSaver)); err != nil {
+		t.Fatal(err)
+	}
+	st.f.waitCalls(t, `WriteKnob power_aware "2" power-profiles`)
+	for _, n := range ppNames {
+		iface, changed, _ := changedValues(t, nextSignal(t, sigs, propsIface+".PropertiesChanged"))
+		if iface != n.name || !reflect.DeepEqual(changed, map[string]any{"ActiveProfile": ProfilePowerSaver}) {
+			t.Fatalf("PropertiesChanged(%s, %v), want (%s, ActiveProfile power-saver)", iface, changed, n.name)
+		}
+	}
+	if got := profile(); !reflect.DeepEqual(got, []string{ProfilePowerSaver, ProfilePowerSaver}) {
+		t.Fatalf("ActiveProfile %q after setting power-saver", got)
+	}
+
+	// Refused without asking the daemon.
+	for _, tc := range []struct {
+		value any
+		msg   string
+	}{
+		{"turbo", `unknown profile "turbo" (want power-saver, balanced or performance)`},
+		{uint32(2), "ActiveProfile is of type s, got u"},
+	} {
+		err := legacy.SetProperty(ppNames[1].name+".ActiveProfile", dbus.MakeVariant(tc.value))
+		if dbusErrName(err) != errInvalidArgs || err.Error() != tc.msg {
+			t.Errorf("Set ActiveProfile %v: %v, want InvalidArgs %q", tc.value, err, tc.msg)
+		}
+	}
+	for _, args := range [][]any{
+		{ProfileBalanced, "r", "app"},
+		{ProfilePerformance, strings.Repeat("r", 257), "app"},
+		{ProfilePerformance, "r", strings.Repeat("a", 257)},
+	} {
+		if err := legacy.Call(ppNames[1].name+".HoldProfile", 0, args...).Err; dbusErrName(err) != errInvalidArgs {
+			t.Errorf("HoldProfile%q: %v, want InvalidArgs", args, err)
+		}
+	}
+
+	var c1, c2 uint32
+	if err := legacy.Call(ppNames[1].name+".HoldProfile", 0, ProfilePerformance, "build", "org.example.Build").Store(&c1); err != nil {
+		t.Fatal(err)
+	}
+	if err := legacy.Call(ppNames[1].name+".HoldProfile", 0, ProfilePowerSaver, "film", "org.example.Film").Store(&c2); err != nil {
+		t.Fatal(err)
+	}
+	st.f.waitCalls(t, `WriteKnob power_aware "2" power-profiles`,
+		fmt.Sprintf(`AddHold performance "build" %s "org.example.Build"`, me),
+		// power-saver holds the daemon's power_aware_policy.
+		fmt.Sprintf(`AddHold powersaving "film" %s "org.example.Film"`, me))
+	var holds []map[string]dbus.Variant
+	if err := legacy.StoreProperty(ppNames[1].name+".ActiveProfileHolds", &holds); err != nil {
+		t.Fatal(err)
+	}
+	wantHolds := []map[string]dbus.Variant{
+		{"ApplicationId": dbus.MakeVariant("org.example.Build"), "Profile": dbus.MakeVariant(ProfilePerformance), "Reason": dbus.MakeVariant("build")},
+		{"ApplicationId": dbus.MakeVariant("org.example.Film"), "Profile": dbus.MakeVariant(ProfilePowerSaver), "Reason": dbus.MakeVariant("film")},
+	}
+	if !reflect.DeepEqual(holds, wantHolds) {
+		t.Errorf("ActiveProfileHolds %v, want %v", holds, wantHolds)
+	}
+
+	if err := legacy.Call(ppNames[1].name+".ReleaseProfile", 0, c1).Err; err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range ppNames {
+		s := nextSignal(t, sigs, n.name+".ProfileReleased")
+		if s.Path != n.path || !reflect.DeepEqual(s.Body, []any{c1}) {
+			t.Errorf("ProfileReleased at %s%v, want (%d)", s.Path, s.Body, c1)
+		}
+	}
+	st.f.waitCalls(t, `WriteKnob power_aware "2" power-profiles`,
+		fmt.Sprintf(`AddHold performance "build" %s "org.example.Build"`, me),
+		fmt.Sprintf(`AddHold powersaving "film" %s "org.example.Film"`, me),
+		fmt.Sprintf("ReleaseHold %d %s true", c1, me))
+}
+
+// fakePPD answers Properties.Get for ActiveProfile: as much of another
+// power-profiles daemon as following it needs.
+type fakePPD struct {
+	mu      sync.Mutex
+	profile string
+}
+
+func (p *fakePPD) Get(iface, prop string) (dbus.Variant, *dbus.Error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return dbus.MakeVariant(p.profile), nil
+}
+
+// ownPPD serves a fakePPD with profile at name's path and takes name
+// (replacing its owner), on a connection of its own that the test's
+// cleanup closes.
+func ownPPD(t *testing.T, addr, name, profile string) (*dbus.Conn, *fakePPD) {
+	t.Helper()
+	c, err := dbus.Connect(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	p := &fakePPD{profile: profile}
+	if err := c.Export(p, ppPath(name), propsIface); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.RequestName(name, dbus.NameFlagReplaceExisting|dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
+		t.Fatalf("RequestName(%s) = %v, %v", name, r, err)
+	}
+	return c, p
+}
+
+// emitProfile has ppd announce profile, as power-profiles-daemon does.
+func emitProfile(t *testing.T, ppd *dbus.Conn, p *fakePPD, name, profile string) {
+	t.Helper()
+	p.mu.Lock()
+	p.profile = profile
+	p.mu.Unlock()
+	if err := ppd.Emit(ppPath(name), propsIface+".PropertiesChanged", name, map[string]dbus.Variant{"ActiveProfile": dbus.MakeVariant(profile)}, []string{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// following is a service in "auto" mode (no systemd on the bus) that
+// follows ppd, a fake power-profiles daemon owning net.hadess.PowerProfiles
+// (hadess) with balanced, as ppd's owner o.
+type following struct {
+	started
+	ppd    *dbus.Conn
+	p      *fakePPD
+	o      string
+	hadess string
+}
+
+func startFollowing(t *testing.T) following {
+	t.Helper()
+	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
+	fl := following{hadess: ppNames[1].name}
+	fl.ppd, fl.p = ownPPD(t, addr, fl.hadess, ProfileBalanced)
+	fl.o = fl.ppd.Names()[0]
+	fl.started = startService(t, addr, Config{PowerProfilesAPI: PowerProfilesAuto})
+	fl.f.waitCalls(t, fl.follow(fl.o, ProfileBalanced))
+	return fl
+}
+
+// follow is the request to follow profile of owner.
+func (fl following) follow(owner, profile string) string {
+	return fmt.Sprintf("FollowProfile %s %s %s", fl.hadess, owner, profile)
+}
+
+// ppOwners is the owners of the two power-profiles names.
+func ppOwners(t *testing.T, conn *dbus.Conn) []string {
+	t.Helper()
+	var out []string
+	for _, n := range ppNames {
+		var o string
+		conn.BusObject().Call("org.freedesktop.DBus.GetNameOwner", 0, n.name).Store(&o)
+		out = append(out, o)
+	}
+	return out
+}
+
+// TestPowerProfilesFollowed ("auto", no systemd on the bus): the service
+// follows the power-profiles daemon that owns a name — its profile when
+// found, and each it announces — stops following when it leaves, then
+// serves both names itself, and gives them up to a daemon that takes one
+// by replacement, which it then follows.
+func TestPowerProfilesFollowed(t *testing.T) {
+	fl := startFollowing(t)
+	st, ppd, o, hadess, follow := fl.started, fl.ppd, fl.o, fl.hadess, fl.follow
+	emitProfile(t, ppd, fl.p, hadess, ProfilePowerSaver)
+	st.f.waitCalls(t, follow(o, ProfileBalanced), follow(o, ProfilePowerSaver))
+
+	ppd.Close()
+	left := "Unfollow its bus name " + hadess + " changed owner"
+	st.f.waitCalls(t, follow(o, ProfileBalanced), follow(o, ProfilePowerSaver), left)
+	var me string
+	if err := st.client.BusObject().Call("org.freedesktop.DBus.GetNameOwner", 0, Name).Store(&me); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "serving both names", func() (bool, string) {
+		got := ppOwners(t, st.client)
+		return reflect.DeepEqual(got, []string{me, me}), strings.Join(got, " ")
+	})
+
+	// A daemon started with --replace takes one name: both are given up,
+	// and it is followed.
+	ppd2, _ := ownPPD(t, st.addr, hadess, ProfilePerformance)
+	o2 := ppd2.Names()[0]
+	st.f.waitCalls(t, follow(o, ProfileBalanced), follow(o, ProfilePowerSaver), left, follow(o2, ProfilePerformance))
+	testutil.Eventually(t, "both names given up", func() (bool, string) {
+		got := ppOwners(t, st.client)
+		return reflect.DeepEqual(got, []string{"", o2}), strings.Join(got, " ")
+	})
+}
+
+// TestFollowerBelievesOnlyOwner drives the follower's signal handling
+// directly: a profile counts only from the followed name's owner and for
+// a power-profiles interface, and the followed daemon left only when the
+// bus daemon says so; anyone else's signals change nothing.
+func TestFollowerBelievesOnlyOwner(t *testing.T) {
+	f := newFake()
+	svc := New(Config{}, f)
+	w := &ppWatch{s: &session{svc: svc, ctl: f, log: svc.log}, followed: ppNames[1].name, owner: ":1.5"}
+	w.box.wake = make(chan struct{}, 1)
+	changed := func(sender, iface, profile string) *dbus.Signal {
+		return &dbus.Signal{Sender: sender, Path: ppNames[1].path, Name: propsIface + ".PropertiesChanged",
+			Body: []any{iface, map[string]dbus.Variant{"ActiveProfile": dbus.MakeVariant(profile)}, []string{}}}
+	}
+	ctx := context.Background()
+	for _, sig := range []*dbus.Signal{
+		changed(":1.6", ppNames[1].name, ProfilePerformance),     // not the owner
+		changed(":1.5", "org.example.Other", ProfilePerformance), // not the API
+		// The owner leaving, as someone other than the bus daemon says.
+		{Sender: ":1.6", Path: "/org/freedesktop/DBus", Name: "org.freedesktop.DBus.NameOwnerChanged", Body: []any{ppNames[1].name, ":1.5", ""}},
+	} {
+		w.onSignal(ctx, sig)
+		if c, ok := w.box.take(); ok {
+			t.Errorf("%s from %s%v was believed: %+v", sig.Name, sig.Sender, sig.Body, c)
+		}
+	}
+	if name, owner := w.current(); name != ppNames[1].name || owner != ":1.5" {
+		t.Errorf("following %q %q, want %s :1.5", name, owner, ppNames[1].name)
+	}
+	w.onSignal(ctx, changed(":1.5", ppNames[1].name, ProfilePowerSaver))
+	if c, ok := w.box.take(); !ok || c != (ppChange{name: ppNames[1].name, owner: ":1.5", profile: ProfilePowerSaver}) {
+		t.Errorf("the owner's profile: %+v %v, want power-saver from :1.5", c, ok)
+	}
+	if got := f.log(); len(got) != 0 {
+		t.Errorf("requests %q, want none", got)
+	}
+}
