@@ -95,7 +95,10 @@ func (d *Daemon) Rebalance(ctx context.Context) error {
 		if d.units != nil {
 			d.units.scan()
 			d.units.sample()
+			d.units.plan.Lazy = policy.LazyState{}
 		}
+		// An explicit request plans afresh: no lazy history holds it back.
+		d.pl.plan.Lazy = policy.LazyState{}
 		d.recompute("rebalance", true)
 		return nil
 	})

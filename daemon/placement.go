@@ -71,6 +71,8 @@ type placement struct {
 	saved   bool // the last save succeeded: writes may go ahead
 
 	idleSamples int // consecutive samples with every workload idle
+	// asked is the policy the last plan was asked for (lazyInput).
+	asked policy.Policy
 	// confirm is the pending one-shot confirmation of a crowded workload
 	// (wake.go).
 	confirm confirmation

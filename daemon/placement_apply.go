@@ -8,11 +8,26 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
+// lazyInput is the lazy balance a plan starts from (patch 18's history
+// and the race-to-idle hold, prev) and whether it plans afresh, ignoring
+// them (policy.Input.DisableLazy): only a forced decision whose policy
+// (asked before, eff now) or CPUs (before, now) changed does — a knob,
+// power-source or hotplug change, which must apply at once. One forced by
+// workloads or units coming and going keeps them (a new workload is still
+// placed at once), or unit churn would undo every hysteresis: the reason's
+// "(race to idle)" toggled 4 times in a second in the VM.
+func lazyInput(prev policy.LazyState, asked, eff policy.Policy, before, now sysfs.CPUSet, force bool) (policy.LazyState, bool) {
+	if force && (asked != eff || !before.Equal(now)) {
+		return policy.LazyState{}, true
+	}
+	return prev, false
+}
+
 // apply plans placement for policy eff on topo within the online CPUs and
 // writes the cpusets that differ from what the files hold. Before writing
 // it records each value it will write (Record.Pending) and saves
-// state.json; without a successful save nothing is written. force applies
-// a shrinking plan at once (see policy.Input.DisableLazy).
+// state.json; without a successful save nothing is written. force with a
+// new policy or new CPUs applies a shrinking plan at once (lazyInput).
 func (p *placement) apply(eff policy.Policy, topo policy.Topology, online sysfs.CPUSet, force bool) {
 	if p.cg == nil || len(p.workloads) == 0 {
 		p.plan = policy.Plan{Policy: eff}
@@ -29,16 +44,12 @@ func (p *placement) apply(eff policy.Policy, topo policy.Topology, online sysfs.
 	if a, err := p.cg.Allowed(); err == nil && !a.IsEmpty() {
 		allowed = allowed.Intersect(a)
 	}
-	p.allowed = allowed
+	lazy, fresh := lazyInput(p.plan.Lazy, p.asked, eff, p.allowed, allowed, force)
+	p.allowed, p.asked = allowed, eff
 	in := policy.Input{
 		Topology: topo, Allowed: allowed.List(), Policy: eff,
-		Lazy: p.plan.Lazy, Now: time.Now(), MaxInterval: p.cfg.SampleInterval,
-		// A policy, workload or CPU change re-plans at once; only the
-		// periodic samples are subject to patch 18's lazy balance.
-		DisableLazy: force,
-	}
-	if force {
-		in.Lazy = policy.LazyState{}
+		Lazy: lazy, Now: time.Now(), MaxInterval: p.cfg.SampleInterval,
+		DisableLazy: fresh,
 	}
 	names := p.sortedNames()
 	for _, n := range names {

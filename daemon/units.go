@@ -124,6 +124,8 @@ type unitPlacement struct {
 	clock *clockGate
 
 	idleSamples int
+	// asked is the policy the last plan was asked for (lazyInput).
+	asked policy.Policy
 	// confirm is the pending confirmation of a crowded unit (wake.go);
 	// procRoot is where its threads' schedstat is read.
 	confirm  confirmation
@@ -700,13 +702,12 @@ func (u *unitPlacement) apply(eff policy.Policy, topo policy.Topology, online sy
 		u.plan = policy.Plan{Policy: eff, Lazy: u.plan.Lazy}
 		return
 	}
+	lazy, fresh := lazyInput(u.plan.Lazy, u.asked, eff, u.online, online, force)
+	u.asked = eff
 	in := policy.Input{
 		Topology: topo, Allowed: online.List(), Policy: eff,
-		Lazy: u.plan.Lazy, Now: time.Now(), MaxInterval: u.cfg.SampleInterval,
-		DisableLazy: force, Slices: u.cfg.Slices,
-	}
-	if force {
-		in.Lazy = policy.LazyState{}
+		Lazy: lazy, Now: time.Now(), MaxInterval: u.cfg.SampleInterval,
+		DisableLazy: fresh, Slices: u.cfg.Slices,
 	}
 	names := u.sortedNames()
 	for _, n := range names {
