@@ -113,6 +113,13 @@ type unitPlacement struct {
 	workloads map[string]*unitWorkload // by workloadKey
 	records   map[string]*UnitRecord   // by UnitRecord.key()
 	dirty     bool
+	// reloading holds the managers (by uid, -1 the system's) between
+	// their Reloading(true) and Reloading(false): their unit signals are
+	// not followed and their units' AllowedCPUs= not set meanwhile; one
+	// scan at the end takes in what changed. held: a plan's write was
+	// skipped for it.
+	reloading map[int]bool
+	held      bool
 
 	// pressure wakes the loop when tasks wait for a CPU anywhere (the
 	// machine's /proc/pressure/cpu: every managed slice is in it); nil
@@ -167,6 +174,7 @@ func newUnitPlacement(cfg *Config, log logrus.FieldLogger, stats *counters) *uni
 		cgroupRoot:  "/sys/fs/cgroup",
 		workloads:   map[string]*unitWorkload{},
 		records:     map[string]*UnitRecord{},
+		reloading:   map[int]bool{},
 	}
 	manage := cfg.Manage
 	if manage == nil {
@@ -324,6 +332,7 @@ func (u *unitPlacement) close() {
 	u.mgr.Close()
 	u.mgr = nil
 	u.msgs = nil
+	clear(u.reloading)
 }
 
 // eventsC is the channel of the managers' and logind's signals and the
@@ -455,6 +464,18 @@ func (u *unitPlacement) onEvent(msg unitMsg) bool {
 	if m == nil {
 		return false
 	}
+	switch {
+	case ev.Kind == systemd.ReloadStarted:
+		u.reloading[ev.UID] = true
+		u.log.WithField("manager", managerName(ev.UID)).Info("the systemd manager is reloading: its units are held (not forgotten, not set) until it is done")
+		return false
+	case ev.Kind == systemd.ReloadFinished:
+		return u.reloaded(ev.UID)
+	case u.reloading[ev.UID]:
+		// Every unit is dropped and loaded again: the scan at the end
+		// says which are there.
+		return false
+	}
 	if m.Overflowed() {
 		return u.scan()
 	}
@@ -490,6 +511,29 @@ func (u *unitPlacement) onEvent(msg unitMsg) bool {
 	}
 	u.flush()
 	return changed
+}
+
+// reloaded ends a manager's reload (ReloadFinished; also one whose start
+// was not seen): one scan takes in the units as they are now, without
+// the flapping that following each unit's UnitRemoved and UnitNew would
+// cause (issue 27: every unit forgotten, then adopted one by one, each
+// plan over a partial set). After `daemon-reexec` it is what re-adopts
+// the units at all: systemd 252 sends UnitRemoved for every unit and no
+// UnitNew. It reports whether the workloads changed or a write was held.
+func (u *unitPlacement) reloaded(uid int) bool {
+	was := u.reloading[uid]
+	delete(u.reloading, uid)
+	if m := u.managerOf(uid); m != nil {
+		m.Overflowed() // the scan covers what was dropped
+	}
+	before := len(u.workloads)
+	changed := u.scan()
+	held := u.held && len(u.reloading) == 0
+	if held {
+		u.held = false
+	}
+	u.log.WithFields(logrus.Fields{"manager": managerName(uid), "workloads": len(u.workloads), "before": before, "changed": changed, "start_seen": was}).Info("the systemd manager reloaded: units listed again")
+	return changed || held
 }
 
 // managerOf is uid's manager: the system manager for -1, else the user's
@@ -726,6 +770,10 @@ func (u *unitPlacement) apply(eff policy.Policy, topo policy.Topology, online sy
 	var sets []set
 	for _, n := range names {
 		w := u.workloads[n]
+		if u.reloading[w.uid] {
+			u.held = true // set once the reload is over (reloaded)
+			continue
+		}
 		want := sysfs.NewCPUSet(plan.CPUs[n]...)
 		orig, _ := sysfs.ParseCPUList(w.rec.Original)
 		if !orig.IsEmpty() {

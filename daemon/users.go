@@ -253,6 +253,7 @@ func (u *unitPlacement) dropUserManager(p *userManager) {
 		p.mgr.Close()
 		p.mgr = nil
 	}
+	delete(u.reloading, p.uid)
 	for k, w := range u.workloads {
 		if w.uid == p.uid {
 			u.forget(k)
@@ -293,6 +294,7 @@ func (u *unitPlacement) onUser(ev systemd.UserEvent) bool {
 		}
 		delete(u.people, ev.UID)
 	}
+	delete(u.reloading, ev.UID)
 	for k, w := range u.workloads {
 		if w.uid == ev.UID {
 			u.forget(k)

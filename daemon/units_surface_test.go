@@ -1,0 +1,124 @@
+package daemon
+
+import (
+	"testing"
+	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+)
+
+// The administrator's day against a fake manager on a private bus
+// (fakesystemd_test.go); packaging/systemd-test/surface.sh does the same
+// under the real systemd 252 of the container and the VM.
+
+var twoCPUs = sysfs.NewCPUSet(0, 1)
+
+func twoCPUTopology(t *testing.T) policy.Topology {
+	t.Helper()
+	topo, err := policy.BuildTopology([]policy.CPUDesc{{ID: 0, Core: 0, Cluster: 0}, {ID: 1, Core: 1, Cluster: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return topo
+}
+
+// surfaceUnits opens unit placement of schedpolicyd.slice on the fake
+// manager, with saved records (a restarted daemon) and every state.json
+// save kept in *saved.
+func surfaceUnits(t *testing.T, saved []UnitRecord, out *[]UnitRecord) *unitPlacement {
+	t.Helper()
+	u := newUnitPlacement(&Config{Manage: []string{"schedpolicyd.slice"}, SampleInterval: time.Second, UtilHalfLife: policy.DefaultHalfLife, NoTaskClock: true}, testutil.Logger(t), &counters{})
+	u.unified = false // one write per value (no widening step)
+	u.load(saved)
+	u.save = func() error {
+		if out != nil {
+			*out = u.recordList()
+		}
+		return nil
+	}
+	if err := u.open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(u.close)
+	u.scan()
+	return u
+}
+
+func placer(t *testing.T, u *unitPlacement, pol *policy.Policy) func() {
+	topo := twoCPUTopology(t)
+	return func() { u.apply(*pol, topo, twoCPUs, true) }
+}
+
+// TestUnitsDaemonReloadHeld (issue 27): on `systemctl daemon-reload`
+// systemd 252 drops every unit and loads it again (UnitRemoved for each,
+// then UnitNew for each) between Reloading(true) and Reloading(false).
+// Following each signal forgot every unit and adopted them one by one,
+// planning over each partial set. Held, the units stay workloads
+// throughout, and one scan after the reload finds nothing changed: no
+// AllowedCPUs= write, the administrator's value as it was.
+func TestUnitsDaemonReloadHeld(t *testing.T) {
+	f := newFakeSystemd(t)
+	for _, n := range []string{"a.service", "b.service", "c.scope"} {
+		f.start(n, "schedpolicyd.slice", true)
+	}
+	f.start("d.service", "schedpolicyd.slice", true, 1)
+	f.start("other.service", "system.slice", true)
+	u := surfaceUnits(t, nil, nil)
+	pol := policy.Powersaving
+	apply := placer(t, u, &pol)
+	apply()
+	before := f.writes()
+	if len(before) != 3 || f.allowed("d.service") != "1" {
+		t.Fatalf("placing: writes %v, d.service %s; want a, b, c packed and d at its administrator's 1", before, f.allowed("d.service"))
+	}
+	f.reload()
+	held := true
+	pump(t, f, u, apply, func() {
+		if len(u.workloads) != 4 {
+			held = false
+		}
+	})
+	if got := f.writes(); !held || len(got) != len(before) || len(u.workloads) != 4 || len(u.reloading) != 0 {
+		t.Fatalf("a reload: workloads kept throughout %v, %d now, writes %v after %v, still held %v", held, len(u.workloads), got[len(before):], before, u.reloading)
+	}
+	for _, n := range []string{"a.service", "b.service", "c.scope"} {
+		if u.workloads[n].cpus.String() != f.allowed(n) {
+			t.Fatalf("%s: the daemon says %s, the manager %s", n, u.workloads[n].cpus, f.allowed(n))
+		}
+	}
+}
+
+// TestUnitsDaemonReexecKept: on `systemctl daemon-reexec` systemd 252
+// sends UnitRemoved for every unit from its old connection and, from the
+// new one that took the name over, Reloading(false) and no UnitNew at
+// all. The units stay workloads (following the removals forgot them for
+// good), a switch still places them, and a unit started afterwards is
+// adopted from the new connection's signals.
+func TestUnitsDaemonReexecKept(t *testing.T) {
+	f := newFakeSystemd(t)
+	f.start("a.service", "schedpolicyd.slice", true)
+	f.start("b.service", "schedpolicyd.slice", true)
+	u := surfaceUnits(t, nil, nil)
+	pol := policy.Powersaving
+	apply := placer(t, u, &pol)
+	apply()
+	f.reexec()
+	pump(t, f, u, apply, nil)
+	if len(u.workloads) != 2 || len(f.writes()) != 2 {
+		t.Fatalf("after the re-execution: workloads %d, writes %v; want both kept, nothing written again", len(u.workloads), f.writes())
+	}
+	f.start("c.service", "schedpolicyd.slice", true)
+	pump(t, f, u, apply, nil)
+	if u.workloads["c.service"] == nil || f.allowed("c.service") == "" {
+		t.Fatalf("a unit started after the re-execution: workload %v, AllowedCPUs=%s", u.workloads["c.service"] != nil, f.allowed("c.service"))
+	}
+	pol = policy.Performance
+	apply()
+	for _, n := range []string{"a.service", "b.service", "c.service"} {
+		if f.allowed(n) != "" {
+			t.Fatalf("performance after the re-execution: %s AllowedCPUs=%s, want unset", n, f.allowed(n))
+		}
+	}
+}
