@@ -221,7 +221,7 @@ func (f *fakeSystemd) dropIn(name string, transient bool) string {
 	if transient {
 		d = "transient"
 	}
-	return filepath.Join(f.dir, d, name+".d", "50-AllowedCPUs.conf")
+	return filepath.Join(f.dir, d, name+".d", allowedDropIn)
 }
 
 func (f *fakeSystemd) readDropIn(p string) []int {

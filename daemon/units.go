@@ -592,8 +592,42 @@ func (u *unitPlacement) consider(uid int, info systemd.UnitInfo) bool {
 	case !want && had:
 		u.forget(key)
 		return true
+	case want && had:
+		_, changed := u.refresh(u.workloads[key], info)
+		return changed
 	}
 	return false
+}
+
+// refresh takes in what the manager says of a workload's AllowedCPUs=
+// now (info) where it is not what the daemon last set or saw (w.cpus), or
+// was set again since (rewritten: also to the very same value). A value
+// back at the unit's original means the daemon's value is gone (a
+// daemon-reload drops a runtime value that a drop-in of the same name in
+// /etc/systemd/system.control shadows); any other is someone else's,
+// which becomes the unit's original and bounds the choice from the next
+// plan on. It reports whether the original changed (theirs) and whether
+// anything did.
+func (u *unitPlacement) refresh(w *unitWorkload, info systemd.UnitInfo) (theirs, changed bool) {
+	cur := sysfs.NewCPUSet(info.AllowedCPUs...)
+	again := rewritten(w.rec, info.DropInPaths)
+	if cur.Equal(w.cpus) && !again {
+		return false, false
+	}
+	log := u.log.WithFields(logrus.Fields{"unit": w.name, "manager": managerName(w.uid), "allowed_cpus": cur.String(), "was": w.cpus.String()})
+	if s := cur.String(); s == w.rec.Original && !again {
+		log.Info("AllowedCPUs is back at the unit's original: the value the daemon set is gone")
+	} else {
+		if again {
+			log = log.WithField("dropins", dropIns(info.DropInPaths))
+		}
+		log.Warn("AllowedCPUs was changed by someone else; that value is kept as the unit's original")
+		w.rec.Original, theirs = s, true
+	}
+	w.rec.Applied, w.rec.Pending, w.rec.DropIns = "", "", ""
+	w.cpus = cur
+	u.dirty = true
+	return theirs, true
 }
 
 // managed reports whether info's unit (of manager uid) is a workload: a
@@ -630,15 +664,17 @@ func (u *unitPlacement) adopt(uid int, info systemd.UnitInfo) {
 	} else {
 		switch s := cur.String(); {
 		case !r.written():
-			r.Original = s
+			r.Original, r.DropIns = s, ""
 		case s == r.Original:
-			r.Applied, r.Pending = "", ""
-		case s == r.Applied || s == r.Pending:
+			r.Applied, r.Pending, r.DropIns = "", "", ""
+		case s == r.Pending || s == r.Applied && !rewritten(r, info.DropInPaths):
+			// A write under way (Pending) made the drop-in anew: its
+			// identity now is the daemon's.
 			log.WithFields(logrus.Fields{"original": r.Original, "cpus": s}).Info("original AllowedCPUs recovered from saved state")
-			r.Applied, r.Pending = s, ""
+			r.Applied, r.Pending, r.DropIns = s, "", dropIns(info.DropInPaths)
 		default:
-			log.WithFields(logrus.Fields{"saved_original": r.Original, "applied": r.Applied, "cpus": s}).Warn("AllowedCPUs was changed by someone else while no daemon ran; that value is kept as the original")
-			r.Original, r.Applied, r.Pending = s, "", ""
+			log.WithFields(logrus.Fields{"saved_original": r.Original, "applied": r.Applied, "cpus": s, "dropins": dropIns(info.DropInPaths)}).Warn("AllowedCPUs was changed by someone else while the daemon did not follow the unit; that value is kept as the original")
+			r.Original, r.Applied, r.Pending, r.DropIns = s, "", "", ""
 		}
 	}
 	u.dirty = true
@@ -811,12 +847,17 @@ func (u *unitPlacement) apply(eff policy.Policy, topo policy.Topology, online sy
 			continue
 		}
 		if info, err := m.UnitInfo(ctx, w.name); err == nil {
-			if cur := sysfs.NewCPUSet(info.AllowedCPUs...); !cur.Equal(w.cpus) {
-				u.log.WithFields(logrus.Fields{"unit": w.name, "allowed_cpus": cur.String(), "was": w.cpus.String()}).Warn("AllowedCPUs was changed by someone else; that value is kept as the unit's original")
-				w.rec.Original, w.rec.Applied, w.rec.Pending = cur.String(), "", ""
-				w.cpus = cur
-				u.dirty = true
+			theirs, changed := u.refresh(w, info)
+			if theirs || s.want.Equal(w.cpus) {
 				continue
+			}
+			if changed {
+				// Back at its original: the value is recorded anew.
+				w.rec.Pending = u.pendingFor(s.want)
+				if !u.flush() {
+					w.rec.Pending = ""
+					continue
+				}
 			}
 		}
 		err := u.setAllowed(ctx, m, w.name, s.want)
@@ -829,9 +870,12 @@ func (u *unitPlacement) apply(eff policy.Policy, topo policy.Topology, online sy
 		u.stats.writes.Add(1)
 		u.log.WithFields(logrus.Fields{"unit": w.name, "from": w.cpus.String(), "to": s.want.String(), "policy": plan.Policies[workloadKey(w.uid, w.name)]}).Debug("AllowedCPUs set")
 		w.cpus = s.want
-		w.rec.Applied, w.rec.Pending = s.want.String(), ""
+		w.rec.Applied, w.rec.Pending, w.rec.DropIns = s.want.String(), "", ""
 		if w.rec.Applied == w.rec.Original {
 			w.rec.Applied = ""
+		}
+		if paths, err := m.DropInPaths(ctx, w.name); err == nil {
+			w.rec.DropIns = dropIns(paths)
 		}
 		u.dirty = true
 	}
@@ -896,11 +940,12 @@ func (u *unitPlacement) restore() bool {
 			continue
 		}
 		cur := sysfs.NewCPUSet(info.AllowedCPUs...).String()
-		if cur != r.Applied && cur != r.Pending {
-			if cur != r.Original {
-				u.log.WithFields(logrus.Fields{"unit": r.Unit, "allowed_cpus": cur, "original": r.Original}).Warn("AllowedCPUs was changed by someone else; not restored")
+		again := cur != r.Pending && rewritten(r, info.DropInPaths)
+		if cur != r.Applied && cur != r.Pending || again {
+			if cur != r.Original || again {
+				u.log.WithFields(logrus.Fields{"unit": r.Unit, "allowed_cpus": cur, "original": r.Original, "dropins": dropIns(info.DropInPaths)}).Warn("AllowedCPUs was changed by someone else; not restored")
 			}
-			r.Applied, r.Pending = "", ""
+			r.Applied, r.Pending, r.DropIns = "", "", ""
 			continue
 		}
 		orig, _ := sysfs.ParseCPUList(r.Original)
@@ -924,7 +969,7 @@ func (u *unitPlacement) restore() bool {
 			continue
 		}
 		u.stats.writes.Add(1)
-		r.Applied, r.Pending = "", ""
+		r.Applied, r.Pending, r.DropIns = "", "", ""
 		if w := u.workloads[workloadKey(uid, r.Unit)]; w != nil {
 			w.cpus = orig
 		}

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,5 +122,90 @@ func TestUnitsDaemonReexecKept(t *testing.T) {
 		if f.allowed(n) != "" {
 			t.Fatalf("performance after the re-execution: %s AllowedCPUs=%s, want unset", n, f.allowed(n))
 		}
+	}
+}
+
+// TestUnitsAdminSameValue: `systemctl set-property --runtime` of the very
+// value the daemon had set is the administrator's: a switch does not
+// reset it, and neither does the stop. The manager rewrites the drop-in
+// for each call; the daemon tells the administrator's file from its own
+// by the file's identity (dropIns). Also while the daemon is stopped
+// (kill -9): the next start finds the file replaced.
+func TestUnitsAdminSameValue(t *testing.T) {
+	f := newFakeSystemd(t)
+	f.start("a.service", "schedpolicyd.slice", true)
+	f.start("b.service", "schedpolicyd.slice", true)
+	f.start("c.service", "schedpolicyd.slice", true)
+	var saved []UnitRecord
+	u := surfaceUnits(t, nil, &saved)
+	pol := policy.Powersaving
+	apply := placer(t, u, &pol)
+	apply()
+	p := f.allowed("a.service")
+	if p == "" || f.allowed("b.service") != p {
+		t.Fatalf("not packed: a %s b %s", p, f.allowed("b.service"))
+	}
+	cpu := u.workloads["a.service"].cpus.List()
+	f.admin("a.service", cpu...) // the daemon's own value, by the administrator
+	pol = policy.Performance
+	apply()
+	if f.allowed("a.service") != p || u.workloads["a.service"].rec.Original != p || f.allowed("b.service") != "" {
+		t.Fatalf("performance: a %q (original %q), b %q; want a kept at the administrator's %s, b unset", f.allowed("a.service"), u.workloads["a.service"].rec.Original, f.allowed("b.service"), p)
+	}
+	pol = policy.Powersaving
+	apply()
+	// A kill -9: no restore; the administrator sets c to the daemon's
+	// value meanwhile; the next start takes it as theirs.
+	records := saved
+	u.close()
+	f.admin("c.service", u.workloads["c.service"].cpus.List()...)
+	u2 := surfaceUnits(t, records, nil)
+	pol = policy.Performance
+	placer(t, u2, &pol)()
+	if f.allowed("c.service") != p || f.allowed("b.service") != "" {
+		t.Fatalf("after a restart: c %q, b %q; want c at the administrator's %s, b unset", f.allowed("c.service"), f.allowed("b.service"), p)
+	}
+	pol = policy.Powersaving
+	placer(t, u2, &pol)()
+	if !u2.restore() {
+		t.Fatal("restore reported something left")
+	}
+	if a, b, c := f.allowed("a.service"), f.allowed("b.service"), f.allowed("c.service"); a != p || b != "" || c != p {
+		t.Fatalf("after the stop: a %q b %q c %q; want %s, unset, %s", a, b, c, p, p)
+	}
+}
+
+// TestDropInIdentity: dropIns identifies the AllowedCPUs= drop-ins by
+// inode and modification time; a file written anew (even with the same
+// content) or another one added counts as rewritten.
+func TestDropInIdentity(t *testing.T) {
+	dir := t.TempDir()
+	run := dir + "/run/systemd/system.control/a.service.d/" + allowedDropIn
+	etc := dir + "/etc/systemd/system.control/a.service.d/" + allowedDropIn
+	other := dir + "/run/systemd/system.control/a.service.d/10-other.conf"
+	testutil.WriteFile(t, run, "[Service]\nAllowedCPUs=0\n")
+	testutil.WriteFile(t, other, "[Service]\nCPUWeight=50\n")
+	r := &UnitRecord{Unit: "a.service", Applied: "0", DropIns: dropIns([]string{run, other})}
+	if strings.Contains(r.DropIns, "10-other") || !strings.HasPrefix(r.DropIns, run+"@") {
+		t.Fatalf("dropIns %q: want the AllowedCPUs= drop-in alone", r.DropIns)
+	}
+	if rewritten(r, []string{other, run}) {
+		t.Fatal("the same files read as rewritten")
+	}
+	if rewritten(&UnitRecord{}, []string{run}) {
+		t.Fatal("an unknown identity reads as rewritten")
+	}
+	time.Sleep(10 * time.Millisecond)
+	testutil.WriteFile(t, run+".new", "[Service]\nAllowedCPUs=0\n")
+	if err := os.Rename(run+".new", run); err != nil {
+		t.Fatal(err)
+	}
+	if !rewritten(r, []string{run}) {
+		t.Fatal("the file written anew with the same value does not read as rewritten")
+	}
+	r.DropIns = dropIns([]string{run})
+	testutil.WriteFile(t, etc, "[Service]\nAllowedCPUs=0\n")
+	if !rewritten(r, []string{run, etc}) {
+		t.Fatal("a persistent drop-in added does not read as rewritten")
 	}
 }
