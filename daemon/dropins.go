@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -17,6 +18,10 @@ import (
 // ~/.config/systemd/user.control. The unit's DropInPaths lists the ones
 // in force. Each call replaces the file (a new inode).
 const allowedDropIn = "50-AllowedCPUs.conf"
+
+// runtimeRoot is where the runtime drop-ins live, those that a
+// SetUnitProperties call with runtime=true writes (a variable for tests).
+var runtimeRoot = "/run/"
 
 // dropIns identifies the AllowedCPUs= drop-ins among paths (a unit's
 // DropInPaths): "PATH@INODE.MTIME" for each (MTIME in nanoseconds),
@@ -51,4 +56,29 @@ func fileID(path string) string {
 // daemon's own. False when r.DropIns is unknown ("").
 func rewritten(r *UnitRecord, paths []string) bool {
 	return r.DropIns != "" && dropIns(paths) != r.DropIns
+}
+
+// lingering reports, for the record of a unit its manager no longer
+// knows, whether the daemon's value outlives the unit: r.DropIns names a
+// drop-in below /run (the one the daemon's write made) that is still that
+// very file. systemd removes a transient unit's drop-ins with the unit,
+// but not the runtime drop-in of a unit loaded from a unit file: a unit
+// loaded again under the same name (a unit file created anew) starts with
+// the daemon's value, and SetUnitProperties cannot reset it meanwhile
+// (the manager refuses a unit that is not found). known is false when
+// r.DropIns names no such file (unknown: a record of an older version, or
+// a write under way).
+func lingering(r *UnitRecord) (path string, known, lingers bool) {
+	for _, f := range strings.Fields(r.DropIns) {
+		i := strings.LastIndexByte(f, '@')
+		if i < 0 || !strings.HasPrefix(f, runtimeRoot) {
+			continue
+		}
+		p, id := f[:i], f[i+1:]
+		if _, err := os.Lstat(p); err != nil {
+			return p, true, false
+		}
+		return p, true, fileID(p) == id
+	}
+	return "", false, false
 }

@@ -60,6 +60,10 @@ func newFakeSystemd(t *testing.T) *fakeSystemd {
 	bus := testutil.StartSystemPolicyBus(t)
 	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", bus.Addr)
 	f := &fakeSystemd{t: t, addr: bus.Addr, dir: t.TempDir(), units: map[string]*fakeUnit{}}
+	// The fake's drop-ins are the runtime ones.
+	was := runtimeRoot
+	runtimeRoot = f.dir + "/"
+	t.Cleanup(func() { runtimeRoot = was })
 	f.conn = f.serve(dbus.NameFlagDoNotQueue)
 	return f
 }

@@ -101,7 +101,9 @@ type UnitRecord struct {
 	// administrator's `systemctl set-property` without --runtime. While
 	// the daemon's value is in force, they are unchanged: a file replaced
 	// or added since means someone set AllowedCPUs= again, also to the
-	// value the daemon had set, and that value is theirs.
+	// value the daemon had set, and that value is theirs. The file below
+	// /run also outlives a unit loaded from a unit file (not a transient
+	// one): a unit created again under the same name starts with it.
 	DropIns string `json:"dropins,omitempty"`
 }
 

@@ -427,6 +427,9 @@ func (u *unitPlacement) dropGone(ctx context.Context) {
 			}
 		}
 		if info, err := m.UnitInfo(ctx, r.Unit); err == nil && info.LoadState == "not-found" || isNoSuchUnit(err) {
+			if _, _, lingers := lingering(r); lingers && r.written() {
+				continue // the value comes back with a unit of that name
+			}
 			delete(u.records, k)
 			u.dirty = true
 		}
@@ -484,12 +487,14 @@ func (u *unitPlacement) onEvent(msg unitMsg) bool {
 	}
 	key := workloadKey(ev.UID, ev.Name)
 	if ev.Kind == systemd.UnitDropped {
+		changed := false
 		if _, ok := u.workloads[key]; ok {
 			u.forget(key)
-			u.flush()
-			return true
+			changed = true
 		}
-		return false
+		u.dropUnloaded(ev.UID, ev.Name)
+		u.flush()
+		return changed
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), unitOpTimeout)
 	defer cancel()
@@ -534,6 +539,26 @@ func (u *unitPlacement) reloaded(uid int) bool {
 	}
 	u.log.WithFields(logrus.Fields{"manager": managerName(uid), "workloads": len(u.workloads), "before": before, "changed": changed, "start_seen": was}).Info("the systemd manager reloaded: units listed again")
 	return changed || held
+}
+
+// dropUnloaded forgets the record of a unit its manager dropped from
+// memory (UnitRemoved) when the daemon's value went with it (a transient
+// unit's drop-ins are removed with it); a value that outlives the unit
+// (lingering) keeps its record for a unit loaded again under that name,
+// and an unknown one keeps it for dropGone and restore to decide.
+func (u *unitPlacement) dropUnloaded(uid int, name string) {
+	if u.workloads[workloadKey(uid, name)] != nil {
+		return
+	}
+	k := UnitRecord{Manager: managerName(uid), Unit: name}.key()
+	r := u.records[k]
+	if r == nil || !r.written() || r.Created {
+		return
+	}
+	if _, known, lingers := lingering(r); known && !lingers {
+		delete(u.records, k)
+		u.dirty = true
+	}
 }
 
 // managerOf is uid's manager: the system manager for -1, else the user's
@@ -931,6 +956,11 @@ func (u *unitPlacement) restore() bool {
 		}
 		info, err := m.UnitInfo(ctx, r.Unit)
 		if err == nil && info.LoadState == "not-found" || isNoSuchUnit(err) {
+			if path, _, lingers := lingering(r); lingers {
+				u.log.WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager, "dropin": path, "allowed_cpus": r.Applied + r.Pending}).Warn("the unit is gone but the AllowedCPUs= the daemon set stays in its runtime drop-in, which a unit loaded again under that name starts with, and systemd cannot change it while the unit is not found; it stays in state.json, and the daemon resets it once the unit is back (a reboot removes it)")
+				ok = false
+				continue
+			}
 			r.Applied, r.Pending = "", "" // gone, and its runtime values with it
 			continue
 		}

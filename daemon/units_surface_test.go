@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -175,11 +176,76 @@ func TestUnitsAdminSameValue(t *testing.T) {
 	}
 }
 
+// TestUnitsRecreatedUnitKeepsRecord: a unit loaded from a unit file keeps
+// the daemon's runtime drop-in when the file is removed (the manager
+// forgets the unit, not the drop-in) and starts with it when a unit file
+// of the same name comes back. Its record is kept meanwhile — across a
+// restart of the daemon and its stop, which cannot reset a unit that is
+// not found — so the value is known as the daemon's and reset. A
+// transient unit's drop-ins go with it: its record goes at once.
+func TestUnitsRecreatedUnitKeepsRecord(t *testing.T) {
+	f := newFakeSystemd(t)
+	f.start("r.service", "schedpolicyd.slice", false)
+	f.start("t.service", "schedpolicyd.slice", true)
+	var saved []UnitRecord
+	u := surfaceUnits(t, nil, &saved)
+	pol := policy.Powersaving
+	apply := placer(t, u, &pol)
+	apply()
+	p := f.allowed("r.service")
+	f.remove("r.service")
+	f.remove("t.service")
+	pump(t, f, u, apply, nil)
+	keys := func(rs []UnitRecord) string {
+		var out []string
+		for _, r := range rs {
+			out = append(out, r.Unit)
+		}
+		return strings.Join(out, " ")
+	}
+	if got := keys(saved); got != "r.service" {
+		t.Fatalf("records after both units went: %q; want r.service's alone (its drop-in stays)", got)
+	}
+	if u.restore() {
+		t.Fatal("restore reported everything back although r.service's value lingers")
+	}
+	u.close()
+	records := saved
+	if keys(records) != "r.service" {
+		t.Fatalf("records after the stop: %q", keys(records))
+	}
+	// The next start keeps it (the scan's dropGone), and the unit file
+	// comes back.
+	var saved2 []UnitRecord
+	u2 := surfaceUnits(t, records, &saved2)
+	apply2 := placer(t, u2, &pol)
+	u2.flush()
+	if keys(u2.recordList()) != "r.service" {
+		t.Fatalf("records after the next start: %q", keys(u2.recordList()))
+	}
+	f.start("r.service", "schedpolicyd.slice", false)
+	f.start("t.service", "schedpolicyd.slice", true)
+	pump(t, f, u2, apply2, nil)
+	if f.allowed("t.service") == "" || u2.workloads["r.service"] == nil {
+		t.Fatalf("units back: t %q, r a workload %v", f.allowed("t.service"), u2.workloads["r.service"] != nil)
+	}
+	if got := u2.workloads["r.service"].rec; got.Original != "" || got.Applied != p {
+		t.Fatalf("r.service back with %s: record %+v; want the daemon's %s over an unset original", f.allowed("r.service"), *got, p)
+	}
+	if !u2.restore() || f.allowed("r.service") != "" || f.allowed("t.service") != "" {
+		t.Fatalf("after the stop: r %q t %q; want both unset", f.allowed("r.service"), f.allowed("t.service"))
+	}
+}
+
 // TestDropInIdentity: dropIns identifies the AllowedCPUs= drop-ins by
 // inode and modification time; a file written anew (even with the same
-// content) or another one added counts as rewritten.
+// content) or another one added counts as rewritten; lingering follows
+// the daemon's file below /run only.
 func TestDropInIdentity(t *testing.T) {
 	dir := t.TempDir()
+	was := runtimeRoot
+	runtimeRoot = dir + "/run/"
+	t.Cleanup(func() { runtimeRoot = was })
 	run := dir + "/run/systemd/system.control/a.service.d/" + allowedDropIn
 	etc := dir + "/etc/systemd/system.control/a.service.d/" + allowedDropIn
 	other := dir + "/run/systemd/system.control/a.service.d/10-other.conf"
@@ -207,5 +273,20 @@ func TestDropInIdentity(t *testing.T) {
 	testutil.WriteFile(t, etc, "[Service]\nAllowedCPUs=0\n")
 	if !rewritten(r, []string{run, etc}) {
 		t.Fatal("a persistent drop-in added does not read as rewritten")
+	}
+	if p, known, lingers := lingering(r); p != run || !known || !lingers {
+		t.Fatalf("lingering = %q %v %v; want %s, known, lingering", p, known, lingers, run)
+	}
+	r.DropIns = dropIns([]string{etc})
+	if _, known, _ := lingering(r); known {
+		t.Fatal("a drop-in outside /run counts for lingering")
+	}
+	r.DropIns = strings.Replace(dropIns([]string{run}), dir, "", 1)
+	if _, known, lingers := lingering(r); known && lingers {
+		t.Fatal("lingering found a file that is not there")
+	}
+	r.DropIns = fmt.Sprintf("%s/run/x/%s@1.2", dir, allowedDropIn)
+	if _, known, lingers := lingering(r); !known || lingers {
+		t.Fatalf("a missing file: known %v lingers %v; want known, not lingering", known, lingers)
 	}
 }
