@@ -259,7 +259,7 @@ func (u *unitPlacement) open() error {
 	}
 	u.mgr = m
 	u.msgs, u.done = make(chan unitMsg, 256), make(chan struct{})
-	u.forward(-1, events)
+	u.forward(-1, m, events)
 	v, _ := m.Version(ctx)
 	slices := make([]string, 0, len(u.slices))
 	for s := range u.slices {
@@ -456,7 +456,7 @@ func (u *unitPlacement) onEvent(msg unitMsg) bool {
 		u.close()
 		return false
 	case msg.closed:
-		return u.userManagerClosed(msg.uid)
+		return u.userManagerClosed(msg.uid, msg.from)
 	case msg.user != nil:
 		return u.onUser(*msg.user)
 	case msg.focus != "" || msg.focusOverflow:
