@@ -74,7 +74,7 @@ if [ -z "$deb" ]; then
 else
 	cp "$deb" "$work/"
 fi
-cp "$here/lib.sh" "$here/container-guest.sh" $files "$work/"
+cp "$here/lib.sh" "$here/container-guest.sh" "$here/surface.sh" $files "$work/"
 
 mkdir "$cg"
 cat /sys/fs/cgroup/cpuset/cpuset.cpus >"$cg/cpuset.cpus"
@@ -119,7 +119,7 @@ t_boot=$(since "$t1")
 
 t2=$(now)
 rc=0
-timeout 600 nsenter -t "$pid1" -a env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+timeout 1200 nsenter -t "$pid1" -a env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
 	/bin/sh /mnt/host/container-guest.sh >"$work/guest.log" 2>&1 || rc=$?
 t_checks=$(since "$t2")
 cat "$work/guest.log"
