@@ -115,6 +115,17 @@ s_snap() {
 s_placed() { ! s_snap "$@" | awk '$2 == "-" || $5 == "-"' | grep -q .; }
 s_unset() { ! s_snap noctl "$@" | awk '$2 != "-"' | grep -q .; }
 
+# s_need NAME SECONDS CMD...: wait for a scenario's premise (CMD, as
+# wait_until); a FAIL if it is not reached, so that no check after it
+# passes on a premise that did not hold.
+s_need() {
+	s_nn=$1
+	shift
+	wait_until "$@" && return 0
+	fail "surface-$s_nn" "not reached within $1 s: ${*#* }"
+	return 1
+}
+
 # s_start: the daemon running under powersaving (the start rate limit
 # reset: the scenarios start it often).
 s_start() {
@@ -255,7 +266,7 @@ surface_setprop() {
 		fail surface-setprop-runtime "${why:-} $(s_show ss-rt1.service ss-rt2.service ss-rt3.service; s_journal "$c" 'someone else')"
 	fi
 	s_set powersaving
-	wait_until 30 s_placed ss-rt3.service
+	s_need setprop 30 s_placed ss-rt3.service
 	# kill -9, and the administrator sets rt3 to the daemon's value
 	# while no daemon runs.
 	p3=$(s_sc ss-rt3.service)
@@ -342,7 +353,7 @@ surface_reload() {
 	systemd-run --quiet --unit=ss-dr4 --slice=schedpolicyd.slice -p AllowedCPUs="$o" sleep 1000
 	units="ss-dr1.service ss-dr2.service ss-dr3.service ss-dr4.service"
 	exp="ss-dr1.service=- ss-dr2.service=- ss-dr3.service=- ss-dr4.service=$o"
-	wait_until 60 s_placed ss-dr1.service ss-dr2.service ss-dr3.service
+	s_need reload 60 s_placed ss-dr1.service ss-dr2.service ss-dr3.service
 	before=$(for u in $units; do echo "$u=$(s_sc "$u")"; done)
 	c=$(cursor)
 	systemctl daemon-reload
@@ -381,7 +392,7 @@ surface_reload() {
 			fail surface-reload-busy "writes $w, unit gone $g; before: $(echo $bbefore) after: $(echo $bafter); $(s_journal "$c" 'AllowedCPUs set' | tail -n 6)"
 		fi
 		systemctl stop $busy
-		wait_until 60 s_placed ss-dr1.service ss-dr2.service ss-dr3.service
+		s_need reload 60 s_placed ss-dr1.service ss-dr2.service ss-dr3.service
 	else
 		skip surface-reload-busy "cgroup v1: the daemon reads no load of a unit here, so every unit is idle to it (the VM checks a reload with busy units)"
 	fi
@@ -417,7 +428,7 @@ surface_reexec() {
 	o=$(s_other "$(s_cpus "$s_all" | head -n 1)")
 	systemd-run --quiet --unit=ss-rx1 --slice=schedpolicyd.slice sleep 1000
 	systemd-run --quiet --unit=ss-rx2 --slice=schedpolicyd.slice -p AllowedCPUs="$o" sleep 1000
-	wait_until 60 s_placed ss-rx1.service
+	s_need reexec 60 s_placed ss-rx1.service
 	was=$(busctl status org.freedesktop.systemd1 | sed -n 's/^UniqueName=//p')
 	c=$(cursor)
 	systemctl daemon-reexec
@@ -447,7 +458,7 @@ surface_reexec() {
 		fail surface-reexec-switch "${why:-} $(s_show ss-rx1.service ss-rxt.service)"
 	fi
 	s_set powersaving
-	wait_until 30 s_placed ss-rx1.service ss-rxt.service
+	s_need reexec 30 s_placed ss-rx1.service ss-rxt.service
 	s_arm
 	systemctl daemon-reexec &
 	s_op=$!
@@ -461,7 +472,7 @@ surface_reexec() {
 		fail surface-reexec-kill-9 "${why:-} $(s_show ss-rx1.service ss-rxt.service)"
 	fi
 	s_set powersaving
-	wait_until 30 s_placed ss-rx1.service
+	s_need reexec 30 s_placed ss-rx1.service
 	s_stop reexec "$exp"
 	excerpt "surface: daemon-reexec (journal)" s_journal "$c" 'reload\|unit gone\|adopted\|recovered\|ss-rxt'
 	# The negative control: with the daemon stopped and logind masked,
@@ -494,7 +505,7 @@ surface_restart() {
 	systemctl start ss-rs1
 	systemd-run --quiet --unit=ss-rs2 --slice=schedpolicyd.slice -p Restart=on-failure -p RestartSec=1 sh -c 'sleep 2; exit 3'
 	exp="ss-rs1.service=- ss-rs2.service=-"
-	wait_until 60 s_placed ss-rs1.service ss-rs2.service
+	s_need restart 60 s_placed ss-rs1.service ss-rs2.service
 	p=$(s_sc ss-rs1.service)
 	pid=$(s_pid ss-rs1.service)
 	c=$(cursor)
@@ -519,7 +530,7 @@ surface_restart() {
 		fail surface-restart-kill-9 "${why:-} $(s_show ss-rs1.service ss-rs2.service)"
 	fi
 	s_set powersaving
-	wait_until 30 s_placed ss-rs1.service
+	s_need restart 30 s_placed ss-rs1.service
 	s_stop restart "$exp"
 	systemctl stop ss-rs1 ss-rs2
 	rm -f /etc/systemd/system/ss-rs1.service
@@ -528,17 +539,21 @@ surface_restart() {
 
 # --- failing -------------------------------------------------------------------
 surface_fail() {
-	# Both fail once /run/ss-fail exists.
-	rm -f /run/ss-fail
-	printf '[Service]\nSlice=schedpolicyd.slice\nExecStart=/bin/sh -c "while [ ! -e /run/ss-fail ]; do sleep 0.2; done; exit 3"\n' >/etc/systemd/system/ss-fl1.service
+	# Both fail once their FIFO is written: idle until then (a polling
+	# loop's sleeps are load enough under the VM's emulation to make the
+	# plan race to idle).
+	rm -f /run/ss-fl1.fifo /run/ss-fl2.fifo
+	mkfifo /run/ss-fl1.fifo /run/ss-fl2.fifo
+	printf '[Service]\nSlice=schedpolicyd.slice\nExecStart=/bin/sh -c "read x </run/ss-fl1.fifo; exit 3"\n' >/etc/systemd/system/ss-fl1.service
 	systemctl daemon-reload
 	s_start
 	systemctl start ss-fl1
-	systemd-run --quiet --unit=ss-fl2 --slice=schedpolicyd.slice sh -c 'while [ ! -e /run/ss-fail ]; do sleep 0.2; done; exit 3'
+	systemd-run --quiet --unit=ss-fl2 --slice=schedpolicyd.slice sh -c 'read x </run/ss-fl2.fifo; exit 3'
 	exp="ss-fl1.service=- ss-fl2.service=-"
-	wait_until 60 s_placed ss-fl1.service ss-fl2.service
+	s_need fail 60 s_placed ss-fl1.service ss-fl2.service
 	c=$(cursor)
-	touch /run/ss-fail
+	echo x >/run/ss-fl1.fifo
+	echo x >/run/ss-fl2.fifo
 	s_kill9
 	s_back
 	if wait_until 60 sh -c '[ "$(systemctl show -p ActiveState --value ss-fl1.service)" = failed ] && [ "$(systemctl show -p ActiveState --value ss-fl2.service)" = failed ]' &&
@@ -549,7 +564,7 @@ surface_fail() {
 	fi
 	s_stop fail "$exp"
 	systemctl reset-failed ss-fl1.service ss-fl2.service 2>/dev/null
-	rm -f /etc/systemd/system/ss-fl1.service
+	rm -f /etc/systemd/system/ss-fl1.service /run/ss-fl1.fifo /run/ss-fl2.fifo
 	systemctl daemon-reload
 }
 
@@ -561,7 +576,7 @@ surface_recreate() {
 	s_start
 	systemctl start ss-rc1
 	systemd-run --quiet --unit=ss-rc2 --slice=schedpolicyd.slice sleep 1000
-	wait_until 60 s_placed ss-rc1.service ss-rc2.service
+	s_need recreate 60 s_placed ss-rc1.service ss-rc2.service
 	p=$(s_sc ss-rc1.service)
 	c=$(cursor)
 	# The administrator's way: stop, remove, reload. The runtime drop-in
@@ -607,7 +622,7 @@ surface_recreate() {
 		fail surface-recreate-reset "${why:-} $(s_show ss-rc1.service)"
 	fi
 	s_set powersaving
-	wait_until 30 s_placed ss-rc1.service
+	s_need recreate 30 s_placed ss-rc1.service
 	s_stop recreate "$exp"
 	systemctl stop ss-rc1 ss-rc2
 	rm -f /etc/systemd/system/ss-rc1.service
@@ -737,7 +752,7 @@ surface_users() {
 			fail surface-users-switch "$(shown)"
 		fi
 		s_set powersaving
-		wait_until 30 placed_u
+		s_need users 30 placed_u
 		systemctl stop "$s_unit"
 		if [ "$s_v2" = 1 ]; then
 			why=""
