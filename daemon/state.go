@@ -93,6 +93,19 @@ type UnitRecord struct {
 	// Created: the daemon started this transient scope (CreateWorkload,
 	// schedpolicyctl run); systemd removes it when its last process exits.
 	Created bool `json:"created,omitempty"`
+	// DropIns identifies the AllowedCPUs= drop-ins the unit's manager
+	// listed right after the daemon's last write was accepted (dropIns:
+	// "PATH@INODE.MTIME" each, space-separated; "" when unknown). systemd
+	// writes every SetUnitProperties call to a file named
+	// 50-AllowedCPUs.conf, replacing it: the one below /run holds the
+	// daemon's value, one below /etc/systemd/system.control an
+	// administrator's `systemctl set-property` without --runtime. While
+	// the daemon's value is in force, they are unchanged: a file replaced
+	// or added since means someone set AllowedCPUs= again, also to the
+	// value the daemon had set, and that value is theirs. The file below
+	// /run also outlives a unit loaded from a unit file (not a transient
+	// one): a unit created again under the same name starts with it.
+	DropIns string `json:"dropins,omitempty"`
 }
 
 // key identifies a unit record: "MANAGER/UNIT".

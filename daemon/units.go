@@ -112,6 +112,13 @@ type unitPlacement struct {
 	workloads map[string]*unitWorkload // by workloadKey
 	records   map[string]*UnitRecord   // by UnitRecord.key()
 	dirty     bool
+	// reloading holds the managers (by uid, -1 the system's) between
+	// their Reloading(true) and Reloading(false): their unit signals are
+	// not followed and their units' AllowedCPUs= not set meanwhile; one
+	// scan at the end takes in what changed. held: a plan's write was
+	// skipped for it.
+	reloading map[int]bool
+	held      bool
 
 	// pressure wakes the loop when tasks wait for a CPU anywhere (the
 	// machine's /proc/pressure/cpu: every managed slice is in it); nil
@@ -171,6 +178,7 @@ func newUnitPlacement(cfg *Config, log logrus.FieldLogger, stats *counters) *uni
 		cgroupRoot:  "/sys/fs/cgroup",
 		workloads:   map[string]*unitWorkload{},
 		records:     map[string]*UnitRecord{},
+		reloading:   map[int]bool{},
 	}
 	manage := cfg.Manage
 	if manage == nil {
@@ -255,7 +263,7 @@ func (u *unitPlacement) open() error {
 	}
 	u.mgr = m
 	u.msgs, u.done = make(chan unitMsg, 256), make(chan struct{})
-	u.forward(-1, events)
+	u.forward(-1, m, events)
 	v, _ := m.Version(ctx)
 	slices := make([]string, 0, len(u.slices))
 	for s := range u.slices {
@@ -328,6 +336,7 @@ func (u *unitPlacement) close() {
 	u.mgr.Close()
 	u.mgr = nil
 	u.msgs = nil
+	clear(u.reloading)
 }
 
 // eventsC is the channel of the managers' and logind's signals and the
@@ -422,6 +431,9 @@ func (u *unitPlacement) dropGone(ctx context.Context) {
 			}
 		}
 		if info, err := m.UnitInfo(ctx, r.Unit); err == nil && info.LoadState == "not-found" || isNoSuchUnit(err) {
+			if _, _, lingers := lingering(r); lingers && r.written() {
+				continue // the value comes back with a unit of that name
+			}
 			delete(u.records, k)
 			u.dirty = true
 		}
@@ -448,7 +460,7 @@ func (u *unitPlacement) onEvent(msg unitMsg) bool {
 		u.close()
 		return false
 	case msg.closed:
-		return u.userManagerClosed(msg.uid)
+		return u.userManagerClosed(msg.uid, msg.from)
 	case msg.user != nil:
 		return u.onUser(*msg.user)
 	case msg.focus != "" || msg.focusOverflow:
@@ -459,6 +471,18 @@ func (u *unitPlacement) onEvent(msg unitMsg) bool {
 	if m == nil {
 		return false
 	}
+	switch {
+	case ev.Kind == systemd.ReloadStarted:
+		u.reloading[ev.UID] = true
+		u.log.WithField("manager", managerName(ev.UID)).Info("the systemd manager is reloading: its units are held (not forgotten, not set) until it is done")
+		return false
+	case ev.Kind == systemd.ReloadFinished:
+		return u.reloaded(ev.UID)
+	case u.reloading[ev.UID]:
+		// Every unit is dropped and loaded again: the scan at the end
+		// says which are there.
+		return false
+	}
 	if m.Overflowed() {
 		return u.scan()
 	}
@@ -467,12 +491,14 @@ func (u *unitPlacement) onEvent(msg unitMsg) bool {
 	}
 	key := workloadKey(ev.UID, ev.Name)
 	if ev.Kind == systemd.UnitDropped {
+		changed := false
 		if _, ok := u.workloads[key]; ok {
 			u.forget(key)
-			u.flush()
-			return true
+			changed = true
 		}
-		return false
+		u.dropUnloaded(ev.UID, ev.Name)
+		u.flush()
+		return changed
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), unitOpTimeout)
 	defer cancel()
@@ -494,6 +520,49 @@ func (u *unitPlacement) onEvent(msg unitMsg) bool {
 	}
 	u.flush()
 	return changed
+}
+
+// reloaded ends a manager's reload (ReloadFinished; also one whose start
+// was not seen): one scan takes in the units as they are now, without
+// the flapping that following each unit's UnitRemoved and UnitNew would
+// cause (issue 27: every unit forgotten, then adopted one by one, each
+// plan over a partial set). After `daemon-reexec` it is what re-adopts
+// the units at all: systemd 252 sends UnitRemoved for every unit and no
+// UnitNew. It reports whether the workloads changed or a write was held.
+func (u *unitPlacement) reloaded(uid int) bool {
+	was := u.reloading[uid]
+	delete(u.reloading, uid)
+	if m := u.managerOf(uid); m != nil {
+		m.Overflowed() // the scan covers what was dropped
+	}
+	before := len(u.workloads)
+	changed := u.scan()
+	held := u.held && len(u.reloading) == 0
+	if held {
+		u.held = false
+	}
+	u.log.WithFields(logrus.Fields{"manager": managerName(uid), "workloads": len(u.workloads), "before": before, "changed": changed, "start_seen": was}).Info("the systemd manager reloaded: units listed again")
+	return changed || held
+}
+
+// dropUnloaded forgets the record of a unit its manager dropped from
+// memory (UnitRemoved) when the daemon's value went with it (a transient
+// unit's drop-ins are removed with it); a value that outlives the unit
+// (lingering) keeps its record for a unit loaded again under that name,
+// and an unknown one keeps it for dropGone and restore to decide.
+func (u *unitPlacement) dropUnloaded(uid int, name string) {
+	if u.workloads[workloadKey(uid, name)] != nil {
+		return
+	}
+	k := UnitRecord{Manager: managerName(uid), Unit: name}.key()
+	r := u.records[k]
+	if r == nil || !r.written() || r.Created {
+		return
+	}
+	if _, known, lingers := lingering(r); known && !lingers {
+		delete(u.records, k)
+		u.dirty = true
+	}
 }
 
 // managerOf is uid's manager: the system manager for -1, else the user's
@@ -552,8 +621,42 @@ func (u *unitPlacement) consider(uid int, info systemd.UnitInfo) bool {
 	case !want && had:
 		u.forget(key)
 		return true
+	case want && had:
+		_, changed := u.refresh(u.workloads[key], info)
+		return changed
 	}
 	return false
+}
+
+// refresh takes in what the manager says of a workload's AllowedCPUs=
+// now (info) where it is not what the daemon last set or saw (w.cpus), or
+// was set again since (rewritten: also to the very same value). A value
+// back at the unit's original means the daemon's value is gone (a
+// daemon-reload drops a runtime value that a drop-in of the same name in
+// /etc/systemd/system.control shadows); any other is someone else's,
+// which becomes the unit's original and bounds the choice from the next
+// plan on. It reports whether the original changed (theirs) and whether
+// anything did.
+func (u *unitPlacement) refresh(w *unitWorkload, info systemd.UnitInfo) (theirs, changed bool) {
+	cur := sysfs.NewCPUSet(info.AllowedCPUs...)
+	again := rewritten(w.rec, info.DropInPaths)
+	if cur.Equal(w.cpus) && !again {
+		return false, false
+	}
+	log := u.log.WithFields(logrus.Fields{"unit": w.name, "manager": managerName(w.uid), "allowed_cpus": cur.String(), "was": w.cpus.String()})
+	if s := cur.String(); s == w.rec.Original && !again {
+		log.Info("AllowedCPUs is back at the unit's original: the value the daemon set is gone")
+	} else {
+		if again {
+			log = log.WithField("dropins", dropIns(info.DropInPaths))
+		}
+		log.Warn("AllowedCPUs was changed by someone else; that value is kept as the unit's original")
+		w.rec.Original, theirs = s, true
+	}
+	w.rec.Applied, w.rec.Pending, w.rec.DropIns = "", "", ""
+	w.cpus = cur
+	u.dirty = true
+	return theirs, true
 }
 
 // managed reports whether info's unit (of manager uid) is a workload: a
@@ -590,15 +693,17 @@ func (u *unitPlacement) adopt(uid int, info systemd.UnitInfo) {
 	} else {
 		switch s := cur.String(); {
 		case !r.written():
-			r.Original = s
+			r.Original, r.DropIns = s, ""
 		case s == r.Original:
-			r.Applied, r.Pending = "", ""
-		case s == r.Applied || s == r.Pending:
+			r.Applied, r.Pending, r.DropIns = "", "", ""
+		case s == r.Pending || s == r.Applied && !rewritten(r, info.DropInPaths):
+			// A write under way (Pending) made the drop-in anew: its
+			// identity now is the daemon's.
 			log.WithFields(logrus.Fields{"original": r.Original, "cpus": s}).Info("original AllowedCPUs recovered from saved state")
-			r.Applied, r.Pending = s, ""
+			r.Applied, r.Pending, r.DropIns = s, "", dropIns(info.DropInPaths)
 		default:
-			log.WithFields(logrus.Fields{"saved_original": r.Original, "applied": r.Applied, "cpus": s}).Warn("AllowedCPUs was changed by someone else while no daemon ran; that value is kept as the original")
-			r.Original, r.Applied, r.Pending = s, "", ""
+			log.WithFields(logrus.Fields{"saved_original": r.Original, "applied": r.Applied, "cpus": s, "dropins": dropIns(info.DropInPaths)}).Warn("AllowedCPUs was changed by someone else while the daemon did not follow the unit; that value is kept as the original")
+			r.Original, r.Applied, r.Pending, r.DropIns = s, "", "", ""
 		}
 	}
 	u.dirty = true
@@ -732,6 +837,10 @@ func (u *unitPlacement) apply(eff policy.Policy, topo policy.Topology, online sy
 	var sets []set
 	for _, n := range names {
 		w := u.workloads[n]
+		if u.reloading[w.uid] {
+			u.held = true // set once the reload is over (reloaded)
+			continue
+		}
 		want := sysfs.NewCPUSet(plan.CPUs[n]...)
 		orig, _ := sysfs.ParseCPUList(w.rec.Original)
 		if !orig.IsEmpty() {
@@ -769,12 +878,17 @@ func (u *unitPlacement) apply(eff policy.Policy, topo policy.Topology, online sy
 			continue
 		}
 		if info, err := m.UnitInfo(ctx, w.name); err == nil {
-			if cur := sysfs.NewCPUSet(info.AllowedCPUs...); !cur.Equal(w.cpus) {
-				u.log.WithFields(logrus.Fields{"unit": w.name, "allowed_cpus": cur.String(), "was": w.cpus.String()}).Warn("AllowedCPUs was changed by someone else; that value is kept as the unit's original")
-				w.rec.Original, w.rec.Applied, w.rec.Pending = cur.String(), "", ""
-				w.cpus = cur
-				u.dirty = true
+			theirs, changed := u.refresh(w, info)
+			if theirs || s.want.Equal(w.cpus) {
 				continue
+			}
+			if changed {
+				// Back at its original: the value is recorded anew.
+				w.rec.Pending = u.pendingFor(s.want)
+				if !u.flush() {
+					w.rec.Pending = ""
+					continue
+				}
 			}
 		}
 		err := u.setAllowed(ctx, m, w.name, s.want)
@@ -787,9 +901,12 @@ func (u *unitPlacement) apply(eff policy.Policy, topo policy.Topology, online sy
 		u.stats.writes.Add(1)
 		u.log.WithFields(logrus.Fields{"unit": w.name, "from": w.cpus.String(), "to": s.want.String(), "policy": plan.Policies[workloadKey(w.uid, w.name)]}).Debug("AllowedCPUs set")
 		w.cpus = s.want
-		w.rec.Applied, w.rec.Pending = s.want.String(), ""
+		w.rec.Applied, w.rec.Pending, w.rec.DropIns = s.want.String(), "", ""
 		if w.rec.Applied == w.rec.Original {
 			w.rec.Applied = ""
+		}
+		if paths, err := m.DropInPaths(ctx, w.name); err == nil {
+			w.rec.DropIns = dropIns(paths)
 		}
 		u.dirty = true
 	}
@@ -845,6 +962,11 @@ func (u *unitPlacement) restore() bool {
 		}
 		info, err := m.UnitInfo(ctx, r.Unit)
 		if err == nil && info.LoadState == "not-found" || isNoSuchUnit(err) {
+			if path, _, lingers := lingering(r); lingers {
+				u.log.WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager, "dropin": path, "allowed_cpus": r.Applied + r.Pending}).Warn("the unit is gone but the AllowedCPUs= the daemon set stays in its runtime drop-in, which a unit loaded again under that name starts with, and systemd cannot change it while the unit is not found; it stays in state.json, and the daemon resets it once the unit is back (a reboot removes it)")
+				ok = false
+				continue
+			}
 			r.Applied, r.Pending = "", "" // gone, and its runtime values with it
 			continue
 		}
@@ -854,11 +976,12 @@ func (u *unitPlacement) restore() bool {
 			continue
 		}
 		cur := sysfs.NewCPUSet(info.AllowedCPUs...).String()
-		if cur != r.Applied && cur != r.Pending {
-			if cur != r.Original {
-				u.log.WithFields(logrus.Fields{"unit": r.Unit, "allowed_cpus": cur, "original": r.Original}).Warn("AllowedCPUs was changed by someone else; not restored")
+		again := cur != r.Pending && rewritten(r, info.DropInPaths)
+		if cur != r.Applied && cur != r.Pending || again {
+			if cur != r.Original || again {
+				u.log.WithFields(logrus.Fields{"unit": r.Unit, "allowed_cpus": cur, "original": r.Original, "dropins": dropIns(info.DropInPaths)}).Warn("AllowedCPUs was changed by someone else; not restored")
 			}
-			r.Applied, r.Pending = "", ""
+			r.Applied, r.Pending, r.DropIns = "", "", ""
 			continue
 		}
 		orig, _ := sysfs.ParseCPUList(r.Original)
@@ -882,7 +1005,7 @@ func (u *unitPlacement) restore() bool {
 			continue
 		}
 		u.stats.writes.Add(1)
-		r.Applied, r.Pending = "", ""
+		r.Applied, r.Pending, r.DropIns = "", "", ""
 		if w := u.workloads[workloadKey(uid, r.Unit)]; w != nil {
 			w.cpus = orig
 		}

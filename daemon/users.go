@@ -19,13 +19,14 @@ import (
 
 // unitMsg is one message of unitPlacement.eventsC: exactly one of a unit
 // signal (ev, of manager ev.UID), a manager's connection closing (closed,
-// of manager uid), a user logging in or out (user, from logind), or a
-// focus watch event (focus: the cgroup directory whose attributes
-// changed; focusOverflow: events were lost).
+// of manager uid, the connection from), a user logging in or out (user,
+// from logind), or a focus watch event (focus: the cgroup directory whose
+// attributes changed; focusOverflow: events were lost).
 type unitMsg struct {
 	ev            systemd.UnitEvent
 	closed        bool
 	uid           int
+	from          *systemd.Manager
 	user          *systemd.UserEvent
 	focus         string
 	focusOverflow bool
@@ -45,9 +46,9 @@ type userManager struct {
 	mgr *systemd.Manager
 }
 
-// forward copies a manager's unit signals to msgs until the connection
-// closes (then it says so) or close ends it.
-func (u *unitPlacement) forward(uid int, ch <-chan systemd.UnitEvent) {
+// forward copies the unit signals of manager m (of uid) to msgs until
+// its connection closes (then it says so, naming m) or close ends it.
+func (u *unitPlacement) forward(uid int, m *systemd.Manager, ch <-chan systemd.UnitEvent) {
 	out, done := u.msgs, u.done
 	go func() {
 		for ev := range ch {
@@ -58,7 +59,7 @@ func (u *unitPlacement) forward(uid int, ch <-chan systemd.UnitEvent) {
 			}
 		}
 		select {
-		case out <- unitMsg{closed: true, uid: uid}:
+		case out <- unitMsg{closed: true, uid: uid, from: m}:
 		case <-done:
 		}
 	}()
@@ -206,7 +207,7 @@ func (u *unitPlacement) userUnit(ctx context.Context, info systemd.UnitInfo) boo
 		return false
 	}
 	p.mgr = m
-	u.forward(uid, events)
+	u.forward(uid, m, events)
 	v, _ := m.Version(ctx)
 	log.WithField("systemd", v).Info("managing a user's units through its manager")
 	list, err := m.Units(ctx, "*.service", "*.scope")
@@ -253,6 +254,7 @@ func (u *unitPlacement) dropUserManager(p *userManager) {
 		p.mgr.Close()
 		p.mgr = nil
 	}
+	delete(u.reloading, p.uid)
 	for k, w := range u.workloads {
 		if w.uid == p.uid {
 			u.forget(k)
@@ -293,6 +295,7 @@ func (u *unitPlacement) onUser(ev systemd.UserEvent) bool {
 		}
 		delete(u.people, ev.UID)
 	}
+	delete(u.reloading, ev.UID)
 	for k, w := range u.workloads {
 		if w.uid == ev.UID {
 			u.forget(k)
@@ -311,15 +314,27 @@ func (u *unitPlacement) onUser(ev systemd.UserEvent) bool {
 	return changed
 }
 
-// userManagerClosed follows the end of a user manager's connection (the
-// manager exited, or it closed ours): its units are forgotten until the
-// system manager says it runs again.
-func (u *unitPlacement) userManagerClosed(uid int) bool {
+// userManagerClosed follows the end of a user manager's connection,
+// from: its units are forgotten, and while the system manager says
+// user@UID.service runs, the daemon connects again at once. A manager
+// closes every connection of its private socket when it re-executes
+// (`systemctl --user daemon-reexec`; Debian's systemd upgrade does it
+// for every user's manager) and serves new ones right after; without
+// connecting again, the user's units were no longer placed until the
+// daemon restarted. The end of a connection the daemon dropped itself
+// (from is not the user's manager now) changes nothing.
+func (u *unitPlacement) userManagerClosed(uid int, from *systemd.Manager) bool {
 	p := u.people[uid]
-	if p == nil || p.mgr == nil {
+	if p == nil || p.mgr == nil || p.mgr != from {
 		return false
 	}
+	u.log.WithField("uid", uid).Info("the user's manager closed the connection (it re-executed or exited)")
 	u.dropUserManager(p)
+	ctx, cancel := context.WithTimeout(context.Background(), unitOpTimeout)
+	defer cancel()
+	if info, err := u.mgr.UnitInfo(ctx, "user@"+strconv.Itoa(uid)+".service"); err == nil {
+		u.userUnit(ctx, info)
+	}
 	u.flush()
 	return true
 }

@@ -160,6 +160,26 @@ func TestUserLoggedOutForgetsRecords(t *testing.T) {
 	}
 }
 
+// TestUserManagerStaleClose: the end of a connection the daemon itself
+// dropped (the user's manager stopped, the user logged out) and that
+// reaches the loop after a new connection to the user's manager was made
+// (logged in again, or the manager re-executed) drops nothing: before,
+// it dropped the new connection, and the user's units were no longer
+// placed.
+func TestUserManagerStaleClose(t *testing.T) {
+	const uid = 424243
+	u := newTestUnits(t, "app.slice")
+	old, cur := &systemd.Manager{UID: uid}, &systemd.Manager{UID: uid}
+	u.people[uid] = &userManager{uid: uid, delegated: true, mgr: cur}
+	u.workloads[workloadKey(uid, "app-a.scope")] = &unitWorkload{name: "app-a.scope", slice: "app.slice", uid: uid, rec: &UnitRecord{Manager: managerName(uid), Unit: "app-a.scope"}}
+	if u.userManagerClosed(uid, old) || u.people[uid].mgr != cur || len(u.workloads) != 1 {
+		t.Fatalf("the old connection's end changed something: manager kept %v, %d workloads", u.people[uid].mgr == cur, len(u.workloads))
+	}
+	if u.userManagerClosed(uid+1, cur) {
+		t.Fatal("the end of a connection of a user not followed changed something")
+	}
+}
+
 func TestCpusetDelegated(t *testing.T) {
 	u := newTestUnits(t, "app.slice")
 	u.unified = false

@@ -65,6 +65,15 @@ type UnitInfo struct {
 	// user@UID.service) may manage below its cgroup.
 	Delegate            bool
 	DelegateControllers []string
+	// DropInPaths are the drop-in files of the unit's configuration, as
+	// the manager lists them (its DropInPaths property): what it loaded,
+	// and each file a SetUnitProperties call wrote since
+	// ("/run/systemd/system.control/NAME.d/50-AllowedCPUs.conf" for
+	// `systemctl set-property --runtime`, below /etc/systemd/system.control
+	// without --runtime, below /run/systemd/transient for a transient unit;
+	// below /run/user/UID/systemd/... or ~/.config/systemd/user.control
+	// for a user's manager). Empty for a unit that is not found.
+	DropInPaths []string
 }
 
 // UnitEvent is something that happened to unit Name, from the manager's
@@ -89,6 +98,16 @@ const (
 	// JobFinished: JobRemoved, a job of the unit ended (a start or stop
 	// completed, or failed): its state may have changed.
 	JobFinished
+	// ReloadStarted and ReloadFinished: the manager's Reloading(true) and
+	// Reloading(false), around `systemctl daemon-reload` and
+	// `daemon-reexec` (Name is empty). In between it drops every unit
+	// from memory and loads it again: systemd 252 sends UnitRemoved for
+	// each unit, then UnitNew for each on a reload but not after a
+	// re-execution (seen in the systemd test container), so the units'
+	// signals in between say nothing about which units exist.
+	// ReloadFinished is never dropped (Events).
+	ReloadStarted
+	ReloadFinished
 )
 
 // Manager is a connection to one systemd manager: the system's (PID 1) or
@@ -112,6 +131,9 @@ type Manager struct {
 	events   chan UnitEvent
 	once     sync.Once
 	overflow atomic.Bool
+	// closed ends a wait to deliver ReloadFinished once Close is called.
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 // SystemBusSocket is the system bus, through which ConnectSystem reaches
@@ -119,7 +141,9 @@ type Manager struct {
 const SystemBusSocket = "/run/dbus/system_bus_socket"
 
 // ConnectSystem connects to the system manager: through the system bus
-// when it runs, else through SystemSocket (root only). The bus is
+// when it runs (DBUS_SYSTEM_BUS_ADDRESS when set, as for every system bus
+// client, else SystemBusSocket), else through SystemSocket (root only).
+// The bus is
 // preferred because systemd 252's private socket may leave the first
 // message a client pipelines after authentication unread until the next
 // one arrives (seen in the systemd test container: Subscribe answered
@@ -127,6 +151,9 @@ const SystemBusSocket = "/run/dbus/system_bus_socket"
 // connecting. Errors: neither socket is there (systemd is not PID 1), or
 // authentication failed.
 func ConnectSystem(ctx context.Context) (*Manager, error) {
+	if os.Getenv("DBUS_SYSTEM_BUS_ADDRESS") != "" {
+		return connectBus(ctx)
+	}
 	if _, err := os.Stat(SystemBusSocket); err == nil {
 		return connectBus(ctx)
 	}
@@ -141,8 +168,8 @@ func ConnectSystemPrivate(ctx context.Context) (*Manager, error) {
 
 // connectBus connects to the system manager through the system bus: go-
 // systemd's connection for the methods, and one of its own for the
-// signals, with match rules for the manager's UnitNew, UnitRemoved and
-// JobRemoved.
+// signals, with match rules for the manager's UnitNew, UnitRemoved,
+// JobRemoved and Reloading.
 func connectBus(ctx context.Context) (*Manager, error) {
 	conn, err := sd.NewConnection(func() (*dbus.Conn, error) { return busConn() })
 	if err != nil {
@@ -154,7 +181,7 @@ func connectBus(ctx context.Context) (*Manager, error) {
 		return nil, fmt.Errorf("systemd manager on the system bus: %w", err)
 	}
 	m := newManager(-1, conn, sig)
-	for _, member := range []string{"UnitNew", "UnitRemoved", "JobRemoved"} {
+	for _, member := range []string{"UnitNew", "UnitRemoved", "JobRemoved", "Reloading"} {
 		if err = sig.AddMatchSignalContext(ctx, dbus.WithMatchSender(managerName), dbus.WithMatchObjectPath(managerPath),
 			dbus.WithMatchInterface(managerInterface), dbus.WithMatchMember(member)); err != nil {
 			break
@@ -174,7 +201,7 @@ func connectBus(ctx context.Context) (*Manager, error) {
 // signal channel registered at once, so that nothing sig receives from
 // now on is missed.
 func newManager(uid int, conn *sd.Conn, sig *dbus.Conn) *Manager {
-	m := &Manager{UID: uid, conn: conn, sig: sig, sigs: make(chan *dbus.Signal, 256), events: make(chan UnitEvent, 256)}
+	m := &Manager{UID: uid, conn: conn, sig: sig, sigs: make(chan *dbus.Signal, 256), events: make(chan UnitEvent, 256), closed: make(chan struct{})}
 	sig.Signal(m.sigs)
 	return m
 }
@@ -260,6 +287,7 @@ func warm(c *dbus.Conn) error {
 
 // Close closes the connections; Events' channel is closed.
 func (m *Manager) Close() {
+	m.closeOnce.Do(func() { close(m.closed) })
 	m.conn.Close()
 	m.sig.Close()
 }
@@ -285,14 +313,19 @@ func (m *Manager) Version(ctx context.Context) (string, error) {
 }
 
 // Events subscribes to the manager's unit signals (once) and returns the
-// channel of its UnitNew, UnitRemoved and JobRemoved signals as events,
-// closed when the connection closes. systemd sends them for every unit it
-// loads, drops or runs a job for, which is how placement adopts and
-// forgets units without polling. Through the bus, only signals the
-// manager's connection sent count (anyone may send a connection a
-// signal). An event that
-// finds the channel full is dropped: the caller re-lists its slices when
-// it sees Overflowed.
+// channel of its UnitNew, UnitRemoved, JobRemoved and Reloading signals
+// as events, closed when the connection closes. systemd sends them for
+// every unit it loads, drops or runs a job for, which is how placement
+// adopts and forgets units without polling. Through the bus, only signals
+// the manager's connection sent count (anyone may send a connection a
+// signal); across `systemctl daemon-reexec` that is the new connection
+// systemd makes, which takes the name over (the subscription itself
+// survives: systemd 252 keeps its subscribers' names across the
+// re-execution, checked in the systemd test container). A unit event
+// that finds the channel full is dropped: the caller re-lists its slices
+// when it sees Overflowed. ReloadFinished waits for room instead (until
+// Close): a caller that holds its units during a reload must learn that
+// it ended.
 func (m *Manager) Events(ctx context.Context) (<-chan UnitEvent, error) {
 	var err error
 	m.once.Do(func() {
@@ -317,17 +350,39 @@ func (m *Manager) Events(ctx context.Context) (<-chan UnitEvent, error) {
 					ev.Kind = UnitDropped
 				case managerInterface + ".JobRemoved":
 					ev.Kind, arg = JobFinished, 2
+				case managerInterface + ".Reloading":
+					// Reloading (b active).
+					active, ok := false, len(s.Body) == 1
+					if ok {
+						active, ok = s.Body[0].(bool)
+					}
+					if !ok {
+						continue
+					}
+					ev.Kind, arg = ReloadFinished, -1
+					if active {
+						ev.Kind = ReloadStarted
+					}
 				default:
 					continue
 				}
-				if len(s.Body) <= arg {
+				if arg >= 0 {
+					if len(s.Body) <= arg {
+						continue
+					}
+					name, ok := s.Body[arg].(string)
+					if !ok {
+						continue
+					}
+					ev.Name = name
+				}
+				if ev.Kind == ReloadFinished {
+					select {
+					case m.events <- ev:
+					case <-m.closed:
+					}
 					continue
 				}
-				name, ok := s.Body[arg].(string)
-				if !ok {
-					continue
-				}
-				ev.Name = name
 				select {
 				case m.events <- ev:
 				default:
@@ -391,7 +446,20 @@ func (m *Manager) UnitInfo(ctx context.Context, name string) (UnitInfo, error) {
 	}
 	u.Delegate, _ = props["Delegate"].(bool)
 	u.DelegateControllers, _ = props["DelegateControllers"].([]string)
+	u.DropInPaths, _ = base["DropInPaths"].([]string)
 	return u, nil
+}
+
+// DropInPaths reads unit name's DropInPaths alone (UnitInfo.DropInPaths):
+// after SetAllowedCPUs, it names the file the manager wrote the value to.
+// Errors: as UnitInfo.
+func (m *Manager) DropInPaths(ctx context.Context, name string) ([]string, error) {
+	p, err := m.conn.GetUnitPropertyContext(ctx, name, "DropInPaths")
+	if err != nil {
+		return nil, fmt.Errorf("%s manager: %s: DropInPaths: %w", m, name, err)
+	}
+	paths, _ := p.Value.Value().([]string)
+	return paths, nil
 }
 
 // LoadedUnitInfo is UnitInfo for a unit the manager has loaded now, and

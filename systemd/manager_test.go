@@ -309,3 +309,94 @@ func testScope(t *testing.T, uid int) {
 	<-exited
 	waitEvent(t, events, name, UnitDropped)
 }
+
+// TestManagerReexec re-executes the real managers (`daemon-reexec`):
+// the system manager's connection through the bus sees ReloadStarted and
+// ReloadFinished and keeps receiving signals from the new connection that
+// took the name over; a user's manager closes every connection of its
+// private socket (the Events channel closes), and a connection made right
+// after works and receives its signals. SCHEDPOLICYD_TEST_USER_UID names
+// a user whose manager runs.
+func TestManagerReexec(t *testing.T) {
+	needManager(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	m, err := ConnectSystem(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	events, err := m.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("systemctl", "daemon-reexec").CombinedOutput(); err != nil {
+		t.Fatalf("systemctl daemon-reexec: %v %s", err, out)
+	}
+	waitEvent(t, events, "", ReloadStarted)
+	waitEvent(t, events, "", ReloadFinished)
+	scopeEvents(t, ctx, m, events, -1)
+
+	uid, err := strconv.Atoi(os.Getenv("SCHEDPOLICYD_TEST_USER_UID"))
+	if err != nil {
+		t.Skip("SCHEDPOLICYD_TEST_USER_UID names no user with a running user manager")
+	}
+	um, err := ConnectUser(ctx, uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer um.Close()
+	uevents, err := um.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strconv.Itoa(uid)
+	cmd := exec.Command("setpriv", "--reuid="+id, "--regid="+id, "--clear-groups", "systemctl", "--user", "daemon-reexec")
+	cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR=/run/user/"+id)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("systemctl --user daemon-reexec: %v %s", err, out)
+	}
+	closed := time.After(30 * time.Second)
+	for open := true; open; {
+		select {
+		case _, open = <-uevents:
+		case <-closed:
+			t.Fatal("the user manager's connection did not close within 30 s of its re-execution")
+		}
+	}
+	t.Logf("user %d's manager closed the connection when it re-executed", uid)
+	um2, err := ConnectUser(ctx, uid)
+	if err != nil {
+		t.Fatalf("connecting again right after the re-execution: %v", err)
+	}
+	defer um2.Close()
+	uevents2, err := um2.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scopeEvents(t, ctx, um2, uevents2, uid)
+}
+
+// scopeEvents starts a transient scope on m and waits for its UnitNew and
+// JobRemoved.
+func scopeEvents(t *testing.T, ctx context.Context, m *Manager, events <-chan UnitEvent, uid int) {
+	t.Helper()
+	sleep := exec.Command("sleep", "300")
+	slice := "sptest.slice"
+	if uid >= 0 {
+		slice = "app.slice"
+		sleep.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+	}
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { sleep.Wait(); close(exited) }()
+	defer func() { sleep.Process.Kill(); <-exited }()
+	name := fmt.Sprintf("schedpolicyd-reexec-%d.scope", sleep.Process.Pid)
+	if err := m.StartScope(ctx, name, slice, "schedpolicyd reexec test", uint32(sleep.Process.Pid)); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, events, name, UnitLoaded)
+	waitEvent(t, events, name, JobFinished)
+}

@@ -548,6 +548,24 @@ systemctl stop spbg1.service spw1.service 2>/dev/null
 cp /tmp/conf.good "$conf"
 systemctl start "$unit"
 
+# --- 6e. The systemd surface, live (surface.sh) ------------------------------
+# What an administrator does every day to units the daemon places, each
+# with a kill -9 of the daemon in its middle; AllowedCPUs= as systemd
+# reports it (v1 applies nothing: the VM checks the tasks).
+. /mnt/host/surface.sh
+surface_begin /tmp/conf.good
+surface_setprop
+surface_persist
+surface_reload
+surface_reexec
+surface_restart
+surface_fail
+surface_recreate
+surface_burst
+surface_users
+surface_end
+systemctl start "$unit"
+
 # --- 7. The sandbox as systemd rates it --------------------------------------
 excerpt "systemd-analyze security $unit" systemd-analyze security --no-pager "$unit"
 exposure=$(systemd-analyze security --no-pager "$unit" 2>/dev/null | sed -n 's/.*Overall exposure level for [^:]*: *//p')

@@ -74,17 +74,22 @@ if [ -z "$deb" ]; then
 else
 	cp "$deb" "$work/"
 fi
-cp "$here/lib.sh" "$here/container-guest.sh" $files "$work/"
+cp "$here/lib.sh" "$here/container-guest.sh" "$here/surface.sh" $files "$work/"
 
 mkdir "$cg"
 cat /sys/fs/cgroup/cpuset/cpuset.cpus >"$cg/cpuset.cpus"
 cat /sys/fs/cgroup/cpuset/cpuset.mems >"$cg/cpuset.mems"
 
 t1=$(now)
-# --console=passive and </dev/null: from a script that is not in the
-# terminal's foreground (CI), nspawn would stop itself on SIGTTOU/SIGTTIN.
+# --console=read-only and </dev/null: from a script that is not in the
+# terminal's foreground (CI), nspawn would stop itself on SIGTTOU/SIGTTIN
+# if it read the terminal. read-only, not passive: nspawn reads the
+# console's pseudo TTY (into nspawn.log). With passive nobody reads it, and
+# systemd logging to the console once its buffer is full blocks in
+# n_tty_write for good: PID 1 at debug level re-executing (surface.sh's
+# daemon-reexec) does, before it is back on the journal.
 systemd-nspawn -D "$root" --machine="$machine" --register=no --keep-unit \
-	--volatile=overlay --console=passive \
+	--volatile=overlay --console=read-only \
 	--bind=/dev/fuse --bind="$cg:/mnt/cpuset" --bind-ro="$work:/mnt/host" \
 	-b </dev/null >"$work/nspawn.log" 2>&1 &
 nspawn=$!
@@ -114,7 +119,7 @@ t_boot=$(since "$t1")
 
 t2=$(now)
 rc=0
-timeout 600 nsenter -t "$pid1" -a env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+timeout 1200 nsenter -t "$pid1" -a env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
 	/bin/sh /mnt/host/container-guest.sh >"$work/guest.log" 2>&1 || rc=$?
 t_checks=$(since "$t2")
 cat "$work/guest.log"

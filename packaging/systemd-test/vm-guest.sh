@@ -22,6 +22,11 @@
 #    after kill -9 and reset at stop, asserted on the applied cpusets; 4b. a
 #    [[slice]] rule packs its slice's unit harder than another's, also
 #    under performance with "always", and a reload drops it.
+# 5. cpuset delegated to user@.service: a user's own units.
+# 6. The systemd surface (surface.sh): set-property, daemon-reload and
+#    -reexec, restarts, failures, a unit file removed and created again,
+#    300 transient services at once, a user logging out and in, each with
+#    a kill -9 of the daemon in its middle.
 . "${SYSTEMD_TEST_LIB:-./lib.sh}"
 
 deb=${SYSTEMD_TEST_DEB:?the .deb to install}
@@ -699,6 +704,23 @@ excerpt "journal: logout" sh -c "journalctl --no-pager --after-cursor='$c8' | gr
 systemctl stop "$unit"
 rm -f /etc/systemd/system/user@.service.d/50-delegate-cpuset.conf
 systemctl daemon-reload
+
+# --- 6. The systemd surface, live (surface.sh) -------------------------------
+# What an administrator does every day to units the daemon places, each
+# with a kill -9 of the daemon in its middle; AllowedCPUs= and the tasks'
+# Cpus_allowed_list.
+. /mnt/host/surface.sh
+surface_begin /tmp/conf.orig
+surface_setprop
+surface_persist
+surface_reload
+surface_reexec
+surface_restart
+surface_fail
+surface_recreate
+surface_burst
+surface_users
+surface_end
 
 if dpkg --purge schedpolicyd >/tmp/dpkg-purge.log 2>&1; then
 	pass purge-dpkg

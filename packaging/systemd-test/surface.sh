@@ -1,0 +1,793 @@
+# surface.sh — the systemd surface, live (issue 24, item 7): what an
+# administrator does every day to the units the daemon places, under the
+# real systemd 252 of the container (cgroup v1) and of the VM (cgroup v2),
+# each with a kill -9 of the daemon in the middle:
+#
+#   surface_setprop   systemctl set-property --runtime, also of the very
+#                     value the daemon had set, also while the daemon is dead
+#   surface_persist   systemctl set-property (persistent), then daemon-reload
+#   surface_reload    systemctl daemon-reload with runtime values set: the
+#                     daemon holds its units and lists them once after; how
+#                     many AllowedCPUs= writes the reload caused
+#   surface_reexec    systemctl daemon-reexec: units kept, UnitNew/JobRemoved
+#                     still received (a timer's unit, with nobody else
+#                     subscribed), Subscribe survives
+#   surface_restart   a managed unit restarted, and one failing and
+#                     restarted by Restart=on-failure
+#   surface_fail      a managed unit failing for good (left failed)
+#   surface_recreate  a unit file removed and created again under the same
+#                     name, and a transient unit started again
+#   surface_burst     300 transient services appearing and leaving at once
+#   surface_users     a user logging out and in while their units are placed
+#
+# After each operation the daemon runs on what systemd says (a unit with an
+# administrator's AllowedCPUs= has it, or a part of it; any other unit has
+# what schedpolicyctl reports, and on cgroup v2 its task's
+# Cpus_allowed_list is that), and after each scenario's stop every unit's
+# AllowedCPUs= is what the administrator set or nothing, never a value of
+# the daemon's (on v2 also its tasks' Cpus_allowed_list), and state.json
+# holds no value of ours. surface_end: no panic, every restart of the
+# daemon was one of our kills.
+#
+# Sourced after lib.sh by container-guest.sh and vm-guest.sh, with the
+# package installed and the daemon stopped or running; surface_begin BASE
+# takes the configuration file to start from. Unit names start with "ss-".
+
+s_unit=schedpolicyd.service
+s_conf=/etc/schedpolicyd/schedpolicyd.conf
+s_state=/var/lib/schedpolicyd/state.json
+s_all=$(cat /sys/devices/system/cpu/online)
+s_v2=0
+[ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ] && s_v2=1
+s_kills=0
+
+s_sc() { systemctl show -p AllowedCPUs --value "$1" 2>/dev/null; }
+# s_ctl UNIT: the CPUs schedpolicyctl reports for UNIT (or a user's
+# unit, by its name), empty when it is not a workload.
+s_ctl() { schedpolicyctl workloads 2>/dev/null | awk -v n="$1" '$1 == n { print $3 }'; }
+# s_pid UNIT: one task of UNIT (its main process, else the first of its
+# cgroup), empty when it has none.
+s_pid() {
+	sp=$(systemctl show -p MainPID --value "$1" 2>/dev/null)
+	case $sp in '' | 0) ;; *) echo "$sp"; return ;; esac
+	cgp=$(systemctl show -p ControlGroup --value "$1" 2>/dev/null)
+	[ -n "$cgp" ] && [ "$s_v2" = 1 ] && head -n 1 "/sys/fs/cgroup$cgp/cgroup.procs" 2>/dev/null
+}
+# s_cpus LIST: the CPU numbers of a cpulist, one a line.
+s_cpus() { echo "$1" | awk -F, '{ for (i = 1; i <= NF; i++) { if (split($i, r, "-") == 2) { for (c = r[1]; c <= r[2]; c++) print c } else if ($i != "") print $i } }'; }
+# s_within A B: cpulist A is not empty and every CPU of A is in B.
+s_within() {
+	[ -n "$1" ] || return 1
+	for s_c in $(s_cpus "$1"); do s_cpus "$2" | grep -qx "$s_c" || return 1; done
+}
+s_other() { s_cpus "$s_all" | grep -vx "$1" | head -n 1; }
+s_set() { schedpolicyctl set "$1" >/dev/null && wait_until 30 sh -c "[ \"\$(busctl get-property org.schedpolicyd.SchedPolicy1 /org/schedpolicyd/SchedPolicy1 org.schedpolicyd.SchedPolicy1 ActivePolicy)\" = 's \"$1\"' ]"; }
+s_up() { systemctl is-active -q "$s_unit"; }
+# s_journal CURSOR PATTERN: the daemon's lines after CURSOR matching
+# PATTERN; s_count: how many. By its SYSLOG_IDENTIFIER, not -u: journald
+# files the first lines of a daemon systemd just restarted under
+# init.scope at times (_SYSTEMD_UNIT of its stdout stream read before the
+# process moved to its unit's cgroup; seen in the container after kill -9).
+s_journal() { journal_since "$1" SYSLOG_IDENTIFIER=schedpolicyd | grep -e "$2"; }
+s_count() { journal_since "$1" SYSLOG_IDENTIFIER=schedpolicyd | grep -c -e "$2"; }
+s_seen() { s_journal "$1" "$2" >/dev/null; }
+# s_snap [noctl] UNIT...: one reading of systemd (one systemctl show) and
+# of the daemon (one schedpolicyctl workloads, not with noctl), as lines
+# "UNIT ALLOWEDCPUS LOADSTATE PID CTL" ("-" for empty; PID its main
+# process, else the first of its cgroup on v2): few processes to start
+# in a polling loop, which under the VM's emulation is what costs.
+s_snap() {
+	: >/tmp/surface-wl
+	if [ "$1" = noctl ]; then
+		shift
+	else
+		schedpolicyctl workloads >/tmp/surface-wl 2>/dev/null
+	fi
+	systemctl show -p Id -p AllowedCPUs -p LoadState -p MainPID -p ControlGroup "$@" 2>/dev/null |
+		awk -v v2="$s_v2" -v wl=/tmp/surface-wl '
+			BEGIN {
+				while ((getline l < wl) > 0)
+					if (++n > 1 && split(l, f, " ") >= 3) c[f[1]] = f[3]
+				close(wl)
+			}
+			function d(x) { return x == "" ? "-" : x }
+			function out() {
+				if (id == "") return
+				if ((pid == "" || pid == "0") && v2 == 1 && cg != "") {
+					pid = ""
+					pf = "/sys/fs/cgroup" cg "/cgroup.procs"
+					if ((getline pid < pf) <= 0) pid = ""
+					close(pf)
+				}
+				print id, d(a), d(ls), (pid == "" || pid == "0" ? "-" : pid), d(c[id])
+				id = a = ls = pid = cg = ""
+			}
+			/^$/ { out(); next }
+			{ k = $0; sub(/=.*/, "", k); v = substr($0, length(k) + 2) }
+			k == "Id" { id = v }
+			k == "AllowedCPUs" { a = v }
+			k == "LoadState" { ls = v }
+			k == "MainPID" { pid = v }
+			k == "ControlGroup" { cg = v }
+			END { out() }'
+}
+# s_placed UNIT...: each UNIT is a workload with AllowedCPUs= set.
+s_placed() { ! s_snap "$@" | awk '$2 == "-" || $5 == "-"' | grep -q .; }
+s_unset() { ! s_snap noctl "$@" | awk '$2 != "-"' | grep -q .; }
+
+# s_need NAME SECONDS CMD...: wait for a scenario's premise (CMD, as
+# wait_until); a FAIL if it is not reached, so that no check after it
+# passes on a premise that did not hold.
+s_need() {
+	s_nn=$1
+	shift
+	wait_until "$@" && return 0
+	fail "surface-$s_nn" "not reached within $1 s: ${*#* }"
+	return 1
+}
+
+# s_start: the daemon running under powersaving (the start rate limit
+# reset: the scenarios start it often).
+s_start() {
+	systemctl reset-failed "$s_unit" 2>/dev/null
+	systemctl start "$s_unit"
+	wait_until 60 s_up && s_set powersaving
+}
+
+# s_arm: note the daemon's PID and a cursor; s_fire: kill -9 of it, now
+# (for "in the middle of" an operation: s_arm, the operation in the
+# background, s_fire); s_kill9: both. Not through systemctl kill: during
+# a daemon-reexec the manager does not answer. s_back: wait until systemd
+# restarted it (Restart=on-failure) and it is ready; a FAIL if not.
+s_arm() {
+	s_pid9=$(main_pid "$s_unit")
+	s_c9=$(cursor)
+}
+s_fire() {
+	if [ -z "$s_pid9" ] || ! kill -KILL "$s_pid9"; then
+		fail surface-kill-9 "no daemon to kill (MainPID '$s_pid9')"
+		return 1
+	fi
+	s_kills=$((s_kills + 1))
+}
+s_kill9() { s_arm && s_fire; }
+s_back() {
+	if wait_until 90 sh -c "p=\$(systemctl show -p MainPID --value $s_unit); [ \"\$p\" != 0 ] && [ \"\$p\" != $s_pid9 ] && systemctl is-active -q $s_unit" &&
+		journal_wait "$s_c9" 60 'schedpolicyd.*msg=ready'; then
+		return 0
+	fi
+	fail surface-kill-9 "not restarted and ready within 150 s of the kill -9 of $s_pid9: $(systemctl is-active "$s_unit"), MainPID $(systemctl show -p MainPID --value "$s_unit")"
+	return 1
+}
+
+# s_running "UNIT=ADMIN ...": the daemon runs on what systemd says (ADMIN
+# "-": no value of the administrator's): a unit with one has it or a part
+# of it; every other loaded unit that is a workload has what schedpolicyctl
+# reports (every CPU while unset); on v2 a unit's task runs on its
+# AllowedCPUs= (every CPU while unset). Says what differs.
+s_running() {
+	s_snap $(for s_pr in $1; do echo "${s_pr%%=*}"; done) >/tmp/surface-snap
+	while read -r s_u s_a s_ls s_p s_ct; do
+		s_ad=$(for s_pr in $1; do [ "${s_pr%%=*}" = "$s_u" ] && echo "${s_pr#*=}"; done)
+		[ "$s_a" = - ] && s_a=""
+		[ "$s_ls" = loaded ] || continue
+		if [ "$s_ad" != - ]; then
+			s_within "$s_a" "$s_ad" || { echo "$s_u: AllowedCPUs=$s_a, not within the administrator's $s_ad"; return 1; }
+		else
+			[ "$s_ct" = - ] || [ "$s_ct" = "${s_a:-$s_all}" ] || { echo "$s_u: AllowedCPUs=$s_a, schedpolicyctl says $s_ct"; return 1; }
+		fi
+		s_task_ok "$s_u" "$s_a" "$s_p" || return 1
+	done </tmp/surface-snap
+}
+# s_task_ok UNIT CPUS [PID]: on v2 the unit's task (PID, or found) runs
+# on CPUS (every CPU when empty); a unit without a task passes.
+s_task_ok() {
+	[ "$s_v2" = 1 ] || return 0
+	s_tp=${3:-}
+	[ -n "$s_tp" ] || s_tp=$(s_pid "$1")
+	[ "$s_tp" != - ] && [ -n "$s_tp" ] || return 0
+	s_t=$(cpus_allowed "$s_tp")
+	[ -z "$s_t" ] || [ "$s_t" = "${2:-$s_all}" ] || { echo "$1: AllowedCPUs=$2, its task $s_tp on $s_t"; return 1; }
+}
+# s_after_stop "UNIT=ADMIN ...": every unit has the administrator's value
+# or nothing ("-"), its task runs on it (v2), every other loaded ss- unit
+# has nothing, and state.json holds no value of ours.
+s_after_stop() {
+	for s_u in $(systemctl list-units --all --plain --no-legend 'ss-*.service' 'ss-*.scope' | awk '{ print $1 }'); do
+		case " $1 " in *" $s_u="*) ;; *) set -- "$1 $s_u=-" ;; esac
+	done
+	s_snap noctl $(for s_pr in $1; do echo "${s_pr%%=*}"; done) >/tmp/surface-snap
+	while read -r s_u s_a s_ls s_p s_ct; do
+		s_ad=$(for s_pr in $1; do [ "${s_pr%%=*}" = "$s_u" ] && echo "${s_pr#*=}"; done)
+		[ "$s_ad" = - ] && s_ad=""
+		[ "$s_a" = - ] && s_a=""
+		[ "$s_a" = "$s_ad" ] || { echo "$s_u: AllowedCPUs=$s_a after the stop, the administrator's is \"$s_ad\""; return 1; }
+		s_task_ok "$s_u" "$s_a" "$s_p" || return 1
+	done </tmp/surface-snap
+	if grep -q '"applied_cpus"\|"pending_cpus"' "$s_state" 2>/dev/null; then
+		echo "state.json keeps values of ours: $(tr -d ' \n' <"$s_state")"
+		return 1
+	fi
+}
+# s_stop NAME "UNIT=ADMIN ...": stop the daemon and check s_after_stop.
+s_stop() {
+	systemctl stop "$s_unit"
+	if s_why=$(s_after_stop "$2"); then
+		pass "surface-$1-stop: after the daemon's stop every unit has its administrator's AllowedCPUs= or none ($2)$([ "$s_v2" = 1 ] && echo ", tasks on it")"
+	else
+		fail "surface-$1-stop" "$s_why"
+	fi
+}
+# s_show UNIT...: what each unit has, for a message (schedpolicyctl only
+# while the daemon runs: it would start it by D-Bus activation).
+s_show() {
+	if s_up; then s_snap "$@"; else s_snap noctl "$@"; fi | while read -r s_u s_a s_ls s_p s_ct; do
+		echo "$s_u AllowedCPUs=$s_a ctl=$s_ct task $s_p on $(cpus_allowed "$s_p")"
+	done
+}
+
+# surface_begin BASE-CONF: placement "systemd" for schedpolicyd.slice,
+# debug logging (each write is a line).
+surface_begin() {
+	s_base=$1
+	s_c0=$(cursor)
+	s_t0=$(date +%s)
+	cp "$s_base" "$s_conf"
+	printf 'placement = "systemd"\nmanage = ["schedpolicyd.slice"]\n' >>"$s_conf"
+	grep -q '^log_level' "$s_conf" || printf 'log_level = "debug"\n' >>"$s_conf"
+	cp "$s_conf" /tmp/surface.conf
+	systemctl stop "$s_unit"
+	note "surface: $([ "$s_v2" = 1 ] && echo "cgroup v2: AllowedCPUs= applied, tasks checked" || echo "cgroup v1: systemd stores AllowedCPUs= and applies nothing")"
+	[ "$s_v2" = 1 ] || skip "surface-tasks" "cgroup v1: systemd applies no AllowedCPUs=, so the tasks' Cpus_allowed_list is not checked here (the VM checks it)"
+}
+
+# --- set-property --runtime -----------------------------------------------
+surface_setprop() {
+	s_start
+	for n in 1 2 3; do systemd-run --quiet --unit=ss-rt$n --slice=schedpolicyd.slice sleep 1000; done
+	if ! wait_until 60 s_placed ss-rt1.service ss-rt2.service ss-rt3.service; then
+		fail surface-setprop "units not placed: $(s_show ss-rt1.service ss-rt2.service ss-rt3.service)"
+		systemctl stop ss-rt1 ss-rt2 ss-rt3
+		return
+	fi
+	p=$(s_sc ss-rt1.service)
+	o=$(s_other "$p")
+	c=$(cursor)
+	# rt1 another CPU, rt2 the very CPU the daemon had set.
+	systemctl set-property --runtime ss-rt1.service AllowedCPUs="$o"
+	systemctl set-property --runtime ss-rt2.service AllowedCPUs="$p"
+	s_set performance
+	exp="ss-rt1.service=$o ss-rt2.service=$p ss-rt3.service=-"
+	if wait_until 30 s_unset ss-rt3.service && why=$(s_running "$exp") && [ "$(s_sc ss-rt1.service)" = "$o" ] && [ "$(s_sc ss-rt2.service)" = "$p" ] &&
+		s_journal "$c" "AllowedCPUs was changed by someone else.*unit=ss-rt1.service" >/dev/null &&
+		s_journal "$c" "AllowedCPUs was changed by someone else.*unit=ss-rt2.service" >/dev/null; then
+		pass "surface-setprop-runtime: set-property --runtime rt1=$o, rt2=$p (the value the daemon had set) kept across a switch to performance; the journal says so for both"
+	else
+		fail surface-setprop-runtime "${why:-} $(s_show ss-rt1.service ss-rt2.service ss-rt3.service; s_journal "$c" 'someone else')"
+	fi
+	s_set powersaving
+	s_need setprop 30 s_placed ss-rt3.service
+	# kill -9, and the administrator sets rt3 to the daemon's value
+	# while no daemon runs.
+	p3=$(s_sc ss-rt3.service)
+	s_kill9
+	systemctl set-property --runtime ss-rt3.service AllowedCPUs="$p3"
+	s_back
+	s_set performance
+	exp="ss-rt1.service=$o ss-rt2.service=$p ss-rt3.service=$p3"
+	if wait_until 30 s_running "$exp" && [ "$(s_sc ss-rt3.service)" = "$p3" ] &&
+		s_journal "$s_c9" "changed by someone else while the daemon did not follow the unit.*unit=ss-rt3.service" >/dev/null; then
+		pass "surface-setprop-kill-9: rt3=$p3 set while the daemon was killed is the administrator's after the restart (journal), kept under performance"
+	else
+		fail surface-setprop-kill-9 "$(s_running "$exp") $(s_show ss-rt3.service; s_journal "$s_c9" 'ss-rt3')"
+	fi
+	s_set powersaving
+	s_stop setprop "$exp"
+	excerpt "surface: set-property --runtime (journal)" s_journal "$c" 'someone else\|recovered\|ss-rt'
+	systemctl stop ss-rt1 ss-rt2 ss-rt3
+}
+
+# --- set-property (persistent) ---------------------------------------------
+surface_persist() {
+	for n in 1 2; do
+		printf '[Service]\nSlice=schedpolicyd.slice\nExecStart=/bin/sleep 1000\n' >/etc/systemd/system/ss-pf$n.service
+	done
+	systemctl daemon-reload
+	s_start
+	systemctl start ss-pf1 ss-pf2
+	if ! wait_until 60 s_placed ss-pf1.service ss-pf2.service; then
+		fail surface-persist "units not placed: $(s_show ss-pf1.service ss-pf2.service)"
+	else
+		p=$(s_sc ss-pf1.service)
+		o=$(s_other "$p")
+		c=$(cursor)
+		systemctl set-property ss-pf1.service AllowedCPUs="$o"
+		systemctl set-property ss-pf2.service AllowedCPUs="$p"
+		exp="ss-pf1.service=$o ss-pf2.service=$p"
+		s_set performance
+		if wait_until 30 s_running "$exp" && [ "$(s_sc ss-pf1.service)" = "$o" ] && [ "$(s_sc ss-pf2.service)" = "$p" ] &&
+			[ -f /etc/systemd/system.control/ss-pf2.service.d/50-AllowedCPUs.conf ] &&
+			s_journal "$c" "changed by someone else.*unit=ss-pf2.service" >/dev/null; then
+			pass "surface-persist: set-property (in /etc/systemd/system.control) pf1=$o, pf2=$p (the daemon's value) kept under performance"
+		else
+			fail surface-persist "$(s_running "$exp") $(s_show ss-pf1.service ss-pf2.service)"
+		fi
+		# A daemon-reload with a kill -9 in its middle: the persistent
+		# drop-ins are what the units have.
+		s_arm
+		systemctl daemon-reload &
+		s_op=$!
+		s_fire
+		wait "$s_op"
+		s_back
+		s_set powersaving
+		if wait_until 30 s_running "$exp" && [ "$(s_sc ss-pf2.service)" = "$p" ]; then
+			pass "surface-persist-reload-kill-9: after daemon-reload and a kill -9, pf1=$(s_sc ss-pf1.service) within $o, pf2=$p, under powersaving"
+		else
+			fail surface-persist-reload-kill-9 "$(s_running "$exp")"
+		fi
+		s_stop persist "$exp"
+		systemctl daemon-reload
+		if [ "$(s_sc ss-pf1.service)" = "$o" ] && [ "$(s_sc ss-pf2.service)" = "$p" ]; then
+			pass "surface-persist-after-reload: a daemon-reload after the stop keeps pf1=$o pf2=$p"
+		else
+			fail surface-persist-after-reload "$(s_show ss-pf1.service ss-pf2.service)"
+		fi
+	fi
+	systemctl stop ss-pf1 ss-pf2
+	rm -rf /etc/systemd/system/ss-pf1.service /etc/systemd/system/ss-pf2.service /etc/systemd/system.control/ss-pf1.service.d /etc/systemd/system.control/ss-pf2.service.d
+	systemctl daemon-reload
+}
+
+# --- daemon-reload -----------------------------------------------------------
+# s_writes CURSOR: the daemon's AllowedCPUs= writes since CURSOR.
+s_writes() { s_count "$1" 'msg="AllowedCPUs set"'; }
+surface_reload() {
+	printf '[Service]\nSlice=schedpolicyd.slice\nExecStart=/bin/sleep 1000\n' >/etc/systemd/system/ss-dr1.service
+	systemctl daemon-reload
+	s_start
+	o=$(s_other "$(s_cpus "$s_all" | head -n 1)")
+	systemctl start ss-dr1
+	systemd-run --quiet --unit=ss-dr2 --slice=schedpolicyd.slice sleep 1000
+	systemd-run --quiet --unit=ss-dr3 --slice=schedpolicyd.slice sleep 1000
+	systemd-run --quiet --unit=ss-dr4 --slice=schedpolicyd.slice -p AllowedCPUs="$o" sleep 1000
+	units="ss-dr1.service ss-dr2.service ss-dr3.service ss-dr4.service"
+	exp="ss-dr1.service=- ss-dr2.service=- ss-dr3.service=- ss-dr4.service=$o"
+	s_need reload 60 s_placed ss-dr1.service ss-dr2.service ss-dr3.service
+	before=$(for u in $units; do echo "$u=$(s_sc "$u")"; done)
+	c=$(cursor)
+	systemctl daemon-reload
+	wait_until 60 s_seen "$c" 'the systemd manager reloaded'
+	wait_until 30 s_running "$exp"
+	after=$(for u in $units; do echo "$u=$(s_sc "$u")"; done)
+	w=$(s_writes "$c") g=$(s_count "$c" 'msg="unit gone"')
+	note "surface: daemon-reload with $(echo $units | wc -w) units placed: $w AllowedCPUs= writes, $g \"unit gone\""
+	if [ "$before" = "$after" ] && [ "$w" = 0 ] && [ "$g" = 0 ] && s_journal "$c" 'the systemd manager is reloading' >/dev/null &&
+		s_journal "$c" 'the systemd manager reloaded: units listed again.*changed=false' >/dev/null; then
+		pass "surface-reload: daemon-reload held the units and listed them once after (journal): values as before ($(echo $after)), 0 AllowedCPUs= writes, no unit forgotten"
+	else
+		fail surface-reload "writes $w, unit gone $g; before: $(echo $before) after: $(echo $after); $(s_journal "$c" 'reload\|unit gone\|AllowedCPUs set' | tail -n 12)"
+	fi
+	excerpt "surface: daemon-reload (journal)" s_journal "$c" 'reload\|unit gone\|adopted\|AllowedCPUs set'
+	if [ "$s_v2" = 1 ]; then
+		# Three busy units too (v2 measures their load): the machine
+		# is overloaded and every unit runs unset (race to idle). Before
+		# the hold, the plans over the units adopted one by one after a
+		# reload packed and unset them in turn: 16 to 22 writes a reload
+		# with three busy and three idle units in this VM.
+		for n in 5 6 7; do systemd-run --quiet --unit=ss-dr$n --slice=schedpolicyd.slice sh -c 'while :; do :; done'; done
+		busy="ss-dr5.service ss-dr6.service ss-dr7.service"
+		sleep 20 # the load average of the busy units builds up
+		bbefore=$(for u in $units $busy; do echo "$u=$(s_sc "$u")"; done)
+		c=$(cursor)
+		systemctl daemon-reload
+		wait_until 90 s_seen "$c" 'the systemd manager reloaded'
+		sleep 3 # any write the reload causes comes at once
+		bafter=$(for u in $units $busy; do echo "$u=$(s_sc "$u")"; done)
+		w=$(s_writes "$c") g=$(s_count "$c" 'msg="unit gone"')
+		note "surface: daemon-reload with 3 busy units among 7: $w AllowedCPUs= writes, $g \"unit gone\""
+		if [ "$bbefore" = "$bafter" ] && [ "$w" = 0 ] && [ "$g" = 0 ]; then
+			pass "surface-reload-busy: with three busy units, a daemon-reload made 0 AllowedCPUs= writes; values as before ($(echo $bafter))"
+		else
+			fail surface-reload-busy "writes $w, unit gone $g; before: $(echo $bbefore) after: $(echo $bafter); $(s_journal "$c" 'AllowedCPUs set' | tail -n 6)"
+		fi
+		systemctl stop $busy
+		s_need reload 60 s_placed ss-dr1.service ss-dr2.service ss-dr3.service
+	else
+		skip surface-reload-busy "cgroup v1: the daemon reads no load of a unit here, so every unit is idle to it (the VM checks a reload with busy units)"
+	fi
+	before=$(for u in $units; do echo "$u=$(s_sc "$u")"; done)
+	c=$(cursor)
+	s_arm
+	systemctl daemon-reload &
+	s_op=$!
+	s_fire
+	wait "$s_op"
+	s_back
+	wait_until 30 s_running "$exp"
+	after=$(for u in $units; do echo "$u=$(s_sc "$u")"; done)
+	if [ "$before" = "$after" ] && why=$(s_running "$exp"); then
+		pass "surface-reload-kill-9: a kill -9 during a daemon-reload: the new daemon keeps every value ($(echo $after)), $(s_writes "$c") writes"
+	else
+		fail surface-reload-kill-9 "${why:-} before: $(echo $before) after: $(echo $after)"
+	fi
+	s_stop reload "$exp"
+	systemctl stop ss-dr1 ss-dr2 ss-dr3 ss-dr4
+	rm -f /etc/systemd/system/ss-dr1.service
+	systemctl daemon-reload
+}
+
+# --- daemon-reexec -----------------------------------------------------------
+surface_reexec() {
+	# logind subscribes to the manager too, and systemd sends its unit
+	# signals to every subscriber once one is subscribed: with logind
+	# stopped the daemon is the only subscriber (checked at the end).
+	systemctl mask --runtime --quiet systemd-logind.service
+	systemctl stop systemd-logind.service
+	s_start
+	o=$(s_other "$(s_cpus "$s_all" | head -n 1)")
+	systemd-run --quiet --unit=ss-rx1 --slice=schedpolicyd.slice sleep 1000
+	systemd-run --quiet --unit=ss-rx2 --slice=schedpolicyd.slice -p AllowedCPUs="$o" sleep 1000
+	s_need reexec 60 s_placed ss-rx1.service
+	was=$(busctl status org.freedesktop.systemd1 | sed -n 's/^UniqueName=//p')
+	c=$(cursor)
+	systemctl daemon-reexec
+	s_now=$(busctl status org.freedesktop.systemd1 | sed -n 's/^UniqueName=//p')
+	wait_until 60 s_seen "$c" 'the systemd manager reloaded'
+	exp="ss-rx1.service=- ss-rx2.service=$o ss-rxt.service=-"
+	g=$(s_count "$c" 'msg="unit gone"')
+	if [ "$was" != "$s_now" ] && [ "$g" = 0 ] && s_placed ss-rx1.service && [ -n "$(s_ctl ss-rx2.service)" ] &&
+		s_journal "$c" 'the systemd manager reloaded: units listed again' >/dev/null; then
+		pass "surface-reexec: systemd re-executed (bus name $was -> $s_now); the daemon held its units and listed them again, none forgotten"
+	else
+		fail surface-reexec "bus name $was -> $s_now, unit gone $g; $(s_show ss-rx1.service ss-rx2.service; s_journal "$c" 'reload\|unit gone\|adopted' | tail -n 8)"
+	fi
+	# A unit its timer starts: no client of the manager's waits for its
+	# start job, so only a subscriber hears of it (JobRemoved).
+	systemd-run --quiet --on-active=2 --unit=ss-rxt --slice=schedpolicyd.slice sleep 1000
+	if wait_until 60 sh -c "systemctl is-active -q ss-rxt.service" && wait_until 30 s_placed ss-rxt.service &&
+		s_journal "$c" 'adopted unit.*unit=ss-rxt.service' >/dev/null; then
+		pass "surface-reexec-signals: ss-rxt.service, started by a timer after the re-execution, adopted and placed (AllowedCPUs=$(s_sc ss-rxt.service)): UnitNew/JobRemoved still arrive"
+	else
+		fail surface-reexec-signals "$(s_show ss-rxt.service; s_journal "$c" 'ss-rxt')"
+	fi
+	s_set performance
+	if wait_until 30 s_unset ss-rx1.service ss-rxt.service && why=$(s_running "$exp"); then
+		pass "surface-reexec-switch: a switch after the re-execution still places the units it had (rx1 and rxt unset under performance, rx2 $o)"
+	else
+		fail surface-reexec-switch "${why:-} $(s_show ss-rx1.service ss-rxt.service)"
+	fi
+	s_set powersaving
+	s_need reexec 30 s_placed ss-rx1.service ss-rxt.service
+	s_arm
+	systemctl daemon-reexec &
+	s_op=$!
+	s_fire
+	wait "$s_op"
+	s_back
+	s_set performance
+	if wait_until 30 s_unset ss-rx1.service ss-rxt.service && why=$(s_running "$exp"); then
+		pass "surface-reexec-kill-9: a kill -9 during a re-execution: the new daemon recovers and places the units (performance: rx1 and rxt unset, rx2 $o)"
+	else
+		fail surface-reexec-kill-9 "${why:-} $(s_show ss-rx1.service ss-rxt.service)"
+	fi
+	s_set powersaving
+	s_need reexec 30 s_placed ss-rx1.service
+	s_stop reexec "$exp"
+	excerpt "surface: daemon-reexec (journal)" s_journal "$c" 'reload\|unit gone\|adopted\|recovered\|ss-rxt'
+	# The negative control: with the daemon stopped and logind masked,
+	# nobody is subscribed, and systemd sends no UnitNew for a unit a
+	# timer starts: what the daemon saw came through its own
+	# subscription, kept across the re-execution.
+	dbus-monitor --system "type='signal',sender='org.freedesktop.systemd1'" </dev/null >/tmp/surface-monitor.log 2>&1 &
+	mon=$!
+	wait_until 10 grep -q NameAcquired /tmp/surface-monitor.log
+	systemd-run --quiet --on-active=2 --unit=ss-rxn --slice=schedpolicyd.slice sleep 1000
+	wait_until 60 sh -c "systemctl is-active -q ss-rxn.service"
+	sleep 1
+	kill "$mon"
+	wait "$mon" 2>/dev/null
+	if systemctl is-active -q ss-rxn.service && ! grep -q 'ss-rxn\|ss_2drxn' /tmp/surface-monitor.log; then
+		pass "surface-reexec-subscribed: with no subscriber systemd sends no signal for a unit its timer starts (ss-rxn.service, unseen by dbus-monitor): the daemon's own Subscribe survived the re-execution"
+	else
+		fail surface-reexec-subscribed "ss-rxn $(systemctl is-active ss-rxn.service); dbus-monitor: $(grep -c 'ss-rxn\|ss_2drxn' /tmp/surface-monitor.log) lines name it"
+	fi
+	systemctl stop ss-rx1 ss-rx2 ss-rxt.service ss-rxt.timer ss-rxn.service ss-rxn.timer 2>/dev/null
+	systemctl unmask --runtime --quiet systemd-logind.service
+	systemctl start systemd-logind.service
+}
+
+# --- restarting --------------------------------------------------------------
+surface_restart() {
+	printf '[Service]\nSlice=schedpolicyd.slice\nExecStart=/bin/sleep 1000\n' >/etc/systemd/system/ss-rs1.service
+	systemctl daemon-reload
+	s_start
+	systemctl start ss-rs1
+	systemd-run --quiet --unit=ss-rs2 --slice=schedpolicyd.slice -p Restart=on-failure -p RestartSec=1 sh -c 'sleep 2; exit 3'
+	exp="ss-rs1.service=- ss-rs2.service=-"
+	s_need restart 60 s_placed ss-rs1.service ss-rs2.service
+	p=$(s_sc ss-rs1.service)
+	pid=$(s_pid ss-rs1.service)
+	c=$(cursor)
+	systemctl restart ss-rs1
+	n0=$(systemctl show -p NRestarts --value ss-rs2.service)
+	wait_until 60 sh -c "[ \$(systemctl show -p NRestarts --value ss-rs2.service) -ge $((n0 + 2)) ] && systemctl is-active -q ss-rs2.service"
+	if [ "$(s_pid ss-rs1.service)" != "$pid" ] && [ "$(s_sc ss-rs1.service)" = "$p" ] && why=$(s_running "$exp") && s_placed ss-rs1.service ss-rs2.service; then
+		pass "surface-restart: systemctl restart keeps rs1's AllowedCPUs=$p (new task $(s_pid ss-rs1.service)$([ "$s_v2" = 1 ] && echo " on $(cpus_allowed "$(s_pid ss-rs1.service)")")); rs2 restarted by Restart=on-failure $(systemctl show -p NRestarts --value ss-rs2.service) times keeps $(s_sc ss-rs2.service)"
+	else
+		fail surface-restart "${why:-} $(s_show ss-rs1.service ss-rs2.service)"
+	fi
+	s_arm
+	systemctl restart ss-rs1 &
+	s_op=$!
+	s_fire
+	wait "$s_op"
+	s_back
+	s_set performance
+	if wait_until 30 s_unset ss-rs1.service ss-rs2.service && why=$(s_running "$exp"); then
+		pass "surface-restart-kill-9: a kill -9 during a restart: the new daemon recovers both (performance: unset)"
+	else
+		fail surface-restart-kill-9 "${why:-} $(s_show ss-rs1.service ss-rs2.service)"
+	fi
+	s_set powersaving
+	s_need restart 30 s_placed ss-rs1.service
+	s_stop restart "$exp"
+	systemctl stop ss-rs1 ss-rs2
+	rm -f /etc/systemd/system/ss-rs1.service
+	systemctl daemon-reload
+}
+
+# --- failing -------------------------------------------------------------------
+surface_fail() {
+	# Both fail once their FIFO is written: idle until then (a polling
+	# loop's sleeps are load enough under the VM's emulation to make the
+	# plan race to idle).
+	rm -f /run/ss-fl1.fifo /run/ss-fl2.fifo
+	mkfifo /run/ss-fl1.fifo /run/ss-fl2.fifo
+	printf '[Service]\nSlice=schedpolicyd.slice\nExecStart=/bin/sh -c "read x </run/ss-fl1.fifo; exit 3"\n' >/etc/systemd/system/ss-fl1.service
+	systemctl daemon-reload
+	s_start
+	systemctl start ss-fl1
+	systemd-run --quiet --unit=ss-fl2 --slice=schedpolicyd.slice sh -c 'read x </run/ss-fl2.fifo; exit 3'
+	exp="ss-fl1.service=- ss-fl2.service=-"
+	s_need fail 60 s_placed ss-fl1.service ss-fl2.service
+	c=$(cursor)
+	echo x >/run/ss-fl1.fifo
+	echo x >/run/ss-fl2.fifo
+	s_kill9
+	s_back
+	if wait_until 60 sh -c '[ "$(systemctl show -p ActiveState --value ss-fl1.service)" = failed ] && [ "$(systemctl show -p ActiveState --value ss-fl2.service)" = failed ]' &&
+		[ -n "$(s_sc ss-fl1.service)" ] && [ -n "$(s_sc ss-fl2.service)" ]; then
+		pass "surface-fail: both units failed (a kill -9 of the daemon meanwhile) keeping the daemon's AllowedCPUs= fl1=$(s_sc ss-fl1.service) fl2=$(s_sc ss-fl2.service)"
+	else
+		fail surface-fail "$(systemctl show -p ActiveState ss-fl1.service ss-fl2.service | tr '\n' ' ') $(s_show ss-fl1.service ss-fl2.service)"
+	fi
+	s_stop fail "$exp"
+	systemctl reset-failed ss-fl1.service ss-fl2.service 2>/dev/null
+	rm -f /etc/systemd/system/ss-fl1.service /run/ss-fl1.fifo /run/ss-fl2.fifo
+	systemctl daemon-reload
+}
+
+# --- removed and created again ------------------------------------------------
+s_unitfile() { printf '[Service]\nSlice=schedpolicyd.slice\nExecStart=/bin/sleep 1000\n' >/etc/systemd/system/$1.service; }
+surface_recreate() {
+	s_unitfile ss-rc1
+	systemctl daemon-reload
+	s_start
+	systemctl start ss-rc1
+	systemd-run --quiet --unit=ss-rc2 --slice=schedpolicyd.slice sleep 1000
+	s_need recreate 60 s_placed ss-rc1.service ss-rc2.service
+	p=$(s_sc ss-rc1.service)
+	c=$(cursor)
+	# The administrator's way: stop, remove, reload. The runtime drop-in
+	# with the daemon's value stays in /run/systemd/system.control; a kill
+	# -9 meanwhile, then the unit file created again.
+	systemctl stop ss-rc1 ss-rc2
+	rm /etc/systemd/system/ss-rc1.service
+	systemctl daemon-reload
+	wait_until 30 sh -c "[ \"\$(systemctl show -p LoadState --value ss-rc2.service)\" = not-found ]"
+	s_kill9
+	s_back
+	s_unitfile ss-rc1
+	systemctl daemon-reload
+	systemctl start ss-rc1
+	systemd-run --quiet --unit=ss-rc2 --slice=schedpolicyd.slice sleep 1000
+	if wait_until 30 s_placed ss-rc1.service ss-rc2.service && s_journal "$c" 'original AllowedCPUs recovered from saved state.*unit=ss-rc1.service' >/dev/null &&
+		s_journal "$s_c9" 'adopted unit.*original= .*unit=ss-rc2.service' >/dev/null; then
+		pass "surface-recreate: rc1 created again after a kill -9 starts with the daemon's $p from its runtime drop-in, known as the daemon's (journal); the transient rc2 started again with none"
+	else
+		fail surface-recreate "$(s_show ss-rc1.service ss-rc2.service; s_journal "$c" 'ss-rc' | tail -n 8)"
+	fi
+	# Removed while the daemon stops: it says the value stays and keeps
+	# the record; the next start resets it once the unit is back.
+	systemctl stop ss-rc1
+	rm /etc/systemd/system/ss-rc1.service
+	systemctl daemon-reload
+	c=$(cursor)
+	systemctl stop "$s_unit"
+	s_unitfile ss-rc1
+	systemctl daemon-reload
+	if s_journal "$c" 'the unit is gone but the AllowedCPUs= the daemon set stays in its runtime drop-in.*unit=ss-rc1.service' >/dev/null && grep -q '"unit": "ss-rc1.service"' "$s_state"; then
+		pass "surface-recreate-stopped: removed with the daemon stopping, rc1's value is said to stay in its drop-in ($(s_sc ss-rc1.service)); state.json keeps its record"
+	else
+		fail surface-recreate-stopped "$(s_journal "$c" 'ss-rc1'; cat "$s_state")"
+	fi
+	s_start
+	systemctl start ss-rc1
+	s_set performance
+	exp="ss-rc1.service=- ss-rc2.service=-"
+	if wait_until 30 s_unset ss-rc1.service ss-rc2.service && why=$(s_running "$exp"); then
+		pass "surface-recreate-reset: the next start knows rc1's value as the daemon's: unset under performance"
+	else
+		fail surface-recreate-reset "${why:-} $(s_show ss-rc1.service)"
+	fi
+	s_set powersaving
+	s_need recreate 30 s_placed ss-rc1.service
+	s_stop recreate "$exp"
+	systemctl stop ss-rc1 ss-rc2
+	rm -f /etc/systemd/system/ss-rc1.service
+	systemctl daemon-reload
+}
+
+# --- 300 transient services in a burst -------------------------------------------
+surface_burst() {
+	cat >/tmp/surface-burst.py <<'PY'
+# StartTransientUnit for PREFIX1..PREFIXN.service in schedpolicyd.slice,
+# each running sleep SECONDS; prints the seconds it took.
+import sys, time
+from gi.repository import Gio, GLib
+prefix, first, last, secs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+bus = Gio.bus_get_sync(Gio.BusType.SYSTEM, None)
+t0 = time.monotonic()
+for i in range(first, last + 1):
+    props = [("Description", GLib.Variant("s", "surface burst %d" % i)),
+             ("Slice", GLib.Variant("s", "schedpolicyd.slice")),
+             ("ExecStart", GLib.Variant("a(sasb)", [("/bin/sleep", ["/bin/sleep", secs], False)]))]
+    bus.call_sync("org.freedesktop.systemd1", "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager",
+                  "StartTransientUnit", GLib.Variant("(ssa(sv)a(sa(sv)))", ("%s%d.service" % (prefix, i), "fail", props, [])),
+                  None, Gio.DBusCallFlags.NONE, -1, None)
+print("%.1f" % (time.monotonic() - t0))
+PY
+	s_start
+	# 20 stay (sleep 1000), 280 leave after 10 s; a kill -9 after the
+	# first 150.
+	c=$(cursor)
+	t0=$(date +%s)
+	a=$(python3 /tmp/surface-burst.py ss-bl 1 20 1000)
+	b=$(python3 /tmp/surface-burst.py ss-b 21 150 10)
+	s_kill9
+	d=$(python3 /tmp/surface-burst.py ss-b 151 300 10)
+	s_back
+	t1=$(date +%s)
+	gone() { [ "$(systemctl list-units --all --plain --no-legend 'ss-b[0-9]*.service' | wc -l)" = 0 ]; }
+	wait_until 300 gone
+	t2=$(date +%s)
+	listed() { [ "$(schedpolicyctl workloads | grep -c '^ss-b[0-9]')" = 0 ] && [ "$(schedpolicyctl workloads | grep -c '^ss-bl')" = 20 ]; }
+	wait_until 120 listed
+	t3=$(date +%s)
+	long=$(i=1; while [ $i -le 20 ]; do echo ss-bl$i.service; i=$((i + 1)); done)
+	exp=$(for u in $long; do printf '%s=- ' "$u"; done)
+	ad=$(s_count "$c" 'adopted unit.*unit=ss-b[0-9]')
+	go=$(s_count "$c" 'unit gone.*unit=ss-b[0-9]')
+	note "surface: burst of 300 transient services: started in ${a}+${b}+${d} s (python, StartTransientUnit), all started ${t1} - ${t0} = $((t1 - t0)) s after the first; the 280 short ones gone $((t2 - t0)) s after it, the daemon's list without them $((t3 - t0)) s after it; $ad adoptions and $go \"unit gone\" of the short ones in the journal"
+	if listed && wait_until 60 s_placed $long && why=$(s_running "$exp") && ! grep -q '"unit": "ss-b[0-9]' "$s_state" && [ "$ad" -gt 0 ] && [ "$go" -gt 0 ]; then
+		pass "surface-burst: 300 transient services in a burst with a kill -9 in it: the 280 that left are no workloads and have no record in state.json, the 20 that stay are placed"
+	else
+		fail surface-burst "${why:-} workloads: $(schedpolicyctl workloads | grep -c '^ss-b') listed; records: $(grep -c '"unit": "ss-b' "$s_state")"
+	fi
+	s_stop burst "$exp"
+	systemctl stop 'ss-bl*.service'
+}
+
+# --- a user logging out and in ------------------------------------------------------
+surface_users() {
+	uid=$(id -u sptest)
+	um=user@$uid.service
+	ur() { runuser -u sptest -- env XDG_RUNTIME_DIR="/run/user/$uid" "$@"; }
+	usc() { ur systemctl --user show -p AllowedCPUs --value "$1" 2>/dev/null; }
+	cp /tmp/surface.conf "$s_conf"
+	sed -i 's/^manage = .*/manage = ["schedpolicyd.slice", "app.slice"]/' "$s_conf"
+	loginctl enable-linger sptest
+	wait_until 60 test -S "/run/user/$uid/systemd/private"
+	if [ "$s_v2" = 1 ]; then
+		# cpuset delegated (docs/USERS.md): the user's own app.slice
+		# units are placed through the user's manager.
+		mkdir -p /etc/systemd/system/user@.service.d
+		printf '[Service]\nDelegate=pids memory cpu cpuset\n' >/etc/systemd/system/user@.service.d/50-delegate-cpuset.conf
+		systemctl daemon-reload
+		systemctl restart "$um"
+		wait_until 60 test -S "/run/user/$uid/systemd/private"
+		apps="ss-app.service"
+		placed_u() { for n in $apps; do [ -n "$(usc "$n")" ] && [ -n "$(s_ctl "$n")" ] || return 1; done; }
+		unset_u() { for n in $apps; do [ -z "$(usc "$n")" ] || return 1; done; }
+		startu() { ur systemd-run --user --quiet --unit="${1:-ss-app}" --slice=app.slice sleep 1000; }
+		shown() { for n in $apps; do printf '%s=%s ' "$n" "$(usc "$n")"; done; }
+		what="ss-app.service in the user's app.slice, placed through the user's manager"
+	else
+		placed_u() { [ -n "$(s_sc "$um")" ] && [ -n "$(s_ctl "$um")" ]; }
+		unset_u() { [ -z "$(s_sc "$um")" ]; }
+		startu() { :; }
+		shown() { echo "$um=$(s_sc "$um")"; }
+		what="$um, placed as a whole (cgroup v1: no cpuset to delegate)"
+	fi
+	s_start
+	startu
+	if ! wait_until 60 placed_u; then
+		fail surface-users "$what not placed: $(schedpolicyctl workloads)"
+	else
+		p=$(shown)
+		c=$(cursor)
+		loginctl disable-linger sptest
+		wait_until 60 sh -c "! systemctl is-active -q $um"
+		s_kill9
+		s_back
+		loginctl enable-linger sptest
+		wait_until 60 test -S "/run/user/$uid/systemd/private"
+		startu
+		if wait_until 60 placed_u && s_journal "$c" 'user logged out' >/dev/null && s_journal "$s_c9" 'user logged in\|following users' >/dev/null; then
+			pass "surface-users: $what ($p); the user logged out, a kill -9, logged in again: placed again ($(shown))"
+		else
+			fail surface-users "$(schedpolicyctl workloads; s_journal "$c" 'user\|unit gone\|adopted' | tail -n 8)"
+		fi
+		if [ "$s_v2" = 1 ]; then
+			# The user's manager re-executes (Debian's systemd upgrade
+			# does it for every user): it closes the daemon's connection.
+			c=$(cursor)
+			ur systemctl --user daemon-reexec
+			apps="ss-app.service ss-app2.service"
+			startu ss-app2
+			if wait_until 60 placed_u && s_journal "$c" "the user's manager closed the connection" >/dev/null &&
+				s_journal "$c" "managing a user's units through its manager" >/dev/null; then
+				pass "surface-users-reexec: the user's manager re-executed; the daemon connected again and placed ss-app2.service started after it ($(shown))"
+			else
+				fail surface-users-reexec "$(shown; schedpolicyctl workloads; s_journal "$c" 'user' | tail -n 6)"
+			fi
+		else
+			skip surface-users-reexec "cgroup v1: the user's manager is placed as a whole through the system manager; no connection to it to lose"
+		fi
+		s_set performance
+		if wait_until 30 unset_u; then
+			pass "surface-users-switch: after logging in again the daemon places what is there: unset under performance ($(shown))"
+		else
+			fail surface-users-switch "$(shown)"
+		fi
+		s_set powersaving
+		s_need users 30 placed_u
+		systemctl stop "$s_unit"
+		if [ "$s_v2" = 1 ]; then
+			why=""
+			for n in $apps; do
+				ua=$(usc "$n")
+				ut=$(cpus_allowed "$(ur systemctl --user show -p MainPID --value "$n")")
+				[ -z "$ua" ] && [ "$ut" = "$s_all" ] || why="$why $n: AllowedCPUs=$ua task on $ut;"
+			done
+			grep -q '"applied_cpus"\|"pending_cpus"' "$s_state" && why="$why state.json: $(tr -d ' \n' <"$s_state")"
+			[ -z "$why" ] && pass "surface-users-stop: after the stop $apps have no AllowedCPUs=, their tasks on $s_all" ||
+				fail surface-users-stop "$why"
+		else
+			s_stop users "$um=-"
+		fi
+	fi
+	if [ "$s_v2" = 1 ]; then
+		ur systemctl --user stop ss-app.service ss-app2.service 2>/dev/null
+		rm -f /etc/systemd/system/user@.service.d/50-delegate-cpuset.conf
+		systemctl daemon-reload
+		systemctl restart "$um"
+	fi
+	cp /tmp/surface.conf "$s_conf"
+}
+
+# surface_end: no panic; every restart was a kill of ours; the
+# configuration back to BASE.
+surface_end() {
+	restarts=$(journal_since "$s_c0" -u "$s_unit" | grep -c "schedpolicyd.service: Failed with result")
+	signal=$(journal_since "$s_c0" -u "$s_unit" | grep -c "schedpolicyd.service: Failed with result 'signal'")
+	panics=$(s_count "$s_c0" 'panic:\|fatal error:\|goroutine [0-9]* \[')
+	if [ "$panics" = 0 ] && [ "$restarts" = "$s_kills" ] && [ "$signal" = "$s_kills" ]; then
+		pass "surface-no-panic: no panic in the daemon's journal; it failed $restarts times, each one of our $s_kills kill -9s"
+	else
+		fail surface-no-panic "$panics panic lines, $restarts failures ($signal by a signal) for $s_kills kills: $(s_journal "$s_c0" 'panic:\|fatal error:' | head -n 5; journal_since "$s_c0" -u "$s_unit" | grep 'Failed with result' | head -n 5)"
+	fi
+	note "surface: took $(($(date +%s) - s_t0)) s"
+	cp "$s_base" "$s_conf"
+}

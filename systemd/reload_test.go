@@ -1,0 +1,163 @@
+package systemd
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+)
+
+// nextEvent reads the next event of ch within a minute.
+func nextEvent(t *testing.T, ch <-chan UnitEvent) UnitEvent {
+	t.Helper()
+	select {
+	case ev, ok := <-ch:
+		if !ok {
+			t.Fatal("events closed")
+		}
+		return ev
+	case <-time.After(time.Minute):
+		t.Fatal("no event within a minute")
+	}
+	return UnitEvent{}
+}
+
+// TestManagerReloadingAcrossReexec, on a bus with the system bus's
+// policy, plays what systemd 252 does on `systemctl daemon-reexec` (seen
+// in the systemd test container): Reloading(true) and UnitRemoved for
+// every unit from its connection; a new connection of the re-executed
+// manager queued for org.freedesktop.systemd1 takes the name over when
+// the old one closes; Reloading(false) and later signals come from the
+// new one. Events reports ReloadStarted, the removal, ReloadFinished and
+// the new connection's UnitNew, in order, and nothing a forger sends.
+func TestManagerReloadingAcrossReexec(t *testing.T) {
+	bus := testutil.StartSystemPolicyBus(t)
+	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", bus.Addr)
+	old := ownName(t, bus.Addr, managerName)
+	if err := old.Export(fakeManager{}, managerPath, managerInterface); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m, err := connectBus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	events, err := m.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attacker := testutil.DialAs(t, bus.Addr, 65534)
+	forge := func() {
+		for _, dest := range []string{m.sig.Names()[0], ""} {
+			testutil.SendSignal(t, attacker, dest, managerPath, managerInterface+".Reloading", false)
+			testutil.SendSignal(t, attacker, dest, managerPath, managerInterface+".Reloading", true)
+		}
+	}
+	emit := func(c *dbus.Conn, member string, body ...any) {
+		t.Helper()
+		if err := c.Emit(managerPath, managerInterface+"."+member, body...); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Barrier(t, c)
+	}
+	forge()
+	emit(old, "Reloading", true)
+	emit(old, "UnitRemoved", "a.service", dbus.ObjectPath("/org/freedesktop/systemd1/unit/a_2eservice"))
+
+	// The re-executed manager connects and queues for the name; the old
+	// connection closes and the name passes to the new one.
+	reexeced, err := dbus.Connect(bus.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reexeced.Close()
+	if r, err := reexeced.RequestName(managerName, 0); err != nil || r != dbus.RequestNameReplyInQueue {
+		t.Fatalf("RequestName = %v, %v; want in queue", r, err)
+	}
+	old.Close()
+	testutil.WaitFor(t, "the name to pass to the new connection", testutil.DefaultBound, func() (bool, string) {
+		var owner string
+		err := reexeced.BusObject().Call("org.freedesktop.DBus.GetNameOwner", 0, managerName).Store(&owner)
+		return err == nil && owner == reexeced.Names()[0], owner
+	})
+	forge()
+	emit(reexeced, "Reloading", false)
+	emit(reexeced, "UnitNew", "b.service", dbus.ObjectPath("/org/freedesktop/systemd1/unit/b_2eservice"))
+	for _, want := range []UnitEvent{
+		{Kind: ReloadStarted, UID: -1},
+		{Name: "a.service", Kind: UnitDropped, UID: -1},
+		{Kind: ReloadFinished, UID: -1},
+		{Name: "b.service", Kind: UnitLoaded, UID: -1},
+	} {
+		if got := nextEvent(t, events); got != want {
+			t.Fatalf("event %+v, want %+v (a forged signal was believed, or the new owner's was not)", got, want)
+		}
+	}
+}
+
+// TestManagerReloadFinishedNotDropped: with the event channel full (a
+// reader slower than systemd's UnitNew for every unit), unit events that
+// do not fit are dropped (Overflowed), but ReloadFinished waits for room
+// and arrives; Close ends such a wait. (godbus itself hands a signal that
+// finds its own channel full to a goroutine of its own, so how many unit
+// events get through varies.)
+func TestManagerReloadFinishedNotDropped(t *testing.T) {
+	bus := testutil.StartSystemPolicyBus(t)
+	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", bus.Addr)
+	sd := ownName(t, bus.Addr, managerName)
+	if err := sd.Export(fakeManager{}, managerPath, managerInterface); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, closeFirst := range []bool{false, true} {
+		m, err := connectBus(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events, err := m.Events(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := cap(m.events) + 20
+		for i := 0; i < n; i++ {
+			if err := sd.Emit(managerPath, managerInterface+".UnitNew", "u.service", dbus.ObjectPath("/org/freedesktop/systemd1/unit/u_2eservice")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := sd.Emit(managerPath, managerInterface+".Reloading", false); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Barrier(t, sd)
+		// Every signal read off the connection, the channel full.
+		testutil.WaitFor(t, "the signals to be read", testutil.DefaultBound, func() (bool, string) {
+			return len(m.sigs) == 0 && len(m.events) == cap(m.events) && m.overflow.Load(), ""
+		})
+		if closeFirst {
+			m.Close()
+			for range events {
+			}
+			continue
+		}
+		loaded, finished := 0, false
+		for !finished {
+			switch ev := nextEvent(t, events); ev.Kind {
+			case UnitLoaded:
+				loaded++
+			case ReloadFinished:
+				finished = true
+			default:
+				t.Fatalf("event %+v", ev)
+			}
+		}
+		if loaded < cap(m.events) || loaded >= n || !m.Overflowed() {
+			t.Fatalf("%d UnitLoaded of %d before ReloadFinished, overflowed %v; want at least %d, some dropped", loaded, n, m.overflow.Load(), cap(m.events))
+		}
+		m.Close()
+	}
+}
