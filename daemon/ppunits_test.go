@@ -12,17 +12,17 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
-// fakeSystemd answers as much of the system manager as ppUnits asks:
+// fakeUnitFiles answers as much of the system manager as the power-profiles units watch asks:
 // Subscribe, and GetUnitFileState from a table (FileNotFound for a unit
 // not in it, as systemd answers for a unit without a file).
-type fakeSystemd struct {
+type fakeUnitFiles struct {
 	mu    sync.Mutex
 	files map[string]string
 }
 
-func (f *fakeSystemd) Subscribe() *dbus.Error { return nil }
+func (f *fakeUnitFiles) Subscribe() *dbus.Error { return nil }
 
-func (f *fakeSystemd) GetUnitFileState(name string) (string, *dbus.Error) {
+func (f *fakeUnitFiles) GetUnitFileState(name string) (string, *dbus.Error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if st, ok := f.files[name]; ok {
@@ -31,7 +31,7 @@ func (f *fakeSystemd) GetUnitFileState(name string) (string, *dbus.Error) {
 	return "", dbus.NewError("org.freedesktop.DBus.Error.FileNotFound", []any{"No such file or directory"})
 }
 
-func (f *fakeSystemd) set(files map[string]string) {
+func (f *fakeUnitFiles) set(files map[string]string) {
 	f.mu.Lock()
 	f.files = files
 	f.mu.Unlock()
@@ -64,7 +64,7 @@ func TestPowerProfilesLeftToInstalledDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer systemd.Close()
-	fake := &fakeSystemd{files: map[string]string{"power-profiles-daemon.service": "disabled"}}
+	fake := &fakeUnitFiles{files: map[string]string{"power-profiles-daemon.service": "disabled"}}
 	if err := systemd.Export(fake, systemdPath, systemdIface); err != nil {
 		t.Fatal(err)
 	}
