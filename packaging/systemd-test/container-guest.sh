@@ -566,6 +566,15 @@ surface_users
 surface_end
 systemctl start "$unit"
 
+# --- 6f. The laptop issue (laptop.sh) ----------------------------------------
+# power_profiles_api = "auto" beside Debian's power-profiles-daemon:
+# started, restarted, stopped and started, killed; masked and unmasked.
+# journalctl -p warning and the daemon's priorities.
+. /mnt/host/laptop.sh
+laptop_begin /tmp/conf.good
+laptop_ppd
+laptop_journal
+
 # --- 7. The sandbox as systemd rates it --------------------------------------
 excerpt "systemd-analyze security $unit" systemd-analyze security --no-pager "$unit"
 exposure=$(systemd-analyze security --no-pager "$unit" 2>/dev/null | sed -n 's/.*Overall exposure level for [^:]*: *//p')

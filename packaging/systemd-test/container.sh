@@ -74,7 +74,7 @@ if [ -z "$deb" ]; then
 else
 	cp "$deb" "$work/"
 fi
-cp "$here/lib.sh" "$here/container-guest.sh" "$here/surface.sh" $files "$work/"
+cp "$here/lib.sh" "$here/container-guest.sh" "$here/surface.sh" "$here/laptop.sh" $files "$work/"
 
 mkdir "$cg"
 cat /sys/fs/cgroup/cpuset/cpuset.cpus >"$cg/cpuset.cpus"

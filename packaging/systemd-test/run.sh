@@ -49,7 +49,7 @@ for part in $parts; do
 		fi
 		;;
 	vm)
-		"$here/vm.sh" --deb "$deb" "$here/vm-guest.sh" "$here/surface.sh" "$work/systemd.test" || status=1
+		"$here/vm.sh" --deb "$deb" "$here/vm-guest.sh" "$here/surface.sh" "$here/laptop.sh" "$work/systemd.test" || status=1
 		;;
 	*)
 		echo "systemd-test: unknown part '$part' in SCHEDPOLICYD_SYSTEMD_TEST" >&2

@@ -1,0 +1,156 @@
+# laptop.sh — the laptop issue's checks (issue 27) under the real systemd
+# 252 of the container and of the VM:
+#
+#   laptop_ppd       power_profiles_api = "auto" never locks
+#                    power-profiles-daemon out: while it is installed
+#                    (disabled) the names stay free; its start, restart,
+#                    stop/start (an upgrade) and its restart after a crash
+#                    all succeed, and schedpolicyd follows it; masked, it
+#                    counts as not installed and schedpolicyd serves the
+#                    names; unmasked again, they are released at once
+#   laptop_journal   every line carries its priority: journalctl -p warning
+#                    shows an error of the daemon's and not its info lines
+#
+# Sourced after lib.sh by container-guest.sh and vm-guest.sh with the
+# package installed; laptop_begin BASE takes the configuration file to
+# start from (power_profiles_api left at its default, "auto"). The roots
+# have Debian's power-profiles-daemon installed and disabled (rootfs.sh).
+
+l_unit=schedpolicyd.service
+l_conf=/etc/schedpolicyd/schedpolicyd.conf
+l_ppd=power-profiles-daemon.service
+
+# l_owner NAME: the unique name owning NAME on the system bus, empty when
+# nobody does.
+l_owner() {
+	busctl --system call org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus GetNameOwner s "$1" 2>/dev/null |
+		sed -n 's/^s "\(.*\)"$/\1/p'
+}
+# l_pid NAME: the pid of NAME's owner, empty when nobody owns it.
+l_pid() {
+	lo=$(l_owner "$1")
+	[ -n "$lo" ] || return 0
+	busctl --system call org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus GetConnectionUnixProcessID s "$lo" 2>/dev/null |
+		awk '{ print $2 }'
+}
+# l_ppd_owns: power-profiles-daemon's main process owns its name.
+l_ppd_owns() {
+	lp=$(main_pid "$l_ppd") || return 1
+	[ "$(l_pid net.hadess.PowerProfiles)" = "$lp" ]
+}
+# l_we_own: schedpolicyd's main process owns both power-profiles names.
+l_we_own() {
+	lp=$(main_pid "$l_unit") || return 1
+	[ "$(l_pid net.hadess.PowerProfiles)" = "$lp" ] && [ "$(l_pid org.freedesktop.UPower.PowerProfiles)" = "$lp" ]
+}
+# l_free: nobody owns either power-profiles name.
+l_free() { [ -z "$(l_owner net.hadess.PowerProfiles)" ] && [ -z "$(l_owner org.freedesktop.UPower.PowerProfiles)" ]; }
+# l_ok_active UNIT: UNIT is active and its last start did not fail.
+l_ok_active() { [ "$(systemctl is-active "$1")" = active ] && [ "$(prop "$1" Result)" = success ]; }
+
+laptop_begin() {
+	systemctl stop "$l_unit"
+	cp "$1" "$l_conf"
+	systemctl unmask "$l_ppd" >/dev/null 2>&1
+	systemctl stop "$l_ppd" 2>/dev/null
+	systemctl reset-failed "$l_ppd" 2>/dev/null
+	l_start=$(cursor)
+	systemctl start "$l_unit"
+	wait_until 30 sh -c "[ \"\$(systemctl is-active $l_unit)\" = active ]" ||
+		fail laptop-start "$l_unit is $(systemctl is-active "$l_unit")"
+}
+
+laptop_ppd() {
+	lc=$l_start
+	# Installed and disabled: the names are left to it.
+	if journal_wait "$lc" 30 'a power-profiles daemon is installed' && l_free; then
+		pass "power-profiles-daemon installed (disabled): schedpolicyd leaves the power-profiles names free"
+	else
+		fail "names left to an installed power-profiles-daemon" "owners $(l_owner net.hadess.PowerProfiles)/$(l_owner org.freedesktop.UPower.PowerProfiles); $(journal_since "$lc" -u "$l_unit" | grep -i profile | tail -n 3)"
+	fi
+	excerpt "probe: power profiles" sh -c "schedpolicyd probe | grep -A3 '^power profiles'"
+	# Started after us: it gets its names, we follow it.
+	lc=$(cursor)
+	systemctl start "$l_ppd"
+	if wait_until 20 l_ppd_owns && l_ok_active "$l_ppd" && journal_wait "$lc" 20 "following the power-profiles daemon's ActiveProfile"; then
+		pass "power-profiles-daemon started after schedpolicyd: it owns its name, schedpolicyd follows it"
+	else
+		fail "power-profiles-daemon started after schedpolicyd" "$(systemctl is-active "$l_ppd") result $(prop "$l_ppd" Result), owner pid $(l_pid net.hadess.PowerProfiles); $(journalctl -u "$l_ppd" -n 5 --no-pager)"
+	fi
+	# Restarted (a package upgrade's try-restart), then stopped and started
+	# (an upgrade that stops first): each start succeeds.
+	for how in restart stop-start; do
+		lc=$(cursor)
+		old=$(main_pid "$l_ppd")
+		case $how in
+		restart) systemctl restart "$l_ppd" ;;
+		stop-start)
+			systemctl stop "$l_ppd"
+			sleep 1 # a moment without it: schedpolicyd must not take the names
+			l_free || fail "names free while power-profiles-daemon is stopped" "owner pid $(l_pid net.hadess.PowerProfiles)"
+			systemctl start "$l_ppd"
+			;;
+		esac
+		if wait_until 20 l_ppd_owns && l_ok_active "$l_ppd" && [ "$(main_pid "$l_ppd")" != "$old" ] &&
+			journal_wait "$lc" 20 "following the power-profiles daemon's ActiveProfile"; then
+			pass "power-profiles-daemon $how with schedpolicyd running: active, owns its name, followed again"
+		else
+			fail "power-profiles-daemon $how" "$(systemctl is-active "$l_ppd") result $(prop "$l_ppd" Result), owner pid $(l_pid net.hadess.PowerProfiles); $(journalctl -u "$l_ppd" -n 5 --no-pager)"
+		fi
+	done
+	# A crash: its unit restarts it (Restart=on-failure), and that start
+	# succeeds — schedpolicyd never served the names meanwhile.
+	lc=$(cursor)
+	old=$(main_pid "$l_ppd")
+	systemctl kill -s KILL "$l_ppd"
+	if wait_until 30 sh -c "p=\$(systemctl show -p MainPID --value $l_ppd); [ -n \"\$p\" ] && [ \"\$p\" != 0 ] && [ \"\$p\" != $old ]" &&
+		wait_until 20 l_ppd_owns && [ "$(systemctl is-active "$l_ppd")" = active ] &&
+		! journal_since "$lc" -u "$l_unit" | grep -q 'serving the power-profiles API'; then
+		pass "power-profiles-daemon killed: systemd restarts it and it gets its name; schedpolicyd never served it meanwhile"
+	else
+		fail "power-profiles-daemon killed" "$(systemctl is-active "$l_ppd") result $(prop "$l_ppd" Result), owner pid $(l_pid net.hadess.PowerProfiles); $(journal_since "$lc" -u "$l_unit" | grep -i 'power-profiles' | tail -n 3)"
+	fi
+	systemctl stop "$l_ppd"
+	# Masked, it cannot start: schedpolicyd serves the names; unmasked, it
+	# releases them at once (systemd reloads: UnitFilesChanged, Reloading).
+	lc=$(cursor)
+	systemctl mask "$l_ppd" >/dev/null 2>&1
+	if wait_until 20 l_we_own; then
+		pass "power-profiles-daemon masked: schedpolicyd serves both power-profiles names"
+	else
+		fail "names served while power-profiles-daemon is masked" "owners $(l_owner net.hadess.PowerProfiles)/$(l_owner org.freedesktop.UPower.PowerProfiles); $(journal_since "$lc" -u "$l_unit" | grep -i profile | tail -n 3)"
+	fi
+	lc=$(cursor)
+	systemctl unmask "$l_ppd" >/dev/null 2>&1
+	if wait_until 20 l_free && journal_wait "$lc" 20 'released the power-profiles names'; then
+		pass "power-profiles-daemon unmasked: schedpolicyd released the names at once"
+	else
+		fail "names released once power-profiles-daemon is installed again" "owners $(l_owner net.hadess.PowerProfiles)/$(l_owner org.freedesktop.UPower.PowerProfiles)"
+	fi
+	systemctl start "$l_ppd"
+	wait_until 20 l_ppd_owns && l_ok_active "$l_ppd" && pass "power-profiles-daemon starts after schedpolicyd served and released its names" ||
+		fail "power-profiles-daemon after schedpolicyd served" "$(systemctl is-active "$l_ppd") result $(prop "$l_ppd" Result)"
+	systemctl stop "$l_ppd"
+	excerpt "journal: power profiles" sh -c "journalctl --no-pager -u $l_unit -n 40 | grep -iE 'power-profiles|following' | tail -n 8"
+}
+
+laptop_journal() {
+	lc=$(cursor)
+	systemctl reload "$l_unit"
+	journal_wait "$lc" 20 'msg="configuration reloaded"'
+	cp "$l_conf" /tmp/laptop.conf.good
+	printf 'power_aware = "sometimes"\n' >>"$l_conf"
+	systemctl reload "$l_unit"
+	journal_wait "$lc" 20 'keeping the running configuration'
+	cp /tmp/laptop.conf.good "$l_conf"
+	warn=$(journal_since "$lc" -u "$l_unit" -p warning)
+	info=$(journal_since "$lc" -u "$l_unit" -p info)
+	prio=$(journalctl --no-pager -o export --after-cursor="$lc" -u "$l_unit" |
+		awk '/^PRIORITY=/ { p = $0 } /^MESSAGE=.*keeping the running configuration/ { print p; exit }')
+	if echo "$warn" | grep -q 'keeping the running configuration' && ! echo "$warn" | grep -q 'configuration reloaded' &&
+		echo "$info" | grep -q 'configuration reloaded' && [ "$prio" = PRIORITY=3 ]; then
+		pass "journalctl -p warning shows the daemon's error (stored at $prio) and not its info lines; -p info shows both"
+	else
+		fail "journal priorities" "$prio; -p warning: $(echo "$warn" | tail -n 3)"
+	fi
+}
