@@ -24,6 +24,7 @@ package main
 // restores; the cgroup model's promise is checked as before.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -126,13 +127,33 @@ func (m *faultModel) stopBus() {
 	m.fb = nil
 }
 
+// call calls the daemon's method (of bus.Interface) from c. A daemon that
+// does not answer within faultBound fails the call with the context's
+// error: no step of the model waits unbounded on a daemon that hangs.
+func (m *faultModel) call(c *dbus.Conn, method string, args ...any) *dbus.Call {
+	return m.callIface(c, bus.Interface+"."+method, args...)
+}
+
+func (m *faultModel) callIface(c *dbus.Conn, method string, args ...any) *dbus.Call {
+	ctx, cancel := context.WithTimeout(context.Background(), faultBound)
+	defer cancel()
+	return c.Object(bus.Name, bus.ObjectPath).CallWithContext(ctx, method, 0, args...)
+}
+
+// prop reads the daemon's property name (of bus.Interface) as root,
+// within faultBound.
+func (m *faultModel) prop(name string) (dbus.Variant, error) {
+	var v dbus.Variant
+	err := m.callIface(m.fb.root, "org.freedesktop.DBus.Properties.Get", bus.Interface, name).Store(&v)
+	return v, err
+}
+
 // busState is what no forged signal may change: the knob, the holds and
 // the owners of the power-profiles names.
 func (m *faultModel) busState(rt *rapid.T) string {
-	obj := m.fb.root.Object(bus.Name, bus.ObjectPath)
 	var b strings.Builder
 	for _, p := range []string{"PowerAware", "PowerAwarePolicy", "Holds"} {
-		v, err := obj.GetProperty(bus.Interface + "." + p)
+		v, err := m.prop(p)
 		if err != nil {
 			m.fatalf(rt, "reading %s: %v", p, err)
 		}
@@ -162,7 +183,7 @@ func (m *faultModel) actForge(rt *rapid.T) {
 	m.settle(rt)
 	before := m.busState(rt)
 	a := m.fb.attacker
-	if err := a.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".SetPolicy", 0, "performance").Err; err == nil ||
+	if err := m.call(a, "SetPolicy", "performance").Err; err == nil ||
 		!strings.Contains(err.Error(), "not authorised") {
 		m.fatalf(rt, "SetPolicy as uid 65534: %v, want refused", err)
 	}
@@ -199,7 +220,7 @@ func (m *faultModel) actForge(rt *rapid.T) {
 
 // holds is the daemon's Holds property: (cookie, policy, reason, owner).
 func (m *faultModel) holds(rt *rapid.T) [][]any {
-	v, err := m.fb.root.Object(bus.Name, bus.ObjectPath).GetProperty(bus.Interface + ".Holds")
+	v, err := m.prop("Holds")
 	if err != nil {
 		m.fatalf(rt, "reading Holds: %v", err)
 	}
@@ -235,7 +256,7 @@ func (m *faultModel) actHold(rt *rapid.T) {
 	}
 	m.step(rt, "hold", "%s holds %s", c.Names()[0], pol)
 	var cookie uint32
-	if err := c.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".HoldPolicy", 0, pol, "fault model").Store(&cookie); err != nil {
+	if err := m.call(c, "HoldPolicy", pol, "fault model").Store(&cookie); err != nil {
 		var de dbus.Error
 		if errors.As(err, &de) && de.Name == "org.freedesktop.DBus.Error.LimitsExceeded" {
 			return // the per-caller bound: documented, nothing held
@@ -337,7 +358,7 @@ func (m *faultModel) actFlap(rt *rapid.T) {
 	} else if changes {
 		want := map[string]uint32{"performance": 0, "balanced": 1, "power-saver": 2}[last]
 		m.poll(rt, "the followed daemon's last profile "+last, func() (bool, string) {
-			v, err := fb.root.Object(bus.Name, bus.ObjectPath).GetProperty(bus.Interface + ".PowerAware")
+			v, err := m.prop("PowerAware")
 			got, _ := v.Value().(uint32)
 			return err == nil && got == want, fmt.Sprint(got, err)
 		})

@@ -43,7 +43,8 @@ package main
 // test's first write, by design). Other processes' CPU hotplug (tests run
 // in parallel) leaves a sequence unjudged (faultDisturbed), not failed.
 //
-// Run it bounded (default 6 sequences of ~25 steps) in make test's serial
+// Run it bounded (default 6 sequences of ~25 steps, and no new sequence
+// after faultBudget: a loaded machine runs fewer, and says so) in make test's serial
 // run (SCHEDPOLICYD_TEST_HOTPLUG=1, or SCHEDPOLICYD_FAULT_HOTPLUG set), or long
 // with `make fault` (FAULT_CHECKS, FAULT_STEPS). -rapid.checks and
 // -rapid.steps override the counts; SCHEDPOLICYD_FAULT_HOTPLUG=real|mock
@@ -54,7 +55,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"net"
 	"os"
 	"os/exec"
@@ -73,6 +73,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
@@ -89,6 +90,10 @@ const (
 const (
 	faultDefaultChecks = 6
 	faultDefaultSteps  = 25
+	// faultBudget: the bounded run starts no sequence after this long (a
+	// quiet machine runs its 6 sequences in about 1.5 minutes; a busy
+	// one may take several times that, within make test's -timeout).
+	faultBudget = 5 * time.Minute
 )
 
 // faultCPUEvents counts the kernel's CPU online/offline uevents (seen) and
@@ -166,8 +171,10 @@ func TestFaultModel(t *testing.T) {
 	// Defaults of the bounded run.
 	given := map[string]bool{}
 	flagVisit(func(name string) { given[name] = true })
+	budget := time.Duration(0) // none when the count was asked for
 	if _, ok := os.LookupEnv("RAPID_CHECKS"); !ok && !given["rapid.checks"] {
 		flagSet("rapid.checks", strconv.Itoa(faultDefaultChecks))
+		budget = faultBudget
 	}
 	if _, ok := os.LookupEnv("RAPID_STEPS"); !ok && !given["rapid.steps"] {
 		flagSet("rapid.steps", strconv.Itoa(faultDefaultSteps))
@@ -197,10 +204,16 @@ func TestFaultModel(t *testing.T) {
 	}
 
 	bin := buildDaemon(t)
+	defer startFaultWatchdog()()
 	stats := &faultStats{actions: map[string]int{}}
 	start := time.Now()
 	rapid.Check(t, func(rt *rapid.T) {
+		if budget > 0 && time.Since(start) > budget {
+			stats.overBudget++
+			return
+		}
 		m := newFaultModel(t, bin, all, hp, realHP, stats)
+		watchSequence(m.dir, m.parent, m.other)
 		defer m.teardown()
 		defer func() {
 			if r := recover(); r != nil {
@@ -232,6 +245,9 @@ func TestFaultModel(t *testing.T) {
 	t.Logf("fault model: %d sequences, %d steps, %d daemon runs, CPU offline %d times (%d real), %d sequences disturbed by another process's CPU hotplug, %v",
 		stats.seqs, stats.steps, stats.runs, stats.offline, stats.realOffline, stats.disturbed, time.Since(start).Round(time.Second))
 	t.Logf("fault model: steps by kind: %s", strings.Join(per, ", "))
+	if stats.overBudget > 0 {
+		t.Logf("fault model: %d sequences not run: the bounded run's budget of %v was spent (a busy machine)", stats.overBudget, budget)
+	}
 	t.Logf("fault model: the daemon's peak RSS after a flapping power-profiles daemon (%d profiles a step): %.1f MiB (bound %d MiB)",
 		faultFlaps, float64(stats.peakRSS)/(1<<20), faultRSSBound>>20)
 }
@@ -239,9 +255,9 @@ func TestFaultModel(t *testing.T) {
 // faultStats are the figures printed at the end (all sequences, including
 // those rapid runs while shrinking a failure).
 type faultStats struct {
-	seqs, steps, runs, offline, realOffline, disturbed int
-	actions                                            map[string]int
-	peakRSS                                            int64 // the highest VmHWM after a flap step
+	seqs, steps, runs, offline, realOffline, disturbed, overBudget int
+	actions                                                        map[string]int
+	peakRSS                                                        int64 // the highest VmHWM after a flap step
 }
 
 // faultWorkload is the model of one workload.
@@ -387,6 +403,7 @@ func (m *faultModel) step(rt *rapid.T, kind, format string, args ...any) {
 	m.stats.actions[kind]++
 	s := fmt.Sprintf("step %d: %s: ", m.steps, kind) + fmt.Sprintf(format, args...)
 	m.trace = append(m.trace, s)
+	watchStep(s)
 	rt.Log(s)
 }
 
@@ -408,11 +425,23 @@ func (m *faultModel) fatalf(rt *rapid.T, format string, args ...any) {
 	rt.Fatalf(format, args...)
 }
 
+// writeFile writes v and a newline to p.
+//
+// A write the kernel does not finish within faultBound (one to the tree of
+// a daemon that hangs) fails the step instead of blocking the test; the
+// write itself goes on until the daemon is killed at teardown.
 func (m *faultModel) writeFile(p, v string) error {
-	if err := os.WriteFile(p, []byte(v+"\n"), 0o644); err != nil {
-		return fmt.Errorf("write %q to %s: %w", v, p, err)
+	done := make(chan error, 1)
+	go func() { done <- os.WriteFile(p, []byte(v+"\n"), 0o644) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("write %q to %s: %w", v, p, err)
+		}
+		return nil
+	case <-time.After(faultBound):
+		return fmt.Errorf("write %q to %s: not finished after %v", v, p, faultBound)
 	}
-	return nil
 }
 
 func (m *faultModel) wlPath(name string) string { return filepath.Join(m.parent, name) }
@@ -575,8 +604,10 @@ func (m *faultModel) spawn(rt *rapid.T, kind string, args ...string) *faultDaemo
 	if err := d.cmd.Start(); err != nil {
 		m.fatalf(rt, "start %s: %v", m.bin, err)
 	}
+	watchDaemon(d.cmd.Process.Pid, d.log)
 	go func() {
 		d.err = d.cmd.Wait()
+		watchDaemonGone(d.cmd.Process.Pid)
 		sock.Close()
 		close(d.done)
 	}()
