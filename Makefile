@@ -89,6 +89,30 @@ unit-test: deps
 	$(GO) test -race -count=1 -timeout 25m $(PKGS)
 	SCHEDPOLICYD_TEST_HOTPLUG=1 $(GO) test -race -count=1 -timeout 25m -p 1 -run '$(HOTPLUG_TESTS)' ./daemon/ ./cmd/schedpolicyd/
 
+# The Go tests on a loaded machine, as CI's may be: LOAD_PER_CPU (default
+# 2) CPU-bound busy loops per online CPU run beside LOADED_RUNS (default 3)
+# runs of `go test -race -count=1 $(LOADED_FLAGS) $(LOADED_PKGS)`, which
+# stop at the first failure; each run's exit status and duration are
+# printed. The busy loops end with the target, however it ends. Not part
+# of make test. E.g. make test-loaded LOADED_PKGS=./daemon/
+# LOADED_FLAGS="-run 'TaskClock|Repack|Wake|Saturat|React|Burst|Pressure'"
+LOADED_RUNS  ?= 3
+LOAD_PER_CPU ?= 2
+LOADED_PKGS  ?= $(PKGS)
+LOADED_FLAGS ?= -timeout 40m
+.PHONY: test-loaded
+test-loaded: deps
+	@n=$$(( $$(getconf _NPROCESSORS_ONLN) * $(LOAD_PER_CPU) )); pids=""; \
+	trap 'kill $$pids 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
+	i=0; while [ $$i -lt $$n ]; do sh -c 'while :; do :; done' & pids="$$pids $$!"; i=$$((i+1)); done; \
+	echo "test-loaded: $$n busy loops on $$(getconf _NPROCESSORS_ONLN) CPUs"; \
+	run=1; while [ $$run -le $(LOADED_RUNS) ]; do \
+		start=$$(date +%s); \
+		$(GO) test -race -count=1 $(LOADED_FLAGS) $(LOADED_PKGS); rc=$$?; \
+		echo "test-loaded: run $$run of $(LOADED_RUNS): exit $$rc after $$(( $$(date +%s) - start ))s (load average $$(cut -d' ' -f1-3 /proc/loadavg))"; \
+		[ $$rc -eq 0 ] || exit $$rc; run=$$((run+1)); \
+	done; echo "test-loaded: $(LOADED_RUNS) runs passed under load"
+
 # The Debian package: packaging/build-deb.sh (dpkg-deb, no debhelper).
 deb:
 	packaging/build-deb.sh bin
