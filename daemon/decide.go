@@ -145,6 +145,13 @@ func (d *Daemon) recompute(why string, force bool) {
 	if placedFor != "" && placedFor != d.effective {
 		d.policyReason += "; placing for performance: the load exceeds the packing threshold (race to idle)"
 	}
+	for _, e := range d.placementChanges(why) {
+		if d.unpublished {
+			d.heldLogs = append(d.heldLogs, func() { e.Info("placement changed") })
+		} else {
+			e.Info("placement changed")
+		}
+	}
 	if !d.unpublished {
 		d.saveEnergy()
 		d.publish()
@@ -243,4 +250,49 @@ func (d *Daemon) writeKernelKnob() {
 		return
 	}
 	d.kernelPolicy = string(d.effective)
+}
+
+// placementChanges are the info log entries of the last applies: one per
+// back end that moved workloads, saying how many it moved (moved), how
+// many of the managed workloads now hold CPUs the daemon set and which
+// (placed; onto, the union of their cpulists, "none" when every workload
+// has its original back), the policy placed for and why (the decision's
+// trigger, as recompute was given it).
+func (d *Daemon) placementChanges(why string) []*logrus.Entry {
+	var out []*logrus.Entry
+	add := func(kind string, moved, managed int, applied []string, placedFor policy.Policy) {
+		if moved == 0 {
+			return
+		}
+		onto, placed := sysfs.CPUSet{}, 0
+		for _, a := range applied {
+			if c, err := sysfs.ParseCPUList(a); err == nil && !c.IsEmpty() {
+				onto = onto.Union(c)
+				placed++
+			}
+		}
+		ontoS := onto.String()
+		if placed == 0 {
+			ontoS = "none"
+		}
+		out = append(out, d.log.WithFields(logrus.Fields{
+			"placement": kind, "moved": moved, "managed": managed, "placed": placed,
+			"onto": ontoS, "policy": placedFor, "why": why,
+		}))
+	}
+	if d.pl.cg != nil {
+		var applied []string
+		for _, w := range d.pl.workloads {
+			applied = append(applied, w.rec.Applied)
+		}
+		add(PlacementCgroupfs, d.pl.written, len(d.pl.workloads), applied, d.pl.plan.Policy)
+	}
+	if d.units != nil {
+		var applied []string
+		for _, w := range d.units.workloads {
+			applied = append(applied, w.rec.Applied)
+		}
+		add(PlacementSystemd, d.units.written, len(d.units.workloads), applied, d.units.plan.Policy)
+	}
+	return out
 }

@@ -32,6 +32,9 @@ type placement struct {
 
 	cg     *sysfs.Cgroup
 	lock   cgroupLock // flock on the managed parent's directory (cglock.go)
+	// written: the workloads the last apply wrote cpusets for (the
+	// placement log line, placementChanged).
+	written int
 	warned bool       // "placement disabled" said once
 	// watch hints at changes of the managed parent (nil: none, the loop
 	// rescans on its ticker); newWatch makes it (watchCgroupDir, or a

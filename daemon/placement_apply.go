@@ -29,6 +29,7 @@ func lazyInput(prev policy.LazyState, asked, eff policy.Policy, before, now sysf
 // state.json; without a successful save nothing is written. force with a
 // new policy or new CPUs applies a shrinking plan at once (lazyInput).
 func (p *placement) apply(eff policy.Policy, topo policy.Topology, online sysfs.CPUSet, force bool) {
+	p.written = 0
 	if p.cg == nil || len(p.workloads) == 0 {
 		p.plan = policy.Plan{Policy: eff}
 		return
@@ -112,6 +113,7 @@ func (p *placement) apply(eff policy.Policy, topo policy.Topology, online sysfs.
 		err := p.writeCPUs(w, want)
 		if err == nil {
 			p.stats.writes.Add(1)
+			p.written++
 			w.refused = ""
 			if logWrites {
 				p.log.WithFields(logrus.Fields{"workload": w.name, "from": w.cpus.String(), "to": want.String(), "policy": plan.Policy}).Debug("cpuset written")

@@ -86,6 +86,9 @@ type unitPlacement struct {
 	save  func() error
 
 	mgr    *systemd.Manager // the system manager; nil until open succeeds
+	// written: the units the last apply set AllowedCPUs= on (the
+	// placement log line, placementChanged).
+	written int
 	slices map[string]bool  // managed slices of the system manager
 	// users: manage names a user slice (userSlices); userManaged is
 	// which. Each logged-in user is followed (users.go): where cpuset is
@@ -799,6 +802,7 @@ func (u *unitPlacement) sampleEvery() time.Duration {
 // administrator's AllowedCPUs= (the original) bounds the choice. Each
 // value is recorded (Pending) and saved before it is set.
 func (u *unitPlacement) apply(eff policy.Policy, topo policy.Topology, online sysfs.CPUSet, force bool) {
+	u.written = 0
 	if u.mgr == nil || len(u.workloads) == 0 {
 		u.plan = policy.Plan{Policy: eff}
 		return
@@ -899,6 +903,7 @@ func (u *unitPlacement) apply(eff policy.Policy, topo policy.Topology, online sy
 			continue
 		}
 		u.stats.writes.Add(1)
+		u.written++
 		u.log.WithFields(logrus.Fields{"unit": w.name, "from": w.cpus.String(), "to": s.want.String(), "policy": plan.Policies[workloadKey(w.uid, w.name)]}).Debug("AllowedCPUs set")
 		w.cpus = s.want
 		w.rec.Applied, w.rec.Pending, w.rec.DropIns = s.want.String(), "", ""

@@ -10,6 +10,10 @@
 #                    names; unmasked again, they are released at once
 #   laptop_journal   every line carries its priority: journalctl -p warning
 #                    shows an error of the daemon's and not its info lines
+#   laptop_placed    a policy change that moves units logs one info line,
+#                    "placement changed", with how many moved, how many hold
+#                    CPUs the daemon set and which, the policy and why
+#                    (the VM: units placed through systemd)
 #
 # Sourced after lib.sh by container-guest.sh and vm-guest.sh with the
 # package installed; laptop_begin BASE takes the configuration file to
@@ -153,4 +157,23 @@ laptop_journal() {
 	else
 		fail "journal priorities" "$prio; -p warning: $(echo "$warn" | tail -n 3)"
 	fi
+}
+
+laptop_placed() {
+	systemctl is-active --quiet "$l_unit" || systemctl start "$l_unit"
+	schedpolicyctl set performance >/dev/null
+	for n in 1 2; do systemd-run --quiet --unit=lp-idle$n --slice=schedpolicyd.slice sleep 1000; done
+	wait_until 30 sh -c "schedpolicyctl workloads 2>/dev/null | grep -q lp-idle2" ||
+		fail laptop-placed-premise "lp-idle1/2 are not workloads: $(schedpolicyctl workloads 2>&1 | tail -n 5 | tr '\n' ' ')"
+	lc=$(cursor)
+	schedpolicyctl set powersaving >/dev/null
+	journal_wait "$lc" 30 'msg="placement changed".*policy=powersaving'
+	line=$(journal_since "$lc" -u "$l_unit" -p info | grep 'msg="placement changed"' | grep 'policy=powersaving' | head -n 1)
+	if echo "$line" | grep -q 'placement=systemd' && echo "$line" | grep -Eq 'moved=[1-9][0-9]* .*onto=[0-9]'; then
+		pass "laptop-placed: the switch to powersaving logged at info: $(echo "$line" | sed 's/.*msg=//')"
+	else
+		fail laptop-placed "no info line with placement=systemd, moved and onto: '$line'"
+	fi
+	schedpolicyctl set performance >/dev/null
+	systemctl stop lp-idle1 lp-idle2 2>/dev/null
 }

@@ -725,11 +725,13 @@ surface_end
 # --- 7. The laptop issue (laptop.sh) -----------------------------------------
 # power_profiles_api = "auto" beside Debian's power-profiles-daemon:
 # started, restarted, stopped and started, killed; masked and unmasked.
-# journalctl -p warning and the daemon's priorities.
+# journalctl -p warning and the daemon's priorities. The placement's info
+# line.
 . /mnt/host/laptop.sh
 laptop_begin /tmp/conf.orig
 laptop_ppd
 laptop_journal
+laptop_placed
 
 if dpkg --purge schedpolicyd >/tmp/dpkg-purge.log 2>&1; then
 	pass purge-dpkg
