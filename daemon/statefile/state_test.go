@@ -1,4 +1,4 @@
-package daemon
+package statefile
 
 import (
 	"encoding/json"
@@ -96,37 +96,6 @@ func TestSaveStateRejectsInvalidAndKeepsOld(t *testing.T) {
 	}
 }
 
-func TestLockIsExclusive(t *testing.T) {
-	dir := t.TempDir()
-	first, err := prepareStateDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := prepareStateDir(dir); !errors.Is(err, ErrAlreadyRunning) {
-		t.Fatalf("second lock: err = %v, want ErrAlreadyRunning", err)
-	}
-	first.Close() // the holder goes away (as on a crash): the lock is free
-	again, err := prepareStateDir(dir)
-	if err != nil {
-		t.Fatalf("after release: %v", err)
-	}
-	again.Close()
-}
-
-func TestPrepareStateDirRejectsUnusable(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "afile")
-	os.WriteFile(file, nil, 0o644)
-	if _, err := prepareStateDir(file); err == nil {
-		t.Error("a regular file was accepted as the state dir")
-	}
-	os.Mkdir(filepath.Join(dir, "s"), 0o755)
-	os.Mkdir(filepath.Join(dir, "s", StateFile), 0o755)
-	if _, err := prepareStateDir(filepath.Join(dir, "s")); err == nil {
-		t.Error("state.json as a directory was accepted")
-	}
-}
-
 // TestStateMigratesV1: a committed version-1 file (four parallel maps)
 // loads as one record per cgroup: originals are Unverified (v1 did not
 // record what it wrote), flags and created workloads keep their inodes;
@@ -168,30 +137,6 @@ func TestStateMigratesV1(t *testing.T) {
 	if again, err := LoadState(dir); err != nil || !reflect.DeepEqual(again, want) {
 		t.Fatalf("reloaded %+v, %v", again, err)
 	}
-}
-
-// originals returns path → original of st's workload records that hold a
-// value of ours (tests' view of what a restore would write back).
-func originals(st State) map[string]string {
-	m := map[string]string{}
-	for _, r := range st.Cgroups {
-		if !r.Parent && r.written() {
-			m[r.Path] = r.Original
-		}
-	}
-	return m
-}
-
-// lbCleared returns path → inode of st's records whose
-// sched_load_balance the daemon cleared.
-func lbCleared(st State) map[string]uint64 {
-	m := map[string]uint64{}
-	for _, r := range st.Cgroups {
-		if r.LoadBalanceCleared {
-			m[r.Path] = r.Inode
-		}
-	}
-	return m
 }
 
 // TestStateEnergy: the energy totals survive a save and a load; invalid
