@@ -28,7 +28,8 @@ const StateFile = "state.json"
 // with a warning.
 const stateVersion = 2
 
-// State is what survives a restart or a crash.
+// State is what survives a restart or a crash: the contents of
+// state.json, as LoadState returns them and SaveState writes them.
 type State struct {
 	// Knob is the knob in force (power_aware, power_aware_policy).
 	Knob policy.Knob
@@ -59,8 +60,9 @@ type State struct {
 	// unit, kept by the same rule as Cgroups.
 	Units []UnitRecord
 	// Choices is the user's last explicit choice per power source ("ac",
-	// "battery"; the daemon's choices.go); nil when none was made since this field
-	// exists (a file without it loads as before: Knob carries over).
+	// "battery"; the daemon's choices.go); nil when none was made since
+	// this field exists (a file without it loads as before: Knob carries
+	// over).
 	Choices map[string]policy.Knob
 	// ChoicesErr, set by LoadState only, says why the file's choices were
 	// ignored (an unknown power source, an invalid knob); the rest of the
