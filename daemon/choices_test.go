@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -60,7 +61,7 @@ func TestChoicePerPowerSource(t *testing.T) {
 
 	cancel()
 	<-done
-	st, err := LoadState(m.state)
+	st, err := statefile.LoadState(m.state)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestChoicePerPowerSource(t *testing.T) {
 func TestStateWithoutChoicesCarriesOver(t *testing.T) {
 	m := newMockLaptop(t)
 	bal := policy.Knob{PowerAware: policy.PowerAwareOn, PowerAwarePolicy: policy.Balance}
-	if err := SaveState(m.state, State{Knob: bal, Chosen: true}); err != nil {
+	if err := statefile.SaveState(m.state, statefile.State{Knob: bal, Chosen: true}); err != nil {
 		t.Fatal(err)
 	}
 	d := m.startWith(t, nil)

@@ -20,6 +20,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 	"github.com/schedpolicyd/schedpolicyd/systemd"
@@ -212,7 +213,7 @@ type Daemon struct {
 	// nil otherwise. keptUnits are the unit records of state.json while
 	// it is nil: another placement's, saved back as they are.
 	units     *unitPlacement
-	keptUnits []UnitRecord
+	keptUnits []statefile.UnitRecord
 	tree      sysfs.Tree
 	bus       *bus.Service // nil with bus "none"
 
@@ -250,7 +251,7 @@ type Daemon struct {
 	// change it caused, and a change that is not persisted not at all.
 	unpublished  bool
 	heldLogs     []func()
-	lastSaved    State // what state.json holds, as last saved by saveState
+	lastSaved    statefile.State // what state.json holds, as last saved by saveState
 	holds        map[uint32]*snapshot.Hold
 	holdIdx      holdIndex // beside holds: cookies, holds per owner (holds.go)
 	lastChange   time.Time
@@ -493,13 +494,13 @@ func (d *Daemon) Run(ctx context.Context) (runErr error) {
 	// them go, unless something else is in them.
 	defer treeLock.release()
 
-	st, err := LoadState(d.cfg.StateDir)
+	st, err := statefile.LoadState(d.cfg.StateDir)
 	if err != nil {
 		d.log.WithError(err).Warn("ignoring saved state, using defaults")
-		if errors.Is(err, ErrCorruptState) {
+		if errors.Is(err, statefile.ErrCorruptState) {
 			// Keep it: it may hold originals a person can still put back
 			// by hand (or a newer version's records after a downgrade).
-			from := filepath.Join(d.cfg.StateDir, StateFile)
+			from := filepath.Join(d.cfg.StateDir, statefile.StateFile)
 			to := fmt.Sprintf("%s.corrupt-%d", from, time.Now().Unix())
 			if err := os.Rename(from, to); err == nil {
 				d.log.WithField("file", to).Warn("the unusable state file is kept as it was")
@@ -521,7 +522,7 @@ func (d *Daemon) Run(ctx context.Context) (runErr error) {
 	} else {
 		d.keptUnits = st.Units // another placement's: kept as they are
 	}
-	if n := st.unfinished(); n != "" {
+	if n := st.Unfinished(); n != "" {
 		d.log.WithField("found", n).Warn("the last run did not finish its stop: each value it set is checked now, restored where it is still ours, and kept where someone else changed it since")
 	}
 	d.recoverBoost(st.Boost)
@@ -943,9 +944,9 @@ func (d *Daemon) setMetricsPath(p string) {
 	}
 }
 
-// saveState writes st to state.json (SaveState) and remembers it.
-func (d *Daemon) saveState(st State) error {
-	if err := SaveState(d.cfg.StateDir, st); err != nil {
+// saveState writes st to state.json (statefile.SaveState) and remembers it.
+func (d *Daemon) saveState(st statefile.State) error {
+	if err := statefile.SaveState(d.cfg.StateDir, st); err != nil {
 		return err
 	}
 	d.lastSaved = st
@@ -974,12 +975,12 @@ func (d *Daemon) saveBackground() error {
 // stateWith is what state.json must hold with knob k: the knob, the boost
 // setting found at start-up while we manage it, every cgroup record and the
 // energy totals.
-func (d *Daemon) stateWith(k policy.Knob) State {
+func (d *Daemon) stateWith(k policy.Knob) statefile.State {
 	units := d.keptUnits
 	if d.units != nil {
 		units = d.units.recordList()
 	}
-	return State{Knob: k, Chosen: d.knobChosen, Boost: d.boostOrig, Cgroups: d.pl.recordList(), Units: units, Energy: d.energy.Totals(), Choices: d.choices}
+	return statefile.State{Knob: k, Chosen: d.knobChosen, Boost: d.boostOrig, Cgroups: d.pl.recordList(), Units: units, Energy: d.energy.Totals(), Choices: d.choices}
 }
 
 // StartOnly names the settings that differ between the running

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
@@ -197,7 +198,7 @@ func TestDaemonCgroupV2Tree(t *testing.T) {
 		s := d.Snapshot()
 		return s.Policy == policy.Performance && testutil.ReadTrim(t, a) == "0-7", string(s.Policy)
 	})
-	if st, err := LoadState(m.state); err != nil || st.Knob.PowerAware != 0 {
+	if st, err := statefile.LoadState(m.state); err != nil || st.Knob.PowerAware != 0 {
 		t.Errorf("persisted knob = %+v, %v", st.Knob, err)
 	}
 	testutil.Put(t, filepath.Join(m.tree, TreePrefix, "power_aware"), "7")
@@ -322,9 +323,9 @@ func TestSettingWords(t *testing.T) {
 func TestDaemonRecoversOriginalsAfterCrash(t *testing.T) {
 	m := newMockLaptop(t)
 	testutil.Put(t, filepath.Join(m.managed, "a/cpuset.cpus"), "0")
-	if err := SaveState(m.state, State{
+	if err := statefile.SaveState(m.state, statefile.State{
 		Knob:    policy.DefaultKnob(),
-		Cgroups: []Record{{Path: filepath.Join(m.managed, "a"), Inode: dirInode(filepath.Join(m.managed, "a")), Original: "1-2", Applied: "0"}},
+		Cgroups: []statefile.Record{{Path: filepath.Join(m.managed, "a"), Inode: dirInode(filepath.Join(m.managed, "a")), Original: "1-2", Applied: "0"}},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +335,7 @@ func TestDaemonRecoversOriginalsAfterCrash(t *testing.T) {
 		return got == "0-7", got
 	})
 	// While running, state.json holds both workloads' originals.
-	st, err := LoadState(m.state)
+	st, err := statefile.LoadState(m.state)
 	if o := originals(st); err != nil || o[filepath.Join(m.managed, "a")] != "1-2" || o[filepath.Join(m.managed, "b")] != "2-3" {
 		t.Errorf("running state = %+v, %v; want originals a=1-2 b=2-3", st, err)
 	}
@@ -343,7 +344,7 @@ func TestDaemonRecoversOriginalsAfterCrash(t *testing.T) {
 	if got := testutil.ReadTrim(t, filepath.Join(m.managed, "a/cpuset.cpus")); got != "1-2" {
 		t.Errorf("a restored to %q, want the saved original 1-2", got)
 	}
-	if st, _ := LoadState(m.state); len(st.Cgroups) != 0 {
+	if st, _ := statefile.LoadState(m.state); len(st.Cgroups) != 0 {
 		t.Errorf("after a clean stop state.json still holds records %+v", st.Cgroups)
 	}
 }
@@ -420,7 +421,7 @@ func TestDaemonBoostOnBattery(t *testing.T) {
 		got := testutil.ReadTrim(t, boost)
 		return got == "0" && d.Snapshot().Boost == "0", got
 	})
-	st, err := LoadState(m.state)
+	st, err := statefile.LoadState(m.state)
 	if err != nil || len(st.Boost) != 1 || st.Boost[0].Value != "1" {
 		t.Errorf("state while on battery: %+v, %v; want the start-up boost saved", st.Boost, err)
 	}
@@ -439,7 +440,7 @@ func TestDaemonBoostOnBattery(t *testing.T) {
 	if got := testutil.ReadTrim(t, boost); got != "1" {
 		t.Errorf("boost after stop = %q, want the start-up 1", got)
 	}
-	if st, _ := LoadState(m.state); len(st.Boost) != 0 {
+	if st, _ := statefile.LoadState(m.state); len(st.Boost) != 0 {
 		t.Errorf("state.json still holds a boost setting after a clean stop: %+v", st.Boost)
 	}
 }
@@ -451,7 +452,7 @@ func TestDaemonBoostRecoveredAfterCrash(t *testing.T) {
 	m := newMockLaptop(t)
 	boost := filepath.Join(m.sys, "devices/system/cpu/intel_pstate/no_turbo")
 	testutil.Put(t, boost, "1") // turbo forbidden by the crashed run
-	if err := SaveState(m.state, State{Knob: policy.DefaultKnob(), Boost: []sysfs.BoostSetting{{File: "devices/system/cpu/intel_pstate/no_turbo", Value: "0"}}}); err != nil {
+	if err := statefile.SaveState(m.state, statefile.State{Knob: policy.DefaultKnob(), Boost: []sysfs.BoostSetting{{File: "devices/system/cpu/intel_pstate/no_turbo", Value: "0"}}}); err != nil {
 		t.Fatal(err)
 	}
 	m.start(t)
@@ -541,9 +542,9 @@ func TestDaemonIgnoresOriginalOfAnotherCgroup(t *testing.T) {
 	}
 	testutil.Put(t, filepath.Join(a, "cpuset.cpus"), "0")
 	testutil.Put(t, filepath.Join(b, "cpuset.cpus"), "0")
-	if err := SaveState(m.state, State{
+	if err := statefile.SaveState(m.state, statefile.State{
 		Knob: policy.DefaultKnob(),
-		Cgroups: []Record{
+		Cgroups: []statefile.Record{
 			{Path: a, Inode: ino(a), Original: "1-2", Applied: "0"},
 			{Path: b, Inode: ino(b) + 1, Original: "4-5", Applied: "0"},
 		},
@@ -559,4 +560,28 @@ func TestDaemonIgnoresOriginalOfAnotherCgroup(t *testing.T) {
 	if got := testutil.ReadTrim(t, filepath.Join(b, "cpuset.cpus")); got != "0" {
 		t.Errorf("b restored to %q, want 0 as found (the saved 4-5 was another cgroup's)", got)
 	}
+}
+
+// originals returns path → original of st's workload records that hold a
+// value of ours (tests' view of what a restore would write back).
+func originals(st statefile.State) map[string]string {
+	m := map[string]string{}
+	for _, r := range st.Cgroups {
+		if !r.Parent && r.Written() {
+			m[r.Path] = r.Original
+		}
+	}
+	return m
+}
+
+// lbCleared returns path → inode of st's records whose
+// sched_load_balance the daemon cleared.
+func lbCleared(st statefile.State) map[string]uint64 {
+	m := map[string]uint64{}
+	for _, r := range st.Cgroups {
+		if r.LoadBalanceCleared {
+			m[r.Path] = r.Inode
+		}
+	}
+	return m
 }

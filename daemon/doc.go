@@ -3,5 +3,6 @@
 // cgroup cpusets, persists the user's choices, serves the virtual sysfs tree
 // and talks to systemd. Its D-Bus service is package daemon/bus, which asks
 // the loop through the bus.Controller methods of Daemon (controller.go) and
-// is handed every snapshot it publishes (daemon/snapshot).
+// is handed every snapshot it publishes (daemon/snapshot); what survives a
+// restart, state.json, is read and written by package daemon/statefile.
 package daemon

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 )
 
 // allowedDropIn is the name of the drop-in file systemd writes for a
@@ -26,7 +28,7 @@ var runtimeRoot = "/run/"
 // dropIns identifies the AllowedCPUs= drop-ins among paths (a unit's
 // DropInPaths): "PATH@INODE.MTIME" for each (MTIME in nanoseconds),
 // "PATH@-" for one that cannot be read, sorted and space-separated; ""
-// when there is none. UnitRecord.DropIns holds it.
+// when there is none. statefile.UnitRecord.DropIns holds it.
 func dropIns(paths []string) string {
 	var out []string
 	for _, p := range paths {
@@ -54,7 +56,7 @@ func fileID(path string) string {
 // write (one was replaced, added or removed). It tells an administrator's
 // `systemctl set-property` of the very value the daemon had set from the
 // daemon's own. False when r.DropIns is unknown ("").
-func rewritten(r *UnitRecord, paths []string) bool {
+func rewritten(r *statefile.UnitRecord, paths []string) bool {
 	return r.DropIns != "" && dropIns(paths) != r.DropIns
 }
 
@@ -68,7 +70,7 @@ func rewritten(r *UnitRecord, paths []string) bool {
 // (the manager refuses a unit that is not found). known is false when
 // r.DropIns names no such file (unknown: a record of an older version, or
 // a write under way).
-func lingering(r *UnitRecord) (path string, known, lingers bool) {
+func lingering(r *statefile.UnitRecord) (path string, known, lingers bool) {
 	for _, f := range strings.Fields(r.DropIns) {
 		i := strings.LastIndexByte(f, '@')
 		if i < 0 || !strings.HasPrefix(f, runtimeRoot) {

@@ -46,7 +46,6 @@ package daemon
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -55,30 +54,10 @@ import (
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
-
-// validEnergyTotal checks a total read from state.json.
-func validEnergyTotal(e snapshot.EnergyTotal) error {
-	if _, err := policy.ParsePolicy(string(e.Policy)); err != nil {
-		return fmt.Errorf("energy total: policy %q: want performance, balance or powersaving", e.Policy)
-	}
-	switch e.PowerSource {
-	case acpi.AC, acpi.Battery, acpi.Unknown:
-	default:
-		return fmt.Errorf("energy total: power_source %q: want ac, battery or unknown", e.PowerSource)
-	}
-	for what, v := range map[string]float64{"joules": e.Joules, "seconds": e.Seconds} {
-		if !(v >= 0 && v <= maxEnergyValue) { // NaN fails too
-			return fmt.Errorf("energy total %s/%s: %s %v: want a finite number ≥ 0", e.Policy, e.PowerSource, what, v)
-		}
-	}
-	return nil
-}
-
-// maxEnergyValue bounds a saved total: 10¹⁵ J is a megawatt for 30 years.
-const maxEnergyValue = 1e15
 
 type energyKey struct {
 	policy policy.Policy
@@ -214,17 +193,8 @@ func (m *energyMeter) Totals() []snapshot.EnergyTotal {
 	for _, t := range m.totals {
 		out = append(out, t)
 	}
-	sortTotals(out)
+	statefile.SortEnergy(out)
 	return out
-}
-
-func sortTotals(ts []snapshot.EnergyTotal) {
-	rank := func(t snapshot.EnergyTotal) int {
-		p := slices.Index(policy.AvailablePolicies, t.Policy)
-		s := slices.Index([]acpi.Source{acpi.AC, acpi.Battery, acpi.Unknown}, t.PowerSource)
-		return p*3 + s
-	}
-	sort.Slice(ts, func(i, j int) bool { return rank(ts[i]) < rank(ts[j]) })
 }
 
 // Source is the source of the last reading: snapshot.EnergySourceRAPL,

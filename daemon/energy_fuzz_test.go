@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -48,7 +49,7 @@ func FuzzEnergyReadings(f *testing.F) {
 				if tot.Joules < 0 || tot.Seconds < 0 || math.IsNaN(tot.Joules) || math.IsInf(tot.Joules, 0) || tot.Seconds > time.Duration(dt).Seconds()+1e-9 {
 					t.Fatalf("total %+v after %v", tot, time.Duration(dt))
 				}
-				if err := validEnergyTotal(tot); err != nil {
+				if err := statefile.ValidEnergyTotal(tot); err != nil {
 					t.Fatalf("total %+v would not load back: %v", tot, err)
 				}
 			}

@@ -21,6 +21,7 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -180,7 +181,7 @@ func removedBetween(t *testing.T, d *Daemon, remove func() error, gone, kept str
 		t.Errorf("a vanished workload counted as %d errors", after.Errors-before.Errors)
 	}
 	testutil.Eventually(t, "original forgotten", func() (bool, string) {
-		st, _ := LoadState(d.cfg.StateDir)
+		st, _ := statefile.LoadState(d.cfg.StateDir)
 		_, has := originals(st)[filepath.Join(d.cfg.CgroupRoot, gone)]
 		return !has, fmt.Sprint(st.Cgroups)
 	})
@@ -197,7 +198,7 @@ func TestDaemonChoiceNotPersisted(t *testing.T) {
 	m := newMockLaptop(t)
 	d := m.startWith(t, nil)
 	before := d.Snapshot()
-	saved := testutil.Read(t, filepath.Join(m.state, StateFile))
+	saved := testutil.Read(t, filepath.Join(m.state, statefile.StateFile))
 	if out, err := exec.Command("chattr", "+i", m.state).CombinedOutput(); err != nil {
 		t.Skipf("cannot make %s immutable on this file system: %v %s", m.state, err, out)
 	}
@@ -217,7 +218,7 @@ func TestDaemonChoiceNotPersisted(t *testing.T) {
 			t.Errorf("%s: cpuset %s (file %s) after the failure, want %s", w.Name, w.CPUs, cur, before.Workloads[i].CPUs)
 		}
 	}
-	if got := testutil.Read(t, filepath.Join(m.state, StateFile)); got != saved {
+	if got := testutil.Read(t, filepath.Join(m.state, statefile.StateFile)); got != saved {
 		t.Errorf("state.json changed:\n%s\nwant\n%s", got, saved)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
@@ -198,7 +199,7 @@ func TestDaemonQuietsLoadBalance(t *testing.T) {
 	}
 	d, cancel, done := start()
 	testutil.Eventually(t, "a's flag cleared", func() (bool, string) { return flag("a") == "0", flag("a") })
-	st, err := LoadState(d.cfg.StateDir)
+	st, err := statefile.LoadState(d.cfg.StateDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,11 +216,11 @@ func TestDaemonQuietsLoadBalance(t *testing.T) {
 	// also names b — but with another inode: b was removed and made again
 	// after the crash, and its 0 is the user's own.
 	testutil.Put(t, filepath.Join(parent, "a", "cpuset.sched_load_balance"), "0")
-	cleared := []Record{
+	cleared := []statefile.Record{
 		{Path: filepath.Join(parent, "a"), Inode: inode(t, filepath.Join(parent, "a")), LoadBalanceCleared: true},
 		{Path: filepath.Join(parent, "b"), Inode: inode(t, filepath.Join(parent, "b")) + 1, LoadBalanceCleared: true},
 	}
-	if err := SaveState(m.state, State{Knob: policy.DefaultKnob(), Cgroups: cleared}); err != nil {
+	if err := statefile.SaveState(m.state, statefile.State{Knob: policy.DefaultKnob(), Cgroups: cleared}); err != nil {
 		t.Fatal(err)
 	}
 	_, cancel, done = start()

@@ -28,11 +28,16 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 )
 
 // ErrAlreadyRunning is returned by Run when another daemon holds the lock
 // of the same state directory, tree directory or managed parent cgroup.
 var ErrAlreadyRunning = errors.New("another schedpolicyd is running")
+
+// lockFile, in the state directory, is held (flock) by the running daemon.
+const lockFile = "lock"
 
 // procLocks is the kernel's list of file locks.
 const procLocks = "/proc/locks"
@@ -233,9 +238,9 @@ func prepareStateDir(dir string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if st, err := os.Lstat(filepath.Join(dir, StateFile)); err == nil && !st.Mode().IsRegular() {
+	if st, err := os.Lstat(filepath.Join(dir, statefile.StateFile)); err == nil && !st.Mode().IsRegular() {
 		lock.Close()
-		return nil, fmt.Errorf("state dir: %s is not a regular file; remove it", filepath.Join(dir, StateFile))
+		return nil, fmt.Errorf("state dir: %s is not a regular file; remove it", filepath.Join(dir, statefile.StateFile))
 	}
 	return lock, nil
 }

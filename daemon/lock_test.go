@@ -16,6 +16,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
@@ -123,7 +124,7 @@ func TestCgroupParentSecondManagerRefused(t *testing.T) {
 			t.Errorf("refusal %q does not name %q", err, want)
 		}
 	}
-	if st, _ := LoadState(filepath.Join(other, "state")); len(st.Cgroups) != 0 {
+	if st, _ := statefile.LoadState(filepath.Join(other, "state")); len(st.Cgroups) != 0 {
 		t.Errorf("the refused daemon saved records %v", st.Cgroups)
 	}
 	if n := len(d.Snapshot().Workloads); n != 2 || testutil.ReadTrim(t, b) != "0-7" {
@@ -374,4 +375,35 @@ func TestFlockHolderParsesProcLocks(t *testing.T) {
 		t.Fatalf("after release: %v", err)
 	}
 	g.Close()
+}
+
+func TestLockIsExclusive(t *testing.T) {
+	dir := t.TempDir()
+	first, err := prepareStateDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := prepareStateDir(dir); !errors.Is(err, ErrAlreadyRunning) {
+		t.Fatalf("second lock: err = %v, want ErrAlreadyRunning", err)
+	}
+	first.Close() // the holder goes away (as on a crash): the lock is free
+	again, err := prepareStateDir(dir)
+	if err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+	again.Close()
+}
+
+func TestPrepareStateDirRejectsUnusable(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "afile")
+	os.WriteFile(file, nil, 0o644)
+	if _, err := prepareStateDir(file); err == nil {
+		t.Error("a regular file was accepted as the state dir")
+	}
+	os.Mkdir(filepath.Join(dir, "s"), 0o755)
+	os.Mkdir(filepath.Join(dir, "s", statefile.StateFile), 0o755)
+	if _, err := prepareStateDir(filepath.Join(dir, "s")); err == nil {
+		t.Error("state.json as a directory was accepted")
+	}
 }

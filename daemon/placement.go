@@ -6,6 +6,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -17,8 +18,8 @@ import (
 // goroutine running Daemon.Run calls its methods.
 //
 // The promise it keeps: before any write to a cgroup file it
-// records the original and the value it writes (Record, persisted through
-// save); on exit, and after a crash on the next start, it restores only
+// records the original and the value it writes (statefile.Record,
+// persisted through save); on exit, and after a crash on the next start, it restores only
 // files that still hold a value of its own; a value someone else wrote is
 // theirs and is kept; a record stays until what it covers is restored or
 // its cgroup is gone, whichever run that takes.
@@ -59,8 +60,8 @@ type placement struct {
 	// the managed parent's, and those loaded from state.json that no
 	// current workload matched (another root, a run that could not open
 	// the parent), which are kept as they are.
-	records map[string]*Record
-	parent  *Record // the managed parent's record (v1 CPUs)
+	records map[string]*statefile.Record
+	parent  *statefile.Record // the managed parent's record (v1 CPUs)
 	// parentFound is the v1 parent's CPUs as this run found them when
 	// they were fewer than its recorded original (a CPU went offline while
 	// no daemon ran); a workload trimmed to the same set is still ours.
@@ -88,8 +89,8 @@ type placement struct {
 // workload is one direct child of the managed parent cgroup.
 type workload struct {
 	name string
-	rec  *Record      // its record in placement.records
-	cpus sysfs.CPUSet // what the file holds, as last read or written
+	rec  *statefile.Record // its record in placement.records
+	cpus sysfs.CPUSet      // what the file holds, as last read or written
 	avg  policy.UtilAverage
 	// lastAt is when avg was last updated.
 	lastAt   time.Time
@@ -111,7 +112,7 @@ type workload struct {
 func newPlacement(cfg *Config, log logrus.FieldLogger, stats *counters, done <-chan struct{}) *placement {
 	return &placement{
 		cfg: cfg, log: log, stats: stats, done: done,
-		workloads: map[string]*workload{}, records: map[string]*Record{},
+		workloads: map[string]*workload{}, records: map[string]*statefile.Record{},
 		rejected: map[string]bool{}, waiting: map[string]bool{},
 		exits: make(chan exitEvent), exitWatches: map[string]*sysfs.ExitWatch{},
 		newWatch: watchCgroupDir,
@@ -125,7 +126,7 @@ func newPlacement(cfg *Config, log logrus.FieldLogger, stats *counters, done <-c
 // shown to name the cgroup now at its path, which may be anyone's: it is
 // dropped with a warning, and that cgroup is adopted as it is found, never
 // removed, restored or written back on the record's word.
-func (p *placement) load(saved []Record) {
+func (p *placement) load(saved []statefile.Record) {
 	for i := range saved {
 		r := saved[i]
 		id := dirInode(r.Path)
@@ -144,14 +145,14 @@ func (p *placement) load(saved []Record) {
 }
 
 // recordList is the records state.json must hold now, sorted by path.
-func (p *placement) recordList() []Record {
-	keep := make(map[string]*Record, len(p.records))
+func (p *placement) recordList() []statefile.Record {
+	keep := make(map[string]*statefile.Record, len(p.records))
 	for path, r := range p.records {
-		if r.needed() || r.Parent {
+		if r.Needed() || r.Parent {
 			keep[path] = r
 		}
 	}
-	return sortedRecords(keep)
+	return statefile.SortedRecords(keep)
 }
 
 // flush saves state.json if a record changed since the last save; it
@@ -209,7 +210,7 @@ func (p *placement) openParentRecord() {
 		r = nil
 	}
 	if r == nil {
-		r = &Record{Path: path, Inode: id, Parent: true}
+		r = &statefile.Record{Path: path, Inode: id, Parent: true}
 		if cur, err := p.cg.OwnCPUs(); err == nil {
 			r.Original = cur.String()
 		}

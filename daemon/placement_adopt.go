@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
@@ -190,7 +191,7 @@ func (p *placement) adopt(n string) (*workload, error) {
 		r = p.renamed(path, id)
 	}
 	if r == nil {
-		r = &Record{Path: path, Inode: id, Original: cur.String()}
+		r = &statefile.Record{Path: path, Inode: id, Original: cur.String()}
 		p.records[path] = r
 	} else {
 		r.Inode = id
@@ -217,7 +218,7 @@ func (p *placement) adopt(n string) (*workload, error) {
 // renamed finds the record of the cgroup with inode id under another path
 // of the managed parent (a workload renamed: mv a b), moves it to path and
 // forgets the workload of the old name; nil when there is none.
-func (p *placement) renamed(path string, id uint64) *Record {
+func (p *placement) renamed(path string, id uint64) *statefile.Record {
 	for old, r := range p.records {
 		if r.Inode != id || old == path || r.Parent || filepath.Dir(old) != filepath.Dir(path) || dirInode(old) == id {
 			continue
@@ -238,11 +239,11 @@ func (p *placement) renamed(path string, id uint64) *Record {
 // holds now (at adoption): a value of ours keeps the saved original; any
 // other value was set by someone else while no daemon ran, and becomes
 // the original.
-func (p *placement) reconcile(r *Record, cur sysfs.CPUSet, log logrus.FieldLogger) {
+func (p *placement) reconcile(r *statefile.Record, cur sysfs.CPUSet, log logrus.FieldLogger) {
 	switch {
 	case r.Released:
 		r.Original = cur.String()
-	case !r.written():
+	case !r.Written():
 		r.Original = cur.String()
 	case cur.String() == r.Original:
 		r.Applied, r.Pending, r.Unverified = "", "", false
@@ -265,7 +266,7 @@ func (p *placement) reconcile(r *Record, cur sysfs.CPUSet, log logrus.FieldLogge
 // daemon wrote: the record's applied or pending value, or on cgroup v1
 // one of them less CPUs the kernel removed on hotplug (the managed
 // parent's effective CPUs are what is left online to it).
-func (p *placement) ours(r *Record, cur sysfs.CPUSet) bool {
+func (p *placement) ours(r *statefile.Record, cur sysfs.CPUSet) bool {
 	if r.Unverified {
 		return true
 	}

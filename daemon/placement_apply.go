@@ -25,7 +25,7 @@ func lazyInput(prev policy.LazyState, asked, eff policy.Policy, before, now sysf
 
 // apply plans placement for policy eff on topo within the online CPUs and
 // writes the cpusets that differ from what the files hold. Before writing
-// it records each value it will write (Record.Pending) and saves
+// it records each value it will write (statefile.Record.Pending) and saves
 // state.json; without a successful save nothing is written. force with a
 // new policy or new CPUs applies a shrinking plan at once (lazyInput).
 func (p *placement) apply(eff policy.Policy, topo policy.Topology, online sysfs.CPUSet, force bool) {
@@ -195,8 +195,8 @@ func (p *placement) writeCPUs(w *workload, cpus sysfs.CPUSet) error {
 // workloads twice as slow (docs/BENCHMARKS.md). A workload whose flag is
 // already 0 is left alone, and nothing is changed under a parent without
 // the flag (children's flags matter there). What is cleared is recorded
-// (Record.LoadBalanceCleared) and saved before the write, and set back on
-// exit (restore), or by the next start after a crash.
+// (statefile.Record.LoadBalanceCleared) and saved before the write, and
+// set back on exit (restore), or by the next start after a crash.
 func (p *placement) quietLoadBalance() {
 	if p.cg.Version() != sysfs.CgroupV1 {
 		return

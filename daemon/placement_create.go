@@ -21,7 +21,7 @@ func (p *placement) sortedNames() []string {
 }
 
 // releasedOverride is what the Workloads property and schedpolicyctl show
-// as the override of a released workload (Record.Released).
+// as the override of a released workload (statefile.Record.Released).
 const releasedOverride = "user"
 
 func (p *placement) status() []WorkloadStatus {

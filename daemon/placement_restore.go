@@ -27,7 +27,7 @@ func (p *placement) restore() bool {
 	for _, n := range p.sortedNames() {
 		w := p.workloads[n]
 		r := w.rec
-		if !r.written() || r.Released {
+		if !r.Written() || r.Released {
 			continue
 		}
 		cur, err := p.readCPUs(w)

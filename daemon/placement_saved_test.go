@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"path/filepath"
 	"testing"
@@ -29,7 +30,7 @@ func TestDaemonSavesWhatItWrote(t *testing.T) {
 	testutil.Put(t, ps+"/BAT0/status", "Charging")
 	testutil.Eventually(t, "state.json names only what b holds", func() (bool, string) {
 		cur := testutil.ReadTrim(t, b+"/cpuset.cpus")
-		st, err := LoadState(m.state)
+		st, err := statefile.LoadState(m.state)
 		if err != nil {
 			return false, err.Error()
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -60,7 +61,7 @@ func setPolicy(t *testing.T, d *Daemon, p policy.Policy) {
 // so the next run finds exactly what a crash leaves.
 func crashState(t *testing.T, state string, dirs []string) (putBack func()) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(state, StateFile))
+	b, err := os.ReadFile(filepath.Join(state, statefile.StateFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func crashState(t *testing.T, state string, dirs []string) (putBack func()) {
 			testutil.Put(t, d+"/cpuset.cpus", cpus[d])
 			testutil.Put(t, d+"/cpuset.sched_load_balance", flags[d])
 		}
-		if err := os.WriteFile(filepath.Join(state, StateFile), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(state, statefile.StateFile), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -104,7 +105,7 @@ func TestRestoreKeepsRecordsNoRunMatched(t *testing.T) {
 		t.Fatalf("powersaving packed nothing (%s); the test needs packed workloads", packed)
 	}
 	putBack := crashState(t, m.state, dirs)
-	saved, _ := LoadState(m.state)
+	saved, _ := statefile.LoadState(m.state)
 	cancel()
 	<-done
 	putBack() // as kill -9 leaves it
@@ -114,11 +115,11 @@ func TestRestoreKeepsRecordsNoRunMatched(t *testing.T) {
 		_, cancel, done := run(root)
 		cancel()
 		<-done
-		st, err := LoadState(m.state)
+		st, err := statefile.LoadState(m.state)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, got := saved.Cgroups, []Record(nil)
+		want, got := saved.Cgroups, []statefile.Record(nil)
 		for _, r := range st.Cgroups {
 			if !strings.HasPrefix(r.Path, other) {
 				got = append(got, r)
@@ -145,7 +146,7 @@ func TestRestoreKeepsRecordsNoRunMatched(t *testing.T) {
 			t.Errorf("%s sched_load_balance = %s, want 1 as found", n, got)
 		}
 	}
-	st, _ := LoadState(m.state)
+	st, _ := statefile.LoadState(m.state)
 	for _, r := range st.Cgroups {
 		if strings.HasPrefix(r.Path, parent+"/") {
 			t.Errorf("record %+v left after its workload was restored", r)
@@ -254,12 +255,12 @@ func TestRestoreRealHotplug(t *testing.T) {
 	hotplug(t, d, m, "0")
 	cancel()
 	<-done
-	st, _ := LoadState(m.state)
-	recs := map[string]Record{}
+	st, _ := statefile.LoadState(m.state)
+	recs := map[string]statefile.Record{}
 	for _, r := range st.Cgroups {
 		recs[filepath.Base(r.Path)] = r
 	}
-	if r := recs["c"]; r.Original != "0-1" || !r.written() {
+	if r := recs["c"]; r.Original != "0-1" || !r.Written() {
 		t.Errorf("c's record after a stop with CPU 1 offline = %+v, want original 0-1 kept", r)
 	}
 	if r := recs[filepath.Base(parent)]; !r.Parent || r.Original != "0-1" {
@@ -285,7 +286,7 @@ func TestRestoreRealHotplug(t *testing.T) {
 			t.Errorf("after the stop with CPU 1 back %s = %s, want its original %s", n, got, want)
 		}
 	}
-	if st, _ := LoadState(m.state); len(st.Cgroups) != 0 {
+	if st, _ := statefile.LoadState(m.state); len(st.Cgroups) != 0 {
 		t.Errorf("records left after everything was restored: %+v", st.Cgroups)
 	}
 }
@@ -344,8 +345,8 @@ func TestRecordWithoutInodeNotUsed(t *testing.T) {
 			v1Workloads(t, parent, map[string]string{"admin": "0"})
 			admin := filepath.Join(parent, "admin")
 			m := thisMachineLaptop(t)
-			testutil.WriteFile(t, filepath.Join(m.state, StateFile), file(admin))
-			if st, err := LoadState(m.state); err != nil || len(st.Cgroups) != 1 || st.Cgroups[0].Inode != 0 || !st.Cgroups[0].Created {
+			testutil.WriteFile(t, filepath.Join(m.state, statefile.StateFile), file(admin))
+			if st, err := statefile.LoadState(m.state); err != nil || len(st.Cgroups) != 1 || st.Cgroups[0].Inode != 0 || !st.Cgroups[0].Created {
 				t.Fatalf("the file's record: %+v %v, want one created record without inode", st.Cgroups, err)
 			}
 			ml := new(msgLog)

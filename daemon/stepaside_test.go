@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
@@ -34,7 +35,7 @@ func TestStepAsideBoostDynamicEPP(t *testing.T) {
 	if got := testutil.ReadTrim(t, boost); got != "1" {
 		t.Errorf("boost with dynamic EPP on = %q, want untouched 1", got)
 	}
-	if st, _ := LoadState(m.state); len(st.Boost) != 0 {
+	if st, _ := statefile.LoadState(m.state); len(st.Boost) != 0 {
 		t.Errorf("a boost setting was saved although boost is not ours: %+v", st.Boost)
 	}
 	testutil.Put(t, epp, "0")

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -199,7 +200,7 @@ func TestStormWorkloadsComeAndGo(t *testing.T) {
 		if err := d.do(t.Context(), func() error { return d.setKnob(d.knob.WithCurrentPolicy(policy.Powersaving), "test") }); err != nil {
 			t.Fatal(err)
 		}
-		st, err := LoadState(m.state)
+		st, err := statefile.LoadState(m.state)
 		if err != nil || len(originals(st)) != n+2 {
 			t.Fatalf("round %d: state.json holds %d originals (%v), want %d", r, len(originals(st)), err, n+2)
 		}
@@ -215,7 +216,7 @@ func TestStormWorkloadsComeAndGo(t *testing.T) {
 		}
 	}
 	testutil.Eventually(t, "originals forgotten", func() (bool, string) {
-		st, _ := LoadState(m.state)
+		st, _ := statefile.LoadState(m.state)
 		return len(originals(st)) == 2, fmt.Sprint(len(originals(st)))
 	})
 	s := d.Stats()

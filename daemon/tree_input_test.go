@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -45,7 +46,7 @@ func TestTreeBadInput(t *testing.T) {
 	m := newMockLaptop(t)
 	d := m.startWith(t, func(c *Config) { c.TreeBackend = "fuse" })
 	dir := filepath.Join(m.tree, TreePrefix)
-	stateBefore, _ := os.ReadFile(filepath.Join(m.state, StateFile))
+	stateBefore, _ := os.ReadFile(filepath.Join(m.state, statefile.StateFile))
 
 	for _, c := range []struct {
 		file string
@@ -78,7 +79,7 @@ func TestTreeBadInput(t *testing.T) {
 	if s := d.Snapshot(); s.Knob != policy.DefaultKnob() || s.Policy != policy.Performance {
 		t.Errorf("refused writes changed the state: %+v", s)
 	}
-	if after, _ := os.ReadFile(filepath.Join(m.state, StateFile)); !bytes.Equal(after, stateBefore) {
+	if after, _ := os.ReadFile(filepath.Join(m.state, statefile.StateFile)); !bytes.Equal(after, stateBefore) {
 		t.Errorf("refused writes changed state.json: %q → %q", stateBefore, after)
 	}
 
@@ -132,7 +133,7 @@ func TestTreeBadInput(t *testing.T) {
 	wg.Wait()
 	failed.Range(func(k, v any) bool { t.Errorf("concurrent write %v: %v", k, v); return true })
 	s := d.Snapshot()
-	st, err := LoadState(m.state)
+	st, err := statefile.LoadState(m.state)
 	if err != nil || st.Knob != s.Knob {
 		t.Errorf("after concurrent writes state.json knob %+v (%v), snapshot %+v", st.Knob, err, s.Knob)
 	}

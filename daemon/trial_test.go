@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -125,13 +126,13 @@ func TestTrialCorruptStateKept(t *testing.T) {
 	m := newMockLaptop(t)
 	os.MkdirAll(m.state, 0o755)
 	bad := `{"version": 2,, "cgroups": [{"path": "/x", "original_cpus": "1"}]}`
-	if err := os.WriteFile(filepath.Join(m.state, StateFile), []byte(bad), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(m.state, statefile.StateFile), []byte(bad), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, cancel, done := m.start(t)
 	cancel()
 	<-done
-	kept, _ := filepath.Glob(filepath.Join(m.state, StateFile+".corrupt-*"))
+	kept, _ := filepath.Glob(filepath.Join(m.state, statefile.StateFile+".corrupt-*"))
 	if len(kept) != 1 {
 		t.Fatalf("kept files %v, want one state.json.corrupt-*", kept)
 	}
@@ -152,9 +153,9 @@ func TestTrialPendingPromoted(t *testing.T) {
 	v1Workloads(t, parent+"/a", map[string]string{"g": "1"})
 	m := thisMachineLaptop(t)
 	a := filepath.Join(parent, "a")
-	if err := SaveState(m.state, State{
+	if err := statefile.SaveState(m.state, statefile.State{
 		Knob: policy.Knob{PowerAware: policy.PowerAwareOn, PowerAwarePolicy: policy.Powersaving}, Chosen: true,
-		Cgroups: []Record{{Path: a, Inode: dirInode(a), Original: "1", Pending: "0-1"}},
+		Cgroups: []statefile.Record{{Path: a, Inode: dirInode(a), Original: "1", Pending: "0-1"}},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ func TestTrialPendingPromoted(t *testing.T) {
 	if got := cpusOf(t, a); got != "1" {
 		t.Errorf("a = %s after the stop, want its original 1", got)
 	}
-	if st, _ := LoadState(m.state); len(originals(st)) != 0 {
+	if st, _ := statefile.LoadState(m.state); len(originals(st)) != 0 {
 		t.Errorf("records left: %+v", st.Cgroups)
 	}
 }

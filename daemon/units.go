@@ -14,6 +14,7 @@ import (
 	"github.com/godbus/dbus/v5"
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 	"github.com/schedpolicyd/schedpolicyd/systemd"
@@ -76,8 +77,8 @@ const unitScanTimeout = 60 * time.Second
 // UnitRemoved signals, never by polling, and never moved between
 // cgroups. The promise of the restore issue holds here too: before setting
 // AllowedCPUs= the daemon records the unit's original and the value it
-// sets (UnitRecord, saved through save); on exit, and after a crash on the
-// next start, it resets exactly the values it set, and only where the unit
+// sets (statefile.UnitRecord, saved through save); on exit, and after a
+// crash on the next start, it resets exactly the values it set, and only where the unit
 // still has them.
 type unitPlacement struct {
 	cfg   *Config
@@ -112,8 +113,8 @@ type unitPlacement struct {
 	unified    bool
 	warned     bool
 
-	workloads map[string]*unitWorkload // by workloadKey
-	records   map[string]*UnitRecord   // by UnitRecord.key()
+	workloads map[string]*unitWorkload         // by workloadKey
+	records   map[string]*statefile.UnitRecord // by UnitRecord.Key()
 	dirty     bool
 	// reloading holds the managers (by uid, -1 the system's) between
 	// their Reloading(true) and Reloading(false): their unit signals are
@@ -155,7 +156,7 @@ type unitWorkload struct {
 	// is -1 (the focused app, focus.go).
 	focused bool
 	cgroup  string // its cgroup directory (cgroupRoot + ControlGroup)
-	rec     *UnitRecord
+	rec     *statefile.UnitRecord
 	// cpus is its AllowedCPUs= as last read or set; empty: unset.
 	cpus   sysfs.CPUSet
 	avg    policy.UtilAverage
@@ -180,7 +181,7 @@ func newUnitPlacement(cfg *Config, log logrus.FieldLogger, stats *counters) *uni
 		people:      map[int]*userManager{},
 		cgroupRoot:  "/sys/fs/cgroup",
 		workloads:   map[string]*unitWorkload{},
-		records:     map[string]*UnitRecord{},
+		records:     map[string]*statefile.UnitRecord{},
 		reloading:   map[int]bool{},
 	}
 	manage := cfg.Manage
@@ -200,22 +201,22 @@ func newUnitPlacement(cfg *Config, log logrus.FieldLogger, stats *counters) *uni
 }
 
 // load takes the unit records of state.json.
-func (u *unitPlacement) load(saved []UnitRecord) {
+func (u *unitPlacement) load(saved []statefile.UnitRecord) {
 	for i := range saved {
 		r := saved[i]
-		u.records[r.key()] = &r
+		u.records[r.Key()] = &r
 	}
 }
 
 // recordList is the unit records state.json must hold now.
-func (u *unitPlacement) recordList() []UnitRecord {
-	var out []UnitRecord
+func (u *unitPlacement) recordList() []statefile.UnitRecord {
+	var out []statefile.UnitRecord
 	for _, r := range u.records {
-		if r.written() || r.Created {
+		if r.Written() || r.Created {
 			out = append(out, *r)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].key() < out[j].key() })
+	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })
 	return out
 }
 
@@ -434,7 +435,7 @@ func (u *unitPlacement) dropGone(ctx context.Context) {
 			}
 		}
 		if info, err := m.UnitInfo(ctx, r.Unit); err == nil && info.LoadState == "not-found" || isNoSuchUnit(err) {
-			if _, _, lingers := lingering(r); lingers && r.written() {
+			if _, _, lingers := lingering(r); lingers && r.Written() {
 				continue // the value comes back with a unit of that name
 			}
 			delete(u.records, k)
@@ -557,9 +558,9 @@ func (u *unitPlacement) dropUnloaded(uid int, name string) {
 	if u.workloads[workloadKey(uid, name)] != nil {
 		return
 	}
-	k := UnitRecord{Manager: managerName(uid), Unit: name}.key()
+	k := statefile.UnitRecord{Manager: managerName(uid), Unit: name}.Key()
 	r := u.records[k]
-	if r == nil || !r.written() || r.Created {
+	if r == nil || !r.Written() || r.Created {
 		return
 	}
 	if _, known, lingers := lingering(r); known && !lingers {
@@ -590,7 +591,7 @@ func workloadKey(uid int, name string) string {
 	return managerName(uid) + "/" + name
 }
 
-// managerName is a UnitRecord's Manager: "system", or "user:UID".
+// managerName is a statefile.UnitRecord's Manager: "system", or "user:UID".
 func managerName(uid int) string {
 	if uid < 0 {
 		return "system"
@@ -598,7 +599,7 @@ func managerName(uid int) string {
 	return "user:" + strconv.Itoa(uid)
 }
 
-// recordUID is the uid of a UnitRecord's Manager, -1 for "system"
+// recordUID is the uid of a statefile.UnitRecord's Manager, -1 for "system"
 // (validate accepts nothing else).
 func recordUID(manager string) int {
 	if s, ok := strings.CutPrefix(manager, "user:"); ok {
@@ -687,15 +688,15 @@ func (u *unitPlacement) managed(uid int, info systemd.UnitInfo) bool {
 // AllowedCPUs= is now), else a new one.
 func (u *unitPlacement) adopt(uid int, info systemd.UnitInfo) {
 	cur := sysfs.NewCPUSet(info.AllowedCPUs...)
-	key := UnitRecord{Manager: managerName(uid), Unit: info.Name}.key()
+	key := statefile.UnitRecord{Manager: managerName(uid), Unit: info.Name}.Key()
 	log := u.log.WithFields(logrus.Fields{"unit": info.Name, "slice": info.Slice, "manager": managerName(uid)})
 	r := u.records[key]
 	if r == nil {
-		r = &UnitRecord{Manager: managerName(uid), Unit: info.Name, Original: cur.String()}
+		r = &statefile.UnitRecord{Manager: managerName(uid), Unit: info.Name, Original: cur.String()}
 		u.records[key] = r
 	} else {
 		switch s := cur.String(); {
-		case !r.written():
+		case !r.Written():
 			r.Original, r.DropIns = s, ""
 		case s == r.Original:
 			r.Applied, r.Pending, r.DropIns = "", "", ""
@@ -730,8 +731,8 @@ func (u *unitPlacement) forget(key string) {
 	}
 	delete(u.workloads, key)
 	u.unwatchFocus(w)
-	if !w.rec.written() && !w.rec.Created {
-		delete(u.records, w.rec.key())
+	if !w.rec.Written() && !w.rec.Created {
+		delete(u.records, w.rec.Key())
 	}
 	u.dirty = true
 	u.clock.remove(key)
@@ -944,7 +945,7 @@ func (u *unitPlacement) restore() bool {
 	sort.Strings(keys)
 	for _, k := range keys {
 		r := u.records[k]
-		if !r.written() {
+		if !r.Written() {
 			continue
 		}
 		uid := recordUID(r.Manager)
@@ -1194,11 +1195,11 @@ func (u *unitPlacement) create(name string, pid int) (string, error) {
 		return "", fmt.Errorf("%s is not in manage: created workloads would not be placed", createSlice)
 	}
 	unit := name + ".scope"
-	key := UnitRecord{Manager: "system", Unit: unit}.key()
+	key := statefile.UnitRecord{Manager: "system", Unit: unit}.Key()
 	if _, ok := u.workloads[workloadKey(-1, unit)]; ok {
 		return "", &workloadExistsError{name: name, what: unit}
 	}
-	u.records[key] = &UnitRecord{Manager: "system", Unit: unit, Created: true}
+	u.records[key] = &statefile.UnitRecord{Manager: "system", Unit: unit, Created: true}
 	u.dirty = true
 	if err := u.flushErr(); err != nil {
 		delete(u.records, key)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -16,7 +17,7 @@ import (
 func unitsWith(ws ...*unitWorkload) *unitPlacement {
 	u := &unitPlacement{cfg: &Config{}, log: logrus.New(), stats: &counters{}, workloads: map[string]*unitWorkload{}}
 	for _, w := range ws {
-		w.rec = &UnitRecord{Unit: w.name}
+		w.rec = &statefile.UnitRecord{Unit: w.name}
 		u.workloads[workloadKey(w.uid, w.name)] = w
 	}
 	return u

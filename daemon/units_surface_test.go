@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
@@ -30,7 +31,7 @@ func twoCPUTopology(t *testing.T) policy.Topology {
 // surfaceUnits opens unit placement of schedpolicyd.slice on the fake
 // manager, with saved records (a restarted daemon) and every state.json
 // save kept in *saved.
-func surfaceUnits(t *testing.T, saved []UnitRecord, out *[]UnitRecord) *unitPlacement {
+func surfaceUnits(t *testing.T, saved []statefile.UnitRecord, out *[]statefile.UnitRecord) *unitPlacement {
 	t.Helper()
 	u := newUnitPlacement(&Config{Manage: []string{"schedpolicyd.slice"}, SampleInterval: time.Second, UtilHalfLife: policy.DefaultHalfLife, NoTaskClock: true}, testutil.Logger(t), &counters{})
 	u.unified = false // one write per value (no widening step)
@@ -137,7 +138,7 @@ func TestUnitsAdminSameValue(t *testing.T) {
 	f.start("a.service", "schedpolicyd.slice", true)
 	f.start("b.service", "schedpolicyd.slice", true)
 	f.start("c.service", "schedpolicyd.slice", true)
-	var saved []UnitRecord
+	var saved []statefile.UnitRecord
 	u := surfaceUnits(t, nil, &saved)
 	pol := policy.Powersaving
 	apply := placer(t, u, &pol)
@@ -187,7 +188,7 @@ func TestUnitsRecreatedUnitKeepsRecord(t *testing.T) {
 	f := newFakeSystemd(t)
 	f.start("r.service", "schedpolicyd.slice", false)
 	f.start("t.service", "schedpolicyd.slice", true)
-	var saved []UnitRecord
+	var saved []statefile.UnitRecord
 	u := surfaceUnits(t, nil, &saved)
 	pol := policy.Powersaving
 	apply := placer(t, u, &pol)
@@ -196,7 +197,7 @@ func TestUnitsRecreatedUnitKeepsRecord(t *testing.T) {
 	f.remove("r.service")
 	f.remove("t.service")
 	pump(t, f, u, apply, nil)
-	keys := func(rs []UnitRecord) string {
+	keys := func(rs []statefile.UnitRecord) string {
 		var out []string
 		for _, r := range rs {
 			out = append(out, r.Unit)
@@ -216,7 +217,7 @@ func TestUnitsRecreatedUnitKeepsRecord(t *testing.T) {
 	}
 	// The next start keeps it (the scan's dropGone), and the unit file
 	// comes back.
-	var saved2 []UnitRecord
+	var saved2 []statefile.UnitRecord
 	u2 := surfaceUnits(t, records, &saved2)
 	apply2 := placer(t, u2, &pol)
 	u2.flush()
@@ -251,14 +252,14 @@ func TestDropInIdentity(t *testing.T) {
 	other := dir + "/run/systemd/system.control/a.service.d/10-other.conf"
 	testutil.WriteFile(t, run, "[Service]\nAllowedCPUs=0\n")
 	testutil.WriteFile(t, other, "[Service]\nCPUWeight=50\n")
-	r := &UnitRecord{Unit: "a.service", Applied: "0", DropIns: dropIns([]string{run, other})}
+	r := &statefile.UnitRecord{Unit: "a.service", Applied: "0", DropIns: dropIns([]string{run, other})}
 	if strings.Contains(r.DropIns, "10-other") || !strings.HasPrefix(r.DropIns, run+"@") {
 		t.Fatalf("dropIns %q: want the AllowedCPUs= drop-in alone", r.DropIns)
 	}
 	if rewritten(r, []string{other, run}) {
 		t.Fatal("the same files read as rewritten")
 	}
-	if rewritten(&UnitRecord{}, []string{run}) {
+	if rewritten(&statefile.UnitRecord{}, []string{run}) {
 		t.Fatal("an unknown identity reads as rewritten")
 	}
 	time.Sleep(10 * time.Millisecond)

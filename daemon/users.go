@@ -13,6 +13,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 	"github.com/schedpolicyd/schedpolicyd/systemd"
 )
@@ -342,7 +343,7 @@ func (u *unitPlacement) userManagerClosed(uid int, from *systemd.Manager) bool {
 // userGone reports whether the manager of user record r has gone, with
 // every runtime AllowedCPUs= it held (the user logged out: no
 // /run/user/UID/systemd/private); it logs that the record is forgotten.
-func (u *unitPlacement) userGone(r *UnitRecord) bool {
+func (u *unitPlacement) userGone(r *statefile.UnitRecord) bool {
 	uid := recordUID(r.Manager)
 	if p := u.people[uid]; p != nil && p.mgr != nil {
 		return false

@@ -12,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/systemd"
 )
@@ -46,9 +47,9 @@ func TestFocusXattrFollowed(t *testing.T) {
 	if err := u.startFocus(); err != nil {
 		t.Fatal(err)
 	}
-	app := &unitWorkload{name: "app-test-1.scope", slice: "app.slice", uid: 1000, cgroup: dir, rec: &UnitRecord{Manager: "user:1000", Unit: "app-test-1.scope"}}
-	bg := &unitWorkload{name: "bg.scope", slice: "background.slice", uid: 1000, cgroup: filepath.Join(dir, "nonexistent"), rec: &UnitRecord{}}
-	ses := &unitWorkload{name: "s.service", slice: "session.slice", uid: 1000, cgroup: filepath.Join(dir, "nonexistent"), rec: &UnitRecord{}}
+	app := &unitWorkload{name: "app-test-1.scope", slice: "app.slice", uid: 1000, cgroup: dir, rec: &statefile.UnitRecord{Manager: "user:1000", Unit: "app-test-1.scope"}}
+	bg := &unitWorkload{name: "bg.scope", slice: "background.slice", uid: 1000, cgroup: filepath.Join(dir, "nonexistent"), rec: &statefile.UnitRecord{}}
+	ses := &unitWorkload{name: "s.service", slice: "session.slice", uid: 1000, cgroup: filepath.Join(dir, "nonexistent"), rec: &statefile.UnitRecord{}}
 	for _, w := range []*unitWorkload{app, bg, ses} {
 		u.workloads[workloadKey(w.uid, w.name)] = w
 		u.watchFocus(w)
@@ -129,14 +130,14 @@ func TestUserLoggedOutForgetsRecords(t *testing.T) {
 		t.Skipf("%s exists here", systemd.UserSocket(uid))
 	}
 	u := newTestUnits(t, "app.slice")
-	recs := []*UnitRecord{
+	recs := []*statefile.UnitRecord{
 		{Manager: "user:424242", Unit: "app-a.scope", Applied: "0"},
 		{Manager: "user:424242", Unit: "app-b.scope", Pending: "1"},
 		{Manager: "system", Unit: "user@424242.service", Applied: "0"},
 		{Manager: "user:7", Unit: "app-a.scope", Applied: "0"},
 	}
 	for _, r := range recs {
-		u.records[r.key()] = r
+		u.records[r.Key()] = r
 	}
 	u.people[uid] = &userManager{uid: uid, delegated: true}
 	u.workloads[workloadKey(uid, "app-a.scope")] = &unitWorkload{name: "app-a.scope", slice: "app.slice", uid: uid, rec: recs[0]}
@@ -155,7 +156,7 @@ func TestUserLoggedOutForgetsRecords(t *testing.T) {
 	}
 	// A record of a user without a manager socket is gone (dropGone and
 	// restore forget it); one of a followed manager is not.
-	if !u.userGone(&UnitRecord{Manager: "user:424242", Unit: "x.scope"}) {
+	if !u.userGone(&statefile.UnitRecord{Manager: "user:424242", Unit: "x.scope"}) {
 		t.Fatal("userGone: false without a manager socket")
 	}
 }
@@ -171,7 +172,7 @@ func TestUserManagerStaleClose(t *testing.T) {
 	u := newTestUnits(t, "app.slice")
 	old, cur := &systemd.Manager{UID: uid}, &systemd.Manager{UID: uid}
 	u.people[uid] = &userManager{uid: uid, delegated: true, mgr: cur}
-	u.workloads[workloadKey(uid, "app-a.scope")] = &unitWorkload{name: "app-a.scope", slice: "app.slice", uid: uid, rec: &UnitRecord{Manager: managerName(uid), Unit: "app-a.scope"}}
+	u.workloads[workloadKey(uid, "app-a.scope")] = &unitWorkload{name: "app-a.scope", slice: "app.slice", uid: uid, rec: &statefile.UnitRecord{Manager: managerName(uid), Unit: "app-a.scope"}}
 	if u.userManagerClosed(uid, old) || u.people[uid].mgr != cur || len(u.workloads) != 1 {
 		t.Fatalf("the old connection's end changed something: manager kept %v, %d workloads", u.people[uid].mgr == cur, len(u.workloads))
 	}

@@ -47,7 +47,7 @@ var layers = map[string][]string{
 	// daemon counts packed workloads' CPU time with internal/taskclock
 	// (perf events: not pseudo-filesystem I/O, so not sysfs), a leaf too.
 	"acpi":   {"sysfs", "internal/reconnect", "internal/bussender"},
-	"daemon": {"daemon/bus", "daemon/snapshot", "acpi", "sysfs", "policy", "systemd", "internal/names", "internal/reconnect", "internal/taskclock", "internal/bussender"},
+	"daemon": {"daemon/bus", "daemon/snapshot", "daemon/statefile", "acpi", "sysfs", "policy", "systemd", "internal/names", "internal/reconnect", "internal/taskclock", "internal/bussender"},
 	// The D-Bus service talks to the daemon through its Controller
 	// interface: it never imports the daemon nor anything of the
 	// placement (never, below). policy for the policy names and sysfs for
@@ -56,7 +56,12 @@ var layers = map[string][]string{
 	// The published state's types, shared by the daemon and its readers:
 	// policy and acpi for the types of its values (acpi.Source), and what
 	// acpi brings, nothing else.
-	"daemon/snapshot":    {"policy", "acpi", "sysfs", "internal/reconnect", "internal/bussender"},
+	"daemon/snapshot": {"policy", "acpi", "sysfs", "internal/reconnect", "internal/bussender"},
+	// state.json's format and its records, used by the daemon, by probe
+	// and by the benchmark: policy for the knob, sysfs for cpulists and
+	// boost settings, the snapshot (and acpi) for the energy totals, and
+	// what those bring, nothing else.
+	"daemon/statefile":   {"daemon/snapshot", "policy", "acpi", "sysfs", "internal/reconnect", "internal/bussender"},
 	"internal/bussender": {},
 	"internal/names":     {},
 	"internal/reconnect": {},
@@ -71,10 +76,15 @@ var layers = map[string][]string{
 // it, and whatever is added under these paths: the D-Bus service stays
 // out of the daemon and of the placement (which lives in the daemon
 // today, with the task clock and systemd's manager serving it, and is to
-// move to daemon/placement), and the snapshot out of both.
+// move to daemon/placement), and the snapshot and the state file out of
+// all three.
 var never = map[string][]string{
 	"daemon/bus":      {"daemon", "daemon/placement/...", "internal/taskclock", "systemd"},
 	"daemon/snapshot": {"daemon", "daemon/bus", "daemon/placement/..."},
+	// The state file is a leaf under the daemon: it reads and writes
+	// state.json for whoever needs it (the daemon, probe, the benchmark)
+	// and knows nothing of the loop, the placement or the bus.
+	"daemon/statefile": {"daemon", "daemon/bus", "daemon/placement/..."},
 }
 
 // neverMatches reports whether package dep is rule: that path, or any

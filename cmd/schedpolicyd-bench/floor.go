@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -35,7 +35,7 @@ const (
 	floorWatched
 	// floorRules: floorWatched plus what the project's rules require of
 	// a switch besides the writes — the value about to be written
-	// recorded for every cgroup in state.json (daemon.SaveState: write,
+	// recorded for every cgroup in state.json (statefile.SaveState: write,
 	// fsync, rename, directory fsync) before the first write, and each
 	// file re-read (pread, parsed) just before it is written, so that a
 	// value someone else wrote is kept (README: "Record what you are
@@ -79,7 +79,7 @@ func (e *env) kernelSwitchFloor(n, rounds int, mode floorMode) (stats, error) {
 		defer cw.close()
 	}
 	// floorRules' records, as the daemon keeps them for its workloads.
-	var recs []daemon.Record
+	var recs []statefile.Record
 	stateDir := filepath.Join(e.tmp, fmt.Sprintf("floor-state-%d", n))
 	if mode == floorRules {
 		defer os.RemoveAll(stateDir)
@@ -88,7 +88,7 @@ func (e *env) kernelSwitchFloor(n, rounds int, mode floorMode) (stats, error) {
 			if err := unix.Stat(c, &st); err != nil {
 				return nil, fmt.Errorf("floor record: %w", err)
 			}
-			recs = append(recs, daemon.Record{Path: c, Inode: st.Ino, Original: all.String(), LoadBalanceCleared: true})
+			recs = append(recs, statefile.Record{Path: c, Inode: st.Ino, Original: all.String(), LoadBalanceCleared: true})
 		}
 	}
 	var buf [4096]byte
@@ -105,7 +105,7 @@ func (e *env) kernelSwitchFloor(n, rounds int, mode floorMode) (stats, error) {
 			for i := range recs {
 				recs[i].Applied, recs[i].Pending = string(vals[(r+1)%2]), string(v)
 			}
-			if err := daemon.SaveState(stateDir, daemon.State{Knob: policy.DefaultKnob(), Cgroups: recs}); err != nil {
+			if err := statefile.SaveState(stateDir, statefile.State{Knob: policy.DefaultKnob(), Cgroups: recs}); err != nil {
 				return nil, fmt.Errorf("floor state save: %w", err)
 			}
 		}

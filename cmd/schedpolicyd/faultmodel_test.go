@@ -73,6 +73,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -500,12 +501,12 @@ func (m *faultModel) snapshot() string {
 }
 
 // records returns state.json's records of the parent and its children.
-func (m *faultModel) records(rt *rapid.T) []daemon.Record {
-	st, err := daemon.LoadState(m.stateDir)
+func (m *faultModel) records(rt *rapid.T) []statefile.Record {
+	st, err := statefile.LoadState(m.stateDir)
 	if err != nil {
 		m.fatalf(rt, "state.json: %v", err)
 	}
-	var out []daemon.Record
+	var out []statefile.Record
 	for _, r := range st.Cgroups {
 		if r.Path == m.parent || filepath.Dir(r.Path) == m.parent {
 			out = append(out, r)
@@ -516,8 +517,8 @@ func (m *faultModel) records(rt *rapid.T) []daemon.Record {
 
 // faultLive keeps the records whose cgroup is still there (the same
 // directory: its inode).
-func faultLive(rs []daemon.Record) []daemon.Record {
-	var out []daemon.Record
+func faultLive(rs []statefile.Record) []statefile.Record {
+	var out []statefile.Record
 	for _, r := range rs {
 		var st syscall.Stat_t
 		if syscall.Stat(r.Path, &st) == nil && (r.Inode == 0 || st.Ino == r.Inode) {
@@ -527,7 +528,7 @@ func faultLive(rs []daemon.Record) []daemon.Record {
 	return out
 }
 
-func faultRecordsString(rs []daemon.Record) string {
+func faultRecordsString(rs []statefile.Record) string {
 	var parts []string
 	for _, r := range rs {
 		parts = append(parts, fmt.Sprintf("%+v", r))
@@ -552,7 +553,7 @@ type faultDaemon struct {
 	// records of the parent at its start, which it must keep as they are
 	// while their cgroups exist (a record of a cgroup that is gone covers
 	// nothing and may go).
-	before []daemon.Record
+	before []statefile.Record
 }
 
 func (d *faultDaemon) logText() string { return d.log.String() }
@@ -795,7 +796,7 @@ func (m *faultModel) startDaemon(rt *rapid.T, kind string, killAfter time.Durati
 	if m.d != nil {
 		m.fatalf(rt, "model: a daemon is running already")
 	}
-	var before []daemon.Record
+	var before []statefile.Record
 	if kind != "managed" {
 		before = m.records(rt)
 	}
@@ -1548,7 +1549,7 @@ func (m *faultModel) actSecond(rt *rapid.T) {
 	if tree != m.treeDir {
 		m.seconds = append(m.seconds, tree)
 	}
-	before, stateBefore := m.snapshot(), faultRead(filepath.Join(m.stateDir, daemon.StateFile))
+	before, stateBefore := m.snapshot(), faultRead(filepath.Join(m.stateDir, statefile.StateFile))
 	args := m.daemonArgs(root, state, tree)
 	args[len(args)-1] = emptyConfIn(dir) // its own, valid configuration
 	for i := range args {
@@ -1582,7 +1583,7 @@ func (m *faultModel) actSecond(rt *rapid.T) {
 	if after := m.snapshot(); after != before {
 		m.fatalf(rt, "a second daemon (%s) changed cpusets: %s → %s", variant, before, after)
 	}
-	if after := faultRead(filepath.Join(m.stateDir, daemon.StateFile)); after != stateBefore {
+	if after := faultRead(filepath.Join(m.stateDir, statefile.StateFile)); after != stateBefore {
 		m.fatalf(rt, "a second daemon (%s) changed the first one's state.json:\n%s\n→\n%s", variant, stateBefore, after)
 	}
 	m.settle(rt)

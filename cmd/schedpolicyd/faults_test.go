@@ -24,6 +24,7 @@ import (
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
@@ -175,7 +176,7 @@ func single(cpus string) bool { return cpus != "" && !strings.ContainsAny(cpus, 
 
 func savedState(t *testing.T, stateDir string) map[string]any {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(stateDir, daemon.StateFile))
+	b, err := os.ReadFile(filepath.Join(stateDir, statefile.StateFile))
 	if err != nil {
 		t.Fatalf("state.json: %v", err)
 	}
@@ -520,12 +521,12 @@ func TestCorruptStateFile(t *testing.T) {
 			tmp := t.TempDir()
 			stateDir := filepath.Join(tmp, "state")
 			os.MkdirAll(stateDir, 0o755)
-			os.WriteFile(filepath.Join(stateDir, daemon.StateFile), []byte(content), 0o644)
+			os.WriteFile(filepath.Join(stateDir, statefile.StateFile), []byte(content), 0o644)
 			p := startDaemonProc(t, bin, "--sysfs-root", sys, "--cgroup-root", "none", "--tree-dir", filepath.Join(tmp, "tree"),
 				"--tree-backend", "plain", "--state-dir", stateDir, "--bus", "none", "--events", "fsnotify",
 				"--config", emptyConf(t))
 			p.logHas(t, "warning", "ignoring saved state, using defaults")
-			if !strings.Contains(p.log.String(), filepath.Join(stateDir, daemon.StateFile)) {
+			if !strings.Contains(p.log.String(), filepath.Join(stateDir, statefile.StateFile)) {
 				t.Errorf("the warning does not name the file")
 			}
 			knob := filepath.Join(tmp, "tree", daemon.TreePrefix)
@@ -534,7 +535,7 @@ func TestCorruptStateFile(t *testing.T) {
 			}
 			testutil.Write(t, knob+"/power_aware", "2")
 			testutil.WaitFor(t, "choice saved over the corrupt file", 10*time.Second, func() (bool, string) {
-				b, _ := os.ReadFile(filepath.Join(stateDir, daemon.StateFile))
+				b, _ := os.ReadFile(filepath.Join(stateDir, statefile.StateFile))
 				var m map[string]any
 				err := json.Unmarshal(b, &m)
 				return err == nil && m["power_aware"] == float64(2), string(b)

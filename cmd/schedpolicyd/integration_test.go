@@ -19,6 +19,7 @@ import (
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
@@ -380,7 +381,7 @@ func TestEndToEnd(t *testing.T) {
 	})
 
 	// (b) echo bogus through the FUSE file: EINVAL in the shell, no change.
-	stateBefore, _ := os.ReadFile(filepath.Join(stateDir, daemon.StateFile))
+	stateBefore, _ := os.ReadFile(filepath.Join(stateDir, statefile.StateFile))
 	out, err := exec.Command("bash", "-c", "echo bogus > "+knobDir+"/current_sched_policy").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "Invalid argument") {
 		t.Fatalf("echo bogus: err=%v output=%q, want a failure with \"Invalid argument\"", err, out)
@@ -394,7 +395,7 @@ func TestEndToEnd(t *testing.T) {
 	if a, b := cpus(); a != allCPUs || b != allCPUs {
 		t.Errorf("after bogus write cpusets = %s / %s", a, b)
 	}
-	stateAfter, _ := os.ReadFile(filepath.Join(stateDir, daemon.StateFile))
+	stateAfter, _ := os.ReadFile(filepath.Join(stateDir, statefile.StateFile))
 	if !bytes.Equal(stateBefore, stateAfter) {
 		t.Errorf("state file changed after a rejected write: %q → %q", stateBefore, stateAfter)
 	}
@@ -419,7 +420,7 @@ func TestEndToEnd(t *testing.T) {
 		PowerAware       int    `json:"power_aware"`
 		PowerAwarePolicy string `json:"power_aware_policy"`
 	}
-	b, _ := os.ReadFile(filepath.Join(stateDir, daemon.StateFile))
+	b, _ := os.ReadFile(filepath.Join(stateDir, statefile.StateFile))
 	if err := json.Unmarshal(b, &saved); err != nil || saved.PowerAware != 2 || saved.PowerAwarePolicy != "powersaving" {
 		t.Errorf("state.json = %s (%v), want power_aware 2, powersaving", b, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
@@ -116,7 +117,7 @@ func TestSecondDaemonOnOneCgroupParent(t *testing.T) {
 	p2, started := startOrRefused(t, bin, args("2", testutil.StartBus(t, testutil.BusOptions{}).Addr)...)
 	wantRefused(t, "second daemon on the same parent", p2, started,
 		"pid "+strconv.Itoa(p1.cmd.Process.Pid), "manages the cgroup "+cg.dir)
-	if b, err := os.ReadFile(filepath.Join(tmp, "state2", daemon.StateFile)); err == nil && strings.Contains(string(b), cg.dir) {
+	if b, err := os.ReadFile(filepath.Join(tmp, "state2", statefile.StateFile)); err == nil && strings.Contains(string(b), cg.dir) {
 		t.Errorf("the second daemon saved records of the first's cgroups: %s", b)
 	}
 

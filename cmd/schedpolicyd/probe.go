@@ -12,6 +12,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/daemon"
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
@@ -114,7 +115,7 @@ type probeClass struct {
 // (--config, default /etc/schedpolicyd/schedpolicyd.conf; a missing
 // default is no error): its sysfs_root and state_dir are the defaults of
 // those flags, and its power_aware and power_aware_policy the knob until a
-// choice is saved in the state directory (daemon.State.StartKnob). A bad
+// choice is saved in the state directory (statefile.State.StartKnob). A bad
 // file is a usage error (2), as for the daemon.
 func probeMain(args []string, stdout, stderr io.Writer) int {
 	fl := flag.NewFlagSet("schedpolicyd probe", flag.ContinueOnError)
@@ -178,7 +179,7 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 	if r.Boost, err = fs.Boost(); err != nil {
 		r.Warnings = append(r.Warnings, err.Error())
 	}
-	st, err := daemon.LoadState(cfg.StateDir)
+	st, err := statefile.LoadState(cfg.StateDir)
 	if err != nil {
 		r.Warnings = append(r.Warnings, err.Error())
 	}
@@ -280,7 +281,7 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "  managed by:  %s; boost_on_battery steps aside\n", r.BoostOwner)
 	}
 	from := map[string]string{
-		"state":   "a choice saved in " + filepath.Join(cfg.StateDir, daemon.StateFile),
+		"state":   "a choice saved in " + filepath.Join(cfg.StateDir, statefile.StateFile),
 		"config":  "the configuration " + r.Config + "; no choice saved",
 		"default": "the default; no choice saved, none configured",
 	}[r.KnobFrom]

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -111,8 +112,8 @@ func TestProbeConfig(t *testing.T) {
 
 	// A saved choice (power_aware 2, balance) wins over the file.
 	chosen := filepath.Join(t.TempDir(), "state")
-	st := daemon.State{Knob: policy.Knob{PowerAware: policy.PowerAwareOn, PowerAwarePolicy: policy.Balance}, Chosen: true}
-	if err := daemon.SaveState(chosen, st); err != nil {
+	st := statefile.State{Knob: policy.Knob{PowerAware: policy.PowerAwareOn, PowerAwarePolicy: policy.Balance}, Chosen: true}
+	if err := statefile.SaveState(chosen, st); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WriteFile(t, conf, "power_aware = 0\n")

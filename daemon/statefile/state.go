@@ -1,4 +1,8 @@
-package daemon
+// Package statefile reads and writes the daemon's persisted state,
+// <state-dir>/state.json: the knob and the user's choices, the records of
+// the cgroups and systemd units whose CPUs the daemon changed, the boost
+// setting it found and the measured energy totals.
+package statefile
 
 import (
 	"encoding/json"
@@ -7,9 +11,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
-	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
@@ -21,16 +22,14 @@ import (
 // (default /var/lib/schedpolicyd/state.json).
 const StateFile = "state.json"
 
-// lockFile, in the state directory, is held (flock) by the running daemon.
-const lockFile = "lock"
-
 // stateVersion is written into every state file. Version 1 files (four
 // parallel maps of originals, their inodes, cleared flags and created
 // workloads) are migrated on load; files of any other version are ignored
 // with a warning.
 const stateVersion = 2
 
-// State is what survives a restart or a crash.
+// State is what survives a restart or a crash: the contents of
+// state.json, as LoadState returns them and SaveState writes them.
 type State struct {
 	// Knob is the knob in force (power_aware, power_aware_policy).
 	Knob policy.Knob
@@ -48,7 +47,8 @@ type State struct {
 	// records has been restored, or its cgroup is gone.
 	Cgroups []Record
 	// Energy is the measured energy per policy and power source, summed
-	// over every closed segment (energy.go), in Totals order.
+	// over every closed segment (the daemon's energy meter), in SortEnergy's
+	// order.
 	Energy []snapshot.EnergyTotal
 	// EnergyErr, set by LoadState only, says why the file's energy totals
 	// were ignored (an unknown policy, a negative or non-finite value, a
@@ -60,78 +60,14 @@ type State struct {
 	// unit, kept by the same rule as Cgroups.
 	Units []UnitRecord
 	// Choices is the user's last explicit choice per power source ("ac",
-	// "battery"; choices.go); nil when none was made since this field
-	// exists (a file without it loads as before: Knob carries over).
+	// "battery"; the daemon's choices.go); nil when none was made since
+	// this field exists (a file without it loads as before: Knob carries
+	// over).
 	Choices map[string]policy.Knob
 	// ChoicesErr, set by LoadState only, says why the file's choices were
 	// ignored (an unknown power source, an invalid knob); the rest of the
 	// file is used.
 	ChoicesErr error
-}
-
-// UnitRecord is what state.json keeps of one systemd unit placed through
-// systemd's API (SetUnitProperties with runtime=true): enough to reset
-// exactly the AllowedCPUs= value the daemon set, and only while the unit
-// still has it.
-type UnitRecord struct {
-	// Manager is the unit's manager: "system", or "user:UID" for a user's
-	// manager (user@UID.service).
-	Manager string `json:"manager"`
-	// Unit is the unit's name, "cron.service", "app-firefox-1234.scope".
-	Unit string `json:"unit"`
-	// Original is the unit's AllowedCPUs= as found before the daemon first
-	// set it (a cpulist; "" is unset: no restriction of its own). A
-	// non-empty original was set by an administrator: it bounds the
-	// daemon's choice.
-	Original string `json:"original_cpus"`
-	// Applied is the last AllowedCPUs= the daemon set and saw accepted,
-	// Pending the one it is about to set (recorded first); "" when none.
-	// A unit whose AllowedCPUs= is neither was changed by someone else,
-	// whose value is kept.
-	Applied string `json:"applied_cpus,omitempty"`
-	Pending string `json:"pending_cpus,omitempty"`
-	// Created: the daemon started this transient scope (CreateWorkload,
-	// schedpolicyctl run); systemd removes it when its last process exits.
-	Created bool `json:"created,omitempty"`
-	// DropIns identifies the AllowedCPUs= drop-ins the unit's manager
-	// listed right after the daemon's last write was accepted (dropIns:
-	// "PATH@INODE.MTIME" each, space-separated; "" when unknown). systemd
-	// writes every SetUnitProperties call to a file named
-	// 50-AllowedCPUs.conf, replacing it: the one below /run holds the
-	// daemon's value, one below /etc/systemd/system.control an
-	// administrator's `systemctl set-property` without --runtime. While
-	// the daemon's value is in force, they are unchanged: a file replaced
-	// or added since means someone set AllowedCPUs= again, also to the
-	// value the daemon had set, and that value is theirs. The file below
-	// /run also outlives a unit loaded from a unit file (not a transient
-	// one): a unit created again under the same name starts with it.
-	DropIns string `json:"dropins,omitempty"`
-}
-
-// key identifies a unit record: "MANAGER/UNIT".
-func (r UnitRecord) key() string { return r.Manager + "/" + r.Unit }
-
-// written reports whether AllowedCPUs= may hold a value of ours.
-func (r *UnitRecord) written() bool { return r.Applied != "" || r.Pending != "" }
-
-// validate checks one unit record: a manager name, a unit name of a
-// service or scope, and cpulists that parse.
-func (r UnitRecord) validate() error {
-	if r.Manager != "system" {
-		uid, ok := strings.CutPrefix(r.Manager, "user:")
-		if n, err := strconv.Atoi(uid); !ok || err != nil || n < 0 {
-			return fmt.Errorf("unit record %q: manager %q is neither \"system\" nor \"user:UID\"", r.Unit, r.Manager)
-		}
-	}
-	if !strings.HasSuffix(r.Unit, ".service") && !strings.HasSuffix(r.Unit, ".scope") || strings.ContainsAny(r.Unit, "/\x00") {
-		return fmt.Errorf("unit record %q: not the name of a service or scope", r.Unit)
-	}
-	for what, v := range map[string]string{"original_cpus": r.Original, "applied_cpus": r.Applied, "pending_cpus": r.Pending} {
-		if _, err := sysfs.ParseCPUList(v); err != nil {
-			return fmt.Errorf("unit record %s: %s %q: %v", r.key(), what, v, err)
-		}
-	}
-	return nil
 }
 
 // StartKnob is the knob a daemon starting with this state applies: the
@@ -151,59 +87,21 @@ func (st State) StartKnob(def *policy.Knob) policy.Knob {
 	return policy.DefaultKnob()
 }
 
-// Record is what state.json keeps of one cgroup: enough to put back what
-// the daemon changed, and only that, after a clean stop or a crash.
-type Record struct {
-	// Path is the cgroup directory (absolute, clean).
-	Path string `json:"path"`
-	// Inode is the directory's inode number: a record is used only for the
-	// same cgroup, never for one removed and made again under the path. 0
-	// (a version-1 file may lack it, a hand-edited one too): the record
-	// cannot be matched to a cgroup and is not used (placement.load).
-	Inode uint64 `json:"inode,omitempty"`
-	// Original is cpuset.cpus as found before the daemon first wrote it (a
-	// cpulist; "" is v2's "inherit"); meaningful while Applied or Pending
-	// is set, or Unverified.
-	Original string `json:"original_cpus"`
-	// Applied is the last cpulist the daemon wrote to cpuset.cpus and saw
-	// succeed, Pending the one it is about to write (recorded first). ""
-	// when none: the file holds nothing of ours. A file that holds neither
-	// (nor, on cgroup v1, either of them less CPUs the kernel took away on
-	// hotplug) was changed by someone else, whose value is then kept.
-	Applied string `json:"applied_cpus,omitempty"`
-	Pending string `json:"pending_cpus,omitempty"`
-	// Unverified: migrated from a version-1 file, which did not record the
-	// value written; whatever the file holds is taken as the daemon's.
-	Unverified bool `json:"unverified,omitempty"`
-	// LoadBalanceCleared: the daemon changed this cgroup v1 workload's
-	// cpuset.sched_load_balance from 1 to 0 (recorded before the write);
-	// set back to 1 on exit unless someone set it since.
-	LoadBalanceCleared bool `json:"sched_load_balance_cleared,omitempty"`
-	// Created: the daemon made this cgroup (CreateWorkload, schedpolicyctl
-	// run); it is removed once its last task has gone, also by a later run.
-	Created bool `json:"created,omitempty"`
-	// Released: someone else changed the workload's cpuset.cpus while it
-	// was managed; the daemon no longer places it (until
-	// SetWorkloadPolicy(name, "") takes it back) and never restores it.
-	Released bool `json:"released,omitempty"`
-	// Parent marks the managed parent's record (cgroup v1: its cpuset.cpus
-	// as first found, given back after CPU hotplug).
-	Parent bool `json:"parent,omitempty"`
-}
-
-// unfinished describes what of the daemon's own st holds, which a clean
-// stop leaves nothing of ("2 cgroups, 1 unit, boost"): cpusets, flags and
-// AllowedCPUs= values it set, and a boost setting it changed. "" when
-// there is none: the last run stopped cleanly (or never changed anything).
-func (st State) unfinished() string {
+// Unfinished describes what of the daemon's own st holds, which a clean
+// stop leaves nothing of, as counts for a log line ("2 cgroups, 1 unit,
+// boost"): cgroups whose cpuset.cpus or sched_load_balance it set, units
+// whose AllowedCPUs= it set (Written), and a boost setting it changed. ""
+// when there is none: the last run stopped cleanly (or never changed
+// anything).
+func (st State) Unfinished() string {
 	var cgroups, units int
 	for i := range st.Cgroups {
-		if r := &st.Cgroups[i]; r.written() || r.LoadBalanceCleared {
+		if r := &st.Cgroups[i]; r.Written() || r.LoadBalanceCleared {
 			cgroups++
 		}
 	}
 	for i := range st.Units {
-		if st.Units[i].written() {
+		if st.Units[i].Written() {
 			units++
 		}
 	}
@@ -224,15 +122,6 @@ func (st State) unfinished() string {
 		parts = append(parts, "boost")
 	}
 	return strings.Join(parts, ", ")
-}
-
-// written reports whether cpuset.cpus may hold a value of ours.
-func (r *Record) written() bool { return r.Applied != "" || r.Pending != "" || r.Unverified }
-
-// needed reports whether the record still covers something: a value of
-// ours, a cleared flag, a cgroup we made, or a user's release.
-func (r *Record) needed() bool {
-	return r.written() || r.LoadBalanceCleared || r.Created || r.Released
 }
 
 // persisted is the JSON shape of state.json.
@@ -286,35 +175,8 @@ func (p *persisted) migrateV1() {
 			r.Inode = ino
 		}
 	}
-	p.Cgroups = sortedRecords(recs)
+	p.Cgroups = SortedRecords(recs)
 	p.Originals, p.LBCleared, p.Created, p.OrigIDs = nil, nil, nil, nil
-}
-
-// sortedRecords returns the records of m sorted by path.
-func sortedRecords(m map[string]*Record) []Record {
-	if len(m) == 0 {
-		return nil
-	}
-	out := make([]Record, 0, len(m))
-	for _, r := range m {
-		out = append(out, *r)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
-	return out
-}
-
-// validate checks one record: an absolute clean path and cpulists that
-// parse.
-func (r Record) validate() error {
-	if !filepath.IsAbs(r.Path) || filepath.Clean(r.Path) != r.Path {
-		return fmt.Errorf("cgroup record path %q is not an absolute clean path", r.Path)
-	}
-	for what, v := range map[string]string{"original_cpus": r.Original, "applied_cpus": r.Applied, "pending_cpus": r.Pending} {
-		if _, err := sysfs.ParseCPUList(v); err != nil {
-			return fmt.Errorf("cgroup record %s: %s %q: %v", r.Path, what, v, err)
-		}
-	}
-	return nil
 }
 
 // ErrCorruptState is wrapped by LoadState when state.json exists but cannot
@@ -373,7 +235,7 @@ func LoadState(dir string) (State, error) {
 	}
 	seen := map[string]bool{}
 	for _, r := range p.Cgroups {
-		if err := r.validate(); err != nil {
+		if err := r.Validate(); err != nil {
 			return def, fmt.Errorf("%w %s: %v; starting from defaults", ErrCorruptState, path, err)
 		}
 		if seen[r.Path] {
@@ -382,13 +244,13 @@ func LoadState(dir string) (State, error) {
 		seen[r.Path] = true
 	}
 	for _, r := range p.Units {
-		if err := r.validate(); err != nil {
+		if err := r.Validate(); err != nil {
 			return def, fmt.Errorf("%w %s: %v; starting from defaults", ErrCorruptState, path, err)
 		}
-		if seen[r.key()] {
-			return def, fmt.Errorf("%w %s: two records for unit %s; starting from defaults", ErrCorruptState, path, r.key())
+		if seen[r.Key()] {
+			return def, fmt.Errorf("%w %s: two records for unit %s; starting from defaults", ErrCorruptState, path, r.Key())
 		}
-		seen[r.key()] = true
+		seen[r.Key()] = true
 	}
 	for _, b := range p.Boost {
 		if b.File == "" || filepath.IsAbs(b.File) || strings.Contains(b.File, "..") || (b.Value != "0" && b.Value != "1") {
@@ -411,29 +273,6 @@ func LoadState(dir string) (State, error) {
 		st.EnergyErr = fmt.Errorf("%s: %w; the energy totals start from zero", path, st.EnergyErr)
 	}
 	return st, nil
-}
-
-// validEnergy checks the energy totals of a state file: each valid
-// (validEnergyTotal), no (policy, power source) pair twice. On an
-// error none is used.
-func validEnergy(es []snapshot.EnergyTotal) ([]snapshot.EnergyTotal, error) {
-	seen := map[energyKey]bool{}
-	for _, e := range es {
-		if err := validEnergyTotal(e); err != nil {
-			return nil, err
-		}
-		k := energyKey{e.Policy, e.PowerSource}
-		if seen[k] {
-			return nil, fmt.Errorf("energy total %s/%s given twice", e.Policy, e.PowerSource)
-		}
-		seen[k] = true
-	}
-	if len(es) == 0 {
-		return nil, nil
-	}
-	out := slices.Clone(es)
-	sortTotals(out)
-	return out, nil
 }
 
 // SaveState writes st to dir/state.json atomically: a temporary file in the

@@ -1,4 +1,4 @@
-package daemon
+package statefile
 
 import (
 	"encoding/json"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 func TestStateRoundTrip(t *testing.T) {
@@ -96,37 +97,6 @@ func TestSaveStateRejectsInvalidAndKeepsOld(t *testing.T) {
 	}
 }
 
-func TestLockIsExclusive(t *testing.T) {
-	dir := t.TempDir()
-	first, err := prepareStateDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := prepareStateDir(dir); !errors.Is(err, ErrAlreadyRunning) {
-		t.Fatalf("second lock: err = %v, want ErrAlreadyRunning", err)
-	}
-	first.Close() // the holder goes away (as on a crash): the lock is free
-	again, err := prepareStateDir(dir)
-	if err != nil {
-		t.Fatalf("after release: %v", err)
-	}
-	again.Close()
-}
-
-func TestPrepareStateDirRejectsUnusable(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "afile")
-	os.WriteFile(file, nil, 0o644)
-	if _, err := prepareStateDir(file); err == nil {
-		t.Error("a regular file was accepted as the state dir")
-	}
-	os.Mkdir(filepath.Join(dir, "s"), 0o755)
-	os.Mkdir(filepath.Join(dir, "s", StateFile), 0o755)
-	if _, err := prepareStateDir(filepath.Join(dir, "s")); err == nil {
-		t.Error("state.json as a directory was accepted")
-	}
-}
-
 // TestStateMigratesV1: a committed version-1 file (four parallel maps)
 // loads as one record per cgroup: originals are Unverified (v1 did not
 // record what it wrote), flags and created workloads keep their inodes;
@@ -168,30 +138,6 @@ func TestStateMigratesV1(t *testing.T) {
 	if again, err := LoadState(dir); err != nil || !reflect.DeepEqual(again, want) {
 		t.Fatalf("reloaded %+v, %v", again, err)
 	}
-}
-
-// originals returns path → original of st's workload records that hold a
-// value of ours (tests' view of what a restore would write back).
-func originals(st State) map[string]string {
-	m := map[string]string{}
-	for _, r := range st.Cgroups {
-		if !r.Parent && r.written() {
-			m[r.Path] = r.Original
-		}
-	}
-	return m
-}
-
-// lbCleared returns path → inode of st's records whose
-// sched_load_balance the daemon cleared.
-func lbCleared(st State) map[string]uint64 {
-	m := map[string]uint64{}
-	for _, r := range st.Cgroups {
-		if r.LoadBalanceCleared {
-			m[r.Path] = r.Inode
-		}
-	}
-	return m
 }
 
 // TestStateEnergy: the energy totals survive a save and a load; invalid
@@ -261,5 +207,56 @@ func TestStateEnergy(t *testing.T) {
 	}
 	if got, _ := LoadState(dir); !reflect.DeepEqual(got, want) {
 		t.Errorf("a refused save changed the file: %+v", got)
+	}
+}
+
+// TestUnfinished: what a run that did not finish its stop left, as the
+// start logs it; records that hold nothing of the daemon's do not count.
+func TestUnfinished(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		st   State
+		want string
+	}{
+		// Nothing of ours.
+		{"empty", State{}, ""},
+		{"only a parent, a created and a released record", State{Cgroups: []Record{{Path: "/p", Original: "0-3", Parent: true}, {Path: "/p/a", Created: true}, {Path: "/p/b", Released: true}}}, ""},
+		{"a unit record without a value of ours", State{Units: []UnitRecord{{Manager: "system", Unit: "a.service", Original: "1"}}}, ""},
+		// Something left.
+		{"one cgroup", State{Cgroups: []Record{{Path: "/p/a", Applied: "0"}}}, "1 cgroup"},
+		{"cgroups by value, pending, unverified or cleared flag", State{Cgroups: []Record{{Path: "/a", Applied: "0"}, {Path: "/b", Pending: "1"}, {Path: "/c", Unverified: true}, {Path: "/d", LoadBalanceCleared: true}}}, "4 cgroups"},
+		{"all kinds", State{
+			Cgroups: []Record{{Path: "/a", Applied: "0"}, {Path: "/b", Pending: "1"}},
+			Units:   []UnitRecord{{Manager: "system", Unit: "a.service", Pending: "0"}},
+			Boost:   []sysfs.BoostSetting{{File: "devices/system/cpu/cpufreq/boost", Value: "1"}},
+		}, "2 cgroups, 1 unit, boost"},
+	} {
+		if got := c.st.Unfinished(); got != c.want {
+			t.Errorf("%s: Unfinished() = %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+func TestRecordWrittenNeeded(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		r               Record
+		written, needed bool
+	}{
+		{"original only", Record{Path: "/a", Original: "0-3"}, false, false},
+		{"parent", Record{Path: "/a", Original: "0-3", Parent: true}, false, false},
+		{"applied", Record{Path: "/a", Applied: "0"}, true, true},
+		{"pending", Record{Path: "/a", Pending: "0"}, true, true},
+		{"unverified", Record{Path: "/a", Unverified: true}, true, true},
+		{"cleared flag", Record{Path: "/a", LoadBalanceCleared: true}, false, true},
+		{"created", Record{Path: "/a", Created: true}, false, true},
+		{"released", Record{Path: "/a", Released: true}, false, true},
+	} {
+		if got := c.r.Written(); got != c.written {
+			t.Errorf("%s: Written() = %v, want %v", c.name, got, c.written)
+		}
+		if got := c.r.Needed(); got != c.needed {
+			t.Errorf("%s: Needed() = %v, want %v", c.name, got, c.needed)
+		}
 	}
 }
