@@ -31,12 +31,12 @@ type placement struct {
 	save func() error
 	done <-chan struct{}
 
-	cg     *sysfs.Cgroup
-	lock   cgroupLock // flock on the managed parent's directory (cglock.go)
+	cg   *sysfs.Cgroup
+	lock cgroupLock // flock on the managed parent's directory (cglock.go)
 	// written: the workloads the last apply wrote cpusets for (the
 	// placement log line, placementChanged).
 	written int
-	warned bool       // "placement disabled" said once
+	warned  bool // "placement disabled" said once
 	// watch hints at changes of the managed parent (nil: none, the loop
 	// rescans on its ticker); newWatch makes it (watchCgroupDir, or a
 	// test's). pressure wakes the loop when tasks wait for a CPU (a PSI

@@ -86,11 +86,11 @@ type unitPlacement struct {
 	stats *counters
 	save  func() error
 
-	mgr    *systemd.Manager // the system manager; nil until open succeeds
+	mgr *systemd.Manager // the system manager; nil until open succeeds
 	// written: the units the last apply set AllowedCPUs= on (the
 	// placement log line, placementChanged).
 	written int
-	slices map[string]bool  // managed slices of the system manager
+	slices  map[string]bool // managed slices of the system manager
 	// users: manage names a user slice (userSlices); userManaged is
 	// which. Each logged-in user is followed (users.go): where cpuset is
 	// delegated to user@UID.service, the units of those slices in the
