@@ -20,6 +20,14 @@ import (
 // unknown, and a followed profile, are not remembered per source. Without
 // any remembered choice (a state file from before) the knob carries over,
 // as before.
+//
+// power_aware_policy is a setting, not a choice: which power-aware policy
+// modes 1 and 2 use, on every power source. Whatever sets it (a write of
+// power_aware_policy, or of balance or powersaving to current_sched_policy)
+// sets it in every remembered choice too, and a source's knob always
+// carries the current one; only power_aware (with a current_sched_policy
+// choice of performance, balance or powersaving) stays per source. Else
+// "what to use on battery", set while charging, would apply nowhere.
 
 // choiceSource is the key of src in Daemon.choices; "" for unknown.
 func choiceSource(src acpi.Source) string {
@@ -36,19 +44,39 @@ func choiceSource(src acpi.Source) string {
 // a new map (the saved State shares the old one), or the same map when
 // nothing changes.
 func (d *Daemon) withChoice(k policy.Knob) map[string]policy.Knob {
+	m, cloned := withSetting(d.choices, k.PowerAwarePolicy)
 	src := choiceSource(d.power.Source)
 	if src == "" {
-		return d.choices
+		return m
 	}
-	if old, ok := d.choices[src]; ok && old == k {
-		return d.choices
+	if old, ok := m[src]; ok && old == k {
+		return m
 	}
-	m := maps.Clone(d.choices)
+	if !cloned {
+		m = maps.Clone(m)
+	}
 	if m == nil {
 		m = map[string]policy.Knob{}
 	}
 	m[src] = k
 	return m
+}
+
+// withSetting is choices with power_aware_policy p in every remembered
+// choice: a new map (cloned) when any changes, else choices itself.
+func withSetting(choices map[string]policy.Knob, p policy.Policy) (m map[string]policy.Knob, cloned bool) {
+	m = choices
+	for src, k := range choices {
+		if k.PowerAwarePolicy == p {
+			continue
+		}
+		if !cloned {
+			m, cloned = maps.Clone(choices), true
+		}
+		k.PowerAwarePolicy = p
+		m[src] = k
+	}
+	return m, cloned
 }
 
 // baseKnob is the knob of a source without a remembered choice.
@@ -76,6 +104,7 @@ func (d *Daemon) knobForSource(from, to acpi.Source) {
 	if !chosen {
 		k = d.baseKnob()
 	}
+	k.PowerAwarePolicy = d.knob.PowerAwarePolicy // the setting, on every source
 	if k == d.knob && chosen == d.knobChosen {
 		return
 	}
@@ -94,9 +123,11 @@ func (d *Daemon) startKnobForSource() {
 	if t == "" || len(d.choices) == 0 {
 		return
 	}
+	setting := d.knob.PowerAwarePolicy // the saved knob's: the latest setting
 	if k, ok := d.choices[t]; ok {
 		d.knob, d.knobChosen = k, true
 	} else {
 		d.knob, d.knobChosen = d.baseKnob(), false
 	}
+	d.knob.PowerAwarePolicy = setting
 }

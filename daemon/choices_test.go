@@ -54,8 +54,11 @@ func TestChoicePerPowerSource(t *testing.T) {
 	waitKnob(t, d, "battery without a choice: the default", acpi.Battery, def, policy.Powersaving)
 	write(fileCurrent, "balance")
 	waitKnob(t, d, "battery choice balance", acpi.Battery, bal, policy.Balance)
+	// balance is power_aware_policy now, on every source (a setting); AC's
+	// power_aware stays its own.
+	offBal := policy.Knob{PowerAware: policy.PowerAwareOff, PowerAwarePolicy: policy.Balance}
 	m.plug(t, true)
-	waitKnob(t, d, "back on AC: the AC choice", acpi.AC, off, policy.Performance)
+	waitKnob(t, d, "back on AC: the AC choice", acpi.AC, offBal, policy.Performance)
 	m.plug(t, false)
 	waitKnob(t, d, "on battery again: its choice", acpi.Battery, bal, policy.Balance)
 
@@ -65,12 +68,62 @@ func TestChoicePerPowerSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := map[string]policy.Knob{"ac": off, "battery": bal}; !reflect.DeepEqual(st.Choices, want) {
+	if want := map[string]policy.Knob{"ac": offBal, "battery": bal}; !reflect.DeepEqual(st.Choices, want) {
 		t.Errorf("state.json choices = %v, want %v", st.Choices, want)
 	}
 	m.plug(t, true)
 	d2 := m.startWith(t, nil)
-	waitKnob(t, d2, "restart on AC: the AC choice", acpi.AC, off, policy.Performance)
+	waitKnob(t, d2, "restart on AC: the AC choice", acpi.AC, offBal, policy.Performance)
+}
+
+// TestPowerAwarePolicyEverySource: power_aware_policy is a setting, not a
+// per-source choice: set on AC, it is what battery uses (with battery's
+// own power_aware, remembered or the default); set on battery, AC has it
+// too; it survives a restart on either source.
+func TestPowerAwarePolicyEverySource(t *testing.T) {
+	m := newMockLaptop(t)
+	d, cancel, done := m.start(t)
+	write := func(file, v string) {
+		t.Helper()
+		if err := d.writeFile(context.Background(), file, []byte(v), "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	autoBal := policy.Knob{PowerAware: policy.PowerAwareAuto, PowerAwarePolicy: policy.Balance}
+	autoSave := policy.Knob{PowerAware: policy.PowerAwareAuto, PowerAwarePolicy: policy.Powersaving}
+	onSave := policy.Knob{PowerAware: policy.PowerAwareOn, PowerAwarePolicy: policy.Powersaving}
+	onBal := policy.Knob{PowerAware: policy.PowerAwareOn, PowerAwarePolicy: policy.Balance}
+
+	// On AC, "what to use on battery": balance.
+	write(filePowerAwarePolicy, "balance")
+	waitKnob(t, d, "AC: the setting written", acpi.AC, autoBal, policy.Performance)
+	m.plug(t, false)
+	waitKnob(t, d, "battery without a choice uses it", acpi.Battery, autoBal, policy.Balance)
+
+	// On battery: a choice of power_aware 2, then the setting back to
+	// powersaving; AC gets the setting, keeping its own power_aware.
+	write(filePowerAware, "2")
+	waitKnob(t, d, "battery choice 2", acpi.Battery, onBal, policy.Balance)
+	write(filePowerAwarePolicy, "powersaving")
+	waitKnob(t, d, "battery: the setting written", acpi.Battery, onSave, policy.Powersaving)
+	m.plug(t, true)
+	waitKnob(t, d, "AC: its choice, with the setting", acpi.AC, autoSave, policy.Performance)
+
+	// Back on AC, balance again; battery's remembered choice has it.
+	write(filePowerAwarePolicy, "balance")
+	waitKnob(t, d, "AC: balance again", acpi.AC, autoBal, policy.Performance)
+	cancel()
+	<-done
+	st, err := statefile.LoadState(m.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]policy.Knob{"ac": autoBal, "battery": onBal}; !reflect.DeepEqual(st.Choices, want) {
+		t.Errorf("state.json choices = %v, want %v", st.Choices, want)
+	}
+	m.plug(t, false)
+	d2 := m.startWith(t, nil)
+	waitKnob(t, d2, "restart on battery: its choice with the setting", acpi.Battery, onBal, policy.Balance)
 }
 
 // TestStateWithoutChoicesCarriesOver: a state.json without "choices" (from

@@ -37,6 +37,8 @@ func (d *Daemon) setKnobAs(k policy.Knob, via string, explicit bool) error {
 	prevChoices := d.choices
 	if explicit {
 		d.choices = d.withChoice(k)
+	} else {
+		d.choices, _ = withSetting(d.choices, k.PowerAwarePolicy) // a setting (choices.go)
 	}
 	if k == d.knob && d.knobChosen && reflect.DeepEqual(prevChoices, d.choices) {
 		if len(d.holds) > 0 {
