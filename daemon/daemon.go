@@ -907,10 +907,10 @@ func (d *Daemon) readTopology() {
 
 func (d *Daemon) shutdown() {
 	if r := d.restartFor.Load(); r != nil {
-		d.log.WithField("settings", *r).Info("reload: restoring original cpusets to start again with the new configuration")
+		d.log.WithField("settings", *r).Info("reload: restoring every workload's original CPUs (cpuset.cpus, AllowedCPUs=) to start again with the new configuration")
 	} else {
 		d.notify.Stopping()
-		d.log.Info("stopping: restoring original cpusets")
+		d.log.Info("stopping: restoring every workload's original CPUs (cpuset.cpus, AllowedCPUs=)")
 	}
 	ok := d.pl.restore()
 	if d.units != nil && !d.units.restore() {

@@ -340,10 +340,16 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "slices:    %s\n", strings.Join(rs, " "))
 	}
 	fmt.Fprintln(stdout, "workloads:")
+	// The NAME column is as wide as the longest name (unit names such as
+	// systemd-journald.service are longer than the usual 16).
+	nw := 16
+	for _, l := range loads {
+		nw = max(nw, len(l.Name))
+	}
 	if r.Current != nil {
-		fmt.Fprintf(stdout, "  %-16s %-12s %-12s %-12s %-6s %s\n", "NAME", "CLASS", "POLICY", "CURRENT", "NEXT", "CPUS")
+		fmt.Fprintf(stdout, "  %-*s %-12s %-12s %-12s %-6s %s\n", nw, "NAME", "CLASS", "POLICY", "CURRENT", "NEXT", "CPUS")
 	} else {
-		fmt.Fprintf(stdout, "  %-16s %-12s %-12s %s\n", "NAME", "CLASS", "POLICY", "CPUS")
+		fmt.Fprintf(stdout, "  %-*s %-12s %-12s %s\n", nw, "NAME", "CLASS", "POLICY", "CPUS")
 	}
 	for _, l := range loads {
 		why := ""
@@ -355,10 +361,10 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 			if cur == "" {
 				cur = "-"
 			}
-			fmt.Fprintf(stdout, "  %-16s %-12s %-12s %-12s %-6s %s%s%s\n", l.Name, r.Classes[l.Name], r.WorkloadPolicies[l.Name], cur, r.Next[l.Name], r.Workloads[l.Name], byClass(classes, plan.CPUs[l.Name]), why)
+			fmt.Fprintf(stdout, "  %-*s %-12s %-12s %-12s %-6s %s%s%s\n", nw, l.Name, r.Classes[l.Name], r.WorkloadPolicies[l.Name], cur, r.Next[l.Name], r.Workloads[l.Name], byClass(classes, plan.CPUs[l.Name]), why)
 			continue
 		}
-		fmt.Fprintf(stdout, "  %-16s %-12s %-12s %s%s%s\n", l.Name, r.Classes[l.Name], r.WorkloadPolicies[l.Name], r.Workloads[l.Name], byClass(classes, plan.CPUs[l.Name]), why)
+		fmt.Fprintf(stdout, "  %-*s %-12s %-12s %s%s%s\n", nw, l.Name, r.Classes[l.Name], r.WorkloadPolicies[l.Name], r.Workloads[l.Name], byClass(classes, plan.CPUs[l.Name]), why)
 	}
 	fmt.Fprintf(stdout, "active:    %d packages, %d cores, %d threads (%s)\n", r.Active.Packages, r.Active.Cores, r.Active.Threads, r.Active.CPUs)
 	if c := r.CurrentActive; c != nil {

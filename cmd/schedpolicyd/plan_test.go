@@ -380,3 +380,41 @@ func TestPlanCurrentParse(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanLongNamesAligned: the NAME column is as wide as the longest name,
+// so a unit name longer than 16 characters keeps every column aligned,
+// with and without --current.
+func TestPlanLongNamesAligned(t *testing.T) {
+	for _, extra := range [][]string{nil, {"--current", "*=0-7"}} {
+		args := append([]string{"--topology", "snb-laptop-4c8t", "--policy", "powersaving",
+			"--load", "systemd-journald.service=0.1@system.slice,a=0.2"}, extra...)
+		code, out, errOut := runPlan(t, args...)
+		if code != 0 {
+			t.Fatalf("plan %v: exit %d: %s", extra, code, errOut)
+		}
+		var rows []string
+		in := false
+		for _, l := range strings.Split(out, "\n") {
+			switch {
+			case l == "workloads:":
+				in = true
+			case in && strings.HasPrefix(l, "  "):
+				rows = append(rows, l)
+			default:
+				in = false
+			}
+		}
+		if len(rows) != 3 {
+			t.Fatalf("plan %v: workload rows %q", extra, rows)
+		}
+		col := strings.Index(rows[0], "CLASS")
+		for _, r := range rows[1:] {
+			if len(r) <= col || r[col-1] != ' ' || r[col] == ' ' {
+				t.Errorf("plan %v: CLASS column (at %d) misaligned in %q\nheader %q", extra, col, r, rows[0])
+			}
+		}
+		if want := "  systemd-journald.service service"; !strings.HasPrefix(rows[1], want) {
+			t.Errorf("plan %v: row %q, want it to start %q", extra, rows[1], want)
+		}
+	}
+}
