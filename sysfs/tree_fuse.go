@@ -576,3 +576,13 @@ func unescapeMountinfo(s string) string {
 	}
 	return b.String()
 }
+
+// ClearStaleMount detaches (MNT_DETACH) what an instance that is gone left
+// mounted at dir: a dead FUSE mount (ENOTCONN) or any fuse.schedpolicyd
+// mount, peeling stacked ones; other file systems are left alone. The
+// caller must hold dir's tree lock (no live instance serves it). report,
+// if not nil, is called with what each detached mount was. Errors: reading
+// /proc/self/mountinfo, or the unmount's.
+func ClearStaleMount(dir string, report func(what string)) error {
+	return clearStaleMount(dir, report)
+}

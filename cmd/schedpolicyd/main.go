@@ -39,10 +39,12 @@ const usage = `Usage:
                                   topology preset and print the plan and watts
   schedpolicyd soak [flags]       bounded load run against a mock machine; prints
                                   events, decisions, cpuset writes, errors, peak RSS
+  schedpolicyd cleanup [flags]    after an unclean stop: detach the tree left
+                                  mounted, remove its directory and lock file
   schedpolicyd version            print the version
 
-Run 'schedpolicyd probe --help', 'schedpolicyd plan --help' or
-'schedpolicyd soak --help' for their flags.
+Run 'schedpolicyd probe --help', 'schedpolicyd plan --help',
+'schedpolicyd soak --help' or 'schedpolicyd cleanup --help' for their flags.
 
 Daemon flags:
 `
@@ -62,6 +64,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return planMain(args[1:], stdout, stderr)
 		case "soak":
 			return soakMain(args[1:], stdout, stderr)
+		case "cleanup":
+			return cleanupMain(args[1:], stdout, stderr)
 		case "version", "--version":
 			fmt.Fprintln(stdout, "schedpolicyd", version)
 			return 0

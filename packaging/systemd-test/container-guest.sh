@@ -574,6 +574,7 @@ systemctl start "$unit"
 laptop_begin /tmp/conf.good
 laptop_ppd
 laptop_journal
+laptop_unclean
 
 # --- 7. The sandbox as systemd rates it --------------------------------------
 excerpt "systemd-analyze security $unit" systemd-analyze security --no-pager "$unit"

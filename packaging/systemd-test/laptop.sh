@@ -14,6 +14,9 @@
 #                    "placement changed", with how many moved, how many hold
 #                    CPUs the daemon set and which, the policy and why
 #                    (the VM: units placed through systemd)
+#   laptop_unclean   kill -9, then systemctl stop before systemd restarts
+#                    it: ExecStopPost= (schedpolicyd cleanup) detaches the
+#                    dead tree, and /run/schedpolicyd is gone after the stop
 #
 # Sourced after lib.sh by container-guest.sh and vm-guest.sh with the
 # package installed; laptop_begin BASE takes the configuration file to
@@ -176,4 +179,21 @@ laptop_placed() {
 	fi
 	schedpolicyctl set performance >/dev/null
 	systemctl stop lp-idle1 lp-idle2 2>/dev/null
+}
+
+laptop_unclean() {
+	systemctl is-active --quiet "$l_unit" || systemctl start "$l_unit"
+	wait_until 30 sh -c "[ \"\$(systemctl is-active $l_unit)\" = active ]"
+	lc=$(cursor)
+	systemctl kill -s KILL --kill-who=main "$l_unit"
+	systemctl stop "$l_unit"
+	clean=$(journal_since "$lc" -u "$l_unit" | grep 'schedpolicyd cleanup:' | sed 's/.*schedpolicyd cleanup: //' | tr '\n' ';')
+	if [ ! -e /run/schedpolicyd ] && echo "$clean" | grep -q 'removed'; then
+		pass "laptop-unclean: after kill -9 and stop, /run/schedpolicyd is gone; ExecStopPost: $clean"
+	else
+		fail laptop-unclean "after kill -9 and stop: $(ls -la /run/schedpolicyd 2>&1 | tr '\n' ' '); mounts: $(grep schedpolicyd /proc/self/mountinfo | tr '\n' ' '); ExecStopPost: $clean"
+	fi
+	systemctl start "$l_unit"
+	wait_until 30 sh -c "[ \"\$(systemctl is-active $l_unit)\" = active ]" ||
+		fail laptop-unclean-start "$l_unit is $(systemctl is-active "$l_unit") after the unclean stop"
 }

@@ -732,6 +732,7 @@ laptop_begin /tmp/conf.orig
 laptop_ppd
 laptop_journal
 laptop_placed
+laptop_unclean
 
 if dpkg --purge schedpolicyd >/tmp/dpkg-purge.log 2>&1; then
 	pass purge-dpkg

@@ -1,0 +1,44 @@
+package daemon
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+)
+
+// CleanTree removes what a daemon that did not stop cleanly (kill -9, a
+// crash, systemd's SIGKILL after TimeoutStopSec=) left of its tree at dir,
+// as its clean stop would have: the FUSE mount, detached (a dead mount
+// keeps systemd from removing the RuntimeDirectory it is in), the tree
+// directory when a daemon made it and it is empty, and the tree's lock
+// file. found says what there was, one phrase each ("" none). The
+// workloads' CPUs are not touched: the next start restores or keeps them
+// from state.json. It is `schedpolicyd cleanup`, the unit's ExecStopPost=.
+//
+// Errors: ErrAlreadyRunning (naming the pid) when a daemon serves dir —
+// nothing is touched then — or the lock's or the unmount's error.
+func CleanTree(dir string) (found []string, err error) {
+	r, err := resolveTreeDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Lstat(filepath.Dir(r)); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil // no tree was ever there
+	}
+	l, err := lockTreeDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	err = sysfs.ClearStaleMount(l.dir, func(what string) { found = append(found, what) })
+	if l.ownDir {
+		// Only once detached: a dead mount's directory cannot be read.
+		if e, rerr := os.ReadDir(l.dir); rerr == nil && len(e) == 0 {
+			found = append(found, "the tree directory "+l.dir)
+		}
+	}
+	l.release()
+	return found, err
+}
