@@ -6,6 +6,7 @@
 #                        package under a real systemd: container and VM)
 #   make deb             build bin/schedpolicyd_VERSION_ARCH.deb
 #   sudo make deb-test   build, check the contents, lintian
+#   make rpm             build bin/schedpolicyd-VERSION-1.ARCH.rpm (rpmbuild)
 #   sudo make systemd-test  install and use the package under systemd 252 as
 #                        PID 1: an nspawn container (cgroup v1) and a QEMU VM
 #                        (cgroup v2); never on this machine
@@ -16,7 +17,7 @@ CTL     := bin/schedpolicyctl
 PKGS    := ./...
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build run test unit-test deb deb-test systemd-test deps vet fmt clean
+.PHONY: all build run test unit-test deb deb-test rpm systemd-test deps vet fmt clean
 
 all: build
 
@@ -116,6 +117,11 @@ test-loaded: deps
 # The Debian package: packaging/build-deb.sh (dpkg-deb, no debhelper).
 deb:
 	packaging/build-deb.sh bin
+
+# The RPM (Fedora): packaging/build-rpm.sh (rpmbuild -bb in a temporary
+# topdir, offline with Go's module cache), output in bin/.
+rpm:
+	packaging/build-rpm.sh bin
 
 # Build it, check what it holds, run lintian. Installing it happens in
 # systemd-test's container, never on this machine.
