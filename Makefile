@@ -2,10 +2,14 @@
 #   sudo make run        build and run the daemon on this machine
 #                        (flags in ARGS="...", see schedpolicyd --help)
 #   sudo make test       install test dependencies if missing, run every test
-#                        (Go tests, the Debian package checks, then the
-#                        package under a real systemd: container and VM)
+#                        (Go tests, the Debian package checks, the RPM and
+#                        Arch packages beside it, then the package under a
+#                        real systemd: container and VM)
 #   make deb             build bin/schedpolicyd_VERSION_ARCH.deb
 #   sudo make deb-test   build, check the contents, lintian
+#   make rpm             build bin/schedpolicyd-VERSION-1.ARCH.rpm (rpmbuild)
+#   make pkg-test        build the .deb, the RPM and the Arch pkgdir, check they
+#                        install the same files; rpmlint
 #   sudo make systemd-test  install and use the package under systemd 252 as
 #                        PID 1: an nspawn container (cgroup v1) and a QEMU VM
 #                        (cgroup v2); never on this machine
@@ -16,7 +20,7 @@ CTL     := bin/schedpolicyctl
 PKGS    := ./...
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build run test unit-test deb deb-test systemd-test deps vet fmt clean
+.PHONY: all build run test unit-test deb deb-test rpm pkg-test systemd-test deps vet fmt clean
 
 all: build
 
@@ -33,7 +37,8 @@ run: build
 # gdbus (libglib2.0-bin), powerprofilesctl (power-profiles-daemon),
 # setpriv (util-linux), strace (the privilege test records every path the
 # daemon writes), lintian, man (man-db) and groff for the package checks,
-# dpkg-deb (dpkg) to build the package, and the real upowerd under umockdev
+# dpkg-deb (dpkg) to build the package, rpmbuild (rpm) and rpmlint for
+# the RPM, and the real upowerd under umockdev
 # for the UPower source test (upower, umockdev, gir1.2-umockdev-1.0,
 # python3-gi), and the real polkitd for the authorisation test (polkitd);
 # for systemd-test systemd-nspawn (systemd-container), debootstrap, QEMU
@@ -54,6 +59,8 @@ deps:
 	command -v lintian >/dev/null          || missing="$$missing lintian"; \
 	command -v man >/dev/null              || missing="$$missing man-db"; \
 	command -v dpkg-deb >/dev/null         || missing="$$missing dpkg"; \
+	command -v rpmbuild >/dev/null         || missing="$$missing rpm"; \
+	command -v rpmlint >/dev/null          || missing="$$missing rpmlint"; \
 	command -v bash >/dev/null             || missing="$$missing bash"; \
 	command -v strace >/dev/null           || missing="$$missing strace"; \
 	command -v groff >/dev/null            || missing="$$missing groff-base"; \
@@ -75,7 +82,7 @@ deps:
 	$(GO) mod download
 
 # The whole suite: what CI (.ci/run) and the README run.
-test: deps unit-test deb-test systemd-test
+test: deps unit-test deb-test pkg-test systemd-test
 
 # Tests that take a real CPU offline trim every v1 cpuset on the machine,
 # so they run alone afterwards (testutil.NeedRealHotplug), one package at
@@ -117,10 +124,22 @@ test-loaded: deps
 deb:
 	packaging/build-deb.sh bin
 
+# The RPM (Fedora): packaging/build-rpm.sh (rpmbuild -bb in a temporary
+# topdir, offline with Go's module cache), output in bin/.
+rpm:
+	packaging/build-rpm.sh bin
+
 # Build it, check what it holds, run lintian. Installing it happens in
 # systemd-test's container, never on this machine.
 deb-test: deps
 	packaging/deb-test.sh
+
+# The RPM (packaging/rpm) and the Arch PKGBUILD (packaging/arch) beside the
+# .deb: built (the PKGBUILD's build() and package() without makepkg),
+# compared file by file, mode and content, after the documented path
+# mappings; the RPM's %config and scriptlets; rpmlint. Installs nothing.
+pkg-test: deps
+	packaging/pkg-test.sh
 
 # The package under a real systemd (packaging/systemd-test/run.sh): Debian
 # 12 with systemd 252 as PID 1 in systemd-nspawn (cgroup v1), then in a

@@ -1,5 +1,6 @@
 // Package packaging holds no Go code; its tests check that the files the
-// Debian package installs agree with each other and with the code.
+// Debian package, the RPM and the Arch package install agree with each
+// other and with the code.
 package packaging
 
 import (
@@ -69,7 +70,8 @@ func TestDebPolkit(t *testing.T) {
 // TestDebMaintainerScripts: valid sh, start only where systemd runs, and
 // the conffile list matches the shipped config.
 func TestDebMaintainerScripts(t *testing.T) {
-	scripts := []string{"postinst", "prerm", "postrm", "../build-deb.sh", "../deb-test.sh"}
+	scripts := []string{"postinst", "prerm", "postrm", "../build-deb.sh", "../deb-test.sh",
+		"../build-rpm.sh", "../make-tarball.sh", "../pkg-test.sh"}
 	// The systemd test's scripts (lib.sh is sourced, not run).
 	for _, s := range []string{"rootfs.sh", "container.sh", "container-guest.sh", "run.sh", "vm.sh", "vm-guest.sh"} {
 		scripts = append(scripts, "../systemd-test/"+s)
@@ -131,6 +133,38 @@ func TestDebManPages(t *testing.T) {
 		cmd := exec.Command("groff", "-man", "-Tutf8", "-ww", "-z", p)
 		if out, err := cmd.CombinedOutput(); err != nil || len(out) > 0 {
 			t.Errorf("groff %s: %v\n%s", p, err, out)
+		}
+	}
+}
+
+// TestPackageVersions: the RPM spec and the PKGBUILD carry the version of
+// the Debian changelog's top entry, the spec's %changelog starts with it,
+// and the PKGBUILD and its install script are valid bash.
+func TestPackageVersions(t *testing.T) {
+	m := regexp.MustCompile(`^schedpolicyd \(([^)]+)\) `).FindStringSubmatch(read(t, "debian/changelog"))
+	if m == nil {
+		t.Fatal("no version in debian/changelog")
+	}
+	version := m[1]
+	spec := read(t, "rpm/schedpolicyd.spec")
+	if got := regexp.MustCompile(`(?m)^Version:\s+(\S+)$`).FindStringSubmatch(spec); got == nil || got[1] != version {
+		t.Errorf("spec Version: %v, want %s", got, version)
+	}
+	_, log, ok := strings.Cut(spec, "\n%changelog\n")
+	if !ok {
+		t.Fatal("spec has no changelog section")
+	}
+	first, _, _ := strings.Cut(log, "\n")
+	if !regexp.MustCompile(`^\* \w{3} \w{3} \d{2} \d{4} .+ - ` + regexp.QuoteMeta(version) + `-\d+$`).MatchString(first) {
+		t.Errorf("spec's %%changelog starts with %q, want an entry for %s", first, version)
+	}
+	pkgbuild := read(t, "arch/PKGBUILD")
+	if !strings.Contains(pkgbuild, "\npkgver="+version+"\n") {
+		t.Errorf("PKGBUILD's pkgver is not %s", version)
+	}
+	for _, p := range []string{"arch/PKGBUILD", "arch/schedpolicyd.install"} {
+		if out, err := exec.Command("bash", "-n", p).CombinedOutput(); err != nil {
+			t.Errorf("bash -n %s: %v %s", p, err, out)
 		}
 	}
 }
