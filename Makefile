@@ -217,7 +217,7 @@ FUZZ_TARGETS  := \
 	./sysfs:FuzzParseCPUPressure \
 	./sysfs:FuzzClassifyCPUs \
 	./daemon:FuzzValidWorkloadName \
-	./daemon:FuzzEnergyReadings \
+	./daemon/energy:FuzzEnergyReadings \
 	./cmd/schedpolicyd:FuzzParseConfig
 
 .PHONY: soak fuzz fault

@@ -19,6 +19,7 @@ import (
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
+	"github.com/schedpolicyd/schedpolicyd/daemon/energy"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/policy"
@@ -267,8 +268,8 @@ type Daemon struct {
 
 	stats counters // for Stats; written by the loop only
 
-	// Energy accounting (energy.go), loop-owned.
-	energy *energyMeter
+	// Energy accounting (package energy; energy_loop.go), loop-owned.
+	energy *energy.Meter
 	// energyDirty: the totals changed since they were last saved.
 	energyDirty bool
 	// saveFailing: the last saveBackground failed (and said so).
@@ -405,7 +406,7 @@ func New(cfg Config) (*Daemon, error) {
 
 		batteryPct: -1,
 	}
-	d.energy = newEnergyMeter(fs, d.log.WithField("component", "energy"), time.Now, nil)
+	d.energy = energy.NewMeter(fs, d.log.WithField("component", "energy"), time.Now, nil)
 	d.pl = newPlacement(&d.cfg, d.log, &d.stats, d.done)
 	d.pl.save = d.saveBackground
 	d.setMetricsPath(cfg.MetricsTextfile)
@@ -516,7 +517,7 @@ func (d *Daemon) Run(ctx context.Context) (runErr error) {
 	if st.EnergyErr != nil {
 		d.log.WithError(st.EnergyErr).Warn("ignoring the saved energy totals")
 	}
-	d.energy = newEnergyMeter(d.fs, d.log.WithField("component", "energy"), time.Now, st.Energy)
+	d.energy = energy.NewMeter(d.fs, d.log.WithField("component", "energy"), time.Now, st.Energy)
 	if d.units != nil {
 		d.units.load(st.Units)
 	} else {
@@ -548,7 +549,7 @@ func (d *Daemon) Run(ctx context.Context) (runErr error) {
 	// either can be read.
 	d.effective, d.policyReason = d.decide()
 	d.lastChange = time.Now()
-	d.energy.start(d.energyKey(), d.power.Source == acpi.Battery)
+	d.energy.Start(d.energyKey(), d.power.Source == acpi.Battery)
 	d.energyGuard = time.NewTimer(time.Hour)
 	defer d.energyGuard.Stop()
 	d.armEnergyGuard()
@@ -921,7 +922,7 @@ func (d *Daemon) shutdown() {
 	}
 	d.restoreBoost()
 	// The running energy segment ends with the daemon.
-	d.energy.closeSegment(d.energyKey(), d.power.Source == acpi.Battery)
+	d.energy.CloseSegment(d.energyKey(), d.power.Source == acpi.Battery)
 	// What is restored is dropped from state.json; what is not (and the
 	// records of other cgroups, and the workloads we created, which the
 	// next start still removes once their tasks are gone) stays.

@@ -4,5 +4,7 @@
 // and talks to systemd. Its D-Bus service is package daemon/bus, which asks
 // the loop through the bus.Controller methods of Daemon (controller.go) and
 // is handed every snapshot it publishes (daemon/snapshot); what survives a
-// restart, state.json, is read and written by package daemon/statefile.
+// restart, state.json, is read and written by package daemon/statefile,
+// and the energy per policy and power source is measured by package
+// daemon/energy's Meter, which the loop drives (energy_loop.go).
 package daemon

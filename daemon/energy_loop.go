@@ -2,23 +2,19 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"reflect"
 	"sync"
 	"time"
 
-	"github.com/sirupsen/logrus"
-
 	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/energy"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
-// The event loop's side of the energy meter (energy.go) and the energy
+// The event loop's side of the energy meter (package energy) and the energy
 // model's estimate for the current load (EstimatePower).
 
 // EnergyRefreshInterval coalesces RefreshEnergy: a call within this long of
@@ -28,18 +24,18 @@ import (
 const EnergyRefreshInterval = time.Second
 
 // energyKey is the segment the daemon is in now.
-func (d *Daemon) energyKey() energyKey {
-	return energyKey{d.effective, d.power.Source}
+func (d *Daemon) energyKey() energy.Key {
+	return energy.Key{Policy: d.effective, Source: d.power.Source}
 }
 
 // followEnergy closes the running segment when the policy in force or the
 // power source changed since it began.
 func (d *Daemon) followEnergy() {
 	k := d.energyKey()
-	if k == d.energy.seg {
+	if k == d.energy.Segment() {
 		return
 	}
-	if d.energy.closeSegment(k, d.power.Source == acpi.Battery) {
+	if d.energy.CloseSegment(k, d.power.Source == acpi.Battery) {
 		d.energyDirty = true
 	}
 	d.armEnergyGuard()
@@ -64,7 +60,7 @@ func (d *Daemon) armEnergyGuard() {
 	if d.energyGuard == nil {
 		return
 	}
-	if g := d.energy.guardAfter(); g > 0 {
+	if g := d.energy.GuardAfter(); g > 0 {
 		d.energyGuard.Reset(g)
 	} else {
 		d.energyGuard.Stop()
@@ -75,7 +71,7 @@ func (d *Daemon) armEnergyGuard() {
 // segment without closing it, so the totals do not change.
 func (d *Daemon) energyGuardRead() {
 	before := d.energy.Source()
-	d.energy.advance(d.power.Source == acpi.Battery)
+	d.energy.Advance(d.power.Source == acpi.Battery)
 	d.armEnergyGuard()
 	if d.energy.Source() != before {
 		d.publish()
@@ -91,7 +87,7 @@ func (d *Daemon) refreshEnergy() {
 		return
 	}
 	d.energyRefreshed = now
-	if d.energy.closeSegment(d.energyKey(), d.power.Source == acpi.Battery) {
+	if d.energy.CloseSegment(d.energyKey(), d.power.Source == acpi.Battery) {
 		d.energyDirty = true
 	}
 	d.armEnergyGuard()
@@ -197,86 +193,4 @@ func (d *Daemon) modelInput() modelInput {
 		}
 	}
 	return in
-}
-
-// EnergyProbe is what `schedpolicyd probe` says about energy measurement:
-// the source the daemon would use on the machine now and what it found.
-type EnergyProbe struct {
-	// Source is snapshot.EnergySourceRAPL, EnergySourceBattery or
-	// EnergySourceNone.
-	Source string `json:"source"`
-	// Measuring reports that a reading now can start or end a measured
-	// interval: RAPL always, the batteries only while on battery.
-	Measuring bool `json:"measuring"`
-	// Why says why not, when Measuring is false.
-	Why string `json:"why,omitempty"`
-	// Zones are the RAPL zones found, readable or not.
-	Zones []ProbeZone `json:"rapl_zones,omitempty"`
-	// Batteries are the system batteries (acpi.SystemBatteries).
-	Batteries []ProbeBattery `json:"batteries,omitempty"`
-	// Warnings name what keeps a source from being used.
-	Warnings []string `json:"warnings,omitempty"`
-}
-
-// ProbeZone is one RAPL zone as the meter sees it.
-type ProbeZone struct {
-	Zone   string `json:"zone"`             // intel-rapl:0
-	Parent string `json:"parent,omitempty"` // the package of a subzone
-	Name   string `json:"name"`             // package-0, core, psys
-	// Summed: a top-level zone other than psys, whose energy is counted.
-	Summed bool   `json:"summed"`
-	Error  string `json:"error,omitempty"` // why its counter cannot be read
-}
-
-// ProbeBattery is one system battery and its power reading.
-type ProbeBattery struct {
-	Supply string   `json:"supply"`
-	Status string   `json:"status"`
-	Watts  *float64 `json:"watts,omitempty"` // W, when a power can be read
-	From   string   `json:"from,omitempty"`  // power_now or current_now*voltage_now
-	Error  string   `json:"error,omitempty"`
-}
-
-// ProbeEnergy reads, like the daemon's meter, which energy source machine
-// fsys offers, onBattery saying whether the power source in force is
-// battery. It only reads.
-func ProbeEnergy(fsys sysfs.FS, onBattery bool) EnergyProbe {
-	quiet := logrus.New()
-	quiet.Out = io.Discard // probe reports; it does not log
-	m := newEnergyMeter(fsys, quiet, time.Now, nil)
-	s := m.read(onBattery)
-	p := EnergyProbe{Source: s.source, Measuring: s.ok, Why: s.why}
-	if s.ok {
-		p.Why = ""
-	}
-	zones, err := fsys.PowercapZones()
-	if err != nil {
-		p.Warnings = append(p.Warnings, err.Error())
-	}
-	denied := false
-	for _, z := range zones {
-		pz := ProbeZone{Zone: z.Zone, Parent: z.Parent, Name: z.Name, Summed: z.TopLevel() && z.Name != "psys"}
-		if z.Err != nil {
-			pz.Error = z.Err.Error()
-			denied = denied || errors.Is(z.Err, fs.ErrPermission)
-		}
-		p.Zones = append(p.Zones, pz)
-	}
-	if denied {
-		p.Warnings = append(p.Warnings, "RAPL energy_uj is readable by root only (kernels since November 2020, CVE-2020-8694): run probe as root to see what the daemon, which runs as root, measures")
-	}
-	if supplies, err := fsys.PowerSupplies(); err == nil {
-		for _, b := range acpi.SystemBatteries(supplies) {
-			pb := ProbeBattery{Supply: b.Name, Status: b.Status}
-			bp, err := fsys.BatteryPower(b.Name)
-			if err != nil {
-				pb.Error = err.Error()
-			} else {
-				w := float64(bp.MicroWatts) / 1e6
-				pb.Watts, pb.From = &w, bp.From
-			}
-			p.Batteries = append(p.Batteries, pb)
-		}
-	}
-	return p
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/energy"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
@@ -119,7 +120,7 @@ func writeFileAtomic(path string, b []byte) error {
 type metricsInput struct {
 	snap    *snapshot.Snapshot
 	stats   Stats
-	zones   []zoneEnergy
+	zones   []energy.Zone
 	started time.Time
 }
 

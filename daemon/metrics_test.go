@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/energy"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
@@ -34,7 +35,7 @@ var metricsSnap = snapshot.Snapshot{
 func TestRenderMetrics(t *testing.T) {
 	got := string(renderMetrics(metricsInput{
 		snap: &metricsSnap, stats: Stats{Decisions: 12, CPUSetWrites: 7, Errors: 1},
-		zones:   []zoneEnergy{{"intel-rapl:0", "package-0", 5}, {"intel-rapl:0:0", "core", 1.25}},
+		zones:   []energy.Zone{{Zone: "intel-rapl:0", Name: "package-0", Joules: 5}, {Zone: "intel-rapl:0:0", Name: "core", Joules: 1.25}},
 		started: time.Unix(1796131060, 0),
 	}))
 	want := `# HELP schedpolicyd_policy The balance policy in force: 1 for it, 0 for the others.

@@ -25,7 +25,7 @@ func (d *Daemon) publish() {
 	}
 	d.bus.Publish(s)
 	if d.metrics != nil {
-		d.metrics.update(renderMetrics(metricsInput{snap: s, stats: d.Stats(), zones: d.energy.zones(), started: d.started}))
+		d.metrics.update(renderMetrics(metricsInput{snap: s, stats: d.Stats(), zones: d.energy.Zones(), started: d.started}))
 	}
 	if old == nil || old.Policy != s.Policy || old.PowerSource != s.PowerSource || old.Knob != s.Knob || len(old.Workloads) != len(s.Workloads) {
 		d.notify.Status(d.status())

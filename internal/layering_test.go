@@ -47,7 +47,7 @@ var layers = map[string][]string{
 	// daemon counts packed workloads' CPU time with internal/taskclock
 	// (perf events: not pseudo-filesystem I/O, so not sysfs), a leaf too.
 	"acpi":   {"sysfs", "internal/reconnect", "internal/bussender"},
-	"daemon": {"daemon/bus", "daemon/snapshot", "daemon/statefile", "acpi", "sysfs", "policy", "systemd", "internal/names", "internal/reconnect", "internal/taskclock", "internal/bussender"},
+	"daemon": {"daemon/bus", "daemon/energy", "daemon/snapshot", "daemon/statefile", "acpi", "sysfs", "policy", "systemd", "internal/names", "internal/reconnect", "internal/taskclock", "internal/bussender"},
 	// The D-Bus service talks to the daemon through its Controller
 	// interface: it never imports the daemon nor anything of the
 	// placement (never, below). policy for the policy names and sysfs for
@@ -61,7 +61,12 @@ var layers = map[string][]string{
 	// and by the benchmark: policy for the knob, sysfs for cpulists and
 	// boost settings, the snapshot (and acpi) for the energy totals, and
 	// what those bring, nothing else.
-	"daemon/statefile":   {"daemon/snapshot", "policy", "acpi", "sysfs", "internal/reconnect", "internal/bussender"},
+	"daemon/statefile": {"daemon/snapshot", "policy", "acpi", "sysfs", "internal/reconnect", "internal/bussender"},
+	// The energy meter and probe's energy report: sysfs for the RAPL
+	// counters and battery readings, acpi for the system batteries, policy
+	// and the snapshot for the totals' keys and shape, the state file for
+	// their order and validation, and what those bring, nothing else.
+	"daemon/energy":      {"daemon/statefile", "daemon/snapshot", "policy", "acpi", "sysfs", "internal/reconnect", "internal/bussender"},
 	"internal/bussender": {},
 	"internal/names":     {},
 	"internal/reconnect": {},
@@ -76,8 +81,8 @@ var layers = map[string][]string{
 // it, and whatever is added under these paths: the D-Bus service stays
 // out of the daemon and of the placement (which lives in the daemon
 // today, with the task clock and systemd's manager serving it, and is to
-// move to daemon/placement), and the snapshot and the state file out of
-// all three.
+// move to daemon/placement), and the snapshot, the state file and the
+// energy meter out of all three.
 var never = map[string][]string{
 	"daemon/bus":      {"daemon", "daemon/placement/...", "internal/taskclock", "systemd"},
 	"daemon/snapshot": {"daemon", "daemon/bus", "daemon/placement/..."},
@@ -85,6 +90,10 @@ var never = map[string][]string{
 	// state.json for whoever needs it (the daemon, probe, the benchmark)
 	// and knows nothing of the loop, the placement or the bus.
 	"daemon/statefile": {"daemon", "daemon/bus", "daemon/placement/..."},
+	// The energy meter is a leaf under the daemon too: the loop drives it
+	// (Start, Advance, CloseSegment) and probe asks it, and it knows
+	// nothing of either, nor of the bus or the placement.
+	"daemon/energy": {"daemon", "daemon/bus", "daemon/placement/..."},
 }
 
 // neverMatches reports whether package dep is rule: that path, or any

@@ -12,6 +12,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/daemon"
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
+	"github.com/schedpolicyd/schedpolicyd/daemon/energy"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -65,7 +66,7 @@ type probeReport struct {
 	// the daemon leaves their confinement to it.
 	IntelLpmd daemon.LpmdProbe `json:"intel_lpmd"`
 	// Energy is which energy source the daemon would measure with.
-	Energy daemon.EnergyProbe `json:"energy"`
+	Energy energy.ProbeResult `json:"energy"`
 	// PowerProfiles is power_profiles_api and, from the configured bus,
 	// who owns the power-profiles names and whether the daemon follows or
 	// serves them.
@@ -222,7 +223,7 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 			r.CPUClasses = append(r.CPUClasses, pc)
 		}
 	}
-	r.Energy = daemon.ProbeEnergy(fs, dec.Source == acpi.Battery)
+	r.Energy = energy.Probe(fs, dec.Source == acpi.Battery)
 	r.Describes = describes(fc.Digest, bus.ProbeConfigDigest(cfg.Bus))
 	r.PowerProfiles = bus.ProbePowerProfiles(cfg.Bus, fc.PowerProfilesAPIMode(), fc.PowerProfilesUnits)
 	ppOwner := ""
@@ -338,7 +339,7 @@ func plural(n int, word string) string {
 
 // printEnergyProbe prints probe's energy lines: the source and whether it
 // measures now, then each RAPL zone and system battery.
-func printEnergyProbe(w io.Writer, e daemon.EnergyProbe) {
+func printEnergyProbe(w io.Writer, e energy.ProbeResult) {
 	state := "measuring"
 	if !e.Measuring {
 		state = "not measuring now: " + e.Why

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/daemon/energy"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
@@ -22,8 +22,8 @@ func TestProbeEnergyBattery(t *testing.T) {
 	}
 	r := probeJSON(t, buildProbe(t), root)
 	w := 7.21
-	want := daemon.EnergyProbe{Source: "battery", Measuring: true,
-		Batteries: []daemon.ProbeBattery{{Supply: "BAT1", Status: "Discharging", Watts: &w, From: "power_now"}}}
+	want := energy.ProbeResult{Source: "battery", Measuring: true,
+		Batteries: []energy.ProbeBattery{{Supply: "BAT1", Status: "Discharging", Watts: &w, From: "power_now"}}}
 	if !reflect.DeepEqual(r.Energy, want) {
 		t.Errorf("energy %+v, want %+v", r.Energy, want)
 	}
@@ -65,8 +65,8 @@ func TestProbeEnergyRAPL(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	zones := func(errs bool) []daemon.ProbeZone {
-		z := []daemon.ProbeZone{
+	zones := func(errs bool) []energy.ProbeZone {
+		z := []energy.ProbeZone{
 			{Zone: "intel-rapl:0", Name: "package-0", Summed: true},
 			{Zone: "intel-rapl:0:0", Parent: "intel-rapl:0", Name: "core"},
 			{Zone: "intel-rapl:1", Name: "psys"},

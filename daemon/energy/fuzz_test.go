@@ -1,4 +1,4 @@
-package daemon
+package energy
 
 import (
 	"math"
@@ -36,15 +36,15 @@ func FuzzEnergyReadings(f *testing.F) {
 				putRaw(t, mm.root+"/class/power_supply/BAT0/power_now", p1)
 			}
 			m, _ := mm.meter(c)
-			m.start(key(policy.Powersaving, acpi.Battery), true)
+			m.Start(key(policy.Powersaving, acpi.Battery), true)
 			c.add(time.Duration(dt))
 			if rapl {
 				putRaw(t, mm.root+"/class/powercap/intel-rapl:0/energy_uj", e2)
 			} else {
 				putRaw(t, mm.root+"/class/power_supply/BAT0/power_now", p2)
 			}
-			m.closeSegment(key(policy.Performance, acpi.AC), false)
-			m.guardAfter()
+			m.CloseSegment(key(policy.Performance, acpi.AC), false)
+			m.GuardAfter()
 			for _, tot := range m.Totals() {
 				if tot.Joules < 0 || tot.Seconds < 0 || math.IsNaN(tot.Joules) || math.IsInf(tot.Joules, 0) || tot.Seconds > time.Duration(dt).Seconds()+1e-9 {
 					t.Fatalf("total %+v after %v", tot, time.Duration(dt))

@@ -1,4 +1,4 @@
-package daemon
+package energy
 
 import (
 	"os"
@@ -25,10 +25,10 @@ const raplRange = 262143328850
 // fakeClock is the meter's time: it moves only when the test says.
 type fakeClock struct{ t time.Time }
 
-func (c *fakeClock) now() time.Time                { return c.t }
-func (c *fakeClock) add(d time.Duration)           { c.t = c.t.Add(d) }
-func newClock() *fakeClock                         { return &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
-func key(p policy.Policy, s acpi.Source) energyKey { return energyKey{p, s} }
+func (c *fakeClock) now() time.Time          { return c.t }
+func (c *fakeClock) add(d time.Duration)     { c.t = c.t.Add(d) }
+func newClock() *fakeClock                   { return &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
+func key(p policy.Policy, s acpi.Source) Key { return Key{p, s} }
 
 // meterMachine is a mock sysfs root the meter reads, built in code (zone
 // names hold ":", which committed file names may not).
@@ -76,13 +76,13 @@ func (m *meterMachine) supply(name string, attrs map[string]string) {
 	}
 }
 
-func (m *meterMachine) meter(c *fakeClock, saved ...snapshot.EnergyTotal) (*energyMeter, *logtest.Hook) {
+func (m *meterMachine) meter(c *fakeClock, saved ...snapshot.EnergyTotal) (*Meter, *logtest.Hook) {
 	log, hook := logtest.NewNullLogger()
 	log.SetLevel(logrus.DebugLevel)
-	return newEnergyMeter(m.fs, log, c.now, saved), hook
+	return NewMeter(m.fs, log, c.now, saved), hook
 }
 
-func checkTotals(t *testing.T, m *energyMeter, want []snapshot.EnergyTotal) {
+func checkTotals(t *testing.T, m *Meter, want []snapshot.EnergyTotal) {
 	t.Helper()
 	got := m.Totals()
 	if len(want) == 0 {
@@ -104,7 +104,7 @@ func TestEnergyRAPLSegments(t *testing.T) {
 	mm.zone("intel-rapl:2", "psys", 90_000_000, raplRange, 0)
 	c := newClock()
 	m, _ := mm.meter(c)
-	m.start(key(policy.Performance, acpi.AC), false)
+	m.Start(key(policy.Performance, acpi.AC), false)
 	if m.Source() != snapshot.EnergySourceRAPL {
 		t.Fatalf("source %q, want rapl", m.Source())
 	}
@@ -114,20 +114,20 @@ func TestEnergyRAPLSegments(t *testing.T) {
 	mm.counter("intel-rapl:0:0", 5_000_000)
 	mm.counter("intel-rapl:1", 20_250_000) // +0.25 J
 	mm.counter("intel-rapl:2", 99_000_000) // +9 J, not added
-	if !m.closeSegment(key(policy.Powersaving, acpi.Battery), true) {
-		t.Fatal("closeSegment reported no change")
+	if !m.CloseSegment(key(policy.Powersaving, acpi.Battery), true) {
+		t.Fatal("CloseSegment reported no change")
 	}
 	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Performance, PowerSource: acpi.AC, Joules: 1.75, Seconds: 2}})
 
 	c.add(4 * time.Second)
 	mm.counter("intel-rapl:0", 14_500_000) // +3 J
 	mm.counter("intel-rapl:1", 21_250_000) // +1 J
-	m.closeSegment(key(policy.Performance, acpi.AC), false)
+	m.CloseSegment(key(policy.Performance, acpi.AC), false)
 	c.add(1 * time.Second)
 	mm.counter("intel-rapl:0", 15_000_000) // +0.5 J, into the existing total
-	m.closeSegment(key(policy.Performance, acpi.AC), false)
+	m.CloseSegment(key(policy.Performance, acpi.AC), false)
 	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Performance, PowerSource: acpi.AC, Joules: 2.25, Seconds: 3}, {Policy: policy.Powersaving, PowerSource: acpi.Battery, Joules: 4, Seconds: 4}})
-	if got, want := m.zones(), []zoneEnergy{
+	if got, want := m.Zones(), []Zone{
 		{"intel-rapl:0", "package-0", 5}, {"intel-rapl:0:0", "core", 1}, {"intel-rapl:1", "package-1", 1.25}, {"intel-rapl:2", "psys", 9},
 	}; !reflect.DeepEqual(got, want) {
 		t.Errorf("zones %+v, want %+v", got, want)
@@ -141,10 +141,10 @@ func TestEnergyRAPLWrap(t *testing.T) {
 	mm.zone("intel-rapl:0", "package-0", raplRange-1_000_000, raplRange, 64_000_000)
 	c := newClock()
 	m, hook := mm.meter(c)
-	m.start(key(policy.Balance, acpi.Unknown), false)
+	m.Start(key(policy.Balance, acpi.Unknown), false)
 	c.add(3 * time.Second)
 	mm.counter("intel-rapl:0", 500_000) // 1 J to the top, 0.5 J after it
-	m.closeSegment(key(policy.Balance, acpi.Unknown), false)
+	m.CloseSegment(key(policy.Balance, acpi.Unknown), false)
 	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Balance, PowerSource: acpi.Unknown, Joules: 1.5, Seconds: 3}})
 	for _, e := range hook.AllEntries() {
 		if e.Level <= logrus.WarnLevel {
@@ -161,10 +161,10 @@ func TestEnergyRAPLBackwards(t *testing.T) {
 	mm.zone("intel-rapl:0", "package-0", 5_000_000_000, raplRange, 64_000_000)
 	c := newClock()
 	m, hook := mm.meter(c)
-	m.start(key(policy.Performance, acpi.AC), false)
+	m.Start(key(policy.Performance, acpi.AC), false)
 	c.add(10 * time.Second)
 	mm.counter("intel-rapl:0", 1_000_000_000) // reset, e.g. by firmware at resume
-	m.closeSegment(key(policy.Performance, acpi.AC), false)
+	m.CloseSegment(key(policy.Performance, acpi.AC), false)
 	checkTotals(t, m, nil)
 	warned := false
 	for _, e := range hook.AllEntries() {
@@ -178,22 +178,22 @@ func TestEnergyRAPLBackwards(t *testing.T) {
 
 	c.add(5 * time.Second)
 	mm.counter("intel-rapl:0", 1_002_000_000) // +2 J
-	m.closeSegment(key(policy.Performance, acpi.AC), false)
+	m.CloseSegment(key(policy.Performance, acpi.AC), false)
 	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Performance, PowerSource: acpi.AC, Joules: 2, Seconds: 5}})
 
 	// A forward jump no zone can draw (100 kJ in 1 s) is no measurement
 	// either.
 	c.add(1 * time.Second)
 	mm.counter("intel-rapl:0", 101_002_000_000)
-	m.closeSegment(key(policy.Performance, acpi.AC), false)
+	m.CloseSegment(key(policy.Performance, acpi.AC), false)
 	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Performance, PowerSource: acpi.AC, Joules: 2, Seconds: 5}})
 
 	// After hours, the same wrap is plausible (≤ 1 kW on average).
 	mm.counter("intel-rapl:0", raplRange-250_000)
-	m.advance(false)
+	m.Advance(false)
 	c.add(time.Hour)
 	mm.counter("intel-rapl:0", 10_000_000) // 0.25 J to the top, 10 J after it
-	m.closeSegment(key(policy.Performance, acpi.AC), false)
+	m.CloseSegment(key(policy.Performance, acpi.AC), false)
 	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Performance, PowerSource: acpi.AC, Joules: 12.25, Seconds: 3605}})
 }
 
@@ -205,26 +205,26 @@ func TestEnergyRAPLGuard(t *testing.T) {
 	mm.zone("intel-rapl:0:0", "core", 1, raplRange, 0)
 	c := newClock()
 	m, _ := mm.meter(c)
-	m.start(key(policy.Performance, acpi.AC), false)
+	m.Start(key(policy.Performance, acpi.AC), false)
 	// 262143328850 µJ ÷ 64 W ÷ 2 = 2047.994756640625 s.
-	if got, want := m.guardAfter(), 2047994756640*time.Nanosecond; got < want-time.Microsecond || got > want+time.Microsecond {
-		t.Errorf("guardAfter = %v, want %v", got, want)
+	if got, want := m.GuardAfter(), 2047994756640*time.Nanosecond; got < want-time.Microsecond || got > want+time.Microsecond {
+		t.Errorf("GuardAfter = %v, want %v", got, want)
 	}
 	// AMD's 65 kJ counter and no readable limit: 250 W.
 	mm2 := newMeterMachine(t)
 	mm2.zone("intel-rapl:0", "package-0", 1, 65_535_999_000, 0)
 	m2, _ := mm2.meter(c)
-	m2.start(key(policy.Performance, acpi.AC), false)
-	if got, want := m2.guardAfter(), 131071998*time.Microsecond; got < want-time.Microsecond || got > want+time.Microsecond {
-		t.Errorf("guardAfter without a limit = %v, want %v", got, want)
+	m2.Start(key(policy.Performance, acpi.AC), false)
+	if got, want := m2.GuardAfter(), 131071998*time.Microsecond; got < want-time.Microsecond || got > want+time.Microsecond {
+		t.Errorf("GuardAfter without a limit = %v, want %v", got, want)
 	}
 	// Batteries do not wrap.
 	mm3 := newMeterMachine(t)
 	mm3.supply("BAT0", map[string]string{"type": "Battery", "status": "Discharging", "power_now": "5000000"})
 	m3, _ := mm3.meter(c)
-	m3.start(key(policy.Powersaving, acpi.Battery), true)
-	if g := m3.guardAfter(); g != 0 {
-		t.Errorf("guardAfter with batteries = %v, want 0 (no timer)", g)
+	m3.Start(key(policy.Powersaving, acpi.Battery), true)
+	if g := m3.GuardAfter(); g != 0 {
+		t.Errorf("GuardAfter with batteries = %v, want 0 (no timer)", g)
 	}
 }
 
@@ -238,31 +238,31 @@ func TestEnergyBattery(t *testing.T) {
 	mm.supply("BAT0", map[string]string{"type": "Battery", "present": "1", "status": "Discharging", "power_now": "7000000", "energy_now": "28830000"})
 	c := newClock()
 	m, _ := mm.meter(c)
-	m.start(key(policy.Powersaving, acpi.Battery), true)
+	m.Start(key(policy.Powersaving, acpi.Battery), true)
 	if m.Source() != snapshot.EnergySourceBattery {
 		t.Fatalf("source %q, want battery", m.Source())
 	}
 	c.add(10 * time.Second)
 	mm.supply("BAT0", map[string]string{"power_now": "5000000"})
-	m.closeSegment(key(policy.Powersaving, acpi.Battery), true) // RefreshEnergy: (7 W + 5 W) / 2 × 10 s
+	m.CloseSegment(key(policy.Powersaving, acpi.Battery), true) // RefreshEnergy: (7 W + 5 W) / 2 × 10 s
 	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Powersaving, PowerSource: acpi.Battery, Joules: 60, Seconds: 10}})
 
 	// The driver switches to current × voltage: 0.5 A × 12 V = 6 W.
 	c.add(4 * time.Second)
 	mm.supply("BAT0", map[string]string{"power_now": "", "current_now": "500000", "voltage_now": "12000000"})
-	m.closeSegment(key(policy.Balance, acpi.Battery), true) // (5 + 6) / 2 × 4 = 22 J
+	m.CloseSegment(key(policy.Balance, acpi.Battery), true) // (5 + 6) / 2 × 4 = 22 J
 	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Powersaving, PowerSource: acpi.Battery, Joules: 82, Seconds: 14}})
 
 	// Plugged in: the 8 s since the last reading are priced at 6 W.
 	c.add(8 * time.Second)
 	mm.supply("AC", map[string]string{"online": "1"})
 	mm.supply("BAT0", map[string]string{"status": "Charging", "current_now": "1500000"})
-	m.closeSegment(key(policy.Performance, acpi.AC), false)
+	m.CloseSegment(key(policy.Performance, acpi.AC), false)
 	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Balance, PowerSource: acpi.Battery, Joules: 48, Seconds: 8}, {Policy: policy.Powersaving, PowerSource: acpi.Battery, Joules: 82, Seconds: 14}})
 
 	// On AC nothing is measured: the batteries do not carry the draw.
 	c.add(time.Hour)
-	if m.closeSegment(key(policy.Performance, acpi.AC), false) {
+	if m.CloseSegment(key(policy.Performance, acpi.AC), false) {
 		t.Error("an AC segment measured by a charging battery changed the totals")
 	}
 	if m.Source() != snapshot.EnergySourceBattery {
@@ -283,28 +283,28 @@ func TestEnergyVanishedBattery(t *testing.T) {
 	mm.supply("BAT1", map[string]string{"type": "Battery", "status": "Discharging", "power_now": "4000000"})
 	c := newClock()
 	m, _ := mm.meter(c)
-	m.start(key(policy.Powersaving, acpi.Battery), true)
+	m.Start(key(policy.Powersaving, acpi.Battery), true)
 	c.add(10 * time.Second)
 	if err := os.RemoveAll(filepath.Join(mm.root, "class/power_supply/BAT1")); err != nil {
 		t.Fatal(err)
 	}
-	m.closeSegment(key(policy.Powersaving, acpi.Battery), true)
+	m.CloseSegment(key(policy.Powersaving, acpi.Battery), true)
 	checkTotals(t, m, nil)
 	c.add(10 * time.Second)
 	mm.supply("BAT0", map[string]string{"power_now": "5000000"})
-	m.closeSegment(key(policy.Powersaving, acpi.Battery), true) // (3 + 5) / 2 × 10
+	m.CloseSegment(key(policy.Powersaving, acpi.Battery), true) // (3 + 5) / 2 × 10
 	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Powersaving, PowerSource: acpi.Battery, Joules: 40, Seconds: 10}})
 
 	c.add(2 * time.Second)
 	if err := os.RemoveAll(filepath.Join(mm.root, "class/power_supply/BAT0")); err != nil {
 		t.Fatal(err)
 	}
-	m.closeSegment(key(policy.Performance, acpi.Unknown), false) // 5 W × 2 s
+	m.CloseSegment(key(policy.Performance, acpi.Unknown), false) // 5 W × 2 s
 	if m.Source() != snapshot.EnergySourceNone {
 		t.Errorf("source with no battery left %q, want none", m.Source())
 	}
 	c.add(time.Minute)
-	m.closeSegment(key(policy.Performance, acpi.Unknown), false)
+	m.CloseSegment(key(policy.Performance, acpi.Unknown), false)
 	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Powersaving, PowerSource: acpi.Battery, Joules: 50, Seconds: 12}})
 }
 
@@ -314,14 +314,14 @@ func TestEnergyVanishedBattery(t *testing.T) {
 func TestEnergyBatteryUnits(t *testing.T) {
 	// tenSeconds meters one supply with these attributes for a 10 s
 	// powersaving segment on battery.
-	tenSeconds := func(t *testing.T, name string, attrs map[string]string) (*energyMeter, *logtest.Hook) {
+	tenSeconds := func(t *testing.T, name string, attrs map[string]string) (*Meter, *logtest.Hook) {
 		mm := newMeterMachine(t)
 		mm.supply(name, attrs)
 		c := newClock()
 		m, hook := mm.meter(c)
-		m.start(key(policy.Powersaving, acpi.Battery), true)
+		m.Start(key(policy.Powersaving, acpi.Battery), true)
 		c.add(10 * time.Second)
-		m.closeSegment(key(policy.Powersaving, acpi.Battery), true)
+		m.CloseSegment(key(policy.Powersaving, acpi.Battery), true)
 		return m, hook
 	}
 	t.Run("energy_now µWh only", func(t *testing.T) {
@@ -363,9 +363,9 @@ func TestEnergyRAPLUnreadable(t *testing.T) {
 	mm.supply("BAT0", map[string]string{"type": "Battery", "status": "Discharging", "power_now": "2000000"})
 	c := newClock()
 	m, _ := mm.meter(c)
-	m.start(key(policy.Powersaving, acpi.Battery), true)
+	m.Start(key(policy.Powersaving, acpi.Battery), true)
 	c.add(3 * time.Second)
-	m.closeSegment(key(policy.Powersaving, acpi.Battery), true)
+	m.CloseSegment(key(policy.Powersaving, acpi.Battery), true)
 	if m.Source() != snapshot.EnergySourceBattery {
 		t.Fatalf("source %q, want battery", m.Source())
 	}
@@ -378,10 +378,10 @@ func TestEnergySavedTotals(t *testing.T) {
 	mm.zone("intel-rapl:0", "package-0", 0, raplRange, 0)
 	c := newClock()
 	m, _ := mm.meter(c, snapshot.EnergyTotal{Policy: policy.Performance, PowerSource: acpi.AC, Joules: 100, Seconds: 50}, snapshot.EnergyTotal{Policy: policy.Balance, PowerSource: acpi.AC, Joules: 1, Seconds: 1})
-	m.start(key(policy.Performance, acpi.AC), false)
+	m.Start(key(policy.Performance, acpi.AC), false)
 	c.add(time.Second)
 	mm.counter("intel-rapl:0", 4_000_000)
-	m.closeSegment(key(policy.Performance, acpi.AC), false)
+	m.CloseSegment(key(policy.Performance, acpi.AC), false)
 	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Performance, PowerSource: acpi.AC, Joules: 104, Seconds: 51}, {Policy: policy.Balance, PowerSource: acpi.AC, Joules: 1, Seconds: 1}})
 }
 
@@ -394,8 +394,8 @@ func TestEnergyIdleSecondBattery(t *testing.T) {
 	mm.supply("BAT1", map[string]string{"type": "Battery", "present": "1", "status": "Discharging", "power_now": "9000000"})
 	c := newClock()
 	m, _ := mm.meter(c)
-	m.start(key(policy.Powersaving, acpi.Battery), true)
+	m.Start(key(policy.Powersaving, acpi.Battery), true)
 	c.add(2 * time.Second)
-	m.closeSegment(key(policy.Powersaving, acpi.Battery), true)
+	m.CloseSegment(key(policy.Powersaving, acpi.Battery), true)
 	checkTotals(t, m, []snapshot.EnergyTotal{{Policy: policy.Powersaving, PowerSource: acpi.Battery, Joules: 18, Seconds: 2}})
 }

@@ -1,12 +1,16 @@
-package daemon
+// Package energy measures the energy the machine draws per policy and
+// power source in force, from the powercap RAPL counters or the system
+// batteries' discharge, and says what a machine offers to measure with
+// (Probe).
+package energy
 
 // Measured energy per policy and power source.
 //
 // Time is cut into segments: a segment runs while the policy in force and
 // the power source stay the same, and closes when either changes, when a
-// client asks (RefreshEnergy) and at stop. Each close adds the segment's
-// measured energy and time to its (policy, power source) total; the totals
-// are kept in state.json across restarts.
+// client asks (the daemon's RefreshEnergy) and at stop. Each close adds
+// the segment's measured energy and time to its (policy, power source)
+// total; the daemon keeps the totals in state.json across restarts.
 //
 // The energy comes from one source, chosen at every reading:
 //
@@ -40,8 +44,9 @@ package daemon
 // There is no timer while idle, with one exception: with RAPL, a segment
 // longer than a counter's wrap period (range ÷ power; about 34 minutes for
 // a 262 kJ counter at a 64 W limit, hours on most laptops) would lose whole
-// wraps unseen, so the meter reads again after half that period
-// (guardAfter). Battery readings do not wrap and need no timer.
+// wraps unseen, so the daemon has the meter read again after half that
+// period (Meter.GuardAfter). Battery readings do not wrap and need no
+// timer.
 
 import (
 	"errors"
@@ -59,9 +64,11 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
-type energyKey struct {
-	policy policy.Policy
-	source acpi.Source
+// Key names a segment and the total it adds to: the policy in force and
+// the power source in force while it ran.
+type Key struct {
+	Policy policy.Policy
+	Source acpi.Source
 }
 
 // raplCounter is one zone's counter at a reading.
@@ -87,48 +94,69 @@ type energySample struct {
 	why     string // when !ok: why not
 }
 
-// zoneEnergy is the energy one RAPL zone measured since start, for the
-// metrics file.
-type zoneEnergy struct {
-	Zone, Name string
-	Joules     float64
+// Zone is the energy one RAPL zone measured since the meter was made, for
+// the metrics file. Every readable zone has one, psys and subzones
+// included, whether or not its energy is summed into the totals.
+type Zone struct {
+	// Zone is the powercap zone's directory name, e.g. intel-rapl:0 or
+	// intel-rapl:0:0.
+	Zone string
+	// Name is its name attribute, e.g. package-0, core or psys.
+	Name string
+	// Joules is the energy its energy_uj counter advanced by over the
+	// intervals it could be measured in, J.
+	Joules float64
 }
 
-// energyMeter does the accounting; the event loop owns it.
-type energyMeter struct {
+// Meter does the accounting: it cuts time into segments (Key), reads the
+// energy source at each cut and adds each segment's measured joules and
+// seconds to its total. It is not safe for concurrent use: one goroutine
+// (the daemon's event loop) owns it.
+type Meter struct {
 	fs  sysfs.FS
 	log logrus.FieldLogger
 	now func() time.Time
 
-	totals map[energyKey]snapshot.EnergyTotal // closed segments
-	seg    energyKey                          // the running segment
-	segJ   float64                            // its measured J
-	segS   float64                            // and s
+	totals map[Key]snapshot.EnergyTotal // closed segments
+	seg    Key                          // the running segment
+	segJ   float64                      // its measured J
+	segS   float64                      // and s
 	last   energySample
-	zoneJ  map[string]*zoneEnergy // every RAPL zone's J since start
-	warned string                 // the last reason logged, so each is said once
+	zoneJ  map[string]*Zone // every RAPL zone's J since start
+	warned string           // the last reason logged, so each is said once
 }
 
-// newEnergyMeter returns a meter holding the saved totals; start begins
-// the first segment.
-func newEnergyMeter(fsys sysfs.FS, log logrus.FieldLogger, now func() time.Time, saved []snapshot.EnergyTotal) *energyMeter {
-	m := &energyMeter{fs: fsys, log: log, now: now, totals: map[energyKey]snapshot.EnergyTotal{}, zoneJ: map[string]*zoneEnergy{}}
+// NewMeter returns a meter that reads machine fsys (the RAPL zones under
+// class/powercap, the supplies under class/power_supply), logs unusable
+// readings to log, takes its time from now (time.Now in the daemon; its
+// monotonic reading is what intervals are measured with) and starts from
+// the saved totals (state.json's, already checked by
+// statefile.ValidEnergyTotal; nil for none). It reads nothing yet: Start
+// begins the first segment.
+func NewMeter(fsys sysfs.FS, log logrus.FieldLogger, now func() time.Time, saved []snapshot.EnergyTotal) *Meter {
+	m := &Meter{fs: fsys, log: log, now: now, totals: map[Key]snapshot.EnergyTotal{}, zoneJ: map[string]*Zone{}}
 	for _, e := range saved {
-		m.totals[energyKey{e.Policy, e.PowerSource}] = e
+		m.totals[Key{e.Policy, e.PowerSource}] = e
 	}
 	return m
 }
 
-// start begins the first segment, under k, with a reading.
-func (m *energyMeter) start(k energyKey, onBattery bool) {
+// Start begins the first segment, under k, with a reading; onBattery says
+// whether the power source in force is battery (the batteries measure
+// only then). Call it once, before Advance and CloseSegment.
+func (m *Meter) Start(k Key, onBattery bool) {
 	m.seg = k
 	m.last = m.read(onBattery)
 	m.say(m.last)
 }
 
-// advance reads now and adds the interval since the last reading to the
-// running segment, when it can be measured.
-func (m *energyMeter) advance(onBattery bool) {
+// Advance reads now and adds the interval since the last reading to the
+// running segment, when it can be measured; the totals do not change
+// until the segment closes. onBattery is as for Start. An interval that
+// cannot be measured (a counter that went backwards, batteries that
+// changed, an unusable reading) adds neither joules nor seconds and is
+// logged, once per reason.
+func (m *Meter) Advance(onBattery bool) {
 	cur := m.read(onBattery)
 	j, s, why := m.interval(m.last, cur)
 	switch {
@@ -146,7 +174,7 @@ func (m *energyMeter) advance(onBattery bool) {
 
 // say logs a reading that cannot be used, once per reason; expected states
 // (on AC with batteries only, no source at all) at debug level.
-func (m *energyMeter) say(s energySample) {
+func (m *Meter) say(s energySample) {
 	why := s.why
 	if s.ok {
 		why = ""
@@ -166,14 +194,17 @@ func (m *energyMeter) say(s energySample) {
 	l.Warn("energy: reading not usable; its interval is not counted")
 }
 
-// closeSegment reads now, adds the running segment to its total and starts
-// the next one under next. It reports whether the totals changed.
-func (m *energyMeter) closeSegment(next energyKey, onBattery bool) bool {
-	m.advance(onBattery)
+// CloseSegment reads now (as Advance), adds the running segment's joules
+// and seconds to its total and starts the next segment under next, which
+// may be the same key. onBattery is as for Start. It reports whether the
+// totals changed, i.e. whether the segment measured anything and the
+// totals are worth saving.
+func (m *Meter) CloseSegment(next Key, onBattery bool) bool {
+	m.Advance(onBattery)
 	changed := m.segS > 0 || m.segJ > 0
 	if changed {
 		t := m.totals[m.seg]
-		t.Policy, t.PowerSource = m.seg.policy, m.seg.source
+		t.Policy, t.PowerSource = m.seg.Policy, m.seg.Source
 		t.Joules += m.segJ
 		t.Seconds += m.segS
 		m.totals[m.seg] = t
@@ -182,10 +213,16 @@ func (m *energyMeter) closeSegment(next energyKey, onBattery bool) bool {
 	return changed
 }
 
-// Totals returns the closed segments' totals, in policy order
-// (performance, balance, powersaving), then ac, battery, unknown; nil when
-// there are none.
-func (m *energyMeter) Totals() []snapshot.EnergyTotal {
+// Segment returns the key of the running segment: Start's or the last
+// CloseSegment's.
+func (m *Meter) Segment() Key { return m.seg }
+
+// Totals returns the closed segments' totals, one per key that measured
+// anything (the saved ones included), each with its joules (J) and the
+// seconds (s) they were measured over, in policy order (performance,
+// balance, powersaving), then ac, battery, unknown (statefile.SortEnergy);
+// nil when there are none. The running segment is not in them.
+func (m *Meter) Totals() []snapshot.EnergyTotal {
 	if len(m.totals) == 0 {
 		return nil
 	}
@@ -197,13 +234,16 @@ func (m *energyMeter) Totals() []snapshot.EnergyTotal {
 	return out
 }
 
-// Source is the source of the last reading: snapshot.EnergySourceRAPL,
-// snapshot.EnergySourceBattery or snapshot.EnergySourceNone.
-func (m *energyMeter) Source() string { return m.last.source }
+// Source is the source of the last reading: snapshot.EnergySourceRAPL
+// (the powercap RAPL counters), snapshot.EnergySourceBattery (the system
+// batteries' power_supply attributes, also while on AC, when they are
+// there but do not measure) or snapshot.EnergySourceNone; "" before Start.
+func (m *Meter) Source() string { return m.last.source }
 
-// zones returns every RAPL zone's energy since start, by zone.
-func (m *energyMeter) zones() []zoneEnergy {
-	out := make([]zoneEnergy, 0, len(m.zoneJ))
+// Zones returns every RAPL zone's energy (J) since the meter was made, by
+// zone directory name; empty when no RAPL interval was measured.
+func (m *Meter) Zones() []Zone {
+	out := make([]Zone, 0, len(m.zoneJ))
 	for _, z := range m.zoneJ {
 		out = append(out, *z)
 	}
@@ -215,11 +255,13 @@ func (m *energyMeter) zones() []zoneEnergy {
 // limit when computing the wrap guard (250 W).
 const guardPowerUW = 250_000_000
 
-// guardAfter is how long the meter may wait before it reads RAPL again
-// without missing a wrap: half of the shortest wrap period, range ÷ power,
-// at the highest power limit of the zones read (or guardPowerUW). 0 when
-// no counter can wrap (battery, none).
-func (m *energyMeter) guardAfter() time.Duration {
+// GuardAfter is how long the meter may wait after its last reading before
+// it must read RAPL again (Advance) without missing a wrap: half of the
+// shortest wrap period, max_energy_range_uj (µJ) ÷ power (µW), at the
+// highest power limit of the zones read (or 250 W when none is readable),
+// and at least 1 s. 0 when no counter can wrap (battery, none): no timer
+// is needed.
+func (m *Meter) GuardAfter() time.Duration {
 	if m.last.source != snapshot.EnergySourceRAPL {
 		return 0
 	}
@@ -240,7 +282,7 @@ func (m *energyMeter) guardAfter() time.Duration {
 
 // read takes one sample: RAPL when a summed zone can be read, else the
 // system batteries when one of them reports a power attribute, else none.
-func (m *energyMeter) read(onBattery bool) energySample {
+func (m *Meter) read(onBattery bool) energySample {
 	s := energySample{at: m.now(), onBattery: onBattery}
 	zones, err := m.fs.PowercapZones()
 	var used []string
@@ -281,7 +323,7 @@ func (m *energyMeter) read(onBattery bool) energySample {
 // readBatteries fills s from the system batteries and returns why it is
 // not a usable point ("" when it is). s.source becomes snapshot.EnergySourceNone
 // when no system battery has a power attribute.
-func (m *energyMeter) readBatteries(s *energySample) string {
+func (m *Meter) readBatteries(s *energySample) string {
 	supplies, err := m.fs.PowerSupplies()
 	if err != nil {
 		s.source = snapshot.EnergySourceNone
@@ -360,7 +402,7 @@ func raplDelta(prev, cur raplCounter, dt float64) (uint64, bool) {
 // interval returns the energy (J) and time (s) measured between two
 // samples, or why the interval cannot be measured. It also adds each RAPL
 // zone's energy to the zone totals.
-func (m *energyMeter) interval(last, cur energySample) (joules, seconds float64, why string) {
+func (m *Meter) interval(last, cur energySample) (joules, seconds float64, why string) {
 	dt := cur.at.Sub(last.at).Seconds()
 	switch {
 	case dt < 0:
@@ -377,7 +419,7 @@ func (m *energyMeter) interval(last, cur energySample) (joules, seconds float64,
 			if d, ok := raplDelta(p, c, dt); ok {
 				z := m.zoneJ[zone]
 				if z == nil {
-					z = &zoneEnergy{Zone: zone, Name: c.name}
+					z = &Zone{Zone: zone, Name: c.name}
 					m.zoneJ[zone] = z
 				}
 				z.Joules += float64(d) / 1e6
