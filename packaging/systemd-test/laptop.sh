@@ -187,6 +187,9 @@ laptop_unclean() {
 	lc=$(cursor)
 	systemctl kill -s KILL --kill-who=main "$l_unit"
 	systemctl stop "$l_unit"
+	# ExecStopPost='s output reaches the journal through its stream, maybe
+	# after stop returned.
+	journal_wait "$lc" 20 'schedpolicyd cleanup: .*removed'
 	clean=$(journal_since "$lc" -u "$l_unit" | grep 'schedpolicyd cleanup:' | sed 's/.*schedpolicyd cleanup: //' | tr '\n' ';')
 	if [ ! -e /run/schedpolicyd ] && echo "$clean" | grep -q 'removed'; then
 		pass "laptop-unclean: after kill -9 and stop, /run/schedpolicyd is gone; ExecStopPost: $clean"
