@@ -17,25 +17,35 @@ const DefaultBound = 20 * time.Second
 // on the test's goroutine, so it may call t.Fatal itself.
 func WaitFor(t testing.TB, what string, bound time.Duration, cond func() (bool, string)) {
 	t.Helper()
+	ok, last := Poll(bound, cond)
+	switch {
+	case ok:
+	case last != "":
+		t.Fatalf("timed out after %v waiting for %s; last seen: %s", bound, what, last)
+	default:
+		t.Fatalf("timed out after %v waiting for %s", bound, what)
+	}
+}
+
+// Poll is WaitFor without the failure: it reports whether cond became true
+// within bound, and what cond described last, for a caller that has
+// something to check before it fails (a machine too busy for the test's
+// premise, say).
+func Poll(bound time.Duration, cond func() (bool, string)) (ok bool, last string) {
 	deadline := time.Now().Add(bound)
 	pause := 10 * time.Millisecond
-	var last string
 	for {
 		ok, seen := cond()
 		if ok {
-			return
+			return true, seen
 		}
 		last = seen
 		if !time.Now().Before(deadline) {
-			break
+			return false, last
 		}
 		time.Sleep(pause)
 		pause = min(2*pause, 50*time.Millisecond)
 	}
-	if last != "" {
-		t.Fatalf("timed out after %v waiting for %s; last seen: %s", bound, what, last)
-	}
-	t.Fatalf("timed out after %v waiting for %s", bound, what)
 }
 
 // Eventually is WaitFor with DefaultBound.
