@@ -670,7 +670,7 @@ func (d *Daemon) Run(ctx context.Context) (runErr error) {
 	}()
 	for {
 		var sampleC <-chan time.Time
-		var unitC <-chan unitMsg
+		var unitC <-chan event
 		sampling := d.pl.sampling()
 		if d.units != nil {
 			unitC = d.units.eventsC()
@@ -719,8 +719,9 @@ func (d *Daemon) Run(ctx context.Context) (runErr error) {
 			if d.pl.scan() {
 				d.recompute("workloads changed", true)
 			}
-		case ev := <-unitC:
+		case msg := <-unitC:
 			d.stats.events.Add(1)
+			ev := msg.(unitMsg)
 			t0 := time.Now()
 			changed := d.units.onEvent(ev)
 			if changed {
@@ -747,7 +748,7 @@ func (d *Daemon) Run(ctx context.Context) (runErr error) {
 			d.recompute("lazy balance history expired", false)
 		case ev := <-d.pl.exits:
 			d.stats.events.Add(1)
-			if d.pl.onExit(ev) {
+			if d.pl.onExit(ev.(exitEvent)) {
 				d.recompute("workload finished", true)
 			}
 		case <-d.pl.pressureC():
@@ -796,7 +797,7 @@ func (d *Daemon) Run(ctx context.Context) (runErr error) {
 			d.stats.events.Add(1)
 			d.pl.idleSamples = 0 // a task arrived: look at once, then every period
 			d.pl.sample()
-			d.retaskClock()
+			d.pl.retaskClock()
 			d.pl.startConfirm("task attached")
 			d.recompute("task attached", false)
 		case <-treeLost:

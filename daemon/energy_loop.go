@@ -106,7 +106,8 @@ type estimateCache struct {
 type modelInput struct {
 	topo    policy.Topology
 	classes sysfs.CPUClasses // the efficiency classes, for their energy costs
-	allowed []int
+	online  sysfs.CPUSet     // the online CPUs
+	allowed []int            // those the workloads may have
 	placed  []policy.Load    // the workloads the policy places
 	fixed   []policy.Load    // the others: a performance override, a release
 	cpus    map[string][]int // the fixed ones' CPUs
@@ -157,7 +158,7 @@ func (d *Daemon) EstimatePower(ctx context.Context) (snapshot.PowerEstimates, er
 
 // modelInput copies the model's inputs; on the loop.
 func (d *Daemon) modelInput() modelInput {
-	in := modelInput{topo: d.topo, classes: d.classes, allowed: d.allowed.List(), cpus: map[string][]int{}}
+	in := modelInput{topo: d.topo, classes: d.classes, online: d.allowed, allowed: d.allowed.List(), cpus: map[string][]int{}}
 	if d.pl.cg != nil {
 		if a, err := d.pl.cg.Allowed(); err == nil && !a.IsEmpty() {
 			in.allowed = d.allowed.Intersect(a).List()
