@@ -147,3 +147,23 @@ func (exitEvent) isEvent() {}
 // replanFunc asks the loop for a decision (Daemon.recompute), made at
 // once, before the wake's handler goes on.
 type replanFunc func(why string, force bool)
+
+// newBackend makes the back end Config.Placement names, saving state.json
+// through saveBackground.
+func (d *Daemon) newBackend() backend {
+	if d.cfg.Placement == PlacementSystemd {
+		u := newUnitPlacement(&d.cfg, d.log, &d.stats)
+		u.save = d.saveBackground
+		return u
+	}
+	p := newPlacement(&d.cfg, d.log, &d.stats, d.done)
+	p.save = d.saveBackground
+	return p
+}
+
+// loadRecords takes state.json's records: the back end's own, and the
+// other placement mode's to save back as they are (kept).
+func (d *Daemon) loadRecords(st statefile.State) {
+	d.kept = statefile.State{Cgroups: st.Cgroups, Units: st.Units}
+	d.place.loadRecords(st)
+}
