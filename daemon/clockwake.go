@@ -480,19 +480,14 @@ func (g *clockGate) confirmBursts(names []string, cpus func(string) int, crowded
 	return true
 }
 
-// clockC fires when a unit's counter overflowed; nil without units.
-func (u *unitPlacement) clockC() <-chan struct{} {
-	if u == nil {
-		return nil
-	}
-	return u.clock.C()
-}
+// clockC fires when a unit's counter overflowed.
+func (u *unitPlacement) clockC() <-chan struct{} { return u.clock.C() }
 
 // syncClock gives every unit with AllowedCPUs= narrower than the CPUs of
 // the last plan counters on its cgroup and those CPUs, and closes the
 // others'. None are left for another call (more is false).
 func (u *unitPlacement) syncClock() (more bool) {
-	if u == nil || u.clock == nil {
+	if u.clock == nil {
 		return false
 	}
 	for _, n := range u.sortedNames() {

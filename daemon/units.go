@@ -301,10 +301,9 @@ func (u *unitPlacement) open() error {
 	return nil
 }
 
-// pressureC is the PSI trigger's channel; nil without one (or without
-// units placement: u is nil in cgroupfs mode).
+// pressureC is the PSI trigger's channel; nil without one.
 func (u *unitPlacement) pressureC() <-chan struct{} {
-	if u == nil || u.pressure == nil {
+	if u.pressure == nil {
 		return nil
 	}
 	return u.pressure.C()
@@ -313,7 +312,7 @@ func (u *unitPlacement) pressureC() <-chan struct{} {
 // pressureDone is closed when the kernel drops the trigger; nil without
 // one.
 func (u *unitPlacement) pressureDone() <-chan struct{} {
-	if u == nil || u.pressure == nil {
+	if u.pressure == nil {
 		return nil
 	}
 	return u.pressure.Done()
