@@ -480,20 +480,15 @@ func (g *clockGate) confirmBursts(names []string, cpus func(string) int, crowded
 	return true
 }
 
-// clockC fires when a unit's counter overflowed; nil without units.
-func (u *unitPlacement) clockC() <-chan struct{} {
-	if u == nil {
-		return nil
-	}
-	return u.clock.C()
-}
+// clockC fires when a unit's counter overflowed.
+func (u *unitPlacement) clockC() <-chan struct{} { return u.clock.C() }
 
 // syncClock gives every unit with AllowedCPUs= narrower than the CPUs of
 // the last plan counters on its cgroup and those CPUs, and closes the
-// others'.
-func (u *unitPlacement) syncClock() {
-	if u == nil || u.clock == nil {
-		return
+// others'. None are left for another call (more is false).
+func (u *unitPlacement) syncClock() (more bool) {
+	if u.clock == nil {
+		return false
 	}
 	for _, n := range u.sortedNames() {
 		w := u.workloads[n]
@@ -504,6 +499,7 @@ func (u *unitPlacement) syncClock() {
 		u.clock.setCgroup(n, w.cgroup, w.cpus)
 	}
 	u.clock.keep(func(k string) bool { return u.workloads[k] != nil })
+	return false
 }
 
 // clockWake is placement.clockWake for units. A unit's runnable threads
@@ -531,8 +527,8 @@ func (u *unitPlacement) clockWake() {
 	}
 }
 
-// requestClockSync has the loop sync both placements' counters with the
-// plans once the event being handled is done (Daemon.clockSync).
+// requestClockSync has the loop sync the placement's counters with the
+// plan once the event being handled is done (Daemon.clockSync).
 func (d *Daemon) requestClockSync() {
 	select {
 	case d.clockSync <- struct{}{}:
@@ -541,16 +537,14 @@ func (d *Daemon) requestClockSync() {
 }
 
 // retaskClock has the workloads tasks were attached to get their counters
-// again: now for a batch, the rest through the loop (requestClockSync).
-func (d *Daemon) retaskClock() {
-	p := d.pl
+// again: now for a batch, the rest at the next syncClock, which the
+// decision that follows asks the loop for (Daemon.recompute).
+func (p *placement) retaskClock() {
 	for n := range p.takeAttached() {
 		if p.clockRetask == nil {
 			p.clockRetask = map[string]bool{}
 		}
 		p.clockRetask[n] = true
 	}
-	if p.syncClock() {
-		d.requestClockSync()
-	}
+	p.syncClock()
 }

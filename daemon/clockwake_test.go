@@ -60,12 +60,12 @@ func packedWithLog(t *testing.T) (*Daemon, *logtest.Hook, string, string, thread
 }
 
 func (d *Daemon) clockArmed(key string) (armed bool) {
-	d.do(context.Background(), func() error { armed = d.pl.clock.armed(key); return nil })
+	d.do(context.Background(), func() error { armed = cgroupfs(d).clock.armed(key); return nil })
 	return armed
 }
 
 func (d *Daemon) clockSlow(key string) (slow bool) {
-	d.do(context.Background(), func() error { slow = d.pl.clock.slow(key); return nil })
+	d.do(context.Background(), func() error { slow = cgroupfs(d).clock.slow(key); return nil })
 	return slow
 }
 
@@ -94,9 +94,9 @@ func widenedByClock(t *testing.T, hook *logtest.Hook, dir, all string, before in
 func onlyTaskClock(t *testing.T, d *Daemon) {
 	t.Helper()
 	d.do(context.Background(), func() error {
-		if d.pl.pressure != nil {
-			d.pl.pressure.Close()
-			d.pl.pressure = nil
+		if cgroupfs(d).pressure != nil {
+			cgroupfs(d).pressure.Close()
+			cgroupfs(d).pressure = nil
 		}
 		d.cfg.SampleInterval = time.Hour
 		return nil
@@ -116,10 +116,10 @@ func clockCounting(t *testing.T, d *Daemon) {
 		var state string
 		d.do(context.Background(), func() error {
 			d.onSample()
-			k := d.pl.clock.keys["job"]
-			ok = d.pl.clock.armed("job") && k != nil && !k.slow && !k.paused && d.pl.confirm.timer == nil
+			k := cgroupfs(d).clock.keys["job"]
+			ok = cgroupfs(d).clock.armed("job") && k != nil && !k.slow && !k.paused && cgroupfs(d).confirm.timer == nil
 			if k != nil {
-				state = fmt.Sprintf("armed %v slow %v paused %v, confirmation pending %v", d.pl.clock.armed("job"), k.slow, k.paused, d.pl.confirm.timer != nil)
+				state = fmt.Sprintf("armed %v slow %v paused %v, confirmation pending %v", cgroupfs(d).clock.armed("job"), k.slow, k.paused, cgroupfs(d).confirm.timer != nil)
 			}
 			return nil
 		})
@@ -173,7 +173,7 @@ func TestDaemonTaskClockSlowsWhileBusy(t *testing.T) {
 	// test needs a CPU the rest of the machine leaves alone most of the
 	// time; a busy machine gives none.
 	runDelay := func() (run, wait time.Duration) {
-		d.do(context.Background(), func() error { run, wait, _ = d.pl.cg.RunDelay("job"); return nil })
+		d.do(context.Background(), func() error { run, wait, _ = cgroupfs(d).cg.RunDelay("job"); return nil })
 		return run, wait
 	}
 	crowdedByOthers := func(run0, wait0 time.Duration) {
@@ -222,8 +222,8 @@ func TestDaemonTaskClockSlowsWhileBusy(t *testing.T) {
 	// Only the slow counters can be first now: no pressure trigger (it
 	// might fire at its 2 s tick), and the next sample up to 5 s away.
 	d.do(context.Background(), func() error {
-		d.pl.pressure.Close()
-		d.pl.pressure = nil
+		cgroupfs(d).pressure.Close()
+		cgroupfs(d).pressure = nil
 		d.cfg.SampleInterval = 5 * time.Second
 		return nil
 	})
@@ -252,8 +252,8 @@ func TestDaemonTaskClockSlowsWhileBusy(t *testing.T) {
 func TestDaemonNoTaskClock(t *testing.T) {
 	d, _, _, _ := packedThreadsWorkloadWith(t, func(c *Config) { c.NoTaskClock = true })
 	var gate *clockGate
-	d.do(context.Background(), func() error { gate = d.pl.clock; return nil })
-	if gate != nil || d.pl.clockC() != nil {
+	d.do(context.Background(), func() error { gate = cgroupfs(d).clock; return nil })
+	if gate != nil || cgroupfs(d).clockC() != nil {
 		t.Fatal("NoTaskClock: a gate was made")
 	}
 }
@@ -267,7 +267,7 @@ func TestDaemonTaskClockCountsAttachedTasks(t *testing.T) {
 	d, hook, all, dir, _ := packedWithLog(t)
 	onlyTaskClock(t, d)
 	var before int
-	d.do(context.Background(), func() error { before = d.pl.clock.w.Open(); return nil })
+	d.do(context.Background(), func() error { before = cgroupfs(d).clock.w.Open(); return nil })
 	proc := startThreadsProc(t)
 	proc.run(t, 0, 0) // started and idle: its start-up burst is over, outside job
 	testutil.Put(t, filepath.Join(dir, "cgroup.procs"), strconv.Itoa(proc.pid))
@@ -277,7 +277,7 @@ func TestDaemonTaskClockCountsAttachedTasks(t *testing.T) {
 		var n int
 		var pending bool
 		d.do(context.Background(), func() error {
-			n, pending = d.pl.clock.w.Open(), d.pl.confirm.timer != nil
+			n, pending = cgroupfs(d).clock.w.Open(), cgroupfs(d).confirm.timer != nil
 			return nil
 		})
 		return n > before && !pending, fmt.Sprintf("%d counters, %d before; confirmation pending %v", n, before, pending)

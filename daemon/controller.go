@@ -89,16 +89,9 @@ func (d *Daemon) Rebalance(ctx context.Context) error {
 		if d.mon != nil {
 			d.mon.Poke()
 		}
-		d.pl.scan()
-		d.pl.checkAll(nil) // a cpuset changed by hand is seen now
-		d.pl.sample()
-		if d.units != nil {
-			d.units.scan()
-			d.units.sample()
-			d.units.plan.Lazy = policy.LazyState{}
-		}
-		// An explicit request plans afresh: no lazy history holds it back.
-		d.pl.plan.Lazy = policy.LazyState{}
+		// A value changed by hand is seen now, and an explicit request
+		// plans afresh: no lazy history holds it back.
+		d.place.rebalance()
 		d.recompute("rebalance", true)
 		return nil
 	})

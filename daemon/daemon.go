@@ -209,14 +209,15 @@ type Daemon struct {
 
 	fs  sysfs.FS
 	mon *acpi.Monitor
-	pl  *placement // the workloads and their records (placement.go)
-	// units places systemd units instead (placement "systemd", units.go);
-	// nil otherwise. keptUnits are the unit records of state.json while
-	// it is nil: another placement's, saved back as they are.
-	units     *unitPlacement
-	keptUnits []statefile.UnitRecord
-	tree      sysfs.Tree
-	bus       *bus.Service // nil with bus "none"
+	// place is the placement back end, the workloads and their records
+	// (backend.go): cgroupfs or systemd units, as Config.Placement says.
+	place backend
+	// kept are the records of state.json as this run found them: the
+	// back end's own are replaced at each save (putRecords), the other
+	// placement mode's are saved back as they are (loadRecords).
+	kept statefile.State
+	tree sysfs.Tree
+	bus  *bus.Service // nil with bus "none"
 
 	reqs chan func()
 	// clockSync asks the loop to sync the task-clock counters with the
@@ -407,13 +408,8 @@ func New(cfg Config) (*Daemon, error) {
 		batteryPct: -1,
 	}
 	d.energy = energy.NewMeter(fs, d.log.WithField("component", "energy"), time.Now, nil)
-	d.pl = newPlacement(&d.cfg, d.log, &d.stats, d.done)
-	d.pl.save = d.saveBackground
+	d.place = d.newBackend()
 	d.setMetricsPath(cfg.MetricsTextfile)
-	if d.cfg.Placement == PlacementSystemd {
-		d.units = newUnitPlacement(&d.cfg, d.log, &d.stats)
-		d.units.save = d.pl.save
-	}
 	return d, nil
 }
 
@@ -513,16 +509,11 @@ func (d *Daemon) Run(ctx context.Context) (runErr error) {
 	if st.ChoicesErr != nil {
 		d.log.WithError(st.ChoicesErr).Warn("ignoring the saved per-source choices")
 	}
-	d.pl.load(st.Cgroups)
+	d.loadRecords(st)
 	if st.EnergyErr != nil {
 		d.log.WithError(st.EnergyErr).Warn("ignoring the saved energy totals")
 	}
 	d.energy = energy.NewMeter(d.fs, d.log.WithField("component", "energy"), time.Now, st.Energy)
-	if d.units != nil {
-		d.units.load(st.Units)
-	} else {
-		d.keptUnits = st.Units // another placement's: kept as they are
-	}
 	if n := st.Unfinished(); n != "" {
 		d.log.WithField("found", n).Warn("the last run did not finish its stop: each value it set is checked now, restored where it is still ours, and kept where someone else changed it since")
 	}
@@ -535,16 +526,11 @@ func (d *Daemon) Run(ctx context.Context) (runErr error) {
 	d.boost, _ = d.fs.Boost()
 	d.readTopology()
 
-	if err := d.pl.open(); errors.Is(err, ErrAlreadyRunning) {
+	if err := d.place.open(); errors.Is(err, ErrAlreadyRunning) {
 		return err
 	}
-	defer d.pl.close()
-	d.pl.scan()
-	if d.units != nil {
-		d.units.open()
-		defer d.units.close()
-		d.units.scan()
-	}
+	defer d.place.close()
+	d.place.scan()
 	// The tree and the bus serve the snapshot: have a true one before
 	// either can be read.
 	d.effective, d.policyReason = d.decide()
@@ -668,14 +654,10 @@ func (d *Daemon) Run(ctx context.Context) (runErr error) {
 		}()
 		runErr = fmt.Errorf("internal error in the event loop: %v", r)
 	}()
+	b := d.place
 	for {
 		var sampleC <-chan time.Time
-		var unitC <-chan unitMsg
-		sampling := d.pl.sampling()
-		if d.units != nil {
-			unitC = d.units.eventsC()
-			sampling = sampling || d.units.sampling()
-		}
+		sampling := b.sampling()
 		if sampling {
 			sampleC = sample.C
 		}
@@ -688,11 +670,7 @@ func (d *Daemon) Run(ctx context.Context) (runErr error) {
 		}
 		wasSampling = sampling
 		lazyC := lazy.c(d.lazyExpiry(sampling))
-		every := d.pl.sampleEvery()
-		if d.units != nil && !d.pl.sampling() {
-			every = d.units.sampleEvery()
-		}
-		if every != sampleEvery {
+		if every := b.sampleEvery(); every != sampleEvery {
 			sampleEvery = every
 			sample.Reset(sampleEvery)
 		}
@@ -713,31 +691,6 @@ func (d *Daemon) Run(ctx context.Context) (runErr error) {
 		case fn := <-d.reqs:
 			d.stats.events.Add(1)
 			fn()
-		case <-d.pl.cgEvents():
-			d.stats.events.Add(1)
-			d.pl.idleSamples = 0
-			if d.pl.scan() {
-				d.recompute("workloads changed", true)
-			}
-		case ev := <-unitC:
-			d.stats.events.Add(1)
-			t0 := time.Now()
-			changed := d.units.onEvent(ev)
-			if changed {
-				d.recompute("units changed", true)
-			}
-			if el := time.Since(t0); el > 2*time.Second {
-				d.log.WithFields(logrus.Fields{"unit": ev.ev.Name, "uid": ev.ev.UID, "focus": ev.focus, "took": el.String()}).Warn("slow unit event")
-			}
-		case <-d.pl.cpusC():
-			d.stats.events.Add(1)
-			names := d.pl.takeWritten()
-			if len(d.pl.waiting) > 0 && d.pl.scan() {
-				d.recompute("workloads changed", true)
-			}
-			if d.pl.checkAll(names) {
-				d.recompute("cpuset changed by someone else", true)
-			}
 		case <-sampleC:
 			d.stats.events.Add(1)
 			d.onSample()
@@ -745,60 +698,28 @@ func (d *Daemon) Run(ctx context.Context) (runErr error) {
 			d.stats.events.Add(1)
 			lazy.fired()
 			d.recompute("lazy balance history expired", false)
-		case ev := <-d.pl.exits:
+		// The back end's wakes (backend.go).
+		case msg := <-b.eventsC():
 			d.stats.events.Add(1)
-			if d.pl.onExit(ev) {
-				d.recompute("workload finished", true)
-			}
-		case <-d.pl.pressureC():
-			d.stats.events.Add(1)
-			d.stats.pressureWakes.Add(1)
-			d.pl.pressureWake()
-			d.recompute("cpu pressure", false)
-		case <-d.units.pressureC():
-			d.stats.events.Add(1)
-			d.stats.pressureWakes.Add(1)
-			d.units.idleSamples = 0 // sample at once, then every period
-			d.units.sample()
-			d.log.WithField("signal", "cpu pressure").Debug("woken: units sampled")
-			d.units.startConfirm("cpu pressure", unitWakeStall)
-			d.recompute("cpu pressure", false)
-		case <-d.units.pressureDone():
-			d.log.WithError(d.units.pressure.Err()).Warn("the CPU pressure trigger of units stopped; while every unit is idle, sampling slows down instead of stopping")
-			d.units.dropPressure()
+			b.onMsg(msg, d.recompute)
+		case <-b.wakeC(wakeChanged):
+			d.onWake(wakeChanged)
+		case <-b.wakeC(wakeWritten):
+			d.onWake(wakeWritten)
+		case <-b.wakeC(wakeAttached):
+			d.onWake(wakeAttached)
+		case <-b.wakeC(wakePressure):
+			d.onWake(wakePressure)
+		case <-b.wakeC(wakeClock):
+			d.onWake(wakeClock)
+		case <-b.confirmC():
+			d.onWake(wakeConfirmDue)
+		case <-b.wakeC(wakePressureDone):
+			b.onWake(wakePressureDone, d.recompute) // not an event
 		case <-d.clockSync:
-			if d.pl.syncClock() {
+			if b.syncClock() {
 				d.requestClockSync() // more in the next batch
 			}
-			d.units.syncClock()
-		case <-d.pl.clockC():
-			d.stats.events.Add(1)
-			d.pl.clockWake()
-		case <-d.units.clockC():
-			d.stats.events.Add(1)
-			d.units.clockWake()
-		case <-d.pl.confirmC():
-			d.stats.events.Add(1)
-			if d.pl.confirmWake() {
-				d.recompute("crowded workload confirmed", false)
-			}
-		case <-d.units.confirmC():
-			d.stats.events.Add(1)
-			if d.units.confirmWake() {
-				d.recompute("crowded unit confirmed", false)
-			}
-		case <-d.pl.pressureDone():
-			p := d.pl.pressure
-			d.pl.pressure = nil
-			d.log.WithError(p.Err()).Warn("the CPU pressure trigger stopped; while every workload is idle, sampling slows down instead of stopping")
-			p.Close()
-		case <-d.pl.activityC():
-			d.stats.events.Add(1)
-			d.pl.idleSamples = 0 // a task arrived: look at once, then every period
-			d.pl.sample()
-			d.retaskClock()
-			d.pl.startConfirm("task attached")
-			d.recompute("task attached", false)
 		case <-treeLost:
 			d.stats.events.Add(1)
 			treeLost = d.remountTree(ctx)
@@ -811,31 +732,17 @@ func (d *Daemon) Run(ctx context.Context) (runErr error) {
 	}
 }
 
-// onSample is the loop's periodic sample: a scan where nothing watches the
-// managed parent, the workloads' and units' load signals, a confirmation
-// for any that look crowded (wake.go), and a decision.
+// onWake counts an event and has the back end handle wake k.
+func (d *Daemon) onWake(k wake) {
+	d.stats.events.Add(1)
+	d.place.onWake(k, d.recompute)
+}
+
+// onSample is the loop's periodic sample: the back end's (a scan where
+// nothing watches the workloads, their load signals, a confirmation for
+// any that look crowded: wake.go), then a decision.
 func (d *Daemon) onSample() {
-	// With a watch on the managed parent, its events drive the scans (and
-	// a lost event forces one); only without one does each sample list
-	// the children (and stat each of them).
-	changed := d.pl.watch == nil && d.pl.scan()
-	if d.pl.reapFinished() {
-		changed = true
-	}
-	if busy := d.pl.sample(); busy || changed {
-		d.pl.idleSamples = 0
-	} else {
-		d.pl.idleSamples++
-	}
-	d.pl.startConfirm("sample")
-	if d.units != nil {
-		if d.units.sample() {
-			d.units.idleSamples = 0
-		} else {
-			d.units.idleSamples++
-		}
-		d.units.startConfirm("sample", unitStallCandidate)
-	}
+	changed := d.place.onSample()
 	d.recompute("sample", changed)
 }
 
@@ -876,7 +783,7 @@ func (d *Daemon) onHotplug() {
 		return
 	}
 	d.log.WithFields(logrus.Fields{"from": before.String(), "to": d.allowed.String()}).Info("online CPUs changed")
-	d.pl.hotplug(before, d.allowed)
+	d.place.hotplug(before, d.allowed)
 	d.recompute("cpu hotplug", true)
 }
 
@@ -913,11 +820,7 @@ func (d *Daemon) shutdown() {
 		d.notify.Stopping()
 		d.log.Info("stopping: restoring every workload's original CPUs (cpuset.cpus, AllowedCPUs=)")
 	}
-	ok := d.pl.restore()
-	if d.units != nil && !d.units.restore() {
-		ok = false
-	}
-	if !ok {
+	if !d.place.restore() {
 		d.log.Warn("not everything could be restored; state.json keeps what is left for the next start")
 	}
 	d.restoreBoost()
@@ -974,14 +877,13 @@ func (d *Daemon) saveBackground() error {
 }
 
 // stateWith is what state.json must hold with knob k: the knob, the boost
-// setting found at start-up while we manage it, every cgroup record and the
-// energy totals.
+// setting found at start-up while we manage it, the placement's records
+// (and the other placement mode's, as they were found), the energy totals
+// and the per-source choices.
 func (d *Daemon) stateWith(k policy.Knob) statefile.State {
-	units := d.keptUnits
-	if d.units != nil {
-		units = d.units.recordList()
-	}
-	return statefile.State{Knob: k, Chosen: d.knobChosen, Boost: d.boostOrig, Cgroups: d.pl.recordList(), Units: units, Energy: d.energy.Totals(), Choices: d.choices}
+	st := statefile.State{Knob: k, Chosen: d.knobChosen, Boost: d.boostOrig, Cgroups: d.kept.Cgroups, Units: d.kept.Units, Energy: d.energy.Totals(), Choices: d.choices}
+	d.place.putRecords(&st)
+	return st
 }
 
 // StartOnly names the settings that differ between the running

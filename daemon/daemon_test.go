@@ -508,7 +508,7 @@ func TestDaemonSamplingBacksOffWhileIdle(t *testing.T) {
 	d, _, _ := m.startCfg(t, func(c *Config) { c.SampleInterval = 10 * time.Millisecond })
 	every := func() time.Duration {
 		var e time.Duration
-		d.do(context.Background(), func() error { e = d.pl.sampleEvery(); return nil })
+		d.do(context.Background(), func() error { e = cgroupfs(d).sampleEvery(); return nil })
 		return e
 	}
 	testutil.Eventually(t, "backed off to 32× while idle", func() (bool, string) {

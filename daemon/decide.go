@@ -104,17 +104,10 @@ func (d *Daemon) setKnobAs(k policy.Knob, via string, explicit bool) error {
 // tick.
 func (d *Daemon) recompute(why string, force bool) {
 	d.stats.decisions.Add(1)
-	if force && len(d.pl.workloads) > 0 && !d.pl.sampling() {
-		// Sampling stopped while every workload looked idle; a workload
-		// may have become busy since without tasks waiting for a CPU (one
-		// busy thread per workload). Plan a policy, power or workload
-		// change on fresh load signals, and watch closely for a while.
-		d.pl.idleSamples = 0
-		d.pl.sample()
-	}
-	if force && d.units != nil && d.units.idleSamples >= idleSamplesBeforeBackoff {
-		d.units.idleSamples = 0
-		d.units.sample()
+	if force {
+		// Sampling stopped (or backed off) while every workload looked
+		// idle: plan on fresh load signals.
+		d.place.freshen()
 	}
 	eff, reason := d.decide()
 	d.policyReason = reason
@@ -135,16 +128,9 @@ func (d *Daemon) recompute(why string, force bool) {
 	// The segment of the old policy or power source ends now, before the
 	// new plan's writes take effect.
 	d.followEnergy()
-	d.pl.apply(d.effective, d.topo, d.allowed, force)
+	d.place.apply(d.effective, d.topo, d.allowed, force)
 	d.requestClockSync()
-	placedFor := d.pl.plan.Policy
-	if d.units != nil {
-		d.units.apply(d.effective, d.topo, d.allowed, force)
-		if placedFor == "" || placedFor == d.effective {
-			placedFor = d.units.plan.Policy
-		}
-	}
-	if placedFor != "" && placedFor != d.effective {
+	if placedFor := d.place.lastPlan().Policy; placedFor != "" && placedFor != d.effective {
 		d.policyReason += "; placing for performance: the load exceeds the packing threshold (race to idle)"
 	}
 	for _, e := range d.placementChanges(why) {
@@ -254,47 +240,30 @@ func (d *Daemon) writeKernelKnob() {
 	d.kernelPolicy = string(d.effective)
 }
 
-// placementChanges are the info log entries of the last applies: one per
-// back end that moved workloads, saying how many it moved (moved), how
+// placementChanges are the info log entries of the last apply: one if
+// the back end moved workloads, saying how many it moved (moved), how
 // many of the managed workloads now hold CPUs the daemon set and which
 // (placed; onto, the union of their cpulists, "none" when every workload
 // has its original back), the policy placed for and why (the decision's
 // trigger, as recompute was given it).
 func (d *Daemon) placementChanges(why string) []*logrus.Entry {
-	var out []*logrus.Entry
-	add := func(kind string, moved, managed int, applied []string, placedFor policy.Policy) {
-		if moved == 0 {
-			return
-		}
-		onto, placed := sysfs.CPUSet{}, 0
-		for _, a := range applied {
-			if c, err := sysfs.ParseCPUList(a); err == nil && !c.IsEmpty() {
-				onto = onto.Union(c)
-				placed++
-			}
-		}
-		ontoS := onto.String()
-		if placed == 0 {
-			ontoS = "none"
-		}
-		out = append(out, d.log.WithFields(logrus.Fields{
-			"placement": kind, "moved": moved, "managed": managed, "placed": placed,
-			"onto": ontoS, "policy": placedFor, "why": why,
-		}))
+	moved, managed, applied := d.place.placed()
+	if moved == 0 {
+		return nil
 	}
-	if d.pl.cg != nil {
-		var applied []string
-		for _, w := range d.pl.workloads {
-			applied = append(applied, w.rec.Applied)
+	onto, placed := sysfs.CPUSet{}, 0
+	for _, a := range applied {
+		if c, err := sysfs.ParseCPUList(a); err == nil && !c.IsEmpty() {
+			onto = onto.Union(c)
+			placed++
 		}
-		add(PlacementCgroupfs, d.pl.written, len(d.pl.workloads), applied, d.pl.plan.Policy)
 	}
-	if d.units != nil {
-		var applied []string
-		for _, w := range d.units.workloads {
-			applied = append(applied, w.rec.Applied)
-		}
-		add(PlacementSystemd, d.units.written, len(d.units.workloads), applied, d.units.plan.Policy)
+	ontoS := onto.String()
+	if placed == 0 {
+		ontoS = "none"
 	}
-	return out
+	return []*logrus.Entry{d.log.WithFields(logrus.Fields{
+		"placement": d.place.mode(), "moved": moved, "managed": managed, "placed": placed,
+		"onto": ontoS, "policy": d.place.lastPlan().Policy, "why": why,
+	})}
 }

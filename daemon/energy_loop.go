@@ -106,7 +106,8 @@ type estimateCache struct {
 type modelInput struct {
 	topo    policy.Topology
 	classes sysfs.CPUClasses // the efficiency classes, for their energy costs
-	allowed []int
+	online  sysfs.CPUSet     // the online CPUs
+	allowed []int            // those the workloads may have
 	placed  []policy.Load    // the workloads the policy places
 	fixed   []policy.Load    // the others: a performance override, a release
 	cpus    map[string][]int // the fixed ones' CPUs
@@ -157,40 +158,7 @@ func (d *Daemon) EstimatePower(ctx context.Context) (snapshot.PowerEstimates, er
 
 // modelInput copies the model's inputs; on the loop.
 func (d *Daemon) modelInput() modelInput {
-	in := modelInput{topo: d.topo, classes: d.classes, allowed: d.allowed.List(), cpus: map[string][]int{}}
-	if d.pl.cg != nil {
-		if a, err := d.pl.cg.Allowed(); err == nil && !a.IsEmpty() {
-			in.allowed = d.allowed.Intersect(a).List()
-		}
-	}
-	for _, n := range d.pl.sortedNames() {
-		w := d.pl.workloads[n]
-		l := policy.Load{Name: n, Util: w.avg.Util, Threads: w.threads}
-		switch {
-		case w.rec.Released:
-			in.cpus[n] = w.cpus.List()
-		case w.override == policy.Performance:
-			in.cpus[n] = in.allowed
-		default:
-			in.placed = append(in.placed, l)
-			continue
-		}
-		in.fixed = append(in.fixed, l)
-	}
-	if d.units != nil {
-		// The units placement's, as its apply plans them: an override of
-		// performance has every online CPU, an administrator's
-		// AllowedCPUs= bounds the others (kept as they are here).
-		for _, n := range d.units.sortedNames() {
-			w := d.units.workloads[n]
-			l := policy.Load{Name: n, Util: w.avg.Util, Class: w.class(), Slice: w.slice}
-			if w.override == policy.Performance {
-				in.cpus[n] = in.allowed
-				in.fixed = append(in.fixed, l)
-				continue
-			}
-			in.placed = append(in.placed, l)
-		}
-	}
+	in := modelInput{topo: d.topo, classes: d.classes, online: d.allowed, allowed: d.allowed.List(), cpus: map[string][]int{}}
+	d.place.modelLoads(&in)
 	return in
 }

@@ -407,7 +407,8 @@ func pump(t *testing.T, f *fakeSystemd, u *unitPlacement, apply func(), each fun
 	deadline := time.After(time.Minute)
 	for {
 		select {
-		case msg := <-u.eventsC():
+		case m := <-u.eventsC():
+			msg := m.(unitMsg)
 			if u.onEvent(msg) {
 				apply()
 			}

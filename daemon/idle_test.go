@@ -60,7 +60,7 @@ func needPSI(t *testing.T) {
 
 func (d *Daemon) isSampling() bool {
 	var on bool
-	d.do(context.Background(), func() error { on = d.pl.sampling(); return nil })
+	d.do(context.Background(), func() error { on = cgroupfs(d).sampling(); return nil })
 	return on
 }
 
@@ -291,7 +291,7 @@ func TestDaemonSwitchSamplesWhenStopped(t *testing.T) {
 	if err := d.do(context.Background(), func() error {
 		before = d.stats.samples.Load()
 		err := d.setKnob(d.knob.WithCurrentPolicy(policy.Powersaving), "test")
-		after, resumed = d.stats.samples.Load(), d.pl.sampling()
+		after, resumed = d.stats.samples.Load(), cgroupfs(d).sampling()
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -60,19 +60,16 @@ func (l *lazyWake) stop() {
 }
 
 // lazyExpiry is when the lazy history of a Deferred plan clears while the
-// loop does not sample (zero when sampling or when no plan is Deferred):
-// just past LazyResetAfter(SampleInterval) after the later Deferred plan's
-// decision.
+// loop does not sample (zero when sampling or when the plan is not
+// Deferred): just past LazyResetAfter(SampleInterval) after the Deferred
+// plan's decision.
 func (d *Daemon) lazyExpiry(sampling bool) time.Time {
 	if sampling {
 		return time.Time{}
 	}
 	var last time.Time
-	if d.pl.plan.Deferred {
-		last = d.pl.plan.Lazy.Last
-	}
-	if d.units != nil && d.units.plan.Deferred && d.units.plan.Lazy.Last.After(last) {
-		last = d.units.plan.Lazy.Last
+	if p := d.place.lastPlan(); p.Deferred {
+		last = p.Lazy.Last
 	}
 	after := policy.LazyResetAfter(d.cfg.SampleInterval)
 	if last.IsZero() || after <= 0 {

@@ -82,9 +82,11 @@ type placement struct {
 	confirm confirmation
 	plan    policy.Plan
 
-	exits       chan exitEvent              // a watched task of a created workload exited (reap.go)
+	exits       chan event                  // a watched task of a created workload exited (reap.go)
 	exitWatches map[string]*sysfs.ExitWatch // one task's per created workload (reap.go)
 }
+
+var _ backend = (*placement)(nil)
 
 // workload is one direct child of the managed parent cgroup.
 type workload struct {
@@ -114,7 +116,7 @@ func newPlacement(cfg *Config, log logrus.FieldLogger, stats *counters, done <-c
 		cfg: cfg, log: log, stats: stats, done: done,
 		workloads: map[string]*workload{}, records: map[string]*statefile.Record{},
 		rejected: map[string]bool{}, waiting: map[string]bool{},
-		exits: make(chan exitEvent), exitWatches: map[string]*sysfs.ExitWatch{},
+		exits: make(chan event), exitWatches: map[string]*sysfs.ExitWatch{},
 		newWatch: watchCgroupDir,
 	}
 }

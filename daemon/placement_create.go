@@ -153,11 +153,9 @@ func (e *workloadExistsError) Is(target error) bool { return target == fs.ErrExi
 // createWorkload makes workload name with pid in it and re-plans
 // (CreateWorkload; placement.create has the errors).
 func (d *Daemon) createWorkload(name string, pid int) (string, error) {
-	create := d.pl.create
-	if d.units != nil {
-		create = d.units.create // a transient scope in schedpolicyd.slice
-	}
-	path, err := create(name, pid)
+	// A cgroup under the managed parent, or a transient scope in
+	// schedpolicyd.slice.
+	path, err := d.place.create(name, pid)
 	if err == nil {
 		d.recompute("workload created", true)
 	}
@@ -167,11 +165,7 @@ func (d *Daemon) createWorkload(name string, pid int) (string, error) {
 // setWorkloadOverride sets or clears a workload's override and re-plans
 // (SetWorkloadPolicy; placement.setOverride has the errors).
 func (d *Daemon) setWorkloadOverride(name string, pol policy.Policy) error {
-	set := d.pl.setOverride
-	if d.units != nil {
-		set = d.units.setOverride
-	}
-	if err := set(name, pol); err != nil {
+	if err := d.place.setOverride(name, pol); err != nil {
 		return err
 	}
 	d.recompute("workload override", true)

@@ -13,7 +13,7 @@ import (
 // threads and, on cgroup v2, cpu.pressure.
 func (p *placement) sample() (busy bool) {
 	if p.cg == nil {
-		return false // dormant (placement "systemd", or no parent yet): nothing to sample, nothing counted
+		return false // no parent (yet): nothing to sample, nothing counted
 	}
 	p.stats.samples.Add(1)
 	now := time.Now()

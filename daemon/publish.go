@@ -5,11 +5,7 @@ import (
 )
 
 func (d *Daemon) status() string {
-	n := len(d.pl.workloads)
-	if d.units != nil {
-		n += len(d.units.workloads)
-	}
-	return snapshot.FormatStatus(d.effective, d.knob.PowerAware, d.power.Source, n)
+	return snapshot.FormatStatus(d.effective, d.knob.PowerAware, d.power.Source, d.place.count())
 }
 
 // publish stores a new snapshot, refreshes the plain tree, updates D-Bus
@@ -32,14 +28,8 @@ func (d *Daemon) publish() {
 	}
 }
 
-// workloadStatus lists every workload: cgroupfs children, then units.
-func (d *Daemon) workloadStatus() []WorkloadStatus {
-	ws := d.pl.status()
-	if d.units != nil {
-		ws = append(ws, d.units.status()...)
-	}
-	return ws
-}
+// workloadStatus lists every workload: cgroupfs children or units.
+func (d *Daemon) workloadStatus() []WorkloadStatus { return d.place.status() }
 
 func (d *Daemon) newSnapshot() *snapshot.Snapshot {
 	return &snapshot.Snapshot{

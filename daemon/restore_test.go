@@ -305,7 +305,7 @@ func TestAdoptRetriesChildNotReady(t *testing.T) {
 	// The loop sees c without files first.
 	testutil.Eventually(t, "c seen, waiting", func() (bool, string) {
 		var w bool
-		d.do(context.Background(), func() error { w = d.pl.waiting["c"]; return nil })
+		d.do(context.Background(), func() error { w = cgroupfs(d).waiting["c"]; return nil })
 		return w, ""
 	})
 	testutil.Put(t, filepath.Join(c, "cpu.stat"), "usage_usec 0")
@@ -359,7 +359,7 @@ func TestRecordWithoutInodeNotUsed(t *testing.T) {
 			})
 			// A created workload without tasks is reaped at the next
 			// event: give it one.
-			d.do(context.Background(), func() error { d.pl.reapFinished(); return nil })
+			d.do(context.Background(), func() error { cgroupfs(d).reapFinished(); return nil })
 			if _, err := os.Stat(admin); err != nil {
 				t.Fatalf("the administrator's cgroup was removed: %v", err)
 			}

@@ -104,7 +104,7 @@ type unitPlacement struct {
 	// msgs carries every manager's unit signals, logind's user signals
 	// and the focus watch's events to the event loop; done ends the
 	// goroutines that feed it.
-	msgs  chan unitMsg
+	msgs  chan event
 	done  chan struct{}
 	focus *focusWatch
 	// cgroupRoot is where units' ControlGroup paths live (/sys/fs/cgroup);
@@ -144,6 +144,8 @@ type unitPlacement struct {
 	plan     policy.Plan
 	online   sysfs.CPUSet // the CPUs of the last plan: what "unset" gives
 }
+
+var _ backend = (*unitPlacement)(nil)
 
 // unitWorkload is one unit placed as a workload.
 type unitWorkload struct {
@@ -266,7 +268,7 @@ func (u *unitPlacement) open() error {
 		return err
 	}
 	u.mgr = m
-	u.msgs, u.done = make(chan unitMsg, 256), make(chan struct{})
+	u.msgs, u.done = make(chan event, 256), make(chan struct{})
 	u.forward(-1, m, events)
 	v, _ := m.Version(ctx)
 	slices := make([]string, 0, len(u.slices))
@@ -299,10 +301,9 @@ func (u *unitPlacement) open() error {
 	return nil
 }
 
-// pressureC is the PSI trigger's channel; nil without one (or without
-// units placement: u is nil in cgroupfs mode).
+// pressureC is the PSI trigger's channel; nil without one.
 func (u *unitPlacement) pressureC() <-chan struct{} {
-	if u == nil || u.pressure == nil {
+	if u.pressure == nil {
 		return nil
 	}
 	return u.pressure.C()
@@ -311,7 +312,7 @@ func (u *unitPlacement) pressureC() <-chan struct{} {
 // pressureDone is closed when the kernel drops the trigger; nil without
 // one.
 func (u *unitPlacement) pressureDone() <-chan struct{} {
-	if u == nil || u.pressure == nil {
+	if u.pressure == nil {
 		return nil
 	}
 	return u.pressure.Done()
@@ -342,10 +343,6 @@ func (u *unitPlacement) close() {
 	u.msgs = nil
 	clear(u.reloading)
 }
-
-// eventsC is the channel of the managers' and logind's signals and the
-// focus watch's events (nil before open).
-func (u *unitPlacement) eventsC() <-chan unitMsg { return u.msgs }
 
 // scan lists the managed slices' units, adopting new ones and forgetting
 // those gone; it reports whether the set changed. Used at start, after

@@ -69,8 +69,7 @@ func TestEstimateCountsUnits(t *testing.T) {
 		&unitWorkload{name: "a.service", slice: "system.slice", uid: -1, avg: policy.UtilAverage{Util: 0.5}},
 		&unitWorkload{name: "b.service", slice: "system.slice", uid: -1, avg: policy.UtilAverage{Util: 0.25}, override: policy.Performance},
 	)
-	d := &Daemon{allowed: sysfs.NewCPUSet(0, 1, 2, 3), units: u}
-	d.pl = newPlacement(&d.cfg, logrus.New(), &d.stats, nil)
+	d := &Daemon{allowed: sysfs.NewCPUSet(0, 1, 2, 3), place: u}
 	in := d.modelInput()
 	if len(in.placed) != 1 || in.placed[0].Name != workloadKey(-1, "a.service") || in.placed[0].Util != 0.5 {
 		t.Errorf("placed %+v, want a.service at 0.5", in.placed)

@@ -22,7 +22,7 @@ func newTestUnits(t *testing.T, manage ...string) *unitPlacement {
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	u := newUnitPlacement(&Config{Manage: manage}, log, &counters{})
-	u.msgs, u.done = make(chan unitMsg, 16), make(chan struct{})
+	u.msgs, u.done = make(chan event, 16), make(chan struct{})
 	t.Cleanup(func() {
 		close(u.done)
 		if u.focus != nil {
@@ -66,7 +66,8 @@ func TestFocusXattrFollowed(t *testing.T) {
 			t.Fatalf("setxattr %s=%s: %v", FocusXattr, v, err)
 		}
 		select {
-		case m := <-u.msgs:
+		case ev := <-u.msgs:
+			m := ev.(unitMsg)
 			if m.focus != dir {
 				t.Fatalf("event %+v, want focus %s", m, dir)
 			}

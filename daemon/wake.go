@@ -254,13 +254,8 @@ const (
 	unitWakeStall      = time.Millisecond
 )
 
-// confirmC fires when the units' confirmation is due; nil without units.
-func (u *unitPlacement) confirmC() <-chan time.Time {
-	if u == nil {
-		return nil
-	}
-	return u.confirm.C()
-}
+// confirmC fires when the units' confirmation is due.
+func (u *unitPlacement) confirmC() <-chan time.Time { return u.confirm.C() }
 
 // runDelay is sysfs.DirRunDelay for the unit of key.
 func (u *unitPlacement) runDelay(key string) (run, wait time.Duration, err error) {
@@ -275,9 +270,6 @@ func (u *unitPlacement) runDelay(key string) (run, wait time.Duration, err error
 // over the units with AllowedCPUs= set that stalled for at least minStall
 // since the sample before the last, unless one is pending.
 func (u *unitPlacement) startConfirm(signal string, minStall time.Duration) {
-	if u == nil {
-		return
-	}
 	var names, desc []string
 	for _, n := range u.sortedNames() {
 		w := u.workloads[n]

@@ -1,0 +1,78 @@
+package daemon
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+)
+
+// Both placements are back ends (the compile-time checks beside each
+// type say so too), and New holds the one Config.Placement names.
+var (
+	_ backend = (*placement)(nil)
+	_ backend = (*unitPlacement)(nil)
+)
+
+// cgroupfs is d's cgroupfs back end, for tests that look inside it; nil
+// in placement "systemd".
+func cgroupfs(d *Daemon) *placement {
+	p, _ := d.place.(*placement)
+	return p
+}
+
+func TestNewHoldsOneBackend(t *testing.T) {
+	for _, c := range []struct {
+		placement, mode string
+		want            backend
+	}{
+		{"", PlacementCgroupfs, (*placement)(nil)},
+		{PlacementCgroupfs, PlacementCgroupfs, (*placement)(nil)},
+		{PlacementSystemd, PlacementSystemd, (*unitPlacement)(nil)},
+	} {
+		d, err := New(Config{SysfsRoot: t.TempDir(), Placement: c.placement, Log: testutil.Logger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reflect.TypeOf(d.place) != reflect.TypeOf(c.want) || d.place.mode() != c.mode {
+			t.Errorf("placement %q: back end %T (%s), want %T (%s)", c.placement, d.place, d.place.mode(), c.want, c.mode)
+		}
+	}
+}
+
+// TestOtherModesRecordsKept: the records state.json holds for the other
+// placement mode are saved back exactly as they were found — cgroup
+// records in placement "systemd" (even one of a cgroup that is gone, which
+// the cgroupfs placement drops at its next start), unit records in
+// placement "cgroupfs" (even one the units placement would not save) —
+// while the back end's own are its to keep or drop.
+func TestOtherModesRecordsKept(t *testing.T) {
+	gone := statefile.Record{Path: "/sys/fs/cgroup/cpuset/no-such-parent/w", Inode: 42, Original: "0-3", Applied: "0"}
+	applied := statefile.UnitRecord{Manager: "system", Unit: "a.service", Original: "", Applied: "0"}
+	bare := statefile.UnitRecord{Manager: "system", Unit: "b.service", Original: "1"}
+	st := statefile.State{Cgroups: []statefile.Record{gone}, Units: []statefile.UnitRecord{applied, bare}}
+
+	for _, c := range []struct {
+		placement string
+		cgroups   []statefile.Record
+		units     []statefile.UnitRecord
+	}{
+		// The cgroupfs placement drops the record of a cgroup that is
+		// gone; the unit records are another mode's.
+		{PlacementCgroupfs, nil, []statefile.UnitRecord{applied, bare}},
+		// The units placement saves the records of values of its own; the
+		// cgroup records are another mode's.
+		{PlacementSystemd, []statefile.Record{gone}, []statefile.UnitRecord{applied}},
+	} {
+		d, err := New(Config{SysfsRoot: t.TempDir(), Placement: c.placement, Log: testutil.Logger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.loadRecords(st)
+		got := d.stateWith(d.knob)
+		if !reflect.DeepEqual(got.Cgroups, c.cgroups) || !reflect.DeepEqual(got.Units, c.units) {
+			t.Errorf("placement %s: saves cgroups %+v units %+v, want %+v and %+v", c.placement, got.Cgroups, got.Units, c.cgroups, c.units)
+		}
+	}
+}
