@@ -132,6 +132,20 @@ func lastCPU(pid int) (int, error) {
 	return strconv.Atoi(f[39-3])
 }
 
+// timeslices is how many times pid has run on a CPU (the third field of
+// /proc/PID/schedstat).
+func timeslices(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 3 {
+		return 0, fmt.Errorf("/proc/%d/schedstat: %q", pid, b)
+	}
+	return strconv.ParseUint(f[2], 10, 64)
+}
+
 // lockedBuffer collects a child's output; exec's copying goroutine writes
 // while the test reads.
 type lockedBuffer struct {
@@ -321,35 +335,51 @@ func TestEndToEnd(t *testing.T) {
 	packed, _ := cpus()
 	packedCPU, _ := strconv.Atoi(packed)
 	// The processes really run only there: sample field 39 repeatedly. A
-	// sample counts while both cpusets held the packed CPU throughout it
-	// and at the round before (25 ms, in which a process that sleeps 9 ms
-	// at a time woke on its new CPU): on a loaded machine the daemon may
-	// widen a workload that other processes crowd (rightly), and a process
-	// last seen elsewhere meanwhile proves nothing.
+	// process's last CPU is judged only when, since the round before (25
+	// ms), it ran (its schedstat timeslice count grew), both cpusets held
+	// the packed CPU at both rounds and the daemon wrote no cpuset in
+	// between (its debug log): on a loaded machine the daemon may widen a
+	// workload that other processes crowd (rightly) and pack it again,
+	// and a process that has not run since it was last elsewhere proves
+	// nothing.
+	writes := func() int { return strings.Count(d.log.String(), `msg="cpuset written"`) }
 	time.Sleep(200 * time.Millisecond)
-	judged, stable := 0, false
+	judged := 0
+	prevStable, prevWrites, prevRuns := false, -1, map[string]uint64{}
 	for i := 0; i < 40; i++ {
-		was := stable
-		stable = true
+		w0 := writes()
+		stable := true
+		cpuNow, runsNow := map[string]int{}, map[string]uint64{}
 		for w, pid := range pids {
 			a0, b0 := cpus()
 			c, err := lastCPU(pid)
 			if err != nil {
 				t.Fatalf("%s: %v", w, err)
 			}
+			n, err := timeslices(pid)
+			if err != nil {
+				t.Fatalf("%s: %v", w, err)
+			}
 			a1, b1 := cpus()
+			cpuNow[w], runsNow[w] = c, n
 			if a0 != packed || b0 != packed || a1 != packed || b1 != packed {
 				stable = false
-				continue
-			}
-			if !was {
-				continue
-			}
-			judged++
-			if c != packedCPU {
-				t.Fatalf("%s (pid %d) ran on CPU %d while packed, want only CPU %d", w, pid, c, packedCPU)
 			}
 		}
+		w1 := writes()
+		stable = stable && w0 == w1
+		if stable && prevStable && prevWrites == w1 {
+			for w, pid := range pids {
+				if runsNow[w] <= prevRuns[w] {
+					continue // not run since the round before
+				}
+				judged++
+				if c := cpuNow[w]; c != packedCPU {
+					t.Fatalf("%s (pid %d) ran on CPU %d while packed, want only CPU %d", w, pid, c, packedCPU)
+				}
+			}
+		}
+		prevStable, prevWrites, prevRuns = stable, w1, runsNow
 		time.Sleep(25 * time.Millisecond)
 	}
 	if judged == 0 {
