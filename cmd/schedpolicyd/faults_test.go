@@ -26,6 +26,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // daemonProc is one run of the real binary.
@@ -55,6 +56,16 @@ func startDaemonProc(t *testing.T, bin string, args ...string) *daemonProc {
 		p.cmd.Process.Kill()
 		err := <-p.exited
 		p.exited <- err
+		// A daemon killed here (a test that failed before its stop) leaves
+		// its tree's FUSE mount dead: detach it, so that a failing test
+		// leaves no mount on the machine.
+		for i, a := range args {
+			if a == "--tree-dir" && i+1 < len(args) {
+				if err := sysfs.ClearStaleMount(args[i+1], nil); err != nil {
+					t.Logf("detaching the killed daemon's tree: %v", err)
+				}
+			}
+		}
 		if t.Failed() || testing.Verbose() {
 			t.Logf("daemon (pid %d) log:\n%s", p.cmd.Process.Pid, p.log.String())
 		}
