@@ -363,16 +363,7 @@ func (m *faultModel) teardown() {
 		syscall.Unmount(dir, syscall.MNT_DETACH)
 	}
 	for _, root := range []string{m.parent, m.other} {
-		var dirs []string
-		filepath.Walk(root, func(p string, info os.FileInfo, err error) error {
-			if err == nil && info.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			syscall.Rmdir(dirs[i])
-		}
+		removeCgroupTree(root)
 	}
 }
 

@@ -146,19 +146,24 @@ func faultStalled(stalled time.Duration) {
 		}
 	}
 	for _, root := range []string{faultWatch.parent, faultWatch.other} {
-		if root == "" {
-			continue
-		}
-		var dirs []string
-		filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
-			if err == nil && e.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			syscall.Rmdir(dirs[i])
+		if root != "" {
+			removeCgroupTree(root)
 		}
 	}
 	os.Exit(2)
+}
+
+// removeCgroupTree removes the cgroup directory root and every directory
+// below it, deepest first (rmdir: a cgroup with tasks stays).
+func removeCgroupTree(root string) {
+	var dirs []string
+	filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+		if err == nil && e.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	for i := len(dirs) - 1; i >= 0; i-- {
+		syscall.Rmdir(dirs[i])
+	}
 }
