@@ -193,7 +193,7 @@ laptop_unclean() {
 	# returned; the excerpt is for the reader.
 	journal_wait "$lc" 20 'schedpolicyd cleanup: '
 	clean=$(journal_since "$lc" | grep 'schedpolicyd cleanup:' | sed 's/.*schedpolicyd cleanup: //' | tr '\n' ';')
-	if [ ! -e /run/schedpolicyd ] && echo "$post" | grep -q 'code=exited ; status=0/' && echo "$post" | grep -q 'pid=[1-9]'; then
+	if [ ! -e /run/schedpolicyd ] && echo "$post" | grep -Eq 'code=exited ; status=0( |/)' && echo "$post" | grep -q 'pid=[1-9]'; then
 		pass "laptop-unclean: after kill -9 and stop, /run/schedpolicyd is gone; ExecStopPost= exited 0 ($clean)"
 	else
 		fail laptop-unclean "after kill -9 and stop: $(ls -la /run/schedpolicyd 2>&1 | tr '\n' ' '); mounts: $(grep schedpolicyd /proc/self/mountinfo | tr '\n' ' '); ExecStopPost: $post; journal: $clean"
