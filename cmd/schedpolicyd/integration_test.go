@@ -338,14 +338,16 @@ func TestEndToEnd(t *testing.T) {
 	// process's last CPU is judged only when, since the round before (25
 	// ms), it ran (its schedstat timeslice count grew), both cpusets held
 	// the packed CPU at both rounds and the daemon wrote no cpuset in
-	// between (its debug log): on a loaded machine the daemon may widen a
-	// workload that other processes crowd (rightly) and pack it again,
-	// and a process that has not run since it was last elsewhere proves
-	// nothing.
+	// between (its debug log, which may lag): on a loaded machine the
+	// daemon may widen a workload that other processes crowd (rightly) and
+	// pack it again, and a process that has not run since it was last
+	// elsewhere proves nothing. A process elsewhere fails the test when it
+	// is seen so in two judged rounds in a row.
 	writes := func() int { return strings.Count(d.log.String(), `msg="cpuset written"`) }
 	time.Sleep(200 * time.Millisecond)
 	judged := 0
 	prevStable, prevWrites, prevRuns := false, -1, map[string]uint64{}
+	strayed := map[string]int{}
 	for i := 0; i < 40; i++ {
 		w0 := writes()
 		stable := true
@@ -375,7 +377,14 @@ func TestEndToEnd(t *testing.T) {
 				}
 				judged++
 				if c := cpuNow[w]; c != packedCPU {
-					t.Fatalf("%s (pid %d) ran on CPU %d while packed, want only CPU %d", w, pid, c, packedCPU)
+					// Twice in a row, each time after running again: one
+					// could be a widening and re-packing between two
+					// rounds that the log had not shown yet.
+					if strayed[w]++; strayed[w] >= 2 {
+						t.Fatalf("%s (pid %d) ran on CPU %d while packed, in two rounds in a row, want only CPU %d", w, pid, c, packedCPU)
+					}
+				} else {
+					strayed[w] = 0
 				}
 			}
 		}
