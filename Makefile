@@ -61,6 +61,7 @@ deps:
 	command -v dpkg-deb >/dev/null         || missing="$$missing dpkg"; \
 	command -v rpmbuild >/dev/null         || missing="$$missing rpm"; \
 	command -v rpmlint >/dev/null          || missing="$$missing rpmlint"; \
+	command -v cpio >/dev/null             || missing="$$missing cpio"; \
 	command -v bash >/dev/null             || missing="$$missing bash"; \
 	command -v strace >/dev/null           || missing="$$missing strace"; \
 	command -v groff >/dev/null            || missing="$$missing groff-base"; \
