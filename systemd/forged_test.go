@@ -93,23 +93,7 @@ func TestLogindForgedSignals(t *testing.T) {
 // UnitNew and JobRemoved (unicast and broadcast); Events reports only what
 // the connection owning org.freedesktop.systemd1 sends.
 func TestManagerForgedSignals(t *testing.T) {
-	bus := testutil.StartSystemPolicyBus(t)
-	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", bus.Addr)
-	systemd := ownName(t, bus.Addr, managerName)
-	if err := systemd.Export(fakeManager{}, managerPath, managerInterface); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	m, err := connectBus(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	events, err := m.Events(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bus, systemd, m, events, ctx := fakeManagerOnSystemBus(t)
 	attacker := testutil.DialAs(t, bus.Addr, 65534)
 	for _, dest := range []string{m.sig.Names()[0], ""} {
 		testutil.SendSignal(t, attacker, dest, managerPath, managerInterface+".UnitRemoved", "ssh.service", dbus.ObjectPath("/org/freedesktop/systemd1/unit/ssh_2eservice"))
@@ -127,4 +111,30 @@ func TestManagerForgedSignals(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no event for systemd's own UnitNew")
 	}
+}
+
+// fakeManagerOnSystemBus starts a bus with the system bus's policy (as
+// DBUS_SYSTEM_BUS_ADDRESS for t), a connection owning systemd's name that
+// serves fakeManager, and a Manager connected through the bus with its
+// events subscribed; everything ends with t (a minute's context).
+func fakeManagerOnSystemBus(t *testing.T) (*testutil.Bus, *dbus.Conn, *Manager, <-chan UnitEvent, context.Context) {
+	t.Helper()
+	bus := testutil.StartSystemPolicyBus(t)
+	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", bus.Addr)
+	owner := ownName(t, bus.Addr, managerName)
+	if err := owner.Export(fakeManager{}, managerPath, managerInterface); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	m, err := connectBus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	events, err := m.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bus, owner, m, events, ctx
 }

@@ -34,23 +34,7 @@ func nextEvent(t *testing.T, ch <-chan UnitEvent) UnitEvent {
 // new one. Events reports ReloadStarted, the removal, ReloadFinished and
 // the new connection's UnitNew, in order, and nothing a forger sends.
 func TestManagerReloadingAcrossReexec(t *testing.T) {
-	bus := testutil.StartSystemPolicyBus(t)
-	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", bus.Addr)
-	old := ownName(t, bus.Addr, managerName)
-	if err := old.Export(fakeManager{}, managerPath, managerInterface); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	m, err := connectBus(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	events, err := m.Events(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bus, old, m, events, _ := fakeManagerOnSystemBus(t)
 	attacker := testutil.DialAs(t, bus.Addr, 65534)
 	forge := func() {
 		for _, dest := range []string{m.sig.Names()[0], ""} {
