@@ -553,17 +553,7 @@ systemctl start "$unit"
 # with a kill -9 of the daemon in its middle; AllowedCPUs= as systemd
 # reports it (v1 applies nothing: the VM checks the tasks).
 . /mnt/host/surface.sh
-surface_begin /tmp/conf.good
-surface_setprop
-surface_persist
-surface_reload
-surface_reexec
-surface_restart
-surface_fail
-surface_recreate
-surface_burst
-surface_users
-surface_end
+surface_all /tmp/conf.good
 systemctl start "$unit"
 
 # --- 6f. The laptop issue (laptop.sh) ----------------------------------------

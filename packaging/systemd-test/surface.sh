@@ -791,3 +791,19 @@ surface_end() {
 	note "surface: took $(($(date +%s) - s_t0)) s"
 	cp "$s_base" "$s_conf"
 }
+
+# surface_all BASE: every scenario above, in order, from the configuration
+# file BASE (both guests run them all).
+surface_all() {
+	surface_begin "$1"
+	surface_setprop
+	surface_persist
+	surface_reload
+	surface_reexec
+	surface_restart
+	surface_fail
+	surface_recreate
+	surface_burst
+	surface_users
+	surface_end
+}

@@ -710,17 +710,7 @@ systemctl daemon-reload
 # with a kill -9 of the daemon in its middle; AllowedCPUs= and the tasks'
 # Cpus_allowed_list.
 . /mnt/host/surface.sh
-surface_begin /tmp/conf.orig
-surface_setprop
-surface_persist
-surface_reload
-surface_reexec
-surface_restart
-surface_fail
-surface_recreate
-surface_burst
-surface_users
-surface_end
+surface_all /tmp/conf.orig
 
 # --- 7. The laptop issue (laptop.sh) -----------------------------------------
 # power_profiles_api = "auto" beside Debian's power-profiles-daemon:
