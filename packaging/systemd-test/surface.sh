@@ -30,8 +30,9 @@
 # daemon was one of our kills.
 #
 # Sourced after lib.sh by container-guest.sh and vm-guest.sh, with the
-# package installed and the daemon stopped or running; surface_begin BASE
-# takes the configuration file to start from. Unit names start with "ss-".
+# package installed and the daemon stopped or running; surface_all BASE
+# runs every scenario (surface_begin BASE takes the configuration file to
+# start from). Unit names start with "ss-".
 
 s_unit=schedpolicyd.service
 s_conf=/etc/schedpolicyd/schedpolicyd.conf
