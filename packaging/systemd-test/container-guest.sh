@@ -361,9 +361,7 @@ fi
 # On cgroup v1 systemd stores AllowedCPUs= and applies nothing, so what is
 # asserted here is what systemd reports (systemctl show -p AllowedCPUs) for
 # every placement, switch and reset; the VM checks the applied cpusets.
-sc() { systemctl show -p AllowedCPUs --value "$1"; }
-# ucpus NAME: the cpulist schedpolicyctl reports for unit NAME.
-ucpus() { schedpolicyctl workloads | awk -v n="$1" '$1 == n { print $3 }'; }
+# sc and ucpus: lib.sh.
 # units_agree: every unit of ours is listed, and what schedpolicyctl
 # reports is its AllowedCPUs (every CPU while it is unset).
 units_agree() {

@@ -101,6 +101,40 @@ cpulist_count() {
 # the scheduler really lets it run on; nothing when the task is gone.
 cpus_allowed() { sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$1/status" 2>/dev/null; }
 
+# Units and what they may run on (systemd tests of placement):
+# sc UNIT: the unit's AllowedCPUs= as systemd reports it (empty while unset).
+sc() { systemctl show -p AllowedCPUs --value "$1"; }
+# ucpus NAME: the cpulist schedpolicyctl reports for workload NAME.
+ucpus() { schedpolicyctl workloads | awk -v n="$1" '$1 == n { print $3 }'; }
+# unit_pid UNIT: the unit's main process, else the first task of its cgroup.
+unit_pid() { systemctl show -p MainPID --value "$1" | grep -v '^0$' || cat "/sys/fs/cgroup$(systemctl show -p ControlGroup --value "$1")/cgroup.procs" 2>/dev/null | head -n 1; }
+# unit_cg UNIT: the unit's cgroup directory (cgroup v2).
+unit_cg() { echo "/sys/fs/cgroup$(systemctl show -p ControlGroup --value "$1")"; }
+# placed_ok ALLOWED PID CGROUP "UNITS" [noctl]: for every unit, what its
+# task may use is what its AllowedCPUs= gives (every online CPU, or $all
+# where the caller set it, while unset) and what schedpolicyctl says (not
+# with noctl); where AllowedCPUs= is set, the unit's cpuset.cpus.effective
+# says so too. ALLOWED, PID and CGROUP are functions of a unit's name: its
+# AllowedCPUs=, its task, its cgroup directory. On failure it prints the
+# first unit that differs and how.
+placed_ok() {
+	po_all=${all:-$(cat /sys/devices/system/cpu/online)}
+	for n in $4; do
+		a=$($1 "$n")
+		want=${a:-$po_all}
+		pid=$($2 "$n")
+		[ -n "$pid" ] || { echo "$n: no task"; return 1; }
+		task=$(cpus_allowed "$pid")
+		ctl=$want
+		[ "${5:-}" = noctl ] || ctl=$(ucpus "$n")
+		[ "$task" = "$want" ] && [ "$ctl" = "$want" ] || { echo "$n: AllowedCPUs=$a task=$task schedpolicyctl=$ctl"; return 1; }
+		if [ -n "$a" ]; then
+			eff=$(cat "$($3 "$n")/cpuset.cpus.effective" 2>/dev/null)
+			[ "$eff" = "$a" ] || { echo "$n: AllowedCPUs=$a cpuset.cpus.effective=$eff"; return 1; }
+		fi
+	done
+}
+
 # gotest BINARY PATTERN [ENV=VALUE...]: run a Go test binary's tests
 # matching PATTERN (-test.v) with the environment given, and turn each
 # top-level "--- PASS/FAIL/SKIP: TestName" into a check line; its output

@@ -5,7 +5,10 @@
 #   KIND=container  debootstrap minbase + systemd as PID 1, dbus, polkitd,
 #                   power-profiles-daemon and powerprofilesctl, man-db
 #   KIND=vm         the container root plus a kernel and an initramfs, for
-#                   the cgroup v2 QEMU VM (../shared/docs/SYSTEMD.md §5)
+#                   the cgroup v2 QEMU VM (../shared/docs/SYSTEMD.md §5),
+#                   and testpower.ko (testpower/: a test AC adapter and
+#                   battery) built against that kernel's own headers, the
+#                   compiler and headers removed again afterwards
 #
 # Roots live in $SCHEDPOLICYD_TEST_CACHE (default
 # /var/cache/schedpolicyd-test), outside the checkout, named by a hash of
@@ -41,9 +44,11 @@ mirror() {
 	done | grep -E '/debian/?$' | head -n 1
 }
 
+here=$(cd "$(dirname "$0")" && pwd)
 self=$(sha256sum "$0" | cut -c1-12)
+testpower=$(cat "$here/testpower/testpower.c" "$here/testpower/Kbuild" | sha256sum | cut -c1-12)
 key_container=$(printf '%s\n' "$suite" "$pkgs_container" "$self" | sha256sum | cut -c1-16)
-key_vm=$(printf '%s\n' "$key_container" "$pkgs_vm" | sha256sum | cut -c1-16)
+key_vm=$(printf '%s\n' "$key_container" "$pkgs_vm" "$testpower" | sha256sum | cut -c1-16)
 
 mkdir -p "$cache"
 exec 9>"$cache/.lock"
@@ -81,6 +86,34 @@ finish() {
 	echo "$3"
 }
 
+# build_testpower ROOT: build testpower.ko in ROOT against the exact
+# headers of ROOT's kernel (linux-headers-KVER, with make and the compiler
+# it depends on), install it as /lib/modules/KVER/extra/testpower.ko, and
+# purge every package that the build installed. Exit status 2 when the
+# packages cannot be installed (the mirror), 1 when the module does not
+# build (our code).
+build_testpower() {
+	r=$1
+	kver=$(ls "$r/lib/modules" | sort -V | tail -n 1)
+	[ -n "$kver" ] || { echo "no kernel in $r/lib/modules"; return 1; }
+	chroot "$r" dpkg-query -W -f '${Package}\n' | sort >"$r/tmp/pkgs.before"
+	mkdir -p "$r/tmp/testpower"
+	cp "$here/testpower/testpower.c" "$here/testpower/Kbuild" "$r/tmp/testpower/"
+	chroot "$r" sh -ec "
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends linux-headers-$kver make || exit 2
+		make -C /lib/modules/$kver/build M=/tmp/testpower modules
+		vm=\$(modinfo -F vermagic /tmp/testpower/testpower.ko)
+		case \$vm in '$kver '*) ;; *) echo \"testpower.ko: vermagic '\$vm' is not for $kver\"; exit 1 ;; esac
+		install -D -m 0644 /tmp/testpower/testpower.ko /lib/modules/$kver/extra/testpower.ko
+		depmod $kver
+		dpkg-query -W -f '\${Package}\n' | sort >/tmp/pkgs.after
+		DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq \$(comm -13 /tmp/pkgs.before /tmp/pkgs.after)
+		apt-get clean
+		rm -rf /tmp/testpower /tmp/pkgs.before /tmp/pkgs.after
+		modinfo -F vermagic /lib/modules/$kver/extra/testpower.ko
+	"
+}
+
 build_vm() {
 	base=$(build_container)
 	dir=$cache/vm-$key_vm
@@ -92,11 +125,18 @@ build_vm() {
 	mount -t proc proc "$tmp/proc"
 	rc=0
 	chroot "$tmp" sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $pkgs_vm && apt-get clean" >"$tmp.log" 2>&1 || rc=$?
+	if [ "$rc" = 0 ]; then
+		build_testpower "$tmp" >>"$tmp.log" 2>&1 || rc=$((100 + $?))
+	fi
 	umount "$tmp/proc"
 	if [ "$rc" != 0 ]; then
 		tail -n 20 "$tmp.log" >&2
 		rm -rf "$tmp" "$tmp.log"
-		skip "installing $pkgs_vm in the VM root failed (log above)"
+		case $rc in
+		101) echo "rootfs: testpower.ko did not build against the VM's kernel (log above)" >&2; exit 1 ;;
+		102) skip "installing the VM kernel's headers failed (log above)" ;;
+		*) skip "installing $pkgs_vm in the VM root failed (log above)" ;;
+		esac
 	fi
 	echo "/dev/vda / ext4 defaults 0 1" >"$tmp/etc/fstab"
 	rm -f "$tmp.log"

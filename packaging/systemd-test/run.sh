@@ -6,7 +6,7 @@
 #      activation, polkit, powerprofilesctl, the sandbox, purge.
 #   2. vm.sh with vm-guest.sh: the same Debian in a QEMU VM with cgroup v2
 #      (what laptops run): install, start, switch, stop with real v2
-#      cpuset writes.
+#      cpuset writes; a test battery (testpower.ko) and its uevents.
 # Both run surface.sh: what an administrator does to the units the daemon
 # places (set-property, daemon-reload and -reexec, restarts, failures,
 # units removed and made again, 300 transient services, logout and login),
@@ -49,7 +49,7 @@ for part in $parts; do
 		fi
 		;;
 	vm)
-		"$here/vm.sh" --deb "$deb" "$here/vm-guest.sh" "$here/surface.sh" "$here/laptop.sh" "$work/systemd.test" || status=1
+		"$here/vm.sh" --deb "$deb" "$here/vm-guest.sh" "$here/surface.sh" "$here/laptop.sh" "$here/battery.sh" "$work/systemd.test" || status=1
 		;;
 	*)
 		echo "systemd-test: unknown part '$part' in SCHEDPOLICYD_SYSTEMD_TEST" >&2

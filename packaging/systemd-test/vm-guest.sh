@@ -27,6 +27,10 @@
 #    -reexec, restarts, failures, a unit file removed and created again,
 #    300 transient services at once, a user logging out and in, each with
 #    a kill -9 of the daemon in its middle.
+# 7. The laptop issue (laptop.sh): power-profiles-daemon beside us, journal
+#    priorities, the placement's info line, an unclean stop.
+# 8. A real battery (battery.sh): a test power_supply module's uevents
+#    take the daemon from AC to battery, low battery and back.
 . "${SYSTEMD_TEST_LIB:-./lib.sh}"
 
 deb=${SYSTEMD_TEST_DEB:?the .deb to install}
@@ -363,37 +367,12 @@ else
 fi
 all=$(cat /sys/devices/system/cpu/online)
 last=$(echo "$all" | sed 's/.*[-,]//')
-sc() { systemctl show -p AllowedCPUs --value "$1"; }
-ucpus() { schedpolicyctl workloads | awk -v n="$1" '$1 == n { print $3 }'; }
-unit_pid() { systemctl show -p MainPID --value "$1" | grep -v '^0$' || cat "/sys/fs/cgroup$(systemctl show -p ControlGroup --value "$1")/cgroup.procs" 2>/dev/null | head -n 1; }
+# sc, ucpus, unit_pid, unit_cg and placed_ok: lib.sh.
 # The lingering user's manager (2b) is placed as a whole: app.slice is
 # in manage, and Debian 12's user@.service has no cpuset to place its
 # own units with.
 um=user@$(id -u sptest).service
 units="spsvc1.service spsvc2.service wlu.scope $um"
-# placed_ok ALLOWED PID CGROUP "UNITS" [noctl]: for every unit, what its task
-# may use is what its AllowedCPUs= gives (every CPU while unset) and what
-# schedpolicyctl says (not with noctl); where AllowedCPUs= is set, the
-# unit's cpuset.cpus.effective says so too. ALLOWED, PID and CGROUP are
-# functions of a unit's name: its AllowedCPUs=, its task, its cgroup
-# directory.
-placed_ok() {
-	for n in $4; do
-		a=$($1 "$n")
-		want=${a:-$all}
-		pid=$($2 "$n")
-		[ -n "$pid" ] || { echo "$n: no task"; return 1; }
-		task=$(cpus_allowed "$pid")
-		ctl=$want
-		[ "${5:-}" = noctl ] || ctl=$(ucpus "$n")
-		[ "$task" = "$want" ] && [ "$ctl" = "$want" ] || { echo "$n: AllowedCPUs=$a task=$task schedpolicyctl=$ctl"; return 1; }
-		if [ -n "$a" ]; then
-			eff=$(cat "$($3 "$n")/cpuset.cpus.effective" 2>/dev/null)
-			[ "$eff" = "$a" ] || { echo "$n: AllowedCPUs=$a cpuset.cpus.effective=$eff"; return 1; }
-		fi
-	done
-}
-unit_cg() { echo "/sys/fs/cgroup$(systemctl show -p ControlGroup --value "$1")"; }
 # applied_ok [noctl]: placed_ok for the system manager's units.
 applied_ok() { placed_ok sc unit_pid unit_cg "$units" "${1:-}"; }
 c4=$(cursor)
@@ -723,6 +702,13 @@ laptop_ppd
 laptop_journal
 laptop_placed
 laptop_unclean
+
+# --- 8. A real battery (battery.sh) ---------------------------------------------
+# testpower.ko's AC adapter and battery, driven through real uevents: AC,
+# battery, low battery, AC again, with power_aware_policy powersaving and
+# balance; the policy, its reason and the units' placements after each.
+. /mnt/host/battery.sh
+battery_all /tmp/conf.orig
 
 if dpkg --purge schedpolicyd >/tmp/dpkg-purge.log 2>&1; then
 	pass purge-dpkg

@@ -28,7 +28,6 @@ systemctl restart "$unit"
 sleep 2
 schedpolicyctl set powersaving >/dev/null
 note "$(journalctl --no-pager -b -u "$unit" | grep 'CPU pressure trigger armed' | tail -n 1)"
-sc() { systemctl show -p AllowedCPUs --value "$1"; }
 packed() { v=$(sc "$1"); [ -n "$v" ] && [ "$(echo "$v" | tr -cd ',-')" = "" ]; }
 widened() { v=$(sc "$1"); [ -z "$v" ] || [ -n "$(echo "$v" | tr -cd ',-')" ]; }
 ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
