@@ -439,7 +439,7 @@ func TestMonitorFsnotifyPolicyBoost(t *testing.T) {
 
 // TestMonitorSafetyNetAutomatic: with the default (automatic) Interval the
 // safety net runs only while the event sources do not cover the machine
-// (issue 7: no periodic timer on an idle daemon that does not need one).
+// (no periodic timer on an idle daemon that does not need one).
 // Each case runs for ten safety-net periods of fake time and counts the
 // re-reads after the first.
 func TestMonitorSafetyNetAutomatic(t *testing.T) {

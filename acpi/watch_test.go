@@ -28,7 +28,7 @@ func stageSupply(t *testing.T, root, tag, online string) string {
 	return dir
 }
 
-// TestMonitorFsnotifyRecreatedDirs (issue 11, case 9): on a mock root, a
+// TestMonitorFsnotifyRecreatedDirs: on a mock root, a
 // class/power_supply directory, class/ itself or a supply's directory that
 // is removed (or renamed away) and made again is watched again, and its
 // appearance causes a re-read. Each case starts on a tree with one Mains

@@ -299,7 +299,7 @@ func TestLazyState(t *testing.T) {
 	if s.Record != 2 {
 		t.Fatalf("record %#x after exactly 8 intervals, want 0x2", s.Record)
 	}
-	// 8 × max_interval saturates (issue 11): a period whose eightfold
+	// 8 × max_interval saturates: a period whose eightfold
 	// overflows never clears the record, it does not clear it every time.
 	for _, iv := range []time.Duration{2562047 * time.Hour, math.MaxInt64/lazyResetIntervals + 1, math.MaxInt64} {
 		s = LazyState{Record: 1, Last: t0}.step(false, t0.Add(9*time.Second), iv)
@@ -338,7 +338,7 @@ func TestLazyResetAfter(t *testing.T) {
 // onto one CPU each show only half of it, so no workload alone looks
 // saturated; their threads share one run queue, which the patch counts as
 // util × nr_running. They must be spread, and a light pair must stay
-// packed (found by a new-user trial with two `yes` loops).
+// packed (two `yes` loops beside light work).
 func TestPlanSharedCPUContention(t *testing.T) {
 	topo, err := BuildTopology([]CPUDesc{{ID: 0, Core: 0, LLC: 0, Package: 0}, {ID: 1, Core: 1, LLC: 0, Package: 0}})
 	if err != nil {

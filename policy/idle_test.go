@@ -6,11 +6,11 @@ import (
 	"testing"
 )
 
-// issue27Units are the units of issue 27's 2-vCPU VM: dbus 0.01, work1
+// vm2Units are the units seen on the 2-vCPU test VM: dbus 0.01, work1
 // 0.12, work2 0.11 CPUs and five idle units, each currently at cur.
 // threads is the runnable-thread count each gets: 1 as `plan --load`
 // gives it, 0 (unknown) as the daemon's units have it.
-func issue27Units(threads int, cur []int) []Load {
+func vm2Units(threads int, cur []int) []Load {
 	loads := []Load{
 		{Name: "dbus", Util: 0.01, Threads: threads, Current: cur},
 		{Name: "work1", Util: 0.12, Threads: threads, Current: cur},
@@ -31,14 +31,14 @@ func every(set []int, names ...string) map[string][]int {
 	return out
 }
 
-var issue27Names = []string{"dbus", "work1", "work2", "idle1", "idle2", "idle3", "idle4", "idle5"}
+var vm2Names = []string{"dbus", "work1", "work2", "idle1", "idle2", "idle3", "idle4", "idle5"}
 
-// TestPlanIdleWorkloads is issue 27's item 6: on 2 CPUs without SMT,
-// powersaving put five idle units beside 0.24 CPUs of load on CPU 1 (the
-// vacancy rule counted each idle unit as a runnable task), so the plan
-// used 2 cores and the daemon, whose units were unrestricted (current
-// sets 0-1), kept them so. Idle workloads follow the packed work
-// whatever their count, from any current placement.
+// TestPlanIdleWorkloads: on 2 CPUs without SMT, powersaving must not put
+// five idle units beside 0.24 CPUs of load on CPU 1 (as it did when the
+// vacancy rule counted each idle unit as a runnable task: the plan then
+// used 2 cores and the daemon, whose units were unrestricted, kept them
+// so). Idle workloads follow the packed work whatever their count, from
+// any current placement.
 func TestPlanIdleWorkloads(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -47,25 +47,25 @@ func TestPlanIdleWorkloads(t *testing.T) {
 		cur     []int
 		want    map[string][]int
 	}{
-		{"powersaving, plan's thread counts", Powersaving, 1, nil, every([]int{0}, issue27Names...)},
-		{"powersaving, the daemon's units: unrestricted, no thread count", Powersaving, 0, []int{0, 1}, every([]int{0}, issue27Names...)},
-		{"powersaving, everything now on CPU 1", Powersaving, 0, []int{1}, every([]int{1}, issue27Names...)},
-		{"balance, plan's thread counts", Balance, 1, nil, every([]int{0}, issue27Names...)},
+		{"powersaving, plan's thread counts", Powersaving, 1, nil, every([]int{0}, vm2Names...)},
+		{"powersaving, the daemon's units: unrestricted, no thread count", Powersaving, 0, []int{0, 1}, every([]int{0}, vm2Names...)},
+		{"powersaving, everything now on CPU 1", Powersaving, 0, []int{1}, every([]int{1}, vm2Names...)},
+		{"balance, plan's thread counts", Balance, 1, nil, every([]int{0}, vm2Names...)},
 		// Without thread counts the demands are util / 0.9 and balance's
 		// 60 % vacancy leaves no room for work2 beside work1
 		// (13.3 + 4 × 12.2 > 60): its threshold does not allow one CPU.
 		// The idle units still take no CPU of their own.
 		{"balance, no thread counts", Balance, 0, nil, func() map[string][]int {
-			m := every([]int{0}, issue27Names...)
+			m := every([]int{0}, vm2Names...)
 			m["work2"] = []int{1}
 			return m
 		}()},
 		// That fresh plan uses both CPUs, so unrestricted units use no
 		// more cores than it does: kept (Stability).
-		{"balance, the daemon's units", Balance, 0, []int{0, 1}, every([]int{0, 1}, issue27Names...)},
+		{"balance, the daemon's units", Balance, 0, []int{0, 1}, every([]int{0, 1}, vm2Names...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in := Input{Topology: twoCPU, Allowed: []int{0, 1}, Policy: tc.policy, Loads: issue27Units(tc.threads, tc.cur)}
+			in := Input{Topology: twoCPU, Allowed: []int{0, 1}, Policy: tc.policy, Loads: vm2Units(tc.threads, tc.cur)}
 			got := PlanPlacement(in)
 			if got.Policy != tc.policy || !reflect.DeepEqual(got.CPUs, tc.want) {
 				t.Fatalf("%s %v, want %s %v", got.Policy, got.CPUs, tc.policy, tc.want)
@@ -184,7 +184,7 @@ func TestPlanIdleAnyCount(t *testing.T) {
 	for _, topo := range []Topology{twoCPU, snbLaptop} {
 		for _, n := range []int{0, 1, 5, 64, 512} {
 			for _, cur := range [][]int{nil, all(topo)} {
-				loads := issue27Units(0, cur)[:3]
+				loads := vm2Units(0, cur)[:3]
 				for i := range n {
 					loads = append(loads, Load{Name: fmt.Sprintf("idle%03d", i), Current: cur})
 				}

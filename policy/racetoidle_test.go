@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// flapping is issue 27's race-to-idle sequence on the 2-CPU machine: two
+// flapping is a race-to-idle sequence seen on a 2-CPU machine: two
 // light workloads (0.3 and 0.1 CPUs, packed on one CPU), and at every third decision from 10 to 109 a burst (a
 // 2-thread build at 1.5 CPUs beside a busy loop: 3 CPUs of demand over
 // the 2 CPUs' threshold). A workload confined to k CPUs shows at most k

@@ -138,7 +138,7 @@ func (h *treeHolder) release() {
 	}
 }
 
-// TestTreeFUSELazyUnmountWhileHeld (issue 11 case 8): umount -l of the tree
+// TestTreeFUSELazyUnmountWhileHeld: umount -l of the tree
 // while a file of it is held open, or a process has its cwd in it. The loss
 // is seen at once from the mount table, not when the holder lets go: Gone
 // closes while the holder still holds, and a new tree served with the lost

@@ -6,8 +6,8 @@ import (
 )
 
 // TestUnitNoIPSockets: the daemon opens no IP socket, and the unit keeps it
-// so (issue 14: fleet metrics go through node_exporter's textfile
-// collector, not a port of ours): the address families are a list without
+// so (fleet metrics go through node_exporter's textfile collector, not
+// a port of ours): the address families are a list without
 // AF_INET and AF_INET6 (an empty list or a "~" deny list would allow
 // them), and IPAddressDeny=any stops what a filter might let through.
 func TestUnitNoIPSockets(t *testing.T) {

@@ -572,7 +572,7 @@ func TestCtlRun(t *testing.T) {
 		return len(ws) == 1 && ws[0].Name == "build" && ws[0].Path == filepath.Join(cg, "build"), r.stdout
 	})
 	marker := filepath.Join(t.TempDir(), "ran")
-	// Said in words (issue 13: it was mkdir's raw "file exists").
+	// Said in words, not mkdir's raw "file exists".
 	wantErr := fmt.Sprintf("schedpolicyctl: run --name build: workload %q already exists (%s); choose another name\n", "build", filepath.Join(cg, "build"))
 	if r := d.run(t, "run", "--name", "build", "--", "touch", marker); r.code != exitExists || r.stderr != wantErr {
 		t.Errorf("run with an existing name: %v, want exit 5 and %q", r, wantErr)
@@ -643,9 +643,9 @@ func mockCgroupV2(t *testing.T) (managed, cpuStat string) {
 	return managed, cpuStat
 }
 
-// TestCtlWatchPrintsVisibleChanges is issue 13's trap: watch printed the
-// same line again and again while only the workloads' utilisation changed,
-// which its line does not show. Here a workload's CPU time grows while the
+// TestCtlWatchPrintsVisibleChanges: watch must not print the same line
+// again and again while only the workloads' utilisation changes, which
+// its line does not show. Here a workload's CPU time grows while the
 // policy is performance (its CPUs stay 0-7): the daemon announces the
 // Workloads property again and again (counted on the bus), and watch must
 // print no line that repeats the one before it, up to the next change one

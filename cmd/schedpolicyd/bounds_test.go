@@ -9,7 +9,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/daemon"
 )
 
-// TestConfigBounds (issue 11, case 6): every duration and count key of the
+// TestConfigBounds: every duration and count key of the
 // configuration file at, inside and beyond its bounds. A value in range is
 // taken exactly; one out of range is refused with the exact message,
 // file:line first. The values are derived from package daemon's bounds
@@ -41,7 +41,7 @@ func TestConfigBounds(t *testing.T) {
 			row{key: k.key, value: dur(k.min), want: k.min},
 			row{key: k.key, value: dur(k.max), want: k.max},
 			row{key: k.key, value: dur(k.max + ns), err: rangeMsg(dur(k.max+ns), k.msg)},
-			// issue 11: this one made the sampling backoff overflow.
+			// This one would make the sampling backoff overflow.
 			row{key: k.key, value: "2562047h", err: rangeMsg("2562047h", k.msg)},
 			// Beyond time.Duration: not a duration at all.
 			row{key: k.key, value: "2562048h", err: fmt.Sprintf("%q: want a duration such as \"500ms\", \"2s\" or \"1m\"", "2562048h")},

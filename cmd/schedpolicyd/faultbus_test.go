@@ -1,6 +1,6 @@
 package main
 
-// The fault model's D-Bus surface (issue 24): every sequence runs its
+// The fault model's D-Bus surface: every sequence runs its
 // daemons on a private bus with the system bus's own policy and the
 // package's, in power-profiles "auto" mode, and draws these steps among
 // the cgroup faults:

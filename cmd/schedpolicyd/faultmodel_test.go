@@ -1,6 +1,6 @@
 package main
 
-// Issue 11's proof: a model-based fault test. Random sequences of faults
+// A model-based fault test. Random sequences of faults
 // drive the real binary on a real cgroup v1 cpuset parent, and after a
 // final clean stop every workload's cpuset.cpus and
 // cpuset.sched_load_balance must be as the model says — its original, or
@@ -144,8 +144,8 @@ func watchCPUEvents() (stop func(), err error) {
 // sequence was disturbed by another process's CPU hotplug.
 type faultDisturbed struct{ why string }
 
-// TestFaultModel is the model-based fault test of issue 11 (see the top of
-// this file).
+// TestFaultModel is the model-based fault test (see the top of this
+// file).
 func TestFaultModel(t *testing.T) {
 	// It runs alone: its real CPU hotplug trims every v1 cpuset on the
 	// machine, and its waits for a quiet daemon are best without the rest
@@ -1458,9 +1458,8 @@ var faultValidConfs = []string{
 
 var faultInvalidConfs = []string{
 	"bogus_key = 1\n",
-	// issue 11 case 6: out of bounds since the daemon bounds every
-	// duration (daemon/bounds.go): refused, no panic. It was listed as
-	// valid and failed only when a sequence drew it for a reload.
+	// Out of bounds since the daemon bounds every duration
+	// (daemon/bounds.go): refused, no panic.
 	"sample_interval = \"2562047h\"\n",
 	"power_aware = 7\n",
 	"sample_interval = \"5ms\"\n",

@@ -1,6 +1,6 @@
 package main
 
-// Issue 6 with the real binary: crash safety (kill -9 and reconcile) and
+// With the real binary: crash safety (kill -9 and reconcile) and
 // faults from outside (the FUSE tree unmounted, CPUs going offline, a
 // cpuset write the kernel refuses, power supplies and the sysfs root
 // vanishing, the bus daemon killed, a corrupt state file). Every test runs

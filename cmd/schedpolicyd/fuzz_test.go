@@ -12,7 +12,7 @@ import (
 // error it returns is (or joins) *ConfigError values that name the file
 // and a line inside it (0 when unknown); and every file it accepts gives a
 // configuration daemon.New accepts too (the file's bounds are the
-// daemon's: nothing out of range gets through, issue 11).
+// daemon's: nothing out of range gets through).
 func FuzzParseConfig(f *testing.F) {
 	for _, s := range []string{
 		"power_aware = 2\npower_aware_policy = \"balance\"\n",

@@ -59,7 +59,7 @@ func faultRead(p string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// TestRealHotplugTrimKeepsOriginal (found by TestFaultModel): a workload the
+// TestRealHotplugTrimKeepsOriginal: a workload the
 // daemon never wrote, trimmed by the kernel when a CPU goes offline (cgroup
 // v1), gets its original back on stop once the CPU is online again. The
 // daemon used to take the trimmed value for the original at its next

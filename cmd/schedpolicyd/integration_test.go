@@ -213,7 +213,7 @@ func (n *notifySocket) expect(t *testing.T, prefix string) string {
 
 // TestEndToEnd runs the real binary against a mock laptop with this
 // machine's CPUs, a real cgroup v1 cpuset parent, a real FUSE tree and a
-// private dbus-daemon (issue 2's acceptance test).
+// private dbus-daemon.
 func TestEndToEnd(t *testing.T) {
 	requireMachine(t)
 	bin := buildDaemon(t)

@@ -1,6 +1,6 @@
 package main
 
-// Issue 11, cases 4 and 7, with the real binary: one daemon per managed
+// With the real binary: one daemon per managed
 // parent cgroup, lock files and directories that cannot be turned against
 // root, and one daemon per tree mount point whatever path names it.
 
@@ -85,7 +85,7 @@ func wantRefused(t *testing.T, what string, p *daemonProc, started bool, want ..
 	}
 }
 
-// TestSecondDaemonOnOneCgroupParent (issue 11 case 4): a second daemon with
+// TestSecondDaemonOnOneCgroupParent: a second daemon with
 // its own state directory, tree and bus but the same --cgroup-root as a
 // running one that has packed the workloads must not adopt the packed
 // cpusets as originals: it exits with status 1 naming the first daemon's
@@ -132,7 +132,7 @@ func TestSecondDaemonOnOneCgroupParent(t *testing.T) {
 	}
 }
 
-// TestTreeDirSymlinkToRunningTree (issue 11 case 7): a second daemon whose
+// TestTreeDirSymlinkToRunningTree: a second daemon whose
 // --tree-dir is a symlink to a running daemon's FUSE tree exits with status
 // 1 naming the first's pid; the first's mount stays, serves, and is gone
 // once the first stops.
@@ -173,7 +173,7 @@ func TestTreeDirSymlinkToRunningTree(t *testing.T) {
 	}
 }
 
-// TestUnsafeLockRefusedRealBinary (issue 11 case 7): with a lock file that
+// TestUnsafeLockRefusedRealBinary: with a lock file that
 // is a symlink to a victim file, or a state directory others can write, the
 // binary exits with status 1 and a message saying why, and the victim file
 // is untouched.

@@ -10,8 +10,8 @@ import (
 	"testing"
 )
 
-// TestNonRootSaysMustRunAsRoot is issue 13's trap: run as another user
-// the daemon said only "open /var/lib/schedpolicyd/lock: permission
+// TestNonRootSaysMustRunAsRoot: run as another user the daemon must not
+// say only "open /var/lib/schedpolicyd/lock: permission
 // denied". It must say that it needs root (or paths that user may write),
 // with the cause, and exit 1. The daemon runs as nobody (setpriv) with a
 // state directory below a directory only root may write.

@@ -33,7 +33,7 @@ func planJSON(t *testing.T, args ...string) planReport {
 }
 
 // TestPlanHybridFixtures: exact cpulists per workload on every hybrid
-// fixture (issue 25). Background and services land on the most efficient
+// fixture. Background and services land on the most efficient
 // class and never on a core of the focused app; under balance the
 // focused app and other apps get the performance cores first. Where the
 // LP E-cores are full (two of them on Meteor and Arrow Lake), svc2

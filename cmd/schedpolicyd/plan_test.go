@@ -109,9 +109,9 @@ func TestPlanGoldenJSON(t *testing.T) {
 	}
 }
 
-// TestPlanModelDoesNotDescribe is issue 13's trap: plan on a 2-vCPU VM
-// (here its shape as a mock tree: 1 package, 2 cores, no SMT) priced the
-// loads with the snb-laptop-4c8t model's 54 W and said nothing. The
+// TestPlanModelDoesNotDescribe: plan on a 2-vCPU VM (here its shape as a
+// mock tree: 1 package, 2 cores, no SMT) must not price the loads with
+// the snb-laptop-4c8t model's 54 W without a word. The
 // estimate stays (it still ranks policies) and the report says the model
 // does not describe the machine, with both shapes, in JSON and in text.
 func TestPlanModelDoesNotDescribe(t *testing.T) {
@@ -236,7 +236,7 @@ func TestPlanClasses(t *testing.T) {
 	}
 }
 
-// vm2Tree writes the 2-vCPU VM of issue 27 (1 package, 2 cores, no SMT:
+// vm2Tree writes the 2-vCPU test VM (1 package, 2 cores, no SMT:
 // the cgroup v2 VM of packaging/systemd-test) as a mock sysfs tree.
 func vm2Tree(t *testing.T) string {
 	t.Helper()
@@ -247,9 +247,9 @@ func vm2Tree(t *testing.T) string {
 	return root
 }
 
-// issue27Load is issue 27's units on that VM: dbus, two light workers
+// vm2Load is the units seen on that VM: dbus, two light workers
 // and five idle units.
-const issue27Load = "dbus=0.01,work1=0.12,work2=0.11,idle1=0,idle2=0,idle3=0,idle4=0,idle5=0"
+const vm2Load = "dbus=0.01,work1=0.12,work2=0.11,idle1=0,idle2=0,idle3=0,idle4=0,idle5=0"
 
 func sameFor(v string, names ...string) map[string]string {
 	m := map[string]string{}
@@ -259,26 +259,26 @@ func sameFor(v string, names ...string) map[string]string {
 	return m
 }
 
-var issue27Names = []string{"dbus", "work1", "work2", "idle1", "idle2", "idle3", "idle4", "idle5"}
+var vm2Names = []string{"dbus", "work1", "work2", "idle1", "idle2", "idle3", "idle4", "idle5"}
 
-// TestPlanIssue27: powersaving packs the light load and the idle units
-// onto one CPU (it showed "active: 2 cores" with idle3-5 on CPU 1), and
+// TestPlanVM2Units: powersaving packs the light load and the idle units
+// onto one CPU (it once showed "active: 2 cores" with idle3-5 on CPU 1), and
 // --current shows what the daemon does from its units unrestricted
 // (every set 0-1): packs each, where the old plan kept them.
-func TestPlanIssue27(t *testing.T) {
+func TestPlanVM2Units(t *testing.T) {
 	root := vm2Tree(t)
-	r := planJSON(t, "--sysfs-root", root, "--policy", "powersaving", "--load", issue27Load)
-	if !reflect.DeepEqual(r.Workloads, sameFor("0", issue27Names...)) || r.Active != (planActive{1, 1, 1, "0"}) || r.Current != nil || r.Next != nil || r.Lazy != nil {
+	r := planJSON(t, "--sysfs-root", root, "--policy", "powersaving", "--load", vm2Load)
+	if !reflect.DeepEqual(r.Workloads, sameFor("0", vm2Names...)) || r.Active != (planActive{1, 1, 1, "0"}) || r.Current != nil || r.Next != nil || r.Lazy != nil {
 		t.Fatalf("plan: %v, active %+v, current %v, next %v, lazy %v; want every workload on 0, 1 core, no --current fields", r.Workloads, r.Active, r.Current, r.Next, r.Lazy)
 	}
 
-	r = planJSON(t, "--sysfs-root", root, "--policy", "powersaving", "--load", issue27Load, "--current", "*=0-1")
-	if !reflect.DeepEqual(r.Workloads, sameFor("0", issue27Names...)) || !reflect.DeepEqual(r.Current, sameFor("0-1", issue27Names...)) ||
-		!reflect.DeepEqual(r.Next, sameFor("pack", issue27Names...)) || *r.CurrentActive != (planActive{1, 2, 2, "0-1"}) || r.Deferred ||
+	r = planJSON(t, "--sysfs-root", root, "--policy", "powersaving", "--load", vm2Load, "--current", "*=0-1")
+	if !reflect.DeepEqual(r.Workloads, sameFor("0", vm2Names...)) || !reflect.DeepEqual(r.Current, sameFor("0-1", vm2Names...)) ||
+		!reflect.DeepEqual(r.Next, sameFor("pack", vm2Names...)) || *r.CurrentActive != (planActive{1, 2, 2, "0-1"}) || r.Deferred ||
 		*r.Lazy != (planLazy{Record: "0x0000000000000000", PackingAllowed: true}) {
 		t.Fatalf("--current *=0-1: %+v", r)
 	}
-	_, out, _ := runPlan(t, "--sysfs-root", root, "--policy", "powersaving", "--load", issue27Load, "--current", "*=0-1")
+	_, out, _ := runPlan(t, "--sysfs-root", root, "--policy", "powersaving", "--load", vm2Load, "--current", "*=0-1")
 	for _, line := range []string{
 		"  NAME             CLASS        POLICY       CURRENT      NEXT   CPUS\n",
 		"  idle5            workload     powersaving  0-1          pack   0\n",
@@ -293,13 +293,13 @@ func TestPlanIssue27(t *testing.T) {
 	}
 
 	// Fed back: every set kept.
-	r = planJSON(t, "--sysfs-root", root, "--policy", "powersaving", "--load", issue27Load, "--current", "*=0")
-	if !reflect.DeepEqual(r.Next, sameFor("keep", issue27Names...)) {
+	r = planJSON(t, "--sysfs-root", root, "--policy", "powersaving", "--load", vm2Load, "--current", "*=0")
+	if !reflect.DeepEqual(r.Next, sameFor("keep", vm2Names...)) {
 		t.Errorf("--current *=0: next %v, want keep everywhere", r.Next)
 	}
 	// A performance decision in the history: lazy balance keeps the
 	// unrestricted sets this time.
-	_, out, _ = runPlan(t, "--sysfs-root", root, "--policy", "powersaving", "--load", issue27Load, "--current", "*=0-1", "--lazy-record", "0x1")
+	_, out, _ = runPlan(t, "--sysfs-root", root, "--policy", "powersaving", "--load", vm2Load, "--current", "*=0-1", "--lazy-record", "0x1")
 	for _, line := range []string{
 		"  dbus             workload     powersaving  0-1          keep   0-1\n",
 		"next:      every workload keeps its set (lazy balance defers packing: the current sets stay, those short of CPUs grow)\n",

@@ -1,6 +1,6 @@
 package main
 
-// Issue 6 privilege boundaries with the real binary: the FUSE tree
+// Privilege boundaries with the real binary: the FUSE tree
 // enforces its modes for other users, workload names cannot leave the
 // managed parent, and the daemon writes only inside the managed cgroup
 // parent, its tree, its state directory and the boost file (every

@@ -79,7 +79,7 @@ func servedPolicy(t *testing.T, root, stateDir, conf string) policy.Policy {
 	return d.Snapshot().Policy
 }
 
-// TestProbeConfig is issue 13's trap: with power_aware = 0 in the
+// TestProbeConfig: with power_aware = 0 in the
 // configuration, the daemon serves performance on battery; probe, given
 // the same file and state directory, must say so too, and say where the
 // knob comes from. A choice saved in the state directory wins over the

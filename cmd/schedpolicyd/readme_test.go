@@ -38,8 +38,8 @@ func readmeBlock(t *testing.T, heading string) string {
 }
 
 // TestReadmeMockMachine runs the README's mock-machine block as a user
-// pastes it (issue 13: it failed, the daemon was not up yet when the first
-// cat ran, and the cat after plugging in was stale by the debounce). Only
+// pastes it: the daemon must be up when the first cat runs, and the cat
+// after plugging in must not be stale by the debounce. Only
 // its paths move: /tmp/mock and /tmp/spd into the test's directory, and
 // bin/schedpolicyd is this package built (the block's `make build` is not
 // run). Every `cat` line's comment names what it must print, in order, and
@@ -112,7 +112,7 @@ func TestReadmeMockMachine(t *testing.T) {
 }
 
 // TestMakeRunPassesArgs: `make run ARGS="..."` hands the flags to the
-// daemon (issue 13: make run could not pass any). make -n only prints the
+// daemon. make -n only prints the
 // commands.
 func TestMakeRunPassesArgs(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
-// TestReloadOutOfBoundsKeepsRunning (issue 11, case 6): the real binary on
+// TestReloadOutOfBoundsKeepsRunning: the real binary on
 // a real cgroup v1 cpuset parent, its configuration file edited to
 // sample_interval = "2562047h" and SIGHUP. That value used to be applied,
 // and the idle sampling backoff (the period shifted left) overflowed into a

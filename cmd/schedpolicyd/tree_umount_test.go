@@ -103,7 +103,7 @@ func (h *holder) release() {
 	}
 }
 
-// TestTreeLazyUnmountWhileHeld (issue 11 case 8), on the real binary with a
+// TestTreeLazyUnmountWhileHeld, on the real binary with a
 // real FUSE mount: umount -l of the tree while one process holds power_aware
 // open and another has its cwd in the knob directory. The tree is back at
 // once, while both still hold the old one: the tree directory is one
