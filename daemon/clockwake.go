@@ -460,7 +460,7 @@ func (p *placement) clockWake() {
 		return err == nil && r > k
 	}
 	if p.clock.confirmBursts(p.sortedNames(), cpus, crowded, &p.confirm, p.cg.RunDelay, p.stats) {
-		p.idleSamples = 0 // busy: sample every period from now
+		p.backoff.reset() // busy: sample every period from now
 	}
 }
 
@@ -523,7 +523,7 @@ func (u *unitPlacement) clockWake() {
 		return err == nil && pr.Total-w.stallTotal >= unitWakeStall
 	}
 	if u.clock.confirmBursts(u.sortedNames(), cpus, crowded, &u.confirm, u.runDelay, u.stats) {
-		u.idleSamples = 0
+		u.backoff.reset()
 	}
 }
 

@@ -54,33 +54,23 @@ func (d *Daemon) loop(ctx context.Context, src loopSources) (loopErr error) {
 		defer t.Stop()
 		wdC = t.C
 	}
-	sampleEvery := d.cfg.SampleInterval
-	sample := time.NewTicker(sampleEvery)
-	defer sample.Stop()
-	wasSampling := false
+	sample := newSampleTimer(d.cfg.SampleInterval)
+	defer sample.stop()
 	var lazy lazyWake
 	defer lazy.stop()
 	monC, treeLost := src.power, src.treeLost
 	b := d.place
 	for {
-		var sampleC <-chan time.Time
 		sampling := b.sampling()
-		if sampling {
-			sampleC = sample.C
-		}
-		if wasSampling && !sampling {
+		sampleC, stopped := sample.arm(sampling, b.sampleEvery())
+		if stopped {
 			// Every workload went idle and sampling stopped: hand the
 			// memory freed since start-up or the last busy period back to
 			// the kernel, once, so an idle daemon's RSS is what it needs
 			// (docs/BENCHMARKS.md). No timer.
 			go debug.FreeOSMemory()
 		}
-		wasSampling = sampling
 		lazyC := lazy.c(d.lazyExpiry(sampling))
-		if every := b.sampleEvery(); every != sampleEvery {
-			sampleEvery = every
-			sample.Reset(sampleEvery)
-		}
 		select {
 		case <-ctx.Done():
 			d.shutdown()
@@ -138,3 +128,33 @@ func (d *Daemon) loop(ctx context.Context, src loopSources) (loopErr error) {
 		}
 	}
 }
+
+// sampleTimer is the loop's sample ticker. Before each select the loop
+// arms it with whether the back end samples and at which period
+// (backend.sampling, sampleEvery).
+type sampleTimer struct {
+	t     *time.Ticker
+	every time.Duration
+	on    bool // sampling at the last arm
+}
+
+func newSampleTimer(every time.Duration) *sampleTimer {
+	return &sampleTimer{t: time.NewTicker(every), every: every}
+}
+
+// arm returns the channel of the next sample, nil while not sampling; a
+// new period restarts the ticker at it, so the next sample is a whole new
+// period away. stopped reports that sampling stopped since the last arm.
+func (s *sampleTimer) arm(sampling bool, every time.Duration) (c <-chan time.Time, stopped bool) {
+	stopped, s.on = s.on && !sampling, sampling
+	if every != s.every {
+		s.every = every
+		s.t.Reset(every)
+	}
+	if sampling {
+		c = s.t.C
+	}
+	return c, stopped
+}
+
+func (s *sampleTimer) stop() { s.t.Stop() }
