@@ -41,7 +41,7 @@ type fakeBackend struct {
 
 	pressure chan struct{}
 	confirm  confirmation
-	runnable time.Duration // "w"'s cumulative run + wait time
+	rate     float64 // "w"'s runnable threads
 }
 
 func (f *fakeBackend) since() time.Duration { return time.Since(f.t0) }
@@ -94,7 +94,9 @@ func (f *fakeBackend) wakeC(k wake) <-chan struct{} {
 
 func (f *fakeBackend) confirmC() <-chan time.Time { return f.confirm.C() }
 
-func (f *fakeBackend) read(string) (run, wait time.Duration, err error) { return f.runnable, 0, nil }
+func (f *fakeBackend) read(string) (run, wait time.Duration, err error) {
+	return time.Duration(f.rate * float64(f.since())), 0, nil
+}
 
 func (f *fakeBackend) onWake(k wake, replan replanFunc) {
 	switch k {
@@ -196,6 +198,216 @@ func TestLoopSamplingStopsWhileIdle(t *testing.T) {
 		}
 		if want := secs(10.5); !slices.Equal(f.wakes, want) {
 			t.Fatalf("pressure wakes at %v, want %v", f.wakes, want)
+		}
+	})
+}
+
+// decideAt has d decide (recompute) at offset at from f.t0, through a
+// request as a D-Bus call makes one.
+func decideAt(t *testing.T, d *Daemon, f *fakeBackend, at time.Duration) {
+	t.Helper()
+	time.Sleep(time.Until(f.t0.Add(at)))
+	if err := d.do(context.Background(), func() error { d.recompute("test", false); return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLoopLazyWake: a decision that leaves the plan Deferred while the
+// loop does not sample gets one more decision just past the instant the
+// lazy history clears (LazyResetAfter(SampleInterval) + lazyWakeMargin
+// after the Deferred plan's decision), and none after a plan that is not
+// Deferred. While the loop samples, the samples decide: no lazy wake.
+func TestLoopLazyWake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeBackend{base: time.Second, canStop: true, backoff: sampleBackoff{quiet: idleSamplesBeforeBackoff}}
+		f.onApply = func(n int) policy.Plan {
+			if n == 1 {
+				return policy.Plan{Deferred: true, Lazy: policy.LazyState{Last: time.Now()}}
+			}
+			return policy.Plan{}
+		}
+		d := loopDaemon(t, f)
+		runLoop(t, d, loopSources{})
+		decideAt(t, d, f, 500*time.Millisecond)
+		time.Sleep(100 * time.Second)
+		synctest.Wait()
+		if want := secs(0.5, 8.51); !slices.Equal(f.applies, want) {
+			t.Fatalf("decisions at %v, want %v: the Deferred plan's, then 8 s + 10 ms after it, once", f.applies, want)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		// Sampling every 3 s, the plan Deferred since 0.5 s all along.
+		f := &fakeBackend{base: 3 * time.Second, busy: func(int) bool { return true }}
+		d := loopDaemon(t, f)
+		last := f.t0.Add(500 * time.Millisecond)
+		f.onApply = func(int) policy.Plan { return policy.Plan{Deferred: true, Lazy: policy.LazyState{Last: last}} }
+		runLoop(t, d, loopSources{})
+		decideAt(t, d, f, 500*time.Millisecond)
+		time.Sleep(28500 * time.Millisecond) // past 0.5 s + 8 × 3 s + 10 ms
+		synctest.Wait()
+		if want := secs(0.5, 3, 6, 9, 12, 15, 18, 21, 24, 27); !slices.Equal(f.applies, want) {
+			t.Fatalf("decisions at %v, want %v: the request's and each sample's, no lazy wake while sampling", f.applies, want)
+		}
+	})
+}
+
+// TestLazyWakeTimer: lazyWake fires at its deadline exactly, follows a new
+// deadline, is disarmed by a zero one, and a deadline already past (a
+// decision that kept the history after the wake) fires lazyWakeMargin
+// later.
+func TestLazyWakeTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		var l lazyWake
+		defer l.stop()
+		due := func(c <-chan time.Time) bool {
+			synctest.Wait()
+			select {
+			case <-c:
+				return true
+			default:
+				return false
+			}
+		}
+		c := l.c(t0.Add(5 * time.Second))
+		time.Sleep(5*time.Second - time.Nanosecond)
+		if due(c) {
+			t.Fatal("fired before its deadline")
+		}
+		time.Sleep(time.Nanosecond)
+		if !due(c) {
+			t.Fatal("not fired at its deadline")
+		}
+		l.fired()
+		// The same deadline, now past: lazyWakeMargin from now.
+		c = l.c(t0.Add(5 * time.Second))
+		time.Sleep(lazyWakeMargin - time.Nanosecond)
+		if due(c) {
+			t.Fatal("a past deadline fired before the margin")
+		}
+		time.Sleep(time.Nanosecond)
+		if !due(c) {
+			t.Fatal("a past deadline did not fire after the margin")
+		}
+		l.fired()
+		// A later deadline replaces an earlier one.
+		now := time.Now()
+		l.c(now.Add(time.Second))
+		c = l.c(now.Add(3 * time.Second))
+		time.Sleep(2 * time.Second)
+		if due(c) {
+			t.Fatal("fired at the replaced deadline")
+		}
+		time.Sleep(time.Second)
+		if !due(c) {
+			t.Fatal("not fired at the new deadline")
+		}
+		l.fired()
+		// Zero disarms.
+		c = l.c(time.Now().Add(time.Second))
+		if l.c(time.Time{}) != nil {
+			t.Fatal("a zero deadline gave a channel")
+		}
+		time.Sleep(2 * time.Second)
+		if due(c) {
+			t.Fatal("fired after it was disarmed")
+		}
+	})
+}
+
+// TestConfirmationTimer: a confirmation is due exactly wakeConfirm after
+// it started, and judges its candidates by their average runnable threads
+// over exactly that time: at the CPU count + wakeMargin saturated, within
+// wakeMargin of it borderline (retried once, wakeConfirm after the first
+// ended), below light.
+func TestConfirmationTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		rate := map[string]float64{"sat": 1.5, "border": 1.49, "light": 0.49}
+		read := func(n string) (run, wait time.Duration, err error) {
+			return time.Duration(rate[n] * float64(time.Since(t0))), 0, nil
+		}
+		one := func(string) int { return 1 }
+		var c confirmation
+		if c.C() != nil {
+			t.Fatal("a channel with nothing pending")
+		}
+		if !c.start("sample", []string{"sat", "border", "light"}, read) {
+			t.Fatal("not started")
+		}
+		if c.start("cpu pressure", []string{"sat"}, read) {
+			t.Fatal("a second start while one is pending")
+		}
+		time.Sleep(wakeConfirm - time.Nanosecond)
+		synctest.Wait()
+		select {
+		case <-c.C():
+			t.Fatal("due before wakeConfirm")
+		default:
+		}
+		time.Sleep(time.Nanosecond)
+		<-c.C() // due now: a late one would block the bubble
+		if got := time.Since(t0); got != wakeConfirm {
+			t.Fatalf("due after %v, want %v", got, wakeConfirm)
+		}
+		r := c.finish(one, read)
+		want := confirmed{saturated: []string{"sat:1.50/1"}, light: []string{"border:1.49/1", "light:0.49/1"}, names: []string{"sat"}, borderline: []string{"border"}}
+		if !equalConfirmed(r, want) {
+			t.Fatalf("confirmed %+v, want %+v", r, want)
+		}
+		if c.C() != nil {
+			t.Fatal("finished, but still a channel")
+		}
+		if !c.retry("sample", false, r, read) {
+			t.Fatal("the borderline candidate not retried")
+		}
+		rate["border"] = 1.5 // since the first ended
+		t1 := time.Now()
+		<-c.C()
+		if got := time.Since(t1); got != wakeConfirm {
+			t.Fatalf("the retry due after %v, want %v", got, wakeConfirm)
+		}
+		signal, retried := c.signal, c.retried
+		if signal != "sample retry" || !retried {
+			t.Fatalf("retry signal %q retried %v", signal, retried)
+		}
+		// 1.49 over 30 ms, then 1.5 over the retry's 30 ms: the read
+		// grew by 1.5 × 60 ms − 1.49 × 30 ms over 30 ms.
+		r = c.finish(one, read)
+		if !slices.Equal(r.names, []string{"border"}) || !slices.Equal(r.saturated, []string{"border:1.51/1"}) {
+			t.Fatalf("the retry confirmed %+v, want border saturated at 1.51", r)
+		}
+		if c.retry(signal, retried, confirmed{borderline: []string{"border"}}, read) {
+			t.Fatal("a retry retried")
+		}
+	})
+}
+
+func equalConfirmed(a, b confirmed) bool {
+	return slices.Equal(a.saturated, b.saturated) && slices.Equal(a.light, b.light) && slices.Equal(a.names, b.names) && slices.Equal(a.borderline, b.borderline)
+}
+
+// TestLoopConfirmsWake: a pressure wake decides at once and starts a
+// confirmation; the loop ends it exactly wakeConfirm later, and a
+// saturated workload (two threads runnable on its one CPU) makes a second
+// decision then.
+func TestLoopConfirmsWake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeBackend{base: time.Second, canStop: true, backoff: sampleBackoff{quiet: idleSamplesBeforeBackoff}, pressure: make(chan struct{}), rate: 2}
+		d := loopDaemon(t, f)
+		runLoop(t, d, loopSources{})
+		time.Sleep(10500 * time.Millisecond)
+		f.pressure <- struct{}{}
+		time.Sleep(100 * time.Millisecond) // not three samples: a second away
+		synctest.Wait()
+		if want := secs(10.53); !slices.Equal(f.confirmed, want) {
+			t.Fatalf("confirmations ended at %v, want %v", f.confirmed, want)
+		}
+		// The wake's decision, the sample the wake brought back (the
+		// tick due meanwhile: TestLoopSamplingStopsWhileIdle), the
+		// confirmation's.
+		if want := secs(10.5, 10.5, 10.53); !slices.Equal(f.applies, want) {
+			t.Fatalf("decisions at %v, want %v: the wake's, its sample's, the confirmation's", f.applies, want)
 		}
 	})
 }
