@@ -279,8 +279,9 @@ type Daemon struct {
 	restartFor atomic.Pointer[[]string]
 	// energyRefreshed is when RefreshEnergy last read the counters.
 	energyRefreshed time.Time
-	// energyGuard fires when RAPL must be read so no wrap is missed.
-	energyGuard *time.Timer
+	// energyGuard fires when RAPL must be read so no wrap is missed; nil
+	// before start.
+	energyGuard *wrapGuard
 
 	est estimateCache // EstimatePower's last answer (energy_loop.go)
 
@@ -564,8 +565,8 @@ func (d *Daemon) start(ctx context.Context) (stop func(), err error) {
 	d.effective, d.policyReason = d.decide()
 	d.lastChange = time.Now()
 	d.energy.Start(d.energyKey(), d.power.Source == acpi.Battery)
-	d.energyGuard = time.NewTimer(time.Hour)
-	undo = append(undo, func() { d.energyGuard.Stop() })
+	d.energyGuard = &wrapGuard{}
+	undo = append(undo, d.energyGuard.stop)
 	d.armEnergyGuard()
 	d.log.WithField("source", d.energy.Source()).Info("energy source")
 	d.snap.Store(d.newSnapshot())

@@ -120,7 +120,7 @@ func (d *Daemon) loop(ctx context.Context, src loopSources) (loopErr error) {
 		case <-treeLost:
 			d.stats.events.Add(1)
 			treeLost = d.remountTree(ctx)
-		case <-d.energyGuard.C:
+		case <-d.energyGuard.C():
 			d.stats.events.Add(1)
 			d.energyGuardRead()
 		case <-wdC:

@@ -2,11 +2,14 @@ package daemon
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/energy"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
@@ -125,8 +128,7 @@ func loopDaemon(t *testing.T, f *fakeBackend) *Daemon {
 	}
 	d.place = f
 	d.knob = policy.DefaultKnob()
-	d.energyGuard = time.NewTimer(time.Hour)
-	d.energyGuard.Stop()
+	d.energyGuard = &wrapGuard{}
 	f.t0 = time.Now()
 	return d
 }
@@ -408,6 +410,39 @@ func TestLoopConfirmsWake(t *testing.T) {
 		// confirmation's.
 		if want := secs(10.5, 10.5, 10.53); !slices.Equal(f.applies, want) {
 			t.Fatalf("decisions at %v, want %v: the wake's, its sample's, the confirmation's", f.applies, want)
+		}
+	})
+}
+
+// TestLoopEnergyGuard: with a RAPL counter that wraps every 20 s at its
+// power limit, the meter is read every 10 s (half of it) while nothing
+// else reads it, and a reading for another reason (a new power source
+// closes the energy segment) starts the 10 s again from there.
+func TestLoopEnergyGuard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeBackend{base: time.Second, canStop: true, backoff: sampleBackoff{quiet: idleSamplesBeforeBackoff}}
+		d := loopDaemon(t, f)
+		zone := filepath.Join(d.cfg.SysfsRoot, "class/powercap/intel-rapl:0")
+		testutil.Put(t, zone+"/name", "package-0")
+		testutil.Put(t, zone+"/energy_uj", "1000")
+		testutil.Put(t, zone+"/max_energy_range_uj", "20000000")        // 20 J
+		testutil.Put(t, zone+"/constraint_0_power_limit_uw", "1000000") // 1 W
+		var reads []time.Duration
+		now := func() time.Time { reads = append(reads, f.since()); return time.Now() }
+		d.energy = energy.NewMeter(d.fs, d.log, now, nil)
+		d.energy.Start(d.energyKey(), false)
+		if g := d.energy.GuardAfter(); g != 10*time.Second {
+			t.Fatalf("GuardAfter %v, want 10s", g)
+		}
+		d.armEnergyGuard()
+		power := make(chan acpi.State)
+		runLoop(t, d, loopSources{power: power})
+		time.Sleep(34 * time.Second)
+		power <- acpi.State{Power: acpi.Decision{Source: acpi.Battery, Reason: "test"}, BatteryPercent: -1}
+		time.Sleep(16 * time.Second)
+		synctest.Wait()
+		if want := secs(0, 10, 20, 30, 34, 44); !slices.Equal(reads, want) {
+			t.Fatalf("meter read at %v, want %v", reads, want)
 		}
 	})
 }
