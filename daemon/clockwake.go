@@ -59,10 +59,26 @@ const (
 	clockMaxCounters = 4096
 )
 
+// clockWatch is what a clockGate counts through: a *taskclock.Watch (see
+// there for each method), or an in-memory one in tests.
+type clockWatch interface {
+	C() <-chan struct{}
+	Close()
+	Open() int
+	Has(key string) bool
+	Keys() []string
+	SetTasks(key string, list func() ([]int, error), period time.Duration) (int, error)
+	SetCgroup(key, dir string, cpus []int, period time.Duration) (int, error)
+	Pause(key string) error
+	Resume(key string) error
+	Remove(key string)
+	Burst(key string, now time.Time) (ran, wall time.Duration, ok bool)
+}
+
 // clockGate is a placement's task-clock wake; nil-safe: a nil gate
 // (turned off) has no channel and arms nothing.
 type clockGate struct {
-	w   *taskclock.Watch
+	w   clockWatch
 	log logrus.FieldLogger
 	// refused holds, by key, what the kernel refused counters for (the
 	// cpuset, or "tasks"), so that it is neither retried until that
@@ -84,7 +100,7 @@ type clockGate struct {
 // clockKey is one armed key's state.
 type clockKey struct {
 	// open (re)opens its counters at a period.
-	open func(w *taskclock.Watch, period time.Duration) (int, error)
+	open func(w clockWatch, period time.Duration) (int, error)
 	// slow: counting at clockSlowPeriod; paused: not counting. since is
 	// when either began (a calm sample must begin after it).
 	slow, paused bool
@@ -109,7 +125,12 @@ func (k *clockKey) period() time.Duration {
 }
 
 func newClockGate(log logrus.FieldLogger, waited func(key string) (time.Duration, error), bar func(cpus int) float64) *clockGate {
-	return &clockGate{w: taskclock.New(clockPeriod, clockMaxCounters), log: log, refused: map[string]string{}, keys: map[string]*clockKey{}, waited: waited, bar: bar}
+	return newClockGateOn(taskclock.New(clockPeriod, clockMaxCounters), log, waited, bar)
+}
+
+// newClockGateOn is newClockGate counting through w.
+func newClockGateOn(w clockWatch, log logrus.FieldLogger, waited func(key string) (time.Duration, error), bar func(cpus int) float64) *clockGate {
+	return &clockGate{w: w, log: log, refused: map[string]string{}, keys: map[string]*clockKey{}, waited: waited, bar: bar}
 }
 
 // C fires when some counter overflowed; nil without a gate.
@@ -137,7 +158,7 @@ func (g *clockGate) slow(key string) bool { return g != nil && g.keys[key] != ni
 // or paused). The first refusal is logged at info level, the others at
 // debug: a refused workload is woken by CPU pressure and sampling, as
 // without counters.
-func (g *clockGate) set(key, what string, open func(w *taskclock.Watch, period time.Duration) (int, error)) {
+func (g *clockGate) set(key, what string, open func(w clockWatch, period time.Duration) (int, error)) {
 	if g == nil || g.refused[key] == what {
 		return
 	}
@@ -190,7 +211,7 @@ func (g *clockGate) stale(key string) {
 // cpus (set).
 func (g *clockGate) setCgroup(key, dir string, cpus sysfs.CPUSet) {
 	list := cpus.List()
-	g.set(key, cpus.String(), func(t *taskclock.Watch, period time.Duration) (int, error) {
+	g.set(key, cpus.String(), func(t clockWatch, period time.Duration) (int, error) {
 		return t.SetCgroup(key, dir, list, period)
 	})
 }
@@ -431,7 +452,7 @@ func (p *placement) syncClock() (more bool) {
 		// The tasks are listed at each (re)open, until a listing names no
 		// new one: threads created since the last were counted through
 		// inheritance only.
-		p.clock.set(n, "tasks", func(t *taskclock.Watch, period time.Duration) (int, error) {
+		p.clock.set(n, "tasks", func(t clockWatch, period time.Duration) (int, error) {
 			return t.SetTasks(n, func() ([]int, error) { return sysfs.DirThreads(dir) }, period)
 		})
 	}
@@ -460,7 +481,7 @@ func (p *placement) clockWake() {
 		return err == nil && r > k
 	}
 	if p.clock.confirmBursts(p.sortedNames(), cpus, crowded, &p.confirm, p.cg.RunDelay, p.stats) {
-		p.idleSamples = 0 // busy: sample every period from now
+		p.backoff.reset() // busy: sample every period from now
 	}
 }
 
@@ -523,7 +544,7 @@ func (u *unitPlacement) clockWake() {
 		return err == nil && pr.Total-w.stallTotal >= unitWakeStall
 	}
 	if u.clock.confirmBursts(u.sortedNames(), cpus, crowded, &u.confirm, u.runDelay, u.stats) {
-		u.idleSamples = 0
+		u.backoff.reset()
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -280,8 +279,9 @@ type Daemon struct {
 	restartFor atomic.Pointer[[]string]
 	// energyRefreshed is when RefreshEnergy last read the counters.
 	energyRefreshed time.Time
-	// energyGuard fires when RAPL must be read so no wrap is missed.
-	energyGuard *time.Timer
+	// energyGuard fires when RAPL must be read so no wrap is missed; nil
+	// before start.
+	energyGuard *wrapGuard
 
 	est estimateCache // EstimatePower's last answer (energy_loop.go)
 
@@ -474,23 +474,161 @@ func (d *Daemon) do(ctx context.Context, fn func() error) error {
 // of the daemon that holds the state directory, the tree or the managed
 // parent), a state or tree directory that is unusable or that others could
 // write (lock.go), a tree that cannot be served.
-func (d *Daemon) Run(ctx context.Context) (runErr error) {
+//
+// Run is start (everything opened, in order), the wait for the power
+// monitor's first state, READY=1, and loop (loop.go); start's stop closes
+// it all, in reverse order, once the loop has restored the workloads.
+func (d *Daemon) Run(ctx context.Context) error {
 	defer close(d.done)
 	d.started = time.Now()
+	stop, err := d.start(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	src := loopSources{power: d.mon.C(), hotplug: d.mon.CPUHotplug(), treeLost: treeGone(d.tree)}
+	// The monitor delivers its first state once its event sources are
+	// open: only then is the daemon ready (no event is missed after
+	// READY=1).
+	select {
+	case st, ok := <-src.power:
+		if ok {
+			d.onPowerState(st)
+		}
+	case <-ctx.Done():
+		d.shutdown()
+		return nil
+	}
+	if err := d.notify.Ready(d.status()); err != nil {
+		d.log.WithError(err).Warn("sd_notify READY failed")
+	}
+	d.log.WithFields(logrus.Fields{"policy": d.effective, "power": d.power.Source}).Info("ready")
+	close(d.ready)
+	iv, err := d.notify.WatchdogInterval()
+	if err != nil {
+		d.log.WithError(err).Error("no watchdog pings: if systemd's watchdog is on for this unit, it will stop the daemon")
+	}
+	src.watchdog = iv
+	return d.loop(ctx, src)
+}
+
+// start opens, in order, everything the loop serves: the state and tree
+// directories' locks, state.json (loadState), the power source, boost and
+// topology, the placement back end and its workloads, the first snapshot
+// and the energy meter's wrap guard, the tree, the bus and its keeper, the
+// first decision, and the power monitor. It returns stop, which closes
+// them in reverse order (the bus, the background goroutines, the tree,
+// the guard, the back end, the locks); on an error it has closed what it
+// opened already.
+func (d *Daemon) start(ctx context.Context) (stop func(), err error) {
+	var undo []func()
+	unwind := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			unwind()
+		}
+	}()
 	stateLock, err := prepareStateDir(d.cfg.StateDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer stateLock.Close()
+	undo = append(undo, func() { stateLock.Close() })
 	treeLock, err := prepareTreeDir(d.cfg.TreeDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// After the tree is closed (deferred below, so run before this):
-	// the tree directory, its lock file and the directories made for
-	// them go, unless something else is in them.
-	defer treeLock.release()
+	// After the tree is closed (undone after it): the tree directory, its
+	// lock file and the directories made for them go, unless something
+	// else is in them.
+	undo = append(undo, treeLock.release)
 
+	d.loadState()
+	if d.power, err = acpi.Read(d.fs); err != nil {
+		d.log.WithError(err).Warn("cannot read power supplies, assuming AC")
+		d.power = acpi.Decision{Source: acpi.Unknown, Reason: "power_supply unreadable: " + err.Error()}
+	}
+	d.startKnobForSource()
+	d.boost, _ = d.fs.Boost()
+	d.readTopology()
+
+	if err := d.place.open(); errors.Is(err, ErrAlreadyRunning) {
+		return nil, err
+	}
+	undo = append(undo, d.place.close)
+	d.place.scan()
+	// The tree and the bus serve the snapshot: have a true one before
+	// either can be read.
+	d.effective, d.policyReason = d.decide()
+	d.lastChange = time.Now()
+	d.energy.Start(d.energyKey(), d.power.Source == acpi.Battery)
+	d.energyGuard = &wrapGuard{}
+	undo = append(undo, d.energyGuard.stop)
+	d.armEnergyGuard()
+	d.log.WithField("source", d.energy.Source()).Info("energy source")
+	d.snap.Store(d.newSnapshot())
+
+	tree, err := sysfs.ServeTree(d.treeOptions(ctx, d.cfg.TreeBackend))
+	if err != nil {
+		return nil, fmt.Errorf("serve tree at %s: %w", d.cfg.TreeDir, err)
+	}
+	d.tree = tree
+	undo = append(undo, func() {
+		// The tree served now: the loop may have remounted it.
+		if d.tree == nil {
+			return
+		}
+		if err := d.tree.Close(); err != nil {
+			d.log.WithError(err).Warn("closing tree")
+		}
+	})
+	d.log.WithFields(logrus.Fields{"dir": tree.Dir(), "backend": tree.Backend()}).Info("serving sched_policy tree")
+
+	var wg sync.WaitGroup
+	undo = append(undo, wg.Wait)
+	bgCtx, stopBg := context.WithCancel(ctx)
+	undo = append(undo, stopBg)
+
+	// The first bus connection is made before READY=1; if the bus is
+	// unreachable, the keeper goroutine retries with backoff.
+	if busLog := d.log.WithField("component", "dbus"); d.cfg.Bus == "none" {
+		busLog.Info("D-Bus disabled (bus none): no bus name, no UPower or resume hints")
+	} else {
+		d.bus = bus.New(bus.Config{
+			Bus: d.cfg.Bus, PowerProfilesAPI: d.cfg.PowerProfilesAPI,
+			PowerProfilesUnits: d.cfg.PowerProfilesUnits, Log: busLog,
+		}, d)
+		d.bus.Connect(ctx) // a failure is logged; Keep retries
+	}
+	undo = append(undo, d.bus.Close)
+	wg.Go(func() { d.bus.Keep(bgCtx) })
+
+	d.writeKernelKnob()
+	d.applyBoost()
+	d.recompute("start", true)
+
+	bus, upower, logind := d.monitorBus()
+	d.mon = acpi.NewMonitor(acpi.MonitorConfig{
+		FS: d.fs, Events: d.cfg.Events, Debounce: d.cfg.Debounce, Interval: d.cfg.RecheckInterval,
+		Settle: d.cfg.Settle, UPower: upower, Logind: logind, AcpidSocket: d.cfg.AcpidSocket,
+		Bus: bus, Log: d.log.WithField("component", "acpi"),
+	})
+	wg.Go(func() {
+		if err := d.mon.Run(bgCtx); err != nil {
+			d.log.WithError(err).Error("power monitor stopped")
+		}
+	})
+	return unwind, nil
+}
+
+// loadState takes what state.json holds (statefile.LoadState): the knob
+// and the per-source choices, the placement's records, the energy totals
+// and boost's start-up value. An unreadable file is warned about and
+// defaults are used; a corrupt one is kept beside, renamed.
+func (d *Daemon) loadState() {
 	st, err := statefile.LoadState(d.cfg.StateDir)
 	if err != nil {
 		d.log.WithError(err).Warn("ignoring saved state, using defaults")
@@ -518,218 +656,6 @@ func (d *Daemon) Run(ctx context.Context) (runErr error) {
 		d.log.WithField("found", n).Warn("the last run did not finish its stop: each value it set is checked now, restored where it is still ours, and kept where someone else changed it since")
 	}
 	d.recoverBoost(st.Boost)
-	if d.power, err = acpi.Read(d.fs); err != nil {
-		d.log.WithError(err).Warn("cannot read power supplies, assuming AC")
-		d.power = acpi.Decision{Source: acpi.Unknown, Reason: "power_supply unreadable: " + err.Error()}
-	}
-	d.startKnobForSource()
-	d.boost, _ = d.fs.Boost()
-	d.readTopology()
-
-	if err := d.place.open(); errors.Is(err, ErrAlreadyRunning) {
-		return err
-	}
-	defer d.place.close()
-	d.place.scan()
-	// The tree and the bus serve the snapshot: have a true one before
-	// either can be read.
-	d.effective, d.policyReason = d.decide()
-	d.lastChange = time.Now()
-	d.energy.Start(d.energyKey(), d.power.Source == acpi.Battery)
-	d.energyGuard = time.NewTimer(time.Hour)
-	defer d.energyGuard.Stop()
-	d.armEnergyGuard()
-	d.log.WithField("source", d.energy.Source()).Info("energy source")
-	d.snap.Store(d.newSnapshot())
-
-	tree, err := sysfs.ServeTree(d.treeOptions(ctx, d.cfg.TreeBackend))
-	if err != nil {
-		return fmt.Errorf("serve tree at %s: %w", d.cfg.TreeDir, err)
-	}
-	d.tree = tree
-	defer func() {
-		if d.tree == nil {
-			return
-		}
-		if err := d.tree.Close(); err != nil {
-			d.log.WithError(err).Warn("closing tree")
-		}
-	}()
-	d.log.WithFields(logrus.Fields{"dir": tree.Dir(), "backend": tree.Backend()}).Info("serving sched_policy tree")
-	treeLost := treeGone(tree)
-
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	bgCtx, stopBg := context.WithCancel(ctx)
-	defer stopBg()
-
-	// The first bus connection is made before READY=1; if the bus is
-	// unreachable, the keeper goroutine retries with backoff.
-	if busLog := d.log.WithField("component", "dbus"); d.cfg.Bus == "none" {
-		busLog.Info("D-Bus disabled (bus none): no bus name, no UPower or resume hints")
-	} else {
-		d.bus = bus.New(bus.Config{
-			Bus: d.cfg.Bus, PowerProfilesAPI: d.cfg.PowerProfilesAPI,
-			PowerProfilesUnits: d.cfg.PowerProfilesUnits, Log: busLog,
-		}, d)
-		d.bus.Connect(ctx) // a failure is logged; Keep retries
-	}
-	defer d.bus.Close()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		d.bus.Keep(bgCtx)
-	}()
-
-	d.writeKernelKnob()
-	d.applyBoost()
-	d.recompute("start", true)
-
-	bus, upower, logind := d.monitorBus()
-	d.mon = acpi.NewMonitor(acpi.MonitorConfig{
-		FS: d.fs, Events: d.cfg.Events, Debounce: d.cfg.Debounce, Interval: d.cfg.RecheckInterval,
-		Settle: d.cfg.Settle, UPower: upower, Logind: logind, AcpidSocket: d.cfg.AcpidSocket,
-		Bus: bus, Log: d.log.WithField("component", "acpi"),
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := d.mon.Run(bgCtx); err != nil {
-			d.log.WithError(err).Error("power monitor stopped")
-		}
-	}()
-
-	// The monitor delivers its first state once its event sources are
-	// open: only then is the daemon ready (no event is missed after
-	// READY=1).
-	monC := d.mon.C()
-	select {
-	case st, ok := <-monC:
-		if ok {
-			d.onPowerState(st)
-		}
-	case <-ctx.Done():
-		d.shutdown()
-		return nil
-	}
-	if err := d.notify.Ready(d.status()); err != nil {
-		d.log.WithError(err).Warn("sd_notify READY failed")
-	}
-	d.log.WithFields(logrus.Fields{"policy": d.effective, "power": d.power.Source}).Info("ready")
-	close(d.ready)
-
-	var wdC <-chan time.Time
-	iv, err := d.notify.WatchdogInterval()
-	if err != nil {
-		d.log.WithError(err).Error("no watchdog pings: if systemd's watchdog is on for this unit, it will stop the daemon")
-	}
-	if iv > 0 {
-		t := time.NewTicker(iv)
-		defer t.Stop()
-		wdC = t.C
-	}
-	sampleEvery := d.cfg.SampleInterval
-	sample := time.NewTicker(sampleEvery)
-	defer sample.Stop()
-	wasSampling := false
-	var lazy lazyWake
-	defer lazy.stop()
-	// A panic on the loop is a bug, but it must not leave workloads
-	// packed: it is logged with its stack, every workload is restored (as
-	// at a stop; a panic there too is only logged), and Run returns an
-	// error, so the process exits non-zero and systemd restarts it.
-	defer func() {
-		r := recover()
-		if r == nil {
-			return
-		}
-		d.log.WithFields(logrus.Fields{"panic": fmt.Sprint(r), "stack": string(debug.Stack())}).Error("internal error in the event loop: restoring every workload and exiting")
-		func() {
-			defer func() {
-				if r2 := recover(); r2 != nil {
-					d.log.WithField("panic", fmt.Sprint(r2)).Error("internal error while restoring; state.json keeps what is left for the next start")
-				}
-			}()
-			d.shutdown()
-		}()
-		runErr = fmt.Errorf("internal error in the event loop: %v", r)
-	}()
-	b := d.place
-	for {
-		var sampleC <-chan time.Time
-		sampling := b.sampling()
-		if sampling {
-			sampleC = sample.C
-		}
-		if wasSampling && !sampling {
-			// Every workload went idle and sampling stopped: hand the
-			// memory freed since start-up or the last busy period back to
-			// the kernel, once, so an idle daemon's RSS is what it needs
-			// (docs/BENCHMARKS.md). No timer.
-			go debug.FreeOSMemory()
-		}
-		wasSampling = sampling
-		lazyC := lazy.c(d.lazyExpiry(sampling))
-		if every := b.sampleEvery(); every != sampleEvery {
-			sampleEvery = every
-			sample.Reset(sampleEvery)
-		}
-		select {
-		case <-ctx.Done():
-			d.shutdown()
-			return nil
-		case st, ok := <-monC:
-			if !ok {
-				monC = nil
-				continue
-			}
-			d.stats.events.Add(1)
-			d.onPowerState(st)
-		case <-d.mon.CPUHotplug():
-			d.stats.events.Add(1)
-			d.onHotplug()
-		case fn := <-d.reqs:
-			d.stats.events.Add(1)
-			fn()
-		case <-sampleC:
-			d.stats.events.Add(1)
-			d.onSample()
-		case <-lazyC:
-			d.stats.events.Add(1)
-			lazy.fired()
-			d.recompute("lazy balance history expired", false)
-		// The back end's wakes (backend.go).
-		case msg := <-b.eventsC():
-			d.stats.events.Add(1)
-			b.onMsg(msg, d.recompute)
-		case <-b.wakeC(wakeChanged):
-			d.onWake(wakeChanged)
-		case <-b.wakeC(wakeWritten):
-			d.onWake(wakeWritten)
-		case <-b.wakeC(wakeAttached):
-			d.onWake(wakeAttached)
-		case <-b.wakeC(wakePressure):
-			d.onWake(wakePressure)
-		case <-b.wakeC(wakeClock):
-			d.onWake(wakeClock)
-		case <-b.confirmC():
-			d.onWake(wakeConfirmDue)
-		case <-b.wakeC(wakePressureDone):
-			b.onWake(wakePressureDone, d.recompute) // not an event
-		case <-d.clockSync:
-			if b.syncClock() {
-				d.requestClockSync() // more in the next batch
-			}
-		case <-treeLost:
-			d.stats.events.Add(1)
-			treeLost = d.remountTree(ctx)
-		case <-d.energyGuard.C:
-			d.stats.events.Add(1)
-			d.energyGuardRead()
-		case <-wdC:
-			d.notify.Watchdog()
-		}
-	}
 }
 
 // onWake counts an event and has the back end handle wake k.

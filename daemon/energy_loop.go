@@ -57,13 +57,41 @@ func (d *Daemon) saveEnergy() {
 
 // armEnergyGuard (re)starts the wrap guard after a reading: RAPL only.
 func (d *Daemon) armEnergyGuard() {
-	if d.energyGuard == nil {
-		return
+	d.energyGuard.arm(d.energy.GuardAfter())
+}
+
+// wrapGuard is the energy meter's wrap guard (Daemon.energyGuard): a
+// one-shot timer re-armed after each reading for as long as the meter may
+// wait before its next one (energy.Meter.GuardAfter), stopped while no
+// counter can wrap. Its timer is made at the first arm, so a guard armed
+// in a synctest bubble runs on the bubble's clock. A nil guard (before
+// start) arms nothing and has no channel.
+type wrapGuard struct{ t *time.Timer }
+
+// arm has the guard fire after (stopped if after ≤ 0).
+func (g *wrapGuard) arm(after time.Duration) {
+	switch {
+	case g == nil:
+	case after <= 0:
+		g.stop()
+	case g.t == nil:
+		g.t = time.NewTimer(after)
+	default:
+		g.t.Reset(after)
 	}
-	if g := d.energy.GuardAfter(); g > 0 {
-		d.energyGuard.Reset(g)
-	} else {
-		d.energyGuard.Stop()
+}
+
+// C fires when the guard is due; nil while it never was armed.
+func (g *wrapGuard) C() <-chan time.Time {
+	if g == nil || g.t == nil {
+		return nil
+	}
+	return g.t.C
+}
+
+func (g *wrapGuard) stop() {
+	if g != nil && g.t != nil {
+		g.t.Stop()
 	}
 }
 

@@ -74,7 +74,7 @@ type placement struct {
 	dirty   bool // records changed since the last save
 	saved   bool // the last save succeeded: writes may go ahead
 
-	idleSamples int // consecutive samples with every workload idle
+	backoff sampleBackoff // the sampling back-off: consecutive samples with every workload idle
 	// asked is the policy the last plan was asked for (lazyInput).
 	asked policy.Policy
 	// confirm is the pending one-shot confirmation of a crowded workload

@@ -210,7 +210,7 @@ func (p *placement) adopt(n string) (*workload, error) {
 	}
 	p.workloads[n] = w
 	p.watchChild(path)
-	p.idleSamples = 0 // a new workload: sample it
+	p.backoff.reset() // a new workload: sample it
 	log.WithFields(logrus.Fields{"cpus": cur.String(), "original": r.Original}).Info("adopted workload")
 	return w, nil
 }

@@ -49,11 +49,7 @@ func (p *placement) onSample() (changed bool) {
 	if p.reapFinished() {
 		changed = true
 	}
-	if busy := p.sample(); busy || changed {
-		p.idleSamples = 0
-	} else {
-		p.idleSamples++
-	}
+	p.backoff.sampled(p.sample() || changed)
 	p.startConfirm("sample")
 	return changed
 }
@@ -65,7 +61,7 @@ func (p *placement) onSample() (changed bool) {
 // closely for a while.
 func (p *placement) freshen() {
 	if len(p.workloads) > 0 && !p.sampling() {
-		p.idleSamples = 0
+		p.backoff.reset()
 		p.sample()
 	}
 }
@@ -97,7 +93,7 @@ func (p *placement) eventsC() <-chan event { return p.exits }
 func (p *placement) onWake(k wake, replan replanFunc) {
 	switch k {
 	case wakeChanged:
-		p.idleSamples = 0
+		p.backoff.reset()
 		if p.scan() {
 			replan("workloads changed", true)
 		}
@@ -110,7 +106,7 @@ func (p *placement) onWake(k wake, replan replanFunc) {
 			replan("cpuset changed by someone else", true)
 		}
 	case wakeAttached:
-		p.idleSamples = 0 // a task arrived: look at once, then every period
+		p.backoff.reset() // a task arrived: look at once, then every period
 		p.sample()
 		p.retaskClock()
 		p.startConfirm("task attached")

@@ -79,7 +79,7 @@ func (p *placement) sampling() bool {
 	if len(p.workloads) == 0 {
 		return false
 	}
-	return p.pressure == nil || p.idleSamples < idleSamplesBeforeBackoff
+	return p.backoff.sampling(p.pressure != nil)
 }
 
 // sampleEvery is the current sampling period: the configured one while any
@@ -89,10 +89,43 @@ func (p *placement) sampling() bool {
 // pressure, a new workload or a policy change brings it back to the
 // configured period.
 func (p *placement) sampleEvery() time.Duration {
-	if p.pressure != nil {
-		return backedOffPeriod(p.cfg.SampleInterval, 0)
+	return p.backoff.every(p.cfg.SampleInterval, p.pressure != nil)
+}
+
+// sampleBackoff is a back end's sampling back-off: how many samples in a
+// row found every workload idle. Each back end holds one; a busy sample
+// or a wake (a task attached, CPU pressure, a new workload, a forced
+// decision) starts the count again.
+type sampleBackoff struct{ quiet int }
+
+// sampled counts a periodic sample: busy (or one that changed the
+// workloads) starts the count again, else it is one more quiet sample.
+func (b *sampleBackoff) sampled(busy bool) {
+	if busy {
+		b.quiet = 0
+	} else {
+		b.quiet++
 	}
-	return backedOffPeriod(p.cfg.SampleInterval, p.idleSamples)
+}
+
+// reset starts the count again: look at once, then every period.
+func (b *sampleBackoff) reset() { b.quiet = 0 }
+
+// idle reports whether idleSamplesBeforeBackoff quiet samples have passed.
+func (b sampleBackoff) idle() bool { return b.quiet >= idleSamplesBeforeBackoff }
+
+// sampling reports whether the loop samples: always where nothing wakes
+// it when a workload gets busy (canStop false: no pressure trigger), else
+// until idle.
+func (b sampleBackoff) sampling(canStop bool) bool { return !canStop || !b.idle() }
+
+// every is the sampling period for the configured base: base where
+// sampling can stop (canStop), else backedOffPeriod of the quiet samples.
+func (b sampleBackoff) every(base time.Duration, canStop bool) time.Duration {
+	if canStop {
+		return backedOffPeriod(base, 0)
+	}
+	return backedOffPeriod(base, b.quiet)
 }
 
 // backedOffPeriod is the sampling period after idle consecutive quiet

@@ -134,7 +134,7 @@ type unitPlacement struct {
 	// there) or with Config.NoTaskClock.
 	clock *clockGate
 
-	idleSamples int
+	backoff sampleBackoff // the sampling back-off (sampleBackoff)
 	// asked is the policy the last plan was asked for (lazyInput).
 	asked policy.Policy
 	// confirm is the pending confirmation of a crowded unit (wake.go);
@@ -714,7 +714,7 @@ func (u *unitPlacement) adopt(uid int, info systemd.UnitInfo) {
 	}
 	u.workloads[workloadKey(uid, info.Name)] = w
 	u.watchFocus(w)
-	u.idleSamples = 0
+	u.backoff.reset()
 	log.WithFields(logrus.Fields{"allowed_cpus": cur.String(), "original": r.Original}).Info("adopted unit")
 }
 
@@ -781,17 +781,14 @@ func (u *unitPlacement) sampling() bool {
 	if len(u.workloads) == 0 {
 		return false
 	}
-	return u.pressure == nil || u.idleSamples < idleSamplesBeforeBackoff
+	return u.backoff.sampling(u.pressure != nil)
 }
 
 // sampleEvery is the sampling period: the configured one while a unit is
 // busy or sampling can stop (a pressure trigger), else doubling while all
 // are idle (as placement.sampleEvery).
 func (u *unitPlacement) sampleEvery() time.Duration {
-	if u.pressure != nil {
-		return backedOffPeriod(u.cfg.SampleInterval, 0)
-	}
-	return backedOffPeriod(u.cfg.SampleInterval, u.idleSamples)
+	return u.backoff.every(u.cfg.SampleInterval, u.pressure != nil)
 }
 
 // apply plans placement for policy eff over the units and sets the

@@ -47,19 +47,15 @@ func (u *unitPlacement) rebalance() {
 // for units that stalled (wake.go). The units' set changes only through
 // their managers' signals: it never reports a change.
 func (u *unitPlacement) onSample() (changed bool) {
-	if u.sample() {
-		u.idleSamples = 0
-	} else {
-		u.idleSamples++
-	}
+	u.backoff.sampled(u.sample())
 	u.startConfirm("sample", unitStallCandidate)
 	return false
 }
 
 // freshen samples at once once sampling backed off or stopped.
 func (u *unitPlacement) freshen() {
-	if u.idleSamples >= idleSamplesBeforeBackoff {
-		u.idleSamples = 0
+	if u.backoff.idle() {
+		u.backoff.reset()
 		u.sample()
 	}
 }
@@ -87,7 +83,7 @@ func (u *unitPlacement) onWake(k wake, replan replanFunc) {
 	switch k {
 	case wakePressure:
 		u.stats.pressureWakes.Add(1)
-		u.idleSamples = 0 // sample at once, then every period
+		u.backoff.reset() // sample at once, then every period
 		u.sample()
 		u.cfg.Log.WithField("signal", "cpu pressure").Debug("woken: units sampled")
 		u.startConfirm("cpu pressure", unitWakeStall)

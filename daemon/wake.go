@@ -208,7 +208,7 @@ func (p *placement) startConfirm(signal string) (crowded []string) {
 // starts a confirmation for the crowded workloads. Which signal woke the
 // loop and the crowded workloads are logged at debug level.
 func (p *placement) pressureWake() {
-	p.idleSamples = 0 // look at once, then every period
+	p.backoff.reset() // look at once, then every period
 	p.sample()
 	crowded := p.startConfirm("cpu pressure")
 	p.log.WithFields(logrus.Fields{"signal": "cpu pressure", "runnable_over_cpus": strings.Join(crowded, ",")}).Debug("woken")

@@ -1,0 +1,160 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/schedpolicyd/schedpolicyd/acpi"
+)
+
+// loopSources are the loop's sources that start opens (Run hands them
+// over): the power monitor's states and CPU hotplug hints, the served
+// tree's loss, and the watchdog's period. The loop's other sources are
+// the daemon's own (d.reqs, d.clockSync, the energy guard) and the back
+// end's wakes; its timers (the sample ticker, the lazy wake, the watchdog
+// ticker) it makes itself, so that a loop run in a synctest bubble runs
+// them on the bubble's clock. A nil channel never fires.
+type loopSources struct {
+	power    <-chan acpi.State // the power monitor's states (acpi.Monitor.C)
+	hotplug  <-chan struct{}   // CPUs may have gone on- or offline (acpi.Monitor.CPUHotplug)
+	treeLost <-chan struct{}   // the tree was unmounted from outside (treeGone)
+	watchdog time.Duration     // WATCHDOG=1 every this long; 0: none
+}
+
+// loop serves src, the daemon's requests and the back end's wakes until
+// ctx ends, then restores every workload (shutdown) and returns nil. A
+// panic on the loop is a bug, but it must not leave workloads packed: it
+// is logged with its stack, every workload is restored (as at a stop; a
+// panic there too is only logged), and loop returns an error, so the
+// process exits non-zero and systemd restarts it.
+func (d *Daemon) loop(ctx context.Context, src loopSources) (loopErr error) {
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		d.log.WithFields(logrus.Fields{"panic": fmt.Sprint(r), "stack": string(debug.Stack())}).Error("internal error in the event loop: restoring every workload and exiting")
+		func() {
+			defer func() {
+				if r2 := recover(); r2 != nil {
+					d.log.WithField("panic", fmt.Sprint(r2)).Error("internal error while restoring; state.json keeps what is left for the next start")
+				}
+			}()
+			d.shutdown()
+		}()
+		loopErr = fmt.Errorf("internal error in the event loop: %v", r)
+	}()
+	var wdC <-chan time.Time
+	if src.watchdog > 0 {
+		t := time.NewTicker(src.watchdog)
+		defer t.Stop()
+		wdC = t.C
+	}
+	sample := newSampleTimer(d.cfg.SampleInterval)
+	defer sample.stop()
+	var lazy lazyWake
+	defer lazy.stop()
+	monC, treeLost := src.power, src.treeLost
+	b := d.place
+	for {
+		sampling := b.sampling()
+		sampleC, stopped := sample.arm(sampling, b.sampleEvery())
+		if stopped {
+			// Every workload went idle and sampling stopped: hand the
+			// memory freed since start-up or the last busy period back to
+			// the kernel, once, so an idle daemon's RSS is what it needs
+			// (docs/BENCHMARKS.md). No timer.
+			go debug.FreeOSMemory()
+		}
+		lazyC := lazy.c(d.lazyExpiry(sampling))
+		select {
+		case <-ctx.Done():
+			d.shutdown()
+			return nil
+		case st, ok := <-monC:
+			if !ok {
+				monC = nil
+				continue
+			}
+			d.stats.events.Add(1)
+			d.onPowerState(st)
+		case <-src.hotplug:
+			d.stats.events.Add(1)
+			d.onHotplug()
+		case fn := <-d.reqs:
+			d.stats.events.Add(1)
+			fn()
+		case <-sampleC:
+			d.stats.events.Add(1)
+			d.onSample()
+		case <-lazyC:
+			d.stats.events.Add(1)
+			lazy.fired()
+			d.recompute("lazy balance history expired", false)
+		// The back end's wakes (backend.go).
+		case msg := <-b.eventsC():
+			d.stats.events.Add(1)
+			b.onMsg(msg, d.recompute)
+		case <-b.wakeC(wakeChanged):
+			d.onWake(wakeChanged)
+		case <-b.wakeC(wakeWritten):
+			d.onWake(wakeWritten)
+		case <-b.wakeC(wakeAttached):
+			d.onWake(wakeAttached)
+		case <-b.wakeC(wakePressure):
+			d.onWake(wakePressure)
+		case <-b.wakeC(wakeClock):
+			d.onWake(wakeClock)
+		case <-b.confirmC():
+			d.onWake(wakeConfirmDue)
+		case <-b.wakeC(wakePressureDone):
+			b.onWake(wakePressureDone, d.recompute) // not an event
+		case <-d.clockSync:
+			if b.syncClock() {
+				d.requestClockSync() // more in the next batch
+			}
+		case <-treeLost:
+			d.stats.events.Add(1)
+			treeLost = d.remountTree(ctx)
+		case <-d.energyGuard.C():
+			d.stats.events.Add(1)
+			d.energyGuardRead()
+		case <-wdC:
+			d.notify.Watchdog()
+		}
+	}
+}
+
+// sampleTimer is the loop's sample ticker. Before each select the loop
+// arms it with whether the back end samples and at which period
+// (backend.sampling, sampleEvery).
+type sampleTimer struct {
+	t     *time.Ticker
+	every time.Duration
+	on    bool // sampling at the last arm
+}
+
+func newSampleTimer(every time.Duration) *sampleTimer {
+	return &sampleTimer{t: time.NewTicker(every), every: every}
+}
+
+// arm returns the channel of the next sample, nil while not sampling; a
+// new period restarts the ticker at it, so the next sample is a whole new
+// period away. stopped reports that sampling stopped since the last arm.
+func (s *sampleTimer) arm(sampling bool, every time.Duration) (c <-chan time.Time, stopped bool) {
+	stopped, s.on = s.on && !sampling, sampling
+	if every != s.every {
+		s.every = every
+		s.t.Reset(every)
+	}
+	if sampling {
+		c = s.t.C
+	}
+	return c, stopped
+}
+
+func (s *sampleTimer) stop() { s.t.Stop() }

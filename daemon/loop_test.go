@@ -1,0 +1,448 @@
+package daemon
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/energy"
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+)
+
+// The loop's timers under testing/synctest: the loop runs in a bubble, on
+// its fake clock, with an in-memory back end (fakeBackend) and in-memory
+// sources, and each test asserts the exact instants at which it samples,
+// decides, confirms and reads.
+
+// fakeBackend is a back end that places nothing. It samples as the
+// placements do (a sampleBackoff; canStop: a pressure trigger would wake
+// the loop, so sampling stops once idle), records when the loop made it
+// sample and apply (offsets from t0), and gives the loop a pressure wake
+// (pressure) that starts a real confirmation of candidate "w" (1 CPU),
+// read through runnable.
+type fakeBackend struct {
+	t0      time.Time
+	base    time.Duration
+	canStop bool
+	backoff sampleBackoff
+	// busy says whether the n-th periodic sample (from 1) finds a
+	// workload busy; nil: never.
+	busy func(n int) bool
+	// samples are the periodic samples' instants, wakes the pressure
+	// wakes', applies the decisions', confirmed the confirmations' ends.
+	samples, wakes, applies, confirmed []time.Duration
+	// plan is what lastPlan returns; onApply, when set, makes the next one.
+	plan    policy.Plan
+	onApply func(n int) policy.Plan
+
+	pressure chan struct{}
+	confirm  confirmation
+	rate     float64 // "w"'s runnable threads
+}
+
+func (f *fakeBackend) since() time.Duration { return time.Since(f.t0) }
+
+func (f *fakeBackend) mode() string                       { return "fake" }
+func (f *fakeBackend) loadRecords(statefile.State)        {}
+func (f *fakeBackend) putRecords(*statefile.State)        {}
+func (f *fakeBackend) open() error                        { return nil }
+func (f *fakeBackend) close()                             {}
+func (f *fakeBackend) scan() bool                         { return false }
+func (f *fakeBackend) restore() bool                      { return true }
+func (f *fakeBackend) hotplug(before, after sysfs.CPUSet) {}
+func (f *fakeBackend) rebalance()                         {}
+func (f *fakeBackend) freshen()                           {}
+func (f *fakeBackend) syncClock() bool                    { return false }
+func (f *fakeBackend) eventsC() <-chan event              { return nil }
+func (f *fakeBackend) onMsg(event, replanFunc)            {}
+func (f *fakeBackend) create(string, int) (string, error) {
+	return "", nil
+}
+func (f *fakeBackend) setOverride(string, policy.Policy) error { return nil }
+func (f *fakeBackend) status() []WorkloadStatus                { return nil }
+func (f *fakeBackend) count() int                              { return 1 }
+func (f *fakeBackend) modelLoads(*modelInput)                  {}
+func (f *fakeBackend) lastPlan() policy.Plan                   { return f.plan }
+func (f *fakeBackend) placed() (int, int, []string)            { return 0, 0, nil }
+
+func (f *fakeBackend) apply(policy.Policy, policy.Topology, sysfs.CPUSet, bool) {
+	f.applies = append(f.applies, f.since())
+	if f.onApply != nil {
+		f.plan = f.onApply(len(f.applies))
+	}
+}
+
+func (f *fakeBackend) sampling() bool             { return f.backoff.sampling(f.canStop) }
+func (f *fakeBackend) sampleEvery() time.Duration { return f.backoff.every(f.base, f.canStop) }
+
+func (f *fakeBackend) onSample() bool {
+	f.samples = append(f.samples, f.since())
+	f.backoff.sampled(f.busy != nil && f.busy(len(f.samples)))
+	return false
+}
+
+func (f *fakeBackend) wakeC(k wake) <-chan struct{} {
+	if k == wakePressure {
+		return f.pressure
+	}
+	return nil
+}
+
+func (f *fakeBackend) confirmC() <-chan time.Time { return f.confirm.C() }
+
+func (f *fakeBackend) read(string) (run, wait time.Duration, err error) {
+	return time.Duration(f.rate * float64(f.since())), 0, nil
+}
+
+func (f *fakeBackend) onWake(k wake, replan replanFunc) {
+	switch k {
+	case wakePressure:
+		// As the placements do: look at once, then every period, and
+		// confirm the crowded workload.
+		f.wakes = append(f.wakes, f.since())
+		f.backoff.reset()
+		f.confirm.start("cpu pressure", []string{"w"}, f.read)
+		replan("cpu pressure", false)
+	case wakeConfirmDue:
+		f.confirmed = append(f.confirmed, f.since())
+		if r := f.confirm.finish(func(string) int { return 1 }, f.read); len(r.names) > 0 {
+			replan("crowded workload confirmed", false)
+		}
+	}
+}
+
+// loopDaemon is a daemon holding back end f, its sample period f.base,
+// made inside the bubble (so are its channels and the energy guard).
+func loopDaemon(t *testing.T, f *fakeBackend) *Daemon {
+	t.Helper()
+	d, err := New(Config{SysfsRoot: t.TempDir(), StateDir: t.TempDir(), SampleInterval: f.base, Log: testutil.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.place = f
+	d.knob = policy.DefaultKnob()
+	d.energyGuard = &wrapGuard{}
+	f.t0 = time.Now()
+	return d
+}
+
+// runLoop runs d's loop on src until the test ends.
+func runLoop(t *testing.T, d *Daemon, src loopSources) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- d.loop(ctx, src) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+func secs(s ...float64) []time.Duration {
+	out := make([]time.Duration, len(s))
+	for i, x := range s {
+		out[i] = time.Duration(x * float64(time.Second))
+	}
+	return out
+}
+
+// TestLoopSamplingBacksOff: with nothing to wake the loop when a workload
+// gets busy (no pressure trigger), sampling never stops; after
+// idleSamplesBeforeBackoff quiet samples its period doubles at each quiet
+// sample, up to 32 periods, and a busy sample takes it back to one period
+// at once.
+func TestLoopSamplingBacksOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeBackend{base: time.Second, busy: func(n int) bool { return n == 7 }}
+		d := loopDaemon(t, f)
+		runLoop(t, d, loopSources{})
+		time.Sleep(200 * time.Second)
+		synctest.Wait()
+		// Quiet at 1, 2, 3 s: then every 2, 4, 8, 16, 32 s. Busy at 33 s:
+		// every second again, backing off from 36 s.
+		want := secs(1, 2, 3, 5, 9, 17, 33, 34, 35, 36, 38, 42, 50, 66, 98, 130, 162, 194)
+		if !slices.Equal(f.samples, want) {
+			t.Fatalf("samples at %v, want %v", f.samples, want)
+		}
+	})
+}
+
+// TestLoopSamplingStopsWhileIdle: where a pressure trigger wakes the loop,
+// sampling stops after idleSamplesBeforeBackoff quiet samples, without
+// backing off first, and a wake brings it back for as many. The ticker
+// keeps its phase while sampling is off: the first sample after the wake
+// is the tick that fell due meanwhile, at once, then they come on the
+// whole seconds again.
+func TestLoopSamplingStopsWhileIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeBackend{base: time.Second, canStop: true, pressure: make(chan struct{})}
+		d := loopDaemon(t, f)
+		runLoop(t, d, loopSources{})
+		time.Sleep(10500 * time.Millisecond)
+		synctest.Wait()
+		if want := secs(1, 2, 3); !slices.Equal(f.samples, want) {
+			t.Fatalf("samples at %v, want %v and none after", f.samples, want)
+		}
+		f.pressure <- struct{}{} // at 10.5 s
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if want := secs(1, 2, 3, 10.5, 11, 12); !slices.Equal(f.samples, want) {
+			t.Fatalf("samples at %v, want %v: at the wake (10.5 s), on the ticker's phase after, three, then none", f.samples, want)
+		}
+		if want := secs(10.5); !slices.Equal(f.wakes, want) {
+			t.Fatalf("pressure wakes at %v, want %v", f.wakes, want)
+		}
+	})
+}
+
+// decideAt has d decide (recompute) at offset at from f.t0, through a
+// request as a D-Bus call makes one.
+func decideAt(t *testing.T, d *Daemon, f *fakeBackend, at time.Duration) {
+	t.Helper()
+	time.Sleep(time.Until(f.t0.Add(at)))
+	if err := d.do(context.Background(), func() error { d.recompute("test", false); return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLoopLazyWake: a decision that leaves the plan Deferred while the
+// loop does not sample gets one more decision just past the instant the
+// lazy history clears (LazyResetAfter(SampleInterval) + lazyWakeMargin
+// after the Deferred plan's decision), and none after a plan that is not
+// Deferred. While the loop samples, the samples decide: no lazy wake.
+func TestLoopLazyWake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeBackend{base: time.Second, canStop: true, backoff: sampleBackoff{quiet: idleSamplesBeforeBackoff}}
+		f.onApply = func(n int) policy.Plan {
+			if n == 1 {
+				return policy.Plan{Deferred: true, Lazy: policy.LazyState{Last: time.Now()}}
+			}
+			return policy.Plan{}
+		}
+		d := loopDaemon(t, f)
+		runLoop(t, d, loopSources{})
+		decideAt(t, d, f, 500*time.Millisecond)
+		time.Sleep(100 * time.Second)
+		synctest.Wait()
+		if want := secs(0.5, 8.51); !slices.Equal(f.applies, want) {
+			t.Fatalf("decisions at %v, want %v: the Deferred plan's, then 8 s + 10 ms after it, once", f.applies, want)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		// Sampling every 3 s, the plan Deferred since 0.5 s all along.
+		f := &fakeBackend{base: 3 * time.Second, busy: func(int) bool { return true }}
+		d := loopDaemon(t, f)
+		last := f.t0.Add(500 * time.Millisecond)
+		f.onApply = func(int) policy.Plan { return policy.Plan{Deferred: true, Lazy: policy.LazyState{Last: last}} }
+		runLoop(t, d, loopSources{})
+		decideAt(t, d, f, 500*time.Millisecond)
+		time.Sleep(28500 * time.Millisecond) // past 0.5 s + 8 × 3 s + 10 ms
+		synctest.Wait()
+		if want := secs(0.5, 3, 6, 9, 12, 15, 18, 21, 24, 27); !slices.Equal(f.applies, want) {
+			t.Fatalf("decisions at %v, want %v: the request's and each sample's, no lazy wake while sampling", f.applies, want)
+		}
+	})
+}
+
+// TestLazyWakeTimer: lazyWake fires at its deadline exactly, follows a new
+// deadline, is disarmed by a zero one, and a deadline already past (a
+// decision that kept the history after the wake) fires lazyWakeMargin
+// later.
+func TestLazyWakeTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		var l lazyWake
+		defer l.stop()
+		due := func(c <-chan time.Time) bool {
+			synctest.Wait()
+			select {
+			case <-c:
+				return true
+			default:
+				return false
+			}
+		}
+		c := l.c(t0.Add(5 * time.Second))
+		time.Sleep(5*time.Second - time.Nanosecond)
+		if due(c) {
+			t.Fatal("fired before its deadline")
+		}
+		time.Sleep(time.Nanosecond)
+		if !due(c) {
+			t.Fatal("not fired at its deadline")
+		}
+		l.fired()
+		// The same deadline, now past: lazyWakeMargin from now.
+		c = l.c(t0.Add(5 * time.Second))
+		time.Sleep(lazyWakeMargin - time.Nanosecond)
+		if due(c) {
+			t.Fatal("a past deadline fired before the margin")
+		}
+		time.Sleep(time.Nanosecond)
+		if !due(c) {
+			t.Fatal("a past deadline did not fire after the margin")
+		}
+		l.fired()
+		// A later deadline replaces an earlier one.
+		now := time.Now()
+		l.c(now.Add(time.Second))
+		c = l.c(now.Add(3 * time.Second))
+		time.Sleep(2 * time.Second)
+		if due(c) {
+			t.Fatal("fired at the replaced deadline")
+		}
+		time.Sleep(time.Second)
+		if !due(c) {
+			t.Fatal("not fired at the new deadline")
+		}
+		l.fired()
+		// Zero disarms.
+		c = l.c(time.Now().Add(time.Second))
+		if l.c(time.Time{}) != nil {
+			t.Fatal("a zero deadline gave a channel")
+		}
+		time.Sleep(2 * time.Second)
+		if due(c) {
+			t.Fatal("fired after it was disarmed")
+		}
+	})
+}
+
+// TestConfirmationTimer: a confirmation is due exactly wakeConfirm after
+// it started, and judges its candidates by their average runnable threads
+// over exactly that time: at the CPU count + wakeMargin saturated, within
+// wakeMargin of it borderline (retried once, wakeConfirm after the first
+// ended), below light.
+func TestConfirmationTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		rate := map[string]float64{"sat": 1.5, "border": 1.49, "light": 0.49}
+		read := func(n string) (run, wait time.Duration, err error) {
+			return time.Duration(rate[n] * float64(time.Since(t0))), 0, nil
+		}
+		one := func(string) int { return 1 }
+		var c confirmation
+		if c.C() != nil {
+			t.Fatal("a channel with nothing pending")
+		}
+		if !c.start("sample", []string{"sat", "border", "light"}, read) {
+			t.Fatal("not started")
+		}
+		if c.start("cpu pressure", []string{"sat"}, read) {
+			t.Fatal("a second start while one is pending")
+		}
+		time.Sleep(wakeConfirm - time.Nanosecond)
+		synctest.Wait()
+		select {
+		case <-c.C():
+			t.Fatal("due before wakeConfirm")
+		default:
+		}
+		time.Sleep(time.Nanosecond)
+		<-c.C() // due now: a late one would block the bubble
+		if got := time.Since(t0); got != wakeConfirm {
+			t.Fatalf("due after %v, want %v", got, wakeConfirm)
+		}
+		r := c.finish(one, read)
+		want := confirmed{saturated: []string{"sat:1.50/1"}, light: []string{"border:1.49/1", "light:0.49/1"}, names: []string{"sat"}, borderline: []string{"border"}}
+		if !equalConfirmed(r, want) {
+			t.Fatalf("confirmed %+v, want %+v", r, want)
+		}
+		if c.C() != nil {
+			t.Fatal("finished, but still a channel")
+		}
+		if !c.retry("sample", false, r, read) {
+			t.Fatal("the borderline candidate not retried")
+		}
+		rate["border"] = 1.5 // since the first ended
+		t1 := time.Now()
+		<-c.C()
+		if got := time.Since(t1); got != wakeConfirm {
+			t.Fatalf("the retry due after %v, want %v", got, wakeConfirm)
+		}
+		signal, retried := c.signal, c.retried
+		if signal != "sample retry" || !retried {
+			t.Fatalf("retry signal %q retried %v", signal, retried)
+		}
+		// 1.49 over 30 ms, then 1.5 over the retry's 30 ms: the read
+		// grew by 1.5 × 60 ms − 1.49 × 30 ms over 30 ms.
+		r = c.finish(one, read)
+		if !slices.Equal(r.names, []string{"border"}) || !slices.Equal(r.saturated, []string{"border:1.51/1"}) {
+			t.Fatalf("the retry confirmed %+v, want border saturated at 1.51", r)
+		}
+		if c.retry(signal, retried, confirmed{borderline: []string{"border"}}, read) {
+			t.Fatal("a retry retried")
+		}
+	})
+}
+
+func equalConfirmed(a, b confirmed) bool {
+	return slices.Equal(a.saturated, b.saturated) && slices.Equal(a.light, b.light) && slices.Equal(a.names, b.names) && slices.Equal(a.borderline, b.borderline)
+}
+
+// TestLoopConfirmsWake: a pressure wake decides at once and starts a
+// confirmation; the loop ends it exactly wakeConfirm later, and a
+// saturated workload (two threads runnable on its one CPU) makes a second
+// decision then.
+func TestLoopConfirmsWake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeBackend{base: time.Second, canStop: true, backoff: sampleBackoff{quiet: idleSamplesBeforeBackoff}, pressure: make(chan struct{}), rate: 2}
+		d := loopDaemon(t, f)
+		runLoop(t, d, loopSources{})
+		time.Sleep(10500 * time.Millisecond)
+		f.pressure <- struct{}{}
+		time.Sleep(100 * time.Millisecond) // not three samples: a second away
+		synctest.Wait()
+		if want := secs(10.53); !slices.Equal(f.confirmed, want) {
+			t.Fatalf("confirmations ended at %v, want %v", f.confirmed, want)
+		}
+		// The wake's decision, the sample the wake brought back (the
+		// tick due meanwhile: TestLoopSamplingStopsWhileIdle), the
+		// confirmation's.
+		if want := secs(10.5, 10.5, 10.53); !slices.Equal(f.applies, want) {
+			t.Fatalf("decisions at %v, want %v: the wake's, its sample's, the confirmation's", f.applies, want)
+		}
+	})
+}
+
+// TestLoopEnergyGuard: with a RAPL counter that wraps every 20 s at its
+// power limit, the meter is read every 10 s (half of it) while nothing
+// else reads it, and a reading for another reason (a new power source
+// closes the energy segment) starts the 10 s again from there.
+func TestLoopEnergyGuard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeBackend{base: time.Second, canStop: true, backoff: sampleBackoff{quiet: idleSamplesBeforeBackoff}}
+		d := loopDaemon(t, f)
+		zone := filepath.Join(d.cfg.SysfsRoot, "class/powercap/intel-rapl:0")
+		testutil.Put(t, zone+"/name", "package-0")
+		testutil.Put(t, zone+"/energy_uj", "1000")
+		testutil.Put(t, zone+"/max_energy_range_uj", "20000000")        // 20 J
+		testutil.Put(t, zone+"/constraint_0_power_limit_uw", "1000000") // 1 W
+		var reads []time.Duration
+		now := func() time.Time { reads = append(reads, f.since()); return time.Now() }
+		d.energy = energy.NewMeter(d.fs, d.log, now, nil)
+		d.energy.Start(d.energyKey(), false)
+		if g := d.energy.GuardAfter(); g != 10*time.Second {
+			t.Fatalf("GuardAfter %v, want 10s", g)
+		}
+		d.armEnergyGuard()
+		power := make(chan acpi.State)
+		runLoop(t, d, loopSources{power: power})
+		time.Sleep(34 * time.Second)
+		power <- acpi.State{Power: acpi.Decision{Source: acpi.Battery, Reason: "test"}, BatteryPercent: -1}
+		time.Sleep(16 * time.Second)
+		synctest.Wait()
+		if want := secs(0, 10, 20, 30, 34, 44); !slices.Equal(reads, want) {
+			t.Fatalf("meter read at %v, want %v", reads, want)
+		}
+	})
+}
