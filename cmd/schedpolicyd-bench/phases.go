@@ -301,6 +301,10 @@ type switchResult struct {
 	cpuPerSwitch           float64
 }
 
+// switchOurs times policy switches of our daemon with n workloads: over
+// D-Bus (SetPolicy) and through the tree (a write to
+// current_sched_policy), then adds the rows: beside power-profiles-daemon's
+// profile switch for 10 workloads, beside the kernel's floors otherwise.
 func (e *env) switchOurs(r *report, n int) error {
 	iters := e.o.switches10
 	if n > 10 {
@@ -331,7 +335,7 @@ func (e *env) switchOurs(r *report, n int) error {
 	if err != nil {
 		return err
 	}
-	obj := conn.Object(bus.Name, bus.ObjectPath)
+	sw := &switchRig{p: p, cw: cw, pw: pw, obj: conn.Object(bus.Name, bus.ObjectPath), n: n, iters: iters}
 	var stopPerf func()
 	if n > 10 {
 		stopPerf = e.perfRecord("switch1000", p)
@@ -339,92 +343,140 @@ func (e *env) switchOurs(r *report, n int) error {
 		stopPerf = e.perfRecord("switch10", p)
 	}
 	defer stopPerf()
-	policies := []string{"powersaving", "performance"}
 	res := &switchResult{}
-	settle := func() {
-		time.Sleep(20 * time.Millisecond)
-		cw.drain()
-		pw.drain()
+	sw.settle()
+	if err := sw.setPolicy(res); err != nil {
+		return err
 	}
-	settle()
-	c0 := cpuOf(p.pid)
-	for i := 0; i < iters; i++ {
+	if err := sw.echo(res); err != nil {
+		return err
+	}
+	if n == 10 {
+		e.switchRowsPPD(r, res)
+		return nil
+	}
+	e.stop(p) // the floor's siblings are written with no daemon running
+	return e.switchRowsFloor(r, res, n, iters)
+}
+
+// switchRig is one daemon whose policy switches switchOurs times: the
+// watch on its workloads' cpuset.cpus, the waiter for its
+// PropertiesChanged and its bus object.
+type switchRig struct {
+	p        *daemonProc
+	cw       *cpusetWatch
+	pw       *propWaiter
+	obj      dbus.BusObject
+	n, iters int // workloads; switches per way of switching
+}
+
+// switchPolicies are the two policies the switches alternate between.
+var switchPolicies = []string{"powersaving", "performance"}
+
+// settle lets the last switch's writes and signals arrive, then drops
+// them.
+func (s *switchRig) settle() {
+	time.Sleep(20 * time.Millisecond)
+	s.cw.drain()
+	s.pw.drain()
+}
+
+// setPolicy times iters SetPolicy calls into res: to the reply, to every
+// cpuset.cpus written and to PropertiesChanged (ms), and the daemon's CPU
+// time per switch (µs).
+func (s *switchRig) setPolicy(res *switchResult) error {
+	c0 := cpuOf(s.p.pid)
+	for i := 0; i < s.iters; i++ {
 		// The cpuset writes can land before the reply (the daemon persists
 		// the choice after applying it): watch for them while the call is
 		// in flight, not after it returned.
-		written := cw.waitAllAsync(5 * time.Second)
+		written := s.cw.waitAllAsync(5 * time.Second)
 		t0 := time.Now()
-		if err := obj.Call(bus.Interface+".SetPolicy", 0, policies[i%2]).Err; err != nil {
+		if err := s.obj.Call(bus.Interface+".SetPolicy", 0, switchPolicies[i%2]).Err; err != nil {
 			return fmt.Errorf("SetPolicy: %w", err)
 		}
 		t1 := time.Now()
 		w := <-written
 		t2, err := w.at, w.err
 		if err != nil {
-			return fmt.Errorf("SetPolicy %s with %d workloads: %w", policies[i%2], n, err)
+			return fmt.Errorf("SetPolicy %s with %d workloads: %w", switchPolicies[i%2], s.n, err)
 		}
-		t3, err := pw.wait(bus.Interface, "ActivePolicy", 5*time.Second)
+		t3, err := s.pw.wait(bus.Interface, "ActivePolicy", 5*time.Second)
 		if err != nil {
 			return err
 		}
 		res.reply = append(res.reply, ms(t1.Sub(t0)))
 		res.effect = append(res.effect, ms(t2.Sub(t0)))
 		res.changed = append(res.changed, ms(t3.Sub(t0)))
-		settle()
+		s.settle()
 	}
-	res.cpuPerSwitch = us(cpuOf(p.pid)-c0) / float64(iters)
-	// The same through the tree: one write(2) of the value, as `echo` does
-	// (in-process, so the fork of a shell is not counted).
-	knob := filepath.Join(p.treeDir, daemon.TreePrefix, "current_sched_policy")
-	for i := 0; i < iters; i++ {
-		written := cw.waitAllAsync(5 * time.Second)
+	res.cpuPerSwitch = us(cpuOf(s.p.pid)-c0) / float64(s.iters)
+	return nil
+}
+
+// echo times iters switches through the tree into res.echoEffect (ms, to
+// every cpuset.cpus written): one write(2) of the value, as `echo` does
+// (in-process, so the fork of a shell is not counted). It continues the
+// alternation setPolicy left off.
+func (s *switchRig) echo(res *switchResult) error {
+	knob := filepath.Join(s.p.treeDir, daemon.TreePrefix, "current_sched_policy")
+	for i := 0; i < s.iters; i++ {
+		written := s.cw.waitAllAsync(5 * time.Second)
 		t0 := time.Now()
-		pol := policies[(iters+i)%2] // the SetPolicy loop left policies[(iters-1)%2]
+		pol := switchPolicies[(s.iters+i)%2] // the SetPolicy loop left switchPolicies[(iters-1)%2]
 		if err := writeFile(knob, []byte(pol+"\n")); err != nil {
 			return err
 		}
 		w := <-written
 		t2, err := w.at, w.err
 		if err != nil {
-			return fmt.Errorf("echo %s > current_sched_policy with %d workloads: %w", pol, n, err)
+			return fmt.Errorf("echo %s > current_sched_policy with %d workloads: %w", pol, s.n, err)
 		}
 		res.echoEffect = append(res.echoEffect, ms(t2.Sub(t0)))
-		settle()
+		s.settle()
 	}
-	if n == 10 {
-		var ppd switchResult
-		if e.ppdSwitch != nil {
-			ppd = *e.ppdSwitch
-		}
-		r.add(row{group: "policy switch", metric: "10 workloads: SetPolicy → every cpuset.cpus written (ppd: Set ActiveProfile → PropertiesChanged)", unit: "ms", ours: res.effect, ppd: ppd.changed, goal: "≤ 1.0×"})
-		r.add(row{group: "policy switch", metric: "10 workloads: echo > current_sched_policy → every cpuset.cpus written", unit: "ms", ours: res.echoEffect, ppd: ppd.changed, goal: "≤ 1.0×"})
-		r.add(row{group: "policy switch", metric: "10 workloads: call → reply", unit: "ms", ours: res.reply, ppd: ppd.reply})
-		r.add(row{group: "policy switch", metric: "10 workloads: call → PropertiesChanged", unit: "ms", ours: res.changed, ppd: ppd.changed})
-		r.add(row{group: "policy switch", metric: "10 workloads: daemon CPU per switch", unit: "µs", ours: stats{res.cpuPerSwitch}, ppd: stats{ppd.cpuPerSwitch}, single: true})
-	} else {
-		e.stop(p) // the floor's siblings are written with no daemon running
-		floor, err := e.kernelSwitchFloor(n, iters, floorBare)
-		if err != nil {
-			return err
-		}
-		watchedFloor, err := e.kernelSwitchFloor(n, iters, floorWatched)
-		if err != nil {
-			return err
-		}
-		rulesFloor, err := e.kernelSwitchFloor(n, iters, floorRules)
-		if err != nil {
-			return err
-		}
-		r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: SetPolicy → every cpuset.cpus written (beside: the kernel floor)", n), unit: "ms", ours: res.effect, ppd: floor, goal: "≤ 10 ms; ≤ 1.3× the floor",
-			note: fmt.Sprintf("the power-profiles-daemon columns hold the kernel's floor instead: %d sibling cpusets (sched_load_balance 0), cpuset.cpus pre-opened, written in a tight loop with the other of two values; %d rounds of %d writes, no daemon running", n, iters, n)})
-		r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: SetPolicy → every cpuset.cpus written (beside: the floor timed as ours)", n), unit: "ms", ours: res.effect, ppd: watchedFloor, goal: "≤ 1.3× the floor",
-			note: fmt.Sprintf("the floor's tight loop timed as the daemon's switches are: until this bench's inotify watch on every cpuset.cpus has seen each file written (the watch alone slows the writes); %d rounds", iters)})
-		r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: SetPolicy → every cpuset.cpus written (beside: the floor with the state save and re-reads the rules require, timed as ours)", n), unit: "ms", ours: res.effect, ppd: rulesFloor,
-			note: fmt.Sprintf("the watched floor plus, per round, state.json saved with a record of each of the %d cgroups and its pending value (statefile.SaveState: write, fsync, rename, directory fsync) before the first write, and each cpuset.cpus re-read (pread, parsed) just before its write: the work the project's rules add to every switch; %d rounds", n, iters)})
-		r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: echo > current_sched_policy → every cpuset.cpus written", n), unit: "ms", ours: res.echoEffect, goal: "≤ 10 ms"})
-		r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: call → reply", n), unit: "ms", ours: res.reply})
-		r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: daemon CPU per switch", n), unit: "µs", ours: stats{res.cpuPerSwitch}, single: true})
+	return nil
+}
+
+// switchRowsPPD adds the rows of 10 workloads' switches, beside
+// power-profiles-daemon's (e.ppdSwitch; empty when it was not measured).
+func (e *env) switchRowsPPD(r *report, res *switchResult) {
+	var ppd switchResult
+	if e.ppdSwitch != nil {
+		ppd = *e.ppdSwitch
 	}
+	r.add(row{group: "policy switch", metric: "10 workloads: SetPolicy → every cpuset.cpus written (ppd: Set ActiveProfile → PropertiesChanged)", unit: "ms", ours: res.effect, ppd: ppd.changed, goal: "≤ 1.0×"})
+	r.add(row{group: "policy switch", metric: "10 workloads: echo > current_sched_policy → every cpuset.cpus written", unit: "ms", ours: res.echoEffect, ppd: ppd.changed, goal: "≤ 1.0×"})
+	r.add(row{group: "policy switch", metric: "10 workloads: call → reply", unit: "ms", ours: res.reply, ppd: ppd.reply})
+	r.add(row{group: "policy switch", metric: "10 workloads: call → PropertiesChanged", unit: "ms", ours: res.changed, ppd: ppd.changed})
+	r.add(row{group: "policy switch", metric: "10 workloads: daemon CPU per switch", unit: "µs", ours: stats{res.cpuPerSwitch}, ppd: stats{ppd.cpuPerSwitch}, single: true})
+}
+
+// switchRowsFloor measures the kernel's floors for n workloads (iters
+// rounds each; no daemon may be running) and adds the rows of n
+// workloads' switches beside them.
+func (e *env) switchRowsFloor(r *report, res *switchResult, n, iters int) error {
+	floor, err := e.kernelSwitchFloor(n, iters, floorBare)
+	if err != nil {
+		return err
+	}
+	watchedFloor, err := e.kernelSwitchFloor(n, iters, floorWatched)
+	if err != nil {
+		return err
+	}
+	rulesFloor, err := e.kernelSwitchFloor(n, iters, floorRules)
+	if err != nil {
+		return err
+	}
+	r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: SetPolicy → every cpuset.cpus written (beside: the kernel floor)", n), unit: "ms", ours: res.effect, ppd: floor, goal: "≤ 10 ms; ≤ 1.3× the floor",
+		note: fmt.Sprintf("the power-profiles-daemon columns hold the kernel's floor instead: %d sibling cpusets (sched_load_balance 0), cpuset.cpus pre-opened, written in a tight loop with the other of two values; %d rounds of %d writes, no daemon running", n, iters, n)})
+	r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: SetPolicy → every cpuset.cpus written (beside: the floor timed as ours)", n), unit: "ms", ours: res.effect, ppd: watchedFloor, goal: "≤ 1.3× the floor",
+		note: fmt.Sprintf("the floor's tight loop timed as the daemon's switches are: until this bench's inotify watch on every cpuset.cpus has seen each file written (the watch alone slows the writes); %d rounds", iters)})
+	r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: SetPolicy → every cpuset.cpus written (beside: the floor with the state save and re-reads the rules require, timed as ours)", n), unit: "ms", ours: res.effect, ppd: rulesFloor,
+		note: fmt.Sprintf("the watched floor plus, per round, state.json saved with a record of each of the %d cgroups and its pending value (statefile.SaveState: write, fsync, rename, directory fsync) before the first write, and each cpuset.cpus re-read (pread, parsed) just before its write: the work the project's rules add to every switch; %d rounds", n, iters)})
+	r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: echo > current_sched_policy → every cpuset.cpus written", n), unit: "ms", ours: res.echoEffect, goal: "≤ 10 ms"})
+	r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: call → reply", n), unit: "ms", ours: res.reply})
+	r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: daemon CPU per switch", n), unit: "µs", ours: stats{res.cpuPerSwitch}, single: true})
 	return nil
 }
 
