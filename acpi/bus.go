@@ -61,57 +61,19 @@ func (m *Monitor) busAddress() string {
 // connection closes or ctx is done. connected says whether the connection
 // was established (so the caller resets its backoff).
 func (m *Monitor) busSession(ctx context.Context) (connected bool, err error) {
-	var conn *dbus.Conn
-	switch bus := m.busAddress(); bus {
-	case "system":
-		conn, err = dbus.ConnectSystemBus(dbus.WithContext(ctx))
-	case "session":
-		conn, err = dbus.ConnectSessionBus(dbus.WithContext(ctx))
-	default:
-		conn, err = dbus.Connect(bus, dbus.WithContext(ctx))
-	}
+	conn, err := m.connectBus(ctx)
 	if err != nil {
-		return false, fmt.Errorf("connect to the %s bus: %w", m.busAddress(), err)
+		return false, err
 	}
 	defer conn.Close()
 	sigs := make(chan *dbus.Signal, 16)
 	conn.Signal(sigs)
-
-	useUPower := m.cfg.UPower != UPowerOff
-	var matches [][]dbus.MatchOption
-	if m.cfg.Logind {
-		matches = append(matches, []dbus.MatchOption{
-			dbus.WithMatchSender(logindName), dbus.WithMatchObjectPath(logindPath),
-			dbus.WithMatchInterface(logindManager), dbus.WithMatchMember("PrepareForSleep"),
-		})
-	}
-	if useUPower {
-		matches = append(matches, []dbus.MatchOption{
-			dbus.WithMatchSender(upowerName), dbus.WithMatchPathNamespace(upowerPath),
-			dbus.WithMatchInterface("org.freedesktop.DBus.Properties"), dbus.WithMatchMember("PropertiesChanged"),
-		})
-	}
-	for _, mo := range matches {
-		if err := conn.AddMatchSignalContext(ctx, mo...); err != nil {
-			return true, fmt.Errorf("subscribe on the system bus: %w", err)
-		}
-	}
-	// A signal counts only from the connection that owns the name it
-	// speaks for: anyone on the bus may send us a PrepareForSleep or a
-	// PropertiesChanged. A nil owner is a source not followed.
-	var logind, upower *bussender.Owner
-	if m.cfg.Logind {
-		if logind, err = bussender.WatchOwner(ctx, conn, logindName); err != nil {
-			return true, fmt.Errorf("subscribe on the system bus: %w", err)
-		}
-	}
-	if useUPower {
-		if upower, err = bussender.WatchOwner(ctx, conn, upowerName); err != nil {
-			return true, fmt.Errorf("subscribe on the system bus: %w", err)
-		}
+	logind, upower, err := m.subscribeBus(ctx, conn)
+	if err != nil {
+		return true, err
 	}
 	m.log.WithField("address", m.busAddress()).Info("system bus connected")
-	if useUPower {
+	if m.cfg.UPower != UPowerOff {
 		m.events.Add(1)
 		defer m.events.Add(-1)
 		if !m.refreshUPower(ctx, conn) {
@@ -130,36 +92,100 @@ func (m *Monitor) busSession(ctx context.Context) (connected bool, err error) {
 	m.busUp.Add(1) // subscribed, and UPower asked once
 
 	for sig := range sigs {
-		switch {
-		case logind != nil && logind.Observe(sig):
-		case upower != nil && upower.Observe(sig):
-			if m.refreshUPower(ctx, conn) {
-				m.log.Info("UPower appeared on the system bus")
-			} else {
-				m.log.Info("UPower left the system bus")
-			}
-			m.hint(TriggerUPower) // also re-decides whether the safety net is needed
-		case sig.Name == prepareForSleep && logind != nil && logind.Sent(sig) && sig.Path == logindPath:
-			var sleeping bool
-			if len(sig.Body) != 1 || dbus.Store(sig.Body, &sleeping) != nil {
-				continue
-			}
-			if sleeping {
-				m.log.Debug("suspending")
-				continue
-			}
-			// Events during sleep are lost: re-read everything.
-			m.log.Info("resumed from suspend; re-reading power state and CPUs")
-			m.hint(TriggerResume)
-			signal(m.hotplug)
-		case sig.Name == propsChanged && upower != nil && upower.Sent(sig) && strings.HasPrefix(string(sig.Path), upowerPath):
-			if upowerRelevant(sig.Body) {
-				m.refreshUPower(ctx, conn)
-				m.hint(TriggerUPower)
-			}
-		}
+		m.busSignal(ctx, conn, sig, logind, upower)
 	}
 	return true, errors.New("system bus connection closed")
+}
+
+// connectBus connects to MonitorConfig.Bus: "system", "session" or a
+// D-Bus address.
+func (m *Monitor) connectBus(ctx context.Context) (*dbus.Conn, error) {
+	var conn *dbus.Conn
+	var err error
+	switch bus := m.busAddress(); bus {
+	case "system":
+		conn, err = dbus.ConnectSystemBus(dbus.WithContext(ctx))
+	case "session":
+		conn, err = dbus.ConnectSessionBus(dbus.WithContext(ctx))
+	default:
+		conn, err = dbus.Connect(bus, dbus.WithContext(ctx))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connect to the %s bus: %w", m.busAddress(), err)
+	}
+	return conn, nil
+}
+
+// subscribeBus adds the match rules for logind's PrepareForSleep and
+// UPower's PropertiesChanged, as configured, and watches who owns those
+// names. A signal counts only from the connection that owns the name it
+// speaks for: anyone on the bus may send us a PrepareForSleep or a
+// PropertiesChanged. A nil owner is a source not followed.
+func (m *Monitor) subscribeBus(ctx context.Context, conn *dbus.Conn) (logind, upower *bussender.Owner, err error) {
+	useUPower := m.cfg.UPower != UPowerOff
+	var matches [][]dbus.MatchOption
+	if m.cfg.Logind {
+		matches = append(matches, []dbus.MatchOption{
+			dbus.WithMatchSender(logindName), dbus.WithMatchObjectPath(logindPath),
+			dbus.WithMatchInterface(logindManager), dbus.WithMatchMember("PrepareForSleep"),
+		})
+	}
+	if useUPower {
+		matches = append(matches, []dbus.MatchOption{
+			dbus.WithMatchSender(upowerName), dbus.WithMatchPathNamespace(upowerPath),
+			dbus.WithMatchInterface("org.freedesktop.DBus.Properties"), dbus.WithMatchMember("PropertiesChanged"),
+		})
+	}
+	for _, mo := range matches {
+		if err := conn.AddMatchSignalContext(ctx, mo...); err != nil {
+			return nil, nil, fmt.Errorf("subscribe on the system bus: %w", err)
+		}
+	}
+	if m.cfg.Logind {
+		if logind, err = bussender.WatchOwner(ctx, conn, logindName); err != nil {
+			return nil, nil, fmt.Errorf("subscribe on the system bus: %w", err)
+		}
+	}
+	if useUPower {
+		if upower, err = bussender.WatchOwner(ctx, conn, upowerName); err != nil {
+			return nil, nil, fmt.Errorf("subscribe on the system bus: %w", err)
+		}
+	}
+	return logind, upower, nil
+}
+
+// busSignal turns one signal into hints: a change of logind's or UPower's
+// owner, a resume from suspend, a relevant UPower property change. Signals
+// from anyone but the name's owner are ignored.
+func (m *Monitor) busSignal(ctx context.Context, conn *dbus.Conn, sig *dbus.Signal, logind, upower *bussender.Owner) {
+	switch {
+	case logind != nil && logind.Observe(sig):
+	case upower != nil && upower.Observe(sig):
+		if m.refreshUPower(ctx, conn) {
+			m.log.Info("UPower appeared on the system bus")
+		} else {
+			m.log.Info("UPower left the system bus")
+		}
+		m.hint(TriggerUPower) // also re-decides whether the safety net is needed
+	case sig.Name == prepareForSleep && logind != nil && logind.Sent(sig) && sig.Path == logindPath:
+		var sleeping bool
+		if len(sig.Body) != 1 || dbus.Store(sig.Body, &sleeping) != nil {
+			return
+		}
+		if sleeping {
+			m.log.Debug("suspending")
+			return
+		}
+		// Events during sleep are lost: re-read everything.
+		m.log.Info("resumed from suspend; re-reading power state and CPUs")
+		m.hint(TriggerResume)
+		signal(m.hotplug)
+	case sig.Name == propsChanged && upower != nil && upower.Sent(sig) && strings.HasPrefix(string(sig.Path), upowerPath):
+		if upowerRelevant(sig.Body) {
+			m.refreshUPower(ctx, conn)
+			m.hint(TriggerUPower)
+		}
+	}
 }
 
 // upowerRelevant reports whether a PropertiesChanged body (interface,

@@ -295,17 +295,80 @@ func signal(c chan struct{}) {
 //   - every Interval (the safety net).
 //
 // It delivers the new State only when it differs from the last delivered
-// one (Source, Reason or Boost). Failing to open an event source is logged
-// once and the monitor continues on the others and the safety net; it
-// never gives up. Run returns nil when ctx is cancelled, after all its
-// goroutines have stopped and C is closed. It returns an error (and closes
-// C) for an invalid configuration (FS without root, unknown Events or
-// UPower) or when called a second time.
+// one (Source, Reason, Boost or BatteryPercent). Failing to open an event
+// source is logged once and the monitor continues on the others and the
+// safety net; it never gives up. Run returns nil when ctx is cancelled,
+// after all its goroutines have stopped and C is closed. It returns an
+// error (and closes C) for an invalid configuration (FS without root,
+// unknown Events or UPower) or when called a second time.
 func (m *Monitor) Run(ctx context.Context) error {
 	if !m.started.CompareAndSwap(false, true) {
 		return errors.New("acpi monitor: Run called twice")
 	}
 	defer close(m.c)
+	if err := m.configure(); err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	m.startSources(ctx, &wg)
+
+	last := m.read(TriggerStart)
+	m.checkUPower(last)
+	if !m.deliver(ctx, last) {
+		return nil
+	}
+
+	var tm runTimers
+	defer tm.stop()
+	m.armSafetyNet(&tm, last)
+	for {
+		var trigger string
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-m.poke:
+			if tm.debounceC == nil {
+				tm.debounce = time.NewTimer(m.cfg.Debounce)
+				tm.debounceC = tm.debounce.C
+			}
+			continue
+		case <-tm.debounceC:
+			tm.debounceC = nil
+			trigger = m.takePending()
+			if m.cfg.Settle > 0 {
+				if tm.settle != nil {
+					tm.settle.Stop()
+				}
+				tm.settle = time.NewTimer(m.cfg.Settle)
+				tm.settleC = tm.settle.C
+			}
+		case <-tm.settleC:
+			tm.settleC = nil
+			trigger = TriggerSettle
+		case <-tm.tick:
+			trigger = TriggerSafetyNet
+		}
+		st := m.read(trigger)
+		m.checkUPower(st)
+		m.armSafetyNet(&tm, st)
+		if st.same(last) {
+			continue
+		}
+		m.logChange(last, st, trigger)
+		if !m.deliver(ctx, st) {
+			return nil
+		}
+		last = st
+	}
+}
+
+// configure resolves MonitorConfig.Events to the source in use (m.mode)
+// and checks the configuration; the error says what is invalid.
+func (m *Monitor) configure() error {
 	if m.cfg.FS.Root() == "" {
 		return errors.New("acpi monitor: no sysfs root")
 	}
@@ -325,115 +388,85 @@ func (m *Monitor) Run(ctx context.Context) error {
 	default:
 		return fmt.Errorf("acpi monitor: unknown upower setting %q (want %s, %s or %s)", m.cfg.UPower, UPowerAuto, UPowerOn, UPowerOff)
 	}
+	return nil
+}
 
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-
-	switch mode {
+// startSources starts the configured event sources (m.mode, the bus,
+// acpid), each running until ctx is done and counted in wg.
+func (m *Monitor) startSources(ctx context.Context, wg *sync.WaitGroup) {
+	switch m.mode {
 	case EventsNetlink:
-		m.startUevents(ctx, &wg)
+		m.startUevents(ctx, wg)
 		// Real sysfs raises inotify only for user-space writes, which is
 		// how boost changes made by others show up.
-		m.startWatcher(ctx, &wg, false)
+		m.startWatcher(ctx, wg, false)
 	case EventsFsnotify:
-		m.startWatcher(ctx, &wg, true)
+		m.startWatcher(ctx, wg, true)
 	}
 	if m.cfg.UPower != UPowerOff || m.cfg.Logind {
-		m.startBus(ctx, &wg)
+		m.startBus(ctx, wg)
 	}
 	if m.cfg.AcpidSocket != "" {
-		m.startAcpid(ctx, &wg)
+		m.startAcpid(ctx, wg)
 	}
+}
 
-	last := m.read(TriggerStart)
-	m.checkUPower(last)
-	if !m.deliver(ctx, last) {
-		return nil
-	}
+// runTimers are Run's timers. A nil channel is a timer not armed.
+type runTimers struct {
+	// debounce fires Debounce after the first hint of a burst.
+	debounce  *time.Timer
+	debounceC <-chan time.Time
+	// settle fires Settle after a debounced re-read.
+	settle  *time.Timer
+	settleC <-chan time.Time
+	// ticker is the safety net, running only while needed (armSafetyNet).
+	ticker *time.Ticker
+	tick   <-chan time.Time
+}
 
-	// The safety-net ticker runs only while needed (Interval): an idle
-	// daemon that has working event sources has no periodic timer.
-	var ticker *time.Ticker
-	var tick <-chan time.Time
-	armSafetyNet := func(st State) {
-		switch need := m.needSafetyNet(st); {
-		case need && ticker == nil:
-			ticker = time.NewTicker(m.cfg.Interval)
-			tick = ticker.C
-			m.log.WithField("interval", m.cfg.Interval).Debug("safety-net re-reads on")
-		case !need && ticker != nil:
-			ticker.Stop()
-			ticker, tick = nil, nil
-			m.log.Debug("safety-net re-reads off: the event sources cover this machine")
-		}
+// stop stops every timer that was started.
+func (t *runTimers) stop() {
+	if t.debounce != nil {
+		t.debounce.Stop()
 	}
-	defer func() {
-		if ticker != nil {
-			ticker.Stop()
-		}
-	}()
-	armSafetyNet(last)
-	var debounce, settle *time.Timer
-	var debounceC, settleC <-chan time.Time
-	defer func() {
-		if debounce != nil {
-			debounce.Stop()
-		}
-		if settle != nil {
-			settle.Stop()
-		}
-	}()
-	for {
-		var trigger string
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-m.poke:
-			if debounceC == nil {
-				debounce = time.NewTimer(m.cfg.Debounce)
-				debounceC = debounce.C
-			}
-			continue
-		case <-debounceC:
-			debounceC = nil
-			trigger = m.takePending()
-			if m.cfg.Settle > 0 {
-				if settle != nil {
-					settle.Stop()
-				}
-				settle = time.NewTimer(m.cfg.Settle)
-				settleC = settle.C
-			}
-		case <-settleC:
-			settleC = nil
-			trigger = TriggerSettle
-		case <-tick:
-			trigger = TriggerSafetyNet
-		}
-		st := m.read(trigger)
-		m.checkUPower(st)
-		armSafetyNet(st)
-		if st.same(last) {
-			continue
-		}
-		fields := logrus.Fields{"from": last.Power.Source, "to": st.Power.Source, "boost": st.Boost, "reason": st.Power.Reason, "trigger": trigger}
-		powerChanged := st.Power.Source != last.Power.Source || st.Power.Reason != last.Power.Reason
-		switch {
-		case trigger == TriggerSafetyNet && powerChanged && m.events.Load() > 0:
-			m.log.WithFields(fields).Warn("power state change found only by the periodic re-check; the firmware sent no event")
-		case trigger == TriggerSettle && powerChanged:
-			m.log.WithFields(fields).Info("power state changed after its last event without a new one (found by the settle re-read)")
-		case !powerChanged && st.Boost == last.Boost:
-			m.log.WithFields(fields).WithField("battery_percent", st.BatteryPercent).Debug("battery level changed")
-		default:
-			m.log.WithFields(fields).Info("power state changed")
-		}
-		if !m.deliver(ctx, st) {
-			return nil
-		}
-		last = st
+	if t.settle != nil {
+		t.settle.Stop()
+	}
+	if t.ticker != nil {
+		t.ticker.Stop()
+	}
+}
+
+// armSafetyNet starts or stops the safety-net ticker as needSafetyNet
+// says after the read that gave st: an idle daemon that has working event
+// sources has no periodic timer.
+func (m *Monitor) armSafetyNet(t *runTimers, st State) {
+	switch need := m.needSafetyNet(st); {
+	case need && t.ticker == nil:
+		t.ticker = time.NewTicker(m.cfg.Interval)
+		t.tick = t.ticker.C
+		m.log.WithField("interval", m.cfg.Interval).Debug("safety-net re-reads on")
+	case !need && t.ticker != nil:
+		t.ticker.Stop()
+		t.ticker, t.tick = nil, nil
+		m.log.Debug("safety-net re-reads off: the event sources cover this machine")
+	}
+}
+
+// logChange logs the change from last to st found by the re-read of
+// trigger, at a level that says how it was found.
+func (m *Monitor) logChange(last, st State, trigger string) {
+	fields := logrus.Fields{"from": last.Power.Source, "to": st.Power.Source, "boost": st.Boost, "reason": st.Power.Reason, "trigger": trigger}
+	powerChanged := st.Power.Source != last.Power.Source || st.Power.Reason != last.Power.Reason
+	switch {
+	case trigger == TriggerSafetyNet && powerChanged && m.events.Load() > 0:
+		m.log.WithFields(fields).Warn("power state change found only by the periodic re-check; the firmware sent no event")
+	case trigger == TriggerSettle && powerChanged:
+		m.log.WithFields(fields).Info("power state changed after its last event without a new one (found by the settle re-read)")
+	case !powerChanged && st.Boost == last.Boost:
+		m.log.WithFields(fields).WithField("battery_percent", st.BatteryPercent).Debug("battery level changed")
+	default:
+		m.log.WithFields(fields).Info("power state changed")
 	}
 }
 

@@ -110,6 +110,32 @@ type tree struct {
 // for asymmetric SLITs are approximated.
 func buildTree(t Topology, allowed []int) *tree {
 	tr := &tree{topo: &t, root: -1}
+	sel := tr.selectCPUs(allowed)
+	n := len(sel)
+	if n == 0 {
+		return tr
+	}
+	levels := treeLevels(tr.topo, sel)
+	comp := levelParts(levels, n)
+	order := dfsOrder(comp, n)
+	tr.pos = make([]int32, n)
+	for p, k := range order {
+		tr.pos[p] = sel[k]
+		tr.posOf[sel[k]] = int32(p)
+	}
+	b := treeBuilder{tr: tr, levels: levels, comp: comp, order: order, smtW: smtWidths(tr.topo, sel)}
+	tr.leaf = make([]int32, n)
+	tr.nodes = make([]dnode, 0, 2*n)
+	tr.root = b.build(len(levels)-1, 0, int32(n))
+	tr.markCores()
+	return tr
+}
+
+// selectCPUs returns the indices into topo.cpus of the CPUs in allowed
+// (IDs; nil: every CPU), ascending, each once; it sizes tr.posOf for every
+// CPU, -1 outside the selection.
+func (tr *tree) selectCPUs(allowed []int) []int32 {
+	t := tr.topo
 	tr.posOf = make([]int32, len(t.cpus))
 	for i := range tr.posOf {
 		tr.posOf[i] = -1
@@ -129,16 +155,17 @@ func buildTree(t Topology, allowed []int) *tree {
 		}
 		slices.Sort(sel)
 	}
-	n := len(sel)
-	if n == 0 {
-		return tr
-	}
-	cpu := func(k int) *CPUDesc { return &t.cpus[sel[k]] }
+	return sel
+}
 
-	// Level keys.
+// treeLevels returns the candidate levels over the selected CPUs (sel:
+// indices into t.cpus; the levels' keys take k indexing sel), bottom-up:
+// SMT, CLS, MC, PKG, the NUMA levels, SYS.
+func treeLevels(t *Topology, sel []int32) []domLevel {
 	type level = domLevel
+	cpu := func(k int) *CPUDesc { return &t.cpus[sel[k]] }
 	nodes := map[int]bool{}
-	for k := range n {
+	for k := range sel {
 		nodes[cpu(k).Node] = true
 	}
 	levels := []level{
@@ -151,12 +178,16 @@ func buildTree(t Topology, allowed []int) *tree {
 	} else {
 		levels = append(levels, level{LevelPKG, func(k int) int { return cpu(k).Package }})
 	}
-	levels = append(levels, numaLevels(t, sel, nodes)...)
-	levels = append(levels, level{LevelSYS, func(int) int { return 0 }})
+	levels = append(levels, numaLevels(*t, sel, nodes)...)
+	return append(levels, level{LevelSYS, func(int) int { return 0 }})
+}
 
-	// Union-find, cumulative over levels, so spans always nest.
+// levelParts partitions the n selected CPUs at each level: comp[L][k] is
+// the smallest k of CPU k's part at level L (k ascending = ID ascending).
+// The union-find is cumulative over the levels, so spans always nest.
+func levelParts(levels []domLevel, n int) [][]int32 {
 	sets := newUnionFind(n)
-	comp := make([][]int32, len(levels)) // comp[L][k]: min k of the part (k ascending = ID ascending)
+	comp := make([][]int32, len(levels))
 	first := map[int]int32{}
 	for L, lv := range levels {
 		clear(first)
@@ -174,81 +205,115 @@ func buildTree(t Topology, allowed []int) *tree {
 		}
 		comp[L] = c
 	}
-	// DFS order: sort by part (smallest member) from the top level down.
+	return comp
+}
+
+// dfsOrder returns the n selected CPUs (k) in the tree's DFS order:
+// sorted by part (smallest member) from the top level down, then by k.
+func dfsOrder(comp [][]int32, n int) []int32 {
 	order := make([]int32, n)
 	for k := range order {
 		order[k] = int32(k)
 	}
 	slices.SortFunc(order, func(a, b int32) int {
-		for L := len(levels) - 1; L >= 0; L-- {
+		for L := len(comp) - 1; L >= 0; L-- {
 			if d := comp[L][a] - comp[L][b]; d != 0 {
 				return int(d)
 			}
 		}
 		return int(a - b)
 	})
-	tr.pos = make([]int32, n)
-	for p, k := range order {
-		tr.pos[p] = sel[k]
-		tr.posOf[sel[k]] = int32(p)
-	}
-	// SMT width per CPU within the selection (the SMT domain's weight).
+	return order
+}
+
+// smtWidths counts the selected CPUs (sel: indices into t.cpus) of each
+// core: the weight of that core's SMT domain within the selection.
+func smtWidths(t *Topology, sel []int32) map[int]int {
 	smtW := map[int]int{}
-	for k := range n {
-		smtW[cpu(k).Core]++
+	for _, i := range sel {
+		smtW[t.cpus[i].Core]++
 	}
-	tr.leaf = make([]int32, n)
-	tr.nodes = make([]dnode, 0, 2*n)
-	var build func(L int, lo, hi int32) int32
-	build = func(L int, lo, hi int32) int32 {
-		if L < 0 {
-			c := &t.cpus[tr.pos[lo]]
-			base := capacityScale
-			if t.asym {
-				base = c.Capacity
-			}
-			nd := dnode{lo: lo, hi: lo + 1, power: cpuPower(base, smtW[c.Core]), first: c.ID,
-				minClass: int32(c.Class), maxClass: int32(c.Class), capw: 1, perf: c.Perf}
-			if t.Hybrid() {
-				nd.capw = float64(c.Capacity) / capacityScale
-			}
-			if c.Capped {
-				nd.capped = 1
-			}
-			tr.nodes = append(tr.nodes, nd)
-			idx := int32(len(tr.nodes) - 1)
-			tr.leaf[lo] = idx
-			return idx
-		}
-		var kids []int32
-		for s := lo; s < hi; {
-			e := s + 1
-			if L > 0 {
-				for e < hi && comp[L-1][order[e]] == comp[L-1][order[s]] {
-					e++
-				}
-			}
-			kids = append(kids, build(L-1, s, e))
-			s = e
-		}
-		if len(kids) == 1 {
-			return kids[0] // degenerate: a single group
-		}
-		nd := dnode{level: levels[L].name, lo: lo, hi: hi, kids: kids, first: int(^uint(0) >> 1), smt: levels[L].name == LevelSMT,
-			minClass: tr.nodes[kids[0]].minClass, maxClass: tr.nodes[kids[0]].maxClass}
-		for _, k := range kids {
-			c := &tr.nodes[k]
-			nd.power += c.power
-			nd.capped += c.capped
-			nd.first = min(nd.first, c.first)
-			nd.minClass, nd.maxClass = min(nd.minClass, c.minClass), max(nd.maxClass, c.maxClass)
-			nd.perf = max(nd.perf, c.perf)
-			nd.capw += c.capw
-		}
-		tr.nodes = append(tr.nodes, nd)
-		return int32(len(tr.nodes) - 1)
+	return smtW
+}
+
+// treeBuilder appends the domains of one tree to tr.nodes, bottom-up.
+type treeBuilder struct {
+	tr     *tree
+	levels []domLevel
+	comp   [][]int32   // levelParts
+	order  []int32     // position → selected CPU k (dfsOrder)
+	smtW   map[int]int // smtWidths
+}
+
+// build builds the domain of level L spanning positions lo..hi-1 (L < 0: the
+// CPU at lo) and returns its node index. A domain with a single group is
+// degenerate and replaced by that group.
+func (b *treeBuilder) build(L int, lo, hi int32) int32 {
+	if L < 0 {
+		return b.leaf(lo)
 	}
-	tr.root = build(len(levels)-1, 0, int32(n))
+	var kids []int32
+	for s := lo; s < hi; {
+		e := s + 1
+		if L > 0 {
+			for e < hi && b.comp[L-1][b.order[e]] == b.comp[L-1][b.order[s]] {
+				e++
+			}
+		}
+		kids = append(kids, b.build(L-1, s, e))
+		s = e
+	}
+	if len(kids) == 1 {
+		return kids[0] // degenerate: a single group
+	}
+	return b.domain(L, lo, hi, kids)
+}
+
+// leaf appends the leaf of the CPU at position p.
+func (b *treeBuilder) leaf(p int32) int32 {
+	tr, t := b.tr, b.tr.topo
+	c := &t.cpus[tr.pos[p]]
+	base := capacityScale
+	if t.asym {
+		base = c.Capacity
+	}
+	nd := dnode{lo: p, hi: p + 1, power: cpuPower(base, b.smtW[c.Core]), first: c.ID,
+		minClass: int32(c.Class), maxClass: int32(c.Class), capw: 1, perf: c.Perf}
+	if t.Hybrid() {
+		nd.capw = float64(c.Capacity) / capacityScale
+	}
+	if c.Capped {
+		nd.capped = 1
+	}
+	tr.nodes = append(tr.nodes, nd)
+	idx := int32(len(tr.nodes) - 1)
+	tr.leaf[p] = idx
+	return idx
+}
+
+// domain appends the level-L domain spanning positions lo..hi-1 whose
+// groups are the nodes kids, summing their power, capacity and classes.
+func (b *treeBuilder) domain(L int, lo, hi int32, kids []int32) int32 {
+	tr := b.tr
+	name := b.levels[L].name
+	nd := dnode{level: name, lo: lo, hi: hi, kids: kids, first: int(^uint(0) >> 1), smt: name == LevelSMT,
+		minClass: tr.nodes[kids[0]].minClass, maxClass: tr.nodes[kids[0]].maxClass}
+	for _, k := range kids {
+		c := &tr.nodes[k]
+		nd.power += c.power
+		nd.capped += c.capped
+		nd.first = min(nd.first, c.first)
+		nd.minClass, nd.maxClass = min(nd.minClass, c.minClass), max(nd.maxClass, c.maxClass)
+		nd.perf = max(nd.perf, c.perf)
+		nd.capw += c.capw
+	}
+	tr.nodes = append(tr.nodes, nd)
+	return int32(len(tr.nodes) - 1)
+}
+
+// markCores sets tr.core: each position's SMT domain, or its leaf when
+// its core has no SMT domain in the tree.
+func (tr *tree) markCores() {
 	tr.core = slices.Clone(tr.leaf)
 	for i := range tr.nodes {
 		if nd := &tr.nodes[i]; nd.smt {
@@ -257,7 +322,6 @@ func buildTree(t Topology, allowed []int) *tree {
 			}
 		}
 	}
-	return tr
 }
 
 // unionFind is a disjoint-set forest over 0..n-1 in which the root of a

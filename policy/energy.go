@@ -247,7 +247,49 @@ func groupIndex(t Topology, key func(CPUDesc) int) []int {
 // watts applies the model to per-CPU busy fractions; weight (nil: 1
 // each) scales each CPU's core and thread power by its class's cost and
 // capacity, and class (with weight) says which class's watts it adds to.
+// taskIdle is, per package, the share of time no thread runs (used with
+// classes only).
 func (m EnergyModel) watts(busy []float64, coreIdx, pkgIdx []int, weight []float64, class []int, taskIdle []float64) Estimate {
+	var e Estimate
+	s := sumThreads(busy, coreIdx, pkgIdx, weight, class, &e)
+	s.sumCores(weight != nil, &e)
+	if weight != nil {
+		e.ClassWatts = make([]float64, len(s.classThread))
+		for k := range s.classThread {
+			e.ClassWatts[k] = s.classThread[k] * m.ThreadW
+		}
+	}
+	e.Watts = m.IdleW
+	for p := range s.act {
+		if s.nact[p] == 0 {
+			continue
+		}
+		e.BusyPackages++
+		e.Watts += m.packageWatts(&s, p, weight != nil, taskIdle, e.ClassWatts)
+	}
+	return e
+}
+
+// energySums holds the model's terms summed per core and per package.
+type energySums struct {
+	// Per core.
+	idle      []float64 // Π(1 − u_t) over its threads
+	corePkg   []int     // its package
+	coreW     []float64 // its class weight (1 without classes)
+	coreClass []int     // its class (with classes)
+	// Per package.
+	thread    []float64   // Σ u_t (× weight with classes)
+	act       []float64   // a_p: max a_c over its cores
+	nact      []int       // busy cores
+	coreSum   []float64   // Σ a_c (× weight with classes)
+	classCore [][]float64 // per class: Σ a_c × weight; nil without classes
+	// Per class: Σ u_t × weight.
+	classThread []float64
+}
+
+// sumThreads sums the threads' busy fractions per core, package and
+// class (arguments as for watts), adding them to e.BusyThreads.
+func sumThreads(busy []float64, coreIdx, pkgIdx []int, weight []float64, class []int, e *Estimate) energySums {
 	np := 0
 	for _, p := range pkgIdx {
 		np = max(np, p+1)
@@ -256,99 +298,99 @@ func (m EnergyModel) watts(busy []float64, coreIdx, pkgIdx []int, weight []float
 	for _, c := range coreIdx {
 		nc = max(nc, c+1)
 	}
-	idle := make([]float64, nc) // Π(1 − u_t) per core
-	for i := range idle {
-		idle[i] = 1
+	s := energySums{
+		idle:      make([]float64, nc),
+		corePkg:   make([]int, nc),
+		coreW:     make([]float64, nc),
+		coreClass: make([]int, nc),
+		thread:    make([]float64, np),
 	}
-	corePkg := make([]int, nc)
-	coreW := make([]float64, nc) // the core's class weight (1 without classes)
-	coreClass := make([]int, nc)
-	thread := make([]float64, np)
-	var e Estimate
+	for i := range s.idle {
+		s.idle[i] = 1
+	}
 	nclass := 0
 	for _, c := range class {
 		nclass = max(nclass, c+1)
 	}
-	classThread := make([]float64, nclass)
+	s.classThread = make([]float64, nclass)
 	for i, u := range busy {
-		idle[coreIdx[i]] *= 1 - u
-		corePkg[coreIdx[i]] = pkgIdx[i]
-		coreW[coreIdx[i]] = 1
+		s.idle[coreIdx[i]] *= 1 - u
+		s.corePkg[coreIdx[i]] = pkgIdx[i]
+		s.coreW[coreIdx[i]] = 1
 		if weight != nil {
-			coreW[coreIdx[i]], coreClass[coreIdx[i]] = weight[i], class[i]
-			thread[pkgIdx[i]] += u * weight[i]
-			classThread[class[i]] += u * weight[i]
+			s.coreW[coreIdx[i]], s.coreClass[coreIdx[i]] = weight[i], class[i]
+			s.thread[pkgIdx[i]] += u * weight[i]
+			s.classThread[class[i]] += u * weight[i]
 		} else {
-			thread[pkgIdx[i]] += u
+			s.thread[pkgIdx[i]] += u
 		}
 		e.BusyThreads += u
 	}
-	act := make([]float64, np)
-	nact := make([]int, np)
-	coreSum := make([]float64, np)
-	classCore := make([][]float64, np) // per package, per class: Σ a_c × weight
-	for c := range nc {
-		a := 1 - idle[c]
+	return s
+}
+
+// sumCores sums the busy cores (a_c = 1 − Π(1 − u_t)) per package, and
+// per class when classes is set, adding them to e.BusyCores.
+func (s *energySums) sumCores(classes bool, e *Estimate) {
+	np, nclass := len(s.thread), len(s.classThread)
+	s.act = make([]float64, np)
+	s.nact = make([]int, np)
+	s.coreSum = make([]float64, np)
+	s.classCore = make([][]float64, np)
+	for c := range s.idle {
+		a := 1 - s.idle[c]
 		if a <= 1e-12 {
 			continue
 		}
-		p := corePkg[c]
-		nact[p]++
-		if weight != nil {
-			coreSum[p] += a * coreW[c]
-			if classCore[p] == nil {
-				classCore[p] = make([]float64, nclass)
+		p := s.corePkg[c]
+		s.nact[p]++
+		if classes {
+			s.coreSum[p] += a * s.coreW[c]
+			if s.classCore[p] == nil {
+				s.classCore[p] = make([]float64, nclass)
 			}
-			classCore[p][coreClass[c]] += a * coreW[c]
+			s.classCore[p][s.coreClass[c]] += a * s.coreW[c]
 		} else {
-			coreSum[p] += a
+			s.coreSum[p] += a
 		}
-		act[p] = math.Max(act[p], a)
+		s.act[p] = math.Max(s.act[p], a)
 		e.BusyCores++
 	}
-	if weight != nil {
-		e.ClassWatts = make([]float64, nclass)
-		for k := range nclass {
-			e.ClassWatts[k] = classThread[k] * m.ThreadW
+}
+
+// packageWatts is the watts of busy package p, capped at PackageLimitW;
+// with classes it adds its cores' watts to classWatts (by class).
+func (m EnergyModel) packageWatts(s *energySums, p int, classes bool, taskIdle, classWatts []float64) float64 {
+	f := m.BaseGHz
+	if len(m.TurboGHz) > 0 && !classes {
+		f = m.TurboGHz[min(s.nact[p], len(m.TurboGHz))-1]
+	}
+	act := s.act[p]
+	if classes {
+		// With classes the package is awake while any thread runs,
+		// their busy periods taken as independent (not as overlapping
+		// fully), wherever they run: packing decides the class, not the
+		// uncore; and the classes' costs stand for their frequencies, so
+		// no turbo bin applies.
+		act = 1
+		if p < len(taskIdle) {
+			act = 1 - taskIdle[p]
 		}
 	}
-	e.Watts = m.IdleW
-	for p := range np {
-		if nact[p] == 0 {
-			continue
-		}
-		e.BusyPackages++
-		f := m.BaseGHz
-		if len(m.TurboGHz) > 0 && weight == nil {
-			f = m.TurboGHz[min(nact[p], len(m.TurboGHz))-1]
-		}
-		if weight != nil {
-			// With classes the package is awake while any thread
-			// runs, their busy periods taken as independent (not as
-			// overlapping fully), wherever they run: packing decides
-			// the class, not the uncore; and the classes' costs stand
-			// for their frequencies, so no turbo bin applies.
-			act[p] = 1
-			if p < len(taskIdle) {
-				act[p] = 1 - taskIdle[p]
-			}
-		}
-		scale := 1.0
-		if m.BaseGHz > 0 {
-			scale = math.Pow(f/m.BaseGHz, m.Exponent)
-		}
-		w := act[p]*m.PackageW + coreSum[p]*m.CoreW*scale + thread[p]*m.ThreadW
-		if weight != nil {
-			for k, v := range classCore[p] {
-				e.ClassWatts[k] += v * m.CoreW * scale
-			}
-		}
-		if m.PackageLimitW > 0 {
-			w = math.Min(w, m.PackageLimitW)
-		}
-		e.Watts += w
+	scale := 1.0
+	if m.BaseGHz > 0 {
+		scale = math.Pow(f/m.BaseGHz, m.Exponent)
 	}
-	return e
+	w := act*m.PackageW + s.coreSum[p]*m.CoreW*scale + s.thread[p]*m.ThreadW
+	if classes {
+		for k, v := range s.classCore[p] {
+			classWatts[k] += v * m.CoreW * scale
+		}
+	}
+	if m.PackageLimitW > 0 {
+		w = math.Min(w, m.PackageLimitW)
+	}
+	return w
 }
 
 // ModelFor picks the calibration for machine t: SNBServer when it has

@@ -301,6 +301,10 @@ type switchResult struct {
 	cpuPerSwitch           float64
 }
 
+// switchOurs times policy switches of our daemon with n workloads: over
+// D-Bus (SetPolicy) and through the tree (a write to
+// current_sched_policy), then adds the rows: beside power-profiles-daemon's
+// profile switch for 10 workloads, beside the kernel's floors otherwise.
 func (e *env) switchOurs(r *report, n int) error {
 	iters := e.o.switches10
 	if n > 10 {
@@ -331,7 +335,7 @@ func (e *env) switchOurs(r *report, n int) error {
 	if err != nil {
 		return err
 	}
-	obj := conn.Object(bus.Name, bus.ObjectPath)
+	sw := &switchRig{p: p, cw: cw, pw: pw, obj: conn.Object(bus.Name, bus.ObjectPath), n: n, iters: iters}
 	var stopPerf func()
 	if n > 10 {
 		stopPerf = e.perfRecord("switch1000", p)
@@ -339,92 +343,140 @@ func (e *env) switchOurs(r *report, n int) error {
 		stopPerf = e.perfRecord("switch10", p)
 	}
 	defer stopPerf()
-	policies := []string{"powersaving", "performance"}
 	res := &switchResult{}
-	settle := func() {
-		time.Sleep(20 * time.Millisecond)
-		cw.drain()
-		pw.drain()
+	sw.settle()
+	if err := sw.setPolicy(res); err != nil {
+		return err
 	}
-	settle()
-	c0 := cpuOf(p.pid)
-	for i := 0; i < iters; i++ {
+	if err := sw.echo(res); err != nil {
+		return err
+	}
+	if n == 10 {
+		e.switchRowsPPD(r, res)
+		return nil
+	}
+	e.stop(p) // the floor's siblings are written with no daemon running
+	return e.switchRowsFloor(r, res, n, iters)
+}
+
+// switchRig is one daemon whose policy switches switchOurs times: the
+// watch on its workloads' cpuset.cpus, the waiter for its
+// PropertiesChanged and its bus object.
+type switchRig struct {
+	p        *daemonProc
+	cw       *cpusetWatch
+	pw       *propWaiter
+	obj      dbus.BusObject
+	n, iters int // workloads; switches per way of switching
+}
+
+// switchPolicies are the two policies the switches alternate between.
+var switchPolicies = []string{"powersaving", "performance"}
+
+// settle lets the last switch's writes and signals arrive, then drops
+// them.
+func (s *switchRig) settle() {
+	time.Sleep(20 * time.Millisecond)
+	s.cw.drain()
+	s.pw.drain()
+}
+
+// setPolicy times iters SetPolicy calls into res: to the reply, to every
+// cpuset.cpus written and to PropertiesChanged (ms), and the daemon's CPU
+// time per switch (µs).
+func (s *switchRig) setPolicy(res *switchResult) error {
+	c0 := cpuOf(s.p.pid)
+	for i := 0; i < s.iters; i++ {
 		// The cpuset writes can land before the reply (the daemon persists
 		// the choice after applying it): watch for them while the call is
 		// in flight, not after it returned.
-		written := cw.waitAllAsync(5 * time.Second)
+		written := s.cw.waitAllAsync(5 * time.Second)
 		t0 := time.Now()
-		if err := obj.Call(bus.Interface+".SetPolicy", 0, policies[i%2]).Err; err != nil {
+		if err := s.obj.Call(bus.Interface+".SetPolicy", 0, switchPolicies[i%2]).Err; err != nil {
 			return fmt.Errorf("SetPolicy: %w", err)
 		}
 		t1 := time.Now()
 		w := <-written
 		t2, err := w.at, w.err
 		if err != nil {
-			return fmt.Errorf("SetPolicy %s with %d workloads: %w", policies[i%2], n, err)
+			return fmt.Errorf("SetPolicy %s with %d workloads: %w", switchPolicies[i%2], s.n, err)
 		}
-		t3, err := pw.wait(bus.Interface, "ActivePolicy", 5*time.Second)
+		t3, err := s.pw.wait(bus.Interface, "ActivePolicy", 5*time.Second)
 		if err != nil {
 			return err
 		}
 		res.reply = append(res.reply, ms(t1.Sub(t0)))
 		res.effect = append(res.effect, ms(t2.Sub(t0)))
 		res.changed = append(res.changed, ms(t3.Sub(t0)))
-		settle()
+		s.settle()
 	}
-	res.cpuPerSwitch = us(cpuOf(p.pid)-c0) / float64(iters)
-	// The same through the tree: one write(2) of the value, as `echo` does
-	// (in-process, so the fork of a shell is not counted).
-	knob := filepath.Join(p.treeDir, daemon.TreePrefix, "current_sched_policy")
-	for i := 0; i < iters; i++ {
-		written := cw.waitAllAsync(5 * time.Second)
+	res.cpuPerSwitch = us(cpuOf(s.p.pid)-c0) / float64(s.iters)
+	return nil
+}
+
+// echo times iters switches through the tree into res.echoEffect (ms, to
+// every cpuset.cpus written): one write(2) of the value, as `echo` does
+// (in-process, so the fork of a shell is not counted). It continues the
+// alternation setPolicy left off.
+func (s *switchRig) echo(res *switchResult) error {
+	knob := filepath.Join(s.p.treeDir, daemon.TreePrefix, "current_sched_policy")
+	for i := 0; i < s.iters; i++ {
+		written := s.cw.waitAllAsync(5 * time.Second)
 		t0 := time.Now()
-		pol := policies[(iters+i)%2] // the SetPolicy loop left policies[(iters-1)%2]
+		pol := switchPolicies[(s.iters+i)%2] // the SetPolicy loop left switchPolicies[(iters-1)%2]
 		if err := writeFile(knob, []byte(pol+"\n")); err != nil {
 			return err
 		}
 		w := <-written
 		t2, err := w.at, w.err
 		if err != nil {
-			return fmt.Errorf("echo %s > current_sched_policy with %d workloads: %w", pol, n, err)
+			return fmt.Errorf("echo %s > current_sched_policy with %d workloads: %w", pol, s.n, err)
 		}
 		res.echoEffect = append(res.echoEffect, ms(t2.Sub(t0)))
-		settle()
+		s.settle()
 	}
-	if n == 10 {
-		var ppd switchResult
-		if e.ppdSwitch != nil {
-			ppd = *e.ppdSwitch
-		}
-		r.add(row{group: "policy switch", metric: "10 workloads: SetPolicy → every cpuset.cpus written (ppd: Set ActiveProfile → PropertiesChanged)", unit: "ms", ours: res.effect, ppd: ppd.changed, goal: "≤ 1.0×"})
-		r.add(row{group: "policy switch", metric: "10 workloads: echo > current_sched_policy → every cpuset.cpus written", unit: "ms", ours: res.echoEffect, ppd: ppd.changed, goal: "≤ 1.0×"})
-		r.add(row{group: "policy switch", metric: "10 workloads: call → reply", unit: "ms", ours: res.reply, ppd: ppd.reply})
-		r.add(row{group: "policy switch", metric: "10 workloads: call → PropertiesChanged", unit: "ms", ours: res.changed, ppd: ppd.changed})
-		r.add(row{group: "policy switch", metric: "10 workloads: daemon CPU per switch", unit: "µs", ours: stats{res.cpuPerSwitch}, ppd: stats{ppd.cpuPerSwitch}, single: true})
-	} else {
-		e.stop(p) // the floor's siblings are written with no daemon running
-		floor, err := e.kernelSwitchFloor(n, iters, floorBare)
-		if err != nil {
-			return err
-		}
-		watchedFloor, err := e.kernelSwitchFloor(n, iters, floorWatched)
-		if err != nil {
-			return err
-		}
-		rulesFloor, err := e.kernelSwitchFloor(n, iters, floorRules)
-		if err != nil {
-			return err
-		}
-		r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: SetPolicy → every cpuset.cpus written (beside: the kernel floor)", n), unit: "ms", ours: res.effect, ppd: floor, goal: "≤ 10 ms; ≤ 1.3× the floor",
-			note: fmt.Sprintf("the power-profiles-daemon columns hold the kernel's floor instead: %d sibling cpusets (sched_load_balance 0), cpuset.cpus pre-opened, written in a tight loop with the other of two values; %d rounds of %d writes, no daemon running", n, iters, n)})
-		r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: SetPolicy → every cpuset.cpus written (beside: the floor timed as ours)", n), unit: "ms", ours: res.effect, ppd: watchedFloor, goal: "≤ 1.3× the floor",
-			note: fmt.Sprintf("the floor's tight loop timed as the daemon's switches are: until this bench's inotify watch on every cpuset.cpus has seen each file written (the watch alone slows the writes); %d rounds", iters)})
-		r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: SetPolicy → every cpuset.cpus written (beside: the floor with the state save and re-reads the rules require, timed as ours)", n), unit: "ms", ours: res.effect, ppd: rulesFloor,
-			note: fmt.Sprintf("the watched floor plus, per round, state.json saved with a record of each of the %d cgroups and its pending value (statefile.SaveState: write, fsync, rename, directory fsync) before the first write, and each cpuset.cpus re-read (pread, parsed) just before its write: the work the project's rules add to every switch; %d rounds", n, iters)})
-		r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: echo > current_sched_policy → every cpuset.cpus written", n), unit: "ms", ours: res.echoEffect, goal: "≤ 10 ms"})
-		r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: call → reply", n), unit: "ms", ours: res.reply})
-		r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: daemon CPU per switch", n), unit: "µs", ours: stats{res.cpuPerSwitch}, single: true})
+	return nil
+}
+
+// switchRowsPPD adds the rows of 10 workloads' switches, beside
+// power-profiles-daemon's (e.ppdSwitch; empty when it was not measured).
+func (e *env) switchRowsPPD(r *report, res *switchResult) {
+	var ppd switchResult
+	if e.ppdSwitch != nil {
+		ppd = *e.ppdSwitch
 	}
+	r.add(row{group: "policy switch", metric: "10 workloads: SetPolicy → every cpuset.cpus written (ppd: Set ActiveProfile → PropertiesChanged)", unit: "ms", ours: res.effect, ppd: ppd.changed, goal: "≤ 1.0×"})
+	r.add(row{group: "policy switch", metric: "10 workloads: echo > current_sched_policy → every cpuset.cpus written", unit: "ms", ours: res.echoEffect, ppd: ppd.changed, goal: "≤ 1.0×"})
+	r.add(row{group: "policy switch", metric: "10 workloads: call → reply", unit: "ms", ours: res.reply, ppd: ppd.reply})
+	r.add(row{group: "policy switch", metric: "10 workloads: call → PropertiesChanged", unit: "ms", ours: res.changed, ppd: ppd.changed})
+	r.add(row{group: "policy switch", metric: "10 workloads: daemon CPU per switch", unit: "µs", ours: stats{res.cpuPerSwitch}, ppd: stats{ppd.cpuPerSwitch}, single: true})
+}
+
+// switchRowsFloor measures the kernel's floors for n workloads (iters
+// rounds each; no daemon may be running) and adds the rows of n
+// workloads' switches beside them.
+func (e *env) switchRowsFloor(r *report, res *switchResult, n, iters int) error {
+	floor, err := e.kernelSwitchFloor(n, iters, floorBare)
+	if err != nil {
+		return err
+	}
+	watchedFloor, err := e.kernelSwitchFloor(n, iters, floorWatched)
+	if err != nil {
+		return err
+	}
+	rulesFloor, err := e.kernelSwitchFloor(n, iters, floorRules)
+	if err != nil {
+		return err
+	}
+	r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: SetPolicy → every cpuset.cpus written (beside: the kernel floor)", n), unit: "ms", ours: res.effect, ppd: floor, goal: "≤ 10 ms; ≤ 1.3× the floor",
+		note: fmt.Sprintf("the power-profiles-daemon columns hold the kernel's floor instead: %d sibling cpusets (sched_load_balance 0), cpuset.cpus pre-opened, written in a tight loop with the other of two values; %d rounds of %d writes, no daemon running", n, iters, n)})
+	r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: SetPolicy → every cpuset.cpus written (beside: the floor timed as ours)", n), unit: "ms", ours: res.effect, ppd: watchedFloor, goal: "≤ 1.3× the floor",
+		note: fmt.Sprintf("the floor's tight loop timed as the daemon's switches are: until this bench's inotify watch on every cpuset.cpus has seen each file written (the watch alone slows the writes); %d rounds", iters)})
+	r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: SetPolicy → every cpuset.cpus written (beside: the floor with the state save and re-reads the rules require, timed as ours)", n), unit: "ms", ours: res.effect, ppd: rulesFloor,
+		note: fmt.Sprintf("the watched floor plus, per round, state.json saved with a record of each of the %d cgroups and its pending value (statefile.SaveState: write, fsync, rename, directory fsync) before the first write, and each cpuset.cpus re-read (pread, parsed) just before its write: the work the project's rules add to every switch; %d rounds", n, iters)})
+	r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: echo > current_sched_policy → every cpuset.cpus written", n), unit: "ms", ours: res.echoEffect, goal: "≤ 10 ms"})
+	r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: call → reply", n), unit: "ms", ours: res.reply})
+	r.add(row{group: "policy switch", metric: fmt.Sprintf("%d workloads: daemon CPU per switch", n), unit: "µs", ours: stats{res.cpuPerSwitch}, single: true})
 	return nil
 }
 
@@ -498,149 +550,6 @@ func (e *env) benchPower(r *report) error {
 	note := "mock ucsi-source-psy-USBC000:001/online write (the last online supply) → fsnotify → debounce 1ms (--debounce 1ms --settle=-1s) → re-read → PropertiesChanged(PowerSource); the 1 ms debounce is included, nothing subtracted. power-profiles-daemon 0.12 does not track the power source (n/a); issue 7's reference: upowerd 0.94 ms from an AC uevent to OnBattery"
 	r.add(row{group: "power source", metric: "AC → battery: attribute write → PropertiesChanged", unit: "ms", ours: toBat, note: note})
 	r.add(row{group: "power source", metric: "battery → AC: attribute write → PropertiesChanged", unit: "ms", ours: toAC})
-	return nil
-}
-
-func (e *env) benchIdle(r *report) error {
-	type acc struct{ wake, cpu, rss, pss, threads, startWake, startCPU stats }
-	var a [4]acc // ours 0, ours 100, ppd, the Go floor
-	// The runs idle side by side, all at once (idle processes do not
-	// disturb each other's wakeups; running them one after the other
-	// would take idle-runs × 2 windows). Each process that owns a bus
-	// name gets a bus of its own. Each run has a react daemon
-	// too; after the idle windows, a burst in its packed workload is
-	// timed: a burst after minutes of idleness, sampling stopped.
-	type idleRun struct {
-		rd    *reactDaemon
-		procs []*daemonProc
-		s0    [4]procSample
-	}
-	var runs []*idleRun
-	defer func() {
-		for _, ir := range runs {
-			for _, p := range ir.procs {
-				e.stop(p)
-			}
-			if ir.rd != nil {
-				e.stopReact(ir.rd)
-			}
-		}
-	}()
-	var minutes reactResult
-	for run := 0; run < e.o.idleRuns; run++ {
-		var buses [4]string
-		for i := range buses {
-			b, err := e.startBus(fmt.Sprintf("idle%d-%d", run, i))
-			if err != nil {
-				return err
-			}
-			buses[i] = b
-		}
-		ir := &idleRun{}
-		runs = append(runs, ir)
-		rd, err := e.startReact(fmt.Sprintf("idle-react%d", run), false, buses[0], 0, false)
-		if err != nil {
-			return err
-		}
-		ir.rd = rd
-		o0, err := e.startOurs(fmt.Sprintf("idle0-%d", run), ourOpts{bus: buses[1]})
-		if err != nil {
-			return err
-		}
-		ir.procs = append(ir.procs, o0)
-		o100, err := e.startOurs(fmt.Sprintf("idle100-%d", run), ourOpts{workloads: idleWorkloads, sleepers: idleSleepers, bus: buses[2]})
-		if err != nil {
-			return err
-		}
-		ir.procs = append(ir.procs, o100)
-		ppd, err := e.startPPDOn(buses[3], false)
-		if err != nil {
-			return err
-		}
-		ir.procs = append(ir.procs, ppd)
-		gf, err := e.startGoFloor()
-		if err != nil {
-			return err
-		}
-		ir.procs = append(ir.procs, gf)
-	}
-	stopPerf := e.perfRecord("idle", runs[0].procs[1])
-	// Two windows: the first from readiness (adoption, the first
-	// samples, the bus's first callers), then the idle one, 60 s after
-	// readiness.
-	var err error
-	for _, ir := range runs {
-		for i, p := range ir.procs {
-			if ir.s0[i], err = sampleProc(p.pid); err != nil {
-				return err
-			}
-		}
-	}
-	time.Sleep(e.o.idle)
-	for _, ir := range runs {
-		for i, p := range ir.procs {
-			s1, err := sampleProc(p.pid)
-			if err != nil {
-				return err
-			}
-			sw, cpu := s1.since(ir.s0[i])
-			a[i].startWake = append(a[i].startWake, float64(sw)/s1.at.Sub(ir.s0[i].at).Seconds())
-			a[i].startCPU = append(a[i].startCPU, ms(cpu))
-			ir.s0[i] = s1
-		}
-	}
-	time.Sleep(e.o.idle)
-	for _, ir := range runs {
-		for i, p := range ir.procs {
-			s1, err := sampleProc(p.pid)
-			if err != nil {
-				return err
-			}
-			dt := s1.at.Sub(ir.s0[i].at).Seconds()
-			sw, cpu := s1.since(ir.s0[i])
-			a[i].wake = append(a[i].wake, float64(sw)/dt)
-			a[i].cpu = append(a[i].cpu, ms(cpu))
-			a[i].rss = append(a[i].rss, float64(s1.rssKiB)/1024)
-			a[i].pss = append(a[i].pss, float64(s1.pssKiB)/1024)
-			a[i].threads = append(a[i].threads, float64(s1.threads))
-		}
-	}
-	stopPerf()
-	for _, ir := range runs {
-		for _, p := range ir.procs {
-			e.stop(p)
-		}
-		ir.procs = nil
-	}
-	// One burst per react daemon, one after the other: on v1 the trigger
-	// is machine-wide, so an earlier burst wakes the later daemons too;
-	// each burst waits until its daemon was quiet for 1.5 s again.
-	for _, ir := range runs {
-		quiet := waitQuiet(ir.rd.p.pid, 1500*time.Millisecond, 10*time.Second)
-		t, err := e.reactBurst(ir.rd, ir.rd.sps[0], readCPUs(cpusetRoot).Size())
-		e.stopReact(ir.rd)
-		ir.rd = nil
-		if err != nil {
-			return err
-		}
-		t.notQuiet = !quiet
-		minutes.add(t)
-	}
-	e.reactRows(r, &minutes, readCPUs(cpusetRoot).Size(), false, fmt.Sprintf("idle for %v first", 2*e.o.idle))
-	win := fmt.Sprintf("the %v window that starts %v after readiness", e.o.idle, e.o.idle)
-	first := fmt.Sprintf("the first %v after readiness: start-up work (adopting workloads, the first samples until every workload is found idle, the bus's first callers) is in it", e.o.idle)
-	for i, label := range []string{"0 workloads", fmt.Sprintf("%d workloads (%d with a sleeping task)", idleWorkloads, idleSleepers)} {
-		g := "idle, " + label
-		r.add(row{group: g, metric: "wakeups (context switches, all threads)", unit: "/s", ours: a[i].wake, ppd: a[2].wake, goal: map[int]string{0: "0", 1: "≤ 1/s, only while busy"}[i], note: win})
-		r.add(row{group: g, metric: "CPU time in the window", unit: "ms", ours: a[i].cpu, ppd: a[2].cpu})
-		r.add(row{group: g, metric: "wakeups in the first window", unit: "/s", ours: a[i].startWake, ppd: a[2].startWake, note: first})
-		r.add(row{group: g, metric: "CPU time in the first window", unit: "ms", ours: a[i].startCPU, ppd: a[2].startCPU})
-		r.add(row{group: g, metric: "wakeups beside the Go runtime's floor", unit: "/s", ours: a[i].wake, ppd: a[3].wake, goal: "= floor",
-			note: "the power-profiles-daemon columns hold a static Go program that only waits for SIGTERM (signal.Notify), run side by side in the same window"})
-		r.add(row{group: g, metric: "RSS", unit: "MiB", ours: a[i].rss, ppd: a[2].rss, goal: "≤ 1.5×"})
-		r.add(row{group: g, metric: "PSS", unit: "MiB", ours: a[i].pss, ppd: a[2].pss})
-		r.add(row{group: g, metric: "threads", unit: "", ours: a[i].threads, ppd: a[2].threads})
-	}
 	return nil
 }
 
