@@ -547,7 +547,7 @@ func (e *env) benchPower(r *report) error {
 			return err
 		}
 	}
-	note := "mock ucsi-source-psy-USBC000:001/online write (the last online supply) → fsnotify → debounce 1ms (--debounce 1ms --settle=-1s) → re-read → PropertiesChanged(PowerSource); the 1 ms debounce is included, nothing subtracted. power-profiles-daemon 0.12 does not track the power source (n/a); issue 7's reference: upowerd 0.94 ms from an AC uevent to OnBattery"
+	note := "mock ucsi-source-psy-USBC000:001/online write (the last online supply) → fsnotify → debounce 1ms (--debounce 1ms --settle=-1s) → re-read → PropertiesChanged(PowerSource); the 1 ms debounce is included, nothing subtracted. power-profiles-daemon 0.12 does not track the power source (n/a); for reference, upowerd took 0.94 ms from an AC uevent to OnBattery"
 	r.add(row{group: "power source", metric: "AC → battery: attribute write → PropertiesChanged", unit: "ms", ours: toBat, note: note})
 	r.add(row{group: "power source", metric: "battery → AC: attribute write → PropertiesChanged", unit: "ms", ours: toAC})
 	return nil
