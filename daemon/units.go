@@ -86,7 +86,11 @@ type unitPlacement struct {
 	stats *counters
 	save  func() error
 
-	mgr *systemd.Manager // the system manager; nil until open succeeds
+	mgr unitManager // the system manager; nil until open succeeds
+	// connect reaches manager uid (-1 the system's; dialManager, or a
+	// fake in tests): the system manager at open, a user's when the
+	// daemon follows it or resets a value on it.
+	connect func(ctx context.Context, uid int) (unitManager, error)
 	// written: the units the last apply set AllowedCPUs= on (the
 	// placement log line, placementChanged).
 	written int
@@ -198,6 +202,7 @@ func newUnitPlacement(cfg *Config, log logrus.FieldLogger, stats *counters) *uni
 		}
 		u.slices[s] = true
 	}
+	u.connect = func(ctx context.Context, uid int) (unitManager, error) { return dialManager(ctx, cfg.Bus, uid) }
 	u.unified = sysfs.IsUnified(u.cgroupRoot)
 	return u
 }
@@ -248,11 +253,7 @@ func (u *unitPlacement) flushErr() error {
 func (u *unitPlacement) open() error {
 	ctx, cancel := context.WithTimeout(context.Background(), unitOpTimeout)
 	defer cancel()
-	connect := systemd.ConnectSystem
-	if u.cfg.Bus == "none" {
-		connect = systemd.ConnectSystemPrivate // no D-Bus means no bus daemon either
-	}
-	m, err := connect(ctx)
+	m, err := u.connect(ctx, -1)
 	var events <-chan systemd.UnitEvent
 	if err == nil {
 		events, err = m.Events(ctx)
@@ -568,7 +569,7 @@ func (u *unitPlacement) dropUnloaded(uid int, name string) {
 
 // managerOf is uid's manager: the system manager for -1, else the user's
 // if it is followed and reachable; nil otherwise.
-func (u *unitPlacement) managerOf(uid int) *systemd.Manager {
+func (u *unitPlacement) managerOf(uid int) unitManager {
 	if uid < 0 {
 		return u.mgr
 	}
@@ -926,7 +927,7 @@ func (u *unitPlacement) restore() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), unitOpTimeout)
 	defer cancel()
 	ok := true
-	var temp []*systemd.Manager
+	var temp []unitManager
 	defer func() {
 		for _, m := range temp {
 			m.Close()
@@ -953,7 +954,7 @@ func (u *unitPlacement) restore() bool {
 			// user's cpuset is no longer delegated): reached for the
 			// reset only.
 			var err error
-			if m, err = systemd.ConnectUser(ctx, uid); err != nil {
+			if m, err = u.connect(ctx, uid); err != nil {
 				u.log.WithError(err).WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager}).Warn("cannot reach the user's manager to restore AllowedCPUs; it stays in state.json for the next start")
 				ok = false
 				continue
@@ -1024,7 +1025,7 @@ func (u *unitPlacement) restore() bool {
 // possible CPU is accepted and gives the tasks the parent's CPUs, the
 // same as unset; then the property is reset, so that systemd reports what
 // the unit had.
-func (u *unitPlacement) setAllowed(ctx context.Context, m *systemd.Manager, name string, cpus sysfs.CPUSet) error {
+func (u *unitPlacement) setAllowed(ctx context.Context, m unitManager, name string, cpus sysfs.CPUSet) error {
 	if cpus.IsEmpty() && u.unified {
 		if all, err := possibleCPUs(); err == nil && !all.IsEmpty() {
 			if err := m.SetAllowedCPUs(ctx, name, all.List()); err != nil {

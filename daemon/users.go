@@ -27,7 +27,7 @@ type unitMsg struct {
 	ev            systemd.UnitEvent
 	closed        bool
 	uid           int
-	from          *systemd.Manager
+	from          unitManager
 	user          *systemd.UserEvent
 	focus         string
 	focusOverflow bool
@@ -44,12 +44,12 @@ type userManager struct {
 	why       string
 	// mgr is the user's manager while delegated and reachable; nil
 	// otherwise (user@UID.service is then placed as a whole).
-	mgr *systemd.Manager
+	mgr unitManager
 }
 
 // forward copies the unit signals of manager m (of uid) to msgs until
 // its connection closes (then it says so, naming m) or close ends it.
-func (u *unitPlacement) forward(uid int, m *systemd.Manager, ch <-chan systemd.UnitEvent) {
+func (u *unitPlacement) forward(uid int, m unitManager, ch <-chan systemd.UnitEvent) {
 	out, done := u.msgs, u.done
 	go func() {
 		for ev := range ch {
@@ -196,7 +196,7 @@ func (u *unitPlacement) userUnit(ctx context.Context, info systemd.UnitInfo) boo
 	if p.mgr != nil {
 		return false
 	}
-	m, err := systemd.ConnectUser(ctx, uid)
+	m, err := u.connect(ctx, uid)
 	var events <-chan systemd.UnitEvent
 	if err == nil {
 		if events, err = m.Events(ctx); err != nil {
@@ -324,7 +324,7 @@ func (u *unitPlacement) onUser(ev systemd.UserEvent) bool {
 // connecting again, the user's units were no longer placed until the
 // daemon restarted. The end of a connection the daemon dropped itself
 // (from is not the user's manager now) changes nothing.
-func (u *unitPlacement) userManagerClosed(uid int, from *systemd.Manager) bool {
+func (u *unitPlacement) userManagerClosed(uid int, from unitManager) bool {
 	p := u.people[uid]
 	if p == nil || p.mgr == nil || p.mgr != from {
 		return false
