@@ -8,13 +8,13 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
-// TestNewBounds (issue 11, case 6): New refuses a Config whose durations
+// TestNewBounds: New refuses a Config whose durations
 // are out of bounds (Go callers build Config without the command line),
 // with the exact message, and takes every value at the bounds and the
 // zeros that mean a default. New starts nothing, so no daemon runs here.
 func TestNewBounds(t *testing.T) {
 	const ns = time.Nanosecond
-	const huge = 2562047 * time.Hour // issue 11: made the sampling backoff overflow
+	const huge = 2562047 * time.Hour // would make the sampling backoff overflow
 	for _, c := range []struct {
 		field string
 		v     time.Duration

@@ -37,7 +37,7 @@ func describe(es []logrus.Entry) string {
 	return strings.Join(b, "; ")
 }
 
-// TestBusFailureEachKindLogged is issue 13's trap: the daemon starts
+// TestBusFailureEachKindLogged: the daemon starts
 // before its bus (the first attempt fails to connect), then the bus comes
 // up without the policy that lets us own bus.Name. The refusal is a new
 // kind of failure, so it is logged at warning level with its cause when
@@ -112,8 +112,8 @@ func uniqueNames(t *testing.T, conn *dbus.Conn) []string {
 	return out
 }
 
-// TestBusNoneConnectsNowhere is issue 13's trap: --bus none still
-// connected to the system bus for the UPower and logind hints. Here the
+// TestBusNoneConnectsNowhere: --bus none must not connect to the system
+// bus for the UPower and logind hints either. Here the
 // "system bus" (DBUS_SYSTEM_BUS_ADDRESS) is a private one. Daemon A runs
 // with bus none and UPower auto and logind on; daemon B, started after A
 // is ready, with bus system, shows that the address is the one a daemon
@@ -159,8 +159,8 @@ func TestBusNoneConnectsNowhere(t *testing.T) {
 	}
 }
 
-// TestNoBusSaidOnce is issue 13's "says so once" trap: without a bus the
-// daemon printed two lines about it, its own connection's warning and the
+// TestNoBusSaidOnce: without a bus the daemon says so once, not in two
+// lines, its own connection's warning and the
 // power monitor's (UPower and logind use the same bus). Only the first is
 // left, at warning level; the monitor's is a debug line. Nothing else
 // about the bus is logged above debug level.
@@ -190,8 +190,8 @@ func TestNoBusSaidOnce(t *testing.T) {
 	}
 }
 
-// TestKnobLoggedBeforePolicy is issue 13's order trap: "policy changed"
-// was logged before the "knob changed" that caused it.
+// TestKnobLoggedBeforePolicy: "knob changed" is logged before the
+// "policy changed" it causes.
 func TestKnobLoggedBeforePolicy(t *testing.T) {
 	m := newMockLaptop(t) // on AC: performance
 	log := testutil.Logger(t)

@@ -48,8 +48,8 @@ func runAndStop(t *testing.T, m mockLaptop, treeDir string, backend sysfs.Backen
 	}
 }
 
-// TestCleanStopLeavesNothing is issue 13's trap: after a clean stop an
-// empty tree directory (FUSE) and <tree-dir>.lock were left behind. On
+// TestCleanStopLeavesNothing: a clean stop must not leave an empty tree
+// directory (FUSE) or <tree-dir>.lock behind. On
 // both backends: what the daemon made for its tree is gone after a clean
 // stop; a tree directory and lock file left by a daemon that did not stop
 // cleanly go too; a tree directory that was there before without a lock

@@ -12,7 +12,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
-// The task-clock wake (issue 15): the CPU pressure trigger wakes the loop
+// The task-clock wake: the CPU pressure trigger wakes the loop
 // within its window (500 ms with CAP_SYS_RESOURCE, else 2 s) and sampling
 // once a period (1 s), so a packed workload that turns busy waited about
 // half a second or more for its cpuset to widen. Instead, each packed

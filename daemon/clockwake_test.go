@@ -127,7 +127,7 @@ func clockCounting(t *testing.T, d *Daemon) {
 	})
 }
 
-// TestDaemonTaskClockWidensSaturated (issue 15): with sampling stopped, a
+// TestDaemonTaskClockWidensSaturated: with sampling stopped, a
 // workload packed to one CPU whose two threads turn CPU-bound is widened
 // by a confirmation the task-clock wake started. The pressure trigger is
 // closed and the next sample an hour away (onlyTaskClock), so nothing else

@@ -1,6 +1,6 @@
 package daemon
 
-// Issue 6 faults that need a hand inside the event loop: the watchdog
+// Faults that need a hand inside the event loop: the watchdog
 // stops when the loop stalls, and a workload removed between the plan and
 // the cpuset write. d.do runs a function on the loop, which is both the
 // stall and the exact moment between reading the workloads and writing.

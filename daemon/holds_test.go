@@ -1,6 +1,6 @@
 package daemon
 
-// Issue 11, cases 5 and 10: holds of callers that leave the bus at once,
+// Holds of callers that leave the bus at once,
 // and the bound on the holds of one caller.
 
 import (
@@ -84,7 +84,7 @@ func runningHoldCalls() int {
 	return count
 }
 
-// TestHoldsOfCallersThatLeaveAtOnce (issue 11, case 5): 300 callers each
+// TestHoldsOfCallersThatLeaveAtOnce: 300 callers each
 // connect, send HoldPolicy("powersaving") (or HoldProfile("power-saver"))
 // and close their connection 0–400 µs later without waiting for the
 // reply. Every hold the daemon added must end: the daemon checks that the
@@ -211,7 +211,7 @@ func unchanged(t *testing.T, before, after []snapshot.Hold, addedBefore, addedAf
 	}
 }
 
-// TestHoldsBoundedPerCaller (issue 11, case 10): a caller may have
+// TestHoldsBoundedPerCaller: a caller may have
 // MaxHoldsPerCaller holds, made with HoldPolicy and HoldProfile together;
 // one more is refused with LimitsExceeded, publishes nothing and changes
 // nothing. Other callers are not affected, and a released hold makes room.
@@ -319,7 +319,7 @@ func TestHoldsBoundedPerCaller(t *testing.T) {
 	}
 }
 
-// TestHoldsBoundedInAll (issue 11, case 10): the daemon keeps MaxHolds
+// TestHoldsBoundedInAll: the daemon keeps MaxHolds
 // holds of all callers together; one more, from a caller with none, is
 // refused with LimitsExceeded and changes nothing, and a hold that ends
 // makes room.

@@ -64,7 +64,7 @@ func (d *Daemon) isSampling() bool {
 	return on
 }
 
-// TestDaemonIdleStopsSampling (issue 7): with every workload idle the
+// TestDaemonIdleStopsSampling: with every workload idle the
 // daemon stops sampling — no periodic timer — and starts again when its
 // tasks wait for a CPU, which the kernel's PSI trigger reports. Real cgroup
 // v1 cpusets, real /proc/pressure/cpu, real busy processes.

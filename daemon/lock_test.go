@@ -1,6 +1,6 @@
 package daemon
 
-// Issue 11, cases 4 and 7: one manager per managed parent cgroup, and lock
+// One manager per managed parent cgroup, and lock
 // files that cannot be turned against root.
 
 import (

@@ -338,7 +338,7 @@ func (p *placement) check(w *workload) bool {
 				// ours, so that restore writes the original back (in full
 				// once the CPUs are online) — also after the CPU came
 				// back, when the applied value less the offline CPUs no
-				// longer matches it (found by the fault model).
+				// longer matches it.
 				w.rec.Applied = cur.String()
 				p.dirty = true
 			}

@@ -8,12 +8,12 @@ import (
 	"testing"
 )
 
-// TestDaemonSavesWhatItWrote (found by the fault model, TestFaultModel):
-// after a write that no knob change follows (here a power change), state.json
-// says what the file holds now. It used to keep the value written before
-// as applied (and the new one as pending), so that a user's write of that
-// earlier value while no daemon ran was taken for the daemon's at the next
-// start and overwritten by the original at its stop.
+// TestDaemonSavesWhatItWrote: after a write that no knob change follows
+// (here a power change), state.json says what the file holds now, not the
+// value written before as applied and the new one as pending: a user's
+// write of that earlier value while no daemon ran would then be taken for
+// the daemon's at the next start and overwritten by the original at its
+// stop.
 func TestDaemonSavesWhatItWrote(t *testing.T) {
 	m := newMockLaptop(t)
 	m.start(t)

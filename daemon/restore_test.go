@@ -1,6 +1,6 @@
 package daemon
 
-// Regression tests of issue 11's numbered cases on real cgroup v1 cpusets:
+// Restore cases on real cgroup v1 cpusets:
 // a machine is never left worse than it was found.
 
 import (
@@ -80,7 +80,7 @@ func crashState(t *testing.T, state string, dirs []string) (putBack func()) {
 	}
 }
 
-// TestRestoreKeepsRecordsNoRunMatched (issue 11 case 1): after a crash of
+// TestRestoreKeepsRecordsNoRunMatched: after a crash of
 // a run that packed a=0 b=1 c=0-1, runs that cannot manage the parent
 // (--cgroup-root none) or manage another one keep its records as they
 // are; the next run on the parent restores every original and flag and
@@ -154,7 +154,7 @@ func TestRestoreKeepsRecordsNoRunMatched(t *testing.T) {
 	}
 }
 
-// TestRestoreHandEdit (issue 11 case 3): a cpuset changed by hand while
+// TestRestoreHandEdit: a cpuset changed by hand while
 // the daemon runs is the user's: the Workloads property shows it (override
 // "user"), the daemon writes it no more, and a stop leaves it as the user
 // set it while every other workload is restored. A value set just after
@@ -233,7 +233,7 @@ func hotplug(t *testing.T, d *Daemon, m mockLaptop, online string) {
 	d.do(context.Background(), func() error { d.onHotplug(); return nil })
 }
 
-// TestRestoreRealHotplug (issue 11 case 2, real CPU hotplug of CPU 1): (a) a
+// TestRestoreRealHotplug (real CPU hotplug of CPU 1): (a) a
 // daemon started with CPU 1 offline gives it to the parent and the
 // workloads once it is back; (b) a stop while CPU 1 is offline restores
 // originals in part and keeps them recorded, with the parent's; the next
@@ -291,7 +291,7 @@ func TestRestoreRealHotplug(t *testing.T) {
 	}
 }
 
-// TestAdoptRetriesChildNotReady (issue 11 case 11): a child whose
+// TestAdoptRetriesChildNotReady: a child whose
 // cpuset.cpus cannot be read yet (a directory tree where the files come
 // after mkdir) is not dropped: it is retried when its files appear, with
 // no other hint.

@@ -1,6 +1,6 @@
 package daemon
 
-// Issue 6 event storms and load: bounded work for a burst of attribute
+// Event storms and load: bounded work for a burst of attribute
 // writes, D-Bus calls from many clients while the policy changes, a
 // thousand workloads coming and going, and no goroutine left behind. The
 // default sizes keep `go test -race ./...` short; SCHEDPOLICYD_STORM=1

@@ -1,6 +1,6 @@
 package daemon
 
-// Issue 6 bad input on the tree: the daemon's real handler behind a real
+// Bad input on the tree: the daemon's real handler behind a real
 // FUSE mount, one write(2) per row, and what the writer sees.
 
 import (

@@ -13,7 +13,7 @@ import (
 
 // TestTreeWorkloadsFile: the tree's read-only workloads file lists every
 // managed workload with the CPUs its cpuset.cpus holds, one "NAME CPULIST"
-// line each (issue 13: without D-Bus there was no way to see them). On
+// line each (without D-Bus there is no other way to see them). On
 // both backends: as adopted under performance, packed on battery, a
 // workload with a space in its name (escaped as in mountinfo), and a write
 // refused without changing anything.

@@ -1,7 +1,7 @@
 package daemon
 
-// Regression tests of what a hostile trial of the issue 11 fixes found
-// (N1–N7 of its report), on real cgroup v1 cpusets.
+// Cases a hostile trial of the restore and lock rules brought up (N1–N7),
+// on real cgroup v1 cpusets.
 
 import (
 	"context"

@@ -527,8 +527,8 @@ func (u *unitPlacement) onEvent(msg unitMsg) bool {
 // reloaded ends a manager's reload (ReloadFinished; also one whose start
 // was not seen): one scan takes in the units as they are now, without
 // the flapping that following each unit's UnitRemoved and UnitNew would
-// cause (issue 27: every unit forgotten, then adopted one by one, each
-// plan over a partial set). After `daemon-reexec` it is what re-adopts
+// cause (every unit forgotten, then adopted one by one, each plan over a
+// partial set). After `daemon-reexec` it is what re-adopts
 // the units at all: systemd 252 sends UnitRemoved for every unit and no
 // UnitNew. It reports whether the workloads changed or a write was held.
 func (u *unitPlacement) reloaded(uid int) bool {

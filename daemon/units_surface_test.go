@@ -55,7 +55,7 @@ func placer(t *testing.T, u *unitPlacement, pol *policy.Policy) func() {
 	return func() { u.apply(*pol, topo, twoCPUs, true) }
 }
 
-// TestUnitsDaemonReloadHeld (issue 27): on `systemctl daemon-reload`
+// TestUnitsDaemonReloadHeld: on `systemctl daemon-reload`
 // systemd 252 drops every unit and loads it again (UnitRemoved for each,
 // then UnitNew for each) between Reloading(true) and Reloading(false).
 // Following each signal forgot every unit and adopted them one by one,
