@@ -130,49 +130,69 @@ type metricsInput struct {
 // and a later workload whose label would repeat an earlier one's is left
 // out, so the file always parses.
 func renderMetrics(in metricsInput) []byte {
-	var b bytes.Buffer
-	s := in.snap
-	family := func(name, typ, help string) {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
-	}
-	sample := func(name string, v float64, labels ...string) {
-		b.WriteString(name)
-		if len(labels) > 0 {
-			b.WriteByte('{')
-			for i := 0; i < len(labels); i += 2 {
-				if i > 0 {
-					b.WriteByte(',')
-				}
-				b.WriteString(labels[i] + `="` + escapeLabel(labels[i+1]) + `"`)
-			}
-			b.WriteByte('}')
-		}
-		b.WriteString(" " + formatValue(v) + "\n")
-	}
-	one := func(ok bool) float64 {
-		if ok {
-			return 1
-		}
-		return 0
-	}
+	var m metricsWriter
+	m.state(in.snap)
+	m.workloads(in.snap.Workloads)
+	m.counters(in.stats)
+	m.energy(in.snap, in.zones)
+	m.family("schedpolicyd_start_time_seconds", "gauge", "When the daemon started, in seconds since the Unix epoch.")
+	m.sample("schedpolicyd_start_time_seconds", float64(in.started.Unix()))
+	return m.b.Bytes()
+}
 
-	family("schedpolicyd_policy", "gauge", "The balance policy in force: 1 for it, 0 for the others.")
-	for _, p := range policy.AvailablePolicies {
-		sample("schedpolicyd_policy", one(s.Policy == p), "policy", string(p))
+// metricsWriter writes families and samples of the text exposition format.
+type metricsWriter struct{ b bytes.Buffer }
+
+func (m *metricsWriter) family(name, typ, help string) {
+	fmt.Fprintf(&m.b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+}
+
+// sample writes one sample; labels are name, value pairs.
+func (m *metricsWriter) sample(name string, v float64, labels ...string) {
+	m.b.WriteString(name)
+	if len(labels) > 0 {
+		m.b.WriteByte('{')
+		for i := 0; i < len(labels); i += 2 {
+			if i > 0 {
+				m.b.WriteByte(',')
+			}
+			m.b.WriteString(labels[i] + `="` + escapeLabel(labels[i+1]) + `"`)
+		}
+		m.b.WriteByte('}')
 	}
-	family("schedpolicyd_power_aware", "gauge", "The power_aware knob: 0 always performance, 1 automatic, 2 always power-aware.")
-	sample("schedpolicyd_power_aware", float64(s.Knob.PowerAware))
-	family("schedpolicyd_power_source", "gauge", "The power source: 1 for the one in force (ac, battery or unknown), 0 for the others.")
+	m.b.WriteString(" " + formatValue(v) + "\n")
+}
+
+func one(ok bool) float64 {
+	if ok {
+		return 1
+	}
+	return 0
+}
+
+// state: the policy, the knob, the power source and boost.
+func (m *metricsWriter) state(s *snapshot.Snapshot) {
+	m.family("schedpolicyd_policy", "gauge", "The balance policy in force: 1 for it, 0 for the others.")
+	for _, p := range policy.AvailablePolicies {
+		m.sample("schedpolicyd_policy", one(s.Policy == p), "policy", string(p))
+	}
+	m.family("schedpolicyd_power_aware", "gauge", "The power_aware knob: 0 always performance, 1 automatic, 2 always power-aware.")
+	m.sample("schedpolicyd_power_aware", float64(s.Knob.PowerAware))
+	m.family("schedpolicyd_power_source", "gauge", "The power source: 1 for the one in force (ac, battery or unknown), 0 for the others.")
 	for _, src := range []acpi.Source{acpi.AC, acpi.Battery, acpi.Unknown} {
-		sample("schedpolicyd_power_source", one(s.PowerSource == src), "power_source", string(src))
+		m.sample("schedpolicyd_power_source", one(s.PowerSource == src), "power_source", string(src))
 	}
 	if s.Boost == sysfs.BoostOn || s.Boost == sysfs.BoostOff {
-		family("schedpolicyd_boost", "gauge", "cpufreq boost: 1 on, 0 off (absent where the machine has no boost control).")
-		sample("schedpolicyd_boost", one(s.Boost == sysfs.BoostOn))
+		m.family("schedpolicyd_boost", "gauge", "cpufreq boost: 1 on, 0 off (absent where the machine has no boost control).")
+		m.sample("schedpolicyd_boost", one(s.Boost == sysfs.BoostOn))
 	}
+}
 
-	family("schedpolicyd_workloads", "gauge", "Managed workloads.")
-	sample("schedpolicyd_workloads", float64(len(s.Workloads)))
+// workloads: how many, and each one's CPUs and utilisation, labelled by a
+// name that parses and is not repeated.
+func (m *metricsWriter) workloads(all []snapshot.WorkloadStatus) {
+	m.family("schedpolicyd_workloads", "gauge", "Managed workloads.")
+	m.sample("schedpolicyd_workloads", float64(len(all)))
 	type wl struct {
 		label, cpus string
 		n           int
@@ -180,7 +200,7 @@ func renderMetrics(in metricsInput) []byte {
 	}
 	var ws []wl
 	seen := map[string]bool{}
-	for _, w := range s.Workloads {
+	for _, w := range all {
 		l := w.Name
 		if !utf8.ValidString(l) {
 			l = strconv.Quote(l)
@@ -195,51 +215,56 @@ func renderMetrics(in metricsInput) []byte {
 		}
 		ws = append(ws, wl{l, w.CPUs, n, w.Util})
 	}
-	if len(ws) > 0 {
-		family("schedpolicyd_workload_cpus", "gauge", "CPUs in the workload's cpuset.")
-		for _, w := range ws {
-			sample("schedpolicyd_workload_cpus", float64(w.n), "workload", w.label)
-		}
-		family("schedpolicyd_workload_cpuset_info", "gauge", "The workload's cpuset as a cpulist, in the cpus label (the value is 1).")
-		for _, w := range ws {
-			sample("schedpolicyd_workload_cpuset_info", 1, "workload", w.label, "cpus", w.cpus)
-		}
-		family("schedpolicyd_workload_utilisation_cpus", "gauge", "The workload's decayed CPU utilisation, in CPUs (1 = one CPU busy).")
-		for _, w := range ws {
-			sample("schedpolicyd_workload_utilisation_cpus", math.Round(w.util*1000)/1000, "workload", w.label)
-		}
+	if len(ws) == 0 {
+		return
 	}
+	m.family("schedpolicyd_workload_cpus", "gauge", "CPUs in the workload's cpuset.")
+	for _, w := range ws {
+		m.sample("schedpolicyd_workload_cpus", float64(w.n), "workload", w.label)
+	}
+	m.family("schedpolicyd_workload_cpuset_info", "gauge", "The workload's cpuset as a cpulist, in the cpus label (the value is 1).")
+	for _, w := range ws {
+		m.sample("schedpolicyd_workload_cpuset_info", 1, "workload", w.label, "cpus", w.cpus)
+	}
+	m.family("schedpolicyd_workload_utilisation_cpus", "gauge", "The workload's decayed CPU utilisation, in CPUs (1 = one CPU busy).")
+	for _, w := range ws {
+		m.sample("schedpolicyd_workload_utilisation_cpus", math.Round(w.util*1000)/1000, "workload", w.label)
+	}
+}
 
-	family("schedpolicyd_decisions_total", "counter", "Times the policy was derived and a plan made since the daemon started.")
-	sample("schedpolicyd_decisions_total", float64(in.stats.Decisions))
-	family("schedpolicyd_cpuset_writes_total", "counter", "cpuset.cpus writes that succeeded since the daemon started.")
-	sample("schedpolicyd_cpuset_writes_total", float64(in.stats.CPUSetWrites))
-	family("schedpolicyd_errors_total", "counter", "cpuset writes the kernel refused and failed tree remounts since the daemon started.")
-	sample("schedpolicyd_errors_total", float64(in.stats.Errors))
+// counters: decisions, writes and errors since the start.
+func (m *metricsWriter) counters(st Stats) {
+	m.family("schedpolicyd_decisions_total", "counter", "Times the policy was derived and a plan made since the daemon started.")
+	m.sample("schedpolicyd_decisions_total", float64(st.Decisions))
+	m.family("schedpolicyd_cpuset_writes_total", "counter", "cpuset.cpus writes that succeeded since the daemon started.")
+	m.sample("schedpolicyd_cpuset_writes_total", float64(st.CPUSetWrites))
+	m.family("schedpolicyd_errors_total", "counter", "cpuset writes the kernel refused and failed tree remounts since the daemon started.")
+	m.sample("schedpolicyd_errors_total", float64(st.Errors))
+}
 
-	family("schedpolicyd_energy_source", "gauge", "What measures energy: 1 for rapl (the packages), battery (the whole machine, on battery only) or none.")
+// energy: what measures it, the totals per policy and power source, and
+// the RAPL zones' counts.
+func (m *metricsWriter) energy(s *snapshot.Snapshot, zones []energy.Zone) {
+	m.family("schedpolicyd_energy_source", "gauge", "What measures energy: 1 for rapl (the packages), battery (the whole machine, on battery only) or none.")
 	for _, src := range []string{snapshot.EnergySourceRAPL, snapshot.EnergySourceBattery, snapshot.EnergySourceNone} {
-		sample("schedpolicyd_energy_source", one(s.EnergySourceName() == src), "energy_source", src)
+		m.sample("schedpolicyd_energy_source", one(s.EnergySourceName() == src), "energy_source", src)
 	}
 	if len(s.Energy) > 0 {
-		family("schedpolicyd_energy_joules_total", "counter", "Measured energy per policy and power source in force, in joules, across restarts; updated when a segment closes.")
+		m.family("schedpolicyd_energy_joules_total", "counter", "Measured energy per policy and power source in force, in joules, across restarts; updated when a segment closes.")
 		for _, e := range s.Energy {
-			sample("schedpolicyd_energy_joules_total", e.Joules, "policy", string(e.Policy), "power_source", string(e.PowerSource))
+			m.sample("schedpolicyd_energy_joules_total", e.Joules, "policy", string(e.Policy), "power_source", string(e.PowerSource))
 		}
-		family("schedpolicyd_energy_seconds_total", "counter", "The time the energy was measured over, per policy and power source, in seconds, across restarts.")
+		m.family("schedpolicyd_energy_seconds_total", "counter", "The time the energy was measured over, per policy and power source, in seconds, across restarts.")
 		for _, e := range s.Energy {
-			sample("schedpolicyd_energy_seconds_total", e.Seconds, "policy", string(e.Policy), "power_source", string(e.PowerSource))
+			m.sample("schedpolicyd_energy_seconds_total", e.Seconds, "policy", string(e.Policy), "power_source", string(e.PowerSource))
 		}
 	}
-	if len(in.zones) > 0 {
-		family("schedpolicyd_rapl_zone_joules_total", "counter", "Energy each RAPL zone counted since the daemon started, in joules, wraps corrected; read at the same moments as the totals.")
-		for _, z := range in.zones {
-			sample("schedpolicyd_rapl_zone_joules_total", z.Joules, "zone", z.Zone, "name", z.Name)
+	if len(zones) > 0 {
+		m.family("schedpolicyd_rapl_zone_joules_total", "counter", "Energy each RAPL zone counted since the daemon started, in joules, wraps corrected; read at the same moments as the totals.")
+		for _, z := range zones {
+			m.sample("schedpolicyd_rapl_zone_joules_total", z.Joules, "zone", z.Zone, "name", z.Name)
 		}
 	}
-	family("schedpolicyd_start_time_seconds", "gauge", "When the daemon started, in seconds since the Unix epoch.")
-	sample("schedpolicyd_start_time_seconds", float64(in.started.Unix()))
-	return b.Bytes()
 }
 
 // escapeLabel escapes a label value: backslash, double quote and line feed.
