@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -384,4 +386,38 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
+}
+
+// planSVG writes the picture of the plan to file ("-": standard output,
+// which then carries nothing else: done). A file is written whole or not
+// at all (a temporary file renamed over it).
+func planSVG(file string, descs []policy.CPUDesc, r planReport, loads []policy.Load, plan policy.Plan, stdout, stderr io.Writer) (code int, done bool) {
+	if file == "-" {
+		if err := writePlanSVG(stdout, descs, r, loads, plan); err != nil {
+			fmt.Fprintf(stderr, "schedpolicyd plan: --svg: %v\n", err)
+			return 1, true
+		}
+		return 0, true
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*")
+	if err == nil {
+		err = writePlanSVG(tmp, descs, r, loads, plan)
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Chmod(tmp.Name(), 0o644)
+		}
+		if err == nil {
+			err = os.Rename(tmp.Name(), file)
+		}
+		if err != nil {
+			os.Remove(tmp.Name())
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "schedpolicyd plan: --svg %s: %v\n", file, err)
+		return 1, true
+	}
+	return 0, false
 }
