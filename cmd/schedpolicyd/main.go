@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -92,6 +93,17 @@ func parseFlags(fl *flag.FlagSet, name string, args []string, stdout, stderr io.
 		return 2, false
 	}
 	return 0, true
+}
+
+// writeJSON prints v as indented JSON, as --json does, and returns the
+// exit status: 1 when it cannot be written, else 0.
+func writeJSON(w io.Writer, v any) int {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return 1
+	}
+	return 0
 }
 
 // wantsHelp reports whether args ask for help; help goes to stdout and

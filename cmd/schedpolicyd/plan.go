@@ -126,7 +126,7 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if o.json {
-		return writePlanJSON(stdout, r)
+		return writeJSON(stdout, r)
 	}
 	writePlanText(stdout, r, in, plan)
 	return 0

@@ -3,7 +3,6 @@ package main
 // What `schedpolicyd plan` prints: the report as JSON (--json) or as text.
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -12,17 +11,6 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
-
-// writePlanJSON prints r as indented JSON and returns the exit status: 1
-// when it cannot be written, else 0.
-func writePlanJSON(w io.Writer, r planReport) int {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(r); err != nil {
-		return 1
-	}
-	return 0
-}
 
 // writePlanText prints r, the report of plan for in, as text: the machine
 // and policy, a table of the workloads, then the active CPUs, the
