@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -92,6 +93,17 @@ func parseFlags(fl *flag.FlagSet, name string, args []string, stdout, stderr io.
 		return 2, false
 	}
 	return 0, true
+}
+
+// writeJSON prints v as indented JSON, as --json does, and returns the
+// exit status: 1 when it cannot be written, else 0.
+func writeJSON(w io.Writer, v any) int {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return 1
+	}
+	return 0
 }
 
 // wantsHelp reports whether args ask for help; help goes to stdout and
@@ -190,14 +202,65 @@ func defaultCgroupRoot() string {
 	return "/sys/fs/cgroup/schedpolicyd"
 }
 
+// daemonMain runs the daemon: it parses the flags, applies the
+// configuration file under them and runs until SIGINT or SIGTERM (see
+// serveDaemon). It returns the exit status: 0 after a clean stop, 1 when
+// the daemon fails, 2 on a usage error (a bad flag or configuration file,
+// or a configuration daemon.New refuses).
 func daemonMain(args []string, stdout, stderr io.Writer) int {
+	cfg, o, code, ok := parseDaemonFlags(args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	flagCfg := cfg // as the command line left it; reloads start from here
+	fc, err := loadConfig(o.configPath, o.set["config"])
+	if err != nil {
+		fmt.Fprintf(stderr, "schedpolicyd: %v\n", err)
+		return 2
+	}
+	fc.apply(&cfg, o.set)
+	if err := validate(cfg); err != nil {
+		fmt.Fprintf(stderr, "schedpolicyd: %v\n", err)
+		return 2
+	}
+	log := daemonLogger(stderr)
+	lvl, err := logrus.ParseLevel(fc.LogLevelName(o.logLevel, o.set))
+	if err != nil {
+		fmt.Fprintf(stderr, "schedpolicyd: --log-level: %v\n", err)
+		return 2
+	}
+	log.SetLevel(lvl)
+	// A log line written to a closed pipe (`schedpolicyd | tee log`, then
+	// Ctrl-C, which ends tee first) must fail with EPIPE, not end the
+	// daemon with SIGPIPE in the middle of its restore: Go's runtime
+	// raises SIGPIPE for a write to a broken pipe on fd 1 or 2 unless the
+	// signal is ignored or handled (os/signal).
+	signal.Ignore(syscall.SIGPIPE)
+	resolveCgroupRoot(&cfg)
+	placementWhy := resolvePlacement(&cfg)
+	cfg.Log = log
+	return serveDaemon(cfg, placementWhy, log, o, flagCfg)
+}
+
+// daemonOptions are the daemon's flags that are no daemon.Config field.
+type daemonOptions struct {
+	configPath string          // --config
+	logLevel   string          // --log-level, before the file's log_level
+	set        map[string]bool // the flags given on the command line, by name
+}
+
+// parseDaemonFlags parses the daemon's command line into a daemon.Config,
+// whose words (--tree-backend, --events, --boost-on-battery, --upower)
+// validate checks, and the other options. ok is false when the caller
+// should return code at once: 0 after --help, 2 on a usage error
+// (parseFlags).
+func parseDaemonFlags(args []string, stdout, stderr io.Writer) (cfg daemon.Config, o daemonOptions, code int, ok bool) {
 	fl := flag.NewFlagSet("schedpolicyd", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	fl.Usage = func() {
 		fmt.Fprint(fl.Output(), usage)
 		fl.PrintDefaults()
 	}
-	var cfg daemon.Config
 	fl.StringVar(&cfg.SysfsRoot, "sysfs-root", sysfs.DefaultRoot, "sysfs root to read power_supply, CPU topology and boost from (a mock tree for tests)")
 	fl.StringVar(&cfg.CgroupRoot, "cgroup-root", "auto", "managed parent cgroup; each direct child is a workload (auto: /sys/fs/cgroup/cpuset/schedpolicyd on cgroup v1, /sys/fs/cgroup/schedpolicyd on v2; none: no placement)")
 	fl.StringVar(&cfg.Placement, "placement", "auto", "how workloads are placed: systemd (units of the --manage slices, through systemd's D-Bus API), cgroupfs (the children of --cgroup-root, by writing cpuset.cpus) or auto (systemd where systemd is PID 1 and /sys/fs/cgroup is cgroup v2, else cgroupfs)")
@@ -233,10 +296,10 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 	taskClock := fl.Bool("task-clock", true, "wake when a packed workload turns busy from perf software counters of its CPU time (perf_event_open; false: CPU pressure and sampling only)")
 	cfg.PowerProfilesAPI = DefaultPowerProfilesAPI
 	fl.Var((*ppFlag)(&cfg.PowerProfilesAPI), "power-profiles-api", "the power-profiles D-Bus API (net.hadess.PowerProfiles, org.freedesktop.UPower.PowerProfiles) used by GNOME, KDE and powerprofilesctl, given as --power-profiles-api=VALUE (alone: true): auto (follow the power-profiles daemon that owns it, serve it while none does), true (always serve it) or false (neither)")
-	configPath := fl.String("config", DefaultConfigPath, "TOML configuration file, see schedpolicyd.conf(5); flags given here override it")
-	logLevel := fl.String("log-level", "info", "log level: debug, info, warning, error")
-	if code, ok := parseFlags(fl, "schedpolicyd", args, stdout, stderr); !ok {
-		return code
+	fl.StringVar(&o.configPath, "config", DefaultConfigPath, "TOML configuration file, see schedpolicyd.conf(5); flags given here override it")
+	fl.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warning, error")
+	if code, ok = parseFlags(fl, "schedpolicyd", args, stdout, stderr); !ok {
+		return cfg, o, code, false
 	}
 	// The words are checked by validate, with the messages daemon.New
 	// gives.
@@ -244,45 +307,25 @@ func daemonMain(args []string, stdout, stderr io.Writer) int {
 	cfg.BoostOnBattery, cfg.UPower = daemon.BoostMode(*boostOnBattery), acpi.UPowerMode(*upower)
 	cfg.NoTaskClock = !*taskClock
 	cfg.TreeNoPollHack = true // this process never reads its own tree
-	set := map[string]bool{}
-	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	flagCfg := cfg // as the command line left it; reloads start from here
-	fc, err := loadConfig(*configPath, set["config"])
-	if err != nil {
-		fmt.Fprintf(stderr, "schedpolicyd: %v\n", err)
-		return 2
-	}
-	fc.apply(&cfg, set)
-	if err := validate(cfg); err != nil {
-		fmt.Fprintf(stderr, "schedpolicyd: %v\n", err)
-		return 2
-	}
-	*logLevel = fc.LogLevelName(*logLevel, set)
-	log := daemonLogger(stderr)
-	lvl, err := logrus.ParseLevel(*logLevel)
-	if err != nil {
-		fmt.Fprintf(stderr, "schedpolicyd: --log-level: %v\n", err)
-		return 2
-	}
-	log.SetLevel(lvl)
-	// A log line written to a closed pipe (`schedpolicyd | tee log`, then
-	// Ctrl-C, which ends tee first) must fail with EPIPE, not end the
-	// daemon with SIGPIPE in the middle of its restore: Go's runtime
-	// raises SIGPIPE for a write to a broken pipe on fd 1 or 2 unless the
-	// signal is ignored or handled (os/signal).
-	signal.Ignore(syscall.SIGPIPE)
-	resolveCgroupRoot(&cfg)
-	placementWhy := resolvePlacement(&cfg)
-	cfg.Log = log
+	o.set = map[string]bool{}
+	fl.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
+	return cfg, o, 0, true
+}
+
+// serveDaemon runs the daemon with cfg until SIGINT or SIGTERM. SIGHUP
+// (systemctl reload) re-reads the configuration file o.configPath on top
+// of flagCfg, the command line's configuration; a bad file keeps the
+// running configuration, and one that changes what only a start reads
+// starts the daemon again in this process. It returns the exit status:
+// 0, 1 when the daemon fails, 2 when daemon.New refuses cfg.
+func serveDaemon(cfg daemon.Config, placementWhy string, log *logrus.Logger, o daemonOptions, flagCfg daemon.Config) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	// SIGHUP (systemctl reload) re-reads the configuration file; a bad
-	// file keeps the running configuration.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	for {
-		next, err := runDaemon(ctx, cfg, placementWhy, log, hup, *configPath, set, flagCfg)
+		next, err := runDaemon(ctx, cfg, placementWhy, log, hup, o.configPath, o.set, flagCfg)
 		if err == errNewFailed {
 			return 2
 		}

@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -152,45 +154,33 @@ func svgMachine(descs []policy.CPUDesc) []svgPkg {
 }
 
 // writePlanSVG draws the plan r (made for loads on the machine descs, with
-// plan's cpusets) as an SVG document.
+// plan's cpusets) as an SVG document: a title, a line of the loads and
+// the estimate, the machine's boxes and a legend. The same plan always
+// gives the same bytes. Errors are w's.
 func writePlanSVG(w io.Writer, descs []policy.CPUDesc, r planReport, loads []policy.Load, plan policy.Plan) error {
 	pkgs := svgMachine(descs)
-	active := map[int]bool{}
-	for _, c := range plan.Active {
-		active[c] = true
-	}
-	holds := make([]map[int]bool, len(loads))
-	for i, l := range loads {
-		holds[i] = map[int]bool{}
-		for _, c := range plan.CPUs[l.Name] {
-			holds[i][c] = true
-		}
-	}
-	anyActive := func(cpus []int) bool { return slices.ContainsFunc(cpus, func(c int) bool { return active[c] }) }
-	// On a machine of more than one class, each CPU's class (an index
-	// into r.CPUClasses); nil otherwise, and nothing of it is drawn.
-	var classOf map[int]int
-	if len(r.CPUClasses) > 1 {
-		classOf = map[int]int{}
-		for _, d := range descs {
-			if d.Class < len(r.CPUClasses) {
-				classOf[d.ID] = d.Class
-			}
-		}
-	}
-	state := func(on bool) string {
-		if on {
-			return "active"
-		}
-		return "idle"
-	}
-	fill := func(level string, on bool) string {
-		if on {
-			return svgActiveFill[level]
-		}
-		return svgIdleFill[level]
-	}
+	d := newSVGDrawing(descs, pkgs, r, loads, plan)
+	title, sub := svgHeadings(r, loads)
+	body, bodyW, bodyBottom := d.machine(pkgs)
+	legend, legendW, y := d.legend(bodyBottom + 2*svgGap)
+	width := math.Ceil(2*svgMargin + math.Max(bodyW, math.Max(legendW, svgCharW*1.1*float64(max(len(title), len(sub))))))
+	height := math.Ceil(y + svgMargin)
+	return encodeSVG(w, svgDocument(width, height, title, sub, body, legend))
+}
 
+// svgHeadH is the height of the title and the line below it, in px.
+const svgHeadH = 2*svgLineH + 8
+
+// svgGeometry are the sizes of the boxes, in px: every box of a level
+// has the same size, so the machine's parts line up.
+type svgGeometry struct {
+	threadW, coreW, coreH float64
+	cellW, cellH          float64 // the room of each package: the biggest package's box
+}
+
+// newSVGGeometry sizes the boxes for the machine descs grouped as pkgs: a
+// thread fits its label "cpuN", a core its threads side by side.
+func newSVGGeometry(descs []policy.CPUDesc, pkgs []svgPkg) svgGeometry {
 	maxID := 0
 	maxThreads := 1
 	for _, d := range descs {
@@ -203,37 +193,104 @@ func writePlanSVG(w io.Writer, descs []policy.CPUDesc, r planReport, loads []pol
 			}
 		}
 	}
-	threadW := math.Max(40, svgCharW*float64(len("cpu"+strconv.Itoa(maxID)))+10)
-	coreW := 2*svgPad + float64(maxThreads)*threadW + float64(maxThreads-1)*svgGap
-	coreH := svgPad + svgLabelH + svgThreadH + svgPad
-
-	// Sizes of LLCs and packages.
-	llcSize := func(l svgLLC) (float64, float64) {
-		cols := min(len(l.cores), svgCoreCols)
-		rows := (len(l.cores) + svgCoreCols - 1) / svgCoreCols
-		return 2*svgPad + float64(cols)*coreW + float64(cols-1)*svgGap,
-			svgPad + svgLabelH + float64(rows)*coreH + float64(rows-1)*svgGap + svgPad
+	g := svgGeometry{threadW: math.Max(40, svgCharW*float64(len("cpu"+strconv.Itoa(maxID)))+10)}
+	g.coreW = 2*svgPad + float64(maxThreads)*g.threadW + float64(maxThreads-1)*svgGap
+	g.coreH = svgPad + svgLabelH + svgThreadH + svgPad
+	for _, p := range pkgs {
+		pw, ph := g.pkgSize(p)
+		g.cellW, g.cellH = math.Max(g.cellW, pw), math.Max(g.cellH, ph)
 	}
-	pkgSize := func(p svgPkg) (float64, float64) {
-		w, h := 0.0, svgPad+svgLabelH
-		for i, l := range p.llcs {
-			lw, lh := llcSize(l)
-			w = math.Max(w, lw)
-			h += lh
-			if i > 0 {
-				h += svgGap
+	return g
+}
+
+// llcSize is the width and height of an LLC's box: its cores, up to
+// svgCoreCols to a row, under its label.
+func (g svgGeometry) llcSize(l svgLLC) (float64, float64) {
+	cols := min(len(l.cores), svgCoreCols)
+	rows := (len(l.cores) + svgCoreCols - 1) / svgCoreCols
+	return 2*svgPad + float64(cols)*g.coreW + float64(cols-1)*svgGap,
+		svgPad + svgLabelH + float64(rows)*g.coreH + float64(rows-1)*svgGap + svgPad
+}
+
+// pkgSize is the width and height of a package's box: its LLCs one
+// below the other, under its label.
+func (g svgGeometry) pkgSize(p svgPkg) (float64, float64) {
+	w, h := 0.0, svgPad+svgLabelH
+	for i, l := range p.llcs {
+		lw, lh := g.llcSize(l)
+		w = math.Max(w, lw)
+		h += lh
+		if i > 0 {
+			h += svgGap
+		}
+	}
+	return w + 2*svgPad, h + svgPad
+}
+
+// svgDrawing is a plan being drawn: the boxes' sizes and what each CPU
+// shows.
+type svgDrawing struct {
+	svgGeometry
+	r      planReport
+	loads  []policy.Load
+	active map[int]bool   // the plan's active CPUs
+	holds  []map[int]bool // by load, in --load order: the CPUs of its cpuset
+	// classOf is each CPU's class (an index into r.CPUClasses) on a
+	// machine of more than one class; nil otherwise, and nothing of it
+	// is drawn.
+	classOf map[int]int
+}
+
+// newSVGDrawing prepares the drawing of plan, whose report is r, for loads
+// on the machine descs grouped as pkgs.
+func newSVGDrawing(descs []policy.CPUDesc, pkgs []svgPkg, r planReport, loads []policy.Load, plan policy.Plan) *svgDrawing {
+	d := &svgDrawing{svgGeometry: newSVGGeometry(descs, pkgs), r: r, loads: loads, active: map[int]bool{}}
+	for _, c := range plan.Active {
+		d.active[c] = true
+	}
+	d.holds = make([]map[int]bool, len(loads))
+	for i, l := range loads {
+		d.holds[i] = map[int]bool{}
+		for _, c := range plan.CPUs[l.Name] {
+			d.holds[i][c] = true
+		}
+	}
+	if len(r.CPUClasses) > 1 {
+		d.classOf = map[int]int{}
+		for _, c := range descs {
+			if c.Class < len(r.CPUClasses) {
+				d.classOf[c.ID] = c.Class
 			}
 		}
-		return w + 2*svgPad, h + svgPad
 	}
-	cellW, cellH := 0.0, 0.0
-	for _, p := range pkgs {
-		pw, ph := pkgSize(p)
-		cellW, cellH = math.Max(cellW, pw), math.Max(cellH, ph)
-	}
+	return d
+}
 
-	// Header.
-	title := fmt.Sprintf("schedpolicyd plan: %s, policy %s", r.Topology, r.Policy)
+// anyActive reports whether any of cpus is active.
+func (d *svgDrawing) anyActive(cpus []int) bool {
+	return slices.ContainsFunc(cpus, func(c int) bool { return d.active[c] })
+}
+
+// svgState is the class word of an active or idle part.
+func svgState(on bool) string {
+	if on {
+		return "active"
+	}
+	return "idle"
+}
+
+// svgFill is the shading of an active or idle part of level.
+func svgFill(level string, on bool) string {
+	if on {
+		return svgActiveFill[level]
+	}
+	return svgIdleFill[level]
+}
+
+// svgHeadings are the picture's title (the machine and the policy) and
+// the line below it (the loads, the active parts and the model's watts).
+func svgHeadings(r planReport, loads []policy.Load) (title, sub string) {
+	title = fmt.Sprintf("schedpolicyd plan: %s, policy %s", r.Topology, r.Policy)
 	if r.Policy != r.Requested {
 		title += fmt.Sprintf(" (requested %s; %s)", r.Requested, raceWhy(r))
 	}
@@ -245,106 +302,140 @@ func writePlanSVG(w io.Writer, descs []policy.CPUDesc, r planReport, loads []pol
 	if !r.ModelDescribes {
 		watts = fmt.Sprintf("model %.1f W (ranks the policies only: not fitted on this machine's shape)", r.Watts)
 	}
-	sub := fmt.Sprintf("loads %s; active %s, %s, %s (%s); %s", strings.Join(loadText, " "),
+	sub = fmt.Sprintf("loads %s; active %s, %s, %s (%s); %s", strings.Join(loadText, " "),
 		count(r.Active.Packages, "package"), count(r.Active.Cores, "core"), count(r.Active.Threads, "thread"), orNone(r.Active.CPUs), watts)
-	headH := 2*svgLineH + 8
+	return title, sub
+}
 
-	body := elem("g", "id", "machine")
-	cols := min(len(pkgs), svgPkgCols)
+// machine draws the packages, svgPkgCols to a row below the headings,
+// and returns them with the width and the bottom of their rows.
+func (d *svgDrawing) machine(pkgs []svgPkg) (body *svgElem, width, bottom float64) {
+	body = elem("g", "id", "machine")
 	for pi, p := range pkgs {
-		px := svgMargin + float64(pi%svgPkgCols)*(cellW+2*svgGap)
-		py := svgMargin + headH + float64(pi/svgPkgCols)*(cellH+2*svgGap)
-		pw, ph := pkgSize(p)
-		on := anyActive(p.cpus)
-		g := elem("g", "class", "package "+state(on), "data-package", strconv.Itoa(p.id))
-		g.add(rect(px, py, pw, ph, "rx", "6", "fill", fill("package", on), "stroke", "#666"),
-			text(px+svgPad, py+svgLabelH, fmt.Sprintf("package %d · cpus %s", pi, sysfs.NewCPUSet(p.cpus...)), "class", "label"))
-		ly := py + svgPad + svgLabelH
-		for li, l := range p.llcs {
-			lw, lh := llcSize(l)
-			lon := anyActive(l.cpus)
-			lg := elem("g", "class", "llc "+state(lon), "data-llc", strconv.Itoa(l.id))
-			lx := px + svgPad
-			lg.add(rect(lx, ly, lw, lh, "rx", "4", "fill", fill("llc", lon), "stroke", "#888"),
-				text(lx+svgPad, ly+svgLabelH-2, fmt.Sprintf("LLC %d · cpus %s", li, sysfs.NewCPUSet(l.cpus...)), "class", "label"))
-			for ci, c := range l.cores {
-				cx := lx + svgPad + float64(ci%svgCoreCols)*(coreW+svgGap)
-				cy := ly + svgPad + svgLabelH + float64(ci/svgCoreCols)*(coreH+svgGap)
-				con := anyActive(c.threads)
-				cg := elem("g", "class", "core "+state(con), "data-core", strconv.Itoa(c.id))
-				if classOf == nil {
-					cg.add(rect(cx, cy, coreW, coreH, "rx", "3", "fill", fill("core", con), "stroke", "#999"),
-						text(cx+svgPad, cy+svgLabelH-3, fmt.Sprintf("core %d", c.id), "class", "small"))
-				} else {
-					k := classOf[c.threads[0]]
-					name := r.CPUClasses[k].Name
-					cg.Attrs = append(cg.Attrs, xml.Attr{Name: xml.Name{Local: "data-class"}, Value: name})
-					cg.add(rect(cx, cy, coreW, coreH, "rx", "3", "fill", fill("core", con), "stroke", svgClassColor(k, len(r.CPUClasses)), "stroke-width", "2.5"),
-						text(cx+svgPad, cy+svgLabelH-3, fmt.Sprintf("core %d · %s", c.id, name), "class", "small"))
-				}
-				for ti, id := range c.threads {
-					tx := cx + svgPad + float64(ti)*(threadW+svgGap)
-					ty := cy + svgPad + svgLabelH
-					ton := active[id]
-					tg := elem("g", "class", "cpu "+state(ton), "data-cpu", strconv.Itoa(id))
-					tg.add(rect(tx, ty, threadW, svgThreadH, "fill", fill("cpu", ton), "stroke", "#555"),
-						text(tx+threadW/2, ty+15, "cpu"+strconv.Itoa(id), "class", "cpu-label"))
-					slot := (threadW - 6) / float64(max(len(loads), 1))
-					for wi, l := range loads {
-						if !holds[wi][id] {
-							continue
-						}
-						tg.add(rect(tx+3+float64(wi)*slot, ty+svgThreadH-svgMarkH-3, slot, svgMarkH,
-							"class", "mark", "data-workload", l.Name, "data-cpu", strconv.Itoa(id), "fill", svgColors[wi%len(svgColors)]))
-					}
-					cg.add(tg)
-				}
-				lg.add(cg)
-			}
-			g.add(lg)
-			ly += lh + svgGap
-		}
-		body.add(g)
+		px := svgMargin + float64(pi%svgPkgCols)*(d.cellW+2*svgGap)
+		py := svgMargin + svgHeadH + float64(pi/svgPkgCols)*(d.cellH+2*svgGap)
+		body.add(d.pkg(pi, p, px, py))
 	}
+	cols := min(len(pkgs), svgPkgCols)
 	rows := (len(pkgs) + svgPkgCols - 1) / svgPkgCols
-	bodyW := float64(cols)*cellW + float64(cols-1)*2*svgGap
-	bodyBottom := svgMargin + headH + float64(rows)*cellH + float64(rows-1)*2*svgGap
+	width = float64(cols)*d.cellW + float64(cols-1)*2*svgGap
+	bottom = svgMargin + svgHeadH + float64(rows)*d.cellH + float64(rows-1)*2*svgGap
+	return body, width, bottom
+}
 
-	// Legend: shading, then one row per workload.
-	legend := elem("g", "id", "legend")
-	y := bodyBottom + 2*svgGap
+// pkg draws package number pi, p, at (px, py) with its LLCs.
+func (d *svgDrawing) pkg(pi int, p svgPkg, px, py float64) *svgElem {
+	pw, ph := d.pkgSize(p)
+	on := d.anyActive(p.cpus)
+	g := elem("g", "class", "package "+svgState(on), "data-package", strconv.Itoa(p.id))
+	g.add(rect(px, py, pw, ph, "rx", "6", "fill", svgFill("package", on), "stroke", "#666"),
+		text(px+svgPad, py+svgLabelH, fmt.Sprintf("package %d · cpus %s", pi, sysfs.NewCPUSet(p.cpus...)), "class", "label"))
+	ly := py + svgPad + svgLabelH
+	for li, l := range p.llcs {
+		lg, lh := d.llc(li, l, px+svgPad, ly)
+		g.add(lg)
+		ly += lh + svgGap
+	}
+	return g
+}
+
+// llc draws the package's LLC number li, l, at (lx, ly) with its cores,
+// and returns it with its height.
+func (d *svgDrawing) llc(li int, l svgLLC, lx, ly float64) (*svgElem, float64) {
+	lw, lh := d.llcSize(l)
+	on := d.anyActive(l.cpus)
+	lg := elem("g", "class", "llc "+svgState(on), "data-llc", strconv.Itoa(l.id))
+	lg.add(rect(lx, ly, lw, lh, "rx", "4", "fill", svgFill("llc", on), "stroke", "#888"),
+		text(lx+svgPad, ly+svgLabelH-2, fmt.Sprintf("LLC %d · cpus %s", li, sysfs.NewCPUSet(l.cpus...)), "class", "label"))
+	for ci, c := range l.cores {
+		cx := lx + svgPad + float64(ci%svgCoreCols)*(d.coreW+svgGap)
+		cy := ly + svgPad + svgLabelH + float64(ci/svgCoreCols)*(d.coreH+svgGap)
+		lg.add(d.core(c, cx, cy))
+	}
+	return lg, lh
+}
+
+// core draws core c at (cx, cy) with its threads side by side; on a
+// machine of more than one class its border has its class's colour.
+func (d *svgDrawing) core(c svgCore, cx, cy float64) *svgElem {
+	on := d.anyActive(c.threads)
+	cg := elem("g", "class", "core "+svgState(on), "data-core", strconv.Itoa(c.id))
+	if d.classOf == nil {
+		cg.add(rect(cx, cy, d.coreW, d.coreH, "rx", "3", "fill", svgFill("core", on), "stroke", "#999"),
+			text(cx+svgPad, cy+svgLabelH-3, fmt.Sprintf("core %d", c.id), "class", "small"))
+	} else {
+		k := d.classOf[c.threads[0]]
+		name := d.r.CPUClasses[k].Name
+		cg.Attrs = append(cg.Attrs, xml.Attr{Name: xml.Name{Local: "data-class"}, Value: name})
+		cg.add(rect(cx, cy, d.coreW, d.coreH, "rx", "3", "fill", svgFill("core", on), "stroke", svgClassColor(k, len(d.r.CPUClasses)), "stroke-width", "2.5"),
+			text(cx+svgPad, cy+svgLabelH-3, fmt.Sprintf("core %d · %s", c.id, name), "class", "small"))
+	}
+	for ti, id := range c.threads {
+		tx := cx + svgPad + float64(ti)*(d.threadW+svgGap)
+		ty := cy + svgPad + svgLabelH
+		cg.add(d.thread(id, tx, ty))
+	}
+	return cg
+}
+
+// thread draws CPU id at (tx, ty), with a mark in the strip at its foot
+// for each workload whose cpuset holds it (a slot per workload).
+func (d *svgDrawing) thread(id int, tx, ty float64) *svgElem {
+	on := d.active[id]
+	tg := elem("g", "class", "cpu "+svgState(on), "data-cpu", strconv.Itoa(id))
+	tg.add(rect(tx, ty, d.threadW, svgThreadH, "fill", svgFill("cpu", on), "stroke", "#555"),
+		text(tx+d.threadW/2, ty+15, "cpu"+strconv.Itoa(id), "class", "cpu-label"))
+	slot := (d.threadW - 6) / float64(max(len(d.loads), 1))
+	for wi, l := range d.loads {
+		if !d.holds[wi][id] {
+			continue
+		}
+		tg.add(rect(tx+3+float64(wi)*slot, ty+svgThreadH-svgMarkH-3, slot, svgMarkH,
+			"class", "mark", "data-workload", l.Name, "data-cpu", strconv.Itoa(id), "fill", svgColors[wi%len(svgColors)]))
+	}
+	return tg
+}
+
+// legend draws the legend from y down: the shading, then a row per
+// efficiency class on a machine of more than one, then a row per
+// workload. It returns it with its width and the y below it.
+func (d *svgDrawing) legend(y float64) (legend *svgElem, width, bottom float64) {
+	legend = elem("g", "id", "legend")
 	legend.add(rect(svgMargin, y, 12, 12, "fill", svgActiveFill["cpu"], "stroke", "#555"),
 		text(svgMargin+18, y+10, "active: in some workload's cpuset", "class", "small"),
 		rect(svgMargin+230, y, 12, 12, "fill", svgIdleFill["cpu"], "stroke", "#555"),
 		text(svgMargin+248, y+10, "idle: in none (may sleep)", "class", "small"))
-	legendW := 248 + svgCharW*float64(len("idle: in none (may sleep)"))
+	width = 248 + svgCharW*float64(len("idle: in none (may sleep)"))
 	y += svgLineH
-	for k, c := range r.CPUClasses {
-		if classOf == nil {
+	for k, c := range d.r.CPUClasses {
+		if d.classOf == nil {
 			break
 		}
 		line := fmt.Sprintf("class %s: cpus %s, capacity %d, energy per unit of work %.2f (estimate)", c.Name, c.CPUs, c.Capacity, c.Cost)
 		legend.add(elem("g", "class", "cpu-class", "data-class", c.Name).add(
-			rect(svgMargin, y, 12, 12, "fill", "#ffffff", "stroke", svgClassColor(k, len(r.CPUClasses)), "stroke-width", "2.5"),
+			rect(svgMargin, y, 12, 12, "fill", "#ffffff", "stroke", svgClassColor(k, len(d.r.CPUClasses)), "stroke-width", "2.5"),
 			text(svgMargin+18, y+10, line, "class", "small")))
-		legendW = math.Max(legendW, 18+svgCharW*float64(len(line)))
+		width = math.Max(width, 18+svgCharW*float64(len(line)))
 		y += svgLineH
 	}
-	for i, l := range loads {
+	for i, l := range d.loads {
 		unit := "CPUs"
 		if l.Util == 1 {
 			unit = "CPU"
 		}
-		line := fmt.Sprintf("%s: cpus %s (util %s %s, %s)", l.Name, orNone(r.Workloads[l.Name]), num(l.Util), unit, count(l.Threads, "thread"))
+		line := fmt.Sprintf("%s: cpus %s (util %s %s, %s)", l.Name, orNone(d.r.Workloads[l.Name]), num(l.Util), unit, count(l.Threads, "thread"))
 		legend.add(elem("g", "class", "workload", "data-workload", l.Name).add(
 			rect(svgMargin, y, 12, 12, "fill", svgColors[i%len(svgColors)]),
 			text(svgMargin+18, y+10, line, "class", "small")))
-		legendW = math.Max(legendW, 18+svgCharW*float64(len(line)))
+		width = math.Max(width, 18+svgCharW*float64(len(line)))
 		y += svgLineH
 	}
+	return legend, width, y
+}
 
-	width := math.Ceil(2*svgMargin + math.Max(bodyW, math.Max(legendW, svgCharW*1.1*float64(max(len(title), len(sub))))))
-	height := math.Ceil(y + svgMargin)
+// svgDocument is the <svg> root of a picture width × height px: its
+// <title>, the style, a white background, the headings, body and legend.
+func svgDocument(width, height float64, title, sub string, body, legend *svgElem) *svgElem {
 	root := elem("svg", "xmlns", "http://www.w3.org/2000/svg", "version", "1.1",
 		"width", num(width), "height", num(height), "viewBox", fmt.Sprintf("0 0 %s %s", num(width), num(height)))
 	style := elem("style")
@@ -354,11 +445,16 @@ func writePlanSVG(w io.Writer, descs []policy.CPUDesc, r planReport, loads []pol
 		".idle .cpu-label{fill:#777}"
 	titleEl := elem("title")
 	titleEl.Text = title
-	root.add(titleEl, style,
+	return root.add(titleEl, style,
 		rect(0, 0, width, height, "fill", "#ffffff"),
 		text(svgMargin, svgMargin+12, title, "class", "title"),
 		text(svgMargin, svgMargin+12+svgLineH, sub, "class", "sub"),
 		body, legend)
+}
+
+// encodeSVG writes root as an XML document, indented, ending in a
+// newline.
+func encodeSVG(w io.Writer, root *svgElem) error {
 	if _, err := io.WriteString(w, xml.Header); err != nil {
 		return err
 	}
@@ -384,4 +480,38 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
+}
+
+// planSVG writes the picture of the plan to file ("-": standard output,
+// which then carries nothing else: done). A file is written whole or not
+// at all (a temporary file renamed over it).
+func planSVG(file string, descs []policy.CPUDesc, r planReport, loads []policy.Load, plan policy.Plan, stdout, stderr io.Writer) (code int, done bool) {
+	if file == "-" {
+		if err := writePlanSVG(stdout, descs, r, loads, plan); err != nil {
+			fmt.Fprintf(stderr, "schedpolicyd plan: --svg: %v\n", err)
+			return 1, true
+		}
+		return 0, true
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*")
+	if err == nil {
+		err = writePlanSVG(tmp, descs, r, loads, plan)
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Chmod(tmp.Name(), 0o644)
+		}
+		if err == nil {
+			err = os.Rename(tmp.Name(), file)
+		}
+		if err != nil {
+			os.Remove(tmp.Name())
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "schedpolicyd plan: --svg %s: %v\n", file, err)
+		return 1, true
+	}
+	return 0, false
 }

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -117,37 +115,101 @@ type probeClass struct {
 // default is no error): its sysfs_root and state_dir are the defaults of
 // those flags, and its power_aware and power_aware_policy the knob until a
 // choice is saved in the state directory (statefile.State.StartKnob). A bad
-// file is a usage error (2), as for the daemon.
+// file is a usage error (2), as for the daemon; a sysfs root that cannot
+// be opened is 1. What cannot be read under the root becomes a warning of
+// the report.
 func probeMain(args []string, stdout, stderr io.Writer) int {
-	fl := flag.NewFlagSet("schedpolicyd probe", flag.ContinueOnError)
-	fl.SetOutput(stderr)
-	root := fl.String("sysfs-root", sysfs.DefaultRoot, "sysfs root to read (a mock tree works); default: the configuration's sysfs_root, else /sys")
-	stateDir := fl.String("state-dir", daemon.DefaultStateDir, "read the saved knob from this directory; default: the configuration's state_dir, else /var/lib/schedpolicyd")
-	configPath := fl.String("config", DefaultConfigPath, "TOML configuration file, see schedpolicyd.conf(5): the knob until a choice is saved, and the defaults of --sysfs-root and --state-dir")
-	asJSON := fl.Bool("json", false, "print JSON instead of text")
-	busFlag := fl.String("bus", "system", "the bus to look for power-profiles owners on (system, session, an address, none); default: the configuration's bus")
-	fl.Usage = func() {
-		fmt.Fprintln(fl.Output(), "Usage: schedpolicyd probe [--sysfs-root DIR] [--state-dir DIR] [--config FILE] [--bus BUS] [--json]")
-		fl.PrintDefaults()
-	}
-	if code, ok := parseFlags(fl, "schedpolicyd probe", args, stdout, stderr); !ok {
+	o, code, ok := parseProbeFlags(args, stdout, stderr)
+	if !ok {
 		return code
 	}
-	set := map[string]bool{}
-	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	fc, err := loadConfig(*configPath, set["config"])
+	fc, err := loadConfig(o.configPath, o.set["config"])
 	if err != nil {
 		fmt.Fprintf(stderr, "schedpolicyd probe: %v\n", err)
 		return 2
 	}
-	cfg := daemon.Config{SysfsRoot: *root, StateDir: *stateDir, Placement: "auto", Bus: *busFlag}
-	fc.apply(&cfg, set)
+	cfg := daemon.Config{SysfsRoot: o.root, StateDir: o.stateDir, Placement: "auto", Bus: o.bus}
+	fc.apply(&cfg, o.set)
 	fs, err := sysfs.NewFS(cfg.SysfsRoot)
 	if err != nil {
 		fmt.Fprintf(stderr, "schedpolicyd probe: %v\n", err)
 		return 1
 	}
+	r := probe(fs, cfg, fc)
+	if o.json {
+		return writeJSON(stdout, r)
+	}
+	writeProbeText(stdout, r, cfg.StateDir)
+	return 0
+}
+
+// probeOptions are probe's flags as given.
+type probeOptions struct {
+	root       string          // --sysfs-root
+	stateDir   string          // --state-dir
+	configPath string          // --config
+	bus        string          // --bus
+	json       bool            // --json
+	set        map[string]bool // the flags given on the command line, by name
+}
+
+// parseProbeFlags parses probe's command line. ok is false when the
+// caller should return code at once: 0 after --help, 2 on a usage error
+// (parseFlags).
+func parseProbeFlags(args []string, stdout, stderr io.Writer) (o probeOptions, code int, ok bool) {
+	fl := flag.NewFlagSet("schedpolicyd probe", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	fl.StringVar(&o.root, "sysfs-root", sysfs.DefaultRoot, "sysfs root to read (a mock tree works); default: the configuration's sysfs_root, else /sys")
+	fl.StringVar(&o.stateDir, "state-dir", daemon.DefaultStateDir, "read the saved knob from this directory; default: the configuration's state_dir, else /var/lib/schedpolicyd")
+	fl.StringVar(&o.configPath, "config", DefaultConfigPath, "TOML configuration file, see schedpolicyd.conf(5): the knob until a choice is saved, and the defaults of --sysfs-root and --state-dir")
+	fl.BoolVar(&o.json, "json", false, "print JSON instead of text")
+	fl.StringVar(&o.bus, "bus", "system", "the bus to look for power-profiles owners on (system, session, an address, none); default: the configuration's bus")
+	fl.Usage = func() {
+		fmt.Fprintln(fl.Output(), "Usage: schedpolicyd probe [--sysfs-root DIR] [--state-dir DIR] [--config FILE] [--bus BUS] [--json]")
+		fl.PrintDefaults()
+	}
+	if code, ok = parseFlags(fl, "schedpolicyd probe", args, stdout, stderr); !ok {
+		return o, code, false
+	}
+	o.set = map[string]bool{}
+	fl.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
+	return o, 0, true
+}
+
+// probe reads what the daemon would decide on fs with cfg (the flags with
+// the configuration file fc applied). What cannot be read becomes a
+// warning, in the order read.
+func probe(fs sysfs.FS, cfg daemon.Config, fc fileConfig) probeReport {
 	r := probeReport{Config: fc.Path}
+	r.probePlacement(cfg)
+	dec, err := acpi.Read(fs)
+	if err != nil {
+		r.Warnings = append(r.Warnings, err.Error())
+	}
+	r.PowerSource, r.Reason, r.Evidence = string(dec.Source), dec.Reason, dec.Evidence
+	if r.Boost, err = fs.Boost(); err != nil {
+		r.Warnings = append(r.Warnings, err.Error())
+	}
+	r.probeKnob(cfg, dec.Source)
+	r.probeTopology(fs, cfg.Bus)
+	r.Energy = energy.Probe(fs, dec.Source == acpi.Battery)
+	r.Describes = describes(fc.Digest, bus.ProbeConfigDigest(cfg.Bus))
+	r.PowerProfiles = bus.ProbePowerProfiles(cfg.Bus, fc.PowerProfilesAPIMode(), fc.PowerProfilesUnits)
+	ppOwner := ""
+	if name, ok := strings.CutPrefix(r.PowerProfiles.Action, "follow "); ok {
+		ppOwner = name + " (" + r.PowerProfiles.Owners[name] + ")"
+	}
+	r.BoostOwner = daemon.BoostOwner(fs, ppOwner)
+	r.KernelKnob, _ = sysfs.ReadAttr(fs.Path("devices/system/cpu/sched_policy/current_sched_policy"))
+	r.Warnings = append(r.Warnings, r.Energy.Warnings...)
+	return r
+}
+
+// probePlacement fills the placement cfg resolves to, and what it places:
+// the cgroupfs parent (with a warning for one another manager owns), or
+// the slices managed with systemd and, for user slices, the users'
+// managers.
+func (r *probeReport) probePlacement(cfg daemon.Config) {
 	r.Placement, r.PlacementWhy = daemon.ResolvePlacement(cfg.Placement)
 	if r.Placement == daemon.PlacementCgroupfs {
 		c := daemon.Config{CgroupRoot: cfg.CgroupRoot}
@@ -172,14 +234,12 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
-	dec, err := acpi.Read(fs)
-	if err != nil {
-		r.Warnings = append(r.Warnings, err.Error())
-	}
-	r.PowerSource, r.Reason, r.Evidence = string(dec.Source), dec.Reason, dec.Evidence
-	if r.Boost, err = fs.Boost(); err != nil {
-		r.Warnings = append(r.Warnings, err.Error())
-	}
+}
+
+// probeKnob fills the knob the daemon would start with (a choice saved in
+// cfg.StateDir, else the configuration's, else the default), where it
+// comes from, and the policy it gives on source.
+func (r *probeReport) probeKnob(cfg daemon.Config, source acpi.Source) {
 	st, err := statefile.LoadState(cfg.StateDir)
 	if err != nil {
 		r.Warnings = append(r.Warnings, err.Error())
@@ -194,180 +254,40 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		r.KnobFrom = "default"
 	}
 	r.PowerAware, r.PowerAwarePolicy = int(knob.PowerAware), string(knob.PowerAwarePolicy)
-	r.Policy = string(knob.Effective(string(dec.Source)))
+	r.Policy = string(knob.Effective(string(source)))
+}
+
+// probeTopology fills the online CPUs, cores and packages under fs, the
+// efficiency classes, and intel-lpmd's state (asked on busName); a
+// topology that cannot be read is a warning and leaves them empty.
+func (r *probeReport) probeTopology(fs sysfs.FS, busName string) {
 	topo, err := fs.CPUTopology()
 	if err != nil {
 		r.Warnings = append(r.Warnings, err.Error())
-	} else {
-		r.Topology = probeTopology{Online: topo.Online.String(), CPUs: topo.Online.Size()}
+		return
+	}
+	r.Topology = probeTopology{Online: topo.Online.String(), CPUs: topo.Online.Size()}
+	for _, c := range topo.Cores() {
+		r.Topology.CoreList = append(r.Topology.CoreList, c.String())
+	}
+	for _, p := range topo.Packages() {
+		r.Topology.PkgList = append(r.Topology.PkgList, p.String())
+	}
+	r.Topology.Cores, r.Topology.Packages = len(r.Topology.CoreList), len(r.Topology.PkgList)
+	classes := fs.CPUClasses(topo)
+	r.IntelLpmd = daemon.ProbeLpmd(busName, classes)
+	r.CPUClassRule = classes.Rule
+	for _, cl := range classes.Classes {
+		pc := probeClass{Name: cl.Name, CPUs: cl.CPUs.String(), Capacity: cl.Capacity, CapacityFrom: cl.CapacityFrom, Evidence: cl.Evidence}
 		for _, c := range topo.Cores() {
-			r.Topology.CoreList = append(r.Topology.CoreList, c.String())
-		}
-		for _, p := range topo.Packages() {
-			r.Topology.PkgList = append(r.Topology.PkgList, p.String())
-		}
-		r.Topology.Cores, r.Topology.Packages = len(r.Topology.CoreList), len(r.Topology.PkgList)
-		classes := fs.CPUClasses(topo)
-		r.IntelLpmd = daemon.ProbeLpmd(cfg.Bus, classes)
-		r.CPUClassRule = classes.Rule
-		for _, cl := range classes.Classes {
-			pc := probeClass{Name: cl.Name, CPUs: cl.CPUs.String(), Capacity: cl.Capacity, CapacityFrom: cl.CapacityFrom, Evidence: cl.Evidence}
-			for _, c := range topo.Cores() {
-				if c.IsSubsetOf(cl.CPUs) {
-					pc.Cores++
-				}
-			}
-			if !slices.IsSorted(cl.Order) {
-				pc.Order = strings.Trim(strings.Join(strings.Fields(fmt.Sprint(cl.Order)), ","), "[]")
-			}
-			r.CPUClasses = append(r.CPUClasses, pc)
-		}
-	}
-	r.Energy = energy.Probe(fs, dec.Source == acpi.Battery)
-	r.Describes = describes(fc.Digest, bus.ProbeConfigDigest(cfg.Bus))
-	r.PowerProfiles = bus.ProbePowerProfiles(cfg.Bus, fc.PowerProfilesAPIMode(), fc.PowerProfilesUnits)
-	ppOwner := ""
-	if name, ok := strings.CutPrefix(r.PowerProfiles.Action, "follow "); ok {
-		ppOwner = name + " (" + r.PowerProfiles.Owners[name] + ")"
-	}
-	r.BoostOwner = daemon.BoostOwner(fs, ppOwner)
-	r.KernelKnob, _ = sysfs.ReadAttr(fs.Path("devices/system/cpu/sched_policy/current_sched_policy"))
-	r.Warnings = append(r.Warnings, r.Energy.Warnings...)
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(r); err != nil {
-			return 1
-		}
-		return 0
-	}
-	fmt.Fprintf(stdout, "topology:      %s (%s), %s, %s\n", plural(r.Topology.CPUs, "CPU"), r.Topology.Online, plural(r.Topology.Cores, "core"), plural(r.Topology.Packages, "package"))
-	fmt.Fprintf(stdout, "  cores:       %s\n", strings.Join(r.Topology.CoreList, " "))
-	fmt.Fprintf(stdout, "  packages:    %s\n", strings.Join(r.Topology.PkgList, " "))
-	if len(r.CPUClasses) > 0 {
-		var cs []string
-		for _, c := range r.CPUClasses {
-			cs = append(cs, c.Name+" "+c.CPUs)
-		}
-		if len(r.CPUClasses) == 1 {
-			fmt.Fprintf(stdout, "  classes:     one, %s (no sysfs rung separates the CPUs: homogeneous)\n", cs[0])
-		} else {
-			fmt.Fprintf(stdout, "  classes:     %d by %s, most efficient first: %s\n", len(r.CPUClasses), r.CPUClassRule, strings.Join(cs, ", "))
-			for _, c := range r.CPUClasses {
-				fmt.Fprintf(stdout, "  class %-6s %s, %s, capacity %d (%s): %s\n", c.Name+":", c.CPUs, plural(c.Cores, "core"), c.Capacity, c.CapacityFrom, c.Evidence)
-				if c.Order != "" {
-					fmt.Fprintf(stdout, "               order by CPPC: %s\n", c.Order)
-				}
+			if c.IsSubsetOf(cl.CPUs) {
+				pc.Cores++
 			}
 		}
-	}
-	hasLPE := slices.ContainsFunc(r.CPUClasses, func(c probeClass) bool { return c.Name == sysfs.ClassLPE })
-	if r.IntelLpmd.State == "running" || (hasLPE && r.IntelLpmd.State != "") {
-		fmt.Fprintf(stdout, "  intel-lpmd:  %s", r.IntelLpmd.State)
-		if r.IntelLpmd.Owner != "" {
-			fmt.Fprintf(stdout, " (%s %s)", bus.LpmdName, r.IntelLpmd.Owner)
+		if !slices.IsSorted(cl.Order) {
+			pc.Order = strings.Trim(strings.Join(strings.Fields(fmt.Sprint(cl.Order)), ","), "[]")
 		}
-		fmt.Fprintln(stdout)
-		if r.IntelLpmd.StepAside != "" {
-			fmt.Fprintf(stdout, "  steps aside: %s\n", r.IntelLpmd.StepAside)
-		}
-	}
-	fmt.Fprintf(stdout, "power source:  %s\n", r.PowerSource)
-	fmt.Fprintf(stdout, "  reason:      %s\n", r.Reason)
-	for _, e := range r.Evidence {
-		fmt.Fprintf(stdout, "  evidence:    %s/%s = %s (%s)\n", e.Supply, e.Attribute, e.Value, e.Rule)
-	}
-	fmt.Fprintf(stdout, "boost:         %s\n", r.Boost)
-	if r.BoostOwner != "" {
-		fmt.Fprintf(stdout, "  managed by:  %s; boost_on_battery steps aside\n", r.BoostOwner)
-	}
-	from := map[string]string{
-		"state":   "a choice saved in " + filepath.Join(cfg.StateDir, statefile.StateFile),
-		"config":  "the configuration " + r.Config + "; no choice saved",
-		"default": "the default; no choice saved, none configured",
-	}[r.KnobFrom]
-	desc := map[string]string{
-		"running":         "the running daemon's setup: it applies " + configName(r.Config) + " as it is now",
-		"file":            "the file " + configName(r.Config) + ", changed since the running daemon read it (systemctl reload schedpolicyd applies it)",
-		"file, no daemon": "the file " + configName(r.Config) + " (no daemon answers on the bus)",
-	}[r.Describes]
-	if why, ok := strings.CutPrefix(r.Describes, "file, unknown: "); ok {
-		desc = "the file " + configName(r.Config) + " (whether a daemon runs is unknown: " + why + ")"
-	}
-	fmt.Fprintf(stdout, "describes:     %s\n", desc)
-	fmt.Fprintf(stdout, "knob:          power_aware=%d power_aware_policy=%s (%s)\n", r.PowerAware, r.PowerAwarePolicy, from)
-	fmt.Fprintf(stdout, "policy:        %s\n", r.Policy)
-	if r.KernelKnob != "" {
-		fmt.Fprintf(stdout, "  kernel knob: %s (written while it holds the daemon's last value)\n", r.KernelKnob)
-	}
-	fmt.Fprintf(stdout, "placement:     %s (%s)\n", r.Placement, r.PlacementWhy)
-	if len(r.Manage) > 0 {
-		fmt.Fprintf(stdout, "  manage:      %s\n", strings.Join(r.Manage, " "))
-	}
-	if r.CgroupRoot != "" {
-		fmt.Fprintf(stdout, "  cgroup root: %s\n", r.CgroupRoot)
-	}
-	for _, m := range r.UserManagers {
-		if m.Delegated {
-			fmt.Fprintf(stdout, "  user:        %s: cpuset delegated; its units are placed through it\n", m.Unit)
-		} else {
-			fmt.Fprintf(stdout, "  user:        %s: placed as a whole: %s\n", m.Unit, m.Why)
-		}
-	}
-	printEnergyProbe(stdout, r.Energy)
-	fmt.Fprintf(stdout, "power profiles: %s: %s\n", r.PowerProfiles.Mode, r.PowerProfiles.Action)
-	for _, name := range []string{"org.freedesktop.UPower.PowerProfiles", "net.hadess.PowerProfiles"} {
-		if o, ok := r.PowerProfiles.Owners[name]; ok {
-			fmt.Fprintf(stdout, "  owner:       %s: %s\n", name, o)
-		}
-	}
-	if r.PowerProfiles.Installed != "" {
-		fmt.Fprintf(stdout, "  installed:   %s\n", r.PowerProfiles.Installed)
-	}
-	for _, w := range r.Warnings {
-		fmt.Fprintf(stdout, "warning:       %s\n", w)
-	}
-	return 0
-}
-
-func plural(n int, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return fmt.Sprintf("%d %ss", n, word)
-}
-
-// printEnergyProbe prints probe's energy lines: the source and whether it
-// measures now, then each RAPL zone and system battery.
-func printEnergyProbe(w io.Writer, e energy.ProbeResult) {
-	state := "measuring"
-	if !e.Measuring {
-		state = "not measuring now: " + e.Why
-	}
-	fmt.Fprintf(w, "energy:        %s (%s)\n", e.Source, state)
-	for _, z := range e.Zones {
-		role := "summed"
-		switch {
-		case z.Parent != "":
-			role = "part of " + z.Parent + ", not summed"
-		case !z.Summed:
-			role = "the platform, which contains the packages; not summed"
-		}
-		if z.Error != "" {
-			role = "unreadable: " + z.Error
-		}
-		fmt.Fprintf(w, "  rapl zone:   %s %s: %s\n", z.Zone, z.Name, role)
-	}
-	for _, b := range e.Batteries {
-		status := b.Status
-		if status == "" {
-			status = "(no status)"
-		}
-		if b.Watts != nil {
-			fmt.Fprintf(w, "  battery:     %s %s, %.2f W (%s)\n", b.Supply, status, *b.Watts, b.From)
-		} else {
-			fmt.Fprintf(w, "  battery:     %s %s, no power reading: %s\n", b.Supply, status, b.Error)
-		}
+		r.CPUClasses = append(r.CPUClasses, pc)
 	}
 }
 
@@ -384,11 +304,4 @@ func describes(file string, running bus.ConfigDigestProbe) string {
 		return "running"
 	}
 	return "file"
-}
-
-func configName(path string) string {
-	if path == "" {
-		return "(no configuration file)"
-	}
-	return path
 }

@@ -125,6 +125,10 @@ func (c *levelCounter) Fire(*logrus.Entry) error {
 	return nil
 }
 
+// runSoak runs the daemon for dur against a mock laptop built under dir,
+// with at most maxW workloads alive at once, and returns the figures of
+// the run. Its warnings go to stderr when verbose. Errors: the mock
+// machine cannot be written, or the daemon does not start or fails.
 func runSoak(dir string, dur time.Duration, maxW int, backend sysfs.Backend, verbose bool, stderr io.Writer) (soakReport, error) {
 	sys, managed := filepath.Join(dir, "sys"), filepath.Join(dir, "cgroup", "schedpolicyd")
 	if err := soakMachine(sys, managed); err != nil {
@@ -161,71 +165,11 @@ func runSoak(dir string, dur time.Duration, maxW int, backend sysfs.Backend, ver
 	}
 
 	start := time.Now()
-	end := start.Add(dur)
-	ps := filepath.Join(sys, "class/power_supply")
-	knob := filepath.Join(dir, "tree", daemon.TreePrefix)
-	r := rand.New(rand.NewPCG(1, 2))
-	alive := map[string]int64{} // workload → usage_usec
-	next := 0
-	powerTick := time.NewTicker(20 * time.Millisecond)
-	treeTick := time.NewTicker(50 * time.Millisecond)
-	wlTick := time.NewTicker(30 * time.Millisecond)
-	defer powerTick.Stop()
-	defer treeTick.Stop()
-	defer wlTick.Stop()
-	battery := false
-	treeValues := []struct{ file, value string }{
-		{"power_aware", "1"}, {"power_aware", "2"}, {"power_aware", "0"}, {"power_aware_policy", "balance"},
-		{"power_aware_policy", "powersaving"}, {"current_sched_policy", "powersaving"}, {"power_aware", "bogus"},
-		{"power_aware", "1"},
+	load := &soakLoad{
+		ps: filepath.Join(sys, "class/power_supply"), knob: filepath.Join(dir, "tree", daemon.TreePrefix),
+		managed: managed, maxW: maxW, r: rand.New(rand.NewPCG(1, 2)), alive: map[string]int64{}, rep: &rep,
 	}
-	for time.Now().Before(end) {
-		select {
-		case <-powerTick.C:
-			// Bursts of flapping: most ticks write the same value again.
-			if r.IntN(4) == 0 {
-				battery = !battery
-				rep.PowerFlips++
-			}
-			online, status := "1", "Charging"
-			if battery {
-				online, status = "0", "Discharging"
-			}
-			os.WriteFile(ps+"/AC/online", []byte(online+"\n"), 0o644)
-			os.WriteFile(ps+"/BAT0/status", []byte(status+"\n"), 0o644)
-		case <-treeTick.C:
-			v := treeValues[r.IntN(len(treeValues))]
-			rep.TreeWrites++
-			if err := writeTreeFile(filepath.Join(knob, v.file), v.value); err != nil {
-				rep.TreeWriteErrors++
-			}
-		case <-wlTick.C:
-			if len(alive) < maxW && (len(alive) == 0 || r.IntN(3) > 0) {
-				name := fmt.Sprintf("w%06d", next)
-				next++
-				w := filepath.Join(managed, name)
-				if os.Mkdir(w, 0o755) == nil {
-					os.WriteFile(w+"/cpuset.cpus", nil, 0o644)
-					os.WriteFile(w+"/cpuset.cpus.effective", []byte("0-7\n"), 0o644)
-					os.WriteFile(w+"/cpu.stat", []byte("usage_usec 0\n"), 0o644)
-					alive[name] = 0
-					rep.WorkloadsMade++
-				}
-			} else if len(alive) > 0 {
-				for name := range alive {
-					os.RemoveAll(filepath.Join(managed, name))
-					delete(alive, name)
-					rep.WorkloadsGone++
-					break
-				}
-			}
-			for name, use := range alive {
-				use += int64(r.IntN(60000)) // up to 2 CPUs over 30 ms
-				alive[name] = use
-				os.WriteFile(filepath.Join(managed, name, "cpu.stat"), []byte("usage_usec "+strconv.FormatInt(use, 10)+"\n"), 0o644)
-			}
-		}
-	}
+	load.run(start.Add(dur))
 	cancel()
 	if err := <-runErr; err != nil {
 		return rep, fmt.Errorf("daemon: %w", err)
@@ -243,6 +187,104 @@ func runSoak(dir string, dur time.Duration, maxW int, backend sysfs.Backend, ver
 	}
 	rep.GoroutinesEnd = runtime.NumGoroutine()
 	return rep, nil
+}
+
+// soakLoad is the load of a soak run, counted into rep: the power source
+// flaps, the knob is written through the tree, and workloads appear,
+// report CPU time and disappear. Its random choices are seeded, so runs
+// differ only by timing.
+type soakLoad struct {
+	ps      string // the mock class/power_supply
+	knob    string // the tree's knob directory
+	managed string // the managed parent cgroup, whose children are workloads
+	maxW    int    // most workloads alive at once
+	r       *rand.Rand
+	alive   map[string]int64 // workload → usage_usec
+	next    int              // the number of the next workload's name
+	battery bool             // the mock machine runs on battery
+	rep     *soakReport
+}
+
+// soakKnobWrites are the writes to the tree's knob files, picked at
+// random; "bogus" is refused, by design.
+var soakKnobWrites = []struct{ file, value string }{
+	{"power_aware", "1"}, {"power_aware", "2"}, {"power_aware", "0"}, {"power_aware_policy", "balance"},
+	{"power_aware_policy", "powersaving"}, {"current_sched_policy", "powersaving"}, {"power_aware", "bogus"},
+	{"power_aware", "1"},
+}
+
+// run injects the load until end: the power source every 20ms, a knob
+// write every 50ms, workloads every 30ms.
+func (l *soakLoad) run(end time.Time) {
+	powerTick := time.NewTicker(20 * time.Millisecond)
+	treeTick := time.NewTicker(50 * time.Millisecond)
+	wlTick := time.NewTicker(30 * time.Millisecond)
+	defer powerTick.Stop()
+	defer treeTick.Stop()
+	defer wlTick.Stop()
+	for time.Now().Before(end) {
+		select {
+		case <-powerTick.C:
+			l.power()
+		case <-treeTick.C:
+			l.writeKnob()
+		case <-wlTick.C:
+			l.workloads()
+		}
+	}
+}
+
+// power writes the power source again, flipping it one time in four.
+func (l *soakLoad) power() {
+	// Bursts of flapping: most ticks write the same value again.
+	if l.r.IntN(4) == 0 {
+		l.battery = !l.battery
+		l.rep.PowerFlips++
+	}
+	online, status := "1", "Charging"
+	if l.battery {
+		online, status = "0", "Discharging"
+	}
+	os.WriteFile(l.ps+"/AC/online", []byte(online+"\n"), 0o644)
+	os.WriteFile(l.ps+"/BAT0/status", []byte(status+"\n"), 0o644)
+}
+
+// writeKnob writes one of soakKnobWrites through the tree.
+func (l *soakLoad) writeKnob() {
+	v := soakKnobWrites[l.r.IntN(len(soakKnobWrites))]
+	l.rep.TreeWrites++
+	if err := writeTreeFile(filepath.Join(l.knob, v.file), v.value); err != nil {
+		l.rep.TreeWriteErrors++
+	}
+}
+
+// workloads creates a workload (two times in three, below maxW) or
+// removes one, then adds CPU time to every live one.
+func (l *soakLoad) workloads() {
+	if len(l.alive) < l.maxW && (len(l.alive) == 0 || l.r.IntN(3) > 0) {
+		name := fmt.Sprintf("w%06d", l.next)
+		l.next++
+		w := filepath.Join(l.managed, name)
+		if os.Mkdir(w, 0o755) == nil {
+			os.WriteFile(w+"/cpuset.cpus", nil, 0o644)
+			os.WriteFile(w+"/cpuset.cpus.effective", []byte("0-7\n"), 0o644)
+			os.WriteFile(w+"/cpu.stat", []byte("usage_usec 0\n"), 0o644)
+			l.alive[name] = 0
+			l.rep.WorkloadsMade++
+		}
+	} else if len(l.alive) > 0 {
+		for name := range l.alive {
+			os.RemoveAll(filepath.Join(l.managed, name))
+			delete(l.alive, name)
+			l.rep.WorkloadsGone++
+			break
+		}
+	}
+	for name, use := range l.alive {
+		use += int64(l.r.IntN(60000)) // up to 2 CPUs over 30 ms
+		l.alive[name] = use
+		os.WriteFile(filepath.Join(l.managed, name, "cpu.stat"), []byte("usage_usec "+strconv.FormatInt(use, 10)+"\n"), 0o644)
+	}
 }
 
 // writeTreeFile writes value into a tree file with one write(2), as echo

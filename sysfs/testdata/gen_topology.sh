@@ -333,7 +333,7 @@ done
 put "$r/README" "Snapdragon X Elite (X1E). Source: github.com/ThomasKaiser/sbc-bench results/8SWL.txt (Linux 6.14-rc6): three clusters of 4, maxima 3801600/4300800 kHz, cpu_capacity 1024."
 
 # Presets of `schedpolicyd plan --topology` (the seed's machines), written
-# from their Go descriptions in cmd/schedpolicyd/plan.go (also reachable as
+# from their Go descriptions in cmd/schedpolicyd/plan_machine.go (also reachable as
 # `schedpolicyd plan --topology P --write-sysfs DIR`) so the two cannot
 # drift; TestPresetTrees checks that reading each tree gives the preset back.
 # big-4096 (4096 CPUs, ~45k files) is not committed: the test generates it
