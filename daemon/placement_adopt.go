@@ -258,7 +258,8 @@ func (p *placement) reconcile(r *statefile.Record, cur sysfs.CPUSet, log logrus.
 		}
 	default:
 		log.WithFields(logrus.Fields{"saved_original": r.Original, "applied": r.Applied, "cpus": cur.String()}).Warn("cpuset.cpus was changed by someone else while no daemon ran; that value is kept as the original")
-		r.Original, r.Applied, r.Pending, r.Unverified = cur.String(), "", "", false
+		p.theirs(cgroupEntry(r), cur.String())
+		r.Unverified = false
 	}
 }
 
@@ -347,9 +348,9 @@ func (p *placement) check(w *workload) bool {
 	p.log.WithFields(logrus.Fields{"workload": w.name, "expected": w.cpus.String(), "cpus": cur.String()}).
 		Warn("cpuset.cpus was changed by someone else; the workload is released: its value is kept, not placed and not restored (SetWorkloadPolicy with \"\" takes it back)")
 	w.rec.Released = true
-	w.rec.Original, w.rec.Applied, w.rec.Pending, w.rec.Unverified = cur.String(), "", "", false
+	p.theirs(cgroupEntry(w.rec), cur.String())
+	w.rec.Unverified = false
 	w.cpus = cur
-	p.dirty = true
 	return false
 }
 
