@@ -17,10 +17,10 @@ import (
 // plans, restores, creates and reaps. Owned by the event loop: only the
 // goroutine running Daemon.Run calls its methods.
 //
-// The promise it keeps: before any write to a cgroup file it
-// records the original and the value it writes (statefile.Record,
-// persisted through save); on exit, and after a crash on the next start, it restores only
-// files that still hold a value of its own; a value someone else wrote is
+// The promise it keeps, through journal.go: before any write to a cgroup
+// file it records the original and the value it writes (statefile.Record,
+// persisted through save); on exit, and after a crash on the next start,
+// it restores only files that still hold a value of its own; a value someone else wrote is
 // theirs and is kept; a record stays until what it covers is restored or
 // its cgroup is gone, whichever run that takes.
 type placement struct {

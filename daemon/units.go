@@ -75,11 +75,11 @@ const unitScanTimeout = 60 * time.Second
 //
 // Units are adopted and forgotten from systemd's UnitNew, JobRemoved and
 // UnitRemoved signals, never by polling, and never moved between
-// cgroups. The promise of the restore issue holds here too: before setting
+// cgroups. The promise holds here too, through journal.go: before setting
 // AllowedCPUs= the daemon records the unit's original and the value it
 // sets (statefile.UnitRecord, saved through save); on exit, and after a
-// crash on the next start, it resets exactly the values it set, and only where the unit
-// still has them.
+// crash on the next start, it resets exactly the values it set, and only
+// where the unit still has them.
 type unitPlacement struct {
 	cfg   *Config
 	log   logrus.FieldLogger
