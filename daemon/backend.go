@@ -18,10 +18,10 @@ import (
 // they are (Daemon.kept), so a change of placement mode between runs
 // loses nothing.
 //
-// Both keep one promise: a value is recorded in state.json (through the
-// save function the daemon gives them) before it is written, and restore
-// puts back only what still holds a value of ours. Every method runs on
-// the loop.
+// Both keep one promise, through journal.go: a value is recorded in
+// state.json (through the save function the daemon gives them) before it
+// is written, and restore puts back only what still holds a value of
+// ours. Every method runs on the loop.
 //
 // Wakes. A back end wakes the loop through wakeC(k) for each wake kind k
 // (nil where it has none of that kind: the loop's case never fires),

@@ -17,18 +17,19 @@ import (
 // plans, restores, creates and reaps. Owned by the event loop: only the
 // goroutine running Daemon.Run calls its methods.
 //
-// The promise it keeps: before any write to a cgroup file it
-// records the original and the value it writes (statefile.Record,
-// persisted through save); on exit, and after a crash on the next start, it restores only
-// files that still hold a value of its own; a value someone else wrote is
+// The promise it keeps, through journal.go: before any write to a cgroup
+// file it records the original and the value it writes (statefile.Record,
+// persisted through save); on exit, and after a crash on the next start,
+// it restores only files that still hold a value of its own; a value someone else wrote is
 // theirs and is kept; a record stays until what it covers is restored or
 // its cgroup is gone, whichever run that takes.
 type placement struct {
 	cfg   *Config // the daemon's: CgroupRoot, ProcRoot, UtilHalfLife, SampleInterval
 	log   logrus.FieldLogger
 	stats *counters
-	// save persists state.json with the daemon's knob and p.recordList().
-	save func() error
+	// journal saves state.json with the daemon's knob and p.recordList()
+	// (journal.go); it starts dirty: the first flush saves.
+	journal
 	done <-chan struct{}
 
 	cg   *sysfs.Cgroup
@@ -71,8 +72,6 @@ type placement struct {
 	// not there yet, or a transient read error): logged once, retried on
 	// the next hint, their directory watched meanwhile.
 	waiting map[string]bool
-	dirty   bool // records changed since the last save
-	saved   bool // the last save succeeded: writes may go ahead
 
 	backoff sampleBackoff // the sampling back-off: consecutive samples with every workload idle
 	// asked is the policy the last plan was asked for (lazyInput).
@@ -113,7 +112,7 @@ type workload struct {
 
 func newPlacement(cfg *Config, log logrus.FieldLogger, stats *counters, done <-chan struct{}) *placement {
 	return &placement{
-		cfg: cfg, log: log, stats: stats, done: done,
+		cfg: cfg, log: log, stats: stats, done: done, journal: journal{dirty: true},
 		workloads: map[string]*workload{}, records: map[string]*statefile.Record{},
 		rejected: map[string]bool{}, waiting: map[string]bool{},
 		exits: make(chan event), exitWatches: map[string]*sysfs.ExitWatch{},
@@ -155,21 +154,6 @@ func (p *placement) recordList() []statefile.Record {
 		}
 	}
 	return statefile.SortedRecords(keep)
-}
-
-// flush saves state.json if a record changed since the last save; it
-// reports whether state.json is up to date. Until it is, no cpuset is
-// written. save says why it failed (Daemon.saveBackground).
-func (p *placement) flush() bool {
-	if !p.dirty && p.saved {
-		return true
-	}
-	if err := p.save(); err != nil {
-		p.saved = false
-		return false
-	}
-	p.dirty, p.saved = false, true
-	return true
 }
 
 // open opens (creating if needed) the managed parent, locks it, reconciles

@@ -258,33 +258,35 @@ func (p *placement) reconcile(r *statefile.Record, cur sysfs.CPUSet, log logrus.
 		}
 	default:
 		log.WithFields(logrus.Fields{"saved_original": r.Original, "applied": r.Applied, "cpus": cur.String()}).Warn("cpuset.cpus was changed by someone else while no daemon ran; that value is kept as the original")
-		r.Original, r.Applied, r.Pending, r.Unverified = cur.String(), "", "", false
+		p.theirs(cgroupEntry(r), cur.String())
+		r.Unverified = false
 	}
 }
 
 // ours reports whether cur, a workload's cpuset.cpus, is a value the
-// daemon wrote: the record's applied or pending value, or on cgroup v1
-// one of them less CPUs the kernel removed on hotplug (the managed
-// parent's effective CPUs are what is left online to it).
+// daemon wrote (the journal's ours): the record's applied or pending
+// value, or on cgroup v1 one of them less CPUs the kernel removed on
+// hotplug (the managed parent's effective CPUs are what is left online to
+// it). A record migrated from a version-1 file (Unverified) takes any
+// value for ours. The cgroup's identity needs no check here: a record is
+// matched to a cgroup by its inode when it is adopted (load, adopt, and
+// scan's check for a cgroup made again under the same name).
 func (p *placement) ours(r *statefile.Record, cur sysfs.CPUSet) bool {
 	if r.Unverified {
 		return true
 	}
 	var online sysfs.CPUSet
 	haveOnline := false
-	for _, v := range []string{r.Applied, r.Pending} {
-		if v == "" {
-			continue
-		}
+	return ours(cgroupEntry(r), cur.String(), true, func(v, _ string) bool {
 		set, err := sysfs.ParseCPUList(v)
 		if err != nil {
-			continue
+			return false
 		}
 		if set.Equal(cur) {
 			return true
 		}
 		if p.cg == nil || p.cg.Version() != sysfs.CgroupV1 {
-			continue
+			return false
 		}
 		if !haveOnline {
 			online, _ = p.cg.Allowed()
@@ -296,11 +298,8 @@ func (p *placement) ours(r *statefile.Record, cur sysfs.CPUSet) bool {
 		// A CPU that went offline while no daemon ran and is back now:
 		// the kernel trimmed against the parent's CPUs as this run found
 		// them, before it gave the parent its CPUs back (fitParent).
-		if !p.parentFound.IsEmpty() && set.Intersect(p.parentFound).Equal(cur) {
-			return true
-		}
-	}
-	return false
+		return !p.parentFound.IsEmpty() && set.Intersect(p.parentFound).Equal(cur)
+	})
 }
 
 // readCPUs reads workload w's cpuset.cpus, through its held-open file
@@ -349,9 +348,9 @@ func (p *placement) check(w *workload) bool {
 	p.log.WithFields(logrus.Fields{"workload": w.name, "expected": w.cpus.String(), "cpus": cur.String()}).
 		Warn("cpuset.cpus was changed by someone else; the workload is released: its value is kept, not placed and not restored (SetWorkloadPolicy with \"\" takes it back)")
 	w.rec.Released = true
-	w.rec.Original, w.rec.Applied, w.rec.Pending, w.rec.Unverified = cur.String(), "", "", false
+	p.theirs(cgroupEntry(w.rec), cur.String())
+	w.rec.Unverified = false
 	w.cpus = cur
-	p.dirty = true
 	return false
 }
 

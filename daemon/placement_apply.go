@@ -24,9 +24,10 @@ func lazyInput(prev policy.LazyState, asked, eff policy.Policy, before, now sysf
 }
 
 // apply plans placement for policy eff on topo within the online CPUs and
-// writes the cpusets that differ from what the files hold. Before writing
-// it records each value it will write (statefile.Record.Pending) and saves
-// state.json; without a successful save nothing is written. force with a
+// writes the cpusets that differ from what the files hold, through the
+// journal's steps (journal.writeAll): each value recorded as pending and
+// saved before it is written, nothing written without a successful save,
+// the outcomes saved after. force with a
 // new policy or new CPUs applies a shrinking plan at once (lazyInput).
 func (p *placement) apply(eff policy.Policy, topo policy.Topology, online sysfs.CPUSet, force bool) {
 	p.written = 0
@@ -79,36 +80,31 @@ func (p *placement) apply(eff policy.Policy, topo policy.Topology, online sysfs.
 		want sysfs.CPUSet
 	}
 	var writes []write
+	var batch []journalWrite
 	for _, n := range names {
 		w := p.workloads[n]
 		want := sysfs.NewCPUSet(plan.CPUs[n]...)
 		if w.rec.Released || want.IsEmpty() || want.Equal(w.cpus) {
 			continue
 		}
-		if s := want.String(); w.rec.Pending != s {
-			// Original is kept as it is even when nothing of ours is
-			// there yet: w.cpus may be it less CPUs the kernel took
-			// away on hotplug (check).
-			w.rec.Pending = s
-			p.dirty = true
-		}
+		// Original is kept as it is even when nothing of ours is there
+		// yet: w.cpus may be it less CPUs the kernel took away on hotplug
+		// (check).
+		s := want.String()
+		batch = append(batch, journalWrite{e: cgroupEntry(w.rec), pending: s, value: s})
 		writes = append(writes, write{w, want})
-	}
-	if len(writes) == 0 || !p.flush() {
-		return
 	}
 	// The write log costs an entry and two cpulists per write; skipped
 	// unless debug is on (1,000 workloads: ~1.5 ms of a ~65 ms switch).
 	logWrites := enabled(p.log, logrus.DebugLevel)
-	for _, wr := range writes {
-		w, want := wr.w, wr.want
+	p.writeAll(batch, func(i int) writeOutcome {
+		w, want := writes[i].w, writes[i].want
 		// A value someone else wrote since we last looked is theirs.
 		if !p.check(w) {
-			w.rec.Pending = ""
-			continue
+			return writeFailed
 		}
 		if want.Equal(w.cpus) {
-			continue
+			return writeSkipped
 		}
 		err := p.writeCPUs(w, want)
 		if err == nil {
@@ -119,18 +115,13 @@ func (p *placement) apply(eff policy.Policy, topo policy.Topology, online sysfs.
 				p.log.WithFields(logrus.Fields{"workload": w.name, "from": w.cpus.String(), "to": want.String(), "policy": plan.Policy}).Debug("cpuset written")
 			}
 			w.cpus = want
-			w.rec.Applied, w.rec.Pending = want.String(), ""
-			if w.rec.Applied == w.rec.Original {
-				w.rec.Applied = "" // back to its original: nothing of ours there
-			}
-			continue
+			return writeDone
 		}
-		w.rec.Pending = ""
 		if sysfs.IsGone(err) {
 			// Removed after the last scan: forget it and its record.
 			p.forget(w.name, true)
 			p.log.WithField("workload", w.name).Info("workload gone")
-			continue
+			return writeFailed
 		}
 		p.stats.errors.Add(1)
 		// The same refusal repeats on every sample: warn once per
@@ -142,13 +133,8 @@ func (p *placement) apply(eff policy.Policy, topo policy.Topology, online sysfs.
 			w.refused = key
 		}
 		p.log.WithError(err).WithField("workload", w.name).Log(lvl, "cpuset write refused")
-	}
-	// What was written (Applied) or not (Pending cleared), and records
-	// of vanished workloads, are saved too: a record left claiming an
-	// earlier value as ours would take a user's later write of that value,
-	// made while no daemon runs, for ours.
-	p.dirty = true
-	p.flush()
+		return writeFailed
+	})
 }
 
 // hotplug follows a change of the online CPUs (before → after): on cgroup

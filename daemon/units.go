@@ -75,16 +75,18 @@ const unitScanTimeout = 60 * time.Second
 //
 // Units are adopted and forgotten from systemd's UnitNew, JobRemoved and
 // UnitRemoved signals, never by polling, and never moved between
-// cgroups. The promise of the restore issue holds here too: before setting
+// cgroups. The promise holds here too, through journal.go: before setting
 // AllowedCPUs= the daemon records the unit's original and the value it
 // sets (statefile.UnitRecord, saved through save); on exit, and after a
-// crash on the next start, it resets exactly the values it set, and only where the unit
-// still has them.
+// crash on the next start, it resets exactly the values it set, and only
+// where the unit still has them.
 type unitPlacement struct {
 	cfg   *Config
 	log   logrus.FieldLogger
 	stats *counters
-	save  func() error
+	// journal saves state.json with the daemon's knob and u.recordList()
+	// (journal.go).
+	journal
 
 	mgr unitManager // the system manager; nil until open succeeds
 	// connect reaches manager uid (-1 the system's; dialManager, or a
@@ -119,7 +121,6 @@ type unitPlacement struct {
 
 	workloads map[string]*unitWorkload         // by workloadKey
 	records   map[string]*statefile.UnitRecord // by UnitRecord.Key()
-	dirty     bool
 	// reloading holds the managers (by uid, -1 the system's) between
 	// their Reloading(true) and Reloading(false): their unit signals are
 	// not followed and their units' AllowedCPUs= not set meanwhile; one
@@ -225,26 +226,6 @@ func (u *unitPlacement) recordList() []statefile.UnitRecord {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })
 	return out
-}
-
-// flush saves state.json if a record changed; it reports whether
-// state.json is up to date (nothing is set before it is).
-func (u *unitPlacement) flush() bool { return u.flushErr() == nil }
-
-// flushErr is flush with the cause of a failure; save says why it failed
-// (Daemon.saveBackground).
-func (u *unitPlacement) flushErr() error {
-	if !u.dirty {
-		return nil
-	}
-	if u.save == nil {
-		return errors.New("no state file")
-	}
-	if err := u.save(); err != nil {
-		return err
-	}
-	u.dirty = false
-	return nil
 }
 
 // open connects to the system manager and subscribes to its signals. An
@@ -648,16 +629,17 @@ func (u *unitPlacement) refresh(w *unitWorkload, info systemd.UnitInfo) (theirs,
 	log := u.log.WithFields(logrus.Fields{"unit": w.name, "manager": managerName(w.uid), "allowed_cpus": cur.String(), "was": w.cpus.String()})
 	if s := cur.String(); s == w.rec.Original && !again {
 		log.Info("AllowedCPUs is back at the unit's original: the value the daemon set is gone")
+		u.restored(unitEntry(w.rec))
 	} else {
 		if again {
 			log = log.WithField("dropins", dropIns(info.DropInPaths))
 		}
 		log.Warn("AllowedCPUs was changed by someone else; that value is kept as the unit's original")
-		w.rec.Original, theirs = s, true
+		u.theirs(unitEntry(w.rec), s)
+		theirs = true
 	}
-	w.rec.Applied, w.rec.Pending, w.rec.DropIns = "", "", ""
+	w.rec.DropIns = ""
 	w.cpus = cur
-	u.dirty = true
 	return theirs, true
 }
 
@@ -698,14 +680,15 @@ func (u *unitPlacement) adopt(uid int, info systemd.UnitInfo) {
 			r.Original, r.DropIns = s, ""
 		case s == r.Original:
 			r.Applied, r.Pending, r.DropIns = "", "", ""
-		case s == r.Pending || s == r.Applied && !rewritten(r, info.DropInPaths):
+		case ours(unitEntry(r), s, !rewritten(r, info.DropInPaths), sameValue):
 			// A write under way (Pending) made the drop-in anew: its
 			// identity now is the daemon's.
 			log.WithFields(logrus.Fields{"original": r.Original, "cpus": s}).Info("original AllowedCPUs recovered from saved state")
 			r.Applied, r.Pending, r.DropIns = s, "", dropIns(info.DropInPaths)
 		default:
 			log.WithFields(logrus.Fields{"saved_original": r.Original, "applied": r.Applied, "cpus": s, "dropins": dropIns(info.DropInPaths)}).Warn("AllowedCPUs was changed by someone else while the daemon did not follow the unit; that value is kept as the original")
-			r.Original, r.Applied, r.Pending, r.DropIns = s, "", "", ""
+			u.theirs(unitEntry(r), s)
+			r.DropIns = ""
 		}
 	}
 	u.dirty = true
@@ -835,6 +818,7 @@ func (u *unitPlacement) apply(eff policy.Policy, topo policy.Topology, online sy
 		want sysfs.CPUSet
 	}
 	var sets []set
+	var batch []journalWrite
 	for _, n := range names {
 		w := u.workloads[n]
 		if u.reloading[w.uid] {
@@ -856,80 +840,71 @@ func (u *unitPlacement) apply(eff policy.Policy, topo policy.Topology, online sy
 		if want.Equal(w.cpus) {
 			continue
 		}
-		if s := u.pendingFor(want); s != w.rec.Original && w.rec.Pending != s {
-			w.rec.Pending = s
-			u.dirty = true
+		// The original needs no pending value: a crash finds the unit at
+		// its original, or at its last value of ours, both known.
+		pending := u.pendingFor(want)
+		if pending == w.rec.Original {
+			pending = ""
 		}
+		batch = append(batch, journalWrite{e: unitEntry(w.rec), pending: pending, value: want.String()})
 		sets = append(sets, set{w, want})
-	}
-	if len(sets) == 0 || !u.flush() {
-		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), unitOpTimeout)
 	defer cancel()
-	for _, s := range sets {
-		w := s.w
+	u.writeAll(batch, func(i int) writeOutcome {
+		w, want := sets[i].w, sets[i].want
 		// A value someone set since we last looked is theirs: it becomes
 		// the unit's original (an administrator's AllowedCPUs= bounds the
 		// choice from the next plan on), and is not overwritten now.
 		m := u.managerOf(w.uid)
 		if m == nil {
-			w.rec.Pending = ""
-			continue
+			return writeFailed
 		}
 		if info, err := m.UnitInfo(ctx, w.name); err == nil {
 			theirs, changed := u.refresh(w, info)
-			if theirs || s.want.Equal(w.cpus) {
-				continue
+			if theirs || want.Equal(w.cpus) {
+				return writeSkipped
 			}
 			if changed {
 				// Back at its original: the value is recorded anew.
-				w.rec.Pending = u.pendingFor(s.want)
+				u.begin(unitEntry(w.rec), u.pendingFor(want))
 				if !u.flush() {
-					w.rec.Pending = ""
-					continue
+					return writeFailed
 				}
 			}
 		}
-		err := u.setAllowed(ctx, m, w.name, s.want)
-		if err != nil {
-			w.rec.Pending = ""
+		if err := u.setAllowed(ctx, m, w.name, want); err != nil {
 			u.stats.errors.Add(1)
 			u.log.WithError(err).WithFields(logrus.Fields{"unit": w.name, "manager": managerName(w.uid)}).Warn("AllowedCPUs refused")
-			continue
+			return writeFailed
 		}
 		u.stats.writes.Add(1)
 		u.written++
-		u.log.WithFields(logrus.Fields{"unit": w.name, "from": w.cpus.String(), "to": s.want.String(), "policy": plan.Policies[workloadKey(w.uid, w.name)]}).Debug("AllowedCPUs set")
-		w.cpus = s.want
-		w.rec.Applied, w.rec.Pending, w.rec.DropIns = s.want.String(), "", ""
-		if w.rec.Applied == w.rec.Original {
-			w.rec.Applied = ""
-		}
+		u.log.WithFields(logrus.Fields{"unit": w.name, "from": w.cpus.String(), "to": want.String(), "policy": plan.Policies[workloadKey(w.uid, w.name)]}).Debug("AllowedCPUs set")
+		w.cpus = want
+		w.rec.DropIns = ""
 		if paths, err := m.DropInPaths(ctx, w.name); err == nil {
 			w.rec.DropIns = dropIns(paths)
 		}
-		u.dirty = true
-	}
-	u.dirty = true
-	u.flush()
+		return writeDone
+	})
 }
 
 // restore resets every recorded unit whose AllowedCPUs= still holds a
-// value of ours to its original, workloads or not (a stopped service
-// keeps a runtime value), and drops each record done; it reports whether
-// everything is back. A value someone else set is theirs and stays; a
-// unit systemd no longer knows has nothing left to reset.
+// value of ours to its original (restoreAll, with unitRestore), workloads
+// or not (a stopped service keeps a runtime value), and drops each record
+// done; it reports whether everything is back. A value someone else set
+// is theirs and stays; a unit systemd no longer knows has nothing left to
+// reset.
 func (u *unitPlacement) restore() bool {
 	if u.mgr == nil {
 		return len(u.recordList()) == 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), unitOpTimeout)
 	defer cancel()
-	ok := true
-	var temp []unitManager
+	b := &unitRestore{u: u, ctx: ctx}
 	defer func() {
-		for _, m := range temp {
+		for _, m := range b.temp {
 			m.Close()
 		}
 	}()
@@ -938,82 +913,125 @@ func (u *unitPlacement) restore() bool {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	var todo []*unitRestoring
 	for _, k := range keys {
-		r := u.records[k]
-		if !r.Written() {
-			continue
-		}
-		uid := recordUID(r.Manager)
-		m := u.managerOf(uid)
-		if uid >= 0 && m == nil {
-			if u.userGone(r) {
-				delete(u.records, k)
-				continue
-			}
-			// A user manager that runs but is not followed now (the
-			// user's cpuset is no longer delegated): reached for the
-			// reset only.
-			var err error
-			if m, err = u.connect(ctx, uid); err != nil {
-				u.log.WithError(err).WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager}).Warn("cannot reach the user's manager to restore AllowedCPUs; it stays in state.json for the next start")
-				ok = false
-				continue
-			}
-			temp = append(temp, m)
-		}
-		info, err := m.UnitInfo(ctx, r.Unit)
-		if err == nil && info.LoadState == "not-found" || isNoSuchUnit(err) {
-			if path, _, lingers := lingering(r); lingers {
-				u.log.WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager, "dropin": path, "allowed_cpus": r.Applied + r.Pending}).Warn("the unit is gone but the AllowedCPUs= the daemon set stays in its runtime drop-in, which a unit loaded again under that name starts with, and systemd cannot change it while the unit is not found; it stays in state.json, and the daemon resets it once the unit is back (a reboot removes it)")
-				ok = false
-				continue
-			}
-			r.Applied, r.Pending = "", "" // gone, and its runtime values with it
-			continue
-		}
-		if err != nil {
-			u.log.WithError(err).WithField("unit", r.Unit).Warn("cannot read AllowedCPUs to restore it; it stays in state.json for the next start")
-			ok = false
-			continue
-		}
-		cur := sysfs.NewCPUSet(info.AllowedCPUs...).String()
-		again := cur != r.Pending && rewritten(r, info.DropInPaths)
-		if cur != r.Applied && cur != r.Pending || again {
-			if cur != r.Original || again {
-				u.log.WithFields(logrus.Fields{"unit": r.Unit, "allowed_cpus": cur, "original": r.Original, "dropins": dropIns(info.DropInPaths)}).Warn("AllowedCPUs was changed by someone else; not restored")
-			}
-			r.Applied, r.Pending, r.DropIns = "", "", ""
-			continue
-		}
-		orig, _ := sysfs.ParseCPUList(r.Original)
-		if p := u.pendingFor(orig); p != "" && p != r.Pending {
-			// The widening step (setAllowed) is a value of ours too:
-			// recorded before it is set.
-			r.Pending = p
-			u.dirty = true
-			if !u.flush() {
-				ok = false
-				continue
-			}
-		}
-		if err := u.setAllowed(ctx, m, r.Unit, orig); isNoSuchUnit(err) {
-			r.Applied, r.Pending = "", ""
-			continue
-		} else if err != nil {
-			u.stats.errors.Add(1)
-			u.log.WithError(err).WithField("unit", r.Unit).Warn("cannot restore AllowedCPUs; it stays in state.json for the next start")
-			ok = false
-			continue
-		}
-		u.stats.writes.Add(1)
-		r.Applied, r.Pending, r.DropIns = "", "", ""
-		if w := u.workloads[workloadKey(uid, r.Unit)]; w != nil {
-			w.cpus = orig
+		if r := u.records[k]; r.Written() {
+			todo = append(todo, &unitRestoring{key: k, r: r})
 		}
 	}
+	ok := restoreAll(&u.journal, b, todo)
 	u.dropGone(ctx)
 	u.dirty = true
 	return ok
+}
+
+// unitRestore is unitPlacement.restore's side of restoreAll. temp holds
+// the user managers it reached for the reset only (closed by restore).
+type unitRestore struct {
+	u    *unitPlacement
+	ctx  context.Context
+	temp []unitManager
+}
+
+// unitRestoring is one unit record being restored: its key in records,
+// and what current found: the unit's manager and its drop-ins.
+type unitRestoring struct {
+	key   string
+	r     *statefile.UnitRecord
+	m     unitManager
+	paths []string
+}
+
+// errLingers: the unit is gone, but the daemon's value outlives it in its
+// runtime drop-in (lingering).
+var errLingers = errors.New("the unit's runtime drop-in outlives it")
+
+func (b *unitRestore) entry(it *unitRestoring) entry { return unitEntry(it.r) }
+
+// current reads the unit's AllowedCPUs= through its manager: the system
+// manager, a followed user's, or a user's that runs but is not followed
+// now (the user's cpuset is no longer delegated), reached for the reset
+// only. errGone: the user or the unit is gone, and the daemon's value
+// with it.
+func (b *unitRestore) current(it *unitRestoring) (string, error) {
+	u, r := b.u, it.r
+	uid := recordUID(r.Manager)
+	m := u.managerOf(uid)
+	if uid >= 0 && m == nil {
+		if u.userGone(r) {
+			delete(u.records, it.key)
+			return "", errGone
+		}
+		var err error
+		if m, err = u.connect(b.ctx, uid); err != nil {
+			u.log.WithError(err).WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager}).Warn("cannot reach the user's manager to restore AllowedCPUs; it stays in state.json for the next start")
+			return "", err
+		}
+		b.temp = append(b.temp, m)
+	}
+	it.m = m
+	info, err := m.UnitInfo(b.ctx, r.Unit)
+	if err == nil && info.LoadState == "not-found" || isNoSuchUnit(err) {
+		if path, _, lingers := lingering(r); lingers {
+			u.log.WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager, "dropin": path, "allowed_cpus": r.Applied + r.Pending}).Warn("the unit is gone but the AllowedCPUs= the daemon set stays in its runtime drop-in, which a unit loaded again under that name starts with, and systemd cannot change it while the unit is not found; it stays in state.json, and the daemon resets it once the unit is back (a reboot removes it)")
+			return "", errLingers
+		}
+		u.restored(unitEntry(r)) // gone, and its runtime values with it
+		return "", errGone
+	}
+	if err != nil {
+		u.log.WithError(err).WithField("unit", r.Unit).Warn("cannot read AllowedCPUs to restore it; it stays in state.json for the next start")
+		return "", err
+	}
+	it.paths = info.DropInPaths
+	return sysfs.NewCPUSet(info.AllowedCPUs...).String(), nil
+}
+
+// ours: the unit's identity is its AllowedCPUs= drop-ins as the daemon's
+// last write left them (rewritten).
+func (b *unitRestore) ours(it *unitRestoring, cur string) bool {
+	return ours(unitEntry(it.r), cur, !rewritten(it.r, it.paths), sameValue)
+}
+
+// theirs says so unless the unit is back at its original (its runtime
+// value dropped, not replaced).
+func (b *unitRestore) theirs(it *unitRestoring, cur string) {
+	r := it.r
+	if again := cur != r.Pending && rewritten(r, it.paths); cur != r.Original || again {
+		b.u.log.WithFields(logrus.Fields{"unit": r.Unit, "allowed_cpus": cur, "original": r.Original, "dropins": dropIns(it.paths)}).Warn("AllowedCPUs was changed by someone else; not restored")
+	}
+	r.DropIns = ""
+}
+
+// putBack resets the unit's AllowedCPUs= to its original (setAllowed),
+// recording the widening step first.
+func (b *unitRestore) putBack(it *unitRestoring, _ string) bool {
+	u, r := b.u, it.r
+	e := unitEntry(r)
+	orig, _ := sysfs.ParseCPUList(r.Original)
+	if p := u.pendingFor(orig); p != "" && p != r.Pending {
+		// The widening step (setAllowed) is a value of ours too:
+		// recorded before it is set.
+		u.begin(e, p)
+		if !u.flush() {
+			return false
+		}
+	}
+	if err := u.setAllowed(b.ctx, it.m, r.Unit, orig); isNoSuchUnit(err) {
+		u.restored(e)
+		return true
+	} else if err != nil {
+		u.stats.errors.Add(1)
+		u.log.WithError(err).WithField("unit", r.Unit).Warn("cannot restore AllowedCPUs; it stays in state.json for the next start")
+		return false
+	}
+	u.stats.writes.Add(1)
+	u.restored(e)
+	r.DropIns = ""
+	if w := u.workloads[workloadKey(recordUID(r.Manager), r.Unit)]; w != nil {
+		w.cpus = orig
+	}
+	return true
 }
 
 // setAllowed sets unit name's AllowedCPUs= to cpus. An empty set (unset,

@@ -463,3 +463,27 @@ func TestMemUnitsCreateExists(t *testing.T) {
 		wantEq(t, "taken.scope: record", h.recOf("taken.scope"), "taken.scope orig= pending= applied=")
 	})
 }
+
+// TestMemUnitsRestoreKeepsReset: a unit whose AllowedCPUs= someone reset
+// (unset) after the daemon set it holds no value of ours — an empty
+// AllowedCPUs= is not the record's empty Pending — and keeps the reset at
+// the stop, where the original (the administrator's 0-1 here) would have
+// overwritten it.
+func TestMemUnitsRestoreKeepsReset(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newMemUnits(t)
+		h.m.start("a.service", "schedpolicyd.slice", false)
+		h.m.admin("a.service", false, 0, 1)
+		h.open()
+		h.apply(policy.Powersaving)
+		wantEq(t, "powersaving", h.taken(),
+			"save a.service orig=0-1 pending=0 applied= | set a.service=0 | save a.service orig=0-1 pending= applied=0")
+		h.m.admin("a.service", true) // reset at runtime; no signal follows
+		if !h.u.restore() {
+			t.Fatal("restore reported something left")
+		}
+		wantEq(t, "restore writes", h.taken(), "")
+		wantEq(t, "a.service: AllowedCPUs=", h.m.allowedOf("a.service"), "")
+		wantEq(t, "state.json's records", recs(h.u.recordList()), "")
+	})
+}
