@@ -54,68 +54,10 @@ func (p *placement) scan() bool {
 			p.log.WithError(err).Warn("listing workloads")
 			return false
 		}
-		p.log.WithField("path", p.cg.Path()).Warn("managed parent cgroup vanished; recreating it")
-		changed := len(p.workloads) > 0
-		// Renamed away, its children live on elsewhere: put back what is
-		// ours through the files held open (their paths are gone).
-		p.restore()
-		p.forgetAll()
-		for path, r := range p.records {
-			if r.Parent || filepath.Dir(path) == p.cg.Path() {
-				delete(p.records, path) // their cgroups are gone with it
-				p.dirty = true
-			}
-		}
-		p.parent = nil
-		p.cg = nil
-		p.stopWatch()
-		if p.open() == nil {
-			p.scan()
-			changed = true
-		}
-		p.flush()
-		return changed
+		return p.parentVanished()
 	}
-	changed := false
 	seen := make(map[string]bool, len(names))
-	var created []string // adopted, and created by an earlier run
-	for _, n := range names {
-		seen[n] = true
-		if w, ok := p.workloads[n]; ok {
-			if id := p.childID(n); id == 0 || id == w.rec.Inode || w.rec.Inode == 0 {
-				continue
-			}
-			// Removed and made again under the same name between two
-			// scans (rmdir and mkdir back to back): a new cgroup, with
-			// empty cpus and mems on v1. Forget the old one — its record,
-			// file and exit watch — and adopt the new one.
-			p.log.WithField("workload", n).Info("workload replaced by a new cgroup of the same name")
-			p.forget(n, true)
-			changed = true
-		} else if p.rejected[n] {
-			continue
-		}
-		w, err := p.adopt(n)
-		if err != nil {
-			if !p.waiting[n] {
-				p.log.WithError(err).WithField("workload", n).Info("cannot adopt this cgroup yet; retrying on the next change")
-				p.waiting[n] = true
-				p.watchDir(filepath.Join(p.cg.Path(), n), true)
-			}
-			continue
-		}
-		if w == nil {
-			continue
-		}
-		if p.waiting[n] {
-			delete(p.waiting, n)
-			p.watchDir(filepath.Join(p.cg.Path(), n), false)
-		}
-		if w.rec.Created {
-			created = append(created, n)
-		}
-		changed = true
-	}
+	changed, created := p.adoptChildren(names, seen)
 	for n := range p.rejected {
 		if !seen[n] {
 			delete(p.rejected, n)
@@ -153,6 +95,78 @@ func (p *placement) scan() bool {
 		}
 	}
 	return changed
+}
+
+// parentVanished handles scan's managed parent gone: what is ours is put
+// back, every workload and record below it forgotten, and the parent made
+// again and scanned. It reports whether the workloads changed.
+func (p *placement) parentVanished() bool {
+	p.log.WithField("path", p.cg.Path()).Warn("managed parent cgroup vanished; recreating it")
+	changed := len(p.workloads) > 0
+	// Renamed away, its children live on elsewhere: put back what is
+	// ours through the files held open (their paths are gone).
+	p.restore()
+	p.forgetAll()
+	for path, r := range p.records {
+		if r.Parent || filepath.Dir(path) == p.cg.Path() {
+			delete(p.records, path) // their cgroups are gone with it
+			p.dirty = true
+		}
+	}
+	p.parent = nil
+	p.cg = nil
+	p.stopWatch()
+	if p.open() == nil {
+		p.scan()
+		changed = true
+	}
+	p.flush()
+	return changed
+}
+
+// adoptChildren adopts the children named that are not workloads yet (or
+// were made again under a workload's name), marking each name in seen. It
+// reports whether the workloads changed and which adopted ones an earlier
+// run created.
+func (p *placement) adoptChildren(names []string, seen map[string]bool) (changed bool, created []string) {
+	for _, n := range names {
+		seen[n] = true
+		if w, ok := p.workloads[n]; ok {
+			if id := p.childID(n); id == 0 || id == w.rec.Inode || w.rec.Inode == 0 {
+				continue
+			}
+			// Removed and made again under the same name between two
+			// scans (rmdir and mkdir back to back): a new cgroup, with
+			// empty cpus and mems on v1. Forget the old one — its record,
+			// file and exit watch — and adopt the new one.
+			p.log.WithField("workload", n).Info("workload replaced by a new cgroup of the same name")
+			p.forget(n, true)
+			changed = true
+		} else if p.rejected[n] {
+			continue
+		}
+		w, err := p.adopt(n)
+		if err != nil {
+			if !p.waiting[n] {
+				p.log.WithError(err).WithField("workload", n).Info("cannot adopt this cgroup yet; retrying on the next change")
+				p.waiting[n] = true
+				p.watchDir(filepath.Join(p.cg.Path(), n), true)
+			}
+			continue
+		}
+		if w == nil {
+			continue
+		}
+		if p.waiting[n] {
+			delete(p.waiting, n)
+			p.watchDir(filepath.Join(p.cg.Path(), n), false)
+		}
+		if w.rec.Created {
+			created = append(created, n)
+		}
+		changed = true
+	}
+	return changed, created
 }
 
 // adopt makes child n a workload. It returns nil, nil for a child refused
