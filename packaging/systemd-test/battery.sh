@@ -88,7 +88,7 @@ b_step() {
 		when=""
 		pc=$(b_after 'msg="policy changed"') && [ -n "$pc" ] && when=" (policy changed $pc"
 		pl=$(b_after 'msg="placement changed"') && [ -n "$pl" ] && when="${when:- (}${when:+, }placement changed $pl"
-		[ -n "$when" ] && when="$when after it)"
+		[ -n "$when" ] && when="$when after the write)"
 		pass "battery-$1: $2 on $3$when, $(echo "$5" | sed 's/^b_//'): spbat1=$(sc spbat1.service) spbat2=$(sc spbat2.service) spbat3=$(sc spbat3.service), applied to the tasks; reason: $(b_field reason)"
 	else
 		fail "battery-$1" "want $2 on $3 (reason ~ '$4', $5): policy $(b_field active_policy) on $(b_field power_source), reason '$(b_field reason)'; ${why:-}; $(b_show | tr '\n' ';')"
