@@ -78,13 +78,14 @@ b_show() { for n in $b_units; do echo "$n AllowedCPUs=$(sc "$n") cpuset.cpus.eff
 
 # b_step NAME POLICY SOURCE PATTERN PLACEMENT: wait (60 s: the VM is
 # emulated) until the daemon says POLICY on SOURCE with a reason matching
-# PATTERN and the units are placed as PLACEMENT (b_packed or b_spread)
-# says, and what every unit's task may use agrees (placed_ok); one PASS
-# or FAIL line with the time since the last write.
-b_ready() { b_is "$1" "$2" "$3" && $4; }
+# PATTERN, the units are placed as PLACEMENT (b_packed or b_spread) says
+# and what every unit's task may use agrees (placed_ok: systemd applies
+# AllowedCPUs= to the cgroup and its tasks after it reports the value);
+# one PASS or FAIL line with the daemon's latencies since the last write.
+b_ready() { b_is "$1" "$2" "$3" && $4 && placed_ok sc unit_pid unit_cg "$b_units" >/dev/null; }
 b_step() {
-	if wait_until 60 b_ready "$2" "$3" "$4" "$5" &&
-		why=$(placed_ok sc unit_pid unit_cg "$b_units"); then
+	wait_until 60 b_ready "$2" "$3" "$4" "$5"
+	if b_ready "$2" "$3" "$4" "$5" && why=$(placed_ok sc unit_pid unit_cg "$b_units"); then
 		when=""
 		pc=$(b_after 'msg="policy changed"') && [ -n "$pc" ] && when=" (policy changed $pc"
 		pl=$(b_after 'msg="placement changed"') && [ -n "$pl" ] && when="${when:- (}${when:+, }placement changed $pl"
