@@ -724,6 +724,9 @@ surface_users() {
 		c=$(cursor)
 		loginctl disable-linger sptest
 		wait_until 60 sh -c "! systemctl is-active -q $um"
+		# logind says the user is gone after the manager stopped: the
+		# daemon must have heard it before it is killed.
+		wait_until 60 s_seen "$c" 'msg="user logged out"'
 		s_kill9
 		s_back
 		loginctl enable-linger sptest
