@@ -468,6 +468,7 @@ func encodeSVG(w io.Writer, root *svgElem) error {
 }
 
 // count says "1 core", "2 cores".
+// count says "1 noun" or "n nouns".
 func count(n int, noun string) string {
 	if n == 1 {
 		return "1 " + noun

@@ -35,7 +35,7 @@ func writeProbeText(w io.Writer, r probeReport, stateDir string) {
 // writeProbeTopology prints the CPUs, cores and packages, the efficiency
 // classes, and intel-lpmd where it runs or the machine has LP E-cores.
 func writeProbeTopology(w io.Writer, r probeReport) {
-	fmt.Fprintf(w, "topology:      %s (%s), %s, %s\n", plural(r.Topology.CPUs, "CPU"), r.Topology.Online, plural(r.Topology.Cores, "core"), plural(r.Topology.Packages, "package"))
+	fmt.Fprintf(w, "topology:      %s (%s), %s, %s\n", count(r.Topology.CPUs, "CPU"), r.Topology.Online, count(r.Topology.Cores, "core"), count(r.Topology.Packages, "package"))
 	fmt.Fprintf(w, "  cores:       %s\n", strings.Join(r.Topology.CoreList, " "))
 	fmt.Fprintf(w, "  packages:    %s\n", strings.Join(r.Topology.PkgList, " "))
 	if len(r.CPUClasses) > 0 {
@@ -48,7 +48,7 @@ func writeProbeTopology(w io.Writer, r probeReport) {
 		} else {
 			fmt.Fprintf(w, "  classes:     %d by %s, most efficient first: %s\n", len(r.CPUClasses), r.CPUClassRule, strings.Join(cs, ", "))
 			for _, c := range r.CPUClasses {
-				fmt.Fprintf(w, "  class %-6s %s, %s, capacity %d (%s): %s\n", c.Name+":", c.CPUs, plural(c.Cores, "core"), c.Capacity, c.CapacityFrom, c.Evidence)
+				fmt.Fprintf(w, "  class %-6s %s, %s, capacity %d (%s): %s\n", c.Name+":", c.CPUs, count(c.Cores, "core"), c.Capacity, c.CapacityFrom, c.Evidence)
 				if c.Order != "" {
 					fmt.Fprintf(w, "               order by CPPC: %s\n", c.Order)
 				}
@@ -138,13 +138,6 @@ func writeProbePowerProfiles(w io.Writer, r probeReport) {
 	if r.PowerProfiles.Installed != "" {
 		fmt.Fprintf(w, "  installed:   %s\n", r.PowerProfiles.Installed)
 	}
-}
-
-func plural(n int, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return fmt.Sprintf("%d %ss", n, word)
 }
 
 // printEnergyProbe prints probe's energy lines: the source and whether it
