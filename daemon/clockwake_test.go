@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,6 +40,18 @@ func confirmedBy(hook *logtest.Hook) []string {
 		}
 	}
 	return out
+}
+
+// attachWakes counts the loop's wakes by the cgroup watch's "task
+// attached" hint that named workload name.
+func attachWakes(hook *logtest.Hook, name string) int {
+	n := 0
+	for _, e := range hook.AllEntries() {
+		if e.Message == "tasks attached: sampled at once" && slices.Contains(strings.Split(fmt.Sprint(e.Data["workloads"]), ","), name) {
+			n++
+		}
+	}
+	return n
 }
 
 // packedWithLog is packedThreadsWorkload with the daemon's log at debug
@@ -271,16 +284,20 @@ func TestDaemonTaskClockCountsAttachedTasks(t *testing.T) {
 	proc := startThreadsProc(t)
 	proc.run(t, 0, 0) // started and idle: its start-up burst is over, outside job
 	testutil.Put(t, filepath.Join(dir, "cgroup.procs"), strconv.Itoa(proc.pid))
-	// The attach itself starts a confirmation ("task attached"); the burst
-	// starts once it has ended, or it could be the one to see the burst.
-	testutil.Eventually(t, "counters on the attached process's threads, the attach's confirmation over", func() (bool, string) {
+	// The attach itself wakes the loop ("task attached") and may start a
+	// confirmation; the burst starts once that wake was handled and its
+	// confirmation has ended, or it could be the one to see the burst.
+	// Counters alone do not say so: a calm sample may open them before the
+	// watch's hint reaches the loop (seen on a loaded machine).
+	testutil.Eventually(t, "the attach's wake handled, counters on the attached process's threads, its confirmation over", func() (bool, string) {
 		var n int
 		var pending bool
 		d.do(context.Background(), func() error {
 			n, pending = cgroupfs(d).clock.w.Open(), cgroupfs(d).confirm.timer != nil
 			return nil
 		})
-		return n > before && !pending, fmt.Sprintf("%d counters, %d before; confirmation pending %v", n, before, pending)
+		woke := attachWakes(hook, "job")
+		return woke > 0 && n > before && !pending, fmt.Sprintf("%d attach wakes for job; %d counters, %d before; confirmation pending %v", woke, n, before, pending)
 	})
 	clockCounting(t, d) // that confirmation may have paused or slowed them
 	confirmed := len(confirmedBy(hook))

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"strings"
+
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -108,7 +110,8 @@ func (p *placement) onWake(k wake, replan replanFunc) {
 	case wakeAttached:
 		p.backoff.reset() // a task arrived: look at once, then every period
 		p.sample()
-		p.retaskClock()
+		names := p.retaskClock()
+		p.log.WithField("workloads", strings.Join(names, ",")).Debug("tasks attached: sampled at once")
 		p.startConfirm("task attached")
 		replan("task attached", false)
 	case wakePressure:
