@@ -72,6 +72,10 @@ type memManager struct {
 	closed     bool
 	// calls counts the calls made of each method, by name ("Units").
 	calls map[string]int
+	// unitsRead, when not negative, cuts Units short as a manager too slow
+	// for the caller's deadline does: the first unitsRead units (by name)
+	// and context.DeadlineExceeded.
+	unitsRead int
 }
 
 // memUnit is one unit the manager has loaded.
@@ -87,7 +91,7 @@ type memUnit struct {
 
 func newMemManager(t *testing.T, uid int, dir string, journal *[]string) *memManager {
 	return &memManager{t: t, uid: uid, dir: dir, journal: journal, units: map[string]*memUnit{},
-		events: make(chan systemd.UnitEvent, 256), calls: map[string]int{}}
+		events: make(chan systemd.UnitEvent, 256), calls: map[string]int{}, unitsRead: -1}
 }
 
 var _ unitManager = (*memManager)(nil)
@@ -141,6 +145,9 @@ func (m *memManager) Units(ctx context.Context, patterns ...string) ([]systemd.U
 				break
 			}
 		}
+	}
+	if m.unitsRead >= 0 && len(out) > m.unitsRead {
+		return out[:m.unitsRead], fmt.Errorf("%s manager: %s: %w", m, out[m.unitsRead].Name, context.DeadlineExceeded)
 	}
 	return out, nil
 }

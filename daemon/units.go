@@ -66,8 +66,11 @@ const unitOpTimeout = 10 * time.Second
 // unitScanTimeout bounds a scan: it reads two property sets of every
 // loaded service and scope of the system manager and of each followed
 // user's manager, which a loaded machine may not answer within
-// unitOpTimeout; a scan cut short adopts nothing until the next.
-const unitScanTimeout = 60 * time.Second
+// unitOpTimeout. The scan runs on the event loop, so it stays well inside
+// systemd's watchdog (WatchdogSec=30s, pinged every 15 s). A scan cut
+// short takes in the units it read, forgets none, and is done again at
+// the next sample (unitPlacement.rescan).
+const unitScanTimeout = 12 * time.Second
 
 // unitPlacement places systemd units: each service or scope directly in a
 // managed slice is a workload, placed with AllowedCPUs= set at runtime
@@ -128,6 +131,10 @@ type unitPlacement struct {
 	// skipped for it.
 	reloading map[int]bool
 	held      bool
+	// rescan: the last scan was cut short (a listing failed or ran out of
+	// time), so units may be missing; the loop samples while it is set,
+	// and the next sample scans again.
+	rescan bool
 
 	// pressure wakes the loop when tasks wait for a CPU anywhere (the
 	// machine's /proc/pressure/cpu: every managed slice is in it); nil
@@ -409,6 +416,9 @@ func (u *unitPlacement) sample() (busy bool) {
 // a CPU, and keeps sampling at the backed-off period (sampleEvery) where
 // there is no trigger (as placement.sampling).
 func (u *unitPlacement) sampling() bool {
+	if u.rescan && u.mgr != nil {
+		return true
+	}
 	if len(u.workloads) == 0 {
 		return false
 	}

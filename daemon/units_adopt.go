@@ -16,7 +16,9 @@ import (
 
 // scan lists the managed slices' units, adopting new ones and forgetting
 // those gone; it reports whether the set changed. Used at start, after
-// lost signals and on Rebalance.
+// lost signals and on Rebalance. A listing cut short (an error, or
+// unitScanTimeout on a busy machine) still takes in the units it read but
+// forgets none, and sets rescan: the next sample scans again.
 func (u *unitPlacement) scan() bool {
 	if u.mgr == nil {
 		return false
@@ -26,11 +28,15 @@ func (u *unitPlacement) scan() bool {
 	seen := map[string]bool{}
 	changed := false
 	list, err := u.mgr.Units(ctx, "*.service", "*.scope")
+	complete := err == nil
 	if err != nil {
-		u.log.WithError(err).Warn("listing the managed slices' units")
+		u.log.WithError(err).WithField("read", len(list)).Warn("listing the managed slices' units was cut short: the units read are taken in, none is forgotten, and the next sample lists them again")
+	}
+	if !complete && len(list) == 0 {
+		u.setRescan(true)
 		return changed
 	}
-	if u.users {
+	if u.users && complete {
 		if u.scanUsers(ctx, list) {
 			changed = true
 		}
@@ -68,15 +74,27 @@ func (u *unitPlacement) scan() bool {
 			}
 		}
 	}
-	for k := range u.workloads {
-		if !seen[k] {
-			u.forget(k)
-			changed = true
+	if complete {
+		for k := range u.workloads {
+			if !seen[k] {
+				u.forget(k)
+				changed = true
+			}
 		}
+		u.dropGone(ctx)
 	}
-	u.dropGone(ctx)
+	u.setRescan(!complete)
 	u.flush()
 	return changed
+}
+
+// setRescan notes whether the last scan was cut short; the end of a run
+// of cut-short scans is logged.
+func (u *unitPlacement) setRescan(on bool) {
+	if u.rescan && !on {
+		u.log.WithField("workloads", len(u.workloads)).Info("the managed slices' units listed in full again")
+	}
+	u.rescan = on
 }
 
 // dropGone drops the records of units systemd no longer knows (a

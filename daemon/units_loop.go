@@ -44,12 +44,16 @@ func (u *unitPlacement) rebalance() {
 }
 
 // onSample is the periodic sample: the load signals and a confirmation
-// for units that stalled (wake.go). The units' set changes only through
-// their managers' signals: it never reports a change.
+// for units that stalled (wake.go). The units' set changes through their
+// managers' signals, and here only when the last scan was cut short: the
+// sample then scans again and reports whether the set changed.
 func (u *unitPlacement) onSample() (changed bool) {
+	if u.rescan {
+		changed = u.scan()
+	}
 	u.backoff.sampled(u.sample())
 	u.startConfirm("sample", unitStallCandidate)
-	return false
+	return changed
 }
 
 // freshen samples at once once sampling backed off or stopped.

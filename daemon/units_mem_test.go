@@ -487,3 +487,63 @@ func TestMemUnitsRestoreKeepsReset(t *testing.T) {
 		wantEq(t, "state.json's records", recs(h.u.recordList()), "")
 	})
 }
+
+// TestMemUnitsScanCutShort: a scan whose listing runs out of time (a
+// busy machine during a burst of units) takes in the units it read,
+// forgets no workload it did not get to, and keeps the loop sampling
+// until a later sample's scan lists every unit; that one adopts the rest
+// and forgets what is gone.
+func TestMemUnitsScanCutShort(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newMemUnits(t)
+		h.m.start("z.service", "schedpolicyd.slice", false)
+		h.m.unitsRead = 0 // the start's scan reads nothing in time
+		h.open()
+		wantEq(t, "workloads after the start's scan that read nothing", strings.Join(h.u.sortedNames(), " "), "")
+		if !h.u.rescan || !h.u.sampling() {
+			t.Fatalf("no workloads and a scan cut short: rescan %v, sampling %v; want both (the next sample scans)", h.u.rescan, h.u.sampling())
+		}
+		h.m.unitsRead = -1
+		if !h.u.onSample() {
+			t.Fatal("the sample's full scan reported no change; it adopted z.service")
+		}
+		wantEq(t, "workloads after the sample's scan", strings.Join(h.u.sortedNames(), " "), "z.service")
+		if h.u.rescan {
+			t.Fatal("rescan still set after a full scan")
+		}
+
+		for _, n := range []string{"a.service", "b.service", "c.service"} {
+			h.m.start(n, "schedpolicyd.slice", false)
+		}
+		h.m.unitsRead = 1
+		if !h.u.scan() {
+			t.Fatal("the cut-short scan reported no change; it adopted a.service")
+		}
+		wantEq(t, "workloads after a scan cut short after one unit", strings.Join(h.u.sortedNames(), " "), "a.service z.service")
+		if !h.u.rescan {
+			t.Fatal("rescan not set after a scan cut short")
+		}
+
+		// Nothing read at all: still nothing forgotten, still due.
+		h.m.unitsRead = 0
+		if h.u.onSample() {
+			t.Fatal("a sample whose scan read nothing reported a change")
+		}
+		wantEq(t, "workloads after a scan that read nothing", strings.Join(h.u.sortedNames(), " "), "a.service z.service")
+
+		h.m.unitsRead = -1
+		h.m.stop("z.service")
+		if !h.u.onSample() {
+			t.Fatal("the sample's full scan reported no change")
+		}
+		wantEq(t, "workloads after the full scan", strings.Join(h.u.sortedNames(), " "), "a.service b.service c.service")
+		if h.u.rescan {
+			t.Fatal("rescan still set after a full scan")
+		}
+		calls := h.m.calls["Units"]
+		h.u.onSample()
+		if h.m.calls["Units"] != calls {
+			t.Fatalf("a sample after a full scan listed the units again (%d → %d calls)", calls, h.m.calls["Units"])
+		}
+	})
+}

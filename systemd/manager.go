@@ -494,30 +494,72 @@ func (m *Manager) SliceUnits(ctx context.Context, slice string) ([]UnitInfo, err
 	return out, nil
 }
 
+// unitReaders bounds the property reads Units has under way at once: a
+// manager answers them one after another, but with several sent its
+// answers need not wait for our next request (under emulation or on a
+// busy machine the round trips, not the manager's work, are what cost).
+const unitReaders = 8
+
 // Units lists the loaded units whose names match one of the shell-style
 // patterns ("user@*.service"), with their properties, sorted by name. A
-// unit that goes away while being read is left out.
+// unit that goes away while being read is left out. Errors: the listing
+// failed (no units), or reading a unit's properties failed, ctx's
+// deadline included: then the units read by then come with the error,
+// still sorted, and the others are missing.
 func (m *Manager) Units(ctx context.Context, patterns ...string) ([]UnitInfo, error) {
 	all, err := m.conn.ListUnitsByPatternsContext(ctx, nil, patterns)
 	if err != nil {
 		return nil, fmt.Errorf("%s manager: ListUnitsByPatterns: %w", m, err)
 	}
-	var out []UnitInfo
+	var names []string
 	for _, s := range all {
-		if s.LoadState != "loaded" {
+		if s.LoadState == "loaded" {
+			names = append(names, s.Name)
+		}
+	}
+	infos := make([]UnitInfo, len(names))
+	read := make([]bool, len(names))
+	errs := make([]error, len(names))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < min(unitReaders, len(names)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				u, err := m.UnitInfo(ctx, names[i])
+				var e dbus.Error
+				switch {
+				case err == nil:
+					infos[i], read[i] = u, true
+				case errors.As(err, &e) && e.Name == "org.freedesktop.systemd1.NoSuchUnit":
+				default:
+					errs[i] = err
+				}
+			}
+		}()
+	}
+	for i := range names {
+		if ctx.Err() != nil {
+			errs[i] = fmt.Errorf("%s manager: %s: %w", m, names[i], ctx.Err())
 			continue
 		}
-		u, err := m.UnitInfo(ctx, s.Name)
-		if err != nil {
-			var e dbus.Error
-			if errors.As(err, &e) && e.Name == "org.freedesktop.systemd1.NoSuchUnit" {
-				continue
-			}
-			return nil, err
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	var out []UnitInfo
+	for i := range names {
+		if read[i] {
+			out = append(out, infos[i])
 		}
-		out = append(out, u)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	for _, err := range errs {
+		if err != nil {
+			return out, err
+		}
+	}
 	return out, nil
 }
 
