@@ -36,7 +36,7 @@ var ErrStopped = errors.New("daemon is stopping")
 type Daemon struct {
 	cfg    Config
 	log    logrus.FieldLogger
-	notify systemd.Notifier
+	notify notifier
 
 	fs  sysfs.FS
 	mon *acpi.Monitor
@@ -133,6 +133,7 @@ func New(cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{
+		notify:    systemd.Notifier{},
 		cfg:       cfg,
 		log:       cfg.Log,
 		fs:        fs,

@@ -25,6 +25,20 @@ type loopSources struct {
 	watchdog time.Duration     // WATCHDOG=1 every this long; 0: none
 }
 
+// notifier is what the daemon tells systemd (systemd.Notifier, sd_notify):
+// the loop's tests count its watchdog pings.
+type notifier interface {
+	Ready(status string) error
+	Status(status string) error
+	Stopping() error
+	Watchdog() error
+	WatchdogInterval() (time.Duration, error)
+}
+
+// watchdogEvery is how often, at most, a turn of the loop pings systemd's
+// watchdog (loop).
+const watchdogEvery = time.Second
+
 // loop serves src, the daemon's requests and the back end's wakes until
 // ctx ends, then restores every workload (shutdown) and returns nil. A
 // panic on the loop is a bug, but it must not leave workloads packed: it
@@ -48,11 +62,20 @@ func (d *Daemon) loop(ctx context.Context, src loopSources) (loopErr error) {
 		}()
 		loopErr = fmt.Errorf("internal error in the event loop: %v", r)
 	}()
+	// The watchdog is pinged on its ticker while the loop waits, and at
+	// each turn of the loop once watchdogEvery has passed since the last
+	// ping: systemd then measures how long one turn took (a scan or an
+	// apply, each bounded by its timeout however slow the manager
+	// answers), not that plus the ticker's phase, and a turn that hangs
+	// is still caught.
+	var wdT *time.Ticker
 	var wdC <-chan time.Time
+	var pinged time.Time
 	if src.watchdog > 0 {
-		t := time.NewTicker(src.watchdog)
-		defer t.Stop()
-		wdC = t.C
+		wdT = time.NewTicker(src.watchdog)
+		defer wdT.Stop()
+		wdC = wdT.C
+		pinged = time.Now()
 	}
 	sample := newSampleTimer(d.cfg.SampleInterval)
 	defer sample.stop()
@@ -61,6 +84,15 @@ func (d *Daemon) loop(ctx context.Context, src loopSources) (loopErr error) {
 	monC, treeLost := src.power, src.treeLost
 	b := d.place
 	for {
+		if wdT != nil && time.Since(pinged) >= watchdogEvery {
+			d.notify.Watchdog()
+			pinged = time.Now()
+			wdT.Reset(src.watchdog) // the next tick a period from now
+			select {
+			case <-wdC: // a tick that came during the turn
+			default:
+			}
+		}
 		sampling := b.sampling()
 		sampleC, stopped := sample.arm(sampling, b.sampleEvery())
 		if stopped {
@@ -125,6 +157,7 @@ func (d *Daemon) loop(ctx context.Context, src loopSources) (loopErr error) {
 			d.energyGuardRead()
 		case <-wdC:
 			d.notify.Watchdog()
+			pinged = time.Now()
 		}
 	}
 }

@@ -446,3 +446,54 @@ func TestLoopEnergyGuard(t *testing.T) {
 		}
 	})
 }
+
+// pingCounter is a notifier that records the instants of the watchdog
+// pings (offsets from t0).
+type pingCounter struct {
+	t0    time.Time
+	pings []time.Duration
+}
+
+func (p *pingCounter) Ready(string) error                       { return nil }
+func (p *pingCounter) Status(string) error                      { return nil }
+func (p *pingCounter) Stopping() error                          { return nil }
+func (p *pingCounter) WatchdogInterval() (time.Duration, error) { return 0, nil }
+func (p *pingCounter) Watchdog() error {
+	p.pings = append(p.pings, time.Since(p.t0))
+	return nil
+}
+
+// TestLoopWatchdogAfterLongTurn: the watchdog is pinged on its ticker
+// while the loop waits, and right after a turn that took longer than a
+// second (a scan or an apply that a slow manager made last up to their
+// timeouts), so that what systemd's watchdog measures is one turn, not
+// that plus the ticker's phase. With WatchdogSec=30s (pings every 15 s)
+// a 20 s turn starting 14 s after a ping used to leave 34 s between
+// pings; now 20 s.
+func TestLoopWatchdogAfterLongTurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeBackend{base: time.Hour}
+		d := loopDaemon(t, f)
+		p := &pingCounter{t0: f.t0}
+		d.notify = p
+		runLoop(t, d, loopSources{watchdog: 15 * time.Second})
+		time.Sleep(44 * time.Second)
+		synctest.Wait()
+		// A turn of 20 s begins at 44 s (the last ping at 30 s).
+		d.do(context.Background(), func() error { time.Sleep(20 * time.Second); return nil })
+		synctest.Wait()
+		time.Sleep(36 * time.Second) // to 100 s
+		synctest.Wait()
+		want := secs(15, 30, 64, 79, 94)
+		if !slices.Equal(p.pings, want) {
+			t.Fatalf("pings at %v, want %v", p.pings, want)
+		}
+		var gap time.Duration
+		for i := 1; i < len(p.pings); i++ {
+			gap = max(gap, p.pings[i]-p.pings[i-1])
+		}
+		if gap > 34*time.Second {
+			t.Fatalf("longest gap between pings %v", gap)
+		}
+	})
+}
