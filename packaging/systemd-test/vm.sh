@@ -20,10 +20,12 @@
 # VM root cannot be had here, saying why.
 #
 # Environment:
-#   SYSTEMD_TEST_VM_TIMEOUT  hard limit in seconds for the VM (default 2400,
+#   SYSTEMD_TEST_VM_TIMEOUT  hard limit in seconds for the VM (default 3000,
 #                            which only a stuck run reaches, also on a busy
-#                            2-CPU machine: the checks take 13-17 min on a
-#                            quiet one); QEMU is killed when it is reached
+#                            2-CPU machine: the checks take 15-19 min on a
+#                            quiet one, and up to about 2.5 times that when
+#                            other work shares the CPUs with the emulation);
+#                            QEMU is killed when it is reached
 #   SYSTEMD_TEST_VM_LOG      copy the serial console log to this file
 #   SYSTEMD_TEST_VM_MEM      guest memory in MiB (default 1024)
 # All temporary files (disk images, the overlay, a built .deb) live in one
@@ -32,7 +34,7 @@ set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
-timeout=${SYSTEMD_TEST_VM_TIMEOUT:-2400}
+timeout=${SYSTEMD_TEST_VM_TIMEOUT:-3000}
 mem=${SYSTEMD_TEST_VM_MEM:-1024}
 
 usage() { echo "usage: vm.sh [--deb FILE] GUEST-SCRIPT [FILES...]" >&2; exit 64; }
