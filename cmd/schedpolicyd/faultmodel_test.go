@@ -545,6 +545,9 @@ type faultDaemon struct {
 	// while their cgroups exist (a record of a cgroup that is gone covers
 	// nothing and may go).
 	before []statefile.Record
+	// startOnly: what of its configuration file only a start reads
+	// (faultStartOnly), as it runs with it.
+	startOnly string
 }
 
 func (d *faultDaemon) logText() string { return d.log.String() }
@@ -791,16 +794,13 @@ func (m *faultModel) startDaemon(rt *rapid.T, kind string, killAfter time.Durati
 	if kind != "managed" {
 		before = m.records(rt)
 	}
-	var emptied []string // released workloads whose cpuset is empty: filled at adoption
+	var emptied []string
 	if kind == "managed" {
-		for _, n := range m.names() {
-			if m.wls[n].released && faultRead(m.wlPath(n)+"/cpuset.cpus") == "" {
-				emptied = append(emptied, n)
-			}
-		}
+		emptied = m.emptiedReleased()
 	}
 	d := m.spawn(rt, kind, m.daemonArgs(m.rootOf(kind), m.stateDir, m.treeDir)...)
 	d.before = before
+	d.startOnly = faultStartOnly(faultRead(m.conf))
 	if killAfter >= 0 {
 		time.Sleep(killAfter)
 		wedged := d.kill()
@@ -823,6 +823,18 @@ func (m *faultModel) startDaemon(rt *rapid.T, kind string, killAfter time.Durati
 		m.claimed = map[string][]string{} // every workload reconciled
 		m.fillRule(rt, emptied)
 	}
+}
+
+// emptiedReleased lists the released workloads whose cpuset is empty,
+// which a managing daemon fills when it adopts them (fillRule).
+func (m *faultModel) emptiedReleased() []string {
+	var out []string
+	for _, n := range m.names() {
+		if m.wls[n].released && faultRead(m.wlPath(n)+"/cpuset.cpus") == "" {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // fillRule: a managing daemon fills an empty v1 cpuset.cpus with the
@@ -1498,18 +1510,66 @@ func (m *faultModel) actHup(rt *rapid.T) {
 		}
 	}
 	m.confValid = valid
-	ok, keep := m.d.count(`msg="configuration reloaded"`), m.d.count(`msg="reload: keeping the running configuration"`)
+	// A valid file that changes a setting only a start reads restarts the
+	// daemon in its process: a clean stop's restore, then a new start
+	// that adopts every workload again (as actRestart, with no look in
+	// between).
+	restart := valid && faultStartOnly(content) != m.d.startOnly
+	var emptied []string
+	if restart {
+		emptied = m.emptiedReleased()
+	}
+	const (
+		reloaded   = `msg="configuration reloaded"`
+		kept       = `msg="reload: keeping the running configuration"`
+		restarting = `msg="reload: these settings are read at start`
+		ready      = `msg=ready`
+	)
+	ok, keep, restarts, readies := m.d.count(reloaded), m.d.count(kept), m.d.count(restarting), m.d.count(ready)
 	m.d.cmd.Process.Signal(syscall.SIGHUP)
-	m.poll(rt, "the reload's outcome in the log", func() (bool, string) {
-		if m.d.exited() {
+	want := map[bool]string{false: "configuration reloaded", true: "a restart in the process and its new start's ready"}[restart]
+	if !valid {
+		want = "keeping the running configuration"
+	}
+	m.poll(rt, "the reload's outcome in the log: "+want, func() (bool, string) {
+		seen := fmt.Sprintf("reloaded %d→%d, kept %d→%d, restarts %d→%d, ready %d→%d", ok, m.d.count(reloaded),
+			keep, m.d.count(kept), restarts, m.d.count(restarting), readies, m.d.count(ready))
+		switch {
+		case m.d.exited():
 			return true, ""
+		case !valid:
+			return m.d.count(kept) > keep, seen
+		case restart:
+			return m.d.count(restarting) > restarts && m.d.count(ready) > readies, seen
 		}
-		if valid {
-			return m.d.count(`msg="configuration reloaded"`) > ok, ""
-		}
-		return m.d.count(`msg="reload: keeping the running configuration"`) > keep, ""
+		return m.d.count(reloaded) > ok, seen
 	})
+	if m.d.exited() {
+		return // the next step's checks say why
+	}
+	if valid && (m.d.count(restarting) > restarts) != restart {
+		m.fatalf(rt, "reload restarted the daemon: %v, want %v (start-only settings %q → %q)", !restart, restart, m.d.startOnly, faultStartOnly(content))
+	}
 	m.settle(rt)
+	if restart {
+		m.d.startOnly = faultStartOnly(content)
+		if m.managing() {
+			m.claimed = map[string][]string{} // every workload reconciled
+			m.fillRule(rt, emptied)
+		}
+	}
+}
+
+// faultStartOnly is what of a valid configuration file of
+// faultValidConfs only a start reads and no flag of daemonArgs overrides
+// (daemon.ReloadNeedsRestart): its recheck_interval line.
+func faultStartOnly(content string) string {
+	for _, l := range strings.Split(content, "\n") {
+		if strings.HasPrefix(l, "recheck_interval") {
+			return l
+		}
+	}
+	return ""
 }
 
 // actSecond: a second daemon on the same parent, with its own state and
