@@ -36,8 +36,65 @@ type notifier interface {
 }
 
 // watchdogEvery is how often, at most, a turn of the loop pings systemd's
-// watchdog (loop).
+// watchdog (watchdogPinger.turn).
 const watchdogEvery = time.Second
+
+// watchdogPinger pings systemd's watchdog for the loop: on its ticker
+// while the loop waits, and at the top of each turn once watchdogEvery has
+// passed since the last ping. systemd then measures how long one turn took
+// (a scan or an apply, each bounded by its timeout however slow the
+// manager answers), not that plus the ticker's phase, and a turn that
+// hangs is still caught. A zero period pings never.
+type watchdogPinger struct {
+	n      notifier
+	every  time.Duration
+	t      *time.Ticker
+	pinged time.Time
+}
+
+func newWatchdogPinger(n notifier, every time.Duration) *watchdogPinger {
+	w := &watchdogPinger{n: n, every: every}
+	if every > 0 {
+		w.t = time.NewTicker(every)
+		w.pinged = time.Now()
+	}
+	return w
+}
+
+// c is the ticker's channel; nil (never ready) without a watchdog.
+func (w *watchdogPinger) c() <-chan time.Time {
+	if w.t == nil {
+		return nil
+	}
+	return w.t.C
+}
+
+// ping sends WATCHDOG=1 (the ticker fired).
+func (w *watchdogPinger) ping() {
+	w.n.Watchdog()
+	w.pinged = time.Now()
+}
+
+// turn pings at the top of a turn of the loop when the last ping is
+// watchdogEvery old or more, and starts the ticker's period anew (a tick
+// that came during the turn is dropped).
+func (w *watchdogPinger) turn() {
+	if w.t == nil || time.Since(w.pinged) < watchdogEvery {
+		return
+	}
+	w.ping()
+	w.t.Reset(w.every)
+	select {
+	case <-w.t.C:
+	default:
+	}
+}
+
+func (w *watchdogPinger) stop() {
+	if w.t != nil {
+		w.t.Stop()
+	}
+}
 
 // loop serves src, the daemon's requests and the back end's wakes until
 // ctx ends, then restores every workload (shutdown) and returns nil. A
@@ -62,21 +119,8 @@ func (d *Daemon) loop(ctx context.Context, src loopSources) (loopErr error) {
 		}()
 		loopErr = fmt.Errorf("internal error in the event loop: %v", r)
 	}()
-	// The watchdog is pinged on its ticker while the loop waits, and at
-	// each turn of the loop once watchdogEvery has passed since the last
-	// ping: systemd then measures how long one turn took (a scan or an
-	// apply, each bounded by its timeout however slow the manager
-	// answers), not that plus the ticker's phase, and a turn that hangs
-	// is still caught.
-	var wdT *time.Ticker
-	var wdC <-chan time.Time
-	var pinged time.Time
-	if src.watchdog > 0 {
-		wdT = time.NewTicker(src.watchdog)
-		defer wdT.Stop()
-		wdC = wdT.C
-		pinged = time.Now()
-	}
+	wd := newWatchdogPinger(d.notify, src.watchdog)
+	defer wd.stop()
 	sample := newSampleTimer(d.cfg.SampleInterval)
 	defer sample.stop()
 	var lazy lazyWake
@@ -84,15 +128,7 @@ func (d *Daemon) loop(ctx context.Context, src loopSources) (loopErr error) {
 	monC, treeLost := src.power, src.treeLost
 	b := d.place
 	for {
-		if wdT != nil && time.Since(pinged) >= watchdogEvery {
-			d.notify.Watchdog()
-			pinged = time.Now()
-			wdT.Reset(src.watchdog) // the next tick a period from now
-			select {
-			case <-wdC: // a tick that came during the turn
-			default:
-			}
-		}
+		wd.turn()
 		sampling := b.sampling()
 		sampleC, stopped := sample.arm(sampling, b.sampleEvery())
 		if stopped {
@@ -155,9 +191,8 @@ func (d *Daemon) loop(ctx context.Context, src loopSources) (loopErr error) {
 		case <-d.energyGuard.C():
 			d.stats.events.Add(1)
 			d.energyGuardRead()
-		case <-wdC:
-			d.notify.Watchdog()
-			pinged = time.Now()
+		case <-wd.c():
+			wd.ping()
 		}
 	}
 }
