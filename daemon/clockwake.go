@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -560,16 +559,13 @@ func (d *Daemon) requestClockSync() {
 
 // retaskClock has the workloads tasks were attached to get their counters
 // again: now for a batch, the rest at the next syncClock, which the
-// decision that follows asks the loop for (Daemon.recompute). It returns
-// those workloads' names, sorted.
-func (p *placement) retaskClock() []string {
-	names := slices.Sorted(maps.Keys(p.takeAttached()))
-	for _, n := range names {
+// decision that follows asks the loop for (Daemon.recompute).
+func (p *placement) retaskClock() {
+	for n := range p.takeAttached() {
 		if p.clockRetask == nil {
 			p.clockRetask = map[string]bool{}
 		}
 		p.clockRetask[n] = true
 	}
 	p.syncClock()
-	return names
 }

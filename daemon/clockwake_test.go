@@ -41,12 +41,6 @@ func confirmedBy(hook *logtest.Hook) []string {
 	return out
 }
 
-// attachlessWatch is a cgroup watch whose "task attached" hints never
-// reach the loop.
-type attachlessWatch struct{ cgroupSource }
-
-func (attachlessWatch) Attached() <-chan struct{} { return nil }
-
 // packedWithLog is packedThreadsWorkload with the daemon's log at debug
 // level into a hook, the production sample period, and its task-clock
 // counters checked to be armed.
@@ -277,53 +271,19 @@ func TestDaemonTaskClockCountsAttachedTasks(t *testing.T) {
 	proc := startThreadsProc(t)
 	proc.run(t, 0, 0) // started and idle: its start-up burst is over, outside job
 	testutil.Put(t, filepath.Join(dir, "cgroup.procs"), strconv.Itoa(proc.pid))
-	// The attach wakes the loop ("task attached"), which gives the attached
-	// process's threads counters (or a calm sample does, whichever comes
-	// first) and may start a confirmation of its own.
-	testutil.Eventually(t, "counters on the attached process's threads", func() (bool, string) {
+	// The attach itself starts a confirmation ("task attached"); the burst
+	// starts once it has ended, or it could be the one to see the burst.
+	testutil.Eventually(t, "counters on the attached process's threads, the attach's confirmation over", func() (bool, string) {
 		var n int
-		d.do(context.Background(), func() error { n = cgroupfs(d).clock.w.Open(); return nil })
-		return n > before, fmt.Sprintf("%d counters, %d before", n, before)
-	})
-	// From here on the task clock is to be the one wake. The watch's
-	// attach hints may still be on their way (an attach raises one or two
-	// IN_MODIFY, and a loaded machine delivers them seconds late: one
-	// arrived during the burst and its confirmation came first), so the
-	// placement stops hearing them; clockCounting then waits for any
-	// confirmation already started to end.
-	d.do(context.Background(), func() error {
-		p := cgroupfs(d)
-		p.watch = attachlessWatch{p.watch}
-		return nil
+		var pending bool
+		d.do(context.Background(), func() error {
+			n, pending = cgroupfs(d).clock.w.Open(), cgroupfs(d).confirm.timer != nil
+			return nil
+		})
+		return n > before && !pending, fmt.Sprintf("%d counters, %d before; confirmation pending %v", n, before, pending)
 	})
 	clockCounting(t, d) // that confirmation may have paused or slowed them
 	confirmed := len(confirmedBy(hook))
-	runDelay := func() (run, wait time.Duration) {
-		d.do(context.Background(), func() error { run, wait, _ = cgroupfs(d).cg.RunDelay("job"); return nil })
-		return run, wait
-	}
-	run0, wait0 := runDelay()
 	proc.run(t, 2, 0)
-	// Two threads alone on one CPU wait about as long as they run; much
-	// longer means other processes take that CPU too: the task clock then
-	// counts too little CPU time to see the burst, and nothing else may
-	// widen job here (no trigger, no sample).
-	crowded := func(why string) {
-		t.Helper()
-		if run, wait := runDelay(); wait-wait0 > (run-run0)*3/2 {
-			t.Skipf("job's two threads waited for their CPU %v and ran %v: other processes crowd it, so the task clock cannot see the burst (%s); this test needs a machine that leaves a CPU alone",
-				(wait - wait0).Round(time.Millisecond), (run - run0).Round(time.Millisecond), why)
-		}
-	}
-	if ok, last := testutil.Poll(testutil.DefaultBound, func() (bool, string) {
-		s := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
-		return s == all, s
-	}); !ok {
-		crowded("not widened")
-		t.Fatalf("timed out after %v waiting for job widened to every CPU; last seen: %s", testutil.DefaultBound, last)
-	}
-	if got := confirmedBy(hook)[confirmed:]; len(got) == 0 || got[0] != "task clock confirmed" && got[0] != "task clock retry confirmed" {
-		crowded(fmt.Sprintf("confirmations %q", got))
-		t.Fatalf("the widening's confirmations: %q; want the first from the task clock", got)
-	}
+	widenedByClock(t, hook, dir, all, confirmed)
 }

@@ -1,8 +1,6 @@
 package daemon
 
 import (
-	"strings"
-
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -110,8 +108,7 @@ func (p *placement) onWake(k wake, replan replanFunc) {
 	case wakeAttached:
 		p.backoff.reset() // a task arrived: look at once, then every period
 		p.sample()
-		names := p.retaskClock()
-		p.log.WithField("workloads", strings.Join(names, ",")).Debug("tasks attached: sampled at once")
+		p.retaskClock()
 		p.startConfirm("task attached")
 		replan("task attached", false)
 	case wakePressure:

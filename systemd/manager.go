@@ -518,7 +518,6 @@ func (m *Manager) Units(ctx context.Context, patterns ...string) ([]UnitInfo, er
 		}
 	}
 	infos := make([]UnitInfo, len(names))
-	read := make([]bool, len(names))
 	errs := make([]error, len(names))
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -531,7 +530,7 @@ func (m *Manager) Units(ctx context.Context, patterns ...string) ([]UnitInfo, er
 				var e dbus.Error
 				switch {
 				case err == nil:
-					infos[i], read[i] = u, true
+					infos[i] = u
 				case errors.As(err, &e) && e.Name == "org.freedesktop.systemd1.NoSuchUnit":
 				default:
 					errs[i] = err
@@ -550,7 +549,7 @@ func (m *Manager) Units(ctx context.Context, patterns ...string) ([]UnitInfo, er
 	wg.Wait()
 	var out []UnitInfo
 	for i := range names {
-		if read[i] {
+		if infos[i].Name != "" { // read (a unit gone meanwhile is not)
 			out = append(out, infos[i])
 		}
 	}
