@@ -35,12 +35,24 @@ export PATH="$PATH:/usr/local/go/bin"
 (cd "$top" && CGO_ENABLED=0 go test -c -o "$work/systemd.test" ./systemd/) ||
 	{ echo "systemd-test: FAIL building the systemd package's test binary"; exit 1; }
 
+# run_part LOG CMD... runs a part, its output also kept in LOG (for the
+# summary of failed checks at the end); its exit status is the part's.
+run_part() {
+	log=$1
+	shift
+	{
+		"$@" 2>&1
+		echo $? >"$log.rc"
+	} | tee "$log"
+	return "$(cat "$log.rc")"
+}
+
 for part in $parts; do
 	t=$(date +%s)
 	case $part in
 	container)
 		rc=0
-		"$here/container.sh" --deb "$deb" --file "$work/systemd.test" || rc=$?
+		run_part "$work/container.out" "$here/container.sh" --deb "$deb" --file "$work/systemd.test" || rc=$?
 		if [ "$rc" = 2 ]; then
 			echo "systemd-test: the container cannot run here (above); checking the package on this machine instead"
 			"$top/packaging/deb-test.sh" --host-install || status=1
@@ -49,7 +61,7 @@ for part in $parts; do
 		fi
 		;;
 	vm)
-		"$here/vm.sh" --deb "$deb" "$here/vm-guest.sh" "$here/surface.sh" "$here/laptop.sh" "$here/battery.sh" "$work/systemd.test" || status=1
+		run_part "$work/vm.out" "$here/vm.sh" --deb "$deb" "$here/vm-guest.sh" "$here/surface.sh" "$here/laptop.sh" "$here/battery.sh" "$work/systemd.test" || status=1
 		;;
 	*)
 		echo "systemd-test: unknown part '$part' in SCHEDPOLICYD_SYSTEMD_TEST" >&2
@@ -59,5 +71,10 @@ for part in $parts; do
 	echo "systemd-test: $part took $(($(date +%s) - t)) s"
 done
 echo "systemd-test: all parts took $(($(date +%s) - start)) s"
+# The failed checks last, so that the tail of a long log names them.
+for part in $parts; do
+	[ -f "$work/$part.out" ] || continue
+	grep -a '^systemd-test: FAIL' "$work/$part.out" | head -n 20 | sed "s/^systemd-test: /systemd-test: [$part] /"
+done
 [ "$status" = 0 ] && echo "systemd-test: ok" || echo "systemd-test: FAILED"
 exit "$status"
