@@ -4,6 +4,9 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement/cgroupfs"
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement/units"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
@@ -11,32 +14,32 @@ import (
 // Both placements are back ends (the compile-time checks beside each
 // type say so too), and New holds the one Config.Placement names.
 var (
-	_ backend = (*placement)(nil)
-	_ backend = (*unitPlacement)(nil)
+	_ placement.Backend = (*cgroupfs.Placement)(nil)
+	_ placement.Backend = (*units.Placement)(nil)
 )
 
 // cgroupfs is d's cgroupfs back end, for tests that look inside it; nil
 // in placement "systemd".
-func cgroupfs(d *Daemon) *placement {
-	p, _ := d.place.(*placement)
+func cgfs(d *Daemon) *cgroupfs.Placement {
+	p, _ := d.place.(*cgroupfs.Placement)
 	return p
 }
 
 func TestNewHoldsOneBackend(t *testing.T) {
 	for _, c := range []struct {
 		placement, mode string
-		want            backend
+		want            placement.Backend
 	}{
-		{"", PlacementCgroupfs, (*placement)(nil)},
-		{PlacementCgroupfs, PlacementCgroupfs, (*placement)(nil)},
-		{PlacementSystemd, PlacementSystemd, (*unitPlacement)(nil)},
+		{"", PlacementCgroupfs, (*cgroupfs.Placement)(nil)},
+		{PlacementCgroupfs, PlacementCgroupfs, (*cgroupfs.Placement)(nil)},
+		{PlacementSystemd, PlacementSystemd, (*units.Placement)(nil)},
 	} {
 		d, err := New(Config{SysfsRoot: t.TempDir(), Placement: c.placement, Log: testutil.Logger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if reflect.TypeOf(d.place) != reflect.TypeOf(c.want) || d.place.mode() != c.mode {
-			t.Errorf("placement %q: back end %T (%s), want %T (%s)", c.placement, d.place, d.place.mode(), c.want, c.mode)
+		if reflect.TypeOf(d.place) != reflect.TypeOf(c.want) || d.place.Mode() != c.mode {
+			t.Errorf("placement %q: back end %T (%s), want %T (%s)", c.placement, d.place, d.place.Mode(), c.want, c.mode)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
@@ -18,17 +19,10 @@ import (
 // docs/CGROUP_DELEGATION.md, "Delegation").
 var delegateXattrs = []string{"trusted.delegate", "user.delegate"}
 
-// sdBootedDir exists where systemd is PID 1 (sd_booted(3)); cgroupMount is
-// where the cgroup hierarchy (on v2, systemd's tree) is mounted.
-const (
-	sdBootedDir = "/run/systemd/system"
-	cgroupMount = "/sys/fs/cgroup"
-)
-
-// ForeignCgroupRoot is foreignCgroupRoot on this machine: sdBootedDir and
-// cgroupMount.
+// ForeignCgroupRoot is foreignCgroupRoot on this machine: SdBootedDir and
+// CgroupMount.
 func ForeignCgroupRoot(cgroupRoot string) string {
-	return foreignCgroupRoot(sdBootedDir, cgroupMount, cgroupRoot)
+	return foreignCgroupRoot(placement.SdBootedDir, placement.CgroupMount, cgroupRoot)
 }
 
 // foreignCgroupRoot says why the cgroupfs placement at cgroupRoot would

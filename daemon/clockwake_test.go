@@ -12,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/internal/taskclock"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
@@ -20,7 +21,7 @@ import (
 // this process (a seccomp filter, perf_event_paranoid without privilege).
 func needTaskClock(t *testing.T) {
 	t.Helper()
-	w := taskclock.New(clockPeriod, 1)
+	w := taskclock.New(10*time.Millisecond, 1)
 	defer w.Close()
 	if _, err := w.SetTasks("self", taskclock.Tasks(1), 0); err != nil {
 		t.Skipf("perf_event_open refused here (%v): the task-clock wake cannot run", err)
@@ -28,7 +29,7 @@ func needTaskClock(t *testing.T) {
 }
 
 // confirmedBy returns the signals of the confirmations logged as "woken"
-// (wake.go's logConfirmed) so far, in order.
+// (wake.go's LogConfirmed) so far, in order.
 func confirmedBy(hook *logtest.Hook) []string {
 	var out []string
 	for _, e := range hook.AllEntries() {
@@ -60,12 +61,12 @@ func packedWithLog(t *testing.T) (*Daemon, *logtest.Hook, string, string, thread
 }
 
 func (d *Daemon) clockArmed(key string) (armed bool) {
-	d.do(context.Background(), func() error { armed = cgroupfs(d).clock.armed(key); return nil })
+	d.do(context.Background(), func() error { armed = cgfs(d).Hooks().Clock().Armed(key); return nil })
 	return armed
 }
 
 func (d *Daemon) clockSlow(key string) (slow bool) {
-	d.do(context.Background(), func() error { slow = cgroupfs(d).clock.slow(key); return nil })
+	d.do(context.Background(), func() error { slow = cgfs(d).Hooks().Clock().Slow(key); return nil })
 	return slow
 }
 
@@ -94,10 +95,7 @@ func widenedByClock(t *testing.T, hook *logtest.Hook, dir, all string, before in
 func onlyTaskClock(t *testing.T, d *Daemon) {
 	t.Helper()
 	d.do(context.Background(), func() error {
-		if cgroupfs(d).pressure != nil {
-			cgroupfs(d).pressure.Close()
-			cgroupfs(d).pressure = nil
-		}
+		cgfs(d).Hooks().DropPressure()
 		d.cfg.SampleInterval = time.Hour
 		return nil
 	})
@@ -116,11 +114,11 @@ func clockCounting(t *testing.T, d *Daemon) {
 		var state string
 		d.do(context.Background(), func() error {
 			d.onSample()
-			k := cgroupfs(d).clock.keys["job"]
-			ok = cgroupfs(d).clock.armed("job") && k != nil && !k.slow && !k.paused && cgroupfs(d).confirm.timer == nil
-			if k != nil {
-				state = fmt.Sprintf("armed %v slow %v paused %v, confirmation pending %v", cgroupfs(d).clock.armed("job"), k.slow, k.paused, cgroupfs(d).confirm.timer != nil)
-			}
+			h := cgfs(d).Hooks()
+			g := h.Clock()
+			armed, slow, paused, pending := g.Armed("job"), g.Slow("job"), g.Paused("job"), h.ConfirmPending()
+			ok = armed && !slow && !paused && !pending
+			state = fmt.Sprintf("armed %v slow %v paused %v, confirmation pending %v", armed, slow, paused, pending)
 			return nil
 		})
 		return ok, state
@@ -173,7 +171,7 @@ func TestDaemonTaskClockSlowsWhileBusy(t *testing.T) {
 	// test needs a CPU the rest of the machine leaves alone most of the
 	// time; a busy machine gives none.
 	runDelay := func() (run, wait time.Duration) {
-		d.do(context.Background(), func() error { run, wait, _ = cgroupfs(d).cg.RunDelay("job"); return nil })
+		d.do(context.Background(), func() error { run, wait, _ = cgfs(d).Hooks().RunDelay("job"); return nil })
 		return run, wait
 	}
 	crowdedByOthers := func(run0, wait0 time.Duration) {
@@ -222,8 +220,7 @@ func TestDaemonTaskClockSlowsWhileBusy(t *testing.T) {
 	// Only the slow counters can be first now: no pressure trigger (it
 	// might fire at its 2 s tick), and the next sample up to 5 s away.
 	d.do(context.Background(), func() error {
-		cgroupfs(d).pressure.Close()
-		cgroupfs(d).pressure = nil
+		cgfs(d).Hooks().DropPressure()
 		d.cfg.SampleInterval = 5 * time.Second
 		return nil
 	})
@@ -251,9 +248,9 @@ func TestDaemonTaskClockSlowsWhileBusy(t *testing.T) {
 // counters.
 func TestDaemonNoTaskClock(t *testing.T) {
 	d, _, _, _ := packedThreadsWorkloadWith(t, func(c *Config) { c.NoTaskClock = true })
-	var gate *clockGate
-	d.do(context.Background(), func() error { gate = cgroupfs(d).clock; return nil })
-	if gate != nil || cgroupfs(d).clockC() != nil {
+	var gate *placement.ClockGate
+	d.do(context.Background(), func() error { gate = cgfs(d).Hooks().Clock(); return nil })
+	if gate != nil || cgfs(d).Hooks().ClockC() != nil {
 		t.Fatal("NoTaskClock: a gate was made")
 	}
 }
@@ -267,7 +264,7 @@ func TestDaemonTaskClockCountsAttachedTasks(t *testing.T) {
 	d, hook, all, dir, _ := packedWithLog(t)
 	onlyTaskClock(t, d)
 	var before int
-	d.do(context.Background(), func() error { before = cgroupfs(d).clock.w.Open(); return nil })
+	d.do(context.Background(), func() error { before = cgfs(d).Hooks().Clock().Open(); return nil })
 	proc := startThreadsProc(t)
 	proc.run(t, 0, 0) // started and idle: its start-up burst is over, outside job
 	testutil.Put(t, filepath.Join(dir, "cgroup.procs"), strconv.Itoa(proc.pid))
@@ -277,7 +274,7 @@ func TestDaemonTaskClockCountsAttachedTasks(t *testing.T) {
 		var n int
 		var pending bool
 		d.do(context.Background(), func() error {
-			n, pending = cgroupfs(d).clock.w.Open(), cgroupfs(d).confirm.timer != nil
+			n, pending = cgfs(d).Hooks().Clock().Open(), cgfs(d).Hooks().ConfirmPending()
 			return nil
 		})
 		return n > before && !pending, fmt.Sprintf("%d counters, %d before; confirmation pending %v", n, before, pending)

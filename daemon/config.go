@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -113,7 +114,7 @@ type Config struct {
 	// binary, which never reads its own tree; a process that does (tests
 	// running the daemon in-process) leaves it false.
 	TreeNoPollHack bool
-	// NoTaskClock turns the task-clock wake off (daemon/clockwake.go):
+	// NoTaskClock turns the task-clock wake off (daemon/placement/clockwake.go):
 	// a packed workload turning busy is then noticed by CPU pressure and
 	// sampling only.
 	NoTaskClock bool
@@ -241,7 +242,7 @@ func resolveConfig(cfg Config) (Config, sysfs.FS, error) {
 			return Config{}, sysfs.FS{}, fmt.Errorf("manage: %q is not the name of a slice (NAME.slice)", sl)
 		}
 	}
-	if err := checkSlices(cfg.Slices, cfg.Manage); err != nil {
+	if err := placement.CheckSlices(cfg.Slices, cfg.Manage); err != nil {
 		return Config{}, sysfs.FS{}, err
 	}
 	if cfg.UPower == "" {
@@ -287,3 +288,39 @@ func (cfg Config) checkWords() error {
 	_, err := ParseBoostMode(string(cfg.BoostOnBattery))
 	return err
 }
+
+// Placement modes (Config.Placement).
+const (
+	// PlacementCgroupfs places the direct children of CgroupRoot by writing
+	// their cpuset.cpus: machines without systemd, and cgroup v1, where
+	// systemd never manages cpusets.
+	PlacementCgroupfs = placement.Cgroupfs
+	// PlacementSystemd places the units of the managed slices through
+	// systemd's D-Bus API (SetUnitProperties AllowedCPUs=, runtime only):
+	// on a systemd machine a cgroup has one writer, systemd
+	// (../shared/docs/SYSTEMD.md §1).
+	PlacementSystemd = placement.Systemd
+)
+
+// ResolvePlacement turns a placement setting into a mode and says why:
+// "auto" is PlacementSystemd where systemd is PID 1 (/run/systemd/system
+// exists, sd_booted(3)) and /sys/fs/cgroup is cgroup v2, else
+// PlacementCgroupfs; any other value is returned as it is (New validates
+// it).
+func ResolvePlacement(mode string) (string, string) {
+	if mode != "auto" && mode != "" {
+		return mode, "configured"
+	}
+	if _, err := os.Stat(placement.SdBootedDir); err != nil {
+		return PlacementCgroupfs, "auto: systemd is not PID 1 here"
+	}
+	if !sysfs.IsUnified(placement.CgroupMount) {
+		return PlacementCgroupfs, "auto: /sys/fs/cgroup is cgroup v1, where systemd never manages cpusets"
+	}
+	return PlacementSystemd, "auto: systemd is PID 1 and /sys/fs/cgroup is cgroup v2"
+}
+
+// DefaultManage is the slices placed by default with placement "systemd":
+// the daemon's own (schedpolicyctl run starts transient scopes there) and
+// the system services.
+var DefaultManage = placement.DefaultManage

@@ -91,7 +91,7 @@ func (d *Daemon) Rebalance(ctx context.Context) error {
 		}
 		// A value changed by hand is seen now, and an explicit request
 		// plans afresh: no lazy history holds it back.
-		d.place.rebalance()
+		d.place.Rebalance()
 		d.recompute("rebalance", true)
 		return nil
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/daemon/energy"
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/policy"
@@ -42,10 +43,10 @@ type Daemon struct {
 	mon *acpi.Monitor
 	// place is the placement back end, the workloads and their records
 	// (backend.go): cgroupfs or systemd units, as Config.Placement says.
-	place backend
+	place placement.Backend
 	// kept are the records of state.json as this run found them: the
-	// back end's own are replaced at each save (putRecords), the other
-	// placement mode's are saved back as they are (loadRecords).
+	// back end's own are replaced at each save (PutRecords), the other
+	// placement mode's are saved back as they are (LoadRecords).
 	kept statefile.State
 	tree sysfs.Tree
 	bus  *bus.Service // nil with bus "none"
@@ -98,7 +99,10 @@ type Daemon struct {
 	batteryPct   int                    // the system batteries' charge, percent; -1 unknown
 	lowBattery   bool                   // the low-battery tier is in force (lowbattery.go)
 
-	stats counters // for Stats; written by the loop only
+	stats placement.Counters // for Stats; written by the loop only
+	// pcfg is what the placement back end reads of cfg
+	// (syncPlacementConfig); it holds a pointer to it.
+	pcfg placement.Config
 
 	// Energy accounting (package energy; energy_loop.go), loop-owned.
 	energy *energy.Meter
@@ -279,11 +283,11 @@ func (d *Daemon) start(ctx context.Context) (stop func(), err error) {
 	d.boost, _ = d.fs.Boost()
 	d.readTopology()
 
-	if err := d.place.open(); errors.Is(err, ErrAlreadyRunning) {
+	if err := d.place.Open(); errors.Is(err, ErrAlreadyRunning) {
 		return nil, err
 	}
-	undo = append(undo, d.place.close)
-	d.place.scan()
+	undo = append(undo, d.place.Close)
+	d.place.Scan()
 	// The tree and the bus serve the snapshot: have a true one before
 	// either can be read.
 	d.effective, d.policyReason = d.decide()
@@ -394,17 +398,17 @@ func (d *Daemon) loadState() {
 	d.recoverBoost(st.Boost)
 }
 
-// onWake counts an event and has the back end handle wake k.
-func (d *Daemon) onWake(k wake) {
-	d.stats.events.Add(1)
-	d.place.onWake(k, d.recompute)
+// OnWake counts an event and has the back end handle wake k.
+func (d *Daemon) onWake(k placement.Wake) {
+	d.stats.Events.Add(1)
+	d.place.OnWake(k, d.recompute)
 }
 
-// onSample is the loop's periodic sample: the back end's (a scan where
+// OnSample is the loop's periodic sample: the back end's (a scan where
 // nothing watches the workloads, their load signals, a confirmation for
 // any that look crowded: wake.go), then a decision.
 func (d *Daemon) onSample() {
-	changed := d.place.onSample()
+	changed := d.place.OnSample()
 	d.recompute("sample", changed)
 }
 
@@ -445,7 +449,7 @@ func (d *Daemon) onHotplug() {
 		return
 	}
 	d.log.WithFields(logrus.Fields{"from": before.String(), "to": d.allowed.String()}).Info("online CPUs changed")
-	d.place.hotplug(before, d.allowed)
+	d.place.Hotplug(before, d.allowed)
 	d.recompute("cpu hotplug", true)
 }
 
@@ -482,7 +486,7 @@ func (d *Daemon) shutdown() {
 		d.notify.Stopping()
 		d.log.Info("stopping: restoring every workload's original CPUs (cpuset.cpus, AllowedCPUs=)")
 	}
-	if !d.place.restore() {
+	if !d.place.Restore() {
 		d.log.Warn("not everything could be restored; state.json keeps what is left for the next start")
 	}
 	d.restoreBoost()
@@ -544,6 +548,6 @@ func (d *Daemon) saveBackground() error {
 // and the per-source choices.
 func (d *Daemon) stateWith(k policy.Knob) statefile.State {
 	st := statefile.State{Knob: k, Chosen: d.knobChosen, Boost: d.boostOrig, Cgroups: d.kept.Cgroups, Units: d.kept.Units, Energy: d.energy.Totals(), Choices: d.choices}
-	d.place.putRecords(&st)
+	d.place.PutRecords(&st)
 	return st
 }

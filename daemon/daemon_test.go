@@ -16,6 +16,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"golang.org/x/sys/unix"
 )
 
 // putAtomic replaces path with v (temp file and rename).
@@ -508,7 +509,7 @@ func TestDaemonSamplingBacksOffWhileIdle(t *testing.T) {
 	d, _, _ := m.startCfg(t, func(c *Config) { c.SampleInterval = 10 * time.Millisecond })
 	every := func() time.Duration {
 		var e time.Duration
-		d.do(context.Background(), func() error { e = cgroupfs(d).sampleEvery(); return nil })
+		d.do(context.Background(), func() error { e = cgfs(d).SampleEvery(); return nil })
 		return e
 	}
 	testutil.Eventually(t, "backed off to 32× while idle", func() (bool, string) {
@@ -584,4 +585,14 @@ func lbCleared(st statefile.State) map[string]uint64 {
 		}
 	}
 	return m
+}
+
+// dirInode is dir's inode number, as the cgroupfs placement records it (0
+// if it cannot be read).
+func dirInode(dir string) uint64 {
+	var st unix.Stat_t
+	if unix.Stat(dir, &st) != nil {
+		return 0
+	}
+	return st.Ino
 }

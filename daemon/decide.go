@@ -103,11 +103,11 @@ func (d *Daemon) setKnobAs(k policy.Knob, via string, explicit bool) error {
 // consecutive proposals, so a flapping load does not rewrite cpusets every
 // tick.
 func (d *Daemon) recompute(why string, force bool) {
-	d.stats.decisions.Add(1)
+	d.stats.Decisions.Add(1)
 	if force {
 		// Sampling stopped (or backed off) while every workload looked
 		// idle: plan on fresh load signals.
-		d.place.freshen()
+		d.place.Freshen()
 	}
 	eff, reason := d.decide()
 	d.policyReason = reason
@@ -128,9 +128,9 @@ func (d *Daemon) recompute(why string, force bool) {
 	// The segment of the old policy or power source ends now, before the
 	// new plan's writes take effect.
 	d.followEnergy()
-	d.place.apply(d.effective, d.topo, d.allowed, force)
+	d.place.Apply(d.effective, d.topo, d.allowed, force)
 	d.requestClockSync()
-	if placedFor := d.place.lastPlan().Policy; placedFor != "" && placedFor != d.effective {
+	if placedFor := d.place.LastPlan().Policy; placedFor != "" && placedFor != d.effective {
 		d.policyReason += "; placing for performance: the load exceeds the packing threshold (race to idle)"
 	}
 	for _, e := range d.placementChanges(why) {
@@ -247,7 +247,7 @@ func (d *Daemon) writeKernelKnob() {
 // has its original back), the policy placed for and why (the decision's
 // trigger, as recompute was given it).
 func (d *Daemon) placementChanges(why string) []*logrus.Entry {
-	moved, managed, applied := d.place.placed()
+	moved, managed, applied := d.place.Placed()
 	if moved == 0 {
 		return nil
 	}
@@ -263,7 +263,7 @@ func (d *Daemon) placementChanges(why string) []*logrus.Entry {
 		ontoS = "none"
 	}
 	return []*logrus.Entry{d.log.WithFields(logrus.Fields{
-		"placement": d.place.mode(), "moved": moved, "managed": managed, "placed": placed,
-		"onto": ontoS, "policy": d.place.lastPlan().Policy, "why": why,
+		"placement": d.place.Mode(), "moved": moved, "managed": managed, "placed": placed,
+		"onto": ontoS, "policy": d.place.LastPlan().Policy, "why": why,
 	})}
 }

@@ -9,9 +9,9 @@ import (
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/daemon/energy"
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // The event loop's side of the energy meter (package energy) and the energy
@@ -130,17 +130,6 @@ type estimateCache struct {
 	est snapshot.PowerEstimates
 }
 
-// modelInput is what the model needs, copied from the loop.
-type modelInput struct {
-	topo    policy.Topology
-	classes sysfs.CPUClasses // the efficiency classes, for their energy costs
-	online  sysfs.CPUSet     // the online CPUs
-	allowed []int            // those the workloads may have
-	placed  []policy.Load    // the workloads the policy places
-	fixed   []policy.Load    // the others: a performance override, a release
-	cpus    map[string][]int // the fixed ones' CPUs
-}
-
 // EstimatePower runs the energy model (docs/ENERGY_MODEL.md) for each
 // policy, in policy order, on the machine's topology and the managed
 // workloads' current utilisation: each policy's plan as the balancer would
@@ -158,35 +147,35 @@ func (d *Daemon) EstimatePower(ctx context.Context) (snapshot.PowerEstimates, er
 	if !d.est.at.IsZero() && time.Since(d.est.at) < EnergyRefreshInterval {
 		return d.est.est, nil
 	}
-	var in modelInput
+	var in placement.ModelInput
 	if err := d.do(ctx, func() error { in = d.modelInput(); return nil }); err != nil {
 		return snapshot.PowerEstimates{}, err
 	}
-	m, _ := ClassModel(policy.ModelFor(in.topo), d.fs, in.classes)
+	m, _ := ClassModel(policy.ModelFor(in.Topo), d.fs, in.Classes)
 	r := snapshot.PowerEstimates{Model: m.Name}
-	if !m.Describes(in.topo) {
-		shape, _ := policy.ShapeOf(in.topo)
+	if !m.Describes(in.Topo) {
+		shape, _ := policy.ShapeOf(in.Topo)
 		r.Note = fmt.Sprintf("the %s model was fitted on %s; this machine is %s: its watts compare the policies, they are no estimate of this machine's power", m.Name, m.Machine, shape)
 	}
-	loads := append(append([]policy.Load(nil), in.placed...), in.fixed...)
+	loads := append(append([]policy.Load(nil), in.Placed...), in.Fixed...)
 	for _, p := range policy.AvailablePolicies {
-		plan := policy.PlanPlacement(policy.Input{Topology: in.topo, Allowed: in.allowed, Policy: p, Loads: in.placed, DisableLazy: true})
+		plan := policy.PlanPlacement(policy.Input{Topology: in.Topo, Allowed: in.Allowed, Policy: p, Loads: in.Placed, DisableLazy: true})
 		if plan.CPUs == nil {
 			plan.CPUs = map[string][]int{}
 		}
-		for n, c := range in.cpus {
+		for n, c := range in.CPUs {
 			plan.CPUs[n] = c
 		}
-		e := m.Simulate(in.topo, plan, loads)
+		e := m.Simulate(in.Topo, plan, loads)
 		r.Policies = append(r.Policies, snapshot.PowerEstimate{Policy: p, Watts: e.Watts, PackageWatts: e.Watts - m.IdleW})
 	}
 	d.est.at, d.est.est = time.Now(), r
 	return r, nil
 }
 
-// modelInput copies the model's inputs; on the loop.
-func (d *Daemon) modelInput() modelInput {
-	in := modelInput{topo: d.topo, classes: d.classes, online: d.allowed, allowed: d.allowed.List(), cpus: map[string][]int{}}
-	d.place.modelLoads(&in)
+// ModelInput copies the model's inputs; on the loop.
+func (d *Daemon) modelInput() placement.ModelInput {
+	in := placement.ModelInput{Topo: d.topo, Classes: d.classes, Online: d.allowed, Allowed: d.allowed.List(), CPUs: map[string][]int{}}
+	d.place.ModelLoads(&in)
 	return in
 }

@@ -161,7 +161,7 @@ func removedBetween(t *testing.T, d *Daemon, remove func() error, gone, kept str
 		if err := remove(); err != nil {
 			return err
 		}
-		if _, ok := cgroupfs(d).workloads[gone]; !ok {
+		if !cgfs(d).Hooks().Listed(gone) {
 			return fmt.Errorf("%s already forgotten; the test needs it listed", gone)
 		}
 		k := d.knob.WithCurrentPolicy(policy.Powersaving)
@@ -244,7 +244,7 @@ func TestSaveFailureLoggedOnce(t *testing.T) {
 	testutil.Eventually(t, "a failed save", func() (bool, string) { return hook.count("cannot save state.json;") > 0, "" })
 	// What every event and sample does while the record is unsaved.
 	for i := 0; i < 20; i++ {
-		d.do(context.Background(), func() error { cgroupfs(d).flush(); return nil })
+		d.do(context.Background(), func() error { cgfs(d).Flush(); return nil })
 	}
 	if n := hook.count("cannot save state.json;"); n != 1 {
 		t.Fatalf("the save failure was logged %d times in 21 attempts, want once", n)

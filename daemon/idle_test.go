@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
@@ -48,7 +49,7 @@ func realV1Daemon(t *testing.T, edit func(*Config)) (*Daemon, string) {
 
 func needPSI(t *testing.T) {
 	t.Helper()
-	tr, err := sysfs.OpenPressureTrigger("/proc/pressure/cpu", pressureStallUnpriv, pressureWindowUnpriv)
+	tr, err := sysfs.OpenPressureTrigger("/proc/pressure/cpu", placement.PressureStallUnpriv, placement.PressureWindowUnpriv)
 	if errors.Is(err, sysfs.ErrNoPSI) {
 		t.Skipf("this kernel has no PSI (/proc/pressure/cpu): %v", err)
 	}
@@ -60,7 +61,7 @@ func needPSI(t *testing.T) {
 
 func (d *Daemon) isSampling() bool {
 	var on bool
-	d.do(context.Background(), func() error { on = cgroupfs(d).sampling(); return nil })
+	d.do(context.Background(), func() error { on = cgfs(d).Sampling(); return nil })
 	return on
 }
 
@@ -113,9 +114,9 @@ func TestDaemonIdleStopsSampling(t *testing.T) {
 	after := d.Stats()
 	// Only CPU pressure may wake it here, and this machine is shared:
 	// other load is real pressure. Each wake samples once, then until
-	// idleSamplesBeforeBackoff quiet samples have passed.
+	// IdleSamplesBeforeBackoff quiet samples have passed.
 	wakes := after.PressureWakes - before.PressureWakes
-	if n, max := after.Samples-before.Samples, wakes*(1+idleSamplesBeforeBackoff); n > max {
+	if n, max := after.Samples-before.Samples, wakes*(1+placement.IdleSamplesBeforeBackoff); n > max {
 		t.Fatalf("%d samples in 500ms while idle, after %d pressure wake-ups: want at most %d", n, wakes, max)
 	}
 	for _, w := range stdins {
@@ -289,9 +290,9 @@ func TestDaemonSwitchSamplesWhenStopped(t *testing.T) {
 	var before, after int64
 	var resumed bool
 	if err := d.do(context.Background(), func() error {
-		before = d.stats.samples.Load()
+		before = d.stats.Samples.Load()
 		err := d.setKnob(d.knob.WithCurrentPolicy(policy.Powersaving), "test")
-		after, resumed = d.stats.samples.Load(), cgroupfs(d).sampling()
+		after, resumed = d.stats.Samples.Load(), cgfs(d).Sampling()
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -68,7 +68,7 @@ func (d *Daemon) lazyExpiry(sampling bool) time.Time {
 		return time.Time{}
 	}
 	var last time.Time
-	if p := d.place.lastPlan(); p.Deferred {
+	if p := d.place.LastPlan(); p.Deferred {
 		last = p.Lazy.Last
 	}
 	after := policy.LazyResetAfter(d.cfg.SampleInterval)

@@ -18,7 +18,6 @@ package daemon
 // The managed parent cgroup has its own lock (cglock.go).
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -32,57 +31,8 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 )
 
-// ErrAlreadyRunning is returned by Run when another daemon holds the lock
-// of the same state directory, tree directory or managed parent cgroup.
-var ErrAlreadyRunning = errors.New("another schedpolicyd is running")
-
 // lockFile, in the state directory, is held (flock) by the running daemon.
 const lockFile = "lock"
-
-// procLocks is the kernel's list of file locks.
-const procLocks = "/proc/locks"
-
-// flockHolder returns the pid listed in /proc/locks as holding a FLOCK
-// WRITE lock on the inode ino of the device dev, or 0 if none is listed.
-// A line reads "1: FLOCK  ADVISORY  WRITE 1234 00:2a:5678 0 EOF": major and
-// minor in hex, the inode in decimal; waiters ("1: -> FLOCK ...") are
-// skipped.
-func flockHolder(dev, ino uint64) int {
-	f, err := os.Open(procLocks)
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fl := strings.Fields(sc.Text())
-		if len(fl) < 6 || fl[1] != "FLOCK" || fl[3] != "WRITE" {
-			continue
-		}
-		id := strings.Split(fl[5], ":")
-		if len(id) != 3 {
-			continue
-		}
-		maj, err1 := strconv.ParseUint(id[0], 16, 32)
-		min, err2 := strconv.ParseUint(id[1], 16, 32)
-		n, err3 := strconv.ParseUint(id[2], 10, 64)
-		if err1 != nil || err2 != nil || err3 != nil || n != ino || uint32(maj) != unix.Major(dev) || uint32(min) != unix.Minor(dev) {
-			continue
-		}
-		if pid, err := strconv.Atoi(fl[4]); err == nil && pid > 0 {
-			return pid
-		}
-	}
-	return 0
-}
-
-// heldBy words who holds a lock, for an error.
-func heldBy(pid int) string {
-	if pid > 0 {
-		return "pid " + strconv.Itoa(pid)
-	}
-	return "another process"
-}
 
 // openTrustedDir opens the directory at path (following symlinks) and
 // checks that only we can change what it holds: it must be owned by root or
@@ -203,13 +153,13 @@ func lockAt(d *os.File, path, name string) (*os.File, error) {
 	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		defer f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			pid := flockHolder(uint64(st.Dev), st.Ino)
+			pid := statefile.FlockHolder(uint64(st.Dev), st.Ino)
 			if pid == 0 {
 				b := make([]byte, 32)
 				n, _ := f.ReadAt(b, 0)
 				pid, _ = strconv.Atoi(strings.TrimSpace(string(b[:n])))
 			}
-			return nil, fmt.Errorf("%w: %s holds %s", ErrAlreadyRunning, heldBy(pid), path)
+			return nil, fmt.Errorf("%w: %s holds %s", ErrAlreadyRunning, statefile.HeldBy(pid), path)
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
@@ -369,3 +319,7 @@ func lockTreeDir(dir string) (*treeLock, error) {
 	}
 	return &treeLock{f: lock, dir: r, ownDir: missing || leftBehind}, nil
 }
+
+// ErrAlreadyRunning is returned by Run when another daemon holds the lock
+// of the state directory, the tree or the managed parent cgroup.
+var ErrAlreadyRunning = statefile.ErrAlreadyRunning

@@ -97,7 +97,7 @@ func holderOf(t *testing.T, path string) int {
 	if err := unix.Stat(path, &st); err != nil {
 		return 0
 	}
-	return flockHolder(uint64(st.Dev), st.Ino)
+	return statefile.FlockHolder(uint64(st.Dev), st.Ino)
 }
 
 // TestCgroupParentSecondManagerRefused (case 4): a daemon with its own
@@ -179,10 +179,7 @@ func TestCgroupParentRelocked(t *testing.T) {
 	// Another manager's parent takes the place of ours.
 	theirs := m.managed + ".theirs"
 	mockParent(t, theirs, "c", "5")
-	held, err := lockCgroupDir(theirs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := flockDir(t, theirs)
 	defer held.Close()
 	if err := unix.Renameat2(unix.AT_FDCWD, theirs, unix.AT_FDCWD, m.managed, unix.RENAME_EXCHANGE); err != nil {
 		t.Skipf("renameat2(RENAME_EXCHANGE) on this file system: %v", err)
@@ -351,32 +348,6 @@ func TestTreeDirSymlinkSecondDaemonRefused(t *testing.T) {
 	}
 }
 
-// TestFlockHolderParsesProcLocks: the holder of a flock on a directory is
-// found in /proc/locks by device and inode.
-func TestFlockHolderParsesProcLocks(t *testing.T) {
-	dir := t.TempDir()
-	f, err := lockCgroupDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := holderOf(t, dir); got != os.Getpid() {
-		t.Errorf("holder = %d, want %d", got, os.Getpid())
-	}
-	_, err = lockCgroupDir(dir)
-	if !errors.Is(err, ErrAlreadyRunning) || !strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid())) {
-		t.Errorf("second lock: %v, want ErrAlreadyRunning naming our pid", err)
-	}
-	f.Close()
-	if got := holderOf(t, dir); got != 0 {
-		t.Errorf("holder after close = %d, want none", got)
-	}
-	g, err := lockCgroupDir(dir)
-	if err != nil {
-		t.Fatalf("after release: %v", err)
-	}
-	g.Close()
-}
-
 func TestLockIsExclusive(t *testing.T) {
 	dir := t.TempDir()
 	first, err := prepareStateDir(dir)
@@ -406,4 +377,19 @@ func TestPrepareStateDirRejectsUnusable(t *testing.T) {
 	if _, err := prepareStateDir(filepath.Join(dir, "s")); err == nil {
 		t.Error("state.json as a directory was accepted")
 	}
+}
+
+// flockDir takes the exclusive flock another daemon holds on its managed
+// parent cgroup, dir.
+func flockDir(t *testing.T, dir string) *os.File {
+	t.Helper()
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		t.Fatalf("flock %s: %v", dir, err)
+	}
+	return f
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 )
 
 // loopSources are the loop's sources that start opens (Run hands them
@@ -129,8 +130,8 @@ func (d *Daemon) loop(ctx context.Context, src loopSources) (loopErr error) {
 	b := d.place
 	for {
 		wd.turn()
-		sampling := b.sampling()
-		sampleC, stopped := sample.arm(sampling, b.sampleEvery())
+		sampling := b.Sampling()
+		sampleC, stopped := sample.arm(sampling, b.SampleEvery())
 		if stopped {
 			// Every workload went idle and sampling stopped: hand the
 			// memory freed since start-up or the last busy period back to
@@ -148,48 +149,48 @@ func (d *Daemon) loop(ctx context.Context, src loopSources) (loopErr error) {
 				monC = nil
 				continue
 			}
-			d.stats.events.Add(1)
+			d.stats.Events.Add(1)
 			d.onPowerState(st)
 		case <-src.hotplug:
-			d.stats.events.Add(1)
+			d.stats.Events.Add(1)
 			d.onHotplug()
 		case fn := <-d.reqs:
-			d.stats.events.Add(1)
+			d.stats.Events.Add(1)
 			fn()
 		case <-sampleC:
-			d.stats.events.Add(1)
+			d.stats.Events.Add(1)
 			d.onSample()
 		case <-lazyC:
-			d.stats.events.Add(1)
+			d.stats.Events.Add(1)
 			lazy.fired()
 			d.recompute("lazy balance history expired", false)
 		// The back end's wakes (backend.go).
-		case msg := <-b.eventsC():
-			d.stats.events.Add(1)
-			b.onMsg(msg, d.recompute)
-		case <-b.wakeC(wakeChanged):
-			d.onWake(wakeChanged)
-		case <-b.wakeC(wakeWritten):
-			d.onWake(wakeWritten)
-		case <-b.wakeC(wakeAttached):
-			d.onWake(wakeAttached)
-		case <-b.wakeC(wakePressure):
-			d.onWake(wakePressure)
-		case <-b.wakeC(wakeClock):
-			d.onWake(wakeClock)
-		case <-b.confirmC():
-			d.onWake(wakeConfirmDue)
-		case <-b.wakeC(wakePressureDone):
-			b.onWake(wakePressureDone, d.recompute) // not an event
+		case msg := <-b.EventsC():
+			d.stats.Events.Add(1)
+			b.OnMsg(msg, d.recompute)
+		case <-b.WakeC(placement.WakeChanged):
+			d.onWake(placement.WakeChanged)
+		case <-b.WakeC(placement.WakeWritten):
+			d.onWake(placement.WakeWritten)
+		case <-b.WakeC(placement.WakeAttached):
+			d.onWake(placement.WakeAttached)
+		case <-b.WakeC(placement.WakePressure):
+			d.onWake(placement.WakePressure)
+		case <-b.WakeC(placement.WakeClock):
+			d.onWake(placement.WakeClock)
+		case <-b.ConfirmC():
+			d.onWake(placement.WakeConfirmDue)
+		case <-b.WakeC(placement.WakePressureDone):
+			b.OnWake(placement.WakePressureDone, d.recompute) // not an event
 		case <-d.clockSync:
-			if b.syncClock() {
+			if b.SyncClock() {
 				d.requestClockSync() // more in the next batch
 			}
 		case <-treeLost:
-			d.stats.events.Add(1)
+			d.stats.Events.Add(1)
 			treeLost = d.remountTree(ctx)
 		case <-d.energyGuard.C():
-			d.stats.events.Add(1)
+			d.stats.Events.Add(1)
 			d.energyGuardRead()
 		case <-wd.c():
 			wd.ping()
@@ -199,7 +200,7 @@ func (d *Daemon) loop(ctx context.Context, src loopSources) (loopErr error) {
 
 // sampleTimer is the loop's sample ticker. Before each select the loop
 // arms it with whether the back end samples and at which period
-// (backend.sampling, sampleEvery).
+// (backend.sampling, SampleEvery).
 type sampleTimer struct {
 	t     *time.Ticker
 	every time.Duration

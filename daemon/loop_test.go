@@ -10,6 +10,7 @@ import (
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/daemon/energy"
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
@@ -22,7 +23,7 @@ import (
 // decides, confirms and reads.
 
 // fakeBackend is a back end that places nothing. It samples as the
-// placements do (a sampleBackoff; canStop: a pressure trigger would wake
+// placements do (a SampleBackoff; canStop: a pressure trigger would wake
 // the loop, so sampling stops once idle), records when the loop made it
 // sample and apply (offsets from t0), and gives the loop a pressure wake
 // (pressure) that starts a real confirmation of candidate "w" (1 CPU),
@@ -31,88 +32,88 @@ type fakeBackend struct {
 	t0      time.Time
 	base    time.Duration
 	canStop bool
-	backoff sampleBackoff
+	backoff placement.SampleBackoff
 	// busy says whether the n-th periodic sample (from 1) finds a
 	// workload busy; nil: never.
 	busy func(n int) bool
 	// samples are the periodic samples' instants, wakes the pressure
 	// wakes', applies the decisions', confirmed the confirmations' ends.
 	samples, wakes, applies, confirmed []time.Duration
-	// plan is what lastPlan returns; onApply, when set, makes the next one.
+	// plan is what LastPlan returns; onApply, when set, makes the next one.
 	plan    policy.Plan
 	onApply func(n int) policy.Plan
 
 	pressure chan struct{}
-	confirm  confirmation
+	confirm  placement.Confirmation
 	rate     float64 // "w"'s runnable threads
 }
 
 func (f *fakeBackend) since() time.Duration { return time.Since(f.t0) }
 
-func (f *fakeBackend) mode() string                       { return "fake" }
-func (f *fakeBackend) loadRecords(statefile.State)        {}
-func (f *fakeBackend) putRecords(*statefile.State)        {}
-func (f *fakeBackend) open() error                        { return nil }
-func (f *fakeBackend) close()                             {}
-func (f *fakeBackend) scan() bool                         { return false }
-func (f *fakeBackend) restore() bool                      { return true }
-func (f *fakeBackend) hotplug(before, after sysfs.CPUSet) {}
-func (f *fakeBackend) rebalance()                         {}
-func (f *fakeBackend) freshen()                           {}
-func (f *fakeBackend) syncClock() bool                    { return false }
-func (f *fakeBackend) eventsC() <-chan event              { return nil }
-func (f *fakeBackend) onMsg(event, replanFunc)            {}
-func (f *fakeBackend) create(string, int) (string, error) {
+func (f *fakeBackend) Mode() string                                { return "fake" }
+func (f *fakeBackend) LoadRecords(statefile.State)                 {}
+func (f *fakeBackend) PutRecords(*statefile.State)                 {}
+func (f *fakeBackend) Open() error                                 { return nil }
+func (f *fakeBackend) Close()                                      {}
+func (f *fakeBackend) Scan() bool                                  { return false }
+func (f *fakeBackend) Restore() bool                               { return true }
+func (f *fakeBackend) Hotplug(before, after sysfs.CPUSet)          {}
+func (f *fakeBackend) Rebalance()                                  {}
+func (f *fakeBackend) Freshen()                                    {}
+func (f *fakeBackend) SyncClock() bool                             { return false }
+func (f *fakeBackend) EventsC() <-chan placement.Event             { return nil }
+func (f *fakeBackend) OnMsg(placement.Event, placement.ReplanFunc) {}
+func (f *fakeBackend) Create(string, int) (string, error) {
 	return "", nil
 }
-func (f *fakeBackend) setOverride(string, policy.Policy) error { return nil }
-func (f *fakeBackend) status() []WorkloadStatus                { return nil }
-func (f *fakeBackend) count() int                              { return 1 }
-func (f *fakeBackend) modelLoads(*modelInput)                  {}
-func (f *fakeBackend) lastPlan() policy.Plan                   { return f.plan }
-func (f *fakeBackend) placed() (int, int, []string)            { return 0, 0, nil }
+func (f *fakeBackend) SetOverride(string, policy.Policy) error { return nil }
+func (f *fakeBackend) Status() []WorkloadStatus                { return nil }
+func (f *fakeBackend) Count() int                              { return 1 }
+func (f *fakeBackend) ModelLoads(*placement.ModelInput)        {}
+func (f *fakeBackend) LastPlan() policy.Plan                   { return f.plan }
+func (f *fakeBackend) Placed() (int, int, []string)            { return 0, 0, nil }
 
-func (f *fakeBackend) apply(policy.Policy, policy.Topology, sysfs.CPUSet, bool) {
+func (f *fakeBackend) Apply(policy.Policy, policy.Topology, sysfs.CPUSet, bool) {
 	f.applies = append(f.applies, f.since())
 	if f.onApply != nil {
 		f.plan = f.onApply(len(f.applies))
 	}
 }
 
-func (f *fakeBackend) sampling() bool             { return f.backoff.sampling(f.canStop) }
-func (f *fakeBackend) sampleEvery() time.Duration { return f.backoff.every(f.base, f.canStop) }
+func (f *fakeBackend) Sampling() bool             { return f.backoff.Sampling(f.canStop) }
+func (f *fakeBackend) SampleEvery() time.Duration { return f.backoff.Every(f.base, f.canStop) }
 
-func (f *fakeBackend) onSample() bool {
+func (f *fakeBackend) OnSample() bool {
 	f.samples = append(f.samples, f.since())
-	f.backoff.sampled(f.busy != nil && f.busy(len(f.samples)))
+	f.backoff.Sampled(f.busy != nil && f.busy(len(f.samples)))
 	return false
 }
 
-func (f *fakeBackend) wakeC(k wake) <-chan struct{} {
-	if k == wakePressure {
+func (f *fakeBackend) WakeC(k placement.Wake) <-chan struct{} {
+	if k == placement.WakePressure {
 		return f.pressure
 	}
 	return nil
 }
 
-func (f *fakeBackend) confirmC() <-chan time.Time { return f.confirm.C() }
+func (f *fakeBackend) ConfirmC() <-chan time.Time { return f.confirm.C() }
 
 func (f *fakeBackend) read(string) (run, wait time.Duration, err error) {
 	return time.Duration(f.rate * float64(f.since())), 0, nil
 }
 
-func (f *fakeBackend) onWake(k wake, replan replanFunc) {
+func (f *fakeBackend) OnWake(k placement.Wake, replan placement.ReplanFunc) {
 	switch k {
-	case wakePressure:
+	case placement.WakePressure:
 		// As the placements do: look at once, then every period, and
 		// confirm the crowded workload.
 		f.wakes = append(f.wakes, f.since())
-		f.backoff.reset()
-		f.confirm.start("cpu pressure", []string{"w"}, f.read)
+		f.backoff.Reset()
+		f.confirm.Start("cpu pressure", []string{"w"}, f.read)
 		replan("cpu pressure", false)
-	case wakeConfirmDue:
+	case placement.WakeConfirmDue:
 		f.confirmed = append(f.confirmed, f.since())
-		if r := f.confirm.finish(func(string) int { return 1 }, f.read); len(r.names) > 0 {
+		if r := f.confirm.Finish(func(string) int { return 1 }, f.read); len(r.Names) > 0 {
 			replan("crowded workload confirmed", false)
 		}
 	}
@@ -157,7 +158,7 @@ func secs(s ...float64) []time.Duration {
 
 // TestLoopSamplingBacksOff: with nothing to wake the loop when a workload
 // gets busy (no pressure trigger), sampling never stops; after
-// idleSamplesBeforeBackoff quiet samples its period doubles at each quiet
+// IdleSamplesBeforeBackoff quiet samples its period doubles at each quiet
 // sample, up to 32 periods, and a busy sample takes it back to one period
 // at once.
 func TestLoopSamplingBacksOff(t *testing.T) {
@@ -177,7 +178,7 @@ func TestLoopSamplingBacksOff(t *testing.T) {
 }
 
 // TestLoopSamplingStopsWhileIdle: where a pressure trigger wakes the loop,
-// sampling stops after idleSamplesBeforeBackoff quiet samples, without
+// sampling stops after IdleSamplesBeforeBackoff quiet samples, without
 // backing off first, and a wake brings it back for as many. The ticker
 // keeps its phase while sampling is off: the first sample after the wake
 // is the tick that fell due meanwhile, at once, then they come on the
@@ -221,7 +222,7 @@ func decideAt(t *testing.T, d *Daemon, f *fakeBackend, at time.Duration) {
 // Deferred. While the loop samples, the samples decide: no lazy wake.
 func TestLoopLazyWake(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeBackend{base: time.Second, canStop: true, backoff: sampleBackoff{quiet: idleSamplesBeforeBackoff}}
+		f := &fakeBackend{base: time.Second, canStop: true, backoff: idleBackoff()}
 		f.onApply = func(n int) policy.Plan {
 			if n == 1 {
 				return policy.Plan{Deferred: true, Lazy: policy.LazyState{Last: time.Now()}}
@@ -317,85 +318,13 @@ func TestLazyWakeTimer(t *testing.T) {
 	})
 }
 
-// TestConfirmationTimer: a confirmation is due exactly wakeConfirm after
-// it started, and judges its candidates by their average runnable threads
-// over exactly that time: at the CPU count + wakeMargin saturated, within
-// wakeMargin of it borderline (retried once, wakeConfirm after the first
-// ended), below light.
-func TestConfirmationTimer(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		t0 := time.Now()
-		rate := map[string]float64{"sat": 1.5, "border": 1.49, "light": 0.49}
-		read := func(n string) (run, wait time.Duration, err error) {
-			return time.Duration(rate[n] * float64(time.Since(t0))), 0, nil
-		}
-		one := func(string) int { return 1 }
-		var c confirmation
-		if c.C() != nil {
-			t.Fatal("a channel with nothing pending")
-		}
-		if !c.start("sample", []string{"sat", "border", "light"}, read) {
-			t.Fatal("not started")
-		}
-		if c.start("cpu pressure", []string{"sat"}, read) {
-			t.Fatal("a second start while one is pending")
-		}
-		time.Sleep(wakeConfirm - time.Nanosecond)
-		synctest.Wait()
-		select {
-		case <-c.C():
-			t.Fatal("due before wakeConfirm")
-		default:
-		}
-		time.Sleep(time.Nanosecond)
-		<-c.C() // due now: a late one would block the bubble
-		if got := time.Since(t0); got != wakeConfirm {
-			t.Fatalf("due after %v, want %v", got, wakeConfirm)
-		}
-		r := c.finish(one, read)
-		want := confirmed{saturated: []string{"sat:1.50/1"}, light: []string{"border:1.49/1", "light:0.49/1"}, names: []string{"sat"}, borderline: []string{"border"}}
-		if !equalConfirmed(r, want) {
-			t.Fatalf("confirmed %+v, want %+v", r, want)
-		}
-		if c.C() != nil {
-			t.Fatal("finished, but still a channel")
-		}
-		if !c.retry("sample", false, r, read) {
-			t.Fatal("the borderline candidate not retried")
-		}
-		rate["border"] = 1.5 // since the first ended
-		t1 := time.Now()
-		<-c.C()
-		if got := time.Since(t1); got != wakeConfirm {
-			t.Fatalf("the retry due after %v, want %v", got, wakeConfirm)
-		}
-		signal, retried := c.signal, c.retried
-		if signal != "sample retry" || !retried {
-			t.Fatalf("retry signal %q retried %v", signal, retried)
-		}
-		// 1.49 over 30 ms, then 1.5 over the retry's 30 ms: the read
-		// grew by 1.5 × 60 ms − 1.49 × 30 ms over 30 ms.
-		r = c.finish(one, read)
-		if !slices.Equal(r.names, []string{"border"}) || !slices.Equal(r.saturated, []string{"border:1.51/1"}) {
-			t.Fatalf("the retry confirmed %+v, want border saturated at 1.51", r)
-		}
-		if c.retry(signal, retried, confirmed{borderline: []string{"border"}}, read) {
-			t.Fatal("a retry retried")
-		}
-	})
-}
-
-func equalConfirmed(a, b confirmed) bool {
-	return slices.Equal(a.saturated, b.saturated) && slices.Equal(a.light, b.light) && slices.Equal(a.names, b.names) && slices.Equal(a.borderline, b.borderline)
-}
-
 // TestLoopConfirmsWake: a pressure wake decides at once and starts a
 // confirmation; the loop ends it exactly wakeConfirm later, and a
 // saturated workload (two threads runnable on its one CPU) makes a second
 // decision then.
 func TestLoopConfirmsWake(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeBackend{base: time.Second, canStop: true, backoff: sampleBackoff{quiet: idleSamplesBeforeBackoff}, pressure: make(chan struct{}), rate: 2}
+		f := &fakeBackend{base: time.Second, canStop: true, backoff: idleBackoff(), pressure: make(chan struct{}), rate: 2}
 		d := loopDaemon(t, f)
 		runLoop(t, d, loopSources{})
 		time.Sleep(10500 * time.Millisecond)
@@ -420,7 +349,7 @@ func TestLoopConfirmsWake(t *testing.T) {
 // closes the energy segment) starts the 10 s again from there.
 func TestLoopEnergyGuard(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeBackend{base: time.Second, canStop: true, backoff: sampleBackoff{quiet: idleSamplesBeforeBackoff}}
+		f := &fakeBackend{base: time.Second, canStop: true, backoff: idleBackoff()}
 		d := loopDaemon(t, f)
 		zone := filepath.Join(d.cfg.SysfsRoot, "class/powercap/intel-rapl:0")
 		testutil.Put(t, zone+"/name", "package-0")
@@ -496,4 +425,14 @@ func TestLoopWatchdogAfterLongTurn(t *testing.T) {
 			t.Fatalf("longest gap between pings %v", gap)
 		}
 	})
+}
+
+// idleBackoff is a sampling back-off that has seen the quiet samples that
+// stop sampling.
+func idleBackoff() placement.SampleBackoff {
+	var b placement.SampleBackoff
+	for !b.Idle() {
+		b.Sampled(false)
+	}
+	return b
 }

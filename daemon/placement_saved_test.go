@@ -2,10 +2,11 @@ package daemon
 
 import (
 	"fmt"
-	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
-	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"path/filepath"
 	"testing"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
 // TestDaemonSavesWhatItWrote: after a write that no knob change follows

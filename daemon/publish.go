@@ -5,7 +5,7 @@ import (
 )
 
 func (d *Daemon) status() string {
-	return snapshot.FormatStatus(d.effective, d.knob.PowerAware, d.power.Source, d.place.count())
+	return snapshot.FormatStatus(d.effective, d.knob.PowerAware, d.power.Source, d.place.Count())
 }
 
 // publish stores a new snapshot, refreshes the plain tree, updates D-Bus
@@ -29,7 +29,7 @@ func (d *Daemon) publish() {
 }
 
 // workloadStatus lists every workload: cgroupfs children or units.
-func (d *Daemon) workloadStatus() []WorkloadStatus { return d.place.status() }
+func (d *Daemon) workloadStatus() []WorkloadStatus { return d.place.Status() }
 
 func (d *Daemon) newSnapshot() *snapshot.Snapshot {
 	return &snapshot.Snapshot{

@@ -192,7 +192,7 @@ type wakeOutcome struct {
 // end of the confirmation it starts, with burst started just before.
 func pressureWakeOnLoop(t *testing.T, d *Daemon, dir string, burst func()) wakeOutcome {
 	t.Helper()
-	return wakeOnLoop(t, d, dir, burst, cgroupfs(d).pressureWake)
+	return wakeOnLoop(t, d, dir, burst, cgfs(d).Hooks().PressureWake)
 }
 
 // wakeOnLoop is pressureWakeOnLoop with what wakes the loop (wake: the
@@ -205,23 +205,22 @@ func wakeOnLoop(t *testing.T, d *Daemon, dir string, burst, wake func()) wakeOut
 		// The threads run (on a loaded machine, wait until the kernel lets
 		// both be seen runnable).
 		for i := 0; i < 100; i++ {
-			if r, err := cgroupfs(d).cg.Runnable("job"); err == nil && r >= 2 {
+			if r, err := cgfs(d).Hooks().Runnable("job"); err == nil && r >= 2 {
 				break
 			}
 			time.Sleep(time.Millisecond)
 		}
 		wake()
-		w := cgroupfs(d).workloads["job"]
-		o.threads, o.util = w.threads, w.avg.Util
+		o.threads, o.util = cgfs(d).Hooks().Load("job")
 		d.recompute("cpu pressure", false)
 		o.atWake = testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
-		c := cgroupfs(d).confirmC()
+		c := cgfs(d).ConfirmC()
 		if c == nil { // no candidate: nothing to confirm
 			o.afterConfirm = o.atWake
 			return nil
 		}
 		<-c
-		if o.confirmed = cgroupfs(d).confirmWake(); o.confirmed {
+		if o.confirmed = cgfs(d).Hooks().ConfirmWake(); o.confirmed {
 			d.recompute("cpu pressure confirmed", false)
 		}
 		o.afterConfirm = testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
@@ -239,7 +238,7 @@ func wakeOnLoop(t *testing.T, d *Daemon, dir string, burst, wake func()) wakeOut
 // decayed utilisation (2 s half-life). Real v1 cpusets, real processes,
 // the real /proc.
 func TestDaemonPressureWakeWidensSaturated(t *testing.T) {
-	checkWakeWidensSaturated(t, "the pressure wake", func(d *Daemon) func() { return cgroupfs(d).pressureWake })
+	checkWakeWidensSaturated(t, "the pressure wake", func(d *Daemon) func() { return cgfs(d).Hooks().PressureWake })
 }
 
 // checkWakeWidensSaturated: after the loop's wake (what, for messages) on
@@ -271,7 +270,7 @@ func TestDaemonPressureWakeKeepsLightPacked(t *testing.T) {
 	d, _, dir, proc := packedThreadsWorkload(t)
 	packed := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
 	runDelay := func() (run, wait time.Duration) {
-		d.do(context.Background(), func() error { run, wait, _ = cgroupfs(d).cg.RunDelay("job"); return nil })
+		d.do(context.Background(), func() error { run, wait, _ = cgfs(d).Hooks().RunDelay("job"); return nil })
 		return run, wait
 	}
 	run0, wait0 := runDelay()
@@ -331,7 +330,7 @@ func TestDaemonRepacksAfterBurst(t *testing.T) {
 	proc.run(t, 3, 0) // more threads than CPUs: the whole set is over its threshold
 	plan := func() (p policy.Plan, sampling bool) {
 		d.do(context.Background(), func() error {
-			p, sampling = cgroupfs(d).plan, cgroupfs(d).sampling()
+			p, sampling = cgfs(d).LastPlan(), cgfs(d).Sampling()
 			return nil
 		})
 		return p, sampling

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/sirupsen/logrus"
 )
 
@@ -102,8 +103,9 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 		}
 		if !reflect.DeepEqual(nc.Slices, old.Slices) {
 			d.cfg.Slices = nc.Slices
-			d.log.WithField("slices", sliceRulesString(nc.Slices)).Info("reload: slice rules changed")
+			d.log.WithField("slices", placement.SliceRulesString(nc.Slices)).Info("reload: slice rules changed")
 		}
+		d.syncPlacementConfig() // the sampling period and the slice rules
 		d.cfg.ProfileMap = nc.ProfileMap
 		d.cfg.LowBattery = nc.LowBattery
 		d.setBatteryPercent(d.batteryPct)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement/cgroupfs"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
@@ -57,7 +58,7 @@ func setPolicy(t *testing.T, d *Daemon, p policy.Policy) {
 
 // crashState simulates kill -9 of a daemon that packed the workloads: it
 // returns the cpusets, flags and state.json as the running daemon left
-// them; putBack writes them back after a clean stop restored everything,
+// them; PutBack writes them back after a clean stop restored everything,
 // so the next run finds exactly what a crash leaves.
 func crashState(t *testing.T, state string, dirs []string) (putBack func()) {
 	t.Helper()
@@ -179,7 +180,7 @@ func TestRestoreHandEdit(t *testing.T) {
 	}
 	testutil.Eventually(t, "c shown as the user's", func() (bool, string) {
 		w := status("c")
-		return w.CPUs == "1" && w.Override == releasedOverride, w.CPUs + " " + string(w.Override)
+		return w.CPUs == "1" && w.Override == cgroupfs.ReleasedOverride, w.CPUs + " " + string(w.Override)
 	})
 	setPolicy(t, d, policy.Powersaving)
 	setPolicy(t, d, policy.Performance)
@@ -305,7 +306,7 @@ func TestAdoptRetriesChildNotReady(t *testing.T) {
 	// The loop sees c without files first.
 	testutil.Eventually(t, "c seen, waiting", func() (bool, string) {
 		var w bool
-		d.do(context.Background(), func() error { w = cgroupfs(d).waiting["c"]; return nil })
+		d.do(context.Background(), func() error { w = cgfs(d).Hooks().Waiting("c"); return nil })
 		return w, ""
 	})
 	testutil.Put(t, filepath.Join(c, "cpu.stat"), "usage_usec 0")
@@ -359,7 +360,7 @@ func TestRecordWithoutInodeNotUsed(t *testing.T) {
 			})
 			// A created workload without tasks is reaped at the next
 			// event: give it one.
-			d.do(context.Background(), func() error { cgroupfs(d).reapFinished(); return nil })
+			d.do(context.Background(), func() error { cgfs(d).Hooks().ReapFinished(); return nil })
 			if _, err := os.Stat(admin); err != nil {
 				t.Fatalf("the administrator's cgroup was removed: %v", err)
 			}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"testing"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
@@ -22,15 +23,15 @@ func TestCheckSlices(t *testing.T) {
 		{map[string]policy.SliceRule{"system.slice": {}}, nil, `slice system.slice: policy "": want balance or powersaving`},
 	}
 	for _, tt := range tests {
-		err := checkSlices(tt.rules, tt.manage)
+		err := placement.CheckSlices(tt.rules, tt.manage)
 		if got := errString(err); got != tt.want {
 			t.Errorf("checkSlices(%v, %v) = %q, want %q", tt.rules, tt.manage, got, tt.want)
 		}
 	}
-	if got := sliceRulesString(map[string]policy.SliceRule{"b.slice": ps, "a.slice": {Policy: policy.Balance, Always: true}}); got != "a.slice=balance+always b.slice=powersaving" {
+	if got := placement.SliceRulesString(map[string]policy.SliceRule{"b.slice": ps, "a.slice": {Policy: policy.Balance, Always: true}}); got != "a.slice=balance+always b.slice=powersaving" {
 		t.Errorf("sliceRulesString = %q", got)
 	}
-	if got := sliceRulesString(nil); got != "none" {
+	if got := placement.SliceRulesString(nil); got != "none" {
 		t.Errorf("sliceRulesString(nil) = %q", got)
 	}
 }

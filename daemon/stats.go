@@ -1,7 +1,5 @@
 package daemon
 
-import "sync/atomic"
-
 // Stats are counters kept since Run started, for the soak command, tests
 // and diagnostics. Reading them is safe for concurrent use.
 type Stats struct {
@@ -32,21 +30,16 @@ type Stats struct {
 	ClockWakes int64
 }
 
-// counters back Stats; updated by the event loop only.
-type counters struct {
-	events, decisions, writes, errors, remounts, samples, pressureWakes, clockWakes atomic.Int64
-}
-
 // Stats returns the counters so far. Safe for concurrent use.
 func (d *Daemon) Stats() Stats {
 	return Stats{
-		Events:        d.stats.events.Load(),
-		Decisions:     d.stats.decisions.Load(),
-		CPUSetWrites:  d.stats.writes.Load(),
-		Errors:        d.stats.errors.Load(),
-		TreeRemounts:  d.stats.remounts.Load(),
-		Samples:       d.stats.samples.Load(),
-		PressureWakes: d.stats.pressureWakes.Load(),
-		ClockWakes:    d.stats.clockWakes.Load(),
+		Events:        d.stats.Events.Load(),
+		Decisions:     d.stats.Decisions.Load(),
+		CPUSetWrites:  d.stats.Writes.Load(),
+		Errors:        d.stats.Errors.Load(),
+		TreeRemounts:  d.stats.Remounts.Load(),
+		Samples:       d.stats.Samples.Load(),
+		PressureWakes: d.stats.PressureWakes.Load(),
+		ClockWakes:    d.stats.ClockWakes.Load(),
 	}
 }

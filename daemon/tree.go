@@ -193,7 +193,7 @@ func (d *Daemon) remountTree(ctx context.Context) <-chan struct{} {
 		t, err = serve(sysfs.BackendPlain)
 	}
 	if err != nil {
-		d.stats.errors.Add(1)
+		d.stats.Errors.Add(1)
 		if old != nil {
 			if cerr := old.Close(); cerr != nil {
 				log.WithError(cerr).Debug("closing the lost tree")
@@ -203,7 +203,7 @@ func (d *Daemon) remountTree(ctx context.Context) <-chan struct{} {
 		return nil
 	}
 	d.tree = t
-	d.stats.remounts.Add(1)
+	d.stats.Remounts.Add(1)
 	if old != nil && t.Backend() != old.Backend() {
 		log.WithFields(logrus.Fields{"from": old.Backend(), "backend": t.Backend()}).Warn("the tree was unmounted from outside; serving it as plain files instead")
 	} else {

@@ -4,12 +4,14 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 )
 
 // TestConfirmationSortsAndRetries: a finished confirmation sorts its
 // candidates by their average runnable threads over the 30 ms (here read
 // from a clock-driven fake: a workload runnable f threads on average),
-// raises none twice, retries the borderline ones (within wakeMargin of
+// raises none twice, retries the borderline ones (within WakeMargin of
 // their CPU count) once, and never retries a retry.
 func TestConfirmationSortsAndRetries(t *testing.T) {
 	t0 := time.Now()
@@ -18,35 +20,35 @@ func TestConfirmationSortsAndRetries(t *testing.T) {
 	read := func(n string) (time.Duration, time.Duration, error) {
 		return time.Duration(float64(time.Since(t0)) * rate[n]), 0, nil
 	}
-	var c confirmation
+	var c placement.Confirmation
 	if c.C() != nil {
 		t.Fatal("the zero confirmation has a channel")
 	}
-	if !c.start("cpu pressure", []string{"alone", "busy", "light", "starting", "wide"}, read) {
+	if !c.Start("cpu pressure", []string{"alone", "busy", "light", "starting", "wide"}, read) {
 		t.Fatal("start with five readable candidates did not start")
 	}
-	if c.start("sample", []string{"busy"}, read) {
+	if c.Start("sample", []string{"busy"}, read) {
 		t.Fatal("a second start while one is pending started")
 	}
 	<-c.C()
-	r := c.finish(func(n string) int { return cpus[n] }, read)
-	if !slices.Equal(r.names, []string{"busy"}) || !slices.Equal(r.borderline, []string{"alone", "starting", "wide"}) || len(r.light) != 4 {
+	r := c.Finish(func(n string) int { return cpus[n] }, read)
+	if !slices.Equal(r.Names, []string{"busy"}) || !slices.Equal(r.Borderline, []string{"alone", "starting", "wide"}) || len(r.Light) != 4 {
 		t.Fatalf("finish = %+v; want busy saturated, alone, starting and wide borderline, four light", r)
 	}
 	if c.C() != nil {
 		t.Fatal("finish left a timer")
 	}
-	if !c.retry(c.signal, c.retried, r, read) || c.signal != "cpu pressure retry" || !c.retried {
-		t.Fatalf("no retry of the borderline ones (signal %q, retried %v)", c.signal, c.retried)
+	if !c.Retry(c.Signal, c.Retried, r, read) || c.Signal != "cpu pressure retry" || !c.Retried {
+		t.Fatalf("no retry of the borderline ones (signal %q, retried %v)", c.Signal, c.Retried)
 	}
 	<-c.C()
 	rate["starting"] = 1.8 // its second thread runs now
-	signal, retried := c.signal, c.retried
-	r = c.finish(func(n string) int { return cpus[n] }, read)
-	if !slices.Equal(r.names, []string{"starting"}) || !slices.Equal(r.borderline, []string{"alone", "wide"}) {
+	signal, retried := c.Signal, c.Retried
+	r = c.Finish(func(n string) int { return cpus[n] }, read)
+	if !slices.Equal(r.Names, []string{"starting"}) || !slices.Equal(r.Borderline, []string{"alone", "wide"}) {
 		t.Fatalf("retry's finish = %+v; want starting saturated, alone and wide borderline", r)
 	}
-	if c.retry(signal, retried, r, read) {
+	if c.Retry(signal, retried, r, read) {
 		t.Fatal("a retry was retried")
 	}
 }

@@ -1,8 +1,7 @@
 package daemon
 
 import (
-	"fmt"
-
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/internal/names"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -11,15 +10,29 @@ import (
 // bytes (names.MaxWorkload).
 const MaxWorkloadName = names.MaxWorkload
 
-// ValidWorkloadName checks a name for CreateWorkload by the rule
-// schedpolicyctl applies too (names.Workload): 1–64 bytes of valid UTF-8,
-// one path component (no "/", not "." or ".."), no control characters,
-// not starting with "." and not looking like a cgroup interface file
-// ("cgroup.", "cpuset.", "cpu.", "tasks"). Errors wrap policy.ErrInvalid
-// and a *names.Error.
-func ValidWorkloadName(name string) error {
-	if err := names.Workload(name); err != nil {
-		return fmt.Errorf("%w: %w", policy.ErrInvalid, err)
+// createWorkload makes workload name with pid in it and re-plans
+// (CreateWorkload; placement.create has the errors).
+func (d *Daemon) createWorkload(name string, pid int) (string, error) {
+	// A cgroup under the managed parent, or a transient scope in
+	// schedpolicyd.slice.
+	path, err := d.place.Create(name, pid)
+	if err == nil {
+		d.recompute("workload created", true)
 	}
+	return path, err
+}
+
+// setWorkloadOverride sets or clears a workload's override and re-plans
+// (SetWorkloadPolicy; placement.SetOverride has the errors).
+func (d *Daemon) setWorkloadOverride(name string, pol policy.Policy) error {
+	if err := d.place.SetOverride(name, pol); err != nil {
+		return err
+	}
+	d.recompute("workload override", true)
 	return nil
 }
+
+// ValidWorkloadName checks a workload's name as CreateWorkload does: a
+// cgroup directory's or a unit name's stem, no longer than
+// MaxWorkloadName. Errors wrap policy.ErrInvalid.
+func ValidWorkloadName(name string) error { return placement.ValidWorkloadName(name) }

@@ -47,7 +47,7 @@ var layers = map[string][]string{
 	// daemon counts packed workloads' CPU time with internal/taskclock
 	// (perf events: not pseudo-filesystem I/O, so not sysfs), a leaf too.
 	"acpi":   {"sysfs", "internal/reconnect", "internal/bussender"},
-	"daemon": {"daemon/bus", "daemon/energy", "daemon/snapshot", "daemon/statefile", "acpi", "sysfs", "policy", "systemd", "internal/names", "internal/reconnect", "internal/taskclock", "internal/bussender"},
+	"daemon": {"daemon/placement", "daemon/placement/cgroupfs", "daemon/placement/units", "daemon/bus", "daemon/energy", "daemon/snapshot", "daemon/statefile", "acpi", "sysfs", "policy", "systemd", "internal/names", "internal/reconnect", "internal/taskclock", "internal/bussender"},
 	// The D-Bus service talks to the daemon through its Controller
 	// interface: it never imports the daemon nor anything of the
 	// placement (never, below). policy for the policy names and sysfs for
@@ -66,12 +66,21 @@ var layers = map[string][]string{
 	// counters and battery readings, acpi for the system batteries, policy
 	// and the snapshot for the totals' keys and shape, the state file for
 	// their order and validation, and what those bring, nothing else.
-	"daemon/energy":      {"daemon/statefile", "daemon/snapshot", "policy", "acpi", "sysfs", "internal/reconnect", "internal/bussender"},
-	"internal/bussender": {},
-	"internal/names":     {},
-	"internal/reconnect": {},
-	"internal/taskclock": {},
-	"internal/testutil":  {},
+	"daemon/energy": {"daemon/statefile", "daemon/snapshot", "policy", "acpi", "sysfs", "internal/reconnect", "internal/bussender"},
+	// What both placement back ends share (the interface, the journal, the
+	// wakes and the task-clock gate): the state file for the records, the
+	// snapshot for the published workload, the task clock, and what those
+	// bring.
+	"daemon/placement": {"daemon/snapshot", "daemon/statefile", "policy", "sysfs", "acpi", "internal/names", "internal/taskclock", "internal/reconnect", "internal/bussender"},
+	// The cgroupfs back end writes cpusets itself: no systemd.
+	"daemon/placement/cgroupfs": {"daemon/placement", "daemon/snapshot", "daemon/statefile", "policy", "sysfs", "acpi", "internal/names", "internal/taskclock", "internal/reconnect", "internal/bussender"},
+	// The units back end places through systemd's managers.
+	"daemon/placement/units": {"daemon/placement", "daemon/snapshot", "daemon/statefile", "policy", "sysfs", "systemd", "acpi", "internal/names", "internal/taskclock", "internal/reconnect", "internal/bussender"},
+	"internal/bussender":     {},
+	"internal/names":         {},
+	"internal/reconnect":     {},
+	"internal/taskclock":     {},
+	"internal/testutil":      {},
 	// schedpolicyctl talks to the daemon over D-Bus; of the daemon it may
 	// use only exported types and constants (checkClientUsesAPIOnly).
 	"cmd/schedpolicyctl": {"internal/names", "internal/bussender", "daemon", "daemon/bus", "daemon/snapshot", "acpi", "sysfs", "policy", "systemd"},
@@ -79,13 +88,17 @@ var layers = map[string][]string{
 
 // never lists what a package must not depend on, whatever layers allows
 // it, and whatever is added under these paths: the D-Bus service stays
-// out of the daemon and of the placement (which lives in the daemon
-// today, with the task clock and systemd's manager serving it, and is to
-// move to daemon/placement), and the snapshot, the state file and the
-// energy meter out of all three.
+// out of the daemon and of the placement (daemon/placement and its back
+// ends, with the task clock and systemd's manager serving them), the
+// snapshot, the state file and the energy meter out of all three, and
+// the placement out of the daemon and the bus, each back end out of the
+// other.
 var never = map[string][]string{
-	"daemon/bus":      {"daemon", "daemon/placement/...", "internal/taskclock", "systemd"},
-	"daemon/snapshot": {"daemon", "daemon/bus", "daemon/placement/..."},
+	"daemon/placement":          {"daemon", "daemon/bus", "daemon/energy", "daemon/placement/cgroupfs", "daemon/placement/units", "systemd"},
+	"daemon/placement/cgroupfs": {"daemon", "daemon/bus", "daemon/energy", "daemon/placement/units", "systemd"},
+	"daemon/placement/units":    {"daemon", "daemon/bus", "daemon/energy", "daemon/placement/cgroupfs"},
+	"daemon/bus":                {"daemon", "daemon/placement/...", "internal/taskclock", "systemd"},
+	"daemon/snapshot":           {"daemon", "daemon/bus", "daemon/placement/..."},
 	// The state file is a leaf under the daemon: it reads and writes
 	// state.json for whoever needs it (the daemon, probe, the benchmark)
 	// and knows nothing of the loop, the placement or the bus.

@@ -119,7 +119,7 @@ type fileConfig struct {
 	// LowBattery is the low-battery tier in percent: 1–100, or 0 off.
 	LowBattery *int
 	// TaskClock is whether packed workloads get task-clock counters (the
-	// task-clock wake, daemon/clockwake.go; default true).
+	// task-clock wake, daemon/placement/clockwake.go; default true).
 	TaskClock *bool
 	// LogLevel is a logrus level: "debug", "info", "warning", "error".
 	LogLevel *string

@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement/units"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -117,7 +117,7 @@ func parseSliceFlag(v string) (string, policy.SliceRule, error) {
 
 // parseLoads parses NAME=UTIL[:THREADS][@SLICE[/CLASS]],...: a workload
 // with a slice gets the class the daemon gives a unit of that slice
-// (daemon.UnitClass), unless CLASS names one; without, ClassWorkload.
+// (units.UnitClass), unless CLASS names one; without, ClassWorkload.
 func parseLoads(s string) ([]policy.Load, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, errors.New("--load is required (NAME=UTIL[:THREADS],...)")
@@ -141,7 +141,7 @@ func parseLoads(s string) ([]policy.Load, error) {
 		case hasClass && (class == "" || strings.ContainsAny(class, " =,:@/")):
 			return nil, fmt.Errorf("--load %q: CLASS must be a word (focused, app, background, session, service, …)", part)
 		case !hasClass && hasSlice:
-			class = daemon.UnitClass(name, slice)
+			class = units.UnitClass(name, slice)
 		case !hasClass:
 			class = policy.ClassWorkload
 		}

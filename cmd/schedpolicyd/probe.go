@@ -11,6 +11,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/daemon"
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/daemon/energy"
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement/units"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -51,8 +52,8 @@ type probeReport struct {
 	// session.slice) in Manage on cgroup v2, each running user's manager
 	// and whether its own units can be placed (cpuset delegated to it)
 	// or it is placed as a whole.
-	UserManagers []daemon.UserManagerProbe `json:"user_managers,omitempty"`
-	Topology     probeTopology             `json:"topology"`
+	UserManagers []units.UserManagerProbe `json:"user_managers,omitempty"`
+	Topology     probeTopology            `json:"topology"`
 	// CPUClasses are the efficiency classes (P-cores, E-cores, LP
 	// E-cores; big.LITTLE), most efficient first, one class ("all") on a
 	// homogeneous machine; CPUClassRule is the sysfs rung that separated
@@ -229,7 +230,7 @@ func (r *probeReport) probePlacement(cfg daemon.Config) {
 		}
 		for _, m := range r.Manage {
 			if m == "app.slice" || m == "background.slice" || m == "session.slice" {
-				r.UserManagers = daemon.ProbeUserManagers("/sys/fs/cgroup")
+				r.UserManagers = units.ProbeUserManagers("/sys/fs/cgroup")
 				break
 			}
 		}

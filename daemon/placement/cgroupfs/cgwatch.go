@@ -1,0 +1,177 @@
+package cgroupfs
+
+import (
+	"path/filepath"
+	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+)
+
+// cgroupSource is what placement needs of a watch on the managed parent:
+// coalesced hints, never the state itself (sysfs.CgroupWatch has the
+// details). Tests may replace it (placement.newWatch) with channels they
+// drive.
+type cgroupSource interface {
+	// Changed: children created or removed, or events lost.
+	Changed() <-chan struct{}
+	// Attached: a task was attached to a child; TakeAttached returns the
+	// children's names since the last call.
+	Attached() <-chan struct{}
+	TakeAttached() map[string]bool
+	// Written: a child's cpuset.cpus was written by someone else; nil if
+	// that cannot be watched. TakeWritten returns the children's names
+	// (all: any of them).
+	Written() <-chan struct{}
+	TakeWritten() (names map[string]bool, all bool)
+	WatchChild(dir string, v sysfs.CgroupVersion)
+	UnwatchChild(dir string)
+	WatchDir(dir string)
+	UnwatchDir(dir string)
+	Close()
+}
+
+// watchCgroupDir is the default placement.newWatch.
+func watchCgroupDir(parent string) (cgroupSource, error) {
+	w, err := sysfs.WatchCgroup(parent)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// pressureC is the PSI trigger's channel, or nil without one.
+func (p *Placement) pressureC() <-chan struct{} {
+	if p.pressure == nil {
+		return nil
+	}
+	return p.pressure.C()
+}
+
+// pressureDone is closed when the kernel drops the PSI trigger (the
+// managed v2 parent was removed), or nil without one.
+func (p *Placement) pressureDone() <-chan struct{} {
+	if p.pressure == nil {
+		return nil
+	}
+	return p.pressure.Done()
+}
+
+// openPressure arms the PSI trigger for the managed parent; nil (logged)
+// where PSI is unavailable: idle sampling then backs off instead of
+// stopping.
+func (p *Placement) openPressure() *sysfs.PressureTrigger {
+	path := filepath.Join(p.cfg.ProcRoot, "pressure", "cpu")
+	switch {
+	case p.cfg.PressureFile != "":
+		path = p.cfg.PressureFile
+	case p.cg.Version() == sysfs.CgroupV2:
+		path = filepath.Join(p.cg.Path(), "cpu.pressure")
+	}
+	return placement.ArmPressure(p.log, path)
+}
+
+// Nil-safe uses of the watch: without one the loop rescans on its
+// sampling ticker instead.
+
+func (p *Placement) activityC() <-chan struct{} {
+	if p.watch == nil {
+		return nil
+	}
+	return p.watch.Attached()
+}
+
+// takeAttached returns the workloads a task was attached to since the last
+// call (nil without a watch).
+func (p *Placement) takeAttached() map[string]bool {
+	if p.watch == nil {
+		return nil
+	}
+	return p.watch.TakeAttached()
+}
+
+func (p *Placement) cgEvents() <-chan struct{} {
+	if p.watch == nil {
+		return nil
+	}
+	return p.watch.Changed()
+}
+
+func (p *Placement) cpusC() <-chan struct{} {
+	if p.watch == nil {
+		return nil
+	}
+	return p.watch.Written()
+}
+
+// takeWritten returns the workloads whose cpuset.cpus was written by
+// someone else since the last call; nil means any may have been.
+func (p *Placement) takeWritten() map[string]bool {
+	if p.watch == nil {
+		return nil
+	}
+	names, all := p.watch.TakeWritten()
+	if all {
+		return nil
+	}
+	return names
+}
+
+func (p *Placement) watchChild(dir string) {
+	if p.watch != nil {
+		p.watch.WatchChild(dir, p.cg.Version())
+	}
+}
+
+func (p *Placement) unwatchChild(dir string) {
+	if p.watch != nil {
+		p.watch.UnwatchChild(dir)
+	}
+}
+
+func (p *Placement) watchDir(dir string, on bool) {
+	switch {
+	case p.watch == nil:
+	case on:
+		p.watch.WatchDir(dir)
+	default:
+		p.watch.UnwatchDir(dir)
+	}
+}
+
+// startWatch watches the managed parent and arms the PSI trigger; without
+// a watch the loop rescans on its sampling ticker.
+func (p *Placement) startWatch() {
+	p.stopWatch()
+	w, err := p.newWatch(p.cg.Path())
+	if err != nil {
+		p.log.WithError(err).Warn("cannot watch the workload parent; rescanning every sample interval")
+		return
+	}
+	p.watch = w
+	if s, ok := w.(*sysfs.CgroupWatch); ok && !s.ClosesWatched() {
+		p.log.Warn("cannot watch cpuset.cpus for changes by someone else; they are seen at the next write or Rebalance")
+	}
+	p.pressure = p.openPressure()
+	if !p.cfg.NoTaskClock {
+		p.clock = placement.NewClockGate(p.log, func(n string) (time.Duration, error) {
+			run, wait, err := p.cg.RunDelay(n)
+			return run + wait, err
+		}, func(cpus int) float64 { return float64(cpus) + placement.WakeMargin }) // as a confirmation
+
+	}
+}
+
+func (p *Placement) stopWatch() {
+	p.confirm.Drop()
+	if p.watch != nil {
+		p.watch.Close()
+		p.watch = nil
+	}
+	if p.pressure != nil {
+		p.pressure.Close()
+		p.pressure = nil
+	}
+	p.clock.Close()
+	p.clock = nil
+}

@@ -1,0 +1,234 @@
+package cgroupfs
+
+import (
+	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
+	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/sirupsen/logrus"
+)
+
+// Apply plans placement for policy eff on topo within the online CPUs and
+// writes the cpusets that differ from what the files hold, through the
+// journal's steps (journal.WriteAll): each value recorded as pending and
+// saved before it is written, nothing written without a successful save,
+// the outcomes saved after. force with a
+// new policy or new CPUs applies a shrinking plan at once (LazyInput).
+func (p *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.CPUSet, force bool) {
+	p.written = 0
+	if p.cg == nil || len(p.workloads) == 0 {
+		p.plan = policy.Plan{Policy: eff}
+		return
+	}
+	if !p.Flush() {
+		// Placement waits until state.json can be written; no plan stands
+		// (so no "placing for performance" reason either).
+		p.plan = policy.Plan{Policy: eff, Lazy: p.plan.Lazy}
+		return
+	}
+	p.quietLoadBalance()
+	allowed := online
+	if a, err := p.cg.Allowed(); err == nil && !a.IsEmpty() {
+		allowed = allowed.Intersect(a)
+	}
+	lazy, fresh := placement.LazyInput(p.plan.Lazy, p.asked, eff, p.allowed, allowed, force)
+	p.allowed, p.asked = allowed, eff
+	in := policy.Input{
+		Topology: topo, Allowed: allowed.List(), Policy: eff,
+		Lazy: lazy, Now: time.Now(), MaxInterval: p.cfg.SampleInterval,
+		DisableLazy: fresh,
+	}
+	names := p.sortedNames()
+	for _, n := range names {
+		w := p.workloads[n]
+		if w.override == policy.Performance || w.rec.Released {
+			continue // every allowed CPU below, or not placed at all
+		}
+		in.Loads = append(in.Loads, policy.Load{Name: n, Util: w.avg.Util, Current: w.cpus.List(), Threads: w.threads, Pressure: w.pressure})
+	}
+	plan := policy.PlanPlacement(in)
+	if plan.CPUs == nil {
+		plan.CPUs = map[string][]int{}
+	}
+	for n, w := range p.workloads {
+		if w.override == policy.Performance && !w.rec.Released {
+			plan.CPUs[n] = allowed.List()
+		}
+	}
+	if plan.Policy != p.plan.Policy && plan.Policy != eff {
+		p.log.WithFields(logrus.Fields{"policy": eff, "placement": plan.Policy}).Info("load exceeds the packing threshold: placing for performance (race to idle)")
+	}
+	p.plan = plan
+
+	type write struct {
+		w    *workload
+		want sysfs.CPUSet
+	}
+	var writes []write
+	var batch []placement.JournalWrite
+	for _, n := range names {
+		w := p.workloads[n]
+		want := sysfs.NewCPUSet(plan.CPUs[n]...)
+		if w.rec.Released || want.IsEmpty() || want.Equal(w.cpus) {
+			continue
+		}
+		// Original is kept as it is even when nothing of ours is there
+		// yet: w.cpus may be it less CPUs the kernel took away on hotplug
+		// (check).
+		s := want.String()
+		batch = append(batch, placement.JournalWrite{Entry: placement.CgroupEntry(w.rec), Pending: s, Value: s})
+		writes = append(writes, write{w, want})
+	}
+	// The write log costs an entry and two cpulists per write; skipped
+	// unless debug is on (1,000 workloads: ~1.5 ms of a ~65 ms switch).
+	logWrites := enabled(p.log, logrus.DebugLevel)
+	p.WriteAll(batch, func(i int) placement.WriteOutcome {
+		return p.writeOne(writes[i].w, writes[i].want, plan.Policy, logWrites)
+	})
+}
+
+// writeOne writes want to w's cpuset.cpus for WriteAll, unless someone
+// else changed it since it was last seen (theirs: failed) or it holds
+// want already (skipped). A workload gone is forgotten; a refusal is
+// counted and warned about once per workload, cpuset and error.
+func (p *Placement) writeOne(w *workload, want sysfs.CPUSet, pol policy.Policy, logWrites bool) placement.WriteOutcome {
+	// A value someone else wrote since we last looked is theirs.
+	if !p.check(w) {
+		return placement.WriteFailed
+	}
+	if want.Equal(w.cpus) {
+		return placement.WriteSkipped
+	}
+	err := p.writeCPUs(w, want)
+	if err == nil {
+		p.stats.Writes.Add(1)
+		p.written++
+		w.refused = ""
+		if logWrites {
+			p.log.WithFields(logrus.Fields{"workload": w.name, "from": w.cpus.String(), "to": want.String(), "policy": pol}).Debug("cpuset written")
+		}
+		w.cpus = want
+		return placement.WriteDone
+	}
+	if sysfs.IsGone(err) {
+		// Removed after the last scan: forget it and its record.
+		p.forget(w.name, true)
+		p.log.WithField("workload", w.name).Info("workload gone")
+		return placement.WriteFailed
+	}
+	p.stats.Errors.Add(1)
+	// The same refusal repeats on every sample: warn once per
+	// (workload, cpuset, error), then only at debug level.
+	lvl := logrus.WarnLevel
+	if key := want.String() + " " + err.Error(); key == w.refused {
+		lvl = logrus.DebugLevel
+	} else {
+		w.refused = key
+	}
+	p.log.WithError(err).WithField("workload", w.name).Log(lvl, "cpuset write refused")
+	return placement.WriteFailed
+}
+
+// Hotplug follows a change of the online CPUs (before → after): on cgroup
+// v1 the managed parent gets back the CPUs that came online (fitParent),
+// and every workload's cpuset is re-read (v1 silently drops an offlined CPU
+// from every cpuset, for good). The caller re-plans.
+func (p *Placement) Hotplug(before, after sysfs.CPUSet) {
+	if p.cg == nil {
+		return
+	}
+	p.fitParent(after.Difference(before))
+	for _, w := range p.workloads {
+		p.check(w)
+	}
+	p.Flush()
+}
+
+// writeCPUs writes workload w's cpuset.cpus, through its held-open file
+// on the kernel's cgroupfs (sysfs.Cgroup.OpenCPUs: no path lookup and open
+// per write), else with one open/write/close. After an error the file is
+// closed, and the next write opens it again.
+func (p *Placement) writeCPUs(w *workload, cpus sysfs.CPUSet) error {
+	if w.cpusFile == nil {
+		f, err := p.cg.OpenCPUs(w.name)
+		if err != nil {
+			return p.cg.WriteCPUs(w.name, cpus)
+		}
+		w.cpusFile = f
+	}
+	err := w.cpusFile.Write(cpus)
+	if err != nil {
+		w.cpusFile.Close()
+		w.cpusFile = nil
+	}
+	return err
+}
+
+// quietLoadBalance clears cgroup v1 cpuset.sched_load_balance (1 → 0) on
+// workloads, when the managed parent has it set. There the children's flag
+// does not shape sched domains — the kernel makes one domain of each
+// topmost load-balanced cpuset and skips its descendants — but with it set
+// every cpuset.cpus write rebuilds the machine's sched domains
+// (sysfs.Cgroup.SchedLoadBalance), which made a policy switch over many
+// workloads twice as slow (docs/BENCHMARKS.md). A workload whose flag is
+// already 0 is left alone, and nothing is changed under a parent without
+// the flag (children's flags matter there). What is cleared is recorded
+// (statefile.Record.LoadBalanceCleared) and saved before the write, and
+// set back on exit (restore), or by the next start after a crash.
+func (p *Placement) quietLoadBalance() {
+	if p.cg.Version() != sysfs.CgroupV1 {
+		return
+	}
+	var todo []*workload // on every plan: no sorting, order does not matter
+	for _, w := range p.workloads {
+		if !w.lbChecked {
+			todo = append(todo, w)
+		}
+	}
+	if len(todo) == 0 {
+		return
+	}
+	if on, err := p.cg.SchedLoadBalance(""); err != nil || !on {
+		for _, w := range todo {
+			w.lbChecked = true
+		}
+		return
+	}
+	var toClear []*workload
+	for _, w := range todo {
+		w.lbChecked = true
+		if on, err := p.cg.SchedLoadBalance(w.name); err == nil && on {
+			w.rec.LoadBalanceCleared = true
+			p.Dirty = true
+			toClear = append(toClear, w)
+		}
+	}
+	if len(toClear) == 0 {
+		return
+	}
+	if !p.Flush() {
+		for _, w := range toClear {
+			w.lbChecked, w.rec.LoadBalanceCleared = false, false
+		}
+		return
+	}
+	for _, w := range toClear {
+		if err := p.cg.SetSchedLoadBalance(w.name, false); err != nil {
+			// Still recorded: setting 1 back on exit is harmless.
+			p.log.WithError(err).WithField("workload", w.name).Debug("cannot clear cpuset.sched_load_balance")
+		}
+	}
+}
+
+// enabled reports whether log would emit at lvl: a *logrus.Logger's or
+// *logrus.Entry's level; true for any other FieldLogger (it decides).
+func enabled(log logrus.FieldLogger, lvl logrus.Level) bool {
+	switch l := log.(type) {
+	case *logrus.Logger:
+		return l.IsLevelEnabled(lvl)
+	case *logrus.Entry:
+		return l.Logger.IsLevelEnabled(lvl)
+	}
+	return true
+}

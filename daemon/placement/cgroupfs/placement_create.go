@@ -1,0 +1,140 @@
+package cgroupfs
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sort"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
+	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/sirupsen/logrus"
+)
+
+func (p *Placement) sortedNames() []string {
+	names := make([]string, 0, len(p.workloads))
+	for n := range p.workloads {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// ReleasedOverride is what the Workloads property and schedpolicyctl show
+// as the override of a released workload (statefile.Record.Released).
+const ReleasedOverride = "user"
+
+func (p *Placement) Status() []snapshot.WorkloadStatus {
+	var out []snapshot.WorkloadStatus
+	for _, n := range p.sortedNames() {
+		w := p.workloads[n]
+		o := w.override
+		if w.rec.Released {
+			o = ReleasedOverride
+		}
+		out = append(out, snapshot.WorkloadStatus{Name: n, Path: w.rec.Path, CPUs: w.cpus.String(), Util: w.avg.Util, Override: o, Class: "workload"})
+	}
+	return out
+}
+
+// Create makes a new workload and moves pid into it (CreateWorkload). Its
+// record says the daemon created it, saved before pid arrives; if
+// attaching fails the new cgroup is removed again.
+func (p *Placement) Create(name string, pid int) (string, error) {
+	if err := placement.ValidWorkloadName(name); err != nil {
+		return "", err
+	}
+	if p.cg == nil {
+		return "", errors.New("workload placement is disabled (no managed parent cgroup)")
+	}
+	err := p.cg.CreateChild(name)
+	if errors.Is(err, fs.ErrExist) && p.reapCreated(name) {
+		err = p.cg.CreateChild(name) // a finished run's leftover was in the way
+	}
+	path, _ := p.cg.ChildPath(name)
+	if errors.Is(err, fs.ErrExist) {
+		return "", &placement.WorkloadExistsError{Name: name, What: path}
+	}
+	if err != nil {
+		return "", err
+	}
+	p.Scan()
+	w := p.workloads[name]
+	if w != nil && w.rec.Inode != 0 {
+		w.rec.Created = true
+		p.Dirty = true
+		p.Flush()
+	}
+	if err := p.cg.Attach(name, pid); err != nil {
+		os.Remove(path)
+		p.Scan()
+		return "", fmt.Errorf("move PID %d into %s: %w", pid, path, err)
+	}
+	if w != nil {
+		p.watchExit(name, pid)
+	}
+	p.log.WithFields(logrus.Fields{"workload": name, "pid": pid}).Info("workload created")
+	return path, nil
+}
+
+// SetOverride sets or clears a workload's placement override. Either
+// takes back a released workload: its current cpuset becomes its original.
+func (p *Placement) SetOverride(name string, pol policy.Policy) error {
+	w, ok := p.workloads[name]
+	if !ok {
+		return fmt.Errorf("%w: no workload %q", policy.ErrInvalid, name)
+	}
+	if pol != "" && pol != policy.Performance {
+		return fmt.Errorf("%w: a workload override can only be performance (or empty to clear)", policy.ErrInvalid)
+	}
+	if w.rec.Released {
+		p.check(w)
+		w.rec.Released, w.rec.Original = false, w.cpus.String()
+		p.Dirty = true
+		p.log.WithField("workload", name).Info("released workload taken back")
+	}
+	w.override = pol
+	p.log.WithFields(logrus.Fields{"workload": name, "override": pol}).Info("workload override set")
+	return nil
+}
+
+// reapCreated removes workload name if the daemon created it and no task
+// is left in it (the command started by schedpolicyctl run has exited); it
+// reports whether the cgroup is gone. Only the cgroup the record names is
+// removed: its directory must have the record's inode, never 0.
+func (p *Placement) reapCreated(name string) bool {
+	w, ok := p.workloads[name]
+	if !ok || !w.rec.Created || p.cg == nil {
+		return false
+	}
+	if id := p.childID(name); w.rec.Inode == 0 || id != w.rec.Inode {
+		return false
+	}
+	if procs, err := p.cg.Procs(name); err != nil || len(procs) > 0 {
+		return false
+	}
+	w.cpusFile.Close() // reopened at the next write if the removal fails
+	w.cpusFile = nil
+	if err := p.cg.RemoveChild(name); err != nil {
+		p.log.WithError(err).WithField("workload", name).Debug("cannot remove a finished workload yet")
+		return false
+	}
+	p.forget(name, true)
+	p.log.WithField("workload", name).Info("workload finished; its cgroup is removed")
+	p.Flush()
+	return true
+}
+
+// reapFinished removes every daemon-created workload whose tasks are all
+// gone; it reports whether any was removed.
+func (p *Placement) reapFinished() bool {
+	removed := false
+	for _, n := range p.sortedNames() {
+		if w := p.workloads[n]; w != nil && w.rec.Created && p.reapCreated(n) {
+			removed = true
+		}
+	}
+	return removed
+}

@@ -1,0 +1,143 @@
+package cgroupfs
+
+import (
+	"errors"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+)
+
+// Restore writes back every workload's original cpuset.cpus where the
+// file still holds a value of ours (RestoreAll, with cgroupRestore), and
+// sets back the sched_load_balance flags it cleared; it drops each record
+// whose contents are restored and reports whether everything is back. On
+// cgroup v1 CPUs not online now cannot be written: such an original is
+// restored in part (its online CPUs, or every CPU the parent has when
+// none is) and stays recorded, to be restored in full by a later run.
+// Vanished workloads count as done.
+func (p *Placement) Restore() bool {
+	if p.cg == nil {
+		return true
+	}
+	b := cgroupRestore{p: p}
+	if p.cg.Version() == sysfs.CgroupV1 {
+		b.allowed, _ = p.cg.Allowed()
+	}
+	var todo []*workload
+	for _, n := range p.sortedNames() {
+		if w := p.workloads[n]; w.rec.Written() && !w.rec.Released {
+			todo = append(todo, w)
+		}
+	}
+	ok := placement.RestoreAll(&p.Journal, b, todo)
+	// The flags last: with them set, every cpuset write above would have
+	// rebuilt the sched domains.
+	for _, n := range p.sortedNames() {
+		r := p.workloads[n].rec
+		if !r.LoadBalanceCleared {
+			continue
+		}
+		if on, err := p.cg.SchedLoadBalance(n); err == nil && !on {
+			if err := p.cg.SetSchedLoadBalance(n, true); err != nil && !sysfs.IsGone(err) {
+				p.stats.Errors.Add(1)
+				p.log.WithError(err).WithField("workload", n).Warn("cannot set cpuset.sched_load_balance back to 1; it stays in state.json for the next start")
+				ok = false
+				continue
+			}
+		}
+		r.LoadBalanceCleared = false
+	}
+	// The managed parent: its record is done once it holds its original.
+	if p.parent != nil {
+		if cur, err := p.cg.OwnCPUs(); err == nil && cur.String() == p.parent.Original {
+			p.parent.Parent = false // not needed any more: dropped at the save
+		} else if err == nil {
+			ok = false // CPUs offline now: given back by a later run
+		}
+	}
+	p.Dirty = true
+	return ok
+}
+
+// cgroupRestore is placement.restore's side of RestoreAll: a workload's
+// cpuset.cpus, read and written through its held-open file when it has
+// one. allowed is the managed parent's CPUs on cgroup v1 (empty on v2).
+type cgroupRestore struct {
+	p       *Placement
+	allowed sysfs.CPUSet
+}
+
+func (b cgroupRestore) Entry(w *workload) placement.Entry { return placement.CgroupEntry(w.rec) }
+
+func (b cgroupRestore) Current(w *workload) (string, error) {
+	cur, err := b.p.readCPUs(w)
+	if sysfs.IsGone(err) {
+		return "", placement.ErrGone // its record is dropped with its cgroup
+	}
+	return cur.String(), err
+}
+
+func (b cgroupRestore) Ours(w *workload, cur string) bool {
+	set, err := sysfs.ParseCPUList(cur)
+	return err == nil && b.p.ours(w.rec, set)
+}
+
+func (b cgroupRestore) Theirs(w *workload, cur string) {
+	b.p.log.WithFields(logrus.Fields{"workload": w.name, "cpus": cur, "original": w.rec.Original}).Warn("cpuset.cpus was changed by someone else; not restored")
+	w.rec.Unverified = false
+	w.cpus, _ = sysfs.ParseCPUList(cur)
+}
+
+// PutBack writes the original, or on v1 its CPUs online now (every CPU
+// the parent has when none is: the record stays, Applied the value
+// written, and a later run writes the rest); an empty original that v2
+// refuses to a cgroup with tasks is written as every CPU.
+func (b cgroupRestore) PutBack(w *workload, curList string) bool {
+	p, r, n := b.p, w.rec, w.name
+	cur, _ := sysfs.ParseCPUList(curList)
+	orig, _ := sysfs.ParseCPUList(r.Original)
+	target := orig
+	if p.cg.Version() == sysfs.CgroupV1 && !orig.IsEmpty() && !b.allowed.IsEmpty() && !orig.Intersect(b.allowed).Equal(orig) {
+		if target = orig.Intersect(b.allowed); target.IsEmpty() {
+			target = b.allowed
+		}
+	}
+	if !target.Equal(cur) {
+		err := p.writeCPUs(w, target)
+		inherit := false
+		if err != nil && target.IsEmpty() && p.cg.Version() == sysfs.CgroupV2 && errors.Is(err, unix.ENOSPC) {
+			// v2's "inherit", which the kernel will not give a cgroup
+			// with tasks: every CPU, intersected with the parent's, is
+			// the same (sysfs.Cgroup.WriteAllCPUs).
+			if err = p.cg.WriteAllCPUs(n); err == nil {
+				inherit = true
+			}
+		}
+		if err != nil {
+			if sysfs.IsGone(err) {
+				return true
+			}
+			p.stats.Errors.Add(1)
+			p.log.WithError(err).WithField("workload", n).Warn("cannot restore original cpuset; it stays in state.json for the next start")
+			return false
+		}
+		p.stats.Writes.Add(1)
+		w.cpus = target
+		if inherit {
+			if now, err := p.readCPUs(w); err == nil {
+				w.cpus = now
+			}
+			p.log.WithFields(logrus.Fields{"workload": n, "cpus": w.cpus.String()}).Info("original cpuset is empty (inherit the parent's), which the kernel refuses to a cgroup with tasks: restored as every CPU, the same effective CPUs")
+		}
+	}
+	r.Unverified = false
+	if target.Equal(orig) {
+		p.Restored(placement.CgroupEntry(r))
+		return true
+	}
+	r.Applied, r.Pending = target.String(), ""
+	p.log.WithFields(logrus.Fields{"workload": n, "original": r.Original, "written": target.String()}).Warn("original cpuset names CPUs that are offline now: restored in part; it stays in state.json and is restored in full once they are back")
+	return false
+}

@@ -1,0 +1,243 @@
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
+)
+
+// The protocol of journal.go on its own: records, saves and writes
+// logged in order, the back end played by the test.
+
+// journalRig is a journal over cgroup records by name, whose saves and
+// writes are logged in order: "save NAME=ORIGINAL/PENDING/APPLIED ..."
+// for each save (the records as saved), "write NAME=VALUE" for each
+// write.
+type journalRig struct {
+	j       Journal
+	names   []string
+	recs    map[string]*statefile.Record
+	log     []string
+	saveErr error
+}
+
+func newJournalRig(recs ...statefile.Record) *journalRig {
+	g := &journalRig{recs: map[string]*statefile.Record{}}
+	for i := range recs {
+		r := recs[i]
+		g.names = append(g.names, r.Path)
+		g.recs[r.Path] = &r
+	}
+	g.j.Save = func() error {
+		if g.saveErr != nil {
+			g.log = append(g.log, "save failed")
+			return g.saveErr
+		}
+		var out []string
+		for _, n := range g.names {
+			r := g.recs[n]
+			out = append(out, fmt.Sprintf("%s=%s/%s/%s", n, r.Original, r.Pending, r.Applied))
+		}
+		g.log = append(g.log, "save "+strings.Join(out, " "))
+		return nil
+	}
+	return g
+}
+
+func (g *journalRig) entry(name string) Entry { return CgroupEntry(g.recs[name]) }
+
+// taken is the log so far, " | "-separated, and starts it anew.
+func (g *journalRig) taken() string {
+	s := strings.Join(g.log, " | ")
+	g.log = nil
+	return s
+}
+
+// write is a batch's write function that logs each write and answers
+// with outcome[name] (WriteDone when not given).
+func (g *journalRig) write(ws []JournalWrite, names []string, outcome map[string]WriteOutcome) func(int) WriteOutcome {
+	return func(i int) WriteOutcome {
+		g.log = append(g.log, "write "+names[i]+"="+ws[i].Value)
+		if o, ok := outcome[names[i]]; ok {
+			return o
+		}
+		return WriteDone
+	}
+}
+
+// TestJournalWriteAllOrder: every pending value is recorded and saved in
+// one save before the first write; the writes follow in order; then one
+// save of the outcomes: applied values, pending cleared, an applied
+// value that is the original cleared too, and a write the target already
+// held left as recorded. A write of the original records no pending
+// value.
+func TestJournalWriteAllOrder(t *testing.T) {
+	g := newJournalRig(
+		statefile.Record{Path: "a", Original: "0-3"},
+		statefile.Record{Path: "b", Original: "0-3", Applied: "1"},
+		statefile.Record{Path: "c", Original: "0-3"},
+		statefile.Record{Path: "d", Original: "0-3", Applied: "2"},
+	)
+	ws := []JournalWrite{
+		{Entry: g.entry("a"), Pending: "0", Value: "0"},
+		{Entry: g.entry("b"), Pending: "1-2", Value: "1-2"},
+		{Entry: g.entry("c"), Pending: "3", Value: "3"},
+		{Entry: g.entry("d"), Value: "0-3"}, // its original: no pending value
+	}
+	names := []string{"a", "b", "c", "d"}
+	if !g.j.WriteAll(ws, g.write(ws, names, map[string]WriteOutcome{"c": WriteSkipped})) {
+		t.Fatal("writeAll reported no writes")
+	}
+	wantEq(t, "saves and writes", g.taken(),
+		"save a=0-3/0/ b=0-3/1-2/1 c=0-3/3/ d=0-3//2 | "+
+			"write a=0 | write b=1-2 | write c=3 | write d=0-3 | "+
+			"save a=0-3//0 b=0-3//1-2 c=0-3/3/ d=0-3//")
+	if g.j.Dirty {
+		t.Error("dirty after the last save")
+	}
+	if g.j.WriteAll(nil, nil) || g.taken() != "" {
+		t.Error("an empty batch saved or reported writes")
+	}
+}
+
+// TestJournalSaveFailsNothingWritten: when the save before the writes
+// fails, nothing is written and WriteAll says so; the pending values stay
+// recorded, so the next flush saves them.
+func TestJournalSaveFailsNothingWritten(t *testing.T) {
+	g := newJournalRig(statefile.Record{Path: "a", Original: "0-3", Applied: "1"})
+	g.saveErr = errors.New("read-only file system")
+	ws := []JournalWrite{{Entry: g.entry("a"), Pending: "0", Value: "0"}}
+	if g.j.WriteAll(ws, g.write(ws, []string{"a"}, nil)) {
+		t.Error("writeAll reported writes after a failed save")
+	}
+	wantEq(t, "saves and writes", g.taken(), "save failed")
+	g.saveErr = nil
+	if !g.j.Flush() {
+		t.Fatal("flush failed")
+	}
+	wantEq(t, "the next flush", g.taken(), "save a=0-3/0/1")
+}
+
+// TestJournalWriteFails: a write refused (or not made) clears its
+// pending value and leaves the applied one as it was, and that is saved.
+func TestJournalWriteFails(t *testing.T) {
+	g := newJournalRig(
+		statefile.Record{Path: "a", Original: "0-3", Applied: "1"},
+		statefile.Record{Path: "b", Original: "0-3"},
+	)
+	ws := []JournalWrite{
+		{Entry: g.entry("a"), Pending: "0", Value: "0"},
+		{Entry: g.entry("b"), Pending: "2", Value: "2"},
+	}
+	g.j.WriteAll(ws, g.write(ws, []string{"a", "b"}, map[string]WriteOutcome{"a": WriteFailed, "b": WriteFailed}))
+	wantEq(t, "saves and writes", g.taken(),
+		"save a=0-3/0/1 b=0-3/2/ | write a=0 | write b=2 | save a=0-3//1 b=0-3//")
+}
+
+// TestOurs: a target holds a value of ours when it holds the pending
+// value (the identity check aside: a write under way makes it anew), or
+// the applied value while the identity check holds; an empty value is
+// none, also where the target holds "" (v2's inherit, an unset
+// AllowedCPUs=).
+func TestOurs(t *testing.T) {
+	for _, c := range []struct {
+		applied, pending, cur string
+		kept, want            bool
+	}{
+		{"1", "", "1", true, true},
+		{"1", "", "1", false, false}, // rewritten by someone else
+		{"", "2", "2", false, true},
+		{"1", "2", "2", false, true},
+		{"1", "2", "3", true, false},
+		{"1", "", "", true, false},
+		{"", "2", "", true, false},
+	} {
+		r := statefile.Record{Original: "0-3", Applied: c.applied, Pending: c.pending}
+		if got := Ours(CgroupEntry(&r), c.cur, c.kept, SameValue); got != c.want {
+			t.Errorf("ours(applied %q, pending %q, cur %q, kept %v) = %v, want %v", c.applied, c.pending, c.cur, c.kept, got, c.want)
+		}
+	}
+}
+
+// fakeRestore is a restorer over journalRig's records: cur holds each
+// target's value ("gone", "error" for those), kept its identity check
+// (true when not given), PutBack logs and succeeds.
+type fakeRestore struct {
+	g    *journalRig
+	cur  map[string]string
+	lost map[string]bool
+}
+
+func (f fakeRestore) Entry(n string) Entry { return f.g.entry(n) }
+
+func (f fakeRestore) Current(n string) (string, error) {
+	switch c := f.cur[n]; c {
+	case "gone":
+		return "", ErrGone
+	case "error":
+		return "", errors.New("cannot read")
+	default:
+		return c, nil
+	}
+}
+
+func (f fakeRestore) Ours(n, cur string) bool {
+	return Ours(f.Entry(n), cur, !f.lost[n], SameValue)
+}
+
+func (f fakeRestore) Theirs(n, cur string) { f.g.log = append(f.g.log, "theirs "+n+"="+cur) }
+
+func (f fakeRestore) PutBack(n, cur string) bool {
+	r := f.g.recs[n]
+	f.g.log = append(f.g.log, "write "+n+"="+r.Original)
+	f.g.j.Restored(f.Entry(n))
+	return true
+}
+
+// TestRestoreAll: a target that holds a value of ours gets its original
+// back; one that holds someone else's value (another value, or ours
+// written anew by someone else) keeps it, which becomes the record's
+// original with nothing of ours left, and nothing is written to it; a
+// target gone is done with, its record untouched; one that cannot be read
+// stays for a later restore, and RestoreAll says not everything is back.
+func TestRestoreAll(t *testing.T) {
+	g := newJournalRig(
+		statefile.Record{Path: "ours", Original: "0-3", Applied: "1"},
+		statefile.Record{Path: "pending", Original: "0-3", Pending: "2"},
+		statefile.Record{Path: "other", Original: "0-3", Applied: "1"},
+		statefile.Record{Path: "anew", Original: "0-3", Applied: "1"},
+		statefile.Record{Path: "gone", Original: "0-3", Applied: "1"},
+	)
+	f := fakeRestore{g: g,
+		cur:  map[string]string{"ours": "1", "pending": "2", "other": "3", "anew": "1", "gone": "gone"},
+		lost: map[string]bool{"anew": true},
+	}
+	if !RestoreAll(&g.j, f, g.names) {
+		t.Error("restoreAll reported something left")
+	}
+	wantEq(t, "restore", g.taken(), "write ours=0-3 | write pending=0-3 | theirs other=3 | theirs anew=1")
+	for n, want := range map[string]string{"ours": "0-3//", "pending": "0-3//", "other": "3//", "anew": "1//", "gone": "0-3//1"} {
+		r := g.recs[n]
+		wantEq(t, n+": record", r.Original+"/"+r.Pending+"/"+r.Applied, want)
+	}
+	if !g.j.Dirty {
+		t.Error("the records are not to be saved")
+	}
+
+	g = newJournalRig(statefile.Record{Path: "a", Original: "0-3", Applied: "1"})
+	f = fakeRestore{g: g, cur: map[string]string{"a": "error"}}
+	if RestoreAll(&g.j, f, g.names) {
+		t.Error("restoreAll reported everything back with a target it could not read")
+	}
+	wantEq(t, "unreadable: writes", g.taken(), "")
+	wantEq(t, "unreadable: record", g.recs["a"].Applied, "1")
+}
+func wantEq(t *testing.T, what, got, want string) {
+	t.Helper()
+	if got != want {
+		t.Errorf("%s:\n got %q\nwant %q", what, got, want)
+	}
+}

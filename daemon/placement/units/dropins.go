@@ -1,0 +1,86 @@
+package units
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
+)
+
+// allowedDropIn is the name of the drop-in file systemd writes for a
+// SetUnitProperties call that sets AllowedCPUs= (`systemctl set-property`
+// does the same): "50-" + the property + ".conf", below
+// /run/systemd/system.control (runtime), /etc/systemd/system.control
+// (persistent) or /run/systemd/transient (a transient unit), each in
+// UNIT.d/; a user's manager uses /run/user/UID/systemd/... and
+// ~/.config/systemd/user.control. The unit's DropInPaths lists the ones
+// in force. Each call replaces the file (a new inode).
+const allowedDropIn = "50-AllowedCPUs.conf"
+
+// runtimeRoot is where the runtime drop-ins live, those that a
+// SetUnitProperties call with runtime=true writes (a variable for tests).
+var runtimeRoot = "/run/"
+
+// dropIns identifies the AllowedCPUs= drop-ins among paths (a unit's
+// DropInPaths): "PATH@INODE.MTIME" for each (MTIME in nanoseconds),
+// "PATH@-" for one that cannot be read, sorted and space-separated; ""
+// when there is none. statefile.UnitRecord.DropIns holds it.
+func dropIns(paths []string) string {
+	var out []string
+	for _, p := range paths {
+		if filepath.Base(p) != allowedDropIn {
+			continue
+		}
+		out = append(out, p+"@"+fileID(p))
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}
+
+// fileID is "INODE.MTIME" of path, "-" when it cannot be read.
+func fileID(path string) string {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return "-"
+	}
+	return strconv.FormatUint(st.Ino, 10) + "." + strconv.FormatInt(st.Mtim.Nano(), 10)
+}
+
+// rewritten reports whether someone set AllowedCPUs= on r's unit since
+// the daemon's last write: its AllowedCPUs= drop-ins (paths, the unit's
+// DropInPaths now) are not the files r.DropIns recorded right after that
+// write (one was replaced, added or removed). It tells an administrator's
+// `systemctl set-property` of the very value the daemon had set from the
+// daemon's own. False when r.DropIns is unknown ("").
+func rewritten(r *statefile.UnitRecord, paths []string) bool {
+	return r.DropIns != "" && dropIns(paths) != r.DropIns
+}
+
+// lingering reports, for the record of a unit its manager no longer
+// knows, whether the daemon's value outlives the unit: r.DropIns names a
+// drop-in below /run (the one the daemon's write made) that is still that
+// very file. systemd removes a transient unit's drop-ins with the unit,
+// but not the runtime drop-in of a unit loaded from a unit file: a unit
+// loaded again under the same name (a unit file created anew) starts with
+// the daemon's value, and SetUnitProperties cannot reset it meanwhile
+// (the manager refuses a unit that is not found). known is false when
+// r.DropIns names no such file (unknown: a record of an older version, or
+// a write under way).
+func lingering(r *statefile.UnitRecord) (path string, known, lingers bool) {
+	for _, f := range strings.Fields(r.DropIns) {
+		i := strings.LastIndexByte(f, '@')
+		if i < 0 || !strings.HasPrefix(f, runtimeRoot) {
+			continue
+		}
+		p, id := f[:i], f[i+1:]
+		if _, err := os.Lstat(p); err != nil {
+			return p, true, false
+		}
+		return p, true, fileID(p) == id
+	}
+	return "", false, false
+}

@@ -1,0 +1,502 @@
+package units
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+	"github.com/sirupsen/logrus"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
+	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/schedpolicyd/schedpolicyd/systemd"
+)
+
+// OwnUnit is the daemon's own unit; it is never placed.
+const OwnUnit = "schedpolicyd.service"
+
+// unitOpTimeout bounds each batch of calls to the manager made from the
+// event loop.
+const unitOpTimeout = 10 * time.Second
+
+// unitScanTimeout bounds a scan: it reads two property sets of every
+// loaded service and scope of the system manager and of each followed
+// user's manager, which a loaded machine may not answer within
+// unitOpTimeout. The scan runs on the event loop, so it stays well inside
+// systemd's watchdog (WatchdogSec=30s, pinged every 15 s). A scan cut
+// short takes in the units it read, forgets none, and is done again at
+// the next sample (Placement.rescan).
+const unitScanTimeout = 12 * time.Second
+
+// Placement places systemd units: each service or scope directly in a
+// managed slice is a workload, placed with AllowedCPUs= set at runtime
+// through the system manager. Owned by the event loop, like placement.
+//
+// Units are adopted and forgotten from systemd's UnitNew, JobRemoved and
+// UnitRemoved signals, never by polling, and never moved between
+// cgroups. The promise holds here too, through journal.go: before setting
+// AllowedCPUs= the daemon records the unit's original and the value it
+// sets (statefile.UnitRecord, saved through save); on exit, and after a
+// crash on the next start, it resets exactly the values it set, and only
+// where the unit still has them.
+type Placement struct {
+	cfg   *placement.Config
+	log   logrus.FieldLogger
+	stats *placement.Counters
+	// Journal saves state.json with the daemon's knob and u.recordList()
+	// (daemon/placement/journal.go).
+	placement.Journal
+
+	mgr unitManager // the system manager; nil until open succeeds
+	// connect reaches manager uid (-1 the system's; dialManager, or a
+	// fake in tests): the system manager at open, a user's when the
+	// daemon follows it or resets a value on it.
+	connect func(ctx context.Context, uid int) (unitManager, error)
+	// written: the units the last apply set AllowedCPUs= on (the
+	// placement log line, placementChanged).
+	written int
+	slices  map[string]bool // managed slices of the system manager
+	// users: manage names a user slice (userSlices); userManaged is
+	// which. Each logged-in user is followed (users.go): where cpuset is
+	// delegated to user@UID.service, the units of those slices in the
+	// user's manager are placed through it; elsewhere the user's manager,
+	// user@UID.service, is placed as a whole.
+	users       bool
+	userManaged map[string]bool
+	people      map[int]*userManager // by uid
+	logind      *systemd.Logind
+	userSource  string // "logind" or "system manager"
+	// msgs carries every manager's unit signals, logind's user signals
+	// and the focus watch's events to the event loop; done ends the
+	// goroutines that feed it.
+	msgs  chan placement.Event
+	done  chan struct{}
+	focus *focusWatch
+	// cgroupRoot is where units' ControlGroup paths live (/sys/fs/cgroup);
+	// unified: it is cgroup v2, where systemd applies AllowedCPUs=.
+	cgroupRoot string
+	unified    bool
+	warned     bool
+
+	workloads map[string]*unitWorkload         // by workloadKey
+	records   map[string]*statefile.UnitRecord // by UnitRecord.Key()
+	// reloading holds the managers (by uid, -1 the system's) between
+	// their Reloading(true) and Reloading(false): their unit signals are
+	// not followed and their units' AllowedCPUs= not set meanwhile; one
+	// scan at the end takes in what changed. held: a plan's write was
+	// skipped for it.
+	reloading map[int]bool
+	held      bool
+	// rescan: the last scan was cut short (a listing failed or ran out of
+	// time), so units may be missing; the loop samples while it is set,
+	// and the next sample scans again.
+	rescan bool
+
+	// pressure wakes the loop when tasks wait for a CPU anywhere (the
+	// machine's /proc/pressure/cpu: every managed slice is in it); nil
+	// where the kernel grants no trigger. With it, sampling stops while
+	// every unit is idle, as for cgroupfs workloads.
+	pressure *sysfs.PressureTrigger
+	// clock wakes the loop when a unit with AllowedCPUs= set turns busy
+	// (clockwake.go); nil on cgroup v1 (systemd applies no AllowedCPUs=
+	// there) or with Config.NoTaskClock.
+	clock *placement.ClockGate
+
+	backoff placement.SampleBackoff // the sampling back-off (sampleBackoff)
+	// asked is the policy the last plan was asked for (LazyInput).
+	asked policy.Policy
+	// confirm is the pending confirmation of a crowded unit (wake.go);
+	// procRoot is where its threads' schedstat is read.
+	confirm  placement.Confirmation
+	procRoot string
+	plan     policy.Plan
+	online   sysfs.CPUSet // the CPUs of the last plan: what "unset" gives
+}
+
+var _ placement.Backend = (*Placement)(nil)
+
+// unitWorkload is one unit placed as a workload.
+type unitWorkload struct {
+	name  string
+	slice string
+	// uid is the user whose manager owns the unit, -1 for the system
+	// manager.
+	uid int
+	// focused: an app.slice unit whose cgroup's user.xdg.inactive-since
+	// is -1 (the focused app, focus.go).
+	focused bool
+	cgroup  string // its cgroup directory (cgroupRoot + ControlGroup)
+	rec     *statefile.UnitRecord
+	// cpus is its AllowedCPUs= as last read or set; empty: unset.
+	cpus   sysfs.CPUSet
+	avg    policy.UtilAverage
+	lastAt time.Time
+	// pressure is its cgroup's cpu.pressure some avg10, percent (cgroup
+	// v2 only; 0 on v1, which has no PSI per cgroup).
+	pressure float64
+	// stallTotal is that file's cumulative "some" stall at the last
+	// sample (0 before the first); stalled is how much it grew since the
+	// one before: time in which a task of the unit waited for a CPU.
+	stallTotal, stalled time.Duration
+	// override is the unit's own placement policy (SetWorkloadPolicy):
+	// "" the daemon's, policy.Performance no restriction of ours.
+	override policy.Policy
+}
+
+func New(cfg *placement.Config, log logrus.FieldLogger, stats *placement.Counters) *Placement {
+	u := &Placement{
+		cfg: cfg, log: log.WithField("placement", placement.Systemd), stats: stats,
+		slices:      map[string]bool{},
+		userManaged: map[string]bool{},
+		people:      map[int]*userManager{},
+		cgroupRoot:  "/sys/fs/cgroup",
+		workloads:   map[string]*unitWorkload{},
+		records:     map[string]*statefile.UnitRecord{},
+		reloading:   map[int]bool{},
+	}
+	manage := cfg.Manage
+	if manage == nil {
+		manage = placement.DefaultManage
+	}
+	for _, s := range manage {
+		if userSlices[s] {
+			u.users = true
+			u.userManaged[s] = true
+			continue
+		}
+		u.slices[s] = true
+	}
+	u.connect = func(ctx context.Context, uid int) (unitManager, error) { return dialManager(ctx, cfg.Bus, uid) }
+	u.unified = sysfs.IsUnified(u.cgroupRoot)
+	return u
+}
+
+// load takes the unit records of state.json.
+func (u *Placement) load(saved []statefile.UnitRecord) {
+	for i := range saved {
+		r := saved[i]
+		u.records[r.Key()] = &r
+	}
+}
+
+// recordList is the unit records state.json must hold now.
+func (u *Placement) recordList() []statefile.UnitRecord {
+	var out []statefile.UnitRecord
+	for _, r := range u.records {
+		if r.Written() || r.Created {
+			out = append(out, *r)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })
+	return out
+}
+
+// Open connects to the system manager and subscribes to its signals. An
+// error is logged once ("placement disabled") and returned; the caller
+// keeps running without placement.
+func (u *Placement) Open() error {
+	ctx, cancel := context.WithTimeout(context.Background(), unitOpTimeout)
+	defer cancel()
+	m, err := u.connect(ctx, -1)
+	var events <-chan systemd.UnitEvent
+	if err == nil {
+		events, err = m.Events(ctx)
+		if err != nil {
+			m.Close()
+		}
+	}
+	if err != nil {
+		if !u.warned {
+			u.log.WithError(err).Warn("workload placement disabled: cannot reach the systemd manager")
+			u.warned = true
+		}
+		return err
+	}
+	u.mgr = m
+	u.msgs, u.done = make(chan placement.Event, 256), make(chan struct{})
+	u.forward(-1, m, events)
+	v, _ := m.Version(ctx)
+	slices := make([]string, 0, len(u.slices))
+	for s := range u.slices {
+		slices = append(slices, s)
+	}
+	sort.Strings(slices)
+	u.log.WithFields(logrus.Fields{"systemd": v, "slices": strings.Join(slices, ","), "cgroup_v2": u.unified, "slice_rules": placement.SliceRulesString(u.cfg.Slices)}).Info("managing units through systemd")
+	if u.users {
+		u.openUsers(ctx)
+	}
+	if !u.unified {
+		u.log.Warn("cgroup v1: systemd stores AllowedCPUs= but does not apply it; units are placed in name only (use placement \"cgroupfs\" to place cpusets on v1)")
+	}
+	u.procRoot = u.cfg.ProcRoot
+	if u.procRoot == "" {
+		u.procRoot = "/proc"
+	}
+	u.pressure = placement.ArmPressure(u.log, filepath.Join(u.procRoot, "pressure", "cpu"))
+	if u.unified && !u.cfg.NoTaskClock {
+		u.clock = placement.NewClockGate(u.log, func(key string) (time.Duration, error) {
+			w := u.workloads[key]
+			if w == nil {
+				return 0, fmt.Errorf("unit %s gone", key)
+			}
+			pr, err := sysfs.DirCPUPressure(w.cgroup)
+			return pr.Total, err
+		}, func(int) float64 { return placement.WakeMargin })
+	}
+	return nil
+}
+
+// pressureC is the PSI trigger's channel; nil without one.
+func (u *Placement) pressureC() <-chan struct{} {
+	if u.pressure == nil {
+		return nil
+	}
+	return u.pressure.C()
+}
+
+// pressureDone is closed when the kernel drops the trigger; nil without
+// one.
+func (u *Placement) pressureDone() <-chan struct{} {
+	if u.pressure == nil {
+		return nil
+	}
+	return u.pressure.Done()
+}
+
+// dropPressure closes the trigger (after pressureDone, or at close).
+func (u *Placement) dropPressure() {
+	if u.pressure != nil {
+		u.pressure.Close()
+		u.pressure = nil
+	}
+}
+
+// Close drops the connections: the system manager, logind, every
+// user's manager and the focus watch.
+func (u *Placement) Close() {
+	if u.mgr == nil {
+		return
+	}
+	close(u.done)
+	u.dropPressure()
+	u.clock.Close()
+	u.clock = nil
+	u.confirm.Drop()
+	u.closeUsers()
+	u.mgr.Close()
+	u.mgr = nil
+	u.msgs = nil
+	clear(u.reloading)
+}
+
+// managerOf is uid's manager: the system manager for -1, else the user's
+// if it is followed and reachable; nil otherwise.
+func (u *Placement) managerOf(uid int) unitManager {
+	if uid < 0 {
+		return u.mgr
+	}
+	if p := u.people[uid]; p != nil {
+		return p.mgr
+	}
+	return nil
+}
+
+// workloadKey names a unit workload: the unit's name for the system
+// manager's, "user:UID/NAME" for a user manager's (two users may run units
+// of the same name).
+func workloadKey(uid int, name string) string {
+	if uid < 0 {
+		return name
+	}
+	return managerName(uid) + "/" + name
+}
+
+// managerName is a statefile.UnitRecord's Manager: "system", or "user:UID".
+func managerName(uid int) string {
+	if uid < 0 {
+		return "system"
+	}
+	return "user:" + strconv.Itoa(uid)
+}
+
+// recordUID is the uid of a statefile.UnitRecord's Manager, -1 for "system"
+// (validate accepts nothing else).
+func recordUID(manager string) int {
+	if s, ok := strings.CutPrefix(manager, "user:"); ok {
+		if n, err := strconv.Atoi(s); err == nil && n >= 0 {
+			return n
+		}
+	}
+	return -1
+}
+
+// sample reads each unit's cumulative CPU time (cpu.stat) and updates its
+// decayed utilisation, and on cgroup v2 its cpu.pressure (some avg10: the
+// planner's saturation rule, as for the cgroupfs path's workloads; and the
+// stall since the last sample, which makes a packed unit a candidate for
+// a wake's confirmation; v1 has no pressure per cgroup, so both stay 0
+// there); it reports whether any was busy.
+func (u *Placement) sample() (busy bool) {
+	if len(u.workloads) == 0 {
+		return false
+	}
+	u.stats.Samples.Add(1)
+	now := time.Now()
+	for key, w := range u.workloads {
+		use, err := sysfs.DirUsage(w.cgroup)
+		if err != nil {
+			continue
+		}
+		if use != w.avg.Usage || w.avg.Util > placement.IdleUtil {
+			busy = true
+		}
+		u.clock.Calm(key, max(use-w.avg.Usage, 0), w.lastAt, now, w.cpus.Size())
+		w.avg, w.lastAt = w.avg.Update(use, now.Sub(w.lastAt), u.cfg.UtilHalfLife), now
+		if !u.unified {
+			continue
+		}
+		if pr, err := sysfs.DirCPUPressure(w.cgroup); err == nil {
+			w.stalled = 0
+			if w.stallTotal > 0 && pr.Total > w.stallTotal {
+				w.stalled = pr.Total - w.stallTotal
+			}
+			w.pressure, w.stallTotal = pr.Avg10, pr.Total
+		}
+	}
+	return busy
+}
+
+// Sampling reports whether the loop samples periodically: while any unit
+// is busy and for IdleSamplesBeforeBackoff samples after; then it stops
+// where the CPU pressure trigger will wake it when a unit's tasks wait for
+// a CPU, and keeps Sampling at the backed-off period (SampleEvery) where
+// there is no trigger (as placement.Sampling).
+func (u *Placement) Sampling() bool {
+	if u.rescan && u.mgr != nil {
+		return true
+	}
+	if len(u.workloads) == 0 {
+		return false
+	}
+	return u.backoff.Sampling(u.pressure != nil)
+}
+
+// SampleEvery is the sampling period: the configured one while a unit is
+// busy or sampling can stop (a pressure trigger), else doubling while all
+// are idle (as placement.SampleEvery).
+func (u *Placement) SampleEvery() time.Duration {
+	return u.backoff.Every(u.cfg.SampleInterval, u.pressure != nil)
+}
+
+func (u *Placement) sortedNames() []string {
+	names := make([]string, 0, len(u.workloads))
+	for n := range u.workloads {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Status lists the units as workloads: the unit name, its cgroup
+// directory, the CPUs its AllowedCPUs= gives it (every CPU of the last
+// plan when unset) and utilisation.
+func (u *Placement) Status() []snapshot.WorkloadStatus {
+	var out []snapshot.WorkloadStatus
+	for _, n := range u.sortedNames() {
+		w := u.workloads[n]
+		cpus := w.cpus
+		if cpus.IsEmpty() {
+			cpus = u.online
+		}
+		out = append(out, snapshot.WorkloadStatus{Name: w.name, Path: w.cgroup, CPUs: cpus.String(), Util: w.avg.Util, Override: w.override, Class: w.class()})
+	}
+	return out
+}
+
+// SetOverride sets (policy.Performance) or clears ("") the override of
+// the unit named name (SetWorkloadPolicy). Errors, wrapping
+// policy.ErrInvalid: no managed unit of that name, several (one per
+// user's manager), or another policy.
+func (u *Placement) SetOverride(name string, pol policy.Policy) error {
+	if pol != "" && pol != policy.Performance {
+		return fmt.Errorf("%w: a workload override can only be performance (or empty to clear)", policy.ErrInvalid)
+	}
+	var found []*unitWorkload
+	for _, k := range u.sortedNames() {
+		if w := u.workloads[k]; w.name == name {
+			found = append(found, w)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return fmt.Errorf("%w: no workload %q", policy.ErrInvalid, name)
+	case 1:
+	default:
+		return fmt.Errorf("%w: %d units named %q, one per user's manager: an override needs one", policy.ErrInvalid, len(found), name)
+	}
+	found[0].override = pol
+	u.log.WithFields(logrus.Fields{"workload": name, "override": pol}).Info("workload override set")
+	return nil
+}
+
+// createSlice is where CreateWorkload starts its transient scopes.
+const createSlice = "schedpolicyd.slice"
+
+// Create starts transient scope NAME.scope in schedpolicyd.slice with pid
+// (CreateWorkload, schedpolicyctl run), recorded as created before it is
+// started; systemd removes it when its last process exits. Errors: a bad
+// name, placement disabled, schedpolicyd.slice not managed, the scope
+// exists (fs.ErrExist), or systemd refused.
+func (u *Placement) Create(name string, pid int) (string, error) {
+	if err := placement.ValidWorkloadName(name); err != nil {
+		return "", err
+	}
+	if u.mgr == nil {
+		return "", errors.New("workload placement is disabled (systemd manager unreachable)")
+	}
+	if !u.slices[createSlice] {
+		return "", fmt.Errorf("%s is not in manage: created workloads would not be placed", createSlice)
+	}
+	unit := name + ".scope"
+	key := statefile.UnitRecord{Manager: "system", Unit: unit}.Key()
+	if _, ok := u.workloads[workloadKey(-1, unit)]; ok {
+		return "", &placement.WorkloadExistsError{Name: name, What: unit}
+	}
+	u.records[key] = &statefile.UnitRecord{Manager: "system", Unit: unit, Created: true}
+	u.Dirty = true
+	if err := u.FlushErr(); err != nil {
+		delete(u.records, key)
+		return "", fmt.Errorf("cannot save state.json: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), unitOpTimeout)
+	defer cancel()
+	if err := u.mgr.StartScope(ctx, unit, createSlice, "schedpolicyd workload "+name, uint32(pid)); err != nil {
+		delete(u.records, key)
+		u.Dirty = true
+		u.Flush()
+		var e dbus.Error
+		if errors.As(err, &e) && e.Name == "org.freedesktop.systemd1.UnitExists" {
+			return "", &placement.WorkloadExistsError{Name: name, What: unit}
+		}
+		return "", err
+	}
+	info, err := u.mgr.UnitInfo(ctx, unit)
+	if err != nil {
+		return "", err
+	}
+	u.consider(-1, info)
+	if w := u.workloads[workloadKey(-1, unit)]; w != nil {
+		w.rec.Created = true
+	}
+	u.Flush()
+	return filepath.Join(u.cgroupRoot, info.ControlGroup), nil
+}
