@@ -8,8 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,77 +111,5 @@ func TestSecondDaemonKeepsFirstsLock(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(m.tree, TreePrefix, fileCurrent)); err != nil {
 		t.Errorf("the first daemon's tree: %v", err)
-	}
-}
-
-// TestLockRemovedOnReleaseStaysExclusive: holders that remove the lock
-// file as they let go (removeLock, a clean stop) and takers that opened
-// the file just before never hold two locks at once — a lock taken on a
-// file no longer at its path is taken again on the new file.
-func TestLockRemovedOnReleaseStaysExclusive(t *testing.T) {
-	dir := t.TempDir()
-	var holders, overlaps, taken atomic.Int32
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 400 {
-				f, err := acquireLock("dir", dir, "tree.lock")
-				if errors.Is(err, ErrAlreadyRunning) {
-					continue
-				}
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				taken.Add(1)
-				if holders.Add(1) > 1 {
-					overlaps.Add(1)
-				}
-				time.Sleep(50 * time.Microsecond) // hold it a moment
-				holders.Add(-1)
-				removeLock(f)
-			}
-		}()
-	}
-	wg.Wait()
-	if overlaps.Load() != 0 || taken.Load() == 0 {
-		t.Errorf("%d times two holders at once (%d locks taken), want never", overlaps.Load(), taken.Load())
-	}
-	if _, err := os.Lstat(filepath.Join(dir, "tree.lock")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("lock file after every holder removed it: %v", err)
-	}
-}
-
-// TestLockTakenOnRemovedFileRetaken: daemon B opens the tree's lock file
-// just as daemon A, stopping cleanly, removes it and lets go (the
-// beforeFlock hook puts A's removeLock there). B's flock then succeeds on
-// a file no longer at its path; B must take the lock again on a new file,
-// so that C, coming next, finds it held.
-func TestLockTakenOnRemovedFileRetaken(t *testing.T) {
-	dir := t.TempDir()
-	a, err := acquireLock("dir", dir, "tree.lock")
-	if err != nil {
-		t.Fatal(err)
-	}
-	beforeFlock = func() {
-		beforeFlock = nil
-		removeLock(a)
-	}
-	t.Cleanup(func() { beforeFlock = nil })
-	b, err := acquireLock("dir", dir, "tree.lock")
-	if err != nil {
-		t.Fatalf("B: %v", err)
-	}
-	defer b.Close()
-	if c, err := acquireLock("dir", dir, "tree.lock"); !errors.Is(err, ErrAlreadyRunning) {
-		if c != nil {
-			c.Close()
-		}
-		t.Fatalf("C while B holds the lock: %v, want ErrAlreadyRunning (B locked the removed file)", err)
-	}
-	if got := testutil.ReadTrim(t, filepath.Join(dir, "tree.lock")); got != strconv.Itoa(os.Getpid()) {
-		t.Errorf("lock file holds %q", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
@@ -21,24 +22,24 @@ import (
 // Errors: ErrAlreadyRunning (naming the pid) when a daemon serves dir —
 // nothing is touched then — or the lock's or the unmount's error.
 func CleanTree(dir string) (found []string, err error) {
-	r, err := resolveTreeDir(dir)
+	r, err := statefile.ResolveTreeDir(dir)
 	if err != nil {
 		return nil, err
 	}
 	if _, err := os.Lstat(filepath.Dir(r)); errors.Is(err, fs.ErrNotExist) {
 		return nil, nil // no tree was ever there
 	}
-	l, err := lockTreeDir(dir)
+	l, err := statefile.LockTreeDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	err = sysfs.ClearStaleMount(l.dir, func(what string) { found = append(found, what) })
-	if l.ownDir {
+	err = sysfs.ClearStaleMount(l.Dir(), func(what string) { found = append(found, what) })
+	if l.OwnDir() {
 		// Only once detached: a dead mount's directory cannot be read.
-		if e, rerr := os.ReadDir(l.dir); rerr == nil && len(e) == 0 {
-			found = append(found, "the tree directory "+l.dir)
+		if e, rerr := os.ReadDir(l.Dir()); rerr == nil && len(e) == 0 {
+			found = append(found, "the tree directory "+l.Dir())
 		}
 	}
-	l.release()
+	l.Release()
 	return found, err
 }

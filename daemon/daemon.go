@@ -23,9 +23,8 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/systemd"
 )
 
-// WorkloadStatus describes one managed workload (snapshot.WorkloadStatus);
-// the name stays here for the placements (placement_create.go, units.go),
-// which report it.
+// WorkloadStatus describes one managed workload (snapshot.WorkloadStatus),
+// as the placement back end reports it.
 type WorkloadStatus = snapshot.WorkloadStatus
 
 // ErrStopped is returned by requests made after the event loop ended.
@@ -53,7 +52,7 @@ type Daemon struct {
 
 	reqs chan func()
 	// clockSync asks the loop to sync the task-clock counters with the
-	// last plan (clockwake.go) once the current event is handled: after a
+	// last plan (daemon/placement/clockwake.go) once the current event is handled: after a
 	// D-Bus call's reply, not before (arming 1,000 workloads takes tens of
 	// ms). Capacity 1: requests coalesce.
 	clockSync chan struct{}
@@ -194,7 +193,7 @@ func (d *Daemon) do(ctx context.Context, fn func() error) error {
 // in main). In order: lock the state and tree directories (one daemon per
 // machine state), load the persisted state, read power source, boost and
 // topology, lock the managed parent cgroup (one manager per parent;
-// cglock.go) and adopt the workloads, serve the tree, join the bus, apply
+// daemon/placement/cgroupfs) and adopt the workloads, serve the tree, join the bus, apply
 // the first plan, then send READY=1. On return every workload's original
 // cpuset.cpus has been written back, the originals are dropped from the
 // state file and the tree is unmounted. The error is nil after a clean
@@ -260,19 +259,19 @@ func (d *Daemon) start(ctx context.Context) (stop func(), err error) {
 			unwind()
 		}
 	}()
-	stateLock, err := prepareStateDir(d.cfg.StateDir)
+	stateLock, err := statefile.PrepareStateDir(d.cfg.StateDir)
 	if err != nil {
 		return nil, err
 	}
 	undo = append(undo, func() { stateLock.Close() })
-	treeLock, err := prepareTreeDir(d.cfg.TreeDir)
+	treeLock, err := statefile.PrepareTreeDir(d.cfg.TreeDir)
 	if err != nil {
 		return nil, err
 	}
 	// After the tree is closed (undone after it): the tree directory, its
 	// lock file and the directories made for them go, unless something
 	// else is in them.
-	undo = append(undo, treeLock.release)
+	undo = append(undo, treeLock.Release)
 
 	d.loadState()
 	if d.power, err = acpi.Read(d.fs); err != nil {

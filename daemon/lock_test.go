@@ -224,9 +224,9 @@ func TestLockFileSymlinkRefused(t *testing.T) {
 		plant func(state, tree string) error
 		want  string
 	}{
-		"state lock symlink":   {func(state, _ string) error { return os.Symlink(victim, filepath.Join(state, lockFile)) }, "symbolic link"},
+		"state lock symlink":   {func(state, _ string) error { return os.Symlink(victim, filepath.Join(state, statefile.LockFile)) }, "symbolic link"},
 		"tree lock symlink":    {func(_, tree string) error { return os.Symlink(victim, tree+".lock") }, "symbolic link"},
-		"state lock hard link": {func(state, _ string) error { return os.Link(victim, filepath.Join(state, lockFile)) }, "hard links"},
+		"state lock hard link": {func(state, _ string) error { return os.Link(victim, filepath.Join(state, statefile.LockFile)) }, "hard links"},
 		"tree lock hard link":  {func(_, tree string) error { return os.Link(victim, tree+".lock") }, "hard links"},
 		"tree lock a FIFO":     {func(_, tree string) error { return unix.Mkfifo(tree+".lock", 0o644) }, "not a regular file"},
 	} {
@@ -293,7 +293,7 @@ func TestStateAndTreeDirsOthersCanWriteRefused(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), p) {
 				t.Errorf("Run = %v, want a refusal naming %s and saying %q", err, p, c.want)
 			}
-			if _, err := os.Lstat(filepath.Join(dirs["state"], lockFile)); c.which == "state" && err == nil {
+			if _, err := os.Lstat(filepath.Join(dirs["state"], statefile.LockFile)); c.which == "state" && err == nil {
 				t.Errorf("a lock file was created in the refused state dir")
 			}
 		})
@@ -345,37 +345,6 @@ func TestTreeDirSymlinkSecondDaemonRefused(t *testing.T) {
 	}
 	if d.Snapshot().Policy != "performance" {
 		t.Error("first daemon disturbed")
-	}
-}
-
-func TestLockIsExclusive(t *testing.T) {
-	dir := t.TempDir()
-	first, err := prepareStateDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := prepareStateDir(dir); !errors.Is(err, ErrAlreadyRunning) {
-		t.Fatalf("second lock: err = %v, want ErrAlreadyRunning", err)
-	}
-	first.Close() // the holder goes away (as on a crash): the lock is free
-	again, err := prepareStateDir(dir)
-	if err != nil {
-		t.Fatalf("after release: %v", err)
-	}
-	again.Close()
-}
-
-func TestPrepareStateDirRejectsUnusable(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "afile")
-	os.WriteFile(file, nil, 0o644)
-	if _, err := prepareStateDir(file); err == nil {
-		t.Error("a regular file was accepted as the state dir")
-	}
-	os.Mkdir(filepath.Join(dir, "s"), 0o755)
-	os.Mkdir(filepath.Join(dir, "s", statefile.StateFile), 0o755)
-	if _, err := prepareStateDir(filepath.Join(dir, "s")); err == nil {
-		t.Error("state.json as a directory was accepted")
 	}
 }
 

@@ -227,3 +227,12 @@ func (s *sampleTimer) arm(sampling bool, every time.Duration) (c <-chan time.Tim
 }
 
 func (s *sampleTimer) stop() { s.t.Stop() }
+
+// requestClockSync has the loop sync the placement's counters with the
+// plan once the event being handled is done (Daemon.clockSync).
+func (d *Daemon) requestClockSync() {
+	select {
+	case d.clockSync <- struct{}{}:
+	default:
+	}
+}

@@ -26,7 +26,7 @@ type Stats struct {
 	// the loop (tasks waited for a CPU; see sysfs.PressureTrigger).
 	PressureWakes int64
 	// ClockWakes is the number of confirmations started because a packed
-	// workload's task-clock counters signalled a burst (clockwake.go).
+	// workload's task-clock counters signalled a burst (daemon/placement/clockwake.go).
 	ClockWakes int64
 }
 

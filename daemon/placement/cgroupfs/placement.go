@@ -34,7 +34,7 @@ type Placement struct {
 	done <-chan struct{}
 
 	cg   *sysfs.Cgroup
-	lock cgroupLock // flock on the managed parent's directory (cglock.go)
+	lock cgroupLock // flock on the managed parent's directory (lock.go)
 	// written: the workloads the last apply wrote cpusets for (the
 	// placement log line, placementChanged).
 	written int
@@ -49,7 +49,7 @@ type Placement struct {
 	newWatch func(parent string) (cgroupSource, error)
 	pressure *sysfs.PressureTrigger
 	// clock wakes the loop when a packed workload's tasks run busy (the
-	// task-clock wake, clockwake.go); nil when Config.NoTaskClock.
+	// task-clock wake, placement.ClockGate); nil when Config.NoTaskClock.
 	// allowed is the CPUs the last plan could give (online ∩ the parent's).
 	clock   *placement.ClockGate
 	allowed sysfs.CPUSet

@@ -43,7 +43,7 @@ const unitScanTimeout = 12 * time.Second
 //
 // Units are adopted and forgotten from systemd's UnitNew, JobRemoved and
 // UnitRemoved signals, never by polling, and never moved between
-// cgroups. The promise holds here too, through journal.go: before setting
+// cgroups. The promise holds here too, through placement.Journal: before setting
 // AllowedCPUs= the daemon records the unit's original and the value it
 // sets (statefile.UnitRecord, saved through save); on exit, and after a
 // crash on the next start, it resets exactly the values it set, and only
@@ -107,7 +107,7 @@ type Placement struct {
 	// every unit is idle, as for cgroupfs workloads.
 	pressure *sysfs.PressureTrigger
 	// clock wakes the loop when a unit with AllowedCPUs= set turns busy
-	// (clockwake.go); nil on cgroup v1 (systemd applies no AllowedCPUs=
+	// (placement.ClockGate); nil on cgroup v1 (systemd applies no AllowedCPUs=
 	// there) or with Config.NoTaskClock.
 	clock *placement.ClockGate
 

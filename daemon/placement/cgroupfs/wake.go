@@ -71,7 +71,7 @@ func (p *Placement) confirmWake() bool {
 	}
 	p.confirm.Retry(signal, retried, r, p.cg.RunDelay)
 	// Confirmed either way: their counters would signal every period while
-	// they stay busy (clockwake.go); a retry keeps its candidates'.
+	// they stay busy (placement.ClockGate); a retry keeps its candidates'.
 	p.clock.Settle(cands, r.Names, func(n string) bool { _, again := p.confirm.Cands[n]; return again })
 	return len(r.Names) > 0
 }
