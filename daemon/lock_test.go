@@ -161,8 +161,34 @@ func TestCgroupParentRelocked(t *testing.T) {
 		t.Fatalf("/proc/locks: the managed parent is held by %d, want the daemon (%d)", got, me)
 	}
 
-	// Removed and made again: the new directory is locked.
-	if err := os.RemoveAll(m.managed); err != nil {
+	// Removed and made again: the new directory is locked. As on cgroupfs,
+	// the children go first (rmdir refuses a cgroup that has any) and are
+	// seen gone; the mock's files go before them (cgroupfs's go with the
+	// rmdir), so the parent's own rmdir is the only event left to wake the
+	// daemon, whatever the scheduling.
+	entries, err := os.ReadDir(m.managed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			if err := os.Remove(filepath.Join(m.managed, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := os.RemoveAll(filepath.Join(m.managed, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	testutil.Eventually(t, "the children seen gone", func() (bool, string) {
+		ws := d.Snapshot().Workloads
+		return len(ws) == 0, fmt.Sprint(ws)
+	})
+	if err := os.Remove(m.managed); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, "parent recreated", func() (bool, string) {

@@ -11,8 +11,10 @@ import (
 // CgroupWatch delivers coalesced hints about a managed parent cgroup, with
 // no timer:
 //   - Changed: a child was created or removed (mkdir/rmdir raise inotify
-//     events on cgroupfs), a file appeared in a child being waited for
-//     (WatchDir), or events were lost (the inotify queue overflowed);
+//     events on cgroupfs), the parent itself was removed, renamed or had
+//     another directory renamed over it, a file appeared in a child being
+//     waited for (WatchDir), or events were lost (the inotify queue
+//     overflowed);
 //   - Attached: a task was attached to a child (a write to its
 //     cgroup.procs, tasks or cgroup.threads, which raises IN_MODIFY);
 //   - Written: a child's cpuset.cpus was written and closed by someone
@@ -30,25 +32,39 @@ type CgroupWatch struct {
 	attachedTo map[string]bool
 }
 
-// WatchCgroup starts watching the managed parent directory parent. Errors
-// come from fsnotify (the inotify instance or watch limits, a missing
-// directory). A failure to watch cpuset.cpus writes is not an error: Written
-// then never fires (see ClosesWatched).
+// WatchCgroup starts watching the managed parent directory parent, and the
+// directory that holds it for the parent's own removal or rename. The
+// parent's own events cannot be relied on for that: the kernel raises
+// IN_DELETE_SELF only once the last reference to the removed directory is
+// dropped, and the daemon holds the parent open for its lock (a flock on
+// the directory) until it has seen it gone; on cgroupfs it may never come.
+// The entry's removal from the directory above (IN_DELETE, IN_MOVED_FROM)
+// is raised at the rmdir or rename itself. Errors come from fsnotify (the
+// inotify instance or watch limits, a missing directory): a watch that
+// could not see the parent go is not given. A failure to watch cpuset.cpus
+// writes is not an error: Written then never fires (see ClosesWatched).
 func WatchCgroup(parent string) (*CgroupWatch, error) {
+	parent = filepath.Clean(parent)
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return nil, fmt.Errorf("watch %s: %w", parent, err)
 	}
-	if err := w.Add(parent); err != nil {
-		w.Close()
-		return nil, fmt.Errorf("watch %s: %w", parent, err)
+	dirs := []string{parent}
+	if up := filepath.Dir(parent); up != parent {
+		dirs = append(dirs, up)
+	}
+	for _, dir := range dirs {
+		if err := w.Add(dir); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("watch %s: %w", dir, err)
+		}
 	}
 	c := &CgroupWatch{
 		changed: make(chan struct{}, 1), attached: make(chan struct{}, 1),
 		w: w, stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	c.closes, _ = NewCloseWriteWatch()
-	go c.run(filepath.Clean(parent))
+	go c.run(parent)
 	return c, nil
 }
 
@@ -61,6 +77,7 @@ func poke(c chan struct{}) {
 
 func (c *CgroupWatch) run(parent string) {
 	defer close(c.done)
+	up := filepath.Dir(parent)
 	for {
 		select {
 		case ev, ok := <-c.w.Events:
@@ -70,9 +87,16 @@ func (c *CgroupWatch) run(parent string) {
 			dir := filepath.Dir(ev.Name)
 			switch b := filepath.Base(ev.Name); {
 			case dir == parent || ev.Name == parent:
-				// Remove of the watched directory itself also arrives here,
-				// and its rename (which ends the watch) as Rename.
+				// The parent's own removal and renames, seen in the
+				// directory above, arrive here too.
 				if ev.Op&(fsnotify.Create|fsnotify.Remove|fsnotify.Rename) != 0 {
+					poke(c.changed)
+				}
+			case dir == up || ev.Name == up:
+				// The parent's siblings and the files beside them are not
+				// ours; the directory above going takes the parent's path
+				// with it.
+				if ev.Name == up && ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 {
 					poke(c.changed)
 				}
 			case ev.Op&fsnotify.Write != 0 && (b == "cgroup.procs" || b == "tasks" || b == "cgroup.threads"):

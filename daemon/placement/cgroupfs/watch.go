@@ -13,7 +13,8 @@ import (
 // details). Tests may replace it (placement.newWatch) with channels they
 // drive.
 type cgroupSource interface {
-	// Changed: children created or removed, or events lost.
+	// Changed: children created or removed, the managed parent itself
+	// removed or renamed, or events lost.
 	Changed() <-chan struct{}
 	// Attached: a task was attached to a child; TakeAttached returns the
 	// children's names since the last call.
