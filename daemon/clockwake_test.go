@@ -267,7 +267,11 @@ func TestDaemonTaskClockCountsAttachedTasks(t *testing.T) {
 	d.do(context.Background(), func() error { before = cgfs(d).Hooks().Clock().Open(); return nil })
 	proc := startThreadsProc(t)
 	proc.run(t, 0, 0) // started and idle: its start-up burst is over, outside job
-	testutil.Put(t, filepath.Join(dir, "cgroup.procs"), strconv.Itoa(proc.pid))
+	// One write(2): one IN_MODIFY, so one "task attached" hint, which the
+	// counters on the process's threads show handled (os.WriteFile's
+	// truncation raised a second, which could reach the loop during the
+	// burst and start the confirmation that saw it).
+	testutil.WriteOnce(t, filepath.Join(dir, "cgroup.procs"), strconv.Itoa(proc.pid))
 	// The attach itself starts a confirmation ("task attached"); the burst
 	// starts once it has ended, or it could be the one to see the burst.
 	testutil.Eventually(t, "counters on the attached process's threads, the attach's confirmation over", func() (bool, string) {

@@ -113,6 +113,26 @@ func Write(t testing.TB, path, value string) {
 	}
 }
 
+// WriteOnce writes value and a newline to the existing file path in one
+// write(2), without truncating it first: the way to change a real sysfs
+// or cgroupfs file when a test counts the inotify events it raises (an
+// os.WriteFile's O_TRUNC raises an IN_MODIFY of its own before the
+// write's). It fails t with the value and the path on error.
+func WriteOnce(t testing.TB, path, value string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatalf("write %q to %s: %v", value, path, err)
+	}
+	_, err = f.Write([]byte(value + "\n"))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatalf("write %q to %s: %v", value, path, err)
+	}
+}
+
 // Read returns path's content as it is and fails t if it cannot be read.
 func Read(t testing.TB, path string) string {
 	t.Helper()
