@@ -8,7 +8,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
@@ -19,10 +18,10 @@ import (
 // docs/CGROUP_DELEGATION.md, "Delegation").
 var delegateXattrs = []string{"trusted.delegate", "user.delegate"}
 
-// ForeignCgroupRoot is foreignCgroupRoot on this machine: SdBootedDir and
-// CgroupMount.
+// ForeignCgroupRoot is foreignCgroupRoot on this machine: sdBootedDir and
+// cgroupMount.
 func ForeignCgroupRoot(cgroupRoot string) string {
-	return foreignCgroupRoot(placement.SdBootedDir, placement.CgroupMount, cgroupRoot)
+	return foreignCgroupRoot(sdBootedDir, cgroupMount, cgroupRoot)
 }
 
 // foreignCgroupRoot says why the cgroupfs placement at cgroupRoot would
@@ -78,3 +77,10 @@ func delegated(dir string) bool {
 	}
 	return false
 }
+
+// sdBootedDir exists where systemd is PID 1 (sd_booted(3)); cgroupMount is
+// where the cgroup hierarchy (on v2, systemd's tree) is mounted.
+const (
+	sdBootedDir = "/run/systemd/system"
+	cgroupMount = "/sys/fs/cgroup"
+)

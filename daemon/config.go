@@ -311,10 +311,10 @@ func ResolvePlacement(mode string) (string, string) {
 	if mode != "auto" && mode != "" {
 		return mode, "configured"
 	}
-	if _, err := os.Stat(placement.SdBootedDir); err != nil {
+	if _, err := os.Stat(sdBootedDir); err != nil {
 		return PlacementCgroupfs, "auto: systemd is not PID 1 here"
 	}
-	if !sysfs.IsUnified(placement.CgroupMount) {
+	if !sysfs.IsUnified(cgroupMount) {
 		return PlacementCgroupfs, "auto: /sys/fs/cgroup is cgroup v1, where systemd never manages cpusets"
 	}
 	return PlacementSystemd, "auto: systemd is PID 1 and /sys/fs/cgroup is cgroup v2"

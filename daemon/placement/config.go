@@ -16,8 +16,11 @@ import (
 type Config struct {
 	// CgroupRoot is the managed parent cgroup (cgroupfs placement).
 	CgroupRoot string
-	// ProcRoot is /proc, or a mock tree.
-	ProcRoot string
+	// ProcRoot is /proc, or a mock tree; SysfsRoot is /sys, or a mock tree
+	// ("": sysfs.DefaultRoot): the units placement finds the cgroup v2
+	// hierarchy at <SysfsRoot>/fs/cgroup and the possible CPUs at
+	// <SysfsRoot>/devices/system/cpu/possible.
+	ProcRoot, SysfsRoot string
 	// Manage lists the slices whose direct child services and scopes are
 	// workloads (units placement).
 	Manage []string

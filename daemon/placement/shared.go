@@ -174,10 +174,3 @@ func (e *WorkloadExistsError) Error() string {
 }
 
 func (e *WorkloadExistsError) Is(target error) bool { return target == fs.ErrExist }
-
-// SdBootedDir exists where systemd is PID 1 (sd_booted(3)); CgroupMount is
-// where the cgroup hierarchy (on v2, systemd's tree) is mounted.
-const (
-	SdBootedDir = "/run/systemd/system"
-	CgroupMount = "/sys/fs/cgroup"
-)

@@ -111,6 +111,9 @@ type workload struct {
 	refused string
 }
 
+// New makes the cgroupfs placement of cfg.CgroupRoot's children, logging
+// to log and counting in stats; done closes when the daemon's loop ends
+// (the reapers' goroutines stop then). It touches no cgroup until Open.
 func New(cfg *placement.Config, log logrus.FieldLogger, stats *placement.Counters, done <-chan struct{}) *Placement {
 	return &Placement{
 		cfg: cfg, log: log, stats: stats, done: done, Journal: placement.Journal{Dirty: true},

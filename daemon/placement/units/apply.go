@@ -3,6 +3,7 @@ package units
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -292,7 +293,7 @@ func (b *unitRestore) PutBack(it *unitRestoring, _ string) bool {
 // the unit had.
 func (u *Placement) setAllowed(ctx context.Context, m unitManager, name string, cpus sysfs.CPUSet) error {
 	if cpus.IsEmpty() && u.unified {
-		if all, err := possibleCPUs(); err == nil && !all.IsEmpty() {
+		if all, err := possibleCPUs(sysfsRoot(u.cfg)); err == nil && !all.IsEmpty() {
 			if err := m.SetAllowedCPUs(ctx, name, all.List()); err != nil {
 				return err
 			}
@@ -307,16 +308,16 @@ func (u *Placement) setAllowed(ctx context.Context, m unitManager, name string, 
 // leaves a value the next start knows as ours).
 func (u *Placement) pendingFor(cpus sysfs.CPUSet) string {
 	if cpus.IsEmpty() && u.unified {
-		if all, err := possibleCPUs(); err == nil {
+		if all, err := possibleCPUs(sysfsRoot(u.cfg)); err == nil {
 			return all.String()
 		}
 	}
 	return cpus.String()
 }
 
-// possibleCPUs reads /sys/devices/system/cpu/possible.
-func possibleCPUs() (sysfs.CPUSet, error) {
-	s, err := sysfs.ReadAttr("/sys/devices/system/cpu/possible")
+// possibleCPUs reads <root>/devices/system/cpu/possible.
+func possibleCPUs(root string) (sysfs.CPUSet, error) {
+	s, err := sysfs.ReadAttr(filepath.Join(root, "devices/system/cpu/possible"))
 	if err != nil {
 		return sysfs.CPUSet{}, err
 	}

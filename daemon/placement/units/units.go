@@ -152,13 +152,15 @@ type unitWorkload struct {
 	override policy.Policy
 }
 
+// New makes the units placement for cfg, logging to log and counting in
+// stats; it reaches no manager until Open.
 func New(cfg *placement.Config, log logrus.FieldLogger, stats *placement.Counters) *Placement {
 	u := &Placement{
 		cfg: cfg, log: log.WithField("placement", placement.Systemd), stats: stats,
 		slices:      map[string]bool{},
 		userManaged: map[string]bool{},
 		people:      map[int]*userManager{},
-		cgroupRoot:  "/sys/fs/cgroup",
+		cgroupRoot:  filepath.Join(sysfsRoot(cfg), "fs/cgroup"),
 		workloads:   map[string]*unitWorkload{},
 		records:     map[string]*statefile.UnitRecord{},
 		reloading:   map[int]bool{},
@@ -499,4 +501,12 @@ func (u *Placement) Create(name string, pid int) (string, error) {
 	}
 	u.Flush()
 	return filepath.Join(u.cgroupRoot, info.ControlGroup), nil
+}
+
+// sysfsRoot is cfg's sysfs root, sysfs.DefaultRoot when unset.
+func sysfsRoot(cfg *placement.Config) string {
+	if cfg.SysfsRoot == "" {
+		return sysfs.DefaultRoot
+	}
+	return cfg.SysfsRoot
 }
