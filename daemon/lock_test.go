@@ -16,10 +16,11 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
-	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
 // logBuf collects a daemon's log for assertions; the test log gets it too.

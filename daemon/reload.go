@@ -6,8 +6,9 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/sirupsen/logrus"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 )
 
 // StartOnly names the settings that differ between the running

@@ -6,10 +6,11 @@ import (
 	"io/fs"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/schedpolicyd/schedpolicyd/internal/names"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
-	"github.com/sirupsen/logrus"
 )
 
 // LazyInput is the lazy balance a plan starts from (patch 18's history

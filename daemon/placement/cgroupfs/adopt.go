@@ -4,11 +4,12 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
-	"github.com/sirupsen/logrus"
-	"golang.org/x/sys/unix"
 )
 
 // dirInode is the inode number of dir, 0 when it cannot be read.

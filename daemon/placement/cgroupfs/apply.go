@@ -3,10 +3,11 @@ package cgroupfs
 import (
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
-	"github.com/sirupsen/logrus"
 )
 
 // Apply plans placement for policy eff on topo within the online CPUs and

@@ -7,10 +7,11 @@ import (
 	"os"
 	"sort"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
-	"github.com/sirupsen/logrus"
 )
 
 func (p *Placement) sortedNames() []string {

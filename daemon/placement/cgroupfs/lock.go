@@ -13,8 +13,9 @@ import (
 	"io/fs"
 	"os"
 
-	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"golang.org/x/sys/unix"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 )
 
 // lockHolder returns the pid that holds a flock write lock on the file

@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"golang.org/x/sys/unix"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 )
 
 // TestFlockHolderParsesProcLocks: the holder of a flock on a directory is

@@ -3,10 +3,11 @@ package cgroupfs
 import (
 	"errors"
 
-	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // Restore writes back every workload's original cpuset.cpus where the

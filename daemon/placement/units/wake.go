@@ -7,9 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
-	"github.com/sirupsen/logrus"
 )
 
 // unitStallCandidate: a packed unit whose tasks waited for a CPU this long
