@@ -72,7 +72,7 @@ type Backend interface {
 	// SampleEvery at which period. OnSample is one periodic sample (load
 	// signals, the idle count, a confirmation for crowded workloads); it
 	// reports whether the workloads changed. freshen, before a forced
-	// decision, samples at once where Sampling stopped or backed off.
+	// decision, samples at once where sampling stopped or backed off.
 	Sampling() bool
 	SampleEvery() time.Duration
 	OnSample() (changed bool)

@@ -80,7 +80,7 @@ type ClockWatch interface {
 type ClockGate struct {
 	w   ClockWatch
 	log logrus.FieldLogger
-	// Refused holds, by key, what the kernel Refused counters for (the
+	// Refused holds, by key, what the kernel refused counters for (the
 	// cpuset, or "tasks"), so that it is neither retried until that
 	// changes nor logged again; said is set once one refusal was logged
 	// at info level (the rest go to debug).
@@ -225,7 +225,7 @@ func (g *ClockGate) Remove(key string) {
 	}
 }
 
-// Keep closes the counters of every key for which Keep is false.
+// Keep closes the counters of every key for which keep is false.
 func (g *ClockGate) Keep(keep func(key string) bool) {
 	if g == nil {
 		return
@@ -365,7 +365,7 @@ func (g *ClockGate) Settle(cands, saturated []string, retried func(string) bool)
 }
 
 // Calm takes key back to clockPeriod, counting, when a sample from..to
-// that began after it went slow or paused found it Calm: it ran (CPU
+// that began after it went slow or paused found it calm: it ran (CPU
 // time) less than clockBusy of its k CPUs over that interval.
 func (g *ClockGate) Calm(key string, ran time.Duration, from, to time.Time, k int) {
 	if g == nil || k <= 0 || !to.After(from) {

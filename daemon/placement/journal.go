@@ -60,7 +60,7 @@ type Journal struct {
 	// (Daemon.saveBackground); its error says why it failed.
 	Save func() error
 	// Dirty: a record changed since the last successful save (or none
-	// succeeded yet, for a back end that starts Dirty).
+	// succeeded yet, for a back end that starts dirty).
 	Dirty bool
 }
 
@@ -205,7 +205,7 @@ var ErrGone = errors.New("gone")
 // Restorer is a back end's side of RestoreAll, for its records of type R
 // (each one that may hold a value of ours).
 type Restorer[R any] interface {
-	// Entry is r's record's Entry.
+	// Entry is r's record's entry.
 	Entry(r R) Entry
 	// current reads the value r's target holds now (a cpulist); ErrGone
 	// when the target is gone, the back end having done with the record;

@@ -49,7 +49,7 @@ type (
 	cpusFunc     func(name string) int
 )
 
-// Confirmation is the pending one-shot Confirmation of a wake over its
+// Confirmation is the pending one-shot confirmation of a wake over its
 // candidate workloads, by name; the zero value has none pending, and then
 // nothing wakes the loop for it.
 type Confirmation struct {
@@ -139,7 +139,7 @@ func (c *Confirmation) Finish(cpus cpusFunc, read runDelayFunc) confirmed {
 
 // Retry starts one more confirmation over r's borderline candidates,
 // unless the finished one (signal, retried: as finish found them) was
-// itself a Retry. Its signal is signal + " Retry". It reports whether one
+// itself a retry. Its signal is signal + " retry". It reports whether one
 // started.
 func (c *Confirmation) Retry(signal string, retried bool, r confirmed, read runDelayFunc) bool {
 	if retried || !c.Start(signal+" retry", r.Borderline, read) {

@@ -55,7 +55,7 @@ func (p *Placement) sample() (busy bool) {
 // workload gets busy again — the cgroup watch (a task attached: a write to
 // cgroup.procs or tasks) and the CPU pressure trigger (tasks wait for a
 // CPU) — and a created workload's last exit is seen through its exit
-// watch (reap.go). Without a pressure trigger it keeps Sampling, at the
+// watch (reap.go). Without a pressure trigger it keeps sampling, at the
 // backed-off period of SampleEvery. Without a watch on the managed parent
 // it samples even with no workloads, to find new ones.
 func (p *Placement) Sampling() bool {

@@ -380,7 +380,7 @@ func (u *Placement) sample() (busy bool) {
 // Sampling reports whether the loop samples periodically: while any unit
 // is busy and for IdleSamplesBeforeBackoff samples after; then it stops
 // where the CPU pressure trigger will wake it when a unit's tasks wait for
-// a CPU, and keeps Sampling at the backed-off period (SampleEvery) where
+// a CPU, and keeps sampling at the backed-off period (SampleEvery) where
 // there is no trigger (as placement.Sampling).
 func (u *Placement) Sampling() bool {
 	if u.rescan && u.mgr != nil {
