@@ -69,6 +69,12 @@ func (p *Placement) confirmWake() bool {
 	for _, n := range r.Names {
 		w := p.workloads[n]
 		w.avg.Util = max(w.avg.Util, float64(w.cpus.Size()))
+		// More threads runnable than CPUs, as the confirmation measured:
+		// the decision that follows must see them, not the last sample's
+		// count (one busy thread, say, to which a second was added since;
+		// with a count of 1 the plan keeps it on its one CPU until the
+		// next sample).
+		w.threads = max(w.threads, w.cpus.Size()+1)
 	}
 	p.confirm.Retry(signal, retried, r, p.cg.RunDelay)
 	// Confirmed either way: their counters would signal every period while
