@@ -21,7 +21,7 @@ func (d *Daemon) newBackend() placement.Backend {
 	return p
 }
 
-// LoadRecords takes state.json's records: the back end's own, and the
+// loadRecords takes state.json's records: the back end's own, and the
 // other placement mode's to save back as they are (kept).
 func (d *Daemon) loadRecords(st statefile.State) {
 	d.kept = statefile.State{Cgroups: st.Cgroups, Units: st.Units}

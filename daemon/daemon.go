@@ -397,13 +397,13 @@ func (d *Daemon) loadState() {
 	d.recoverBoost(st.Boost)
 }
 
-// OnWake counts an event and has the back end handle wake k.
+// onWake counts an event and has the back end handle wake k.
 func (d *Daemon) onWake(k placement.Wake) {
 	d.stats.Events.Add(1)
 	d.place.OnWake(k, d.recompute)
 }
 
-// OnSample is the loop's periodic sample: the back end's (a scan where
+// onSample is the loop's periodic sample: the back end's (a scan where
 // nothing watches the workloads, their load signals, a confirmation for
 // any that look crowded: wake.go), then a decision.
 func (d *Daemon) onSample() {

@@ -173,7 +173,7 @@ func (d *Daemon) EstimatePower(ctx context.Context) (snapshot.PowerEstimates, er
 	return r, nil
 }
 
-// ModelInput copies the model's inputs; on the loop.
+// modelInput copies the model's inputs; on the loop.
 func (d *Daemon) modelInput() placement.ModelInput {
 	in := placement.ModelInput{Topo: d.topo, Classes: d.classes, Online: d.allowed, Allowed: d.allowed.List(), CPUs: map[string][]int{}}
 	d.place.ModelLoads(&in)

@@ -200,7 +200,7 @@ func (d *Daemon) loop(ctx context.Context, src loopSources) (loopErr error) {
 
 // sampleTimer is the loop's sample ticker. Before each select the loop
 // arms it with whether the back end samples and at which period
-// (backend.sampling, SampleEvery).
+// (Backend.Sampling and SampleEvery).
 type sampleTimer struct {
 	t     *time.Ticker
 	every time.Duration

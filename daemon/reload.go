@@ -11,7 +11,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 )
 
-// StartOnly names the settings that differ between the running
+// startOnly names the settings that differ between the running
 // configuration old and nc (both as resolveConfig leaves them) and that
 // are read only as the daemon starts: the event sources, the roots and
 // directories, the bus, the placement. Sorted; nil when none differs.

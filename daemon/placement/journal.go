@@ -207,14 +207,14 @@ var ErrGone = errors.New("gone")
 type Restorer[R any] interface {
 	// Entry is r's record's entry.
 	Entry(r R) Entry
-	// current reads the value r's target holds now (a cpulist); ErrGone
+	// Current reads the value r's target holds now (a cpulist); ErrGone
 	// when the target is gone, the back end having done with the record;
 	// another error leaves r for a later restore (the back end logs it).
 	Current(r R) (string, error)
-	// ours reports whether cur is a value of ours (the function ours, with
+	// Ours reports whether cur is a value of ours (the function ours, with
 	// the back end's comparison and identity check).
 	Ours(r R, cur string) bool
-	// theirs is told that r's target holds someone else's value, cur,
+	// Theirs is told that r's target holds someone else's value, cur,
 	// before the record takes it as its original (journal.theirs).
 	Theirs(r R, cur string)
 	// PutBack writes r's original back over cur, a value of ours, and

@@ -274,7 +274,7 @@ func PrepareTreeDir(dir string) (*TreeLock, error) {
 	return l, nil
 }
 
-// release removes, after a clean stop (the tree closed), what the daemon
+// Release removes, after a clean stop (the tree closed), what the daemon
 // made for its tree: the tree directory when it is the daemon's and empty
 // (rmdir refuses a mount point or a directory with anything in it), the
 // lock file while still holding it (removeLock), then the directories

@@ -196,7 +196,7 @@ var errLingers = errors.New("the unit's runtime drop-in outlives it")
 
 func (b *unitRestore) Entry(it *unitRestoring) placement.Entry { return placement.UnitEntry(it.r) }
 
-// current reads the unit's AllowedCPUs= through its manager: the system
+// Current reads the unit's AllowedCPUs= through its manager: the system
 // manager, a followed user's, or a user's that runs but is not followed
 // now (the user's cpuset is no longer delegated), reached for the reset
 // only. ErrGone: the user or the unit is gone, and the daemon's value
@@ -235,13 +235,13 @@ func (b *unitRestore) Current(it *unitRestoring) (string, error) {
 	return sysfs.NewCPUSet(info.AllowedCPUs...).String(), nil
 }
 
-// ours: the unit's identity is its AllowedCPUs= drop-ins as the daemon's
+// Ours: the unit's identity is its AllowedCPUs= drop-ins as the daemon's
 // last write left them (rewritten).
 func (b *unitRestore) Ours(it *unitRestoring, cur string) bool {
 	return placement.Ours(placement.UnitEntry(it.r), cur, !rewritten(it.r, it.paths), placement.SameValue)
 }
 
-// theirs says so unless the unit is back at its original (its runtime
+// Theirs says so unless the unit is back at its original (its runtime
 // value dropped, not replaced).
 func (b *unitRestore) Theirs(it *unitRestoring, cur string) {
 	r := it.r
