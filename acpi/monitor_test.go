@@ -434,16 +434,7 @@ func TestMonitorFsnotifyPolicyBoost(t *testing.T) {
 	// One write(2) of the same length, as sysfs changes a value: a
 	// truncate first would raise an event of its own, and a loaded machine
 	// may read the empty file between the two (a parse error, "unsupported").
-	f, err := os.OpenFile(fsys.Path("devices/system/cpu/cpufreq/policy0/boost"), os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteString("0\n"); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.WriteOnce(t, fsys.Path("devices/system/cpu/cpufreq/policy0/boost"), "0")
 	if st := recvState(t, m); st.Boost != "0" || st.Trigger != TriggerFsnotify {
 		t.Fatalf("after write %+v, want boost 0 by fsnotify", st)
 	}

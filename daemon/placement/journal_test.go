@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
 // The protocol of journal.go on its own: records, saves and writes
@@ -91,7 +92,7 @@ func TestJournalWriteAllOrder(t *testing.T) {
 	if !g.j.WriteAll(ws, g.write(ws, names, map[string]WriteOutcome{"c": WriteSkipped})) {
 		t.Fatal("writeAll reported no writes")
 	}
-	wantEq(t, "saves and writes", g.taken(),
+	testutil.WantEq(t, "saves and writes", g.taken(),
 		"save a=0-3/0/ b=0-3/1-2/1 c=0-3/3/ d=0-3//2 | "+
 			"write a=0 | write b=1-2 | write c=3 | write d=0-3 | "+
 			"save a=0-3//0 b=0-3//1-2 c=0-3/3/ d=0-3//")
@@ -113,12 +114,12 @@ func TestJournalSaveFailsNothingWritten(t *testing.T) {
 	if g.j.WriteAll(ws, g.write(ws, []string{"a"}, nil)) {
 		t.Error("writeAll reported writes after a failed save")
 	}
-	wantEq(t, "saves and writes", g.taken(), "save failed")
+	testutil.WantEq(t, "saves and writes", g.taken(), "save failed")
 	g.saveErr = nil
 	if !g.j.Flush() {
 		t.Fatal("flush failed")
 	}
-	wantEq(t, "the next flush", g.taken(), "save a=0-3/0/1")
+	testutil.WantEq(t, "the next flush", g.taken(), "save a=0-3/0/1")
 }
 
 // TestJournalWriteFails: a write refused (or not made) clears its
@@ -133,7 +134,7 @@ func TestJournalWriteFails(t *testing.T) {
 		{Entry: g.entry("b"), Pending: "2", Value: "2"},
 	}
 	g.j.WriteAll(ws, g.write(ws, []string{"a", "b"}, map[string]WriteOutcome{"a": WriteFailed, "b": WriteFailed}))
-	wantEq(t, "saves and writes", g.taken(),
+	testutil.WantEq(t, "saves and writes", g.taken(),
 		"save a=0-3/0/1 b=0-3/2/ | write a=0 | write b=2 | save a=0-3//1 b=0-3//")
 }
 
@@ -218,10 +219,10 @@ func TestRestoreAll(t *testing.T) {
 	if !RestoreAll(&g.j, f, g.names) {
 		t.Error("restoreAll reported something left")
 	}
-	wantEq(t, "restore", g.taken(), "write ours=0-3 | write pending=0-3 | theirs other=3 | theirs anew=1")
+	testutil.WantEq(t, "restore", g.taken(), "write ours=0-3 | write pending=0-3 | theirs other=3 | theirs anew=1")
 	for n, want := range map[string]string{"ours": "0-3//", "pending": "0-3//", "other": "3//", "anew": "1//", "gone": "0-3//1"} {
 		r := g.recs[n]
-		wantEq(t, n+": record", r.Original+"/"+r.Pending+"/"+r.Applied, want)
+		testutil.WantEq(t, n+": record", r.Original+"/"+r.Pending+"/"+r.Applied, want)
 	}
 	if !g.j.Dirty {
 		t.Error("the records are not to be saved")
@@ -232,12 +233,6 @@ func TestRestoreAll(t *testing.T) {
 	if RestoreAll(&g.j, f, g.names) {
 		t.Error("restoreAll reported everything back with a target it could not read")
 	}
-	wantEq(t, "unreadable: writes", g.taken(), "")
-	wantEq(t, "unreadable: record", g.recs["a"].Applied, "1")
-}
-func wantEq(t *testing.T, what, got, want string) {
-	t.Helper()
-	if got != want {
-		t.Errorf("%s:\n got %q\nwant %q", what, got, want)
-	}
+	testutil.WantEq(t, "unreadable: writes", g.taken(), "")
+	testutil.WantEq(t, "unreadable: record", g.recs["a"].Applied, "1")
 }

@@ -30,3 +30,12 @@ func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// WantEq reports (t.Errorf) got differing from want, saying what was
+// compared; the test goes on.
+func WantEq(t testing.TB, what, got, want string) {
+	t.Helper()
+	if got != want {
+		t.Errorf("%s:\n got %q\nwant %q", what, got, want)
+	}
+}

@@ -5,7 +5,7 @@ package cgroupfs
 // supports: no file is added to the cgroup, the lock follows the directory
 // (its inode) whatever path names it — a symlink to it is followed, as
 // OpenCgroup follows it — and the kernel lists the holder in /proc/locks,
-// which is how a refusal names it (FlockHolder, lock.go).
+// which is how a refusal names it (statefile.FlockHolder).
 
 import (
 	"errors"

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 )
 
@@ -39,12 +37,13 @@ func TestFlockHolderParsesProcLocks(t *testing.T) {
 }
 
 // holderOf is the pid /proc/locks lists as holding a flock on path, 0
-// none.
+// none (lockHolder, on path opened).
 func holderOf(t *testing.T, path string) int {
 	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
+	f, err := os.Open(path)
+	if err != nil {
 		return 0
 	}
-	return statefile.FlockHolder(uint64(st.Dev), st.Ino)
+	defer f.Close()
+	return lockHolder(f)
 }

@@ -132,13 +132,6 @@ func (h *memUnits) recOf(name string) string {
 	return ""
 }
 
-func wantEq(t *testing.T, what, got, want string) {
-	t.Helper()
-	if got != want {
-		t.Errorf("%s:\n got %q\nwant %q", what, got, want)
-	}
-}
-
 // TestMemUnitsApply: apply records each value as pending and saves it
 // before the write, and as applied after; the value written is the
 // plan's; a unit whose AllowedCPUs= someone else set since the daemon
@@ -156,10 +149,10 @@ func TestMemUnitsApply(t *testing.T) {
 
 		h.apply(policy.Powersaving)
 		for _, n := range []string{"a.service", "b.service"} {
-			wantEq(t, n+": the plan's CPUs", fmt.Sprint(h.u.plan.CPUs[n]), "[0]")
-			wantEq(t, n+": AllowedCPUs=", h.m.allowedOf(n), "0")
+			testutil.WantEq(t, n+": the plan's CPUs", fmt.Sprint(h.u.plan.CPUs[n]), "[0]")
+			testutil.WantEq(t, n+": AllowedCPUs=", h.m.allowedOf(n), "0")
 		}
-		wantEq(t, "powersaving: saves and writes", h.taken(),
+		testutil.WantEq(t, "powersaving: saves and writes", h.taken(),
 			"save a.service orig= pending=0 applied=; b.service orig= pending=0 applied= | "+
 				"set a.service=0 | set b.service=0 | "+
 				"save a.service orig= pending= applied=0; b.service orig= pending= applied=0")
@@ -170,12 +163,12 @@ func TestMemUnitsApply(t *testing.T) {
 		// a's record holds no value of ours, so state.json has none.
 		h.m.admin("a.service", true, 1)
 		h.apply(policy.Performance)
-		wantEq(t, "performance after the administrator's a=1: saves and writes", h.taken(),
+		testutil.WantEq(t, "performance after the administrator's a=1: saves and writes", h.taken(),
 			"set b.service= | save ")
-		wantEq(t, "a.service: AllowedCPUs=", h.m.allowedOf("a.service"), "1")
-		wantEq(t, "a.service: record", h.recOf("a.service"), "a.service orig=1 pending= applied=")
-		wantEq(t, "b.service: AllowedCPUs=", h.m.allowedOf("b.service"), "")
-		wantEq(t, "other.service: AllowedCPUs=", h.m.allowedOf("other.service"), "")
+		testutil.WantEq(t, "a.service: AllowedCPUs=", h.m.allowedOf("a.service"), "1")
+		testutil.WantEq(t, "a.service: record", h.recOf("a.service"), "a.service orig=1 pending= applied=")
+		testutil.WantEq(t, "b.service: AllowedCPUs=", h.m.allowedOf("b.service"), "")
+		testutil.WantEq(t, "other.service: AllowedCPUs=", h.m.allowedOf("other.service"), "")
 	})
 }
 
@@ -198,7 +191,7 @@ func TestMemUnitsRestore(t *testing.T) {
 		h.m.start("c.service", "schedpolicyd.slice", true)
 		h.open()
 		h.apply(policy.Powersaving)
-		wantEq(t, "powersaving", h.taken(),
+		testutil.WantEq(t, "powersaving", h.taken(),
 			"save a.service orig= pending=0 applied=; b.service orig= pending=0 applied=; c.service orig= pending=0 applied=; d.service orig= pending=0 applied=; e.service orig= pending= applied=0 | "+
 				"set a.service=0 | set b.service=0 | set c.service=0 | set d.service=0 | "+
 				"save a.service orig= pending= applied=0; b.service orig= pending= applied=0; c.service orig= pending= applied=0; d.service orig= pending= applied=0; e.service orig= pending= applied=0")
@@ -215,11 +208,11 @@ func TestMemUnitsRestore(t *testing.T) {
 		if !h.u.Restore() {
 			t.Fatal("restore reported something left")
 		}
-		wantEq(t, "restore writes", h.taken(), "set a.service= | set d.service=")
+		testutil.WantEq(t, "restore writes", h.taken(), "set a.service= | set d.service=")
 		for n, want := range map[string]string{"a.service": "", "b.service": "1", "c.service": "(not found)", "d.service": "", "e.service": "1"} {
-			wantEq(t, n+": AllowedCPUs=", h.m.allowedOf(n), want)
+			testutil.WantEq(t, n+": AllowedCPUs=", h.m.allowedOf(n), want)
 		}
-		wantEq(t, "state.json's records", recs(h.u.recordList()), "")
+		testutil.WantEq(t, "state.json's records", recs(h.u.recordList()), "")
 	})
 }
 
@@ -237,21 +230,21 @@ func TestMemUnitsAdoptAdminOriginal(t *testing.T) {
 		h.m.start("z.service", "schedpolicyd.slice", false)
 		h.open()
 		for _, n := range []string{"file.service", "admin.service"} {
-			wantEq(t, n+": record", h.recOf(n), n+" orig=1 pending= applied=")
+			testutil.WantEq(t, n+": record", h.recOf(n), n+" orig=1 pending= applied=")
 		}
 		h.apply(policy.Powersaving)
 		for _, n := range []string{"file.service", "admin.service"} {
-			wantEq(t, n+": the plan's CPUs for powersaving", fmt.Sprint(h.u.plan.CPUs[n]), "[0]")
+			testutil.WantEq(t, n+": the plan's CPUs for powersaving", fmt.Sprint(h.u.plan.CPUs[n]), "[0]")
 		}
 		h.apply(policy.Performance)
 		if !h.u.Restore() {
 			t.Fatal("restore reported something left")
 		}
-		wantEq(t, "writes", h.taken(),
+		testutil.WantEq(t, "writes", h.taken(),
 			"save z.service orig= pending=0 applied= | set z.service=0 | save z.service orig= pending= applied=0 | "+
 				"set z.service= | save ")
 		for _, n := range []string{"file.service", "admin.service"} {
-			wantEq(t, n+": AllowedCPUs=", h.m.allowedOf(n), "1")
+			testutil.WantEq(t, n+": AllowedCPUs=", h.m.allowedOf(n), "1")
 		}
 	})
 }
@@ -307,7 +300,7 @@ func TestMemUnitsAdoptSaved(t *testing.T) {
 			"v.service":  "v.service orig=0 pending= applied=",
 			"gone.scope": "",
 		} {
-			wantEq(t, n+": record after the start", h.recOf(n), want)
+			testutil.WantEq(t, n+": record after the start", h.recOf(n), want)
 		}
 		if got := h.u.records[statefile.UnitRecord{Manager: "system", Unit: "p.service"}.Key()].DropIns; got != ours["p.service"] {
 			t.Errorf("p.service: drop-ins %q after the start, want the daemon's write's %q", got, ours["p.service"])
@@ -315,9 +308,9 @@ func TestMemUnitsAdoptSaved(t *testing.T) {
 		if !h.u.Restore() {
 			t.Fatal("restore reported something left")
 		}
-		wantEq(t, "restore writes", h.taken(), "set p.service= | set q.service=")
+		testutil.WantEq(t, "restore writes", h.taken(), "set p.service= | set q.service=")
 		for n, want := range map[string]string{"p.service": "", "q.service": "", "r.service": "", "s.service": "1", "t.service": "", "v.service": "0"} {
-			wantEq(t, n+": AllowedCPUs= after the stop", h.m.allowedOf(n), want)
+			testutil.WantEq(t, n+": AllowedCPUs= after the stop", h.m.allowedOf(n), want)
 		}
 	})
 }
@@ -330,7 +323,7 @@ func removedUnits(t *testing.T) *memUnits {
 	h.m.start("f.service", "schedpolicyd.slice", false)
 	h.open()
 	h.apply(policy.Powersaving)
-	wantEq(t, "placed", h.m.allowedOf("t.service")+" "+h.m.allowedOf("f.service"), "0 0")
+	testutil.WantEq(t, "placed", h.m.allowedOf("t.service")+" "+h.m.allowedOf("f.service"), "0 0")
 	h.taken()
 	return h
 }
@@ -347,11 +340,11 @@ func TestMemUnitsRemovedDropsRecord(t *testing.T) {
 		h.m.stop("t.service")
 		h.m.stop("f.service")
 		h.m.remove("f.service")
-		wantEq(t, "changes reported", fmt.Sprint(h.follow(nil)), "[true false true false]")
+		testutil.WantEq(t, "changes reported", fmt.Sprint(h.follow(nil)), "[true false true false]")
 		if len(h.u.workloads) != 0 {
 			t.Fatalf("workloads %v after both units went", h.u.sortedNames())
 		}
-		wantEq(t, "saves", h.taken(),
+		testutil.WantEq(t, "saves", h.taken(),
 			"save f.service orig= pending= applied=0; t.service orig= pending= applied=0 | save f.service orig= pending= applied=0 | "+
 				"save f.service orig= pending= applied=0")
 	})
@@ -372,7 +365,7 @@ func TestMemUnitsRecreatedNotOurs(t *testing.T) {
 		h.open()
 		place := func() { h.apply(policy.Powersaving) }
 		place()
-		wantEq(t, "placed", h.m.allowedOf("t1.service")+" "+h.m.allowedOf("t2.service"), "0 0")
+		testutil.WantEq(t, "placed", h.m.allowedOf("t1.service")+" "+h.m.allowedOf("t2.service"), "0 0")
 		h.m.stop("t1.service")
 		h.follow(place)
 		h.m.start("t1.service", "schedpolicyd.slice", true, 0)
@@ -381,15 +374,15 @@ func TestMemUnitsRecreatedNotOurs(t *testing.T) {
 		h.m.start("t2.service", "schedpolicyd.slice", true, 0)
 		h.follow(place)
 		for _, n := range []string{"t1.service", "t2.service"} {
-			wantEq(t, n+": record", h.recOf(n), n+" orig=0 pending= applied=")
+			testutil.WantEq(t, n+": record", h.recOf(n), n+" orig=0 pending= applied=")
 		}
 		h.taken()
 		h.apply(policy.Performance)
 		if !h.u.Restore() {
 			t.Fatal("restore reported something left")
 		}
-		wantEq(t, "AllowedCPUs=", h.m.allowedOf("t1.service")+" "+h.m.allowedOf("t2.service"), "0 0")
-		wantEq(t, "writes", h.taken(), "")
+		testutil.WantEq(t, "AllowedCPUs=", h.m.allowedOf("t1.service")+" "+h.m.allowedOf("t2.service"), "0 0")
+		testutil.WantEq(t, "writes", h.taken(), "")
 	})
 }
 
@@ -407,26 +400,26 @@ func TestMemUnitsReloadHeld(t *testing.T) {
 		h.m.start("b.service", "schedpolicyd.slice", false)
 		h.open()
 		h.apply(policy.Powersaving)
-		wantEq(t, "placed", h.m.allowedOf("a.service")+" "+h.m.allowedOf("b.service"), "0 0")
+		testutil.WantEq(t, "placed", h.m.allowedOf("a.service")+" "+h.m.allowedOf("b.service"), "0 0")
 		h.taken()
 		lists := h.m.calls["Units"]
 
 		h.m.reloadBegin()
 		perf := func() { h.apply(policy.Performance) }
-		wantEq(t, "changes reported as the reload starts", fmt.Sprint(h.follow(perf)), "[false false false]")
-		wantEq(t, "workloads while reloading", strings.Join(h.u.sortedNames(), " "), "a.service b.service")
+		testutil.WantEq(t, "changes reported as the reload starts", fmt.Sprint(h.follow(perf)), "[false false false]")
+		testutil.WantEq(t, "workloads while reloading", strings.Join(h.u.sortedNames(), " "), "a.service b.service")
 		perf()
-		wantEq(t, "writes while reloading", h.taken(), "")
+		testutil.WantEq(t, "writes while reloading", h.taken(), "")
 
 		h.m.reloadEnd()
-		wantEq(t, "changes reported as the reload ends", fmt.Sprint(h.follow(perf)), "[false false true]")
+		testutil.WantEq(t, "changes reported as the reload ends", fmt.Sprint(h.follow(perf)), "[false false true]")
 		if n := h.m.calls["Units"] - lists; n != 1 {
 			t.Errorf("the units were listed %d times for the reload, want once", n)
 		}
-		wantEq(t, "after the reload", h.taken(),
+		testutil.WantEq(t, "after the reload", h.taken(),
 			"save b.service orig= pending= applied=0 | set b.service= | save ")
-		wantEq(t, "a.service: record", h.recOf("a.service"), "a.service orig=0-1 pending= applied=")
-		wantEq(t, "AllowedCPUs=", h.m.allowedOf("a.service")+" "+h.m.allowedOf("b.service"), "0-1 ")
+		testutil.WantEq(t, "a.service: record", h.recOf("a.service"), "a.service orig=0-1 pending= applied=")
+		testutil.WantEq(t, "AllowedCPUs=", h.m.allowedOf("a.service")+" "+h.m.allowedOf("b.service"), "0-1 ")
 	})
 }
 
@@ -443,25 +436,25 @@ func TestMemUnitsCreateExists(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantEq(t, "cgroup", dir, h.u.cgroupRoot+"/schedpolicyd.slice/job.scope")
-		wantEq(t, "create", h.taken(),
+		testutil.WantEq(t, "cgroup", dir, h.u.cgroupRoot+"/schedpolicyd.slice/job.scope")
+		testutil.WantEq(t, "create", h.taken(),
 			"save job.scope orig= pending= applied= created | start job.scope | save job.scope orig= pending= applied= created")
 		h.follow(nil)
 
 		if _, err := h.u.Create("job", 4243); !errors.Is(err, fs.ErrExist) {
 			t.Fatalf("create of a workload's name: %v, want fs.ErrExist", err)
 		}
-		wantEq(t, "create of a workload's name", h.taken(), "")
+		testutil.WantEq(t, "create of a workload's name", h.taken(), "")
 
 		h.m.start("taken.scope", "schedpolicyd.slice", true)
 		if _, err := h.u.Create("taken", 4244); !errors.Is(err, fs.ErrExist) {
 			t.Fatalf("create of a scope systemd has: %v, want fs.ErrExist", err)
 		}
-		wantEq(t, "create of a scope systemd has", h.taken(),
+		testutil.WantEq(t, "create of a scope systemd has", h.taken(),
 			"save job.scope orig= pending= applied= created; taken.scope orig= pending= applied= created | start taken.scope | "+
 				"save job.scope orig= pending= applied= created")
 		h.follow(nil)
-		wantEq(t, "taken.scope: record", h.recOf("taken.scope"), "taken.scope orig= pending= applied=")
+		testutil.WantEq(t, "taken.scope: record", h.recOf("taken.scope"), "taken.scope orig= pending= applied=")
 	})
 }
 
@@ -477,15 +470,15 @@ func TestMemUnitsRestoreKeepsReset(t *testing.T) {
 		h.m.admin("a.service", false, 0, 1)
 		h.open()
 		h.apply(policy.Powersaving)
-		wantEq(t, "powersaving", h.taken(),
+		testutil.WantEq(t, "powersaving", h.taken(),
 			"save a.service orig=0-1 pending=0 applied= | set a.service=0 | save a.service orig=0-1 pending= applied=0")
 		h.m.admin("a.service", true) // reset at runtime; no signal follows
 		if !h.u.Restore() {
 			t.Fatal("restore reported something left")
 		}
-		wantEq(t, "restore writes", h.taken(), "")
-		wantEq(t, "a.service: AllowedCPUs=", h.m.allowedOf("a.service"), "")
-		wantEq(t, "state.json's records", recs(h.u.recordList()), "")
+		testutil.WantEq(t, "restore writes", h.taken(), "")
+		testutil.WantEq(t, "a.service: AllowedCPUs=", h.m.allowedOf("a.service"), "")
+		testutil.WantEq(t, "state.json's records", recs(h.u.recordList()), "")
 	})
 }
 
@@ -500,7 +493,7 @@ func TestMemUnitsScanCutShort(t *testing.T) {
 		h.m.start("z.service", "schedpolicyd.slice", false)
 		h.m.unitsRead = 0 // the start's scan reads nothing in time
 		h.open()
-		wantEq(t, "workloads after the start's scan that read nothing", strings.Join(h.u.sortedNames(), " "), "")
+		testutil.WantEq(t, "workloads after the start's scan that read nothing", strings.Join(h.u.sortedNames(), " "), "")
 		if !h.u.rescan || !h.u.Sampling() {
 			t.Fatalf("no workloads and a scan cut short: rescan %v, sampling %v; want both (the next sample scans)", h.u.rescan, h.u.Sampling())
 		}
@@ -508,7 +501,7 @@ func TestMemUnitsScanCutShort(t *testing.T) {
 		if !h.u.OnSample() {
 			t.Fatal("the sample's full scan reported no change; it adopted z.service")
 		}
-		wantEq(t, "workloads after the sample's scan", strings.Join(h.u.sortedNames(), " "), "z.service")
+		testutil.WantEq(t, "workloads after the sample's scan", strings.Join(h.u.sortedNames(), " "), "z.service")
 		if h.u.rescan {
 			t.Fatal("rescan still set after a full scan")
 		}
@@ -520,7 +513,7 @@ func TestMemUnitsScanCutShort(t *testing.T) {
 		if !h.u.Scan() {
 			t.Fatal("the cut-short scan reported no change; it adopted a.service")
 		}
-		wantEq(t, "workloads after a scan cut short after one unit", strings.Join(h.u.sortedNames(), " "), "a.service z.service")
+		testutil.WantEq(t, "workloads after a scan cut short after one unit", strings.Join(h.u.sortedNames(), " "), "a.service z.service")
 		if !h.u.rescan {
 			t.Fatal("rescan not set after a scan cut short")
 		}
@@ -530,14 +523,14 @@ func TestMemUnitsScanCutShort(t *testing.T) {
 		if h.u.OnSample() {
 			t.Fatal("a sample whose scan read nothing reported a change")
 		}
-		wantEq(t, "workloads after a scan that read nothing", strings.Join(h.u.sortedNames(), " "), "a.service z.service")
+		testutil.WantEq(t, "workloads after a scan that read nothing", strings.Join(h.u.sortedNames(), " "), "a.service z.service")
 
 		h.m.unitsRead = -1
 		h.m.stop("z.service")
 		if !h.u.OnSample() {
 			t.Fatal("the sample's full scan reported no change")
 		}
-		wantEq(t, "workloads after the full scan", strings.Join(h.u.sortedNames(), " "), "a.service b.service c.service")
+		testutil.WantEq(t, "workloads after the full scan", strings.Join(h.u.sortedNames(), " "), "a.service b.service c.service")
 		if h.u.rescan {
 			t.Fatal("rescan still set after a full scan")
 		}
