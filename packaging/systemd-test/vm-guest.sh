@@ -232,6 +232,20 @@ if [ "$placement" = 1 ]; then
 		fail workloads-listed "schedpolicyctl workloads --json: $(schedpolicyctl workloads --json 2>&1 | tr -d '\n ')"
 	fi
 	excerpt "schedpolicyctl workloads (started)" schedpolicyctl workloads
+	# `schedpolicyctl run --name X` a second time, with X's scope
+	# running: the daemon answers FileExists and stays up (it once built
+	# that reply from the idle cgroupfs back end and died of a nil
+	# dereference on its loop).
+	first=${names%% *}
+	dpid=$(main_pid "$unit") drs=$(prop "$unit" NRestarts) c=$(cursor)
+	out=$(schedpolicyctl run --name "$first" -- sleep 1 </dev/null 2>&1) && rc=0 || rc=$?
+	if [ "$rc" != 0 ] && echo "$out" | grep -q 'exists' &&
+		[ "$(main_pid "$unit")" = "$dpid" ] && [ "$(prop "$unit" NRestarts)" = "$drs" ] && systemctl is-active -q "$unit" &&
+		! journal_since "$c" -u "$unit" | grep -q 'panic'; then
+		pass "workloads-run-twice: a second run --name $first is refused (exit $rc: $out); the daemon (pid $dpid) stays up, no restart, no panic"
+	else
+		fail workloads-run-twice "exit $rc: $out; MainPID $dpid -> $(main_pid "$unit"), NRestarts $drs -> $(prop "$unit" NRestarts); $(journal_since "$c" -u "$unit" | tail -n 5)"
+	fi
 
 	switch performance 1
 	switch powersaving 1
