@@ -242,6 +242,36 @@ surface_begin() {
 	[ "$s_v2" = 1 ] || skip "surface-tasks" "cgroup v1: systemd applies no AllowedCPUs=, so the tasks' Cpus_allowed_list is not checked here (the VM checks it)"
 }
 
+# --- schedpolicyctl run --name X, twice ---------------------------------------
+# The seams issue's own reproduction: under placement "systemd", a second
+# run of a name whose scope is running is refused (FileExists, exit 5)
+# and the daemon stays up; it once built that reply from the idle cgroupfs
+# back end and died of a nil dereference on its loop.
+surface_runtwice() {
+	s_start
+	schedpolicyctl run --name ss-twice -- sleep 1000 </dev/null >/dev/null 2>&1 &
+	rt_bg=$!
+	if ! wait_until 30 systemctl is-active -q ss-twice.scope; then
+		fail surface-run-twice "the first run --name ss-twice started no ss-twice.scope"
+		kill "$rt_bg" 2>/dev/null
+		return
+	fi
+	rt_pid=$(main_pid "$s_unit") rt_rs=$(prop "$s_unit" NRestarts) rt_c=$(cursor)
+	rt_out=$(schedpolicyctl run --name ss-twice -- sleep 1 </dev/null 2>&1) && rt_rc=0 || rt_rc=$?
+	sleep 1 # a daemon that died would be seen gone by now
+	if [ "$rt_rc" = 5 ] && echo "$rt_out" | grep -q 'already exists' &&
+		[ "$(main_pid "$s_unit")" = "$rt_pid" ] && [ "$(prop "$s_unit" NRestarts)" = "$rt_rs" ] && s_up &&
+		! s_seen "$rt_c" 'panic:'; then
+		pass "surface-run-twice: a second run --name ss-twice is refused (exit 5: $rt_out); the daemon (pid $rt_pid) stays up, no restart, no panic"
+	else
+		fail surface-run-twice "exit $rt_rc: $rt_out; MainPID $rt_pid -> $(main_pid "$s_unit"), NRestarts $rt_rs -> $(prop "$s_unit" NRestarts); $(journal_since "$rt_c" -u "$s_unit" | tail -n 5)"
+	fi
+	kill "$rt_bg" 2>/dev/null
+	systemctl stop ss-twice.scope 2>/dev/null
+	wait "$rt_bg" 2>/dev/null
+	systemctl stop "$s_unit"
+}
+
 # --- set-property --runtime -----------------------------------------------
 surface_setprop() {
 	s_start
@@ -817,6 +847,7 @@ surface_end() {
 # file BASE (both guests run them all).
 surface_all() {
 	surface_begin "$1"
+	surface_runtwice
 	surface_setprop
 	surface_persist
 	surface_reload

@@ -232,10 +232,9 @@ if [ "$placement" = 1 ]; then
 		fail workloads-listed "schedpolicyctl workloads --json: $(schedpolicyctl workloads --json 2>&1 | tr -d '\n ')"
 	fi
 	excerpt "schedpolicyctl workloads (started)" schedpolicyctl workloads
-	# `schedpolicyctl run --name X` a second time, with X's scope
-	# running: the daemon answers FileExists and stays up (it once built
-	# that reply from the idle cgroupfs back end and died of a nil
-	# dereference on its loop).
+	# `schedpolicyctl run --name X` a second time, with X's cgroup
+	# holding its task: the daemon answers FileExists and stays up
+	# (surface.sh checks the same under placement "systemd").
 	first=${names%% *}
 	dpid=$(main_pid "$unit") drs=$(prop "$unit" NRestarts) c=$(cursor)
 	out=$(schedpolicyctl run --name "$first" -- sleep 1 </dev/null 2>&1) && rc=0 || rc=$?
