@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sort"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/godbus/dbus/v5"
+	"golang.org/x/sys/unix"
 
 	"github.com/schedpolicyd/schedpolicyd/internal/bussender"
 )
@@ -74,6 +76,11 @@ type UnitInfo struct {
 	// below /run/user/UID/systemd/... or ~/.config/systemd/user.control
 	// for a user's manager). Empty for a unit that is not found.
 	DropInPaths []string
+	// MainPID is a service's main process (its MainPID property; 0 for
+	// none, and for scopes and slices): for user@UID.service, the user's
+	// manager, which the connection to it is checked against
+	// (UserOptions.PeerPID).
+	MainPID int
 }
 
 // UnitEvent is something that happened to unit Name, from the manager's
@@ -117,6 +124,11 @@ const (
 type Manager struct {
 	// UID is the user manager's uid, or -1 for the system manager.
 	UID int
+	// MaxCPUs bounds the CPU masks the manager may send (DecodeCPUMask:
+	// the machine's kernel_max + 1; DefaultMaxCPUs when 0), MaxUnits the
+	// units one listing may name (DefaultMaxUnits when 0). Set before the
+	// first call.
+	MaxCPUs, MaxUnits int
 
 	conn *sd.Conn
 	// sig is a connection of its own that receives the manager's signals
@@ -134,7 +146,16 @@ type Manager struct {
 	// closed ends a wait to deliver ReloadFinished once Close is called.
 	closed    chan struct{}
 	closeOnce sync.Once
+	// refused holds the invalid answers (*InvalidError) since the last
+	// TakeRefused, at most maxRefused of them.
+	refusedMu sync.Mutex
+	refused   []error
+	dropped   int
 }
+
+// maxRefused bounds what Manager keeps of refused answers until
+// TakeRefused.
+const maxRefused = 32
 
 // SystemBusSocket is the system bus, through which ConnectSystem reaches
 // the system manager when the bus runs.
@@ -225,11 +246,152 @@ func busConn() (*dbus.Conn, error) {
 	return c, nil
 }
 
-// ConnectUser connects to uid's user manager through UserSocket(uid), as
-// root or as uid. Errors: no such manager (the user is not logged in and
-// not lingering), or authentication failed.
-func ConnectUser(ctx context.Context, uid int) (*Manager, error) {
-	return connect(ctx, UserSocket(uid), uid)
+// UserOptions are what ConnectUser checks a user's manager against.
+type UserOptions struct {
+	// Socket is the manager's private socket; UserSocket(uid) when "".
+	Socket string
+	// PeerPID, when > 0, is the PID the socket's listener must have:
+	// user@UID.service's MainPID, as the system manager says (systemd
+	// --user binds its private socket itself). A socket the user put
+	// there (the directory is theirs) is then refused.
+	PeerPID int
+	// MaxCPUs and MaxUnits are the Manager's bounds.
+	MaxCPUs, MaxUnits int
+}
+
+// ErrNotUserManager is the error of a user's socket whose listener is
+// not the user's manager (UserOptions.PeerPID), or runs as another user
+// (a symlink to the system manager's socket, say).
+var ErrNotUserManager = errors.New("the socket's listener is not the user's manager")
+
+// ConnectUser connects to uid's user manager through its private socket
+// (UserOptions.Socket), as root or as uid, treating whatever answers
+// there as untrusted: the listener must run as uid (and be PeerPID when
+// given: SO_PEERCRED), every byte it sends is bounded (limitConn:
+// MaxUserMessage, a message and byte rate), and ctx bounds the whole
+// connecting — dialling, authenticating, the first ping and go-systemd's
+// AddMatch, which takes no context of its own: when ctx ends first, every
+// connection made is closed, which ends any call still waiting. Errors: no
+// such socket (wraps fs.ErrNotExist: the user is not logged in and not
+// lingering), ErrNotUserManager, authentication failed, ctx ended.
+func ConnectUser(ctx context.Context, uid int, opt UserOptions) (*Manager, error) {
+	socket := opt.Socket
+	if socket == "" {
+		socket = UserSocket(uid)
+	}
+	var mu sync.Mutex
+	var raws []net.Conn
+	expired := false
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		expired = true
+		for _, c := range raws {
+			c.Close()
+		}
+	})
+	dial := func() (*dbus.Conn, error) {
+		nc, err := dialUser(ctx, socket, uid, opt.PeerPID)
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		if expired {
+			mu.Unlock()
+			nc.Close()
+			return nil, ctx.Err()
+		}
+		raws = append(raws, nc)
+		mu.Unlock()
+		c, err := dbus.NewConn(newLimitConn(nc))
+		if err != nil {
+			nc.Close()
+			return nil, err
+		}
+		// EXTERNAL with our uid, no Hello: the socket is systemd itself,
+		// not a bus.
+		if err := c.Auth([]dbus.Auth{dbus.AuthExternal(strconv.Itoa(os.Getuid()))}); err != nil {
+			c.Close()
+			return nil, err
+		}
+		if err := warm(ctx, c); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
+	}
+	fail := func(err error) (*Manager, error) {
+		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		return nil, fmt.Errorf("user %d manager at %s: %w", uid, socket, err)
+	}
+	conn, err := sd.NewConnection(dial)
+	if err != nil {
+		stop()
+		return fail(err)
+	}
+	sig, err := dial()
+	if err == nil && !stop() {
+		err = ctx.Err() // the deadline closed the connections meanwhile
+	}
+	if err != nil {
+		stop()
+		conn.Close()
+		if sig != nil {
+			sig.Close()
+		}
+		return fail(err)
+	}
+	m := newManager(uid, conn, sig)
+	m.MaxCPUs, m.MaxUnits = opt.MaxCPUs, opt.MaxUnits
+	return m, nil
+}
+
+// dialUser dials a user's manager's socket within ctx and checks its
+// listener's credentials (SO_PEERCRED): uid, and pid when > 0. Errors:
+// the socket is not there (wraps fs.ErrNotExist), the dial failed, or
+// ErrNotUserManager.
+func dialUser(ctx context.Context, socket string, uid, pid int) (net.Conn, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return nil, err
+	}
+	cred, err := peerCred(nc)
+	switch {
+	case err != nil:
+	case int(cred.Uid) != uid:
+		err = fmt.Errorf("%w: it runs as uid %d, not %d", ErrNotUserManager, cred.Uid, uid)
+	case pid > 0 && int(cred.Pid) != pid:
+		err = fmt.Errorf("%w: its PID is %d, user@%d.service's MainPID %d", ErrNotUserManager, cred.Pid, uid, pid)
+	}
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return nc, nil
+}
+
+// peerCred is SO_PEERCRED of a unix socket connection: the credentials
+// of the process that listened on it, at listen(2).
+func peerCred(c net.Conn) (*unix.Ucred, error) {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return nil, errors.New("not a unix socket")
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return nil, err
+	}
+	return cred, cerr
 }
 
 func connect(ctx context.Context, socket string, uid int) (*Manager, error) {
@@ -249,7 +411,7 @@ func connect(ctx context.Context, socket string, uid int) (*Manager, error) {
 			c.Close()
 			return nil, err
 		}
-		if err := warm(c); err != nil {
+		if err := warm(ctx, c); err != nil {
 			c.Close()
 			return nil, err
 		}
@@ -271,13 +433,16 @@ func connect(ctx context.Context, socket string, uid int) (*Manager, error) {
 // answers: systemd 252 may leave the first message sent right after
 // authentication unread until another arrives (see ConnectSystem), so a
 // ping that gets no answer within 200 ms is followed by another, which
-// makes it read both. Errors: no answer after 10 pings, or the connection
-// failed.
-func warm(c *dbus.Conn) error {
+// makes it read both. Errors: no answer after 10 pings, ctx ended, or
+// the connection failed.
+func warm(ctx context.Context, c *dbus.Conn) error {
 	for i := 0; i < 10; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Object(managerName, managerPath).CallWithContext(ctx, "org.freedesktop.DBus.Peer.Ping", 0).Err
+		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err := c.Object(managerName, managerPath).CallWithContext(pctx, "org.freedesktop.DBus.Peer.Ping", 0).Err
 		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		if !errors.Is(err, context.DeadlineExceeded) {
 			return err
 		}
@@ -301,7 +466,7 @@ func (m *Manager) String() string {
 }
 
 // Version is the manager's version, "252.39-1~deb12u2" (its Version
-// property).
+// property), cut to 64 bytes of printable ASCII.
 func (m *Manager) Version(ctx context.Context) (string, error) {
 	var v dbus.Variant
 	err := m.sig.Object(managerName, managerPath).CallWithContext(ctx, "org.freedesktop.DBus.Properties.Get", 0, managerInterface, "Version").Store(&v)
@@ -309,7 +474,7 @@ func (m *Manager) Version(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("%s manager: Version: %w", m, err)
 	}
 	s, _ := v.Value().(string)
-	return s, nil
+	return cleanVersion(s), nil
 }
 
 // Events subscribes to the manager's unit signals (once) and returns the
@@ -372,6 +537,10 @@ func (m *Manager) Events(ctx context.Context) (<-chan UnitEvent, error) {
 					}
 					name, ok := s.Body[arg].(string)
 					if !ok {
+						continue
+					}
+					if err := CheckUnitName(name); err != nil {
+						m.refuse(&InvalidError{Manager: m.String(), Unit: name, Field: "unit name in " + s.Name[len(managerInterface)+1:], Why: err.Error()})
 						continue
 					}
 					ev.Name = name
@@ -438,16 +607,53 @@ func (m *Manager) UnitInfo(ctx context.Context, name string) (UnitInfo, error) {
 	}
 	u.Slice, _ = props["Slice"].(string)
 	u.ControlGroup, _ = props["ControlGroup"].(string)
-	if b, ok := props["AllowedCPUs"].([]byte); ok {
-		u.AllowedCPUs = DecodeCPUMask(b)
-	}
-	if b, ok := props["EffectiveCPUs"].([]byte); ok {
-		u.EffectiveCPUs = DecodeCPUMask(b)
+	for _, mask := range []struct {
+		prop string
+		to   *[]int
+	}{{"AllowedCPUs", &u.AllowedCPUs}, {"EffectiveCPUs", &u.EffectiveCPUs}} {
+		if b, ok := props[mask.prop].([]byte); ok {
+			cpus, err := DecodeCPUMask(b, m.MaxCPUs)
+			if err != nil {
+				return UnitInfo{}, m.refuse(&InvalidError{Manager: m.String(), Unit: name, Field: mask.prop, Why: err.Error()})
+			}
+			*mask.to = cpus
+		}
 	}
 	u.Delegate, _ = props["Delegate"].(bool)
 	u.DelegateControllers, _ = props["DelegateControllers"].([]string)
 	u.DropInPaths, _ = base["DropInPaths"].([]string)
+	if pid, ok := props["MainPID"].(uint32); ok {
+		u.MainPID = int(pid)
+	}
+	if err := checkInfo(m.String(), &u); err != nil {
+		return UnitInfo{}, m.refuse(err)
+	}
 	return u, nil
+}
+
+// refuse notes an invalid answer for TakeRefused and returns it.
+func (m *Manager) refuse(err error) error {
+	m.refusedMu.Lock()
+	defer m.refusedMu.Unlock()
+	if len(m.refused) < maxRefused {
+		m.refused = append(m.refused, err)
+	} else {
+		m.dropped++
+	}
+	return err
+}
+
+// TakeRefused returns the invalid answers (each an *InvalidError) the
+// manager sent since the last call, at most 32, and how many more there
+// were; the caller says so (the units placement, once per unit and
+// manager). Units, UnitInfo and Events refuse such answers: the unit is
+// left out, or the call fails with the *InvalidError.
+func (m *Manager) TakeRefused() (errs []error, more int) {
+	m.refusedMu.Lock()
+	defer m.refusedMu.Unlock()
+	errs, more = m.refused, m.dropped
+	m.refused, m.dropped = nil, 0
+	return errs, more
 }
 
 // DropInPaths reads unit name's DropInPaths alone (UnitInfo.DropInPaths):
@@ -502,8 +708,10 @@ const unitReaders = 8
 
 // Units lists the loaded units whose names match one of the shell-style
 // patterns ("user@*.service"), with their properties, sorted by name. A
-// unit that goes away while being read is left out. Errors: the listing
-// failed (no units), or reading a unit's properties failed, ctx's
+// unit that goes away while being read is left out, and so is one with a
+// value systemd cannot send (TakeRefused has it). Errors: the listing
+// failed, or named more than MaxUnits units (no units), or reading a
+// unit's properties failed, ctx's
 // deadline included: then the units read by then come with the error,
 // still sorted, and the others are missing.
 func (m *Manager) Units(ctx context.Context, patterns ...string) ([]UnitInfo, error) {
@@ -511,11 +719,25 @@ func (m *Manager) Units(ctx context.Context, patterns ...string) ([]UnitInfo, er
 	if err != nil {
 		return nil, fmt.Errorf("%s manager: ListUnitsByPatterns: %w", m, err)
 	}
+	maxUnits := m.MaxUnits
+	if maxUnits <= 0 {
+		maxUnits = DefaultMaxUnits
+	}
+	if len(all) > maxUnits {
+		return nil, m.refuse(&InvalidError{Manager: m.String(), Field: "ListUnitsByPatterns answer", Why: fmt.Sprintf("%d units, at most %d", len(all), maxUnits)})
+	}
 	var names []string
+	seen := map[string]bool{}
 	for _, s := range all {
-		if s.LoadState == "loaded" {
-			names = append(names, s.Name)
+		if s.LoadState != "loaded" || seen[s.Name] {
+			continue
 		}
+		if err := CheckUnitName(s.Name); err != nil {
+			m.refuse(&InvalidError{Manager: m.String(), Unit: s.Name, Field: "unit name", Why: err.Error()})
+			continue
+		}
+		seen[s.Name] = true
+		names = append(names, s.Name)
 	}
 	infos := make([]UnitInfo, len(names))
 	errs := make([]error, len(names))
@@ -532,6 +754,7 @@ func (m *Manager) Units(ctx context.Context, patterns ...string) ([]UnitInfo, er
 				case err == nil:
 					infos[i] = u
 				case errors.As(err, &e) && e.Name == "org.freedesktop.systemd1.NoSuchUnit":
+				case errors.Is(err, ErrInvalid): // left out (TakeRefused)
 				default:
 					errs[i] = err
 				}
@@ -650,20 +873,6 @@ func EncodeCPUMask(cpus []int) []byte {
 		}
 	}
 	return b
-}
-
-// DecodeCPUMask is EncodeCPUMask's inverse: the sorted CPU numbers whose
-// bits are set, nil for none.
-func DecodeCPUMask(b []byte) []int {
-	var out []int
-	for i, v := range b {
-		for bit := 0; bit < 8; bit++ {
-			if v&(1<<bit) != 0 {
-				out = append(out, i*8+bit)
-			}
-		}
-	}
-	return out
 }
 
 // FormatCPUList writes sorted CPU numbers in the kernel's cpulist syntax,

@@ -33,8 +33,8 @@ func TestCPUMask(t *testing.T) {
 		if got := EncodeCPUMask(tc.cpus); !reflect.DeepEqual(got, tc.mask) {
 			t.Errorf("EncodeCPUMask(%v) = %#v, want %#v", tc.cpus, got, tc.mask)
 		}
-		if got := DecodeCPUMask(tc.mask); !reflect.DeepEqual(got, tc.cpus) {
-			t.Errorf("DecodeCPUMask(%#v) = %v, want %v", tc.mask, got, tc.cpus)
+		if got, err := DecodeCPUMask(tc.mask, 64); err != nil || !reflect.DeepEqual(got, tc.cpus) {
+			t.Errorf("DecodeCPUMask(%#v, 64) = %v, %v, want %v", tc.mask, got, err, tc.cpus)
 		}
 		if got := FormatCPUList(tc.cpus); got != tc.list {
 			t.Errorf("FormatCPUList(%v) = %q, want %q", tc.cpus, got, tc.list)
@@ -43,8 +43,8 @@ func TestCPUMask(t *testing.T) {
 	// systemd's own encoding of AllowedCPUs=0, as busctl shows it
 	// (../shared/docs/SYSTEMD.md §4: "ay 8 1 0 0 0 0 0 0 0") decodes the
 	// same: trailing zero bytes are allowed.
-	if got := DecodeCPUMask([]byte{1, 0, 0, 0, 0, 0, 0, 0}); !reflect.DeepEqual(got, []int{0}) {
-		t.Errorf("DecodeCPUMask(systemd's AllowedCPUs=0) = %v", got)
+	if got, err := DecodeCPUMask([]byte{1, 0, 0, 0, 0, 0, 0, 0}, 2); err != nil || !reflect.DeepEqual(got, []int{0}) {
+		t.Errorf("DecodeCPUMask(systemd's AllowedCPUs=0, 2 CPUs) = %v, %v", got, err)
 	}
 	if got := UnitType("app-firefox-1.scope") + UnitType("a.service") + UnitType("b.slice") + UnitType("c.timer") + UnitType("noext"); got != "ScopeServiceSlice" {
 		t.Errorf("UnitType: %q", got)
@@ -174,7 +174,7 @@ func testScope(t *testing.T, uid int) {
 	if uid < 0 {
 		m, err = ConnectSystem(ctx)
 	} else {
-		m, err = ConnectUser(ctx, uid)
+		m, err = ConnectUser(ctx, uid, UserOptions{})
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -341,7 +341,7 @@ func TestManagerReexec(t *testing.T) {
 	if err != nil {
 		t.Skip("SCHEDPOLICYD_TEST_USER_UID names no user with a running user manager")
 	}
-	um, err := ConnectUser(ctx, uid)
+	um, err := ConnectUser(ctx, uid, UserOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +365,7 @@ func TestManagerReexec(t *testing.T) {
 		}
 	}
 	t.Logf("user %d's manager closed the connection when it re-executed", uid)
-	um2, err := ConnectUser(ctx, uid)
+	um2, err := ConnectUser(ctx, uid, UserOptions{})
 	if err != nil {
 		t.Fatalf("connecting again right after the re-execution: %v", err)
 	}

@@ -346,7 +346,11 @@ func (m fakeManagerObj) SetUnitProperties(name string, runtime bool, props []str
 	for _, p := range props {
 		if p.Name == "AllowedCPUs" {
 			b, _ := p.Value.Value().([]byte)
-			return m.f.set(name, systemd.DecodeCPUMask(b))
+			cpus, err := systemd.DecodeCPUMask(b, 0)
+			if err != nil {
+				return dbus.MakeFailedError(err)
+			}
+			return m.f.set(name, cpus)
 		}
 	}
 	return nil

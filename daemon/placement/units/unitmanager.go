@@ -62,7 +62,7 @@ func dialManager(ctx context.Context, bus string, uid int) (unitManager, error) 
 	var err error
 	switch {
 	case uid >= 0:
-		m, err = systemd.ConnectUser(ctx, uid)
+		m, err = systemd.ConnectUser(ctx, uid, systemd.UserOptions{})
 	case bus == "none":
 		m, err = systemd.ConnectSystemPrivate(ctx) // no D-Bus means no bus daemon either
 	default:
