@@ -1,6 +1,7 @@
 package sysfs
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -65,19 +66,44 @@ func ReadAttr(path string) (string, error) {
 // os.File: sysfs and cgroupfs files are pollable, so os.Open would register
 // every one with the runtime's epoll (epoll_ctl add and del, an fstat and
 // a finalizer per file), which dominated the daemon's per-sample CPU time
-// with many workloads. The error is an *os.PathError, as os.Open's.
+// with many workloads.
+//
+// Some paths come from other processes (a unit's ControlGroup, from a
+// user's manager), so the file is opened as a kernel attribute must be: a
+// symbolic link as the last component is not followed (O_NOFOLLOW: ELOOP),
+// a FIFO or device does not block the open (O_NONBLOCK, which kernfs and
+// procfs files ignore) and anything but a regular file is refused
+// (ErrNotRegular): every sysfs, cgroupfs and procfs attribute is one. The
+// error is an *os.PathError, as os.Open's.
 func openRaw(path string, flags int) (int, error) {
 	for {
-		fd, err := syscall.Open(path, flags|syscall.O_CLOEXEC, 0)
+		fd, err := syscall.Open(path, flags|syscall.O_CLOEXEC|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 		if err == syscall.EINTR {
 			continue
 		}
 		if err != nil {
 			return -1, &os.PathError{Op: "open", Path: path, Err: err}
 		}
+		var st syscall.Stat_t
+		if err := syscall.Fstat(fd, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+			syscall.Close(fd)
+			if err == nil {
+				err = ErrNotRegular
+			}
+			return -1, &os.PathError{Op: "open", Path: path, Err: err}
+		}
 		return fd, nil
 	}
 }
+
+// ErrNotRegular is openRaw's error for a path that is not a regular file
+// (a FIFO, a device, a socket, a directory): no kernel attribute is one.
+var ErrNotRegular = errors.New("not a regular file (a kernel attribute is one)")
+
+// MaxKernelFile bounds what readFileRaw reads of one file, in bytes: a v1
+// cgroup's tasks of every possible thread (PID_MAX_LIMIT, 4,194,304 IDs
+// of up to 8 bytes) fits. A longer file is an error, not a larger buffer.
+const MaxKernelFile = 32 << 20
 
 // readRaw is one read(2), retried on EINTR; n is 0 at end of file.
 func readRaw(fd int, buf []byte) (int, error) {
@@ -94,7 +120,8 @@ func readRaw(fd int, buf []byte) (int, error) {
 }
 
 // readFileRaw is os.ReadFile for kernel files (cgroupfs, procfs), without
-// the runtime poller (see openRaw).
+// the runtime poller and with openRaw's checks; a file longer than
+// MaxKernelFile is an error.
 func readFileRaw(path string) ([]byte, error) {
 	fd, err := openRaw(path, syscall.O_RDONLY)
 	if err != nil {
@@ -103,8 +130,14 @@ func readFileRaw(path string) ([]byte, error) {
 	defer syscall.Close(fd)
 	buf := make([]byte, 0, 512)
 	for {
+		if len(buf) > MaxKernelFile {
+			return nil, &os.PathError{Op: "read", Path: path, Err: fmt.Errorf("more than %d bytes", MaxKernelFile)}
+		}
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
+		}
+		if cap(buf) > MaxKernelFile+1 {
+			buf = buf[:len(buf):MaxKernelFile+1]
 		}
 		n, err := readRaw(fd, buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
