@@ -137,7 +137,7 @@ func readFileRaw(path string) ([]byte, error) {
 			buf = append(buf, 0)[:len(buf)]
 		}
 		if cap(buf) > MaxKernelFile+1 {
-			buf = buf[:len(buf):MaxKernelFile+1]
+			buf = buf[: len(buf) : MaxKernelFile+1]
 		}
 		n, err := readRaw(fd, buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
