@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -145,27 +146,43 @@ type Estimate struct {
 	ClassWatts []float64 `json:"class_watts,omitempty"`
 }
 
+// MaxSimulatedThreads bounds the threads of one load Simulate places one
+// at a time. A load with more threads than this, each busy less than
+// len(cpuset)/MaxSimulatedThreads of a CPU, would take that many steps
+// over its cpuset; Simulate spreads it in closed form instead
+// (simState.spread), so its cost does not grow with the thread count.
+// `schedpolicyd plan` refuses more THREADS than this, so its loads are
+// always placed thread by thread.
+const MaxSimulatedThreads = 1 << 16
+
 // Simulate estimates the power of the loads running under plan: inside each
 // workload's cpuset, CFS spreads its runnable threads (Threads, else
 // ceil(Util)) like performance does — least busy package, then core, then
 // thread — each thread busy Util/threads of the time, at most 1 per CPU.
-// Workloads are simulated in order. CPUs not in the topology are ignored.
+// Workloads are simulated in order. CPUs not in the topology are ignored;
+// a Util that is NaN or below 0 counts as 0.
+//
+// A load of more than MaxSimulatedThreads threads, each busy less than
+// len(cpuset)/MaxSimulatedThreads of a CPU, is placed in closed form: the
+// limit of that spreading as its threads grow and each one's share
+// vanishes (simState.spread), whatever the thread count. Every other load
+// is placed thread by thread, at most about MaxSimulatedThreads +
+// 2 × len(cpuset) threads before its cpuset is saturated. The cost is
+// thus O(min(threads, MaxSimulatedThreads + 2·|cpuset|) · |cpuset|) per
+// load, never more with more threads.
 func (m EnergyModel) Simulate(t Topology, plan Plan, loads []Load) Estimate {
+	e, _ := m.simulate(t, plan, loads)
+	return e
+}
+
+// simulate is Simulate; steps counts the searches for a CPU for one
+// thread, all loads together (the closed form makes none).
+func (m EnergyModel) simulate(t Topology, plan Plan, loads []Load) (e Estimate, steps int) {
 	n := len(t.cpus)
-	busy := make([]float64, n)
-	coreIdx, pkgIdx := groupIndex(t, func(c CPUDesc) int { return c.Core }), groupIndex(t, func(c CPUDesc) int { return c.Package })
-	coreLoad := make([]float64, slices.Max(append(coreIdx, 0))+1)
-	pkgLoad := make([]float64, slices.Max(append(pkgIdx, 0))+1)
-	// taskIdle is, per package, Π(1 − u) over every thread placed: the
-	// share of time no thread runs when their busy periods are
-	// independent, wherever they run.
-	taskIdle := make([]float64, len(pkgLoad))
-	for p := range taskIdle {
-		taskIdle[p] = 1
-	}
+	st := newSimState(t)
 	for _, l := range loads {
-		u := math.Max(l.Util, 0)
-		if u == 0 {
+		u := l.Util
+		if math.IsNaN(u) || u <= 0 {
 			continue
 		}
 		var set []int
@@ -177,29 +194,29 @@ func (m EnergyModel) Simulate(t Topology, plan Plan, loads []Load) Estimate {
 		if len(set) == 0 {
 			continue
 		}
-		threads := l.Threads
-		if threads <= 0 {
-			threads = int(math.Ceil(u - 1e-9))
+		// threads is a float64: ceil(Util) of a huge Util does not fit
+		// an int.
+		threads := float64(l.Threads)
+		if l.Threads <= 0 {
+			threads = math.Ceil(u - 1e-9)
 		}
-		per := math.Min(u/float64(threads), 1)
-		for range threads {
-			best := -1
-			for _, i := range set {
-				if busy[i] >= 1-1e-9 {
-					continue
-				}
-				if best < 0 || less3(pkgLoad[pkgIdx[i]], coreLoad[coreIdx[i]], busy[i], pkgLoad[pkgIdx[best]], coreLoad[coreIdx[best]], busy[best]) {
-					best = i
-				}
-			}
-			if best < 0 {
+		if !(threads >= 1) {
+			continue // no thread to place (Util of 1e-9 CPUs or less)
+		}
+		per := math.Min(u/threads, 1)
+		if threads > MaxSimulatedThreads && !(per*MaxSimulatedThreads >= float64(len(set))) {
+			st.spread(set, u)
+			continue
+		}
+		// Each thread placed either adds per to a CPU, at most 1/per
+		// times per CPU, or fills a CPU up and takes it out: with
+		// per ≥ len(set)/MaxSimulatedThreads the set is saturated after
+		// at most MaxSimulatedThreads + 2·len(set) threads.
+		for k := 0; float64(k) < threads; k++ {
+			steps++
+			if !st.place(set, per) {
 				break // the set is saturated
 			}
-			add := math.Min(per, 1-busy[best])
-			busy[best] += add
-			taskIdle[pkgIdx[best]] *= 1 - add
-			coreLoad[coreIdx[best]] += add
-			pkgLoad[pkgIdx[best]] += add
 		}
 	}
 	var weight []float64 // per CPU: the class's cost × capacity, on a hybrid machine
@@ -215,7 +232,206 @@ func (m EnergyModel) Simulate(t Topology, plan Plan, loads []Load) Estimate {
 			class[i] = c.Class
 		}
 	}
-	return m.watts(busy, coreIdx, pkgIdx, weight, class, taskIdle)
+	return m.watts(st.busy, st.coreIdx, st.pkgIdx, weight, class, st.taskIdle), steps
+}
+
+// simState is Simulate's machine as the loads are placed on it, by CPU
+// index (of Topology.cpus) and by dense core and package index.
+type simState struct {
+	busy            []float64 // per CPU: its busy fraction, 0..1
+	coreIdx, pkgIdx []int     // per CPU: its core's and its package's index
+	coreLoad        []float64 // per core: Σ busy over its CPUs
+	pkgLoad         []float64 // per package: Σ busy over its CPUs
+	// taskIdle is, per package, Π(1 − u) over every thread placed: the
+	// share of time no thread runs when their busy periods are
+	// independent, wherever they run.
+	taskIdle []float64
+}
+
+// newSimState is t with nothing running.
+func newSimState(t Topology) *simState {
+	st := &simState{busy: make([]float64, len(t.cpus))}
+	st.coreIdx, st.pkgIdx = groupIndex(t, func(c CPUDesc) int { return c.Core }), groupIndex(t, func(c CPUDesc) int { return c.Package })
+	st.coreLoad = make([]float64, slices.Max(append(st.coreIdx, 0))+1)
+	st.pkgLoad = make([]float64, slices.Max(append(st.pkgIdx, 0))+1)
+	st.taskIdle = make([]float64, len(st.pkgLoad))
+	for p := range st.taskIdle {
+		st.taskIdle[p] = 1
+	}
+	return st
+}
+
+// saturated reports whether CPU i has no room left for a thread.
+func (st *simState) saturated(i int) bool { return st.busy[i] >= 1-1e-9 }
+
+// place puts one thread busy per (0..1] of the time on the least busy
+// CPU of set (CPU indices, in the plan's order, which breaks ties): least
+// busy package, then core, then CPU; a CPU with less room than per gets
+// only its room. It reports false, placing nothing, when every CPU of set
+// is saturated.
+func (st *simState) place(set []int, per float64) bool {
+	best := -1
+	for _, i := range set {
+		if st.saturated(i) {
+			continue
+		}
+		if best < 0 || less3(st.pkgLoad[st.pkgIdx[i]], st.coreLoad[st.coreIdx[i]], st.busy[i], st.pkgLoad[st.pkgIdx[best]], st.coreLoad[st.coreIdx[best]], st.busy[best]) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return false
+	}
+	add := math.Min(per, 1-st.busy[best])
+	st.busy[best] += add
+	st.taskIdle[st.pkgIdx[best]] *= 1 - add
+	st.coreLoad[st.coreIdx[best]] += add
+	st.pkgLoad[st.pkgIdx[best]] += add
+	return true
+}
+
+// spread places u CPUs of load (u > 0; +Inf saturates) on set (CPU
+// indices) in closed form, as place would with infinitely many threads
+// each busy a vanishing share: the load fills the least loaded packages
+// up to a common level (or until their CPUs of set are saturated), inside
+// each package the least loaded cores likewise, inside each core the
+// least busy CPUs (waterFill at each level). A package that takes x CPUs
+// of it has its taskIdle multiplied by e^−x, the limit of Π(1 − share).
+// Its cost is O(len(set) · log len(set)), whatever the thread count.
+func (st *simState) spread(set []int, u float64) {
+	cpus := slices.Clone(set)
+	slices.Sort(cpus)
+	cpus = slices.Compact(cpus)
+	room := func(i int) float64 {
+		if st.saturated(i) {
+			return 0
+		}
+		return 1 - st.busy[i]
+	}
+	// The CPUs of set by package, then by core, each in index order.
+	type core struct {
+		idx  int
+		cpus []int
+	}
+	type pkg struct {
+		idx   int
+		cores []core
+	}
+	var pkgs []pkg
+	pkgAt, coreAt := map[int]int{}, map[int][2]int{}
+	for _, i := range cpus {
+		p, c := st.pkgIdx[i], st.coreIdx[i]
+		if _, ok := pkgAt[p]; !ok {
+			pkgAt[p] = len(pkgs)
+			pkgs = append(pkgs, pkg{idx: p})
+		}
+		pp := &pkgs[pkgAt[p]]
+		at, ok := coreAt[c]
+		if !ok {
+			at = [2]int{pkgAt[p], len(pp.cores)}
+			coreAt[c] = at
+			pp.cores = append(pp.cores, core{idx: c})
+		}
+		cc := &pkgs[at[0]].cores[at[1]]
+		cc.cpus = append(cc.cpus, i)
+	}
+	coreRoom := func(c core) float64 {
+		r := 0.0
+		for _, i := range c.cpus {
+			r += room(i)
+		}
+		return r
+	}
+	pkgBase, pkgRoom := make([]float64, len(pkgs)), make([]float64, len(pkgs))
+	for k, p := range pkgs {
+		pkgBase[k] = st.pkgLoad[p.idx]
+		for _, c := range p.cores {
+			pkgRoom[k] += coreRoom(c)
+		}
+	}
+	for k, x := range waterFill(pkgBase, pkgRoom, u) {
+		if x <= 0 {
+			continue
+		}
+		p := pkgs[k]
+		coreBase, coreRooms := make([]float64, len(p.cores)), make([]float64, len(p.cores))
+		for j, c := range p.cores {
+			coreBase[j], coreRooms[j] = st.coreLoad[c.idx], coreRoom(c)
+		}
+		for j, y := range waterFill(coreBase, coreRooms, x) {
+			if y <= 0 {
+				continue
+			}
+			c := p.cores[j]
+			cpuBase, cpuRoom := make([]float64, len(c.cpus)), make([]float64, len(c.cpus))
+			for h, i := range c.cpus {
+				cpuBase[h], cpuRoom[h] = st.busy[i], room(i)
+			}
+			for h, z := range waterFill(cpuBase, cpuRoom, y) {
+				st.busy[c.cpus[h]] += z
+			}
+			st.coreLoad[c.idx] += y
+		}
+		st.pkgLoad[p.idx] += x
+		st.taskIdle[p.idx] *= math.Exp(-x)
+	}
+}
+
+// waterFill pours amount (≥ 0; +Inf fills everything) into vessels k
+// whose levels are base[k] and which hold room[k] (≥ 0) more, always
+// into the lowest: it returns what each takes, x[k] = clamp(L − base[k],
+// 0, room[k]) for the level L at which they add up to amount, or room
+// itself when amount is at least their sum. Its cost is
+// O(len(base) · log len(base)).
+func waterFill(base, room []float64, amount float64) []float64 {
+	x := make([]float64, len(base))
+	total := 0.0
+	for _, r := range room {
+		total += r
+	}
+	if !(amount < total) {
+		copy(x, room)
+		return x
+	}
+	if !(amount > 0) {
+		return x
+	}
+	// Between two events the level rises at 1/slope per unit poured,
+	// slope the number of vessels filling.
+	type event struct {
+		at    float64
+		slope int // +1: a vessel starts filling here, −1: it is full
+	}
+	var evs []event
+	for k := range base {
+		if room[k] > 0 {
+			evs = append(evs, event{base[k], 1}, event{base[k] + room[k], -1})
+		}
+	}
+	slices.SortFunc(evs, func(a, b event) int { return cmp.Compare(a.at, b.at) })
+	level, poured, slope := evs[0].at, 0.0, 0
+	found := false
+	for _, ev := range evs {
+		if slope > 0 {
+			if need := float64(slope) * (ev.at - level); poured+need >= amount {
+				level += (amount - poured) / float64(slope)
+				found = true
+				break
+			} else {
+				poured += need
+			}
+		}
+		level = ev.at
+		slope += ev.slope
+	}
+	if !found { // rounding: amount is all but the whole room
+		copy(x, room)
+		return x
+	}
+	for k := range base {
+		x[k] = math.Min(math.Max(level-base[k], 0), room[k])
+	}
+	return x
 }
 
 func less3(a1, a2, a3, b1, b2, b3 float64) bool {
