@@ -94,3 +94,68 @@ func FuzzParseCPUList(f *testing.F) {
 		}
 	})
 }
+
+// TestParseCPUListBelow: a CPU at or beyond the limit, the end of a range
+// included whatever its stride, is a *CPURangeError naming it (the first
+// bad item from the left), with the exact message; other errors are
+// ParseCPUList's; a limit above MaxCPUs counts as MaxCPUs.
+func TestParseCPUListBelow(t *testing.T) {
+	for _, c := range []struct {
+		in    string
+		limit int
+		want  string // String() of the set, or the error
+		cpu   string // the CPURangeError's CPU; "" for none
+	}{
+		{"0-7", 8, "0-7", ""},
+		{"7,0-3:1/2", 8, "0,2,7", ""},
+		{"0-7,0-7,3", 8, "0-7", ""},
+		{"", 0, "", ""},
+		{"0-8", 8, `invalid cpulist "0-8": CPU "8" out of range (max 7)`, "8"},
+		{"0-2147483646", 8, `invalid cpulist "0-2147483646": CPU "2147483646" out of range (max 7)`, "2147483646"},
+		{"1,99999999999999999999", 8, `invalid cpulist "1,99999999999999999999": CPU "99999999999999999999" out of range (max 7)`, "99999999999999999999"},
+		{"0-100:1/200", 8, `invalid cpulist "0-100:1/200": CPU "100" out of range (max 7)`, "100"},
+		{"9-x", 8, `invalid cpulist "9-x": CPU "9" out of range (max 7)`, "9"},
+		{"3,x,9", 8, `invalid cpulist "3,x,9": "x" is not a CPU number`, ""},
+		{"3-1", 8, `invalid cpulist "3-1": range 3-1 is reversed`, ""},
+		{"0", 0, `invalid cpulist "0": CPU "0" out of range (no CPU is)`, "0"},
+		{"0", -5, `invalid cpulist "0": CPU "0" out of range (no CPU is)`, "0"},
+		{"8191", 1 << 20, "8191", ""},
+		{"8192", 1 << 20, `invalid cpulist "8192": CPU "8192" out of range (max 8191)`, "8192"},
+	} {
+		got, err := ParseCPUListBelow(c.in, c.limit)
+		var re *CPURangeError
+		switch {
+		case err == nil && got.String() != c.want:
+			t.Errorf("ParseCPUListBelow(%q, %d) = %q, want %q", c.in, c.limit, got, c.want)
+		case err != nil && err.Error() != c.want:
+			t.Errorf("ParseCPUListBelow(%q, %d): %v, want %s", c.in, c.limit, err, c.want)
+		case err != nil && !errors.Is(err, ErrCPUList):
+			t.Errorf("ParseCPUListBelow(%q, %d): %v does not wrap ErrCPUList", c.in, c.limit, err)
+		case errors.As(err, &re) != (c.cpu != "") || c.cpu != "" && re.CPU != c.cpu:
+			t.Errorf("ParseCPUListBelow(%q, %d): %#v, want a CPURangeError for CPU %q", c.in, c.limit, err, c.cpu)
+		}
+	}
+}
+
+// TestParseCPUListRepeatsTakeNoRoom: a list naming the same CPUs again and
+// again (2000 times "0-8191") parses to them with as many allocations as
+// one item does: the CPUs are marked in a bitmap, not gathered item by
+// item (that took 130 MB for this list; a 128 KiB command-line argument
+// of it, 1.2 GB).
+func TestParseCPUListRepeatsTakeNoRoom(t *testing.T) {
+	long := strings.Repeat("0-8191,", 2000)
+	for name, parse := range map[string]func(string) (CPUSet, error){
+		"ParseCPUList":      ParseCPUList,
+		"ParseCPUListBelow": func(s string) (CPUSet, error) { return ParseCPUListBelow(s, MaxCPUs) },
+	} {
+		one := testing.AllocsPerRun(1, func() { parse("0-8191") })
+		many := testing.AllocsPerRun(1, func() {
+			if set, err := parse(long); err != nil || set.Size() != MaxCPUs {
+				t.Errorf("%s: %d CPUs, %v", name, set.Size(), err)
+			}
+		})
+		if many > one {
+			t.Errorf("%s: %v allocations for 2000 items, %v for one", name, many, one)
+		}
+	}
+}
