@@ -211,7 +211,9 @@ func (o planOptions) input() (planInput, error) {
 
 // allowedCPUs is --allowed (spec, a cpulist) checked against the machine:
 // every CPU of descs, in their order, when spec is empty, else spec's CPUs
-// in ascending order. A CPU not in descs is a usageError.
+// in ascending order; spec never takes more than sysfs.MaxCPUs CPUs
+// (topologyCPUList). A bad cpulist or a CPU not in descs is a usageError
+// naming --allowed, the first such CPU and the topology's CPUs.
 func allowedCPUs(spec string, descs []policy.CPUDesc) ([]int, error) {
 	var all []int
 	for _, d := range descs {
@@ -220,8 +222,11 @@ func allowedCPUs(spec string, descs []policy.CPUDesc) ([]int, error) {
 	if spec == "" {
 		return all, nil
 	}
-	set, err := sysfs.ParseCPUList(spec)
-	if err != nil {
+	set, beyond, err := topologyCPUList(spec)
+	switch {
+	case beyond != "":
+		return nil, usagef("--allowed: CPU %s is not in the topology (CPUs %s)", beyond, sysfs.NewCPUSet(all...))
+	case err != nil:
 		return nil, usagef("--allowed: %v", err)
 	}
 	known := map[int]bool{}

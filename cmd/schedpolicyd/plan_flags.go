@@ -9,14 +9,51 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement/units"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
+
+// The bounds of plan's inputs (plan --help, schedpolicyd(8) and
+// docs/INPUTS.md say them). A --allowed or --current cpulist may name
+// only CPUs of the topology, and is parsed with sysfs.MaxCPUs as its bound
+// (topologyCPUList), so a long or wide list takes no more room than that
+// many CPUs.
+const (
+	// maxPlanLoads is the most --load entries (workloads).
+	maxPlanLoads = 1024
+	// maxPlanThreads is the most THREADS of one --load entry and of all
+	// together: so many the energy model still places one at a time
+	// (policy.MaxSimulatedThreads), which takes time in proportion to
+	// them.
+	maxPlanThreads = policy.MaxSimulatedThreads
+	// maxPlanUtil is the largest UTIL, in CPUs: sysfs.MaxCPUs, more CPUs
+	// than any machine has.
+	maxPlanUtil = sysfs.MaxCPUs
+	// maxPlanName is the most bytes of a NAME, SLICE or CLASS of
+	// --load: systemd's UNIT_NAME_MAX without its NUL, the longest unit
+	// name, so any unit the daemon places fits.
+	maxPlanName = 255
+)
+
+// clip is s for an error message: s itself up to 64 bytes, else its first
+// 64 bytes or so (at a character's start) and "…", so that a message about
+// a huge argument stays a line.
+func clip(s string) string {
+	const most = 64
+	if len(s) <= most {
+		return s
+	}
+	i := most
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
+}
 
 // planOptions are plan's flags as given; planOptions.input checks them.
 type planOptions struct {
@@ -44,7 +81,8 @@ func parsePlanFlags(args []string, stdout, stderr io.Writer) (o planOptions, cod
 	fl.StringVar(&o.root, "sysfs-root", "", "read the topology from this sysfs root (a mock tree works)")
 	fl.StringVar(&o.preset, "topology", "", "use a preset machine: "+strings.Join(presetNames(), ", "))
 	fl.StringVar(&o.policy, "policy", "powersaving", "performance, balance or powersaving")
-	fl.StringVar(&o.loads, "load", "", "workloads: NAME=UTIL[:THREADS][@SLICE[/CLASS]],... (UTIL in CPUs, 1 = one CPU busy; THREADS defaults to 1; SLICE a unit's slice, giving its class as the daemon does; CLASS e.g. focused)")
+	fl.StringVar(&o.loads, "load", "", fmt.Sprintf("workloads: NAME=UTIL[:THREADS][@SLICE[/CLASS]],... (UTIL in CPUs, 1 = one CPU busy; THREADS defaults to 1; SLICE a unit's slice, giving its class as the daemon does; CLASS e.g. focused). At most %d workloads; UTIL 0 to %d; THREADS 1 to %d, and at most %d all together; NAME, SLICE and CLASS at most %d bytes",
+		maxPlanLoads, maxPlanUtil, maxPlanThreads, maxPlanThreads, maxPlanName))
 	fl.StringVar(&o.configFile, "config", "", "take the [[slice]] rules of this configuration `FILE` (schedpolicyd.conf(5))")
 	o.slices = map[string]policy.SliceRule{}
 	fl.Func("slice", "a slice rule NAME.slice=balance|powersaving[+always] (repeatable; wins over --config's)", func(v string) error {
@@ -54,8 +92,8 @@ func parsePlanFlags(args []string, stdout, stderr io.Writer) (o planOptions, cod
 		}
 		return err
 	})
-	fl.StringVar(&o.allowed, "allowed", "", "cpulist of CPUs to hand out (default: all)")
-	fl.Func("current", "plan from the current placement `NAME=CPULIST,...` and show what the daemon does next (a piece without = continues the cpulist before it: a=0-1,3,b=2; NAME * sets every workload not named; repeatable)", func(v string) error {
+	fl.StringVar(&o.allowed, "allowed", "", "cpulist of CPUs to hand out, each a CPU of the topology (default: all)")
+	fl.Func("current", "plan from the current placement `NAME=CPULIST,...` and show what the daemon does next (a piece without = continues the cpulist before it: a=0-1,3,b=2; NAME * sets every workload not named; each NAME a workload of --load, each CPU one of the topology; repeatable)", func(v string) error {
 		o.current = append(o.current, v)
 		return nil
 	})
@@ -118,16 +156,29 @@ func parseSliceFlag(v string) (string, policy.SliceRule, error) {
 // parseLoads parses NAME=UTIL[:THREADS][@SLICE[/CLASS]],...: a workload
 // with a slice gets the class the daemon gives a unit of that slice
 // (units.UnitClass), unless CLASS names one; without, ClassWorkload.
+// THREADS defaults to 1. Errors, each naming --load and the entry (clipped)
+// and the bound it breaks: more than maxPlanLoads entries (found before
+// any is parsed), a NAME, SLICE or CLASS of more than maxPlanName bytes,
+// a UTIL not from 0 to maxPlanUtil, a THREADS not from 1 to
+// maxPlanThreads, THREADS adding up to more than maxPlanThreads, a NAME
+// given twice, and entries not of this form.
 func parseLoads(s string) ([]policy.Load, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, errors.New("--load is required (NAME=UTIL[:THREADS],...)")
 	}
+	if n := strings.Count(s, ",") + 1; n > maxPlanLoads {
+		return nil, fmt.Errorf("--load: %d workloads, at most %d", n, maxPlanLoads)
+	}
 	var out []policy.Load
 	seen := map[string]bool{}
+	total := 0 // THREADS so far
 	for _, part := range strings.Split(s, ",") {
 		name, val, ok := strings.Cut(strings.TrimSpace(part), "=")
 		if !ok || name == "" {
-			return nil, fmt.Errorf("--load %q: want NAME=UTIL[:THREADS]", part)
+			return nil, fmt.Errorf("--load %q: want NAME=UTIL[:THREADS]", clip(part))
+		}
+		if len(name) > maxPlanName {
+			return nil, fmt.Errorf("--load %q: NAME has %d bytes, at most %d", clip(part), len(name), maxPlanName)
 		}
 		if seen[name] {
 			return nil, fmt.Errorf("--load: workload %q given twice", name)
@@ -136,10 +187,14 @@ func parseLoads(s string) ([]policy.Load, error) {
 		val, where, hasSlice := strings.Cut(val, "@")
 		slice, class, hasClass := strings.Cut(where, "/")
 		switch {
+		case len(slice) > maxPlanName:
+			return nil, fmt.Errorf("--load %q: SLICE has %d bytes, at most %d", clip(part), len(slice), maxPlanName)
+		case len(class) > maxPlanName:
+			return nil, fmt.Errorf("--load %q: CLASS has %d bytes, at most %d", clip(part), len(class), maxPlanName)
 		case hasSlice && !validSlice(slice):
-			return nil, fmt.Errorf("--load %q: SLICE must be a slice name, NAME.slice", part)
+			return nil, fmt.Errorf("--load %q: SLICE must be a slice name, NAME.slice", clip(part))
 		case hasClass && (class == "" || strings.ContainsAny(class, " =,:@/")):
-			return nil, fmt.Errorf("--load %q: CLASS must be a word (focused, app, background, session, service, …)", part)
+			return nil, fmt.Errorf("--load %q: CLASS must be a word (focused, app, background, session, service, …)", clip(part))
 		case !hasClass && hasSlice:
 			class = units.UnitClass(name, slice)
 		case !hasClass:
@@ -147,14 +202,17 @@ func parseLoads(s string) ([]policy.Load, error) {
 		}
 		us, ts, hasT := strings.Cut(val, ":")
 		u, err := strconv.ParseFloat(us, 64)
-		if err != nil || u < 0 || math.IsNaN(u) || math.IsInf(u, 0) {
-			return nil, fmt.Errorf("--load %q: UTIL must be a number ≥ 0 (CPUs)", part)
+		if err != nil || !(u >= 0 && u <= maxPlanUtil) {
+			return nil, fmt.Errorf("--load %q: UTIL must be a number from 0 to %d (CPUs)", clip(part), maxPlanUtil)
 		}
 		threads := 1
 		if hasT {
-			if threads, err = strconv.Atoi(ts); err != nil || threads < 1 {
-				return nil, fmt.Errorf("--load %q: THREADS must be an integer ≥ 1", part)
+			if threads, err = strconv.Atoi(ts); err != nil || threads < 1 || threads > maxPlanThreads {
+				return nil, fmt.Errorf("--load %q: THREADS must be an integer from 1 to %d", clip(part), maxPlanThreads)
 			}
+		}
+		if total += threads; total > maxPlanThreads {
+			return nil, fmt.Errorf("--load %q: the workloads' THREADS add up to %d with it, at most %d", clip(part), total, maxPlanThreads)
 		}
 		out = append(out, policy.Load{Name: name, Util: u, Threads: threads, Class: class, Slice: slice})
 	}
@@ -164,7 +222,10 @@ func parseLoads(s string) ([]policy.Load, error) {
 // parseCurrent parses --current NAME=CPULIST,... (each value of the
 // repeated flag): a piece without "=" continues the cpulist before it
 // (a=0-1,3,b=2), and NAME "*" gives every workload not named its set.
-// Every NAME must be a workload of loads, every CPU one of descs.
+// Every NAME must be a workload of loads, named once, and every CPU one
+// of descs; no cpulist takes more than sysfs.MaxCPUs CPUs
+// (topologyCPUList). Errors name --current, the entry (clipped) and, for
+// CPUs not in the topology, them and the topology's CPUs.
 func parseCurrent(specs []string, loads []policy.Load, descs []policy.CPUDesc) (map[string]sysfs.CPUSet, error) {
 	known := map[string]bool{}
 	for _, l := range loads {
@@ -175,37 +236,46 @@ func parseCurrent(specs []string, loads []policy.Load, descs []policy.CPUDesc) (
 		ids = append(ids, d.ID)
 	}
 	cpus := sysfs.NewCPUSet(ids...)
-	type entry struct{ name, list string }
+	// entry is one NAME=CPULIST, its list as the pieces that make it: a
+	// list of many pieces is joined once, not piece by piece.
+	type entry struct {
+		name   string
+		pieces []string
+	}
 	var entries []entry
+	named := map[string]bool{}
 	for _, spec := range specs {
 		for _, piece := range strings.Split(spec, ",") {
 			piece = strings.TrimSpace(piece)
 			name, list, ok := strings.Cut(piece, "=")
 			switch {
+			case ok && name != "*" && !known[name]:
+				return nil, fmt.Errorf("--current: %q is no workload of --load", clip(name))
+			case ok && named[name]:
+				return nil, fmt.Errorf("--current: workload %q given twice", name)
 			case ok:
-				entries = append(entries, entry{name, list})
+				named[name] = true
+				entries = append(entries, entry{name, []string{list}})
 			case len(entries) > 0 && piece != "":
-				entries[len(entries)-1].list += "," + piece
+				entries[len(entries)-1].pieces = append(entries[len(entries)-1].pieces, piece)
 			default:
-				return nil, fmt.Errorf("--current %q: want NAME=CPULIST,...", spec)
+				return nil, fmt.Errorf("--current %q: want NAME=CPULIST,...", clip(spec))
 			}
 		}
 	}
 	out := map[string]sysfs.CPUSet{}
 	var rest *sysfs.CPUSet
 	for _, e := range entries {
-		if e.name != "*" && !known[e.name] {
-			return nil, fmt.Errorf("--current: %q is no workload of --load", e.name)
-		}
-		if _, dup := out[e.name]; dup || e.name == "*" && rest != nil {
-			return nil, fmt.Errorf("--current: workload %q given twice", e.name)
-		}
-		set, err := sysfs.ParseCPUList(e.list)
-		if err != nil || set.IsEmpty() {
-			return nil, fmt.Errorf("--current %s=%s: want a non-empty cpulist", e.name, e.list)
+		list := strings.Join(e.pieces, ",")
+		set, beyond, err := topologyCPUList(list)
+		switch {
+		case beyond != "":
+			return nil, fmt.Errorf("--current %s=%s: CPU %s is not in the topology (CPUs %s)", e.name, clip(list), beyond, cpus)
+		case err != nil || set.IsEmpty():
+			return nil, fmt.Errorf("--current %s=%s: want a non-empty cpulist", e.name, clip(list))
 		}
 		if extra := set.Difference(cpus); !extra.IsEmpty() {
-			return nil, fmt.Errorf("--current %s=%s: CPUs %s are not in the topology (CPUs %s)", e.name, e.list, extra, cpus)
+			return nil, fmt.Errorf("--current %s=%s: CPUs %s are not in the topology (CPUs %s)", e.name, clip(list), extra, cpus)
 		}
 		if e.name == "*" {
 			rest = &set
@@ -221,4 +291,18 @@ func parseCurrent(specs []string, loads []policy.Load, descs []policy.CPUDesc) (
 		}
 	}
 	return out, nil
+}
+
+// topologyCPUList parses list, a cpulist of --allowed or --current, for
+// the caller to check its CPUs against the topology's: with sysfs.MaxCPUs
+// as the bound (sysfs.ParseCPUListBelow), so that it takes at most that
+// many CPUs (64 KiB) however long or wide it is, and the caller can name
+// each CPU the topology lacks. A list naming a CPU at or beyond the bound
+// has beyond, that CPU (clipped), and an empty set. err is a bad list's.
+func topologyCPUList(list string) (set sysfs.CPUSet, beyond string, err error) {
+	set, err = sysfs.ParseCPUListBelow(list, sysfs.MaxCPUs)
+	if re := (*sysfs.CPURangeError)(nil); errors.As(err, &re) {
+		return sysfs.CPUSet{}, clip(re.CPU), nil
+	}
+	return set, "", err
 }
