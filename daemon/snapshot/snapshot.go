@@ -70,8 +70,13 @@ func FormatStatus(p policy.Policy, powerAware policy.PowerAware, src acpi.Source
 
 // WorkloadStatus describes one managed workload.
 type WorkloadStatus struct {
+	// Name is the workload's published name, valid UTF-8: a cgroup
+	// directory's name in its published form (Escape: `caf\xe9` for a
+	// Latin-1 "café"), or a unit's name; the name SetWorkloadPolicy takes.
 	Name string
-	Path string  // cgroup directory
+	// Path is its cgroup directory; a child of the managed parent's in
+	// its published form too (Escape of the whole path).
+	Path string
 	CPUs string  // cpulist of cpuset.cpus as last written or read
 	Util float64 // decayed utilisation, CPUs
 	// Override is the workload's own placement policy ("" = the machine's).
