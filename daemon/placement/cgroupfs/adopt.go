@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -227,7 +228,13 @@ func (p *Placement) adopt(n string) (*workload, error) {
 	p.workloads[n] = w
 	p.watchChild(path)
 	p.backoff.Reset() // a new workload: sample it
-	log.WithFields(logrus.Fields{"cpus": cur.String(), "original": r.Original}).Info("adopted workload")
+	fields := logrus.Fields{"cpus": cur.String(), "original": r.Original}
+	if pub := snapshot.Escape(n); pub != n {
+		// Not UTF-8, a control character or `\x`: D-Bus, the tree and
+		// the metrics show it escaped, and SetWorkloadPolicy takes that.
+		fields["published_as"] = pub
+	}
+	log.WithFields(fields).Info("adopted workload")
 	return w, nil
 }
 

@@ -27,17 +27,39 @@ func (p *Placement) sortedNames() []string {
 // as the override of a released workload (statefile.Record.Released).
 const ReleasedOverride = "user"
 
+// Status is the workloads as published, sorted by name. A workload's name
+// is its directory's in its published form (snapshot.Escape), and its
+// path is escaped the same way: a directory an administrator called
+// "caf\xe9" (Latin-1, not UTF-8) is published as `caf\xe9`, the name
+// SetOverride takes.
 func (p *Placement) Status() []snapshot.WorkloadStatus {
 	var out []snapshot.WorkloadStatus
+	escaped := false
 	for _, n := range p.sortedNames() {
 		w := p.workloads[n]
 		o := w.override
 		if w.rec.Released {
 			o = ReleasedOverride
 		}
-		out = append(out, snapshot.WorkloadStatus{Name: n, Path: w.rec.Path, CPUs: w.cpus.String(), Util: w.avg.Util, Override: o, Class: "workload"})
+		name := snapshot.Escape(n)
+		escaped = escaped || name != n
+		out = append(out, snapshot.WorkloadStatus{Name: name, Path: snapshot.Escape(w.rec.Path), CPUs: w.cpus.String(), Util: w.avg.Util, Override: o, Class: "workload"})
+	}
+	if escaped {
+		// An escape can move a name: sorted as published.
+		sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	}
 	return out
+}
+
+// published returns the workload whose published name (Status) is name,
+// nil when there is none.
+func (p *Placement) published(name string) *workload {
+	n, ok := snapshot.Unescape(name)
+	if !ok {
+		return nil
+	}
+	return p.workloads[n]
 }
 
 // Create makes a new workload and moves pid into it (CreateWorkload). Its
@@ -80,11 +102,14 @@ func (p *Placement) Create(name string, pid int) (string, error) {
 	return path, nil
 }
 
-// SetOverride sets or clears a workload's placement override. Either
-// takes back a released workload: its current cpuset becomes its original.
+// SetOverride sets or clears the placement override of the workload
+// published as name (Status: the directory's name, escaped if it is not
+// UTF-8). Either takes back a released workload: its current cpuset
+// becomes its original. Errors wrap policy.ErrInvalid: no workload is
+// published as name, or pol is neither "" nor performance.
 func (p *Placement) SetOverride(name string, pol policy.Policy) error {
-	w, ok := p.workloads[name]
-	if !ok {
+	w := p.published(name)
+	if w == nil {
 		return fmt.Errorf("%w: no workload %q", policy.ErrInvalid, name)
 	}
 	if pol != "" && pol != policy.Performance {
