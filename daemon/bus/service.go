@@ -304,7 +304,9 @@ func (svc *Service) connect(ctx context.Context) (*session, *busFailure) {
 	svc.mu.Unlock()
 	log := svc.log
 	fast := new(fastProps)
-	conn, err := dialBus(ctx, svc.bus, busDialTimeout, dbus.WithIncomingInterceptor(fast.intercept))
+	// Every reply, error and signal leaves with its strings valid for the
+	// bus (fastProps.outgoing).
+	conn, err := dialBus(ctx, svc.bus, busDialTimeout, dbus.WithIncomingInterceptor(fast.intercept), dbus.WithOutgoingInterceptor(fast.outgoing))
 	if err != nil {
 		return nil, &busFailure{step: busConnect, err: err}
 	}
