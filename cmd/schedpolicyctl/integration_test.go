@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/godbus/dbus/v5"
 
@@ -725,4 +726,56 @@ func TestCtlWatchPrintsVisibleChanges(t *testing.T) {
 		prev = text
 	}
 	t.Logf("%d announcements with only the utilisation changed; watch printed:\n%s", utilOnly, strings.Join(lines, "\n"))
+}
+
+// TestCtlNonUTF8WorkloadName: one workload whose cgroup's name is not
+// UTF-8 ("caf\xe9", Latin-1; an administrator's mkdir is enough) once
+// made the daemon's GetAll fail, so status and workloads failed for
+// everyone (issue 32, item 5). The daemon publishes it escaped, `caf\xe9`
+// (seven ASCII characters), with its directory escaped the same way, and
+// both commands show it, in words and in JSON. In a mock cgroup v2 tree,
+// and in a real cgroup v1 cpuset of the test's own where the machine has
+// one.
+func TestCtlNonUTF8WorkloadName(t *testing.T) {
+	const name, published = "caf\xe9", `caf\xe9`
+	for _, where := range []string{"mock-v2", "real-v1"} {
+		t.Run(where, func(t *testing.T) {
+			var managed string
+			if where == "mock-v2" {
+				managed, _ = mockCgroupV2(t)
+				testutil.Put(t, filepath.Join(managed, name, "cpuset.cpus"), "")
+				testutil.Put(t, filepath.Join(managed, name, "cpuset.cpus.effective"), "0-7")
+				testutil.Put(t, filepath.Join(managed, name, "cpu.stat"), "usage_usec 0\nuser_usec 0\nsystem_usec 0")
+			} else {
+				managed = testutil.CpusetV1Parent(t, "schedpolicyctl-test")
+				if err := os.Mkdir(filepath.Join(managed, name), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d := startDaemon(t, managed)
+			testutil.WaitFor(t, published+" listed by workloads --json", 10*time.Second, func() (bool, string) {
+				r := d.inProcess("workloads", "--json")
+				var ws []workload
+				if r.code != 0 || json.Unmarshal([]byte(r.stdout), &ws) != nil {
+					return false, r.String()
+				}
+				for _, w := range ws {
+					if w.Name == published && w.Path == filepath.Join(managed, published) {
+						return true, ""
+					}
+				}
+				return false, r.stdout
+			})
+			// The real binary, as a user runs it.
+			for _, args := range [][]string{{"status"}, {"workloads"}} {
+				r := d.run(t, args...)
+				if r.code != 0 || !strings.Contains(r.stdout, published+" ") || !utf8.ValidString(r.stdout) {
+					t.Errorf("%v: %v, want %s listed", args, r, published)
+				}
+			}
+			if s := d.statusJSON(t); len(s.Workloads) == 0 || s.Reason == "" {
+				t.Errorf("status --json: %+v", s)
+			}
+		})
+	}
 }
