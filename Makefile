@@ -218,6 +218,7 @@ FUZZ_TARGETS  := \
 	./sysfs:FuzzParseCPUPressure \
 	./sysfs:FuzzClassifyCPUs \
 	./daemon:FuzzValidWorkloadName \
+	./daemon/snapshot:FuzzEscape \
 	./daemon/energy:FuzzEnergyReadings \
 	./cmd/schedpolicyd:FuzzParseConfig
 
