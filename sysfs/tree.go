@@ -61,6 +61,8 @@ type TreeFile struct {
 // (concurrently) or from the plain backend's watcher goroutine. Must not touch the mount.
 type TreeHandler interface {
 	// Read returns the full current content of the file (newline-terminated by the handler).
+	// The tree keeps the slice returned and shares it between the open files that read it
+	// (FUSE): the handler must not change it afterwards.
 	Read(path string) []byte
 	// Write is called with the raw bytes of one write(2) (at most 4096 bytes; longer writes are
 	// rejected with EINVAL before Write is called). A returned error that wraps a syscall.Errno
@@ -70,8 +72,16 @@ type TreeHandler interface {
 
 // TreeOptions configures ServeTree.
 type TreeOptions struct {
-	// Dir is the mount point / directory, created if missing (MkdirAll 0755).
-	// It must not lie inside /sys (platform.md §7.2).
+	// Dir is the mount point / directory, created if missing (0755, with
+	// its missing parents). It must not lie inside /sys (platform.md
+	// §7.2), and it must be a trusted path (ResolveTrustedPath): every
+	// directory on the way from / owned by root or our euid and not
+	// writable by its group or others unless sticky, every symlink on the
+	// way owned by root or our euid and held by such a directory; Dir
+	// itself must be owned by root or our euid and writable by nobody else
+	// (sticky or not). The tree is mounted on (plain: written in) the
+	// directory that walk checked, never on where a symlink changed
+	// afterwards would lead.
 	Dir string
 	// Files lists the attribute files. Paths are relative to Dir and are
 	// cleaned like filepath.Clean("/"+path); directories are implied.
@@ -84,7 +94,13 @@ type TreeOptions struct {
 	// The FUSE backend behaves like sysfs: content generated per read (direct
 	// I/O, never cached), one write(2) is one Handler.Write whose error the
 	// writer sees, modes enforced (default_permissions) and write-opens of
-	// read-only files refused with EACCES even for root.
+	// read-only files refused with EACCES even for root. Each uid other
+	// than root may hold at most MaxOpenPerUID (128) open files and
+	// directories of the tree at once, and all of them together
+	// MaxOpenNonRoot (4096); an open beyond fails with EMFILE (the uid's
+	// bound) or ENFILE (everybody's), and a closed one (also by a process
+	// that dies) frees its slot. An open file holds no copy of its content:
+	// the files that read one generation of a content share it.
 	//
 	// The plain backend writes regular files and watches them with fsnotify.
 	// It cannot refuse a write: the writer always succeeds, and an invalid
@@ -110,6 +126,9 @@ type TreeOptions struct {
 	// endpoint not connected)" or "a fuse.schedpolicyd mount of an
 	// instance that is gone".
 	OnStaleMount func(what string)
+	// maxOpenPerUID and maxOpenNonRoot, if above 0, replace MaxOpenPerUID
+	// and MaxOpenNonRoot (tests). FUSE backend only.
+	maxOpenPerUID, maxOpenNonRoot int
 	// Previous, if set, is the tree the new one replaces at Dir: one whose
 	// Gone channel was closed. A FUSE tree is left serving the processes
 	// that still hold files or directories in it (its handler is still
@@ -158,7 +177,9 @@ type GoneNotifier interface {
 // its documentation says.
 //
 // Errors: invalid options (no Dir or Handler, Dir inside /sys, an empty,
-// duplicate or conflicting file path, an unknown backend); with "fuse", the
+// duplicate or conflicting file path, an unknown backend); a Dir that is
+// not a trusted path (wrapping ErrUntrustedPath, naming the directory or
+// symlink and why) or that others can write or own; with "fuse", the
 // mount failure (an errno such as EPERM when /dev/fuse or mount(2) is not
 // allowed); with "auto", only a plain backend failure, since a FUSE failure
 // falls back to plain.
@@ -166,7 +187,7 @@ func ServeTree(opts TreeOptions) (Tree, error) {
 	if opts.Handler == nil {
 		return nil, errors.New("sysfs: tree: no handler")
 	}
-	dir, err := treeDir(opts.Dir)
+	dir, resolved, err := treeDir(opts.Dir)
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +212,7 @@ func ServeTree(opts TreeOptions) (Tree, error) {
 	// Typed nil pointers must not escape as non-nil Tree values.
 	switch opts.Backend {
 	case BackendFUSE, BackendAuto, "":
-		t, err := serveFUSE(opts)
+		t, err := serveFUSE(opts, resolved)
 		if err == nil {
 			t.replaced.adopt(prev)
 			return t, nil
@@ -200,7 +221,7 @@ func ServeTree(opts TreeOptions) (Tree, error) {
 			return nil, err
 		}
 	}
-	t, err := servePlain(opts)
+	t, err := servePlain(opts, resolved)
 	if err != nil {
 		return nil, err
 	}
@@ -249,24 +270,47 @@ func (r *replacedTrees) closeAll() {
 	}
 }
 
-// treeDir makes dir absolute and rejects places inside sysfs, where the tree
-// must never go (platform.md §7.2: mkdir there fails with EPERM, and a mount
-// would shadow the kernel's attributes). Symlinks in the existing part of the
-// path are resolved for the check.
-func treeDir(dir string) (string, error) {
+// treeDir makes dir absolute and resolves it as a trusted path
+// (ResolveTrustedPath: every directory and symlink on the way only root
+// or our euid can change), and rejects places inside sysfs, where the
+// tree must never go (platform.md §7.2: mkdir there fails with EPERM, and
+// a mount would shadow the kernel's attributes). It returns the absolute
+// path and the resolved one.
+func treeDir(dir string) (abs, resolved string, err error) {
 	if dir == "" {
-		return "", errors.New("sysfs: tree: no directory")
+		return "", "", errors.New("sysfs: tree: no directory")
 	}
-	abs, err := filepath.Abs(dir)
+	abs, err = filepath.Abs(dir)
 	if err != nil {
-		return "", fmt.Errorf("sysfs: tree: %w", err)
+		return "", "", fmt.Errorf("sysfs: tree: %w", err)
 	}
-	for _, p := range []string{abs, resolveExisting(abs)} {
+	resolved, err = ResolveTrustedPath(abs)
+	if err != nil {
+		return "", "", fmt.Errorf("sysfs: tree: directory %s: %w", dir, err)
+	}
+	for _, p := range []string{abs, resolved} {
 		if p == "/sys" || strings.HasPrefix(p, "/sys/") {
-			return "", fmt.Errorf("sysfs: tree: directory %s is inside /sys", dir)
+			return "", "", fmt.Errorf("sysfs: tree: directory %s is inside /sys", dir)
 		}
 	}
-	return abs, nil
+	return abs, resolved, nil
+}
+
+// openTreeDir opens the tree directory resolved (ResolveTrustedPath's
+// result) as a trusted directory (OpenTrustedDir), making it and its
+// missing parents (0755; made lists them, parents first), and refuses it
+// unless root or our euid owns it and neither its group nor others can
+// write it (CheckTrustedDir). The descriptor is O_PATH.
+func openTreeDir(resolved string) (dir *os.File, made []string, err error) {
+	d, _, made, err := OpenTrustedDir(resolved, true)
+	if err != nil {
+		return nil, made, fmt.Errorf("sysfs: tree: directory %s: %w", resolved, err)
+	}
+	if err := CheckTrustedDir("sysfs: tree: directory", resolved, d); err != nil {
+		d.Close()
+		return nil, made, err
+	}
+	return d, made, nil
 }
 
 // resolveExisting resolves symlinks in the longest existing prefix of the

@@ -2,6 +2,7 @@ package sysfs
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,9 +42,90 @@ const fuseFsType = "fuse.schedpolicyd"
 // fuseCloseWait bounds how long Close waits for the server after unmounting.
 const fuseCloseWait = 2 * time.Second
 
+// The bounds on what users other than root hold open in a FUSE tree (files
+// and directories together; each open costs the daemon memory for as long
+// as it is held): an open beyond MaxOpenPerUID of the caller's uid fails
+// with EMFILE, one beyond MaxOpenNonRoot of all such uids together with
+// ENFILE. Root (uid 0) is not bounded. A slot is freed when the kernel
+// releases the open file (RELEASE, RELEASEDIR: its last descriptor is
+// closed, also when the process holding it dies).
+const (
+	MaxOpenPerUID  = 128
+	MaxOpenNonRoot = 4096
+)
+
+// openSlots counts a tree's open files and directories by the uid that
+// opened them (the FUSE request's, i.e. the opener's fsuid) and enforces
+// the bounds above.
+type openSlots struct {
+	perUID, nonRootMax int // the bounds
+
+	mu      sync.Mutex
+	byUID   map[uint32]int // uids with opens held, root too
+	nonRoot int            // all opens of uids other than root
+}
+
+// init sets the bounds; 0 or less means the default.
+func (s *openSlots) init(perUID, nonRoot int) {
+	s.perUID, s.nonRootMax = MaxOpenPerUID, MaxOpenNonRoot
+	if perUID > 0 {
+		s.perUID = perUID
+	}
+	if nonRoot > 0 {
+		s.nonRootMax = nonRoot
+	}
+	s.byUID = make(map[uint32]int)
+}
+
+// take takes a slot for the caller of the request ctx: it returns the
+// caller's uid, or EMFILE (the uid holds its bound) or ENFILE (all
+// non-root uids together hold theirs). A request without a caller counts
+// as uid 65534 (nobody), bounded.
+func (s *openSlots) take(ctx context.Context) (uint32, syscall.Errno) {
+	uid := uint32(65534)
+	if c, ok := fuse.FromContext(ctx); ok {
+		uid = c.Uid
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if uid != 0 {
+		if s.byUID[uid] >= s.perUID {
+			return 0, syscall.EMFILE
+		}
+		if s.nonRoot >= s.nonRootMax {
+			return 0, syscall.ENFILE
+		}
+		s.nonRoot++
+	}
+	s.byUID[uid]++
+	return uid, 0
+}
+
+// give frees a slot of uid's.
+func (s *openSlots) give(uid uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byUID[uid] <= 0 {
+		return
+	}
+	if uid != 0 {
+		s.nonRoot--
+	}
+	if s.byUID[uid]--; s.byUID[uid] == 0 {
+		delete(s.byUID, uid)
+	}
+}
+
+// held reports how many opens uid holds.
+func (s *openSlots) held(uid uint32) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byUID[uid]
+}
+
 type fuseTree struct {
-	dir     string
-	mntDir  string // dir as /proc/self/mountinfo shows it (symlinks resolved)
+	dir     string // as given (absolute), for Dir
+	mntDir  string // the trusted directory mounted on, as /proc/self/mountinfo shows it (symlinks resolved)
 	handler TreeHandler
 	server  *fuse.Server
 	served  chan struct{} // closed when the server has exited
@@ -54,6 +137,9 @@ type fuseTree struct {
 
 	replaced replacedTrees // earlier trees at dir still serving their holders
 
+	opens openSlots // the open files and directories, by uid
+	root  *dirNode
+
 	// mu guards closed. Operations hold it for reading while they call the
 	// handler, so Close, which takes it for writing, waits for them.
 	mu     sync.RWMutex
@@ -63,7 +149,7 @@ type fuseTree struct {
 	closeErr  error
 }
 
-func serveFUSE(opts TreeOptions) (*fuseTree, error) {
+func serveFUSE(opts TreeOptions, resolved string) (*fuseTree, error) {
 	// Opening /dev/fuse first gives a clear errno (ENOENT, EACCES, EPERM)
 	// instead of the mount's.
 	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
@@ -75,17 +161,28 @@ func serveFUSE(opts TreeOptions) (*fuseTree, error) {
 	if opts.Previous != nil {
 		report = nil // the previous tree's own mount is no news
 	}
-	if err := clearStaleMount(opts.Dir, report); err != nil {
+	if err := clearStaleMount(resolved, report); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("sysfs: tree: %w", err)
+	// The mount is made on this descriptor of the directory the walk
+	// checked (mount(2) on /proc/self/fd/N), so no symlink swapped in
+	// since can send it elsewhere.
+	dirFile, _, err := openTreeDir(resolved)
+	if err != nil {
+		return nil, err
+	}
+	defer dirFile.Close()
+	mountPoint := "/proc/self/fd/" + strconv.Itoa(int(dirFile.Fd()))
+	if _, err := os.Stat(mountPoint); err != nil {
+		// No procfs: the path, which only root can change (a trusted
+		// path), names the same directory.
+		mountPoint = resolved
 	}
 
-	// Resolved before mounting, so that the walk does not go through our
-	// own mount.
-	t := &fuseTree{dir: opts.Dir, mntDir: resolveExisting(opts.Dir), handler: opts.Handler, gone: make(chan struct{})}
-	root := &dirNode{mtime: time.Now()}
+	t := &fuseTree{dir: opts.Dir, mntDir: resolved, handler: opts.Handler, gone: make(chan struct{})}
+	t.opens.init(opts.maxOpenPerUID, opts.maxOpenNonRoot)
+	root := &dirNode{tree: t, mtime: time.Now()}
+	t.root = root
 	var zero time.Duration
 	discard := log.New(io.Discard, "", 0)
 	fopts := &fs.Options{
@@ -105,26 +202,40 @@ func serveFUSE(opts TreeOptions) (*fuseTree, error) {
 		NegativeTimeout: &zero,
 		Logger:          discard,
 		OnAdd: func(ctx context.Context) {
-			t.build(ctx, &root.Inode, opts.Files)
+			t.build(ctx, root, opts.Files)
 		},
 	}
 	// fs.Mount, but for the poll hack: NewServer mounts and answers the
 	// kernel's INIT before it returns, and WaitMount only adds go-fuse's
 	// poll hack, an open and poll of a file on the mount by the serving
-	// process itself (see TreeOptions.NoPollHack).
-	server, err := fuse.NewServer(fs.NewNodeFS(root, fopts), opts.Dir, &fopts.MountOptions)
+	// process itself (see TreeOptions.NoPollHack), made here on the
+	// mount's path since go-fuse knows only /proc/self/fd/N.
+	if beforeTreeMount != nil {
+		beforeTreeMount()
+	}
+	server, err := fuse.NewServer(fs.NewNodeFS(root, fopts), mountPoint, &fopts.MountOptions)
+	if err == nil && mountPoint != resolved {
+		// Where the directory mounted on is now (the same unless root
+		// moved it meanwhile): what Close unmounts and the watch follows.
+		if p, lerr := os.Readlink(mountPoint); lerr == nil && filepath.IsAbs(p) && !strings.HasSuffix(p, " (deleted)") {
+			t.mntDir = p
+		}
+	}
 	if err == nil {
 		go server.Serve()
 		if !opts.NoPollHack {
-			err = server.WaitMount()
+			err = pollHack(t.mntDir)
 		}
 	}
 	if err != nil {
+		if server != nil {
+			unix.Unmount(t.mntDir, unix.MNT_DETACH)
+		}
 		return nil, fmt.Errorf("sysfs: tree: fuse mount %s: %w", opts.Dir, err)
 	}
 	t.server = server
 	t.served = make(chan struct{})
-	t.mnt, _ = mountIdentity(opts.Dir)
+	t.mnt, _ = mountIdentity(t.mntDir)
 	if t.mnt.dev != 0 {
 		// Without a watch (no procfs) the tree is lost only when its
 		// server ends: after umount -l, once the last holder lets go.
@@ -139,6 +250,25 @@ func serveFUSE(opts TreeOptions) (*fuseTree, error) {
 		}
 	}()
 	return t, nil
+}
+
+// beforeTreeMount, when set (tests only), runs in serveFUSE between the
+// trusted walk that opened the directory and the mount.
+var beforeTreeMount func()
+
+// pollHack is go-fuse's (fuse/poll_unix.go): the serving process opens and
+// polls the mount's special file once, so that the kernel learns that the
+// file system does not implement poll (ENOSYS) and stops sending FUSE_POLL
+// for files this process opens through Go's netpoller. go-fuse answers the
+// file's LOOKUP, OPEN and POLL itself.
+func pollHack(mountDir string) error {
+	fd, err := unix.Open(filepath.Join(mountDir, ".go-fuse-epoll-hack"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLPRI | unix.POLLOUT}}, 0)
+	unix.Close(fd)
+	return nil
 }
 
 // markGone closes t.gone once.
@@ -192,24 +322,27 @@ func (t *fuseTree) ownsMount() bool {
 	if t.mnt == (mountID{}) {
 		return true
 	}
-	cur, err := mountIdentity(t.dir)
+	cur, err := mountIdentity(t.mntDir)
 	if err != nil {
 		return true // e.g. ENOTCONN: unmounting is right
 	}
 	return cur == t.mnt
 }
 
-// build adds the directories and files below root.
-func (t *fuseTree) build(ctx context.Context, root *fs.Inode, files []TreeFile) {
+// build adds the directories and files below root, then gives each
+// directory its listing.
+func (t *fuseTree) build(ctx context.Context, root *dirNode, files []TreeFile) {
 	now := time.Now()
+	dirs := []*dirNode{root}
 	for _, f := range files {
-		parent := root
+		parent := &root.Inode
 		parts := strings.Split(f.Path, "/")
 		for _, name := range parts[:len(parts)-1] {
 			child := parent.GetChild(name)
 			if child == nil {
-				child = parent.NewPersistentInode(ctx, &dirNode{mtime: now},
-					fs.StableAttr{Mode: syscall.S_IFDIR})
+				d := &dirNode{tree: t, mtime: now}
+				dirs = append(dirs, d)
+				child = parent.NewPersistentInode(ctx, d, fs.StableAttr{Mode: syscall.S_IFDIR})
 				parent.AddChild(name, child, false)
 			}
 			parent = child
@@ -217,6 +350,18 @@ func (t *fuseTree) build(ctx context.Context, root *fs.Inode, files []TreeFile) 
 		node := &fileNode{tree: t, path: f.Path, mode: uint32(f.Mode.Perm()), mtime: now}
 		parent.AddChild(parts[len(parts)-1],
 			parent.NewPersistentInode(ctx, node, fs.StableAttr{Mode: syscall.S_IFREG}), false)
+	}
+	for _, d := range dirs {
+		children := d.Children()
+		names := make([]string, 0, len(children))
+		for name := range children {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			c := children[name]
+			d.entries = append(d.entries, fuse.DirEntry{Name: name, Mode: c.Mode(), Ino: c.StableAttr().Ino})
+		}
 	}
 }
 
@@ -268,9 +413,9 @@ func (t *fuseTree) unmount() error {
 	// Unmount only our own mount: a later instance may have replaced it
 	// (clearStaleMount) and mounted its own at dir.
 	if t.ownsMount() {
-		err := unix.Unmount(t.dir, 0)
+		err := unix.Unmount(t.mntDir, 0)
 		if errors.Is(err, unix.EBUSY) {
-			err = unix.Unmount(t.dir, unix.MNT_DETACH)
+			err = unix.Unmount(t.mntDir, unix.MNT_DETACH)
 		}
 		if err != nil && !errors.Is(err, unix.EINVAL) { // EINVAL: no longer mounted
 			return fmt.Errorf("sysfs: tree: unmount %s: %w", t.dir, err)
@@ -325,11 +470,72 @@ func (t *fuseTree) enter() bool {
 	return true
 }
 
-// dirNode is a directory: mode 0755, owned by root. Lookup and Readdir come
-// from the persistent children added in build.
+// dirNode is a directory: mode 0755, owned by root. Lookup comes from the
+// persistent children added in build, Readdir from entries.
 type dirNode struct {
 	fs.Inode
-	mtime time.Time
+	tree    *fuseTree
+	mtime   time.Time
+	entries []fuse.DirEntry // the children, by name; set in build, then read-only
+}
+
+var _ fs.NodeOpendirHandler = (*dirNode)(nil)
+
+// OpendirHandle opens the directory for reading, taking one of the
+// caller's open slots (see openSlots): EMFILE or ENFILE when there is
+// none. The handle lists the shared entries.
+func (d *dirNode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	uid, errno := d.tree.opens.take(ctx)
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	return &dirHandle{tree: d.tree, uid: uid, entries: d.entries}, 0, 0
+}
+
+// dirHandle is one open directory: a position in the shared entries.
+type dirHandle struct {
+	tree    *fuseTree
+	uid     uint32
+	mu      sync.Mutex // guards idx
+	idx     int
+	entries []fuse.DirEntry
+}
+
+var (
+	_ fs.FileReaddirenter = (*dirHandle)(nil)
+	_ fs.FileSeekdirer    = (*dirHandle)(nil)
+	_ fs.FileReleasedirer = (*dirHandle)(nil)
+)
+
+func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.idx >= len(h.entries) {
+		return nil, 0
+	}
+	e := h.entries[h.idx]
+	h.idx++
+	e.Off = uint64(h.idx)
+	return &e, 0
+}
+
+// Seekdir goes to the entry after the off'th (0: the start), as the
+// offsets Readdirent gives.
+func (h *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if off > uint64(len(h.entries)) {
+		return syscall.EINVAL
+	}
+	h.idx = int(off)
+	return 0
+}
+
+// Releasedir frees the handle's slot: the kernel sends RELEASEDIR when the
+// last descriptor of the open directory is closed, also by a process that
+// dies.
+func (h *dirHandle) Releasedir(ctx context.Context, releaseFlags uint32) {
+	h.tree.opens.give(h.uid)
 }
 
 var _ fs.NodeGetattrer = (*dirNode)(nil)
@@ -386,6 +592,10 @@ type fileNode struct {
 	path  string
 	mode  uint32 // permission bits
 	mtime time.Time
+
+	genMu       sync.Mutex  // guards latest and generations
+	latest      *generation // the content last read at offset 0
+	generations int         // how many generations share made (tests)
 }
 
 var (
@@ -428,26 +638,56 @@ func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAt
 }
 
 // Open refuses write-opens of a file without write bits with EACCES, even for
-// root, as sysfs does, and returns FOPEN_DIRECT_IO so no read is cached.
+// root, as sysfs does, takes one of the caller's open slots (EMFILE or
+// ENFILE when there is none, see openSlots), and returns FOPEN_DIRECT_IO
+// so no read is cached.
 func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY && n.mode&0o222 == 0 {
 		return nil, 0, syscall.EACCES
 	}
-	return &fileHandle{node: n}, fuse.FOPEN_DIRECT_IO, 0
+	uid, errno := n.tree.opens.take(ctx)
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	return &fileHandle{node: n, uid: uid}, fuse.FOPEN_DIRECT_IO, 0
 }
 
-// fileHandle is one open file. Like a kernfs open file it keeps the content
-// generated by the last read at offset 0 and serves later offsets from it.
+// generation is one content of a file as its handler produced it at a read
+// at offset 0. It is never changed, so the open files that read the same
+// content share one.
+type generation struct {
+	data []byte
+}
+
+// share returns the generation for content just read from the handler:
+// the file's latest one if content equals it (content is dropped), else a
+// new one, which becomes the latest.
+func (n *fileNode) share(content []byte) *generation {
+	n.genMu.Lock()
+	defer n.genMu.Unlock()
+	if n.latest != nil && bytes.Equal(n.latest.data, content) {
+		return n.latest
+	}
+	n.latest = &generation{data: content}
+	n.generations++
+	return n.latest
+}
+
+// fileHandle is one open file. Like a kernfs open file it serves later
+// offsets from the content generated by the last read at offset 0, but
+// holds no copy of it: gen is shared with every handle of the file that
+// read the same content.
 type fileHandle struct {
-	node    *fileNode
-	mu      sync.Mutex
-	content []byte
-	valid   bool
+	node *fileNode
+	uid  uint32 // whose slot it holds
+	mu   sync.Mutex
+	gen  *generation // nil until the first read
 }
 
 var (
-	_ fs.FileReader = (*fileHandle)(nil)
-	_ fs.FileWriter = (*fileHandle)(nil)
+	_ fs.FileReader   = (*fileHandle)(nil)
+	_ fs.FileWriter   = (*fileHandle)(nil)
+	_ fs.FileReleaser = (*fileHandle)(nil)
 )
 
 func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -458,15 +698,25 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	defer t.mu.RUnlock()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if off == 0 || !h.valid {
-		h.content = t.handler.Read(h.node.path)
-		h.valid = true
+	if off == 0 || h.gen == nil {
+		h.gen = h.node.share(t.handler.Read(h.node.path))
 	}
-	if off >= int64(len(h.content)) {
+	content := h.gen.data
+	if off >= int64(len(content)) {
 		return fuse.ReadResultData(nil), 0
 	}
-	end := min(off+int64(len(dest)), int64(len(h.content)))
-	return fuse.ReadResultData(h.content[off:end]), 0
+	end := min(off+int64(len(dest)), int64(len(content)))
+	return fuse.ReadResultData(content[off:end]), 0
+}
+
+// Release frees the handle's slot: the kernel sends RELEASE when the last
+// descriptor of the open file is closed, also by a process that dies.
+func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
+	h.mu.Lock()
+	h.gen = nil
+	h.mu.Unlock()
+	h.node.tree.opens.give(h.uid)
+	return 0
 }
 
 // Write hands one write(2) to the handler, ignoring the offset as sysfs

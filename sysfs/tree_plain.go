@@ -60,14 +60,25 @@ type plainTree struct {
 	closeErr  error
 }
 
-func servePlain(opts TreeOptions) (*plainTree, error) {
+func servePlain(opts TreeOptions, resolved string) (*plainTree, error) {
 	// A stale FUSE mount would make every path below Dir fail with ENOTCONN;
-	// if it cannot be cleared, MkdirAll reports that.
+	// if it cannot be cleared, opening the directory reports that.
 	report := opts.OnStaleMount
 	if opts.Previous != nil {
 		report = nil
 	}
-	_ = clearStaleMount(opts.Dir, report)
+	_ = clearStaleMount(resolved, report)
+	// The files are written below the directory the walk checked: its
+	// path is trusted (only root or our euid can change any component),
+	// so it keeps naming that directory.
+	d, made, err := openTreeDir(resolved)
+	if err != nil {
+		for i := len(made) - 1; i >= 0; i-- {
+			os.Remove(made[i])
+		}
+		return nil, err
+	}
+	d.Close()
 
 	t := &plainTree{
 		dir:        opts.Dir,
@@ -77,6 +88,7 @@ func servePlain(opts TreeOptions) (*plainTree, error) {
 		onRejected: opts.OnPlainRejected,
 		last:       make(map[string][]byte, len(opts.Files)),
 		done:       make(chan struct{}),
+		created:    made,
 	}
 	dirs := []string{opts.Dir}
 	seen := map[string]bool{opts.Dir: true}

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -127,5 +128,34 @@ func TestPlanCPUListBounds(t *testing.T) {
 	var r planReport
 	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Current["a"] != "0-3" || r.Current["b"] != "4" {
 		t.Errorf("repeated lists: exit %d, %.200s, current %v", code, errs, r.Current)
+	}
+}
+
+// TestPlanBoundsDocumented: the bounds parseLoads enforces are the ones
+// plan --help, schedpolicyd(8) and docs/INPUTS.md give.
+func TestPlanBoundsDocumented(t *testing.T) {
+	_, out, errs := runPlan(t, "--help")
+	help := out + errs
+	for _, f := range []struct {
+		path, text string // text: the document, or "" to read path
+		says       []string
+	}{
+		{"plan --help", help, []string{"At most %[1]d workloads", "UTIL 0 to %[2]d", "THREADS 1 to %[3]d, and at most %[3]d all together", "at most %[4]d bytes"}},
+		{"../../packaging/man/schedpolicyd.8", "", []string{"at most %[1]d workloads", "UTIL from 0 to %[2]d", "THREADS from 1 to %[3]d", "together at most %[3]d", "at most %[4]d bytes"}},
+		{"../../docs/INPUTS.md", "", []string{"at most %[1]d workloads", "UTIL 0–%[2]d", "THREADS 1–%[3]d and at most %[3]d for all the workloads together", "≤ %[4]d bytes"}},
+	} {
+		if f.text == "" {
+			b, err := os.ReadFile(f.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.text = string(b)
+		}
+		text := strings.Join(strings.Fields(f.text), " ") // line breaks are spaces
+		for _, say := range f.says {
+			if want := fmt.Sprintf(say, maxPlanLoads, maxPlanUtil, maxPlanThreads, maxPlanName); !strings.Contains(text, want) {
+				t.Errorf("%s does not say %q", f.path, want)
+			}
+		}
 	}
 }
