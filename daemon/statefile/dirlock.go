@@ -4,95 +4,98 @@ package statefile
 //
 // The state directory and the tree are locked with a flock on a lock file
 // (<state-dir>/lock, <resolved tree-dir>.lock) that holds our pid. Those
-// files are opened as root in directories an administrator chose, so they
-// are handled like sshd's StrictModes handles ~/.ssh: the directory that
-// holds a lock file (and the state and tree directories themselves) must be
-// owned by root (or by the daemon's own euid when it does not run as root)
-// and must not be writable by its group or by others; the lock file is
-// opened without following a symlink and is truncated only when it is a
-// regular file of ours with a single link. Ancestors are not checked — a
-// sticky world-writable ancestor such as /tmp is fine, as for
-// t.TempDir() — so choose paths whose ancestors only root can change (the
-// defaults below /run and /var/lib are).
+// files are opened as root in directories an administrator chose, so the
+// paths are walked from / as trusted paths (sysfs.ResolveTrustedPath,
+// sysfs.OpenTrustedDir, as systemd's chase() walks them): every directory
+// on the way must be owned by root (or by the daemon's own euid when it
+// does not run as root) and not writable by its group or others unless it
+// is sticky (a sticky world-writable ancestor such as /tmp is fine, as for
+// t.TempDir()), and a symlink on the way is followed only when such a
+// directory holds it and root (or that euid) owns it — so nobody else can
+// point the state directory, the tree or its lock somewhere else. Like
+// sshd's StrictModes for ~/.ssh, the directory that holds a lock file (and
+// the state and tree directories themselves) must moreover be writable by
+// nobody but its owner, sticky or not. The lock file is opened relative to
+// that directory without following a symlink and is truncated only when it
+// is a regular file of ours with a single link; a clean stop removes the
+// tree's lock file and directory relative to the directory checked.
 //
 // The managed parent cgroup has its own lock (daemon/placement/cgroupfs/lock.go).
 
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // LockFile, in the state directory, is held (flock) by the running daemon.
 const LockFile = "lock"
 
-// openTrustedDir opens the directory at path (following symlinks) and
-// checks that only we can change what it holds: it must be owned by root or
-// by our euid and not writable by its group or others. what names it in
-// errors ("state dir", ...). Errors: the open error, or a refusal that says
-// how to fix the directory.
-func openTrustedDir(what, path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+// openTrustedDir opens the directory at path as a trusted path
+// (sysfs.OpenTrustedDir, O_PATH; with create, missing directories are
+// made 0755) and checks that only we can change what it holds: it must be
+// owned by root or by our euid and not writable by its group or others
+// (sysfs.CheckTrustedDir). what names it in errors ("state dir", ...). made lists
+// the directories made, parents first. Errors: the open or mkdir error
+// ("state dir: mkdir P: permission denied"), a refusal of a directory or
+// symlink on the way (wrapping sysfs.ErrUntrustedPath, naming it and
+// why), or a refusal of the directory that says how to fix it.
+func openTrustedDir(what, path string, create bool) (dir *os.File, made []string, err error) {
+	f, _, made, err := sysfs.OpenTrustedDir(path, create)
+	if errors.Is(err, sysfs.ErrUntrustedPath) {
+		return nil, made, fmt.Errorf("%s %s: %w", what, path, err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+		return nil, made, fmt.Errorf("%s: %w", what, err)
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+	if err := sysfs.CheckTrustedDir(what, path, f); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("%s %s: %w", what, path, err)
+		return nil, made, err
 	}
-	if err := checkTrusted(what, path, &st); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
-}
-
-// checkTrusted refuses a directory that is not owned by root or our euid,
-// or that its group or others can write (sticky or not).
-func checkTrusted(what, path string, st *unix.Stat_t) error {
-	if euid := uint32(os.Geteuid()); st.Uid != 0 && st.Uid != euid {
-		return fmt.Errorf("%s %s is owned by uid %d, not by root: refusing it (others could plant files the daemon writes); use a directory owned by root", what, path, st.Uid)
-	}
-	if perm := st.Mode & 0o7777; perm&0o022 != 0 {
-		return fmt.Errorf("%s %s is writable by its group or by others (mode %04o): refusing it (they could plant files the daemon writes); run chmod go-w %s", what, path, perm, path)
-	}
-	return nil
+	return f, made, nil
 }
 
 // acquireLock takes an exclusive flock on the lock file name in the
 // directory dir (created 0644) and writes our pid into it. dir must pass
-// openTrustedDir; the file is opened without following a symlink (and
-// without blocking on a FIFO or device), and it is truncated only if it is
-// a regular file owned by our euid with one link, so a planted symlink or
-// hard link can never make the daemon overwrite another file. The lock
-// lives as long as the returned file stays open; the kernel drops it when
-// the process dies, so a crash never leaves a stale lock. A lock file may
-// be removed by its holder on a clean stop (removeLock): a lock taken on a
-// file that is no longer at its path is let go and taken again on the
-// file there now, so two daemons never hold locks on two files of one
-// name. Errors: ErrAlreadyRunning (naming the holder's pid) when another
-// process holds it, a refusal of the directory or of the file (saying what
-// to remove or fix), or the open/flock error.
+// openTrustedDir; the file is opened relative to it without following a
+// symlink (and without blocking on a FIFO or device), and it is truncated
+// only if it is a regular file owned by our euid with one link, so a
+// planted symlink or hard link can never make the daemon overwrite
+// another file. The lock lives as long as the returned file stays open;
+// the kernel drops it when the process dies, so a crash never leaves a
+// stale lock. A lock file may be removed by its holder on a clean stop
+// (removeLock): a lock taken on a file that is no longer at its path is
+// let go and taken again on the file there now, so two daemons never hold
+// locks on two files of one name. Errors: ErrAlreadyRunning (naming the
+// holder's pid) when another process holds it, a refusal of the directory
+// or of the file (saying what to remove or fix), or the open/flock error.
 func acquireLock(what, dir, name string) (*os.File, error) {
-	d, err := openTrustedDir(what, dir)
+	d, _, err := openTrustedDir(what, dir, false)
 	if err != nil {
 		return nil, err
 	}
 	defer d.Close()
+	return lockIn(d, filepath.Join(dir, name), name)
+}
+
+// lockIn is acquireLock in the open trusted directory d; path is the lock
+// file's path, for messages.
+func lockIn(d *os.File, path, name string) (*os.File, error) {
 	for range 16 {
-		f, err := lockAt(d, filepath.Join(dir, name), name)
+		f, err := lockAt(d, path, name)
 		if !errors.Is(err, errLockFileGone) {
 			return f, err
 		}
 	}
-	return nil, fmt.Errorf("lock %s: removed again and again while being locked", filepath.Join(dir, name))
+	return nil, fmt.Errorf("lock %s: removed again and again while being locked", path)
 }
 
 // beforeFlock, when set (tests only), runs in lockAt between opening the
@@ -102,13 +105,14 @@ var beforeFlock func()
 // errLockFileGone is lockAt's: the file locked is no longer at its path.
 var errLockFileGone = errors.New("lock file removed while being locked")
 
-// removeLock removes the lock file f holds, while still holding it, then
-// closes f: on a clean stop nothing is left beside the tree. A file that
-// is no longer f's (removed, or another daemon's after all) is left alone.
-func removeLock(f *os.File) {
+// removeLock removes the lock file name in the directory d that f holds,
+// while still holding it, then closes f: on a clean stop nothing is left
+// beside the tree. A file that is no longer f's (removed, or another
+// daemon's after all) is left alone. d is not closed.
+func removeLock(d *os.File, name string, f *os.File) {
 	var held, cur unix.Stat_t
-	if unix.Fstat(int(f.Fd()), &held) == nil && unix.Lstat(f.Name(), &cur) == nil && held.Dev == cur.Dev && held.Ino == cur.Ino {
-		os.Remove(f.Name())
+	if unix.Fstat(int(f.Fd()), &held) == nil && unix.Fstatat(int(d.Fd()), name, &cur, unix.AT_SYMLINK_NOFOLLOW) == nil && held.Dev == cur.Dev && held.Ino == cur.Ino {
+		unix.Unlinkat(int(d.Fd()), name, 0)
 	}
 	f.Close()
 }
@@ -174,19 +178,25 @@ func lockAt(d *os.File, path, name string) (*os.File, error) {
 }
 
 // PrepareStateDir makes sure the state directory is usable before the
-// daemon starts: it exists (created 0755), passes openTrustedDir, we hold
-// its lock, and state.json is a regular file if present. A daemon that
-// would fail every choice with EIO later refuses to start instead. Errors:
-// as acquireLock, or state.json that is not a regular file.
+// daemon starts: it exists (made 0755 with its missing parents, each in a
+// directory the walk checked), it is a trusted path and passes
+// openTrustedDir, we hold its lock, and state.json is a regular file if
+// present. A daemon that would fail every choice with EIO later refuses to
+// start instead. Errors: as acquireLock (also a refusal of a directory or
+// symlink on the way, wrapping sysfs.ErrUntrustedPath), or state.json that
+// is not a regular file.
 func PrepareStateDir(dir string) (*os.File, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("state dir: %w", err)
-	}
-	lock, err := acquireLock("state dir", dir, LockFile)
+	d, _, err := openTrustedDir("state dir", dir, true)
 	if err != nil {
 		return nil, err
 	}
-	if st, err := os.Lstat(filepath.Join(dir, StateFile)); err == nil && !st.Mode().IsRegular() {
+	defer d.Close()
+	lock, err := lockIn(d, filepath.Join(dir, LockFile), LockFile)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(int(d.Fd()), StateFile, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
 		lock.Close()
 		return nil, fmt.Errorf("state dir: %s is not a regular file; remove it", filepath.Join(dir, StateFile))
 	}
@@ -194,46 +204,29 @@ func PrepareStateDir(dir string) (*os.File, error) {
 }
 
 // ResolveTreeDir returns the tree directory with every symlink resolved,
-// so that two spellings of one mount point share one lock. The directory
-// itself may be missing (it is created when served) or a stale mount that
-// cannot be stat'ed (ENOTCONN after a crash); then its parent is resolved
-// and a symlink as the last component is followed by hand. Errors: the
-// parent cannot be resolved, or too many symlinks.
+// so that two spellings of one mount point share one lock, walking it
+// from / as a trusted path (sysfs.ResolveTrustedPath): a symlink is
+// followed only when a directory that only root (or our euid) can change
+// holds it and root (or our euid) owns it. The directory itself may be
+// missing (it is created when served) or a stale mount that cannot be
+// stat'ed (ENOTCONN after a crash). Errors: a refusal of a directory or
+// symlink on the way (wrapping sysfs.ErrUntrustedPath, naming it and why),
+// too many symlinks (ELOOP), or the walk's error.
 func ResolveTreeDir(dir string) (string, error) {
-	p, err := filepath.Abs(dir)
+	r, err := sysfs.ResolveTrustedPath(dir)
 	if err != nil {
-		return "", fmt.Errorf("tree dir: %w", err)
+		return "", fmt.Errorf("tree dir %s: %w", dir, err)
 	}
-	for range 40 {
-		if r, err := filepath.EvalSymlinks(p); err == nil {
-			return r, nil
-		}
-		parent, err := filepath.EvalSymlinks(filepath.Dir(p))
-		if err != nil {
-			return "", fmt.Errorf("tree dir %s: %w", dir, err)
-		}
-		p = filepath.Join(parent, filepath.Base(p))
-		fi, err := os.Lstat(p)
-		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
-			return p, nil
-		}
-		target, err := os.Readlink(p)
-		if err != nil {
-			return "", fmt.Errorf("tree dir %s: %w", dir, err)
-		}
-		if !filepath.IsAbs(target) {
-			target = filepath.Join(parent, target)
-		}
-		p = filepath.Clean(target)
-	}
-	return "", fmt.Errorf("tree dir %s: %w", dir, unix.ELOOP)
+	return r, nil
 }
 
 // TreeLock is the daemon's hold on its tree directory (LockTreeDir) and
 // what a clean stop removes (release).
 type TreeLock struct {
-	f   *os.File
-	dir string // the tree directory, symlinks resolved
+	f      *os.File
+	parent *os.File // the directory holding the tree and its lock (O_PATH, checked)
+	name   string   // the tree directory's name in parent
+	dir    string   // the tree directory, symlinks resolved
 	// ownDir: the tree directory is the daemon's to remove once empty —
 	// this run made it, or a daemon that did not stop cleanly did (its
 	// lock file was still there; a clean stop removes it).
@@ -249,25 +242,34 @@ func (l *TreeLock) Dir() string { return l.dir }
 func (l *TreeLock) OwnDir() bool { return l.ownDir }
 
 // PrepareTreeDir makes the directories above the tree directory dir that
-// are missing (0755) and takes its lock (LockTreeDir), remembering what
-// release may remove. Errors: as LockTreeDir, or the mkdir error.
+// are missing (0755, each in a directory the trusted walk checked; above
+// where dir's symlinks lead) and takes its lock (LockTreeDir),
+// remembering what release may remove. Errors: as LockTreeDir, or the
+// mkdir error.
 func PrepareTreeDir(dir string) (*TreeLock, error) {
-	parent := filepath.Dir(filepath.Clean(dir))
-	var made []string
-	for p := parent; ; p = filepath.Dir(p) {
-		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) || filepath.Dir(p) == p {
-			break
-		}
-		made = append(made, p)
-	}
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return nil, fmt.Errorf("tree dir: %w", err)
-	}
-	l, err := LockTreeDir(dir)
+	r, err := ResolveTreeDir(dir)
 	if err != nil {
+		return nil, err
+	}
+	d, _, made, err := sysfs.OpenTrustedDir(filepath.Dir(r), true)
+	slices.Reverse(made) // deepest first
+	removeMade := func() {
 		for _, p := range made {
 			unix.Rmdir(p)
 		}
+	}
+	if errors.Is(err, sysfs.ErrUntrustedPath) {
+		removeMade()
+		return nil, fmt.Errorf("tree dir %s: %w", dir, err)
+	}
+	if err != nil {
+		removeMade()
+		return nil, fmt.Errorf("tree dir: %w", err)
+	}
+	d.Close()
+	l, err := LockTreeDir(dir)
+	if err != nil {
+		removeMade()
 		return nil, err
 	}
 	l.made = made
@@ -277,26 +279,31 @@ func PrepareTreeDir(dir string) (*TreeLock, error) {
 // Release removes, after a clean stop (the tree closed), what the daemon
 // made for its tree: the tree directory when it is the daemon's and empty
 // (rmdir refuses a mount point or a directory with anything in it), the
-// lock file while still holding it (removeLock), then the directories
-// above it this run made, if empty. Nothing is left behind but what was
-// there before. It lets go of the lock.
+// lock file while still holding it (removeLock) — both relative to the
+// directory LockTreeDir checked, never through a path a symlink could
+// redirect — then the directories above it this run made, if empty.
+// Nothing is left behind but what was there before. It lets go of the
+// lock.
 func (l *TreeLock) Release() {
 	if l.ownDir {
-		unix.Rmdir(l.dir)
+		unix.Unlinkat(int(l.parent.Fd()), l.name, unix.AT_REMOVEDIR)
 	}
-	removeLock(l.f)
+	removeLock(l.parent, l.name+".lock", l.f)
+	l.parent.Close()
 	for _, p := range l.made {
 		unix.Rmdir(p)
 	}
 }
 
 // LockTreeDir takes the lock of the tree directory dir:
-// <resolved dir>.lock (ResolveTreeDir), in a directory that passes
-// openTrustedDir; the tree directory itself, if it exists and can be
-// stat'ed, must pass the same check (the plain backend writes files in
-// it). Errors: ErrAlreadyRunning naming the holder's pid when another
+// <resolved dir>.lock (ResolveTreeDir, a trusted path), in a directory
+// that passes openTrustedDir; the tree directory itself, if it exists and
+// can be stat'ed, must pass the same check (the plain backend writes files
+// in it). Errors: ErrAlreadyRunning naming the holder's pid when another
 // daemon serves the same directory under any name, a refusal of a
-// directory or of the lock file, or the resolve/open/flock error.
+// directory or symlink on the way (wrapping sysfs.ErrUntrustedPath), a
+// refusal of a directory or of the lock file, or the resolve/open/flock
+// error.
 func LockTreeDir(dir string) (*TreeLock, error) {
 	r, err := ResolveTreeDir(dir)
 	if err != nil {
@@ -306,21 +313,28 @@ func LockTreeDir(dir string) (*TreeLock, error) {
 	if parent == r {
 		return nil, fmt.Errorf("tree dir %s: cannot be the root directory", dir)
 	}
-	name := filepath.Base(r) + ".lock"
-	_, err = os.Lstat(filepath.Join(parent, name))
-	leftBehind := err == nil
-	_, err = os.Lstat(r)
-	missing := errors.Is(err, fs.ErrNotExist)
-	lock, err := acquireLock("tree dir's parent", parent, name)
+	base := filepath.Base(r)
+	name := base + ".lock"
+	d, _, err := openTrustedDir("tree dir's parent", parent, false)
 	if err != nil {
 		return nil, err
 	}
 	var st unix.Stat_t
-	if err := unix.Stat(r, &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		if err := checkTrusted("tree dir", r, &st); err != nil {
+	leftBehind := unix.Fstatat(int(d.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
+	missing := errors.Is(unix.Fstatat(int(d.Fd()), base, &st, unix.AT_SYMLINK_NOFOLLOW), unix.ENOENT)
+	lock, err := lockIn(d, filepath.Join(parent, name), name)
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	// Without a FUSE request (AT_STATX_DONT_SYNC): it may be a mount.
+	var stx unix.Statx_t
+	if err := unix.Statx(int(d.Fd()), base, unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE|unix.STATX_MODE|unix.STATX_UID, &stx); err == nil && uint32(stx.Mode)&unix.S_IFMT == unix.S_IFDIR {
+		if err := sysfs.CheckTrustedStat("tree dir", r, stx.Uid, uint32(stx.Mode)); err != nil {
 			lock.Close()
+			d.Close()
 			return nil, err
 		}
 	}
-	return &TreeLock{f: lock, dir: r, ownDir: missing || leftBehind}, nil
+	return &TreeLock{f: lock, parent: d, name: base, dir: r, ownDir: missing || leftBehind}, nil
 }

@@ -2,15 +2,20 @@ package statefile
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // TestLockRemovedOnReleaseStaysExclusive: holders that remove the lock
@@ -40,7 +45,7 @@ func TestLockRemovedOnReleaseStaysExclusive(t *testing.T) {
 				}
 				time.Sleep(50 * time.Microsecond) // hold it a moment
 				holders.Add(-1)
-				removeLock(f)
+				removeLockAt(t, dir, "tree.lock", f)
 			}
 		}()
 	}
@@ -66,7 +71,7 @@ func TestLockTakenOnRemovedFileRetaken(t *testing.T) {
 	}
 	beforeFlock = func() {
 		beforeFlock = nil
-		removeLock(a)
+		removeLockAt(t, dir, "tree.lock", a)
 	}
 	t.Cleanup(func() { beforeFlock = nil })
 	b, err := acquireLock("dir", dir, "tree.lock")
@@ -113,5 +118,169 @@ func TestPrepareStateDirRejectsUnusable(t *testing.T) {
 	os.Mkdir(filepath.Join(dir, "s", StateFile), 0o755)
 	if _, err := PrepareStateDir(filepath.Join(dir, "s")); err == nil {
 		t.Error("state.json as a directory was accepted")
+	}
+}
+
+// removeLockAt is removeLock of the lock file name in dir.
+func removeLockAt(t *testing.T, dir, name string, f *os.File) {
+	d, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_PATH, 0)
+	if err != nil {
+		t.Error(err)
+		f.Close()
+		return
+	}
+	defer d.Close()
+	removeLock(d, name, f)
+}
+
+// userControlled are directories a user other than root controls, each to
+// hold a symlink: one its group and others can write (not sticky), one
+// owned by uid 4242, and a sticky world-writable one (like /tmp) where the
+// symlink itself is uid 4242's.
+var userControlled = []struct {
+	name      string
+	mode      os.FileMode
+	owner     int
+	linkOwner int
+}{
+	{"a 0777 directory", 0o777, 0, 0},
+	{"a directory of uid 4242", 0o755, 4242, 4242},
+	{"a sticky 1777 directory, the symlink uid 4242's", 0o777 | os.ModeSticky, 0, 4242},
+}
+
+// plantLink makes base/user as c says, holding name -> target, and
+// returns the symlink's path.
+func plantLink(t *testing.T, base, name, target string, mode os.FileMode, owner, linkOwner int) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give a directory or symlink to another user")
+	}
+	dir := filepath.Join(base, "user")
+	link := filepath.Join(dir, name)
+	for _, err := range []error{
+		os.Mkdir(dir, 0o755), os.Symlink(target, link), os.Lchown(link, linkOwner, linkOwner),
+		os.Chmod(dir, mode), os.Chown(dir, owner, owner),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return link
+}
+
+// listTree is what dir holds, recursively: names, modes and contents.
+func listTree(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		c, _ := os.ReadFile(p)
+		fmt.Fprintf(&b, "%s %v %q\n", p, fi.Mode(), c)
+		return nil
+	})
+	return b.String()
+}
+
+// TestStateDirSymlinkInUserDirRefused (issue 32, item 7): a state
+// directory that is a symlink, in a directory a user controls, to root's
+// directory is refused with an error naming the symlink, and the target
+// gets no lock file (nor state.json later).
+func TestStateDirSymlinkInUserDirRefused(t *testing.T) {
+	for _, c := range userControlled {
+		t.Run(c.name, func(t *testing.T) {
+			base := t.TempDir()
+			victim := filepath.Join(base, "root", "victim")
+			os.MkdirAll(victim, 0o755)
+			os.WriteFile(filepath.Join(victim, "precious"), []byte("root's\n"), 0o644)
+			before := listTree(t, filepath.Dir(victim))
+			link := plantLink(t, base, "state", victim, c.mode, c.owner, c.linkOwner)
+			lock, err := PrepareStateDir(link)
+			if err == nil {
+				lock.Close()
+				t.Fatalf("PrepareStateDir(%s) succeeded", link)
+			}
+			if !errors.Is(err, sysfs.ErrUntrustedPath) || !strings.Contains(err.Error(), link+" is a symbolic link") {
+				t.Errorf("PrepareStateDir = %v; want a refusal naming the symlink %s", err, link)
+			}
+			if after := listTree(t, filepath.Dir(victim)); after != before {
+				t.Errorf("the target changed:\n%s\nwas:\n%s", after, before)
+			}
+		})
+	}
+}
+
+// TestTreeDirSymlinkInUserDirRefused (issue 32, item 7): a tree directory
+// that is a symlink, in a directory a user controls, to root's empty
+// directory TARGET beside root's TARGET.lock is refused by PrepareTreeDir,
+// LockTreeDir and ResolveTreeDir (what the daemon and `schedpolicyd
+// cleanup` use) with an error naming the symlink, and TARGET and
+// TARGET.lock stay.
+func TestTreeDirSymlinkInUserDirRefused(t *testing.T) {
+	for _, c := range userControlled {
+		t.Run(c.name, func(t *testing.T) {
+			base := t.TempDir()
+			target := filepath.Join(base, "root", "target")
+			os.MkdirAll(target, 0o755)
+			os.WriteFile(target+".lock", []byte("1\n"), 0o644)
+			before := listTree(t, filepath.Dir(target))
+			link := plantLink(t, base, "tree", target, c.mode, c.owner, c.linkOwner)
+			refused := func(what string, err error) {
+				t.Helper()
+				if !errors.Is(err, sysfs.ErrUntrustedPath) || !strings.Contains(err.Error(), link+" is a symbolic link") {
+					t.Errorf("%s = %v; want a refusal naming the symlink %s", what, err, link)
+				}
+			}
+			if l, err := PrepareTreeDir(link); err == nil {
+				l.Release()
+				t.Errorf("PrepareTreeDir(%s) succeeded", link)
+			} else {
+				refused("PrepareTreeDir", err)
+			}
+			if l, err := LockTreeDir(link); err == nil {
+				l.Release()
+				t.Errorf("LockTreeDir(%s) succeeded", link)
+			} else {
+				refused("LockTreeDir", err)
+			}
+			_, err := ResolveTreeDir(link)
+			refused("ResolveTreeDir", err)
+			if after := listTree(t, filepath.Dir(target)); after != before {
+				t.Errorf("the target changed:\n%s\nwas:\n%s", after, before)
+			}
+		})
+	}
+}
+
+// TestTreeLockThroughRootsSymlink: a symlink root owns in a directory only
+// root can change is followed: the directory above its target is made,
+// the lock is <target>.lock, and Release removes it, the tree directory
+// and the directory made above it, and nothing else.
+func TestTreeLockThroughRootsSymlink(t *testing.T) {
+	base := t.TempDir()
+	link, target := filepath.Join(base, "link"), filepath.Join(base, "run", "tree")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	l, err := PrepareTreeDir(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Dir() != target || !l.OwnDir() {
+		t.Errorf("Dir() = %s, OwnDir() = %v; want %s, true", l.Dir(), l.OwnDir(), target)
+	}
+	if got := testutil.ReadTrim(t, target+".lock"); got != strconv.Itoa(os.Getpid()) {
+		t.Errorf("lock file holds %q", got)
+	}
+	os.Mkdir(target, 0o755) // as the tree makes it
+	l.Release()
+	for _, gone := range []string{target, target + ".lock", filepath.Dir(target)} {
+		if _, err := os.Lstat(gone); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after Release: %v", gone, err)
+		}
+	}
+	if _, err := os.Lstat(link); err != nil {
+		t.Errorf("the symlink after Release: %v", err)
 	}
 }
