@@ -7,14 +7,19 @@ import (
 	"io"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // cleanupMain is `schedpolicyd cleanup`: what a daemon that did not stop
 // cleanly left of its tree goes (daemon.CleanTree). The unit runs it as
 // ExecStopPost=, so that systemd can remove /run/schedpolicyd after a
-// crash. Exit status: 0 done (also when nothing was left), 1 a daemon
-// serves the tree or something could not be removed, 2 usage or a bad
-// configuration file.
+// crash. The tree directory is walked from / as the daemon walks it
+// (sysfs.ResolveTrustedPath): a path through a symlink or directory that a
+// user other than root could change is refused and nothing is removed, so
+// a symlink planted in a user's directory can never make it remove root's
+// files. Exit status: 0 done (also when nothing was left), 1 a daemon
+// serves the tree, the path is refused or something could not be removed,
+// 2 usage or a bad configuration file.
 func cleanupMain(args []string, stdout, stderr io.Writer) int {
 	fl := flag.NewFlagSet("schedpolicyd cleanup", flag.ContinueOnError)
 	fl.SetOutput(stderr)
@@ -26,7 +31,9 @@ func cleanupMain(args []string, stdout, stderr io.Writer) int {
 After a daemon that did not stop cleanly (kill -9, a crash): detach the tree
 it left mounted and remove the tree directory and lock file it made, as its
 clean stop would have. Workloads are not touched (the next start restores
-them from state.json). Nothing changes while a daemon serves the tree.`)
+them from state.json). Nothing changes while a daemon serves the tree, nor
+when the path goes through a symlink or directory a user other than root
+could change.`)
 		fl.PrintDefaults()
 	}
 	if code, ok := parseFlags(fl, "schedpolicyd cleanup", args, stdout, stderr); !ok {
@@ -46,7 +53,7 @@ them from state.json). Nothing changes while a daemon serves the tree.`)
 		fmt.Fprintf(stdout, "schedpolicyd cleanup: %s: removed %s\n", cfg.TreeDir, f)
 	}
 	switch {
-	case errors.Is(err, daemon.ErrAlreadyRunning):
+	case errors.Is(err, daemon.ErrAlreadyRunning), errors.Is(err, sysfs.ErrUntrustedPath):
 		fmt.Fprintf(stderr, "schedpolicyd cleanup: %s: %v; nothing changed\n", cfg.TreeDir, err)
 		return 1
 	case err != nil:
