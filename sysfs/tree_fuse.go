@@ -33,7 +33,13 @@ import (
 //   - entry and attribute timeouts are 0, so nothing is cached;
 //   - default_permissions makes the kernel enforce the modes for non-root
 //     users, and Open refuses write-opens of read-only files with EACCES
-//     for everybody, like sysfs.
+//     for everybody, like sysfs;
+//   - an open file or directory holds no copy of anything (the open files
+//     that read one content share it, a directory's listing is the
+//     tree's), and each takes a slot of its opener's uid (openSlots), so
+//     what users other than root can pin in the daemon is bounded;
+//   - the mount is made on the descriptor of the directory the trusted
+//     walk opened (tree_path.go), through /proc/self/fd/N.
 
 // fuseFsType is the file system type the mount shows in /proc/self/mountinfo
 // ("fuse." + MountOptions.Name); stale mounts of this type are cleared.
