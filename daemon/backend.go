@@ -33,7 +33,7 @@ func (d *Daemon) loadRecords(st statefile.State) {
 // and after a reload.
 func (d *Daemon) syncPlacementConfig() {
 	d.pcfg = placement.Config{
-		CgroupRoot: d.cfg.CgroupRoot, ProcRoot: d.cfg.ProcRoot, SysfsRoot: d.cfg.SysfsRoot, Manage: d.cfg.Manage, Slices: d.cfg.Slices,
+		CgroupRoot: d.cfg.CgroupRoot, ProcRoot: d.cfg.ProcRoot, SysfsRoot: d.cfg.SysfsRoot, RunRoot: d.cfg.RunRoot, Manage: d.cfg.Manage, Slices: d.cfg.Slices,
 		Bus: d.cfg.Bus, SampleInterval: d.cfg.SampleInterval, UtilHalfLife: d.cfg.UtilHalfLife,
 		NoTaskClock: d.cfg.NoTaskClock, Log: d.cfg.Log, PressureFile: d.cfg.pressureFile,
 	}

@@ -80,6 +80,9 @@ type Config struct {
 	Slices map[string]policy.SliceRule
 	// ProcRoot is /proc (used for cgroup v1 usage accounting).
 	ProcRoot string
+	// RunRoot is /run: the users' managers' sockets are at
+	// <RunRoot>/user/UID/systemd/private (placement "systemd").
+	RunRoot string
 	// TreeDir is where the virtual sysfs tree is served.
 	TreeDir string
 	// TreeBackend is how the tree is served ("" means sysfs.BackendAuto).
@@ -194,6 +197,9 @@ func resolveConfig(cfg Config) (Config, sysfs.FS, error) {
 	}
 	if cfg.ProcRoot == "" {
 		cfg.ProcRoot = "/proc"
+	}
+	if cfg.RunRoot == "" {
+		cfg.RunRoot = "/run"
 	}
 	if cfg.TreeDir == "" {
 		cfg.TreeDir = DefaultTreeDir

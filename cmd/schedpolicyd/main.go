@@ -278,6 +278,7 @@ func parseDaemonFlags(args []string, stdout, stderr io.Writer) (cfg daemon.Confi
 		return nil
 	})
 	fl.StringVar(&cfg.ProcRoot, "proc-root", "/proc", "procfs root (cgroup v1 usage accounting)")
+	fl.StringVar(&cfg.RunRoot, "run-root", "/run", "runtime directory root: users' managers are reached at RUN-ROOT/user/UID/systemd/private (a mock tree for tests)")
 	fl.StringVar(&cfg.TreeDir, "tree-dir", daemon.DefaultTreeDir, "where to serve the virtual sysfs tree")
 	treeBackend := fl.String("tree-backend", string(sysfs.BackendAuto), "tree backend: auto (FUSE when /dev/fuse works, else plain files), fuse or plain")
 	fl.StringVar(&cfg.StateDir, "state-dir", daemon.DefaultStateDir, "directory for state.json (the user's persisted choices)")

@@ -21,6 +21,9 @@ type Config struct {
 	// hierarchy at <SysfsRoot>/fs/cgroup and the possible CPUs at
 	// <SysfsRoot>/devices/system/cpu/possible.
 	ProcRoot, SysfsRoot string
+	// RunRoot is /run, or a mock tree: the units placement reaches a
+	// user's manager at <RunRoot>/user/UID/systemd/private ("": /run).
+	RunRoot string
 	// Manage lists the slices whose direct child services and scopes are
 	// workloads (units placement).
 	Manage []string

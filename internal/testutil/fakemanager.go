@@ -260,6 +260,25 @@ func (f *FakeManager) ServeUser(runtimeDir string, uid int) string {
 	return sock
 }
 
+// ServeBus serves the manager on the bus at addr as the system manager
+// does: a connection of root's owning org.freedesktop.systemd1, its
+// signals broadcast. The bus's own AddMatch and Hello are the bus
+// daemon's.
+func (f *FakeManager) ServeBus(addr string) {
+	t := f.t
+	t.Helper()
+	c, err := dbus.Connect(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.export(c)
+	if r, err := c.RequestName("org.freedesktop.systemd1", dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
+		c.Close()
+		t.Fatalf("RequestName(org.freedesktop.systemd1) = %v, %v", r, err)
+	}
+	t.Cleanup(func() { c.Close() })
+}
+
 // ListenUnixAs listens on a unix socket at path from a thread whose
 // credentials alone are uid's (and gid uid's), so that SO_PEERCRED shows
 // the connecting side uid; the thread ends with the call.
@@ -336,14 +355,18 @@ func (f *FakeManager) serveConn(c net.Conn) {
 			io.WriteString(c, "OK 0123456789abcdef0123456789abcdef\r\n")
 		case line == "BEGIN":
 			conn, err := dbus.NewConn(&fakeSASL{r: br, c: c, f: f})
-			if err == nil {
-				err = conn.Auth([]dbus.Auth{dbus.AuthExternal("0")})
-			}
 			if err != nil {
 				c.Close()
 				return
 			}
-			f.export(conn)
+			// Exported before godbus starts reading (Auth), so that no
+			// call finds an object missing.
+			if !f.export(conn) {
+				return
+			}
+			if err := conn.Auth([]dbus.Auth{dbus.AuthExternal("0")}); err != nil {
+				c.Close()
+			}
 			return
 		default:
 			io.WriteString(c, "ERROR\r\n")
@@ -403,7 +426,7 @@ const (
 	fakeUnitPath     = dbus.ObjectPath("/org/freedesktop/systemd1/unit")
 )
 
-func (f *FakeManager) export(conn *dbus.Conn) {
+func (f *FakeManager) export(conn *dbus.Conn) bool {
 	for _, e := range []struct {
 		obj   any
 		path  dbus.ObjectPath
@@ -415,16 +438,17 @@ func (f *FakeManager) export(conn *dbus.Conn) {
 	} {
 		if err := conn.Export(e.obj, e.path, e.iface); err != nil {
 			conn.Close()
-			return
+			return false
 		}
 	}
 	if err := conn.ExportSubtree(fakeUnitProps{f}, fakeUnitPath, "org.freedesktop.DBus.Properties"); err != nil {
 		conn.Close()
-		return
+		return false
 	}
 	f.mu.Lock()
 	f.conns = append(f.conns, conn)
 	f.mu.Unlock()
+	return true
 }
 
 // call counts a call of method and, while it is held, waits for its

@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // CopyTree copies the tree below src into dst, which it creates if need
@@ -153,4 +156,42 @@ func ReadTrim(t testing.TB, path string) string {
 		t.Fatalf("read %s: %v", path, err)
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// WatchOpens watches dirs with inotify for IN_OPEN and IN_ACCESS of
+// anything in them (a file, a FIFO, a file reached through a symbolic
+// link in another watched directory) and returns a function that lists
+// what was opened or read so far, "DIR/NAME" each; the watch ends with
+// the test. It fails t if a watch cannot be added.
+func WatchOpens(t testing.TB, dirs ...string) func() []string {
+	t.Helper()
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	byWD := map[int]string{}
+	for _, d := range dirs {
+		wd, err := unix.InotifyAddWatch(fd, d, unix.IN_OPEN|unix.IN_ACCESS)
+		if err != nil {
+			t.Fatalf("inotify watch on %s: %v", d, err)
+		}
+		byWD[wd] = d
+	}
+	var seen []string
+	return func() []string {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := unix.Read(fd, buf)
+			if err != nil || n <= 0 {
+				return seen
+			}
+			for off := 0; off+unix.SizeofInotifyEvent <= n; {
+				ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+				name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
+				seen = append(seen, byWD[int(ev.Wd)]+"/"+name)
+				off += unix.SizeofInotifyEvent + int(ev.Len)
+			}
+		}
+	}
 }

@@ -3,7 +3,9 @@ package units
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/godbus/dbus/v5"
@@ -15,8 +17,10 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/systemd"
 )
 
-// Scan lists the managed slices' units, adopting new ones and forgetting
-// those gone; it reports whether the set changed. Used at start, after
+// Scan lists the managed slices' units of the system manager, adopting
+// new ones and forgetting those gone, and asks each user's link for a
+// listing of its manager (whose units come later, as the link's
+// message); it reports whether the set changed. Used at start, after
 // lost signals and on Rebalance. A listing cut short (an error, or
 // unitScanTimeout on a busy machine) still takes in the units it read but
 // forgets none, and sets rescan: the next sample scans again.
@@ -33,12 +37,13 @@ func (u *Placement) Scan() bool {
 	if err != nil {
 		u.log.WithError(err).WithField("read", len(list)).Warn("listing the managed slices' units was cut short: the units read are taken in, none is forgotten, and the next sample lists them again")
 	}
+	u.sayRefusedSystem()
 	if !complete && len(list) == 0 {
 		u.setRescan(true)
 		return changed
 	}
 	if u.users && complete {
-		if u.scanUsers(ctx, list) {
+		if u.scanUsers(list) {
 			changed = true
 		}
 	}
@@ -47,37 +52,20 @@ func (u *Placement) Scan() bool {
 			continue
 		}
 		seen[workloadKey(-1, info.Name)] = true
-		if u.consider(-1, info) {
+		if u.consider(-1, u.systemView(info)) {
 			changed = true
 		}
 	}
 	for _, p := range u.people {
-		if p.mgr == nil {
+		if p.link == nil {
 			continue
 		}
-		ul, err := p.mgr.Units(ctx, "*.service", "*.scope")
-		if err != nil {
-			u.log.WithError(err).WithField("uid", p.uid).Warn("listing a user manager's units")
-			for k, w := range u.workloads {
-				if w.uid == p.uid {
-					seen[k] = true // kept until the manager answers again
-				}
-			}
-			continue
-		}
-		for _, info := range ul {
-			if !u.managed(p.uid, info) {
-				continue
-			}
-			seen[workloadKey(p.uid, info.Name)] = true
-			if u.consider(p.uid, info) {
-				changed = true
-			}
-		}
+		u.askLingering(p)
+		p.link.ask(func(w *linkWork) { w.list = true })
 	}
 	if complete {
-		for k := range u.workloads {
-			if !seen[k] {
+		for k, w := range u.workloads {
+			if w.uid < 0 && !seen[k] {
 				u.forget(k)
 				changed = true
 			}
@@ -89,6 +77,22 @@ func (u *Placement) Scan() bool {
 	return changed
 }
 
+// systemView is a system manager's unit as viewed on the loop (its
+// drop-ins are root's).
+func (u *Placement) systemView(info systemd.UnitInfo) unitView { return viewOf(info) }
+
+// sayRefusedSystem warns of the values the system manager sent that
+// systemd cannot have (a unit left out), once per unit and property.
+func (u *Placement) sayRefusedSystem() {
+	errs, more := u.mgr.TakeRefused()
+	if len(errs) > 0 || more > 0 {
+		if u.systemRefused == nil {
+			u.systemRefused = &userManager{uid: -1}
+		}
+		u.sayRefused(u.systemRefused, errs, more)
+	}
+}
+
 // setRescan notes whether the last scan was cut short; the end of a run
 // of cut-short scans is logged.
 func (u *Placement) setRescan(on bool) {
@@ -98,29 +102,16 @@ func (u *Placement) setRescan(on bool) {
 	u.rescan = on
 }
 
-// dropGone drops the records of units systemd no longer knows (a
-// transient scope or service that ended): their runtime values went with
-// them.
+// dropGone drops the records of the system manager's units it no longer
+// knows (a transient scope or service that ended): their runtime values
+// went with them. A user's records are its link's listings' to decide
+// (takeUserList).
 func (u *Placement) dropGone(ctx context.Context) {
 	for k, r := range u.records {
-		uid := recordUID(r.Manager)
-		if u.workloads[workloadKey(uid, r.Unit)] != nil {
+		if recordUID(r.Manager) >= 0 || u.workloads[workloadKey(-1, r.Unit)] != nil {
 			continue
 		}
-		m := u.mgr
-		if uid >= 0 {
-			if u.userGone(r) {
-				delete(u.records, k)
-				u.Dirty = true
-				continue
-			}
-			if p := u.people[uid]; p != nil && p.mgr != nil {
-				m = p.mgr
-			} else {
-				continue // its manager runs but is not reachable now: kept
-			}
-		}
-		if info, err := m.UnitInfo(ctx, r.Unit); err == nil && info.LoadState == "not-found" || isNoSuchUnit(err) {
+		if info, err := u.mgr.UnitInfo(ctx, r.Unit); err == nil && info.LoadState == "not-found" || isNoSuchUnit(err) {
 			if _, _, lingers := lingering(r); lingers && r.Written() {
 				continue // the value comes back with a unit of that name
 			}
@@ -136,64 +127,66 @@ func isNoSuchUnit(err error) bool {
 	return errors.As(err, &e) && (e.Name == "org.freedesktop.systemd1.NoSuchUnit" || e.Name == "org.freedesktop.systemd1.LoadFailed")
 }
 
-// onEvent follows one message of EventsC: a unit signal of a manager, a
-// user logging in or out, a manager's connection closing, a focus
-// change; it reports whether the workloads changed. After an overflow
-// (signals lost) it rescans.
+// isDBusError reports whether err is a D-Bus error answer (the manager
+// said no), not a failure of the call itself.
+func isDBusError(err error) bool {
+	var e dbus.Error
+	return errors.As(err, &e)
+}
+
+// onEvent follows one message of EventsC: a signal of the system manager,
+// a user logging in or out, the system manager's connection closing, a
+// focus change; it reports whether the workloads changed. After an
+// overflow (signals lost) it rescans.
 func (u *Placement) onEvent(msg unitMsg) bool {
 	if u.mgr == nil {
 		return false
 	}
 	switch {
-	case msg.closed && msg.uid < 0:
+	case msg.closed:
 		u.log.Warn("the connection to the systemd manager closed; units are no longer followed")
 		u.Close()
 		return false
-	case msg.closed:
-		return u.userManagerClosed(msg.uid, msg.from)
 	case msg.user != nil:
 		return u.onUser(*msg.user)
 	case msg.focus != "" || msg.focusOverflow:
 		return u.onFocus(msg)
 	}
 	ev := msg.ev
-	m := u.managerOf(ev.UID)
-	if m == nil {
-		return false
-	}
 	switch {
 	case ev.Kind == systemd.ReloadStarted:
-		u.reloading[ev.UID] = true
-		u.log.WithField("manager", managerName(ev.UID)).Info("the systemd manager is reloading: its units are held (not forgotten, not set) until it is done")
+		u.reloading[-1] = true
+		u.log.WithField("manager", managerName(-1)).Info("the systemd manager is reloading: its units are held (not forgotten, not set) until it is done")
 		return false
 	case ev.Kind == systemd.ReloadFinished:
-		return u.reloaded(ev.UID)
-	case u.reloading[ev.UID]:
+		return u.reloaded(-1)
+	case u.reloading[-1]:
 		// Every unit is dropped and loaded again: the scan at the end
 		// says which are there.
 		return false
 	}
-	if m.Overflowed() {
+	if u.mgr.Overflowed() {
 		return u.Scan()
 	}
 	if systemd.UnitType(ev.Name) != "Service" && systemd.UnitType(ev.Name) != "Scope" {
 		return false
 	}
-	key := workloadKey(ev.UID, ev.Name)
+	key := workloadKey(-1, ev.Name)
 	if ev.Kind == systemd.UnitDropped {
 		changed := false
 		if _, ok := u.workloads[key]; ok {
 			u.forget(key)
 			changed = true
 		}
-		u.dropUnloaded(ev.UID, ev.Name)
+		u.dropUnloaded(-1, ev.Name)
 		u.Flush()
 		return changed
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), unitOpTimeout)
 	defer cancel()
-	info, err := m.LoadedUnitInfo(ctx, ev.Name)
+	info, err := u.mgr.LoadedUnitInfo(ctx, ev.Name)
 	if err != nil {
+		u.sayRefusedSystem()
 		if _, ok := u.workloads[key]; ok {
 			u.forget(key)
 			u.Flush()
@@ -202,10 +195,10 @@ func (u *Placement) onEvent(msg unitMsg) bool {
 		return false
 	}
 	changed := false
-	if ev.UID < 0 && u.users && isUserManager(ev.Name) {
-		changed = u.userUnit(ctx, info)
+	if u.users && isUserManager(ev.Name) {
+		changed = u.userUnit(info)
 	}
-	if u.consider(ev.UID, info) {
+	if u.consider(-1, u.systemView(info)) {
 		changed = true
 	}
 	u.Flush()
@@ -222,9 +215,7 @@ func (u *Placement) onEvent(msg unitMsg) bool {
 func (u *Placement) reloaded(uid int) bool {
 	was := u.reloading[uid]
 	delete(u.reloading, uid)
-	if m := u.managerOf(uid); m != nil {
-		m.Overflowed() // the scan covers what was dropped
-	}
+	u.mgr.Overflowed() // the scan covers what was dropped
 	before := len(u.workloads)
 	changed := u.Scan()
 	held := u.held && len(u.reloading) == 0
@@ -255,30 +246,103 @@ func (u *Placement) dropUnloaded(uid int, name string) {
 	}
 }
 
-// consider adopts info's unit (of manager uid) if it is an active unit of
-// a managed slice with a cgroup, and forgets it if it no longer is; it
-// reports a change.
-func (u *Placement) consider(uid int, info systemd.UnitInfo) bool {
-	key := workloadKey(uid, info.Name)
+// consider adopts v's unit (of manager uid) if it is an active unit of
+// a managed slice with a cgroup where its manager may have one, and
+// forgets it if it no longer is; it reports a change.
+func (u *Placement) consider(uid int, v unitView) bool {
+	key := workloadKey(uid, v.Name)
 	_, had := u.workloads[key]
-	want := u.managed(uid, info) && (uid >= 0 || info.Name != OwnUnit) && info.ControlGroup != "" &&
-		(info.ActiveState == "active" || info.ActiveState == "reloading" || info.ActiveState == "activating")
+	want := u.managed(uid, v.UnitInfo) && (uid >= 0 || v.Name != OwnUnit) && v.ControlGroup != "" &&
+		(v.ActiveState == "active" || v.ActiveState == "reloading" || v.ActiveState == "activating")
+	var dir string
+	if want {
+		var err error
+		if dir, err = u.cgroupDir(uid, v.ControlGroup); err != nil {
+			u.refuseUnit(uid, v.Name, "ControlGroup", err)
+			want = false
+		}
+	}
+	if want && !had && uid >= 0 && u.userCount(uid) >= maxUserWorkloads {
+		if p := u.people[uid]; p != nil && !p.full {
+			p.full = true
+			u.log.WithFields(logrus.Fields{"uid": uid, "unit": v.Name, "max": maxUserWorkloads}).Warn("a user's manager has more units in the managed slices than the daemon places; the others are not placed")
+		}
+		want = false
+	}
 	switch {
 	case want && !had:
-		u.adopt(uid, info)
+		u.adopt(uid, v, dir)
 		return true
 	case !want && had:
 		u.forget(key)
 		return true
 	case want && had:
-		_, changed := u.refresh(u.workloads[key], info)
+		_, changed := u.refresh(u.workloads[key], v)
 		return changed
 	}
 	return false
 }
 
+// userCount is how many workloads uid's manager has.
+func (u *Placement) userCount(uid int) int {
+	n := 0
+	for _, w := range u.workloads {
+		if w.uid == uid {
+			n++
+		}
+	}
+	return n
+}
+
+// cgroupDir is where the cgroup of a unit of manager uid is, from its
+// ControlGroup property: below the cgroup root, and for a user's unit
+// below the cgroup of the user's manager (user@UID.service's, as the
+// system manager says), which is all a user's manager can have. Errors
+// say why not: the path is not clean and absolute
+// (systemd.CheckControlGroup), leaves the cgroup root, or leaves the
+// user's manager's cgroup.
+func (u *Placement) cgroupDir(uid int, cg string) (string, error) {
+	if err := systemd.CheckControlGroup(cg); err != nil || cg == "" || cg == "/" {
+		if err == nil {
+			err = errors.New("not a unit's cgroup")
+		}
+		return "", err
+	}
+	dir := filepath.Join(u.cgroupRoot, cg)
+	if !strings.HasPrefix(dir, u.cgroupRoot+"/") {
+		return "", fmt.Errorf("%s is not below %s", systemd.Quote(cg), u.cgroupRoot)
+	}
+	if uid >= 0 {
+		p := u.people[uid]
+		if p == nil || p.cgroup == "" || !strings.HasPrefix(cg, p.cgroup+"/") {
+			own := ""
+			if p != nil {
+				own = p.cgroup
+			}
+			return "", fmt.Errorf("%s is not below the cgroup of the user's manager (%s)", systemd.Quote(cg), own)
+		}
+	}
+	return dir, nil
+}
+
+// refuseUnit warns, once per unit and property, that a unit of manager
+// uid is not placed because of what its manager said of it.
+func (u *Placement) refuseUnit(uid int, unit, field string, err error) {
+	p := u.people[uid]
+	if uid < 0 {
+		if u.systemRefused == nil {
+			u.systemRefused = &userManager{uid: -1}
+		}
+		p = u.systemRefused
+	}
+	if p == nil {
+		return
+	}
+	u.sayRefused(p, []error{&systemd.InvalidError{Manager: managerName(uid), Unit: unit, Field: field, Why: err.Error()}}, 0)
+}
+
 // refresh takes in what the manager says of a workload's AllowedCPUs=
-// now (info) where it is not what the daemon last set or saw (w.cpus), or
+// now (v) where it is not what the daemon last set or saw (w.cpus), or
 // was set again since (rewritten: also to the very same value). A value
 // back at the unit's original means the daemon's value is gone (a
 // daemon-reload drops a runtime value that a drop-in of the same name in
@@ -286,9 +350,9 @@ func (u *Placement) consider(uid int, info systemd.UnitInfo) bool {
 // which becomes the unit's original and bounds the choice from the next
 // plan on. It reports whether the original changed (theirs) and whether
 // anything did.
-func (u *Placement) refresh(w *unitWorkload, info systemd.UnitInfo) (theirs, changed bool) {
-	cur := sysfs.NewCPUSet(info.AllowedCPUs...)
-	again := rewritten(w.rec, info.DropInPaths)
+func (u *Placement) refresh(w *unitWorkload, v unitView) (theirs, changed bool) {
+	cur := sysfs.NewCPUSet(v.AllowedCPUs...)
+	again := rewritten(w.rec, v.dropIDs)
 	if cur.Equal(w.cpus) && !again {
 		return false, false
 	}
@@ -298,7 +362,7 @@ func (u *Placement) refresh(w *unitWorkload, info systemd.UnitInfo) (theirs, cha
 		u.Restored(placement.UnitEntry(w.rec))
 	} else {
 		if again {
-			log = log.WithField("dropins", dropIns(info.DropInPaths))
+			log = log.WithField("dropins", v.dropIDs)
 		}
 		log.Warn("AllowedCPUs was changed by someone else; that value is kept as the unit's original")
 		u.Theirs(placement.UnitEntry(w.rec), s)
@@ -313,11 +377,11 @@ func (u *Placement) refresh(w *unitWorkload, info systemd.UnitInfo) (theirs, cha
 // unit of a managed slice of the system manager; a user's manager,
 // user@UID.service, while user slices are managed and cpuset is not
 // delegated to it; or a unit of a managed user slice in a user's manager
-// that can place it.
+// whose link is up.
 func (u *Placement) managed(uid int, info systemd.UnitInfo) bool {
 	if uid >= 0 {
 		p := u.people[uid]
-		return p != nil && p.mgr != nil && u.userManaged[info.Slice]
+		return p != nil && p.link != nil && p.up && u.userManaged[info.Slice]
 	}
 	if u.slices[info.Slice] {
 		return true
@@ -329,16 +393,16 @@ func (u *Placement) managed(uid int, info systemd.UnitInfo) bool {
 	return p == nil || !p.delegated
 }
 
-// adopt makes info's unit a workload, with the record a crashed or earlier
-// run saved for it if state.json has one (reconciled with what the unit's
-// AllowedCPUs= is now), else a new one.
-func (u *Placement) adopt(uid int, info systemd.UnitInfo) {
-	cur := sysfs.NewCPUSet(info.AllowedCPUs...)
-	key := statefile.UnitRecord{Manager: managerName(uid), Unit: info.Name}.Key()
-	log := u.log.WithFields(logrus.Fields{"unit": info.Name, "slice": info.Slice, "manager": managerName(uid)})
+// adopt makes v's unit (its cgroup at dir, cgroupDir) a workload, with
+// the record a crashed or earlier run saved for it if state.json has one
+// (reconciled with what the unit's AllowedCPUs= is now), else a new one.
+func (u *Placement) adopt(uid int, v unitView, dir string) {
+	cur := sysfs.NewCPUSet(v.AllowedCPUs...)
+	key := statefile.UnitRecord{Manager: managerName(uid), Unit: v.Name}.Key()
+	log := u.log.WithFields(logrus.Fields{"unit": v.Name, "slice": v.Slice, "manager": managerName(uid)})
 	r := u.records[key]
 	if r == nil {
-		r = &statefile.UnitRecord{Manager: managerName(uid), Unit: info.Name, Original: cur.String()}
+		r = &statefile.UnitRecord{Manager: managerName(uid), Unit: v.Name, Original: cur.String()}
 		u.records[key] = r
 	} else {
 		switch s := cur.String(); {
@@ -346,23 +410,23 @@ func (u *Placement) adopt(uid int, info systemd.UnitInfo) {
 			r.Original, r.DropIns = s, ""
 		case s == r.Original:
 			r.Applied, r.Pending, r.DropIns = "", "", ""
-		case placement.Ours(placement.UnitEntry(r), s, !rewritten(r, info.DropInPaths), placement.SameValue):
+		case placement.Ours(placement.UnitEntry(r), s, !rewritten(r, v.dropIDs), placement.SameValue):
 			// A write under way (Pending) made the drop-in anew: its
 			// identity now is the daemon's.
 			log.WithFields(logrus.Fields{"original": r.Original, "cpus": s}).Info("original AllowedCPUs recovered from saved state")
-			r.Applied, r.Pending, r.DropIns = s, "", dropIns(info.DropInPaths)
+			r.Applied, r.Pending, r.DropIns = s, "", v.dropIDs
 		default:
-			log.WithFields(logrus.Fields{"saved_original": r.Original, "applied": r.Applied, "cpus": s, "dropins": dropIns(info.DropInPaths)}).Warn("AllowedCPUs was changed by someone else while the daemon did not follow the unit; that value is kept as the original")
+			log.WithFields(logrus.Fields{"saved_original": r.Original, "applied": r.Applied, "cpus": s, "dropins": v.dropIDs}).Warn("AllowedCPUs was changed by someone else while the daemon did not follow the unit; that value is kept as the original")
 			u.Theirs(placement.UnitEntry(r), s)
 			r.DropIns = ""
 		}
 	}
 	u.Dirty = true
-	w := &unitWorkload{name: info.Name, slice: info.Slice, uid: uid, cgroup: filepath.Join(u.cgroupRoot, info.ControlGroup), rec: r, cpus: cur}
+	w := &unitWorkload{name: v.Name, slice: v.Slice, uid: uid, cgroup: dir, rec: r, cpus: cur}
 	if use, err := sysfs.DirUsage(w.cgroup); err == nil {
 		w.avg, w.lastAt = w.avg.Update(use, 0, u.cfg.UtilHalfLife), time.Now()
 	}
-	u.workloads[workloadKey(uid, info.Name)] = w
+	u.workloads[workloadKey(uid, v.Name)] = w
 	u.watchFocus(w)
 	u.backoff.Reset()
 	log.WithFields(logrus.Fields{"allowed_cpus": cur.String(), "original": r.Original}).Info("adopted unit")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -13,6 +14,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/schedpolicyd/schedpolicyd/systemd"
 )
 
 // Apply plans placement for policy eff over the units and sets the
@@ -38,6 +40,7 @@ func (u *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.
 		DisableLazy: fresh, Slices: u.cfg.Slices,
 	}
 	names := u.sortedNames()
+	users := map[int][]userWrite{}
 	for _, n := range names {
 		w := u.workloads[n]
 		if w.override == policy.Performance {
@@ -86,6 +89,10 @@ func (u *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.
 		if pending == w.rec.Original {
 			pending = ""
 		}
+		if w.uid >= 0 {
+			u.queueUserWrite(w, want, pending, users)
+			continue
+		}
 		batch = append(batch, placement.JournalWrite{Entry: placement.UnitEntry(w.rec), Pending: pending, Value: want.String()})
 		sets = append(sets, set{w, want})
 	}
@@ -95,6 +102,92 @@ func (u *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.
 		w := sets[i].w
 		return u.setOne(ctx, w, sets[i].want, plan.Policies[workloadKey(w.uid, w.name)])
 	})
+	u.sendUserWrites(users)
+}
+
+// queueUserWrite adds the write of want to a user's unit to that user's
+// batch (users, by uid), its pending value recorded (saved with the
+// system units' batch, or by sendUserWrites); a user whose previous batch
+// is still with its link gets none now, and another plan when the link
+// answers.
+func (u *Placement) queueUserWrite(w *unitWorkload, want sysfs.CPUSet, pending string, users map[int][]userWrite) {
+	p := u.people[w.uid]
+	if p == nil || p.link == nil || !p.up {
+		return
+	}
+	if p.writing {
+		p.again = true
+		return
+	}
+	if pending != "" {
+		u.Begin(placement.UnitEntry(w.rec), pending)
+	}
+	users[w.uid] = append(users[w.uid], userWrite{key: w.rec.Key(), name: w.name, want: want, expect: w.cpus.String(), expectIDs: w.rec.DropIns})
+}
+
+// sendUserWrites hands each user's batch to its link, once state.json
+// holds their pending values (nothing is sent without: they stay
+// recorded in memory, saved with the next save, as WriteAll's). The
+// results come back as the link's message (takeWritten).
+func (u *Placement) sendUserWrites(users map[int][]userWrite) {
+	if len(users) == 0 || !u.Flush() {
+		return
+	}
+	for uid, ws := range users {
+		p := u.people[uid]
+		p.writing = true
+		u.written += len(ws)
+		p.link.ask(func(w *linkWork) { w.writes = append(w.writes, ws...) })
+	}
+}
+
+// takeWritten takes a user's link's results of a batch of writes (see
+// writeResult), as WriteAll steps the system units' batch: done, the
+// value is applied; refused or not made, the pending value is cleared;
+// the unit changed meanwhile, what it holds is taken in (refresh) and it
+// is planned again; unknown (the connection failed during the call),
+// the pending value stays recorded, as a crash would leave it. It
+// reports whether the user's units wait for another plan.
+func (u *Placement) takeWritten(p *userManager, results []writeResult) bool {
+	p.writing = false
+	replan := p.again
+	p.again = false
+	for _, r := range results {
+		rec := u.records[r.key]
+		if rec == nil {
+			continue
+		}
+		e := placement.UnitEntry(rec)
+		w := u.workloads[workloadKey(p.uid, r.name)]
+		log := u.log.WithFields(logrus.Fields{"unit": r.name, "manager": managerName(p.uid)})
+		switch r.outcome {
+		case writeDone:
+			u.Done(e, r.want.String())
+			rec.DropIns = r.dropIDs
+			u.stats.Writes.Add(1)
+			if w != nil {
+				log.WithFields(logrus.Fields{"from": w.cpus.String(), "to": r.want.String()}).Debug("AllowedCPUs set")
+				w.cpus = r.want
+			}
+		case writeChanged:
+			if w != nil && r.view != nil {
+				u.refresh(w, *r.view)
+			}
+			u.Failed(e)
+			replan = true
+		case writeGone:
+			u.Failed(e)
+		case writeUnknown:
+			u.stats.Errors.Add(1)
+			log.WithError(r.err).Warn("setting AllowedCPUs through the user's manager failed on the connection; the value is kept recorded as pending")
+		default:
+			u.stats.Errors.Add(1)
+			log.WithError(r.err).Warn("AllowedCPUs refused")
+			u.Failed(e)
+		}
+	}
+	u.Dirty = true
+	return replan
 }
 
 // setOne sets want as w's AllowedCPUs= for WriteAll (pol is the policy
@@ -105,12 +198,9 @@ func (u *Placement) setOne(ctx context.Context, w *unitWorkload, want sysfs.CPUS
 	// A value someone set since we last looked is theirs: it becomes
 	// the unit's original (an administrator's AllowedCPUs= bounds the
 	// choice from the next plan on), and is not overwritten now.
-	m := u.managerOf(w.uid)
-	if m == nil {
-		return placement.WriteFailed
-	}
+	m := u.mgr
 	if info, err := m.UnitInfo(ctx, w.name); err == nil {
-		theirs, changed := u.refresh(w, info)
+		theirs, changed := u.refresh(w, u.systemView(info))
 		if theirs || want.Equal(w.cpus) {
 			return placement.WriteSkipped
 		}
@@ -139,55 +229,215 @@ func (u *Placement) setOne(ctx context.Context, w *unitWorkload, want sysfs.CPUS
 }
 
 // Restore resets every recorded unit whose AllowedCPUs= still holds a
-// value of ours to its original (RestoreAll, with unitRestore), workloads
-// or not (a stopped service keeps a runtime value), and drops each record
-// done; it reports whether everything is back. A value someone else set
-// is theirs and stays; a unit systemd no longer knows has nothing left to
-// reset.
+// value of ours to its original, workloads or not (a stopped service
+// keeps a runtime value), and drops each record done; it reports whether
+// everything is back. A value someone else set is theirs and stays; a
+// unit systemd no longer knows has nothing left to reset. The system
+// manager's units are reset here (RestoreAll, with unitRestore); a
+// user's through its link (restoreUsers), within linkRestoreTimeout.
 func (u *Placement) Restore() bool {
 	if u.mgr == nil {
 		return len(u.recordList()) == 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), unitOpTimeout)
 	defer cancel()
-	b := &unitRestore{u: u, ctx: ctx}
-	defer func() {
-		for _, m := range b.temp {
-			m.Close()
-		}
-	}()
 	keys := make([]string, 0, len(u.records))
 	for k := range u.records {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	var todo []*unitRestoring
+	users := map[int][]*statefile.UnitRecord{}
 	for _, k := range keys {
-		if r := u.records[k]; r.Written() {
-			todo = append(todo, &unitRestoring{key: k, r: r})
+		r := u.records[k]
+		if !r.Written() {
+			continue
 		}
+		if uid := recordUID(r.Manager); uid >= 0 {
+			users[uid] = append(users[uid], r)
+			continue
+		}
+		todo = append(todo, &unitRestoring{key: k, r: r})
 	}
-	ok := placement.RestoreAll(&u.Journal, b, todo)
+	ok := u.restoreUsers(ctx, users)
+	if !placement.RestoreAll(&u.Journal, &unitRestore{u: u, ctx: ctx}, todo) {
+		ok = false
+	}
 	u.dropGone(ctx)
 	u.Dirty = true
 	return ok
 }
 
-// unitRestore is Placement.restore's side of RestoreAll. temp holds
-// the user managers it reached for the reset only (closed by restore).
+// userRestore is one user's part of restoreUsers: the link asked, the
+// request, the records (by key) and each one's Pending before the
+// widening step was recorded; temp: the link was made for the reset.
+type userRestore struct {
+	uid   int
+	link  *userLink
+	temp  bool
+	req   *linkRestore
+	recs  map[string]*statefile.UnitRecord
+	was   map[string]string
+	reply []restoreResult
+}
+
+// restoreUsers resets the users' written records (by uid) through their
+// links — a followed user's, or one made for the reset alone while
+// user@UID.service runs (its records are forgotten when it does not:
+// the user's manager took its runtime values with it) — and waits for
+// them all within linkRestoreTimeout. Each widening step (setAllowed)
+// is recorded before the links are asked. It reports whether all is
+// back.
+func (u *Placement) restoreUsers(ctx context.Context, users map[int][]*statefile.UnitRecord) bool {
+	ok := true
+	var all []*userRestore
+	uids := make([]int, 0, len(users))
+	for uid := range users {
+		uids = append(uids, uid)
+	}
+	sort.Ints(uids)
+	for _, uid := range uids {
+		link, temp := u.linkFor(ctx, uid)
+		if link == nil {
+			continue
+		}
+		a := &userRestore{uid: uid, link: link, temp: temp, req: &linkRestore{reply: make(chan []restoreResult, 1)}, recs: map[string]*statefile.UnitRecord{}, was: map[string]string{}}
+		for _, r := range users[uid] {
+			a.req.recs = append(a.req.recs, *r)
+			a.recs[r.Key()], a.was[r.Key()] = r, r.Pending
+			orig, _ := sysfs.ParseCPUList(r.Original)
+			if p := u.pendingFor(orig); p != "" && p != r.Pending {
+				u.Begin(placement.UnitEntry(r), p)
+			}
+		}
+		all = append(all, a)
+	}
+	if len(all) == 0 {
+		return ok
+	}
+	if !u.Flush() {
+		for _, a := range all {
+			for k, r := range a.recs {
+				r.Pending = a.was[k]
+			}
+			if a.temp {
+				a.link.close()
+			}
+		}
+		return false
+	}
+	for _, a := range all {
+		req := a.req
+		a.link.ask(func(w *linkWork) { w.restore = req })
+	}
+	deadline := time.NewTimer(u.linkTiming.restore)
+	defer deadline.Stop()
+	for _, a := range all {
+		select {
+		case a.reply = <-a.req.reply:
+		case <-deadline.C:
+			u.log.WithField("uid", a.uid).Warn("the user's manager did not answer the reset in time; its units' AllowedCPUs= stay in state.json for the next start")
+			ok = false
+		}
+		if a.temp {
+			a.link.close()
+		}
+		done := map[string]bool{}
+		for _, res := range a.reply {
+			if r := a.recs[res.key]; r != nil && !done[res.key] {
+				done[res.key] = true
+				if !u.takeRestored(a.uid, r, a.was[res.key], res) {
+					ok = false
+				}
+			}
+		}
+		if len(done) < len(a.recs) {
+			ok = false
+		}
+	}
+	return ok
+}
+
+// linkFor is the link to reset uid's units through: the followed
+// user's, or (temp) one made for the reset when user@UID.service runs.
+// When it does not, the user's manager is gone with its runtime values:
+// the user's records are forgotten and there is no link. nil too when
+// the system manager cannot say (the records stay).
+func (u *Placement) linkFor(ctx context.Context, uid int) (link *userLink, temp bool) {
+	if p := u.people[uid]; p != nil && p.link != nil {
+		return p.link, false
+	}
+	info, err := u.mgr.UnitInfo(ctx, "user@"+strconv.Itoa(uid)+".service")
+	if err != nil && !isNoSuchUnit(err) {
+		u.log.WithError(err).WithField("uid", uid).Warn("cannot ask the system manager about the user's manager; its units' AllowedCPUs= stay in state.json for the next start")
+		return nil, false
+	}
+	if err != nil || info.LoadState == "not-found" || info.MainPID == 0 || (info.ActiveState != "active" && info.ActiveState != "reloading") {
+		u.forgetUserRecords(uid, "the user's manager is gone (logged out): nothing left to reset; record forgotten")
+		return nil, false
+	}
+	return u.newLink(uid, systemd.UserOptions{Socket: u.userSocket(uid), PeerPID: info.MainPID, MaxCPUs: u.maxCPUs, MaxUnits: maxUserWorkloads * 4}), true
+}
+
+// takeRestored takes one result of a user's reset for record r (was:
+// its Pending before the widening step), as RestoreAll steps the system
+// manager's records; it reports whether the record is done with.
+func (u *Placement) takeRestored(uid int, r *statefile.UnitRecord, was string, res restoreResult) bool {
+	e := placement.UnitEntry(r)
+	log := u.log.WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager})
+	switch res.outcome {
+	case restoreDone:
+		u.stats.Writes.Add(1)
+		u.Restored(e)
+		r.DropIns = ""
+		if w := u.workloads[workloadKey(uid, r.Unit)]; w != nil {
+			w.cpus, _ = sysfs.ParseCPUList(r.Original)
+		}
+		return true
+	case restoreGone:
+		u.Restored(e)
+		delete(u.records, r.Key())
+		return true
+	case restoreTheirs:
+		r.Pending = was
+		if again := res.cur != r.Pending && rewritten(r, res.dropIDs); res.cur != r.Original || again {
+			log.WithFields(logrus.Fields{"allowed_cpus": res.cur, "original": r.Original, "dropins": res.dropIDs}).Warn("AllowedCPUs was changed by someone else; not restored")
+		}
+		r.DropIns = ""
+		u.Theirs(e, res.cur)
+		return true
+	case restoreLingers:
+		r.Pending = was
+		u.Dirty = true
+		log.WithFields(logrus.Fields{"dropin": res.path, "allowed_cpus": r.Applied + r.Pending}).Warn("the unit is gone but the AllowedCPUs= the daemon set stays in its runtime drop-in, which a unit loaded again under that name starts with, and systemd cannot change it while the unit is not found; it stays in state.json, and the daemon resets it once the unit is back (a reboot removes it)")
+		return false
+	case restoreUnknown:
+		u.stats.Errors.Add(1)
+		log.WithError(res.err).Warn("cannot restore AllowedCPUs (the user's manager failed during the reset); it stays in state.json for the next start")
+		return false
+	}
+	r.Pending = was
+	u.Dirty = true
+	if res.err != nil {
+		u.stats.Errors.Add(1)
+	}
+	log.WithError(res.err).Warn("cannot restore AllowedCPUs; it stays in state.json for the next start")
+	return false
+}
+
+// unitRestore is Placement.Restore's side of RestoreAll, for the system
+// manager's records.
 type unitRestore struct {
-	u    *Placement
-	ctx  context.Context
-	temp []unitManager
+	u   *Placement
+	ctx context.Context
 }
 
 // unitRestoring is one unit record being restored: its key in records,
-// and what current found: the unit's manager and its drop-ins.
+// and the unit's drop-ins as current found them.
 type unitRestoring struct {
-	key   string
-	r     *statefile.UnitRecord
-	m     unitManager
-	paths []string
+	key string
+	r   *statefile.UnitRecord
+	ids string
 }
 
 // errLingers: the unit is gone, but the daemon's value outlives it in its
@@ -196,29 +446,11 @@ var errLingers = errors.New("the unit's runtime drop-in outlives it")
 
 func (b *unitRestore) Entry(it *unitRestoring) placement.Entry { return placement.UnitEntry(it.r) }
 
-// Current reads the unit's AllowedCPUs= through its manager: the system
-// manager, a followed user's, or a user's that runs but is not followed
-// now (the user's cpuset is no longer delegated), reached for the reset
-// only. ErrGone: the user or the unit is gone, and the daemon's value
-// with it.
+// Current reads the unit's AllowedCPUs= through the system manager.
+// ErrGone: the unit is gone, and the daemon's value with it.
 func (b *unitRestore) Current(it *unitRestoring) (string, error) {
 	u, r := b.u, it.r
-	uid := recordUID(r.Manager)
-	m := u.managerOf(uid)
-	if uid >= 0 && m == nil {
-		if u.userGone(r) {
-			delete(u.records, it.key)
-			return "", placement.ErrGone
-		}
-		var err error
-		if m, err = u.connect(b.ctx, uid); err != nil {
-			u.log.WithError(err).WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager}).Warn("cannot reach the user's manager to restore AllowedCPUs; it stays in state.json for the next start")
-			return "", err
-		}
-		b.temp = append(b.temp, m)
-	}
-	it.m = m
-	info, err := m.UnitInfo(b.ctx, r.Unit)
+	info, err := u.mgr.UnitInfo(b.ctx, r.Unit)
 	if err == nil && info.LoadState == "not-found" || isNoSuchUnit(err) {
 		if path, _, lingers := lingering(r); lingers {
 			u.log.WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager, "dropin": path, "allowed_cpus": r.Applied + r.Pending}).Warn("the unit is gone but the AllowedCPUs= the daemon set stays in its runtime drop-in, which a unit loaded again under that name starts with, and systemd cannot change it while the unit is not found; it stays in state.json, and the daemon resets it once the unit is back (a reboot removes it)")
@@ -231,22 +463,22 @@ func (b *unitRestore) Current(it *unitRestoring) (string, error) {
 		u.log.WithError(err).WithField("unit", r.Unit).Warn("cannot read AllowedCPUs to restore it; it stays in state.json for the next start")
 		return "", err
 	}
-	it.paths = info.DropInPaths
+	it.ids = dropIns(info.DropInPaths)
 	return sysfs.NewCPUSet(info.AllowedCPUs...).String(), nil
 }
 
 // Ours: the unit's identity is its AllowedCPUs= drop-ins as the daemon's
 // last write left them (rewritten).
 func (b *unitRestore) Ours(it *unitRestoring, cur string) bool {
-	return placement.Ours(placement.UnitEntry(it.r), cur, !rewritten(it.r, it.paths), placement.SameValue)
+	return placement.Ours(placement.UnitEntry(it.r), cur, !rewritten(it.r, it.ids), placement.SameValue)
 }
 
 // Theirs says so unless the unit is back at its original (its runtime
 // value dropped, not replaced).
 func (b *unitRestore) Theirs(it *unitRestoring, cur string) {
 	r := it.r
-	if again := cur != r.Pending && rewritten(r, it.paths); cur != r.Original || again {
-		b.u.log.WithFields(logrus.Fields{"unit": r.Unit, "allowed_cpus": cur, "original": r.Original, "dropins": dropIns(it.paths)}).Warn("AllowedCPUs was changed by someone else; not restored")
+	if again := cur != r.Pending && rewritten(r, it.ids); cur != r.Original || again {
+		b.u.log.WithFields(logrus.Fields{"unit": r.Unit, "allowed_cpus": cur, "original": r.Original, "dropins": it.ids}).Warn("AllowedCPUs was changed by someone else; not restored")
 	}
 	r.DropIns = ""
 }
@@ -265,7 +497,7 @@ func (b *unitRestore) PutBack(it *unitRestoring, _ string) bool {
 			return false
 		}
 	}
-	if err := u.setAllowed(b.ctx, it.m, r.Unit, orig); isNoSuchUnit(err) {
+	if err := u.setAllowed(b.ctx, u.mgr, r.Unit, orig); isNoSuchUnit(err) {
 		u.Restored(e)
 		return true
 	} else if err != nil {

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
+	"github.com/schedpolicyd/schedpolicyd/systemd"
 )
 
 // allowedDropIn is the name of the drop-in file systemd writes for a
@@ -51,13 +52,29 @@ func fileID(path string) string {
 }
 
 // rewritten reports whether someone set AllowedCPUs= on r's unit since
-// the daemon's last write: its AllowedCPUs= drop-ins (paths, the unit's
-// DropInPaths now) are not the files r.DropIns recorded right after that
-// write (one was replaced, added or removed). It tells an administrator's
-// `systemctl set-property` of the very value the daemon had set from the
-// daemon's own. False when r.DropIns is unknown ("").
-func rewritten(r *statefile.UnitRecord, paths []string) bool {
-	return r.DropIns != "" && dropIns(paths) != r.DropIns
+// the daemon's last write: its AllowedCPUs= drop-ins now (ids, dropIns of
+// the unit's DropInPaths) are not the files r.DropIns recorded right
+// after that write (one was replaced, added or removed). It tells an
+// administrator's `systemctl set-property` of the very value the daemon
+// had set from the daemon's own. False when r.DropIns is unknown ("").
+func rewritten(r *statefile.UnitRecord, ids string) bool {
+	return r.DropIns != "" && ids != r.DropIns
+}
+
+// unitView is a unit as read from its manager: its properties and the
+// identity of its AllowedCPUs= drop-ins (dropIns of its DropInPaths),
+// taken where the unit was read. A user's drop-ins are files below a
+// directory the user owns, so a user's units are viewed on their link's
+// goroutine (userlink.go), never on the loop; the system manager's, whose
+// drop-ins are root's, on the loop.
+type unitView struct {
+	systemd.UnitInfo
+	dropIDs string
+}
+
+// viewOf is info's view.
+func viewOf(info systemd.UnitInfo) unitView {
+	return unitView{UnitInfo: info, dropIDs: dropIns(info.DropInPaths)}
 }
 
 // lingering reports, for the record of a unit its manager no longer

@@ -127,10 +127,12 @@ func readFocused(dir string) bool {
 	return err == nil && v == "-1"
 }
 
-// focusValue is dir's FocusXattr, without surrounding blanks and NULs.
+// focusValue is dir's FocusXattr, without surrounding blanks and NULs:
+// at most 64 bytes (a longer value, which Mutter never writes, is an
+// error, ERANGE), read without following a symbolic link.
 func focusValue(dir string) (string, error) {
 	b := make([]byte, 64)
-	n, err := unix.Getxattr(dir, FocusXattr, b)
+	n, err := unix.Lgetxattr(dir, FocusXattr, b)
 	if err != nil {
 		return "", err
 	}

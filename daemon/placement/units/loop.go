@@ -105,19 +105,28 @@ func (u *Placement) OnWake(k placement.Wake, replan placement.ReplanFunc) {
 	}
 }
 
-// OnMsg follows one message (onEvent); one that took over 2 s is warned
-// about.
+// OnMsg follows one message: of the system manager, logind or the focus
+// watch (onEvent), or of a user's link (onLink); one that took over 2 s
+// is warned about.
 func (u *Placement) OnMsg(msg placement.Event, replan placement.ReplanFunc) {
-	ev, ok := msg.(unitMsg)
-	if !ok {
+	t0 := time.Now()
+	log := u.cfg.Log
+	switch m := msg.(type) {
+	case unitMsg:
+		if u.onEvent(m) {
+			replan("units changed", true)
+		}
+		log = log.WithFields(logrus.Fields{"unit": m.ev.Name, "focus": m.focus})
+	case linkMsg:
+		if u.mgr != nil && u.onLink(m) {
+			replan("a user's units changed", true)
+		}
+		log = log.WithField("uid", m.uid)
+	default:
 		return
 	}
-	t0 := time.Now()
-	if u.onEvent(ev) {
-		replan("units changed", true)
-	}
 	if el := time.Since(t0); el > 2*time.Second {
-		u.cfg.Log.WithFields(logrus.Fields{"unit": ev.ev.Name, "uid": ev.ev.UID, "focus": ev.focus, "took": el.String()}).Warn("slow unit event")
+		log.WithField("took", el.String()).Warn("slow unit event")
 	}
 }
 

@@ -203,6 +203,8 @@ func (m *memManager) StartScope(ctx context.Context, name, slice, description st
 	return nil
 }
 
+func (m *memManager) TakeRefused() ([]error, int) { return nil, 0 }
+
 func (m *memManager) Version(ctx context.Context) (string, error) {
 	if err := m.call("Version"); err != nil {
 		return "", err

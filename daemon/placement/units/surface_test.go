@@ -257,10 +257,10 @@ func TestDropInIdentity(t *testing.T) {
 	if strings.Contains(r.DropIns, "10-other") || !strings.HasPrefix(r.DropIns, run+"@") {
 		t.Fatalf("dropIns %q: want the AllowedCPUs= drop-in alone", r.DropIns)
 	}
-	if rewritten(r, []string{other, run}) {
+	if rewritten(r, dropIns([]string{other, run})) {
 		t.Fatal("the same files read as rewritten")
 	}
-	if rewritten(&statefile.UnitRecord{}, []string{run}) {
+	if rewritten(&statefile.UnitRecord{}, dropIns([]string{run})) {
 		t.Fatal("an unknown identity reads as rewritten")
 	}
 	time.Sleep(10 * time.Millisecond)
@@ -268,12 +268,12 @@ func TestDropInIdentity(t *testing.T) {
 	if err := os.Rename(run+".new", run); err != nil {
 		t.Fatal(err)
 	}
-	if !rewritten(r, []string{run}) {
+	if !rewritten(r, dropIns([]string{run})) {
 		t.Fatal("the file written anew with the same value does not read as rewritten")
 	}
 	r.DropIns = dropIns([]string{run})
 	testutil.WriteFile(t, etc, "[Service]\nAllowedCPUs=0\n")
-	if !rewritten(r, []string{run, etc}) {
+	if !rewritten(r, dropIns([]string{run, etc})) {
 		t.Fatal("a persistent drop-in added does not read as rewritten")
 	}
 	if p, known, lingers := lingering(r); p != run || !known || !lingers {

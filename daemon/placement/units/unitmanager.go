@@ -2,6 +2,7 @@ package units
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/schedpolicyd/schedpolicyd/systemd"
 )
@@ -45,24 +46,28 @@ type unitManager interface {
 	StartScope(ctx context.Context, name, slice, description string, pids ...uint32) error
 	// Version is the manager's version string, "252.39-1~deb12u2".
 	Version(ctx context.Context) (string, error)
+	// TakeRefused returns the values the manager sent that systemd cannot
+	// have (systemd.InvalidError; those units were left out or their
+	// calls failed) since the last call, and how many more.
+	TakeRefused() (errs []error, more int)
 	// Close closes the connection; Events' channel is closed.
 	Close()
 }
 
 var _ unitManager = (*systemd.Manager)(nil)
 
-// dialManager connects to manager uid over D-Bus (Placement.connect
-// by default): uid -1 is the system manager, through the system bus or,
-// with bus "none", its private socket only; any other uid is that user's
-// manager, through its private socket. Errors: as systemd.ConnectSystem,
-// systemd.ConnectSystemPrivate and systemd.ConnectUser. The manager is
-// nil exactly when the error is not.
+// dialManager connects to the system manager over D-Bus
+// (Placement.connect by default): through the system bus or, with bus
+// "none", its private socket only. A user's manager is never reached
+// this way (userlink.go). Errors: as systemd.ConnectSystem and
+// systemd.ConnectSystemPrivate, and for uid ≥ 0. The manager is nil
+// exactly when the error is not.
 func dialManager(ctx context.Context, bus string, uid int) (unitManager, error) {
 	var m *systemd.Manager
 	var err error
 	switch {
 	case uid >= 0:
-		m, err = systemd.ConnectUser(ctx, uid, systemd.UserOptions{})
+		return nil, fmt.Errorf("user %d: a user's manager is reached through its link only", uid)
 	case bus == "none":
 		m, err = systemd.ConnectSystemPrivate(ctx) // no D-Bus means no bus daemon either
 	default:

@@ -57,10 +57,22 @@ type Placement struct {
 	placement.Journal
 
 	mgr unitManager // the system manager; nil until open succeeds
-	// connect reaches manager uid (-1 the system's; dialManager, or a
-	// fake in tests): the system manager at open, a user's when the
-	// daemon follows it or resets a value on it.
-	connect func(ctx context.Context, uid int) (unitManager, error)
+	// connect reaches the system manager (uid -1; dialManager, or a fake
+	// in tests) at open; dialUser a user's, from the user's link
+	// (systemd.ConnectUser, or a test's).
+	connect  func(ctx context.Context, uid int) (unitManager, error)
+	dialUser func(ctx context.Context, uid int, opts systemd.UserOptions) (unitManager, error)
+	// runRoot is where the users' runtime directories are
+	// (placement.Config.RunRoot): RUNROOT/user/UID/systemd/private is a
+	// user's manager's socket. maxCPUs bounds the CPU masks the managers
+	// may send: kernel_max + 1 of the sysfs root.
+	runRoot string
+	maxCPUs int
+	// linkTiming is the users' links' (defaultLinkTiming).
+	linkTiming linkTiming
+	// systemRefused remembers the system manager's refused values said
+	// (sayRefused), as a user's do.
+	systemRefused *userManager
 	// written: the units the last apply set AllowedCPUs= on (the
 	// placement log line, placementChanged).
 	written int
@@ -178,8 +190,48 @@ func New(cfg *placement.Config, log logrus.FieldLogger, stats *placement.Counter
 		u.slices[s] = true
 	}
 	u.connect = func(ctx context.Context, uid int) (unitManager, error) { return dialManager(ctx, cfg.Bus, uid) }
-	u.unified = sysfs.IsUnified(u.cgroupRoot)
+	u.dialUser = func(ctx context.Context, uid int, opts systemd.UserOptions) (unitManager, error) {
+		m, err := systemd.ConnectUser(ctx, uid, opts)
+		if err != nil {
+			return nil, err // not a nil *systemd.Manager in a non-nil interface
+		}
+		return m, nil
+	}
+	u.linkTiming = defaultLinkTiming
+	u.runRoot = cfg.RunRoot
+	if u.runRoot == "" {
+		u.runRoot = "/run"
+	}
+	u.maxCPUs = kernelMaxCPUs(sysfsRoot(cfg))
+	u.unified = cgroupV2(sysfsRoot(cfg), u.cgroupRoot)
 	return u
+}
+
+// kernelMaxCPUs is how many CPU numbers the machine can have:
+// devices/system/cpu/kernel_max + 1 below the sysfs root (NR_CPUS); 0
+// (systemd.DefaultMaxCPUs) where it cannot be read.
+func kernelMaxCPUs(sysfsRoot string) int {
+	n, err := sysfs.ReadIntAttr(filepath.Join(sysfsRoot, "devices/system/cpu/kernel_max"))
+	if err != nil || n < 0 || n >= systemd.DefaultMaxCPUs*8 {
+		return 0
+	}
+	return int(n) + 1
+}
+
+// cgroupV2 reports whether the cgroup hierarchy at cgroupRoot (below
+// sysfsRoot) is cgroup v2, where systemd applies AllowedCPUs=: the
+// kernel's word (statfs) on the machine itself, and on a mock machine (a
+// sysfs root other than /sys, transcribed from a real one) whether its
+// fs/cgroup holds cgroup.controllers, as a v2 hierarchy's root does.
+func cgroupV2(sysfsRoot, cgroupRoot string) bool {
+	if sysfs.IsUnified(cgroupRoot) {
+		return true
+	}
+	if filepath.Clean(sysfsRoot) == sysfs.DefaultRoot {
+		return false
+	}
+	_, err := sysfs.ReadAttr(filepath.Join(cgroupRoot, "cgroup.controllers"))
+	return err == nil
 }
 
 // load takes the unit records of state.json.
@@ -225,7 +277,7 @@ func (u *Placement) Open() error {
 	}
 	u.mgr = m
 	u.msgs, u.done = make(chan placement.Event, 256), make(chan struct{})
-	u.forward(-1, m, events)
+	u.forward(events)
 	v, _ := m.Version(ctx)
 	slices := make([]string, 0, len(u.slices))
 	for s := range u.slices {
@@ -298,18 +350,6 @@ func (u *Placement) Close() {
 	u.mgr = nil
 	u.msgs = nil
 	clear(u.reloading)
-}
-
-// managerOf is uid's manager: the system manager for -1, else the user's
-// if it is followed and reachable; nil otherwise.
-func (u *Placement) managerOf(uid int) unitManager {
-	if uid < 0 {
-		return u.mgr
-	}
-	if p := u.people[uid]; p != nil {
-		return p.mgr
-	}
-	return nil
 }
 
 // workloadKey names a unit workload: the unit's name for the system
@@ -495,7 +535,7 @@ func (u *Placement) Create(name string, pid int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	u.consider(-1, info)
+	u.consider(-1, u.systemView(info))
 	if w := u.workloads[workloadKey(-1, unit)]; w != nil {
 		w.rec.Created = true
 	}

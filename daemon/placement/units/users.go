@@ -4,33 +4,48 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 	"github.com/schedpolicyd/schedpolicyd/systemd"
 )
 
-// unitMsg is one message of Placement.EventsC: exactly one of a unit
-// signal (ev, of manager ev.UID), a manager's connection closing (closed,
-// of manager uid, the connection from), a user logging in or out (user,
-// from logind), or a focus watch event (focus: the cgroup directory whose
+// unitMsg is one message of Placement.EventsC, beside the users' links'
+// (linkMsg): exactly one of a signal of the system manager (ev), its
+// connection closing (closed), a user logging in or out (user, from
+// logind), or a focus watch event (focus: the cgroup directory whose
 // attributes changed; focusOverflow: events were lost).
 type unitMsg struct {
 	ev            systemd.UnitEvent
 	closed        bool
-	uid           int
-	from          unitManager
 	user          *systemd.UserEvent
 	focus         string
 	focusOverflow bool
+}
+
+// forward copies the system manager's signals to msgs until its
+// connection closes (then it says so) or close ends it.
+func (u *Placement) forward(ch <-chan systemd.UnitEvent) {
+	out, done := u.msgs, u.done
+	go func() {
+		for ev := range ch {
+			select {
+			case out <- unitMsg{ev: ev}:
+			case <-done:
+				return
+			}
+		}
+		select {
+		case out <- unitMsg{closed: true}:
+		case <-done:
+		}
+	}()
 }
 
 // userManager is one followed user: logged in or lingering, found
@@ -42,29 +57,33 @@ type userManager struct {
 	// why not (logged once per change).
 	delegated bool
 	why       string
-	// mgr is the user's manager while delegated and reachable; nil
-	// otherwise (user@UID.service is then placed as a whole).
-	mgr unitManager
+	// cgroup is user@UID.service's ControlGroup and mainPID its MainPID,
+	// as the system manager says: every unit of the user's manager must
+	// have its cgroup below it, and the socket the link reaches must be
+	// listened on by that process.
+	cgroup  string
+	mainPID int
+	// link talks to the user's manager while delegated (userlink.go);
+	// nil otherwise (user@UID.service is then placed as a whole). up: it
+	// is connected and has listed the units; the user's units are
+	// workloads only while it is.
+	link *userLink
+	up   bool
+	// writing: a batch of writes is with the link, whose answer the
+	// user's units wait for; again: an apply left them out meanwhile, so
+	// the answer asks for another.
+	writing, again bool
+	// said is the last link failure said at warning level (its repeats
+	// are said at debug level); full: maxUserWorkloads reached, said.
+	said string
+	full bool
+	// refusedSaid: the refused values said (unit and field), at most
+	// maxRefusedSaid.
+	refusedSaid map[string]bool
 }
 
-// forward copies the unit signals of manager m (of uid) to msgs until
-// its connection closes (then it says so, naming m) or close ends it.
-func (u *Placement) forward(uid int, m unitManager, ch <-chan systemd.UnitEvent) {
-	out, done := u.msgs, u.done
-	go func() {
-		for ev := range ch {
-			select {
-			case out <- unitMsg{ev: ev}:
-			case <-done:
-				return
-			}
-		}
-		select {
-		case out <- unitMsg{closed: true, uid: uid, from: m}:
-		case <-done:
-		}
-	}()
-}
+// maxRefusedSaid bounds what a user's refusals said are remembered by.
+const maxRefusedSaid = 256
 
 // openUsers starts following users: through logind's ListUsers and its
 // UserNew/UserRemoved signals where logind runs (never started by
@@ -113,17 +132,14 @@ func (u *Placement) openUsers(ctx context.Context) {
 	}
 }
 
-// closeUsers drops logind, the users' managers and the focus watch.
+// closeUsers drops logind, the users' links and the focus watch.
 func (u *Placement) closeUsers() {
 	if u.logind != nil {
 		u.logind.Close()
 		u.logind = nil
 	}
 	for _, p := range u.people {
-		if p.mgr != nil {
-			p.mgr.Close()
-			p.mgr = nil
-		}
+		u.stopLink(p)
 	}
 	if u.focus != nil {
 		u.focus.w.Close()
@@ -133,21 +149,20 @@ func (u *Placement) closeUsers() {
 
 // scanUsers follows every user@UID.service of the system manager's list
 // (scan); it reports whether the workloads changed.
-func (u *Placement) scanUsers(ctx context.Context, list []systemd.UnitInfo) bool {
+func (u *Placement) scanUsers(list []systemd.UnitInfo) bool {
 	changed := false
 	seen := map[int]bool{}
 	for _, info := range list {
 		if isUserManager(info.Name) {
 			seen[userManagerUID(info.Name)] = true
-			if u.userUnit(ctx, info) {
+			if u.userUnit(info) {
 				changed = true
 			}
 		}
 	}
 	for uid, p := range u.people {
-		if !seen[uid] && p.mgr != nil {
-			u.dropUserManager(p)
-			changed = true
+		if !seen[uid] && p.link != nil {
+			changed = u.stopLink(p) || changed
 		}
 	}
 	return changed
@@ -155,21 +170,22 @@ func (u *Placement) scanUsers(ctx context.Context, list []systemd.UnitInfo) bool
 
 // userUnit follows what the system manager says of a user's manager,
 // user@UID.service: while it runs, whether cpuset is delegated to it and,
-// if so, a connection to it with its units adopted; when it stops, the
-// connection is dropped. It reports whether the workloads changed.
-func (u *Placement) userUnit(ctx context.Context, info systemd.UnitInfo) bool {
+// if so, a link to it (whose units come later, as the link's messages);
+// when it stops, or its main process changes, the link is dropped. It
+// reports whether the workloads changed.
+func (u *Placement) userUnit(info systemd.UnitInfo) bool {
 	uid := userManagerUID(info.Name)
 	p := u.people[uid]
 	active := info.ControlGroup != "" && (info.ActiveState == "active" || info.ActiveState == "reloading")
 	if !active {
-		if p != nil && p.mgr != nil {
-			u.dropUserManager(p)
-			return true
+		changed := false
+		if p != nil {
+			changed = u.stopLink(p)
 		}
 		if p != nil && u.logind == nil && info.ActiveState != "activating" {
 			delete(u.people, uid)
 		}
-		return false
+		return changed
 	}
 	if p == nil {
 		p = &userManager{uid: uid}
@@ -187,40 +203,67 @@ func (u *Placement) userUnit(ctx context.Context, info systemd.UnitInfo) bool {
 		p.delegated, p.why = delegated, why
 	}
 	if !delegated {
-		if p.mgr != nil {
-			u.dropUserManager(p)
-			return true
-		}
-		return false
-	}
-	if p.mgr != nil {
-		return false
-	}
-	m, err := u.connect(ctx, uid)
-	var events <-chan systemd.UnitEvent
-	if err == nil {
-		if events, err = m.Events(ctx); err != nil {
-			m.Close()
-		}
-	}
-	if err != nil {
-		log.WithError(err).Warn("cannot reach the user's manager; its units are not placed until it answers")
-		return false
-	}
-	p.mgr = m
-	u.forward(uid, m, events)
-	v, _ := m.Version(ctx)
-	log.WithField("systemd", v).Info("managing a user's units through its manager")
-	list, err := m.Units(ctx, "*.service", "*.scope")
-	if err != nil {
-		log.WithError(err).Warn("listing a user manager's units")
-		return false
+		return u.stopLink(p)
 	}
 	changed := false
-	for _, ui := range list {
-		if u.consider(uid, ui) {
+	if p.link != nil && (p.cgroup != info.ControlGroup || p.mainPID != info.MainPID) {
+		// A new manager process (user@UID.service restarted): the link
+		// checks its socket against the new one.
+		changed = u.stopLink(p)
+	}
+	p.cgroup, p.mainPID = info.ControlGroup, info.MainPID
+	if p.link == nil {
+		p.link = u.newLink(uid, systemd.UserOptions{Socket: u.userSocket(uid), PeerPID: info.MainPID, MaxCPUs: u.maxCPUs, MaxUnits: maxUserWorkloads * 4})
+		u.askLingering(p)
+	}
+	return changed
+}
+
+// userSocket is uid's manager's private socket below the runtime root
+// (placement.Config.RunRoot): RUNROOT/user/UID/systemd/private.
+func (u *Placement) userSocket(uid int) string {
+	return filepath.Join(u.runRoot, "user", strconv.Itoa(uid), "systemd", "private")
+}
+
+// askLingering asks p's link to report, with its next listing, which of
+// the user's records no workload holds have a runtime drop-in that
+// outlives their unit (dropGone).
+func (u *Placement) askLingering(p *userManager) {
+	var check []string
+	for _, r := range u.records {
+		if recordUID(r.Manager) == p.uid && r.Written() && r.DropIns != "" && u.workloads[workloadKey(p.uid, r.Unit)] == nil {
+			check = append(check, r.DropIns)
+		}
+	}
+	sort.Strings(check)
+	p.link.ask(func(w *linkWork) { w.check = check })
+}
+
+// stopLink ends p's link, if any, and forgets the user's workloads; their
+// records stay until the reset at stop, a logout or a listing decides. It
+// reports whether the workloads changed.
+func (u *Placement) stopLink(p *userManager) bool {
+	if p.link == nil {
+		return false
+	}
+	p.link.close()
+	p.link, p.up, p.writing, p.again = nil, false, false, false
+	delete(u.reloading, p.uid)
+	return u.forgetUser(p.uid, "no longer managing a user's units: its manager stopped")
+}
+
+// forgetUser forgets uid's workloads, logging why once when there were
+// any; it reports whether there were.
+func (u *Placement) forgetUser(uid int, why string) bool {
+	changed := false
+	for k, w := range u.workloads {
+		if w.uid == uid {
+			u.forget(k)
 			changed = true
 		}
+	}
+	if changed {
+		u.log.WithField("uid", uid).Info(why)
 	}
 	return changed
 }
@@ -237,7 +280,11 @@ func (u *Placement) cpusetDelegated(info systemd.UnitInfo) (bool, string) {
 	if !u.unified {
 		return false, "cgroup v1: systemd never manages cpusets"
 	}
-	f := filepath.Join(u.cgroupRoot, info.ControlGroup, "cgroup.controllers")
+	dir, err := u.cgroupDir(-1, info.ControlGroup)
+	if err != nil {
+		return false, err.Error()
+	}
+	f := filepath.Join(dir, "cgroup.controllers")
 	ctl, err := sysfs.ReadAttr(f)
 	if err != nil {
 		return false, fmt.Sprintf("reading %s: %v", f, err)
@@ -246,22 +293,6 @@ func (u *Placement) cpusetDelegated(info systemd.UnitInfo) (bool, string) {
 		return false, fmt.Sprintf("cpuset is not in %s (%q)", f, strings.TrimSpace(ctl))
 	}
 	return true, ""
-}
-
-// dropUserManager closes a user's manager connection and forgets its
-// workloads; their records stay until the reset or dropGone decides.
-func (u *Placement) dropUserManager(p *userManager) {
-	if p.mgr != nil {
-		p.mgr.Close()
-		p.mgr = nil
-	}
-	delete(u.reloading, p.uid)
-	for k, w := range u.workloads {
-		if w.uid == p.uid {
-			u.forget(k)
-		}
-	}
-	u.log.WithField("uid", p.uid).Info("no longer managing a user's units: its manager stopped")
 }
 
 // onUser follows logind's UserNew and UserRemoved; it reports whether
@@ -281,8 +312,8 @@ func (u *Placement) onUser(ev systemd.UserEvent) bool {
 		if err != nil {
 			return false // its manager's start job (JobRemoved) brings it
 		}
-		changed := u.userUnit(ctx, info)
-		if u.consider(-1, info) {
+		changed := u.userUnit(info)
+		if u.consider(-1, u.systemView(info)) {
 			changed = true
 		}
 		u.Flush()
@@ -290,69 +321,168 @@ func (u *Placement) onUser(ev systemd.UserEvent) bool {
 	}
 	changed := false
 	if p := u.people[ev.UID]; p != nil {
-		if p.mgr != nil {
-			p.mgr.Close()
-			p.mgr = nil
-		}
+		changed = u.stopLink(p)
 		delete(u.people, ev.UID)
 	}
 	delete(u.reloading, ev.UID)
-	for k, w := range u.workloads {
-		if w.uid == ev.UID {
-			u.forget(k)
-			changed = true
-		}
+	if u.forgetUser(ev.UID, "the user's units are gone with their manager") {
+		changed = true
 	}
-	for k, r := range u.records {
-		if r.Manager == managerName(ev.UID) {
-			log.WithField("unit", r.Unit).Info("user logged out: its manager and the AllowedCPUs= set on its units are gone; record forgotten")
-			delete(u.records, k)
-			u.Dirty = true
-		}
-	}
+	u.forgetUserRecords(ev.UID, "user logged out: its manager and the AllowedCPUs= set on its units are gone; record forgotten")
 	log.Info("user logged out")
 	u.Flush()
 	return changed
 }
 
-// userManagerClosed follows the end of a user manager's connection,
-// from: its units are forgotten, and while the system manager says
-// user@UID.service runs, the daemon connects again at once. A manager
-// closes every connection of its private socket when it re-executes
-// (`systemctl --user daemon-reexec`; Debian's systemd upgrade does it
-// for every user's manager) and serves new ones right after; without
-// connecting again, the user's units were no longer placed until the
-// daemon restarted. The end of a connection the daemon dropped itself
-// (from is not the user's manager now) changes nothing.
-func (u *Placement) userManagerClosed(uid int, from unitManager) bool {
-	p := u.people[uid]
-	if p == nil || p.mgr == nil || p.mgr != from {
-		return false
+// forgetUserRecords drops every record of uid's manager (its runtime
+// values went with it), logging why for each.
+func (u *Placement) forgetUserRecords(uid int, why string) {
+	for k, r := range u.records {
+		if r.Manager == managerName(uid) {
+			if w := u.workloads[workloadKey(uid, r.Unit)]; w != nil {
+				u.forget(workloadKey(uid, r.Unit))
+			}
+			u.log.WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager}).Info(why)
+			delete(u.records, k)
+			u.Dirty = true
+		}
 	}
-	u.log.WithField("uid", uid).Info("the user's manager closed the connection (it re-executed or exited)")
-	u.dropUserManager(p)
-	ctx, cancel := context.WithTimeout(context.Background(), unitOpTimeout)
-	defer cancel()
-	if info, err := u.mgr.UnitInfo(ctx, "user@"+strconv.Itoa(uid)+".service"); err == nil {
-		u.userUnit(ctx, info)
-	}
-	u.Flush()
-	return true
 }
 
-// userGone reports whether the manager of user record r has gone, with
-// every runtime AllowedCPUs= it held (the user logged out: no
-// /run/user/UID/systemd/private); it logs that the record is forgotten.
-func (u *Placement) userGone(r *statefile.UnitRecord) bool {
-	uid := recordUID(r.Manager)
-	if p := u.people[uid]; p != nil && p.mgr != nil {
+// onLink follows one message of a user's link (linkMsg); it reports
+// whether the workloads changed, or the user's units wait for a plan
+// (replan). A message of a link the daemon dropped changes nothing.
+func (u *Placement) onLink(msg linkMsg) (replan bool) {
+	p := u.people[msg.uid]
+	if p == nil || p.link == nil || p.link != msg.link {
 		return false
 	}
-	if _, err := os.Stat(systemd.UserSocket(uid)); !errors.Is(err, fs.ErrNotExist) {
-		return false
+	log := u.log.WithField("uid", msg.uid)
+	u.sayRefused(p, msg.refused, msg.refusedMore)
+	switch {
+	case msg.up:
+		p.up, p.said = true, ""
+		log.WithField("systemd", msg.version).Info("managing a user's units through its manager")
+		replan = u.takeUserList(p, msg.views, msg.lingers)
+	case msg.list:
+		replan = u.takeUserList(p, msg.views, msg.lingers)
+	case msg.units:
+		for _, v := range msg.views {
+			if u.consider(p.uid, v) {
+				replan = true
+			}
+		}
+		for _, name := range msg.gone {
+			if k := workloadKey(p.uid, name); u.workloads[k] != nil {
+				u.forget(k)
+				replan = true
+			}
+		}
+	case msg.reload && msg.started:
+		u.reloading[p.uid] = true
+		log.Info("the user's manager is reloading: its units are held (not forgotten, not set) until it is done")
+	case msg.reload:
+		if u.reloading[p.uid] {
+			delete(u.reloading, p.uid)
+			replan = u.held // the listing that follows takes in what changed
+		}
+	case msg.written:
+		replan = u.takeWritten(p, msg.results)
+	case msg.down:
+		replan = u.linkDown(p, msg)
 	}
-	u.log.WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager}).Info("the user's manager is gone (logged out): nothing left to reset; record forgotten")
-	return true
+	u.Flush()
+	return replan
+}
+
+// sayRefused warns, once per unit and property, of the values a user's
+// manager sent that systemd cannot have (systemd.InvalidError): the unit
+// is not placed, and the message names the user.
+func (u *Placement) sayRefused(p *userManager, refused []error, more int) {
+	for _, err := range refused {
+		var ie *systemd.InvalidError
+		key := err.Error()
+		if errors.As(err, &ie) {
+			key = ie.Unit + "\x00" + ie.Field
+		}
+		if p.refusedSaid[key] {
+			continue
+		}
+		if p.refusedSaid == nil || len(p.refusedSaid) >= maxRefusedSaid {
+			p.refusedSaid = map[string]bool{}
+		}
+		p.refusedSaid[key] = true
+		u.log.WithError(err).WithField("uid", p.uid).Warn("refused what a user's manager sent: systemd cannot send it; the unit is not placed")
+	}
+	if more > 0 {
+		u.log.WithFields(logrus.Fields{"uid": p.uid, "more": more}).Warn("refused more values a user's manager sent")
+	}
+}
+
+// takeUserList takes a complete listing of p's manager: its units of
+// the managed slices adopted, refreshed or forgotten, and the records of
+// its units that are no longer loaded dropped, unless their value
+// lingers in a runtime drop-in (lingers, from the link). It reports a
+// change.
+func (u *Placement) takeUserList(p *userManager, views []unitView, lingers map[string]bool) bool {
+	changed := false
+	seen := map[string]bool{}
+	for _, v := range views {
+		seen[v.Name] = true
+		if u.consider(p.uid, v) {
+			changed = true
+		}
+	}
+	for k, w := range u.workloads {
+		if w.uid == p.uid && !seen[w.name] {
+			u.forget(k)
+			changed = true
+		}
+	}
+	for k, r := range u.records {
+		if recordUID(r.Manager) != p.uid || r.Manager == "system" || seen[r.Unit] {
+			continue
+		}
+		if r.Written() && r.DropIns != "" && lingers[r.DropIns] {
+			continue // the value comes back with a unit of that name
+		}
+		if _, asked := lingers[r.DropIns]; r.Written() && r.DropIns != "" && !asked {
+			continue // not asked about yet: the next listing says
+		}
+		delete(u.records, k)
+		u.Dirty = true
+	}
+	if u.held && len(u.reloading) == 0 {
+		u.held = false
+		changed = true
+	}
+	return changed
+}
+
+// linkDown follows the end of p's connection: the user's units are
+// forgotten until the link is up again (their records stay). The first
+// failure of a run is warned about, with the back-off, and its repeats
+// said at debug level; a user whose socket is gone (logged out while
+// the daemon did not follow) has its records forgotten. It reports a
+// change.
+func (u *Placement) linkDown(p *userManager, msg linkMsg) bool {
+	p.up, p.writing = false, false
+	delete(u.reloading, p.uid)
+	changed := u.forgetUser(p.uid, "the user's units are not placed until its manager answers again")
+	log := u.log.WithError(msg.err).WithFields(logrus.Fields{"uid": p.uid, "retry_in": msg.backoff.String()})
+	switch {
+	case msg.socketGone:
+		u.forgetUserRecords(p.uid, "the user's manager is gone (logged out): nothing left to reset; record forgotten")
+		log.Debug("the user's manager has no socket")
+	case !msg.misbehaved:
+		log.Info("the user's manager closed the connection (it re-executed or exited); connecting again")
+	case msg.err.Error() != p.said:
+		p.said = msg.err.Error()
+		log.Warn("the user's manager does not answer as systemd does: dropped, and tried again after a back-off; its units are not placed meanwhile")
+	default:
+		log.Debug("the user's manager still does not answer as systemd does")
+	}
+	return changed
 }
 
 // userManagerUID is the uid of user@UID.service (isUserManager).

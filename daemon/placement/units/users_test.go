@@ -156,30 +156,23 @@ func TestUserLoggedOutForgetsRecords(t *testing.T) {
 	if len(u.workloads) != 0 || u.people[uid] != nil {
 		t.Fatalf("workloads %v, people %v", u.workloads, u.people)
 	}
-	// A record of a user without a manager socket is gone (dropGone and
-	// restore forget it); one of a followed manager is not.
-	if !u.userGone(&statefile.UnitRecord{Manager: "user:424242", Unit: "x.scope"}) {
-		t.Fatal("userGone: false without a manager socket")
-	}
 }
 
-// TestUserManagerStaleClose: the end of a connection the daemon itself
-// dropped (the user's manager stopped, the user logged out) and that
-// reaches the loop after a new connection to the user's manager was made
-// (logged in again, or the manager re-executed) drops nothing: before,
-// it dropped the new connection, and the user's units were no longer
-// placed.
-func TestUserManagerStaleClose(t *testing.T) {
+// TestUserLinkStale: a message of a link the daemon dropped (the user's
+// manager stopped, the user logged out) that reaches the loop after a new
+// link was made (logged in again, or the manager restarted) changes
+// nothing: before, the end of the old connection dropped the new one,
+// and the user's units were no longer placed.
+func TestUserLinkStale(t *testing.T) {
 	const uid = 424243
 	u := newTestUnits(t, "app.slice")
-	old, cur := &systemd.Manager{UID: uid}, &systemd.Manager{UID: uid}
-	u.people[uid] = &userManager{uid: uid, delegated: true, mgr: cur}
+	old, cur := &userLink{uid: uid}, &userLink{uid: uid}
+	u.people[uid] = &userManager{uid: uid, delegated: true, link: cur, up: true}
 	u.workloads[workloadKey(uid, "app-a.scope")] = &unitWorkload{name: "app-a.scope", slice: "app.slice", uid: uid, rec: &statefile.UnitRecord{Manager: managerName(uid), Unit: "app-a.scope"}}
-	if u.userManagerClosed(uid, old) || u.people[uid].mgr != cur || len(u.workloads) != 1 {
-		t.Fatalf("the old connection's end changed something: manager kept %v, %d workloads", u.people[uid].mgr == cur, len(u.workloads))
-	}
-	if u.userManagerClosed(uid+1, cur) {
-		t.Fatal("the end of a connection of a user not followed changed something")
+	for _, m := range []linkMsg{{uid: uid, link: old, down: true, err: errors.New("closed")}, {uid: uid, link: old, list: true, complete: true}, {uid: uid + 1, link: cur, down: true, err: errors.New("closed")}} {
+		if u.onLink(m) || u.people[uid].link != cur || !u.people[uid].up || len(u.workloads) != 1 {
+			t.Fatalf("%+v changed something: link kept %v, up %v, %d workloads", m, u.people[uid].link == cur, u.people[uid].up, len(u.workloads))
+		}
 	}
 }
 

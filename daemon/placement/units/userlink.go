@@ -1,0 +1,772 @@
+package units
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sync"
+	"time"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/schedpolicyd/schedpolicyd/systemd"
+)
+
+// A user's manager is untrusted. The daemon reaches it through a socket in
+// a directory the user owns (/run/user/UID/systemd/private), so whatever
+// the user runs there answers; and its units' drop-ins are files below
+// that directory, which the user may have made anything (a FUSE mount,
+// with user_allow_other). So the loop never calls a user's manager and
+// never touches a file of the user's: each followed user has a link, one
+// goroutine that owns the connection, makes every call with a deadline and
+// hands the results to the loop as events (linkMsg, through EventsC). The
+// loop asks for work (a listing, a batch of writes, a restore) without
+// waiting; a manager that does not answer in time, or sends what systemd
+// cannot, is dropped, and the link connects again after a back-off that
+// doubles up to linkBackoffMax.
+const (
+	// linkConnectTimeout bounds connecting to a user's manager: dialling,
+	// authenticating, subscribing, its Version and the first listing.
+	linkConnectTimeout = 5 * time.Second
+	// linkCallTimeout bounds each call on a connected manager; a listing
+	// gets unitScanTimeout.
+	linkCallTimeout = 5 * time.Second
+	// linkBackoffMin and linkBackoffMax bound the wait before connecting
+	// again to a manager that failed or misbehaved.
+	linkBackoffMin = 2 * time.Second
+	linkBackoffMax = 5 * time.Minute
+	// maxLinkNames bounds the units a link keeps to read from its
+	// manager's signals; past it, one listing replaces them.
+	maxLinkNames = 1024
+	// maxUserWorkloads bounds the units of one user's manager the daemon
+	// places (and keeps records of): past it, units are not adopted, said
+	// once per user.
+	maxUserWorkloads = 1024
+	// linkRestoreTimeout bounds how long a restore (at stop) waits for
+	// the users' links: what is not back by then stays in state.json for
+	// the next start.
+	linkRestoreTimeout = 8 * time.Second
+)
+
+// linkTiming is how long a link waits for what (the constants above;
+// shorter in tests).
+type linkTiming struct {
+	connect, call, list, backoffMin, backoffMax, restore time.Duration
+}
+
+var defaultLinkTiming = linkTiming{connect: linkConnectTimeout, call: linkCallTimeout, list: unitScanTimeout,
+	backoffMin: linkBackoffMin, backoffMax: linkBackoffMax, restore: linkRestoreTimeout}
+
+// userLink is the loop's handle on one user's link goroutine (run).
+type userLink struct {
+	uid    int
+	opts   systemd.UserOptions
+	timing linkTiming
+	// dial connects (systemd.ConnectUser, or a test's).
+	dial func(ctx context.Context, uid int, opts systemd.UserOptions) (unitManager, error)
+	// unified: cgroup v2, where resetting AllowedCPUs= goes through every
+	// possible CPU (setAllowed); possible is that set.
+	unified  bool
+	possible sysfs.CPUSet
+	out      chan<- placement.Event
+	done     <-chan struct{} // the placement's: ends every link
+	stop     chan struct{}   // this link's
+	stopOnce sync.Once
+	exited   chan struct{}
+	kick     chan struct{} // cap 1: work was asked for
+
+	mu   sync.Mutex
+	work linkWork
+}
+
+// linkWork is what the loop asked a link for, taken in one piece by the
+// goroutine.
+type linkWork struct {
+	list bool
+	// check: AllowedCPUs= drop-in identities of the user's records
+	// (statefile.UnitRecord.DropIns) whose lingering the next listing
+	// reports.
+	check   []string
+	writes  []userWrite
+	restore *linkRestore
+}
+
+// userWrite is one AllowedCPUs= to set on a user's unit (Apply): key is
+// the unit's record key, want the value, expect the value the loop last
+// saw (the write is skipped when the unit holds another, or its drop-ins
+// are not expectIDs when that is known).
+type userWrite struct {
+	key, name string
+	want      sysfs.CPUSet
+	expect    string
+	expectIDs string
+}
+
+// writeResult is what became of one userWrite: done (dropIDs is the
+// unit's drop-ins after it), refused (err), not made because the unit
+// changed (changed: its view now) or is gone, or unknown: the connection
+// failed during the call, so the value may or may not be there.
+type writeResult struct {
+	key, name string
+	want      sysfs.CPUSet
+	outcome   writeOutcome
+	view      *unitView
+	dropIDs   string
+	err       error
+}
+
+type writeOutcome int
+
+const (
+	writeDone writeOutcome = iota
+	writeRefused
+	writeChanged
+	writeGone
+	writeUnknown
+)
+
+// linkRestore is a restore's request to a link: the user's written
+// records, as copies (the loop keeps the originals), and where the link
+// answers, once.
+type linkRestore struct {
+	recs  []statefile.UnitRecord
+	reply chan []restoreResult
+}
+
+// restoreResult is what became of one record's restore: its original
+// is back (restored), the unit holds someone else's value (theirs: cur),
+// the unit and the value are gone, the value lingers in the unit's
+// runtime drop-in (lingers: path), or it failed (err; unknown: the
+// connection failed during the write).
+type restoreResult struct {
+	key     string
+	outcome restoreOutcome
+	cur     string
+	dropIDs string
+	path    string
+	err     error
+}
+
+type restoreOutcome int
+
+const (
+	restoreDone restoreOutcome = iota
+	restoreTheirs
+	restoreGone
+	restoreLingers
+	restoreFailed
+	restoreUnknown
+)
+
+// linkMsg is a link's message to the loop (EventsC). Exactly one kind:
+//
+//   - up: connected, subscribed and listed (version, units, lingers);
+//   - list: a listing asked for (units; complete, lingers);
+//   - units: units read after the manager's signals, and gone ones;
+//   - reload: the manager's Reloading(true) (started) or (false);
+//   - written: the results of a batch of writes;
+//   - down: the connection failed or ended (err; gone: no socket, the
+//     user's runtime directory is gone; misbehaved: the manager did not
+//     answer in time or sent what systemd cannot, and the link waits
+//     backoff before connecting again).
+//
+// refused carries the invalid values the manager sent since the last
+// message (systemd.InvalidError).
+type linkMsg struct {
+	uid  int
+	link *userLink
+
+	up, list, units, reload, written, down bool
+	version                                string
+	views                                  []unitView
+	complete                               bool
+	lingers                                map[string]bool
+	gone                                   []string
+	started                                bool
+	results                                []writeResult
+	err                                    error
+	socketGone, misbehaved                 bool
+	backoff                                time.Duration
+	refused                                []error
+	refusedMore                            int
+}
+
+func (linkMsg) BackendEvent() {}
+
+// errMisbehaved wraps what makes a link drop a connection it made.
+var errMisbehaved = errors.New("the user's manager misbehaved")
+
+// newLink makes a link for uid; start runs it.
+func (u *Placement) newLink(uid int, opts systemd.UserOptions) *userLink {
+	l := &userLink{uid: uid, opts: opts, timing: u.linkTiming, dial: u.dialUser, unified: u.unified, out: u.msgs, done: u.done,
+		stop: make(chan struct{}), exited: make(chan struct{}), kick: make(chan struct{}, 1)}
+	if u.unified {
+		l.possible, _ = possibleCPUs(sysfsRoot(u.cfg))
+	}
+	go l.run()
+	return l
+}
+
+// close ends the link (its connection closes; calls under way end with
+// their deadline); it does not wait.
+func (l *userLink) close() { l.stopOnce.Do(func() { close(l.stop) }) }
+
+// ask adds work for the goroutine and wakes it; never blocks.
+func (l *userLink) ask(f func(w *linkWork)) {
+	l.mu.Lock()
+	f(&l.work)
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// send hands msg to the loop, unless the link or the placement ends
+// first; it reports whether it was handed.
+func (l *userLink) send(msg linkMsg) bool {
+	msg.uid, msg.link = l.uid, l
+	select {
+	case l.out <- msg:
+		return true
+	case <-l.stop:
+	case <-l.done:
+	}
+	return false
+}
+
+// stopped reports whether the link was closed.
+func (l *userLink) stopped() bool {
+	select {
+	case <-l.stop:
+		return true
+	case <-l.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// wait waits d, or until the link ends (false); a restore asked for
+// meanwhile is answered at once (the manager is not reachable now).
+func (l *userLink) wait(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return true
+		case <-l.stop:
+			return false
+		case <-l.done:
+			return false
+		case <-l.kick:
+			l.failRestore(errors.New("the user's manager is not reachable now"))
+		}
+	}
+}
+
+// failRestore answers a pending restore with every record failed.
+func (l *userLink) failRestore(err error) {
+	l.mu.Lock()
+	r := l.work.restore
+	l.work.restore = nil
+	l.mu.Unlock()
+	if r == nil {
+		return
+	}
+	var out []restoreResult
+	for _, rec := range r.recs {
+		out = append(out, restoreResult{key: rec.Key(), outcome: restoreFailed, err: err})
+	}
+	r.reply <- out
+}
+
+// run is the link's goroutine: connect, serve until the connection ends,
+// connect again (at once after the manager closed a connection that
+// worked, as it does when it re-executes; after the back-off otherwise).
+func (l *userLink) run() {
+	defer close(l.exited)
+	backoff := time.Duration(0)
+	for !l.stopped() {
+		m, views, lingers, version, err := l.connect()
+		if err != nil {
+			socketGone := errors.Is(err, fs.ErrNotExist)
+			if socketGone {
+				l.goneRestore()
+			}
+			backoff = l.nextBackoff(backoff)
+			if !l.send(linkMsg{down: true, err: err, socketGone: socketGone, misbehaved: !socketGone, backoff: backoff}) || !l.wait(backoff) {
+				return
+			}
+			continue
+		}
+		refused, more := m.TakeRefused()
+		if !l.send(linkMsg{up: true, version: version, views: views, complete: true, lingers: lingers, refused: refused, refusedMore: more}) {
+			m.Close()
+			return
+		}
+		// Work asked for while not connected (a restore) is done now.
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
+		err = l.serve(m)
+		m.Close()
+		if l.stopped() {
+			return
+		}
+		misbehaved := errors.Is(err, errMisbehaved)
+		if misbehaved {
+			backoff = l.nextBackoff(backoff)
+		} else {
+			backoff = 0 // it closed a connection that worked: connect again at once
+		}
+		if !l.send(linkMsg{down: true, err: err, misbehaved: misbehaved, backoff: backoff}) {
+			return
+		}
+		if backoff > 0 && !l.wait(backoff) {
+			return
+		}
+	}
+}
+
+// nextBackoff doubles d within [linkBackoffMin, linkBackoffMax].
+func (l *userLink) nextBackoff(d time.Duration) time.Duration {
+	return min(max(2*d, l.timing.backoffMin), l.timing.backoffMax)
+}
+
+// goneRestore answers a pending restore: the user's manager and its
+// runtime values are gone (no socket: the user logged out).
+func (l *userLink) goneRestore() {
+	l.mu.Lock()
+	r := l.work.restore
+	l.work.restore = nil
+	l.mu.Unlock()
+	if r == nil {
+		return
+	}
+	var out []restoreResult
+	for _, rec := range r.recs {
+		out = append(out, restoreResult{key: rec.Key(), outcome: restoreGone})
+	}
+	r.reply <- out
+}
+
+// connect connects within linkConnectTimeout, subscribes, reads the
+// manager's version and lists its units, with the lingering of the
+// records the loop asked about.
+func (l *userLink) connect() (unitManager, []unitView, map[string]bool, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.timing.connect)
+	defer cancel()
+	go func() { // the link's end ends the connecting too
+		select {
+		case <-l.stop:
+		case <-l.done:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	m, err := l.dial(ctx, l.uid, l.opts)
+	if err != nil {
+		return nil, nil, nil, "", err
+	}
+	fail := func(err error) (unitManager, []unitView, map[string]bool, string, error) {
+		m.Close()
+		return nil, nil, nil, "", misbehaved(err)
+	}
+	if _, err := m.Events(ctx); err != nil {
+		return fail(err)
+	}
+	version, err := m.Version(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	check := l.takeCheck()
+	views, err := listViews(ctx, m, l.timing.list)
+	if err != nil {
+		return fail(err)
+	}
+	return m, views, lingerings(check), version, nil
+}
+
+// misbehaved marks err as a reason to drop the connection and back off.
+func misbehaved(err error) error {
+	if errors.Is(err, errMisbehaved) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errMisbehaved, err)
+}
+
+// takeCheck takes the drop-in identities the loop asked about.
+func (l *userLink) takeCheck() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.work.check
+	l.work.check = nil
+	return c
+}
+
+// listViews lists the manager's services and scopes as views (their
+// drop-ins identified here, off the loop). A listing cut short is an
+// error.
+func listViews(ctx context.Context, m unitManager, bound time.Duration) ([]unitView, error) {
+	lctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	list, err := m.Units(lctx, "*.service", "*.scope")
+	if err != nil {
+		return nil, err
+	}
+	views := make([]unitView, 0, len(list))
+	for _, info := range list {
+		views = append(views, viewOf(info))
+	}
+	return views, nil
+}
+
+// lingerings reports, for each AllowedCPUs= drop-in identity of check,
+// whether that drop-in is still the very file (lingering).
+func lingerings(check []string) map[string]bool {
+	out := map[string]bool{}
+	for _, ids := range check {
+		_, _, lingers := lingering(&statefile.UnitRecord{DropIns: ids})
+		out[ids] = lingers
+	}
+	return out
+}
+
+// serve follows a connected manager: its signals (units to read, reloads,
+// units dropped) and the loop's work, until the connection closes
+// (errors: the manager closed it, or misbehaved) or the link ends (nil).
+func (l *userLink) serve(m unitManager) error {
+	events, err := m.Events(context.Background()) // subscribed at connect: the channel
+	if err != nil {
+		return misbehaved(err)
+	}
+	names := map[string]bool{}
+	for {
+		select {
+		case <-l.stop:
+			l.failRestore(errors.New("the daemon no longer follows the user"))
+			return nil
+		case <-l.done:
+			return nil
+		case ev, ok := <-events:
+			if !ok {
+				return errors.New("the user's manager closed the connection (it re-executed or exited)")
+			}
+			if err := l.onEvent(m, ev, names); err != nil {
+				return err
+			}
+		case <-l.kick:
+		}
+		// Take whatever else is queued, then do the work.
+	drain:
+		for i := 0; i < 256; i++ {
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					return errors.New("the user's manager closed the connection (it re-executed or exited)")
+				}
+				if err := l.onEvent(m, ev, names); err != nil {
+					return err
+				}
+			default:
+				break drain
+			}
+		}
+		if err := l.doWork(m, names); err != nil {
+			return err
+		}
+	}
+}
+
+// onEvent takes one signal of the manager: a reload is told to the loop
+// at once (it holds the user's units meanwhile); a unit to read is noted
+// (names, bounded: past maxLinkNames a listing replaces them).
+func (l *userLink) onEvent(m unitManager, ev systemd.UnitEvent, names map[string]bool) error {
+	switch ev.Kind {
+	case systemd.ReloadStarted, systemd.ReloadFinished:
+		started := ev.Kind == systemd.ReloadStarted
+		if !started {
+			l.ask(func(w *linkWork) { w.list = true })
+		}
+		if !l.send(linkMsg{reload: true, started: started}) {
+			return nil
+		}
+		return nil
+	}
+	if t := systemd.UnitType(ev.Name); t != "Service" && t != "Scope" {
+		return nil
+	}
+	if len(names) >= maxLinkNames {
+		clear(names)
+		l.ask(func(w *linkWork) { w.list = true })
+		return nil
+	}
+	names[ev.Name] = true
+	return nil
+}
+
+// doWork does what the loop asked and what the signals call for, in this
+// order: a listing (which covers the units to read), else the units to
+// read; the writes; the restore.
+func (l *userLink) doWork(m unitManager, names map[string]bool) error {
+	l.mu.Lock()
+	w := l.work
+	l.work = linkWork{}
+	l.mu.Unlock()
+	if m.Overflowed() {
+		w.list = true
+	}
+	if w.list {
+		clear(names)
+		views, err := listViews(context.Background(), m, l.timing.list)
+		if err != nil {
+			l.requeue(w)
+			return misbehaved(err)
+		}
+		refused, more := m.TakeRefused()
+		if !l.send(linkMsg{list: true, views: views, complete: true, lingers: lingerings(w.check), refused: refused, refusedMore: more}) {
+			return nil
+		}
+	} else if len(names) > 0 {
+		if err := l.readUnits(m, names); err != nil {
+			l.requeue(w)
+			return err
+		}
+	}
+	if len(w.writes) > 0 {
+		results, err := l.write(m, w.writes)
+		l.send(linkMsg{written: true, results: results})
+		if err != nil {
+			return err
+		}
+	}
+	if w.restore != nil {
+		results, err := l.restore(m, w.restore.recs)
+		w.restore.reply <- results
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// requeue puts back the writes and the restore of w for the next
+// connection (the listing is done at connect anyway).
+func (l *userLink) requeue(w linkWork) {
+	if len(w.writes) > 0 {
+		results := make([]writeResult, 0, len(w.writes))
+		for _, wr := range w.writes {
+			results = append(results, writeResult{key: wr.key, name: wr.name, want: wr.want, outcome: writeRefused, err: errors.New("not made: the user's manager did not answer")})
+		}
+		l.send(linkMsg{written: true, results: results})
+	}
+	if w.restore != nil {
+		l.mu.Lock()
+		l.work.restore = w.restore
+		l.mu.Unlock()
+	}
+}
+
+// readUnits reads each unit of names (LoadedUnitInfo: it never loads
+// one) and hands the views, and the units gone, to the loop.
+func (l *userLink) readUnits(m unitManager, names map[string]bool) error {
+	var views []unitView
+	var gone []string
+	for name := range names {
+		ctx, cancel := context.WithTimeout(context.Background(), l.timing.call)
+		info, err := m.LoadedUnitInfo(ctx, name)
+		cancel()
+		switch {
+		case err == nil:
+			views = append(views, viewOf(info))
+		case isNoSuchUnit(err) || errors.Is(err, systemd.ErrInvalid):
+			gone = append(gone, name)
+		default:
+			return misbehaved(err)
+		}
+	}
+	clear(names)
+	refused, more := m.TakeRefused()
+	l.send(linkMsg{units: true, views: views, gone: gone, refused: refused, refusedMore: more})
+	return nil
+}
+
+// write makes a batch of writes in order (see userWrite); a call that
+// fails on the connection (not systemd's refusal) ends the batch: that
+// write's outcome is unknown, the rest are not made.
+func (l *userLink) write(m unitManager, ws []userWrite) ([]writeResult, error) {
+	out := make([]writeResult, 0, len(ws))
+	for i, w := range ws {
+		r := writeResult{key: w.key, name: w.name, want: w.want}
+		ctx, cancel := context.WithTimeout(context.Background(), l.timing.call)
+		err := l.writeOne(ctx, m, w, &r)
+		cancel()
+		out = append(out, r)
+		if err != nil {
+			for _, rest := range ws[i+1:] {
+				out = append(out, writeResult{key: rest.key, name: rest.name, want: rest.want, outcome: writeRefused, err: errors.New("not made: the user's manager did not answer")})
+			}
+			return out, misbehaved(err)
+		}
+	}
+	return out, nil
+}
+
+// writeOne is one write: the unit read first (skipped when it changed),
+// then set, then its drop-ins read. It returns an error only for a
+// failure of the connection (r.outcome is then unknown).
+func (l *userLink) writeOne(ctx context.Context, m unitManager, w userWrite, r *writeResult) error {
+	info, err := m.UnitInfo(ctx, w.name)
+	switch {
+	case isNoSuchUnit(err) || err == nil && info.LoadState == "not-found":
+		r.outcome = writeGone
+		return nil
+	case errors.Is(err, systemd.ErrInvalid):
+		r.outcome, r.err = writeRefused, err
+		return nil
+	case err != nil:
+		r.outcome, r.err = writeRefused, err
+		return err
+	}
+	v := viewOf(info)
+	if cur := sysfs.NewCPUSet(info.AllowedCPUs...).String(); cur != w.expect || w.expectIDs != "" && v.dropIDs != w.expectIDs {
+		r.outcome, r.view = writeChanged, &v
+		return nil
+	}
+	if w.want.IsEmpty() && l.unified && !l.possible.IsEmpty() {
+		// As setAllowed: through every possible CPU first.
+		if err := m.SetAllowedCPUs(ctx, w.name, l.possible.List()); err != nil {
+			return l.writeFailed(r, err)
+		}
+	}
+	if err := m.SetAllowedCPUs(ctx, w.name, w.want.List()); err != nil {
+		return l.writeFailed(r, err)
+	}
+	r.outcome = writeDone
+	if paths, err := m.DropInPaths(ctx, w.name); err == nil {
+		r.dropIDs = dropIns(paths)
+	}
+	return nil
+}
+
+// writeFailed sets r for a failed SetAllowedCPUs: systemd's refusal (a
+// D-Bus error answer) is refused; anything else (the deadline, the
+// connection) unknown, and returned.
+func (l *userLink) writeFailed(r *writeResult, err error) error {
+	return setFailed(&r.err, err, func(gone, refused bool) {
+		switch {
+		case gone:
+			r.outcome = writeGone
+		case refused:
+			r.outcome = writeRefused
+		default:
+			r.outcome = writeUnknown
+		}
+	})
+}
+
+// setFailed sorts the error of a SetAllowedCPUs into what set says:
+// gone (systemd's NoSuchUnit), refused (another D-Bus error answer:
+// systemd said no) or neither (the deadline, the connection: whether the
+// value was set is unknown, and err is returned).
+func setFailed(to *error, err error, set func(gone, refused bool)) error {
+	*to = err
+	var de dbus.Error
+	switch {
+	case isNoSuchUnit(err):
+		set(true, false)
+	case errors.As(err, &de):
+		set(false, true)
+	default:
+		set(false, false)
+		return err
+	}
+	return nil
+}
+
+// restore restores the user's records (copies, their Pending as before
+// the loop recorded the widening step) as unitRestore does for the
+// system manager's, and returns each outcome.
+func (l *userLink) restore(m unitManager, recs []statefile.UnitRecord) ([]restoreResult, error) {
+	var out []restoreResult
+	var failed error
+	for i := range recs {
+		rec := recs[i]
+		r := restoreResult{key: rec.Key()}
+		if failed != nil {
+			r.outcome, r.err = restoreFailed, failed
+			out = append(out, r)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), l.timing.call)
+		err := l.restoreOne(ctx, m, &rec, &r)
+		cancel()
+		out = append(out, r)
+		if err != nil {
+			failed = err
+		}
+	}
+	if failed != nil {
+		return out, misbehaved(failed)
+	}
+	return out, nil
+}
+
+// restoreOne restores one record; an error is the connection's.
+func (l *userLink) restoreOne(ctx context.Context, m unitManager, rec *statefile.UnitRecord, r *restoreResult) error {
+	info, err := m.UnitInfo(ctx, rec.Unit)
+	if err == nil && info.LoadState == "not-found" || isNoSuchUnit(err) {
+		if path, _, lingers := lingering(rec); lingers {
+			r.outcome, r.path = restoreLingers, path
+			return nil
+		}
+		r.outcome = restoreGone
+		return nil
+	}
+	if errors.Is(err, systemd.ErrInvalid) {
+		r.outcome, r.err = restoreFailed, err
+		return nil
+	}
+	if err != nil {
+		r.outcome, r.err = restoreFailed, err
+		return err
+	}
+	v := viewOf(info)
+	cur := sysfs.NewCPUSet(info.AllowedCPUs...).String()
+	r.cur, r.dropIDs = cur, v.dropIDs
+	if !placement.Ours(placement.UnitEntry(rec), cur, !rewritten(rec, v.dropIDs), placement.SameValue) {
+		r.outcome = restoreTheirs
+		return nil
+	}
+	orig, _ := sysfs.ParseCPUList(rec.Original)
+	if orig.IsEmpty() && l.unified && !l.possible.IsEmpty() {
+		if err := m.SetAllowedCPUs(ctx, rec.Unit, l.possible.List()); err != nil {
+			return l.restoreFailed(r, err)
+		}
+	}
+	if err := m.SetAllowedCPUs(ctx, rec.Unit, orig.List()); err != nil {
+		return l.restoreFailed(r, err)
+	}
+	r.outcome = restoreDone
+	return nil
+}
+
+func (l *userLink) restoreFailed(r *restoreResult, err error) error {
+	return setFailed(&r.err, err, func(gone, refused bool) {
+		switch {
+		case gone:
+			r.outcome = restoreGone
+		case refused:
+			r.outcome = restoreFailed
+		default:
+			r.outcome = restoreUnknown
+		}
+	})
+}
