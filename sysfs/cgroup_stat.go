@@ -250,33 +250,72 @@ func DirRunDelay(dir, procRoot string) (run, wait time.Duration, err error) {
 // listed; any other count is. A child cgroup removed during the walk is
 // skipped; an error reading dir itself is returned (it names the file, and
 // IsGone is true for a vanished dir).
+//
+// The tree below dir may be a user's (a delegated subtree, where the user
+// makes cgroups at will), so the walk is bounded: at most MaxThreadDirs
+// cgroups, MaxThreadDepth levels below dir and MaxThreads IDs; a tree
+// past any of them is an error (ErrTooManyThreads), not a longer walk.
 func DirThreads(dir string) ([]int, error) {
+	w := threadWalk{}
+	if err := w.walk(dir, 0); err != nil {
+		return nil, err
+	}
+	return w.tids, nil
+}
+
+// The bounds of DirThreads: cgroups walked, depth below the cgroup, and
+// threads (PID_MAX_LIMIT is 4,194,304; a cgroup of a workload with more
+// than 65,536 threads is not confirmed thread by thread).
+const (
+	MaxThreadDirs  = 4096
+	MaxThreadDepth = 32
+	MaxThreads     = 65536
+)
+
+// ErrTooManyThreads is DirThreads's error for a tree past its bounds.
+var ErrTooManyThreads = errors.New("more cgroups, levels or threads than the daemon walks")
+
+type threadWalk struct {
+	tids []int
+	dirs int
+}
+
+func (w *threadWalk) walk(dir string, depth int) error {
+	w.dirs++
+	if w.dirs > MaxThreadDirs || depth > MaxThreadDepth {
+		return fmt.Errorf("%s: %w (%d cgroups, %d levels at most)", dir, ErrTooManyThreads, MaxThreadDirs, MaxThreadDepth)
+	}
 	tids, err := cgReadIDs(filepath.Join(dir, "cgroup.threads"))
 	if errors.Is(err, fs.ErrNotExist) {
 		tids, err = cgReadIDs(filepath.Join(dir, "tasks"))
 	}
 	if err != nil {
-		return nil, err
+		return err
+	}
+	w.tids = append(w.tids, tids...)
+	if len(w.tids) > MaxThreads {
+		return fmt.Errorf("%s: %w (%d threads at most)", dir, ErrTooManyThreads, MaxThreads)
 	}
 	var st syscall.Stat_t
-	if syscall.Stat(dir, &st) == nil && st.Nlink == 2 {
-		return tids, nil
+	if syscall.Lstat(dir, &st) == nil && st.Nlink == 2 {
+		return nil
 	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return tids, nil // dir went away after its threads were read
+		return nil // dir went away after its threads were read
 	}
 	for _, e := range ents {
 		if !e.IsDir() {
 			continue
 		}
-		sub, err := DirThreads(filepath.Join(dir, e.Name()))
-		if err != nil {
+		if err := w.walk(filepath.Join(dir, e.Name()), depth+1); err != nil {
+			if errors.Is(err, ErrTooManyThreads) {
+				return err
+			}
 			continue // removed meanwhile
 		}
-		tids = append(tids, sub...)
 	}
-	return tids, nil
+	return nil
 }
 
 // CPUPressure returns the child's cgroup v2 CPU pressure, the "some" line

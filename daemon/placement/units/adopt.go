@@ -149,7 +149,7 @@ func (u *Placement) onEvent(msg unitMsg) bool {
 		return false
 	case msg.user != nil:
 		return u.onUser(*msg.user)
-	case msg.focus != "" || msg.focusOverflow:
+	case msg.focus != "" || msg.focusOverflow || msg.focusDue:
 		return u.onFocus(msg)
 	}
 	ev := msg.ev

@@ -119,10 +119,33 @@ func (u *Placement) queueUserWrite(w *unitWorkload, want sysfs.CPUSet, pending s
 		p.again = true
 		return
 	}
+	if !w.rec.Written() && u.userRecords(w.uid) >= maxUserRecords {
+		if !p.recordsFull {
+			p.recordsFull = true
+			u.log.WithFields(logrus.Fields{"uid": w.uid, "unit": w.name, "max": maxUserRecords}).Warn("the daemon holds as many records of a user's units as it keeps; no new AllowedCPUs= is set on that user's units until some are reset")
+		}
+		return
+	}
 	if pending != "" {
 		u.Begin(placement.UnitEntry(w.rec), pending)
 	}
 	users[w.uid] = append(users[w.uid], userWrite{key: w.rec.Key(), name: w.name, want: want, expect: w.cpus.String(), expectIDs: w.rec.DropIns})
+}
+
+// maxUserRecords bounds the records of one user's units that hold a
+// value of ours (state.json keeps each until it is reset): a unit that
+// comes and goes leaves its record until a listing finds it gone.
+const maxUserRecords = 2 * maxUserWorkloads
+
+// userRecords is how many records of uid's units hold a value of ours.
+func (u *Placement) userRecords(uid int) int {
+	n, m := 0, managerName(uid)
+	for _, r := range u.records {
+		if r.Manager == m && r.Written() {
+			n++
+		}
+	}
+	return n
 }
 
 // sendUserWrites hands each user's batch to its link, once state.json

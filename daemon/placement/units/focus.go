@@ -3,6 +3,7 @@ package units
 import (
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/sirupsen/logrus"
@@ -24,7 +25,26 @@ const FocusXattr = "user.xdg.inactive-since"
 type focusWatch struct {
 	w     *fsnotify.Watcher
 	byDir map[string]string // cgroup directory → workloadKey
+	// perUID counts each user's watched apps (at most maxFocusWatches:
+	// the watches are root's inotify watches, of which every user's
+	// apps take one).
+	perUID map[int]int
+	// at is when a focus change last made a plan; pending: a change came
+	// within focusEvery of it and waits for timer (focusDue).
+	at      time.Time
+	pending bool
+	timer   *time.Timer
 }
+
+// maxFocusWatches bounds the apps of one user whose focus is followed;
+// the others count as unfocused apps.
+const maxFocusWatches = 256
+
+// focusEvery is the least time between two plans that focus changes make:
+// the cgroup's xattr is the user's to write, as often as they like, and
+// each plan may set AllowedCPUs= on many units. A change within it is
+// planned at its end.
+const focusEvery = 200 * time.Millisecond
 
 // startFocus makes the inotify watch and feeds its events to msgs.
 func (u *Placement) startFocus() error {
@@ -32,7 +52,7 @@ func (u *Placement) startFocus() error {
 	if err != nil {
 		return err
 	}
-	u.focus = &focusWatch{w: w, byDir: map[string]string{}}
+	u.focus = &focusWatch{w: w, byDir: map[string]string{}, perUID: map[int]int{}}
 	out, done, log := u.msgs, u.done, u.log
 	go func() {
 		for {
@@ -72,12 +92,37 @@ func (u *Placement) watchFocus(w *unitWorkload) {
 	if u.focus == nil || w.uid < 0 || w.slice != "app.slice" {
 		return
 	}
+	if u.focus.perUID[w.uid] >= maxFocusWatches {
+		return // counts as an unfocused app
+	}
 	if err := u.focus.w.Add(w.cgroup); err != nil {
 		u.log.WithError(err).WithField("unit", w.name).Warn("cannot watch an app's cgroup for focus changes")
-	} else {
-		u.focus.byDir[w.cgroup] = workloadKey(w.uid, w.name)
+		return
 	}
+	u.focus.byDir[w.cgroup] = workloadKey(w.uid, w.name)
+	u.focus.perUID[w.uid]++
 	w.focused = readFocused(w.cgroup)
+}
+
+// focusChanged says whether a focus change may make a plan now (at most
+// one per focusEvery); if not, it arms the timer whose message
+// (focusDue) makes it at the end of that time.
+func (u *Placement) focusChanged(now time.Time) bool {
+	f := u.focus
+	if since := now.Sub(f.at); since >= focusEvery {
+		f.at, f.pending = now, false
+		return true
+	} else if !f.pending {
+		f.pending = true
+		out, done := u.msgs, u.done
+		f.timer = time.AfterFunc(focusEvery-since, func() {
+			select {
+			case out <- unitMsg{focusDue: true}:
+			case <-done:
+			}
+		})
+	}
+	return false
 }
 
 // unwatchFocus ends w's watch (its cgroup may be gone already).
@@ -87,15 +132,26 @@ func (u *Placement) unwatchFocus(w *unitWorkload) {
 	}
 	if _, ok := u.focus.byDir[w.cgroup]; ok {
 		delete(u.focus.byDir, w.cgroup)
+		u.focus.perUID[w.uid]--
 		_ = u.focus.w.Remove(w.cgroup)
 	}
 }
 
 // onFocus re-reads the focus of the app whose cgroup's attributes
-// changed (of every watched app after lost events); it reports a change.
+// changed (of every watched app after lost events); it reports whether
+// the plan is to be made now: a change, within focusChanged's rate, or
+// the timer of one that waited (focusDue).
 func (u *Placement) onFocus(m unitMsg) bool {
 	if u.focus == nil {
 		return false
+	}
+	if m.focusDue {
+		due := u.focus.pending
+		u.focus.pending = false
+		if due {
+			u.focus.at = time.Now()
+		}
+		return due
 	}
 	keys := []string{u.focus.byDir[m.focus]}
 	if m.focusOverflow {
@@ -116,7 +172,7 @@ func (u *Placement) onFocus(m unitMsg) bool {
 			u.log.WithFields(logrus.Fields{"unit": w.name, "uid": w.uid, "focused": f}).Debug("focus changed")
 		}
 	}
-	return changed
+	return changed && u.focusChanged(time.Now())
 }
 
 // readFocused reports whether dir's FocusXattr says focused ("-1"); a

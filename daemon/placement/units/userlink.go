@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/godbus/dbus/v5"
 
@@ -197,6 +200,28 @@ type linkMsg struct {
 
 func (linkMsg) BackendEvent() {}
 
+// cleanErr is err as the loop may log it: what a user's manager sends in
+// an error answer is any bytes, up to a message's size, so the text is
+// cut to 256 bytes and quoted where it is not plain text. The link has
+// classified err (gone, misbehaved) before.
+func cleanErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	s := err.Error()
+	cut := len(s) > 256
+	if cut {
+		s = s[:256]
+	}
+	if !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		s = strconv.Quote(s)
+	}
+	if cut {
+		s += "…"
+	}
+	return errors.New(s)
+}
+
 // errMisbehaved wraps what makes a link drop a connection it made.
 var errMisbehaved = errors.New("the user's manager misbehaved")
 
@@ -300,7 +325,7 @@ func (l *userLink) run() {
 				l.goneRestore()
 			}
 			backoff = l.nextBackoff(backoff)
-			if !l.send(linkMsg{down: true, err: err, socketGone: socketGone, misbehaved: !socketGone, backoff: backoff}) || !l.wait(backoff) {
+			if !l.send(linkMsg{down: true, err: cleanErr(err), socketGone: socketGone, misbehaved: !socketGone, backoff: backoff}) || !l.wait(backoff) {
 				return
 			}
 			continue
@@ -326,7 +351,7 @@ func (l *userLink) run() {
 		} else {
 			backoff = 0 // it closed a connection that worked: connect again at once
 		}
-		if !l.send(linkMsg{down: true, err: err, misbehaved: misbehaved, backoff: backoff}) {
+		if !l.send(linkMsg{down: true, err: cleanErr(err), misbehaved: misbehaved, backoff: backoff}) {
 			return
 		}
 		if backoff > 0 && !l.wait(backoff) {
@@ -608,6 +633,7 @@ func (l *userLink) write(m unitManager, ws []userWrite) ([]writeResult, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), l.timing.call)
 		err := l.writeOne(ctx, m, w, &r)
 		cancel()
+		r.err = cleanErr(r.err)
 		out = append(out, r)
 		if err != nil {
 			for _, rest := range ws[i+1:] {
@@ -708,6 +734,7 @@ func (l *userLink) restore(m unitManager, recs []statefile.UnitRecord) ([]restor
 		ctx, cancel := context.WithTimeout(context.Background(), l.timing.call)
 		err := l.restoreOne(ctx, m, &rec, &r)
 		cancel()
+		r.err = cleanErr(r.err)
 		out = append(out, r)
 		if err != nil {
 			failed = err

@@ -20,13 +20,15 @@ import (
 // (linkMsg): exactly one of a signal of the system manager (ev), its
 // connection closing (closed), a user logging in or out (user, from
 // logind), or a focus watch event (focus: the cgroup directory whose
-// attributes changed; focusOverflow: events were lost).
+// attributes changed; focusOverflow: events were lost; focusDue: a focus
+// change that waited is to be planned, focusChanged).
 type unitMsg struct {
 	ev            systemd.UnitEvent
 	closed        bool
 	user          *systemd.UserEvent
 	focus         string
 	focusOverflow bool
+	focusDue      bool
 }
 
 // forward copies the system manager's signals to msgs until its
@@ -77,6 +79,8 @@ type userManager struct {
 	// are said at debug level); full: maxUserWorkloads reached, said.
 	said string
 	full bool
+	// recordsFull: maxUserRecords reached, said.
+	recordsFull bool
 	// refusedSaid: the refused values said (unit and field), at most
 	// maxRefusedSaid.
 	refusedSaid map[string]bool
@@ -143,6 +147,9 @@ func (u *Placement) closeUsers() {
 	}
 	if u.focus != nil {
 		u.focus.w.Close()
+		if u.focus.timer != nil {
+			u.focus.timer.Stop()
+		}
 		u.focus = nil
 	}
 }
@@ -455,6 +462,11 @@ func (u *Placement) takeUserList(p *userManager, views []unitView, lingers map[s
 	if u.held && len(u.reloading) == 0 {
 		u.held = false
 		changed = true
+	}
+	// The next listing says which of the records left linger.
+	u.askLingering(p)
+	if p.recordsFull && u.userRecords(p.uid) < maxUserRecords {
+		p.recordsFull = false
 	}
 	return changed
 }

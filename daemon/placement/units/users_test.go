@@ -72,6 +72,7 @@ func TestFocusXattrFollowed(t *testing.T) {
 			if m.focus != dir {
 				t.Fatalf("event %+v, want focus %s", m, dir)
 			}
+			u.focus.at = time.Time{} // the last focus plan long ago
 			if got := u.onFocus(m); got != wantChange {
 				t.Fatalf("value %q: onFocus changed=%v, want %v", v, got, wantChange)
 			}
@@ -91,11 +92,34 @@ func TestFocusXattrFollowed(t *testing.T) {
 	set("1234567890", true, "app")
 	set("1234567891", false, "app")
 	set("-1", true, "focused")
+	// A change within focusEvery of the last plan is planned when it
+	// ends: the xattr is the user's to flip as often as they like.
+	for i, v := range []string{"1234567892", "-1"} {
+		if err := unix.Setxattr(dir, FocusXattr, []byte(v), 0); err != nil {
+			t.Fatal(err)
+		}
+		m := (<-u.msgs).(unitMsg)
+		if i == 0 {
+			u.focus.at = time.Time{}
+			if !u.onFocus(m) {
+				t.Fatal("the first change: no plan")
+			}
+			continue
+		}
+		if u.onFocus(m) || app.class() != "focused" {
+			t.Fatalf("a change %v after the last plan made one at once (class %s)", focusEvery, app.class())
+		}
+		due := (<-u.msgs).(unitMsg)
+		if !due.focusDue || !u.onFocus(due) {
+			t.Fatalf("no plan at the end of focusEvery: %+v", due)
+		}
+	}
 	// After lost events every watched app is read again.
 	if err := unix.Setxattr(dir, FocusXattr, []byte("42"), 0); err != nil {
 		t.Fatal(err)
 	}
 	<-u.msgs
+	u.focus.at = time.Time{}
 	if !u.onFocus(unitMsg{focusOverflow: true}) || app.class() != "app" {
 		t.Fatalf("after an overflow: class %q", app.class())
 	}
