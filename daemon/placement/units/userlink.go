@@ -276,8 +276,9 @@ func (l *userLink) stopped() bool {
 	}
 }
 
-// wait waits d, or until the link ends (false); a restore asked for
-// meanwhile is answered at once (the manager is not reachable now).
+// wait waits d, or until the link ends (false), or until a restore is
+// asked for: the reset at stop tries the manager at once rather than
+// after the back-off (run connects, then does it).
 func (l *userLink) wait(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -290,7 +291,12 @@ func (l *userLink) wait(d time.Duration) bool {
 		case <-l.done:
 			return false
 		case <-l.kick:
-			l.failRestore(errors.New("the user's manager is not reachable now"))
+			l.mu.Lock()
+			restore := l.work.restore != nil
+			l.mu.Unlock()
+			if restore {
+				return true
+			}
 		}
 	}
 }
@@ -323,6 +329,8 @@ func (l *userLink) run() {
 			socketGone := errors.Is(err, fs.ErrNotExist)
 			if socketGone {
 				l.goneRestore()
+			} else {
+				l.failRestore(fmt.Errorf("the user's manager is not reachable: %w", cleanErr(err)))
 			}
 			backoff = l.nextBackoff(backoff)
 			if !l.send(linkMsg{down: true, err: cleanErr(err), socketGone: socketGone, misbehaved: !socketGone, backoff: backoff}) || !l.wait(backoff) {
