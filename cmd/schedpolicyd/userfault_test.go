@@ -63,8 +63,8 @@ func TestUserFaultModel(t *testing.T) {
 
 type userFaultFigures struct {
 	calls, steps, whileHeld int
-	longest, longestHeld time.Duration
-	peakRSS              int64
+	longest, longestHeld    time.Duration
+	peakRSS                 int64
 }
 
 func envInt(name string, def int) int {
