@@ -2,8 +2,6 @@ package acpi
 
 import (
 	"encoding/json"
-	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -15,11 +13,14 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
-// fixtureDir holds the shared power_supply cases (see its README.md).
-const fixtureDir = "../../shared/testdata/power_supply"
+// fixtureDir holds the repository's power_supply corpus: twenty machines
+// rebuilt from public reports, each with its source in case.json (see its
+// README.md).
+const fixtureDir = "../testdata/power_supply"
 
 type fixtureCase struct {
 	Name     string `json:"name"`
+	Source   string `json:"source"`
 	Expected Source `json:"expected"`
 	Why      string `json:"why"`
 }
@@ -31,13 +32,11 @@ type timelineStep struct {
 	Note     string            `json:"note"`
 }
 
-// fixtureCases discovers <fixtureDir>/*/case.json, skipping the test when
-// the shared directory is not there.
+// fixtureCases discovers <fixtureDir>/*/case.json. Every case names its
+// own directory, gives its public source and is labelled ac, battery or
+// unknown.
 func fixtureCases(t *testing.T) map[string]fixtureCase {
 	t.Helper()
-	if _, err := os.Stat(fixtureDir); errors.Is(err, fs.ErrNotExist) {
-		t.Skipf("fixture directory %s is missing (needs the shared checkout next to main)", fixtureDir)
-	}
 	files, err := filepath.Glob(filepath.Join(fixtureDir, "*", "case.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +59,14 @@ func fixtureCases(t *testing.T) map[string]fixtureCase {
 		default:
 			t.Fatalf("%s: unexpected label %q", f, c.Expected)
 		}
-		cases[filepath.Base(filepath.Dir(f))] = c
+		dir := filepath.Base(filepath.Dir(f))
+		if c.Name != dir {
+			t.Fatalf("%s: name %q, want the directory's name %q", f, c.Name, dir)
+		}
+		if strings.TrimSpace(c.Source) == "" || strings.TrimSpace(c.Why) == "" {
+			t.Fatalf("%s: no source or why", f)
+		}
+		cases[dir] = c
 	}
 	return cases
 }
@@ -343,9 +349,8 @@ func TestReadNoClassDir(t *testing.T) {
 }
 
 // TestSystemBatteries: only the batteries that power the machine, by rule
-// 1, on the shared corpus and on the cases it lacks.
+// 1, on the corpus and on the cases it lacks.
 func TestSystemBatteries(t *testing.T) {
-	fixtureCases(t) // skips without the corpus
 	names := func(ps []sysfs.PowerSupply) []string {
 		var out []string
 		for _, p := range ps {

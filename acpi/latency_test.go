@@ -18,7 +18,7 @@ func benchMonitor(b *testing.B, events EventSource, src ueventSource) (*Monitor,
 	root := b.TempDir()
 	srcDir := filepath.Join(fixtureDir, "tl-unplug-replug-thinkpad-t490", "sys")
 	if err := os.CopyFS(root, os.DirFS(srcDir)); err != nil {
-		b.Skipf("fixture: %v", err)
+		b.Fatalf("fixture: %v", err)
 	}
 	fsys := mustFSb(b, root)
 	for p, v := range map[string]string{"class/power_supply/AC/online": "0\n", "class/power_supply/ucsi-source-psy-USBC000:001/online": "0\n"} {

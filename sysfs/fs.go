@@ -14,7 +14,7 @@ import (
 const DefaultRoot = "/sys"
 
 // FS is a sysfs tree rooted at a directory: "/sys" on a real machine, or a
-// mock tree such as ../shared/testdata/power_supply/<case>/sys.
+// mock tree such as the repository's testdata/power_supply/<case>/sys.
 // FS values are immutable and safe for concurrent use.
 type FS struct {
 	root string

@@ -6,11 +6,12 @@ import (
 	"testing"
 )
 
-// TestBatteryPowerFixture reads the shared corpus' Surface Pro on battery:
+// TestBatteryPowerFixture reads the corpus' Surface Pro on battery
+// (testdata/power_supply/surface-pro-on-battery):
 // power_now 7210000 µW is 7.21 W; its energy_now (28830000 µWh) is a stored
 // amount and plays no part.
 func TestBatteryPowerFixture(t *testing.T) {
-	fsys, err := NewFS("../../shared/testdata/power_supply/surface-pro-on-battery/sys")
+	fsys, err := NewFS("../testdata/power_supply/surface-pro-on-battery/sys")
 	if err != nil {
 		t.Fatal(err)
 	}
