@@ -1,8 +1,8 @@
 package main
 
 // Integration tests: the real schedpolicyd binary on a private dbus-daemon
-// with a mock sysfs root (the seed's 4-core/8-thread laptop plus the shared
-// corpus's Surface Pro on battery), queried and driven by the real
+// with a mock sysfs root (the seed's 4-core/8-thread laptop plus the
+// power_supply corpus's Surface Pro on battery), queried and driven by the real
 // schedpolicyctl binary. The private bus, the fixture copy and the polling
 // are internal/testutil's, shared with cmd/schedpolicyd's tests.
 
@@ -67,22 +67,13 @@ func binaries(t *testing.T) (daemonBin, ctlBin string) {
 }
 
 // mockLaptop builds a sysfs root: the 4-core/8-thread laptop topology and
-// the Surface Pro running on battery (ADP1 offline, BAT1 Discharging), the
-// values of the shared corpus's surface-pro-on-battery written here so
-// that the tests also run in a checkout without the corpus beside it.
+// the Surface Pro running on battery (ADP1 offline, BAT1 Discharging at
+// 7.21 W) of the corpus (testdata/power_supply/surface-pro-on-battery).
 func mockLaptop(t *testing.T) string {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "sys")
 	testutil.CopyFixture(t, "../../sysfs/testdata/topology/laptop-4c8t", root)
-	ps := filepath.Join(root, "class", "power_supply")
-	for f, v := range map[string]string{
-		"ADP1/type": "Mains", "ADP1/online": "0",
-		"BAT1/type": "Battery", "BAT1/present": "1", "BAT1/status": "Discharging", "BAT1/technology": "Li-ion",
-		"BAT1/capacity": "64", "BAT1/capacity_level": "Normal",
-		"BAT1/energy_full": "45040000", "BAT1/energy_now": "28830000", "BAT1/power_now": "7210000",
-	} {
-		testutil.Put(t, filepath.Join(ps, f), v)
-	}
+	testutil.CopyFixture(t, "../../testdata/power_supply/surface-pro-on-battery/sys", root)
 	return root
 }
 

@@ -66,33 +66,13 @@ func buildDaemon(t *testing.T) string {
 	return bin
 }
 
-// inlineSupplies are the power_supply files of the shared corpus's cases
-// the tests here use, so that they also run in a checkout without the
-// corpus beside it (a fresh clone, a worktree).
-var inlineSupplies = map[string]map[string]string{
-	"ac-offline-battery-unknown": {
-		"AC/type": "Mains", "AC/online": "0",
-		"BAT0/type": "Battery", "BAT0/present": "1", "BAT0/status": "Unknown", "BAT0/capacity": "80", "BAT0/power_now": "0",
-	},
-}
-
-// mockMachine builds a sysfs root: a laptop's power_supply from the shared
-// corpus (inlineSupplies, else the corpus beside the checkout) plus a copy
-// of this machine's CPU topology, so cpusets name real CPUs.
+// mockMachine builds a sysfs root: a laptop's power_supply from the
+// corpus's case psCase (testdata/power_supply) plus a copy of this
+// machine's CPU topology, so cpusets name real CPUs.
 func mockMachine(t *testing.T, psCase string) string {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "sys")
-	if files, ok := inlineSupplies[psCase]; ok {
-		for f, v := range files {
-			testutil.Put(t, filepath.Join(root, "class", "power_supply", f), v)
-		}
-	} else {
-		src := filepath.Join("..", "..", "..", "shared", "testdata", "power_supply", psCase, "sys")
-		if _, err := os.Stat(src); err != nil {
-			t.Skipf("needs the shared test corpus beside the checkout: %v", err)
-		}
-		testutil.CopyFixture(t, src, root)
-	}
+	testutil.CopyFixture(t, filepath.Join(powerCases, psCase, "sys"), root)
 	cpuDir := "/sys/devices/system/cpu"
 	for _, f := range []string{"online", "possible", "present", "offline"} {
 		b, err := os.ReadFile(filepath.Join(cpuDir, f))

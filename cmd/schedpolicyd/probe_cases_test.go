@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,8 +15,9 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
-// powerCases holds the shared power_supply cases (see its README.md).
-const powerCases = "../../../shared/testdata/power_supply"
+// powerCases holds the repository's power_supply corpus, each case with
+// its public source in case.json (see its README.md).
+const powerCases = "../../testdata/power_supply"
 
 // buildProbe compiles the real binary into a test directory.
 func buildProbe(t *testing.T) string {
@@ -83,14 +83,11 @@ func checkProbe(t *testing.T, bin, root string, want acpi.Source) {
 }
 
 // TestProbePowerCases runs the built `schedpolicyd probe --json` on every
-// case of the shared power_supply corpus (discovered from the directory),
+// case of the power_supply corpus (discovered from the directory),
 // and for tl-* cases after every settled step of events.json, and checks
 // it reports the expected label with the same reason and evidence as
 // acpi.Read, which the daemon's monitor uses.
 func TestProbePowerCases(t *testing.T) {
-	if _, err := os.Stat(powerCases); errors.Is(err, fs.ErrNotExist) {
-		t.Skipf("fixture directory %s is missing (needs the shared checkout next to main)", powerCases)
-	}
 	files, err := filepath.Glob(filepath.Join(powerCases, "*", "case.json"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no */case.json in %s (%v)", powerCases, err)

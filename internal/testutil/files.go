@@ -22,7 +22,7 @@ func CopyTree(src, dst string) error {
 }
 
 // CopyFixture is CopyTree for a test: it copies a committed fixture tree
-// (testdata, the shared corpus) from src into dst and fails t on any
+// (a testdata directory, such as the power_supply corpus) from src into dst and fails t on any
 // error.
 func CopyFixture(t testing.TB, src, dst string) {
 	t.Helper()
