@@ -25,8 +25,9 @@ const (
 	ppdIface = "net.hadess.PowerProfiles"
 
 	cpusetRoot = "/sys/fs/cgroup/cpuset"
-	// psCase is the shared power_supply case the mock root starts from:
-	// AC online, battery at its stop threshold ("Not charging") → ac.
+	// psCase is the power_supply corpus's case (testdata/power_supply) the
+	// mock root starts from: AC online, battery at its stop threshold
+	// ("Not charging") → ac.
 	psCase = "thinkpad-threshold-not-charging"
 )
 
@@ -103,12 +104,13 @@ func (e *env) startPolkit() error {
 }
 
 // mockSysfs builds tmp/sys from the laptop-4c8t topology fixture and the
-// shared power_supply case psCase.
+// power_supply corpus's case psCase, both paths relative to the checkout
+// (make bench-daemon runs the bench from there).
 func (e *env) mockSysfs() error {
 	e.sysRoot = filepath.Join(e.tmp, "sys")
 	srcs := []string{
 		"sysfs/testdata/topology/laptop-4c8t",
-		filepath.Join("..", "shared", "testdata", "power_supply", psCase, "sys"),
+		filepath.Join("testdata", "power_supply", psCase, "sys"),
 	}
 	for _, s := range srcs {
 		if err := testutil.CopyTree(s, e.sysRoot); err != nil {
