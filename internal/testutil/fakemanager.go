@@ -272,6 +272,9 @@ func (f *FakeManager) ServeBus(addr string) {
 		t.Fatal(err)
 	}
 	f.export(c)
+	f.mu.Lock()
+	f.conns = append(f.conns, c)
+	f.mu.Unlock()
 	if r, err := c.RequestName("org.freedesktop.systemd1", dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
 		c.Close()
 		t.Fatalf("RequestName(org.freedesktop.systemd1) = %v, %v", r, err)
@@ -366,7 +369,11 @@ func (f *FakeManager) serveConn(c net.Conn) {
 			}
 			if err := conn.Auth([]dbus.Auth{dbus.AuthExternal("0")}); err != nil {
 				c.Close()
+				return
 			}
+			f.mu.Lock()
+			f.conns = append(f.conns, conn) // Emit reaches it from now on
+			f.mu.Unlock()
 			return
 		default:
 			io.WriteString(c, "ERROR\r\n")
@@ -445,9 +452,6 @@ func (f *FakeManager) export(conn *dbus.Conn) bool {
 		conn.Close()
 		return false
 	}
-	f.mu.Lock()
-	f.conns = append(f.conns, conn)
-	f.mu.Unlock()
 	return true
 }
 

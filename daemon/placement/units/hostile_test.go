@@ -182,40 +182,57 @@ func TestUserManagerSilentNeverBlocks(t *testing.T) {
 	}
 }
 
-// TestUserManagerHeldCalls: a manager that stops answering once connected
-// (every property read and every SetUnitProperties held): the apply that
-// sends it writes returns at once, the loop goes on, the link drops the
-// manager after its deadline and the user's units are forgotten (their
-// records kept, the pending value too: it may have been set); once it
-// answers again, the unit is adopted back with the value the daemon set.
+// TestUserManagerHeldCalls: a manager that stops answering once connected.
+// The apply that sends it writes returns at once and the loop goes on; the
+// link drops the manager after its deadline and the user's units are
+// forgotten until it answers again. What the records keep follows what
+// was sent: with the unit's read held, no SetUnitProperties went out, so
+// the pending value is cleared; with SetUnitProperties itself held, the
+// value may be set (it is, once the manager answers), so it stays
+// recorded, and the unit is adopted back with it as the daemon's.
 func TestUserManagerHeldCalls(t *testing.T) {
 	h := newHostile(t)
-	h.unit("app-a.scope", "background.slice", testutil.FakeUnit{})
+	h.unit("app-a.scope", "background.slice", testutil.FakeUnit{Mask: []byte{3}})
 	h.serve()
 	h.pump("the unit", policy.Performance, func() bool { return h.workloads() == "app-a.scope" })
+	const key = "user:4242/app-a.scope"
+
+	// The read before the write held: nothing is sent.
 	h.usr.Hold("GetAll", true)
-	h.usr.Hold("SetUnitProperties", true)
 	h.apply(policy.Powersaving)
-	rec := h.u.records["user:4242/app-a.scope"]
-	if rec == nil || rec.Pending == "" {
-		t.Fatalf("record %+v: the write was not recorded before it was sent", rec)
+	if r := h.u.records[key]; r == nil || r.Pending == "" {
+		t.Fatalf("record %+v: the write was not recorded before it was sent", r)
 	}
 	h.pump("the dropped manager", policy.Powersaving, func() bool { return !h.linkUp() })
-	if h.workloads() != "" || h.u.records["user:4242/app-a.scope"] == nil || h.u.records["user:4242/app-a.scope"].Pending == "" {
-		t.Fatalf("after the drop: workloads %q, record %+v; want none, the record with its pending value", h.workloads(), h.u.records["user:4242/app-a.scope"])
+	if r := h.u.records[key]; h.workloads() != "" || r != nil && (r.Pending != "" || r.Applied != "") || len(h.usr.Sets()) != 0 {
+		t.Fatalf("after the drop: workloads %q, record %+v, sets %v; want none, no value of ours, nothing sent", h.workloads(), r, h.usr.Sets())
 	}
 	h.usr.Hold("GetAll", false)
+	h.pump("the unit back", policy.Performance, func() bool { return h.workloads() == "app-a.scope" })
+
+	// The write itself held: its outcome is unknown.
+	h.usr.Hold("SetUnitProperties", true)
+	h.apply(policy.Powersaving)
+	h.pump("the dropped manager", policy.Powersaving, func() bool { return !h.linkUp() })
+	r := h.u.records[key]
+	if h.workloads() != "" || r == nil || r.Pending == "" {
+		t.Fatalf("after the drop: workloads %q, record %+v; want none, the record with its pending value", h.workloads(), r)
+	}
+	pending := r.Pending
 	h.usr.Hold("SetUnitProperties", false)
-	h.pump("the unit back", policy.Powersaving, func() bool { return h.workloads() == "app-a.scope" })
-	h.pump("its value applied", policy.Powersaving, func() bool {
-		r := h.u.records["user:4242/app-a.scope"]
-		return r != nil && r.Applied != "" && r.Pending == ""
+	testutil.WaitFor(t, "the held write made", time.Minute, func() (bool, string) {
+		return len(h.usr.Sets()) == 1, strings.Join(h.usr.Sets(), " ")
+	})
+	h.usr.DropConnections()
+	h.pump("the unit back with the daemon's value", policy.Powersaving, func() bool {
+		r := h.u.records[key]
+		return h.workloads() == "app-a.scope" && r != nil && r.Applied == pending && r.Pending == ""
 	})
 	if !h.u.Restore() {
 		t.Fatal("restore failed")
 	}
-	if sets := h.usr.Sets(); len(sets) == 0 || !strings.HasSuffix(sets[len(sets)-1], "=") {
-		t.Fatalf("sets %v: the original (unset) was not put back last", sets)
+	if sets := h.usr.Sets(); sets[len(sets)-1] != "app-a.scope=03" {
+		t.Fatalf("sets %v: the original 0-1 was not put back last", sets)
 	}
 }
 

@@ -325,6 +325,7 @@ func (l *userLink) run() {
 	backoff := time.Duration(0)
 	for !l.stopped() {
 		m, views, lingers, version, err := l.connect()
+		l.dropWrites() // asked for before this connection: planned on what the loop saw then
 		if err != nil {
 			socketGone := errors.Is(err, fs.ErrNotExist)
 			if socketGone {
@@ -353,6 +354,7 @@ func (l *userLink) run() {
 		if l.stopped() {
 			return
 		}
+		l.dropWrites()
 		misbehaved := errors.Is(err, errMisbehaved)
 		if misbehaved {
 			backoff = l.nextBackoff(backoff)
@@ -545,14 +547,24 @@ func (l *userLink) onEvent(m unitManager, ev systemd.UnitEvent, names map[string
 	return nil
 }
 
-// doWork does what the loop asked and what the signals call for, in this
-// order: a listing (which covers the units to read), else the units to
-// read; the writes; the restore.
+// doWork does what the loop asked and what the signals call for: a
+// restore first (the daemon is stopping, and waits for it), then a
+// listing (which covers the units to read), else the units to read, then
+// the writes.
 func (l *userLink) doWork(m unitManager, names map[string]bool) error {
 	l.mu.Lock()
 	w := l.work
 	l.work = linkWork{}
 	l.mu.Unlock()
+	if w.restore != nil {
+		results, err := l.restore(m, w.restore.recs)
+		w.restore.reply <- results
+		w.restore = nil
+		if err != nil {
+			l.requeue(w)
+			return err
+		}
+	}
 	if m.Overflowed() {
 		w.list = true
 	}
@@ -580,14 +592,25 @@ func (l *userLink) doWork(m unitManager, names map[string]bool) error {
 			return err
 		}
 	}
-	if w.restore != nil {
-		results, err := l.restore(m, w.restore.recs)
-		w.restore.reply <- results
-		if err != nil {
-			return err
-		}
-	}
 	return nil
+}
+
+// dropWrites answers the writes asked for and not made: not made (the
+// loop clears their pending values and plans again once the manager is
+// back).
+func (l *userLink) dropWrites() {
+	l.mu.Lock()
+	ws := l.work.writes
+	l.work.writes = nil
+	l.mu.Unlock()
+	if len(ws) == 0 {
+		return
+	}
+	results := make([]writeResult, 0, len(ws))
+	for _, wr := range ws {
+		results = append(results, writeResult{key: wr.key, name: wr.name, want: wr.want, outcome: writeRefused, err: errors.New("not made: the user's manager was not connected")})
+	}
+	l.send(linkMsg{written: true, results: results})
 }
 
 // requeue puts back the writes and the restore of w for the next
