@@ -13,7 +13,8 @@ import (
 
 // AcpidEvent is one line of acpid's event socket: acpid formats each ACPI
 // genetlink event as "%s %s %08x %08x" (device class, bus id, type, data),
-// e.g. "ac_adapter ACPI0003:00 00000080 00000001" (platform.md §5.3).
+// e.g. "ac_adapter ACPI0003:00 00000080 00000001" (acpid's netlink.c;
+// the class, HID and event 0x80 are drivers/acpi/ac.c's).
 // Events acpid takes from input devices have other shapes, e.g.
 // "button/lid LID close" or "jack/headphone HEADPHONE plug".
 type AcpidEvent struct {

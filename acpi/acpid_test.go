@@ -19,7 +19,8 @@ func TestParseAcpidEvent(t *testing.T) {
 		power   bool
 		wantErr string
 	}{
-		// Lines acpid writes (platform.md §5.3, acpid's netlink.c format).
+		// Lines acpid writes (acpid's netlink.c format; drivers/acpi/ac.c's
+		// class, HID and event 0x80).
 		{"AC unplugged", "ac_adapter ACPI0003:00 00000080 00000000\n",
 			AcpidEvent{Class: "ac_adapter", BusID: "ACPI0003:00", Coded: true, Type: 0x80, Data: 0}, true, ""},
 		{"AC plugged", "ac_adapter ACPI0003:00 00000080 00000001",

@@ -244,7 +244,9 @@ func (m *Monitor) refreshUPower(ctx context.Context, conn *dbus.Conn) bool {
 
 // checkUPower logs, once per change, when UPower's OnBattery disagrees with
 // the sysfs verdict. The verdict stands: UPower guesses "on battery" for a
-// battery whose status is Unknown (DESIGN §3), and it is corroboration only.
+// battery whose status is Unknown (its test_unknown_battery_status_with_ac
+// in src/linux/integration-test.py, the corpus's
+// ac-offline-battery-unknown), and it is corroboration only.
 func (m *Monitor) checkUPower(st State) {
 	disagree := ""
 	if ob := st.UPowerOnBattery; ob != nil {

@@ -25,10 +25,10 @@ const (
 	Unknown Source = "unknown"
 )
 
-// The classification rules, numbered as in the labelling rule of
-// shared/testdata/power_supply/README.md (DESIGN §3). Rule 6 is ours and
-// comes from systemd's on_ac_power() (src/shared/battery-util.c, see
-// platform.md §5.1).
+// The classification rules, numbered as in testdata/power_supply/README.md,
+// which labels the corpus by them (docs/POWER_SOURCE.md §1). Rule 6 is
+// ours and comes from systemd's on_ac_power()
+// (https://github.com/systemd/systemd/blob/main/src/shared/battery-util.c).
 //
 //  1. A supply with scope "Device" powers a peripheral (mouse, keyboard, pen,
 //     controller, attached phone, a USB-C port that is itself a source) and
@@ -54,8 +54,8 @@ const (
 //     port is found through the supply's device link, so only Read applies
 //     this rule; Classify has only the attributes.
 //
-// Real-world classes and the rule that handles each (the fixture under
-// shared/testdata/power_supply that tests it in brackets):
+// Real-world classes and the rule that handles each (the case of the
+// corpus, testdata/power_supply, that tests it in brackets):
 //
 //   - Peripherals with scope Device (mice, keyboards, pens, game
 //     controllers, an attached iPhone): rule 1, whatever they report
@@ -407,7 +407,7 @@ func readInt(path string) (int64, error) {
 // usbSourceOnly reports whether the USB-C ports next to supply name are in
 // power source role: some port below the supply's parent device reports
 // power_role "[source]" and none reports "[sink]", as systemd's
-// device_is_power_sink() decides (platform.md §5.1). The ports are found as
+// device_is_power_sink() decides (src/shared/battery-util.c). The ports are found as
 // <root>/class/power_supply/<name>/device/typec/*/power_role (the class
 // glue directory of the typec ports registered on the same parent) and
 // .../device/*/power_role. Absent ports mean "not a source".

@@ -13,8 +13,8 @@ import (
 // present, status, scope) and reads them back the way the daemon does,
 // through sysfs.FS and Read. Nothing panics, the answer is one of the
 // three sources with a reason, and "battery" is only ever the verdict when
-// a present system battery says exactly Discharging (DESIGN §3: battery
-// only on positive evidence).
+// a present system battery says exactly Discharging (rule 3 of
+// classify.go: battery only on positive evidence).
 func FuzzPowerSupplyAttrs(f *testing.F) {
 	f.Add("Mains", "1", "Battery", "1", "Discharging", "System")
 	f.Add("Mains", "0", "Battery", "1", "Discharging", "")

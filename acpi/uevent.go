@@ -8,7 +8,8 @@ import (
 )
 
 // Uevent is one kernel uevent as broadcast on NETLINK_KOBJECT_UEVENT to the
-// kernel multicast group 1 (lib/kobject_uevent.c; platform.md §5.2).
+// kernel multicast group 1 (lib/kobject_uevent.c; systemd's
+// src/libsystemd/sd-device/device-monitor.c calls it MONITOR_GROUP_KERNEL).
 type Uevent struct {
 	Action    string            // "add", "remove", "change", "online", "offline", "bind", ...
 	DevPath   string            // kobject path below /sys, e.g. "/devices/system/cpu/cpu1"

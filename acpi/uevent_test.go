@@ -7,7 +7,9 @@ import (
 	"testing"
 )
 
-// Captured from a kernel (platform.md §5.2), with SEQNUMs shortened.
+// Captured from a kernel (the format of lib/kobject_uevent.c and
+// power_supply_uevent in drivers/power/supply/power_supply_sysfs.c), with
+// SEQNUMs shortened.
 const (
 	acChange = "change@/devices/LNXSYSTM:00/LNXSYBUS:00/ACPI0003:00/power_supply/AC\x00" +
 		"ACTION=change\x00DEVPATH=/devices/LNXSYSTM:00/LNXSYBUS:00/ACPI0003:00/power_supply/AC\x00" +
