@@ -17,7 +17,7 @@ const (
 	BoostUnsupported = "unsupported" // no boost control on this machine
 )
 
-// The boost files, relative to the root (platform.md §4.1; the kernel's
+// The boost files, relative to the root (the kernel's
 // Documentation/admin-guide/pm/cpufreq.rst and intel_pstate.rst).
 const (
 	// boostGlobal is the cpufreq core's switch (acpi-cpufreq, amd-pstate,

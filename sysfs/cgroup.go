@@ -42,7 +42,8 @@ var ErrNoCpuset = errors.New("cpuset controller not available")
 
 // Cgroup is a managed parent cgroup whose direct child directories are the
 // workloads. Children are named by their directory name; all files live on
-// cgroupfs (platform.md §6) or on a plain directory tree that mimics it.
+// cgroupfs (Documentation/admin-guide/cgroup-v1/cpusets.rst, cgroup-v2.rst)
+// or on a plain directory tree that mimics it.
 //
 // A Cgroup holds no open files and is safe for concurrent use. Writes are
 // single write(2) calls, never temp-and-rename. Errors name the file and wrap

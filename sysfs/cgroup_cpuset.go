@@ -93,7 +93,8 @@ func (c *Cgroup) WriteCPUs(name string, cpus CPUSet) error {
 }
 
 // allCPUs, in the kernel's cpulist syntax, is every CPU number below
-// nr_cpu_ids: "N" is the list parser's last valid bit (platform.md §1.4).
+// nr_cpu_ids: "N" is the list parser's last valid bit (bitmap_parselist,
+// lib/bitmap.c; lib/bitmap-str.c in newer kernels).
 const allCPUs = "0-N"
 
 // WriteAllCPUs sets child name's cpuset.cpus to every CPU the kernel may
@@ -104,8 +105,8 @@ const allCPUs = "0-N"
 // It is how "inherit" is given back to a cgroup that has tasks: Linux 6.1
 // (Debian 12's) refuses to empty the cpuset.cpus of a populated cgroup
 // with ENOSPC on v2 as on v1 (validate_change in kernel/cgroup/cpuset.c;
-// seen in the VM of packaging/systemd-test/vm.sh; platform.md §6.3: newer
-// kernels keep the rule for v1 only).
+// seen in the VM of packaging/systemd-test/vm.sh; newer kernels keep the
+// rule for v1 only, docs/SOURCES.md §10).
 //
 // Only on the kernel's cgroupfs, whose list parser resolves "N"; on a mock
 // tree it returns an error wrapping errors.ErrUnsupported. Errors as for

@@ -12,8 +12,8 @@ import (
 )
 
 // Efficiency classes of hybrid CPUs (P-cores and E-cores, big.LITTLE),
-// found from sysfs alone: no CPUID, no MSR. The ladder and its sources are
-// in docs/HYBRID-PLACEMENT.md (from ../shared/docs/HYBRID.md §0, §1, §5).
+// found from sysfs alone: no CPUID, no MSR. The ladder and its public
+// sources are in docs/HYBRID-PLACEMENT.md.
 
 // Class names. Intel's come from its PMU lists (and an Intel frequency
 // ladder), AMD's from amd_pstate machines; other machines get little, mid

@@ -6,8 +6,9 @@ import (
 	"testing"
 )
 
-// TestParseCPUList covers the inputs of platform.md §1.4, verified there
-// against a 6.18 kernel with nr_cpu_ids = 2. Where the kernel's answer
+// TestParseCPUList covers the kernel list parser's inputs
+// (bitmap_parselist, lib/bitmap.c) as a 6.18 kernel with nr_cpu_ids = 2
+// answered them (docs/SOURCES.md §10). Where the kernel's answer
 // depends on the machine (ERANGE) the parser accepts the list; "N" is
 // deliberately unsupported.
 func TestParseCPUList(t *testing.T) {

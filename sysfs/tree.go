@@ -11,10 +11,11 @@ import (
 	"syscall"
 )
 
-// This file defines the served virtual sched_policy tree (DESIGN §4) and
-// chooses its backend: tree_fuse.go serves it through FUSE, tree_plain.go as
-// plain files watched with fsnotify. The attribute semantics mimicked are those
-// of kernel sysfs (platform.md §7.1).
+// This file defines the served virtual sched_policy tree (README.md, "The
+// tree") and chooses its backend: tree_fuse.go serves it through FUSE,
+// tree_plain.go as plain files watched with fsnotify. The attribute
+// semantics mimicked are those of kernel sysfs
+// (Documentation/filesystems/sysfs.rst, fs/kernfs/file.c).
 
 // Backend is how the tree is served: BackendAuto, BackendFUSE or
 // BackendPlain, as accepted in TreeOptions.Backend and (FUSE or plain)
@@ -42,8 +43,9 @@ func ParseBackend(s string) (Backend, error) {
 }
 
 // maxAttrWrite is the largest single write(2) an attribute accepts, PAGE_SIZE
-// on x86 (platform.md §7.1). Longer writes fail with EINVAL before the handler
-// sees them, as the experiments on a real sysfs enum file showed.
+// on x86 (the buffer of Documentation/filesystems/sysfs.rst). Longer writes
+// fail with EINVAL before the handler sees them, as such writes to a real
+// sysfs enum file did (docs/SOURCES.md §10).
 const maxAttrWrite = 4096
 
 // TreeFile is one attribute file of the tree, relative to the tree directory,
@@ -73,8 +75,8 @@ type TreeHandler interface {
 // TreeOptions configures ServeTree.
 type TreeOptions struct {
 	// Dir is the mount point / directory, created if missing (0755, with
-	// its missing parents). It must not lie inside /sys (platform.md
-	// §7.2), and it must be a trusted path (ResolveTrustedPath): every
+	// its missing parents). It must not lie inside /sys (see treeDir),
+	// and it must be a trusted path (ResolveTrustedPath): every
 	// directory on the way from / owned by root or our euid and not
 	// writable by its group or others unless sticky, every symlink on the
 	// way owned by root or our euid and held by such a directory; Dir
@@ -273,8 +275,8 @@ func (r *replacedTrees) closeAll() {
 // treeDir makes dir absolute and resolves it as a trusted path
 // (ResolveTrustedPath: every directory and symlink on the way only root
 // or our euid can change), and rejects places inside sysfs, where the
-// tree must never go (platform.md §7.2: mkdir there fails with EPERM, and
-// a mount would shadow the kernel's attributes). It returns the absolute
+// tree must never go (mkdir there fails with EPERM, kernfs_iop_mkdir in
+// fs/kernfs/dir.c, and a mount would shadow the kernel's attributes). It returns the absolute
 // path and the resolved one.
 func treeDir(dir string) (abs, resolved string, err error) {
 	if dir == "" {
@@ -330,8 +332,8 @@ func resolveExisting(p string) string {
 	}
 }
 
-// cleanTreeFiles cleans each path as filepath.Clean("/"+path) (STYLE: name
-// sanitising) and rejects empty paths, duplicates and a file that is also a
+// cleanTreeFiles cleans each path as filepath.Clean("/"+path) (a name is
+// made safe before it is used) and rejects empty paths, duplicates and a file that is also a
 // directory of another.
 func cleanTreeFiles(in []TreeFile) ([]TreeFile, error) {
 	if len(in) == 0 {

@@ -22,8 +22,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The FUSE backend of the tree (DESIGN §4, platform.md §7.2). Every setting
-// below answers one of the experiments recorded there:
+// The FUSE backend of the tree (README.md, "The tree"). Every setting
+// below answers a go-fuse v2 behaviour (fs/api.go, fs/bridge.go) or an
+// experiment with it (docs/SOURCES.md §8, §10):
 //   - Open returns FOPEN_DIRECT_IO, so the kernel forwards every read and a
 //     reader never sees stale or size-truncated content;
 //   - fileNode implements NodeSetattrer, or the shell's O_TRUNC (SETATTR
@@ -611,7 +612,8 @@ var (
 )
 
 // Getattr reports the mode, owner root and size 4096 like sysfs
-// (platform.md §7.1); with direct I/O the size does not limit reads.
+// (PAGE_SIZE, fs/sysfs/file.c); with direct I/O the size does not limit
+// reads.
 func (n *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	n.fill(out)
 	return 0
@@ -746,7 +748,8 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 
 // clearStaleMount lazily unmounts what a crashed instance left at dir: a
 // mount whose stat gives ENOTCONN ("Transport endpoint is not connected"), or
-// any fuse.schedpolicyd mount point at dir (platform.md §7.2). Other file
+// any fuse.schedpolicyd mount point at dir (a dead server's mount stays,
+// and the kernel fails its requests with ENOTCONN, fs/fuse/dev.c). Other file
 // systems mounted at dir are left alone. Stacked mounts are peeled one at a
 // time, each reported to report (if not nil) once it is detached.
 func clearStaleMount(dir string, report func(what string)) error {

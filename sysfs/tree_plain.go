@@ -14,13 +14,13 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
-// The plain-file backend of the tree (DESIGN §4), used where /dev/fuse is not
-// usable. Regular files cannot refuse a write, so a write always succeeds for
+// The plain-file backend of the tree (README.md, "The tree"), used where
+// /dev/fuse is not usable. Regular files cannot refuse a write, so a write always succeeds for
 // the writer and is judged afterwards: the watcher hands the new content to
 // the handler and, if the handler rejects it, reverts the file and reports the
 // rejection through TreeOptions.OnPlainRejected.
 //
-// Telling our own writes from the user's (STYLE "The OS boundary" 4):
+// Telling our own writes from the user's:
 //   - the tree writes a file only by writing a temporary file next to it and
 //     renaming it over the name, so on a tree file name it causes only a
 //     Create event, never a Write event;

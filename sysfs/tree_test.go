@@ -25,7 +25,8 @@ var testTreeFiles = []TreeFile{
 }
 
 // fakeTreeHandler is an in-memory handler whose Write accepts only the three
-// policies, parsed like sscanf("%15s") (DESIGN §4, platform.md §7.1).
+// policies, parsed like sscanf("%15s") (the store of the 2013 patch 10,
+// docs/SOURCES.md §1).
 type fakeTreeHandler struct {
 	mu     sync.Mutex
 	vals   map[string]string
@@ -116,7 +117,7 @@ func serveTestFUSEAt(t *testing.T, dir string, h TreeHandler) Tree {
 }
 
 // bash runs script with bash (never sh: dash reports every write error as
-// "I/O error", platform.md §7.1) and returns its stderr.
+// "I/O error", docs/SOURCES.md §10) and returns its stderr.
 func bash(t *testing.T, script string) (string, error) {
 	t.Helper()
 	var stderr bytes.Buffer

@@ -2,8 +2,9 @@
 # Regenerates the mock sysfs trees under testdata/topology/ used by
 # cpu_topology_test.go. Run from anywhere: sh sysfs/testdata/gen_topology.sh
 # Every file holds one value and ends in a newline, like the kernel's.
-# Layouts follow platform.md §1 (Intel-style SMT numbering: thread 2 of core c
-# is CPU c + number of cores).
+# Layouts follow the kernel's Documentation/admin-guide/cputopology.rst and
+# Documentation/ABI/stable/sysfs-devices-system-cpu (Intel-style SMT
+# numbering: thread 2 of core c is CPU c + number of cores).
 set -eu
 cd "$(dirname "$0")"
 out=topology
@@ -117,7 +118,8 @@ put "$r/devices/system/cpu/cpu1/cpu_capacity" 1024
 # cpu_capacity: a kernel >= 6.16 shows 1024 with SMT, and on hybrids without
 # SMT HWP highest perf x 1024 / the largest, intel_pstate.rst; the arm64
 # capacities marked derived follow arch_topology's capacity-dmips-mhz x
-# max frequency). Sources are summarised in ../shared/docs/HYBRID.md §1.
+# max frequency). docs/HYBRID-PLACEMENT.md lists the hybrid trees and
+# their sources together.
 
 # hcpu ROOT ID SIBLINGS L2 L3(-=none) CAPACITY(-) MAXKHZ(-) BASEKHZ(-) HIGHEST_PERF(-)
 # One package, package_cpus_list = every online CPU.
