@@ -113,7 +113,8 @@ const eps = 1e-9
 // nothing busy, all idle workloads share one CPU. However many there are,
 // idle workloads never make a plan use a CPU of their own.
 //
-// Policies (DESIGN.md §5; the domain tree is described on buildTree):
+// Policies (README.md, "Workloads"; the domain tree is described on
+// buildTree):
 //   - performance: every workload gets every allowed CPU (CFS spreads).
 //   - balance / powersaving: from the top domain down, if the domain's
 //     load exceeds its threshold (sd_capacity for balance, span weight for
@@ -123,8 +124,9 @@ const eps = 1e-9
 //     weight) — the busiest group with room first (the patch's
 //     group_leader); inside the LLC unthrottled CPUs come before busy
 //     ones, above it busy groups before unthrottled ones (the CPU order
-//     of ../shared/seeds/004: same CPU, SMT, LLC, package, node, prefer
-//     CPUs not scaled down) — and each group is packed the same way.
+//     of Alfred Chen's BFS commit 1fa3bb5, docs/SOURCES.md §1: same CPU,
+//     SMT, LLC, package, node, prefer CPUs not scaled down) — and each
+//     group is packed the same way.
 //     Among a domain's CPUs (the last level), a workload that is not small
 //     gets CPUs of its own; a small one (4 × util below max_util: 25 %
 //     powersaving, 15 % balance) goes to the busy CPU with the smallest

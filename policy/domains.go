@@ -4,7 +4,7 @@ import (
 	"slices"
 )
 
-// The 2013 capacity arithmetic (platform.md §2.1, kernel v3.8
+// The 2013 capacity arithmetic (docs/SOURCES.md §3: kernel v3.8
 // kernel/sched/fair.c update_cpu_power, default_scale_smt_power,
 // fix_small_capacity; kernel/sched/topology.c sd->smt_gain).
 const (
@@ -93,7 +93,8 @@ type tree struct {
 
 // buildTree builds the domain tree over the CPUs in allowed (IDs; nil means
 // every CPU), the way the kernel builds sched domains for a root domain
-// (platform.md §1.6):
+// (kernel/sched/topology.c: default_topology[], build_sched_domains,
+// sd_degenerate, sd_parent_degenerate; docs/SOURCES.md §2):
 //
 //   - levels bottom-up: SMT (Core), CLS (Cluster), MC (LLC), PKG (NUMA node;
 //     the physical package when the machine has a single node), then one

@@ -54,7 +54,7 @@ func TestCapacityArithmetic(t *testing.T) {
 	if groupCapacity(294, true) != 1 || groupCapacity(294, false) != 0 {
 		t.Error("fix_small_capacity")
 	}
-	// DIV_ROUND_CLOSEST: 10C/20T = 11780 → 12 (platform.md §2 pitfalls).
+	// DIV_ROUND_CLOSEST: 10C/20T = 11780 → 12 (rounds half up, not down).
 	if got := divRoundClosest(11780, capacityScale); got != 12 {
 		t.Errorf("DIV_ROUND_CLOSEST(11780) = %d, want 12", got)
 	}

@@ -626,12 +626,11 @@ func ModelFor(t Topology) EnergyModel {
 
 // Relative energy per unit of work of each efficiency class (the most
 // performant class = 1), from published figures; estimates, not
-// measurements (docs/HYBRID-PLACEMENT.md, "Energy model";
-// ../shared/docs/HYBRID.md §3). Where the kernel's energy model is
+// measurements (docs/HYBRID-PLACEMENT.md §3 and its sources). Where the kernel's energy model is
 // readable (debugfs energy_model), the caller uses its ratios instead.
 var (
-	// IntelClassCost: LP E-core, E-core, P-core. HYBRID.md §3's default
-	// model from Apple's and Intel's figures: LPE 1, E 1.4, P about 4
+	// IntelClassCost: LP E-core, E-core, P-core. A default model drawn from
+	// Apple's and Intel's published figures (docs/HYBRID-PLACEMENT.md §3): LPE 1, E 1.4, P about 4
 	// per unit of work at high frequency; the kernel's 6.19 hybrid
 	// energy model orders them the same way (LPE < E < P).
 	IntelClassCost = map[string]float64{"LPE": 0.25, "E": 0.35, "P": 1}

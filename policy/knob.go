@@ -9,7 +9,9 @@ import (
 )
 
 // Policy is one of the three balance policies of the 2013 "sched: power
-// aware scheduling" patch set (patch 09, ../shared/seeds/000_*.txt).
+// aware scheduling" patch set (patch 09 of Alex Shi's "[patch v4 0/18]
+// sched: simplified fork, release load avg and power awareness
+// scheduling", LKML, January 2013; docs/SOURCES.md §1).
 type Policy string
 
 // The balance policies. Their names are the strings the kernel patch's
@@ -29,7 +31,7 @@ const (
 var AvailablePolicies = []Policy{Performance, Balance, Powersaving}
 
 // PowerAware is the three-valued knob Ingo Molnar asked for on the patch
-// thread (../shared/seeds/000_*.txt, reply to 0/18; DESIGN.md §1).
+// thread (his reply to 0/18, docs/SOURCES.md §1).
 type PowerAware int
 
 const (
@@ -58,7 +60,7 @@ type Knob struct {
 }
 
 // DefaultKnob is power_aware=1 (automatic) with power_aware_policy
-// powersaving, as DESIGN.md §4 specifies.
+// powersaving, the tree's defaults (README.md, "The tree").
 func DefaultKnob() Knob {
 	return Knob{PowerAware: PowerAwareAuto, PowerAwarePolicy: Powersaving}
 }
@@ -85,7 +87,8 @@ func (k Knob) Validate() error {
 // powerSource is the classification of package acpi: "ac", "battery" or
 // "unknown". Only "battery" — positive, reliable evidence — selects the
 // power-aware policy in mode 1; "unknown" and anything else count as AC
-// (DESIGN.md §1, §3).
+// (Ingo Molnar's "positive, reliable information", docs/SOURCES.md §1;
+// docs/POWER_SOURCE.md).
 func (k Knob) Effective(powerSource string) Policy {
 	switch {
 	case k.PowerAware == PowerAwareOn:
@@ -98,7 +101,7 @@ func (k Knob) Effective(powerSource string) Policy {
 }
 
 // WithCurrentPolicy applies an explicit write of p to current_sched_policy
-// (DESIGN.md §4): performance sets power_aware to 0; balance and
+// (README.md, "The tree"): performance sets power_aware to 0; balance and
 // powersaving set power_aware to 2 and power_aware_policy to p.
 func (k Knob) WithCurrentPolicy(p Policy) Knob {
 	if p == Performance {

@@ -7,7 +7,8 @@ import (
 )
 
 // TestEffectiveEveryCombination covers every power_aware × power_aware_policy
-// × power source combination (DESIGN.md §1, §4; unknown counts as AC).
+// × power source combination (README.md's opening and "The tree"; unknown
+// counts as AC).
 func TestEffectiveEveryCombination(t *testing.T) {
 	tests := []struct {
 		aware  PowerAware

@@ -7,7 +7,7 @@ import (
 )
 
 // LazyState is patch 18's lazy power balance history ("sched: lazy power
-// balance", ../shared/seeds/000_*.txt), kept per decision for the whole
+// balance" of the 2013 patch set, docs/SOURCES.md §1), kept per decision for the whole
 // managed CPU set (the kernel keeps one per sched_domain). It is a value:
 // pass the Plan.Lazy of one decision as Input.Lazy of the next. The zero
 // value is an empty history, which allows packing at once.

@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// Utilisation averaging, PELT-like (platform.md §3).
+// Utilisation averaging, PELT-like (v3.8's kernel/sched/fair.c,
+// docs/SOURCES.md §4).
 //
 // The kernel's PELT decays 1024 µs periods with y^32 = 1/2 (half-life
 // ≈ 32 ms) and needs ~345 ms to converge. User space cannot read cgroup

@@ -12,7 +12,7 @@ import (
 // choice is the first CPU of the matching sysfs mask (core_cpus_list,
 // cluster_cpus_list, the LLC's shared_cpu_list, package_cpus_list,
 // nodeN/cpulist), since core_id is only unique within a package
-// (platform.md §1.1).
+// (Documentation/admin-guide/cputopology.rst).
 type CPUDesc struct {
 	ID      int // N of /sys/devices/system/cpu/cpuN
 	Core    int // SMT siblings share it (core_cpus_list)
@@ -23,7 +23,8 @@ type CPUDesc struct {
 	// Capacity is cpu_capacity, 0..1024 (SCHED_CAPACITY_SCALE); 0 means
 	// absent and counts as 1024. It is used only when the CPUs' capacities
 	// differ (big.LITTLE, hybrid P/E cores): a symmetric machine gets the
-	// 2013 arithmetic (platform.md §2.2, pitfalls).
+	// 2013 arithmetic, since cpu_capacity has no SMT discount
+	// (docs/SOURCES.md §3).
 	Capacity int
 	// Capped reports that the CPU runs frequency-capped (scaling_cur_freq
 	// well below the maximum). Packing prefers CPUs that are not capped.
