@@ -32,8 +32,8 @@ func ForeignCgroupRoot(cgroupRoot string) string {
 // subtree systemd delegated (no ancestor between unified and cgroupRoot
 // carries a delegateXattrs attribute "1"). There systemd is the one writer
 // of its tree, including the root cgroup's cgroup.subtree_control that
-// the cgroupfs placement must write "+cpuset" to
-// (../shared/docs/SYSTEMD.md §1).
+// the cgroupfs placement must write "+cpuset" to (systemd's
+// docs/CGROUP_DELEGATION.md: one writer per cgroup).
 //
 // On cgroup v1, systemd never manages the cpuset hierarchy, so a cpuset
 // cgroup of our own is nobody else's: "" is returned. Errors reading the

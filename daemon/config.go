@@ -303,8 +303,8 @@ const (
 	PlacementCgroupfs = placement.Cgroupfs
 	// PlacementSystemd places the units of the managed slices through
 	// systemd's D-Bus API (SetUnitProperties AllowedCPUs=, runtime only):
-	// on a systemd machine a cgroup has one writer, systemd
-	// (../shared/docs/SYSTEMD.md §1).
+	// on a systemd machine a cgroup has one writer, systemd (systemd's
+	// docs/CGROUP_DELEGATION.md).
 	PlacementSystemd = placement.Systemd
 )
 

@@ -1,7 +1,7 @@
 package internal_test
 
-// The import graph's layers (docs: DESIGN.md §2, STYLE.md "Package
-// boundaries"), checked the way tailscale's tstest/deptest does: from
+// The import graph's layers (docs/ARCHITECTURE.md, "Packages"; the
+// README's "Layout"), checked the way tailscale's tstest/deptest does: from
 // `go list -json`, over each package's imports and everything they pull in.
 
 import (
@@ -212,7 +212,7 @@ func TestLayering(t *testing.T) {
 			}
 		}
 		if len(bad) > 0 {
-			t.Errorf("%s depends on %v; it may depend only on %v (DESIGN.md §2)", rel, bad, allowed)
+			t.Errorf("%s depends on %v; it may depend only on %v (docs/ARCHITECTURE.md)", rel, bad, allowed)
 		}
 		bad = nil
 		for _, imp := range ours(append(slices.Clone(p.TestImports), p.XTestImports...)) {

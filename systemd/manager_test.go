@@ -40,9 +40,9 @@ func TestCPUMask(t *testing.T) {
 			t.Errorf("FormatCPUList(%v) = %q, want %q", tc.cpus, got, tc.list)
 		}
 	}
-	// systemd's own encoding of AllowedCPUs=0, as busctl shows it
-	// (../shared/docs/SYSTEMD.md §4: "ay 8 1 0 0 0 0 0 0 0") decodes the
-	// same: trailing zero bytes are allowed.
+	// systemd's own encoding of AllowedCPUs=0, as busctl showed it for
+	// systemd 252 ("ay 8 1 0 0 0 0 0 0 0", docs/SOURCES.md §10) decodes
+	// the same: trailing zero bytes are allowed.
 	if got, err := DecodeCPUMask([]byte{1, 0, 0, 0, 0, 0, 0, 0}, 2); err != nil || !reflect.DeepEqual(got, []int{0}) {
 		t.Errorf("DecodeCPUMask(systemd's AllowedCPUs=0, 2 CPUs) = %v, %v", got, err)
 	}

@@ -64,7 +64,8 @@ func TestUnitOptions(t *testing.T) {
 }
 
 // TestUnitNoMountNamespace: any option that gives the unit its own mount
-// namespace hides the FUSE tree from the host (platform.md §9.2).
+// namespace hides the FUSE tree from the host (systemd.exec(5): the
+// unit's mounts do not propagate out, whatever MountFlags= says).
 func TestUnitNoMountNamespace(t *testing.T) {
 	o := unitOptions(t)
 	for _, k := range []string{
