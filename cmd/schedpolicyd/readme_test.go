@@ -40,7 +40,8 @@ func readmeBlock(t *testing.T, heading string) string {
 // TestReadmeMockMachine runs the README's mock-machine block as a user
 // pastes it: the daemon must be up when the first cat runs, and the cat
 // after plugging in must not be stale by the debounce. Only
-// its paths move: /tmp/mock and /tmp/spd into the test's directory, and
+// its paths move: /tmp/mock and /tmp/spd into the test's directory, the
+// checkout's sysfs/ and testdata/ are linked from there, and
 // bin/schedpolicyd is this package built (the block's `make build` is not
 // run). Every `cat` line's comment names what it must print, in order, and
 // the script must leave no daemon and no mount behind.
@@ -73,12 +74,14 @@ func TestReadmeMockMachine(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, "schedpolicyd"), ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	sysfsDir, err := filepath.Abs("../../sysfs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(sysfsDir, filepath.Join(work, "sysfs")); err != nil {
-		t.Fatal(err)
+	for _, dir := range []string{"sysfs", "testdata"} { // the block copies fixtures from both
+		abs, err := filepath.Abs(filepath.Join("../..", dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(abs, filepath.Join(work, dir)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	script := strings.TrimPrefix(block, "make build\n")
 	script = strings.NewReplacer("/tmp/mock", tmp+"/mock", "/tmp/spd", tmp+"/spd").Replace(script)
@@ -89,7 +92,7 @@ func TestReadmeMockMachine(t *testing.T) {
 	cmd.Dir = work
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
+	err := cmd.Run()
 	if ctx.Err() != nil {
 		t.Fatalf("the block did not finish within 60s\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 	}
