@@ -22,7 +22,9 @@ func read(t *testing.T, p string) string {
 }
 
 // TestDebActivation: the activation file is named after the bus name and
-// points at the alias the unit installs (platform.md §8.3).
+// points at the alias the unit installs (dbus-daemon(1): on the system bus
+// the file is named after the bus name, and SystemdService= names the unit,
+// here reached through its Alias=).
 func TestDebActivation(t *testing.T) {
 	const name = "org.schedpolicyd.SchedPolicy1"
 	act := read(t, "dbus/"+name+".service")

@@ -1,8 +1,8 @@
 #!/bin/sh
 # container.sh [--deb FILE] [--file FILE]... [--keep] — boot Debian 12 with systemd 252 as PID 1 in a
 # systemd-nspawn container, install the package there and run
-# container-guest.sh inside (../shared/docs/SYSTEMD.md §4). Part of
-# `make systemd-test`.
+# container-guest.sh inside (README.md beside this script, "The
+# container (cgroup v1)"). Part of `make systemd-test`.
 #
 # The root filesystem is cached (rootfs.sh) and booted with
 # --volatile=overlay, so the cache never changes and nothing of a run is

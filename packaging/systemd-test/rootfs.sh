@@ -5,7 +5,8 @@
 #   KIND=container  debootstrap minbase + systemd as PID 1, dbus, polkitd,
 #                   power-profiles-daemon and powerprofilesctl, man-db
 #   KIND=vm         the container root plus a kernel and an initramfs, for
-#                   the cgroup v2 QEMU VM (../shared/docs/SYSTEMD.md §5),
+#                   the cgroup v2 QEMU VM (README.md beside this script,
+#                   "The VM (cgroup v2)"),
 #                   and testpower.ko (testpower/: a test AC adapter and
 #                   battery) built against that kernel's own headers, the
 #                   compiler and headers removed again afterwards
