@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"errors"
 	"strings"
 
 	"github.com/godbus/dbus/v5"
@@ -16,7 +15,7 @@ func (x introspectable) Introspect() (string, *dbus.Error) {
 	i := strings.Index(body, "<node>")
 	j := strings.LastIndex(body, "</node>")
 	if i < 0 || j < 0 {
-		return "", dbus.MakeFailedError(errors.New("bad introspection data"))
+		return "", errBadIntrospection
 	}
 	std := introspect.IntrospectDataString + `<interface name="org.freedesktop.DBus.Properties">
   <method name="Get"><arg name="interface" type="s" direction="in"/><arg name="property" type="s" direction="in"/><arg name="value" type="v" direction="out"/></method>

@@ -74,9 +74,9 @@ func toDBusError(err error) *dbus.Error {
 	case errors.Is(err, syscall.EINVAL), errors.Is(err, policy.ErrInvalid), errors.Is(err, sysfs.ErrCgroupName):
 		return invalidArgs("%v", err)
 	case errors.Is(err, ErrLimitsExceeded):
-		return dbus.NewError(errLimitsExceeded, []any{err.Error()})
+		return limitsExceeded(err)
 	case errors.Is(err, fs.ErrExist):
-		return dbus.NewError(errFileExists, []any{err.Error()})
+		return fileExists(err)
 	default:
 		return dbus.MakeFailedError(err)
 	}
@@ -155,7 +155,7 @@ func (o busObject) HoldPolicy(msg dbus.Message, sender dbus.Sender, p, reason st
 		return 0, invalidArgs("%v", err)
 	}
 	if len(reason) > 256 {
-		return 0, invalidArgs("reason longer than 256 bytes")
+		return 0, errReasonTooLong
 	}
 	return o.s.addHold(pol, reason, sender, "")
 }
@@ -231,7 +231,7 @@ func (o busObject) CreateWorkload(msg dbus.Message, sender dbus.Sender, name str
 		return "", dbus.MakeFailedError(fmt.Errorf("cannot identify the caller's process: %w", err))
 	}
 	if pid != callerPID {
-		return "", dbus.NewError(errAccessDenied, []any{fmt.Sprintf("PID %d is not the caller's process (%d)", pid, callerPID)})
+		return "", accessDenied("PID %d is not the caller's process (%d)", pid, callerPID)
 	}
 	path, err := o.s.ctl.CreateWorkload(context.Background(), name, int(pid))
 	return path, toDBusError(err)

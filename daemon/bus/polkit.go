@@ -135,10 +135,10 @@ func (s *session) authorize(msg dbus.Message, sender dbus.Sender) *dbus.Error {
 	}
 	if err != nil {
 		s.log.WithError(err).WithField("uid", uid).Info("polkit check failed; refusing")
-		return dbus.NewError(errAccessDenied, []any{fmt.Sprintf("not authorised: uid %d is not root and polkit could not be asked (%v)", uid, err)})
+		return accessDenied("not authorised: uid %d is not root and polkit could not be asked (%v)", uid, err)
 	}
 	if !result.IsAuthorized {
-		return dbus.NewError(errAccessDenied, []any{fmt.Sprintf("not authorised: polkit refused %s for uid %d", PolkitAction, uid)})
+		return accessDenied("not authorised: polkit refused %s for uid %d", PolkitAction, uid)
 	}
 	return nil
 }

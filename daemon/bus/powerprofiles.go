@@ -244,10 +244,10 @@ func (o ppObject) HoldProfile(msg dbus.Message, sender dbus.Sender, profile, rea
 		return 0, invalidArgs("only %q and %q can be held, not %q", ProfilePerformance, ProfilePowerSaver, profile)
 	}
 	if len(reason) > 256 {
-		return 0, invalidArgs("reason longer than 256 bytes")
+		return 0, errReasonTooLong
 	}
 	if len(appID) > 256 {
-		return 0, invalidArgs("application_id longer than 256 bytes")
+		return 0, errAppIDTooLong
 	}
 	return o.pp.s.addHold(p, reason, sender, appID)
 }

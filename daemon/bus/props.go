@@ -102,11 +102,11 @@ type propsHandler struct {
 // UnknownProperty for a name it does not have.
 func (h propsHandler) Get(iface, name string) (dbus.Variant, *dbus.Error) {
 	if iface != h.iface {
-		return dbus.Variant{}, dbus.NewError(errUnknownIface, []any{"no interface " + iface})
+		return dbus.Variant{}, unknownInterface(iface)
 	}
 	v, ok := h.e.variants()[name]
 	if !ok {
-		return dbus.Variant{}, dbus.NewError(errUnknownProp, []any{"no property " + name})
+		return dbus.Variant{}, unknownProperty(name)
 	}
 	return v, nil
 }
@@ -115,7 +115,7 @@ func (h propsHandler) Get(iface, name string) (dbus.Variant, *dbus.Error) {
 // UnknownInterface.
 func (h propsHandler) GetAll(iface string) (map[string]dbus.Variant, *dbus.Error) {
 	if iface != h.iface && iface != "" {
-		return nil, dbus.NewError(errUnknownIface, []any{"no interface " + iface})
+		return nil, unknownInterface(iface)
 	}
 	// The map may be shared: godbus only reads it to encode the reply.
 	return h.e.variants(), nil
@@ -126,13 +126,13 @@ func (h propsHandler) GetAll(iface string) (map[string]dbus.Variant, *dbus.Error
 // UnknownProperty for a name it does not have.
 func (h propsHandler) Set(msg dbus.Message, sender dbus.Sender, iface, name string, v dbus.Variant) *dbus.Error {
 	if iface != h.iface {
-		return dbus.NewError(errUnknownIface, []any{"no interface " + iface})
+		return unknownInterface(iface)
 	}
 	if set, ok := h.e.setters[name]; ok {
 		return set(msg, sender, v)
 	}
 	if !h.e.names[name] {
-		return dbus.NewError(errUnknownProp, []any{"no property " + name})
+		return unknownProperty(name)
 	}
-	return dbus.NewError(errPropReadOnly, []any{name + " is read-only"})
+	return propertyReadOnly(name)
 }
