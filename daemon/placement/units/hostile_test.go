@@ -346,3 +346,39 @@ func TestUserRestoreBounded(t *testing.T) {
 		t.Fatalf("record %+v after the reset", r)
 	}
 }
+
+// TestUserManagerReexec: a manager that closes the connection, also in the
+// middle of a call of the daemon's (it re-executes: Debian's systemd
+// upgrade does it for every user), is reached again at once and said so
+// at info level, not taken for one that misbehaves; one that closes every
+// connection again at once is reached again after a back-off.
+func TestUserManagerReexec(t *testing.T) {
+	h := newHostile(t)
+	h.u.linkTiming.backoffMin, h.u.linkTiming.backoffMax = time.Hour, time.Hour // a back-off never ends here
+	h.unit("app-a.scope", "app.slice", testutil.FakeUnit{})
+	h.serve()
+	h.pump("the unit", policy.Performance, func() bool { return h.workloads() == "app-a.scope" })
+	h.usr.Hold("GetAll", true)
+	h.usr.Emit("UnitNew", "app-a.scope", testutil.FakeUnitPath("app-a.scope"))
+	testutil.WaitFor(t, "the daemon's read held", time.Minute, func() (bool, string) { return h.usr.Holding() > 0, "" })
+	accepted := h.usr.Accepted()
+	h.usr.DropConnections()
+	h.usr.Hold("GetAll", false)
+	h.pump("the link down", policy.Performance, func() bool { return !h.linkUp() })
+	h.pump("the link up again", policy.Performance, func() bool { return h.linkUp() && h.workloads() == "app-a.scope" })
+	if h.usr.Accepted() <= accepted {
+		t.Fatal("no new connection")
+	}
+	for _, e := range h.log.AllEntries() {
+		if strings.Contains(e.Message, "does not answer as systemd does") {
+			t.Fatalf("a re-execution was taken for misbehaviour: %s %v", e.Message, e.Data)
+		}
+	}
+	found := false
+	for _, e := range h.log.AllEntries() {
+		found = found || e.Level == logrus.InfoLevel && strings.Contains(e.Message, "the user's manager closed the connection")
+	}
+	if !found {
+		t.Fatal("no info line about the closed connection")
+	}
+}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -323,6 +326,7 @@ func (l *userLink) failRestore(err error) {
 func (l *userLink) run() {
 	defer close(l.exited)
 	backoff := time.Duration(0)
+	brief := false // a connection closed within briefConnection came before
 	for !l.stopped() {
 		m, views, lingers, version, err := l.connect()
 		l.dropWrites() // asked for before this connection: planned on what the loop saw then
@@ -349,6 +353,7 @@ func (l *userLink) run() {
 		case l.kick <- struct{}{}:
 		default:
 		}
+		upAt := time.Now()
 		err = l.serve(m)
 		m.Close()
 		if l.stopped() {
@@ -356,10 +361,17 @@ func (l *userLink) run() {
 		}
 		l.dropWrites()
 		misbehaved := errors.Is(err, errMisbehaved)
-		if misbehaved {
+		lived := time.Since(upAt) >= briefConnection
+		if lived {
+			backoff, brief = 0, false
+		}
+		switch {
+		case misbehaved:
 			backoff = l.nextBackoff(backoff)
-		} else {
-			backoff = 0 // it closed a connection that worked: connect again at once
+		case !lived && brief:
+			backoff = l.nextBackoff(backoff)
+		case !lived:
+			brief = true // the first brief one is reached again at once
 		}
 		if !l.send(linkMsg{down: true, err: cleanErr(err), misbehaved: misbehaved, backoff: backoff}) {
 			return
@@ -429,13 +441,39 @@ func (l *userLink) connect() (unitManager, []unitView, map[string]bool, string, 
 	return m, views, lingerings(check), version, nil
 }
 
-// misbehaved marks err as a reason to drop the connection and back off.
+// misbehaved marks err as a reason to drop the connection and back off,
+// unless the call failed because the manager closed the connection
+// (godbus's ErrClosed: it re-executes, or exits), which is errClosed.
 func misbehaved(err error) error {
-	if errors.Is(err, errMisbehaved) {
+	if errors.Is(err, errMisbehaved) || errors.Is(err, errClosed) {
 		return err
+	}
+	if connectionEnded(err) {
+		return fmt.Errorf("%w: %w", errClosed, err)
 	}
 	return fmt.Errorf("%w: %w", errMisbehaved, err)
 }
+
+// connectionEnded reports whether a call failed because the connection
+// ended under it: godbus hands a call under way the read's error (EOF, a
+// reset) or ErrClosed.
+func connectionEnded(err error) bool {
+	for _, e := range []error{dbus.ErrClosed, io.EOF, io.ErrUnexpectedEOF, net.ErrClosed, syscall.ECONNRESET, syscall.EPIPE} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// errClosed is the end of a connection the manager closed.
+var errClosed = errors.New("the user's manager closed the connection (it re-executed or exited)")
+
+// briefConnection: a connection that the manager closes within this long
+// of its making counts towards the back-off as a failure does, so that a
+// manager that closes every connection at once is not reached again in a
+// loop; one that lived longer (a re-execution) is reached again at once.
+const briefConnection = 10 * time.Second
 
 // takeCheck takes the drop-in identities the loop asked about.
 func (l *userLink) takeCheck() []string {
@@ -492,7 +530,7 @@ func (l *userLink) serve(m unitManager) error {
 			return nil
 		case ev, ok := <-events:
 			if !ok {
-				return errors.New("the user's manager closed the connection (it re-executed or exited)")
+				return errClosed
 			}
 			if err := l.onEvent(m, ev, names); err != nil {
 				return err
@@ -505,7 +543,7 @@ func (l *userLink) serve(m unitManager) error {
 			select {
 			case ev, ok := <-events:
 				if !ok {
-					return errors.New("the user's manager closed the connection (it re-executed or exited)")
+					return errClosed
 				}
 				if err := l.onEvent(m, ev, names); err != nil {
 					return err
