@@ -42,6 +42,12 @@ type fakeDaemon struct {
 	fail     error // the error every request returns instead, nil none
 	estimate snapshot.PowerEstimates
 	lpmd     string
+
+	// gate, while set (stall), holds every request back until it is
+	// closed or the request's ctx ends, as a busy loop does; waiting
+	// counts the requests held.
+	gate    atomic.Pointer[chan struct{}]
+	waiting atomic.Int32
 }
 
 var _ Controller = (*fakeDaemon)(nil)
@@ -90,10 +96,44 @@ func (f *fakeDaemon) waitCalls(t *testing.T, want ...string) {
 	})
 }
 
-// do runs fn on the fake's loop, unless f fails every request.
+// stall holds every request back (do) until release, which the test's
+// cleanup calls too: the loop is busy.
+func (f *fakeDaemon) stall(t *testing.T) (release func()) {
+	g := make(chan struct{})
+	f.gate.Store(&g)
+	release = sync.OnceFunc(func() {
+		f.gate.Store(nil)
+		close(g)
+	})
+	t.Cleanup(release)
+	return release
+}
+
+// waitHeld waits until n requests are held back (stall).
+func (f *fakeDaemon) waitHeld(t *testing.T, n int) {
+	t.Helper()
+	testutil.Eventually(t, fmt.Sprintf("%d requests waiting for the loop", n), func() (bool, string) {
+		got := f.waiting.Load()
+		return int(got) == n, fmt.Sprint(got)
+	})
+}
+
+// do runs fn on the fake's loop, unless f fails every request. Like the
+// daemon's, it returns ctx's error if ctx ends before the loop takes the
+// request (stall).
 func (f *fakeDaemon) do(ctx context.Context, fn func() error) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if g := f.gate.Load(); g != nil {
+		f.waiting.Add(1)
+		select {
+		case <-*g:
+			f.waiting.Add(-1)
+		case <-ctx.Done():
+			f.waiting.Add(-1)
+			return ctx.Err()
+		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

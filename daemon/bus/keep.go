@@ -96,12 +96,19 @@ func (r *busReporter) connected() { r.last = "" }
 const busDialTimeout = 5 * time.Second
 
 // dialBus connects to bus ("system", "session" or an address) within
-// timeout or until ctx ends; a connection that completes later is closed.
+// timeout or until ctx ends. A dial that does not complete in time is
+// abandoned: the connection being made is closed (its context is
+// dialCtx's child, dbus.WithContext), which ends its authentication or
+// Hello at once, and dialBus returns once the dial's goroutine has.
+// Only connecting the socket itself is not cut short, which for a unix
+// socket never waits.
 func dialBus(ctx context.Context, bus string, timeout time.Duration, opts ...dbus.ConnOption) (*dbus.Conn, error) {
 	type result struct {
 		conn *dbus.Conn
 		err  error
 	}
+	dialCtx, abandon := context.WithCancel(context.Background())
+	opts = append(opts[:len(opts):len(opts)], dbus.WithContext(dialCtx))
 	ch := make(chan result, 1)
 	go func() {
 		var r result
@@ -119,15 +126,20 @@ func dialBus(ctx context.Context, bus string, timeout time.Duration, opts ...dbu
 	defer t.Stop()
 	select {
 	case r := <-ch:
-		return r.conn, r.err
+		if r.err != nil {
+			abandon()
+			return r.conn, r.err
+		}
+		// dialCtx lives as long as the connection.
+		context.AfterFunc(r.conn.Context(), abandon)
+		return r.conn, nil
 	case <-t.C:
 	case <-ctx.Done():
 	}
-	go func() {
-		if r := <-ch; r.conn != nil {
-			r.conn.Close()
-		}
-	}()
+	abandon()
+	if r := <-ch; r.conn != nil {
+		r.conn.Close() // completed as it was abandoned
+	}
 	return nil, fmt.Errorf("the bus did not answer within %v", timeout)
 }
 

@@ -49,9 +49,11 @@ func lpmdOwner(conn *dbus.Conn) string {
 
 // watchLpmd follows who owns LpmdName on the daemon's bus, as the bus
 // daemon says (GetNameOwner, then its NameOwnerChanged), in a goroutine
-// that hands each change to the loop (Controller.SetLpmdOwner) until the
-// connection or ctx ends; a change that waited while the connection was
-// replaced is dropped there (isCurrent). Errors: the match rule was refused, or the bus did not answer.
+// of the service's (spawn) that hands each change to the loop
+// (Controller.SetLpmdOwner) until the connection, ctx or the service
+// ends; a change that waited while the connection was replaced is
+// dropped there (isCurrent). Errors: the match rule was refused, or the
+// bus did not answer.
 func (s *session) watchLpmd(ctx context.Context) error {
 	ch := make(chan *dbus.Signal, 16)
 	s.conn.Signal(ch)
@@ -62,11 +64,11 @@ func (s *session) watchLpmd(ctx context.Context) error {
 		s.conn.RemoveSignal(ch)
 		return err
 	}
-	set := func(owner string) {
-		s.ctl.SetLpmdOwner(ctx, owner, s.isCurrent)
-	}
-	go func() {
+	watch := func(ctx context.Context) {
 		defer s.conn.RemoveSignal(ch)
+		set := func(owner string) {
+			s.ctl.SetLpmdOwner(ctx, owner, s.isCurrent)
+		}
 		set(o.Unique())
 		for {
 			select {
@@ -74,12 +76,18 @@ func (s *session) watchLpmd(ctx context.Context) error {
 				return
 			case <-s.conn.Context().Done():
 				return
-			case sig := <-ch:
+			case sig, ok := <-ch:
+				if !ok {
+					return // the connection closed
+				}
 				if o.Observe(sig) {
 					set(o.Unique())
 				}
 			}
 		}
-	}()
+	}
+	if !s.svc.spawn(ctx, watch) {
+		s.conn.RemoveSignal(ch) // closed: this connection will not serve
+	}
 	return nil
 }

@@ -260,7 +260,9 @@ func (o busObject) SetWorkloadPolicy(msg dbus.Message, sender dbus.Sender, name,
 // (NameOwnerChanged with an empty new owner for a unique name), as the bus
 // daemon announces it: the same signal from anyone else is ignored, since
 // any peer may send it to us. The channel is registered before the match
-// is added, so that no signal the match lets through is missed.
+// is added, so that no signal the match lets through is missed. It reads
+// the channel in a goroutine of the service's (spawn) until the
+// connection closes it or the service is closed.
 func (s *session) watchHolders() error {
 	ch := make(chan *dbus.Signal, 64)
 	s.conn.Signal(ch)
@@ -272,14 +274,27 @@ func (s *session) watchHolders() error {
 		s.conn.RemoveSignal(ch)
 		return err
 	}
-	go func() {
-		for sig := range ch {
-			name, _, newOwner, ok := bussender.NameOwnerChanged(sig)
-			if !ok || !strings.HasPrefix(name, ":") || newOwner != "" {
-				continue
+	// Not the connection's ctx: a holder that leaves while the service
+	// serves has its holds ended, whatever became of connect's ctx.
+	watch := func(ctx context.Context) {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case sig, ok := <-ch:
+				if !ok {
+					return // the connection closed
+				}
+				name, _, newOwner, ok := bussender.NameOwnerChanged(sig)
+				if !ok || !strings.HasPrefix(name, ":") || newOwner != "" {
+					continue
+				}
+				s.ctl.EndHoldsOf(ctx, name, holderLeft)
 			}
-			s.ctl.EndHoldsOf(context.Background(), name, holderLeft)
 		}
-	}()
+	}
+	if !s.svc.spawn(context.Background(), watch) {
+		s.conn.RemoveSignal(ch) // closed: this connection will not serve
+	}
 	return nil
 }

@@ -52,16 +52,16 @@ type ppObject struct {
 	iface string
 }
 
-// exportPowerProfiles exports the API at both paths and requests both names;
-// a name that cannot be owned (power-profiles-daemon itself runs) is
-// logged and skipped.
-func exportPowerProfiles(s *session) *powerProfiles {
-	return exportPowerProfilesFlags(s, dbus.NameFlagDoNotQueue)
+// exportPowerProfiles exports the API at both paths and requests both names
+// (each within busCallTimeout or until ctx ends); a name that cannot be
+// owned (power-profiles-daemon itself runs) is logged and skipped.
+func exportPowerProfiles(ctx context.Context, s *session) *powerProfiles {
+	return exportPowerProfilesFlags(ctx, s, dbus.NameFlagDoNotQueue)
 }
 
 // exportPowerProfilesFlags is exportPowerProfiles with the RequestName
 // flags ("auto" adds NameFlagAllowReplacement, ppWatch).
-func exportPowerProfilesFlags(s *session, flags dbus.RequestNameFlags) *powerProfiles {
+func exportPowerProfilesFlags(ctx context.Context, s *session, flags dbus.RequestNameFlags) *powerProfiles {
 	pp := &powerProfiles{s: s}
 	places := make([]propPlace, len(ppNames))
 	for i, n := range ppNames {
@@ -80,7 +80,7 @@ func exportPowerProfilesFlags(s *session, flags dbus.RequestNameFlags) *powerPro
 				return nil
 			}
 		}
-		reply, err := s.conn.RequestName(n.name, flags)
+		reply, err := requestName(ctx, s.conn, n.name, flags)
 		if err != nil || reply != dbus.RequestNameReplyPrimaryOwner {
 			s.log.WithError(err).WithField("name", n.name).Warn("cannot own the power-profiles name (is power-profiles-daemon running?)")
 			continue
@@ -211,9 +211,10 @@ func (pp *powerProfiles) released(cookie uint32) {
 	}
 }
 
-func (pp *powerProfiles) close() {
+// close releases both names, within ctx (session.close, dropPP).
+func (pp *powerProfiles) close(ctx context.Context) {
 	for _, n := range ppNames {
-		pp.s.conn.ReleaseName(n.name)
+		releaseName(ctx, pp.s.conn, n.name)
 	}
 }
 

@@ -151,22 +151,31 @@ func (s *session) startPPWatch(ctx context.Context, units []string) error {
 	s.conn.Signal(w.sig)
 	for _, n := range ppNames {
 		if err := s.conn.AddMatchSignal(bussender.MatchOwnerChanged(n.name)...); err != nil {
+			s.conn.RemoveSignal(w.sig)
 			return err
 		}
 		if err := s.conn.AddMatchSignal(dbus.WithMatchInterface("org.freedesktop.DBus.Properties"),
 			dbus.WithMatchMember("PropertiesChanged"), dbus.WithMatchObjectPath(n.path)); err != nil {
+			s.conn.RemoveSignal(w.sig)
 			return err
 		}
 	}
 	u, err := dialPPUnits(ctx, s.svc.bus, units)
 	if err != nil {
+		s.conn.RemoveSignal(w.sig)
 		// Without an answer from systemd it cannot be told whether a
 		// power-profiles daemon is installed: serving could lock it out.
 		return fmt.Errorf("following systemd for power-profiles daemons: %w", err)
 	}
 	w.units = u
-	go w.run(ctx)
-	go w.applier(ctx)
+	// Goroutines of the service's (spawn): Close ends and waits for them.
+	if !s.svc.spawn(ctx, w.run) {
+		// Closed: this connection will not serve.
+		s.conn.RemoveSignal(w.sig)
+		u.close()
+		return nil
+	}
+	s.svc.spawn(ctx, w.applier)
 	return nil
 }
 
@@ -201,8 +210,12 @@ func (w *ppWatch) ownerOf(ctx context.Context, name string) string {
 }
 
 // decide follows the first power-profiles name another connection owns,
-// or serves them when none is and no power-profiles daemon is installed.
+// or serves them when none is and no power-profiles daemon is installed;
+// nothing once ctx has ended (the watch ends with it).
 func (w *ppWatch) decide(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
 	for _, n := range ppNames {
 		if o := w.ownerOf(ctx, n.name); o != "" && o != w.me {
 			w.startFollowing(n.name, o)
@@ -365,7 +378,7 @@ func (w *ppWatch) serve(ctx context.Context) {
 	if unit, err := w.leftTo(ctx); unit != "" || err != nil {
 		return
 	}
-	pp := exportPowerProfilesFlags(w.s, dbus.NameFlagDoNotQueue|dbus.NameFlagAllowReplacement)
+	pp := exportPowerProfilesFlags(ctx, w.s, dbus.NameFlagDoNotQueue|dbus.NameFlagAllowReplacement)
 	if pp == nil {
 		return
 	}
@@ -385,6 +398,6 @@ func (w *ppWatch) serve(ctx context.Context) {
 // saying why.
 func (w *ppWatch) unserveFor(ctx context.Context, why string) {
 	w.serving = false
-	w.s.svc.dropPP(w.s)
+	w.s.svc.dropPP(ctx, w.s)
 	w.s.log.WithField("why", why).Info("released the power-profiles names")
 }

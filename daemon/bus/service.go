@@ -69,6 +69,13 @@ type Service struct {
 	// pub is the snapshot published last, with its property values.
 	pub atomic.Pointer[published]
 
+	// life ends at Close, and with it the context of every goroutine the
+	// service starts (spawn); wg counts those goroutines, and Close waits
+	// for them.
+	life context.Context
+	end  context.CancelFunc
+	wg   sync.WaitGroup
+
 	// mu guards the fields below and the sessions' pp; it is held while a
 	// snapshot is published, so that an older one never overtakes a newer
 	// one. Nobody waits for the daemon's loop while holding it: the loop
@@ -99,9 +106,11 @@ func New(cfg Config, ctl Controller) *Service {
 	if log == nil {
 		log = logrus.StandardLogger()
 	}
+	life, end := context.WithCancel(context.Background())
 	return &Service{
 		ctl: ctl, log: log, bus: cfg.Bus,
-		rep:   &busReporter{log: log, bus: cfg.Bus},
+		rep:  &busReporter{log: log, bus: cfg.Bus},
+		life: life, end: end,
 		ppAPI: cfg.PowerProfilesAPI, ppUnits: cfg.PowerProfilesUnits,
 	}
 }
@@ -178,7 +187,10 @@ func (s *Service) Reconfigure(api string, units []string) {
 }
 
 // Close releases the names and closes the connection; no connection made
-// after it is kept. Idempotent.
+// after it is kept. It returns once every goroutine the service started
+// has ended: the context of their requests to the daemon ends first
+// (spawn), and the connection's close ends their calls on the bus.
+// Idempotent.
 func (s *Service) Close() {
 	if s == nil {
 		return
@@ -188,7 +200,31 @@ func (s *Service) Close() {
 	c := s.cur
 	s.cur = nil
 	s.mu.Unlock()
+	s.end()
 	c.close()
+	s.wg.Wait()
+}
+
+// spawn runs f in a goroutine of the service's, which Close waits for,
+// with ctx ended by Close too; f must return once its ctx ends (its calls
+// on the bus are bounded: busCallTimeout). Once the service is closed it
+// starts nothing and returns false: the caller undoes what f would have.
+func (s *Service) spawn(ctx context.Context, f func(ctx context.Context)) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.life, cancel)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer cancel()
+		defer stop()
+		f(ctx)
+	}()
+	return true
 }
 
 // install makes c the connection serving and publishes the latest

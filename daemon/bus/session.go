@@ -87,7 +87,7 @@ func (svc *Service) connect(ctx context.Context) (*session, *busFailure) {
 	// everything is served.
 	switch ppAPI {
 	case PowerProfilesServe:
-		svc.setPP(s, exportPowerProfiles(s))
+		svc.setPP(s, exportPowerProfiles(ctx, s))
 	case PowerProfilesAuto:
 		// Follow or serve, decided and changed in the background.
 		if err := s.startPPWatch(ctx, ppUnits); err != nil {
@@ -116,27 +116,46 @@ func (svc *Service) setPP(c *session, pp *powerProfiles) {
 	pp.update(svc.latest())
 }
 
-// dropPP closes and forgets the power-profiles object served on c.
-func (svc *Service) dropPP(c *session) {
+// dropPP closes and forgets the power-profiles object served on c,
+// releasing its names within ctx.
+func (svc *Service) dropPP(ctx context.Context, c *session) {
 	svc.mu.Lock()
 	defer svc.mu.Unlock()
 	if c.pp != nil {
-		c.pp.close()
+		c.pp.close(ctx)
 		c.pp = nil
 	}
 }
 
-// close releases the names and closes the connection.
+// close releases the names, all within busCallTimeout, and closes the
+// connection.
 func (s *session) close() {
 	if s == nil {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), busCallTimeout)
+	defer cancel()
 	s.svc.mu.Lock()
 	pp := s.pp
 	s.svc.mu.Unlock()
 	if pp != nil {
-		pp.close()
+		pp.close(ctx)
 	}
-	s.conn.ReleaseName(Name)
+	releaseName(ctx, s.conn, Name)
 	s.conn.Close()
+}
+
+// requestName is conn.RequestName within busCallTimeout or until ctx
+// ends.
+func requestName(ctx context.Context, conn *dbus.Conn, name string, flags dbus.RequestNameFlags) (dbus.RequestNameReply, error) {
+	ctx, cancel := context.WithTimeout(ctx, busCallTimeout)
+	defer cancel()
+	var r uint32
+	err := conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.RequestName", 0, name, flags).Store(&r)
+	return dbus.RequestNameReply(r), err
+}
+
+// releaseName is conn.ReleaseName within ctx, its answer ignored.
+func releaseName(ctx context.Context, conn *dbus.Conn, name string) {
+	conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.ReleaseName", 0, name)
 }
