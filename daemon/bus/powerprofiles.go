@@ -34,6 +34,36 @@ const (
 	ProfilePowerSaver  = "power-saver"
 )
 
+// Config.PowerProfilesAPI values.
+const (
+	// PowerProfilesAuto (the command line's default): follow the
+	// power-profiles daemon that owns a power-profiles name
+	// (power-profiles-daemon, tuned-ppd, tlp-pd, …); serve the API while
+	// nobody owns them.
+	PowerProfilesAuto = "auto"
+	// PowerProfilesServe ("true" in the configuration): always serve the
+	// API, never follow (the names stay with whoever owns them first).
+	PowerProfilesServe = "on"
+	// PowerProfilesOff ("false"; Config's zero value): neither serve nor
+	// follow.
+	PowerProfilesOff = "off"
+)
+
+// ParsePowerProfilesAPI normalises the power_profiles_api setting: "" and
+// "false" are PowerProfilesOff, "true" is PowerProfilesServe; the three
+// modes are themselves. Anything else is an error naming the value.
+func ParsePowerProfilesAPI(s string) (string, error) {
+	switch s {
+	case "", "false", PowerProfilesOff:
+		return PowerProfilesOff, nil
+	case "true", PowerProfilesServe:
+		return PowerProfilesServe, nil
+	case PowerProfilesAuto:
+		return PowerProfilesAuto, nil
+	}
+	return "", fmt.Errorf("power_profiles_api %q: want auto, true or false", s)
+}
+
 // powerProfiles is the compatibility service on one connection. A nil
 // *powerProfiles ignores every call.
 type powerProfiles struct {

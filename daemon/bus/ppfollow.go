@@ -12,36 +12,6 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/internal/bussender"
 )
 
-// Config.PowerProfilesAPI values.
-const (
-	// PowerProfilesAuto (the command line's default): follow the
-	// power-profiles daemon that owns a power-profiles name
-	// (power-profiles-daemon, tuned-ppd, tlp-pd, …); serve the API while
-	// nobody owns them.
-	PowerProfilesAuto = "auto"
-	// PowerProfilesServe ("true" in the configuration): always serve the
-	// API, never follow (the names stay with whoever owns them first).
-	PowerProfilesServe = "on"
-	// PowerProfilesOff ("false"; Config's zero value): neither serve nor
-	// follow.
-	PowerProfilesOff = "off"
-)
-
-// ParsePowerProfilesAPI normalises the power_profiles_api setting: "" and
-// "false" are PowerProfilesOff, "true" is PowerProfilesServe; the three
-// modes are themselves. Anything else is an error naming the value.
-func ParsePowerProfilesAPI(s string) (string, error) {
-	switch s {
-	case "", "false", PowerProfilesOff:
-		return PowerProfilesOff, nil
-	case "true", PowerProfilesServe:
-		return PowerProfilesServe, nil
-	case PowerProfilesAuto:
-		return PowerProfilesAuto, nil
-	}
-	return "", fmt.Errorf("power_profiles_api %q: want auto, true or false", s)
-}
-
 // ppWatch is the "auto" mode on one connection: it serves the
 // power-profiles names while nobody else owns them and follows the owner
 // while someone does. It runs in its own goroutine (run); it changes the
