@@ -108,6 +108,12 @@ func dialBus(ctx context.Context, bus string, timeout time.Duration, opts ...dbu
 		err  error
 	}
 	dialCtx, abandon := context.WithCancel(context.Background())
+	handedOut := false // dialCtx then lives as long as the connection
+	defer func() {
+		if !handedOut {
+			abandon()
+		}
+	}()
 	opts = append(opts[:len(opts):len(opts)], dbus.WithContext(dialCtx))
 	ch := make(chan result, 1)
 	go func() {
@@ -126,13 +132,8 @@ func dialBus(ctx context.Context, bus string, timeout time.Duration, opts ...dbu
 	defer t.Stop()
 	select {
 	case r := <-ch:
-		if r.err != nil {
-			abandon()
-			return r.conn, r.err
-		}
-		// dialCtx lives as long as the connection.
-		context.AfterFunc(r.conn.Context(), abandon)
-		return r.conn, nil
+		handedOut = r.err == nil
+		return r.conn, r.err
 	case <-t.C:
 	case <-ctx.Done():
 	}

@@ -215,8 +215,11 @@ func (s *Service) spawn(ctx context.Context, f func(ctx context.Context)) bool {
 	if s.closed {
 		return false
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(s.life, cancel)
+	// Derived from life, so that Close ends it at once (no goroutine of
+	// context.AfterFunc's at Close); ctx's end is passed on.
+	parent := ctx
+	ctx, cancel := context.WithCancel(s.life)
+	stop := context.AfterFunc(parent, cancel)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
