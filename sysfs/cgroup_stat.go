@@ -267,7 +267,7 @@ func DirThreads(dir string) ([]int, error) {
 // threads (PID_MAX_LIMIT is 4,194,304; a cgroup of a workload with more
 // than 65,536 threads is not confirmed thread by thread).
 const (
-	MaxThreadDirs  = 4096
+	MaxThreadDirs  = 1024
 	MaxThreadDepth = 32
 	MaxThreads     = 65536
 )

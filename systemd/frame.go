@@ -1,6 +1,7 @@
 package systemd
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -20,9 +21,12 @@ import (
 const (
 	// MaxUserMessage bounds one message from a user's manager, in bytes
 	// (header, fields and body). systemd 252's largest answers to the
-	// daemon are ListUnitsByPatterns (about 300 bytes per unit: 8 MiB is
-	// more than 20,000 units) and a unit's GetAll (2–10 kB).
-	MaxUserMessage = 8 << 20
+	// daemon are ListUnitsByPatterns (about 300 bytes per unit: 4 MiB is
+	// more than 10,000 units, and a listing of more than 4,096 is refused
+	// anyway) and a unit's GetAll (2–10 kB). godbus decodes some bodies
+	// to 16 times their size (an array of byte variants), so this bounds
+	// what one message can make the daemon hold for a moment too.
+	MaxUserMessage = 4 << 20
 	// maxAuthBytes bounds what the manager sends before the first
 	// message: the SASL exchange of EXTERNAL is three short lines.
 	maxAuthBytes = 4096
@@ -36,7 +40,11 @@ const (
 	userMessageBurst = 4000
 	// userByteRate bounds the bytes per second read from one user's
 	// manager the same way (burst: MaxUserMessage).
-	userByteRate = 16 << 20
+	userByteRate = 4 << 20
+	// userWriteTimeout bounds each write to a user's manager: one that
+	// stops reading its socket fails the daemon's call instead of holding
+	// it (and godbus's send lock) for good.
+	userWriteTimeout = 5 * time.Second
 )
 
 // ErrMessageTooLarge is the read error of a connection to a user's
@@ -44,6 +52,13 @@ const (
 // than maxAuthBytes before its first message; godbus then closes the
 // connection.
 var ErrMessageTooLarge = errors.New("the manager sent a message larger than the daemon accepts from a user's manager")
+
+// ErrUnexpectedMessage is the read error of a connection to a user's
+// manager that sent what a manager never sends its client: a method call
+// (godbus would answer each in a goroutine of its own), or bytes right
+// after its SASL "OK", before the client's BEGIN (which godbus's SASL
+// reader would swallow, putting the framing out of step).
+var ErrUnexpectedMessage = errors.New("the manager sent what systemd never sends its client")
 
 // limitConn is a connection to a user's manager whose incoming bytes are
 // checked on their way to godbus: the SASL lines first (at most
@@ -56,6 +71,9 @@ var ErrMessageTooLarge = errors.New("the manager sent a message larger than the 
 // themselves are passed on unchanged.
 type limitConn struct {
 	net.Conn
+	// r reads the connection through a buffer: godbus decodes a message's
+	// header fields a few bytes at a time.
+	r     *bufio.Reader
 	clock func() time.Time
 	sleep func(time.Duration)
 
@@ -74,13 +92,19 @@ type limitConn struct {
 }
 
 func newLimitConn(c net.Conn) *limitConn {
-	return &limitConn{Conn: c, clock: time.Now, sleep: time.Sleep, auth: true, msgs: userMessageBurst, bytes: MaxUserMessage}
+	return &limitConn{Conn: c, r: bufio.NewReaderSize(c, 64<<10), clock: time.Now, sleep: time.Sleep, auth: true, msgs: userMessageBurst, bytes: MaxUserMessage}
+}
+
+// Write writes to the manager within userWriteTimeout.
+func (c *limitConn) Write(p []byte) (int, error) {
+	c.Conn.SetWriteDeadline(time.Now().Add(userWriteTimeout))
+	return c.Conn.Write(p)
 }
 
 // Read reads from the manager and checks what it read (observe); an
 // error there fails the read, and godbus closes the connection.
 func (c *limitConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
+	n, err := c.r.Read(p)
 	if n > 0 {
 		if oerr := c.observe(p[:n]); oerr != nil {
 			return 0, oerr
@@ -123,6 +147,9 @@ func (c *limitConn) step(b []byte) (time.Duration, error) {
 			}
 			if bytes.HasPrefix(c.line, []byte("OK ")) {
 				c.auth = false // messages follow the client's BEGIN
+				if len(b) > 0 {
+					return 0, fmt.Errorf("%w: %d bytes after its SASL OK", ErrUnexpectedMessage, len(b))
+				}
 			}
 			c.line = c.line[:0]
 			continue
@@ -145,6 +172,9 @@ func (c *limitConn) step(b []byte) (time.Duration, error) {
 		size, err := messageSize(c.hdr)
 		if err != nil {
 			return 0, err
+		}
+		if c.hdr[1] == 1 { // METHOD_CALL
+			return 0, fmt.Errorf("%w: a method call", ErrUnexpectedMessage)
 		}
 		c.hn, c.left = 0, size-int64(len(c.hdr))
 		newMsgs++

@@ -146,6 +146,13 @@ type Manager struct {
 	// closed ends a wait to deliver ReloadFinished once Close is called.
 	closed    chan struct{}
 	closeOnce sync.Once
+	// For a user's manager (untrusted): raws are the sockets under its
+	// connections, closed first by Close (so that a write it stopped
+	// reading ends at once); sigDropped is set when a signal found a
+	// channel full (dropSignals), which Overflowed reports too.
+	raws       []net.Conn
+	sigDropped *atomic.Bool
+	untrusted  bool
 	// refused holds the invalid answers (*InvalidError) since the last
 	// TakeRefused, at most maxRefused of them.
 	refusedMu sync.Mutex
@@ -281,6 +288,7 @@ func ConnectUser(ctx context.Context, uid int, opt UserOptions) (*Manager, error
 	}
 	var mu sync.Mutex
 	var raws []net.Conn
+	var dropped atomic.Bool // a signal found a channel full (dropSignals)
 	expired := false
 	stop := context.AfterFunc(ctx, func() {
 		mu.Lock()
@@ -303,7 +311,7 @@ func ConnectUser(ctx context.Context, uid int, opt UserOptions) (*Manager, error
 		}
 		raws = append(raws, nc)
 		mu.Unlock()
-		c, err := dbus.NewConn(newLimitConn(nc))
+		c, err := dbus.NewConn(newLimitConn(nc), dbus.WithSignalHandler(&dropSignals{dropped: &dropped}), dbus.WithIncomingInterceptor(noBusSender))
 		if err != nil {
 			nc.Close()
 			return nil, err
@@ -345,6 +353,7 @@ func ConnectUser(ctx context.Context, uid int, opt UserOptions) (*Manager, error
 	}
 	m := newManager(uid, conn, sig)
 	m.MaxCPUs, m.MaxUnits = opt.MaxCPUs, opt.MaxUnits
+	m.raws, m.sigDropped, m.untrusted = raws, &dropped, true
 	return m, nil
 }
 
@@ -453,6 +462,9 @@ func warm(ctx context.Context, c *dbus.Conn) error {
 // Close closes the connections; Events' channel is closed.
 func (m *Manager) Close() {
 	m.closeOnce.Do(func() { close(m.closed) })
+	for _, c := range m.raws {
+		c.Close()
+	}
 	m.conn.Close()
 	m.sig.Close()
 }
@@ -490,7 +502,9 @@ func (m *Manager) Version(ctx context.Context) (string, error) {
 // that finds the channel full is dropped: the caller re-lists its slices
 // when it sees Overflowed. ReloadFinished waits for room instead (until
 // Close): a caller that holds its units during a reload must learn that
-// it ended.
+// it ended; except from a user's manager, which must never hold the
+// goroutine: there it is dropped as the others are, and the caller's
+// listing after Overflowed ends the reload's hold.
 func (m *Manager) Events(ctx context.Context) (<-chan UnitEvent, error) {
 	var err error
 	m.once.Do(func() {
@@ -540,12 +554,12 @@ func (m *Manager) Events(ctx context.Context) (<-chan UnitEvent, error) {
 						continue
 					}
 					if err := CheckUnitName(name); err != nil {
-						m.refuse(&InvalidError{Manager: m.String(), Unit: name, Field: "unit name in " + s.Name[len(managerInterface)+1:], Why: err.Error()})
+						m.refuse(&InvalidError{Manager: m.String(), Unit: cutName(name), Field: "unit name in " + s.Name[len(managerInterface)+1:], Why: err.Error()})
 						continue
 					}
 					ev.Name = name
 				}
-				if ev.Kind == ReloadFinished {
+				if ev.Kind == ReloadFinished && !m.untrusted {
 					select {
 					case m.events <- ev:
 					case <-m.closed:
@@ -569,7 +583,13 @@ func (m *Manager) Events(ctx context.Context) (<-chan UnitEvent, error) {
 // Overflowed reports whether an event was dropped (the channel was full)
 // since the last call, and clears it; the caller then re-lists what it
 // follows.
-func (m *Manager) Overflowed() bool { return m.overflow.Swap(false) }
+func (m *Manager) Overflowed() bool {
+	o := m.overflow.Swap(false)
+	if m.sigDropped != nil && m.sigDropped.Swap(false) {
+		o = true
+	}
+	return o
+}
 
 // unitInterfaces maps a unit's suffix to the D-Bus interface that carries
 // its cgroup properties.
@@ -614,7 +634,7 @@ func (m *Manager) UnitInfo(ctx context.Context, name string) (UnitInfo, error) {
 		if b, ok := props[mask.prop].([]byte); ok {
 			cpus, err := DecodeCPUMask(b, m.MaxCPUs)
 			if err != nil {
-				return UnitInfo{}, m.refuse(&InvalidError{Manager: m.String(), Unit: name, Field: mask.prop, Why: err.Error()})
+				return UnitInfo{}, m.refuse(&InvalidError{Manager: m.String(), Unit: cutName(name), Field: mask.prop, Why: err.Error()})
 			}
 			*mask.to = cpus
 		}
@@ -733,7 +753,7 @@ func (m *Manager) Units(ctx context.Context, patterns ...string) ([]UnitInfo, er
 			continue
 		}
 		if err := CheckUnitName(s.Name); err != nil {
-			m.refuse(&InvalidError{Manager: m.String(), Unit: s.Name, Field: "unit name", Why: err.Error()})
+			m.refuse(&InvalidError{Manager: m.String(), Unit: cutName(s.Name), Field: "unit name", Why: err.Error()})
 			continue
 		}
 		seen[s.Name] = true

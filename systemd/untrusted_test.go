@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -294,14 +295,24 @@ func TestLimitConnFraming(t *testing.T) {
 		pad := (int(fields) + 7) &^ 7
 		return append(h, make([]byte, pad+int(body))...)
 	}
+	sasl := []byte("REJECTED EXTERNAL\r\nOK 0123456789abcdef0123456789abcdef\r\n")
 	var stream bytes.Buffer
-	stream.WriteString("REJECTED EXTERNAL\r\nOK 0123456789abcdef0123456789abcdef\r\n")
 	stream.Write(msg(5, 3))
 	stream.Write(msg(0, 0))
 	stream.Write(msg(13, 1000))
 	whole := stream.Bytes()
+	fresh := func() *limitConn {
+		return &limitConn{clock: func() time.Time { return time.Time{} }, sleep: func(time.Duration) {}, auth: true, msgs: userMessageBurst, bytes: MaxUserMessage}
+	}
 	for _, piece := range []int{1, 3, 7, 16, 100, len(whole)} {
-		c := &limitConn{clock: func() time.Time { return time.Time{} }, sleep: func(time.Duration) {}, auth: true, msgs: userMessageBurst, bytes: MaxUserMessage}
+		c := fresh()
+		// The SASL lines (the server's OK ends a read: it sends nothing
+		// before the client's BEGIN), then the messages, each cut in pieces.
+		for _, part := range [][]byte{sasl[:19], sasl[19:]} {
+			if _, err := c.step(part); err != nil {
+				t.Fatalf("SASL: %v", err)
+			}
+		}
 		for i := 0; i < len(whole); i += piece {
 			end := min(i+piece, len(whole))
 			if _, err := c.step(whole[i:end]); err != nil {
@@ -312,14 +323,36 @@ func TestLimitConnFraming(t *testing.T) {
 			t.Fatalf("pieces of %d: ends in auth=%v, header %d, left %d; want at a message boundary", piece, c.auth, c.hn, c.left)
 		}
 	}
+	call := msg(0, 0)
+	call[1] = 1 // METHOD_CALL
+	for what, tc := range map[string]struct {
+		b    []byte
+		want error
+	}{
+		"too large":          {msg(0, MaxUserMessage)[:16], ErrMessageTooLarge},
+		"not D-Bus":          {[]byte{'x', 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, ErrMessageTooLarge},
+		"a method call":      {call, ErrUnexpectedMessage},
+		"bytes after the OK": {nil, ErrUnexpectedMessage},
+	} {
+		c := fresh()
+		if tc.b == nil {
+			if _, err := c.step(append([]byte("OK 1\r\n"), msg(0, 0)...)); !errors.Is(err, tc.want) {
+				t.Errorf("%s: %v, want %v", what, err, tc.want)
+			}
+			continue
+		}
+		if _, err := c.step([]byte("OK 1\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.step(tc.b); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", what, err, tc.want)
+		}
+	}
 	for what, b := range map[string][]byte{
-		"too large": append([]byte("OK 1\r\n"), msg(0, MaxUserMessage)[:16]...),
-		"not D-Bus": append([]byte("OK 1\r\n"), 'x', 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 		"long SASL": bytes.Repeat([]byte("DATA\r\n"), maxAuthBytes/6+1),
 		"long line": bytes.Repeat([]byte("x"), maxAuthBytes+1),
 	} {
-		c := newLimitConn(nil)
-		if _, err := c.step(b); !errors.Is(err, ErrMessageTooLarge) {
+		if _, err := fresh().step(b); !errors.Is(err, ErrMessageTooLarge) {
 			t.Errorf("%s: %v, want ErrMessageTooLarge", what, err)
 		}
 	}
@@ -343,7 +376,8 @@ func TestLimitConnRate(t *testing.T) {
 	if d := slept - want; d < -time.Millisecond || d > time.Millisecond {
 		t.Fatalf("slept %v for 10000 messages, want %v", slept, want)
 	}
-	// Bytes: 64 MiB in 4 MiB reads, past the 8 MiB burst at 16 MiB/s.
+	// Bytes: 64 MiB in 4 MiB reads, past the burst (MaxUserMessage) at
+	// userByteRate.
 	slept = 0
 	c = &limitConn{clock: func() time.Time { return now }, sleep: func(d time.Duration) { slept += d; now = now.Add(d) }, auth: false, msgs: userMessageBurst, bytes: MaxUserMessage, left: 1 << 40}
 	chunk := make([]byte, 4<<20)
@@ -355,5 +389,105 @@ func TestLimitConnRate(t *testing.T) {
 	want = time.Duration(float64(64<<20-MaxUserMessage) / userByteRate * float64(time.Second))
 	if d := slept - want; d < -time.Millisecond || d > time.Millisecond {
 		t.Fatalf("slept %v for 64 MiB, want %v", slept, want)
+	}
+}
+
+// TestUserManagerForgedBusSignal: a signal whose sender says it is the
+// bus daemon (org.freedesktop.DBus NameLost without a body) is what
+// godbus v5.2.4 reads unchecked, panicking its reader; from a user's
+// manager the sender is removed before godbus looks, and the connection
+// goes on.
+func TestUserManagerForgedBusSignal(t *testing.T) {
+	f := testutil.NewFakeManager(t)
+	m, ctx := connectFake(t, f)
+	events, err := m.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, member := range []string{"NameLost", "NameAcquired"} {
+		f.SendMessage(&dbus.Message{Type: dbus.TypeSignal, Headers: map[dbus.HeaderField]dbus.Variant{
+			dbus.FieldPath: dbus.MakeVariant(dbus.ObjectPath("/org/freedesktop/DBus")), dbus.FieldInterface: dbus.MakeVariant("org.freedesktop.DBus"),
+			dbus.FieldMember: dbus.MakeVariant(member), dbus.FieldSender: dbus.MakeVariant("org.freedesktop.DBus"),
+		}})
+	}
+	f.Emit("UnitNew", "app-ok.scope", testutil.FakeUnitPath("app-ok.scope"))
+	select {
+	case ev := <-events:
+		if ev.Name != "app-ok.scope" {
+			t.Fatalf("event %+v", ev)
+		}
+	case <-ctx.Done():
+		t.Fatal("no event after the forged signals")
+	}
+	if _, err := m.Version(ctx); err != nil {
+		t.Fatalf("the connection did not survive: %v", err)
+	}
+}
+
+// TestUserManagerMethodCalls: a manager never calls its client; one that
+// does (a flood of calls would each get a godbus goroutine, blocked when
+// the manager stops reading its socket) is cut off at the first call.
+func TestUserManagerMethodCalls(t *testing.T) {
+	f := testutil.NewFakeManager(t)
+	m, ctx := connectFake(t, f)
+	events, err := m.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	for i := 0; i < 100; i++ {
+		f.SendMessage(&dbus.Message{Type: dbus.TypeMethodCall, Headers: map[dbus.HeaderField]dbus.Variant{
+			dbus.FieldPath: dbus.MakeVariant(dbus.ObjectPath("/x")), dbus.FieldMember: dbus.MakeVariant("Poke"),
+		}})
+	}
+	for range events {
+	} // closed: the connection is gone
+	if n := runtime.NumGoroutine(); n > before+10 {
+		t.Fatalf("%d goroutines after 100 calls, %d before", n, before)
+	}
+}
+
+// TestUserManagerSignalFlood: 20,000 signals while nobody reads the
+// events: the connection's signal handler drops what finds no room
+// (Overflowed says so) instead of starting a goroutine for each, as
+// godbus's own does.
+func TestUserManagerSignalFlood(t *testing.T) {
+	f := testutil.NewFakeManager(t)
+	m, ctx := connectFake(t, f)
+	if _, err := m.Events(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	for i := 0; i < 20000; i++ {
+		f.Emit("UnitNew", "app-x.scope", testutil.FakeUnitPath("app-x.scope"))
+	}
+	if _, err := m.Version(ctx); err != nil { // every signal sent before it is read
+		t.Fatal(err)
+	}
+	if n := runtime.NumGoroutine(); n > before+20 {
+		t.Fatalf("%d goroutines after 20,000 signals nobody read, %d before", n, before)
+	}
+	if !m.Overflowed() {
+		t.Fatal("signals were dropped, and Overflowed does not say so")
+	}
+}
+
+// TestUserManagerBytesAfterOK: bytes right after the SASL OK (before the
+// client's BEGIN), which godbus's SASL reader would swallow and so put
+// the size checks out of step with what godbus decodes, end the
+// connecting.
+func TestUserManagerBytesAfterOK(t *testing.T) {
+	f := testutil.NewFakeManager(t)
+	f.AfterOK = testutil.HeaderAnnouncing(12 << 20)
+	sock := serveUser(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), hostBound)
+	defer cancel()
+	m, err := ConnectUser(ctx, hostileUID, UserOptions{Socket: sock, PeerPID: os.Getpid()})
+	if err == nil {
+		m.Close()
+		t.Fatal("connected to a manager that sent bytes before BEGIN")
+	}
+	if !strings.Contains(err.Error(), "after its SASL OK") {
+		t.Fatalf("error %v, want the bytes after the OK refused", err)
 	}
 }

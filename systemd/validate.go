@@ -49,6 +49,16 @@ type InvalidError struct {
 	Why     string
 }
 
+// cutName is a name a manager sent as an InvalidError keeps it: its
+// first 65 bytes (a refused name may be as long as a message; Quote
+// shows 64 and marks the cut).
+func cutName(s string) string {
+	if len(s) > 65 {
+		return s[:65]
+	}
+	return s
+}
+
 func (e *InvalidError) Error() string {
 	if e.Unit == "" {
 		return fmt.Sprintf("%s manager sent an invalid %s: %s", e.Manager, e.Field, e.Why)
@@ -196,7 +206,7 @@ func DecodeCPUMask(b []byte, ncpus int) ([]int, error) {
 // (see the checks above), as an *InvalidError of manager m.
 func checkInfo(m string, u *UnitInfo) error {
 	bad := func(field string, err error) error {
-		return &InvalidError{Manager: m, Unit: u.Name, Field: field, Why: err.Error()}
+		return &InvalidError{Manager: m, Unit: cutName(u.Name), Field: field, Why: err.Error()}
 	}
 	if err := CheckUnitName(u.Name); err != nil {
 		return bad("unit name", err)

@@ -47,6 +47,9 @@ type FakeManager struct {
 	// Silent: connections are accepted and never read from or answered
 	// (set before serving, or between connections).
 	Silent bool
+	// AfterOK is sent in the same write as the SASL "OK" line, before the
+	// client's BEGIN (a server sends nothing there).
+	AfterOK []byte
 
 	mu       sync.Mutex
 	units    map[string]*FakeUnit
@@ -161,6 +164,19 @@ func (f *FakeManager) Emit(member string, body ...any) {
 	f.mu.Unlock()
 	for _, c := range conns {
 		_ = c.Emit(fakeManagerPath, fakeManagerIface+"."+member, body...)
+	}
+}
+
+// SendMessage sends msg, as it is (any type, any header fields: a
+// signal whose sender claims to be the bus, a method call), on every
+// connection; godbus gives it a serial.
+func (f *FakeManager) SendMessage(msg *dbus.Message) {
+	f.mu.Lock()
+	conns := append([]*dbus.Conn(nil), f.conns...)
+	f.mu.Unlock()
+	for _, c := range conns {
+		m := *msg
+		c.Send(&m, nil)
 	}
 }
 
@@ -355,7 +371,10 @@ func (f *FakeManager) serveConn(c net.Conn) {
 		case line == "AUTH":
 			io.WriteString(c, "REJECTED EXTERNAL\r\n")
 		case strings.HasPrefix(line, "AUTH EXTERNAL"):
-			io.WriteString(c, "OK 0123456789abcdef0123456789abcdef\r\n")
+			f.mu.Lock()
+			after := f.AfterOK
+			f.mu.Unlock()
+			c.Write(append([]byte("OK 0123456789abcdef0123456789abcdef\r\n"), after...))
 		case line == "BEGIN":
 			conn, err := dbus.NewConn(&fakeSASL{r: br, c: c, f: f})
 			if err != nil {

@@ -149,7 +149,7 @@ func (u *Placement) onEvent(msg unitMsg) bool {
 		return false
 	case msg.user != nil:
 		return u.onUser(*msg.user)
-	case msg.focus != "" || msg.focusOverflow || msg.focusDue:
+	case len(msg.focus) > 0 || msg.focusOverflow:
 		return u.onFocus(msg)
 	}
 	ev := msg.ev
@@ -218,10 +218,8 @@ func (u *Placement) reloaded(uid int) bool {
 	u.mgr.Overflowed() // the scan covers what was dropped
 	before := len(u.workloads)
 	changed := u.Scan()
-	held := u.held && len(u.reloading) == 0
-	if held {
-		u.held = false
-	}
+	held := u.held[uid]
+	delete(u.held, uid)
 	u.log.WithFields(logrus.Fields{"manager": managerName(uid), "workloads": len(u.workloads), "before": before, "changed": changed, "start_seen": was}).Info("the systemd manager reloaded: units listed again")
 	return changed || held
 }
@@ -257,7 +255,7 @@ func (u *Placement) consider(uid int, v unitView) bool {
 	var dir string
 	if want {
 		var err error
-		if dir, err = u.cgroupDir(uid, v.ControlGroup); err != nil {
+		if dir, err = u.unitCgroupDir(uid, v); err != nil {
 			u.refuseUnit(uid, v.Name, "ControlGroup", err)
 			want = false
 		}
@@ -321,6 +319,22 @@ func (u *Placement) cgroupDir(uid int, cg string) (string, error) {
 			}
 			return "", fmt.Errorf("%s is not below the cgroup of the user's manager (%s)", systemd.Quote(cg), own)
 		}
+	}
+	return dir, nil
+}
+
+// unitCgroupDir is cgroupDir for unit v of manager uid; a user's unit's
+// cgroup must moreover be the one its manager gives a unit of that name
+// in that slice (USER@UID.SERVICE/SLICE/NAME, as systemd names cgroups:
+// the user slices are top-level in a user's manager), so that no two of
+// a user's units share one and none names a cgroup below another's.
+func (u *Placement) unitCgroupDir(uid int, v unitView) (string, error) {
+	dir, err := u.cgroupDir(uid, v.ControlGroup)
+	if err != nil || uid < 0 {
+		return dir, err
+	}
+	if want := u.people[uid].cgroup + "/" + v.Slice + "/" + v.Name; v.ControlGroup != want {
+		return "", fmt.Errorf("%s is not the cgroup of unit %s in %s (%s)", systemd.Quote(v.ControlGroup), v.Name, v.Slice, systemd.Quote(want))
 	}
 	return dir, nil
 }

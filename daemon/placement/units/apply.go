@@ -65,7 +65,7 @@ func (u *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.
 	for _, n := range names {
 		w := u.workloads[n]
 		if u.reloading[w.uid] {
-			u.held = true // set once the reload is over (reloaded)
+			u.held[w.uid] = true // set once the reload is over (reloaded)
 			continue
 		}
 		want := sysfs.NewCPUSet(plan.CPUs[n]...)

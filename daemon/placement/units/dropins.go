@@ -27,25 +27,53 @@ const allowedDropIn = "50-AllowedCPUs.conf"
 var runtimeRoot = "/run/"
 
 // dropIns identifies the AllowedCPUs= drop-ins among paths (a unit's
-// DropInPaths): "PATH@INODE.MTIME" for each (MTIME in nanoseconds),
-// "PATH@-" for one that cannot be read, sorted and space-separated; ""
-// when there is none. statefile.UnitRecord.DropIns holds it.
-func dropIns(paths []string) string {
+// DropInPaths, of the system manager): "PATH@INODE.MTIME" for each (MTIME
+// in nanoseconds), "PATH@-" for one that cannot be read, sorted and
+// space-separated; "" when there is none. statefile.UnitRecord.DropIns
+// holds it. At most maxDropInIDs are kept (systemd has three places for
+// one: transient, runtime and persistent), each path of at most
+// maxDropInPath bytes.
+func dropIns(paths []string) string { return dropInIDs(paths, "", true) }
+
+// userDropIns is dropIns for a user's unit: only drop-ins below the
+// user's runtime directory (under, "RUNROOT/user/UID/": where the user's
+// manager writes the runtime values the daemon sets) are looked at, and
+// without following a symbolic link at the end (lstat): the paths are the
+// user's to choose, and what the daemon records of them (their inode and
+// time, in state.json) must not tell of files elsewhere. Called on the
+// user's link, never on the loop.
+func userDropIns(paths []string, under string) string { return dropInIDs(paths, under, false) }
+
+// Bounds of a recorded identity (dropInIDs).
+const (
+	maxDropInIDs  = 4
+	maxDropInPath = 512
+)
+
+func dropInIDs(paths []string, under string, follow bool) string {
 	var out []string
 	for _, p := range paths {
-		if filepath.Base(p) != allowedDropIn {
+		if filepath.Base(p) != allowedDropIn || len(p) > maxDropInPath || !strings.HasPrefix(p, under) {
 			continue
 		}
-		out = append(out, p+"@"+fileID(p))
+		out = append(out, p+"@"+fileID(p, follow))
 	}
 	sort.Strings(out)
+	if len(out) > maxDropInIDs {
+		out = out[:maxDropInIDs]
+	}
 	return strings.Join(out, " ")
 }
 
-// fileID is "INODE.MTIME" of path, "-" when it cannot be read.
-func fileID(path string) string {
+// fileID is "INODE.MTIME" of path (of a symbolic link itself unless
+// follow), "-" when it cannot be read.
+func fileID(path string, follow bool) string {
 	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
+	stat := syscall.Stat
+	if !follow {
+		stat = syscall.Lstat
+	}
+	if err := stat(path, &st); err != nil {
 		return "-"
 	}
 	return strconv.FormatUint(st.Ino, 10) + "." + strconv.FormatInt(st.Mtim.Nano(), 10)
@@ -72,9 +100,14 @@ type unitView struct {
 	dropIDs string
 }
 
-// viewOf is info's view.
+// viewOf is the view of a system manager's unit.
 func viewOf(info systemd.UnitInfo) unitView {
 	return unitView{UnitInfo: info, dropIDs: dropIns(info.DropInPaths)}
+}
+
+// userViewOf is the view of a user's unit (userDropIns below under).
+func userViewOf(info systemd.UnitInfo, under string) unitView {
+	return unitView{UnitInfo: info, dropIDs: userDropIns(info.DropInPaths, under)}
 }
 
 // lingering reports, for the record of a unit its manager no longer
@@ -97,7 +130,8 @@ func lingering(r *statefile.UnitRecord) (path string, known, lingers bool) {
 		if _, err := os.Lstat(p); err != nil {
 			return p, true, false
 		}
-		return p, true, fileID(p) == id
+		// A user's drop-in is identified without following (userDropIns).
+		return p, true, fileID(p, !strings.HasPrefix(p, runtimeRoot+"user/")) == id
 	}
 	return "", false, false
 }

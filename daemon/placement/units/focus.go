@@ -2,12 +2,15 @@ package units
 
 import (
 	"errors"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 )
 
 // FocusXattr is the extended attribute GNOME's Mutter writes on the
@@ -29,61 +32,87 @@ type focusWatch struct {
 	// the watches are root's inotify watches, of which every user's
 	// apps take one).
 	perUID map[int]int
-	// at is when a focus change last made a plan; pending: a change came
-	// within focusEvery of it and waits for timer (focusDue).
-	at      time.Time
-	pending bool
-	timer   *time.Timer
 }
 
 // maxFocusWatches bounds the apps of one user whose focus is followed;
 // the others count as unfocused apps.
 const maxFocusWatches = 256
 
-// focusEvery is the least time between two plans that focus changes make:
-// the cgroup's xattr is the user's to write, as often as they like, and
-// each plan may set AllowedCPUs= on many units. A change within it is
-// planned at its end.
+// focusEvery is the least time between two messages of the focus watch,
+// and so between two plans that focus changes make: the cgroup's xattr
+// is the user's to write, as often as they like, and each plan may set
+// AllowedCPUs= on many units. Changes within it go in one message at its
+// end.
 const focusEvery = 200 * time.Millisecond
 
-// startFocus makes the inotify watch and feeds its events to msgs.
+// startFocus makes the inotify watch and feeds its events to msgs,
+// coalesced: the cgroups whose attributes changed go to the loop in one
+// message at most every focusEvery (the first at once), so that a user
+// who writes the xattr in a loop costs the loop five messages a second,
+// not one per write.
 func (u *Placement) startFocus() error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return err
 	}
 	u.focus = &focusWatch{w: w, byDir: map[string]string{}, perUID: map[int]int{}}
-	out, done, log := u.msgs, u.done, u.log
-	go func() {
-		for {
-			var m unitMsg
-			select {
-			case ev, ok := <-w.Events:
-				if !ok {
-					return
-				}
-				if !ev.Has(fsnotify.Chmod) {
-					continue
-				}
-				m.focus = ev.Name
-			case err, ok := <-w.Errors:
-				if !ok {
-					return
-				}
-				if !errors.Is(err, fsnotify.ErrEventOverflow) {
-					log.WithError(err).Warn("focus watch")
-					continue
-				}
-				m.focusOverflow = true
-			}
-			select {
-			case out <- m:
-			case <-done:
+	go coalesceFocus(w, u.msgs, u.done, u.log)
+	return nil
+}
+
+// coalesceFocus is startFocus's goroutine.
+func coalesceFocus(w *fsnotify.Watcher, out chan<- placement.Event, done <-chan struct{}, log logrus.FieldLogger) {
+	pending := map[string]bool{}
+	overflow, warned := false, false
+	var last time.Time
+	var due <-chan time.Time
+	for {
+		select {
+		case ev, ok := <-w.Events:
+			if !ok {
 				return
 			}
+			if !ev.Has(fsnotify.Chmod) {
+				continue
+			}
+			pending[ev.Name] = true
+		case err, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			if !errors.Is(err, fsnotify.ErrEventOverflow) {
+				if !warned {
+					log.WithError(err).Warn("focus watch")
+					warned = true
+				}
+				continue
+			}
+			overflow = true
+		case <-due:
+			due = nil
+		case <-done:
+			return
 		}
-	}()
-	return nil
+		if due != nil || len(pending) == 0 && !overflow {
+			continue
+		}
+		if wait := focusEvery - time.Since(last); wait > 0 {
+			due = time.After(wait)
+			continue
+		}
+		m := unitMsg{focusOverflow: overflow}
+		for d := range pending {
+			m.focus = append(m.focus, d)
+		}
+		sort.Strings(m.focus)
+		select {
+		case out <- m:
+		case <-done:
+			return
+		}
+		clear(pending)
+		overflow, last = false, time.Now()
+	}
 }
 
 // watchFocus reads w's focus and watches its cgroup, for an app.slice
@@ -104,27 +133,6 @@ func (u *Placement) watchFocus(w *unitWorkload) {
 	w.focused = readFocused(w.cgroup)
 }
 
-// focusChanged says whether a focus change may make a plan now (at most
-// one per focusEvery); if not, it arms the timer whose message
-// (focusDue) makes it at the end of that time.
-func (u *Placement) focusChanged(now time.Time) bool {
-	f := u.focus
-	if since := now.Sub(f.at); since >= focusEvery {
-		f.at, f.pending = now, false
-		return true
-	} else if !f.pending {
-		f.pending = true
-		out, done := u.msgs, u.done
-		f.timer = time.AfterFunc(focusEvery-since, func() {
-			select {
-			case out <- unitMsg{focusDue: true}:
-			case <-done:
-			}
-		})
-	}
-	return false
-}
-
 // unwatchFocus ends w's watch (its cgroup may be gone already).
 func (u *Placement) unwatchFocus(w *unitWorkload) {
 	if u.focus == nil {
@@ -137,23 +145,16 @@ func (u *Placement) unwatchFocus(w *unitWorkload) {
 	}
 }
 
-// onFocus re-reads the focus of the app whose cgroup's attributes
-// changed (of every watched app after lost events); it reports whether
-// the plan is to be made now: a change, within focusChanged's rate, or
-// the timer of one that waited (focusDue).
+// onFocus re-reads the focus of the apps whose cgroups' attributes
+// changed (of every watched app after lost events); it reports a change.
 func (u *Placement) onFocus(m unitMsg) bool {
 	if u.focus == nil {
 		return false
 	}
-	if m.focusDue {
-		due := u.focus.pending
-		u.focus.pending = false
-		if due {
-			u.focus.at = time.Now()
-		}
-		return due
+	var keys []string
+	for _, d := range m.focus {
+		keys = append(keys, u.focus.byDir[d])
 	}
-	keys := []string{u.focus.byDir[m.focus]}
 	if m.focusOverflow {
 		keys = keys[:0]
 		for _, k := range u.focus.byDir {
@@ -172,7 +173,7 @@ func (u *Placement) onFocus(m unitMsg) bool {
 			u.log.WithFields(logrus.Fields{"unit": w.name, "uid": w.uid, "focused": f}).Debug("focus changed")
 		}
 	}
-	return changed && u.focusChanged(time.Now())
+	return changed
 }
 
 // readFocused reports whether dir's FocusXattr says focused ("-1"); a

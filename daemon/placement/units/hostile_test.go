@@ -41,8 +41,8 @@ type hostileUnits struct {
 // newHostile sets it all up, user units in app.slice, background.slice
 // and session.slice managed; the user's manager is served only once
 // serve is called (so that a test can make it misbehave first). Link
-// deadlines are short, so that a misbehaving manager is dropped within
-// the test's patience; none is a speed claim.
+// deadlines are shorter than the daemon's, so that a misbehaving manager
+// is dropped within the test's patience; none is a speed claim.
 func newHostile(t *testing.T) *hostileUnits {
 	t.Helper()
 	bus := testutil.StartSystemPolicyBus(t)
@@ -64,8 +64,11 @@ func newHostile(t *testing.T) *hostileUnits {
 	cfg := &placement.Config{Manage: []string{"app.slice", "background.slice", "session.slice"}, SysfsRoot: root, RunRoot: root + "/run", Bus: "system",
 		SampleInterval: time.Second, UtilHalfLife: policy.DefaultHalfLife, NoTaskClock: true, ProcRoot: root + "/proc", Log: log}
 	h.u = New(cfg, log, &placement.Counters{})
-	h.u.linkTiming = linkTiming{connect: 300 * time.Millisecond, call: 300 * time.Millisecond, list: 500 * time.Millisecond,
-		backoffMin: 20 * time.Millisecond, backoffMax: 100 * time.Millisecond, restore: 2 * time.Second}
+	// Deadlines long enough for an honest fake on a loaded machine (a
+	// spurious drop would break the tests' sequences), short enough that
+	// the tests that wait for one do not wait long.
+	h.u.linkTiming = linkTiming{connect: 2 * time.Second, call: 2 * time.Second, list: 3 * time.Second,
+		backoffMin: 20 * time.Millisecond, backoffMax: 100 * time.Millisecond, restore: 4 * time.Second}
 	h.u.Save = func() error { return nil }
 	if !h.u.unified {
 		t.Fatal("the mock cgroup tree does not read as cgroup v2")

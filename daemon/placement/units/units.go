@@ -105,9 +105,9 @@ type Placement struct {
 	// their Reloading(true) and Reloading(false): their unit signals are
 	// not followed and their units' AllowedCPUs= not set meanwhile; one
 	// scan at the end takes in what changed. held: a plan's write was
-	// skipped for it.
+	// skipped for it (by manager), made when that manager is done.
 	reloading map[int]bool
-	held      bool
+	held      map[int]bool
 	// rescan: the last scan was cut short (a listing failed or ran out of
 	// time), so units may be missing; the loop samples while it is set,
 	// and the next sample scans again.
@@ -176,6 +176,7 @@ func New(cfg *placement.Config, log logrus.FieldLogger, stats *placement.Counter
 		workloads:   map[string]*unitWorkload{},
 		records:     map[string]*statefile.UnitRecord{},
 		reloading:   map[int]bool{},
+		held:        map[int]bool{},
 	}
 	manage := cfg.Manage
 	if manage == nil {
@@ -212,10 +213,12 @@ func New(cfg *placement.Config, log logrus.FieldLogger, stats *placement.Counter
 // (systemd.DefaultMaxCPUs) where it cannot be read.
 func kernelMaxCPUs(sysfsRoot string) int {
 	n, err := sysfs.ReadIntAttr(filepath.Join(sysfsRoot, "devices/system/cpu/kernel_max"))
-	if err != nil || n < 0 || n >= systemd.DefaultMaxCPUs*8 {
+	if err != nil || n < 0 {
 		return 0
 	}
-	return int(n) + 1
+	// No more than a cpulist in state.json may name (sysfs.MaxCPUs): a
+	// record beyond it would not load.
+	return int(min(n+1, sysfs.MaxCPUs))
 }
 
 // cgroupV2 reports whether the cgroup hierarchy at cgroupRoot (below
@@ -350,6 +353,7 @@ func (u *Placement) Close() {
 	u.mgr = nil
 	u.msgs = nil
 	clear(u.reloading)
+	clear(u.held)
 }
 
 // workloadKey names a unit workload: the unit's name for the system

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,8 +79,11 @@ type userLink struct {
 	// possible CPU (setAllowed); possible is that set.
 	unified  bool
 	possible sysfs.CPUSet
-	out      chan<- placement.Event
-	done     <-chan struct{} // the placement's: ends every link
+	// dropInRoot is the user's runtime directory, "RUNROOT/user/UID/":
+	// only drop-ins below it are identified (userDropIns).
+	dropInRoot string
+	out        chan<- placement.Event
+	done       <-chan struct{} // the placement's: ends every link
 	stop     chan struct{}   // this link's
 	stopOnce sync.Once
 	exited   chan struct{}
@@ -230,7 +234,7 @@ var errMisbehaved = errors.New("the user's manager misbehaved")
 
 // newLink makes a link for uid; start runs it.
 func (u *Placement) newLink(uid int, opts systemd.UserOptions) *userLink {
-	l := &userLink{uid: uid, opts: opts, timing: u.linkTiming, dial: u.dialUser, unified: u.unified, out: u.msgs, done: u.done,
+	l := &userLink{uid: uid, opts: opts, timing: u.linkTiming, dial: u.dialUser, dropInRoot: filepath.Join(u.runRoot, "user", strconv.Itoa(uid)) + "/", unified: u.unified, out: u.msgs, done: u.done,
 		stop: make(chan struct{}), exited: make(chan struct{}), kick: make(chan struct{}, 1)}
 	if u.unified {
 		l.possible, _ = possibleCPUs(sysfsRoot(u.cfg))
@@ -434,7 +438,7 @@ func (l *userLink) connect() (unitManager, []unitView, map[string]bool, string, 
 		return fail(err)
 	}
 	check := l.takeCheck()
-	views, err := listViews(ctx, m, l.timing.list)
+	views, err := l.listViews(ctx, m)
 	if err != nil {
 		return fail(err)
 	}
@@ -487,8 +491,8 @@ func (l *userLink) takeCheck() []string {
 // listViews lists the manager's services and scopes as views (their
 // drop-ins identified here, off the loop). A listing cut short is an
 // error.
-func listViews(ctx context.Context, m unitManager, bound time.Duration) ([]unitView, error) {
-	lctx, cancel := context.WithTimeout(ctx, bound)
+func (l *userLink) listViews(ctx context.Context, m unitManager) ([]unitView, error) {
+	lctx, cancel := context.WithTimeout(ctx, l.timing.list)
 	defer cancel()
 	list, err := m.Units(lctx, "*.service", "*.scope")
 	if err != nil {
@@ -496,7 +500,7 @@ func listViews(ctx context.Context, m unitManager, bound time.Duration) ([]unitV
 	}
 	views := make([]unitView, 0, len(list))
 	for _, info := range list {
-		views = append(views, viewOf(info))
+		views = append(views, userViewOf(info, l.dropInRoot))
 	}
 	return views, nil
 }
@@ -608,7 +612,7 @@ func (l *userLink) doWork(m unitManager, names map[string]bool) error {
 	}
 	if w.list {
 		clear(names)
-		views, err := listViews(context.Background(), m, l.timing.list)
+		views, err := l.listViews(context.Background(), m)
 		if err != nil {
 			l.requeue(w)
 			return misbehaved(err)
@@ -673,13 +677,23 @@ func (l *userLink) requeue(w linkWork) {
 func (l *userLink) readUnits(m unitManager, names map[string]bool) error {
 	var views []unitView
 	var gone []string
+	start := time.Now()
 	for name := range names {
+		if l.stopped() {
+			return nil
+		}
+		if time.Since(start) > l.timing.list {
+			// A manager that answers each read just in time: the rest
+			// are read by a listing, which one deadline bounds.
+			l.ask(func(w *linkWork) { w.list = true })
+			break
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), l.timing.call)
 		info, err := m.LoadedUnitInfo(ctx, name)
 		cancel()
 		switch {
 		case err == nil:
-			views = append(views, viewOf(info))
+			views = append(views, userViewOf(info, l.dropInRoot))
 		case isNoSuchUnit(err) || errors.Is(err, systemd.ErrInvalid):
 			gone = append(gone, name)
 		default:
@@ -698,6 +712,12 @@ func (l *userLink) readUnits(m unitManager, names map[string]bool) error {
 func (l *userLink) write(m unitManager, ws []userWrite) ([]writeResult, error) {
 	out := make([]writeResult, 0, len(ws))
 	for i, w := range ws {
+		if l.stopped() {
+			for _, rest := range ws[i:] {
+				out = append(out, writeResult{key: rest.key, name: rest.name, want: rest.want, outcome: writeRefused, err: errors.New("not made: the daemon no longer follows the user")})
+			}
+			return out, nil
+		}
 		r := writeResult{key: w.key, name: w.name, want: w.want}
 		ctx, cancel := context.WithTimeout(context.Background(), l.timing.call)
 		err := l.writeOne(ctx, m, w, &r)
@@ -730,7 +750,7 @@ func (l *userLink) writeOne(ctx context.Context, m unitManager, w userWrite, r *
 		r.outcome, r.err = writeRefused, err
 		return err
 	}
-	v := viewOf(info)
+	v := userViewOf(info, l.dropInRoot)
 	if cur := sysfs.NewCPUSet(info.AllowedCPUs...).String(); cur != w.expect || w.expectIDs != "" && v.dropIDs != w.expectIDs {
 		r.outcome, r.view = writeChanged, &v
 		return nil
@@ -746,7 +766,7 @@ func (l *userLink) writeOne(ctx context.Context, m unitManager, w userWrite, r *
 	}
 	r.outcome = writeDone
 	if paths, err := m.DropInPaths(ctx, w.name); err == nil {
-		r.dropIDs = dropIns(paths)
+		r.dropIDs = userDropIns(paths, l.dropInRoot)
 	}
 	return nil
 }
@@ -834,7 +854,7 @@ func (l *userLink) restoreOne(ctx context.Context, m unitManager, rec *statefile
 		r.outcome, r.err = restoreFailed, err
 		return err
 	}
-	v := viewOf(info)
+	v := userViewOf(info, l.dropInRoot)
 	cur := sysfs.NewCPUSet(info.AllowedCPUs...).String()
 	r.cur, r.dropIDs = cur, v.dropIDs
 	if !placement.Ours(placement.UnitEntry(rec), cur, !rewritten(rec, v.dropIDs), placement.SameValue) {

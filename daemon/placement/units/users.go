@@ -19,16 +19,14 @@ import (
 // unitMsg is one message of Placement.EventsC, beside the users' links'
 // (linkMsg): exactly one of a signal of the system manager (ev), its
 // connection closing (closed), a user logging in or out (user, from
-// logind), or a focus watch event (focus: the cgroup directory whose
-// attributes changed; focusOverflow: events were lost; focusDue: a focus
-// change that waited is to be planned, focusChanged).
+// logind), or a focus watch event (focus: the cgroup directories whose
+// attributes changed; focusOverflow: events were lost).
 type unitMsg struct {
 	ev            systemd.UnitEvent
 	closed        bool
 	user          *systemd.UserEvent
-	focus         string
+	focus         []string
 	focusOverflow bool
-	focusDue      bool
 }
 
 // forward copies the system manager's signals to msgs until its
@@ -147,9 +145,6 @@ func (u *Placement) closeUsers() {
 	}
 	if u.focus != nil {
 		u.focus.w.Close()
-		if u.focus.timer != nil {
-			u.focus.timer.Stop()
-		}
 		u.focus = nil
 	}
 }
@@ -256,6 +251,7 @@ func (u *Placement) stopLink(p *userManager) bool {
 	p.link.close()
 	p.link, p.up, p.writing, p.again = nil, false, false, false
 	delete(u.reloading, p.uid)
+	delete(u.held, p.uid)
 	return u.forgetUser(p.uid, "no longer managing a user's units: its manager stopped")
 }
 
@@ -389,10 +385,7 @@ func (u *Placement) onLink(msg linkMsg) (replan bool) {
 		u.reloading[p.uid] = true
 		log.Info("the user's manager is reloading: its units are held (not forgotten, not set) until it is done")
 	case msg.reload:
-		if u.reloading[p.uid] {
-			delete(u.reloading, p.uid)
-			replan = u.held // the listing that follows takes in what changed
-		}
+		delete(u.reloading, p.uid) // the listing that follows takes in what changed
 	case msg.written:
 		replan = u.takeWritten(p, msg.results)
 	case msg.down:
@@ -459,8 +452,11 @@ func (u *Placement) takeUserList(p *userManager, views []unitView, lingers map[s
 		delete(u.records, k)
 		u.Dirty = true
 	}
-	if u.held && len(u.reloading) == 0 {
-		u.held = false
+	// A complete listing ends the user's reload, whether or not its end
+	// was heard (a user's manager may drop it, or never send it).
+	delete(u.reloading, p.uid)
+	if u.held[p.uid] {
+		delete(u.held, p.uid)
 		changed = true
 	}
 	// The next listing says which of the records left linger.

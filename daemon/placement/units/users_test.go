@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -69,10 +70,9 @@ func TestFocusXattrFollowed(t *testing.T) {
 		select {
 		case ev := <-u.msgs:
 			m := ev.(unitMsg)
-			if m.focus != dir {
+			if len(m.focus) != 1 || m.focus[0] != dir {
 				t.Fatalf("event %+v, want focus %s", m, dir)
 			}
-			u.focus.at = time.Time{} // the last focus plan long ago
 			if got := u.onFocus(m); got != wantChange {
 				t.Fatalf("value %q: onFocus changed=%v, want %v", v, got, wantChange)
 			}
@@ -92,26 +92,35 @@ func TestFocusXattrFollowed(t *testing.T) {
 	set("1234567890", true, "app")
 	set("1234567891", false, "app")
 	set("-1", true, "focused")
-	// A change within focusEvery of the last plan is planned when it
-	// ends: the xattr is the user's to flip as often as they like.
-	for i, v := range []string{"1234567892", "-1"} {
+	// Written in a loop (the xattr is the user's to write), the changes
+	// reach the loop coalesced: the first at once, the rest in one
+	// message at most every focusEvery, which says what the last write
+	// left.
+	if err := unix.Setxattr(dir, FocusXattr, []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	<-u.msgs // the next message
+	u.onFocus(unitMsg{focusOverflow: true})
+	for i := 0; i < 50; i++ {
+		v := "-1"
+		if i%2 == 0 {
+			v = strconv.Itoa(1234567900 + i)
+		}
 		if err := unix.Setxattr(dir, FocusXattr, []byte(v), 0); err != nil {
 			t.Fatal(err)
 		}
-		m := (<-u.msgs).(unitMsg)
-		if i == 0 {
-			u.focus.at = time.Time{}
-			if !u.onFocus(m) {
-				t.Fatal("the first change: no plan")
-			}
-			continue
+	}
+	msgs := 0
+	for app.class() != "focused" {
+		select {
+		case ev := <-u.msgs:
+			msgs++
+			u.onFocus(ev.(unitMsg))
+		case <-time.After(10 * time.Second):
+			t.Fatalf("after 50 writes: class %s after %d messages", app.class(), msgs)
 		}
-		if u.onFocus(m) || app.class() != "focused" {
-			t.Fatalf("a change %v after the last plan made one at once (class %s)", focusEvery, app.class())
-		}
-		due := (<-u.msgs).(unitMsg)
-		if !due.focusDue || !u.onFocus(due) {
-			t.Fatalf("no plan at the end of focusEvery: %+v", due)
+		if msgs > 3 {
+			t.Fatalf("50 writes made %d messages", msgs)
 		}
 	}
 	// After lost events every watched app is read again.
@@ -119,7 +128,6 @@ func TestFocusXattrFollowed(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-u.msgs
-	u.focus.at = time.Time{}
 	if !u.onFocus(unitMsg{focusOverflow: true}) || app.class() != "app" {
 		t.Fatalf("after an overflow: class %q", app.class())
 	}

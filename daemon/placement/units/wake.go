@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -26,6 +27,13 @@ const (
 	unitWakeStall      = time.Millisecond
 )
 
+// maxConfirm bounds the units one confirmation reads the threads of,
+// maxConfirmUser those of users' managers among them (see startConfirm).
+const (
+	maxConfirm     = 16
+	maxConfirmUser = 8
+)
+
 // ConfirmC fires when the units' confirmation is due.
 func (u *Placement) ConfirmC() <-chan time.Time { return u.confirm.C() }
 
@@ -42,14 +50,31 @@ func (u *Placement) runDelay(key string) (run, wait time.Duration, err error) {
 // over the units with AllowedCPUs= set that stalled for at least minStall
 // since the sample before the last, unless one is pending.
 func (u *Placement) startConfirm(signal string, minStall time.Duration) {
-	var names, desc []string
+	var cands []string
 	for _, n := range u.sortedNames() {
 		w := u.workloads[n]
 		if k := w.cpus.Size(); k > 0 && w.stalled >= minStall {
-			names = append(names, n)
-			desc = append(desc, fmt.Sprintf("%s:%s/%d", n, w.stalled.Round(time.Millisecond), k))
+			cands = append(cands, n)
 		}
 	}
+	// The most stalled first, at most maxConfirm of them and
+	// maxConfirmUser of users' units: each costs a walk of its cgroup's
+	// threads on the loop, and a user's cgroups are the user's to fill.
+	sort.SliceStable(cands, func(i, j int) bool { return u.workloads[cands[i]].stalled > u.workloads[cands[j]].stalled })
+	var names, desc []string
+	users := 0
+	for _, n := range cands {
+		w := u.workloads[n]
+		if len(names) == maxConfirm || w.uid >= 0 && users == maxConfirmUser {
+			continue
+		}
+		if w.uid >= 0 {
+			users++
+		}
+		names = append(names, n)
+		desc = append(desc, fmt.Sprintf("%s:%s/%d", n, w.stalled.Round(time.Millisecond), w.cpus.Size()))
+	}
+	sort.Strings(names)
 	if u.confirm.Start(signal, names, u.runDelay) {
 		u.log.WithFields(logrus.Fields{"signal": signal, "stalled_over_cpus": strings.Join(desc, ",")}).Debug("crowded: confirming")
 	}
