@@ -84,10 +84,10 @@ type userLink struct {
 	dropInRoot string
 	out        chan<- placement.Event
 	done       <-chan struct{} // the placement's: ends every link
-	stop     chan struct{}   // this link's
-	stopOnce sync.Once
-	exited   chan struct{}
-	kick     chan struct{} // cap 1: work was asked for
+	stop       chan struct{}   // this link's
+	stopOnce   sync.Once
+	exited     chan struct{}
+	kick       chan struct{} // cap 1: work was asked for
 
 	mu   sync.Mutex
 	work linkWork
