@@ -31,16 +31,21 @@ const (
 	// message: the SASL exchange of EXTERNAL is three short lines.
 	maxAuthBytes = 4096
 	// userMessageRate and userMessageBurst bound how many messages per
-	// second a user's manager gets decoded: past the burst, reading its
-	// socket waits (the manager's writes then block), so that a flood of
-	// UnitNew signals costs the daemon at most this rate. A real manager
-	// sends a few hundred at a login; the daemon's own calls at a full
-	// listing are two per unit.
+	// second a user's manager gets decoded, over all the daemon's
+	// connections to it: past the burst, reading its sockets waits (the
+	// manager's writes then block), so that a flood of UnitNew signals
+	// costs the daemon at most this rate. A real manager sends a few
+	// hundred at a login; the daemon's own calls at a full listing are
+	// two per unit.
 	userMessageRate  = 2000
 	userMessageBurst = 4000
 	// userByteRate bounds the bytes per second read from one user's
-	// manager the same way (burst: MaxUserMessage).
-	userByteRate = 4 << 20
+	// manager the same way (burst: MaxUserMessage). godbus spends about
+	// 0.2 CPU-seconds decoding a MiB of header fields made to be costly:
+	// at this rate a hostile manager costs the daemon at most a fifth of
+	// a CPU. An honest one's listing of 1,000 units (two property reads
+	// each, 2–10 kB) fits in its burst and a few seconds.
+	userByteRate = 1 << 20
 	// userWriteTimeout bounds each write to a user's manager: one that
 	// stops reading its socket fails the daemon's call instead of holding
 	// it (and godbus's send lock) for good.
@@ -86,13 +91,21 @@ type limitConn struct {
 	hdr  [16]byte
 	hn   int
 	left int64
-	// The rate limits, as token buckets refilled at last.
+	*rates
+}
+
+// rates are the token buckets of one manager's connections (refilled at
+// last), shared by all of them.
+type rates struct {
+	mu          sync.Mutex
 	msgs, bytes float64
 	last        time.Time
 }
 
-func newLimitConn(c net.Conn) *limitConn {
-	return &limitConn{Conn: c, r: bufio.NewReaderSize(c, 64<<10), clock: time.Now, sleep: time.Sleep, auth: true, msgs: userMessageBurst, bytes: MaxUserMessage}
+func newRates() *rates { return &rates{msgs: userMessageBurst, bytes: MaxUserMessage} }
+
+func newLimitConn(c net.Conn, r *rates) *limitConn {
+	return &limitConn{Conn: c, r: bufio.NewReaderSize(c, 64<<10), clock: time.Now, sleep: time.Sleep, auth: true, rates: r}
 }
 
 // Write writes to the manager within userWriteTimeout.
@@ -207,6 +220,8 @@ func messageSize(h [16]byte) (int64, error) {
 // rateWait takes msgs messages and n bytes from the buckets and returns
 // how long the reader must wait until they are there.
 func (c *limitConn) rateWait(msgs, n int) time.Duration {
+	c.rates.mu.Lock()
+	defer c.rates.mu.Unlock()
 	now := c.clock()
 	if !c.last.IsZero() {
 		dt := now.Sub(c.last).Seconds()

@@ -289,6 +289,7 @@ func ConnectUser(ctx context.Context, uid int, opt UserOptions) (*Manager, error
 	var mu sync.Mutex
 	var raws []net.Conn
 	var dropped atomic.Bool // a signal found a channel full (dropSignals)
+	budget := newRates()    // every connection's reads, together
 	expired := false
 	stop := context.AfterFunc(ctx, func() {
 		mu.Lock()
@@ -311,7 +312,7 @@ func ConnectUser(ctx context.Context, uid int, opt UserOptions) (*Manager, error
 		}
 		raws = append(raws, nc)
 		mu.Unlock()
-		c, err := dbus.NewConn(newLimitConn(nc), dbus.WithSignalHandler(&dropSignals{dropped: &dropped}), dbus.WithIncomingInterceptor(noBusSender))
+		c, err := dbus.NewConn(newLimitConn(nc, budget), dbus.WithSignalHandler(&dropSignals{dropped: &dropped}), dbus.WithIncomingInterceptor(noBusSender))
 		if err != nil {
 			nc.Close()
 			return nil, err

@@ -54,7 +54,7 @@ type InvalidError struct {
 // shows 64 and marks the cut).
 func cutName(s string) string {
 	if len(s) > 65 {
-		return s[:65]
+		return strings.Clone(s[:65]) // not a view that keeps all of s
 	}
 	return s
 }
