@@ -328,9 +328,16 @@ func (u *Placement) restoreUsers(ctx context.Context, users map[int][]*statefile
 		for _, r := range users[uid] {
 			a.req.recs = append(a.req.recs, *r)
 			a.recs[r.Key()], a.was[r.Key()] = r, r.Pending
+			// The widening step (setAllowed, to an unset original on
+			// cgroup v2) is recorded before the link is asked; not over
+			// a pending value (a write of ours whose outcome the loop has
+			// not heard: it may be in the unit, and only that record
+			// says so): such a unit is reset without it, which systemd
+			// may refuse (its record then waits for the next start).
 			orig, _ := sysfs.ParseCPUList(r.Original)
-			if p := u.pendingFor(orig); p != "" && p != r.Pending {
+			if p := u.pendingFor(orig); orig.IsEmpty() && p != "" && r.Pending == "" {
 				u.Begin(placement.UnitEntry(r), p)
+				a.req.widen = append(a.req.widen, r.Key())
 			}
 		}
 		all = append(all, a)

@@ -385,3 +385,50 @@ func TestUserManagerReexec(t *testing.T) {
 		t.Fatal("no info line about the closed connection")
 	}
 }
+
+// TestUserRestoreBeforeQueuedWrites: writes the loop asked for while the
+// link was busy, and a reset at stop asked after them: the reset comes
+// first and the writes are not made after it (else the unit would keep a
+// value of ours that no record holds any more: the next start would take
+// it for the unit's original).
+func TestUserRestoreBeforeQueuedWrites(t *testing.T) {
+	h := newHostile(t)
+	h.unit("app-a.scope", "background.slice", testutil.FakeUnit{Mask: []byte{3}})
+	h.serve()
+	h.pump("the unit", policy.Performance, func() bool { return h.workloads() == "app-a.scope" })
+	// The link is busy reading a unit whose properties are held.
+	h.usr.Hold("GetAll", true)
+	h.usr.Emit("UnitNew", "app-a.scope", testutil.FakeUnitPath("app-a.scope"))
+	testutil.WaitFor(t, "the link's read held", time.Minute, func() (bool, string) { return h.usr.Holding() > 0, "" })
+	h.apply(policy.Powersaving) // queued behind the read
+	go func() {
+		// Released once the reset is asked for too (the reset waits).
+		testutil.Poll(time.Minute, func() (bool, string) {
+			p := h.u.people[hostile]
+			if p == nil || p.link == nil {
+				return false, ""
+			}
+			p.link.mu.Lock()
+			defer p.link.mu.Unlock()
+			return p.link.work.restore != nil, ""
+		})
+		h.usr.Hold("GetAll", false)
+	}()
+	h.u.Restore()
+	// The link answers the writes once it is done with them (made or not).
+	guard := time.After(time.Minute)
+	for written := false; !written; {
+		select {
+		case m := <-h.u.EventsC():
+			lm, ok := m.(linkMsg)
+			written = ok && lm.written
+		case <-guard:
+			t.Fatal("no answer for the writes")
+		}
+	}
+	for _, s := range h.usr.Sets() {
+		if s != "app-a.scope=03" {
+			t.Fatalf("sets %v: a value of ours was set around the reset", h.usr.Sets())
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -143,7 +144,10 @@ const (
 // records, as copies (the loop keeps the originals), and where the link
 // answers, once.
 type linkRestore struct {
-	recs  []statefile.UnitRecord
+	recs []statefile.UnitRecord
+	// widen: the records (by key) whose widening step was recorded; the
+	// others are reset without it.
+	widen []string
 	reply chan []restoreResult
 }
 
@@ -342,7 +346,8 @@ func (l *userLink) run() {
 				l.failRestore(fmt.Errorf("the user's manager is not reachable: %w", cleanErr(err)))
 			}
 			backoff = l.nextBackoff(backoff)
-			if !l.send(linkMsg{down: true, err: cleanErr(err), socketGone: socketGone, misbehaved: !socketGone, backoff: backoff}) || !l.wait(backoff) {
+			mis := !socketGone && !errors.Is(err, errClosed)
+			if !l.send(linkMsg{down: true, err: cleanErr(err), socketGone: socketGone, misbehaved: mis, backoff: backoff}) || !l.wait(backoff) {
 				return
 			}
 			continue
@@ -599,9 +604,17 @@ func (l *userLink) doWork(m unitManager, names map[string]bool) error {
 	l.work = linkWork{}
 	l.mu.Unlock()
 	if w.restore != nil {
-		results, err := l.restore(m, w.restore.recs)
+		results, err := l.restore(m, w.restore)
 		w.restore.reply <- results
 		w.restore = nil
+		// The daemon is stopping: a write asked for before the reset
+		// must not land after it (the unit would keep a value of ours that
+		// no record holds any more).
+		l.mu.Lock()
+		l.work.writes = append(w.writes, l.work.writes...)
+		l.mu.Unlock()
+		w.writes = nil
+		l.dropWrites()
 		if err != nil {
 			l.requeue(w)
 			return err
@@ -809,11 +822,11 @@ func setFailed(to *error, err error, set func(gone, refused bool)) error {
 // restore restores the user's records (copies, their Pending as before
 // the loop recorded the widening step) as unitRestore does for the
 // system manager's, and returns each outcome.
-func (l *userLink) restore(m unitManager, recs []statefile.UnitRecord) ([]restoreResult, error) {
+func (l *userLink) restore(m unitManager, req *linkRestore) ([]restoreResult, error) {
 	var out []restoreResult
 	var failed error
-	for i := range recs {
-		rec := recs[i]
+	for i := range req.recs {
+		rec := req.recs[i]
 		r := restoreResult{key: rec.Key()}
 		if failed != nil {
 			r.outcome, r.err = restoreFailed, failed
@@ -821,7 +834,7 @@ func (l *userLink) restore(m unitManager, recs []statefile.UnitRecord) ([]restor
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), l.timing.call)
-		err := l.restoreOne(ctx, m, &rec, &r)
+		err := l.restoreOne(ctx, m, &rec, slices.Contains(req.widen, rec.Key()), &r)
 		cancel()
 		r.err = cleanErr(r.err)
 		out = append(out, r)
@@ -836,7 +849,7 @@ func (l *userLink) restore(m unitManager, recs []statefile.UnitRecord) ([]restor
 }
 
 // restoreOne restores one record; an error is the connection's.
-func (l *userLink) restoreOne(ctx context.Context, m unitManager, rec *statefile.UnitRecord, r *restoreResult) error {
+func (l *userLink) restoreOne(ctx context.Context, m unitManager, rec *statefile.UnitRecord, widen bool, r *restoreResult) error {
 	info, err := m.UnitInfo(ctx, rec.Unit)
 	if err == nil && info.LoadState == "not-found" || isNoSuchUnit(err) {
 		if path, _, lingers := lingering(rec); lingers {
@@ -862,7 +875,7 @@ func (l *userLink) restoreOne(ctx context.Context, m unitManager, rec *statefile
 		return nil
 	}
 	orig, _ := sysfs.ParseCPUList(rec.Original)
-	if orig.IsEmpty() && l.unified && !l.possible.IsEmpty() {
+	if widen && orig.IsEmpty() && l.unified && !l.possible.IsEmpty() {
 		if err := m.SetAllowedCPUs(ctx, rec.Unit, l.possible.List()); err != nil {
 			return l.restoreFailed(r, err)
 		}
