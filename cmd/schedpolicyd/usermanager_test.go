@@ -163,7 +163,7 @@ func TestDaemonUserManagerStuck(t *testing.T) {
 
 // TestDaemonUserManagerLies: a user's units that point outside the user's
 // cgroup (a ControlGroup that climbs out of the tree to a FIFO and a
-// symbolic link to /dev/zero), an AllowedCPUs= of 4 MiB, names that are
+// symbolic link to /dev/zero), an AllowedCPUs= of 1 MiB (a message over 4 MiB drops the whole manager: systemd.MaxUserMessage), names that are
 // not UTF-8: the daemon opens nothing there (inotify on the targets),
 // stays small, places the honest unit, and puts its original back at
 // stop. Before, the FIFO hung the loop for good and /dev/zero ran the
@@ -194,7 +194,7 @@ func TestDaemonUserManagerLies(t *testing.T) {
 	// Clean paths, but not the user's: refused all the same.
 	s.user.Put("app-link.scope", testutil.FakeUnit{Slice: "background.slice", ControlGroup: filepath.Join("/", evil, "link")})
 	s.user.Put("app-ssh.scope", testutil.FakeUnit{Slice: "background.slice", ControlGroup: "/system.slice/ssh.service"})
-	s.unit(t, "app-mask.scope", "background.slice", make([]byte, 4<<20))
+	s.unit(t, "app-mask.scope", "background.slice", make([]byte, 1<<20))
 	s.unit(t, "app-caf\x7f.scope", "background.slice", nil)
 	s.user.NotUTF8(true)
 	s.serveUser()
@@ -214,7 +214,7 @@ func TestDaemonUserManagerLies(t *testing.T) {
 		}
 	}
 	if m := rss(t, p); m > 128<<20 {
-		t.Fatalf("the daemon holds %d MiB after a 4 MiB mask, want under 128 MiB", m>>20)
+		t.Fatalf("the daemon holds %d MiB after a 1 MiB mask, want under 128 MiB", m>>20)
 	}
 	p.stop(t)
 	if o := opened(); len(o) > 0 {
