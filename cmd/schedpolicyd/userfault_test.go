@@ -32,7 +32,12 @@ import (
 //
 // and at the end of each sequence, with the manager honest again, a clean
 // stop puts every honest unit's original AllowedCPUs= back and leaves no
-// value of ours recorded in state.json.
+// value of ours recorded in state.json. A held call is answered late, or
+// not at all; a held SetUnitProperties whose client gave up and went is
+// not applied when released (testutil.FakeManager.StaleWrites): a
+// manager that replays a write long after, over the daemon's later ones,
+// leaves its own unit with that value, which the daemon cannot tell from
+// the user's own setting (it is the user's unit, and the user's manager).
 //
 // Each sequence is seeded (the seed and its steps are logged); a failure
 // names them, and SCHEDPOLICYD_USER_FAULT_SEED=N replays one.

@@ -58,6 +58,9 @@ type FakeManager struct {
 	holding  int
 	sets     []string
 	notUTF8  bool
+	// staleWrites: a held SetUnitProperties whose connection closed
+	// meanwhile is still applied when released (StaleWrites).
+	staleWrites bool
 	conns    []*dbus.Conn
 	raws     []net.Conn
 	ln       net.Listener
@@ -144,6 +147,16 @@ func (f *FakeManager) Sets() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.sets...)
+}
+
+// StaleWrites makes a SetUnitProperties held (Hold) until its connection
+// closed still set the value when released, as a manager that replays a
+// client's write long after the client gave up on it would; by default
+// such a write is dropped, as a slow manager's is.
+func (f *FakeManager) StaleWrites(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.staleWrites = on
 }
 
 // NotUTF8 turns on (or off) the rewriting of every 0x7f byte it sends into
@@ -458,7 +471,7 @@ func (f *FakeManager) export(conn *dbus.Conn) bool {
 		path  dbus.ObjectPath
 		iface string
 	}{
-		{fakeManagerObj{f}, fakeManagerPath, fakeManagerIface},
+		{fakeManagerObj{f, conn}, fakeManagerPath, fakeManagerIface},
 		{fakeManagerProps{f}, fakeManagerPath, "org.freedesktop.DBus.Properties"},
 		{fakeBusObj{f}, "/org/freedesktop/DBus", "org.freedesktop.DBus"},
 	} {
@@ -527,7 +540,11 @@ type fakeBusObj struct{ f *FakeManager }
 func (o fakeBusObj) AddMatch(rule string) *dbus.Error    { o.f.call("AddMatch"); return nil }
 func (o fakeBusObj) RemoveMatch(rule string) *dbus.Error { o.f.call("RemoveMatch"); return nil }
 
-type fakeManagerObj struct{ f *FakeManager }
+// fakeManagerObj is the Manager interface of one connection, c.
+type fakeManagerObj struct {
+	f *FakeManager
+	c *dbus.Conn
+}
 
 func (o fakeManagerObj) Subscribe() *dbus.Error { o.f.call("Subscribe"); return nil }
 
@@ -580,6 +597,17 @@ func (o fakeManagerObj) SetUnitProperties(name string, runtime bool, props []str
 	Value dbus.Variant
 }) *dbus.Error {
 	o.f.call("SetUnitProperties")
+	if !o.c.Connected() {
+		// Held until its client gave up and went: a slow manager, not one
+		// that replays a stale write long after (which would leave the
+		// unit with a value no client knows of; see StaleWrites).
+		o.f.mu.Lock()
+		stale := o.f.staleWrites
+		o.f.mu.Unlock()
+		if !stale {
+			return &dbus.Error{Name: "org.freedesktop.DBus.Error.NoReply", Body: []any{"the client went away"}}
+		}
+	}
 	o.f.mu.Lock()
 	defer o.f.mu.Unlock()
 	u := o.f.units[name]

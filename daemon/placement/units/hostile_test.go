@@ -213,7 +213,9 @@ func TestUserManagerHeldCalls(t *testing.T) {
 	h.usr.Hold("GetAll", false)
 	h.pump("the unit back", policy.Performance, func() bool { return h.workloads() == "app-a.scope" })
 
-	// The write itself held: its outcome is unknown.
+	// The write itself held: its outcome is unknown. The manager sets it
+	// when released, after the daemon gave up on it.
+	h.usr.StaleWrites(true)
 	h.usr.Hold("SetUnitProperties", true)
 	h.apply(policy.Powersaving)
 	h.pump("the dropped manager", policy.Powersaving, func() bool { return !h.linkUp() })
