@@ -51,21 +51,21 @@ type FakeManager struct {
 	// client's BEGIN (a server sends nothing there).
 	AfterOK []byte
 
-	mu       sync.Mutex
-	units    map[string]*FakeUnit
-	held     map[string]chan struct{} // method → closed on release
-	calls    map[string]int
-	holding  int
-	sets     []string
-	notUTF8  bool
+	mu      sync.Mutex
+	units   map[string]*FakeUnit
+	held    map[string]chan struct{} // method → closed on release
+	calls   map[string]int
+	holding int
+	sets    []string
+	notUTF8 bool
 	// staleWrites: a held SetUnitProperties whose connection closed
 	// meanwhile is still applied when released (StaleWrites).
 	staleWrites bool
-	conns    []*dbus.Conn
-	raws     []net.Conn
-	ln       net.Listener
-	closed   bool
-	accepted int
+	conns       []*dbus.Conn
+	raws        []net.Conn
+	ln          net.Listener
+	closed      bool
+	accepted    int
 }
 
 // FakeUnit is one unit of a FakeManager, as its properties say.
