@@ -42,7 +42,7 @@ func serveUser(t *testing.T, f *testutil.FakeManager) string {
 // blocking for good, as godbus's Auth does without one.
 func TestConnectUserSilent(t *testing.T) {
 	f := testutil.NewFakeManager(t)
-	f.Silent = true
+	f.SetSilent(true)
 	sock := serveUser(t, f)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()

@@ -151,7 +151,7 @@ func (m *userFault) addHonest(name, slice string, mask []byte) {
 
 func (m *userFault) actSilent() {
 	m.step("silent: the manager says nothing on new connections, the old ones dropped")
-	m.s.user.Silent = true
+	m.s.user.SetSilent(true)
 	m.s.user.DropConnections()
 }
 
@@ -181,7 +181,7 @@ func (m *userFault) actRelease() {
 	for _, h := range holdable {
 		m.s.user.Hold(h, false)
 	}
-	m.s.user.Silent = false
+	m.s.user.SetSilent(false)
 }
 
 func (m *userFault) actLie() {

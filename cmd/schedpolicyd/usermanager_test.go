@@ -132,7 +132,7 @@ func TestDaemonUserManagerStuck(t *testing.T) {
 			s.unit(t, "app-editor.scope", "background.slice", nil)
 			switch mode {
 			case "silent":
-				s.user.Silent = true
+				s.user.SetSilent(true)
 			case "no AddMatch":
 				s.user.Hold("AddMatch", true)
 			case "held reads":

@@ -29,7 +29,7 @@ import (
 // Properties.GetAll and Get, the manager's Version — from units the test
 // puts in it, and emits the manager's signals. It can also misbehave as a
 // hostile user's program on that socket would: hold any method's answer
-// until released (Hold), say nothing at all (ServeUser with Silent),
+// until released (Hold), say nothing at all (SetSilent),
 // send bytes of its own (SendRaw) or strings that are not UTF-8
 // (NotUTF8), and the test puts whatever values it likes in a unit's
 // properties (a ControlGroup outside the cgroup tree, a mask of any
@@ -44,9 +44,6 @@ type FakeManager struct {
 	// Version is its Version property ("252-fake" unless set before
 	// serving).
 	Version string
-	// Silent: connections are accepted and never read from or answered
-	// (set before serving, or between connections).
-	Silent bool
 	// AfterOK is sent in the same write as the SASL "OK" line, before the
 	// client's BEGIN (a server sends nothing there).
 	AfterOK []byte
@@ -58,6 +55,9 @@ type FakeManager struct {
 	holding int
 	sets    []string
 	notUTF8 bool
+	// silent: new connections are accepted and never read from or
+	// answered (SetSilent).
+	silent bool
 	// staleWrites: a held SetUnitProperties whose connection closed
 	// meanwhile is still applied when released (StaleWrites).
 	staleWrites bool
@@ -147,6 +147,14 @@ func (f *FakeManager) Sets() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.sets...)
+}
+
+// SetSilent makes the connections accepted from now on say nothing at
+// all, not even SASL, and never read (or, off, answer again).
+func (f *FakeManager) SetSilent(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.silent = on
 }
 
 // StaleWrites makes a SetUnitProperties held (Hold) until its connection
@@ -350,7 +358,7 @@ func (f *FakeManager) accept(ln net.Listener) {
 		}
 		f.mu.Lock()
 		f.accepted++
-		silent, closed := f.Silent, f.closed
+		silent, closed := f.silent, f.closed
 		f.raws = append(f.raws, c)
 		f.mu.Unlock()
 		if closed {

@@ -160,7 +160,7 @@ func TestUserManagerSilentNeverBlocks(t *testing.T) {
 			h := newHostile(t)
 			h.unit("app-a.scope", "app.slice", testutil.FakeUnit{})
 			if mode == "silent" {
-				h.usr.Silent = true
+				h.usr.SetSilent(true)
 			} else {
 				h.usr.Hold("AddMatch", true)
 			}
@@ -177,7 +177,7 @@ func TestUserManagerSilentNeverBlocks(t *testing.T) {
 			if h.workloads() != "" {
 				t.Fatalf("workloads %q of a manager that never answered", h.workloads())
 			}
-			h.usr.Silent = false
+			h.usr.SetSilent(false)
 			h.usr.Hold("AddMatch", false)
 			h.usr.DropConnections()
 			h.pump("the user's units", policy.Powersaving, func() bool { return h.workloads() == "app-a.scope" })
@@ -403,16 +403,13 @@ func TestUserRestoreBeforeQueuedWrites(t *testing.T) {
 	h.usr.Emit("UnitNew", "app-a.scope", testutil.FakeUnitPath("app-a.scope"))
 	testutil.WaitFor(t, "the link's read held", time.Minute, func() (bool, string) { return h.usr.Holding() > 0, "" })
 	h.apply(policy.Powersaving) // queued behind the read
+	link := h.u.people[hostile].link
 	go func() {
 		// Released once the reset is asked for too (the reset waits).
 		testutil.Poll(time.Minute, func() (bool, string) {
-			p := h.u.people[hostile]
-			if p == nil || p.link == nil {
-				return false, ""
-			}
-			p.link.mu.Lock()
-			defer p.link.mu.Unlock()
-			return p.link.work.restore != nil, ""
+			link.mu.Lock()
+			defer link.mu.Unlock()
+			return link.work.restore != nil, ""
 		})
 		h.usr.Hold("GetAll", false)
 	}()
