@@ -235,7 +235,8 @@ func cleanErr(err error) error {
 // errMisbehaved wraps what makes a link drop a connection it made.
 var errMisbehaved = errors.New("the user's manager misbehaved")
 
-// newLink makes a link for uid; start runs it.
+// newLink makes the link for uid, whose manager is reached with opts, and
+// starts its goroutine (run).
 func (u *Placement) newLink(uid int, opts systemd.UserOptions) *userLink {
 	l := &userLink{uid: uid, opts: opts, timing: u.linkTiming, dial: u.dialUser, dropInRoot: filepath.Join(u.runRoot, "user", strconv.Itoa(uid)) + "/", unified: u.unified, out: u.msgs, done: u.done,
 		stop: make(chan struct{}), exited: make(chan struct{}), kick: make(chan struct{}, 1)}
