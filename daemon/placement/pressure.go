@@ -12,11 +12,14 @@ import (
 // PressureSource is what a PressureGate needs of an armed CPU pressure
 // trigger (sysfs.PressureTrigger, or a test's): C fires (coalesced) each
 // time the stall threshold is crossed, Done closes when the kernel drops
-// the trigger early (Err says why), Close releases it.
+// the trigger early (Err says why), Pause and Resume stop and restart its
+// polling (an event meanwhile is on C after Resume), Close releases it.
 type PressureSource interface {
 	C() <-chan struct{}
 	Done() <-chan struct{}
 	Err() error
+	Pause()
+	Resume()
 	Close() error
 }
 
@@ -35,12 +38,13 @@ func openPressureTrigger(path string, stall, window time.Duration) (PressureSour
 }
 
 // The pressure back-off (PressureGate.Woke): a wake that found none of the
-// back end's workloads crowded closes the trigger for PressureBackoffMin,
+// back end's workloads crowded pauses the trigger for PressureBackoffMin,
 // the next such wake for twice as long, and so on up to PressureBackoffMax
 // (1, 2, 4, 8, 16, 32 s). CPU pressure that is all someone else's then
 // wakes the loop at most 6 times in the first 63 s and once per 32 s after
-// (each time: the back-off's end, the kernel's signal within one window
-// of the trigger re-armed, the wake's one sample). A wake that found a
+// (each time: the back-off's end, and at once the kernel's signal given
+// meanwhile, the wake's one sample; the poll thread wakes at most once
+// during the pause and once at its end). A wake that found a
 // workload of ours crowded, a confirmed burst, or a change of the
 // workloads starts the back-off again from PressureBackoffMin.
 const (
@@ -53,9 +57,11 @@ const (
 // with nothing to place has no trigger, no poll goroutine and no psimon
 // work in the kernel; it is closed while the back end has none. A wake
 // that found nothing of the back end's own crowded backs off (Woke): the
-// trigger is closed for a while that doubles from PressureBackoffMin to
+// trigger is not listened to (C nil, its polling paused, the kernel's
+// trigger kept: one made afresh may fire at once however quiet the
+// machine) for a while that doubles from PressureBackoffMin to
 // PressureBackoffMax, and ResumeC fires at the end, when the back end
-// calls Resume to arm it again. An arming that is refused (no PSI, the
+// calls Resume to listen again. An arming that is refused (no PSI, the
 // kernel's parameters) is logged once and not tried again until the next
 // Configure (the back end opened again); nor is one the kernel dropped.
 //
@@ -78,7 +84,7 @@ type PressureGate struct {
 
 	// backoff is the length of the current (or last) mute, 0 since the
 	// last reset; resume is the current mute's channel (nil: not muted),
-	// fed by timer.
+	// fed by timer. While muted, t is paused.
 	backoff time.Duration
 	resume  chan struct{}
 	timer   *time.Timer
@@ -128,18 +134,18 @@ func (g *PressureGate) Reset() {
 
 // Woke is told what a pressure wake found: found, a workload of ours
 // crowded or stalled (a confirmation started), resets the back-off;
-// otherwise the trigger is closed for the next back-off, which doubles
-// from PressureBackoffMin up to PressureBackoffMax (ResumeC fires at its
-// end). It returns the mute's length, 0 when found.
+// otherwise the trigger is paused and not listened to for the next
+// back-off, which doubles from PressureBackoffMin up to PressureBackoffMax
+// (ResumeC fires at its end). It returns the mute's length, 0 when found.
 func (g *PressureGate) Woke(found bool) time.Duration {
 	if found {
 		g.Reset()
 		return 0
 	}
-	if g.t == nil {
-		return 0 // not armed: no wake of its to back off from
+	if g.t == nil || g.resume != nil {
+		return 0 // not armed or muted: no wake of its to back off from
 	}
-	g.disarm()
+	g.t.Pause()
 	g.backoff = min(max(2*g.backoff, PressureBackoffMin), PressureBackoffMax)
 	c := make(chan struct{}, 1) // this mute's: a late send of an earlier one goes nowhere
 	g.resume = c
@@ -152,9 +158,10 @@ func (g *PressureGate) Woke(found bool) time.Duration {
 	return g.backoff
 }
 
-// Resume ends the mute whose ResumeC fired and arms the trigger again;
-// the back-off keeps its length (the next wake that finds nothing
-// doubles it).
+// Resume ends the mute whose ResumeC fired and listens to the trigger
+// again (a signal the kernel gave meanwhile wakes the loop at once); the
+// back-off keeps its length (the next wake that finds nothing doubles
+// it).
 func (g *PressureGate) Resume() {
 	g.unmute()
 	g.arm()
@@ -175,9 +182,9 @@ func (g *PressureGate) Dropped() error {
 }
 
 // C fires when tasks wait for a CPU; nil while no trigger is armed (no
-// workload, muted, refused, unconfigured).
+// workload, refused, unconfigured) or it is muted.
 func (g *PressureGate) C() <-chan struct{} {
-	if g.t == nil {
+	if g.t == nil || g.resume != nil {
 		return nil
 	}
 	return g.t.C()
@@ -194,10 +201,10 @@ func (g *PressureGate) Done() <-chan struct{} {
 // ResumeC fires when the current mute ends; nil while not muted.
 func (g *PressureGate) ResumeC() <-chan struct{} { return g.resume }
 
-// Armed reports whether a trigger is armed now.
+// Armed reports whether a trigger is armed now (listened to or muted).
 func (g *PressureGate) Armed() bool { return g.t != nil }
 
-// Muted reports whether the trigger is closed for a back-off.
+// Muted reports whether the trigger is not listened to for a back-off.
 func (g *PressureGate) Muted() bool { return g.resume != nil }
 
 // Backoff is the current mute's length (the last one's after it ended),
@@ -205,19 +212,19 @@ func (g *PressureGate) Muted() bool { return g.resume != nil }
 func (g *PressureGate) Backoff() time.Duration { return g.backoff }
 
 // Covers reports whether CPU pressure will wake the loop when a workload
-// of the back end's starts to wait for a CPU: a trigger is armed, or muted
-// and armed again at the mute's end (at most PressureBackoffMax later).
+// of the back end's starts to wait for a CPU: a trigger is armed, listened
+// to now or at the mute's end (at most PressureBackoffMax later).
 // Sampling stops while every workload is idle only then (SampleBackoff).
-func (g *PressureGate) Covers() bool { return g.t != nil || g.resume != nil }
+func (g *PressureGate) Covers() bool { return g.t != nil }
 
-// arm opens the trigger when the back end wants one and none is armed,
-// muted or refused. The first arming since Configure tries the narrow
+// arm opens the trigger when the back end wants one and none is armed
+// or refused. The first arming since Configure tries the narrow
 // window (pressureWindow), else the 2 s one, and logs which at info
 // level; later ones reuse the granted parameters and log at debug level.
 // A refusal is logged once (info where the kernel has no PSI, else a
 // warning) and sets off.
 func (g *PressureGate) arm() {
-	if !g.want || g.t != nil || g.resume != nil || g.off || g.path == "" {
+	if !g.want || g.t != nil || g.off || g.path == "" {
 		return
 	}
 	open := g.Open
@@ -267,11 +274,14 @@ func (g *PressureGate) disarm() {
 	}
 }
 
-// unmute ends the mute, if any, without arming.
+// unmute ends the mute, if any: the trigger is polled again.
 func (g *PressureGate) unmute() {
 	if g.timer != nil {
 		g.timer.Stop()
 		g.timer = nil
+	}
+	if g.resume != nil && g.t != nil {
+		g.t.Resume()
 	}
 	g.resume = nil
 }

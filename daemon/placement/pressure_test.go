@@ -16,10 +16,13 @@ import (
 
 // fakeTrigger is a PressureSource a test fires (c) or drops (done).
 type fakeTrigger struct {
-	c, done chan struct{}
-	err     error
-	closed  bool
+	c, done        chan struct{}
+	err            error
+	closed, paused bool
 }
+
+func (f *fakeTrigger) Pause()  { f.paused = true }
+func (f *fakeTrigger) Resume() { f.paused = false }
 
 func (f *fakeTrigger) C() <-chan struct{}    { return f.c }
 func (f *fakeTrigger) Done() <-chan struct{} { return f.done }
@@ -204,9 +207,11 @@ func ready(c <-chan struct{}) bool {
 }
 
 // TestPressureGateBackoffDoubles: each wake that finds nothing of ours
-// crowded closes the trigger for 1, 2, 4, 8, 16, 32, 32 s — ResumeC fires
-// exactly then, not a nanosecond before, and Resume arms it again —;
-// while muted nothing is armed but the gate still covers the workloads.
+// crowded mutes the trigger for 1, 2, 4, 8, 16, 32, 32 s — ResumeC fires
+// exactly then, not a nanosecond before, and Resume listens again —;
+// while muted the trigger is kept (never armed afresh: a new one may fire
+// at once) but paused and not listened to (C nil), and the gate still
+// covers the workloads.
 func TestPressureGateBackoffDoubles(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		o := &fakeOpener{}
@@ -216,8 +221,8 @@ func TestPressureGateBackoffDoubles(t *testing.T) {
 		for i := 0; i < 7; i++ {
 			mute := g.Woke(false)
 			mutes = append(mutes, mute)
-			if g.Armed() || g.C() != nil || o.live() != 0 || !g.Muted() || !g.Covers() || g.Backoff() != mute {
-				t.Fatalf("wake %d: armed %v, %d open, muted %v, covers %v, backoff %v; want closed and muted for %v", i, g.Armed(), o.live(), g.Muted(), g.Covers(), g.Backoff(), mute)
+			if g.C() != nil || o.live() != 1 || !o.triggers[0].paused || !g.Muted() || !g.Covers() || g.Backoff() != mute {
+				t.Fatalf("wake %d: listened to %v, %d open, paused %v, muted %v, covers %v, backoff %v; want kept, paused and muted for %v", i, g.C() != nil, o.live(), o.triggers[0].paused, g.Muted(), g.Covers(), g.Backoff(), mute)
 			}
 			time.Sleep(mute - time.Nanosecond)
 			if ready(g.ResumeC()) {
@@ -228,15 +233,15 @@ func TestPressureGateBackoffDoubles(t *testing.T) {
 				t.Fatalf("wake %d: not resumed after %v", i, mute)
 			}
 			g.Resume()
-			if !g.Armed() || o.live() != 1 || g.Muted() || g.ResumeC() != nil {
-				t.Fatalf("wake %d resumed: armed %v, %d open, muted %v", i, g.Armed(), o.live(), g.Muted())
+			if g.C() != o.triggers[0].c || o.live() != 1 || o.triggers[0].paused || g.Muted() || g.ResumeC() != nil {
+				t.Fatalf("wake %d resumed: listened to %v, %d open, paused %v, muted %v", i, g.C() != nil, o.live(), o.triggers[0].paused, g.Muted())
 			}
 		}
 		if want := secsList(1, 2, 4, 8, 16, 32, 32); fmt.Sprint(mutes) != want {
 			t.Fatalf("mutes %v, want %s", mutes, want)
 		}
-		if len(o.opened) != 8 {
-			t.Fatalf("%d armings, want 8 (the first and one per resume)", len(o.opened))
+		if len(o.opened) != 1 {
+			t.Fatalf("%d armings, want 1", len(o.opened))
 		}
 	})
 }
@@ -252,9 +257,9 @@ func secsList(s ...int) string {
 // TestPressureGateBackoffResets: a wake that finds a workload of ours
 // crowded (Woke(true)) keeps the trigger armed and starts the back-off
 // again at 1 s; so does a change of the workloads (Changed), which also
-// ends a mute at once, arming the trigger, and Reset (a confirmed burst);
-// the old mute's timer then fires nothing. The last workload gone ends a
-// mute with nothing armed.
+// ends a mute at once, listening to the trigger again, and Reset (a
+// confirmed burst); the old mute's timer then fires nothing. The last
+// workload gone ends a mute and closes the trigger.
 func TestPressureGateBackoffResets(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		o := &fakeOpener{}
@@ -280,8 +285,8 @@ func TestPressureGateBackoffResets(t *testing.T) {
 		// A new workload during a mute: armed at once, back-off reset.
 		old := g.ResumeC()
 		g.Changed(2)
-		if !g.Armed() || g.Muted() || g.Backoff() != 0 || o.live() != 1 {
-			t.Fatalf("a workload added while muted: armed %v, muted %v, backoff %v", g.Armed(), g.Muted(), g.Backoff())
+		if g.C() == nil || o.triggers[0].paused || g.Muted() || g.Backoff() != 0 || o.live() != 1 {
+			t.Fatalf("a workload added while muted: listened to %v, paused %v, muted %v, backoff %v", g.C() != nil, o.triggers[0].paused, g.Muted(), g.Backoff())
 		}
 		time.Sleep(time.Second)
 		if ready(old) || g.ResumeC() != nil {
@@ -291,8 +296,11 @@ func TestPressureGateBackoffResets(t *testing.T) {
 			t.Fatalf("after the change: mute %v, want 1s", m)
 		}
 		g.Reset()
-		if !g.Armed() || g.Muted() || g.Backoff() != 0 {
-			t.Fatalf("Reset while muted: armed %v, muted %v, backoff %v", g.Armed(), g.Muted(), g.Backoff())
+		if g.C() == nil || o.triggers[0].paused || g.Muted() || g.Backoff() != 0 {
+			t.Fatalf("Reset while muted: listened to %v, muted %v, backoff %v", g.C() != nil, g.Muted(), g.Backoff())
+		}
+		if len(o.opened) != 1 {
+			t.Fatalf("%d armings, want 1", len(o.opened))
 		}
 
 		// The last workload gone while muted: nothing armed, no resume.

@@ -28,12 +28,15 @@ func (quietWatch) WatchDir(string)                        {}
 func (quietWatch) UnwatchDir(string)                      {}
 func (quietWatch) Close()                                 {}
 
-// countedTrigger is a pressure trigger the test fires; closed says it
-// was closed.
+// countedTrigger is a pressure trigger the test fires; closed and paused
+// say what the gate did to it.
 type countedTrigger struct {
-	c, done chan struct{}
-	closed  bool
+	c, done        chan struct{}
+	closed, paused bool
 }
+
+func (t *countedTrigger) Pause()  { t.paused = true }
+func (t *countedTrigger) Resume() { t.paused = false }
 
 func (t *countedTrigger) C() <-chan struct{}    { return t.c }
 func (t *countedTrigger) Done() <-chan struct{} { return t.done }
@@ -144,11 +147,12 @@ func TestPressureArmedWithWorkloads(t *testing.T) {
 }
 
 // TestPressureWakeBacksOff: a pressure wake that finds no workload of the
-// placement's crowded (here every one is idle) closes the trigger for 1 s,
-// keeps sampling stopped (the wake's sample counts as a periodic one) and
-// still replans; WakePressureResume at the end of the 1 s arms it again,
-// and the next such wake closes it for 2 s. A new workload during a mute
-// arms the trigger at once and starts the back-off again.
+// placement's crowded (here every one is idle) mutes the trigger for 1 s
+// (WakeC(WakePressure) nil, the trigger paused, kept), keeps sampling
+// stopped (the wake's sample counts as a periodic one) and still replans;
+// WakePressureResume at the end of the 1 s listens again, and the next
+// such wake mutes it for 2 s. A new workload during a mute listens at
+// once and starts the back-off again. One trigger throughout.
 func TestPressureWakeBacksOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newPressureRig(t)
@@ -192,16 +196,17 @@ func TestPressureWakeBacksOff(t *testing.T) {
 		}
 
 		wake()
-		if r.live() != 0 || r.p.WakeC(placement.WakePressure) != nil || r.p.pressure.Backoff() != time.Second || r.p.Sampling() {
-			t.Fatalf("after a wake with nothing crowded: %d open, backoff %v, sampling %v; want closed for 1s, not sampling", r.live(), r.p.pressure.Backoff(), r.p.Sampling())
+		tr := r.armed[0]
+		if !tr.paused || r.p.WakeC(placement.WakePressure) != nil || r.p.pressure.Backoff() != time.Second || r.p.Sampling() {
+			t.Fatalf("after a wake with nothing crowded: paused %v, backoff %v, sampling %v; want muted for 1s, not sampling", tr.paused, r.p.pressure.Backoff(), r.p.Sampling())
 		}
 		resumeAt(time.Second)
-		if r.live() != 1 || len(r.armed) != 2 {
-			t.Fatalf("after the 1s mute: %d open of %d; want armed again", r.live(), len(r.armed))
+		if tr.paused || r.p.WakeC(placement.WakePressure) != tr.c {
+			t.Fatalf("after the 1s mute: paused %v; want listened to again", tr.paused)
 		}
 		wake()
-		if r.p.pressure.Backoff() != 2*time.Second || r.live() != 0 {
-			t.Fatalf("second wake: backoff %v, %d open; want 2s, closed", r.p.pressure.Backoff(), r.live())
+		if r.p.pressure.Backoff() != 2*time.Second || !tr.paused {
+			t.Fatalf("second wake: backoff %v, paused %v; want muted for 2s", r.p.pressure.Backoff(), tr.paused)
 		}
 		resumeAt(2 * time.Second)
 		wake()
@@ -209,8 +214,11 @@ func TestPressureWakeBacksOff(t *testing.T) {
 			t.Fatalf("third wake: backoff %v, want 4s", r.p.pressure.Backoff())
 		}
 		r.add("b")
-		if r.live() != 1 || r.p.pressure.Backoff() != 0 || r.p.WakeC(placement.WakePressureResume) != nil {
-			t.Fatalf("a workload added while muted: %d open, backoff %v; want armed, back-off reset", r.live(), r.p.pressure.Backoff())
+		if tr.paused || r.p.WakeC(placement.WakePressure) != tr.c || r.p.pressure.Backoff() != 0 || r.p.WakeC(placement.WakePressureResume) != nil {
+			t.Fatalf("a workload added while muted: paused %v, backoff %v; want listened to, back-off reset", tr.paused, r.p.pressure.Backoff())
+		}
+		if len(r.armed) != 1 || r.live() != 1 {
+			t.Fatalf("%d armed, %d open; want the one trigger throughout", len(r.armed), r.live())
 		}
 		if s := r.p.stats.PressureWakes.Load(); s != 3 {
 			t.Fatalf("%d pressure wakes counted, want 3", s)

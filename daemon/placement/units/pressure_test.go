@@ -13,12 +13,15 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
-// countedTrigger is a pressure trigger the test fires; closed says it
-// was closed.
+// countedTrigger is a pressure trigger the test fires; closed and paused
+// say what the gate did to it.
 type countedTrigger struct {
-	c, done chan struct{}
-	closed  bool
+	c, done        chan struct{}
+	closed, paused bool
 }
+
+func (t *countedTrigger) Pause()  { t.paused = true }
+func (t *countedTrigger) Resume() { t.paused = false }
 
 func (t *countedTrigger) C() <-chan struct{}    { return t.c }
 func (t *countedTrigger) Done() <-chan struct{} { return t.done }
@@ -87,11 +90,11 @@ func TestUnitsPressureArmedWithUnits(t *testing.T) {
 }
 
 // TestUnitsPressureWakeBacksOff: a pressure wake that finds no unit with
-// AllowedCPUs= set stalled closes the trigger for 1 s, then (resumed at
-// exactly 1 s) 2 s; a wake that finds the packed unit stalled (1 ms of
-// its own cpu.pressure since the last sample) keeps the trigger, starts a
-// confirmation and the back-off again: the next empty wake closes it for
-// 1 s.
+// AllowedCPUs= set stalled mutes the trigger (paused, not listened to)
+// for 1 s, then (resumed at exactly 1 s) 2 s; a wake that finds the
+// packed unit stalled (1 ms of its own cpu.pressure since the last
+// sample) keeps listening, starts a confirmation and the back-off again:
+// the next empty wake mutes it for 1 s. One trigger throughout.
 func TestUnitsPressureWakeBacksOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		root := t.TempDir()
@@ -147,21 +150,22 @@ func TestUnitsPressureWakeBacksOff(t *testing.T) {
 		}
 
 		wake()
-		if o.live() != 0 || u.pressure.Backoff() != time.Second {
-			t.Fatalf("nothing stalled: %d open, backoff %v; want closed for 1s", o.live(), u.pressure.Backoff())
+		tr := o.armed[0]
+		if !tr.paused || u.WakeC(placement.WakePressure) != nil || u.pressure.Backoff() != time.Second {
+			t.Fatalf("nothing stalled: paused %v, backoff %v; want muted for 1s", tr.paused, u.pressure.Backoff())
 		}
 		resumeAt(time.Second)
 		wake()
-		if o.live() != 0 || u.pressure.Backoff() != 2*time.Second {
-			t.Fatalf("nothing stalled again: %d open, backoff %v; want closed for 2s", o.live(), u.pressure.Backoff())
+		if !tr.paused || u.pressure.Backoff() != 2*time.Second {
+			t.Fatalf("nothing stalled again: paused %v, backoff %v; want muted for 2s", tr.paused, u.pressure.Backoff())
 		}
 		resumeAt(2 * time.Second)
 		total += 1_000 // 1 ms of its own stall
 		usage += 100_000
 		put()
 		wake()
-		if o.live() != 1 || u.pressure.Backoff() != 0 || u.ConfirmC() == nil {
-			t.Fatalf("the unit stalled: %d open, backoff %v, confirming %v; want armed, back-off reset, a confirmation", o.live(), u.pressure.Backoff(), u.ConfirmC() != nil)
+		if tr.paused || u.WakeC(placement.WakePressure) != tr.c || u.pressure.Backoff() != 0 || u.ConfirmC() == nil {
+			t.Fatalf("the unit stalled: paused %v, backoff %v, confirming %v; want listened to, back-off reset, a confirmation", tr.paused, u.pressure.Backoff(), u.ConfirmC() != nil)
 		}
 		u.confirm.Drop()
 		wake()
@@ -170,6 +174,9 @@ func TestUnitsPressureWakeBacksOff(t *testing.T) {
 		}
 		if n := u.stats.PressureWakes.Load(); n != 4 {
 			t.Fatalf("%d pressure wakes counted, want 4", n)
+		}
+		if len(o.armed) != 1 || o.live() != 1 {
+			t.Fatalf("%d armed, %d open; want the one trigger throughout", len(o.armed), o.live())
 		}
 	})
 }
