@@ -372,3 +372,55 @@ func TestDaemonReapsAfterRestart(t *testing.T) {
 		t.Fatalf("the daemon removed a cgroup made again under a created one's name: %v", err)
 	}
 }
+
+// pressureHeld counts this process's open files on /proc/pressure/cpu
+// and its goroutines waiting on a PSI trigger (sysfs.PressureTrigger).
+func pressureHeld(t *testing.T) (fds, goroutines int) {
+	t.Helper()
+	links, err := filepath.Glob("/proc/self/fd/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range links {
+		if to, err := os.Readlink(l); err == nil && to == "/proc/pressure/cpu" {
+			fds++
+		}
+	}
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return fds, strings.Count(string(buf), "sysfs.(*PressureTrigger).wait")
+}
+
+// TestDaemonPressureTriggerFollowsWorkloads: with no workload the daemon
+// holds no CPU pressure trigger — no file open on /proc/pressure/cpu, no
+// goroutine polling one —, the first workload arms one, and it is closed
+// again (file and goroutine gone) after the last is removed. Real cgroup
+// v1 cpusets, the real /proc/pressure/cpu.
+func TestDaemonPressureTriggerFollowsWorkloads(t *testing.T) {
+	needPSI(t)
+	d, parent := realV1Daemon(t, nil)
+	held := func() string {
+		fds, gs := pressureHeld(t)
+		var armed bool
+		d.do(context.Background(), func() error { armed = cgfs(d).Hooks().Pressure().Armed(); return nil })
+		return fmt.Sprintf("%d files, %d goroutines, armed %v", fds, gs, armed)
+	}
+	if got := held(); got != "0 files, 0 goroutines, armed false" {
+		t.Fatalf("0 workloads: %s; want no trigger", got)
+	}
+	dir := filepath.Join(parent, "job")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "a trigger armed for the first workload", func() (bool, string) {
+		got := held()
+		return len(d.Snapshot().Workloads) == 1 && got == "1 files, 1 goroutines, armed true", got
+	})
+	if err := syscall.Rmdir(dir); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the trigger closed after the last workload", func() (bool, string) {
+		got := held()
+		return len(d.Snapshot().Workloads) == 0 && got == "0 files, 0 goroutines, armed false", got
+	})
+}

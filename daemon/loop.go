@@ -182,6 +182,8 @@ func (d *Daemon) loop(ctx context.Context, src loopSources) (loopErr error) {
 			d.onWake(placement.WakeConfirmDue)
 		case <-b.WakeC(placement.WakePressureDone):
 			b.OnWake(placement.WakePressureDone, d.recompute) // not an event
+		case <-b.WakeC(placement.WakePressureResume):
+			b.OnWake(placement.WakePressureResume, d.recompute) // not an event
 		case <-d.clockSync:
 			if b.SyncClock() {
 				d.requestClockSync() // more in the next batch

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -25,11 +26,18 @@ import (
 // Go's network poller does not ask for, so one goroutine waits in poll(2);
 // it parks its OS thread in the kernel and costs no wakeups while nothing
 // stalls. The kernel fires at most once per Window.
+//
+// Pause and Resume stop and restart the polling without closing the
+// trigger: a trigger made afresh may fire at its first evaluation however
+// quiet the machine (seen on Linux 6.18 with the 2 s window), one kept
+// does not.
 type PressureTrigger struct {
 	c      chan struct{}
 	path   string
 	fd     int // the PSI file, holding the trigger
 	stopFd int // eventfd that ends the poll goroutine
+	ctlFd  int // eventfd that has the poll goroutine look at paused again
+	paused atomic.Bool
 	done   chan struct{}
 	once   sync.Once
 	err    error // why the goroutine stopped early, if it did
@@ -130,7 +138,13 @@ func OpenPressureTrigger(path string, stall, window time.Duration) (*PressureTri
 		unix.Close(fd)
 		return nil, fmt.Errorf("pressure trigger on %s: eventfd: %w", path, err)
 	}
-	t := &PressureTrigger{c: make(chan struct{}, 1), path: path, fd: fd, stopFd: efd, done: make(chan struct{})}
+	cfd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(efd)
+		unix.Close(fd)
+		return nil, fmt.Errorf("pressure trigger on %s: eventfd: %w", path, err)
+	}
+	t := &PressureTrigger{c: make(chan struct{}, 1), path: path, fd: fd, stopFd: efd, ctlFd: cfd, done: make(chan struct{})}
 	go t.wait()
 	return t, nil
 }
@@ -140,9 +154,15 @@ func (t *PressureTrigger) C() <-chan struct{} { return t.c }
 
 func (t *PressureTrigger) wait() {
 	defer close(t.done)
-	fds := []unix.PollFd{{Fd: int32(t.fd), Events: unix.POLLPRI}, {Fd: int32(t.stopFd), Events: unix.POLLIN}}
+	all := []unix.PollFd{{Fd: int32(t.stopFd), Events: unix.POLLIN}, {Fd: int32(t.ctlFd), Events: unix.POLLIN}, {Fd: int32(t.fd), Events: unix.POLLPRI}}
 	for {
-		fds[0].Revents, fds[1].Revents = 0, 0
+		fds := all
+		if t.paused.Load() {
+			fds = all[:2] // the kernel keeps the event for the next poll
+		}
+		for i := range fds {
+			fds[i].Revents = 0
+		}
 		_, err := unix.Poll(fds, -1)
 		if errors.Is(err, unix.EINTR) {
 			continue
@@ -151,20 +171,43 @@ func (t *PressureTrigger) wait() {
 			t.err = err
 			return
 		}
+		if fds[0].Revents != 0 {
+			return
+		}
 		if fds[1].Revents != 0 {
-			return
+			var b [8]byte
+			unix.Read(t.ctlFd, b[:]) // look at paused again
+			continue
 		}
-		if fds[0].Revents&(unix.POLLERR|unix.POLLNVAL) != 0 {
+		if len(fds) < 3 {
+			continue
+		}
+		psi := fds[2]
+		if psi.Revents&(unix.POLLERR|unix.POLLNVAL) != 0 {
 			// The cgroup was removed: the trigger is gone for good.
-			t.err = fmt.Errorf("pressure trigger on %s: the kernel closed it (revents %#x)", t.path, fds[0].Revents)
+			t.err = fmt.Errorf("pressure trigger on %s: the kernel closed it (revents %#x)", t.path, psi.Revents)
 			return
 		}
-		if fds[0].Revents&unix.POLLPRI != 0 {
+		if psi.Revents&unix.POLLPRI != 0 {
 			select {
 			case t.c <- struct{}{}:
 			default:
 			}
 		}
+	}
+}
+
+// Pause stops the polling: no wakeup of the poll goroutine's thread
+// follows, but for at most one already under way (its signal is on C, as
+// is one the kernel gave before). The kernel keeps the trigger, and an
+// event it signals meanwhile is seen at once after Resume. Costs no
+// wakeup itself.
+func (t *PressureTrigger) Pause() { t.paused.Store(true) }
+
+// Resume polls again after Pause (one wakeup of the poll goroutine).
+func (t *PressureTrigger) Resume() {
+	if t.paused.Swap(false) {
+		unix.Write(t.ctlFd, []byte{1, 0, 0, 0, 0, 0, 0, 0})
 	}
 }
 
@@ -189,6 +232,7 @@ func (t *PressureTrigger) Close() error {
 		unix.Write(t.stopFd, one)
 		<-t.done
 		unix.Close(t.stopFd)
+		unix.Close(t.ctlFd)
 		unix.Close(t.fd)
 	})
 	return nil

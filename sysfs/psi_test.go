@@ -139,3 +139,49 @@ func TestDirCPUPressure(t *testing.T) {
 		t.Errorf("malformed: err %v, want ErrPSIFormat naming %s", err, f)
 	}
 }
+
+// TestPressureTriggerPauseResume: a paused trigger is polled again after
+// Resume — busy processes then signal on C — and one paused again closes
+// at once (the poll goroutine ends) without Resume.
+func TestPressureTriggerPauseResume(t *testing.T) {
+	const path = "/proc/pressure/cpu"
+	tr, err := OpenPressureTrigger(path, 100*time.Millisecond, 2*time.Second)
+	if errors.Is(err, ErrNoPSI) {
+		t.Skipf("this kernel has no PSI at %s: %v", path, err)
+	}
+	if err != nil {
+		t.Fatalf("OpenPressureTrigger: %v", err)
+	}
+	defer tr.Close()
+	tr.Pause()
+	tr.Pause()
+	tr.Resume()
+	tr.Resume()
+	select {
+	case <-tr.C():
+	default:
+	}
+	n := 3 * numCPU()
+	for i := 0; i < n; i++ {
+		c := exec.Command("sh", "-c", "while :; do :; done")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { c.Process.Kill(); c.Wait() }()
+	}
+	select {
+	case <-tr.C():
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no trigger after 20s with %d busy processes, after a pause and a resume", n)
+	}
+	tr.Pause()
+	tr.Close()
+	select {
+	case <-tr.Done():
+	default:
+		t.Fatal("Done not closed after Close")
+	}
+	if err := tr.Err(); err != nil {
+		t.Fatalf("Err after Close: %v", err)
+	}
+}

@@ -314,6 +314,7 @@ type ourOpts struct {
 	noCgroup            bool
 	extra               []string
 	bus                 string // bus address; "" = the main private bus
+	bin                 string // the binary; "" = -bin
 }
 
 // startOurs runs bin/schedpolicyd on the private bus with a fresh tree,
@@ -355,7 +356,11 @@ func (e *env) startOurs(tag string, oo ourOpts) (*daemonProc, error) {
 		// two run independently here, as before (extra may override).
 		"--power-profiles-api=false"}
 	args = append(args, oo.extra...)
-	p.cmd = exec.Command(e.o.bin, args...)
+	bin := oo.bin
+	if bin == "" {
+		bin = e.o.bin
+	}
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+notifyPath)
 	p.cmd.Stdout = e.logFile(filepath.Base(dir))
 	p.cmd.Stderr = p.cmd.Stdout

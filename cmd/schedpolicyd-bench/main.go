@@ -25,16 +25,17 @@ import (
 )
 
 type options struct {
-	bin, ppd, polkitd, busDaemon string
-	idle                         time.Duration
-	idleRuns, starts, calls      int
-	switches10, switches1000     int
-	powerChanges                 int
-	reactTrials                  int
-	out                          string
-	keep                         bool
-	only                         string
-	perf                         string
+	bin, before, ppd, polkitd string
+	busDaemon                 string
+	idle                      time.Duration
+	idleRuns, starts, calls   int
+	switches10, switches1000  int
+	powerChanges              int
+	reactTrials               int
+	out                       string
+	keep                      bool
+	only                      string
+	perf                      string
 }
 
 func main() {
@@ -43,6 +44,7 @@ func main() {
 	}
 	var o options
 	flag.StringVar(&o.bin, "bin", "bin/schedpolicyd", "schedpolicyd binary to measure")
+	flag.StringVar(&o.before, "before", "", "idle phase: a second schedpolicyd binary (e.g. main's build) whose idle cases run beside -bin's, in the same windows, and are reported beside them (empty: none)")
 	flag.StringVar(&o.ppd, "ppd", "/usr/libexec/power-profiles-daemon", "power-profiles-daemon binary")
 	flag.StringVar(&o.polkitd, "polkitd", "/usr/lib/polkit-1/polkitd", "polkitd binary for power-profiles-daemon's authorization (empty: none; its profile switch is then refused and skipped)")
 	flag.StringVar(&o.busDaemon, "dbus-daemon", "dbus-daemon", "dbus-daemon binary for the private bus")
@@ -100,6 +102,14 @@ func run(o options) error {
 		return err
 	}
 	o.bin = bin
+	if o.before != "" {
+		if _, err := os.Stat(o.before); err != nil {
+			return fmt.Errorf("missing -before binary: %w", err)
+		}
+		if o.before, err = filepath.Abs(o.before); err != nil {
+			return err
+		}
+	}
 	tmp, err := os.MkdirTemp("", "schedpolicyd-bench-")
 	if err != nil {
 		return err

@@ -134,6 +134,10 @@ const (
 	WakeClock
 	// WakeConfirmDue: the pending confirmation is due (backend.ConfirmC).
 	WakeConfirmDue
+	// WakePressureResume: the CPU pressure trigger's back-off ended
+	// (PressureGate.ResumeC): the back end arms it again; not counted as
+	// an event.
+	WakePressureResume
 )
 
 // Event is a message of a back end's own goroutines to the loop

@@ -1,12 +1,9 @@
 package placement
 
 import (
-	"errors"
 	"fmt"
 	"io/fs"
 	"time"
-
-	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/internal/names"
 	"github.com/schedpolicyd/schedpolicyd/policy"
@@ -110,40 +107,14 @@ func backedOffPeriod(base time.Duration, idle int) time.Duration {
 //     averaging worker (early 6.5 and 6.6 releases also refused to open
 //     a cgroup file for writing without it).
 //
-// The narrow window is tried first; where it is refused, the 2 s one.
+// The narrow window is tried first; where it is refused, the 2 s one
+// (PressureGate.arm).
 const (
 	pressureStall        = 20 * time.Millisecond
 	pressureWindow       = 500 * time.Millisecond
 	PressureStallUnpriv  = 200 * time.Millisecond
 	PressureWindowUnpriv = 2 * time.Second
 )
-
-// ArmPressure opens a CPU pressure trigger on the PSI file path with the
-// narrow window, else the 2 s one (see pressureWindow); nil (logged: info
-// where the kernel has no PSI, else a warning) when neither is granted.
-func ArmPressure(log logrus.FieldLogger, path string) *sysfs.PressureTrigger {
-	window := pressureWindow
-	t, err := sysfs.OpenPressureTrigger(path, pressureStall, pressureWindow)
-	if err != nil && !errors.Is(err, sysfs.ErrNoPSI) {
-		log.WithError(err).Debug("narrow CPU pressure window refused; trying a 2 s one")
-		window = PressureWindowUnpriv
-		t, err = sysfs.OpenPressureTrigger(path, PressureStallUnpriv, PressureWindowUnpriv)
-	}
-	if err != nil {
-		lvl := logrus.WarnLevel
-		if errors.Is(err, sysfs.ErrNoPSI) {
-			lvl = logrus.InfoLevel
-		}
-		log.WithError(err).Log(lvl, "no CPU pressure trigger; while every workload is idle, sampling slows down instead of stopping")
-		return nil
-	}
-	l := log.WithFields(logrus.Fields{"file": path, "window": window})
-	if window != pressureWindow {
-		l = l.WithField("note", "the 500 ms window was refused (Linux ≥ 6.5 grants it only with CAP_SYS_RESOURCE); a packed workload turning busy waits up to 2 s for the wake")
-	}
-	l.Info("CPU pressure trigger armed")
-	return t
-}
 
 // ValidWorkloadName checks a name for CreateWorkload by the rule
 // schedpolicyctl applies too (names.Workload): 1–64 bytes of valid UTF-8,

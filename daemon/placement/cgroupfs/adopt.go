@@ -226,6 +226,7 @@ func (p *Placement) adopt(n string) (*workload, error) {
 		w.avg, w.lastAt = w.avg.Update(use, 0, p.cfg.UtilHalfLife), time.Now()
 	}
 	p.workloads[n] = w
+	p.pressure.Changed(len(p.workloads)) // the first arms the trigger
 	p.watchChild(path)
 	p.backoff.Reset() // a new workload: sample it
 	fields := logrus.Fields{"cpus": cur.String(), "original": r.Original}
@@ -414,6 +415,7 @@ func (p *Placement) forget(name string, gone bool) {
 		w.cpusFile.Close()
 		p.unwatchChild(w.rec.Path)
 		delete(p.workloads, name)
+		p.pressure.Changed(len(p.workloads)) // the last closes the trigger
 		if gone && p.records[w.rec.Path] == w.rec {
 			delete(p.records, w.rec.Path)
 			p.Dirty = true

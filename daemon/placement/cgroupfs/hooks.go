@@ -21,13 +21,13 @@ func (h Hooks) Clock() *placement.ClockGate { return h.p.clock }
 // ClockC is the task-clock gate's channel as the loop selects on it.
 func (h Hooks) ClockC() <-chan struct{} { return h.p.clockC() }
 
-// DropPressure closes the CPU pressure trigger: no pressure wake follows.
-func (h Hooks) DropPressure() {
-	if h.p.pressure != nil {
-		h.p.pressure.Close()
-		h.p.pressure = nil
-	}
-}
+// DropPressure closes the CPU pressure trigger: no pressure wake follows
+// (none is armed again until the placement is opened again).
+func (h Hooks) DropPressure() { h.p.pressure.Close() }
+
+// Pressure is the placement's CPU pressure gate: whether a trigger is
+// armed, muted, its back-off.
+func (h Hooks) Pressure() *placement.PressureGate { return &h.p.pressure }
 
 // ConfirmPending reports whether a confirmation of a wake is pending.
 func (h Hooks) ConfirmPending() bool { return h.p.confirm.C() != nil }

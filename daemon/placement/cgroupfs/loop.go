@@ -68,8 +68,8 @@ func (p *Placement) Freshen() {
 }
 
 // WakeC: the managed parent's watch (a child made or removed, a cpuset
-// written by someone else, a task attached), the CPU pressure trigger and
-// the task-clock gate.
+// written by someone else, a task attached), the CPU pressure trigger
+// (and the end of its back-off) and the task-clock gate.
 func (p *Placement) WakeC(k placement.Wake) <-chan struct{} {
 	switch k {
 	case placement.WakeChanged:
@@ -79,9 +79,11 @@ func (p *Placement) WakeC(k placement.Wake) <-chan struct{} {
 	case placement.WakeAttached:
 		return p.activityC()
 	case placement.WakePressure:
-		return p.pressureC()
+		return p.pressure.C()
 	case placement.WakePressureDone:
-		return p.pressureDone()
+		return p.pressure.Done()
+	case placement.WakePressureResume:
+		return p.pressure.ResumeC()
 	case placement.WakeClock:
 		return p.clockC()
 	}
@@ -108,6 +110,7 @@ func (p *Placement) OnWake(k placement.Wake, replan placement.ReplanFunc) {
 		}
 	case placement.WakeAttached:
 		p.backoff.Reset() // a task arrived: look at once, then every period
+		p.pressure.Reset()
 		p.sample()
 		p.retaskClock()
 		p.startConfirm("task attached")
@@ -117,10 +120,10 @@ func (p *Placement) OnWake(k placement.Wake, replan placement.ReplanFunc) {
 		p.pressureWake()
 		replan("cpu pressure", false)
 	case placement.WakePressureDone:
-		pr := p.pressure
-		p.pressure = nil
-		p.log.WithError(pr.Err()).Warn("the CPU pressure trigger stopped; while every workload is idle, sampling slows down instead of stopping")
-		pr.Close()
+		err := p.pressure.Dropped()
+		p.log.WithError(err).Warn("the CPU pressure trigger stopped; while every workload is idle, sampling slows down instead of stopping")
+	case placement.WakePressureResume:
+		p.pressure.Resume()
 	case placement.WakeClock:
 		p.clockWake()
 	case placement.WakeConfirmDue:

@@ -43,11 +43,14 @@ type Placement struct {
 	// rescans on its ticker); newWatch makes it (watchCgroupDir, or a
 	// test's). pressure wakes the loop when tasks wait for a CPU (a PSI
 	// trigger on the managed parent's cpu.pressure on cgroup v2, the
-	// machine's /proc/pressure/cpu on v1); nil where the kernel has no PSI.
-	// With it, sampling stops while every workload is idle.
+	// machine's /proc/pressure/cpu on v1), armed only while there is a
+	// workload and backing off from wakes that find none crowded
+	// (placement.PressureGate); never armed where the kernel has no PSI or
+	// nothing watches the parent. While it covers the workloads, sampling
+	// stops while every workload is idle.
 	watch    cgroupSource
 	newWatch func(parent string) (cgroupSource, error)
-	pressure *sysfs.PressureTrigger
+	pressure placement.PressureGate
 	// clock wakes the loop when a packed workload's tasks run busy (the
 	// task-clock wake, placement.ClockGate); nil when Config.NoTaskClock.
 	// allowed is the CPUs the last plan could give (online ∩ the parent's).

@@ -54,7 +54,8 @@ func (p *Placement) sample() (busy bool) {
 // after the last busy one. Then it stops if something will wake it when a
 // workload gets busy again — the cgroup watch (a task attached: a write to
 // cgroup.procs or tasks) and the CPU pressure trigger (tasks wait for a
-// CPU) — and a created workload's last exit is seen through its exit
+// CPU, or at the end of its back-off: placement.PressureGate.Covers) —
+// and a created workload's last exit is seen through its exit
 // watch (reap.go). Without a pressure trigger it keeps sampling, at the
 // backed-off period of SampleEvery. Without a watch on the managed parent
 // it samples even with no workloads, to find new ones.
@@ -65,7 +66,7 @@ func (p *Placement) Sampling() bool {
 	if len(p.workloads) == 0 {
 		return false
 	}
-	return p.backoff.Sampling(p.pressure != nil)
+	return p.backoff.Sampling(p.pressure.Covers())
 }
 
 // SampleEvery is the current sampling period: the configured one while any
@@ -75,5 +76,5 @@ func (p *Placement) Sampling() bool {
 // pressure, a new workload or a policy change brings it back to the
 // configured period.
 func (p *Placement) SampleEvery() time.Duration {
-	return p.backoff.Every(p.cfg.SampleInterval, p.pressure != nil)
+	return p.backoff.Every(p.cfg.SampleInterval, p.pressure.Covers())
 }

@@ -41,13 +41,24 @@ func (p *Placement) startConfirm(signal string) (crowded []string) {
 }
 
 // pressureWake samples at once because the CPU pressure trigger fired and
-// starts a confirmation for the crowded workloads. Which signal woke the
-// loop and the crowded workloads are logged at debug level.
+// starts a confirmation for the crowded workloads. With one crowded, the
+// sampling looks every period from now (its back-off reset) and so does
+// the trigger (placement.PressureGate.Woke); with none — the pressure is
+// someone else's — the sample counts as a periodic one (sampling stays
+// stopped while every workload is idle) and the trigger backs off. Which
+// signal woke the loop, the crowded workloads and the back-off are logged
+// at debug level.
 func (p *Placement) pressureWake() {
-	p.backoff.Reset() // look at once, then every period
-	p.sample()
+	busy := p.sample()
 	crowded := p.startConfirm("cpu pressure")
-	p.log.WithFields(logrus.Fields{"signal": "cpu pressure", "runnable_over_cpus": strings.Join(crowded, ",")}).Debug("woken")
+	found := len(crowded) > 0
+	if found {
+		p.backoff.Reset() // look at once, then every period
+	} else {
+		p.backoff.Sampled(busy)
+	}
+	mute := p.pressure.Woke(found)
+	p.log.WithFields(logrus.Fields{"signal": "cpu pressure", "runnable_over_cpus": strings.Join(crowded, ","), "pressure_backoff": mute}).Debug("woken")
 }
 
 // confirmWake ends the pending confirmation: each candidate still placed
@@ -66,6 +77,9 @@ func (p *Placement) confirmWake() bool {
 	cands := slices.Collect(maps.Keys(p.confirm.Cands))
 	r := p.confirm.Finish(cpus, p.cg.RunDelay)
 	placement.LogConfirmed(p.log, signal, r.Saturated, r.Light)
+	if len(r.Names) > 0 {
+		p.pressure.Reset() // ours is busy: listen to the pressure again
+	}
 	for _, n := range r.Names {
 		w := p.workloads[n]
 		w.avg.Util = max(w.avg.Util, float64(w.cpus.Size()))
@@ -162,6 +176,7 @@ func (p *Placement) clockWake() {
 	}
 	if p.clock.ConfirmBursts(p.sortedNames(), cpus, crowded, &p.confirm, p.cg.RunDelay, p.stats) {
 		p.backoff.Reset() // busy: sample every period from now
+		p.pressure.Reset()
 	}
 }
 

@@ -41,35 +41,19 @@ func watchCgroupDir(parent string) (cgroupSource, error) {
 	return w, nil
 }
 
-// pressureC is the PSI trigger's channel, or nil without one.
-func (p *Placement) pressureC() <-chan struct{} {
-	if p.pressure == nil {
-		return nil
-	}
-	return p.pressure.C()
-}
-
-// pressureDone is closed when the kernel drops the PSI trigger (the
-// managed v2 parent was removed), or nil without one.
-func (p *Placement) pressureDone() <-chan struct{} {
-	if p.pressure == nil {
-		return nil
-	}
-	return p.pressure.Done()
-}
-
-// openPressure arms the PSI trigger for the managed parent; nil (logged)
-// where PSI is unavailable: idle sampling then backs off instead of
+// pressurePath is the PSI file of the managed parent's trigger:
+// Config.PressureFile if set, else the parent's cpu.pressure on cgroup v2
+// and <ProcRoot>/pressure/cpu (the whole machine) on v1. Where the kernel
+// has none, the gate logs it once and idle sampling backs off instead of
 // stopping.
-func (p *Placement) openPressure() *sysfs.PressureTrigger {
-	path := filepath.Join(p.cfg.ProcRoot, "pressure", "cpu")
+func (p *Placement) pressurePath() string {
 	switch {
 	case p.cfg.PressureFile != "":
-		path = p.cfg.PressureFile
+		return p.cfg.PressureFile
 	case p.cg.Version() == sysfs.CgroupV2:
-		path = filepath.Join(p.cg.Path(), "cpu.pressure")
+		return filepath.Join(p.cg.Path(), "cpu.pressure")
 	}
-	return placement.ArmPressure(p.log, path)
+	return filepath.Join(p.cfg.ProcRoot, "pressure", "cpu")
 }
 
 // Nil-safe uses of the watch: without one the loop rescans on its
@@ -140,8 +124,9 @@ func (p *Placement) watchDir(dir string, on bool) {
 	}
 }
 
-// startWatch watches the managed parent and arms the PSI trigger; without
-// a watch the loop rescans on its sampling ticker.
+// startWatch watches the managed parent and configures the PSI trigger
+// (armed while there are workloads); without a watch the loop rescans on
+// its sampling ticker, and no trigger is armed.
 func (p *Placement) startWatch() {
 	p.stopWatch()
 	w, err := p.newWatch(p.cg.Path())
@@ -153,7 +138,7 @@ func (p *Placement) startWatch() {
 	if s, ok := w.(*sysfs.CgroupWatch); ok && !s.ClosesWatched() {
 		p.log.Warn("cannot watch cpuset.cpus for changes by someone else; they are seen at the next write or Rebalance")
 	}
-	p.pressure = p.openPressure()
+	p.pressure.Configure(p.log, p.pressurePath(), len(p.workloads))
 	if !p.cfg.NoTaskClock {
 		p.clock = placement.NewClockGate(p.log, func(n string) (time.Duration, error) {
 			run, wait, err := p.cg.RunDelay(n)
@@ -169,10 +154,7 @@ func (p *Placement) stopWatch() {
 		p.watch.Close()
 		p.watch = nil
 	}
-	if p.pressure != nil {
-		p.pressure.Close()
-		p.pressure = nil
-	}
+	p.pressure.Close()
 	p.clock.Close()
 	p.clock = nil
 }

@@ -441,6 +441,7 @@ func (u *Placement) adopt(uid int, v unitView, dir string) {
 		w.avg, w.lastAt = w.avg.Update(use, 0, u.cfg.UtilHalfLife), time.Now()
 	}
 	u.workloads[workloadKey(uid, v.Name)] = w
+	u.pressure.Changed(len(u.workloads)) // the first arms the trigger
 	u.watchFocus(w)
 	u.backoff.Reset()
 	log.WithFields(logrus.Fields{"allowed_cpus": cur.String(), "original": r.Original}).Info("adopted unit")
@@ -455,6 +456,7 @@ func (u *Placement) forget(key string) {
 		return
 	}
 	delete(u.workloads, key)
+	u.pressure.Changed(len(u.workloads)) // the last closes the trigger
 	u.unwatchFocus(w)
 	if !w.rec.Written() && !w.rec.Created {
 		delete(u.records, w.rec.Key())

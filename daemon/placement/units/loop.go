@@ -65,14 +65,16 @@ func (u *Placement) Freshen() {
 	}
 }
 
-// WakeC: the CPU pressure trigger and the task-clock gate; the units'
-// changes come through EventsC.
+// WakeC: the CPU pressure trigger (and the end of its back-off) and the
+// task-clock gate; the units' changes come through EventsC.
 func (u *Placement) WakeC(k placement.Wake) <-chan struct{} {
 	switch k {
 	case placement.WakePressure:
-		return u.pressureC()
+		return u.pressure.C()
 	case placement.WakePressureDone:
-		return u.pressureDone()
+		return u.pressure.Done()
+	case placement.WakePressureResume:
+		return u.pressure.ResumeC()
 	case placement.WakeClock:
 		return u.clockC()
 	}
@@ -88,14 +90,13 @@ func (u *Placement) OnWake(k placement.Wake, replan placement.ReplanFunc) {
 	switch k {
 	case placement.WakePressure:
 		u.stats.PressureWakes.Add(1)
-		u.backoff.Reset() // sample at once, then every period
-		u.sample()
-		u.cfg.Log.WithField("signal", "cpu pressure").Debug("woken: units sampled")
-		u.startConfirm("cpu pressure", unitWakeStall)
+		u.pressureWake()
 		replan("cpu pressure", false)
 	case placement.WakePressureDone:
-		u.cfg.Log.WithError(u.pressure.Err()).Warn("the CPU pressure trigger of units stopped; while every unit is idle, sampling slows down instead of stopping")
-		u.dropPressure()
+		err := u.pressure.Dropped()
+		u.cfg.Log.WithError(err).Warn("the CPU pressure trigger of units stopped; while every unit is idle, sampling slows down instead of stopping")
+	case placement.WakePressureResume:
+		u.pressure.Resume()
 	case placement.WakeClock:
 		u.clockWake()
 	case placement.WakeConfirmDue:

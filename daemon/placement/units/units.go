@@ -114,10 +114,12 @@ type Placement struct {
 	rescan bool
 
 	// pressure wakes the loop when tasks wait for a CPU anywhere (the
-	// machine's /proc/pressure/cpu: every managed slice is in it); nil
-	// where the kernel grants no trigger. With it, sampling stops while
+	// machine's /proc/pressure/cpu: every managed slice is in it), armed
+	// only while there is a unit and backing off from wakes that find
+	// none stalled (placement.PressureGate); never armed where the kernel
+	// grants no trigger. While it covers the units, sampling stops while
 	// every unit is idle, as for cgroupfs workloads.
-	pressure *sysfs.PressureTrigger
+	pressure placement.PressureGate
 	// clock wakes the loop when a unit with AllowedCPUs= set turns busy
 	// (placement.ClockGate); nil on cgroup v1 (systemd applies no AllowedCPUs=
 	// there) or with Config.NoTaskClock.
@@ -298,7 +300,7 @@ func (u *Placement) Open() error {
 	if u.procRoot == "" {
 		u.procRoot = "/proc"
 	}
-	u.pressure = placement.ArmPressure(u.log, filepath.Join(u.procRoot, "pressure", "cpu"))
+	u.pressure.Configure(u.log, filepath.Join(u.procRoot, "pressure", "cpu"), len(u.workloads))
 	if u.unified && !u.cfg.NoTaskClock {
 		u.clock = placement.NewClockGate(u.log, func(key string) (time.Duration, error) {
 			w := u.workloads[key]
@@ -312,31 +314,6 @@ func (u *Placement) Open() error {
 	return nil
 }
 
-// pressureC is the PSI trigger's channel; nil without one.
-func (u *Placement) pressureC() <-chan struct{} {
-	if u.pressure == nil {
-		return nil
-	}
-	return u.pressure.C()
-}
-
-// pressureDone is closed when the kernel drops the trigger; nil without
-// one.
-func (u *Placement) pressureDone() <-chan struct{} {
-	if u.pressure == nil {
-		return nil
-	}
-	return u.pressure.Done()
-}
-
-// dropPressure closes the trigger (after pressureDone, or at close).
-func (u *Placement) dropPressure() {
-	if u.pressure != nil {
-		u.pressure.Close()
-		u.pressure = nil
-	}
-}
-
 // Close drops the connections: the system manager, logind, every
 // user's manager and the focus watch.
 func (u *Placement) Close() {
@@ -344,7 +321,7 @@ func (u *Placement) Close() {
 		return
 	}
 	close(u.done)
-	u.dropPressure()
+	u.pressure.Close()
 	u.clock.Close()
 	u.clock = nil
 	u.confirm.Drop()
@@ -424,7 +401,7 @@ func (u *Placement) sample() (busy bool) {
 // Sampling reports whether the loop samples periodically: while any unit
 // is busy and for IdleSamplesBeforeBackoff samples after; then it stops
 // where the CPU pressure trigger will wake it when a unit's tasks wait for
-// a CPU, and keeps sampling at the backed-off period (SampleEvery) where
+// a CPU (placement.PressureGate.Covers), and keeps sampling at the backed-off period (SampleEvery) where
 // there is no trigger (as placement.Sampling).
 func (u *Placement) Sampling() bool {
 	if u.rescan && u.mgr != nil {
@@ -433,14 +410,14 @@ func (u *Placement) Sampling() bool {
 	if len(u.workloads) == 0 {
 		return false
 	}
-	return u.backoff.Sampling(u.pressure != nil)
+	return u.backoff.Sampling(u.pressure.Covers())
 }
 
 // SampleEvery is the sampling period: the configured one while a unit is
 // busy or sampling can stop (a pressure trigger), else doubling while all
 // are idle (as placement.SampleEvery).
 func (u *Placement) SampleEvery() time.Duration {
-	return u.backoff.Every(u.cfg.SampleInterval, u.pressure != nil)
+	return u.backoff.Every(u.cfg.SampleInterval, u.pressure.Covers())
 }
 
 func (u *Placement) sortedNames() []string {

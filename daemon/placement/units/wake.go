@@ -48,8 +48,10 @@ func (u *Placement) runDelay(key string) (run, wait time.Duration, err error) {
 
 // startConfirm starts a confirmation (signal names what woke the loop)
 // over the units with AllowedCPUs= set that stalled for at least minStall
-// since the sample before the last, unless one is pending.
-func (u *Placement) startConfirm(signal string, minStall time.Duration) {
+// since the sample before the last, unless one is pending. It returns how
+// many units were candidates (before the maxConfirm bounds; 0: none
+// stalled).
+func (u *Placement) startConfirm(signal string, minStall time.Duration) (stalled int) {
 	var cands []string
 	for _, n := range u.sortedNames() {
 		w := u.workloads[n]
@@ -78,6 +80,27 @@ func (u *Placement) startConfirm(signal string, minStall time.Duration) {
 	if u.confirm.Start(signal, names, u.runDelay) {
 		u.log.WithFields(logrus.Fields{"signal": signal, "stalled_over_cpus": strings.Join(desc, ",")}).Debug("crowded: confirming")
 	}
+	return len(cands)
+}
+
+// pressureWake samples at once because the CPU pressure trigger fired and
+// starts a confirmation for the units with AllowedCPUs= set that stalled
+// at all since the last sample (unitWakeStall). With one, the sampling
+// looks every period from now (its back-off reset) and so does the
+// trigger (placement.PressureGate.Woke); with none — the pressure is
+// someone else's, or of units the daemon does not narrow — the sample
+// counts as a periodic one (sampling stays stopped while every unit is
+// idle) and the trigger backs off. Logged at debug level.
+func (u *Placement) pressureWake() {
+	busy := u.sample()
+	found := u.startConfirm("cpu pressure", unitWakeStall) > 0
+	if found {
+		u.backoff.Reset() // sample at once, then every period
+	} else {
+		u.backoff.Sampled(busy)
+	}
+	mute := u.pressure.Woke(found)
+	u.cfg.Log.WithFields(logrus.Fields{"signal": "cpu pressure", "pressure_backoff": mute}).Debug("woken: units sampled")
 }
 
 // confirmWake ends the units' pending confirmation as placement.confirmWake
@@ -94,6 +117,9 @@ func (u *Placement) confirmWake() bool {
 	cands := slices.Collect(maps.Keys(u.confirm.Cands))
 	r := u.confirm.Finish(cpus, u.runDelay)
 	placement.LogConfirmed(u.log, signal, r.Saturated, r.Light)
+	if len(r.Names) > 0 {
+		u.pressure.Reset() // ours is busy: listen to the pressure again
+	}
 	for _, n := range r.Names {
 		w := u.workloads[n]
 		w.avg.Util = max(w.avg.Util, float64(w.cpus.Size()))
@@ -147,5 +173,6 @@ func (u *Placement) clockWake() {
 	}
 	if u.clock.ConfirmBursts(u.sortedNames(), cpus, crowded, &u.confirm, u.runDelay, u.stats) {
 		u.backoff.Reset()
+		u.pressure.Reset()
 	}
 }

@@ -1,0 +1,230 @@
+package cgroupfs
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
+)
+
+// quietWatch is a cgroupSource that never signals: the test scans.
+type quietWatch struct{}
+
+func (quietWatch) Changed() <-chan struct{}               { return nil }
+func (quietWatch) Attached() <-chan struct{}              { return nil }
+func (quietWatch) TakeAttached() map[string]bool          { return nil }
+func (quietWatch) Written() <-chan struct{}               { return nil }
+func (quietWatch) TakeWritten() (map[string]bool, bool)   { return nil, false }
+func (quietWatch) WatchChild(string, sysfs.CgroupVersion) {}
+func (quietWatch) UnwatchChild(string)                    {}
+func (quietWatch) WatchDir(string)                        {}
+func (quietWatch) UnwatchDir(string)                      {}
+func (quietWatch) Close()                                 {}
+
+// countedTrigger is a pressure trigger the test fires; closed and paused
+// say what the gate did to it.
+type countedTrigger struct {
+	c, done        chan struct{}
+	closed, paused bool
+}
+
+func (t *countedTrigger) Pause()  { t.paused = true }
+func (t *countedTrigger) Resume() { t.paused = false }
+
+func (t *countedTrigger) C() <-chan struct{}    { return t.c }
+func (t *countedTrigger) Done() <-chan struct{} { return t.done }
+func (t *countedTrigger) Err() error            { return nil }
+func (t *countedTrigger) Close() error          { t.closed = true; return nil }
+
+// pressureRig is a cgroupfs placement on a mock cgroup v2 tree whose
+// pressure triggers are countedTriggers, on file (the parent's
+// cpu.pressure), recorded in armed.
+type pressureRig struct {
+	t      *testing.T
+	p      *Placement
+	parent string
+	armed  []*countedTrigger
+	file   []string
+}
+
+func newPressureRig(t *testing.T) *pressureRig {
+	t.Helper()
+	root := t.TempDir()
+	testutil.Put(t, filepath.Join(root, "cgroup.controllers"), "cpuset cpu")
+	testutil.Put(t, filepath.Join(root, "cgroup.subtree_control"), "cpuset cpu")
+	parent := filepath.Join(root, "schedpolicyd")
+	testutil.Put(t, filepath.Join(parent, "cgroup.controllers"), "cpuset cpu")
+	testutil.Put(t, filepath.Join(parent, "cgroup.subtree_control"), "cpuset")
+	testutil.Put(t, filepath.Join(parent, "cpuset.cpus.effective"), "0-3")
+	cfg := &placement.Config{CgroupRoot: parent, ProcRoot: filepath.Join(root, "proc"), SampleInterval: time.Second,
+		UtilHalfLife: policy.DefaultHalfLife, NoTaskClock: true}
+	r := &pressureRig{t: t, parent: parent}
+	r.p = New(cfg, testutil.Logger(t), &placement.Counters{}, nil)
+	r.p.newWatch = func(string) (cgroupSource, error) { return quietWatch{}, nil }
+	r.p.pressure.Open = func(path string, stall, window time.Duration) (placement.PressureSource, error) {
+		tr := &countedTrigger{c: make(chan struct{}, 1), done: make(chan struct{})}
+		r.armed, r.file = append(r.armed, tr), append(r.file, path)
+		return tr, nil
+	}
+	r.p.Save = func() error { return nil }
+	if err := r.p.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.p.Close)
+	return r
+}
+
+// add makes workload name (idle: its CPU time never moves) and scans.
+func (r *pressureRig) add(name string) {
+	r.t.Helper()
+	dir := filepath.Join(r.parent, name)
+	testutil.Put(r.t, filepath.Join(dir, "cpuset.cpus"), "")
+	testutil.Put(r.t, filepath.Join(dir, "cpuset.cpus.effective"), "0-3")
+	testutil.Put(r.t, filepath.Join(dir, "cpu.stat"), "usage_usec 0\nuser_usec 0\nsystem_usec 0")
+	if !r.p.Scan() || r.p.workloads[name] == nil {
+		r.t.Fatalf("%s not adopted", name)
+	}
+}
+
+// remove removes workload name and scans.
+func (r *pressureRig) remove(name string) {
+	r.t.Helper()
+	if err := os.RemoveAll(filepath.Join(r.parent, name)); err != nil {
+		r.t.Fatal(err)
+	}
+	if !r.p.Scan() || r.p.workloads[name] != nil {
+		r.t.Fatalf("%s not forgotten", name)
+	}
+}
+
+// live is how many of the triggers armed are still open.
+func (r *pressureRig) live() int {
+	n := 0
+	for _, t := range r.armed {
+		if !t.closed {
+			n++
+		}
+	}
+	return n
+}
+
+// TestPressureArmedWithWorkloads: the cgroupfs placement arms no pressure
+// trigger with no workload (WakeC(WakePressure) nil), arms one — on the
+// managed v2 parent's cpu.pressure — with the first workload, keeps that
+// one for the second, and closes it after the last is gone.
+func TestPressureArmedWithWorkloads(t *testing.T) {
+	r := newPressureRig(t)
+	if len(r.armed) != 0 || r.p.WakeC(placement.WakePressure) != nil || r.p.Sampling() {
+		t.Fatalf("0 workloads: %d armed, sampling %v; want none, not sampling", len(r.armed), r.p.Sampling())
+	}
+	r.add("a")
+	if len(r.armed) != 1 || r.live() != 1 || r.p.WakeC(placement.WakePressure) != r.armed[0].c {
+		t.Fatalf("1 workload: %d armed, %d open; want 1, listened to", len(r.armed), r.live())
+	}
+	if want := filepath.Join(r.parent, "cpu.pressure"); r.file[0] != want {
+		t.Fatalf("armed on %s, want %s", r.file[0], want)
+	}
+	r.add("b")
+	r.remove("a")
+	if len(r.armed) != 1 || r.live() != 1 {
+		t.Fatalf("workloads a, b, then b: %d armed, %d open; want the first one kept", len(r.armed), r.live())
+	}
+	r.remove("b")
+	if r.live() != 0 || r.p.WakeC(placement.WakePressure) != nil || r.p.WakeC(placement.WakePressureDone) != nil {
+		t.Fatalf("0 workloads again: %d open, want the trigger closed", r.live())
+	}
+	r.add("c")
+	if len(r.armed) != 2 || r.live() != 1 {
+		t.Fatalf("a workload again: %d armed, %d open; want a second arming", len(r.armed), r.live())
+	}
+}
+
+// TestPressureWakeBacksOff: a pressure wake that finds no workload of the
+// placement's crowded (here every one is idle) mutes the trigger for 1 s
+// (WakeC(WakePressure) nil, the trigger paused, kept), keeps sampling
+// stopped (the wake's sample counts as a periodic one) and still replans;
+// WakePressureResume at the end of the 1 s listens again, and the next
+// such wake mutes it for 2 s. A new workload during a mute listens at
+// once and starts the back-off again. One trigger throughout.
+func TestPressureWakeBacksOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newPressureRig(t)
+		r.add("a")
+		for i := 0; i < 3; i++ {
+			r.p.OnSample() // quiet: sampling stops
+		}
+		if r.p.Sampling() {
+			t.Fatal("still sampling after 3 quiet samples")
+		}
+		var replans []string
+		replan := func(why string, force bool) { replans = append(replans, fmt.Sprintf("%s/%v", why, force)) }
+		wake := func() {
+			t.Helper()
+			select {
+			case <-r.p.WakeC(placement.WakePressure):
+			default:
+				r.armed[len(r.armed)-1].c <- struct{}{}
+				<-r.p.WakeC(placement.WakePressure)
+			}
+			r.p.OnWake(placement.WakePressure, replan)
+		}
+		// resumeAt waits for the mute's end, exactly after d.
+		resumeAt := func(d time.Duration) {
+			t.Helper()
+			time.Sleep(d - time.Nanosecond)
+			synctest.Wait()
+			select {
+			case <-r.p.WakeC(placement.WakePressureResume):
+				t.Fatalf("resumed before %v", d)
+			default:
+			}
+			time.Sleep(time.Nanosecond)
+			synctest.Wait()
+			select {
+			case <-r.p.WakeC(placement.WakePressureResume):
+			default:
+				t.Fatalf("not resumed after %v", d)
+			}
+			r.p.OnWake(placement.WakePressureResume, replan)
+		}
+
+		wake()
+		tr := r.armed[0]
+		if !tr.paused || r.p.WakeC(placement.WakePressure) != nil || r.p.pressure.Backoff() != time.Second || r.p.Sampling() {
+			t.Fatalf("after a wake with nothing crowded: paused %v, backoff %v, sampling %v; want muted for 1s, not sampling", tr.paused, r.p.pressure.Backoff(), r.p.Sampling())
+		}
+		resumeAt(time.Second)
+		if tr.paused || r.p.WakeC(placement.WakePressure) != tr.c {
+			t.Fatalf("after the 1s mute: paused %v; want listened to again", tr.paused)
+		}
+		wake()
+		if r.p.pressure.Backoff() != 2*time.Second || !tr.paused {
+			t.Fatalf("second wake: backoff %v, paused %v; want muted for 2s", r.p.pressure.Backoff(), tr.paused)
+		}
+		resumeAt(2 * time.Second)
+		wake()
+		if r.p.pressure.Backoff() != 4*time.Second {
+			t.Fatalf("third wake: backoff %v, want 4s", r.p.pressure.Backoff())
+		}
+		r.add("b")
+		if tr.paused || r.p.WakeC(placement.WakePressure) != tr.c || r.p.pressure.Backoff() != 0 || r.p.WakeC(placement.WakePressureResume) != nil {
+			t.Fatalf("a workload added while muted: paused %v, backoff %v; want listened to, back-off reset", tr.paused, r.p.pressure.Backoff())
+		}
+		if len(r.armed) != 1 || r.live() != 1 {
+			t.Fatalf("%d armed, %d open; want the one trigger throughout", len(r.armed), r.live())
+		}
+		if s := r.p.stats.PressureWakes.Load(); s != 3 {
+			t.Fatalf("%d pressure wakes counted, want 3", s)
+		}
+		if fmt.Sprint(replans) != "[cpu pressure/false cpu pressure/false cpu pressure/false]" {
+			t.Fatalf("replans %v", replans)
+		}
+	})
+}
