@@ -2,6 +2,7 @@ package systemd
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -87,9 +88,17 @@ func TestManagerReloadingAcrossReexec(t *testing.T) {
 // TestManagerReloadFinishedNotDropped: with the event channel full (a
 // reader slower than systemd's UnitNew for every unit), unit events that
 // do not fit are dropped (Overflowed), but ReloadFinished waits for room
-// and arrives; Close ends such a wait. (godbus itself hands a signal that
-// finds its own channel full to a goroutine of its own, so how many unit
-// events get through varies.)
+// and arrives; Close ends such a wait.
+//
+// The signals are sent so that godbus's own channel (m.sigs) never fills:
+// godbus hands a signal that finds it full to a goroutine of its own, and
+// those deliver in any order, so a Reloading(false) could overtake the
+// UnitNew sent before it (seen on a busy CI machine). The channel's first
+// cap(m.events) UnitNew go in batches, each waited for in m.events; then
+// the 20 that find it full and Reloading(false) together. A round trip
+// of the manager's own signal connection to the bus (Barrier) puts every
+// signal routed before it into m.sigs, so m.sigs empty after it means the
+// pump has dropped the 20 and holds ReloadFinished.
 func TestManagerReloadFinishedNotDropped(t *testing.T) {
 	bus := testutil.StartSystemPolicyBus(t)
 	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", bus.Addr)
@@ -99,6 +108,13 @@ func TestManagerReloadFinishedNotDropped(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	const extra, batch = 20, 64
+	unitNew := func() {
+		t.Helper()
+		if err := sd.Emit(managerPath, managerInterface+".UnitNew", "u.service", dbus.ObjectPath("/org/freedesktop/systemd1/unit/u_2eservice")); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, closeFirst := range []bool{false, true} {
 		m, err := connectBus(ctx)
 		if err != nil {
@@ -108,19 +124,30 @@ func TestManagerReloadFinishedNotDropped(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := cap(m.events) + 20
-		for i := 0; i < n; i++ {
-			if err := sd.Emit(managerPath, managerInterface+".UnitNew", "u.service", dbus.ObjectPath("/org/freedesktop/systemd1/unit/u_2eservice")); err != nil {
-				t.Fatal(err)
+		for sent := 0; sent < cap(m.events); {
+			for i := 0; i < batch && sent < cap(m.events); i++ {
+				unitNew()
+				sent++
 			}
+			testutil.Barrier(t, sd)
+			testutil.Barrier(t, m.sig)
+			testutil.Eventually(t, "the batch in the event channel", func() (bool, string) {
+				return len(m.events) == sent, fmt.Sprintf("%d of %d", len(m.events), sent)
+			})
+		}
+		if m.overflow.Load() {
+			t.Fatal("overflowed before the channel was full")
+		}
+		for i := 0; i < extra; i++ {
+			unitNew()
 		}
 		if err := sd.Emit(managerPath, managerInterface+".Reloading", false); err != nil {
 			t.Fatal(err)
 		}
 		testutil.Barrier(t, sd)
-		// Every signal read off the connection, the channel full.
-		testutil.WaitFor(t, "the signals to be read", testutil.DefaultBound, func() (bool, string) {
-			return len(m.sigs) == 0 && len(m.events) == cap(m.events) && m.overflow.Load(), ""
+		testutil.Barrier(t, m.sig)
+		testutil.Eventually(t, "the pump to hold ReloadFinished", func() (bool, string) {
+			return len(m.sigs) == 0 && m.overflow.Load(), fmt.Sprintf("%d signals unread, overflow %v", len(m.sigs), m.overflow.Load())
 		})
 		if closeFirst {
 			m.Close()
@@ -139,8 +166,8 @@ func TestManagerReloadFinishedNotDropped(t *testing.T) {
 				t.Fatalf("event %+v", ev)
 			}
 		}
-		if loaded < cap(m.events) || loaded >= n || !m.Overflowed() {
-			t.Fatalf("%d UnitLoaded of %d before ReloadFinished, overflowed %v; want at least %d, some dropped", loaded, n, m.overflow.Load(), cap(m.events))
+		if loaded != cap(m.events) || !m.Overflowed() {
+			t.Fatalf("%d UnitLoaded before ReloadFinished, overflowed %v; want the %d that fit, the other %d dropped", loaded, m.overflow.Load(), cap(m.events), extra)
 		}
 		m.Close()
 	}
