@@ -50,6 +50,14 @@ func (c *cli) energy(args []string) int {
 	if len(args) > 0 {
 		return c.usage("energy", usagef("unexpected argument %q", args[0]))
 	}
+	if c.compare {
+		return c.energyCompare()
+	}
+	for _, f := range []string{"duration", "interval", "settle", "policies"} {
+		if c.given[f] {
+			return c.usage("energy", usagef("--%s is an option of --compare", f))
+		}
+	}
 	r, err := c.readEnergy()
 	if err != nil {
 		return c.fail(err)

@@ -116,9 +116,24 @@ func startDaemon(t *testing.T, cgroupRoot string) *testDaemon {
 // startDaemonOn is startDaemon on the bus at addr.
 func startDaemonOn(t *testing.T, cgroupRoot, addr string) *testDaemon {
 	t.Helper()
+	return startDaemonAt(t, cgroupRoot, addr, nil)
+}
+
+// startDaemonWith is startDaemon with prep adding to the mock sysfs root
+// before the daemon starts.
+func startDaemonWith(t *testing.T, cgroupRoot string, prep func(sys string)) *testDaemon {
+	t.Helper()
+	return startDaemonAt(t, cgroupRoot, testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr, prep)
+}
+
+func startDaemonAt(t *testing.T, cgroupRoot, addr string, prep func(sys string)) *testDaemon {
+	t.Helper()
 	daemonBin, ctlBin := binaries(t)
 	tmp := t.TempDir()
 	d := &testDaemon{addr: addr, sys: mockLaptop(t), state: filepath.Join(tmp, "state"), ctl: ctlBin, log: &lockedBuffer{}}
+	if prep != nil {
+		prep(d.sys)
+	}
 	treeDir := filepath.Join(tmp, "tree")
 	d.tree = filepath.Join(treeDir, "devices/system/cpu/sched_policy")
 	cmd := exec.Command(daemonBin, "--sysfs-root", d.sys, "--cgroup-root", cgroupRoot, "--tree-dir", treeDir,

@@ -9,6 +9,7 @@
 //	schedpolicyctl run [--name NAME] -- CMD [ARGS...]
 //	schedpolicyctl launch --policy POLICY [--reason TEXT] -- CMD [ARGS...]
 //	schedpolicyctl energy [--json]
+//	schedpolicyctl energy --compare [--duration D] [--interval I] [--settle S] [--policies P,P...] [--json]
 //
 // It talks only to org.schedpolicyd.SchedPolicy1 on the bus (godbus and the
 // standard library; it does not import the daemon) and is documented in
@@ -22,6 +23,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -71,6 +73,8 @@ Commands:
   rebalance                        re-read the power source and re-plan now
   energy [--json]                  measured energy and average watts per policy
                                    beside the energy model's estimate
+  energy --compare [--duration D]  measure the policies against each other
+                                   under your own work (holds each in turn)
   version                          print the version
   help [COMMAND]                   show help
 
@@ -117,6 +121,10 @@ type cli struct {
 	name   string
 	policy string
 	reason string
+	// energy --compare's options (compare.go)
+	compare                                         bool
+	compareDuration, compareInterval, compareSettle time.Duration
+	comparePolicies                                 string
 	// given records the flags present on the command line.
 	given map[string]bool
 }
@@ -350,13 +358,33 @@ explicit 'set' or 'auto' cancels holds.`,
 			help: `Ask the daemon to re-read the power source and re-plan now.`,
 		},
 		{
-			name: "energy", synopsis: "energy [--json]", json: true, run: (*cli).energy,
+			name: "energy", synopsis: "energy [--json] [--compare [--duration D] [--interval I] [--settle S] [--policies P,P...]]", json: true, run: (*cli).energy,
+			flags: func(fs *flag.FlagSet, c *cli) {
+				fs.BoolVar(&c.compare, "compare", false, "measure the policies against each other under your own work (see below)")
+				fs.DurationVar(&c.compareDuration, "duration", defaultCompareDuration, "--compare: how long to compare (`D`, at most 168h)")
+				fs.DurationVar(&c.compareInterval, "interval", defaultCompareInterval, "--compare: each measured interval (`I`, 2s to 1h)")
+				fs.DurationVar(&c.compareSettle, "settle", defaultCompareSettle, "--compare: wait this long after each switch before measuring (`S`, 1s to 10m)")
+				fs.StringVar(&c.comparePolicies, "policies", strings.Join(policies, ","), "--compare: the policies to compare (`P,P...`), the first the baseline")
+			},
 			help: `Show the energy measured under each policy and power source (RAPL
 package counters, or the system batteries' discharge while on battery):
 joules, the time they were measured over and the average power, beside
 the energy model's estimate for the managed workloads' current load under
 the same policy. The daemon first closes the running segment
-(RefreshEnergy), so the figures are up to date. Needs no authorisation.`,
+(RefreshEnergy), so the figures are up to date. Needs no authorisation.
+
+With --compare, measure instead: hold each policy in turn (HoldPolicy),
+in a random order each round, let it settle, and take the daemon's
+measured energy over one interval; repeat for --duration while you work
+as usual. Intervals in which the policy held was not in force, the power
+source changed, the machine suspended or the meter could not count are
+discarded and said. The result is each policy's mean power with a 95 %
+confidence interval, and each policy's difference from the first with
+its own: conclusive when it excludes zero, else about how many more
+intervals would tell. Progress goes to standard error. Ctrl-C stops early
+and prints what was measured; the hold ends with the command however it
+ends, so nothing is left changed. Needs root or the polkit action
+org.schedpolicyd.set-policy (for the holds).`,
 		},
 	}
 	m := map[string]command{}
