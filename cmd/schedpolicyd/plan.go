@@ -29,9 +29,14 @@ type planReport struct {
 	// and --slice), "balance" or "powersaving", "+always" when they apply
 	// under performance too; omitted when none.
 	Slices map[string]string `json:"slices,omitempty"`
-	Active planActive        `json:"active"`
-	Watts  float64           `json:"watts"` // the energy model's estimate for the loads under this plan
-	Model  string            `json:"model"` // which calibration produced Watts
+	// Reasons says why a workload's home is not the one the class order
+	// alone gives (policy.Plan.Reasons): the energy models' choice, or
+	// background work sharing the focused app's cores because nothing
+	// else is left; omitted when there is nothing to say.
+	Reasons map[string]string `json:"reasons,omitempty"`
+	Active  planActive        `json:"active"`
+	Watts   float64           `json:"watts"` // the energy model's estimate for the loads under this plan
+	Model   string            `json:"model"` // which calibration produced Watts
 	// ModelDescribes is false when the machine is not of the shape the
 	// model was fitted on (policy.EnergyModel.Describes): Watts then only
 	// compare policies on it; ModelNote says so, with both shapes.
@@ -258,6 +263,9 @@ func (in planInput) report(plan policy.Plan) planReport {
 		r.WorkloadPolicies[l.Name] = string(plan.Policies[l.Name])
 	}
 	r.Slices = sliceWords(in.rules)
+	if len(plan.Reasons) > 0 {
+		r.Reasons = plan.Reasons
+	}
 	r.Active = activeCounts(in.descs, plan.Active)
 	r.Deferred = plan.Deferred
 	if in.current != nil {

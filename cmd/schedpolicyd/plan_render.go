@@ -59,9 +59,16 @@ func writePlanWorkloads(w io.Writer, r planReport, in planInput, plan policy.Pla
 		fmt.Fprintf(w, "  %-*s %-12s %-12s %s\n", nw, "NAME", "CLASS", "POLICY", "CPUS")
 	}
 	for _, l := range in.loads {
-		why := ""
+		var whys []string
 		if pol := r.WorkloadPolicies[l.Name]; pol != r.Policy {
-			why = "  (" + placedWhy(in.policy, l, in.rules, plan.Policies[l.Name]) + ")"
+			whys = append(whys, placedWhy(in.policy, l, in.rules, plan.Policies[l.Name]))
+		}
+		if h := r.Reasons[l.Name]; h != "" {
+			whys = append(whys, h)
+		}
+		why := ""
+		if len(whys) > 0 {
+			why = "  (" + strings.Join(whys, "; ") + ")"
 		}
 		if r.Current != nil {
 			cur := r.Current[l.Name]
