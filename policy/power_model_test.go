@@ -138,3 +138,21 @@ func TestFit(t *testing.T) {
 		t.Errorf("fitted E at 30 %%: %+v rel %v, want state 2 at 3/7", o, rel)
 	}
 }
+
+// TestEffectOf: the claimed effect is the smallest change across models,
+// none when they disagree on its sign, distinguishable only when larger
+// than the spread.
+func TestEffectOf(t *testing.T) {
+	for _, tt := range []struct {
+		a, b []float64
+		want Effect
+	}{
+		{[]float64{40, 28}, []float64{54, 33}, Effect{Watts: -5, Spread: 9, Distinguishable: false}},
+		{[]float64{10, 10.5}, []float64{12, 12.25}, Effect{Watts: -1.75, Spread: 0.25, Distinguishable: true}},
+		{[]float64{10, 13}, []float64{11, 12}, Effect{Watts: 0, Spread: 2, Distinguishable: false}},
+	} {
+		if got := EffectOf(tt.a, tt.b); got != tt.want {
+			t.Errorf("EffectOf(%v, %v) = %+v, want %+v", tt.a, tt.b, got, tt.want)
+		}
+	}
+}

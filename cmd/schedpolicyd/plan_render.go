@@ -90,6 +90,7 @@ func writePlanEnergy(w io.Writer, r planReport) {
 	if r.ModelNote != "" {
 		fmt.Fprintf(w, "           %s\n", r.ModelNote)
 	}
+	writePlanSpread(w, r.Energy)
 	if len(r.CPUClasses) == 0 {
 		return
 	}
@@ -187,4 +188,22 @@ func placedWhy(machine policy.Policy, l policy.Load, rules map[string]policy.Sli
 		return fmt.Sprintf("%s by %s; its plan races to idle", want, why)
 	}
 	return why
+}
+
+// writePlanSpread prints the estimates under every model, their range,
+// and the effect against performance: the smallest across the models, or
+// "not distinguishable" when it is no larger than their spread.
+func writePlanSpread(w io.Writer, e planEnergy) {
+	var es []string
+	for _, m := range e.Estimates {
+		es = append(es, fmt.Sprintf("%s %.1f W", m.Model, m.Watts))
+	}
+	fmt.Fprintf(w, "           modelled, not measured: %s; range %.1f-%.1f W\n", strings.Join(es, ", "), e.Range.LowWatts, e.Range.HighWatts)
+	if v := e.VsPerformance; v != nil {
+		if v.Distinguishable {
+			fmt.Fprintf(w, "           vs performance: %+.1f W (the smallest change across the models; spread %.1f W)\n", v.Watts, v.SpreadWatts)
+		} else {
+			fmt.Fprintf(w, "           vs performance: not distinguishable (smallest change %+.1f W, spread across the models %.1f W)\n", v.Watts, v.SpreadWatts)
+		}
+	}
 }
