@@ -470,6 +470,10 @@ func (d *Daemon) readTopology() {
 		d.log.WithError(err).Warn("cannot build sched domains from the CPU topology")
 		return
 	}
+	// Packing plans fill the cheapest home for their load first
+	// (issue 35): the machine's own energy model, else the published
+	// ones (MachineEnergy).
+	topo = topo.WithHomes(MachineEnergy(policy.ModelFor(topo), d.fs, classes).Homes)
 	d.noteClasses(classes)
 	d.classProp = classEntries(classes, d.classProp)
 	d.classes = classes

@@ -58,6 +58,9 @@ type Input struct {
 	// Slices are the configured slice rules by slice name ([[slice]] in
 	// schedpolicyd.conf); a Load's Slice picks its rule. nil: none.
 	Slices map[string]SliceRule
+	// awake is the CPUs other work keeps awake (the focused app's, in a
+	// hybrid plan): a home there costs no wake (chooseHomes).
+	awake map[int]bool
 }
 
 // Plan is a placement: the CPUs each workload may run on.
@@ -88,6 +91,12 @@ type Plan struct {
 	// its LoadPolicy, or Performance where that policy's plan fell back
 	// (race to idle).
 	Policies map[string]Policy
+	// Reasons says, for a workload whose home is not what the class
+	// order alone would give, why: the energy models' choice of its
+	// home (Topology.WithHomes), or a background workload sharing the
+	// focused app's cores because no other CPU is left. nil when there
+	// is nothing to say.
+	Reasons map[string]string
 }
 
 const eps = 1e-9
@@ -248,6 +257,30 @@ func planWith(in Input, member func(i int) bool) Plan {
 	if pref != 0 {
 		tr.toCapacity(loads)
 	}
+	var homeWhy string
+	if pref == efficientFirst && topo.homes != nil {
+		// The cheapest home for this plan's load first (WithHomes):
+		// plan on the topology whose classes are renumbered in that
+		// order.
+		util := 0.0
+		for _, l := range loads {
+			if !l.idle {
+				util += l.demand * capacityScale
+			}
+		}
+		if ch, ok := topo.chooseHomes(allowed, util, in.awake); ok {
+			homeWhy = ch.Reason
+			if rt, ok := topo.homes.remapped[orderKey(ch.Order)]; ok {
+				topo = rt
+				tr = topo.treeFor(allowed)
+				for i, l := range in.Loads {
+					loads[i] = tr.loadState(l, len(allowed), mark)
+				}
+				shareContention(loads, len(allowed))
+				tr.toCapacity(loads)
+			}
+		}
+	}
 	fresh := newPacker(tr, rules, loads, pref)
 	fresh.run()
 	plan.Spread = fresh.spread
@@ -262,6 +295,12 @@ func planWith(in Input, member func(i int) bool) Plan {
 	}
 	freshSets := fresh.sets()
 	curOK := tr.acceptable(rules, loads, freshSets, member, pref)
+	if homeWhy != "" {
+		plan.Reasons = make(map[string]string, len(in.Loads))
+		for _, l := range in.Loads {
+			plan.Reasons[l.Name] = homeWhy
+		}
+	}
 	switch {
 	case curOK:
 		return tr.emit(plan, in.Loads, func(i int) []int32 { return loads[i].cur })

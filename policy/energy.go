@@ -39,6 +39,25 @@ type EnergyModel struct {
 	// ClassCost[c] × its capacity / 1024 of what a P-core of the
 	// calibration draws. nil: every core is priced alike, as before.
 	ClassCost []float64 `json:"class_cost,omitempty"`
+	// Power, when set, prices each class at the state its load forces
+	// (PowerModel.State, the busiest CPU of each frequency domain —
+	// the CPUs of one class and one cluster — with EAS's 1.25 margin)
+	// instead of ClassCost's one figure per class, and adds the wake
+	// cost of every cluster while any of its CPUs runs; a busy core of
+	// class c then draws the state's relative cost × its capacity / 1024
+	// of what a P-core of the calibration draws. It must be fitted to
+	// the machine's classes (PowerModel.Fit). nil: ClassCost as before.
+	Power *PowerModel `json:"-"`
+}
+
+// WithPower returns m pricing each class at its operating point by p
+// (fitted to the machine's classes; see Power). A p that is not Valid
+// leaves m as it is.
+func (m EnergyModel) WithPower(p PowerModel) EnergyModel {
+	if p.Valid() {
+		m.Power = &p
+	}
+	return m
 }
 
 // WithClasses returns m pricing each efficiency class by cost[c] (energy
@@ -221,6 +240,17 @@ func (m EnergyModel) simulate(t Topology, plan Plan, loads []Load) (e Estimate, 
 	}
 	var weight []float64 // per CPU: the class's cost × capacity, on a hybrid machine
 	var class []int
+	if m.Power != nil {
+		weight, class, wake := m.powerWeights(t, st)
+		e := m.watts(st.busy, st.coreIdx, st.pkgIdx, weight, class, st.taskIdle)
+		for c, w := range wake {
+			e.Watts += w
+			if c < len(e.ClassWatts) {
+				e.ClassWatts[c] += w
+			}
+		}
+		return e, steps
+	}
 	if t.Hybrid() && len(m.ClassCost) > 0 {
 		weight, class = make([]float64, n), make([]int, n)
 		for i, c := range t.cpus {
@@ -233,6 +263,49 @@ func (m EnergyModel) simulate(t Topology, plan Plan, loads []Load) (e Estimate, 
 		}
 	}
 	return m.watts(st.busy, st.coreIdx, st.pkgIdx, weight, class, st.taskIdle), steps
+}
+
+// powerWeights prices each CPU by m.Power at the state its frequency
+// domain's load forces: the domain is the CPUs of one class and one
+// cluster (CPUDesc.Cluster: a cpufreq policy on arm64, a module on x86),
+// its load its busiest CPU's busy fraction. weight[i] is CPU i's relative
+// cost × capacity / 1024, class[i] its class; wake[c] the watts of class
+// c's clusters kept awake (each while any of its CPUs runs, busy periods
+// independent) at their states' Wake, in CoreW of a top CPU.
+func (m EnergyModel) powerWeights(t Topology, st *simState) (weight []float64, class []int, wake []float64) {
+	n := len(t.cpus)
+	weight, class = make([]float64, n), make([]int, n)
+	type dom struct{ class, cluster int }
+	peak, idle := map[dom]float64{}, map[dom]float64{}
+	var order []dom // first appearance, so the sums below are deterministic
+	for i, c := range t.cpus {
+		d := dom{c.Class, c.Cluster}
+		peak[d] = math.Max(peak[d], st.busy[i])
+		if _, ok := idle[d]; !ok {
+			idle[d] = 1
+			order = append(order, d)
+		}
+		idle[d] *= 1 - st.busy[i]
+	}
+	nclass := 0
+	for _, c := range t.cpus {
+		nclass = max(nclass, c.Class+1)
+	}
+	wake = make([]float64, nclass)
+	for i, c := range t.cpus {
+		d := dom{c.Class, c.Cluster}
+		_, rel, _ := m.Power.State(c.Class, peak[d])
+		weight[i], class[i] = rel*float64(c.Capacity)/capacityScale, c.Class
+	}
+	for _, d := range order {
+		p := peak[d]
+		if p <= 0 {
+			continue
+		}
+		_, _, w := m.Power.State(d.class, p)
+		wake[d.class] += (1 - idle[d]) * w * m.CoreW
+	}
+	return weight, class, wake
 }
 
 // simState is Simulate's machine as the loads are placed on it, by CPU

@@ -101,6 +101,7 @@ func planHybrid(in Input, pols []Policy) Plan {
 				bg = bg || l.Class == ClassBackground || l.Class == ClassService
 			}
 		}
+		shared := false
 		if !focusedPol[p] && bg && len(focusedCPUs) > 0 {
 			var rest []int
 			for _, id := range allowed {
@@ -110,7 +111,10 @@ func planHybrid(in Input, pols []Policy) Plan {
 			}
 			if len(rest) > 0 {
 				sub.Allowed = rest
+			} else {
+				shared = true
 			}
+			sub.awake = focusedCPUs
 		}
 		plan := planWith(sub, nil)
 		out.Spread = out.Spread || plan.Spread
@@ -119,6 +123,16 @@ func planHybrid(in Input, pols []Policy) Plan {
 			name := in.Loads[i].Name
 			out.CPUs[name] = plan.CPUs[name]
 			out.Policies[name] = plan.Policy
+			why := plan.Reasons[name]
+			if shared && (in.Loads[i].Class == ClassBackground || in.Loads[i].Class == ClassService) {
+				why = "shares the focused app's cores: no other CPU is allowed"
+			}
+			if why != "" {
+				if out.Reasons == nil {
+					out.Reasons = map[string]string{}
+				}
+				out.Reasons[name] = why
+			}
 			for _, id := range plan.CPUs[name] {
 				active[id] = true
 				if in.Loads[i].Class == ClassFocused {

@@ -67,6 +67,8 @@ type Topology struct {
 	full   *tree // the domain tree over every CPU, built once
 	// reserved is the Reserved CPUs' IDs, ascending.
 	reserved []int
+	// homes prices packing plans' homes (WithHomes); nil: class order.
+	homes *homeSet
 }
 
 // ErrTopology is wrapped by BuildTopology's errors.

@@ -34,6 +34,8 @@ func TestCPUClassesFixtures(t *testing.T) {
 		{"rk3588", "cpu_capacity little:0-3@405 big:4-7@1024"},
 		{"sdm850", "cpu_capacity little:0-3@377 big:4-7@1024"},
 		{"apple-m1", "cpu_capacity little:0-3@459 big:4-7@1024"},
+		{"gs101", "cpu_capacity little:0-3@160 mid:4-5@498 big:6-7@1024"},
+		{"rk3588-mainline", "cpu_capacity little:0-3@397 big:4-7@1024"},
 		// L3 domains with maxima 1.57x apart (capacity derived from them).
 		{"strix-point-hx370", "l3+max_freq E:4-11,16-23@653 P:0-3,12-15@1024"},
 		// Homogeneous: two CCDs of one kind; clusters 1.13x apart.

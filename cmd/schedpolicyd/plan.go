@@ -29,14 +29,24 @@ type planReport struct {
 	// and --slice), "balance" or "powersaving", "+always" when they apply
 	// under performance too; omitted when none.
 	Slices map[string]string `json:"slices,omitempty"`
-	Active planActive        `json:"active"`
-	Watts  float64           `json:"watts"` // the energy model's estimate for the loads under this plan
-	Model  string            `json:"model"` // which calibration produced Watts
+	// Reasons says why a workload's home is not the one the class order
+	// alone gives (policy.Plan.Reasons): the energy models' choice, or
+	// background work sharing the focused app's cores because nothing
+	// else is left; omitted when there is nothing to say.
+	Reasons map[string]string `json:"reasons,omitempty"`
+	Active  planActive        `json:"active"`
+	Watts   float64           `json:"watts"` // the energy model's estimate for the loads under this plan
+	Model   string            `json:"model"` // which calibration produced Watts
 	// ModelDescribes is false when the machine is not of the shape the
 	// model was fitted on (policy.EnergyModel.Describes): Watts then only
 	// compare policies on it; ModelNote says so, with both shapes.
 	ModelDescribes bool   `json:"model_describes_machine"`
 	ModelNote      string `json:"model_note,omitempty"`
+	// Energy is the estimate under the machine's model and under each
+	// bracketing published model, their range, and the effect against
+	// performance claimed from them (issue 35, item 3): modelled, never
+	// measured.
+	Energy planEnergy `json:"energy"`
 	// CPUClasses are the machine's efficiency classes, most efficient
 	// first, with the watts this plan's load draws on each class's cores
 	// (ClassCostFrom says where the classes' costs come from); CPUClass
@@ -82,6 +92,40 @@ const (
 	nextMove  = "move"  // some other set
 	nextPlace = "place" // no current set given: a new workload's first one
 )
+
+// planEnergy is planReport.Energy.
+type planEnergy struct {
+	// Estimates are the watts of this plan's load under each model, the
+	// machine's own first (policy.SpreadModels), rounded to 0.1 W.
+	Estimates []planEstimate `json:"estimates"`
+	Range     planRange      `json:"range"`
+	// VsPerformance is the effect of this plan against performance's
+	// (every workload on every allowed CPU) for the same load: the
+	// smallest change across the models with their spread; absent for
+	// a performance plan.
+	VsPerformance *planEffect `json:"vs_performance,omitempty"`
+	// Modelled is always true: these are estimates, not measurements.
+	Modelled bool `json:"modelled"`
+}
+
+// planEstimate is one model's estimate.
+type planEstimate struct {
+	Model string  `json:"model"`
+	Watts float64 `json:"watts"`
+}
+
+// planRange is the lowest and highest estimate.
+type planRange struct {
+	LowWatts  float64 `json:"low_watts"`
+	HighWatts float64 `json:"high_watts"`
+}
+
+// planEffect is a claimed effect (policy.Effect), W rounded to 0.1.
+type planEffect struct {
+	Watts           float64 `json:"watts"`
+	SpreadWatts     float64 `json:"spread_watts"`
+	Distinguishable bool    `json:"distinguishable"`
+}
 
 // planClass is one efficiency class in the plan report.
 type planClass struct {
@@ -258,6 +302,9 @@ func (in planInput) report(plan policy.Plan) planReport {
 		r.WorkloadPolicies[l.Name] = string(plan.Policies[l.Name])
 	}
 	r.Slices = sliceWords(in.rules)
+	if len(plan.Reasons) > 0 {
+		r.Reasons = plan.Reasons
+	}
 	r.Active = activeCounts(in.descs, plan.Active)
 	r.Deferred = plan.Deferred
 	if in.current != nil {
@@ -270,6 +317,7 @@ func (in planInput) report(plan policy.Plan) planReport {
 	if in.classes.Hybrid() {
 		in.reportClasses(&r, est)
 	}
+	r.Energy = in.reportSpread(plan)
 	if r.ModelDescribes = in.model.Describes(in.topo); !r.ModelDescribes {
 		shape, _ := policy.ShapeOf(in.topo)
 		r.ModelNote = fmt.Sprintf("the %s model was fitted on %s; this machine is %s: its watts compare the policies, they are no estimate of this machine's power",
@@ -355,4 +403,43 @@ func activeCounts(descs []policy.CPUDesc, active []int) planActive {
 		pk[d.Package], co[d.Core] = true, true
 	}
 	return planActive{Packages: len(pk), Cores: len(co), Threads: len(active), CPUs: sysfs.NewCPUSet(active...).String()}
+}
+
+// reportSpread prices plan's load under every model (policy.SpreadModels)
+// and, for a packing plan, against performance's plan of the same load.
+func (in planInput) reportSpread(plan policy.Plan) planEnergy {
+	caps := []int{}
+	for _, cl := range in.classes.Classes {
+		caps = append(caps, cl.Capacity)
+	}
+	if len(caps) == 0 {
+		caps = []int{1024}
+	}
+	shape, _ := policy.ShapeOf(in.topo)
+	base := modelFor(in.descs)
+	if in.name != "" && in.costFrom == "" && in.classes.Classes == nil {
+		base = in.model // a preset: its own calibration
+	}
+	models := policy.SpreadModels(in.model, base, caps, shape.ThreadsPerCore > 1)
+	round := func(w float64) float64 { return math.Round(w*10) / 10 }
+	e := planEnergy{Modelled: true, Range: planRange{LowWatts: math.Inf(1), HighWatts: math.Inf(-1)}}
+	var perf policy.Plan
+	packing := plan.Policy != policy.Performance
+	if packing {
+		perf = policy.PlanPlacement(policy.Input{Topology: in.topo, Allowed: in.allowed, Policy: policy.Performance, Loads: in.loads})
+	}
+	var a, b []float64
+	for _, m := range models {
+		w := m.Model.Simulate(in.topo, plan, in.loads).Watts
+		e.Estimates = append(e.Estimates, planEstimate{Model: m.Name, Watts: round(w)})
+		e.Range.LowWatts, e.Range.HighWatts = math.Min(e.Range.LowWatts, round(w)), math.Max(e.Range.HighWatts, round(w))
+		if packing {
+			a, b = append(a, w), append(b, m.Model.Simulate(in.topo, perf, in.loads).Watts)
+		}
+	}
+	if packing {
+		ef := policy.EffectOf(a, b)
+		e.VsPerformance = &planEffect{Watts: round(ef.Watts), SpreadWatts: round(ef.Spread), Distinguishable: ef.Distinguishable}
+	}
+	return e
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -201,5 +202,44 @@ func TestPlanHybridSVGDoc(t *testing.T) {
 	}
 	if string(committed) != got {
 		t.Errorf("%s is not what plan draws now; rewrite it with go test ./cmd/schedpolicyd -run TestPlanHybridSVGDoc -update-svg", doc)
+	}
+}
+
+// TestPlanEnergyHomes (issue 35, item 2): on RK3588 with its mainline
+// energy model a light background task's cheapest home is an A76 the
+// focused app does not use (at 1200 MHz 0.444 mW per unit of work, below
+// an A55 at any state), and the plan says so; on gs101 it is an A76 (mid)
+// rather than an A55 at a high state; where the machine has no model of
+// its own and the published models disagree, the reason says so and the
+// class order's home stands when it costs least in the worst of them.
+func TestPlanEnergyHomes(t *testing.T) {
+	const load = "game=1.5:2@app.slice/focused,bg1=0.3@background.slice"
+	for _, tt := range []struct{ machine, bg, why string }{
+		{"rk3588-mainline", "6", "big cheaper than little by this machine's energy model: 0.456 vs 0.539 per unit of work"},
+		{"gs101", "4", "mid cheaper than little by this machine's energy model: 0.206 vs 0.296 per unit of work"},
+		{"adl-p-i7-1260p", "8", "models disagree: E by m1-measured/juno-r0/intel-hybrid-em, P by gs101-dt/rk3588-dt; E costs least in the worst (0.571 per unit of work)"},
+	} {
+		r := planJSON(t, "--sysfs-root", filepath.Join(topoFixtures, tt.machine), "--policy", "balance", "--load", load)
+		if r.Workloads["bg1"] != tt.bg || r.Reasons["bg1"] != tt.why {
+			t.Errorf("%s: bg1 on %s (%q), want %s (%q)", tt.machine, r.Workloads["bg1"], r.Reasons["bg1"], tt.bg, tt.why)
+		}
+	}
+}
+
+// TestProbeCostSources (issue 35, item 1): probe names where each class's
+// costs come from: the kernel's energy model, one derived from cpufreq and
+// a core type's published coefficients, or the class ratios.
+func TestProbeCostSources(t *testing.T) {
+	for _, tt := range []struct{ machine, want string }{
+		{"rk3588-mainline", "               costs from the kernel's energy model, domain cpu4 (CPUs 4-5, 7 states, µW)\n"},
+		{"lnl-ultra5-226v", "               costs from the kernel's energy model, domain cpu4 (CPUs 4, 4 states, artificial costs)\n"},
+		{"rk3588", "               costs from derived: 8 frequencies (scaling_available_frequencies) × Cortex-A55's dynamic-power-coefficient 70 and voltages from gs101.dtsi (an estimate)\n"},
+		{"strix-point-hx370", "               costs from class ratio 0.50, published figures (the weakest source; docs/HYBRID-PLACEMENT.md)\n"},
+	} {
+		var out, errb bytes.Buffer
+		probeMain([]string{"--sysfs-root", filepath.Join(topoFixtures, tt.machine)}, &out, &errb)
+		if !strings.Contains(out.String(), tt.want) {
+			t.Errorf("%s: probe lacks %q:\n%s", tt.machine, tt.want, out.String())
+		}
 	}
 }

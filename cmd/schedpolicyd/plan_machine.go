@@ -26,7 +26,10 @@ type planMachine struct {
 	// costFrom says where the classes' costs come from
 	// (daemon.ClassModel); "" for a preset.
 	costFrom string
-	topo     policy.Topology
+	// energy is the machine's own model and the bracketing ones
+	// (daemon.MachineEnergy); zero for a preset.
+	energy daemon.MachineModels
+	topo   policy.Topology
 }
 
 // loadPlanMachine reads the machine of --topology preset or --sysfs-root
@@ -50,12 +53,16 @@ func loadPlanMachine(preset, root string) (planMachine, error) {
 		if m.descs, m.classes, err = readMachine(fsys); err != nil {
 			return planMachine{}, err
 		}
-		m.model, m.costFrom = daemon.ClassModel(modelFor(m.descs), fsys, m.classes)
+		m.energy = daemon.MachineEnergy(modelFor(m.descs), fsys, m.classes)
+		m.model, m.costFrom = m.energy.Model, m.energy.From
 	}
 	var err error
 	if m.topo, err = policy.BuildTopology(m.descs); err != nil {
 		return planMachine{}, err
 	}
+	// Packing plans fill the cheapest home for their load first, as the
+	// daemon's do (daemon.readTopology).
+	m.topo = m.topo.WithHomes(m.energy.Homes)
 	return m, nil
 }
 

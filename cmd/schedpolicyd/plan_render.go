@@ -59,9 +59,16 @@ func writePlanWorkloads(w io.Writer, r planReport, in planInput, plan policy.Pla
 		fmt.Fprintf(w, "  %-*s %-12s %-12s %s\n", nw, "NAME", "CLASS", "POLICY", "CPUS")
 	}
 	for _, l := range in.loads {
-		why := ""
+		var whys []string
 		if pol := r.WorkloadPolicies[l.Name]; pol != r.Policy {
-			why = "  (" + placedWhy(in.policy, l, in.rules, plan.Policies[l.Name]) + ")"
+			whys = append(whys, placedWhy(in.policy, l, in.rules, plan.Policies[l.Name]))
+		}
+		if h := r.Reasons[l.Name]; h != "" {
+			whys = append(whys, h)
+		}
+		why := ""
+		if len(whys) > 0 {
+			why = "  (" + strings.Join(whys, "; ") + ")"
 		}
 		if r.Current != nil {
 			cur := r.Current[l.Name]
@@ -83,6 +90,7 @@ func writePlanEnergy(w io.Writer, r planReport) {
 	if r.ModelNote != "" {
 		fmt.Fprintf(w, "           %s\n", r.ModelNote)
 	}
+	writePlanSpread(w, r.Energy)
 	if len(r.CPUClasses) == 0 {
 		return
 	}
@@ -180,4 +188,22 @@ func placedWhy(machine policy.Policy, l policy.Load, rules map[string]policy.Sli
 		return fmt.Sprintf("%s by %s; its plan races to idle", want, why)
 	}
 	return why
+}
+
+// writePlanSpread prints the estimates under every model, their range,
+// and the effect against performance: the smallest across the models, or
+// "not distinguishable" when it is no larger than their spread.
+func writePlanSpread(w io.Writer, e planEnergy) {
+	var es []string
+	for _, m := range e.Estimates {
+		es = append(es, fmt.Sprintf("%s %.1f W", m.Model, m.Watts))
+	}
+	fmt.Fprintf(w, "           modelled, not measured: %s; range %.1f-%.1f W\n", strings.Join(es, ", "), e.Range.LowWatts, e.Range.HighWatts)
+	if v := e.VsPerformance; v != nil {
+		if v.Distinguishable {
+			fmt.Fprintf(w, "           vs performance: %+.1f W (the smallest change across the models; spread %.1f W)\n", v.Watts, v.SpreadWatts)
+		} else {
+			fmt.Fprintf(w, "           vs performance: not distinguishable (smallest change %+.1f W, spread across the models %.1f W)\n", v.Watts, v.SpreadWatts)
+		}
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/daemon/energy"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement/units"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
+	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
@@ -107,6 +108,12 @@ type probeClass struct {
 	// highest_perf or amd_pstate_prefcore_ranking, when that differs
 	// from ascending order (favoured cores).
 	Order string `json:"order,omitempty"`
+	// CostFrom says where the class's energy costs come from, strongest
+	// first: the kernel's energy model (its domain), one derived from
+	// cpufreq's frequencies and a core type's published coefficients,
+	// or the published class ratios (the weakest source); only with more
+	// than one class (daemon.MachineEnergy).
+	CostFrom string `json:"cost_from,omitempty"`
 }
 
 // probeMain prints what the daemon would decide, reading only: no writes,
@@ -278,7 +285,8 @@ func (r *probeReport) probeTopology(fs sysfs.FS, busName string) {
 	classes := fs.CPUClasses(topo)
 	r.IntelLpmd = daemon.ProbeLpmd(busName, classes)
 	r.CPUClassRule = classes.Rule
-	for _, cl := range classes.Classes {
+	costs := daemon.MachineEnergy(policy.SNBLaptop, fs, classes)
+	for i, cl := range classes.Classes {
 		pc := probeClass{Name: cl.Name, CPUs: cl.CPUs.String(), Capacity: cl.Capacity, CapacityFrom: cl.CapacityFrom, Evidence: cl.Evidence}
 		for _, c := range topo.Cores() {
 			if c.IsSubsetOf(cl.CPUs) {
@@ -287,6 +295,9 @@ func (r *probeReport) probeTopology(fs sysfs.FS, busName string) {
 		}
 		if !slices.IsSorted(cl.Order) {
 			pc.Order = strings.Trim(strings.Join(strings.Fields(fmt.Sprint(cl.Order)), ","), "[]")
+		}
+		if i < len(costs.ClassFrom) {
+			pc.CostFrom = costs.ClassFrom[i]
 		}
 		r.CPUClasses = append(r.CPUClasses, pc)
 	}

@@ -47,9 +47,12 @@ func runProbe(t *testing.T, args ...string) (string, probeReport) {
 func TestProbeCPUClasses(t *testing.T) {
 	text, r := runProbe(t, "--sysfs-root", filepath.Join(topoFixtures, "mtl-u-ultra7-164u"))
 	want := []probeClass{
-		{Name: "LPE", CPUs: "12-13", Capacity: 358, CapacityFrom: "highest_perf (derived)", Cores: 2, Evidence: "in devices/cpu_atom/cpus without a level-3 cache"},
-		{Name: "E", CPUs: "4-11", Capacity: 648, CapacityFrom: "highest_perf (derived)", Cores: 8, Evidence: "in devices/cpu_atom/cpus with a level-3 cache"},
-		{Name: "P", CPUs: "0-3", Capacity: 1024, CapacityFrom: "highest_perf (derived)", Cores: 2, Evidence: "in devices/cpu_core/cpus"},
+		{Name: "LPE", CPUs: "12-13", Capacity: 358, CapacityFrom: "highest_perf (derived)", Cores: 2, Evidence: "in devices/cpu_atom/cpus without a level-3 cache",
+			CostFrom: "class ratio 0.25, published figures (the weakest source; docs/HYBRID-PLACEMENT.md)"},
+		{Name: "E", CPUs: "4-11", Capacity: 648, CapacityFrom: "highest_perf (derived)", Cores: 8, Evidence: "in devices/cpu_atom/cpus with a level-3 cache",
+			CostFrom: "class ratio 0.35, published figures (the weakest source; docs/HYBRID-PLACEMENT.md)"},
+		{Name: "P", CPUs: "0-3", Capacity: 1024, CapacityFrom: "highest_perf (derived)", Cores: 2, Evidence: "in devices/cpu_core/cpus",
+			CostFrom: "class ratio 1.00, published figures (the weakest source; docs/HYBRID-PLACEMENT.md)"},
 	}
 	if !reflect.DeepEqual(r.CPUClasses, want) || r.CPUClassRule != "pmu" {
 		t.Errorf("cpu_classes %+v (%s)\nwant %+v", r.CPUClasses, r.CPUClassRule, want)

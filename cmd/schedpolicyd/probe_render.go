@@ -52,6 +52,9 @@ func writeProbeTopology(w io.Writer, r probeReport) {
 				if c.Order != "" {
 					fmt.Fprintf(w, "               order by CPPC: %s\n", c.Order)
 				}
+				if c.CostFrom != "" {
+					fmt.Fprintf(w, "               costs from %s\n", c.CostFrom)
+				}
 			}
 		}
 	}

@@ -207,7 +207,29 @@ for c in 4 5 6 7; do hcpu "$r" $c $c 4-7 - 689 3500000 - 35; done
 put "$r/devices/cpu_core/cpus" 0-3
 put "$r/devices/cpu_atom/cpus" 4-7
 put "$r/devices/system/cpu/intel_pstate/status" active
-put "$r/README" "Core Ultra 5 226V (Lunar Lake). Source: github.com/intel/pepc tests/emul-data/lnl0. Derived: cpu_capacity 1024/689 = HWP highest perf x 1024 / 52 (kernel >= 6.16, intel_pstate.rst); not observed."
+# The energy model intel_pstate registers on a hybrid part without SMT
+# (Linux 6.16+, drivers/cpufreq/intel_pstate.c hybrid_register_perf_domain,
+# with the 6.19 rules of "cpufreq: intel_pstate: hybrid: Adjust energy
+# model rules"): one artificial domain per CPU (flags
+# EM_PERF_DOMAIN_ARTIFICIAL, 0x4), four states numbered 2..5 for 40, 60,
+# 80 and 100 % of the CPU's capacity (hybrid_active_power: "frequency" 2,
+# then 3, 4, 5), power EM_MAX_POWER (64000000), cost = the state's number
+# + 2 for a P-core, + 1 for an Atom core with L3 (E), + 0 for an Atom core
+# without L3 (LPE, as the LNL E-cores are), performance = capacity x n / 5.
+for c in 0 1 2 3 4 5 6 7; do
+	if [ $c -lt 4 ]; then cap=1024 add=2; else cap=689 add=0; fi
+	pd=$r/kernel/debug/energy_model/cpu$c
+	put "$pd/cpus" $c
+	put "$pd/flags" 0x4
+	for n in 2 3 4 5; do
+		put "$pd/ps:$n/frequency" $n
+		put "$pd/ps:$n/power" 64000000
+		put "$pd/ps:$n/performance" $((cap * n / 5))
+		put "$pd/ps:$n/cost" $((n + add))
+		put "$pd/ps:$n/inefficient" 0
+	done
+done
+put "$r/README" "Core Ultra 5 226V (Lunar Lake). Source: github.com/intel/pepc tests/emul-data/lnl0. Derived: cpu_capacity 1024/689 = HWP highest perf x 1024 / 52 (kernel >= 6.16, intel_pstate.rst); not observed. Derived: the debugfs energy_model intel_pstate registers on a hybrid part without SMT, by the 6.19 rules (drivers/cpufreq/intel_pstate.c hybrid_active_power/hybrid_get_cost: per-CPU artificial domains, states 2-5 = 40-100 % of capacity, cost = state + 2 P / + 1 E with L3 / + 0 LPE, power EM_MAX_POWER); not observed."
 
 # arl-h-es: Arrow Lake-H engineering sample (model 197), 4 P-cores without
 # SMT, 8 E-cores (modules 4-7, 8-11), 2 LP E-cores 12-13 with their own
@@ -283,7 +305,23 @@ machine rk3588 0-7
 for c in 0 1 2 3; do hcpu "$r" $c $c 0-3 0-7 405 1800000 - -; done
 for c in 4 5; do hcpu "$r" $c $c 4-5 0-7 1024 2352000 - -; done
 for c in 6 7; do hcpu "$r" $c $c 6-7 0-7 1003 2304000 - -; done
-put "$r/README" "Rockchip RK3588. Source: github.com/ThomasKaiser/sbc-bench results/4qJG.txt (cores, clusters, cpufreq maxima). Derived: cpu_capacity from rk3588-base.dtsi capacity-dmips-mhz (A55 530, A76 1024) x max frequency, as arch_topology.c computes it; not observed."
+# cpufreq's tables as 4qJG lists them ("cpufreq-policy0 ... 408 600 816
+# 1008 1200 1416 1608 1800", policy4 and policy6 up to 2208) and MIDR_EL1
+# from its core types (Cortex-A55 r2p0, Cortex-A76 r4p0: implementer 0x41,
+# variant, architecture 0xf, part 0xd05 / 0xd0b, revision). No debugfs:
+# its classes are priced from these frequencies (the derived rung).
+for c in 0 1 2 3 4 5 6 7; do
+	f=$r/devices/system/cpu/cpu$c/cpufreq
+	if [ $c -lt 4 ]; then
+		put "$f/scaling_available_frequencies" "408000 600000 816000 1008000 1200000 1416000 1608000 1800000"
+		put "$r/devices/system/cpu/cpu$c/regs/identification/midr_el1" 0x00000000412fd050
+	else
+		put "$f/scaling_available_frequencies" "408000 600000 816000 1008000 1200000 1416000 1608000 1800000 2016000 2208000"
+		put "$r/devices/system/cpu/cpu$c/regs/identification/midr_el1" 0x00000000414fd0b0
+	fi
+	put "$f/cpuinfo_min_freq" 408000
+done
+put "$r/README" "Rockchip RK3588. Source: github.com/ThomasKaiser/sbc-bench results/4qJG.txt (cores, clusters, cpufreq maxima; cpufreq tables of its 'Governors/policies' section; core types and revisions, from which midr_el1 is composed). Derived: cpu_capacity from rk3588-base.dtsi capacity-dmips-mhz (A55 530, A76 1024) x max frequency, as arch_topology.c computes it; not observed."
 
 # sdm850: Snapdragon 850 (Lenovo Yoga C630), 4 little (0-3) and 4 big
 # (4-7) Kryo 385 cores in one DynamIQ cluster (one L3 0-7). cpu_capacity 377
@@ -321,6 +359,129 @@ put "$em/cpu4/ps:3204000/frequency" 3204000
 put "$em/cpu4/ps:3204000/power" 4951324
 put "$em/cpu4/ps:3204000/performance" 1024
 put "$r/README" "Apple M1 (Mac mini) under Asahi Linux. cpu_capacity 459/1024: Qais Yousef, RFC 00/16, linux-pm 2024-08-20. Maxima and the energy model's power (opp-microwatt, uW): t8103.dtsi, AsahiLinux/linux PR #229. Derived: the debugfs energy_model layout and its performance values (capacity x f / fmax); not observed."
+
+# The kernel's energy model as debugfs shows it (issue 35), computed here
+# with the kernel's own integer arithmetic so that the derivation is on
+# record:
+# * DT-derived (drivers/opp/of.c _get_power): power (uW) =
+#   dynamic-power-coefficient x mV^2 x MHz / 1000000, mV = opp-microvolt /
+#   1000 (truncated);
+# * kernel/power/energy_model.c: performance = cpu_capacity x f / f_max,
+#   cost = 10 x power / performance, a state is inefficient when a faster
+#   one costs no more (walked from the top), flags EM_PERF_DOMAIN_MICROWATTS
+#   (0x1) plus SKIP_INEFFICIENCIES (0x2) when cpufreq took an inefficient
+#   state. The domain directory is its first CPU's device name.
+
+# em_dt ROOT FIRSTCPU CPUS DPC CAPACITY "MHZ:MICROVOLT ..." (ascending)
+em_dt() {
+	_pd=$1/kernel/debug/energy_model/cpu$2
+	put "$_pd/cpus" "$3"
+	_fmax=0
+	for _o in $6; do _fmax=${_o%%:*}; done
+	_rev=
+	for _o in $6; do _rev="$_o $_rev"; done
+	_prev=-1
+	_flags=1
+	for _o in $_rev; do
+		_mhz=${_o%%:*}
+		_mv=$((${_o#*:} / 1000))
+		_pw=$(($4 * _mv * _mv * _mhz / 1000000))
+		_perf=$(($5 * _mhz / _fmax))
+		_cost=$((_pw * 10 / _perf))
+		_ineff=0
+		if [ $_prev -ge 0 ] && [ $_cost -ge $_prev ]; then
+			_ineff=1
+			_flags=3
+		else
+			_prev=$_cost
+		fi
+		_ps=$_pd/ps:$((_mhz * 1000))
+		put "$_ps/frequency" $((_mhz * 1000))
+		put "$_ps/power" $_pw
+		put "$_ps/performance" $_perf
+		put "$_ps/cost" $_cost
+		put "$_ps/inefficient" $_ineff
+	done
+	put "$_pd/flags" "0x$_flags"
+}
+
+# freqs ROOT CPU "MHZ:MICROVOLT ..." RELATED: cpufreq's table of a
+# cpufreq-dt policy (scaling_available_frequencies, cpuinfo_min/max_freq).
+freqs() {
+	_f=$1/devices/system/cpu/cpu$2/cpufreq
+	_list=
+	_min=
+	for _o in $3; do
+		_k=$((${_o%%:*} * 1000))
+		_list="$_list $_k"
+		[ -n "$_min" ] || _min=$_k
+	done
+	put "$_f/scaling_available_frequencies" "${_list# }"
+	put "$_f/cpuinfo_min_freq" "$_min"
+	put "$_f/cpuinfo_max_freq" "$_k"
+	put "$_f/scaling_max_freq" "$_k"
+	put "$_f/related_cpus" "$4"
+	put "$_f/affected_cpus" "$4"
+}
+
+# gs101: Google Tensor G1 (Pixel 6), mainline device tree
+# (arch/arm64/boot/dts/exynos/google/gs101.dtsi, torvalds/linux @
+# 01272f05aae5): 4 Cortex-A55 (0-3), 2 Cortex-A76 (4-5), 2 Cortex-X1
+# (6-7), clusters per its cpu-map, private L2s (DynamIQ), one DSU L3 0-7.
+# capacity-dmips-mhz 250 / 620 / 1024 and maxima 1803 / 2253 / 2802 MHz
+# give cpu_capacity 160 / 498 / 1024 (arch_topology.c: dmips x f_max,
+# scaled so the largest is 1024, truncated). dynamic-power-coefficient 70
+# / 284 / 650 with every OPP of its three tables give the energy model.
+gs101_l="300:537500 574:600000 738:618750 930:668750 1098:712500 1197:731250 1328:762500 1401:781250 1598:831250 1704:862500 1803:906250"
+gs101_m="400:506250 553:537500 696:562500 799:581250 910:606250 1024:625000 1197:662500 1328:687500 1491:731250 1663:775000 1836:818750 1999:868750 2130:918750 2253:968750"
+gs101_b="500:500000 851:556250 984:575000 1106:606250 1277:631250 1426:662500 1582:693750 1745:731250 1826:750000 2048:793750 2188:831250 2252:850000 2401:887500 2507:925000 2630:968750 2704:1000000 2802:1056250"
+machine gs101 0-7
+for c in 0 1 2 3; do
+	hcpu "$r" $c $c 0-3 0-7 160 - - -
+	freqs "$r" $c "$gs101_l" 0-3
+done
+for c in 4 5; do
+	hcpu "$r" $c $c 4-5 0-7 498 - - -
+	freqs "$r" $c "$gs101_m" 4-5
+done
+for c in 6 7; do
+	hcpu "$r" $c $c 6-7 0-7 1024 - - -
+	freqs "$r" $c "$gs101_b" 6-7
+done
+for c in 0 1 2 3 4 5 6 7; do put "$r/devices/system/cpu/cpu$c/cache/index2/shared_cpu_list" $c; done
+em_dt "$r" 0 0-3 70 160 "$gs101_l"
+em_dt "$r" 4 4-5 284 498 "$gs101_m"
+em_dt "$r" 6 6-7 650 1024 "$gs101_b"
+put "$r/README" "Google Tensor G1 (gs101, Pixel 6) under mainline Linux. Source: arch/arm64/boot/dts/exynos/google/gs101.dtsi (torvalds/linux @ 01272f05aae5): cpu-map clusters 0-3/4-5/6-7, capacity-dmips-mhz 250/620/1024, dynamic-power-coefficient 70/284/650, the three OPP tables (opp-hz, opp-microvolt). Derived, not observed: cpu_capacity 160/498/1024 (arch_topology.c), cpufreq's tables (cpufreq-dt lists the OPPs), and the debugfs energy_model (power = dpc x mV^2 x MHz / 1e6 uW, drivers/opp/of.c; performance, cost, inefficient and flags as kernel/power/energy_model.c computes them; gen_topology.sh em_dt)."
+
+# rk3588-mainline: Rockchip RK3588 under mainline Linux
+# (arch/arm64/boot/dts/rockchip/rk3588-base.dtsi, torvalds/linux @
+# 05b24f63b49b; OPPs rk3588-opp.dtsi @ 276856db91b4): 4 Cortex-A55 (0-3)
+# and 4 Cortex-A76 in two cpufreq policies (4-5, 6-7), clusters per its
+# cpu-map, private L2s, L3 0-7. capacity-dmips-mhz 530 / 1024, maxima
+# 1800 / 2400 MHz: cpu_capacity 397 / 1024. dynamic-power-coefficient 228
+# / 416. The vendor kernel of the rk3588 tree has other OPPs (408-1800 /
+# 408-2208 MHz at other voltages) and the BSP's dpc 100 / 300.
+rk_l="1008:675000 1200:712500 1416:762500 1608:850000 1800:950000"
+rk_b="1200:675000 1416:725000 1608:762500 1800:850000 2016:925000 2208:987500 2400:1000000"
+machine rk3588-mainline 0-7
+for c in 0 1 2 3; do
+	hcpu "$r" $c $c 0-3 0-7 397 - - -
+	freqs "$r" $c "$rk_l" 0-3
+done
+for c in 4 5; do
+	hcpu "$r" $c $c 4-5 0-7 1024 - - -
+	freqs "$r" $c "$rk_b" 4-5
+done
+for c in 6 7; do
+	hcpu "$r" $c $c 6-7 0-7 1024 - - -
+	freqs "$r" $c "$rk_b" 6-7
+done
+for c in 0 1 2 3 4 5 6 7; do put "$r/devices/system/cpu/cpu$c/cache/index2/shared_cpu_list" $c; done
+em_dt "$r" 0 0-3 228 397 "$rk_l"
+em_dt "$r" 4 4-5 416 1024 "$rk_b"
+em_dt "$r" 6 6-7 416 1024 "$rk_b"
+put "$r/README" "Rockchip RK3588 under mainline Linux. Source: arch/arm64/boot/dts/rockchip/rk3588-base.dtsi (torvalds/linux @ 05b24f63b49b: cpu-map clusters 0-3/4-5/6-7, capacity-dmips-mhz 530/1024, dynamic-power-coefficient 228/416) and rk3588-opp.dtsi (@ 276856db91b4: opp-hz, the first opp-microvolt value). Derived, not observed: cpu_capacity 397/1024 (arch_topology.c), cpufreq's tables, and the debugfs energy_model (power = dpc x mV^2 x MHz / 1e6 uW, drivers/opp/of.c; performance, cost, inefficient and flags as kernel/power/energy_model.c computes them; gen_topology.sh em_dt)."
 
 # x1e-snapdragon-x-elite: 12 Oryon cores in 3 clusters of 4 (shared L2, no
 # L3), cluster 0 max 3801600 kHz, clusters 1-2 4300800 kHz (1.13x),
