@@ -510,7 +510,7 @@ func TestDaemonSamplingBacksOffWhileIdle(t *testing.T) {
 	d, _, _ := m.startCfg(t, func(c *Config) { c.SampleInterval = 10 * time.Millisecond })
 	every := func() time.Duration {
 		var e time.Duration
-		d.do(context.Background(), func() error { e = cgfs(d).SampleEvery(); return nil })
+		d.do(context.Background(), func() error { e = d.place.SampleEvery(); return nil })
 		return e
 	}
 	testutil.Eventually(t, "backed off to 32× while idle", func() (bool, string) {

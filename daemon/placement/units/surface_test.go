@@ -34,10 +34,10 @@ func twoCPUTopology(t *testing.T) policy.Topology {
 // save kept in *saved.
 func surfaceUnits(t *testing.T, saved []statefile.UnitRecord, out *[]statefile.UnitRecord) *Placement {
 	t.Helper()
-	u := New(&placement.Config{Manage: []string{"schedpolicyd.slice"}, SampleInterval: time.Second, UtilHalfLife: policy.DefaultHalfLife, NoTaskClock: true}, testutil.Logger(t), &placement.Counters{})
+	u := New(placement.NewEngine(&placement.Config{Manage: []string{"schedpolicyd.slice"}, SampleInterval: time.Second, UtilHalfLife: policy.DefaultHalfLife, NoTaskClock: true}, testutil.Logger(t), &placement.Counters{}, nil))
 	u.unified = false // one write per value (no widening step)
 	u.load(saved)
-	u.Save = func() error {
+	u.e.Save = func() error {
 		if out != nil {
 			*out = u.recordList()
 		}
@@ -221,7 +221,7 @@ func TestUnitsRecreatedUnitKeepsRecord(t *testing.T) {
 	var saved2 []statefile.UnitRecord
 	u2 := surfaceUnits(t, records, &saved2)
 	apply2 := placer(t, u2, &pol)
-	u2.Flush()
+	u2.e.Flush()
 	if keys(u2.recordList()) != "r.service" {
 		t.Fatalf("records after the next start: %q", keys(u2.recordList()))
 	}

@@ -23,7 +23,7 @@ func newTestUnits(t *testing.T, manage ...string) *Placement {
 	t.Helper()
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	u := New(&placement.Config{Manage: manage}, log, &placement.Counters{})
+	u := New(placement.NewEngine(&placement.Config{Manage: manage}, log, &placement.Counters{}, nil))
 	u.msgs, u.done = make(chan placement.Event, 16), make(chan struct{})
 	t.Cleanup(func() {
 		close(u.done)
