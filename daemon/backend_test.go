@@ -51,9 +51,9 @@ func TestNewHoldsOneBackend(t *testing.T) {
 // placement "cgroupfs" (even one the units placement would not save) —
 // while the back end's own are its to keep or drop.
 func TestOtherModesRecordsKept(t *testing.T) {
-	gone := statefile.Record{Path: "/sys/fs/cgroup/cpuset/no-such-parent/w", Inode: 42, Original: "0-3", Applied: "0"}
-	applied := statefile.UnitRecord{Manager: "system", Unit: "a.service", Original: "", Applied: "0"}
-	bare := statefile.UnitRecord{Manager: "system", Unit: "b.service", Original: "1"}
+	gone := statefile.Record{Path: "/sys/fs/cgroup/cpuset/no-such-parent/w", Inode: 42, Values: statefile.Values{Original: "0-3", Applied: "0"}}
+	applied := statefile.UnitRecord{Manager: "system", Unit: "a.service", Values: statefile.Values{Original: "", Applied: "0"}}
+	bare := statefile.UnitRecord{Manager: "system", Unit: "b.service", Values: statefile.Values{Original: "1"}}
 	st := statefile.State{Cgroups: []statefile.Record{gone}, Units: []statefile.UnitRecord{applied, bare}}
 
 	for _, c := range []struct {

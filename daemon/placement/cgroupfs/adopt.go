@@ -7,7 +7,6 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
-	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
@@ -208,7 +207,7 @@ func (p *Placement) adopt(n string) (*workload, error) {
 		r = p.renamed(path, id)
 	}
 	if r == nil {
-		r = &statefile.Record{Path: path, Inode: id, Original: cur.String()}
+		r = &statefile.Record{Path: path, Inode: id, Values: statefile.Values{Original: cur.String()}}
 		p.records[path] = r
 	} else {
 		r.Inode = id
@@ -282,7 +281,7 @@ func (p *Placement) reconcile(r *statefile.Record, cur sysfs.CPUSet, log logrus.
 		}
 	default:
 		log.WithFields(logrus.Fields{"saved_original": r.Original, "applied": r.Applied, "cpus": cur.String()}).Warn("cpuset.cpus was changed by someone else while no daemon ran; that value is kept as the original")
-		p.e.Theirs(placement.CgroupEntry(r), cur.String())
+		p.e.Theirs(&r.Values, cur.String())
 		r.Unverified = false
 	}
 }
@@ -301,7 +300,7 @@ func (p *Placement) ours(r *statefile.Record, cur sysfs.CPUSet) bool {
 	}
 	var online sysfs.CPUSet
 	haveOnline := false
-	return placement.Ours(placement.CgroupEntry(r), cur.String(), true, func(v, _ string) bool {
+	return r.Ours(cur.String(), true, func(v, _ string) bool {
 		set, err := sysfs.ParseCPUList(v)
 		if err != nil {
 			return false
@@ -372,7 +371,7 @@ func (p *Placement) check(w *workload) bool {
 	p.e.Log.WithFields(logrus.Fields{"workload": w.name, "expected": w.cpus.String(), "cpus": cur.String()}).
 		Warn("cpuset.cpus was changed by someone else; the workload is released: its value is kept, not placed and not restored (SetWorkloadPolicy with \"\" takes it back)")
 	w.rec.Released = true
-	p.e.Theirs(placement.CgroupEntry(w.rec), cur.String())
+	p.e.Theirs(&w.rec.Values, cur.String())
 	w.rec.Unverified = false
 	w.cpus = cur
 	return false

@@ -78,7 +78,7 @@ func (p *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.
 		// yet: w.cpus may be it less CPUs the kernel took away on hotplug
 		// (check).
 		s := want.String()
-		batch = append(batch, placement.JournalWrite{Entry: placement.CgroupEntry(w.rec), Pending: s, Value: s})
+		batch = append(batch, placement.JournalWrite{Values: &w.rec.Values, Pending: s, Value: s})
 		writes = append(writes, write{w, want})
 	}
 	// The write log costs an entry and two cpulists per write; skipped

@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
@@ -70,7 +71,7 @@ type cgroupRestore struct {
 	allowed sysfs.CPUSet
 }
 
-func (b cgroupRestore) Entry(w *workload) placement.Entry { return placement.CgroupEntry(w.rec) }
+func (b cgroupRestore) Values(w *workload) *statefile.Values { return &w.rec.Values }
 
 func (b cgroupRestore) Current(w *workload) (string, error) {
 	cur, err := b.p.readCPUs(w)
@@ -135,7 +136,7 @@ func (b cgroupRestore) PutBack(w *workload, curList string) bool {
 	}
 	r.Unverified = false
 	if target.Equal(orig) {
-		p.e.Restored(placement.CgroupEntry(r))
+		p.e.Restored(&r.Values)
 		return true
 	}
 	r.Applied, r.Pending = target.String(), ""

@@ -11,7 +11,6 @@ import (
 	"github.com/godbus/dbus/v5"
 	"github.com/sirupsen/logrus"
 
-	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 	"github.com/schedpolicyd/schedpolicyd/systemd"
@@ -373,13 +372,13 @@ func (u *Placement) refresh(w *unitWorkload, v unitView) (theirs, changed bool) 
 	log := u.e.Log.WithFields(logrus.Fields{"unit": w.name, "manager": managerName(w.uid), "allowed_cpus": cur.String(), "was": w.cpus.String()})
 	if s := cur.String(); s == w.rec.Original && !again {
 		log.Info("AllowedCPUs is back at the unit's original: the value the daemon set is gone")
-		u.e.Restored(placement.UnitEntry(w.rec))
+		u.e.Restored(&w.rec.Values)
 	} else {
 		if again {
 			log = log.WithField("dropins", v.dropIDs)
 		}
 		log.Warn("AllowedCPUs was changed by someone else; that value is kept as the unit's original")
-		u.e.Theirs(placement.UnitEntry(w.rec), s)
+		u.e.Theirs(&w.rec.Values, s)
 		theirs = true
 	}
 	w.rec.DropIns = ""
@@ -416,7 +415,7 @@ func (u *Placement) adopt(uid int, v unitView, dir string) {
 	log := u.e.Log.WithFields(logrus.Fields{"unit": v.Name, "slice": v.Slice, "manager": managerName(uid)})
 	r := u.records[key]
 	if r == nil {
-		r = &statefile.UnitRecord{Manager: managerName(uid), Unit: v.Name, Original: cur.String()}
+		r = &statefile.UnitRecord{Manager: managerName(uid), Unit: v.Name, Values: statefile.Values{Original: cur.String()}}
 		u.records[key] = r
 	} else {
 		switch s := cur.String(); {
@@ -424,14 +423,14 @@ func (u *Placement) adopt(uid int, v unitView, dir string) {
 			r.Original, r.DropIns = s, ""
 		case s == r.Original:
 			r.Applied, r.Pending, r.DropIns = "", "", ""
-		case placement.Ours(placement.UnitEntry(r), s, !rewritten(r, v.dropIDs), placement.SameValue):
+		case r.Ours(s, !rewritten(r, v.dropIDs), nil):
 			// A write under way (Pending) made the drop-in anew: its
 			// identity now is the daemon's.
 			log.WithFields(logrus.Fields{"original": r.Original, "cpus": s}).Info("original AllowedCPUs recovered from saved state")
 			r.Applied, r.Pending, r.DropIns = s, "", v.dropIDs
 		default:
 			log.WithFields(logrus.Fields{"saved_original": r.Original, "applied": r.Applied, "cpus": s, "dropins": v.dropIDs}).Warn("AllowedCPUs was changed by someone else while the daemon did not follow the unit; that value is kept as the original")
-			u.e.Theirs(placement.UnitEntry(r), s)
+			u.e.Theirs(&r.Values, s)
 			r.DropIns = ""
 		}
 	}

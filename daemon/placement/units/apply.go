@@ -93,7 +93,7 @@ func (u *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.
 			u.queueUserWrite(w, want, pending, users)
 			continue
 		}
-		batch = append(batch, placement.JournalWrite{Entry: placement.UnitEntry(w.rec), Pending: pending, Value: want.String()})
+		batch = append(batch, placement.JournalWrite{Values: &w.rec.Values, Pending: pending, Value: want.String()})
 		sets = append(sets, set{w, want})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), unitOpTimeout)
@@ -127,7 +127,7 @@ func (u *Placement) queueUserWrite(w *unitWorkload, want sysfs.CPUSet, pending s
 		return
 	}
 	if pending != "" {
-		u.e.Begin(placement.UnitEntry(w.rec), pending)
+		u.e.Begin(&w.rec.Values, pending)
 	}
 	users[w.uid] = append(users[w.uid], userWrite{key: w.rec.Key(), name: w.name, want: want, expect: w.cpus.String(), expectIDs: w.rec.DropIns})
 }
@@ -180,7 +180,7 @@ func (u *Placement) takeUserWritten(p *userManager, results []writeResult) bool 
 		if rec == nil {
 			continue
 		}
-		e := placement.UnitEntry(rec)
+		e := &rec.Values
 		w := u.workloads[workloadKey(p.uid, r.name)]
 		log := u.e.Log.WithFields(logrus.Fields{"unit": r.name, "manager": managerName(p.uid)})
 		switch r.outcome {
@@ -229,7 +229,7 @@ func (u *Placement) setOne(ctx context.Context, w *unitWorkload, want sysfs.CPUS
 		}
 		if changed {
 			// Back at its original: the value is recorded anew.
-			u.e.Begin(placement.UnitEntry(w.rec), u.pendingFor(want))
+			u.e.Begin(&w.rec.Values, u.pendingFor(want))
 			if !u.e.Flush() {
 				return placement.WriteFailed
 			}
@@ -336,7 +336,7 @@ func (u *Placement) restoreUsers(ctx context.Context, users map[int][]*statefile
 			// may refuse (its record then waits for the next start).
 			orig, _ := sysfs.ParseCPUList(r.Original)
 			if p := u.pendingFor(orig); orig.IsEmpty() && p != "" && r.Pending == "" {
-				u.e.Begin(placement.UnitEntry(r), p)
+				u.e.Begin(&r.Values, p)
 				a.req.widen = append(a.req.widen, r.Key())
 			}
 		}
@@ -413,7 +413,7 @@ func (u *Placement) linkFor(ctx context.Context, uid int) (link *userLink, temp 
 // its Pending before the widening step), as RestoreAll steps the system
 // manager's records; it reports whether the record is done with.
 func (u *Placement) takeRestored(uid int, r *statefile.UnitRecord, was string, res restoreResult) bool {
-	e := placement.UnitEntry(r)
+	e := &r.Values
 	log := u.e.Log.WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager})
 	switch res.outcome {
 	case restoreDone:
@@ -474,7 +474,7 @@ type unitRestoring struct {
 // runtime drop-in (lingering).
 var errLingers = errors.New("the unit's runtime drop-in outlives it")
 
-func (b *unitRestore) Entry(it *unitRestoring) placement.Entry { return placement.UnitEntry(it.r) }
+func (b *unitRestore) Values(it *unitRestoring) *statefile.Values { return &it.r.Values }
 
 // Current reads the unit's AllowedCPUs= through the system manager.
 // ErrGone: the unit is gone, and the daemon's value with it.
@@ -486,7 +486,7 @@ func (b *unitRestore) Current(it *unitRestoring) (string, error) {
 			u.e.Log.WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager, "dropin": path, "allowed_cpus": r.Applied + r.Pending}).Warn("the unit is gone but the AllowedCPUs= the daemon set stays in its runtime drop-in, which a unit loaded again under that name starts with, and systemd cannot change it while the unit is not found; it stays in state.json, and the daemon resets it once the unit is back (a reboot removes it)")
 			return "", errLingers
 		}
-		u.e.Restored(placement.UnitEntry(r)) // gone, and its runtime values with it
+		u.e.Restored(&r.Values) // gone, and its runtime values with it
 		return "", placement.ErrGone
 	}
 	if err != nil {
@@ -500,7 +500,7 @@ func (b *unitRestore) Current(it *unitRestoring) (string, error) {
 // Ours: the unit's identity is its AllowedCPUs= drop-ins as the daemon's
 // last write left them (rewritten).
 func (b *unitRestore) Ours(it *unitRestoring, cur string) bool {
-	return placement.Ours(placement.UnitEntry(it.r), cur, !rewritten(it.r, it.ids), placement.SameValue)
+	return it.r.Ours(cur, !rewritten(it.r, it.ids), nil)
 }
 
 // Theirs says so unless the unit is back at its original (its runtime
@@ -517,7 +517,7 @@ func (b *unitRestore) Theirs(it *unitRestoring, cur string) {
 // recording the widening step first.
 func (b *unitRestore) PutBack(it *unitRestoring, _ string) bool {
 	u, r := b.u, it.r
-	e := placement.UnitEntry(r)
+	e := &r.Values
 	orig, _ := sysfs.ParseCPUList(r.Original)
 	if p := u.pendingFor(orig); p != "" && p != r.Pending {
 		// The widening step (setAllowed) is a value of ours too:

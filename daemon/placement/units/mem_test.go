@@ -181,7 +181,7 @@ func TestMemUnitsApply(t *testing.T) {
 // nothing to reset. Every record is done with: state.json holds none.
 func TestMemUnitsRestore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newMemUnits(t, statefile.UnitRecord{Manager: "system", Unit: "e.service", Applied: "0"})
+		h := newMemUnits(t, statefile.UnitRecord{Manager: "system", Unit: "e.service", Values: statefile.Values{Applied: "0"}})
 		h.m.start("e.service", "schedpolicyd.slice", false)
 		h.m.admin("e.service", true, 1)
 		h.m.stop("e.service")
@@ -281,13 +281,13 @@ func TestMemUnitsAdoptSaved(t *testing.T) {
 		h.m.stop("gone.scope")
 
 		saved := []statefile.UnitRecord{
-			{Manager: "system", Unit: "p.service", Pending: "0"},                             // crashed after the write, before "applied" was saved
-			{Manager: "system", Unit: "q.service", Applied: "0", DropIns: ours["q.service"]}, // still ours
-			{Manager: "system", Unit: "r.service", Applied: "0", DropIns: "/run/gone@1.2"},   // its runtime drop-in gone (a reboot)
-			{Manager: "system", Unit: "s.service", Applied: "0", DropIns: ours["s.service"]}, // someone else's value since
-			{Manager: "system", Unit: "t.service", Pending: "0"},                             // crashed before the write
-			{Manager: "system", Unit: "v.service", Applied: "0", DropIns: ours["v.service"]}, // the same value, written anew by someone else
-			{Manager: "system", Unit: "gone.scope", Applied: "0", DropIns: gone},             // the unit is gone
+			{Manager: "system", Unit: "p.service", Values: statefile.Values{Pending: "0"}},                             // crashed after the write, before "applied" was saved
+			{Manager: "system", Unit: "q.service", Values: statefile.Values{Applied: "0"}, DropIns: ours["q.service"]}, // still ours
+			{Manager: "system", Unit: "r.service", Values: statefile.Values{Applied: "0"}, DropIns: "/run/gone@1.2"},   // its runtime drop-in gone (a reboot)
+			{Manager: "system", Unit: "s.service", Values: statefile.Values{Applied: "0"}, DropIns: ours["s.service"]}, // someone else's value since
+			{Manager: "system", Unit: "t.service", Values: statefile.Values{Pending: "0"}},                             // crashed before the write
+			{Manager: "system", Unit: "v.service", Values: statefile.Values{Applied: "0"}, DropIns: ours["v.service"]}, // the same value, written anew by someone else
+			{Manager: "system", Unit: "gone.scope", Values: statefile.Values{Applied: "0"}, DropIns: gone},             // the unit is gone
 		}
 		h.u.load(saved)
 		h.open()

@@ -253,7 +253,7 @@ func TestDropInIdentity(t *testing.T) {
 	other := dir + "/run/systemd/system.control/a.service.d/10-other.conf"
 	testutil.WriteFile(t, run, "[Service]\nAllowedCPUs=0\n")
 	testutil.WriteFile(t, other, "[Service]\nCPUWeight=50\n")
-	r := &statefile.UnitRecord{Unit: "a.service", Applied: "0", DropIns: dropIns([]string{run, other})}
+	r := &statefile.UnitRecord{Unit: "a.service", Values: statefile.Values{Applied: "0"}, DropIns: dropIns([]string{run, other})}
 	if strings.Contains(r.DropIns, "10-other") || !strings.HasPrefix(r.DropIns, run+"@") {
 		t.Fatalf("dropIns %q: want the AllowedCPUs= drop-in alone", r.DropIns)
 	}
