@@ -7,18 +7,18 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 )
 
-// newBackend makes the back end Config.Placement names, saving state.json
-// through saveBackground.
-func (d *Daemon) newBackend() placement.Backend {
+// newBackend makes the placement engine with the driver
+// Config.Placement names, saving state.json through saveBackground.
+func (d *Daemon) newBackend() *placement.Engine {
 	d.syncPlacementConfig()
+	e := placement.NewEngine(&d.pcfg, d.log, &d.stats, d.done)
+	e.Save = d.saveBackground
 	if d.cfg.Placement == PlacementSystemd {
-		u := units.New(&d.pcfg, d.log, &d.stats)
-		u.Save = d.saveBackground
-		return u
+		units.New(e)
+	} else {
+		cgroupfs.New(e)
 	}
-	p := cgroupfs.New(&d.pcfg, d.log, &d.stats, d.done)
-	p.Save = d.saveBackground
-	return p
+	return e
 }
 
 // loadRecords takes state.json's records: the back end's own, and the

@@ -11,24 +11,24 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
-// Both placements are back ends (the compile-time checks beside each
-// type say so too), and New holds the one Config.Placement names.
+// Both placements are drivers (the compile-time checks beside each type
+// say so too), and New's engine holds the one Config.Placement names.
 var (
-	_ placement.Backend = (*cgroupfs.Placement)(nil)
-	_ placement.Backend = (*units.Placement)(nil)
+	_ placement.Driver = (*cgroupfs.Placement)(nil)
+	_ placement.Driver = (*units.Placement)(nil)
 )
 
-// cgroupfs is d's cgroupfs back end, for tests that look inside it; nil
-// in placement "systemd".
+// cgroupfs is d's cgroupfs driver, for tests that look inside it; nil in
+// placement "systemd".
 func cgfs(d *Daemon) *cgroupfs.Placement {
-	p, _ := d.place.(*cgroupfs.Placement)
+	p, _ := d.place.Driver().(*cgroupfs.Placement)
 	return p
 }
 
 func TestNewHoldsOneBackend(t *testing.T) {
 	for _, c := range []struct {
 		placement, mode string
-		want            placement.Backend
+		want            placement.Driver
 	}{
 		{"", PlacementCgroupfs, (*cgroupfs.Placement)(nil)},
 		{PlacementCgroupfs, PlacementCgroupfs, (*cgroupfs.Placement)(nil)},
@@ -38,8 +38,8 @@ func TestNewHoldsOneBackend(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if reflect.TypeOf(d.place) != reflect.TypeOf(c.want) || d.place.Mode() != c.mode {
-			t.Errorf("placement %q: back end %T (%s), want %T (%s)", c.placement, d.place, d.place.Mode(), c.want, c.mode)
+		if reflect.TypeOf(d.place.Driver()) != reflect.TypeOf(c.want) || d.place.Mode() != c.mode {
+			t.Errorf("placement %q: driver %T (%s), want %T (%s)", c.placement, d.place.Driver(), d.place.Mode(), c.want, c.mode)
 		}
 	}
 }
@@ -51,9 +51,9 @@ func TestNewHoldsOneBackend(t *testing.T) {
 // placement "cgroupfs" (even one the units placement would not save) —
 // while the back end's own are its to keep or drop.
 func TestOtherModesRecordsKept(t *testing.T) {
-	gone := statefile.Record{Path: "/sys/fs/cgroup/cpuset/no-such-parent/w", Inode: 42, Original: "0-3", Applied: "0"}
-	applied := statefile.UnitRecord{Manager: "system", Unit: "a.service", Original: "", Applied: "0"}
-	bare := statefile.UnitRecord{Manager: "system", Unit: "b.service", Original: "1"}
+	gone := statefile.Record{Path: "/sys/fs/cgroup/cpuset/no-such-parent/w", Inode: 42, Values: statefile.Values{Original: "0-3", Applied: "0"}}
+	applied := statefile.UnitRecord{Manager: "system", Unit: "a.service", Values: statefile.Values{Original: "", Applied: "0"}}
+	bare := statefile.UnitRecord{Manager: "system", Unit: "b.service", Values: statefile.Values{Original: "1"}}
 	st := statefile.State{Cgroups: []statefile.Record{gone}, Units: []statefile.UnitRecord{applied, bare}}
 
 	for _, c := range []struct {

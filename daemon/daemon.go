@@ -40,9 +40,10 @@ type Daemon struct {
 
 	fs  sysfs.FS
 	mon *acpi.Monitor
-	// place is the placement back end, the workloads and their records
-	// (backend.go): cgroupfs or systemd units, as Config.Placement says.
-	place placement.Backend
+	// place is the placement engine and its driver, the workloads and
+	// their records (backend.go): cgroupfs or systemd units, as
+	// Config.Placement says.
+	place *placement.Engine
 	// kept are the records of state.json as this run found them: the
 	// back end's own are replaced at each save (PutRecords), the other
 	// placement mode's are saved back as they are (LoadRecords).
@@ -400,7 +401,7 @@ func (d *Daemon) loadState() {
 // onWake counts an event and has the back end handle wake k.
 func (d *Daemon) onWake(k placement.Wake) {
 	d.stats.Events.Add(1)
-	d.place.OnWake(k, d.recompute)
+	d.place.OnWake(k).Do(d.recompute)
 }
 
 // onSample is the loop's periodic sample: the back end's (a scan where

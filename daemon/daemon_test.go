@@ -327,7 +327,7 @@ func TestDaemonRecoversOriginalsAfterCrash(t *testing.T) {
 	testutil.Put(t, filepath.Join(m.managed, "a/cpuset.cpus"), "0")
 	if err := statefile.SaveState(m.state, statefile.State{
 		Knob:    policy.DefaultKnob(),
-		Cgroups: []statefile.Record{{Path: filepath.Join(m.managed, "a"), Inode: dirInode(filepath.Join(m.managed, "a")), Original: "1-2", Applied: "0"}},
+		Cgroups: []statefile.Record{{Path: filepath.Join(m.managed, "a"), Inode: dirInode(filepath.Join(m.managed, "a")), Values: statefile.Values{Original: "1-2", Applied: "0"}}},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -510,7 +510,7 @@ func TestDaemonSamplingBacksOffWhileIdle(t *testing.T) {
 	d, _, _ := m.startCfg(t, func(c *Config) { c.SampleInterval = 10 * time.Millisecond })
 	every := func() time.Duration {
 		var e time.Duration
-		d.do(context.Background(), func() error { e = cgfs(d).SampleEvery(); return nil })
+		d.do(context.Background(), func() error { e = d.place.SampleEvery(); return nil })
 		return e
 	}
 	testutil.Eventually(t, "backed off to 32× while idle", func() (bool, string) {
@@ -547,8 +547,8 @@ func TestDaemonIgnoresOriginalOfAnotherCgroup(t *testing.T) {
 	if err := statefile.SaveState(m.state, statefile.State{
 		Knob: policy.DefaultKnob(),
 		Cgroups: []statefile.Record{
-			{Path: a, Inode: ino(a), Original: "1-2", Applied: "0"},
-			{Path: b, Inode: ino(b) + 1, Original: "4-5", Applied: "0"},
+			{Path: a, Inode: ino(a), Values: statefile.Values{Original: "1-2", Applied: "0"}},
+			{Path: b, Inode: ino(b) + 1, Values: statefile.Values{Original: "4-5", Applied: "0"}},
 		},
 	}); err != nil {
 		t.Fatal(err)

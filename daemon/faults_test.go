@@ -244,7 +244,7 @@ func TestSaveFailureLoggedOnce(t *testing.T) {
 	testutil.Eventually(t, "a failed save", func() (bool, string) { return hook.count("cannot save state.json;") > 0, "" })
 	// What every event and sample does while the record is unsaved.
 	for i := 0; i < 20; i++ {
-		d.do(context.Background(), func() error { cgfs(d).Flush(); return nil })
+		d.do(context.Background(), func() error { d.place.Flush(); return nil })
 	}
 	if n := hook.count("cannot save state.json;"); n != 1 {
 		t.Fatalf("the save failure was logged %d times in 21 attempts, want once", n)

@@ -61,7 +61,7 @@ func needPSI(t *testing.T) {
 
 func (d *Daemon) isSampling() bool {
 	var on bool
-	d.do(context.Background(), func() error { on = cgfs(d).Sampling(); return nil })
+	d.do(context.Background(), func() error { on = d.place.Sampling(); return nil })
 	return on
 }
 
@@ -292,7 +292,7 @@ func TestDaemonSwitchSamplesWhenStopped(t *testing.T) {
 	if err := d.do(context.Background(), func() error {
 		before = d.stats.Samples.Load()
 		err := d.setKnob(d.knob.WithCurrentPolicy(policy.Powersaving), "test")
-		after, resumed = d.stats.Samples.Load(), cgfs(d).Sampling()
+		after, resumed = d.stats.Samples.Load(), d.place.Sampling()
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -164,10 +164,10 @@ func (d *Daemon) loop(ctx context.Context, src loopSources) (loopErr error) {
 			d.stats.Events.Add(1)
 			lazy.fired()
 			d.recompute("lazy balance history expired", false)
-		// The back end's wakes (backend.go).
+		// The placement engine's wakes (daemon/placement/engine.go).
 		case msg := <-b.EventsC():
 			d.stats.Events.Add(1)
-			b.OnMsg(msg, d.recompute)
+			b.OnMsg(msg).Do(d.recompute)
 		case <-b.WakeC(placement.WakeChanged):
 			d.onWake(placement.WakeChanged)
 		case <-b.WakeC(placement.WakeWritten):
@@ -181,9 +181,9 @@ func (d *Daemon) loop(ctx context.Context, src loopSources) (loopErr error) {
 		case <-b.ConfirmC():
 			d.onWake(placement.WakeConfirmDue)
 		case <-b.WakeC(placement.WakePressureDone):
-			b.OnWake(placement.WakePressureDone, d.recompute) // not an event
+			b.OnWake(placement.WakePressureDone).Do(d.recompute) // not an event
 		case <-b.WakeC(placement.WakePressureResume):
-			b.OnWake(placement.WakePressureResume, d.recompute) // not an event
+			b.OnWake(placement.WakePressureResume).Do(d.recompute) // not an event
 		case <-d.clockSync:
 			if b.SyncClock() {
 				d.requestClockSync() // more in the next batch
@@ -202,7 +202,7 @@ func (d *Daemon) loop(ctx context.Context, src loopSources) (loopErr error) {
 
 // sampleTimer is the loop's sample ticker. Before each select the loop
 // arms it with whether the back end samples and at which period
-// (Backend.Sampling and SampleEvery).
+// (placement.Engine.Sampling and SampleEvery).
 type sampleTimer struct {
 	t     *time.Ticker
 	every time.Duration

@@ -11,123 +11,133 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/daemon/energy"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
-	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // The loop's timers under testing/synctest: the loop runs in a bubble, on
-// its fake clock, with an in-memory back end (fakeBackend) and in-memory
-// sources, and each test asserts the exact instants at which it samples,
-// decides, confirms and reads.
+// its fake clock, with the placement engine driving an in-memory driver
+// (fakeDriver) and in-memory sources, and each test asserts the exact
+// instants at which it samples, decides, confirms and reads.
 
-// fakeBackend is a back end that places nothing. It samples as the
-// placements do (a SampleBackoff; canStop: a pressure trigger would wake
-// the loop, so sampling stops once idle), records when the loop made it
-// sample and apply (offsets from t0), and gives the loop a pressure wake
-// (pressure) that starts a real confirmation of candidate "w" (1 CPU),
-// read through runnable.
-type fakeBackend struct {
+// fakeDriver is a driver of one workload, "w" on 1 CPU, that places
+// nothing. canStop: it opens a pressure trigger (pressure fires it), so
+// sampling stops once idle. It records when the loop made it sample and
+// apply (offsets from t0), and at a pressure wake its workload is
+// crowded, starting a real confirmation, read through rate.
+type fakeDriver struct {
+	e       *placement.Engine
 	t0      time.Time
 	base    time.Duration
 	canStop bool
-	backoff placement.SampleBackoff
+	backoff placement.SampleBackoff // the engine's at the start
 	// busy says whether the n-th periodic sample (from 1) finds a
 	// workload busy; nil: never.
 	busy func(n int) bool
 	// samples are the periodic samples' instants, wakes the pressure
 	// wakes', applies the decisions', confirmed the confirmations' ends.
 	samples, wakes, applies, confirmed []time.Duration
-	// plan is what LastPlan returns; onApply, when set, makes the next one.
-	plan    policy.Plan
+	// onApply, when set, makes the plan of the n-th apply.
 	onApply func(n int) policy.Plan
 
 	pressure chan struct{}
-	confirm  placement.Confirmation
 	rate     float64 // "w"'s runnable threads
 }
 
-func (f *fakeBackend) since() time.Duration { return time.Since(f.t0) }
+var (
+	_ placement.Driver    = (*fakeDriver)(nil)
+	_ placement.Refresher = (*fakeDriver)(nil)
+	_ placement.Confirmer = (*fakeDriver)(nil)
+)
 
-func (f *fakeBackend) Mode() string                                { return "fake" }
-func (f *fakeBackend) LoadRecords(statefile.State)                 {}
-func (f *fakeBackend) PutRecords(*statefile.State)                 {}
-func (f *fakeBackend) Open() error                                 { return nil }
-func (f *fakeBackend) Close()                                      {}
-func (f *fakeBackend) Scan() bool                                  { return false }
-func (f *fakeBackend) Restore() bool                               { return true }
-func (f *fakeBackend) Hotplug(before, after sysfs.CPUSet)          {}
-func (f *fakeBackend) Rebalance()                                  {}
-func (f *fakeBackend) Freshen()                                    {}
-func (f *fakeBackend) SyncClock() bool                             { return false }
-func (f *fakeBackend) EventsC() <-chan placement.Event             { return nil }
-func (f *fakeBackend) OnMsg(placement.Event, placement.ReplanFunc) {}
-func (f *fakeBackend) Create(string, int) (string, error) {
-	return "", nil
-}
-func (f *fakeBackend) SetOverride(string, policy.Policy) error { return nil }
-func (f *fakeBackend) Status() []WorkloadStatus                { return nil }
-func (f *fakeBackend) Count() int                              { return 1 }
-func (f *fakeBackend) ModelLoads(*placement.ModelInput)        {}
-func (f *fakeBackend) LastPlan() policy.Plan                   { return f.plan }
-func (f *fakeBackend) Placed() (int, int, []string)            { return 0, 0, nil }
+func (f *fakeDriver) since() time.Duration { return time.Since(f.t0) }
 
-func (f *fakeBackend) Apply(policy.Policy, policy.Topology, sysfs.CPUSet, bool) {
-	f.applies = append(f.applies, f.since())
-	if f.onApply != nil {
-		f.plan = f.onApply(len(f.applies))
-	}
-}
+func (f *fakeDriver) Mode() string { return "fake" }
 
-func (f *fakeBackend) Sampling() bool             { return f.backoff.Sampling(f.canStop) }
-func (f *fakeBackend) SampleEvery() time.Duration { return f.backoff.Every(f.base, f.canStop) }
-
-func (f *fakeBackend) OnSample() bool {
-	f.samples = append(f.samples, f.since())
-	f.backoff.Sampled(f.busy != nil && f.busy(len(f.samples)))
-	return false
-}
-
-func (f *fakeBackend) WakeC(k placement.Wake) <-chan struct{} {
-	if k == placement.WakePressure {
-		return f.pressure
+// Open arms the engine's pressure trigger where the driver has one
+// (canStop), on an in-memory trigger that pressure fires; Close drops it.
+func (f *fakeDriver) Open() error {
+	if f.canStop {
+		f.e.Pressure.Open = func(string, time.Duration, time.Duration) (placement.PressureSource, error) {
+			return fakeTrigger{f.pressure}, nil
+		}
+		f.e.Pressure.Configure(f.e.Log, "fake", f.Count())
 	}
 	return nil
 }
 
-func (f *fakeBackend) ConfirmC() <-chan time.Time { return f.confirm.C() }
+func (f *fakeDriver) Close() { f.e.StopWakes() }
 
-func (f *fakeBackend) read(string) (run, wait time.Duration, err error) {
-	return time.Duration(f.rate * float64(f.since())), 0, nil
+// Scan finds the one workload, which never changes.
+func (f *fakeDriver) Scan() bool { return false }
+
+// Refresh is a periodic sample: its instant is recorded.
+func (f *fakeDriver) Refresh() (changed, busy bool) {
+	f.samples = append(f.samples, f.since())
+	return false, false
 }
 
-func (f *fakeBackend) OnWake(k placement.Wake, replan placement.ReplanFunc) {
-	switch k {
-	case placement.WakePressure:
-		// As the placements do: look at once, then every period, and
-		// confirm the crowded workload.
-		f.wakes = append(f.wakes, f.since())
-		f.backoff.Reset()
-		f.confirm.Start("cpu pressure", []string{"w"}, f.read)
-		replan("cpu pressure", false)
-	case placement.WakeConfirmDue:
-		f.confirmed = append(f.confirmed, f.since())
-		if r := f.confirm.Finish(func(string) int { return 1 }, f.read); len(r.Names) > 0 {
-			replan("crowded workload confirmed", false)
-		}
+// Sample finds the workload busy as busy says of the last periodic
+// sample.
+func (f *fakeDriver) Sample() bool { return f.busy != nil && f.busy(len(f.samples)) }
+
+func (f *fakeDriver) Apply(policy.Policy, policy.Topology, sysfs.CPUSet, bool) {
+	f.applies = append(f.applies, f.since())
+	if f.onApply != nil {
+		f.e.Plan = f.onApply(len(f.applies))
 	}
 }
 
-// loopDaemon is a daemon holding back end f, its sample period f.base,
+// Restore has nothing to put back: the driver places nothing.
+func (f *fakeDriver) Restore() bool { return true }
+
+func (f *fakeDriver) Count() int { return 1 }
+
+// Crowded: "w" is crowded at a pressure wake (recorded), at no sample.
+func (f *fakeDriver) Crowded(atWake bool) placement.Crowding {
+	if !atWake {
+		return placement.Crowding{}
+	}
+	f.wakes = append(f.wakes, f.since())
+	return placement.Crowding{Names: []string{"w"}, Field: "runnable_over_cpus", Desc: []string{"w:2/1"}}
+}
+
+func (f *fakeDriver) CPUs(string) int { return 1 }
+
+func (f *fakeDriver) RunDelay(string) (run, wait time.Duration, err error) {
+	return time.Duration(f.rate * float64(f.since())), 0, nil
+}
+
+// Saturated: a confirmation ended (recorded).
+func (f *fakeDriver) Saturated([]string) { f.confirmed = append(f.confirmed, f.since()) }
+
+// fakeTrigger is an in-memory CPU pressure trigger that c fires.
+type fakeTrigger struct{ c chan struct{} }
+
+func (t fakeTrigger) C() <-chan struct{}    { return t.c }
+func (t fakeTrigger) Done() <-chan struct{} { return nil }
+func (t fakeTrigger) Err() error            { return nil }
+func (t fakeTrigger) Pause()                {}
+func (t fakeTrigger) Resume()               {}
+func (t fakeTrigger) Close() error          { return nil }
+
+// loopDaemon is a daemon whose engine drives f, its sample period f.base,
 // made inside the bubble (so are its channels and the energy guard).
-func loopDaemon(t *testing.T, f *fakeBackend) *Daemon {
+func loopDaemon(t *testing.T, f *fakeDriver) *Daemon {
 	t.Helper()
 	d, err := New(Config{SysfsRoot: t.TempDir(), StateDir: t.TempDir(), SampleInterval: f.base, Log: testutil.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.place = f
+	d.place = placement.NewEngine(&d.pcfg, d.log, &d.stats, d.done)
+	f.e = d.place
+	d.place.Drive(f)
+	d.place.Backoff = f.backoff
+	if err := d.place.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.place.Close)
 	d.knob = policy.DefaultKnob()
 	d.energyGuard = &wrapGuard{}
 	f.t0 = time.Now()
@@ -163,7 +173,7 @@ func secs(s ...float64) []time.Duration {
 // at once.
 func TestLoopSamplingBacksOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeBackend{base: time.Second, busy: func(n int) bool { return n == 7 }}
+		f := &fakeDriver{base: time.Second, busy: func(n int) bool { return n == 7 }}
 		d := loopDaemon(t, f)
 		runLoop(t, d, loopSources{})
 		time.Sleep(200 * time.Second)
@@ -185,7 +195,7 @@ func TestLoopSamplingBacksOff(t *testing.T) {
 // whole seconds again.
 func TestLoopSamplingStopsWhileIdle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeBackend{base: time.Second, canStop: true, pressure: make(chan struct{})}
+		f := &fakeDriver{base: time.Second, canStop: true, pressure: make(chan struct{})}
 		d := loopDaemon(t, f)
 		runLoop(t, d, loopSources{})
 		time.Sleep(10500 * time.Millisecond)
@@ -207,7 +217,7 @@ func TestLoopSamplingStopsWhileIdle(t *testing.T) {
 
 // decideAt has d decide (recompute) at offset at from f.t0, through a
 // request as a D-Bus call makes one.
-func decideAt(t *testing.T, d *Daemon, f *fakeBackend, at time.Duration) {
+func decideAt(t *testing.T, d *Daemon, f *fakeDriver, at time.Duration) {
 	t.Helper()
 	time.Sleep(time.Until(f.t0.Add(at)))
 	if err := d.do(context.Background(), func() error { d.recompute("test", false); return nil }); err != nil {
@@ -222,7 +232,7 @@ func decideAt(t *testing.T, d *Daemon, f *fakeBackend, at time.Duration) {
 // Deferred. While the loop samples, the samples decide: no lazy wake.
 func TestLoopLazyWake(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeBackend{base: time.Second, canStop: true, backoff: idleBackoff()}
+		f := &fakeDriver{base: time.Second, canStop: true, backoff: idleBackoff()}
 		f.onApply = func(n int) policy.Plan {
 			if n == 1 {
 				return policy.Plan{Deferred: true, Lazy: policy.LazyState{Last: time.Now()}}
@@ -240,7 +250,7 @@ func TestLoopLazyWake(t *testing.T) {
 	})
 	synctest.Test(t, func(t *testing.T) {
 		// Sampling every 3 s, the plan Deferred since 0.5 s all along.
-		f := &fakeBackend{base: 3 * time.Second, busy: func(int) bool { return true }}
+		f := &fakeDriver{base: 3 * time.Second, busy: func(int) bool { return true }}
 		d := loopDaemon(t, f)
 		last := f.t0.Add(500 * time.Millisecond)
 		f.onApply = func(int) policy.Plan { return policy.Plan{Deferred: true, Lazy: policy.LazyState{Last: last}} }
@@ -324,7 +334,7 @@ func TestLazyWakeTimer(t *testing.T) {
 // decision then.
 func TestLoopConfirmsWake(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeBackend{base: time.Second, canStop: true, backoff: idleBackoff(), pressure: make(chan struct{}), rate: 2}
+		f := &fakeDriver{base: time.Second, canStop: true, backoff: idleBackoff(), pressure: make(chan struct{}), rate: 2}
 		d := loopDaemon(t, f)
 		runLoop(t, d, loopSources{})
 		time.Sleep(10500 * time.Millisecond)
@@ -349,7 +359,7 @@ func TestLoopConfirmsWake(t *testing.T) {
 // closes the energy segment) starts the 10 s again from there.
 func TestLoopEnergyGuard(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeBackend{base: time.Second, canStop: true, backoff: idleBackoff()}
+		f := &fakeDriver{base: time.Second, canStop: true, backoff: idleBackoff()}
 		d := loopDaemon(t, f)
 		zone := filepath.Join(d.cfg.SysfsRoot, "class/powercap/intel-rapl:0")
 		testutil.Put(t, zone+"/name", "package-0")
@@ -401,7 +411,7 @@ func (p *pingCounter) Watchdog() error {
 // pings; now 20 s.
 func TestLoopWatchdogAfterLongTurn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &fakeBackend{base: time.Hour}
+		f := &fakeDriver{base: time.Hour}
 		d := loopDaemon(t, f)
 		p := &pingCounter{t0: f.t0}
 		d.notify = p

@@ -247,7 +247,7 @@ func wakeOnLoop(t *testing.T, d *Daemon, dir string, burst, wake func()) wakeOut
 		o.threads, o.util = cgfs(d).Hooks().Load("job")
 		d.recompute("cpu pressure", false)
 		o.atWake = testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
-		c := cgfs(d).ConfirmC()
+		c := d.place.ConfirmC()
 		if c == nil { // no candidate: nothing to confirm
 			o.afterConfirm = o.atWake
 			return nil
@@ -371,7 +371,7 @@ func TestDaemonRepacksAfterBurst(t *testing.T) {
 	proc.run(t, 3, 0) // more threads than CPUs: the whole set is over its threshold
 	plan := func() (p policy.Plan, sampling bool) {
 		d.do(context.Background(), func() error {
-			p, sampling = cgfs(d).LastPlan(), cgfs(d).Sampling()
+			p, sampling = d.place.LastPlan(), d.place.Sampling()
 			return nil
 		})
 		return p, sampling

@@ -155,7 +155,7 @@ func TestTrialPendingPromoted(t *testing.T) {
 	a := filepath.Join(parent, "a")
 	if err := statefile.SaveState(m.state, statefile.State{
 		Knob: policy.Knob{PowerAware: policy.PowerAwareOn, PowerAwarePolicy: policy.Powersaving}, Chosen: true,
-		Cgroups: []statefile.Record{{Path: a, Inode: dirInode(a), Original: "1", Pending: "0-1"}},
+		Cgroups: []statefile.Record{{Path: a, Inode: dirInode(a), Values: statefile.Values{Original: "1", Pending: "0-1"}}},
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -88,7 +88,7 @@ func (e *env) kernelSwitchFloor(n, rounds int, mode floorMode) (stats, error) {
 			if err := unix.Stat(c, &st); err != nil {
 				return nil, fmt.Errorf("floor record: %w", err)
 			}
-			recs = append(recs, statefile.Record{Path: c, Inode: st.Ino, Original: all.String(), LoadBalanceCleared: true})
+			recs = append(recs, statefile.Record{Path: c, Inode: st.Ino, Values: statefile.Values{Original: all.String()}, LoadBalanceCleared: true})
 		}
 	}
 	var buf [4096]byte

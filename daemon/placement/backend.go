@@ -3,55 +3,40 @@ package placement
 import (
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
-// Backend is a placement back end: how the workloads are found, sampled,
-// placed on CPUs and put back. There are two, and the daemon's
-// Config.Placement picks one: cgroupfs.Placement (the managed parent's
-// children and their cpuset.cpus) and units.Placement (the units of the
-// managed slices and their AllowedCPUs=, through systemd). The daemon
-// holds one and never asks which; the records state.json holds for the
-// other mode are carried from state.json to state.json as they are, so a
-// change of placement mode between runs loses nothing.
+// Driver is a placement back end as the Engine drives it: what differs
+// between placing the managed parent's cgroups (cgroupfs.Placement) and
+// systemd's units (units.Placement). The Engine holds one and everything
+// both share (engine.go); a driver reaches the shared state through the
+// *Engine it was made with. Every method runs on the daemon's loop.
 //
-// Both keep one promise, through Journal: a value is recorded in
-// state.json (through the save function the daemon gives them) before it
-// is written, and Restore puts back only what still holds a value of
-// ours. Every method runs on the daemon's loop.
-//
-// Wakes. A back end wakes the loop through WakeC(k) for each wake kind k
-// (nil where it has none of that kind: the loop's case never fires),
-// through ConfirmC (its pending confirmation of a crowded workload is
-// due: wake kind WakeConfirmDue) and through EventsC (messages of its own
-// goroutines: systemd's unit signals, a created workload's task exiting).
-// The loop counts the event, then calls OnWake(k) or OnMsg(msg), which
-// handle it on the loop and ask for the decisions it calls for through
-// replan, at once and in order, as many as it needs (none, one, or a
-// scan's and then a check's).
-type Backend interface {
+// What a driver can do beyond these it says by implementing the small
+// interfaces below (Recorder, Watcher, EventSource, Confirmer, Clocked,
+// Creator, Overrider, Hotplugger, Reporter, Poller, Refresher,
+// Rechecker), which the Engine finds by type assertion, as database/sql
+// finds a driver's optional capabilities.
+type Driver interface {
 	// Mode is the placement's name in logs, Cgroupfs or Systemd.
 	Mode() string
-
-	// LoadRecords takes the back end's records of state.json (st.Cgroups or
-	// st.Units), before open; PutRecords sets them in st as state.json
-	// must hold them now, leaving the other mode's as they are.
-	LoadRecords(st statefile.State)
-	PutRecords(st *statefile.State)
-	// Open opens what the back end places through (the managed parent,
-	// the systemd manager); a failure is logged by the back end, which
-	// places nothing until a scan opens it. Only ErrAlreadyRunning (the
-	// managed parent is another daemon's) ends the start. close releases
-	// it all.
+	// Open opens what the driver places through (the managed parent, the
+	// systemd manager); a failure is logged by the driver, which places
+	// nothing until a scan opens it. Only ErrAlreadyRunning (the managed
+	// parent is another daemon's) ends the start. Close releases it all.
 	Open() error
 	Close()
-
 	// Scan finds the workloads (new ones adopted, gone ones forgotten)
 	// and reports whether they changed.
 	Scan() bool
+	// Sample reads the workloads' load signals (Engine.OnSample, a
+	// pressure wake, Engine.Freshen) and reports whether any was busy.
+	Sample() (busy bool)
 	// Apply plans for policy eff on the online CPUs of topo and writes
 	// what changed, each value recorded first; force applies a shrinking
 	// plan at once (LazyInput).
@@ -60,66 +45,129 @@ type Backend interface {
 	// ours and reports whether everything is back (what is not stays
 	// recorded for the next start).
 	Restore() bool
-	// Hotplug follows a change of the online CPUs (before → after); the
-	// caller re-plans.
-	Hotplug(before, after sysfs.CPUSet)
-	// Rebalance re-reads the workloads, what they hold (a value changed
-	// by hand is seen now) and their load, and forgets the lazy history:
-	// the next apply plans afresh (Daemon.Rebalance).
-	Rebalance()
-
-	// Sampling reports whether the loop samples periodically now, and
-	// SampleEvery at which period. OnSample is one periodic sample (load
-	// signals, the idle count, a confirmation for crowded workloads); it
-	// reports whether the workloads changed. freshen, before a forced
-	// decision, samples at once where sampling stopped or backed off.
-	Sampling() bool
-	SampleEvery() time.Duration
-	OnSample() (changed bool)
-	Freshen()
-	// SyncClock gives the task-clock counters to the workloads the last
-	// plan packed and closes the others' (clockwake.go); more: some are
-	// left for another call (Daemon.requestClockSync).
-	SyncClock() (more bool)
-
-	// WakeC, ConfirmC and EventsC wake the loop, which then calls OnWake
-	// or OnMsg (see the type's comment).
-	WakeC(k Wake) <-chan struct{}
-	ConfirmC() <-chan time.Time
-	EventsC() <-chan Event
-	OnWake(k Wake, replan ReplanFunc)
-	OnMsg(msg Event, replan ReplanFunc)
-
-	// Create makes workload name with pid in it (CreateWorkload), and
-	// SetOverride sets or clears a workload's own policy
-	// (SetWorkloadPolicy); the caller re-plans.
-	Create(name string, pid int) (string, error)
-	SetOverride(name string, pol policy.Policy) error
-	// Status lists the workloads as published, count says how many there
-	// are.
-	Status() []snapshot.WorkloadStatus
+	// Count is how many workloads there are.
 	Count() int
-	// ModelLoads adds the workloads to EstimatePower's input: those the
-	// policy places, and those it does not with their CPUs; it may narrow
-	// in.allowed to the CPUs the back end can give.
+}
+
+// Recorder: the driver keeps records in state.json. LoadRecords takes
+// them (st.Cgroups or st.Units), before open; PutRecords sets them in st
+// as state.json must hold them now, leaving the other mode's as they are.
+type Recorder interface {
+	LoadRecords(st statefile.State)
+	PutRecords(st *statefile.State)
+}
+
+// Watcher: the driver has wakes of its own (cgroupfs: WakeChanged,
+// WakeWritten, WakeAttached). WakeC is nil for a kind it has none of;
+// OnWake handles one on the loop and returns the decisions it asks for.
+type Watcher interface {
+	WakeC(k Wake) <-chan struct{}
+	OnWake(k Wake) Asks
+}
+
+// EventSource: the driver's goroutines send the loop messages
+// (systemd's unit signals, a created workload's task exiting), handled
+// by OnMsg on the loop.
+type EventSource interface {
+	EventsC() <-chan Event
+	OnMsg(msg Event) Asks
+}
+
+// Crowding is what a Confirmer found crowded: the candidates of a
+// confirmation (Names, in name order) and, for the log, each as Desc
+// under the log field Field.
+type Crowding struct {
+	Names []string
+	Field string
+	Desc  []string
+}
+
+// Confirmer: the driver's workloads can be confirmed crowded (wake.go).
+// Crowded returns the candidates now (atWake: at a CPU pressure wake,
+// which says that tasks wait now, else at a sample or a task attached);
+// CPUs is a workload's CPU count (0: not placed), RunDelay its threads'
+// run and run-queue wait time (sysfs.DirRunDelay); Saturated is told
+// which candidates a confirmation found saturated (none too), and raises
+// their load so that the decision that follows widens them.
+type Confirmer interface {
+	Crowded(atWake bool) Crowding
+	CPUs(name string) int
+	RunDelay(name string) (run, wait time.Duration, err error)
+	Saturated(names []string)
+}
+
+// Clocked: the driver's packed workloads have task-clock counters
+// (clockwake.go) in Engine.Clock. SyncClock gives them to the workloads
+// the last plan packed and closes the others'; more: some are left for
+// another call (Daemon.requestClockSync). Names are the workloads in
+// name order; ClockCrowded reports whether one counts as crowded at a
+// signal of its counters (k: its CPU count).
+type Clocked interface {
+	SyncClock() (more bool)
+	Names() []string
+	ClockCrowded(name string, k int) bool
+}
+
+// Creator: CreateWorkload makes workload name with pid in it; the caller
+// re-plans.
+type Creator interface {
+	Create(name string, pid int) (string, error)
+}
+
+// Overrider: SetWorkloadPolicy sets or clears a workload's own policy;
+// the caller re-plans.
+type Overrider interface {
+	SetOverride(name string, pol policy.Policy) error
+}
+
+// Hotplugger: the driver follows a change of the online CPUs (before →
+// after); the caller re-plans.
+type Hotplugger interface {
+	Hotplug(before, after sysfs.CPUSet)
+}
+
+// Reporter: the driver's workloads as published. Status lists them;
+// ModelLoads adds them to EstimatePower's input (those the policy places,
+// and those it does not with their CPUs; it may narrow in.Allowed to the
+// CPUs the driver can give); Placed says what the last apply did: how
+// many workloads it moved, how many there are, and each one's applied
+// value (the "placement changed" log line).
+type Reporter interface {
+	Status() []snapshot.WorkloadStatus
 	ModelLoads(in *ModelInput)
-	// LastPlan is the plan of the last apply (its Policy says whether it
-	// placed for performance, race to idle; its lazy history, whether a
-	// packing is deferred). placed says what that apply did: how many
-	// workloads it moved, how many there are, and each one's applied
-	// value (the "placement changed" log line).
-	LastPlan() policy.Plan
 	Placed() (moved, managed int, applied []string)
 }
 
-// Wake is a kind of Wake-up a back end gives the loop (backend.WakeC).
+// Poller: the driver needs the periodic sample whatever the back-off
+// (cgroupfs: nothing watches the managed parent; units: the last scan was
+// cut short) while Polls.
+type Poller interface {
+	Polls() bool
+}
+
+// Refresher: the periodic sample does more than sample (cgroupfs: a scan
+// where nothing watches, created workloads reaped; units: a scan cut
+// short done again). Refresh runs before the sample and reports whether
+// the workloads changed and whether that counts as activity for the
+// sampling back-off.
+type Refresher interface {
+	Refresh() (changed, busy bool)
+}
+
+// Rechecker: Rebalance re-reads what the workloads hold (cgroupfs: every
+// cpuset.cpus, so that a value changed by hand is seen now).
+type Rechecker interface {
+	Recheck()
+}
+
+// Wake is a kind of Wake-up the Engine gives the loop (Engine.WakeC).
 type Wake int
 
 const (
-	// WakeChanged: the back end's workloads may have changed (cgroupfs:
+	// WakeChanged: the driver's workloads may have changed (cgroupfs:
 	// the managed parent's directory changed).
 	WakeChanged Wake = iota
-	// WakeWritten: someone else wrote a value the back end set (cgroupfs:
+	// WakeWritten: someone else wrote a value the driver set (cgroupfs:
 	// a workload's cpuset.cpus).
 	WakeWritten
 	// WakeAttached: a task joined a workload (cgroupfs).
@@ -132,18 +180,47 @@ const (
 	// WakeClock: a packed workload's task-clock counter signalled
 	// (clockwake.go).
 	WakeClock
-	// WakeConfirmDue: the pending confirmation is due (backend.ConfirmC).
+	// WakeConfirmDue: the pending confirmation is due (Engine.ConfirmC).
 	WakeConfirmDue
 	// WakePressureResume: the CPU pressure trigger's back-off ended
-	// (PressureGate.ResumeC): the back end arms it again; not counted as
+	// (PressureGate.ResumeC): the Engine arms it again; not counted as
 	// an event.
 	WakePressureResume
 )
 
-// Event is a message of a back end's own goroutines to the loop
-// (backend.EventsC): unitMsg for units, exitEvent for cgroupfs.
+// Event is a message of a driver's own goroutines to the loop
+// (EventSource.EventsC): unitMsg for units, exitEvent for cgroupfs.
 type Event interface{ BackendEvent() }
 
-// ReplanFunc asks the loop for a decision (Daemon.recompute), made at
-// once, before the wake's handler goes on.
-type ReplanFunc func(why string, force bool)
+// Ask is a decision a wake asks the loop for (Daemon.recompute): why, for
+// the log, and whether it is forced.
+type Ask struct {
+	Why   string
+	Force bool
+}
+
+// Asks are the decisions a wake asks for, made in order once it is
+// handled.
+type Asks []Ask
+
+// Do makes each decision, in order, through decide.
+func (a Asks) Do(decide func(why string, force bool)) {
+	for _, x := range a {
+		decide(x.Why, x.Force)
+	}
+}
+
+// Traits is how a driver's wakes are worded in the log, where the two
+// differ: the logger and message of a pressure wake's "woken" line
+// (WokenDesc: it lists the crowded workloads too), the warning when the
+// kernel drops the pressure trigger, the reason of a decision a
+// confirmation asks for; FreshenIdle: Freshen samples whenever the
+// sampling backed off (units), not only once it stopped (cgroupfs).
+type Traits struct {
+	WakeLog      func() logrus.FieldLogger
+	WokenMsg     string
+	WokenDesc    bool
+	DroppedMsg   string
+	ConfirmedWhy string
+	FreshenIdle  bool
+}

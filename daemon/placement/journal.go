@@ -10,7 +10,8 @@ import (
 // file: a value is recorded in state.json before it is written, and
 // restore puts back only what still holds a value of ours.
 //
-// The steps, for every write (journal.WriteAll):
+// The steps, for every write (journal.WriteAll; each a method of
+// statefile.Values, the values both record kinds embed):
 //
 //  1. the value is recorded as the record's Pending (begin) and
 //     state.json is saved (flush); without a successful save nothing is
@@ -36,21 +37,6 @@ import (
 // UnitRecord.DropIns), and how an original is put back (cgroup v1's
 // partial restore of offline CPUs, v2's "inherit" fallback; units'
 // widening step through every possible CPU).
-
-// Entry is one record's values as the protocol steps them: pointers to a
-// statefile.Record's or statefile.UnitRecord's Original, Applied and
-// Pending (cpulists; "" for Applied and Pending is none).
-type Entry struct{ Original, Applied, Pending *string }
-
-// CgroupEntry is r's entry.
-func CgroupEntry(r *statefile.Record) Entry {
-	return Entry{&r.Original, &r.Applied, &r.Pending}
-}
-
-// UnitEntry is r's entry.
-func UnitEntry(r *statefile.UnitRecord) Entry {
-	return Entry{&r.Original, &r.Applied, &r.Pending}
-}
 
 // Journal is a back end's side of state.json: whether its records changed
 // since the last save, and the save. Both back ends embed one; all runs
@@ -85,69 +71,48 @@ func (j *Journal) FlushErr() error {
 	return nil
 }
 
-// Begin records v as e's Pending value, the value about to be written;
-// state.json must be saved (flush) before the write.
-func (j *Journal) Begin(e Entry, v string) {
-	if *e.Pending != v {
-		*e.Pending = v
+// Begin records val as v's Pending value, the value about to be written
+// (statefile.Values.Begin); state.json must be saved (flush) before the
+// write.
+func (j *Journal) Begin(v *statefile.Values, val string) {
+	if v.Begin(val) {
 		j.Dirty = true
 	}
 }
 
-// Done: the write of v succeeded. v is Applied (none when it is the
-// original: nothing of ours is there), Pending is cleared.
-func (j *Journal) Done(e Entry, v string) {
-	*e.Applied, *e.Pending = v, ""
-	if v == *e.Original {
-		*e.Applied = ""
-	}
+// Done: the write of val succeeded (statefile.Values.Done).
+func (j *Journal) Done(v *statefile.Values, val string) {
+	v.Done(val)
 	j.Dirty = true
 }
 
-// Failed: the write recorded as Pending did not happen (refused, or not
-// tried); Pending is cleared, Applied stays.
-func (j *Journal) Failed(e Entry) {
-	*e.Pending = ""
+// Failed: the write recorded as Pending did not happen
+// (statefile.Values.Failed).
+func (j *Journal) Failed(v *statefile.Values) {
+	v.Failed()
 	j.Dirty = true
 }
 
-// Theirs: the target holds cur, someone else's value. It becomes the
-// original, and nothing of ours is there any more.
-func (j *Journal) Theirs(e Entry, cur string) {
-	*e.Original, *e.Applied, *e.Pending = cur, "", ""
+// Theirs: the target holds cur, someone else's value, which becomes the
+// original (statefile.Values.Theirs).
+func (j *Journal) Theirs(v *statefile.Values, cur string) {
+	v.Theirs(cur)
 	j.Dirty = true
 }
 
-// Restored: nothing of ours is left in the target (the original is back,
-// or the target is gone with our value).
-func (j *Journal) Restored(e Entry) {
-	*e.Applied, *e.Pending = "", ""
+// Restored: nothing of ours is left in the target
+// (statefile.Values.Restored).
+func (j *Journal) Restored(v *statefile.Values) {
+	v.Restored()
 	j.Dirty = true
 }
 
-// Ours reports whether cur, what e's target holds now, is a value of
-// Ours: e's Pending value (a write under way, which may have made the
-// target's identity anew: not asked), or its Applied value while kept,
-// the back end's identity check, says the target is the one the daemon
-// wrote. An empty value is none. same compares a recorded value v with
-// cur, with the back end's equivalences.
-func Ours(e Entry, cur string, kept bool, same func(v, cur string) bool) bool {
-	if *e.Pending != "" && same(*e.Pending, cur) {
-		return true
-	}
-	return kept && *e.Applied != "" && same(*e.Applied, cur)
-}
-
-// SameValue is ours' comparison of values that are compared as they are
-// (canonical cpulists).
-func SameValue(v, cur string) bool { return v == cur }
-
-// JournalWrite is one write of a batch (journal.WriteAll): e's record, the
-// value recorded as Pending before the write ("" records none: the value
+// JournalWrite is one write of a batch (journal.WriteAll): the record's
+// Values, the value recorded as Pending before the write ("" records none: the value
 // is the original, which a crash may leave there safely) and the value
 // the target holds once written (Applied).
 type JournalWrite struct {
-	Entry   Entry
+	Values  *statefile.Values
 	Pending string
 	Value   string
 }
@@ -176,7 +141,7 @@ const (
 func (j *Journal) WriteAll(ws []JournalWrite, write func(i int) WriteOutcome) bool {
 	for _, w := range ws {
 		if w.Pending != "" {
-			j.Begin(w.Entry, w.Pending)
+			j.Begin(w.Values, w.Pending)
 		}
 	}
 	if len(ws) == 0 || !j.Flush() {
@@ -185,9 +150,9 @@ func (j *Journal) WriteAll(ws []JournalWrite, write func(i int) WriteOutcome) bo
 	for i, w := range ws {
 		switch write(i) {
 		case WriteDone:
-			j.Done(w.Entry, w.Value)
+			j.Done(w.Values, w.Value)
 		case WriteFailed:
-			j.Failed(w.Entry)
+			j.Failed(w.Values)
 		}
 	}
 	// What was written (Applied) or not (Pending cleared) is saved too: a
@@ -205,14 +170,14 @@ var ErrGone = errors.New("gone")
 // Restorer is a back end's side of RestoreAll, for its records of type R
 // (each one that may hold a value of ours).
 type Restorer[R any] interface {
-	// Entry is r's record's entry.
-	Entry(r R) Entry
+	// Values are r's record's.
+	Values(r R) *statefile.Values
 	// Current reads the value r's target holds now (a cpulist); ErrGone
 	// when the target is gone, the back end having done with the record;
 	// another error leaves r for a later restore (the back end logs it).
 	Current(r R) (string, error)
-	// Ours reports whether cur is a value of ours (the function ours, with
-	// the back end's comparison and identity check).
+	// Ours reports whether cur is a value of ours (statefile.Values.Ours,
+	// with the back end's comparison and identity check).
 	Ours(r R, cur string) bool
 	// Theirs is told that r's target holds someone else's value, cur,
 	// before the record takes it as its original (journal.theirs).
@@ -241,7 +206,7 @@ func RestoreAll[R any](j *Journal, b Restorer[R], recs []R) bool {
 		}
 		if !b.Ours(r, cur) {
 			b.Theirs(r, cur)
-			j.Theirs(b.Entry(r), cur)
+			j.Theirs(b.Values(r), cur)
 			continue
 		}
 		if !b.PutBack(r, cur) {

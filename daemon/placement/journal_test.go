@@ -48,7 +48,7 @@ func newJournalRig(recs ...statefile.Record) *journalRig {
 	return g
 }
 
-func (g *journalRig) entry(name string) Entry { return CgroupEntry(g.recs[name]) }
+func (g *journalRig) entry(name string) *statefile.Values { return &g.recs[name].Values }
 
 // taken is the log so far, " | "-separated, and starts it anew.
 func (g *journalRig) taken() string {
@@ -77,16 +77,16 @@ func (g *journalRig) write(ws []JournalWrite, names []string, outcome map[string
 // value.
 func TestJournalWriteAllOrder(t *testing.T) {
 	g := newJournalRig(
-		statefile.Record{Path: "a", Original: "0-3"},
-		statefile.Record{Path: "b", Original: "0-3", Applied: "1"},
-		statefile.Record{Path: "c", Original: "0-3"},
-		statefile.Record{Path: "d", Original: "0-3", Applied: "2"},
+		statefile.Record{Path: "a", Values: statefile.Values{Original: "0-3"}},
+		statefile.Record{Path: "b", Values: statefile.Values{Original: "0-3", Applied: "1"}},
+		statefile.Record{Path: "c", Values: statefile.Values{Original: "0-3"}},
+		statefile.Record{Path: "d", Values: statefile.Values{Original: "0-3", Applied: "2"}},
 	)
 	ws := []JournalWrite{
-		{Entry: g.entry("a"), Pending: "0", Value: "0"},
-		{Entry: g.entry("b"), Pending: "1-2", Value: "1-2"},
-		{Entry: g.entry("c"), Pending: "3", Value: "3"},
-		{Entry: g.entry("d"), Value: "0-3"}, // its original: no pending value
+		{Values: g.entry("a"), Pending: "0", Value: "0"},
+		{Values: g.entry("b"), Pending: "1-2", Value: "1-2"},
+		{Values: g.entry("c"), Pending: "3", Value: "3"},
+		{Values: g.entry("d"), Value: "0-3"}, // its original: no pending value
 	}
 	names := []string{"a", "b", "c", "d"}
 	if !g.j.WriteAll(ws, g.write(ws, names, map[string]WriteOutcome{"c": WriteSkipped})) {
@@ -108,9 +108,9 @@ func TestJournalWriteAllOrder(t *testing.T) {
 // fails, nothing is written and WriteAll says so; the pending values stay
 // recorded, so the next flush saves them.
 func TestJournalSaveFailsNothingWritten(t *testing.T) {
-	g := newJournalRig(statefile.Record{Path: "a", Original: "0-3", Applied: "1"})
+	g := newJournalRig(statefile.Record{Path: "a", Values: statefile.Values{Original: "0-3", Applied: "1"}})
 	g.saveErr = errors.New("read-only file system")
-	ws := []JournalWrite{{Entry: g.entry("a"), Pending: "0", Value: "0"}}
+	ws := []JournalWrite{{Values: g.entry("a"), Pending: "0", Value: "0"}}
 	if g.j.WriteAll(ws, g.write(ws, []string{"a"}, nil)) {
 		t.Error("writeAll reported writes after a failed save")
 	}
@@ -126,12 +126,12 @@ func TestJournalSaveFailsNothingWritten(t *testing.T) {
 // pending value and leaves the applied one as it was, and that is saved.
 func TestJournalWriteFails(t *testing.T) {
 	g := newJournalRig(
-		statefile.Record{Path: "a", Original: "0-3", Applied: "1"},
-		statefile.Record{Path: "b", Original: "0-3"},
+		statefile.Record{Path: "a", Values: statefile.Values{Original: "0-3", Applied: "1"}},
+		statefile.Record{Path: "b", Values: statefile.Values{Original: "0-3"}},
 	)
 	ws := []JournalWrite{
-		{Entry: g.entry("a"), Pending: "0", Value: "0"},
-		{Entry: g.entry("b"), Pending: "2", Value: "2"},
+		{Values: g.entry("a"), Pending: "0", Value: "0"},
+		{Values: g.entry("b"), Pending: "2", Value: "2"},
 	}
 	g.j.WriteAll(ws, g.write(ws, []string{"a", "b"}, map[string]WriteOutcome{"a": WriteFailed, "b": WriteFailed}))
 	testutil.WantEq(t, "saves and writes", g.taken(),
@@ -156,8 +156,8 @@ func TestOurs(t *testing.T) {
 		{"1", "", "", true, false},
 		{"", "2", "", true, false},
 	} {
-		r := statefile.Record{Original: "0-3", Applied: c.applied, Pending: c.pending}
-		if got := Ours(CgroupEntry(&r), c.cur, c.kept, SameValue); got != c.want {
+		r := statefile.Record{Values: statefile.Values{Original: "0-3", Applied: c.applied, Pending: c.pending}}
+		if got := r.Ours(c.cur, c.kept, nil); got != c.want {
 			t.Errorf("ours(applied %q, pending %q, cur %q, kept %v) = %v, want %v", c.applied, c.pending, c.cur, c.kept, got, c.want)
 		}
 	}
@@ -172,7 +172,7 @@ type fakeRestore struct {
 	lost map[string]bool
 }
 
-func (f fakeRestore) Entry(n string) Entry { return f.g.entry(n) }
+func (f fakeRestore) Values(n string) *statefile.Values { return f.g.entry(n) }
 
 func (f fakeRestore) Current(n string) (string, error) {
 	switch c := f.cur[n]; c {
@@ -186,7 +186,7 @@ func (f fakeRestore) Current(n string) (string, error) {
 }
 
 func (f fakeRestore) Ours(n, cur string) bool {
-	return Ours(f.Entry(n), cur, !f.lost[n], SameValue)
+	return f.Values(n).Ours(cur, !f.lost[n], nil)
 }
 
 func (f fakeRestore) Theirs(n, cur string) { f.g.log = append(f.g.log, "theirs "+n+"="+cur) }
@@ -194,7 +194,7 @@ func (f fakeRestore) Theirs(n, cur string) { f.g.log = append(f.g.log, "theirs "
 func (f fakeRestore) PutBack(n, cur string) bool {
 	r := f.g.recs[n]
 	f.g.log = append(f.g.log, "write "+n+"="+r.Original)
-	f.g.j.Restored(f.Entry(n))
+	f.g.j.Restored(f.Values(n))
 	return true
 }
 
@@ -206,11 +206,11 @@ func (f fakeRestore) PutBack(n, cur string) bool {
 // stays for a later restore, and RestoreAll says not everything is back.
 func TestRestoreAll(t *testing.T) {
 	g := newJournalRig(
-		statefile.Record{Path: "ours", Original: "0-3", Applied: "1"},
-		statefile.Record{Path: "pending", Original: "0-3", Pending: "2"},
-		statefile.Record{Path: "other", Original: "0-3", Applied: "1"},
-		statefile.Record{Path: "anew", Original: "0-3", Applied: "1"},
-		statefile.Record{Path: "gone", Original: "0-3", Applied: "1"},
+		statefile.Record{Path: "ours", Values: statefile.Values{Original: "0-3", Applied: "1"}},
+		statefile.Record{Path: "pending", Values: statefile.Values{Original: "0-3", Pending: "2"}},
+		statefile.Record{Path: "other", Values: statefile.Values{Original: "0-3", Applied: "1"}},
+		statefile.Record{Path: "anew", Values: statefile.Values{Original: "0-3", Applied: "1"}},
+		statefile.Record{Path: "gone", Values: statefile.Values{Original: "0-3", Applied: "1"}},
 	)
 	f := fakeRestore{g: g,
 		cur:  map[string]string{"ours": "1", "pending": "2", "other": "3", "anew": "1", "gone": "gone"},
@@ -228,7 +228,7 @@ func TestRestoreAll(t *testing.T) {
 		t.Error("the records are not to be saved")
 	}
 
-	g = newJournalRig(statefile.Record{Path: "a", Original: "0-3", Applied: "1"})
+	g = newJournalRig(statefile.Record{Path: "a", Values: statefile.Values{Original: "0-3", Applied: "1"}})
 	f = fakeRestore{g: g, cur: map[string]string{"a": "error"}}
 	if RestoreAll(&g.j, f, g.names) {
 		t.Error("restoreAll reported everything back with a target it could not read")

@@ -10,6 +10,77 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
+// Values are one record's values as the record-before-write protocol
+// steps them (cpulists, sysfs.ParseCPUList's; "" for Applied and Pending
+// is none): Original, what the target (a cgroup's cpuset.cpus, a unit's
+// AllowedCPUs=) held before the daemon first wrote it; Applied, the last
+// value the daemon wrote and saw succeed; Pending, the one it is about to
+// write, recorded (and saved) first. Record and UnitRecord embed them, so
+// their JSON fields are the records' own.
+//
+// The protocol's steps, for every write: Begin records the value as
+// Pending, and state.json is saved before the write (nothing is written
+// without a successful save); then Done (the value is Applied, Pending
+// cleared; Applied too when the value is the original: nothing of ours is
+// there) or Failed (Pending cleared, Applied stays); state.json is saved
+// again. At a restore, a target that holds someone else's value keeps
+// it: Theirs makes it the original; one whose original is back (or that
+// is gone) is Restored. Ours says whether a value found in the target is
+// the daemon's.
+type Values struct {
+	Original string `json:"original_cpus"`
+	Applied  string `json:"applied_cpus,omitempty"`
+	Pending  string `json:"pending_cpus,omitempty"`
+}
+
+// Begin records val as the Pending value, the value about to be written;
+// it reports whether that changed the record (to be saved before the
+// write).
+func (v *Values) Begin(val string) (changed bool) {
+	if v.Pending == val {
+		return false
+	}
+	v.Pending = val
+	return true
+}
+
+// Done: the write of val succeeded. val is Applied (none when it is the
+// original: nothing of ours is there), Pending is cleared.
+func (v *Values) Done(val string) {
+	v.Applied, v.Pending = val, ""
+	if val == v.Original {
+		v.Applied = ""
+	}
+}
+
+// Failed: the write recorded as Pending did not happen (refused, or not
+// tried); Pending is cleared, Applied stays.
+func (v *Values) Failed() { v.Pending = "" }
+
+// Theirs: the target holds cur, someone else's value. It becomes the
+// original, and nothing of ours is there any more.
+func (v *Values) Theirs(cur string) { v.Original, v.Applied, v.Pending = cur, "", "" }
+
+// Restored: nothing of ours is left in the target (the original is back,
+// or the target is gone with our value).
+func (v *Values) Restored() { v.Applied, v.Pending = "", "" }
+
+// Ours reports whether cur, what the target holds now, is a value of
+// ours: the Pending value (a write under way, which may have made the
+// target's identity anew: not asked), or the Applied value while kept,
+// the caller's identity check, says the target is the one the daemon
+// wrote. An empty value is none. same compares a recorded value with
+// cur, with the caller's equivalences (nil: as they are).
+func (v Values) Ours(cur string, kept bool, same func(val, cur string) bool) bool {
+	if same == nil {
+		same = func(val, cur string) bool { return val == cur }
+	}
+	if v.Pending != "" && same(v.Pending, cur) {
+		return true
+	}
+	return kept && v.Applied != "" && same(v.Applied, cur)
+}
+
 // Record is what state.json keeps of one cgroup: enough to put back what
 // the daemon changed, and only that, after a clean stop or a crash.
 type Record struct {
@@ -21,17 +92,14 @@ type Record struct {
 	// cannot be matched to a cgroup and is not used (the daemon's
 	// placement.load).
 	Inode uint64 `json:"inode,omitempty"`
-	// Original is cpuset.cpus as found before the daemon first wrote it (a
-	// cpulist; "" is v2's "inherit"); meaningful while Applied or Pending
-	// is set, or Unverified.
-	Original string `json:"original_cpus"`
-	// Applied is the last cpulist the daemon wrote to cpuset.cpus and saw
-	// succeed, Pending the one it is about to write (recorded first). ""
-	// when none: the file holds nothing of ours. A file that holds neither
-	// (nor, on cgroup v1, either of them less CPUs the kernel took away on
-	// hotplug) was changed by someone else, whose value is then kept.
-	Applied string `json:"applied_cpus,omitempty"`
-	Pending string `json:"pending_cpus,omitempty"`
+	// Values: Original is cpuset.cpus as found before the daemon first
+	// wrote it ("" is v2's "inherit"), meaningful while Applied or Pending
+	// is set, or Unverified; Applied the last cpulist the daemon wrote and
+	// saw succeed, Pending the one it is about to write. A file that holds
+	// neither (nor, on cgroup v1, either of them less CPUs the kernel took
+	// away on hotplug) was changed by someone else, whose value is then
+	// kept.
+	Values
 	// Unverified: migrated from a version-1 file, which did not record the
 	// value written; whatever the file holds is taken as the daemon's.
 	Unverified bool `json:"unverified,omitempty"`
@@ -102,17 +170,14 @@ type UnitRecord struct {
 	Manager string `json:"manager"`
 	// Unit is the unit's name, "cron.service", "app-firefox-1234.scope".
 	Unit string `json:"unit"`
-	// Original is the unit's AllowedCPUs= as found before the daemon first
-	// set it (a cpulist; "" is unset: no restriction of its own). A
+	// Values: Original is the unit's AllowedCPUs= as found before the
+	// daemon first set it ("" is unset: no restriction of its own; a
 	// non-empty original was set by an administrator: it bounds the
-	// daemon's choice.
-	Original string `json:"original_cpus"`
-	// Applied is the last AllowedCPUs= the daemon set and saw accepted,
-	// Pending the one it is about to set (recorded first); "" when none.
-	// A unit whose AllowedCPUs= is neither was changed by someone else,
-	// whose value is kept.
-	Applied string `json:"applied_cpus,omitempty"`
-	Pending string `json:"pending_cpus,omitempty"`
+	// daemon's choice); Applied the last AllowedCPUs= the daemon set and
+	// saw accepted, Pending the one it is about to set. A unit whose
+	// AllowedCPUs= is neither was changed by someone else, whose value is
+	// kept.
+	Values
 	// Created: the daemon started this transient scope (CreateWorkload,
 	// schedpolicyctl run); systemd removes it when its last process exits.
 	Created bool `json:"created,omitempty"`

@@ -22,14 +22,14 @@ func TestStateRoundTrip(t *testing.T) {
 	want := State{
 		Knob: policy.Knob{PowerAware: 2, PowerAwarePolicy: policy.Balance},
 		Cgroups: []Record{
-			{Path: "/sys/fs/cgroup/cpuset/schedpolicyd", Inode: 7, Original: "0-15", Parent: true},
-			{Path: "/sys/fs/cgroup/cpuset/schedpolicyd/w1", Inode: 9, Original: "0-3,8", Applied: "0", Pending: "0-1", LoadBalanceCleared: true},
-			{Path: "/sys/fs/cgroup/x/y", Original: "", Applied: "2", Created: true, Released: false},
+			{Path: "/sys/fs/cgroup/cpuset/schedpolicyd", Inode: 7, Values: Values{Original: "0-15"}, Parent: true},
+			{Path: "/sys/fs/cgroup/cpuset/schedpolicyd/w1", Inode: 9, Values: Values{Original: "0-3,8", Applied: "0", Pending: "0-1"}, LoadBalanceCleared: true},
+			{Path: "/sys/fs/cgroup/x/y", Values: Values{Original: "", Applied: "2"}, Created: true, Released: false},
 		},
 		Units: []UnitRecord{
-			{Manager: "system", Unit: "cron.service", Original: "", Applied: "0"},
-			{Manager: "system", Unit: "wl.scope", Original: "", Pending: "1", Created: true},
-			{Manager: "user:1000", Unit: "app-firefox-1.scope", Original: "2-3", Applied: "2"},
+			{Manager: "system", Unit: "cron.service", Values: Values{Original: "", Applied: "0"}},
+			{Manager: "system", Unit: "wl.scope", Values: Values{Original: "", Pending: "1"}, Created: true},
+			{Manager: "user:1000", Unit: "app-firefox-1.scope", Values: Values{Original: "2-3", Applied: "2"}},
 		},
 	}
 	if err := SaveState(dir, want); err != nil {
@@ -116,8 +116,8 @@ func TestStateMigratesV1(t *testing.T) {
 		Knob:   policy.Knob{PowerAware: 2, PowerAwarePolicy: policy.Balance},
 		Chosen: true,
 		Cgroups: []Record{
-			{Path: "/sys/fs/cgroup/cpuset/schedpolicyd/a", Inode: 101, Original: "0-1", Unverified: true, LoadBalanceCleared: true},
-			{Path: "/sys/fs/cgroup/cpuset/schedpolicyd/b", Inode: 102, Original: "1", Unverified: true},
+			{Path: "/sys/fs/cgroup/cpuset/schedpolicyd/a", Inode: 101, Values: Values{Original: "0-1"}, Unverified: true, LoadBalanceCleared: true},
+			{Path: "/sys/fs/cgroup/cpuset/schedpolicyd/b", Inode: 102, Values: Values{Original: "1"}, Unverified: true},
 			{Path: "/sys/fs/cgroup/cpuset/schedpolicyd/run-1", Inode: 103, Created: true},
 		},
 	}
@@ -140,6 +140,79 @@ func TestStateMigratesV1(t *testing.T) {
 	}
 }
 
+// TestStateEveryVersion: every earlier version-2 shape of state.json in
+// testdata/state (its README says which commit wrote each) loads without
+// an error, its records' values where they were, and a save of what
+// loaded writes the very same bytes: the format is unchanged (records
+// embed Values; their fields are still the records' own).
+func TestStateEveryVersion(t *testing.T) {
+	files, err := filepath.Glob("testdata/state/v2-*.json")
+	if err != nil || len(files) != 4 {
+		t.Fatalf("version-2 files %v (%v), want 4", files, err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, StateFile), b, 0o644)
+		st, err := LoadState(dir)
+		if err != nil || st.EnergyErr != nil || st.ChoicesErr != nil {
+			t.Fatalf("%s: %v (energy %v, choices %v)", f, err, st.EnergyErr, st.ChoicesErr)
+		}
+		if len(st.Cgroups) > 0 {
+			if r := st.Cgroups[1]; r.Path != "/sys/fs/cgroup/cpuset/schedpolicyd/build" || r.Values != (Values{Original: "0-7", Applied: "0-1"}) || !r.LoadBalanceCleared {
+				t.Errorf("%s: cgroup record %+v", f, r)
+			}
+		}
+		if len(st.Units) > 0 {
+			if r := st.Units[1]; r.Key() != "system/run-build.scope" || r.Values != (Values{Pending: "1"}) || !r.Created {
+				t.Errorf("%s: unit record %+v", f, r)
+			}
+		}
+		out := t.TempDir()
+		if err := SaveState(out, st); err != nil {
+			t.Fatal(err)
+		}
+		if again, _ := os.ReadFile(filepath.Join(out, StateFile)); string(again) != string(b) {
+			t.Errorf("%s: saved again as\n%s\nwant the file as it was\n%s", f, again, b)
+		}
+	}
+}
+
+// TestValuesSteps: the protocol's steps on a record's values.
+func TestValuesSteps(t *testing.T) {
+	v := Values{Original: "0-3"}
+	if !v.Begin("0") || v.Begin("0") || v != (Values{Original: "0-3", Pending: "0"}) {
+		t.Fatalf("begin: %+v", v)
+	}
+	v.Done("0")
+	if v != (Values{Original: "0-3", Applied: "0"}) {
+		t.Fatalf("done: %+v", v)
+	}
+	v.Begin("1")
+	v.Failed()
+	if v != (Values{Original: "0-3", Applied: "0"}) {
+		t.Fatalf("failed: %+v", v)
+	}
+	v.Begin("0-3")
+	v.Done("0-3") // the original: nothing of ours there
+	if v != (Values{Original: "0-3"}) {
+		t.Fatalf("done with the original: %+v", v)
+	}
+	v = Values{Original: "0-3", Applied: "0", Pending: "1"}
+	v.Theirs("2")
+	if v != (Values{Original: "2"}) {
+		t.Fatalf("theirs: %+v", v)
+	}
+	v = Values{Original: "0-3", Applied: "0", Pending: "1"}
+	v.Restored()
+	if v != (Values{Original: "0-3"}) {
+		t.Fatalf("restored: %+v", v)
+	}
+}
+
 // TestStateEnergy: the energy totals survive a save and a load; invalid
 // ones are dropped alone, with the reason, and everything else in the file
 // is used; SaveState refuses to write invalid ones.
@@ -147,7 +220,7 @@ func TestStateEnergy(t *testing.T) {
 	dir := t.TempDir()
 	want := State{
 		Knob:    policy.DefaultKnob(),
-		Cgroups: []Record{{Path: "/sys/fs/cgroup/cpuset/schedpolicyd/w", Original: "0-3", Applied: "0"}},
+		Cgroups: []Record{{Path: "/sys/fs/cgroup/cpuset/schedpolicyd/w", Values: Values{Original: "0-3", Applied: "0"}}},
 		Energy: []snapshot.EnergyTotal{
 			{Policy: policy.Performance, PowerSource: "ac", Joules: 1234.5, Seconds: 60},
 			{Policy: policy.Powersaving, PowerSource: "battery", Joules: 72.1, Seconds: 10},
@@ -220,14 +293,14 @@ func TestUnfinished(t *testing.T) {
 	}{
 		// Nothing of ours.
 		{"empty", State{}, ""},
-		{"only a parent, a created and a released record", State{Cgroups: []Record{{Path: "/p", Original: "0-3", Parent: true}, {Path: "/p/a", Created: true}, {Path: "/p/b", Released: true}}}, ""},
-		{"a unit record without a value of ours", State{Units: []UnitRecord{{Manager: "system", Unit: "a.service", Original: "1"}}}, ""},
+		{"only a parent, a created and a released record", State{Cgroups: []Record{{Path: "/p", Values: Values{Original: "0-3"}, Parent: true}, {Path: "/p/a", Created: true}, {Path: "/p/b", Released: true}}}, ""},
+		{"a unit record without a value of ours", State{Units: []UnitRecord{{Manager: "system", Unit: "a.service", Values: Values{Original: "1"}}}}, ""},
 		// Something left.
-		{"one cgroup", State{Cgroups: []Record{{Path: "/p/a", Applied: "0"}}}, "1 cgroup"},
-		{"cgroups by value, pending, unverified or cleared flag", State{Cgroups: []Record{{Path: "/a", Applied: "0"}, {Path: "/b", Pending: "1"}, {Path: "/c", Unverified: true}, {Path: "/d", LoadBalanceCleared: true}}}, "4 cgroups"},
+		{"one cgroup", State{Cgroups: []Record{{Path: "/p/a", Values: Values{Applied: "0"}}}}, "1 cgroup"},
+		{"cgroups by value, pending, unverified or cleared flag", State{Cgroups: []Record{{Path: "/a", Values: Values{Applied: "0"}}, {Path: "/b", Values: Values{Pending: "1"}}, {Path: "/c", Unverified: true}, {Path: "/d", LoadBalanceCleared: true}}}, "4 cgroups"},
 		{"all kinds", State{
-			Cgroups: []Record{{Path: "/a", Applied: "0"}, {Path: "/b", Pending: "1"}},
-			Units:   []UnitRecord{{Manager: "system", Unit: "a.service", Pending: "0"}},
+			Cgroups: []Record{{Path: "/a", Values: Values{Applied: "0"}}, {Path: "/b", Values: Values{Pending: "1"}}},
+			Units:   []UnitRecord{{Manager: "system", Unit: "a.service", Values: Values{Pending: "0"}}},
 			Boost:   []sysfs.BoostSetting{{File: "devices/system/cpu/cpufreq/boost", Value: "1"}},
 		}, "2 cgroups, 1 unit, boost"},
 	} {
@@ -243,10 +316,10 @@ func TestRecordWrittenNeeded(t *testing.T) {
 		r               Record
 		written, needed bool
 	}{
-		{"original only", Record{Path: "/a", Original: "0-3"}, false, false},
-		{"parent", Record{Path: "/a", Original: "0-3", Parent: true}, false, false},
-		{"applied", Record{Path: "/a", Applied: "0"}, true, true},
-		{"pending", Record{Path: "/a", Pending: "0"}, true, true},
+		{"original only", Record{Path: "/a", Values: Values{Original: "0-3"}}, false, false},
+		{"parent", Record{Path: "/a", Values: Values{Original: "0-3"}, Parent: true}, false, false},
+		{"applied", Record{Path: "/a", Values: Values{Applied: "0"}}, true, true},
+		{"pending", Record{Path: "/a", Values: Values{Pending: "0"}}, true, true},
 		{"unverified", Record{Path: "/a", Unverified: true}, true, true},
 		{"cleared flag", Record{Path: "/a", LoadBalanceCleared: true}, false, true},
 		{"created", Record{Path: "/a", Created: true}, false, true},

@@ -7,7 +7,6 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
-	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
@@ -44,7 +43,7 @@ func resolvePath(path string) string {
 // the managed parent itself vanished, it is recreated.
 func (p *Placement) Scan() bool {
 	if p.cg == nil {
-		if p.cfg.CgroupRoot == "" || p.Open() != nil {
+		if p.e.Cfg.CgroupRoot == "" || p.Open() != nil {
 			return false
 		}
 	}
@@ -54,7 +53,7 @@ func (p *Placement) Scan() bool {
 	}
 	if err != nil {
 		if !sysfs.IsGone(err) {
-			p.log.WithError(err).Warn("listing workloads")
+			p.e.Log.WithError(err).Warn("listing workloads")
 			return false
 		}
 		return p.parentVanished()
@@ -75,17 +74,17 @@ func (p *Placement) Scan() bool {
 		if !seen[n] {
 			p.forget(n, true)
 			changed = true
-			p.log.WithField("workload", n).Info("workload gone")
+			p.e.Log.WithField("workload", n).Info("workload gone")
 		}
 	}
 	// Saved records of children that are gone: their cgroup is gone.
 	for path, r := range p.records {
 		if !r.Parent && filepath.Dir(path) == p.cg.Path() && !seen[filepath.Base(path)] {
 			delete(p.records, path)
-			p.Dirty = true
+			p.e.Dirty = true
 		}
 	}
-	p.Flush()
+	p.e.Flush()
 	for _, n := range created {
 		// Its tasks may have gone while no daemon ran: remove it now, or
 		// watch for the last one.
@@ -104,7 +103,7 @@ func (p *Placement) Scan() bool {
 // back, every workload and record below it forgotten, and the parent made
 // again and scanned. It reports whether the workloads changed.
 func (p *Placement) parentVanished() bool {
-	p.log.WithField("path", p.cg.Path()).Warn("managed parent cgroup vanished; recreating it")
+	p.e.Log.WithField("path", p.cg.Path()).Warn("managed parent cgroup vanished; recreating it")
 	changed := len(p.workloads) > 0
 	// Renamed away, its children live on elsewhere: put back what is
 	// ours through the files held open (their paths are gone).
@@ -113,7 +112,7 @@ func (p *Placement) parentVanished() bool {
 	for path, r := range p.records {
 		if r.Parent || filepath.Dir(path) == p.cg.Path() {
 			delete(p.records, path) // their cgroups are gone with it
-			p.Dirty = true
+			p.e.Dirty = true
 		}
 	}
 	p.parent = nil
@@ -123,7 +122,7 @@ func (p *Placement) parentVanished() bool {
 		p.Scan()
 		changed = true
 	}
-	p.Flush()
+	p.e.Flush()
 	return changed
 }
 
@@ -142,7 +141,7 @@ func (p *Placement) adoptChildren(names []string, seen map[string]bool) (changed
 			// scans (rmdir and mkdir back to back): a new cgroup, with
 			// empty cpus and mems on v1. Forget the old one — its record,
 			// file and exit watch — and adopt the new one.
-			p.log.WithField("workload", n).Info("workload replaced by a new cgroup of the same name")
+			p.e.Log.WithField("workload", n).Info("workload replaced by a new cgroup of the same name")
 			p.forget(n, true)
 			changed = true
 		} else if p.rejected[n] {
@@ -151,7 +150,7 @@ func (p *Placement) adoptChildren(names []string, seen map[string]bool) (changed
 		w, err := p.adopt(n)
 		if err != nil {
 			if !p.waiting[n] {
-				p.log.WithError(err).WithField("workload", n).Info("cannot adopt this cgroup yet; retrying on the next change")
+				p.e.Log.WithError(err).WithField("workload", n).Info("cannot adopt this cgroup yet; retrying on the next change")
 				p.waiting[n] = true
 				p.watchDir(filepath.Join(p.cg.Path(), n), true)
 			}
@@ -193,12 +192,12 @@ func (p *Placement) adopt(n string) (*workload, error) {
 	}
 	path, err := p.cg.ChildPath(n)
 	if err != nil {
-		p.log.WithError(err).WithField("workload", n).Warn("not managing this cgroup")
+		p.e.Log.WithError(err).WithField("workload", n).Warn("not managing this cgroup")
 		p.rejected[n] = true
 		return nil, nil
 	}
 	id := dirInode(path)
-	log := p.log.WithField("workload", n)
+	log := p.e.Log.WithField("workload", n)
 	r := p.records[path]
 	if r != nil && r.Inode != 0 && id != 0 && r.Inode != id {
 		log.Info("a saved record names another cgroup that had this path; not used")
@@ -208,7 +207,7 @@ func (p *Placement) adopt(n string) (*workload, error) {
 		r = p.renamed(path, id)
 	}
 	if r == nil {
-		r = &statefile.Record{Path: path, Inode: id, Original: cur.String()}
+		r = &statefile.Record{Path: path, Inode: id, Values: statefile.Values{Original: cur.String()}}
 		p.records[path] = r
 	} else {
 		r.Inode = id
@@ -220,15 +219,15 @@ func (p *Placement) adopt(n string) (*workload, error) {
 			}
 		}
 	}
-	p.Dirty = true
+	p.e.Dirty = true
 	w := &workload{name: n, rec: r, cpus: cur, lbChecked: r.LoadBalanceCleared}
 	if use, err := p.cg.Usage(n); err == nil {
-		w.avg, w.lastAt = w.avg.Update(use, 0, p.cfg.UtilHalfLife), time.Now()
+		w.avg, w.lastAt = w.avg.Update(use, 0, p.e.Cfg.UtilHalfLife), time.Now()
 	}
 	p.workloads[n] = w
-	p.pressure.Changed(len(p.workloads)) // the first arms the trigger
+	p.e.Pressure.Changed(len(p.workloads)) // the first arms the trigger
 	p.watchChild(path)
-	p.backoff.Reset() // a new workload: sample it
+	p.e.Backoff.Reset() // a new workload: sample it
 	fields := logrus.Fields{"cpus": cur.String(), "original": r.Original}
 	if pub := snapshot.Escape(n); pub != n {
 		// Not UTF-8, a control character or `\x`: D-Bus, the tree and
@@ -253,7 +252,7 @@ func (p *Placement) renamed(path string, id uint64) *statefile.Record {
 		delete(p.records, old)
 		r.Path = path
 		p.records[path] = r
-		p.log.WithFields(logrus.Fields{"from": old, "to": path}).Info("workload renamed; its record follows it")
+		p.e.Log.WithFields(logrus.Fields{"from": old, "to": path}).Info("workload renamed; its record follows it")
 		return r
 	}
 	return nil
@@ -282,7 +281,7 @@ func (p *Placement) reconcile(r *statefile.Record, cur sysfs.CPUSet, log logrus.
 		}
 	default:
 		log.WithFields(logrus.Fields{"saved_original": r.Original, "applied": r.Applied, "cpus": cur.String()}).Warn("cpuset.cpus was changed by someone else while no daemon ran; that value is kept as the original")
-		p.Theirs(placement.CgroupEntry(r), cur.String())
+		p.e.Theirs(&r.Values, cur.String())
 		r.Unverified = false
 	}
 }
@@ -301,7 +300,7 @@ func (p *Placement) ours(r *statefile.Record, cur sysfs.CPUSet) bool {
 	}
 	var online sysfs.CPUSet
 	haveOnline := false
-	return placement.Ours(placement.CgroupEntry(r), cur.String(), true, func(v, _ string) bool {
+	return r.Ours(cur.String(), true, func(v, _ string) bool {
 		set, err := sysfs.ParseCPUList(v)
 		if err != nil {
 			return false
@@ -363,16 +362,16 @@ func (p *Placement) check(w *workload) bool {
 				// back, when the applied value less the offline CPUs no
 				// longer matches it.
 				w.rec.Applied = cur.String()
-				p.Dirty = true
+				p.e.Dirty = true
 			}
 			w.cpus = cur
 			return true
 		}
 	}
-	p.log.WithFields(logrus.Fields{"workload": w.name, "expected": w.cpus.String(), "cpus": cur.String()}).
+	p.e.Log.WithFields(logrus.Fields{"workload": w.name, "expected": w.cpus.String(), "cpus": cur.String()}).
 		Warn("cpuset.cpus was changed by someone else; the workload is released: its value is kept, not placed and not restored (SetWorkloadPolicy with \"\" takes it back)")
 	w.rec.Released = true
-	p.Theirs(placement.CgroupEntry(w.rec), cur.String())
+	p.e.Theirs(&w.rec.Values, cur.String())
 	w.rec.Unverified = false
 	w.cpus = cur
 	return false
@@ -393,7 +392,7 @@ func (p *Placement) checkAll(names map[string]bool) bool {
 		}
 	}
 	if changed {
-		p.Flush()
+		p.e.Flush()
 	}
 	return changed
 }
@@ -415,10 +414,10 @@ func (p *Placement) forget(name string, gone bool) {
 		w.cpusFile.Close()
 		p.unwatchChild(w.rec.Path)
 		delete(p.workloads, name)
-		p.pressure.Changed(len(p.workloads)) // the last closes the trigger
+		p.e.Pressure.Changed(len(p.workloads)) // the last closes the trigger
 		if gone && p.records[w.rec.Path] == w.rec {
 			delete(p.records, w.rec.Path)
-			p.Dirty = true
+			p.e.Dirty = true
 		}
 	}
 	p.stopExitWatch(name)

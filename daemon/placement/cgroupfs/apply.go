@@ -17,15 +17,15 @@ import (
 // the outcomes saved after. force with a
 // new policy or new CPUs applies a shrinking plan at once (LazyInput).
 func (p *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.CPUSet, force bool) {
-	p.written = 0
+	p.e.Written = 0
 	if p.cg == nil || len(p.workloads) == 0 {
-		p.plan = policy.Plan{Policy: eff}
+		p.e.Plan = policy.Plan{Policy: eff}
 		return
 	}
-	if !p.Flush() {
+	if !p.e.Flush() {
 		// Placement waits until state.json can be written; no plan stands
 		// (so no "placing for performance" reason either).
-		p.plan = policy.Plan{Policy: eff, Lazy: p.plan.Lazy}
+		p.e.Plan = policy.Plan{Policy: eff, Lazy: p.e.Plan.Lazy}
 		return
 	}
 	p.quietLoadBalance()
@@ -33,14 +33,14 @@ func (p *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.
 	if a, err := p.cg.Allowed(); err == nil && !a.IsEmpty() {
 		allowed = allowed.Intersect(a)
 	}
-	lazy, fresh := placement.LazyInput(p.plan.Lazy, p.asked, eff, p.allowed, allowed, force)
-	p.allowed, p.asked = allowed, eff
+	lazy, fresh := placement.LazyInput(p.e.Plan.Lazy, p.e.Asked, eff, p.allowed, allowed, force)
+	p.allowed, p.e.Asked = allowed, eff
 	in := policy.Input{
 		Topology: topo, Allowed: allowed.List(), Policy: eff,
-		Lazy: lazy, Now: time.Now(), MaxInterval: p.cfg.SampleInterval,
+		Lazy: lazy, Now: time.Now(), MaxInterval: p.e.Cfg.SampleInterval,
 		DisableLazy: fresh,
 	}
-	names := p.sortedNames()
+	names := p.Names()
 	for _, n := range names {
 		w := p.workloads[n]
 		if w.override == policy.Performance || w.rec.Released {
@@ -57,10 +57,10 @@ func (p *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.
 			plan.CPUs[n] = allowed.List()
 		}
 	}
-	if plan.Policy != p.plan.Policy && plan.Policy != eff {
-		p.log.WithFields(logrus.Fields{"policy": eff, "placement": plan.Policy}).Info("load exceeds the packing threshold: placing for performance (race to idle)")
+	if plan.Policy != p.e.Plan.Policy && plan.Policy != eff {
+		p.e.Log.WithFields(logrus.Fields{"policy": eff, "placement": plan.Policy}).Info("load exceeds the packing threshold: placing for performance (race to idle)")
 	}
-	p.plan = plan
+	p.e.Plan = plan
 
 	type write struct {
 		w    *workload
@@ -78,13 +78,13 @@ func (p *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.
 		// yet: w.cpus may be it less CPUs the kernel took away on hotplug
 		// (check).
 		s := want.String()
-		batch = append(batch, placement.JournalWrite{Entry: placement.CgroupEntry(w.rec), Pending: s, Value: s})
+		batch = append(batch, placement.JournalWrite{Values: &w.rec.Values, Pending: s, Value: s})
 		writes = append(writes, write{w, want})
 	}
 	// The write log costs an entry and two cpulists per write; skipped
 	// unless debug is on (1,000 workloads: ~1.5 ms of a ~65 ms switch).
-	logWrites := enabled(p.log, logrus.DebugLevel)
-	p.WriteAll(batch, func(i int) placement.WriteOutcome {
+	logWrites := enabled(p.e.Log, logrus.DebugLevel)
+	p.e.WriteAll(batch, func(i int) placement.WriteOutcome {
 		return p.writeOne(writes[i].w, writes[i].want, plan.Policy, logWrites)
 	})
 }
@@ -103,11 +103,11 @@ func (p *Placement) writeOne(w *workload, want sysfs.CPUSet, pol policy.Policy, 
 	}
 	err := p.writeCPUs(w, want)
 	if err == nil {
-		p.stats.Writes.Add(1)
-		p.written++
+		p.e.Stats.Writes.Add(1)
+		p.e.Written++
 		w.refused = ""
 		if logWrites {
-			p.log.WithFields(logrus.Fields{"workload": w.name, "from": w.cpus.String(), "to": want.String(), "policy": pol}).Debug("cpuset written")
+			p.e.Log.WithFields(logrus.Fields{"workload": w.name, "from": w.cpus.String(), "to": want.String(), "policy": pol}).Debug("cpuset written")
 		}
 		w.cpus = want
 		return placement.WriteDone
@@ -115,10 +115,10 @@ func (p *Placement) writeOne(w *workload, want sysfs.CPUSet, pol policy.Policy, 
 	if sysfs.IsGone(err) {
 		// Removed after the last scan: forget it and its record.
 		p.forget(w.name, true)
-		p.log.WithField("workload", w.name).Info("workload gone")
+		p.e.Log.WithField("workload", w.name).Info("workload gone")
 		return placement.WriteFailed
 	}
-	p.stats.Errors.Add(1)
+	p.e.Stats.Errors.Add(1)
 	// The same refusal repeats on every sample: warn once per
 	// (workload, cpuset, error), then only at debug level.
 	lvl := logrus.WarnLevel
@@ -127,7 +127,7 @@ func (p *Placement) writeOne(w *workload, want sysfs.CPUSet, pol policy.Policy, 
 	} else {
 		w.refused = key
 	}
-	p.log.WithError(err).WithField("workload", w.name).Log(lvl, "cpuset write refused")
+	p.e.Log.WithError(err).WithField("workload", w.name).Log(lvl, "cpuset write refused")
 	return placement.WriteFailed
 }
 
@@ -143,7 +143,7 @@ func (p *Placement) Hotplug(before, after sysfs.CPUSet) {
 	for _, w := range p.workloads {
 		p.check(w)
 	}
-	p.Flush()
+	p.e.Flush()
 }
 
 // writeCPUs writes workload w's cpuset.cpus, through its held-open file
@@ -201,14 +201,14 @@ func (p *Placement) quietLoadBalance() {
 		w.lbChecked = true
 		if on, err := p.cg.SchedLoadBalance(w.name); err == nil && on {
 			w.rec.LoadBalanceCleared = true
-			p.Dirty = true
+			p.e.Dirty = true
 			toClear = append(toClear, w)
 		}
 	}
 	if len(toClear) == 0 {
 		return
 	}
-	if !p.Flush() {
+	if !p.e.Flush() {
 		for _, w := range toClear {
 			w.lbChecked, w.rec.LoadBalanceCleared = false, false
 		}
@@ -217,7 +217,7 @@ func (p *Placement) quietLoadBalance() {
 	for _, w := range toClear {
 		if err := p.cg.SetSchedLoadBalance(w.name, false); err != nil {
 			// Still recorded: setting 1 back on exit is harmless.
-			p.log.WithError(err).WithField("workload", w.name).Debug("cannot clear cpuset.sched_load_balance")
+			p.e.Log.WithError(err).WithField("workload", w.name).Debug("cannot clear cpuset.sched_load_balance")
 		}
 	}
 }

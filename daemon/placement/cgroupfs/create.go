@@ -14,15 +14,6 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
-func (p *Placement) sortedNames() []string {
-	names := make([]string, 0, len(p.workloads))
-	for n := range p.workloads {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
 // ReleasedOverride is what the Workloads property and schedpolicyctl show
 // as the override of a released workload (statefile.Record.Released).
 const ReleasedOverride = "user"
@@ -35,7 +26,7 @@ const ReleasedOverride = "user"
 func (p *Placement) Status() []snapshot.WorkloadStatus {
 	var out []snapshot.WorkloadStatus
 	escaped := false
-	for _, n := range p.sortedNames() {
+	for _, n := range p.Names() {
 		w := p.workloads[n]
 		o := w.override
 		if w.rec.Released {
@@ -87,8 +78,8 @@ func (p *Placement) Create(name string, pid int) (string, error) {
 	w := p.workloads[name]
 	if w != nil && w.rec.Inode != 0 {
 		w.rec.Created = true
-		p.Dirty = true
-		p.Flush()
+		p.e.Dirty = true
+		p.e.Flush()
 	}
 	if err := p.cg.Attach(name, pid); err != nil {
 		os.Remove(path)
@@ -98,7 +89,7 @@ func (p *Placement) Create(name string, pid int) (string, error) {
 	if w != nil {
 		p.watchExit(name, pid)
 	}
-	p.log.WithFields(logrus.Fields{"workload": name, "pid": pid}).Info("workload created")
+	p.e.Log.WithFields(logrus.Fields{"workload": name, "pid": pid}).Info("workload created")
 	return path, nil
 }
 
@@ -118,11 +109,11 @@ func (p *Placement) SetOverride(name string, pol policy.Policy) error {
 	if w.rec.Released {
 		p.check(w)
 		w.rec.Released, w.rec.Original = false, w.cpus.String()
-		p.Dirty = true
-		p.log.WithField("workload", name).Info("released workload taken back")
+		p.e.Dirty = true
+		p.e.Log.WithField("workload", name).Info("released workload taken back")
 	}
 	w.override = pol
-	p.log.WithFields(logrus.Fields{"workload": name, "override": pol}).Info("workload override set")
+	p.e.Log.WithFields(logrus.Fields{"workload": name, "override": pol}).Info("workload override set")
 	return nil
 }
 
@@ -144,12 +135,12 @@ func (p *Placement) reapCreated(name string) bool {
 	w.cpusFile.Close() // reopened at the next write if the removal fails
 	w.cpusFile = nil
 	if err := p.cg.RemoveChild(name); err != nil {
-		p.log.WithError(err).WithField("workload", name).Debug("cannot remove a finished workload yet")
+		p.e.Log.WithError(err).WithField("workload", name).Debug("cannot remove a finished workload yet")
 		return false
 	}
 	p.forget(name, true)
-	p.log.WithField("workload", name).Info("workload finished; its cgroup is removed")
-	p.Flush()
+	p.e.Log.WithField("workload", name).Info("workload finished; its cgroup is removed")
+	p.e.Flush()
 	return true
 }
 
@@ -157,7 +148,7 @@ func (p *Placement) reapCreated(name string) bool {
 // gone; it reports whether any was removed.
 func (p *Placement) reapFinished() bool {
 	removed := false
-	for _, n := range p.sortedNames() {
+	for _, n := range p.Names() {
 		if w := p.workloads[n]; w != nil && w.rec.Created && p.reapCreated(n) {
 			removed = true
 		}

@@ -5,5 +5,6 @@
 // parent with inotify (children appearing and leaving, cpusets written by
 // someone else, tasks attached), holds a flock on the parent so that a
 // second manager refuses to start, and reaps the workloads it created
-// once their last task exits. Placement implements placement.Backend.
+// once their last task exits. Placement is a placement.Driver, made with
+// the placement.Engine that holds it, with every optional capability.
 package cgroupfs

@@ -16,21 +16,21 @@ type Hooks struct{ p *Placement }
 func (p *Placement) Hooks() Hooks { return Hooks{p} }
 
 // Clock is the task-clock gate; nil when the wake is off.
-func (h Hooks) Clock() *placement.ClockGate { return h.p.clock }
+func (h Hooks) Clock() *placement.ClockGate { return h.p.e.Clock }
 
 // ClockC is the task-clock gate's channel as the loop selects on it.
-func (h Hooks) ClockC() <-chan struct{} { return h.p.clockC() }
+func (h Hooks) ClockC() <-chan struct{} { return h.p.e.WakeC(placement.WakeClock) }
 
 // DropPressure closes the CPU pressure trigger: no pressure wake follows
 // (none is armed again until the placement is opened again).
-func (h Hooks) DropPressure() { h.p.pressure.Close() }
+func (h Hooks) DropPressure() { h.p.e.Pressure.Close() }
 
 // Pressure is the placement's CPU pressure gate: whether a trigger is
 // armed, muted, its back-off.
-func (h Hooks) Pressure() *placement.PressureGate { return &h.p.pressure }
+func (h Hooks) Pressure() *placement.PressureGate { return &h.p.e.Pressure }
 
 // ConfirmPending reports whether a confirmation of a wake is pending.
-func (h Hooks) ConfirmPending() bool { return h.p.confirm.C() != nil }
+func (h Hooks) ConfirmPending() bool { return h.p.e.Confirm.C() != nil }
 
 // RunDelay is workload name's threads' run and run-queue wait time
 // (sysfs.Cgroup.RunDelay).
@@ -57,11 +57,11 @@ func (h Hooks) Load(name string) (threads int, util float64) {
 func (h Hooks) Waiting(name string) bool { return h.p.waiting[name] }
 
 // PressureWake handles a CPU pressure wake as the loop does.
-func (h Hooks) PressureWake() { h.p.pressureWake() }
+func (h Hooks) PressureWake() { h.p.e.OnWake(placement.WakePressure) }
 
 // ConfirmWake handles a due confirmation as the loop does and reports
 // whether it confirmed a crowded workload.
-func (h Hooks) ConfirmWake() bool { return h.p.confirmWake() }
+func (h Hooks) ConfirmWake() bool { return len(h.p.e.OnWake(placement.WakeConfirmDue)) > 0 }
 
 // ReapFinished removes the created workloads whose last task exited.
 func (h Hooks) ReapFinished() { h.p.reapFinished() }

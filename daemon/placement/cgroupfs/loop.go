@@ -1,6 +1,9 @@
 package cgroupfs
 
 import (
+	"maps"
+	"slices"
+
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/policy"
@@ -18,7 +21,8 @@ func (p *Placement) PutRecords(st *statefile.State) { st.Cgroups = p.recordList(
 
 func (p *Placement) Count() int { return len(p.workloads) }
 
-func (p *Placement) LastPlan() policy.Plan { return p.plan }
+// Names are the workloads in name order.
+func (p *Placement) Names() []string { return slices.Sorted(maps.Keys(p.workloads)) }
 
 // Placed says what the last apply did (nothing while placement is off).
 func (p *Placement) Placed() (moved, managed int, applied []string) {
@@ -28,48 +32,34 @@ func (p *Placement) Placed() (moved, managed int, applied []string) {
 	for _, w := range p.workloads {
 		applied = append(applied, w.rec.Applied)
 	}
-	return p.written, len(p.workloads), applied
+	return p.e.Written, len(p.workloads), applied
 }
 
-// Rebalance scans, re-reads every cpuset (one changed by hand is seen
-// now) and the load, and forgets the lazy history.
-func (p *Placement) Rebalance() {
-	p.Scan()
-	p.checkAll(nil)
-	p.sample()
-	p.plan.Lazy = policy.LazyState{}
+// Recheck re-reads every cpuset (one changed by hand is seen now), for
+// Rebalance.
+func (p *Placement) Recheck() { p.checkAll(nil) }
+
+// Polls: without a watch on the managed parent the loop samples even
+// with no workloads, to find new ones (a scan at each sample).
+func (p *Placement) Polls() bool {
+	return p.watch == nil && (p.e.Cfg.CgroupRoot != "" || len(p.workloads) > 0)
 }
 
-// OnSample is the periodic sample: a scan where nothing watches the
-// managed parent (with a watch its events drive the scans, and a lost
-// event forces one; only without one does each sample list the children
-// and stat each of them), finished workloads reaped, the load signals, and
-// a confirmation for any that look crowded (wake.go).
-func (p *Placement) OnSample() (changed bool) {
+// Refresh is the periodic sample's part beyond the load signals: a scan
+// where nothing watches the managed parent (with a watch its events drive
+// the scans, and a lost event forces one; only without one does each
+// sample list the children and stat each of them) and finished workloads
+// reaped. A change counts as activity for the back-off.
+func (p *Placement) Refresh() (changed, busy bool) {
 	changed = p.watch == nil && p.Scan()
 	if p.reapFinished() {
 		changed = true
 	}
-	p.backoff.Sampled(p.sample() || changed)
-	p.startConfirm("sample")
-	return changed
-}
-
-// Freshen samples at once where sampling stopped while every workload
-// looked idle: a workload may have become busy since without tasks
-// waiting for a CPU (one busy thread per workload). A policy, power or
-// workload change is then planned on fresh load signals, and watched
-// closely for a while.
-func (p *Placement) Freshen() {
-	if len(p.workloads) > 0 && !p.Sampling() {
-		p.backoff.Reset()
-		p.sample()
-	}
+	return changed, changed
 }
 
 // WakeC: the managed parent's watch (a child made or removed, a cpuset
-// written by someone else, a task attached), the CPU pressure trigger
-// (and the end of its back-off) and the task-clock gate.
+// written by someone else, a task attached).
 func (p *Placement) WakeC(k placement.Wake) <-chan struct{} {
 	switch k {
 	case placement.WakeChanged:
@@ -78,14 +68,6 @@ func (p *Placement) WakeC(k placement.Wake) <-chan struct{} {
 		return p.cpusC()
 	case placement.WakeAttached:
 		return p.activityC()
-	case placement.WakePressure:
-		return p.pressure.C()
-	case placement.WakePressureDone:
-		return p.pressure.Done()
-	case placement.WakePressureResume:
-		return p.pressure.ResumeC()
-	case placement.WakeClock:
-		return p.clockC()
 	}
 	return nil
 }
@@ -93,51 +75,39 @@ func (p *Placement) WakeC(k placement.Wake) <-chan struct{} {
 // EventsC carries the exits of created workloads' watched tasks (reap.go).
 func (p *Placement) EventsC() <-chan placement.Event { return p.exits }
 
-func (p *Placement) OnWake(k placement.Wake, replan placement.ReplanFunc) {
+// OnWake handles the watch's wakes (WakeC).
+func (p *Placement) OnWake(k placement.Wake) (asks placement.Asks) {
 	switch k {
 	case placement.WakeChanged:
-		p.backoff.Reset()
+		p.e.Backoff.Reset()
 		if p.Scan() {
-			replan("workloads changed", true)
+			asks = append(asks, placement.Ask{Why: "workloads changed", Force: true})
 		}
 	case placement.WakeWritten:
 		names := p.takeWritten()
 		if len(p.waiting) > 0 && p.Scan() {
-			replan("workloads changed", true)
+			asks = append(asks, placement.Ask{Why: "workloads changed", Force: true})
 		}
 		if p.checkAll(names) {
-			replan("cpuset changed by someone else", true)
+			asks = append(asks, placement.Ask{Why: "cpuset changed by someone else", Force: true})
 		}
 	case placement.WakeAttached:
-		p.backoff.Reset() // a task arrived: look at once, then every period
-		p.pressure.Reset()
-		p.sample()
+		p.e.Backoff.Reset() // a task arrived: look at once, then every period
+		p.e.Pressure.Reset()
+		p.Sample()
 		p.retaskClock()
-		p.startConfirm("task attached")
-		replan("task attached", false)
-	case placement.WakePressure:
-		p.stats.PressureWakes.Add(1)
-		p.pressureWake()
-		replan("cpu pressure", false)
-	case placement.WakePressureDone:
-		err := p.pressure.Dropped()
-		p.log.WithError(err).Warn("the CPU pressure trigger stopped; while every workload is idle, sampling slows down instead of stopping")
-	case placement.WakePressureResume:
-		p.pressure.Resume()
-	case placement.WakeClock:
-		p.clockWake()
-	case placement.WakeConfirmDue:
-		if p.confirmWake() {
-			replan("crowded workload confirmed", false)
-		}
+		p.e.StartConfirm("task attached", false)
+		asks = append(asks, placement.Ask{Why: "task attached"})
 	}
+	return asks
 }
 
 // OnMsg handles a watched exit (onExit).
-func (p *Placement) OnMsg(msg placement.Event, replan placement.ReplanFunc) {
+func (p *Placement) OnMsg(msg placement.Event) placement.Asks {
 	if ev, ok := msg.(exitEvent); ok && p.onExit(ev) {
-		replan("workload finished", true)
+		return placement.Asks{{Why: "workload finished", Force: true}}
 	}
+	return nil
 }
 
 // ModelLoads adds the cgroupfs workloads: a released one keeps its CPUs,
@@ -149,7 +119,7 @@ func (p *Placement) ModelLoads(in *placement.ModelInput) {
 			in.Allowed = in.Online.Intersect(a).List()
 		}
 	}
-	for _, n := range p.sortedNames() {
+	for _, n := range p.Names() {
 		w := p.workloads[n]
 		l := policy.Load{Name: n, Util: w.avg.Util, Threads: w.threads}
 		switch {

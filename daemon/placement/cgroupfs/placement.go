@@ -25,36 +25,22 @@ import (
 // theirs and is kept; a record stays until what it covers is restored or
 // its cgroup is gone, whichever run that takes.
 type Placement struct {
-	cfg   *placement.Config // the daemon's: CgroupRoot, ProcRoot, UtilHalfLife, SampleInterval
-	log   logrus.FieldLogger
-	stats *placement.Counters
-	// Journal saves state.json with the daemon's knob and p.recordList()
-	// (daemon/placement/journal.go); it starts dirty: the first flush saves.
-	placement.Journal
-	done <-chan struct{}
+	// e is the engine that holds this driver: the journal (it starts
+	// dirty: the first flush saves), the pressure trigger, the task-clock
+	// gate, the sampling back-off, the confirmation and the plan.
+	e *placement.Engine
 
 	cg   *sysfs.Cgroup
 	lock cgroupLock // flock on the managed parent's directory (lock.go)
-	// written: the workloads the last apply wrote cpusets for (the
-	// placement log line, placementChanged).
-	written int
-	warned  bool // "placement disabled" said once
 	// watch hints at changes of the managed parent (nil: none, the loop
 	// rescans on its ticker); newWatch makes it (watchCgroupDir, or a
-	// test's). pressure wakes the loop when tasks wait for a CPU (a PSI
-	// trigger on the managed parent's cpu.pressure on cgroup v2, the
-	// machine's /proc/pressure/cpu on v1), armed only while there is a
-	// workload and backing off from wakes that find none crowded
-	// (placement.PressureGate); never armed where the kernel has no PSI or
-	// nothing watches the parent. While it covers the workloads, sampling
-	// stops while every workload is idle.
+	// test's). The engine's pressure trigger is configured on the managed
+	// parent's cpu.pressure on cgroup v2, the machine's /proc/pressure/cpu
+	// on v1 (startWatch), never where nothing watches the parent.
 	watch    cgroupSource
 	newWatch func(parent string) (cgroupSource, error)
-	pressure placement.PressureGate
-	// clock wakes the loop when a packed workload's tasks run busy (the
-	// task-clock wake, placement.ClockGate); nil when Config.NoTaskClock.
-	// allowed is the CPUs the last plan could give (online ∩ the parent's).
-	clock   *placement.ClockGate
+	// allowed is the CPUs the last plan could give (online ∩ the
+	// parent's).
 	allowed sysfs.CPUSet
 	// clockRetask holds the workloads tasks were attached to whose
 	// counters are to be set again (SyncClock).
@@ -77,19 +63,26 @@ type Placement struct {
 	// the next hint, their directory watched meanwhile.
 	waiting map[string]bool
 
-	backoff placement.SampleBackoff // the sampling back-off: consecutive samples with every workload idle
-	// asked is the policy the last plan was asked for (LazyInput).
-	asked policy.Policy
-	// confirm is the pending one-shot confirmation of a crowded workload
-	// (wake.go).
-	confirm placement.Confirmation
-	plan    policy.Plan
-
 	exits       chan placement.Event        // a watched task of a created workload exited (reap.go)
 	exitWatches map[string]*sysfs.ExitWatch // one task's per created workload (reap.go)
 }
 
-var _ placement.Backend = (*Placement)(nil)
+// The driver and the capabilities it has (backend.go).
+var (
+	_ placement.Driver      = (*Placement)(nil)
+	_ placement.Recorder    = (*Placement)(nil)
+	_ placement.Watcher     = (*Placement)(nil)
+	_ placement.EventSource = (*Placement)(nil)
+	_ placement.Confirmer   = (*Placement)(nil)
+	_ placement.Clocked     = (*Placement)(nil)
+	_ placement.Creator     = (*Placement)(nil)
+	_ placement.Overrider   = (*Placement)(nil)
+	_ placement.Hotplugger  = (*Placement)(nil)
+	_ placement.Reporter    = (*Placement)(nil)
+	_ placement.Poller      = (*Placement)(nil)
+	_ placement.Refresher   = (*Placement)(nil)
+	_ placement.Rechecker   = (*Placement)(nil)
+)
 
 // workload is one direct child of the managed parent cgroup.
 type workload struct {
@@ -114,17 +107,21 @@ type workload struct {
 	refused string
 }
 
-// New makes the cgroupfs placement of cfg.CgroupRoot's children, logging
-// to log and counting in stats; done closes when the daemon's loop ends
-// (the reapers' goroutines stop then). It touches no cgroup until Open.
-func New(cfg *placement.Config, log logrus.FieldLogger, stats *placement.Counters, done <-chan struct{}) *Placement {
-	return &Placement{
-		cfg: cfg, log: log, stats: stats, done: done, Journal: placement.Journal{Dirty: true},
+// New makes the cgroupfs placement of e.Cfg.CgroupRoot's children as e's
+// driver, logging to e.Log and counting in e.Stats; e.Done closes when
+// the daemon's loop ends (the reapers' goroutines stop then). It touches
+// no cgroup until Open.
+func New(e *placement.Engine) *Placement {
+	p := &Placement{
+		e:         e,
 		workloads: map[string]*workload{}, records: map[string]*statefile.Record{},
 		rejected: map[string]bool{}, waiting: map[string]bool{},
 		exits: make(chan placement.Event), exitWatches: map[string]*sysfs.ExitWatch{},
 		newWatch: watchCgroupDir,
 	}
+	e.Dirty = true
+	e.Drive(p)
+	return p
 }
 
 // load takes the records state.json holds (before anything is adopted),
@@ -140,15 +137,15 @@ func (p *Placement) load(saved []statefile.Record) {
 		id := dirInode(r.Path)
 		switch {
 		case id == 0 || r.Inode != 0 && id != r.Inode:
-			p.log.WithField("path", r.Path).Debug("dropping the record of a cgroup that is gone")
+			p.e.Log.WithField("path", r.Path).Debug("dropping the record of a cgroup that is gone")
 		case r.Inode == 0:
-			p.log.WithFields(logrus.Fields{"path": r.Path, "created": r.Created, "original": r.Original}).
+			p.e.Log.WithFields(logrus.Fields{"path": r.Path, "created": r.Created, "original": r.Original}).
 				Warn("a saved record has no inode, so it cannot be shown to be this cgroup's; not used (the cgroup is left as it is)")
 		default:
 			p.records[r.Path] = &r
 			continue
 		}
-		p.Dirty = true
+		p.e.Dirty = true
 	}
 }
 
@@ -168,22 +165,22 @@ func (p *Placement) recordList() []statefile.Record {
 // the next scan retries; ErrAlreadyRunning (another daemon manages the
 // parent) is returned so that start-up can fail with it.
 func (p *Placement) Open() error {
-	if p.cfg.CgroupRoot == "" {
+	if p.e.Cfg.CgroupRoot == "" {
 		return errors.New("no managed parent cgroup configured")
 	}
-	cg, err := sysfs.OpenCgroup(resolvePath(p.cfg.CgroupRoot), sysfs.CgroupOptions{Create: true, ProcRoot: p.cfg.ProcRoot})
+	cg, err := sysfs.OpenCgroup(resolvePath(p.e.Cfg.CgroupRoot), sysfs.CgroupOptions{Create: true, ProcRoot: p.e.Cfg.ProcRoot})
 	if err == nil {
 		err = p.lock.acquire(cg.Path())
 	}
 	if err != nil {
-		if p.cg == nil && !p.warned {
-			p.log.WithError(err).Warn("workload placement disabled")
-			p.warned = true
+		if p.cg == nil && !p.e.Warned {
+			p.e.Log.WithError(err).Warn("workload placement disabled")
+			p.e.Warned = true
 		}
 		return err
 	}
-	p.cg, p.warned = cg, false
-	p.log.WithFields(logrus.Fields{"path": cg.Path(), "version": cg.Version().String()}).Info("managing workloads")
+	p.cg, p.e.Warned = cg, false
+	p.e.Log.WithFields(logrus.Fields{"path": cg.Path(), "version": cg.Version().String()}).Info("managing workloads")
 	p.openParentRecord()
 	p.startWatch()
 	return nil
@@ -199,7 +196,7 @@ func (p *Placement) openParentRecord() {
 	path, id := p.cg.Path(), dirInode(p.cg.Path())
 	r := p.records[path]
 	if r != nil && r.Inode != 0 && id != 0 && r.Inode != id {
-		p.log.WithField("path", path).Info("a saved record names another cgroup that had the managed parent's path; dropped")
+		p.e.Log.WithField("path", path).Info("a saved record names another cgroup that had the managed parent's path; dropped")
 		r = nil
 	}
 	if r == nil {
@@ -208,7 +205,7 @@ func (p *Placement) openParentRecord() {
 			r.Original = cur.String()
 		}
 		p.records[path] = r
-		p.Dirty = true
+		p.e.Dirty = true
 	}
 	r.Parent, r.Inode = true, id
 	p.parent = r
@@ -240,7 +237,7 @@ func (p *Placement) fitParent(added sysfs.CPUSet) {
 	if grown := orig.Union(added.Intersect(upper)); !grown.Equal(orig) {
 		orig = grown
 		p.parent.Original = orig.String()
-		p.Dirty = true
+		p.e.Dirty = true
 	}
 	want := orig.Intersect(upper)
 	cur, err := p.cg.OwnCPUs()
@@ -248,10 +245,10 @@ func (p *Placement) fitParent(added sysfs.CPUSet) {
 		return
 	}
 	if err := p.cg.SetOwnCPUs(want); err != nil {
-		p.log.WithError(err).Warn("cannot give the managed parent its CPUs back")
+		p.e.Log.WithError(err).Warn("cannot give the managed parent its CPUs back")
 		return
 	}
-	p.log.WithFields(logrus.Fields{"from": cur.String(), "to": want.String()}).Info("managed parent given its CPUs back")
+	p.e.Log.WithFields(logrus.Fields{"from": cur.String(), "to": want.String()}).Info("managed parent given its CPUs back")
 }
 
 // Close stops the watches and closes held files and the parent's lock.

@@ -66,14 +66,14 @@ func newPressureRig(t *testing.T) *pressureRig {
 	cfg := &placement.Config{CgroupRoot: parent, ProcRoot: filepath.Join(root, "proc"), SampleInterval: time.Second,
 		UtilHalfLife: policy.DefaultHalfLife, NoTaskClock: true}
 	r := &pressureRig{t: t, parent: parent}
-	r.p = New(cfg, testutil.Logger(t), &placement.Counters{}, nil)
+	r.p = New(placement.NewEngine(cfg, testutil.Logger(t), &placement.Counters{}, nil))
 	r.p.newWatch = func(string) (cgroupSource, error) { return quietWatch{}, nil }
-	r.p.pressure.Open = func(path string, stall, window time.Duration) (placement.PressureSource, error) {
+	r.p.e.Pressure.Open = func(path string, stall, window time.Duration) (placement.PressureSource, error) {
 		tr := &countedTrigger{c: make(chan struct{}, 1), done: make(chan struct{})}
 		r.armed, r.file = append(r.armed, tr), append(r.file, path)
 		return tr, nil
 	}
-	r.p.Save = func() error { return nil }
+	r.p.e.Save = func() error { return nil }
 	if err := r.p.Open(); err != nil {
 		t.Fatal(err)
 	}
@@ -121,11 +121,11 @@ func (r *pressureRig) live() int {
 // one for the second, and closes it after the last is gone.
 func TestPressureArmedWithWorkloads(t *testing.T) {
 	r := newPressureRig(t)
-	if len(r.armed) != 0 || r.p.WakeC(placement.WakePressure) != nil || r.p.Sampling() {
-		t.Fatalf("0 workloads: %d armed, sampling %v; want none, not sampling", len(r.armed), r.p.Sampling())
+	if len(r.armed) != 0 || r.p.e.WakeC(placement.WakePressure) != nil || r.p.e.Sampling() {
+		t.Fatalf("0 workloads: %d armed, sampling %v; want none, not sampling", len(r.armed), r.p.e.Sampling())
 	}
 	r.add("a")
-	if len(r.armed) != 1 || r.live() != 1 || r.p.WakeC(placement.WakePressure) != r.armed[0].c {
+	if len(r.armed) != 1 || r.live() != 1 || r.p.e.WakeC(placement.WakePressure) != r.armed[0].c {
 		t.Fatalf("1 workload: %d armed, %d open; want 1, listened to", len(r.armed), r.live())
 	}
 	if want := filepath.Join(r.parent, "cpu.pressure"); r.file[0] != want {
@@ -137,7 +137,7 @@ func TestPressureArmedWithWorkloads(t *testing.T) {
 		t.Fatalf("workloads a, b, then b: %d armed, %d open; want the first one kept", len(r.armed), r.live())
 	}
 	r.remove("b")
-	if r.live() != 0 || r.p.WakeC(placement.WakePressure) != nil || r.p.WakeC(placement.WakePressureDone) != nil {
+	if r.live() != 0 || r.p.e.WakeC(placement.WakePressure) != nil || r.p.e.WakeC(placement.WakePressureDone) != nil {
 		t.Fatalf("0 workloads again: %d open, want the trigger closed", r.live())
 	}
 	r.add("c")
@@ -158,9 +158,9 @@ func TestPressureWakeBacksOff(t *testing.T) {
 		r := newPressureRig(t)
 		r.add("a")
 		for i := 0; i < 3; i++ {
-			r.p.OnSample() // quiet: sampling stops
+			r.p.e.OnSample() // quiet: sampling stops
 		}
-		if r.p.Sampling() {
+		if r.p.e.Sampling() {
 			t.Fatal("still sampling after 3 quiet samples")
 		}
 		var replans []string
@@ -168,12 +168,12 @@ func TestPressureWakeBacksOff(t *testing.T) {
 		wake := func() {
 			t.Helper()
 			select {
-			case <-r.p.WakeC(placement.WakePressure):
+			case <-r.p.e.WakeC(placement.WakePressure):
 			default:
 				r.armed[len(r.armed)-1].c <- struct{}{}
-				<-r.p.WakeC(placement.WakePressure)
+				<-r.p.e.WakeC(placement.WakePressure)
 			}
-			r.p.OnWake(placement.WakePressure, replan)
+			r.p.e.OnWake(placement.WakePressure).Do(replan)
 		}
 		// resumeAt waits for the mute's end, exactly after d.
 		resumeAt := func(d time.Duration) {
@@ -181,46 +181,46 @@ func TestPressureWakeBacksOff(t *testing.T) {
 			time.Sleep(d - time.Nanosecond)
 			synctest.Wait()
 			select {
-			case <-r.p.WakeC(placement.WakePressureResume):
+			case <-r.p.e.WakeC(placement.WakePressureResume):
 				t.Fatalf("resumed before %v", d)
 			default:
 			}
 			time.Sleep(time.Nanosecond)
 			synctest.Wait()
 			select {
-			case <-r.p.WakeC(placement.WakePressureResume):
+			case <-r.p.e.WakeC(placement.WakePressureResume):
 			default:
 				t.Fatalf("not resumed after %v", d)
 			}
-			r.p.OnWake(placement.WakePressureResume, replan)
+			r.p.e.OnWake(placement.WakePressureResume).Do(replan)
 		}
 
 		wake()
 		tr := r.armed[0]
-		if !tr.paused || r.p.WakeC(placement.WakePressure) != nil || r.p.pressure.Backoff() != time.Second || r.p.Sampling() {
-			t.Fatalf("after a wake with nothing crowded: paused %v, backoff %v, sampling %v; want muted for 1s, not sampling", tr.paused, r.p.pressure.Backoff(), r.p.Sampling())
+		if !tr.paused || r.p.e.WakeC(placement.WakePressure) != nil || r.p.e.Pressure.Backoff() != time.Second || r.p.e.Sampling() {
+			t.Fatalf("after a wake with nothing crowded: paused %v, backoff %v, sampling %v; want muted for 1s, not sampling", tr.paused, r.p.e.Pressure.Backoff(), r.p.e.Sampling())
 		}
 		resumeAt(time.Second)
-		if tr.paused || r.p.WakeC(placement.WakePressure) != tr.c {
+		if tr.paused || r.p.e.WakeC(placement.WakePressure) != tr.c {
 			t.Fatalf("after the 1s mute: paused %v; want listened to again", tr.paused)
 		}
 		wake()
-		if r.p.pressure.Backoff() != 2*time.Second || !tr.paused {
-			t.Fatalf("second wake: backoff %v, paused %v; want muted for 2s", r.p.pressure.Backoff(), tr.paused)
+		if r.p.e.Pressure.Backoff() != 2*time.Second || !tr.paused {
+			t.Fatalf("second wake: backoff %v, paused %v; want muted for 2s", r.p.e.Pressure.Backoff(), tr.paused)
 		}
 		resumeAt(2 * time.Second)
 		wake()
-		if r.p.pressure.Backoff() != 4*time.Second {
-			t.Fatalf("third wake: backoff %v, want 4s", r.p.pressure.Backoff())
+		if r.p.e.Pressure.Backoff() != 4*time.Second {
+			t.Fatalf("third wake: backoff %v, want 4s", r.p.e.Pressure.Backoff())
 		}
 		r.add("b")
-		if tr.paused || r.p.WakeC(placement.WakePressure) != tr.c || r.p.pressure.Backoff() != 0 || r.p.WakeC(placement.WakePressureResume) != nil {
-			t.Fatalf("a workload added while muted: paused %v, backoff %v; want listened to, back-off reset", tr.paused, r.p.pressure.Backoff())
+		if tr.paused || r.p.e.WakeC(placement.WakePressure) != tr.c || r.p.e.Pressure.Backoff() != 0 || r.p.e.WakeC(placement.WakePressureResume) != nil {
+			t.Fatalf("a workload added while muted: paused %v, backoff %v; want listened to, back-off reset", tr.paused, r.p.e.Pressure.Backoff())
 		}
 		if len(r.armed) != 1 || r.live() != 1 {
 			t.Fatalf("%d armed, %d open; want the one trigger throughout", len(r.armed), r.live())
 		}
-		if s := r.p.stats.PressureWakes.Load(); s != 3 {
+		if s := r.p.e.Stats.PressureWakes.Load(); s != 3 {
 			t.Fatalf("%d pressure wakes counted, want 3", s)
 		}
 		if fmt.Sprint(replans) != "[cpu pressure/false cpu pressure/false cpu pressure/false]" {

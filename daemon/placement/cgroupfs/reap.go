@@ -22,7 +22,7 @@ func (p *Placement) watchExit(name string, pid int) {
 	w, err := sysfs.WatchExit(pid, func(w *sysfs.ExitWatch) { p.sendExit(name, w) })
 	if err != nil {
 		if !errors.Is(err, sysfs.ErrProcessGone) {
-			p.log.WithError(err).WithFields(logrus.Fields{"workload": name, "pid": pid}).Debug("cannot watch the task's exit; the workload is re-checked at the next sample")
+			p.e.Log.WithError(err).WithFields(logrus.Fields{"workload": name, "pid": pid}).Debug("cannot watch the task's exit; the workload is re-checked at the next sample")
 			return
 		}
 		go p.sendExit(name, nil)
@@ -35,7 +35,7 @@ func (p *Placement) watchExit(name string, pid int) {
 func (p *Placement) sendExit(name string, w *sysfs.ExitWatch) {
 	select {
 	case p.exits <- exitEvent{name: name, w: w}:
-	case <-p.done:
+	case <-p.e.LoopDone:
 	}
 }
 

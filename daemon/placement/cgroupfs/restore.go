@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
@@ -27,23 +28,23 @@ func (p *Placement) Restore() bool {
 		b.allowed, _ = p.cg.Allowed()
 	}
 	var todo []*workload
-	for _, n := range p.sortedNames() {
+	for _, n := range p.Names() {
 		if w := p.workloads[n]; w.rec.Written() && !w.rec.Released {
 			todo = append(todo, w)
 		}
 	}
-	ok := placement.RestoreAll(&p.Journal, b, todo)
+	ok := placement.RestoreAll(&p.e.Journal, b, todo)
 	// The flags last: with them set, every cpuset write above would have
 	// rebuilt the sched domains.
-	for _, n := range p.sortedNames() {
+	for _, n := range p.Names() {
 		r := p.workloads[n].rec
 		if !r.LoadBalanceCleared {
 			continue
 		}
 		if on, err := p.cg.SchedLoadBalance(n); err == nil && !on {
 			if err := p.cg.SetSchedLoadBalance(n, true); err != nil && !sysfs.IsGone(err) {
-				p.stats.Errors.Add(1)
-				p.log.WithError(err).WithField("workload", n).Warn("cannot set cpuset.sched_load_balance back to 1; it stays in state.json for the next start")
+				p.e.Stats.Errors.Add(1)
+				p.e.Log.WithError(err).WithField("workload", n).Warn("cannot set cpuset.sched_load_balance back to 1; it stays in state.json for the next start")
 				ok = false
 				continue
 			}
@@ -58,7 +59,7 @@ func (p *Placement) Restore() bool {
 			ok = false // CPUs offline now: given back by a later run
 		}
 	}
-	p.Dirty = true
+	p.e.Dirty = true
 	return ok
 }
 
@@ -70,7 +71,7 @@ type cgroupRestore struct {
 	allowed sysfs.CPUSet
 }
 
-func (b cgroupRestore) Entry(w *workload) placement.Entry { return placement.CgroupEntry(w.rec) }
+func (b cgroupRestore) Values(w *workload) *statefile.Values { return &w.rec.Values }
 
 func (b cgroupRestore) Current(w *workload) (string, error) {
 	cur, err := b.p.readCPUs(w)
@@ -86,7 +87,7 @@ func (b cgroupRestore) Ours(w *workload, cur string) bool {
 }
 
 func (b cgroupRestore) Theirs(w *workload, cur string) {
-	b.p.log.WithFields(logrus.Fields{"workload": w.name, "cpus": cur, "original": w.rec.Original}).Warn("cpuset.cpus was changed by someone else; not restored")
+	b.p.e.Log.WithFields(logrus.Fields{"workload": w.name, "cpus": cur, "original": w.rec.Original}).Warn("cpuset.cpus was changed by someone else; not restored")
 	w.rec.Unverified = false
 	w.cpus, _ = sysfs.ParseCPUList(cur)
 }
@@ -120,25 +121,25 @@ func (b cgroupRestore) PutBack(w *workload, curList string) bool {
 			if sysfs.IsGone(err) {
 				return true
 			}
-			p.stats.Errors.Add(1)
-			p.log.WithError(err).WithField("workload", n).Warn("cannot restore original cpuset; it stays in state.json for the next start")
+			p.e.Stats.Errors.Add(1)
+			p.e.Log.WithError(err).WithField("workload", n).Warn("cannot restore original cpuset; it stays in state.json for the next start")
 			return false
 		}
-		p.stats.Writes.Add(1)
+		p.e.Stats.Writes.Add(1)
 		w.cpus = target
 		if inherit {
 			if now, err := p.readCPUs(w); err == nil {
 				w.cpus = now
 			}
-			p.log.WithFields(logrus.Fields{"workload": n, "cpus": w.cpus.String()}).Info("original cpuset is empty (inherit the parent's), which the kernel refuses to a cgroup with tasks: restored as every CPU, the same effective CPUs")
+			p.e.Log.WithFields(logrus.Fields{"workload": n, "cpus": w.cpus.String()}).Info("original cpuset is empty (inherit the parent's), which the kernel refuses to a cgroup with tasks: restored as every CPU, the same effective CPUs")
 		}
 	}
 	r.Unverified = false
 	if target.Equal(orig) {
-		p.Restored(placement.CgroupEntry(r))
+		p.e.Restored(&r.Values)
 		return true
 	}
 	r.Applied, r.Pending = target.String(), ""
-	p.log.WithFields(logrus.Fields{"workload": n, "original": r.Original, "written": target.String()}).Warn("original cpuset names CPUs that are offline now: restored in part; it stays in state.json and is restored in full once they are back")
+	p.e.Log.WithFields(logrus.Fields{"workload": n, "original": r.Original, "written": target.String()}).Warn("original cpuset names CPUs that are offline now: restored in part; it stays in state.json and is restored in full once they are back")
 	return false
 }

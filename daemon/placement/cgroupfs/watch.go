@@ -48,12 +48,12 @@ func watchCgroupDir(parent string) (cgroupSource, error) {
 // stopping.
 func (p *Placement) pressurePath() string {
 	switch {
-	case p.cfg.PressureFile != "":
-		return p.cfg.PressureFile
+	case p.e.Cfg.PressureFile != "":
+		return p.e.Cfg.PressureFile
 	case p.cg.Version() == sysfs.CgroupV2:
 		return filepath.Join(p.cg.Path(), "cpu.pressure")
 	}
-	return filepath.Join(p.cfg.ProcRoot, "pressure", "cpu")
+	return filepath.Join(p.e.Cfg.ProcRoot, "pressure", "cpu")
 }
 
 // Nil-safe uses of the watch: without one the loop rescans on its
@@ -131,16 +131,16 @@ func (p *Placement) startWatch() {
 	p.stopWatch()
 	w, err := p.newWatch(p.cg.Path())
 	if err != nil {
-		p.log.WithError(err).Warn("cannot watch the workload parent; rescanning every sample interval")
+		p.e.Log.WithError(err).Warn("cannot watch the workload parent; rescanning every sample interval")
 		return
 	}
 	p.watch = w
 	if s, ok := w.(*sysfs.CgroupWatch); ok && !s.ClosesWatched() {
-		p.log.Warn("cannot watch cpuset.cpus for changes by someone else; they are seen at the next write or Rebalance")
+		p.e.Log.Warn("cannot watch cpuset.cpus for changes by someone else; they are seen at the next write or Rebalance")
 	}
-	p.pressure.Configure(p.log, p.pressurePath(), len(p.workloads))
-	if !p.cfg.NoTaskClock {
-		p.clock = placement.NewClockGate(p.log, func(n string) (time.Duration, error) {
+	p.e.Pressure.Configure(p.e.Log, p.pressurePath(), len(p.workloads))
+	if !p.e.Cfg.NoTaskClock {
+		p.e.Clock = placement.NewClockGate(p.e.Log, func(n string) (time.Duration, error) {
 			run, wait, err := p.cg.RunDelay(n)
 			return run + wait, err
 		}, func(cpus int) float64 { return float64(cpus) + placement.WakeMargin }) // as a confirmation
@@ -149,12 +149,9 @@ func (p *Placement) startWatch() {
 }
 
 func (p *Placement) stopWatch() {
-	p.confirm.Drop()
 	if p.watch != nil {
 		p.watch.Close()
 		p.watch = nil
 	}
-	p.pressure.Close()
-	p.clock.Close()
-	p.clock = nil
+	p.e.StopWakes()
 }

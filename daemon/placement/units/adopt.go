@@ -11,7 +11,6 @@ import (
 	"github.com/godbus/dbus/v5"
 	"github.com/sirupsen/logrus"
 
-	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 	"github.com/schedpolicyd/schedpolicyd/systemd"
@@ -35,7 +34,7 @@ func (u *Placement) Scan() bool {
 	list, err := u.mgr.Units(ctx, "*.service", "*.scope")
 	complete := err == nil
 	if err != nil {
-		u.log.WithError(err).WithField("read", len(list)).Warn("listing the managed slices' units was cut short: the units read are taken in, none is forgotten, and the next sample lists them again")
+		u.e.Log.WithError(err).WithField("read", len(list)).Warn("listing the managed slices' units was cut short: the units read are taken in, none is forgotten, and the next sample lists them again")
 	}
 	u.sayRefusedSystem()
 	if !complete && len(list) == 0 {
@@ -73,7 +72,7 @@ func (u *Placement) Scan() bool {
 		u.dropGone(ctx)
 	}
 	u.setRescan(!complete)
-	u.Flush()
+	u.e.Flush()
 	return changed
 }
 
@@ -97,7 +96,7 @@ func (u *Placement) sayRefusedSystem() {
 // of cut-short scans is logged.
 func (u *Placement) setRescan(on bool) {
 	if u.rescan && !on {
-		u.log.WithField("workloads", len(u.workloads)).Info("the managed slices' units listed in full again")
+		u.e.Log.WithField("workloads", len(u.workloads)).Info("the managed slices' units listed in full again")
 	}
 	u.rescan = on
 }
@@ -116,7 +115,7 @@ func (u *Placement) dropGone(ctx context.Context) {
 				continue // the value comes back with a unit of that name
 			}
 			delete(u.records, k)
-			u.Dirty = true
+			u.e.Dirty = true
 		}
 	}
 }
@@ -144,7 +143,7 @@ func (u *Placement) onEvent(msg unitMsg) bool {
 	}
 	switch {
 	case msg.closed:
-		u.log.Warn("the connection to the systemd manager closed; units are no longer followed")
+		u.e.Log.Warn("the connection to the systemd manager closed; units are no longer followed")
 		u.Close()
 		return false
 	case msg.user != nil:
@@ -156,7 +155,7 @@ func (u *Placement) onEvent(msg unitMsg) bool {
 	switch {
 	case ev.Kind == systemd.ReloadStarted:
 		u.reloading[-1] = true
-		u.log.WithField("manager", managerName(-1)).Info("the systemd manager is reloading: its units are held (not forgotten, not set) until it is done")
+		u.e.Log.WithField("manager", managerName(-1)).Info("the systemd manager is reloading: its units are held (not forgotten, not set) until it is done")
 		return false
 	case ev.Kind == systemd.ReloadFinished:
 		return u.reloaded(-1)
@@ -179,7 +178,7 @@ func (u *Placement) onEvent(msg unitMsg) bool {
 			changed = true
 		}
 		u.dropUnloaded(-1, ev.Name)
-		u.Flush()
+		u.e.Flush()
 		return changed
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), unitOpTimeout)
@@ -189,7 +188,7 @@ func (u *Placement) onEvent(msg unitMsg) bool {
 		u.sayRefusedSystem()
 		if _, ok := u.workloads[key]; ok {
 			u.forget(key)
-			u.Flush()
+			u.e.Flush()
 			return true
 		}
 		return false
@@ -201,7 +200,7 @@ func (u *Placement) onEvent(msg unitMsg) bool {
 	if u.consider(-1, u.systemView(info)) {
 		changed = true
 	}
-	u.Flush()
+	u.e.Flush()
 	return changed
 }
 
@@ -220,7 +219,7 @@ func (u *Placement) reloaded(uid int) bool {
 	changed := u.Scan()
 	held := u.held[uid]
 	delete(u.held, uid)
-	u.log.WithFields(logrus.Fields{"manager": managerName(uid), "workloads": len(u.workloads), "before": before, "changed": changed, "start_seen": was}).Info("the systemd manager reloaded: units listed again")
+	u.e.Log.WithFields(logrus.Fields{"manager": managerName(uid), "workloads": len(u.workloads), "before": before, "changed": changed, "start_seen": was}).Info("the systemd manager reloaded: units listed again")
 	return changed || held
 }
 
@@ -240,7 +239,7 @@ func (u *Placement) dropUnloaded(uid int, name string) {
 	}
 	if _, known, lingers := lingering(r); known && !lingers {
 		delete(u.records, k)
-		u.Dirty = true
+		u.e.Dirty = true
 	}
 }
 
@@ -263,7 +262,7 @@ func (u *Placement) consider(uid int, v unitView) bool {
 	if want && !had && uid >= 0 && u.userCount(uid) >= maxUserWorkloads {
 		if p := u.people[uid]; p != nil && !p.full {
 			p.full = true
-			u.log.WithFields(logrus.Fields{"uid": uid, "unit": v.Name, "max": maxUserWorkloads}).Warn("a user's manager has more units in the managed slices than the daemon places; the others are not placed")
+			u.e.Log.WithFields(logrus.Fields{"uid": uid, "unit": v.Name, "max": maxUserWorkloads}).Warn("a user's manager has more units in the managed slices than the daemon places; the others are not placed")
 		}
 		want = false
 	}
@@ -370,16 +369,16 @@ func (u *Placement) refresh(w *unitWorkload, v unitView) (theirs, changed bool) 
 	if cur.Equal(w.cpus) && !again {
 		return false, false
 	}
-	log := u.log.WithFields(logrus.Fields{"unit": w.name, "manager": managerName(w.uid), "allowed_cpus": cur.String(), "was": w.cpus.String()})
+	log := u.e.Log.WithFields(logrus.Fields{"unit": w.name, "manager": managerName(w.uid), "allowed_cpus": cur.String(), "was": w.cpus.String()})
 	if s := cur.String(); s == w.rec.Original && !again {
 		log.Info("AllowedCPUs is back at the unit's original: the value the daemon set is gone")
-		u.Restored(placement.UnitEntry(w.rec))
+		u.e.Restored(&w.rec.Values)
 	} else {
 		if again {
 			log = log.WithField("dropins", v.dropIDs)
 		}
 		log.Warn("AllowedCPUs was changed by someone else; that value is kept as the unit's original")
-		u.Theirs(placement.UnitEntry(w.rec), s)
+		u.e.Theirs(&w.rec.Values, s)
 		theirs = true
 	}
 	w.rec.DropIns = ""
@@ -413,10 +412,10 @@ func (u *Placement) managed(uid int, info systemd.UnitInfo) bool {
 func (u *Placement) adopt(uid int, v unitView, dir string) {
 	cur := sysfs.NewCPUSet(v.AllowedCPUs...)
 	key := statefile.UnitRecord{Manager: managerName(uid), Unit: v.Name}.Key()
-	log := u.log.WithFields(logrus.Fields{"unit": v.Name, "slice": v.Slice, "manager": managerName(uid)})
+	log := u.e.Log.WithFields(logrus.Fields{"unit": v.Name, "slice": v.Slice, "manager": managerName(uid)})
 	r := u.records[key]
 	if r == nil {
-		r = &statefile.UnitRecord{Manager: managerName(uid), Unit: v.Name, Original: cur.String()}
+		r = &statefile.UnitRecord{Manager: managerName(uid), Unit: v.Name, Values: statefile.Values{Original: cur.String()}}
 		u.records[key] = r
 	} else {
 		switch s := cur.String(); {
@@ -424,26 +423,26 @@ func (u *Placement) adopt(uid int, v unitView, dir string) {
 			r.Original, r.DropIns = s, ""
 		case s == r.Original:
 			r.Applied, r.Pending, r.DropIns = "", "", ""
-		case placement.Ours(placement.UnitEntry(r), s, !rewritten(r, v.dropIDs), placement.SameValue):
+		case r.Ours(s, !rewritten(r, v.dropIDs), nil):
 			// A write under way (Pending) made the drop-in anew: its
 			// identity now is the daemon's.
 			log.WithFields(logrus.Fields{"original": r.Original, "cpus": s}).Info("original AllowedCPUs recovered from saved state")
 			r.Applied, r.Pending, r.DropIns = s, "", v.dropIDs
 		default:
 			log.WithFields(logrus.Fields{"saved_original": r.Original, "applied": r.Applied, "cpus": s, "dropins": v.dropIDs}).Warn("AllowedCPUs was changed by someone else while the daemon did not follow the unit; that value is kept as the original")
-			u.Theirs(placement.UnitEntry(r), s)
+			u.e.Theirs(&r.Values, s)
 			r.DropIns = ""
 		}
 	}
-	u.Dirty = true
+	u.e.Dirty = true
 	w := &unitWorkload{name: v.Name, slice: v.Slice, uid: uid, cgroup: dir, rec: r, cpus: cur}
 	if use, err := sysfs.DirUsage(w.cgroup); err == nil {
-		w.avg, w.lastAt = w.avg.Update(use, 0, u.cfg.UtilHalfLife), time.Now()
+		w.avg, w.lastAt = w.avg.Update(use, 0, u.e.Cfg.UtilHalfLife), time.Now()
 	}
 	u.workloads[workloadKey(uid, v.Name)] = w
-	u.pressure.Changed(len(u.workloads)) // the first arms the trigger
+	u.e.Pressure.Changed(len(u.workloads)) // the first arms the trigger
 	u.watchFocus(w)
-	u.backoff.Reset()
+	u.e.Backoff.Reset()
 	log.WithFields(logrus.Fields{"allowed_cpus": cur.String(), "original": r.Original}).Info("adopted unit")
 }
 
@@ -456,12 +455,12 @@ func (u *Placement) forget(key string) {
 		return
 	}
 	delete(u.workloads, key)
-	u.pressure.Changed(len(u.workloads)) // the last closes the trigger
+	u.e.Pressure.Changed(len(u.workloads)) // the last closes the trigger
 	u.unwatchFocus(w)
 	if !w.rec.Written() && !w.rec.Created {
 		delete(u.records, w.rec.Key())
 	}
-	u.Dirty = true
-	u.clock.Remove(key)
-	u.log.WithFields(logrus.Fields{"unit": w.name, "manager": managerName(w.uid)}).Info("unit gone")
+	u.e.Dirty = true
+	u.e.Clock.Remove(key)
+	u.e.Log.WithFields(logrus.Fields{"unit": w.name, "manager": managerName(w.uid)}).Info("unit gone")
 }

@@ -23,23 +23,23 @@ import (
 // administrator's AllowedCPUs= (the original) bounds the choice. Each
 // value is recorded (Pending) and saved before it is set.
 func (u *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.CPUSet, force bool) {
-	u.written = 0
+	u.e.Written = 0
 	if u.mgr == nil || len(u.workloads) == 0 {
-		u.plan = policy.Plan{Policy: eff}
+		u.e.Plan = policy.Plan{Policy: eff}
 		return
 	}
-	if !u.Flush() {
-		u.plan = policy.Plan{Policy: eff, Lazy: u.plan.Lazy}
+	if !u.e.Flush() {
+		u.e.Plan = policy.Plan{Policy: eff, Lazy: u.e.Plan.Lazy}
 		return
 	}
-	lazy, fresh := placement.LazyInput(u.plan.Lazy, u.asked, eff, u.online, online, force)
-	u.asked = eff
+	lazy, fresh := placement.LazyInput(u.e.Plan.Lazy, u.e.Asked, eff, u.online, online, force)
+	u.e.Asked = eff
 	in := policy.Input{
 		Topology: topo, Allowed: online.List(), Policy: eff,
-		Lazy: lazy, Now: time.Now(), MaxInterval: u.cfg.SampleInterval,
-		DisableLazy: fresh, Slices: u.cfg.Slices,
+		Lazy: lazy, Now: time.Now(), MaxInterval: u.e.Cfg.SampleInterval,
+		DisableLazy: fresh, Slices: u.e.Cfg.Slices,
 	}
-	names := u.sortedNames()
+	names := u.Names()
 	users := map[int][]userWrite{}
 	for _, n := range names {
 		w := u.workloads[n]
@@ -54,7 +54,7 @@ func (u *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.
 			Class: w.class(), Slice: w.slice})
 	}
 	plan := policy.PlanPlacement(in)
-	u.plan, u.online = plan, online
+	u.e.Plan, u.online = plan, online
 
 	type set struct {
 		w    *unitWorkload
@@ -93,12 +93,12 @@ func (u *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.
 			u.queueUserWrite(w, want, pending, users)
 			continue
 		}
-		batch = append(batch, placement.JournalWrite{Entry: placement.UnitEntry(w.rec), Pending: pending, Value: want.String()})
+		batch = append(batch, placement.JournalWrite{Values: &w.rec.Values, Pending: pending, Value: want.String()})
 		sets = append(sets, set{w, want})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), unitOpTimeout)
 	defer cancel()
-	u.WriteAll(batch, func(i int) placement.WriteOutcome {
+	u.e.WriteAll(batch, func(i int) placement.WriteOutcome {
 		w := sets[i].w
 		return u.setOne(ctx, w, sets[i].want, plan.Policies[workloadKey(w.uid, w.name)])
 	})
@@ -122,12 +122,12 @@ func (u *Placement) queueUserWrite(w *unitWorkload, want sysfs.CPUSet, pending s
 	if !w.rec.Written() && u.userRecords(w.uid) >= maxUserRecords {
 		if !p.recordsFull {
 			p.recordsFull = true
-			u.log.WithFields(logrus.Fields{"uid": w.uid, "unit": w.name, "max": maxUserRecords}).Warn("the daemon holds as many records of a user's units as it keeps; no new AllowedCPUs= is set on that user's units until some are reset")
+			u.e.Log.WithFields(logrus.Fields{"uid": w.uid, "unit": w.name, "max": maxUserRecords}).Warn("the daemon holds as many records of a user's units as it keeps; no new AllowedCPUs= is set on that user's units until some are reset")
 		}
 		return
 	}
 	if pending != "" {
-		u.Begin(placement.UnitEntry(w.rec), pending)
+		u.e.Begin(&w.rec.Values, pending)
 	}
 	users[w.uid] = append(users[w.uid], userWrite{key: w.rec.Key(), name: w.name, want: want, expect: w.cpus.String(), expectIDs: w.rec.DropIns})
 }
@@ -151,27 +151,27 @@ func (u *Placement) userRecords(uid int) int {
 // sendUserWrites hands each user's batch to its link, once state.json
 // holds their pending values (nothing is sent without: they stay
 // recorded in memory, saved with the next save, as WriteAll's). The
-// results come back as the link's message (takeWritten).
+// results come back as the link's message (takeUserWritten).
 func (u *Placement) sendUserWrites(users map[int][]userWrite) {
-	if len(users) == 0 || !u.Flush() {
+	if len(users) == 0 || !u.e.Flush() {
 		return
 	}
 	for uid, ws := range users {
 		p := u.people[uid]
 		p.writing = true
-		u.written += len(ws)
+		u.e.Written += len(ws)
 		p.link.ask(func(w *linkWork) { w.writes = append(w.writes, ws...) })
 	}
 }
 
-// takeWritten takes a user's link's results of a batch of writes (see
+// takeUserWritten takes a user's link's results of a batch of writes (see
 // writeResult), as WriteAll steps the system units' batch: done, the
 // value is applied; refused or not made, the pending value is cleared;
 // the unit changed meanwhile, what it holds is taken in (refresh) and it
 // is planned again; unknown (the connection failed during the call),
 // the pending value stays recorded, as a crash would leave it. It
 // reports whether the user's units wait for another plan.
-func (u *Placement) takeWritten(p *userManager, results []writeResult) bool {
+func (u *Placement) takeUserWritten(p *userManager, results []writeResult) bool {
 	p.writing = false
 	replan := p.again
 	p.again = false
@@ -180,14 +180,14 @@ func (u *Placement) takeWritten(p *userManager, results []writeResult) bool {
 		if rec == nil {
 			continue
 		}
-		e := placement.UnitEntry(rec)
+		e := &rec.Values
 		w := u.workloads[workloadKey(p.uid, r.name)]
-		log := u.log.WithFields(logrus.Fields{"unit": r.name, "manager": managerName(p.uid)})
+		log := u.e.Log.WithFields(logrus.Fields{"unit": r.name, "manager": managerName(p.uid)})
 		switch r.outcome {
 		case writeDone:
-			u.Done(e, r.want.String())
+			u.e.Done(e, r.want.String())
 			rec.DropIns = r.dropIDs
-			u.stats.Writes.Add(1)
+			u.e.Stats.Writes.Add(1)
 			if w != nil {
 				log.WithFields(logrus.Fields{"from": w.cpus.String(), "to": r.want.String()}).Debug("AllowedCPUs set")
 				w.cpus = r.want
@@ -196,20 +196,20 @@ func (u *Placement) takeWritten(p *userManager, results []writeResult) bool {
 			if w != nil && r.view != nil {
 				u.refresh(w, *r.view)
 			}
-			u.Failed(e)
+			u.e.Failed(e)
 			replan = true
 		case writeGone:
-			u.Failed(e)
+			u.e.Failed(e)
 		case writeUnknown:
-			u.stats.Errors.Add(1)
+			u.e.Stats.Errors.Add(1)
 			log.WithError(r.err).Warn("setting AllowedCPUs through the user's manager failed on the connection; the value is kept recorded as pending")
 		default:
-			u.stats.Errors.Add(1)
+			u.e.Stats.Errors.Add(1)
 			log.WithError(r.err).Warn("AllowedCPUs refused")
-			u.Failed(e)
+			u.e.Failed(e)
 		}
 	}
-	u.Dirty = true
+	u.e.Dirty = true
 	return replan
 }
 
@@ -229,20 +229,20 @@ func (u *Placement) setOne(ctx context.Context, w *unitWorkload, want sysfs.CPUS
 		}
 		if changed {
 			// Back at its original: the value is recorded anew.
-			u.Begin(placement.UnitEntry(w.rec), u.pendingFor(want))
-			if !u.Flush() {
+			u.e.Begin(&w.rec.Values, u.pendingFor(want))
+			if !u.e.Flush() {
 				return placement.WriteFailed
 			}
 		}
 	}
 	if err := u.setAllowed(ctx, m, w.name, want); err != nil {
-		u.stats.Errors.Add(1)
-		u.log.WithError(err).WithFields(logrus.Fields{"unit": w.name, "manager": managerName(w.uid)}).Warn("AllowedCPUs refused")
+		u.e.Stats.Errors.Add(1)
+		u.e.Log.WithError(err).WithFields(logrus.Fields{"unit": w.name, "manager": managerName(w.uid)}).Warn("AllowedCPUs refused")
 		return placement.WriteFailed
 	}
-	u.stats.Writes.Add(1)
-	u.written++
-	u.log.WithFields(logrus.Fields{"unit": w.name, "from": w.cpus.String(), "to": want.String(), "policy": pol}).Debug("AllowedCPUs set")
+	u.e.Stats.Writes.Add(1)
+	u.e.Written++
+	u.e.Log.WithFields(logrus.Fields{"unit": w.name, "from": w.cpus.String(), "to": want.String(), "policy": pol}).Debug("AllowedCPUs set")
 	w.cpus = want
 	w.rec.DropIns = ""
 	if paths, err := m.DropInPaths(ctx, w.name); err == nil {
@@ -283,11 +283,11 @@ func (u *Placement) Restore() bool {
 		todo = append(todo, &unitRestoring{key: k, r: r})
 	}
 	ok := u.restoreUsers(ctx, users)
-	if !placement.RestoreAll(&u.Journal, &unitRestore{u: u, ctx: ctx}, todo) {
+	if !placement.RestoreAll(&u.e.Journal, &unitRestore{u: u, ctx: ctx}, todo) {
 		ok = false
 	}
 	u.dropGone(ctx)
-	u.Dirty = true
+	u.e.Dirty = true
 	return ok
 }
 
@@ -336,7 +336,7 @@ func (u *Placement) restoreUsers(ctx context.Context, users map[int][]*statefile
 			// may refuse (its record then waits for the next start).
 			orig, _ := sysfs.ParseCPUList(r.Original)
 			if p := u.pendingFor(orig); orig.IsEmpty() && p != "" && r.Pending == "" {
-				u.Begin(placement.UnitEntry(r), p)
+				u.e.Begin(&r.Values, p)
 				a.req.widen = append(a.req.widen, r.Key())
 			}
 		}
@@ -345,7 +345,7 @@ func (u *Placement) restoreUsers(ctx context.Context, users map[int][]*statefile
 	if len(all) == 0 {
 		return ok
 	}
-	if !u.Flush() {
+	if !u.e.Flush() {
 		for _, a := range all {
 			for k, r := range a.recs {
 				r.Pending = a.was[k]
@@ -366,7 +366,7 @@ func (u *Placement) restoreUsers(ctx context.Context, users map[int][]*statefile
 		select {
 		case a.reply = <-a.req.reply:
 		case <-deadline.C:
-			u.log.WithField("uid", a.uid).Warn("the user's manager did not answer the reset in time; its units' AllowedCPUs= stay in state.json for the next start")
+			u.e.Log.WithField("uid", a.uid).Warn("the user's manager did not answer the reset in time; its units' AllowedCPUs= stay in state.json for the next start")
 			ok = false
 		}
 		if a.temp {
@@ -399,7 +399,7 @@ func (u *Placement) linkFor(ctx context.Context, uid int) (link *userLink, temp 
 	}
 	info, err := u.mgr.UnitInfo(ctx, "user@"+strconv.Itoa(uid)+".service")
 	if err != nil && !isNoSuchUnit(err) {
-		u.log.WithError(err).WithField("uid", uid).Warn("cannot ask the system manager about the user's manager; its units' AllowedCPUs= stay in state.json for the next start")
+		u.e.Log.WithError(err).WithField("uid", uid).Warn("cannot ask the system manager about the user's manager; its units' AllowedCPUs= stay in state.json for the next start")
 		return nil, false
 	}
 	if err != nil || info.LoadState == "not-found" || info.MainPID == 0 || (info.ActiveState != "active" && info.ActiveState != "reloading") {
@@ -413,19 +413,19 @@ func (u *Placement) linkFor(ctx context.Context, uid int) (link *userLink, temp 
 // its Pending before the widening step), as RestoreAll steps the system
 // manager's records; it reports whether the record is done with.
 func (u *Placement) takeRestored(uid int, r *statefile.UnitRecord, was string, res restoreResult) bool {
-	e := placement.UnitEntry(r)
-	log := u.log.WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager})
+	e := &r.Values
+	log := u.e.Log.WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager})
 	switch res.outcome {
 	case restoreDone:
-		u.stats.Writes.Add(1)
-		u.Restored(e)
+		u.e.Stats.Writes.Add(1)
+		u.e.Restored(e)
 		r.DropIns = ""
 		if w := u.workloads[workloadKey(uid, r.Unit)]; w != nil {
 			w.cpus, _ = sysfs.ParseCPUList(r.Original)
 		}
 		return true
 	case restoreGone:
-		u.Restored(e)
+		u.e.Restored(e)
 		delete(u.records, r.Key())
 		return true
 	case restoreTheirs:
@@ -434,22 +434,22 @@ func (u *Placement) takeRestored(uid int, r *statefile.UnitRecord, was string, r
 			log.WithFields(logrus.Fields{"allowed_cpus": res.cur, "original": r.Original, "dropins": res.dropIDs}).Warn("AllowedCPUs was changed by someone else; not restored")
 		}
 		r.DropIns = ""
-		u.Theirs(e, res.cur)
+		u.e.Theirs(e, res.cur)
 		return true
 	case restoreLingers:
 		r.Pending = was
-		u.Dirty = true
+		u.e.Dirty = true
 		log.WithFields(logrus.Fields{"dropin": res.path, "allowed_cpus": r.Applied + r.Pending}).Warn("the unit is gone but the AllowedCPUs= the daemon set stays in its runtime drop-in, which a unit loaded again under that name starts with, and systemd cannot change it while the unit is not found; it stays in state.json, and the daemon resets it once the unit is back (a reboot removes it)")
 		return false
 	case restoreUnknown:
-		u.stats.Errors.Add(1)
+		u.e.Stats.Errors.Add(1)
 		log.WithError(res.err).Warn("cannot restore AllowedCPUs (the user's manager failed during the reset); it stays in state.json for the next start")
 		return false
 	}
 	r.Pending = was
-	u.Dirty = true
+	u.e.Dirty = true
 	if res.err != nil {
-		u.stats.Errors.Add(1)
+		u.e.Stats.Errors.Add(1)
 	}
 	log.WithError(res.err).Warn("cannot restore AllowedCPUs; it stays in state.json for the next start")
 	return false
@@ -474,7 +474,7 @@ type unitRestoring struct {
 // runtime drop-in (lingering).
 var errLingers = errors.New("the unit's runtime drop-in outlives it")
 
-func (b *unitRestore) Entry(it *unitRestoring) placement.Entry { return placement.UnitEntry(it.r) }
+func (b *unitRestore) Values(it *unitRestoring) *statefile.Values { return &it.r.Values }
 
 // Current reads the unit's AllowedCPUs= through the system manager.
 // ErrGone: the unit is gone, and the daemon's value with it.
@@ -483,14 +483,14 @@ func (b *unitRestore) Current(it *unitRestoring) (string, error) {
 	info, err := u.mgr.UnitInfo(b.ctx, r.Unit)
 	if err == nil && info.LoadState == "not-found" || isNoSuchUnit(err) {
 		if path, _, lingers := lingering(r); lingers {
-			u.log.WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager, "dropin": path, "allowed_cpus": r.Applied + r.Pending}).Warn("the unit is gone but the AllowedCPUs= the daemon set stays in its runtime drop-in, which a unit loaded again under that name starts with, and systemd cannot change it while the unit is not found; it stays in state.json, and the daemon resets it once the unit is back (a reboot removes it)")
+			u.e.Log.WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager, "dropin": path, "allowed_cpus": r.Applied + r.Pending}).Warn("the unit is gone but the AllowedCPUs= the daemon set stays in its runtime drop-in, which a unit loaded again under that name starts with, and systemd cannot change it while the unit is not found; it stays in state.json, and the daemon resets it once the unit is back (a reboot removes it)")
 			return "", errLingers
 		}
-		u.Restored(placement.UnitEntry(r)) // gone, and its runtime values with it
+		u.e.Restored(&r.Values) // gone, and its runtime values with it
 		return "", placement.ErrGone
 	}
 	if err != nil {
-		u.log.WithError(err).WithField("unit", r.Unit).Warn("cannot read AllowedCPUs to restore it; it stays in state.json for the next start")
+		u.e.Log.WithError(err).WithField("unit", r.Unit).Warn("cannot read AllowedCPUs to restore it; it stays in state.json for the next start")
 		return "", err
 	}
 	it.ids = dropIns(info.DropInPaths)
@@ -500,7 +500,7 @@ func (b *unitRestore) Current(it *unitRestoring) (string, error) {
 // Ours: the unit's identity is its AllowedCPUs= drop-ins as the daemon's
 // last write left them (rewritten).
 func (b *unitRestore) Ours(it *unitRestoring, cur string) bool {
-	return placement.Ours(placement.UnitEntry(it.r), cur, !rewritten(it.r, it.ids), placement.SameValue)
+	return it.r.Ours(cur, !rewritten(it.r, it.ids), nil)
 }
 
 // Theirs says so unless the unit is back at its original (its runtime
@@ -508,7 +508,7 @@ func (b *unitRestore) Ours(it *unitRestoring, cur string) bool {
 func (b *unitRestore) Theirs(it *unitRestoring, cur string) {
 	r := it.r
 	if again := cur != r.Pending && rewritten(r, it.ids); cur != r.Original || again {
-		b.u.log.WithFields(logrus.Fields{"unit": r.Unit, "allowed_cpus": cur, "original": r.Original, "dropins": it.ids}).Warn("AllowedCPUs was changed by someone else; not restored")
+		b.u.e.Log.WithFields(logrus.Fields{"unit": r.Unit, "allowed_cpus": cur, "original": r.Original, "dropins": it.ids}).Warn("AllowedCPUs was changed by someone else; not restored")
 	}
 	r.DropIns = ""
 }
@@ -517,26 +517,26 @@ func (b *unitRestore) Theirs(it *unitRestoring, cur string) {
 // recording the widening step first.
 func (b *unitRestore) PutBack(it *unitRestoring, _ string) bool {
 	u, r := b.u, it.r
-	e := placement.UnitEntry(r)
+	e := &r.Values
 	orig, _ := sysfs.ParseCPUList(r.Original)
 	if p := u.pendingFor(orig); p != "" && p != r.Pending {
 		// The widening step (setAllowed) is a value of ours too:
 		// recorded before it is set.
-		u.Begin(e, p)
-		if !u.Flush() {
+		u.e.Begin(e, p)
+		if !u.e.Flush() {
 			return false
 		}
 	}
 	if err := u.setAllowed(b.ctx, u.mgr, r.Unit, orig); isNoSuchUnit(err) {
-		u.Restored(e)
+		u.e.Restored(e)
 		return true
 	} else if err != nil {
-		u.stats.Errors.Add(1)
-		u.log.WithError(err).WithField("unit", r.Unit).Warn("cannot restore AllowedCPUs; it stays in state.json for the next start")
+		u.e.Stats.Errors.Add(1)
+		u.e.Log.WithError(err).WithField("unit", r.Unit).Warn("cannot restore AllowedCPUs; it stays in state.json for the next start")
 		return false
 	}
-	u.stats.Writes.Add(1)
-	u.Restored(e)
+	u.e.Stats.Writes.Add(1)
+	u.e.Restored(e)
 	r.DropIns = ""
 	if w := u.workloads[workloadKey(recordUID(r.Manager), r.Unit)]; w != nil {
 		w.cpus = orig
@@ -555,7 +555,7 @@ func (b *unitRestore) PutBack(it *unitRestoring, _ string) bool {
 // the unit had.
 func (u *Placement) setAllowed(ctx context.Context, m unitManager, name string, cpus sysfs.CPUSet) error {
 	if cpus.IsEmpty() && u.unified {
-		if all, err := possibleCPUs(sysfsRoot(u.cfg)); err == nil && !all.IsEmpty() {
+		if all, err := possibleCPUs(sysfsRoot(u.e.Cfg)); err == nil && !all.IsEmpty() {
 			if err := m.SetAllowedCPUs(ctx, name, all.List()); err != nil {
 				return err
 			}
@@ -570,7 +570,7 @@ func (u *Placement) setAllowed(ctx context.Context, m unitManager, name string, 
 // leaves a value the next start knows as ours).
 func (u *Placement) pendingFor(cpus sysfs.CPUSet) string {
 	if cpus.IsEmpty() && u.unified {
-		if all, err := possibleCPUs(sysfsRoot(u.cfg)); err == nil {
+		if all, err := possibleCPUs(sysfsRoot(u.e.Cfg)); err == nil {
 			return all.String()
 		}
 	}

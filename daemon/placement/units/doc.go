@@ -6,6 +6,6 @@
 // It follows systemd's unit signals (from the name's owner only) instead
 // of polling, holds placement across a daemon-reload, and reaches each
 // manager through unitManager, a small interface over *systemd.Manager
-// that its tests satisfy with an in-memory manager. Placement implements
-// placement.Backend.
+// that its tests satisfy with an in-memory manager. Placement is a
+// placement.Driver, made with the placement.Engine that holds it.
 package units

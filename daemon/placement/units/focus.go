@@ -56,7 +56,7 @@ func (u *Placement) startFocus() error {
 		return err
 	}
 	u.focus = &focusWatch{w: w, byDir: map[string]string{}, perUID: map[int]int{}}
-	go coalesceFocus(w, u.msgs, u.done, u.log)
+	go coalesceFocus(w, u.msgs, u.done, u.e.Log)
 	return nil
 }
 
@@ -125,7 +125,7 @@ func (u *Placement) watchFocus(w *unitWorkload) {
 		return // counts as an unfocused app
 	}
 	if err := u.focus.w.Add(w.cgroup); err != nil {
-		u.log.WithError(err).WithField("unit", w.name).Warn("cannot watch an app's cgroup for focus changes")
+		u.e.Log.WithError(err).WithField("unit", w.name).Warn("cannot watch an app's cgroup for focus changes")
 		return
 	}
 	u.focus.byDir[w.cgroup] = workloadKey(w.uid, w.name)
@@ -170,7 +170,7 @@ func (u *Placement) onFocus(m unitMsg) bool {
 		if f := readFocused(w.cgroup); f != w.focused {
 			w.focused = f
 			changed = true
-			u.log.WithFields(logrus.Fields{"unit": w.name, "uid": w.uid, "focused": f}).Debug("focus changed")
+			u.e.Log.WithFields(logrus.Fields{"unit": w.name, "uid": w.uid, "focused": f}).Debug("focus changed")
 		}
 	}
 	return changed

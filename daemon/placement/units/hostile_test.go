@@ -63,13 +63,13 @@ func newHostile(t *testing.T) *hostileUnits {
 	h.log = logtest.NewLocal(log)
 	cfg := &placement.Config{Manage: []string{"app.slice", "background.slice", "session.slice"}, SysfsRoot: root, RunRoot: root + "/run", Bus: "system",
 		SampleInterval: time.Second, UtilHalfLife: policy.DefaultHalfLife, NoTaskClock: true, ProcRoot: root + "/proc", Log: log}
-	h.u = New(cfg, log, &placement.Counters{})
+	h.u = New(placement.NewEngine(cfg, log, &placement.Counters{}, nil))
 	// Deadlines long enough for an honest fake on a loaded machine (a
 	// spurious drop would break the tests' sequences), short enough that
 	// the tests that wait for one do not wait long.
 	h.u.linkTiming = linkTiming{connect: 2 * time.Second, call: 2 * time.Second, list: 3 * time.Second,
 		backoffMin: 20 * time.Millisecond, backoffMax: 100 * time.Millisecond, restore: 4 * time.Second}
-	h.u.Save = func() error { return nil }
+	h.u.e.Save = func() error { return nil }
 	if !h.u.unified {
 		t.Fatal("the mock cgroup tree does not read as cgroup v2")
 	}
@@ -109,7 +109,7 @@ func (h *hostileUnits) pump(what string, pol policy.Policy, cond func() bool) {
 			if _, ok := m.(linkMsg); ok {
 				h.msgs++
 			}
-			h.u.OnMsg(m, func(string, bool) { h.apply(pol) })
+			h.u.OnMsg(m).Do(func(string, bool) { h.apply(pol) })
 		case <-guard:
 			h.t.Fatalf("no %s within a minute", what)
 		}
@@ -129,7 +129,7 @@ func (h *hostileUnits) linkUp() bool {
 // workloads lists the user's workloads.
 func (h *hostileUnits) workloads() string {
 	var out []string
-	for _, n := range h.u.sortedNames() {
+	for _, n := range h.u.Names() {
 		if w := h.u.workloads[n]; w.uid == hostile {
 			out = append(out, w.name)
 		}
@@ -269,7 +269,7 @@ func TestUserManagerLies(t *testing.T) {
 	h.usr.NotUTF8(true)
 	h.serve()
 	h.pump("the honest unit", policy.Powersaving, func() bool { return h.workloads() == "app-good.scope" })
-	h.u.sample()
+	h.u.Sample()
 	for _, what := range []string{"refused what a user's manager sent"} {
 		if !h.warned(what) {
 			t.Errorf("no warning %q naming the user", what)

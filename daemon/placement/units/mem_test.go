@@ -48,7 +48,7 @@ func newMemUnits(t *testing.T, saved ...statefile.UnitRecord) *memUnits {
 	h.m = newMemManager(t, -1, dir, &h.journal)
 	cfg := &placement.Config{Manage: []string{"schedpolicyd.slice"}, SampleInterval: time.Second, UtilHalfLife: policy.DefaultHalfLife,
 		NoTaskClock: true, ProcRoot: dir + "/proc"}
-	u := New(cfg, testutil.Logger(t), &placement.Counters{})
+	u := New(placement.NewEngine(cfg, testutil.Logger(t), &placement.Counters{}, nil))
 	u.unified = false
 	u.cgroupRoot = dir + "/cgroup"
 	u.connect = func(ctx context.Context, uid int) (unitManager, error) {
@@ -58,7 +58,7 @@ func newMemUnits(t *testing.T, saved ...statefile.UnitRecord) *memUnits {
 		return h.m, nil
 	}
 	u.load(saved)
-	u.Save = func() error {
+	u.e.Save = func() error {
 		h.journal = append(h.journal, "save "+recs(u.recordList()))
 		return nil
 	}
@@ -143,13 +143,13 @@ func TestMemUnitsApply(t *testing.T) {
 		h.m.start("b.service", "schedpolicyd.slice", false)
 		h.m.start("other.service", "system.slice", false)
 		h.open()
-		if got := h.u.sortedNames(); strings.Join(got, " ") != "a.service b.service" {
+		if got := h.u.Names(); strings.Join(got, " ") != "a.service b.service" {
 			t.Fatalf("workloads %v, want a.service and b.service", got)
 		}
 
 		h.apply(policy.Powersaving)
 		for _, n := range []string{"a.service", "b.service"} {
-			testutil.WantEq(t, n+": the plan's CPUs", fmt.Sprint(h.u.plan.CPUs[n]), "[0]")
+			testutil.WantEq(t, n+": the plan's CPUs", fmt.Sprint(h.u.e.Plan.CPUs[n]), "[0]")
 			testutil.WantEq(t, n+": AllowedCPUs=", h.m.allowedOf(n), "0")
 		}
 		testutil.WantEq(t, "powersaving: saves and writes", h.taken(),
@@ -181,7 +181,7 @@ func TestMemUnitsApply(t *testing.T) {
 // nothing to reset. Every record is done with: state.json holds none.
 func TestMemUnitsRestore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newMemUnits(t, statefile.UnitRecord{Manager: "system", Unit: "e.service", Applied: "0"})
+		h := newMemUnits(t, statefile.UnitRecord{Manager: "system", Unit: "e.service", Values: statefile.Values{Applied: "0"}})
 		h.m.start("e.service", "schedpolicyd.slice", false)
 		h.m.admin("e.service", true, 1)
 		h.m.stop("e.service")
@@ -234,7 +234,7 @@ func TestMemUnitsAdoptAdminOriginal(t *testing.T) {
 		}
 		h.apply(policy.Powersaving)
 		for _, n := range []string{"file.service", "admin.service"} {
-			testutil.WantEq(t, n+": the plan's CPUs for powersaving", fmt.Sprint(h.u.plan.CPUs[n]), "[0]")
+			testutil.WantEq(t, n+": the plan's CPUs for powersaving", fmt.Sprint(h.u.e.Plan.CPUs[n]), "[0]")
 		}
 		h.apply(policy.Performance)
 		if !h.u.Restore() {
@@ -281,13 +281,13 @@ func TestMemUnitsAdoptSaved(t *testing.T) {
 		h.m.stop("gone.scope")
 
 		saved := []statefile.UnitRecord{
-			{Manager: "system", Unit: "p.service", Pending: "0"},                             // crashed after the write, before "applied" was saved
-			{Manager: "system", Unit: "q.service", Applied: "0", DropIns: ours["q.service"]}, // still ours
-			{Manager: "system", Unit: "r.service", Applied: "0", DropIns: "/run/gone@1.2"},   // its runtime drop-in gone (a reboot)
-			{Manager: "system", Unit: "s.service", Applied: "0", DropIns: ours["s.service"]}, // someone else's value since
-			{Manager: "system", Unit: "t.service", Pending: "0"},                             // crashed before the write
-			{Manager: "system", Unit: "v.service", Applied: "0", DropIns: ours["v.service"]}, // the same value, written anew by someone else
-			{Manager: "system", Unit: "gone.scope", Applied: "0", DropIns: gone},             // the unit is gone
+			{Manager: "system", Unit: "p.service", Values: statefile.Values{Pending: "0"}},                             // crashed after the write, before "applied" was saved
+			{Manager: "system", Unit: "q.service", Values: statefile.Values{Applied: "0"}, DropIns: ours["q.service"]}, // still ours
+			{Manager: "system", Unit: "r.service", Values: statefile.Values{Applied: "0"}, DropIns: "/run/gone@1.2"},   // its runtime drop-in gone (a reboot)
+			{Manager: "system", Unit: "s.service", Values: statefile.Values{Applied: "0"}, DropIns: ours["s.service"]}, // someone else's value since
+			{Manager: "system", Unit: "t.service", Values: statefile.Values{Pending: "0"}},                             // crashed before the write
+			{Manager: "system", Unit: "v.service", Values: statefile.Values{Applied: "0"}, DropIns: ours["v.service"]}, // the same value, written anew by someone else
+			{Manager: "system", Unit: "gone.scope", Values: statefile.Values{Applied: "0"}, DropIns: gone},             // the unit is gone
 		}
 		h.u.load(saved)
 		h.open()
@@ -342,7 +342,7 @@ func TestMemUnitsRemovedDropsRecord(t *testing.T) {
 		h.m.remove("f.service")
 		testutil.WantEq(t, "changes reported", fmt.Sprint(h.follow(nil)), "[true false true false]")
 		if len(h.u.workloads) != 0 {
-			t.Fatalf("workloads %v after both units went", h.u.sortedNames())
+			t.Fatalf("workloads %v after both units went", h.u.Names())
 		}
 		testutil.WantEq(t, "saves", h.taken(),
 			"save f.service orig= pending= applied=0; t.service orig= pending= applied=0 | save f.service orig= pending= applied=0 | "+
@@ -407,7 +407,7 @@ func TestMemUnitsReloadHeld(t *testing.T) {
 		h.m.reloadBegin()
 		perf := func() { h.apply(policy.Performance) }
 		testutil.WantEq(t, "changes reported as the reload starts", fmt.Sprint(h.follow(perf)), "[false false false]")
-		testutil.WantEq(t, "workloads while reloading", strings.Join(h.u.sortedNames(), " "), "a.service b.service")
+		testutil.WantEq(t, "workloads while reloading", strings.Join(h.u.Names(), " "), "a.service b.service")
 		perf()
 		testutil.WantEq(t, "writes while reloading", h.taken(), "")
 
@@ -493,15 +493,15 @@ func TestMemUnitsScanCutShort(t *testing.T) {
 		h.m.start("z.service", "schedpolicyd.slice", false)
 		h.m.unitsRead = 0 // the start's scan reads nothing in time
 		h.open()
-		testutil.WantEq(t, "workloads after the start's scan that read nothing", strings.Join(h.u.sortedNames(), " "), "")
-		if !h.u.rescan || !h.u.Sampling() {
-			t.Fatalf("no workloads and a scan cut short: rescan %v, sampling %v; want both (the next sample scans)", h.u.rescan, h.u.Sampling())
+		testutil.WantEq(t, "workloads after the start's scan that read nothing", strings.Join(h.u.Names(), " "), "")
+		if !h.u.rescan || !h.u.e.Sampling() {
+			t.Fatalf("no workloads and a scan cut short: rescan %v, sampling %v; want both (the next sample scans)", h.u.rescan, h.u.e.Sampling())
 		}
 		h.m.unitsRead = -1
-		if !h.u.OnSample() {
+		if !h.u.e.OnSample() {
 			t.Fatal("the sample's full scan reported no change; it adopted z.service")
 		}
-		testutil.WantEq(t, "workloads after the sample's scan", strings.Join(h.u.sortedNames(), " "), "z.service")
+		testutil.WantEq(t, "workloads after the sample's scan", strings.Join(h.u.Names(), " "), "z.service")
 		if h.u.rescan {
 			t.Fatal("rescan still set after a full scan")
 		}
@@ -513,29 +513,29 @@ func TestMemUnitsScanCutShort(t *testing.T) {
 		if !h.u.Scan() {
 			t.Fatal("the cut-short scan reported no change; it adopted a.service")
 		}
-		testutil.WantEq(t, "workloads after a scan cut short after one unit", strings.Join(h.u.sortedNames(), " "), "a.service z.service")
+		testutil.WantEq(t, "workloads after a scan cut short after one unit", strings.Join(h.u.Names(), " "), "a.service z.service")
 		if !h.u.rescan {
 			t.Fatal("rescan not set after a scan cut short")
 		}
 
 		// Nothing read at all: still nothing forgotten, still due.
 		h.m.unitsRead = 0
-		if h.u.OnSample() {
+		if h.u.e.OnSample() {
 			t.Fatal("a sample whose scan read nothing reported a change")
 		}
-		testutil.WantEq(t, "workloads after a scan that read nothing", strings.Join(h.u.sortedNames(), " "), "a.service z.service")
+		testutil.WantEq(t, "workloads after a scan that read nothing", strings.Join(h.u.Names(), " "), "a.service z.service")
 
 		h.m.unitsRead = -1
 		h.m.stop("z.service")
-		if !h.u.OnSample() {
+		if !h.u.e.OnSample() {
 			t.Fatal("the sample's full scan reported no change")
 		}
-		testutil.WantEq(t, "workloads after the full scan", strings.Join(h.u.sortedNames(), " "), "a.service b.service c.service")
+		testutil.WantEq(t, "workloads after the full scan", strings.Join(h.u.Names(), " "), "a.service b.service c.service")
 		if h.u.rescan {
 			t.Fatal("rescan still set after a full scan")
 		}
 		calls := h.m.calls["Units"]
-		h.u.OnSample()
+		h.u.e.OnSample()
 		if h.m.calls["Units"] != calls {
 			t.Fatalf("a sample after a full scan listed the units again (%d → %d calls)", calls, h.m.calls["Units"])
 		}

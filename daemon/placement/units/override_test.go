@@ -16,7 +16,8 @@ import (
 // unitsWith is a units placement holding workloads (no manager: what is
 // tested here never calls one).
 func unitsWith(ws ...*unitWorkload) *Placement {
-	u := &Placement{cfg: &placement.Config{}, log: logrus.New(), stats: &placement.Counters{}, workloads: map[string]*unitWorkload{}}
+	u := &Placement{e: placement.NewEngine(&placement.Config{}, logrus.New(), &placement.Counters{}, nil), workloads: map[string]*unitWorkload{}}
+	u.attach()
 	for _, w := range ws {
 		w.rec = &statefile.UnitRecord{Unit: w.name}
 		u.workloads[workloadKey(w.uid, w.name)] = w

@@ -55,14 +55,14 @@ func TestUnitsPressureArmedWithUnits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newMemUnits(t)
 		var o triggers
-		h.u.pressure.Open = o.open
+		h.u.e.Pressure.Open = o.open
 		h.open()
-		if len(o.armed) != 0 || h.u.WakeC(placement.WakePressure) != nil {
+		if len(o.armed) != 0 || h.u.e.WakeC(placement.WakePressure) != nil {
 			t.Fatalf("opened with no unit: %d armed, want none", len(o.armed))
 		}
 		h.m.start("a.service", "schedpolicyd.slice", true)
 		h.follow(nil)
-		if len(o.armed) != 1 || o.live() != 1 || h.u.WakeC(placement.WakePressure) != o.armed[0].c {
+		if len(o.armed) != 1 || o.live() != 1 || h.u.e.WakeC(placement.WakePressure) != o.armed[0].c {
 			t.Fatalf("1 unit: %d armed, %d open; want 1, listened to", len(o.armed), o.live())
 		}
 		h.m.start("b.service", "schedpolicyd.slice", true)
@@ -70,12 +70,12 @@ func TestUnitsPressureArmedWithUnits(t *testing.T) {
 		h.m.stop("a.service")
 		h.follow(nil)
 		if len(h.u.workloads) != 1 || len(o.armed) != 1 || o.live() != 1 {
-			t.Fatalf("units %v: %d armed, %d open; want the first trigger kept", h.u.sortedNames(), len(o.armed), o.live())
+			t.Fatalf("units %v: %d armed, %d open; want the first trigger kept", h.u.Names(), len(o.armed), o.live())
 		}
 		h.m.stop("b.service")
 		h.follow(nil)
-		if len(h.u.workloads) != 0 || o.live() != 0 || h.u.WakeC(placement.WakePressure) != nil {
-			t.Fatalf("no unit left (%v): %d open, want the trigger closed", h.u.sortedNames(), o.live())
+		if len(h.u.workloads) != 0 || o.live() != 0 || h.u.e.WakeC(placement.WakePressure) != nil {
+			t.Fatalf("no unit left (%v): %d open, want the trigger closed", h.u.Names(), o.live())
 		}
 		h.m.start("c.service", "schedpolicyd.slice", true)
 		h.follow(nil)
@@ -108,71 +108,72 @@ func TestUnitsPressureWakeBacksOff(t *testing.T) {
 		put()
 		log := testutil.Logger(t)
 		u := &Placement{
-			cfg: &placement.Config{UtilHalfLife: policy.DefaultHalfLife, Log: log}, log: log, stats: &placement.Counters{},
+			e:       placement.NewEngine(&placement.Config{UtilHalfLife: policy.DefaultHalfLife, Log: log}, log, &placement.Counters{}, nil),
 			unified: true, procRoot: filepath.Join(root, "proc"),
 			workloads: map[string]*unitWorkload{
 				"spin.service": {name: "spin.service", cgroup: unit, cpus: sysfs.NewCPUSet(0), lastAt: time.Now()},
 			},
 		}
+		u.attach()
 		var o triggers
-		u.pressure.Open = o.open
-		u.pressure.Configure(log, "/proc/pressure/cpu", len(u.workloads))
-		t.Cleanup(u.pressure.Close)
-		u.sample() // the first read of the stall total
+		u.e.Pressure.Open = o.open
+		u.e.Pressure.Configure(log, "/proc/pressure/cpu", len(u.workloads))
+		t.Cleanup(u.e.Pressure.Close)
+		u.Sample() // the first read of the stall total
 		replan := func(string, bool) {}
 		wake := func() {
 			t.Helper()
-			c := u.WakeC(placement.WakePressure)
+			c := u.e.WakeC(placement.WakePressure)
 			if c == nil {
 				t.Fatal("no pressure trigger to wake")
 			}
 			o.armed[len(o.armed)-1].c <- struct{}{}
 			<-c
-			u.OnWake(placement.WakePressure, replan)
+			u.e.OnWake(placement.WakePressure).Do(replan)
 		}
 		resumeAt := func(d time.Duration) {
 			t.Helper()
 			time.Sleep(d - time.Nanosecond)
 			synctest.Wait()
 			select {
-			case <-u.WakeC(placement.WakePressureResume):
+			case <-u.e.WakeC(placement.WakePressureResume):
 				t.Fatalf("resumed before %v", d)
 			default:
 			}
 			time.Sleep(time.Nanosecond)
 			synctest.Wait()
 			select {
-			case <-u.WakeC(placement.WakePressureResume):
+			case <-u.e.WakeC(placement.WakePressureResume):
 			default:
 				t.Fatalf("not resumed after %v", d)
 			}
-			u.OnWake(placement.WakePressureResume, replan)
+			u.e.OnWake(placement.WakePressureResume).Do(replan)
 		}
 
 		wake()
 		tr := o.armed[0]
-		if !tr.paused || u.WakeC(placement.WakePressure) != nil || u.pressure.Backoff() != time.Second {
-			t.Fatalf("nothing stalled: paused %v, backoff %v; want muted for 1s", tr.paused, u.pressure.Backoff())
+		if !tr.paused || u.e.WakeC(placement.WakePressure) != nil || u.e.Pressure.Backoff() != time.Second {
+			t.Fatalf("nothing stalled: paused %v, backoff %v; want muted for 1s", tr.paused, u.e.Pressure.Backoff())
 		}
 		resumeAt(time.Second)
 		wake()
-		if !tr.paused || u.pressure.Backoff() != 2*time.Second {
-			t.Fatalf("nothing stalled again: paused %v, backoff %v; want muted for 2s", tr.paused, u.pressure.Backoff())
+		if !tr.paused || u.e.Pressure.Backoff() != 2*time.Second {
+			t.Fatalf("nothing stalled again: paused %v, backoff %v; want muted for 2s", tr.paused, u.e.Pressure.Backoff())
 		}
 		resumeAt(2 * time.Second)
 		total += 1_000 // 1 ms of its own stall
 		usage += 100_000
 		put()
 		wake()
-		if tr.paused || u.WakeC(placement.WakePressure) != tr.c || u.pressure.Backoff() != 0 || u.ConfirmC() == nil {
-			t.Fatalf("the unit stalled: paused %v, backoff %v, confirming %v; want listened to, back-off reset, a confirmation", tr.paused, u.pressure.Backoff(), u.ConfirmC() != nil)
+		if tr.paused || u.e.WakeC(placement.WakePressure) != tr.c || u.e.Pressure.Backoff() != 0 || u.e.ConfirmC() == nil {
+			t.Fatalf("the unit stalled: paused %v, backoff %v, confirming %v; want listened to, back-off reset, a confirmation", tr.paused, u.e.Pressure.Backoff(), u.e.ConfirmC() != nil)
 		}
-		u.confirm.Drop()
+		u.e.Confirm.Drop()
 		wake()
-		if u.pressure.Backoff() != time.Second {
-			t.Fatalf("nothing stalled after the reset: backoff %v, want 1s", u.pressure.Backoff())
+		if u.e.Pressure.Backoff() != time.Second {
+			t.Fatalf("nothing stalled after the reset: backoff %v, want 1s", u.e.Pressure.Backoff())
 		}
-		if n := u.stats.PressureWakes.Load(); n != 4 {
+		if n := u.e.Stats.PressureWakes.Load(); n != 4 {
 			t.Fatalf("%d pressure wakes counted, want 4", n)
 		}
 		if len(o.armed) != 1 || o.live() != 1 {

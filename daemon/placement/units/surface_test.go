@@ -34,10 +34,10 @@ func twoCPUTopology(t *testing.T) policy.Topology {
 // save kept in *saved.
 func surfaceUnits(t *testing.T, saved []statefile.UnitRecord, out *[]statefile.UnitRecord) *Placement {
 	t.Helper()
-	u := New(&placement.Config{Manage: []string{"schedpolicyd.slice"}, SampleInterval: time.Second, UtilHalfLife: policy.DefaultHalfLife, NoTaskClock: true}, testutil.Logger(t), &placement.Counters{})
+	u := New(placement.NewEngine(&placement.Config{Manage: []string{"schedpolicyd.slice"}, SampleInterval: time.Second, UtilHalfLife: policy.DefaultHalfLife, NoTaskClock: true}, testutil.Logger(t), &placement.Counters{}, nil))
 	u.unified = false // one write per value (no widening step)
 	u.load(saved)
-	u.Save = func() error {
+	u.e.Save = func() error {
 		if out != nil {
 			*out = u.recordList()
 		}
@@ -221,7 +221,7 @@ func TestUnitsRecreatedUnitKeepsRecord(t *testing.T) {
 	var saved2 []statefile.UnitRecord
 	u2 := surfaceUnits(t, records, &saved2)
 	apply2 := placer(t, u2, &pol)
-	u2.Flush()
+	u2.e.Flush()
 	if keys(u2.recordList()) != "r.service" {
 		t.Fatalf("records after the next start: %q", keys(u2.recordList()))
 	}
@@ -253,7 +253,7 @@ func TestDropInIdentity(t *testing.T) {
 	other := dir + "/run/systemd/system.control/a.service.d/10-other.conf"
 	testutil.WriteFile(t, run, "[Service]\nAllowedCPUs=0\n")
 	testutil.WriteFile(t, other, "[Service]\nCPUWeight=50\n")
-	r := &statefile.UnitRecord{Unit: "a.service", Applied: "0", DropIns: dropIns([]string{run, other})}
+	r := &statefile.UnitRecord{Unit: "a.service", Values: statefile.Values{Applied: "0"}, DropIns: dropIns([]string{run, other})}
 	if strings.Contains(r.DropIns, "10-other") || !strings.HasPrefix(r.DropIns, run+"@") {
 		t.Fatalf("dropIns %q: want the AllowedCPUs= drop-in alone", r.DropIns)
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,12 +51,10 @@ const unitScanTimeout = 12 * time.Second
 // crash on the next start, it resets exactly the values it set, and only
 // where the unit still has them.
 type Placement struct {
-	cfg   *placement.Config
-	log   logrus.FieldLogger
-	stats *placement.Counters
-	// Journal saves state.json with the daemon's knob and u.recordList()
-	// (daemon/placement/journal.go).
-	placement.Journal
+	// e is the engine that holds this driver: the journal, the pressure
+	// trigger, the task-clock gate, the sampling back-off, the
+	// confirmation and the plan.
+	e *placement.Engine
 
 	mgr unitManager // the system manager; nil until open succeeds
 	// connect reaches the system manager (uid -1; dialManager, or a fake
@@ -73,10 +73,7 @@ type Placement struct {
 	// systemRefused remembers the system manager's refused values said
 	// (sayRefused), as a user's do.
 	systemRefused *userManager
-	// written: the units the last apply set AllowedCPUs= on (the
-	// placement log line, placementChanged).
-	written int
-	slices  map[string]bool // managed slices of the system manager
+	slices        map[string]bool // managed slices of the system manager
 	// users: manage names a user slice (userSlices); userManaged is
 	// which. Each logged-in user is followed (users.go): where cpuset is
 	// delegated to user@UID.service, the units of those slices in the
@@ -97,7 +94,6 @@ type Placement struct {
 	// unified: it is cgroup v2, where systemd applies AllowedCPUs=.
 	cgroupRoot string
 	unified    bool
-	warned     bool
 
 	workloads map[string]*unitWorkload         // by workloadKey
 	records   map[string]*statefile.UnitRecord // by UnitRecord.Key()
@@ -113,30 +109,30 @@ type Placement struct {
 	// and the next sample scans again.
 	rescan bool
 
-	// pressure wakes the loop when tasks wait for a CPU anywhere (the
-	// machine's /proc/pressure/cpu: every managed slice is in it), armed
-	// only while there is a unit and backing off from wakes that find
-	// none stalled (placement.PressureGate); never armed where the kernel
-	// grants no trigger. While it covers the units, sampling stops while
-	// every unit is idle, as for cgroupfs workloads.
-	pressure placement.PressureGate
-	// clock wakes the loop when a unit with AllowedCPUs= set turns busy
-	// (placement.ClockGate); nil on cgroup v1 (systemd applies no AllowedCPUs=
-	// there) or with Config.NoTaskClock.
-	clock *placement.ClockGate
-
-	backoff placement.SampleBackoff // the sampling back-off (sampleBackoff)
-	// asked is the policy the last plan was asked for (LazyInput).
-	asked policy.Policy
-	// confirm is the pending confirmation of a crowded unit (wake.go);
-	// procRoot is where its threads' schedstat is read.
-	confirm  placement.Confirmation
+	// The engine's pressure trigger is configured on the machine's
+	// /proc/pressure/cpu (every managed slice is in it) at open; its
+	// task-clock gate is nil on cgroup v1 (systemd applies no
+	// AllowedCPUs= there) or with Config.NoTaskClock.
+	//
+	// procRoot is where a confirmation reads its threads' schedstat;
+	// online, the CPUs of the last plan: what "unset" gives.
 	procRoot string
-	plan     policy.Plan
-	online   sysfs.CPUSet // the CPUs of the last plan: what "unset" gives
+	online   sysfs.CPUSet
 }
 
-var _ placement.Backend = (*Placement)(nil)
+// The driver and the capabilities it has (backend.go).
+var (
+	_ placement.Driver      = (*Placement)(nil)
+	_ placement.Recorder    = (*Placement)(nil)
+	_ placement.EventSource = (*Placement)(nil)
+	_ placement.Confirmer   = (*Placement)(nil)
+	_ placement.Clocked     = (*Placement)(nil)
+	_ placement.Creator     = (*Placement)(nil)
+	_ placement.Overrider   = (*Placement)(nil)
+	_ placement.Reporter    = (*Placement)(nil)
+	_ placement.Poller      = (*Placement)(nil)
+	_ placement.Refresher   = (*Placement)(nil)
+)
 
 // unitWorkload is one unit placed as a workload.
 type unitWorkload struct {
@@ -166,11 +162,13 @@ type unitWorkload struct {
 	override policy.Policy
 }
 
-// New makes the units placement for cfg, logging to log and counting in
-// stats; it reaches no manager until Open.
-func New(cfg *placement.Config, log logrus.FieldLogger, stats *placement.Counters) *Placement {
+// New makes the units placement for e.Cfg as e's driver, logging to
+// e.Log (with the field placement=systemd) and counting in e.Stats; it
+// reaches no manager until Open.
+func New(e *placement.Engine) *Placement {
+	cfg := e.Cfg
 	u := &Placement{
-		cfg: cfg, log: log.WithField("placement", placement.Systemd), stats: stats,
+		e:           e,
 		slices:      map[string]bool{},
 		userManaged: map[string]bool{},
 		people:      map[int]*userManager{},
@@ -207,7 +205,22 @@ func New(cfg *placement.Config, log logrus.FieldLogger, stats *placement.Counter
 	}
 	u.maxCPUs = kernelMaxCPUs(sysfsRoot(cfg))
 	u.unified = cgroupV2(sysfsRoot(cfg), u.cgroupRoot)
+	u.attach()
 	return u
+}
+
+// attach makes u its engine's driver: the engine logs with the field
+// placement=systemd, and words its wakes as units' (placement.Traits:
+// some lines go to the daemon's logger, Config.Log).
+func (u *Placement) attach() {
+	e := u.e
+	e.Traits.WakeLog = func() logrus.FieldLogger { return e.Cfg.Log }
+	e.Traits.WokenMsg, e.Traits.WokenDesc = "woken: units sampled", false
+	e.Traits.DroppedMsg = "the CPU pressure trigger of units stopped; while every unit is idle, sampling slows down instead of stopping"
+	e.Traits.ConfirmedWhy = "crowded unit confirmed"
+	e.Traits.FreshenIdle = true
+	e.Log = e.Log.WithField("placement", placement.Systemd)
+	e.Drive(u)
 }
 
 // kernelMaxCPUs is how many CPU numbers the machine can have:
@@ -274,9 +287,9 @@ func (u *Placement) Open() error {
 		}
 	}
 	if err != nil {
-		if !u.warned {
-			u.log.WithError(err).Warn("workload placement disabled: cannot reach the systemd manager")
-			u.warned = true
+		if !u.e.Warned {
+			u.e.Log.WithError(err).Warn("workload placement disabled: cannot reach the systemd manager")
+			u.e.Warned = true
 		}
 		return err
 	}
@@ -289,20 +302,20 @@ func (u *Placement) Open() error {
 		slices = append(slices, s)
 	}
 	sort.Strings(slices)
-	u.log.WithFields(logrus.Fields{"systemd": v, "slices": strings.Join(slices, ","), "cgroup_v2": u.unified, "slice_rules": placement.SliceRulesString(u.cfg.Slices)}).Info("managing units through systemd")
+	u.e.Log.WithFields(logrus.Fields{"systemd": v, "slices": strings.Join(slices, ","), "cgroup_v2": u.unified, "slice_rules": placement.SliceRulesString(u.e.Cfg.Slices)}).Info("managing units through systemd")
 	if u.users {
 		u.openUsers(ctx)
 	}
 	if !u.unified {
-		u.log.Warn("cgroup v1: systemd stores AllowedCPUs= but does not apply it; units are placed in name only (use placement \"cgroupfs\" to place cpusets on v1)")
+		u.e.Log.Warn("cgroup v1: systemd stores AllowedCPUs= but does not apply it; units are placed in name only (use placement \"cgroupfs\" to place cpusets on v1)")
 	}
-	u.procRoot = u.cfg.ProcRoot
+	u.procRoot = u.e.Cfg.ProcRoot
 	if u.procRoot == "" {
 		u.procRoot = "/proc"
 	}
-	u.pressure.Configure(u.log, filepath.Join(u.procRoot, "pressure", "cpu"), len(u.workloads))
-	if u.unified && !u.cfg.NoTaskClock {
-		u.clock = placement.NewClockGate(u.log, func(key string) (time.Duration, error) {
+	u.e.Pressure.Configure(u.e.Log, filepath.Join(u.procRoot, "pressure", "cpu"), len(u.workloads))
+	if u.unified && !u.e.Cfg.NoTaskClock {
+		u.e.Clock = placement.NewClockGate(u.e.Log, func(key string) (time.Duration, error) {
 			w := u.workloads[key]
 			if w == nil {
 				return 0, fmt.Errorf("unit %s gone", key)
@@ -321,10 +334,7 @@ func (u *Placement) Close() {
 		return
 	}
 	close(u.done)
-	u.pressure.Close()
-	u.clock.Close()
-	u.clock = nil
-	u.confirm.Drop()
+	u.e.StopWakes()
 	u.closeUsers()
 	u.mgr.Close()
 	u.mgr = nil
@@ -362,17 +372,17 @@ func recordUID(manager string) int {
 	return -1
 }
 
-// sample reads each unit's cumulative CPU time (cpu.stat) and updates its
+// Sample reads each unit's cumulative CPU time (cpu.stat) and updates its
 // decayed utilisation, and on cgroup v2 its cpu.pressure (some avg10: the
 // planner's saturation rule, as for the cgroupfs path's workloads; and the
 // stall since the last sample, which makes a packed unit a candidate for
 // a wake's confirmation; v1 has no pressure per cgroup, so both stay 0
 // there); it reports whether any was busy.
-func (u *Placement) sample() (busy bool) {
+func (u *Placement) Sample() (busy bool) {
 	if len(u.workloads) == 0 {
 		return false
 	}
-	u.stats.Samples.Add(1)
+	u.e.Stats.Samples.Add(1)
 	now := time.Now()
 	for key, w := range u.workloads {
 		use, err := sysfs.DirUsage(w.cgroup)
@@ -382,8 +392,8 @@ func (u *Placement) sample() (busy bool) {
 		if use != w.avg.Usage || w.avg.Util > placement.IdleUtil {
 			busy = true
 		}
-		u.clock.Calm(key, max(use-w.avg.Usage, 0), w.lastAt, now, w.cpus.Size())
-		w.avg, w.lastAt = w.avg.Update(use, now.Sub(w.lastAt), u.cfg.UtilHalfLife), now
+		u.e.Clock.Calm(key, max(use-w.avg.Usage, 0), w.lastAt, now, w.cpus.Size())
+		w.avg, w.lastAt = w.avg.Update(use, now.Sub(w.lastAt), u.e.Cfg.UtilHalfLife), now
 		if !u.unified {
 			continue
 		}
@@ -398,43 +408,19 @@ func (u *Placement) sample() (busy bool) {
 	return busy
 }
 
-// Sampling reports whether the loop samples periodically: while any unit
-// is busy and for IdleSamplesBeforeBackoff samples after; then it stops
-// where the CPU pressure trigger will wake it when a unit's tasks wait for
-// a CPU (placement.PressureGate.Covers), and keeps sampling at the backed-off period (SampleEvery) where
-// there is no trigger (as placement.Sampling).
-func (u *Placement) Sampling() bool {
-	if u.rescan && u.mgr != nil {
-		return true
-	}
-	if len(u.workloads) == 0 {
-		return false
-	}
-	return u.backoff.Sampling(u.pressure.Covers())
-}
+// Polls: the last scan was cut short, so units may be missing; the loop
+// samples, and the next sample scans again (Refresh).
+func (u *Placement) Polls() bool { return u.rescan && u.mgr != nil }
 
-// SampleEvery is the sampling period: the configured one while a unit is
-// busy or sampling can stop (a pressure trigger), else doubling while all
-// are idle (as placement.SampleEvery).
-func (u *Placement) SampleEvery() time.Duration {
-	return u.backoff.Every(u.cfg.SampleInterval, u.pressure.Covers())
-}
-
-func (u *Placement) sortedNames() []string {
-	names := make([]string, 0, len(u.workloads))
-	for n := range u.workloads {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
+// Names are the workloads' keys in order.
+func (u *Placement) Names() []string { return slices.Sorted(maps.Keys(u.workloads)) }
 
 // Status lists the units as workloads: the unit name, its cgroup
 // directory, the CPUs its AllowedCPUs= gives it (every CPU of the last
 // plan when unset) and utilisation.
 func (u *Placement) Status() []snapshot.WorkloadStatus {
 	var out []snapshot.WorkloadStatus
-	for _, n := range u.sortedNames() {
+	for _, n := range u.Names() {
 		w := u.workloads[n]
 		cpus := w.cpus
 		if cpus.IsEmpty() {
@@ -454,7 +440,7 @@ func (u *Placement) SetOverride(name string, pol policy.Policy) error {
 		return fmt.Errorf("%w: a workload override can only be performance (or empty to clear)", policy.ErrInvalid)
 	}
 	var found []*unitWorkload
-	for _, k := range u.sortedNames() {
+	for _, k := range u.Names() {
 		if w := u.workloads[k]; w.name == name {
 			found = append(found, w)
 		}
@@ -467,7 +453,7 @@ func (u *Placement) SetOverride(name string, pol policy.Policy) error {
 		return fmt.Errorf("%w: %d units named %q, one per user's manager: an override needs one", policy.ErrInvalid, len(found), name)
 	}
 	found[0].override = pol
-	u.log.WithFields(logrus.Fields{"workload": name, "override": pol}).Info("workload override set")
+	u.e.Log.WithFields(logrus.Fields{"workload": name, "override": pol}).Info("workload override set")
 	return nil
 }
 
@@ -495,8 +481,8 @@ func (u *Placement) Create(name string, pid int) (string, error) {
 		return "", &placement.WorkloadExistsError{Name: name, What: unit}
 	}
 	u.records[key] = &statefile.UnitRecord{Manager: "system", Unit: unit, Created: true}
-	u.Dirty = true
-	if err := u.FlushErr(); err != nil {
+	u.e.Dirty = true
+	if err := u.e.FlushErr(); err != nil {
 		delete(u.records, key)
 		return "", fmt.Errorf("cannot save state.json: %w", err)
 	}
@@ -504,8 +490,8 @@ func (u *Placement) Create(name string, pid int) (string, error) {
 	defer cancel()
 	if err := u.mgr.StartScope(ctx, unit, createSlice, "schedpolicyd workload "+name, uint32(pid)); err != nil {
 		delete(u.records, key)
-		u.Dirty = true
-		u.Flush()
+		u.e.Dirty = true
+		u.e.Flush()
 		var e dbus.Error
 		if errors.As(err, &e) && e.Name == "org.freedesktop.systemd1.UnitExists" {
 			return "", &placement.WorkloadExistsError{Name: name, What: unit}
@@ -520,7 +506,7 @@ func (u *Placement) Create(name string, pid int) (string, error) {
 	if w := u.workloads[workloadKey(-1, unit)]; w != nil {
 		w.rec.Created = true
 	}
-	u.Flush()
+	u.e.Flush()
 	return filepath.Join(u.cgroupRoot, info.ControlGroup), nil
 }
 

@@ -241,7 +241,7 @@ func (u *Placement) newLink(uid int, opts systemd.UserOptions) *userLink {
 	l := &userLink{uid: uid, opts: opts, timing: u.linkTiming, dial: u.dialUser, dropInRoot: filepath.Join(u.runRoot, "user", strconv.Itoa(uid)) + "/", unified: u.unified, out: u.msgs, done: u.done,
 		stop: make(chan struct{}), exited: make(chan struct{}), kick: make(chan struct{}, 1)}
 	if u.unified {
-		l.possible, _ = possibleCPUs(sysfsRoot(u.cfg))
+		l.possible, _ = possibleCPUs(sysfsRoot(u.e.Cfg))
 	}
 	go l.run()
 	return l

@@ -95,12 +95,12 @@ const maxRefusedSaid = 256
 func (u *Placement) openUsers(ctx context.Context) {
 	var l *systemd.Logind
 	err := errors.New("bus = \"none\": no D-Bus")
-	if u.cfg.Bus != "none" {
+	if u.e.Cfg.Bus != "none" {
 		l, err = systemd.ConnectLogind(ctx)
 	}
 	if err != nil {
 		u.userSource = "system manager"
-		u.log.WithError(err).Info("following users through the system manager's user@UID.service units (logind is not reachable)")
+		u.e.Log.WithError(err).Info("following users through the system manager's user@UID.service units (logind is not reachable)")
 	} else {
 		u.logind, u.userSource = l, "logind"
 		out, done := u.msgs, u.done
@@ -116,7 +116,7 @@ func (u *Placement) openUsers(ctx context.Context) {
 		}()
 		users, err := l.Users(ctx)
 		if err != nil {
-			u.log.WithError(err).Warn("logind: listing users")
+			u.e.Log.WithError(err).Warn("logind: listing users")
 		}
 		var uids []string
 		for _, us := range users {
@@ -125,11 +125,11 @@ func (u *Placement) openUsers(ctx context.Context) {
 				u.people[us.UID] = &userManager{uid: us.UID}
 			}
 		}
-		u.log.WithField("users", strings.Join(uids, ",")).Info("following users through logind")
+		u.e.Log.WithField("users", strings.Join(uids, ",")).Info("following users through logind")
 	}
 	if u.userManaged["app.slice"] {
 		if err := u.startFocus(); err != nil {
-			u.log.WithError(err).Warn("the focused app cannot be followed (no inotify watch)")
+			u.e.Log.WithError(err).Warn("the focused app cannot be followed (no inotify watch)")
 		}
 	}
 }
@@ -192,10 +192,10 @@ func (u *Placement) userUnit(info systemd.UnitInfo) bool {
 	if p == nil {
 		p = &userManager{uid: uid}
 		u.people[uid] = p
-		u.log.WithFields(logrus.Fields{"uid": uid, "source": u.userSource}).Info("following a user")
+		u.e.Log.WithFields(logrus.Fields{"uid": uid, "source": u.userSource}).Info("following a user")
 	}
 	delegated, why := u.cpusetDelegated(info)
-	log := u.log.WithFields(logrus.Fields{"uid": uid, "unit": info.Name})
+	log := u.e.Log.WithFields(logrus.Fields{"uid": uid, "unit": info.Name})
 	if delegated != p.delegated || why != p.why {
 		if delegated {
 			log.Info("cpuset is delegated to the user's manager: the units of its managed slices are placed through it")
@@ -266,7 +266,7 @@ func (u *Placement) forgetUser(uid int, why string) bool {
 		}
 	}
 	if changed {
-		u.log.WithField("uid", uid).Info(why)
+		u.e.Log.WithField("uid", uid).Info(why)
 	}
 	return changed
 }
@@ -303,7 +303,7 @@ func (u *Placement) cpusetDelegated(info systemd.UnitInfo) (bool, string) {
 // the runtime AllowedCPUs= set on its units, with them: their records
 // are forgotten.
 func (u *Placement) onUser(ev systemd.UserEvent) bool {
-	log := u.log.WithFields(logrus.Fields{"uid": ev.UID, "source": "logind"})
+	log := u.e.Log.WithFields(logrus.Fields{"uid": ev.UID, "source": "logind"})
 	if ev.New {
 		if u.people[ev.UID] == nil {
 			u.people[ev.UID] = &userManager{uid: ev.UID}
@@ -319,7 +319,7 @@ func (u *Placement) onUser(ev systemd.UserEvent) bool {
 		if u.consider(-1, u.systemView(info)) {
 			changed = true
 		}
-		u.Flush()
+		u.e.Flush()
 		return changed
 	}
 	changed := false
@@ -333,7 +333,7 @@ func (u *Placement) onUser(ev systemd.UserEvent) bool {
 	}
 	u.forgetUserRecords(ev.UID, "user logged out: its manager and the AllowedCPUs= set on its units are gone; record forgotten")
 	log.Info("user logged out")
-	u.Flush()
+	u.e.Flush()
 	return changed
 }
 
@@ -345,9 +345,9 @@ func (u *Placement) forgetUserRecords(uid int, why string) {
 			if w := u.workloads[workloadKey(uid, r.Unit)]; w != nil {
 				u.forget(workloadKey(uid, r.Unit))
 			}
-			u.log.WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager}).Info(why)
+			u.e.Log.WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager}).Info(why)
 			delete(u.records, k)
-			u.Dirty = true
+			u.e.Dirty = true
 		}
 	}
 }
@@ -360,7 +360,7 @@ func (u *Placement) onLink(msg linkMsg) (replan bool) {
 	if p == nil || p.link == nil || p.link != msg.link {
 		return false
 	}
-	log := u.log.WithField("uid", msg.uid)
+	log := u.e.Log.WithField("uid", msg.uid)
 	u.sayRefused(p, msg.refused, msg.refusedMore)
 	switch {
 	case msg.up:
@@ -387,11 +387,11 @@ func (u *Placement) onLink(msg linkMsg) (replan bool) {
 	case msg.reload:
 		delete(u.reloading, p.uid) // the listing that follows takes in what changed
 	case msg.written:
-		replan = u.takeWritten(p, msg.results)
+		replan = u.takeUserWritten(p, msg.results)
 	case msg.down:
 		replan = u.linkDown(p, msg)
 	}
-	u.Flush()
+	u.e.Flush()
 	return replan
 }
 
@@ -412,10 +412,10 @@ func (u *Placement) sayRefused(p *userManager, refused []error, more int) {
 			p.refusedSaid = map[string]bool{}
 		}
 		p.refusedSaid[key] = true
-		u.log.WithError(err).WithField("uid", p.uid).Warn("refused what a user's manager sent: systemd cannot send it; the unit is not placed")
+		u.e.Log.WithError(err).WithField("uid", p.uid).Warn("refused what a user's manager sent: systemd cannot send it; the unit is not placed")
 	}
 	if more > 0 {
-		u.log.WithFields(logrus.Fields{"uid": p.uid, "more": more}).Warn("refused more values a user's manager sent")
+		u.e.Log.WithFields(logrus.Fields{"uid": p.uid, "more": more}).Warn("refused more values a user's manager sent")
 	}
 }
 
@@ -450,7 +450,7 @@ func (u *Placement) takeUserList(p *userManager, views []unitView, lingers map[s
 			continue // not asked about yet: the next listing says
 		}
 		delete(u.records, k)
-		u.Dirty = true
+		u.e.Dirty = true
 	}
 	// A complete listing ends the user's reload, whether or not its end
 	// was heard (a user's manager may drop it, or never send it).
@@ -477,7 +477,7 @@ func (u *Placement) linkDown(p *userManager, msg linkMsg) bool {
 	p.up, p.writing = false, false
 	delete(u.reloading, p.uid)
 	changed := u.forgetUser(p.uid, "the user's units are not placed until its manager answers again")
-	log := u.log.WithError(msg.err).WithFields(logrus.Fields{"uid": p.uid, "retry_in": msg.backoff.String()})
+	log := u.e.Log.WithError(msg.err).WithFields(logrus.Fields{"uid": p.uid, "retry_in": msg.backoff.String()})
 	switch {
 	case msg.socketGone:
 		u.forgetUserRecords(p.uid, "the user's manager is gone (logged out): nothing left to reset; record forgotten")

@@ -23,7 +23,7 @@ func newTestUnits(t *testing.T, manage ...string) *Placement {
 	t.Helper()
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	u := New(&placement.Config{Manage: manage}, log, &placement.Counters{})
+	u := New(placement.NewEngine(&placement.Config{Manage: manage}, log, &placement.Counters{}, nil))
 	u.msgs, u.done = make(chan placement.Event, 16), make(chan struct{})
 	t.Cleanup(func() {
 		close(u.done)
@@ -165,10 +165,10 @@ func TestUserLoggedOutForgetsRecords(t *testing.T) {
 	}
 	u := newTestUnits(t, "app.slice")
 	recs := []*statefile.UnitRecord{
-		{Manager: "user:424242", Unit: "app-a.scope", Applied: "0"},
-		{Manager: "user:424242", Unit: "app-b.scope", Pending: "1"},
-		{Manager: "system", Unit: "user@424242.service", Applied: "0"},
-		{Manager: "user:7", Unit: "app-a.scope", Applied: "0"},
+		{Manager: "user:424242", Unit: "app-a.scope", Values: statefile.Values{Applied: "0"}},
+		{Manager: "user:424242", Unit: "app-b.scope", Values: statefile.Values{Pending: "1"}},
+		{Manager: "system", Unit: "user@424242.service", Values: statefile.Values{Applied: "0"}},
+		{Manager: "user:7", Unit: "app-a.scope", Values: statefile.Values{Applied: "0"}},
 	}
 	for _, r := range recs {
 		u.records[r.Key()] = r

@@ -8,7 +8,6 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
-	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 	"github.com/schedpolicyd/schedpolicyd/systemd"
@@ -203,7 +202,7 @@ func (l *userLink) restoreOne(ctx context.Context, m unitManager, rec *statefile
 	v := userViewOf(info, l.dropInRoot)
 	cur := sysfs.NewCPUSet(info.AllowedCPUs...).String()
 	r.cur, r.dropIDs = cur, v.dropIDs
-	if !placement.Ours(placement.UnitEntry(rec), cur, !rewritten(rec, v.dropIDs), placement.SameValue) {
+	if !rec.Ours(cur, !rewritten(rec, v.dropIDs), nil) {
 		r.outcome = restoreTheirs
 		return nil
 	}

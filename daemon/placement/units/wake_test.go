@@ -55,14 +55,15 @@ func TestUnitsConfirmCrowded(t *testing.T) {
 		}
 		put()
 		u := &Placement{
-			cfg: &placement.Config{UtilHalfLife: policy.DefaultHalfLife}, log: logrus.New(), stats: &placement.Counters{},
+			e:       placement.NewEngine(&placement.Config{UtilHalfLife: policy.DefaultHalfLife}, logrus.New(), &placement.Counters{}, nil),
 			unified: true, procRoot: proc,
 			workloads: map[string]*unitWorkload{
 				"spin.service": {name: "spin.service", cgroup: unit, cpus: sysfs.NewCPUSet(0), lastAt: time.Now()},
 			},
 		}
+		u.attach()
 		w := u.workloads["spin.service"]
-		u.sample() // the first read of the stall total: no delta yet
+		u.Sample() // the first read of the stall total: no delta yet
 		// confirm: a sample with the stall (µs) given, a confirmation
 		// for signal, and each thread runnable for each of the
 		// confirmation's 30 ms (and of a retry's, retryEach).
@@ -71,25 +72,25 @@ func TestUnitsConfirmCrowded(t *testing.T) {
 			usage += 100_000
 			total += stall
 			put()
-			u.sample()
-			u.startConfirm(signal, minStall)
-			c := u.ConfirmC()
+			u.Sample()
+			u.e.StartConfirm(signal, minStall == unitWakeStall)
+			c := u.e.ConfirmC()
 			if c == nil {
 				return false, false
 			}
 			schedstat(each)
 			<-c
-			if u.confirmWake() {
+			if len(u.e.OnWake(placement.WakeConfirmDue)) > 0 {
 				return true, true
 			}
 			// A borderline count is confirmed once more at once, as the
 			// loop does.
-			if c = u.ConfirmC(); c == nil {
+			if c = u.e.ConfirmC(); c == nil {
 				return true, false
 			}
 			schedstat(retryEach)
 			<-c
-			return true, u.confirmWake()
+			return true, len(u.e.OnWake(placement.WakeConfirmDue)) > 0
 		}
 		const window = 30 * time.Millisecond
 
