@@ -148,12 +148,19 @@ func (p *Placement) adoptChildren(names []string, seen map[string]bool) (changed
 			continue
 		}
 		w, err := p.adopt(n)
-		if err != nil {
-			if !p.waiting[n] {
+		if err != nil && !p.waiting[n] {
+			// Watch the child for what it lacks, then try once more:
+			// a file made between the first try and the watch (mkdir,
+			// then its files, as a program makes a cgroup by hand)
+			// raises no event, and would leave the child waiting for
+			// good.
+			p.waiting[n] = true
+			p.watchDir(filepath.Join(p.cg.Path(), n), true)
+			if w, err = p.adopt(n); err != nil {
 				p.e.Log.WithError(err).WithField("workload", n).Info("cannot adopt this cgroup yet; retrying on the next change")
-				p.waiting[n] = true
-				p.watchDir(filepath.Join(p.cg.Path(), n), true)
 			}
+		}
+		if err != nil {
 			continue
 		}
 		if w == nil {
