@@ -262,7 +262,7 @@ func (g *ClockGate) bursts(names []string, cpus func(string) int, crowded func(s
 		}
 		util := float64(ran) / float64(wall)
 		if g.Slow(n) {
-			if w := g.waitRate(n, now); w >= g.bar(k) {
+			if w := g.waitRate(n); w >= g.bar(k) {
 				hot = append(hot, n)
 				desc = append(desc, fmt.Sprintf("%s:%.2f/%d,slow %.2f", n, util, k, w))
 			}
@@ -285,10 +285,15 @@ func (g *ClockGate) bursts(names []string, cpus func(string) int, crowded func(s
 
 // waitRate is how fast ClockGate.waited grew for key since the last call
 // (average runnable threads, or a stall share; 0 at the first, or when it
-// cannot be read), and moves the baseline to now.
-func (g *ClockGate) waitRate(key string, now time.Time) float64 {
+// cannot be read), and moves the baseline to now. The time is taken just
+// after the counter is read, never before: a turn of the loop delayed
+// between the two (a busy machine) would otherwise count the delay's
+// waiting against time that does not include it, and make one busy
+// thread look like more than the CPUs it has.
+func (g *ClockGate) waitRate(key string) float64 {
 	k := g.keys[key]
 	w, err := g.waited(key)
+	now := time.Now()
 	if k == nil || err != nil {
 		return 0
 	}
@@ -323,7 +328,7 @@ func (g *ClockGate) slowDown(names []string) {
 		}
 		k.waitedAt = time.Time{}
 		if g.reopen(n, k) {
-			g.waitRate(n, time.Now()) // the baseline
+			g.waitRate(n) // the baseline
 		}
 	}
 }
