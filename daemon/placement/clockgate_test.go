@@ -42,7 +42,7 @@ func (f *fakeWatch) SetCgroup(key, _ string, _ []int, period time.Duration) (int
 func (f *fakeWatch) Pause(key string) error  { f.paused[key] = true; return nil }
 func (f *fakeWatch) Resume(key string) error { f.paused[key] = false; return nil }
 func (f *fakeWatch) Remove(key string)       { delete(f.periods, key); delete(f.paused, key) }
-func (f *fakeWatch) Burst(key string, _ time.Time) (ran, wall time.Duration, ok bool) {
+func (f *fakeWatch) Burst(key string) (ran, wall time.Duration, ok bool) {
 	return f.burst[0], f.burst[1], f.Has(key)
 }
 

@@ -72,7 +72,7 @@ type ClockWatch interface {
 	Pause(key string) error
 	Resume(key string) error
 	Remove(key string)
-	Burst(key string, now time.Time) (ran, wall time.Duration, ok bool)
+	Burst(key string) (ran, wall time.Duration, ok bool)
 }
 
 // ClockGate is a placement's task-clock wake; nil-safe: a nil gate
@@ -252,10 +252,9 @@ func (g *ClockGate) bursts(names []string, cpus func(string) int, crowded func(s
 	if g == nil {
 		return nil, nil
 	}
-	now := time.Now()
 	var light []string
 	for _, n := range names {
-		ran, wall, ok := g.w.Burst(n, now)
+		ran, wall, ok := g.w.Burst(n)
 		k := cpus(n)
 		if !ok || wall <= 0 || k <= 0 {
 			continue

@@ -355,13 +355,17 @@ func (w *Watch) setPaused(key string, paused bool) error {
 // were opened or resumed, moved by every Burst that reports one): ran, the
 // CPU time counted, and wall, the time since the mark; ok only when ran is
 // at least one of its period (then the mark moves to now). ran/wall is the
-// group's average utilisation over wall, in CPUs.
-func (w *Watch) Burst(key string, now time.Time) (ran, wall time.Duration, ok bool) {
+// group's average utilisation over wall, in CPUs. The time is taken just
+// after the counters are read: taken before, a reader delayed between the
+// two (a busy machine) counts CPU time over a wall time that lacks the
+// delay, and reads more than the CPUs the group has.
+func (w *Watch) Burst(key string) (ran, wall time.Duration, ok bool) {
 	g := w.groups[key]
 	if g == nil || g.paused {
 		return 0, 0, false
 	}
 	sum, err := g.sum()
+	now := time.Now()
 	if err != nil || sum-g.mark < g.period {
 		return 0, 0, false
 	}

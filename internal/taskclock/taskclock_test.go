@@ -145,7 +145,7 @@ func waitBurst(t *testing.T, w *Watch, key string) (ran, wall time.Duration) {
 	for {
 		select {
 		case <-w.C():
-			if ran, wall, ok := w.Burst(key, time.Now()); ok {
+			if ran, wall, ok := w.Burst(key); ok {
 				return ran, wall
 			}
 		case <-deadline:
@@ -230,7 +230,7 @@ func TestPauseStopsCounting(t *testing.T) {
 	if a != b {
 		t.Fatalf("a paused group counted %v", b-a)
 	}
-	if _, _, ok := w.Burst("h", time.Now()); ok {
+	if _, _, ok := w.Burst("h"); ok {
 		t.Fatal("Burst of a paused group reported one")
 	}
 	if err := w.Resume("h"); err != nil || w.Paused("h") {
@@ -251,7 +251,7 @@ func TestSetTasksSkipsExited(t *testing.T) {
 	if n != 0 || err != nil {
 		t.Fatalf("SetTasks of a gone task: %d, %v; want 0, nil", n, err)
 	}
-	if _, _, ok := w.Burst("gone", time.Now()); ok {
+	if _, _, ok := w.Burst("gone"); ok {
 		t.Fatal("Burst of an empty group")
 	}
 	if _, err := w.SetTasks("many", Tasks(1, 2, 3, 4, 5), 0); !errors.Is(err, ErrLimit) {
@@ -329,7 +329,7 @@ func TestCgroupCountsItsTasks(t *testing.T) {
 	}
 	// Idle, the cgroup runs far less than a period in 300 ms.
 	time.Sleep(300 * time.Millisecond)
-	if r, _, ok := w.Burst("cg", time.Now()); ok {
+	if r, _, ok := w.Burst("cg"); ok {
 		t.Fatalf("an idle cgroup reported a burst of %v", r)
 	}
 	h.spin(t, 1)
