@@ -26,7 +26,7 @@ func (d *Daemon) applyBoost() {
 	if owner != "" {
 		return
 	}
-	if d.power.Source != acpi.Battery {
+	if d.dec.power.Source != acpi.Battery {
 		d.restoreBoost()
 		return
 	}
@@ -37,7 +37,7 @@ func (d *Daemon) applyBoost() {
 			return
 		}
 		d.boostOrig = snap
-		if err := d.saveState(d.stateWith(d.knob)); err != nil {
+		if err := d.saveState(d.stateWith(d.dec.knob)); err != nil {
 			d.log.WithError(err).Error("cannot save the boost setting; not changing boost")
 			d.boostOrig = nil
 			return
@@ -48,7 +48,7 @@ func (d *Daemon) applyBoost() {
 		d.onBoostError(err)
 		return
 	}
-	d.log.WithFields(logrus.Fields{"boost": mode, "power": d.power.Source}).Info("boost set for battery")
+	d.log.WithFields(logrus.Fields{"boost": mode, "power": d.dec.power.Source}).Info("boost set for battery")
 	d.boost, _ = d.fs.Boost()
 }
 
@@ -66,7 +66,7 @@ func (d *Daemon) restoreBoost() {
 	d.log.Info("boost restored to its start-up setting")
 	d.boostOrig = nil
 	d.boost, _ = d.fs.Boost()
-	if err := d.saveState(d.stateWith(d.knob)); err != nil {
+	if err := d.saveState(d.stateWith(d.dec.knob)); err != nil {
 		d.log.WithError(err).Warn("cannot update state.json after restoring boost")
 	}
 }

@@ -62,16 +62,17 @@ type Daemon struct {
 	snap atomic.Pointer[snapshot.Snapshot]
 
 	// Loop-owned state: touched only by the goroutine running Run.
-	knob       policy.Knob
-	knobChosen bool                 // knob is an explicit choice, not the configured default
-	boostOrig  []sysfs.BoostSetting // boost as found, while we manage it
-	power      acpi.Decision
-	boost      string
-	topo       policy.Topology
-	topoProp   []snapshot.TopologyEntry // the Topology property (topologyEntries)
-	classProp  []snapshot.CPUClassEntry // the CPUClasses property (classEntries)
-	allowed    sysfs.CPUSet
-	effective  policy.Policy
+
+	// dec is the knob's decision: the knob, choices, holds, the power
+	// source, the low-battery tier, the followed profile and the policy in
+	// force (decider.go).
+	dec       *decider
+	boostOrig []sysfs.BoostSetting // boost as found, while we manage it
+	boost     string
+	topo      policy.Topology
+	topoProp  []snapshot.TopologyEntry // the Topology property (topologyEntries)
+	classProp []snapshot.CPUClassEntry // the CPUClasses property (classEntries)
+	allowed   sysfs.CPUSet
 	// boostUncontrollable: boost cannot be controlled on this machine
 	// (sysfs.BoostNotControllable); said once, then left alone.
 	boostUncontrollable bool
@@ -82,21 +83,13 @@ type Daemon struct {
 	// publishes a choice only once it is persisted), and its log lines
 	// wait in heldLogs, so that the knob change is logged before the policy
 	// change it caused, and a change that is not persisted not at all.
-	unpublished  bool
-	heldLogs     []func()
-	lastSaved    statefile.State // what state.json holds, as last saved by saveState
-	holds        map[uint32]*snapshot.Hold
-	holdIdx      holdIndex // beside holds: cookies, holds per owner (holds.go)
-	lastChange   time.Time
-	policyReason string
-	follow       followState            // the power-profiles daemon followed (follow.go)
-	choices      map[string]policy.Knob // explicit choice per power source (choices.go); copy on write
-	asideSaid    map[string]string      // per knob, the other owner last reported (stepaside.go)
-	classesSaid  string                 // the efficiency classes last logged (classes.go)
-	lpmdOwner    string                 // intel-lpmd's unique bus name, "" not running (lpmd.go)
-	classes      sysfs.CPUClasses       // the efficiency classes last read (classes.go)
-	batteryPct   int                    // the system batteries' charge, percent; -1 unknown
-	lowBattery   bool                   // the low-battery tier is in force (lowbattery.go)
+	unpublished bool
+	heldLogs    []func()
+	lastSaved   statefile.State   // what state.json holds, as last saved by saveState
+	asideSaid   map[string]string // per knob, the other owner last reported (stepaside.go)
+	classesSaid string            // the efficiency classes last logged (classes.go)
+	lpmdOwner   string            // intel-lpmd's unique bus name, "" not running (lpmd.go)
+	classes     sysfs.CPUClasses  // the efficiency classes last read (classes.go)
 
 	stats placement.Counters // for Stats; written by the loop only
 	// pcfg is what the placement back end reads of cfg
@@ -144,9 +137,7 @@ func New(cfg Config) (*Daemon, error) {
 		clockSync: make(chan struct{}, 1),
 		ready:     make(chan struct{}),
 		done:      make(chan struct{}),
-		holds:     map[uint32]*snapshot.Hold{},
-
-		batteryPct: -1,
+		dec:       newDecider(decisionSettingsOf(cfg)),
 	}
 	d.energy = energy.NewMeter(fs, d.log.WithField("component", "energy"), time.Now, nil)
 	d.place = d.newBackend()
@@ -229,7 +220,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.notify.Ready(d.status()); err != nil {
 		d.log.WithError(err).Warn("sd_notify READY failed")
 	}
-	d.log.WithFields(logrus.Fields{"policy": d.effective, "power": d.power.Source}).Info("ready")
+	d.log.WithFields(logrus.Fields{"policy": d.dec.effective, "power": d.dec.power.Source}).Info("ready")
 	close(d.ready)
 	iv, err := d.notify.WatchdogInterval()
 	if err != nil {
@@ -274,11 +265,11 @@ func (d *Daemon) start(ctx context.Context) (stop func(), err error) {
 	undo = append(undo, treeLock.Release)
 
 	d.loadState()
-	if d.power, err = acpi.Read(d.fs); err != nil {
+	if d.dec.power, err = acpi.Read(d.fs); err != nil {
 		d.log.WithError(err).Warn("cannot read power supplies, assuming AC")
-		d.power = acpi.Decision{Source: acpi.Unknown, Reason: "power_supply unreadable: " + err.Error()}
+		d.dec.power = acpi.Decision{Source: acpi.Unknown, Reason: "power_supply unreadable: " + err.Error()}
 	}
-	d.startKnobForSource()
+	d.dec.startKnobForSource()
 	d.boost, _ = d.fs.Boost()
 	d.readTopology()
 
@@ -289,9 +280,8 @@ func (d *Daemon) start(ctx context.Context) (stop func(), err error) {
 	d.place.Scan()
 	// The tree and the bus serve the snapshot: have a true one before
 	// either can be read.
-	d.effective, d.policyReason = d.decide()
-	d.lastChange = time.Now()
-	d.energy.Start(d.energyKey(), d.power.Source == acpi.Battery)
+	d.dec.settle(time.Now())
+	d.energy.Start(d.energyKey(), d.dec.power.Source == acpi.Battery)
 	d.energyGuard = &wrapGuard{}
 	undo = append(undo, d.energyGuard.stop)
 	d.armEnergyGuard()
@@ -316,7 +306,7 @@ func (d *Daemon) start(ctx context.Context) (stop func(), err error) {
 		d.bus = bus.New(bus.Config{
 			Bus: d.cfg.Bus, PowerProfilesAPI: d.cfg.PowerProfilesAPI,
 			PowerProfilesUnits: d.cfg.PowerProfilesUnits, Log: busLog,
-		}, d)
+		}, controller{d})
 		d.bus.Connect(ctx) // a failure is logged; Keep retries
 	}
 	undo = append(undo, d.bus.Close)
@@ -381,8 +371,7 @@ func (d *Daemon) loadState() {
 			}
 		}
 	}
-	d.knob, d.knobChosen = st.StartKnob(d.cfg.DefaultKnob), st.Chosen
-	d.choices = st.Choices
+	d.dec.loadState(st)
 	if st.ChoicesErr != nil {
 		d.log.WithError(st.ChoicesErr).Warn("ignoring the saved per-source choices")
 	}
@@ -420,20 +409,6 @@ func (d *Daemon) monitorBus() (bus string, upower acpi.UPowerMode, logind bool) 
 		return "", acpi.UPowerOff, false
 	}
 	return d.cfg.Bus, d.cfg.UPower, d.cfg.Logind
-}
-
-func (d *Daemon) onPowerState(st acpi.State) {
-	// The monitor already logged the change with its reason.
-	from := d.power.Source
-	d.power = st.Power
-	d.boost = st.Boost
-	d.setBatteryPercent(st.BatteryPercent)
-	if from != st.Power.Source {
-		d.log.WithFields(logrus.Fields{"from": from, "to": st.Power.Source, "trigger": st.Trigger}).Debug("power source applied")
-		d.applyBoost()
-		d.knobForSource(from, st.Power.Source)
-	}
-	d.recompute("power source", true)
 }
 
 // onHotplug handles CPUs going online or offline: the topology is re-read,
@@ -490,11 +465,11 @@ func (d *Daemon) shutdown() {
 	}
 	d.restoreBoost()
 	// The running energy segment ends with the daemon.
-	d.energy.CloseSegment(d.energyKey(), d.power.Source == acpi.Battery)
+	d.energy.CloseSegment(d.energyKey(), d.dec.power.Source == acpi.Battery)
 	// What is restored is dropped from state.json; what is not (and the
 	// records of other cgroups, and the workloads we created, which the
 	// next start still removes once their tasks are gone) stays.
-	if err := d.saveState(d.stateWith(d.knob)); err != nil {
+	if err := d.saveState(d.stateWith(d.dec.knob)); err != nil {
 		d.log.WithError(err).Warn("cannot update state.json after restoring")
 	}
 	d.metrics.remove()
@@ -527,7 +502,7 @@ func (d *Daemon) saveState(st statefile.State) error {
 // is logged once, at error level with its cause, its repeats at debug
 // level, and the first save that works again once (saveFailing).
 func (d *Daemon) saveBackground() error {
-	err := d.saveState(d.stateWith(d.knob))
+	err := d.saveState(d.stateWith(d.dec.knob))
 	switch {
 	case err != nil && !d.saveFailing:
 		d.log.WithError(err).Error("cannot save state.json; no cpuset or AllowedCPUs= is changed, and energy totals are kept in memory, until it can be")
@@ -546,7 +521,8 @@ func (d *Daemon) saveBackground() error {
 // (and the other placement mode's, as they were found), the energy totals
 // and the per-source choices.
 func (d *Daemon) stateWith(k policy.Knob) statefile.State {
-	st := statefile.State{Knob: k, Chosen: d.knobChosen, Boost: d.boostOrig, Cgroups: d.kept.Cgroups, Units: d.kept.Units, Energy: d.energy.Totals(), Choices: d.choices}
+	st := statefile.State{Boost: d.boostOrig, Cgroups: d.kept.Cgroups, Units: d.kept.Units, Energy: d.energy.Totals()}
+	d.dec.putState(&st, k)
 	d.place.PutRecords(&st)
 	return st
 }

@@ -128,7 +128,7 @@ func loopDaemon(t *testing.T, f *fakeBackend) *Daemon {
 		t.Fatal(err)
 	}
 	d.place = f
-	d.knob = policy.DefaultKnob()
+	d.dec.knob = policy.DefaultKnob()
 	d.energyGuard = &wrapGuard{}
 	f.t0 = time.Now()
 	return d

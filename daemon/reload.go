@@ -79,15 +79,15 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 		d.cfg.SampleInterval = nc.SampleInterval
 		d.cfg.ConfigDigest = nc.ConfigDigest
 		d.cfg.DefaultKnob = nc.DefaultKnob
-		if nc.DefaultKnob != nil && !d.knobChosen && *nc.DefaultKnob != d.knob {
+		if nc.DefaultKnob != nil && !d.dec.knobChosen && *nc.DefaultKnob != d.dec.knob {
 			// No explicit choice yet: the configured default follows the
 			// file.
 			d.log.WithFields(logrus.Fields{"power_aware": nc.DefaultKnob.PowerAware, "power_aware_policy": nc.DefaultKnob.PowerAwarePolicy}).Info("reload: default knob changed")
-			d.knob = *nc.DefaultKnob
-			if err := d.saveState(d.stateWith(d.knob)); err != nil {
+			d.dec.knob = *nc.DefaultKnob
+			if err := d.saveState(d.stateWith(d.dec.knob)); err != nil {
 				d.log.WithError(err).Warn("reload: cannot save state")
 			}
-		} else if nc.DefaultKnob != nil && d.knobChosen && *nc.DefaultKnob != d.knob {
+		} else if nc.DefaultKnob != nil && d.dec.knobChosen && *nc.DefaultKnob != d.dec.knob {
 			d.log.Info("reload: the configured default knob is not applied: a choice made through the tree, D-Bus or the CLI is in force")
 		}
 		if nc.BoostOnBattery != old.BoostOnBattery {
@@ -109,7 +109,8 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 		d.syncPlacementConfig() // the sampling period and the slice rules
 		d.cfg.ProfileMap = nc.ProfileMap
 		d.cfg.LowBattery = nc.LowBattery
-		d.setBatteryPercent(d.batteryPct)
+		d.dec.set = decisionSettingsOf(d.cfg)
+		d.setBatteryPercent(d.dec.batteryPct)
 		if nc.PowerProfilesAPI != old.PowerProfilesAPI || !slices.Equal(nc.PowerProfilesUnits, old.PowerProfilesUnits) {
 			d.cfg.PowerProfilesAPI, d.cfg.PowerProfilesUnits = nc.PowerProfilesAPI, nc.PowerProfilesUnits
 			// The connection closes, and Keep reconnects with the
