@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
@@ -116,21 +118,44 @@ func (c controller) RefreshEnergy(ctx context.Context) error {
 	})
 }
 
-// FollowProfile follows the power-profiles daemon's profile
-// (followProfile), on the loop, if current reports true there.
+// FollowProfile follows the power-profiles daemon's profile, on the loop,
+// if current reports true there (decider.followProfile): a new profile, or
+// a new owner, sets the knob the profile maps to as setKnob does, so it
+// persists and cancels holds like an explicit choice; an unknown profile
+// is logged and ignored.
 func (c controller) FollowProfile(ctx context.Context, name, owner, profile string, current func() bool) error {
-	return c.d.do(ctx, func() error {
-		if current() {
-			c.d.followProfile(name, owner, profile)
+	d := c.d
+	return d.do(ctx, func() error {
+		if !current() {
+			return nil
 		}
+		k, change := d.dec.followProfile(name, owner, profile)
+		switch change {
+		case followUnknown:
+			d.log.WithFields(logrus.Fields{"name": name, "profile": profile}).Warn("followed power profile unknown; ignored")
+			return nil
+		case followSame:
+			return nil
+		case followStarted:
+			d.log.WithFields(logrus.Fields{"name": name, "owner": owner}).Info("following the power-profiles daemon's ActiveProfile")
+		}
+		if err := d.setKnobAs(k, "power-profiles "+name+" ActiveProfile "+profile, false); err != nil {
+			d.log.WithError(err).Warn("cannot apply the followed power profile")
+		}
+		d.recompute("power profile followed", true)
 		return nil
 	})
 }
 
-// Unfollow ends following, saying why, on the loop (unfollow).
+// Unfollow ends following, saying why, on the loop (decider.unfollow); the
+// knob stays as it is.
 func (c controller) Unfollow(ctx context.Context, why string) error {
-	return c.d.do(ctx, func() error {
-		c.d.unfollow(why)
+	d := c.d
+	return d.do(ctx, func() error {
+		if was, ok := d.dec.unfollow(); ok {
+			d.log.WithFields(logrus.Fields{"name": was.name, "why": why}).Info("no longer following the power-profiles daemon")
+			d.recompute("power profile no longer followed", true)
+		}
 		return nil
 	})
 }

@@ -66,16 +66,9 @@ type Daemon struct {
 	// dec is the knob's decision: the knob, choices, holds, the power
 	// source, the low-battery tier, the followed profile and the policy in
 	// force (decider.go).
-	dec       *decider
-	boostOrig []sysfs.BoostSetting // boost as found, while we manage it
-	boost     string
-	topo      policy.Topology
-	topoProp  []snapshot.TopologyEntry // the Topology property (topologyEntries)
-	classProp []snapshot.CPUClassEntry // the CPUClasses property (classEntries)
-	allowed   sysfs.CPUSet
-	// boostUncontrollable: boost cannot be controlled on this machine
-	// (sysfs.BoostNotControllable); said once, then left alone.
-	boostUncontrollable bool
+	dec   *decider
+	boost boostState // cpufreq boost: its value, and as found while we manage it (boost.go)
+	cpus  cpuView    // the online CPUs, their sched domains and classes (topology.go)
 	// kernelPolicy is the value last written to the kernel's own
 	// current_sched_policy ("" none yet; writeKernelKnob).
 	kernelPolicy string
@@ -87,9 +80,7 @@ type Daemon struct {
 	heldLogs    []func()
 	lastSaved   statefile.State   // what state.json holds, as last saved by saveState
 	asideSaid   map[string]string // per knob, the other owner last reported (stepaside.go)
-	classesSaid string            // the efficiency classes last logged (classes.go)
 	lpmdOwner   string            // intel-lpmd's unique bus name, "" not running (lpmd.go)
-	classes     sysfs.CPUClasses  // the efficiency classes last read (classes.go)
 
 	stats placement.Counters // for Stats; written by the loop only
 	// pcfg is what the placement back end reads of cfg
@@ -270,7 +261,7 @@ func (d *Daemon) start(ctx context.Context) (stop func(), err error) {
 		d.dec.power = acpi.Decision{Source: acpi.Unknown, Reason: "power_supply unreadable: " + err.Error()}
 	}
 	d.dec.startKnobForSource()
-	d.boost, _ = d.fs.Boost()
+	d.boost.value, _ = d.fs.Boost()
 	d.readTopology()
 
 	if err := d.place.Open(); errors.Is(err, ErrAlreadyRunning) {
@@ -417,16 +408,20 @@ func (d *Daemon) monitorBus() (bus string, upower acpi.UPowerMode, logind bool) 
 // recomputed, so no cpuset we write names an offline CPU and CPUs that
 // come back are handed out again.
 func (d *Daemon) onHotplug() {
-	before := d.allowed
+	before := d.cpus.allowed
 	d.readTopology()
-	if d.allowed.Equal(before) {
+	if d.cpus.allowed.Equal(before) {
 		return
 	}
-	d.log.WithFields(logrus.Fields{"from": before.String(), "to": d.allowed.String()}).Info("online CPUs changed")
-	d.place.Hotplug(before, d.allowed)
+	d.log.WithFields(logrus.Fields{"from": before.String(), "to": d.cpus.allowed.String()}).Info("online CPUs changed")
+	d.place.Hotplug(before, d.cpus.allowed)
 	d.recompute("cpu hotplug", true)
 }
 
+// readTopology reads the CPUs again (cpuView.update): the topology, the
+// efficiency classes, the LP E-cores left to intel-lpmd while it runs
+// (said once), the sched domains; the efficiency classes are logged when
+// they changed. An unreadable topology keeps the last one, with a warning.
 func (d *Daemon) readTopology() {
 	t, err := d.fs.CPUTopology()
 	if err != nil {
@@ -445,12 +440,9 @@ func (d *Daemon) readTopology() {
 		d.log.WithError(err).Warn("cannot build sched domains from the CPU topology")
 		return
 	}
-	d.noteClasses(classes)
-	d.classProp = classEntries(classes, d.classProp)
-	d.classes = classes
-	d.topo = topo
-	d.topoProp = topologyEntries(t, d.topoProp)
-	d.allowed = t.Online
+	if said, say := d.cpus.update(t, topo, classes); say {
+		d.log.WithFields(map[string]any{"classes": said, "rule": classes.Rule}).Info("cpu efficiency classes")
+	}
 }
 
 func (d *Daemon) shutdown() {
@@ -521,7 +513,7 @@ func (d *Daemon) saveBackground() error {
 // (and the other placement mode's, as they were found), the energy totals
 // and the per-source choices.
 func (d *Daemon) stateWith(k policy.Knob) statefile.State {
-	st := statefile.State{Boost: d.boostOrig, Cgroups: d.kept.Cgroups, Units: d.kept.Units, Energy: d.energy.Totals()}
+	st := statefile.State{Boost: d.boost.orig, Cgroups: d.kept.Cgroups, Units: d.kept.Units, Energy: d.energy.Totals()}
 	d.dec.putState(&st, k)
 	d.place.PutRecords(&st)
 	return st

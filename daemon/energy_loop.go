@@ -176,7 +176,8 @@ func (c controller) EstimatePower(ctx context.Context) (snapshot.PowerEstimates,
 
 // modelInput copies the model's inputs; on the loop.
 func (d *Daemon) modelInput() placement.ModelInput {
-	in := placement.ModelInput{Topo: d.topo, Classes: d.classes, Online: d.allowed, Allowed: d.allowed.List(), CPUs: map[string][]int{}}
+	v := &d.cpus
+	in := placement.ModelInput{Topo: v.topo, Classes: v.classes, Online: v.allowed, Allowed: v.allowed.List(), CPUs: map[string][]int{}}
 	d.place.ModelLoads(&in)
 	return in
 }

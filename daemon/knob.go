@@ -120,47 +120,6 @@ func (d *Daemon) endHolds(cookies []uint32, why string) {
 	d.recompute("hold ended", true)
 }
 
-// followProfile applies the followed daemon's profile (decider.followProfile)
-// on the loop: a new profile, or a new owner, sets the knob the profile
-// maps to as setKnob does, so it persists and cancels holds like an
-// explicit choice; an unknown profile is logged and ignored.
-func (d *Daemon) followProfile(name, owner, profile string) {
-	k, change := d.dec.followProfile(name, owner, profile)
-	switch change {
-	case followUnknown:
-		d.log.WithFields(logrus.Fields{"name": name, "profile": profile}).Warn("followed power profile unknown; ignored")
-		return
-	case followSame:
-		return
-	case followStarted:
-		d.log.WithFields(logrus.Fields{"name": name, "owner": owner}).Info("following the power-profiles daemon's ActiveProfile")
-	}
-	if err := d.setKnobAs(k, "power-profiles "+name+" ActiveProfile "+profile, false); err != nil {
-		d.log.WithError(err).Warn("cannot apply the followed power profile")
-	}
-	d.recompute("power profile followed", true)
-}
-
-// unfollow ends following (decider.unfollow), saying why; the knob stays as
-// it is.
-func (d *Daemon) unfollow(why string) {
-	was, ok := d.dec.unfollow()
-	if !ok {
-		return
-	}
-	d.log.WithFields(logrus.Fields{"name": was.name, "why": why}).Info("no longer following the power-profiles daemon")
-	d.recompute("power profile no longer followed", true)
-}
-
-// setBatteryPercent takes the system batteries' charge
-// (decider.setBatteryPercent) and says when the low-battery tier begins or
-// ends; the caller recomputes.
-func (d *Daemon) setBatteryPercent(pct int) {
-	if d.dec.setBatteryPercent(pct) {
-		d.logLowBattery()
-	}
-}
-
 // logLowBattery says that the low-battery tier began or ended.
 func (d *Daemon) logLowBattery() {
 	d.log.WithFields(logrus.Fields{"battery_percent": d.dec.batteryPct, "low_battery": d.dec.set.LowBattery, "in_force": d.dec.lowBattery}).Info("low-battery tier changed")
@@ -174,7 +133,7 @@ func (d *Daemon) onPowerState(st acpi.State) {
 	// The monitor already logged the change with its reason.
 	from := d.dec.power.Source
 	tier := d.dec.setPower(st.Power, st.BatteryPercent)
-	d.boost = st.Boost
+	d.boost.value = st.Boost
 	if tier {
 		d.logLowBattery()
 	}
@@ -222,7 +181,7 @@ func (d *Daemon) recompute(why string, force bool) {
 	// The segment of the old policy or power source ends now, before the
 	// new plan's writes take effect.
 	d.followEnergy()
-	d.place.Apply(d.dec.effective, d.topo, d.allowed, force)
+	d.place.Apply(d.dec.effective, d.cpus.topo, d.cpus.allowed, force)
 	d.requestClockSync()
 	d.dec.placedFor(d.place.LastPlan().Policy)
 	for _, e := range d.placementChanges(why) {

@@ -30,8 +30,8 @@ func (d *Daemon) publish() {
 
 func (d *Daemon) newSnapshot() *snapshot.Snapshot {
 	s := &snapshot.Snapshot{
-		Boost: d.boost, Workloads: d.place.Status(),
-		Topology: d.topoProp, CPUClasses: d.classProp,
+		Boost: d.boost.value, Workloads: d.place.Status(),
+		Topology: d.cpus.topoProp, CPUClasses: d.cpus.classProp,
 		EnergySource: d.energy.Source(), Energy: d.energy.Totals(), ConfigDigest: d.cfg.ConfigDigest,
 	}
 	d.dec.inForce(s)

@@ -95,7 +95,7 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 			if nc.BoostOnBattery == BoostKeep {
 				d.restoreBoost()
 			}
-			d.boostUncontrollable = false
+			d.boost.uncontrollable = false
 			d.applyBoost()
 		}
 		if nc.MetricsTextfile != old.MetricsTextfile {
@@ -110,7 +110,9 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 		d.cfg.ProfileMap = nc.ProfileMap
 		d.cfg.LowBattery = nc.LowBattery
 		d.dec.set = decisionSettingsOf(d.cfg)
-		d.setBatteryPercent(d.dec.batteryPct)
+		if d.dec.setBatteryPercent(d.dec.batteryPct) {
+			d.logLowBattery()
+		}
 		if nc.PowerProfilesAPI != old.PowerProfilesAPI || !slices.Equal(nc.PowerProfilesUnits, old.PowerProfilesUnits) {
 			d.cfg.PowerProfilesAPI, d.cfg.PowerProfilesUnits = nc.PowerProfilesAPI, nc.PowerProfilesUnits
 			// The connection closes, and Keep reconnects with the
