@@ -77,24 +77,6 @@ func mockLaptop(t *testing.T) string {
 	return root
 }
 
-// lockedBuffer collects a child's output while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // testDaemon is a running schedpolicyd on a private bus.
 type testDaemon struct {
 	addr  string
@@ -102,7 +84,7 @@ type testDaemon struct {
 	tree  string // the knob directory of the served tree
 	state string
 	ctl   string // schedpolicyctl binary
-	log   *lockedBuffer
+	log   *testutil.LockedBuffer
 }
 
 // startDaemon runs the real daemon with the plain tree backend on a mock
@@ -118,7 +100,7 @@ func startDaemonOn(t *testing.T, cgroupRoot, addr string) *testDaemon {
 	t.Helper()
 	daemonBin, ctlBin := binaries(t)
 	tmp := t.TempDir()
-	d := &testDaemon{addr: addr, sys: mockLaptop(t), state: filepath.Join(tmp, "state"), ctl: ctlBin, log: &lockedBuffer{}}
+	d := &testDaemon{addr: addr, sys: mockLaptop(t), state: filepath.Join(tmp, "state"), ctl: ctlBin, log: &testutil.LockedBuffer{}}
 	treeDir := filepath.Join(tmp, "tree")
 	d.tree = filepath.Join(treeDir, "devices/system/cpu/sched_policy")
 	cmd := exec.Command(daemonBin, "--sysfs-root", d.sys, "--cgroup-root", cgroupRoot, "--tree-dir", treeDir,
@@ -349,7 +331,7 @@ func (d *testDaemon) watch(t *testing.T, args ...string) *watcher {
 	t.Helper()
 	cmd := exec.Command(d.ctl, append([]string{"--bus", d.addr, "watch"}, args...)...)
 	out, _ := cmd.StdoutPipe()
-	var errb lockedBuffer
+	var errb testutil.LockedBuffer
 	cmd.Stderr = &errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
