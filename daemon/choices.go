@@ -115,6 +115,23 @@ func (c *decider) restore(s knobState) {
 	c.knob, c.knobChosen, c.choices = s.knob, s.chosen, s.choices
 }
 
+// reloadDefault takes a reload's configured default knob def (nil: none;
+// the DefaultKnob setting becomes def). While no explicit choice is in
+// force the knob follows the file: a def that differs becomes the knob
+// (applied; the caller says so and saves it). While one is, a def that
+// differs is not applied (overridden; the caller says so).
+func (c *decider) reloadDefault(def *policy.Knob) (applied, overridden bool) {
+	c.set.DefaultKnob = def
+	if def == nil || *def == c.knob {
+		return false, false
+	}
+	if c.knobChosen {
+		return false, true
+	}
+	c.knob = *def
+	return true, false
+}
+
 // baseKnob is the knob of a source without a remembered choice.
 func (c *decider) baseKnob() policy.Knob {
 	switch {

@@ -220,6 +220,35 @@ func TestDeciderChooseUnchanged(t *testing.T) {
 	}
 }
 
+// TestDeciderReloadDefault: a reload's default knob becomes the knob
+// while no choice is in force, and is what a source without a remembered
+// choice gets; it is not applied over a choice (overridden); no default,
+// or the knob in force, changes nothing.
+func TestDeciderReloadDefault(t *testing.T) {
+	on := policy.Knob{PowerAware: policy.PowerAwareOn, PowerAwarePolicy: policy.Balance}
+	off := policy.Knob{PowerAware: policy.PowerAwareOff, PowerAwarePolicy: policy.Powersaving}
+	reload := func(def *policy.Knob, applied, overridden bool) func(*testing.T, *decider) {
+		return func(t *testing.T, c *decider) {
+			t.Helper()
+			if a, o := c.reloadDefault(def); a != applied || o != overridden {
+				t.Errorf("reload %v: applied %v, overridden %v; want %v, %v", def, a, o, applied, overridden)
+			}
+		}
+	}
+	c := startOn(decisionSettings{}, statefile.State{}, onAC)
+	runSteps(t, c, []decisionStep{
+		{"no default", reload(nil, false, false), acpi.AC, policy.DefaultKnob(), policy.Performance, ""},
+		{"default 2, balance", reload(&on, true, false), acpi.AC, on, policy.Balance, ""},
+		{"the same again", reload(&on, false, false), acpi.AC, on, policy.Balance, ""},
+		{"an explicit choice", write(filePowerAware, "0"), acpi.AC, policy.Knob{PowerAware: policy.PowerAwareOff, PowerAwarePolicy: policy.Balance}, policy.Performance, ""},
+		{"default 0 over a choice", reload(&off, false, true), acpi.AC, policy.Knob{PowerAware: policy.PowerAwareOff, PowerAwarePolicy: policy.Balance}, policy.Performance, ""},
+		{"battery without a choice: the default of the reload", power(onBattery, -1), acpi.Battery, policy.Knob{PowerAware: policy.PowerAwareOff, PowerAwarePolicy: policy.Balance}, policy.Performance, ""},
+	})
+	if c.knobChosen {
+		t.Error("battery's knob is chosen; want the configured default")
+	}
+}
+
 // TestDeciderLowBatteryTier: automatic mode with power_aware_policy
 // balance and low_battery 20. On battery at 50 % balance; below 20 %
 // powersaving with the reason; back at 22 % and 24 % still powersaving

@@ -79,15 +79,13 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 		d.cfg.SampleInterval = nc.SampleInterval
 		d.cfg.ConfigDigest = nc.ConfigDigest
 		d.cfg.DefaultKnob = nc.DefaultKnob
-		if nc.DefaultKnob != nil && !d.dec.knobChosen && *nc.DefaultKnob != d.dec.knob {
-			// No explicit choice yet: the configured default follows the
-			// file.
+		switch applied, overridden := d.dec.reloadDefault(nc.DefaultKnob); {
+		case applied:
 			d.log.WithFields(logrus.Fields{"power_aware": nc.DefaultKnob.PowerAware, "power_aware_policy": nc.DefaultKnob.PowerAwarePolicy}).Info("reload: default knob changed")
-			d.dec.knob = *nc.DefaultKnob
 			if err := d.saveState(d.stateWith(d.dec.knob)); err != nil {
 				d.log.WithError(err).Warn("reload: cannot save state")
 			}
-		} else if nc.DefaultKnob != nil && d.dec.knobChosen && *nc.DefaultKnob != d.dec.knob {
+		case overridden:
 			d.log.Info("reload: the configured default knob is not applied: a choice made through the tree, D-Bus or the CLI is in force")
 		}
 		if nc.BoostOnBattery != old.BoostOnBattery {
