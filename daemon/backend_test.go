@@ -73,7 +73,7 @@ func TestOtherModesRecordsKept(t *testing.T) {
 			t.Fatal(err)
 		}
 		d.loadRecords(st)
-		got := d.stateWith(d.knob)
+		got := d.stateWith(d.dec.knob)
 		if !reflect.DeepEqual(got.Cgroups, c.cgroups) || !reflect.DeepEqual(got.Units, c.units) {
 			t.Errorf("placement %s: saves cgroups %+v units %+v, want %+v and %+v", c.placement, got.Cgroups, got.Units, c.cgroups, c.units)
 		}

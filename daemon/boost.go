@@ -7,6 +7,15 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
+// boostState is the loop's view of cpufreq boost.
+type boostState struct {
+	value string               // as last read: "1", "0" or "unsupported" (the tree's boost file)
+	orig  []sysfs.BoostSetting // as found, while we manage it (saved in state.json)
+	// uncontrollable: boost cannot be controlled on this machine
+	// (sysfs.BoostNotControllable); said once, then left alone.
+	uncontrollable bool
+}
+
 // applyBoost carries out boost_on_battery after a power-source change (and
 // at start): on battery boost is switched off or on as configured; on AC or
 // an unknown source the setting found at start-up comes back. The setting
@@ -18,7 +27,7 @@ import (
 // power-profiles daemon with amd-pstate): nothing is written then.
 func (d *Daemon) applyBoost() {
 	mode := d.cfg.BoostOnBattery
-	if mode == BoostKeep || d.boostUncontrollable {
+	if mode == BoostKeep || d.boost.uncontrollable {
 		return
 	}
 	owner := d.boostOwner()
@@ -26,20 +35,20 @@ func (d *Daemon) applyBoost() {
 	if owner != "" {
 		return
 	}
-	if d.power.Source != acpi.Battery {
+	if d.dec.power.Source != acpi.Battery {
 		d.restoreBoost()
 		return
 	}
-	if d.boostOrig == nil {
+	if d.boost.orig == nil {
 		snap, err := d.fs.BoostSnapshot()
 		if err != nil {
 			d.onBoostError(err)
 			return
 		}
-		d.boostOrig = snap
-		if err := d.saveState(d.stateWith(d.knob)); err != nil {
+		d.boost.orig = snap
+		if err := d.saveState(d.stateWith(d.dec.knob)); err != nil {
 			d.log.WithError(err).Error("cannot save the boost setting; not changing boost")
-			d.boostOrig = nil
+			d.boost.orig = nil
 			return
 		}
 	}
@@ -48,25 +57,25 @@ func (d *Daemon) applyBoost() {
 		d.onBoostError(err)
 		return
 	}
-	d.log.WithFields(logrus.Fields{"boost": mode, "power": d.power.Source}).Info("boost set for battery")
-	d.boost, _ = d.fs.Boost()
+	d.log.WithFields(logrus.Fields{"boost": mode, "power": d.dec.power.Source}).Info("boost set for battery")
+	d.boost.value, _ = d.fs.Boost()
 }
 
 // restoreBoost writes back the boost setting found at start-up, if the
 // daemon changed it. A failure is logged and the setting stays in
 // state.json for the next start.
 func (d *Daemon) restoreBoost() {
-	if d.boostOrig == nil {
+	if d.boost.orig == nil {
 		return
 	}
-	if err := d.fs.RestoreBoost(d.boostOrig); err != nil {
+	if err := d.fs.RestoreBoost(d.boost.orig); err != nil {
 		d.log.WithError(err).Warn("cannot restore boost; it stays in state.json for the next start")
 		return
 	}
 	d.log.Info("boost restored to its start-up setting")
-	d.boostOrig = nil
-	d.boost, _ = d.fs.Boost()
-	if err := d.saveState(d.stateWith(d.knob)); err != nil {
+	d.boost.orig = nil
+	d.boost.value, _ = d.fs.Boost()
+	if err := d.saveState(d.stateWith(d.dec.knob)); err != nil {
 		d.log.WithError(err).Warn("cannot update state.json after restoring boost")
 	}
 }
@@ -79,7 +88,7 @@ func (d *Daemon) recoverBoost(saved []sysfs.BoostSetting) {
 	}
 	if err := d.fs.RestoreBoost(saved); err != nil {
 		d.log.WithError(err).Warn("cannot restore the boost setting saved by a previous run")
-		d.boostOrig = saved // keep trying on exit
+		d.boost.orig = saved // keep trying on exit
 		return
 	}
 	d.log.Info("boost restored to the setting saved by a previous run that did not stop cleanly")
@@ -89,7 +98,7 @@ func (d *Daemon) recoverBoost(saved []sysfs.BoostSetting) {
 // boost cannot be controlled at all stops every further attempt.
 func (d *Daemon) onBoostError(err error) {
 	if sysfs.BoostNotControllable(err) {
-		d.boostUncontrollable = true
+		d.boost.uncontrollable = true
 		d.log.WithError(err).Warn("boost cannot be controlled on this machine; boost_on_battery ignored")
 		return
 	}

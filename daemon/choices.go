@@ -2,8 +2,8 @@ package daemon
 
 import (
 	"maps"
-
-	"github.com/sirupsen/logrus"
+	"reflect"
+	"time"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/policy"
@@ -29,7 +29,7 @@ import (
 // choice of performance, balance or powersaving) stays per source. Else
 // "what to use on battery", set while charging, would apply nowhere.
 
-// choiceSource is the key of src in Daemon.choices; "" for unknown.
+// choiceSource is the key of src in decider.choices; "" for unknown.
 func choiceSource(src acpi.Source) string {
 	switch src {
 	case acpi.AC:
@@ -40,12 +40,12 @@ func choiceSource(src acpi.Source) string {
 	return ""
 }
 
-// withChoice is d.choices with k remembered for the current power source:
+// withChoice is c.choices with k remembered for the current power source:
 // a new map (the saved State shares the old one), or the same map when
 // nothing changes.
-func (d *Daemon) withChoice(k policy.Knob) map[string]policy.Knob {
-	m, cloned := withSetting(d.choices, k.PowerAwarePolicy)
-	src := choiceSource(d.power.Source)
+func (c *decider) withChoice(k policy.Knob) map[string]policy.Knob {
+	m, cloned := withSetting(c.choices, k.PowerAwarePolicy)
+	src := choiceSource(c.power.Source)
 	if src == "" {
 		return m
 	}
@@ -79,55 +79,105 @@ func withSetting(choices map[string]policy.Knob, p policy.Policy) (m map[string]
 	return m, cloned
 }
 
+// knobState is what a choice changes (choose) and a choice that cannot be
+// saved puts back (restore): the knob, whether it is chosen, the
+// per-source choices, and when the policy last changed.
+type knobState struct {
+	knob       policy.Knob
+	chosen     bool
+	choices    map[string]policy.Knob
+	lastChange time.Time
+}
+
+// choose makes k the knob in force, chosen: explicit (the user's choice,
+// not a followed profile) also remembers it for the current power source;
+// either way its power_aware_policy becomes the setting of every
+// remembered choice (withSetting). changed is false when nothing changes
+// (the same knob was already chosen, the choices are the same); prev is
+// what restore puts back. k must be valid.
+func (c *decider) choose(k policy.Knob, explicit bool) (prev knobState, changed bool) {
+	prev = knobState{knob: c.knob, chosen: c.knobChosen, choices: c.choices, lastChange: c.lastChange}
+	if explicit {
+		c.choices = c.withChoice(k)
+	} else {
+		c.choices, _ = withSetting(c.choices, k.PowerAwarePolicy) // a setting
+	}
+	if k == c.knob && c.knobChosen && reflect.DeepEqual(prev.choices, c.choices) {
+		return prev, false
+	}
+	c.knob, c.knobChosen = k, true
+	return prev, true
+}
+
+// restore puts back the knob, whether it is chosen and the choices of s
+// (not lastChange, which the caller restores once it decided again).
+func (c *decider) restore(s knobState) {
+	c.knob, c.knobChosen, c.choices = s.knob, s.chosen, s.choices
+}
+
+// reloadDefault takes a reload's configured default knob def (nil: none;
+// the DefaultKnob setting becomes def). While no explicit choice is in
+// force the knob follows the file: a def that differs becomes the knob
+// (applied; the caller says so and saves it). While one is, a def that
+// differs is not applied (overridden; the caller says so).
+func (c *decider) reloadDefault(def *policy.Knob) (applied, overridden bool) {
+	c.set.DefaultKnob = def
+	if def == nil || *def == c.knob {
+		return false, false
+	}
+	if c.knobChosen {
+		return false, true
+	}
+	c.knob = *def
+	return true, false
+}
+
 // baseKnob is the knob of a source without a remembered choice.
-func (d *Daemon) baseKnob() policy.Knob {
+func (c *decider) baseKnob() policy.Knob {
 	switch {
-	case d.follow.name != "":
-		return d.follow.knob
-	case d.cfg.DefaultKnob != nil:
-		return *d.cfg.DefaultKnob
+	case c.follow.name != "":
+		return c.follow.knob
+	case c.set.DefaultKnob != nil:
+		return *c.set.DefaultKnob
 	}
 	return policy.DefaultKnob()
 }
 
-// knobForSource applies the knob of source to (on a change from ac to
-// battery or back, when either has a remembered choice), saves it and
-// says so; the caller recomputes. A failed save is logged: the knob still
-// follows the source (nothing the user chose is lost, the choices are
-// unchanged in memory).
-func (d *Daemon) knobForSource(from, to acpi.Source) {
+// knobForSource makes the knob of source to the one in force (on a change
+// from ac to battery or back, when either has a remembered choice): its
+// remembered choice, else the base knob, with the current
+// power_aware_policy. changed reports a new knob or a change of whether
+// it is chosen; the caller says so, saves it and decides again.
+func (c *decider) knobForSource(from, to acpi.Source) (changed bool) {
 	f, t := choiceSource(from), choiceSource(to)
-	if f == "" || t == "" || f == t || len(d.choices) == 0 {
-		return
+	if f == "" || t == "" || f == t || len(c.choices) == 0 {
+		return false
 	}
-	k, chosen := d.choices[t]
+	k, chosen := c.choices[t]
 	if !chosen {
-		k = d.baseKnob()
+		k = c.baseKnob()
 	}
-	k.PowerAwarePolicy = d.knob.PowerAwarePolicy // the setting, on every source
-	if k == d.knob && chosen == d.knobChosen {
-		return
+	k.PowerAwarePolicy = c.knob.PowerAwarePolicy // the setting, on every source
+	if k == c.knob && chosen == c.knobChosen {
+		return false
 	}
-	d.knob, d.knobChosen = k, chosen
-	d.log.WithFields(logrus.Fields{"power_source": t, "power_aware": k.PowerAware, "power_aware_policy": k.PowerAwarePolicy, "remembered": chosen}).Info("knob of the new power source")
-	if err := d.saveState(d.stateWith(d.knob)); err != nil {
-		d.log.WithError(err).Warn("cannot save the knob of the new power source")
-	}
+	c.knob, c.knobChosen = k, chosen
+	return true
 }
 
 // startKnobForSource is knobForSource at start-up, for the source first
 // read: its remembered choice, or the base knob when only the other
 // source has one.
-func (d *Daemon) startKnobForSource() {
-	t := choiceSource(d.power.Source)
-	if t == "" || len(d.choices) == 0 {
+func (c *decider) startKnobForSource() {
+	t := choiceSource(c.power.Source)
+	if t == "" || len(c.choices) == 0 {
 		return
 	}
-	setting := d.knob.PowerAwarePolicy // the saved knob's: the latest setting
-	if k, ok := d.choices[t]; ok {
-		d.knob, d.knobChosen = k, true
+	setting := c.knob.PowerAwarePolicy // the saved knob's: the latest setting
+	if k, ok := c.choices[t]; ok {
+		c.knob, c.knobChosen = k, true
 	} else {
-		d.knob, d.knobChosen = d.baseKnob(), false
+		c.knob, c.knobChosen = c.baseKnob(), false
 	}
-	d.knob.PowerAwarePolicy = setting
+	c.knob.PowerAwarePolicy = setting
 }

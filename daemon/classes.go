@@ -28,20 +28,6 @@ func ClassedCPUDescs(t sysfs.CPUTopology, c sysfs.CPUClasses) []policy.CPUDesc {
 	return out
 }
 
-// noteClasses logs the efficiency classes when they differ from the last
-// ones read (at start and after a hotplug that changes them).
-func (d *Daemon) noteClasses(c sysfs.CPUClasses) {
-	var s string
-	for _, cl := range c.Classes {
-		s += cl.Name + "=" + cl.CPUs.String() + " "
-	}
-	if s == d.classesSaid {
-		return
-	}
-	d.classesSaid = s
-	d.log.WithFields(map[string]any{"classes": s[:max(0, len(s)-1)], "rule": c.Rule}).Info("cpu efficiency classes")
-}
-
 // ClassModel returns m pricing each efficiency class of a hybrid machine
 // (MachineEnergy: the machine's own model at every operating point where
 // it has one, else the published class ratios); from says where the

@@ -63,19 +63,13 @@ type Daemon struct {
 	snap atomic.Pointer[snapshot.Snapshot]
 
 	// Loop-owned state: touched only by the goroutine running Run.
-	knob       policy.Knob
-	knobChosen bool                 // knob is an explicit choice, not the configured default
-	boostOrig  []sysfs.BoostSetting // boost as found, while we manage it
-	power      acpi.Decision
-	boost      string
-	topo       policy.Topology
-	topoProp   []snapshot.TopologyEntry // the Topology property (topologyEntries)
-	classProp  []snapshot.CPUClassEntry // the CPUClasses property (classEntries)
-	allowed    sysfs.CPUSet
-	effective  policy.Policy
-	// boostUncontrollable: boost cannot be controlled on this machine
-	// (sysfs.BoostNotControllable); said once, then left alone.
-	boostUncontrollable bool
+
+	// dec is the knob's decision: the knob, choices, holds, the power
+	// source, the low-battery tier, the followed profile and the policy in
+	// force (decider.go).
+	dec   *decider
+	boost boostState // cpufreq boost: its value, and as found while we manage it (boost.go)
+	cpus  cpuView    // the online CPUs, their sched domains and classes (topology.go)
 	// kernelPolicy is the value last written to the kernel's own
 	// current_sched_policy ("" none yet; writeKernelKnob).
 	kernelPolicy string
@@ -83,21 +77,11 @@ type Daemon struct {
 	// publishes a choice only once it is persisted), and its log lines
 	// wait in heldLogs, so that the knob change is logged before the policy
 	// change it caused, and a change that is not persisted not at all.
-	unpublished  bool
-	heldLogs     []func()
-	lastSaved    statefile.State // what state.json holds, as last saved by saveState
-	holds        map[uint32]*snapshot.Hold
-	holdIdx      holdIndex // beside holds: cookies, holds per owner (holds.go)
-	lastChange   time.Time
-	policyReason string
-	follow       followState            // the power-profiles daemon followed (follow.go)
-	choices      map[string]policy.Knob // explicit choice per power source (choices.go); copy on write
-	asideSaid    map[string]string      // per knob, the other owner last reported (stepaside.go)
-	classesSaid  string                 // the efficiency classes last logged (classes.go)
-	lpmdOwner    string                 // intel-lpmd's unique bus name, "" not running (lpmd.go)
-	classes      sysfs.CPUClasses       // the efficiency classes last read (classes.go)
-	batteryPct   int                    // the system batteries' charge, percent; -1 unknown
-	lowBattery   bool                   // the low-battery tier is in force (lowbattery.go)
+	unpublished bool
+	heldLogs    []func()
+	lastSaved   statefile.State   // what state.json holds, as last saved by saveState
+	asideSaid   map[string]string // per knob, the other owner last reported (stepaside.go)
+	lpmdOwner   string            // intel-lpmd's unique bus name, "" not running (lpmd.go)
 
 	stats placement.Counters // for Stats; written by the loop only
 	// pcfg is what the placement back end reads of cfg
@@ -145,9 +129,7 @@ func New(cfg Config) (*Daemon, error) {
 		clockSync: make(chan struct{}, 1),
 		ready:     make(chan struct{}),
 		done:      make(chan struct{}),
-		holds:     map[uint32]*snapshot.Hold{},
-
-		batteryPct: -1,
+		dec:       newDecider(decisionSettingsOf(cfg)),
 	}
 	d.energy = energy.NewMeter(fs, d.log.WithField("component", "energy"), time.Now, nil)
 	d.place = d.newBackend()
@@ -230,7 +212,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.notify.Ready(d.status()); err != nil {
 		d.log.WithError(err).Warn("sd_notify READY failed")
 	}
-	d.log.WithFields(logrus.Fields{"policy": d.effective, "power": d.power.Source}).Info("ready")
+	d.log.WithFields(logrus.Fields{"policy": d.dec.effective, "power": d.dec.power.Source}).Info("ready")
 	close(d.ready)
 	iv, err := d.notify.WatchdogInterval()
 	if err != nil {
@@ -275,12 +257,12 @@ func (d *Daemon) start(ctx context.Context) (stop func(), err error) {
 	undo = append(undo, treeLock.Release)
 
 	d.loadState()
-	if d.power, err = acpi.Read(d.fs); err != nil {
+	if d.dec.power, err = acpi.Read(d.fs); err != nil {
 		d.log.WithError(err).Warn("cannot read power supplies, assuming AC")
-		d.power = acpi.Decision{Source: acpi.Unknown, Reason: "power_supply unreadable: " + err.Error()}
+		d.dec.power = acpi.Decision{Source: acpi.Unknown, Reason: "power_supply unreadable: " + err.Error()}
 	}
-	d.startKnobForSource()
-	d.boost, _ = d.fs.Boost()
+	d.dec.startKnobForSource()
+	d.boost.value, _ = d.fs.Boost()
 	d.readTopology()
 
 	if err := d.place.Open(); errors.Is(err, ErrAlreadyRunning) {
@@ -290,9 +272,8 @@ func (d *Daemon) start(ctx context.Context) (stop func(), err error) {
 	d.place.Scan()
 	// The tree and the bus serve the snapshot: have a true one before
 	// either can be read.
-	d.effective, d.policyReason = d.decide()
-	d.lastChange = time.Now()
-	d.energy.Start(d.energyKey(), d.power.Source == acpi.Battery)
+	d.dec.settle(time.Now())
+	d.energy.Start(d.energyKey(), d.dec.power.Source == acpi.Battery)
 	d.energyGuard = &wrapGuard{}
 	undo = append(undo, d.energyGuard.stop)
 	d.armEnergyGuard()
@@ -317,7 +298,7 @@ func (d *Daemon) start(ctx context.Context) (stop func(), err error) {
 		d.bus = bus.New(bus.Config{
 			Bus: d.cfg.Bus, PowerProfilesAPI: d.cfg.PowerProfilesAPI,
 			PowerProfilesUnits: d.cfg.PowerProfilesUnits, Log: busLog,
-		}, d)
+		}, controller{d})
 		d.bus.Connect(ctx) // a failure is logged; Keep retries
 	}
 	undo = append(undo, d.bus.Close)
@@ -382,8 +363,7 @@ func (d *Daemon) loadState() {
 			}
 		}
 	}
-	d.knob, d.knobChosen = st.StartKnob(d.cfg.DefaultKnob), st.Chosen
-	d.choices = st.Choices
+	d.dec.loadState(st)
 	if st.ChoicesErr != nil {
 		d.log.WithError(st.ChoicesErr).Warn("ignoring the saved per-source choices")
 	}
@@ -423,36 +403,26 @@ func (d *Daemon) monitorBus() (bus string, upower acpi.UPowerMode, logind bool) 
 	return d.cfg.Bus, d.cfg.UPower, d.cfg.Logind
 }
 
-func (d *Daemon) onPowerState(st acpi.State) {
-	// The monitor already logged the change with its reason.
-	from := d.power.Source
-	d.power = st.Power
-	d.boost = st.Boost
-	d.setBatteryPercent(st.BatteryPercent)
-	if from != st.Power.Source {
-		d.log.WithFields(logrus.Fields{"from": from, "to": st.Power.Source, "trigger": st.Trigger}).Debug("power source applied")
-		d.applyBoost()
-		d.knobForSource(from, st.Power.Source)
-	}
-	d.recompute("power source", true)
-}
-
 // onHotplug handles CPUs going online or offline: the topology is re-read,
 // the placement follows (placement.hotplug: the v1 parent gets back CPUs
 // that came online, cpusets the kernel trimmed are re-read) and the plan is
 // recomputed, so no cpuset we write names an offline CPU and CPUs that
 // come back are handed out again.
 func (d *Daemon) onHotplug() {
-	before := d.allowed
+	before := d.cpus.allowed
 	d.readTopology()
-	if d.allowed.Equal(before) {
+	if d.cpus.allowed.Equal(before) {
 		return
 	}
-	d.log.WithFields(logrus.Fields{"from": before.String(), "to": d.allowed.String()}).Info("online CPUs changed")
-	d.place.Hotplug(before, d.allowed)
+	d.log.WithFields(logrus.Fields{"from": before.String(), "to": d.cpus.allowed.String()}).Info("online CPUs changed")
+	d.place.Hotplug(before, d.cpus.allowed)
 	d.recompute("cpu hotplug", true)
 }
 
+// readTopology reads the CPUs again (cpuView.update): the topology, the
+// efficiency classes, the LP E-cores left to intel-lpmd while it runs
+// (said once), the sched domains; the efficiency classes are logged when
+// they changed. An unreadable topology keeps the last one, with a warning.
 func (d *Daemon) readTopology() {
 	t, err := d.fs.CPUTopology()
 	if err != nil {
@@ -475,12 +445,9 @@ func (d *Daemon) readTopology() {
 	// (issue 35): the machine's own energy model, else the published
 	// ones (MachineEnergy).
 	topo = topo.WithHomes(MachineEnergy(policy.ModelFor(topo), d.fs, classes).Homes)
-	d.noteClasses(classes)
-	d.classProp = classEntries(classes, d.classProp)
-	d.classes = classes
-	d.topo = topo
-	d.topoProp = topologyEntries(t, d.topoProp)
-	d.allowed = t.Online
+	if said, say := d.cpus.update(t, topo, classes); say {
+		d.log.WithFields(map[string]any{"classes": said, "rule": classes.Rule}).Info("cpu efficiency classes")
+	}
 }
 
 func (d *Daemon) shutdown() {
@@ -495,11 +462,11 @@ func (d *Daemon) shutdown() {
 	}
 	d.restoreBoost()
 	// The running energy segment ends with the daemon.
-	d.energy.CloseSegment(d.energyKey(), d.power.Source == acpi.Battery)
+	d.energy.CloseSegment(d.energyKey(), d.dec.power.Source == acpi.Battery)
 	// What is restored is dropped from state.json; what is not (and the
 	// records of other cgroups, and the workloads we created, which the
 	// next start still removes once their tasks are gone) stays.
-	if err := d.saveState(d.stateWith(d.knob)); err != nil {
+	if err := d.saveState(d.stateWith(d.dec.knob)); err != nil {
 		d.log.WithError(err).Warn("cannot update state.json after restoring")
 	}
 	d.metrics.remove()
@@ -532,7 +499,7 @@ func (d *Daemon) saveState(st statefile.State) error {
 // is logged once, at error level with its cause, its repeats at debug
 // level, and the first save that works again once (saveFailing).
 func (d *Daemon) saveBackground() error {
-	err := d.saveState(d.stateWith(d.knob))
+	err := d.saveState(d.stateWith(d.dec.knob))
 	switch {
 	case err != nil && !d.saveFailing:
 		d.log.WithError(err).Error("cannot save state.json; no cpuset or AllowedCPUs= is changed, and energy totals are kept in memory, until it can be")
@@ -551,7 +518,8 @@ func (d *Daemon) saveBackground() error {
 // (and the other placement mode's, as they were found), the energy totals
 // and the per-source choices.
 func (d *Daemon) stateWith(k policy.Knob) statefile.State {
-	st := statefile.State{Knob: k, Chosen: d.knobChosen, Boost: d.boostOrig, Cgroups: d.kept.Cgroups, Units: d.kept.Units, Energy: d.energy.Totals(), Choices: d.choices}
+	st := statefile.State{Boost: d.boost.orig, Cgroups: d.kept.Cgroups, Units: d.kept.Units, Energy: d.energy.Totals()}
+	d.dec.putState(&st, k)
 	d.place.PutRecords(&st)
 	return st
 }

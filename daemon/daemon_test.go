@@ -69,6 +69,20 @@ func newMockLaptop(t *testing.T) mockLaptop {
 	return m
 }
 
+// plug puts the mock laptop on AC (the adapter online, the battery
+// charging) or on battery (offline, discharging).
+func (m mockLaptop) plug(t *testing.T, ac bool) {
+	t.Helper()
+	ps := filepath.Join(m.sys, "class/power_supply")
+	if ac {
+		testutil.Put(t, ps+"/AC/online", "1")
+		testutil.Put(t, ps+"/BAT0/status", "Charging")
+	} else {
+		testutil.Put(t, ps+"/AC/online", "0")
+		testutil.Put(t, ps+"/BAT0/status", "Discharging")
+	}
+}
+
 // start runs the daemon in-process with the plain tree backend and no bus.
 func (m mockLaptop) start(t *testing.T) (*Daemon, context.CancelFunc, <-chan error) {
 	return m.startCfg(t, nil)

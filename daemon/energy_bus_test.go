@@ -242,13 +242,13 @@ func TestEnergyBatteryOverBus(t *testing.T) {
 func TestEstimatePowerStopped(t *testing.T) {
 	m := newMockLaptop(t)
 	d, cancel, done := m.startCfg(t, nil)
-	if r, err := d.EstimatePower(context.Background()); err != nil || len(r.Policies) != 3 {
+	if r, err := (controller{d}).EstimatePower(context.Background()); err != nil || len(r.Policies) != 3 {
 		t.Fatalf("EstimatePower = %+v, %v", r, err)
 	}
 	cancel()
 	<-done
 	time.Sleep(EnergyRefreshInterval)
-	if _, err := d.EstimatePower(context.Background()); err != ErrStopped {
+	if _, err := (controller{d}).EstimatePower(context.Background()); err != ErrStopped {
 		t.Errorf("after stop: %v, want ErrStopped", err)
 	}
 }
@@ -263,7 +263,7 @@ func TestEstimatePowerOtherShape(t *testing.T) {
 	}
 	testutil.CopyFixture(t, "../sysfs/testdata/topology/nhm-ep-2s4c2t/devices", filepath.Join(m.sys, "devices"))
 	d := m.startWith(t, func(c *Config) { c.CgroupRoot = "" })
-	r, err := d.EstimatePower(context.Background())
+	r, err := (controller{d}).EstimatePower(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

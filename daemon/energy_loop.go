@@ -25,7 +25,7 @@ const EnergyRefreshInterval = time.Second
 
 // energyKey is the segment the daemon is in now.
 func (d *Daemon) energyKey() energy.Key {
-	return energy.Key{Policy: d.effective, Source: d.power.Source}
+	return energy.Key{Policy: d.dec.effective, Source: d.dec.power.Source}
 }
 
 // followEnergy closes the running segment when the policy in force or the
@@ -35,7 +35,7 @@ func (d *Daemon) followEnergy() {
 	if k == d.energy.Segment() {
 		return
 	}
-	if d.energy.CloseSegment(k, d.power.Source == acpi.Battery) {
+	if d.energy.CloseSegment(k, d.dec.power.Source == acpi.Battery) {
 		d.energyDirty = true
 	}
 	d.armEnergyGuard()
@@ -48,7 +48,7 @@ func (d *Daemon) saveEnergy() {
 		return
 	}
 	d.energyDirty = false
-	if st := d.stateWith(d.knob); !reflect.DeepEqual(st, d.lastSaved) {
+	if st := d.stateWith(d.dec.knob); !reflect.DeepEqual(st, d.lastSaved) {
 		if err := d.saveBackground(); err != nil {
 			d.energyDirty = true // kept in memory, saved with the next change
 		}
@@ -99,7 +99,7 @@ func (g *wrapGuard) stop() {
 // segment without closing it, so the totals do not change.
 func (d *Daemon) energyGuardRead() {
 	before := d.energy.Source()
-	d.energy.Advance(d.power.Source == acpi.Battery)
+	d.energy.Advance(d.dec.power.Source == acpi.Battery)
 	d.armEnergyGuard()
 	if d.energy.Source() != before {
 		d.publish()
@@ -115,7 +115,7 @@ func (d *Daemon) refreshEnergy() {
 		return
 	}
 	d.energyRefreshed = now
-	if d.energy.CloseSegment(d.energyKey(), d.power.Source == acpi.Battery) {
+	if d.energy.CloseSegment(d.energyKey(), d.dec.power.Source == acpi.Battery) {
 		d.energyDirty = true
 	}
 	d.armEnergyGuard()
@@ -141,7 +141,8 @@ type estimateCache struct {
 // Load outside the managed workloads is not seen. The answer is computed
 // off the event loop and reused for EnergyRefreshInterval. Errors:
 // ErrStopped, or ctx's.
-func (d *Daemon) EstimatePower(ctx context.Context) (snapshot.PowerEstimates, error) {
+func (c controller) EstimatePower(ctx context.Context) (snapshot.PowerEstimates, error) {
+	d := c.d
 	d.est.mu.Lock()
 	defer d.est.mu.Unlock()
 	if !d.est.at.IsZero() && time.Since(d.est.at) < EnergyRefreshInterval {
@@ -175,7 +176,8 @@ func (d *Daemon) EstimatePower(ctx context.Context) (snapshot.PowerEstimates, er
 
 // modelInput copies the model's inputs; on the loop.
 func (d *Daemon) modelInput() placement.ModelInput {
-	in := placement.ModelInput{Topo: d.topo, Classes: d.classes, Online: d.allowed, Allowed: d.allowed.List(), CPUs: map[string][]int{}}
+	v := &d.cpus
+	in := placement.ModelInput{Topo: v.topo, Classes: v.classes, Online: v.allowed, Allowed: v.allowed.List(), CPUs: map[string][]int{}}
 	d.place.ModelLoads(&in)
 	return in
 }

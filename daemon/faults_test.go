@@ -164,7 +164,7 @@ func removedBetween(t *testing.T, d *Daemon, remove func() error, gone, kept str
 		if !cgfs(d).Hooks().Listed(gone) {
 			return fmt.Errorf("%s already forgotten; the test needs it listed", gone)
 		}
-		k := d.knob.WithCurrentPolicy(policy.Powersaving)
+		k := d.dec.knob.WithCurrentPolicy(policy.Powersaving)
 		return d.setKnob(k, "test")
 	})
 	if err != nil {
@@ -204,7 +204,7 @@ func TestDaemonChoiceNotPersisted(t *testing.T) {
 	}
 	t.Cleanup(func() { exec.Command("chattr", "-i", m.state).Run() })
 	err := d.do(context.Background(), func() error {
-		return d.setKnob(d.knob.WithCurrentPolicy(policy.Powersaving), "test")
+		return d.setKnob(d.dec.knob.WithCurrentPolicy(policy.Powersaving), "test")
 	})
 	if err == nil {
 		t.Fatal("setKnob succeeded with an immutable state directory")

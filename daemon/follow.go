@@ -9,8 +9,6 @@ package daemon
 import (
 	"fmt"
 
-	"github.com/sirupsen/logrus"
-
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -53,7 +51,7 @@ func checkPowerProfiles(cfg *Config) error {
 	return err
 }
 
-// followState is the loop's view of the power-profiles daemon it follows
+// followState is the decider's view of the power-profiles daemon it follows
 // (loop-owned). name is "" while nothing is followed.
 type followState struct {
 	name    string      // the followed bus name, e.g. net.hadess.PowerProfiles
@@ -62,53 +60,63 @@ type followState struct {
 	knob    policy.Knob // the knob the profile selected
 }
 
-// followProfile is called on the loop when the followed daemon's
-// ActiveProfile is first read or changes (PropertiesChanged). A new
-// profile, or a new owner, sets the knob the profile maps to
-// (Config.ProfileMap; power_aware_policy unchanged) as setKnob does, so
-// it persists and cancels holds like an explicit choice. The same profile
-// again changes nothing: an explicit choice made through the tree or
-// D-Bus since then stays in force until the profile changes. An unknown
-// profile is logged and ignored.
-func (d *Daemon) followProfile(name, owner, profile string) {
-	pa, ok := d.cfg.ProfileMap[profile]
+// followChange is what a profile of the followed daemon changes
+// (decider.followProfile).
+type followChange int
+
+const (
+	// followUnknown: a profile the profile map does not know; ignored.
+	followUnknown followChange = iota
+	// followSame: the profile and owner followed already; nothing changes.
+	followSame
+	// followNew: a new profile, or a new owner, of the daemon followed.
+	followNew
+	// followStarted: the first profile since nothing was followed.
+	followStarted
+)
+
+// followProfile takes the followed daemon's ActiveProfile as first read or
+// changed (PropertiesChanged). A new profile, or a new owner, selects the
+// knob the profile maps to (the ProfileMap setting; power_aware_policy
+// unchanged), k, which the caller applies as a choice that is not
+// explicit (choose, then persist: it cancels holds like an explicit
+// choice). The same profile again changes nothing: an explicit choice
+// made through the tree or D-Bus since then stays in force until the
+// profile changes. An unknown profile changes nothing either.
+func (c *decider) followProfile(name, owner, profile string) (k policy.Knob, change followChange) {
+	pa, ok := c.set.ProfileMap[profile]
 	if !ok {
-		d.log.WithFields(logrus.Fields{"name": name, "profile": profile}).Warn("followed power profile unknown; ignored")
-		return
+		return policy.Knob{}, followUnknown
 	}
-	if d.follow.name == name && d.follow.owner == owner && d.follow.profile == profile {
-		return
+	if c.follow.name == name && c.follow.owner == owner && c.follow.profile == profile {
+		return policy.Knob{}, followSame
 	}
-	if d.follow.name == "" {
-		d.log.WithFields(logrus.Fields{"name": name, "owner": owner}).Info("following the power-profiles daemon's ActiveProfile")
+	change = followNew
+	if c.follow.name == "" {
+		change = followStarted
 	}
-	k := policy.Knob{PowerAware: pa, PowerAwarePolicy: d.knob.PowerAwarePolicy}
-	d.follow = followState{name: name, owner: owner, profile: profile, knob: k}
-	if err := d.setKnobAs(k, "power-profiles "+name+" ActiveProfile "+profile, false); err != nil {
-		d.log.WithError(err).Warn("cannot apply the followed power profile")
-	}
-	d.recompute("power profile followed", true)
+	k = policy.Knob{PowerAware: pa, PowerAwarePolicy: c.knob.PowerAwarePolicy}
+	c.follow = followState{name: name, owner: owner, profile: profile, knob: k}
+	return k, change
 }
 
 // unfollow ends following (the followed daemon left the bus, or our bus
-// connection went); the knob stays as it is.
-func (d *Daemon) unfollow(why string) {
-	if d.follow.name == "" {
-		return
-	}
-	d.log.WithFields(logrus.Fields{"name": d.follow.name, "why": why}).Info("no longer following the power-profiles daemon")
-	d.follow = followState{}
-	d.recompute("power profile no longer followed", true)
+// connection went); the knob stays as it is. was is what was followed;
+// ok is false when nothing was.
+func (c *decider) unfollow() (was followState, ok bool) {
+	was = c.follow
+	c.follow = followState{}
+	return was, was.name != ""
 }
 
 // followNote is what decide appends to the policy's reason while another
 // daemon's profile is followed.
-func (d *Daemon) followNote() string {
-	f := d.follow
+func (c *decider) followNote() string {
+	f := c.follow
 	if f.name == "" {
 		return ""
 	}
-	if d.knob == f.knob {
+	if c.knob == f.knob {
 		return fmt.Sprintf("; power_aware follows %s (%s) ActiveProfile %s", f.name, f.owner, f.profile)
 	}
 	return fmt.Sprintf("; an explicit choice overrides %s (%s) ActiveProfile %s until that profile changes", f.name, f.owner, f.profile)

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/sirupsen/logrus"
-
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
@@ -29,7 +27,7 @@ const MaxHoldsPerCaller = 16
 // opens many connections: BenchmarkHoldAdd measures it.
 const MaxHolds = 256
 
-// holdIndex is what the event loop keeps beside Daemon.holds, so that
+// holdIndex is what the decider keeps beside decider.holds, so that
 // adding a hold costs no more than the PropertiesChanged that announces
 // it: the cookies, each owner's number of holds (MaxHoldsPerCaller) and the
 // list that snapshots publish.
@@ -75,110 +73,107 @@ func holdRank(p policy.Policy) int {
 	}
 }
 
-// addHold records a hold for owner (a unique bus name) and re-plans. It
-// returns the new cookie (never 0, never one in use), or a
-// *holdLimitError with nothing changed when owner already has
-// MaxHoldsPerCaller holds or the daemon MaxHolds.
-func (d *Daemon) addHold(p policy.Policy, reason, owner, appID string) (uint32, error) {
-	ix := &d.holdIdx
+// addHold records a hold for owner (a unique bus name). It returns the
+// new cookie (never 0, never one in use), or a *holdLimitError with
+// nothing changed when owner already has MaxHoldsPerCaller holds or the
+// decider MaxHolds. The caller decides again.
+func (c *decider) addHold(p policy.Policy, reason, owner, appID string) (uint32, error) {
+	ix := &c.holdIdx
 	if n := ix.perOwner[owner]; n >= MaxHoldsPerCaller {
 		return 0, &holdLimitError{owner: owner, n: n}
 	}
-	if n := len(d.holds); n >= MaxHolds {
+	if n := len(c.holds); n >= MaxHolds {
 		return 0, &holdLimitError{n: n}
 	}
 	for {
 		ix.last++
-		if _, used := d.holds[ix.last]; ix.last != 0 && !used {
+		if _, used := c.holds[ix.last]; ix.last != 0 && !used {
 			break
 		}
 	}
 	h := &snapshot.Hold{Cookie: ix.last, Policy: p, Reason: reason, Owner: owner, AppID: appID}
-	d.holds[h.Cookie] = h
+	c.holds[h.Cookie] = h
 	if ix.perOwner == nil {
 		ix.perOwner = map[string]int{}
 	}
 	ix.perOwner[owner]++
 	ix.list = append(ix.list, *h)
-	d.log.WithFields(logrus.Fields{"cookie": h.Cookie, "policy": p, "owner": owner, "reason": reason}).Info("policy hold added")
-	d.recompute("hold", true)
 	return h.Cookie, nil
 }
 
-// releaseHold ends hold cookie if owner made it (any owner when anyOwner).
-func (d *Daemon) releaseHold(cookie uint32, owner string, anyOwner bool) error {
-	h, ok := d.holds[cookie]
+// releasable is hold cookie, to end, if owner made it (any owner when
+// anyOwner); an error wrapping policy.ErrInvalid if there is no such hold
+// of owner's.
+func (c *decider) releasable(cookie uint32, owner string, anyOwner bool) ([]uint32, error) {
+	h, ok := c.holds[cookie]
 	if !ok || (!anyOwner && h.Owner != owner) {
-		return fmt.Errorf("%w: no hold %d of yours", policy.ErrInvalid, cookie)
+		return nil, fmt.Errorf("%w: no hold %d of yours", policy.ErrInvalid, cookie)
 	}
-	d.dropHolds([]uint32{cookie}, "released")
+	return []uint32{cookie}, nil
+}
+
+// held is hold cookie, to end, if it still exists; else none.
+func (c *decider) held(cookie uint32) []uint32 {
+	if _, ok := c.holds[cookie]; ok {
+		return []uint32{cookie}
+	}
 	return nil
 }
 
-// endHold ends hold cookie, if it still exists, saying why.
-func (d *Daemon) endHold(cookie uint32, why string) {
-	if _, ok := d.holds[cookie]; ok {
-		d.dropHolds([]uint32{cookie}, why)
+// holdsOf is every hold of owner (a bus peer), in the order they were
+// made; none for most peers, which hold nothing.
+func (c *decider) holdsOf(owner string) []uint32 {
+	if c.holdIdx.perOwner[owner] == 0 {
+		return nil
 	}
-}
-
-// endHoldsOf ends every hold of a bus peer (it left the bus), saying why.
-func (d *Daemon) endHoldsOf(owner, why string) {
-	if d.holdIdx.perOwner[owner] == 0 {
-		return // most peers that leave held nothing
-	}
-	var gone []uint32
-	for _, h := range d.holdIdx.list {
+	var of []uint32
+	for _, h := range c.holdIdx.list {
 		if h.Owner == owner {
-			gone = append(gone, h.Cookie)
+			of = append(of, h.Cookie)
 		}
 	}
-	d.dropHolds(gone, why)
+	return of
 }
 
-// cancelHolds ends every hold: a user's explicit choice wins over them.
-func (d *Daemon) cancelHolds() { d.cancelHoldsBecause("cancelled by an explicit choice") }
-
-func (d *Daemon) cancelHoldsBecause(why string) {
+// allHolds is every hold, in the order they were made.
+func (c *decider) allHolds() []uint32 {
 	var all []uint32
-	for _, h := range d.holdIdx.list {
+	for _, h := range c.holdIdx.list {
 		all = append(all, h.Cookie)
 	}
-	if len(all) > 0 {
-		d.dropHolds(all, why)
-	}
+	return all
 }
 
-// dropHolds ends the holds cookies (all of them must exist) and re-plans.
-func (d *Daemon) dropHolds(cookies []uint32, why string) {
+// dropHolds ends the holds cookies (all of them must exist) and returns
+// them sorted, the order the caller reports them in. The caller decides
+// again.
+func (c *decider) dropHolds(cookies []uint32) []uint32 {
 	sort.Slice(cookies, func(i, j int) bool { return cookies[i] < cookies[j] })
-	ix := &d.holdIdx
-	for _, c := range cookies {
-		owner := d.holds[c].Owner
-		delete(d.holds, c)
+	ix := &c.holdIdx
+	for _, k := range cookies {
+		owner := c.holds[k].Owner
+		delete(c.holds, k)
 		if ix.perOwner[owner]--; ix.perOwner[owner] <= 0 {
 			delete(ix.perOwner, owner)
 		}
-		d.log.WithFields(logrus.Fields{"cookie": c, "why": why}).Info("policy hold ended")
-		d.bus.HoldEnded(c)
 	}
 	// A new array: published snapshots keep theirs.
 	keep := make([]snapshot.Hold, 0, len(ix.list))
 	for _, h := range ix.list {
-		if _, ok := d.holds[h.Cookie]; ok {
+		if _, ok := c.holds[h.Cookie]; ok {
 			keep = append(keep, h)
 		}
 	}
 	ix.list = keep
-	d.recompute("hold ended", true)
+	return cookies
 }
 
 // winningHold returns the hold that decides the policy, or nil: the most
 // power-saving one, the oldest among equals. The result is read-only.
-func (d *Daemon) winningHold() *snapshot.Hold {
+func (c *decider) winningHold() *snapshot.Hold {
 	var win *snapshot.Hold
-	for i := range d.holdIdx.list {
-		if h := &d.holdIdx.list[i]; win == nil || holdRank(h.Policy) > holdRank(win.Policy) {
+	for i := range c.holdIdx.list {
+		if h := &c.holdIdx.list[i]; win == nil || holdRank(h.Policy) > holdRank(win.Policy) {
 			win = h
 		}
 	}
@@ -192,8 +187,8 @@ var noHolds = []snapshot.Hold{}
 // holdList is the list of holds for the snapshot, in the order they were
 // made. It is shared, not copied (holdIndex.list): read-only, and capped
 // so that an append by a reader copies it.
-func (d *Daemon) holdList() []snapshot.Hold {
-	l := d.holdIdx.list
+func (c *decider) holdList() []snapshot.Hold {
+	l := c.holdIdx.list
 	if len(l) == 0 {
 		return noHolds
 	}

@@ -1,7 +1,8 @@
 package daemon
 
-// Holds of callers that leave the bus at once,
-// and the bound on the holds of one caller.
+// Holds of callers that leave the bus at once, end to end. (The bounds on
+// holds, their cookies and which one wins: decider_test.go; how a refused
+// hold reaches a caller: daemon/bus's TestHoldsBoundedByDaemon.)
 
 import (
 	"context"
@@ -9,7 +10,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -196,181 +196,6 @@ func TestHoldsOfCallersThatLeaveAtOnce(t *testing.T) {
 				t.Errorf("%d holds added, %d ended", a, e)
 			}
 		})
-	}
-}
-
-// unchanged fails unless refused holds left the holds alone: no hold was
-// added (the log), and the published list is the one published before.
-func unchanged(t *testing.T, before, after []snapshot.Hold, addedBefore, addedAfter int64) {
-	t.Helper()
-	if addedAfter != addedBefore {
-		t.Errorf("%d holds added by refused calls", addedAfter-addedBefore)
-	}
-	if !reflect.DeepEqual(after, before) {
-		t.Errorf("refused calls changed the published holds:\nbefore %v\nafter  %v", before, after)
-	}
-}
-
-// TestHoldsBoundedPerCaller: a caller may have
-// MaxHoldsPerCaller holds, made with HoldPolicy and HoldProfile together;
-// one more is refused with LimitsExceeded, publishes nothing and changes
-// nothing. Other callers are not affected, and a released hold makes room.
-func TestHoldsBoundedPerCaller(t *testing.T) {
-	d, conn, addr, hl := holdDaemon(t, true)
-	obj := conn.Object(bus.Name, bus.ObjectPath)
-	pp := conn.Object(ppNames[1].name, ppNames[1].path)
-	var cookies []uint32
-	for i := range MaxHoldsPerCaller {
-		var c uint32
-		var err error
-		if i%2 == 0 {
-			err = obj.Call(bus.Interface+".HoldPolicy", 0, "balance", fmt.Sprint("hold ", i)).Store(&c)
-		} else {
-			err = pp.Call(ppNames[1].name+".HoldProfile", 0, bus.ProfilePerformance, fmt.Sprint("hold ", i), "org.example.Bound").Store(&c)
-		}
-		if err != nil {
-			t.Fatalf("hold %d of %d: %v", i+1, MaxHoldsPerCaller, err)
-		}
-		cookies = append(cookies, c)
-	}
-	if hs := d.Snapshot().Holds; len(hs) != MaxHoldsPerCaller {
-		t.Fatalf("%d holds, want %d", len(hs), MaxHoldsPerCaller)
-	}
-	before, added := d.Snapshot().Holds, hl.added.Load()
-	me := conn.Names()[0]
-	wantMsg := fmt.Sprintf("%s already has %d holds, the most one bus connection may have", me, MaxHoldsPerCaller)
-	for _, call := range []func() error{
-		func() error { return obj.Call(bus.Interface+".HoldPolicy", 0, "powersaving", "one too many").Err },
-		func() error {
-			return pp.Call(ppNames[1].name+".HoldProfile", 0, bus.ProfilePowerSaver, "one too many", "org.example.Bound").Err
-		},
-	} {
-		err := call()
-		if dbusErrName(err) != errLimitsExceeded {
-			t.Fatalf("hold %d: %v, want %s", MaxHoldsPerCaller+1, err, errLimitsExceeded)
-		}
-		if msg := err.(dbus.Error).Error(); !strings.HasPrefix(msg, wantMsg) {
-			t.Errorf("error message %q, want it to start with %q", msg, wantMsg)
-		}
-	}
-	unchanged(t, before, d.Snapshot().Holds, added, hl.added.Load())
-	if s := d.Snapshot(); len(s.Holds) != MaxHoldsPerCaller || s.Policy != policy.Balance {
-		t.Errorf("after refused holds: %d holds, policy %s; want %d, balance", len(s.Holds), s.Policy, MaxHoldsPerCaller)
-	}
-
-	// Another caller is not affected.
-	other, err := dbus.Connect(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	var oc uint32
-	if err := other.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".HoldPolicy", 0, "powersaving", "other").Store(&oc); err != nil {
-		t.Fatalf("another caller's hold: %v", err)
-	}
-	if s := d.Snapshot(); len(s.Holds) != MaxHoldsPerCaller+1 || s.Policy != policy.Powersaving {
-		t.Errorf("with the other caller's hold: %d holds, policy %s; want %d, powersaving", len(s.Holds), s.Policy, MaxHoldsPerCaller+1)
-	}
-
-	// A released hold makes room for one more, and only one.
-	if err := obj.Call(bus.Interface+".ReleasePolicy", 0, cookies[0]).Err; err != nil {
-		t.Fatal(err)
-	}
-	var c uint32
-	if err := obj.Call(bus.Interface+".HoldPolicy", 0, "balance", "again").Store(&c); err != nil {
-		t.Fatalf("hold after a release: %v", err)
-	}
-	if err := obj.Call(bus.Interface+".HoldPolicy", 0, "balance", "again").Err; dbusErrName(err) != errLimitsExceeded {
-		t.Errorf("second hold after one release: %v, want %s", err, errLimitsExceeded)
-	}
-	hs := d.Snapshot().Holds
-	mine := 0
-	for _, h := range hs {
-		if h.Owner == me {
-			mine++
-		}
-	}
-	if mine != MaxHoldsPerCaller || len(hs) != MaxHoldsPerCaller+1 {
-		t.Errorf("%d holds of mine, %d in all; want %d and %d", mine, len(hs), MaxHoldsPerCaller, MaxHoldsPerCaller+1)
-	}
-	// The Holds property lists them in the order they were made.
-	got := prop(t, conn, "Holds").([][]any)
-	if len(got) != len(hs) {
-		t.Fatalf("Holds property has %d entries, snapshot %d", len(got), len(hs))
-	}
-	for i, e := range got {
-		if e[0] != hs[i].Cookie || e[3] != hs[i].Owner || (i > 0 && hs[i].Cookie <= hs[i-1].Cookie) {
-			t.Errorf("Holds[%d] = %v, snapshot %+v", i, e, hs[i])
-		}
-	}
-
-	// HoldProfile's strings are bounded like HoldPolicy's reason.
-	long := strings.Repeat("x", 257)
-	other2, err := dbus.Connect(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other2.Close()
-	pp2 := other2.Object(ppNames[1].name, ppNames[1].path)
-	for _, args := range [][]any{{bus.ProfilePerformance, long, "org.example.Long"}, {bus.ProfilePerformance, "r", long}} {
-		if err := pp2.Call(ppNames[1].name+".HoldProfile", 0, args...).Err; dbusErrName(err) != errInvalidArgs {
-			t.Errorf("HoldProfile with a 257-byte string: %v, want InvalidArgs", err)
-		}
-	}
-}
-
-// TestHoldsBoundedInAll: the daemon keeps MaxHolds
-// holds of all callers together; one more, from a caller with none, is
-// refused with LimitsExceeded and changes nothing, and a hold that ends
-// makes room.
-func TestHoldsBoundedInAll(t *testing.T) {
-	d, _, addr, hl := holdDaemon(t, false)
-	var callers []*dbus.Conn
-	defer func() {
-		for _, c := range callers {
-			c.Close()
-		}
-	}()
-	var first uint32
-	for i := range MaxHolds {
-		if i%MaxHoldsPerCaller == 0 {
-			c, err := dbus.Connect(addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			callers = append(callers, c)
-		}
-		var cookie uint32
-		if err := callers[len(callers)-1].Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".HoldPolicy", 0, "balance", fmt.Sprint("hold ", i)).Store(&cookie); err != nil {
-			t.Fatalf("hold %d of %d: %v", i+1, MaxHolds, err)
-		}
-		if i == 0 {
-			first = cookie
-		}
-	}
-	late, err := dbus.Connect(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer late.Close()
-	before, added := d.Snapshot().Holds, hl.added.Load()
-	err = late.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".HoldPolicy", 0, "powersaving", "one too many").Err
-	want := fmt.Sprintf("the daemon already keeps %d holds", MaxHolds)
-	if dbusErrName(err) != errLimitsExceeded || !strings.HasPrefix(err.(dbus.Error).Error(), want) {
-		t.Fatalf("hold %d: %v, want %s starting %q", MaxHolds+1, err, errLimitsExceeded, want)
-	}
-	unchanged(t, before, d.Snapshot().Holds, added, hl.added.Load())
-	if s := d.Snapshot(); len(s.Holds) != MaxHolds || s.Policy != policy.Balance {
-		t.Errorf("%d holds, policy %s; want %d, balance", len(s.Holds), s.Policy, MaxHolds)
-	}
-	if err := callers[0].Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".ReleasePolicy", 0, first).Err; err != nil {
-		t.Fatal(err)
-	}
-	if err := late.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".HoldPolicy", 0, "powersaving", "room again").Err; err != nil {
-		t.Fatalf("hold after one ended: %v", err)
-	}
-	if s := d.Snapshot(); len(s.Holds) != MaxHolds || s.Policy != policy.Powersaving {
-		t.Errorf("%d holds, policy %s; want %d, powersaving", len(s.Holds), s.Policy, MaxHolds)
 	}
 }
 

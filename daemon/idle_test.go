@@ -263,7 +263,7 @@ func TestDaemonWorkloadReplaced(t *testing.T) {
 	t.Cleanup(func() { sleeper.Process.Kill(); sleeper.Wait() })
 	testutil.Put(t, filepath.Join(dir, "cgroup.procs"), fmt.Sprint(sleeper.Process.Pid))
 	if err := d.do(context.Background(), func() error {
-		return d.setKnob(d.knob.WithCurrentPolicy(policy.Powersaving), "test")
+		return d.setKnob(d.dec.knob.WithCurrentPolicy(policy.Powersaving), "test")
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +291,7 @@ func TestDaemonSwitchSamplesWhenStopped(t *testing.T) {
 	var resumed bool
 	if err := d.do(context.Background(), func() error {
 		before = d.stats.Samples.Load()
-		err := d.setKnob(d.knob.WithCurrentPolicy(policy.Powersaving), "test")
+		err := d.setKnob(d.dec.knob.WithCurrentPolicy(policy.Powersaving), "test")
 		after, resumed = d.stats.Samples.Load(), d.place.Sampling()
 		return err
 	}); err != nil {

@@ -4,7 +4,6 @@ package daemon
 // files that cannot be turned against root.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/sirupsen/logrus"
@@ -23,26 +21,8 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
-// logBuf collects a daemon's log for assertions; the test log gets it too.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // capture makes the daemon log into buf as well as into the test log.
-func capture(t *testing.T, buf *logBuf) func(*Config) {
+func capture(t *testing.T, buf *testutil.LockedBuffer) func(*Config) {
 	return func(c *Config) {
 		log := logrus.New()
 		log.SetLevel(logrus.DebugLevel)
@@ -151,7 +131,7 @@ func mockParent(t *testing.T, dir, child, cpus string) {
 // holder and nothing in it is written — until that manager lets go.
 func TestCgroupParentRelocked(t *testing.T) {
 	m := newMockLaptop(t)
-	var log logBuf
+	var log testutil.LockedBuffer
 	d := m.startWith(t, capture(t, &log))
 	testutil.Eventually(t, "two workloads", func() (bool, string) {
 		n := len(d.Snapshot().Workloads)

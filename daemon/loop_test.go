@@ -138,7 +138,7 @@ func loopDaemon(t *testing.T, f *fakeDriver) *Daemon {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.place.Close)
-	d.knob = policy.DefaultKnob()
+	d.dec.knob = policy.DefaultKnob()
 	d.energyGuard = &wrapGuard{}
 	f.t0 = time.Now()
 	return d

@@ -2,8 +2,6 @@ package daemon
 
 import (
 	"fmt"
-
-	"github.com/sirupsen/logrus"
 )
 
 // LowBatteryHysteresis is how many percentage points above
@@ -14,34 +12,34 @@ const LowBatteryHysteresis = 5
 
 // setBatteryPercent records the system batteries' charge (percent, -1
 // unknown) and enters or leaves the low-battery tier: it starts when the
-// charge is known and below Config.LowBattery, and ends once it is at
-// least LowBattery + LowBatteryHysteresis, unknown, or the tier is off
-// (LowBattery 0). It applies only on battery in automatic mode (decide);
-// the caller recomputes.
-func (d *Daemon) setBatteryPercent(pct int) {
-	d.batteryPct = pct
-	was := d.lowBattery
+// charge is known and below the LowBattery setting, and ends once it is
+// at least LowBattery + LowBatteryHysteresis, unknown, or the tier is off
+// (LowBattery 0). It applies only on battery in automatic mode (decide).
+// changed reports that the tier began or ended; the caller says so and
+// decides again.
+func (c *decider) setBatteryPercent(pct int) (changed bool) {
+	c.batteryPct = pct
+	was := c.lowBattery
 	switch {
-	case d.cfg.LowBattery == 0 || pct < 0:
-		d.lowBattery = false
-	case pct < d.cfg.LowBattery:
-		d.lowBattery = true
-	case pct >= d.cfg.LowBattery+LowBatteryHysteresis:
-		d.lowBattery = false
+	case c.set.LowBattery == 0 || pct < 0:
+		c.lowBattery = false
+	case pct < c.set.LowBattery:
+		c.lowBattery = true
+	case pct >= c.set.LowBattery+LowBatteryHysteresis:
+		c.lowBattery = false
 	}
-	if was != d.lowBattery {
-		d.log.WithFields(logrus.Fields{"battery_percent": pct, "low_battery": d.cfg.LowBattery, "in_force": d.lowBattery}).Info("low-battery tier changed")
-	}
+	return was != c.lowBattery
 }
 
 // lowBatteryReason is the policy's reason while the tier is in force: the
 // charge, the threshold and, within the hysteresis, that it is not yet
 // back at LowBattery + LowBatteryHysteresis.
-func (d *Daemon) lowBatteryReason() string {
-	where := fmt.Sprintf("below low_battery %d%%", d.cfg.LowBattery)
-	if d.batteryPct >= d.cfg.LowBattery {
-		where = fmt.Sprintf("not yet back %d points above low_battery %d%%", LowBatteryHysteresis, d.cfg.LowBattery)
+func (c *decider) lowBatteryReason() string {
+	lb := c.set.LowBattery
+	where := fmt.Sprintf("below low_battery %d%%", lb)
+	if c.batteryPct >= lb {
+		where = fmt.Sprintf("not yet back %d points above low_battery %d%%", LowBatteryHysteresis, lb)
 	}
 	return fmt.Sprintf("power_aware=1 (automatic), the machine runs on battery and the system batteries are at %d%%, %s (powersaving until %d%%): %s",
-		d.batteryPct, where, d.cfg.LowBattery+LowBatteryHysteresis, d.power.Reason)
+		c.batteryPct, where, lb+LowBatteryHysteresis, c.power.Reason)
 }

@@ -55,7 +55,7 @@ func TestPlacementChangeLogged(t *testing.T) {
 	}
 
 	// A rebalance that moves nothing logs nothing.
-	if err := d.Rebalance(t.Context()); err != nil {
+	if err := (controller{d}).Rebalance(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if got := placed(); len(got) != len(want) {

@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -52,7 +51,7 @@ func TestPolkitAuthorisation(t *testing.T) {
 
 	pk := exec.Command(polkitd, "--no-debug")
 	pk.Env = append(os.Environ(), "DBUS_SYSTEM_BUS_ADDRESS="+addr)
-	var pkLog lockedLog
+	var pkLog testutil.LockedBuffer
 	pk.Stdout, pk.Stderr = &pkLog, &pkLog
 	if err := pk.Start(); err != nil {
 		t.Fatal(err)
@@ -107,23 +106,4 @@ func TestPolkitAuthorisation(t *testing.T) {
 	if s := d.Snapshot(); s.Policy != policy.Powersaving || s.Knob.PowerAware != policy.PowerAwareOn {
 		t.Errorf("after an authorised SetPolicy: %+v policy %s", s.Knob, s.Policy)
 	}
-}
-
-// lockedLog collects a child's output for the failure message.
-type lockedLog struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.b = append(l.b, p...)
-	return len(p), nil
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return string(l.b)
 }

@@ -37,7 +37,7 @@ func realPPD(t *testing.T, addr string, args ...string) (stop func()) {
 	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c",
 		`mount --bind "$0" /var/lib && exec "$@"`, varlib, ppdBinary, "-v"}, args...)...)
 	cmd.Env = append(os.Environ(), "DBUS_SYSTEM_BUS_ADDRESS="+addr, "UMOCKDEV_DIR="+mock)
-	var out lockedLog
+	var out testutil.LockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -5,7 +5,7 @@ import (
 )
 
 func (d *Daemon) status() string {
-	return snapshot.FormatStatus(d.effective, d.knob.PowerAware, d.power.Source, d.place.Count())
+	return snapshot.FormatStatus(d.dec.effective, d.dec.knob.PowerAware, d.dec.power.Source, d.place.Count())
 }
 
 // publish stores a new snapshot, refreshes the plain tree, updates D-Bus
@@ -28,15 +28,12 @@ func (d *Daemon) publish() {
 	}
 }
 
-// workloadStatus lists every workload: cgroupfs children or units.
-func (d *Daemon) workloadStatus() []WorkloadStatus { return d.place.Status() }
-
 func (d *Daemon) newSnapshot() *snapshot.Snapshot {
-	return &snapshot.Snapshot{
-		Policy: d.effective, Knob: d.knob, PowerSource: d.power.Source,
-		Reason: d.power.Reason, PolicyReason: d.policyReason, LastChange: d.lastChange,
-		Boost: d.boost, Workloads: d.workloadStatus(), Holds: d.holdList(),
-		Topology: d.topoProp, CPUClasses: d.classProp,
+	s := &snapshot.Snapshot{
+		Boost: d.boost.value, Workloads: d.place.Status(),
+		Topology: d.cpus.topoProp, CPUClasses: d.cpus.classProp,
 		EnergySource: d.energy.Source(), Energy: d.energy.Totals(), ConfigDigest: d.cfg.ConfigDigest,
 	}
+	d.dec.inForce(s)
+	return s
 }

@@ -79,15 +79,13 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 		d.cfg.SampleInterval = nc.SampleInterval
 		d.cfg.ConfigDigest = nc.ConfigDigest
 		d.cfg.DefaultKnob = nc.DefaultKnob
-		if nc.DefaultKnob != nil && !d.knobChosen && *nc.DefaultKnob != d.knob {
-			// No explicit choice yet: the configured default follows the
-			// file.
+		switch applied, overridden := d.dec.reloadDefault(nc.DefaultKnob); {
+		case applied:
 			d.log.WithFields(logrus.Fields{"power_aware": nc.DefaultKnob.PowerAware, "power_aware_policy": nc.DefaultKnob.PowerAwarePolicy}).Info("reload: default knob changed")
-			d.knob = *nc.DefaultKnob
-			if err := d.saveState(d.stateWith(d.knob)); err != nil {
+			if err := d.saveState(d.stateWith(d.dec.knob)); err != nil {
 				d.log.WithError(err).Warn("reload: cannot save state")
 			}
-		} else if nc.DefaultKnob != nil && d.knobChosen && *nc.DefaultKnob != d.knob {
+		case overridden:
 			d.log.Info("reload: the configured default knob is not applied: a choice made through the tree, D-Bus or the CLI is in force")
 		}
 		if nc.BoostOnBattery != old.BoostOnBattery {
@@ -95,7 +93,7 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 			if nc.BoostOnBattery == BoostKeep {
 				d.restoreBoost()
 			}
-			d.boostUncontrollable = false
+			d.boost.uncontrollable = false
 			d.applyBoost()
 		}
 		if nc.MetricsTextfile != old.MetricsTextfile {
@@ -109,7 +107,10 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 		d.syncPlacementConfig() // the sampling period and the slice rules
 		d.cfg.ProfileMap = nc.ProfileMap
 		d.cfg.LowBattery = nc.LowBattery
-		d.setBatteryPercent(d.batteryPct)
+		d.dec.set = decisionSettingsOf(d.cfg)
+		if d.dec.setBatteryPercent(d.dec.batteryPct) {
+			d.logLowBattery()
+		}
 		if nc.PowerProfilesAPI != old.PowerProfilesAPI || !slices.Equal(nc.PowerProfilesUnits, old.PowerProfilesUnits) {
 			d.cfg.PowerProfilesAPI, d.cfg.PowerProfilesUnits = nc.PowerProfilesAPI, nc.PowerProfilesUnits
 			// The connection closes, and Keep reconnects with the

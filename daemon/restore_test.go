@@ -51,7 +51,7 @@ func needTwoCPUs(t *testing.T, parent string) {
 
 func setPolicy(t *testing.T, d *Daemon, p policy.Policy) {
 	t.Helper()
-	if err := d.do(context.Background(), func() error { return d.setKnob(d.knob.WithCurrentPolicy(p), "test") }); err != nil {
+	if err := d.do(context.Background(), func() error { return d.setKnob(d.dec.knob.WithCurrentPolicy(p), "test") }); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -193,7 +193,7 @@ func TestRestoreHandEdit(t *testing.T) {
 	testutil.Eventually(t, "e adopted", func() (bool, string) { return status("e").Name == "e", "" })
 	err := d.do(context.Background(), func() error {
 		testutil.Put(t, parent+"/e/cpuset.cpus", "0")
-		return d.setKnob(d.knob.WithCurrentPolicy(policy.Powersaving), "test")
+		return d.setKnob(d.dec.knob.WithCurrentPolicy(policy.Powersaving), "test")
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -44,8 +44,8 @@ func BoostOwner(fs sysfs.FS, ppOwner string) string {
 // power-profiles daemon.
 func (d *Daemon) boostOwner() string {
 	pp := ""
-	if d.follow.name != "" {
-		pp = d.follow.name + " (" + d.follow.owner + ")"
+	if d.dec.follow.name != "" {
+		pp = d.dec.follow.name + " (" + d.dec.follow.owner + ")"
 	}
 	return BoostOwner(d.fs, pp)
 }

@@ -197,7 +197,7 @@ func TestStormWorkloadsComeAndGo(t *testing.T) {
 			k := len(d.Snapshot().Workloads)
 			return k == n+2, fmt.Sprint(k)
 		})
-		if err := d.do(t.Context(), func() error { return d.setKnob(d.knob.WithCurrentPolicy(policy.Powersaving), "test") }); err != nil {
+		if err := d.do(t.Context(), func() error { return d.setKnob(d.dec.knob.WithCurrentPolicy(policy.Powersaving), "test") }); err != nil {
 			t.Fatal(err)
 		}
 		st, err := statefile.LoadState(m.state)
@@ -211,7 +211,7 @@ func TestStormWorkloadsComeAndGo(t *testing.T) {
 			k := len(d.Snapshot().Workloads)
 			return k == 2, fmt.Sprint(k)
 		})
-		if err := d.do(t.Context(), func() error { return d.setKnob(d.knob.WithCurrentPolicy(policy.Performance), "test") }); err != nil {
+		if err := d.do(t.Context(), func() error { return d.setKnob(d.dec.knob.WithCurrentPolicy(policy.Performance), "test") }); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -8,6 +8,41 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
+// cpuView is what the loop knows of the CPUs, as last read
+// (Daemon.readTopology): the online ones, the sched domains the balancer
+// plans on, the efficiency classes, and the Topology and CPUClasses
+// properties published.
+type cpuView struct {
+	allowed   sysfs.CPUSet             // the online CPUs
+	topo      policy.Topology          // their sched domains
+	classes   sysfs.CPUClasses         // their efficiency classes
+	topoProp  []snapshot.TopologyEntry // the Topology property (topologyEntries)
+	classProp []snapshot.CPUClassEntry // the CPUClasses property (classEntries)
+	// classesSaid are the efficiency classes last logged, as update
+	// returns them.
+	classesSaid string
+}
+
+// update takes a new reading: t, the sched domains topo built from it and
+// its classes. When the classes differ from the last ones said, say is
+// true and said is them in words ("NAME=CPULIST …"), for the caller to log.
+func (v *cpuView) update(t sysfs.CPUTopology, topo policy.Topology, classes sysfs.CPUClasses) (said string, say bool) {
+	var s string
+	for _, cl := range classes.Classes {
+		s += cl.Name + "=" + cl.CPUs.String() + " "
+	}
+	if s != v.classesSaid {
+		v.classesSaid = s
+		said, say = s[:max(0, len(s)-1)], true
+	}
+	v.classProp = classEntries(classes, v.classProp)
+	v.classes = classes
+	v.topo = topo
+	v.topoProp = topologyEntries(t, v.topoProp)
+	v.allowed = t.Online
+	return said, say
+}
+
 // cappedRatio: a CPU whose scaling_cur_freq is below 90 % of its maximum
 // counts as frequency-capped; packing prefers CPUs that are not.
 const cappedRatio = 0.9

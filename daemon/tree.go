@@ -108,41 +108,51 @@ func (h treeHandler) Write(p string, data []byte) error {
 }
 
 // writeFile is the one implementation of a knob-file write, shared by the
-// tree and D-Bus.
+// tree and D-Bus: knobWrite's change, made on the loop as the user's
+// explicit choice (setKnob). Errors: knobWrite's, or EIO when the choice
+// cannot be saved.
 func (d *Daemon) writeFile(ctx context.Context, file string, data []byte, via string) error {
-	tok, err := policy.ScanToken(data)
+	apply, err := knobWrite(file, data)
 	if err != nil {
-		return fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
-	}
-	var apply func(policy.Knob) policy.Knob
-	switch file {
-	case fileCurrent:
-		p, err := policy.ParsePolicy(tok)
-		if err != nil {
-			return fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
-		}
-		apply = func(k policy.Knob) policy.Knob { return k.WithCurrentPolicy(p) }
-	case filePowerAware:
-		v, err := policy.ParsePowerAware(tok)
-		if err != nil {
-			return fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
-		}
-		apply = func(k policy.Knob) policy.Knob { k.PowerAware = v; return k }
-	case filePowerAwarePolicy:
-		v, err := policy.ParsePowerAwarePolicy(tok)
-		if err != nil {
-			return fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
-		}
-		apply = func(k policy.Knob) policy.Knob { k.PowerAwarePolicy = v; return k }
-	default:
-		return fmt.Errorf("%s is read-only: %w", file, syscall.EACCES)
+		return err
 	}
 	return d.do(ctx, func() error {
-		if err := d.setKnob(apply(d.knob), via); err != nil {
+		if err := d.setKnob(apply(d.dec.knob), via); err != nil {
 			return fmt.Errorf("%s: %w: %w", file, syscall.EIO, err)
 		}
 		return nil
 	})
+}
+
+// knobWrite parses one write(2) of data to the tree file named file and
+// returns the change it makes to a knob. Errors: EINVAL for a bad value,
+// EACCES for a read-only (or unknown) file, each naming the file.
+func knobWrite(file string, data []byte) (func(policy.Knob) policy.Knob, error) {
+	tok, err := policy.ScanToken(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
+	}
+	switch file {
+	case fileCurrent:
+		p, err := policy.ParsePolicy(tok)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
+		}
+		return func(k policy.Knob) policy.Knob { return k.WithCurrentPolicy(p) }, nil
+	case filePowerAware:
+		v, err := policy.ParsePowerAware(tok)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
+		}
+		return func(k policy.Knob) policy.Knob { k.PowerAware = v; return k }, nil
+	case filePowerAwarePolicy:
+		v, err := policy.ParsePowerAwarePolicy(tok)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
+		}
+		return func(k policy.Knob) policy.Knob { k.PowerAwarePolicy = v; return k }, nil
+	}
+	return nil, fmt.Errorf("%s is read-only: %w", file, syscall.EACCES)
 }
 
 // treeOptions are the options the tree is served with, on the given

@@ -77,24 +77,6 @@ func mockLaptop(t *testing.T) string {
 	return root
 }
 
-// lockedBuffer collects a child's output while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // testDaemon is a running schedpolicyd on a private bus.
 type testDaemon struct {
 	addr  string
@@ -102,7 +84,7 @@ type testDaemon struct {
 	tree  string // the knob directory of the served tree
 	state string
 	ctl   string // schedpolicyctl binary
-	log   *lockedBuffer
+	log   *testutil.LockedBuffer
 }
 
 // startDaemon runs the real daemon with the plain tree backend on a mock
@@ -130,7 +112,7 @@ func startDaemonAt(t *testing.T, cgroupRoot, addr string, prep func(sys string))
 	t.Helper()
 	daemonBin, ctlBin := binaries(t)
 	tmp := t.TempDir()
-	d := &testDaemon{addr: addr, sys: mockLaptop(t), state: filepath.Join(tmp, "state"), ctl: ctlBin, log: &lockedBuffer{}}
+	d := &testDaemon{addr: addr, sys: mockLaptop(t), state: filepath.Join(tmp, "state"), ctl: ctlBin, log: &testutil.LockedBuffer{}}
 	if prep != nil {
 		prep(d.sys)
 	}
@@ -364,7 +346,7 @@ func (d *testDaemon) watch(t *testing.T, args ...string) *watcher {
 	t.Helper()
 	cmd := exec.Command(d.ctl, append([]string{"--bus", d.addr, "watch"}, args...)...)
 	out, _ := cmd.StdoutPipe()
-	var errb lockedBuffer
+	var errb testutil.LockedBuffer
 	cmd.Stderr = &errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -10,7 +10,9 @@ import (
 
 // Controller is what the D-Bus service needs of the daemon: the state it
 // published last, and the requests of the service's callers and watchers.
-// *daemon.Daemon implements it; tests use a fake.
+// The daemon implements it with an adapter (package daemon's controller,
+// controller.go) that hands each request to its event loop; tests use a
+// fake.
 //
 // The methods that say "on the loop" run on the daemon's event loop, one
 // at a time with everything else it does, and wait for it: they return

@@ -1,8 +1,10 @@
 package testutil
 
 import (
+	"bytes"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sirupsen/logrus"
@@ -38,4 +40,26 @@ func WantEq(t testing.TB, what, got, want string) {
 	if got != want {
 		t.Errorf("%s:\n got %q\nwant %q", what, got, want)
 	}
+}
+
+// LockedBuffer collects what a logger or a child process writes while the
+// test reads it: exec's copying goroutine or the daemon's goroutines write
+// while the test calls String. The zero value is ready to use.
+type LockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p; it never fails.
+func (l *LockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String is everything written so far.
+func (l *LockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
