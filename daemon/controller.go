@@ -23,6 +23,25 @@ func (d *Daemon) WriteKnob(ctx context.Context, file, value, via string) error {
 	return d.writeFile(ctx, file, []byte(value), via)
 }
 
+// WriteKnobUnlessHeld is WriteKnob unless, on the loop, a hold decides
+// the policy and keep reports true of its policy: then nothing changes
+// (bus.Controller).
+func (d *Daemon) WriteKnobUnlessHeld(ctx context.Context, file, value, via string, keep func(policy.Policy) bool) (bool, error) {
+	apply, err := parseKnobWrite(file, []byte(value))
+	if err != nil {
+		return false, err
+	}
+	kept := false
+	err = d.do(ctx, func() error {
+		if h := d.winningHold(); h != nil && keep(h.Policy) {
+			kept = true
+			return nil
+		}
+		return d.applyKnobWrite(file, apply, via)
+	})
+	return kept, err
+}
+
 // AddHold adds a hold of p for owner and re-plans, on the loop (addHold).
 func (d *Daemon) AddHold(ctx context.Context, p policy.Policy, reason, owner, appID string) (uint32, error) {
 	var cookie uint32

@@ -136,8 +136,13 @@ func (d *Daemon) endHoldsOf(owner, why string) {
 	d.dropHolds(gone, why)
 }
 
+// cancelledByChoice is why holds end when a user's explicit choice wins
+// over them; only this end is announced to power-profiles holders
+// (bus.Service.HoldEnded).
+const cancelledByChoice = "cancelled by an explicit choice"
+
 // cancelHolds ends every hold: a user's explicit choice wins over them.
-func (d *Daemon) cancelHolds() { d.cancelHoldsBecause("cancelled by an explicit choice") }
+func (d *Daemon) cancelHolds() { d.cancelHoldsBecause(cancelledByChoice) }
 
 func (d *Daemon) cancelHoldsBecause(why string) {
 	var all []uint32
@@ -160,7 +165,7 @@ func (d *Daemon) dropHolds(cookies []uint32, why string) {
 			delete(ix.perOwner, owner)
 		}
 		d.log.WithFields(logrus.Fields{"cookie": c, "why": why}).Info("policy hold ended")
-		d.bus.HoldEnded(c)
+		d.bus.HoldEnded(c, why == cancelledByChoice)
 	}
 	// A new array: published snapshots keep theirs.
 	keep := make([]snapshot.Hold, 0, len(ix.list))

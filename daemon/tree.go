@@ -110,39 +110,54 @@ func (h treeHandler) Write(p string, data []byte) error {
 // writeFile is the one implementation of a knob-file write, shared by the
 // tree and D-Bus.
 func (d *Daemon) writeFile(ctx context.Context, file string, data []byte, via string) error {
+	apply, err := parseKnobWrite(file, data)
+	if err != nil {
+		return err
+	}
+	return d.do(ctx, func() error { return d.applyKnobWrite(file, apply, via) })
+}
+
+// applyKnobWrite sets the knob apply makes of the current one, as via; on
+// the loop. Errors: the choice could not be saved (EIO).
+func (d *Daemon) applyKnobWrite(file string, apply func(policy.Knob) policy.Knob, via string) error {
+	if err := d.setKnob(apply(d.knob), via); err != nil {
+		return fmt.Errorf("%s: %w: %w", file, syscall.EIO, err)
+	}
+	return nil
+}
+
+// parseKnobWrite parses a write of data to the knob file file and returns
+// what it does to a knob. Errors: a bad value (EINVAL), a read-only file
+// (EACCES).
+func parseKnobWrite(file string, data []byte) (func(policy.Knob) policy.Knob, error) {
 	tok, err := policy.ScanToken(data)
 	if err != nil {
-		return fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
+		return nil, fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
 	}
 	var apply func(policy.Knob) policy.Knob
 	switch file {
 	case fileCurrent:
 		p, err := policy.ParsePolicy(tok)
 		if err != nil {
-			return fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
+			return nil, fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
 		}
 		apply = func(k policy.Knob) policy.Knob { return k.WithCurrentPolicy(p) }
 	case filePowerAware:
 		v, err := policy.ParsePowerAware(tok)
 		if err != nil {
-			return fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
+			return nil, fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
 		}
 		apply = func(k policy.Knob) policy.Knob { k.PowerAware = v; return k }
 	case filePowerAwarePolicy:
 		v, err := policy.ParsePowerAwarePolicy(tok)
 		if err != nil {
-			return fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
+			return nil, fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
 		}
 		apply = func(k policy.Knob) policy.Knob { k.PowerAwarePolicy = v; return k }
 	default:
-		return fmt.Errorf("%s is read-only: %w", file, syscall.EACCES)
+		return nil, fmt.Errorf("%s is read-only: %w", file, syscall.EACCES)
 	}
-	return d.do(ctx, func() error {
-		if err := d.setKnob(apply(d.knob), via); err != nil {
-			return fmt.Errorf("%s: %w: %w", file, syscall.EIO, err)
-		}
-		return nil
-	})
+	return apply, nil
 }
 
 // treeOptions are the options the tree is served with, on the given

@@ -38,6 +38,14 @@ type Controller interface {
 	// a bad value (EINVAL), a read-only file (EACCES), a choice that
 	// could not be saved (EIO).
 	WriteKnob(ctx context.Context, file, value, via string) error
+	// WriteKnobUnlessHeld is WriteKnob unless, when the loop takes the
+	// request, a hold decides the policy and keep reports true of that
+	// (winning) hold's policy: then nothing changes — the holds stay, no
+	// choice is saved — and kept is true. The power-profiles API sets
+	// ActiveProfile with it: power-profiles-daemon keeps its holds when
+	// the profile they made active is set again. On the loop. Errors as
+	// WriteKnob's (a bad value or file is refused before keep is asked).
+	WriteKnobUnlessHeld(ctx context.Context, file, value, via string, keep func(policy.Policy) bool) (kept bool, err error)
 
 	// AddHold holds policy p for owner (a unique bus name) with reason
 	// (at most 256 bytes) and the power-profiles appID ("" for

@@ -33,14 +33,14 @@ const (
 // methods: a value of the wrong type is InvalidArgs before authorisation.
 func (s *session) propSetters() map[string]propSetter {
 	return map[string]propSetter{
-		"PowerAware": func(msg dbus.Message, sender dbus.Sender, v dbus.Variant) *dbus.Error {
+		"PowerAware": func(msg dbus.Message, sender dbus.Sender, _ string, v dbus.Variant) *dbus.Error {
 			u, ok := v.Value().(uint32)
 			if !ok {
 				return invalidArgs("PowerAware is of type u, got %s", v.Signature())
 			}
 			return s.authorizedWrite(msg, sender, knobPowerAware, fmt.Sprint(u), "dbus")
 		},
-		"PowerAwarePolicy": func(msg dbus.Message, sender dbus.Sender, v dbus.Variant) *dbus.Error {
+		"PowerAwarePolicy": func(msg dbus.Message, sender dbus.Sender, _ string, v dbus.Variant) *dbus.Error {
 			p, ok := v.Value().(string)
 			if !ok {
 				return invalidArgs("PowerAwarePolicy is of type s, got %s", v.Signature())
