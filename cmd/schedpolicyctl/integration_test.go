@@ -484,7 +484,9 @@ func TestCtlLaunch(t *testing.T) {
 		return v == "performance", v
 	})
 	inside := filepath.Join(t.TempDir(), "inside.json")
-	script := fmt.Sprintf("%s --bus '%s' status --json > %s; exit 7", d.ctl, d.addr, inside)
+	text, ppid := inside+".txt", inside+".ppid"
+	// $PPID: launch, the holder.
+	script := fmt.Sprintf("echo $PPID > %s; %s --bus '%s' status --json > %s; %s --bus '%s' status > %s; exit 7", ppid, d.ctl, d.addr, inside, d.ctl, d.addr, text)
 	r := d.run(t, "launch", "--policy", "powersaving", "--reason", "test build", "--", "sh", "-c", script)
 	if r.code != 7 {
 		t.Fatalf("launch: %v, want the command's exit 7", r)
@@ -495,7 +497,15 @@ func TestCtlLaunch(t *testing.T) {
 		t.Fatalf("status inside launch: %v: %s", err, b)
 	}
 	if s.ActivePolicy != "powersaving" || len(s.Holds) != 1 || s.Holds[0].Policy != "powersaving" || s.Holds[0].Reason != "test build" {
-		t.Errorf("inside launch: policy %s holds %+v; want powersaving with one hold", s.ActivePolicy, s.Holds)
+		t.Fatalf("inside launch: policy %s holds %+v; want powersaving with one hold", s.ActivePolicy, s.Holds)
+	}
+	// The holder named by its process, as the bus daemon and /proc say.
+	holder := strings.TrimSpace(testutil.Read(t, ppid))
+	if h := s.Holds[0]; fmt.Sprint(h.PID) != holder || h.Command != "schedpolicyctl" {
+		t.Errorf("the hold's holder: PID %d command %q, want launch's PID %s, schedpolicyctl", h.PID, h.Command, holder)
+	}
+	if want := fmt.Sprintf("  #%d powersaving by PID %s (schedpolicyctl, %s): test build\n", s.Holds[0].Cookie, holder, s.Holds[0].Holder); !strings.Contains(testutil.Read(t, text), want) {
+		t.Errorf("status inside launch lacks %q:\n%s", want, testutil.Read(t, text))
 	}
 	after := d.statusJSON(t)
 	if after.ActivePolicy != "performance" || len(after.Holds) != 0 {

@@ -402,3 +402,38 @@ func TestCtlNoSystemBus(t *testing.T) {
 		t.Errorf("set without a system bus: %+v", r)
 	}
 }
+
+// TestCtlUnitHolderProcess: a hold's holder is shown by its PID and
+// command (from /proc/PID/comm, read at most 64 bytes, its newline
+// dropped, control characters escaped), or its bus name alone when the
+// bus gave no PID.
+func TestCtlUnitHolderProcess(t *testing.T) {
+	procRoot = t.TempDir()
+	t.Cleanup(func() { procRoot = "/proc" })
+	for pid, comm := range map[string]string{"41": "make\n", "42": "evil\x1b[2J\n", "43": strings.Repeat("x", 4096)} {
+		if err := os.MkdirAll(procRoot+"/"+pid, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(procRoot+"/"+pid+"/comm", []byte(comm), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		pid  uint32
+		want string
+	}{
+		{41, "PID 41 (make, :1.7)"},
+		{42, `PID 42 (evil\x1b[2J, :1.7)`},
+		{43, "PID 43 (" + strings.Repeat("x", 64) + ", :1.7)"},
+		{44, "PID 44 (:1.7)"}, // gone: no comm
+		{0, ":1.7"},           // the bus did not say
+	} {
+		h := hold{Holder: ":1.7", PID: tc.pid}
+		if tc.pid != 0 {
+			h.Command = procComm(tc.pid)
+		}
+		if got := holderText(h); got != tc.want {
+			t.Errorf("PID %d: %q, want %q", tc.pid, got, tc.want)
+		}
+	}
+}

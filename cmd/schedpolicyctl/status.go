@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -30,12 +34,76 @@ type status struct {
 	Workloads         []workload `json:"workloads"`
 }
 
-// hold is one entry of the Holds property, a(usss).
+// hold is one entry of the Holds property, a(usss), with the holder's
+// process as the bus daemon and /proc name it (holderProcesses).
 type hold struct {
 	Cookie uint32 `json:"cookie"`
 	Policy string `json:"policy"`
 	Reason string `json:"reason"`
 	Holder string `json:"holder"` // the holder's unique bus name
+	// PID is the holder's process as the bus daemon knows it
+	// (GetConnectionUnixProcessID; its PID namespace's number), 0 when it
+	// could not say.
+	PID uint32 `json:"pid,omitempty"`
+	// Command is that process's /proc/PID/comm (at most 15 bytes, as the
+	// kernel keeps it), "" when unreadable.
+	Command string `json:"command,omitempty"`
+}
+
+// holderLookupBound bounds the bus daemon's answers about every holder
+// together: the status is printed without the PIDs it did not give in
+// time.
+const holderLookupBound = 2 * time.Second
+
+// procRoot is where /proc is (tests point it elsewhere).
+var procRoot = "/proc"
+
+// holderProcesses fills in each hold's PID, asking the bus daemon on
+// conn once per holder within holderLookupBound in all, and its command
+// (procComm). A holder the bus cannot name (it left, the bus is slow)
+// keeps PID 0.
+func holderProcesses(ctx context.Context, conn *dbus.Conn, hs []hold) {
+	ctx, cancel := context.WithTimeout(ctx, holderLookupBound)
+	defer cancel()
+	pids := map[string]uint32{}
+	for i := range hs {
+		h := &hs[i]
+		pid, seen := pids[h.Holder]
+		if !seen && ctx.Err() == nil {
+			if err := conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetConnectionUnixProcessID", 0, h.Holder).Store(&pid); err != nil {
+				pid = 0
+			}
+			pids[h.Holder] = pid
+		}
+		h.PID = pid
+		if pid != 0 {
+			h.Command = procComm(pid)
+		}
+	}
+}
+
+// procComm is /proc/PID/comm without its newline, read at most 64 bytes
+// (the kernel keeps 15), "" when it cannot be read.
+func procComm(pid uint32) string {
+	f, err := os.Open(filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "comm"))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, 64))
+	return strings.TrimSuffix(string(b), "\n")
+}
+
+// holderText is how status names a hold's holder: "PID 1234 (make,
+// :1.42)", or its bus name alone when the bus did not give its PID.
+func holderText(h hold) string {
+	switch {
+	case h.PID == 0:
+		return h.Holder
+	case h.Command == "":
+		return fmt.Sprintf("PID %d (%s)", h.PID, h.Holder)
+	}
+	return fmt.Sprintf("PID %d (%s, %s)", h.PID, printable(h.Command), h.Holder)
 }
 
 // workload is one entry of the Workloads property, a(sssdss).
@@ -184,7 +252,7 @@ func writeStatus(w io.Writer, s status, now time.Time) {
 	} else {
 		fmt.Fprintf(w, "holds:         %d\n", len(s.Holds))
 		for _, h := range s.Holds {
-			fmt.Fprintf(w, "  #%d %s by %s: %s\n", h.Cookie, h.Policy, h.Holder, h.Reason)
+			fmt.Fprintf(w, "  #%d %s by %s: %s\n", h.Cookie, h.Policy, holderText(h), printable(h.Reason))
 		}
 	}
 	if len(s.Workloads) == 0 {
@@ -242,6 +310,7 @@ func (c *cli) readStatus() (status, error) {
 	if err != nil {
 		return status{}, &cliError{exitFailure, err.Error()}
 	}
+	holderProcesses(context.Background(), cl.conn, s.Holds)
 	return s, nil
 }
 
