@@ -108,7 +108,7 @@ func (d *Daemon) knobForSource(from, to acpi.Source) {
 	if k == d.knob && chosen == d.knobChosen {
 		return
 	}
-	d.knob, d.knobChosen = k, chosen
+	d.knob, d.knobChosen, d.chosenAt = k, chosen, choiceTime(chosen)
 	d.log.WithFields(logrus.Fields{"power_source": t, "power_aware": k.PowerAware, "power_aware_policy": k.PowerAwarePolicy, "remembered": chosen}).Info("knob of the new power source")
 	if err := d.saveState(d.stateWith(d.knob)); err != nil {
 		d.log.WithError(err).Warn("cannot save the knob of the new power source")
@@ -124,10 +124,14 @@ func (d *Daemon) startKnobForSource() {
 		return
 	}
 	setting := d.knob.PowerAwarePolicy // the saved knob's: the latest setting
+	saved, savedChosen := d.knob, d.knobChosen
 	if k, ok := d.choices[t]; ok {
 		d.knob, d.knobChosen = k, true
 	} else {
 		d.knob, d.knobChosen = d.baseKnob(), false
 	}
 	d.knob.PowerAwarePolicy = setting
+	if d.knob != saved || d.knobChosen != savedChosen {
+		d.chosenAt = choiceTime(d.knobChosen) // another source's choice, or none
+	}
 }

@@ -64,6 +64,7 @@ type Daemon struct {
 	// Loop-owned state: touched only by the goroutine running Run.
 	knob       policy.Knob
 	knobChosen bool                 // knob is an explicit choice, not the configured default
+	chosenAt   time.Time            // when the explicit choice in force took effect (reset.go); zero unknown
 	boostOrig  []sysfs.BoostSetting // boost as found, while we manage it
 	power      acpi.Decision
 	boost      string
@@ -381,7 +382,7 @@ func (d *Daemon) loadState() {
 			}
 		}
 	}
-	d.knob, d.knobChosen = st.StartKnob(d.cfg.DefaultKnob), st.Chosen
+	d.knob, d.knobChosen, d.chosenAt = st.StartKnob(d.cfg.DefaultKnob), st.Chosen, st.ChosenAt
 	d.choices = st.Choices
 	if st.ChoicesErr != nil {
 		d.log.WithError(st.ChoicesErr).Warn("ignoring the saved per-source choices")
@@ -546,7 +547,7 @@ func (d *Daemon) saveBackground() error {
 // (and the other placement mode's, as they were found), the energy totals
 // and the per-source choices.
 func (d *Daemon) stateWith(k policy.Knob) statefile.State {
-	st := statefile.State{Knob: k, Chosen: d.knobChosen, Boost: d.boostOrig, Cgroups: d.kept.Cgroups, Units: d.kept.Units, Energy: d.energy.Totals(), Choices: d.choices}
+	st := statefile.State{Knob: k, Chosen: d.knobChosen, ChosenAt: d.chosenAt, Boost: d.boostOrig, Cgroups: d.kept.Cgroups, Units: d.kept.Units, Energy: d.energy.Totals(), Choices: d.choices}
 	d.place.PutRecords(&st)
 	return st
 }

@@ -50,12 +50,14 @@ func (d *Daemon) setKnobAs(k policy.Knob, via string, explicit bool) error {
 	logChange := func() {
 		d.log.WithFields(logrus.Fields{"via": via, "power_aware": k.PowerAware, "power_aware_policy": k.PowerAwarePolicy}).Info("knob changed")
 	}
+	prevAt := d.chosenAt
+	d.chosenAt = choiceTime(explicit)
 	if len(d.holds) > 0 {
 		st := d.stateWith(k)
 		st.Chosen = true
 		if err := d.saveState(st); err != nil {
 			d.log.WithError(err).Error("cannot persist choice; not applied")
-			d.choices = prevChoices
+			d.choices, d.chosenAt = prevChoices, prevAt
 			return err
 		}
 		logChange()
@@ -80,7 +82,7 @@ func (d *Daemon) setKnobAs(k policy.Knob, via string, explicit bool) error {
 	if err != nil {
 		d.log.WithError(err).Error("cannot persist choice; the previous one is applied again")
 		d.knob, d.knobChosen = prev, prevChosen
-		d.choices = prevChoices
+		d.choices, d.chosenAt = prevChoices, prevAt
 		d.recompute("knob not persisted", true)
 		d.lastChange = prevChange
 	}

@@ -38,5 +38,6 @@ func (d *Daemon) newSnapshot() *snapshot.Snapshot {
 		Boost: d.boost, Workloads: d.workloadStatus(), Holds: d.holdList(),
 		Topology: d.topoProp, CPUClasses: d.classProp,
 		EnergySource: d.energy.Source(), Energy: d.energy.Totals(), ConfigDigest: d.cfg.ConfigDigest,
+		KnobFrom: d.knobFrom(), KnobChosenAt: d.chosenAt,
 	}
 }

@@ -780,3 +780,37 @@ func TestCtlNonUTF8WorkloadName(t *testing.T) {
 		})
 	}
 }
+
+// TestCtlReset: a set is an explicit choice that status names, with the
+// time it took effect; reset forgets it and the knob the daemon started
+// with (the configuration's or the built-in one) is back.
+func TestCtlReset(t *testing.T) {
+	d := startDaemon(t, "none")
+	start := d.statusJSON(t)
+	if start.KnobFrom != "config" && start.KnobFrom != "default" {
+		t.Fatalf("at start: knob from %q", start.KnobFrom)
+	}
+	before := time.Now()
+	if r := d.run(t, "set", "powersaving"); r.code != exitOK {
+		t.Fatalf("set: %v", r)
+	}
+	s := d.statusJSON(t)
+	at := time.UnixMicro(int64(s.KnobChosenAtUsec))
+	if s.KnobFrom != "choice" || s.PowerAware != 2 || at.Before(before.Truncate(time.Microsecond)) || at.After(time.Now()) {
+		t.Errorf("after set: knob %d from %q chosen at %v (set at %v)", s.PowerAware, s.KnobFrom, at, before)
+	}
+	r := d.run(t, "status")
+	if want := "  from:        an explicit choice, in force since " + at.Local().Format("2006-01-02 15:04:05"); r.code != exitOK || !strings.Contains(r.stdout, want) || !strings.Contains(r.stdout, "until 'schedpolicyctl reset'") {
+		t.Errorf("status after set lacks %q:\n%s", want, r.stdout)
+	}
+	if r := d.run(t, "reset"); r.code != exitOK {
+		t.Fatalf("reset: %v", r)
+	}
+	s = d.statusJSON(t)
+	if s.KnobFrom != start.KnobFrom || s.PowerAware != start.PowerAware || s.PowerAwarePolicy != start.PowerAwarePolicy || s.KnobChosenAtUsec != 0 {
+		t.Errorf("after reset: %+v, want the knob of the start %+v", s, start)
+	}
+	if r := d.run(t, "reset", "now"); r.code != exitUsage {
+		t.Errorf("reset now: %v, want a usage error", r)
+	}
+}

@@ -30,7 +30,7 @@ func TestCtlUnitNames(t *testing.T) {
 			t.Errorf("contract lacks %q", s)
 		}
 	}
-	for _, m := range []string{"SetPolicy", "SetPowerAware", "Rebalance", "HoldPolicy", "ReleasePolicy", "CreateWorkload", "PolicyChanged"} {
+	for _, m := range []string{"SetPolicy", "SetPowerAware", "ResetKnob", "Rebalance", "HoldPolicy", "ReleasePolicy", "CreateWorkload", "PolicyChanged"} {
 		if !strings.Contains(string(b), `name="`+m+`"`) {
 			t.Errorf("contract lacks %s, which schedpolicyctl calls", m)
 		}

@@ -20,18 +20,24 @@ import (
 // JSON shape of `status --json`. Fields an older daemon does not export
 // keep their zero value.
 type status struct {
-	ActivePolicy      string     `json:"active_policy"`      // performance | balance | powersaving
-	AvailablePolicies []string   `json:"available_policies"` // const
-	PowerAware        uint32     `json:"power_aware"`        // 0, 1 or 2
-	PowerAwarePolicy  string     `json:"power_aware_policy"` // balance | powersaving
-	PowerSource       string     `json:"power_source"`       // ac | battery | unknown
-	OnBattery         bool       `json:"on_battery"`
-	Boost             string     `json:"boost"`  // 1 | 0 | unsupported
-	Reason            string     `json:"reason"` // why the current policy
-	LastChangeUsec    uint64     `json:"last_change_usec"`
-	LastChange        string     `json:"last_change,omitempty"` // RFC 3339, from LastChangeUsec
-	Holds             []hold     `json:"holds"`
-	Workloads         []workload `json:"workloads"`
+	ActivePolicy      string   `json:"active_policy"`      // performance | balance | powersaving
+	AvailablePolicies []string `json:"available_policies"` // const
+	PowerAware        uint32   `json:"power_aware"`        // 0, 1 or 2
+	PowerAwarePolicy  string   `json:"power_aware_policy"` // balance | powersaving
+	PowerSource       string   `json:"power_source"`       // ac | battery | unknown
+	OnBattery         bool     `json:"on_battery"`
+	Boost             string   `json:"boost"`  // 1 | 0 | unsupported
+	Reason            string   `json:"reason"` // why the current policy
+	LastChangeUsec    uint64   `json:"last_change_usec"`
+	LastChange        string   `json:"last_change,omitempty"` // RFC 3339, from LastChangeUsec
+	// KnobFrom: choice, profile, config or default ("" from an older
+	// daemon); KnobChosenAtUsec: when the explicit choice in force took
+	// effect (0 none or not known), KnobChosenAt the same in RFC 3339.
+	KnobFrom         string     `json:"knob_from,omitempty"`
+	KnobChosenAtUsec uint64     `json:"knob_chosen_at_usec,omitempty"`
+	KnobChosenAt     string     `json:"knob_chosen_at,omitempty"`
+	Holds            []hold     `json:"holds"`
+	Workloads        []workload `json:"workloads"`
 }
 
 // hold is one entry of the Holds property, a(usss), with the holder's
@@ -147,6 +153,13 @@ func statusFrom(props map[string]dbus.Variant) (status, error) {
 			if err == nil && s.LastChangeUsec > 0 {
 				s.LastChange = time.UnixMicro(int64(s.LastChangeUsec)).UTC().Format(time.RFC3339)
 			}
+		case "KnobFrom":
+			err = v.Store(&s.KnobFrom)
+		case "KnobChosenAt":
+			err = v.Store(&s.KnobChosenAtUsec)
+			if err == nil && s.KnobChosenAtUsec > 0 {
+				s.KnobChosenAt = time.UnixMicro(int64(s.KnobChosenAtUsec)).UTC().Format(time.RFC3339)
+			}
 		case "Holds":
 			s.Holds, err = holdsFrom(v)
 		case "Workloads":
@@ -246,6 +259,9 @@ func writeStatus(w io.Writer, s status, now time.Time) {
 	}
 	fmt.Fprintf(w, "power source:  %s\n", src)
 	fmt.Fprintf(w, "knob:          power_aware=%d (%s) power_aware_policy=%s\n", s.PowerAware, knobMeaning(s.PowerAware), s.PowerAwarePolicy)
+	if from := knobFromText(s, now); from != "" {
+		fmt.Fprintf(w, "  from:        %s\n", from)
+	}
 	fmt.Fprintf(w, "boost:         %s\n", s.Boost)
 	if len(s.Holds) == 0 {
 		fmt.Fprintf(w, "holds:         none\n")
@@ -352,4 +368,26 @@ func (c *cli) workloads(args []string) int {
 	}
 	writeWorkloadTable(c.stdout, s.Workloads, "")
 	return exitOK
+}
+
+// knobFromText says where the knob in force comes from, and for an
+// explicit choice since when and how to undo it; "" from a daemon that
+// does not say.
+func knobFromText(s status, now time.Time) string {
+	switch s.KnobFrom {
+	case "choice":
+		since := ""
+		if s.KnobChosenAtUsec > 0 {
+			t := time.UnixMicro(int64(s.KnobChosenAtUsec))
+			since = fmt.Sprintf(" since %s (%s)", t.Local().Format("2006-01-02 15:04:05"), ago(t, now))
+		}
+		return "an explicit choice, in force" + since + "; it overrides the configuration until 'schedpolicyctl reset'"
+	case "profile":
+		return "the followed power-profiles daemon's profile"
+	case "config":
+		return "the configuration file"
+	case "default":
+		return "the built-in default (no configuration file sets it)"
+	}
+	return ""
 }

@@ -76,6 +76,12 @@ type Controller interface {
 	// name's placement override. On the loop. Errors: policy.ErrInvalid
 	// for an unknown workload or another policy.
 	SetWorkloadPolicy(ctx context.Context, name string, p policy.Policy) error
+	// ResetKnob forgets every explicit choice (per power source) and
+	// applies the base knob: the configuration's, the followed power
+	// profile's while one is followed, else the built-in default; holds
+	// stay. On the loop. Errors: the state could not be saved (EIO;
+	// nothing changed).
+	ResetKnob(ctx context.Context) error
 	// Rebalance re-reads the power source, the workloads and their
 	// cpusets and load, and plans now. On the loop.
 	Rebalance(ctx context.Context) error

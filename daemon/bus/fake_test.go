@@ -316,6 +316,10 @@ func (f *fakeDaemon) SetWorkloadPolicy(ctx context.Context, name string, p polic
 	})
 }
 
+func (f *fakeDaemon) ResetKnob(ctx context.Context) error {
+	return f.do(ctx, func() error { f.record("ResetKnob"); return nil })
+}
+
 func (f *fakeDaemon) Rebalance(ctx context.Context) error {
 	return f.do(ctx, func() error { f.record("Rebalance"); return nil })
 }

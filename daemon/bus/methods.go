@@ -121,6 +121,18 @@ func (o busObject) SetPowerAware(msg dbus.Message, sender dbus.Sender, mode uint
 	return o.s.write(knobPowerAware, fmt.Sprint(mode), "dbus")
 }
 
+// ResetKnob forgets every explicit choice and returns to the
+// configuration's knob (Controller.ResetKnob); authorised as the setters.
+func (o busObject) ResetKnob(msg dbus.Message, sender dbus.Sender) *dbus.Error {
+	if e := checkSig(msg, "ResetKnob", ""); e != nil {
+		return e
+	}
+	if e := o.s.authorize(msg, sender); e != nil {
+		return e
+	}
+	return toDBusError(o.s.ctl.ResetKnob(context.Background()))
+}
+
 // Rebalance re-reads the power source and re-plans now.
 func (o busObject) Rebalance(msg dbus.Message, sender dbus.Sender) *dbus.Error {
 	if e := checkSig(msg, "Rebalance", ""); e != nil {
