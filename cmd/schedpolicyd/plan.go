@@ -62,6 +62,9 @@ type planReport struct {
 	// Lazy is the lazy balance history after this decision, the next
 	// decision's input; only with --current, --lazy-record or --raced.
 	Lazy *planLazy `json:"lazy,omitempty"`
+	// Notes say where the plan departs from a rule the documentation
+	// states (sharedCoreNotes); omitted when none.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // planLazy is patch 18's history after the planned decision.
@@ -258,6 +261,7 @@ func (in planInput) report(plan policy.Plan) planReport {
 		r.WorkloadPolicies[l.Name] = string(plan.Policies[l.Name])
 	}
 	r.Slices = sliceWords(in.rules)
+	r.Notes = sharedCoreNotes(in.descs, in.loads, plan)
 	r.Active = activeCounts(in.descs, plan.Active)
 	r.Deferred = plan.Deferred
 	if in.current != nil {
@@ -355,4 +359,54 @@ func activeCounts(descs []policy.CPUDesc, active []int) planActive {
 		pk[d.Package], co[d.Core] = true, true
 	}
 	return planActive{Packages: len(pk), Cores: len(co), Threads: len(active), CPUs: sysfs.NewCPUSet(active...).String()}
+}
+
+// sharedCoreNotes names each background or service workload that shares
+// a core (an SMT sibling included) with a focused app, and why: the
+// balancer keeps them off every core the focused app got unless that
+// leaves them no CPU at all — the focused app's plan covers every allowed
+// CPU (it races to idle over the whole machine, or was given it all) —
+// and then places them as if it were not there (docs/HYBRID-PLACEMENT.md).
+// Nil when nothing shares.
+func sharedCoreNotes(descs []policy.CPUDesc, loads []policy.Load, plan policy.Plan) []string {
+	core, allCores := map[int]int{}, map[int]bool{}
+	for _, d := range descs {
+		core[d.ID] = d.Core
+		allCores[d.Core] = true
+	}
+	var notes []string
+	for _, f := range loads {
+		if f.Class != policy.ClassFocused {
+			continue
+		}
+		fcores := map[int]bool{}
+		for _, c := range plan.CPUs[f.Name] {
+			fcores[core[c]] = true
+		}
+		for _, l := range loads {
+			if l.Class != policy.ClassBackground && l.Class != policy.ClassService {
+				continue
+			}
+			var shared []int
+			for _, c := range plan.CPUs[l.Name] {
+				if fcores[core[c]] {
+					shared = append(shared, c)
+				}
+			}
+			if len(shared) == 0 {
+				continue
+			}
+			what := "CPU"
+			if len(shared) > 1 {
+				what = "CPUs"
+			}
+			why := "covers every core: background and service work is kept off the focused app's cores only while some CPU is left without them"
+			if len(fcores) < len(allCores) {
+				why = "leaves other cores: not the documented exception (docs/HYBRID-PLACEMENT.md); please report it"
+			}
+			notes = append(notes, fmt.Sprintf("%s (%s) shares %s %s with the focused app %s, whose set %s %s",
+				l.Name, l.Class, what, sysfs.NewCPUSet(shared...), f.Name, sysfs.NewCPUSet(plan.CPUs[f.Name]...), why))
+		}
+	}
+	return notes
 }

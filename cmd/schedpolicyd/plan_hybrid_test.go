@@ -203,3 +203,24 @@ func TestPlanHybridSVGDoc(t *testing.T) {
 		t.Errorf("%s is not what plan draws now; rewrite it with go test ./cmd/schedpolicyd -run TestPlanHybridSVGDoc -update-svg", doc)
 	}
 }
+
+// TestPlanSharedCoreNote: where the focused app's set covers every core
+// (rk3588: a busy 8-thread game races to idle over the whole machine),
+// background and service work is placed beside it, and plan says so for
+// each such workload, in text and JSON; where a core is left (the same
+// load on the i7-1260P), no note.
+func TestPlanSharedCoreNote(t *testing.T) {
+	load := "game=3.5:8@app.slice/focused,bg1=0.3@background.slice,svc=0.2@system.slice,svc2=0.5:2@system.slice"
+	r := planJSON(t, "--sysfs-root", filepath.Join(topoFixtures, "rk3588"), "--policy", "powersaving", "--load", load)
+	tail := " with the focused app game, whose set 0-7 covers every core: background and service work is kept off the focused app's cores only while some CPU is left without them"
+	want := []string{"bg1 (background) shares CPU 0" + tail, "svc (service) shares CPU 1" + tail, "svc2 (service) shares CPUs 2-3" + tail}
+	if strings.Join(r.Notes, "\n") != strings.Join(want, "\n") || r.Workloads["game"] != "0-7" {
+		t.Errorf("rk3588: notes %q (game %s), want %q", r.Notes, r.Workloads["game"], want)
+	}
+	if code, out, _ := runPlan(t, "--sysfs-root", filepath.Join(topoFixtures, "rk3588"), "--policy", "powersaving", "--load", load); code != 0 || !strings.Contains(out, "note:      "+want[0]+"\n") {
+		t.Errorf("rk3588 text lacks the note:\n%s", out)
+	}
+	if r := planJSON(t, "--sysfs-root", filepath.Join(topoFixtures, "adl-p-i7-1260p"), "--policy", "powersaving", "--load", load); r.Notes != nil {
+		t.Errorf("i7-1260P: notes %q, want none", r.Notes)
+	}
+}
