@@ -160,7 +160,7 @@ func TestDebCompletions(t *testing.T) {
 	if out, err := exec.Command("bash", "-n", "completions/schedpolicyctl.bash").CombinedOutput(); err != nil {
 		t.Errorf("bash -n: %v %s", err, out)
 	}
-	for _, w := range []string{"status", "set", "auto", "watch", "workloads", "run", "launch", "rebalance", "energy",
+	for _, w := range []string{"status", "set", "auto", "reset", "watch", "workloads", "run", "launch", "rebalance", "energy",
 		"performance", "balance", "powersaving", "--json", "--bus", "--name", "--policy", "--reason"} {
 		if !strings.Contains(bash, w) {
 			t.Errorf("bash completion lacks %s", w)
@@ -215,6 +215,19 @@ func TestPackageVersions(t *testing.T) {
 	for _, p := range []string{"arch/PKGBUILD", "arch/schedpolicyd.install"} {
 		if out, err := exec.Command("bash", "-n", p).CombinedOutput(); err != nil {
 			t.Errorf("bash -n %s: %v %s", p, err, out)
+		}
+	}
+}
+
+// TestManPagesNameOnlyShippedDocs: a man page that names a page of docs/
+// says that it is the source tree's, since no package installs docs/.
+func TestManPagesNameOnlyShippedDocs(t *testing.T) {
+	for _, p := range []string{"man/schedpolicyd.8", "man/schedpolicyctl.1", "man/schedpolicyd.conf.5"} {
+		text := strings.Join(strings.Fields(read(t, p)), " ")
+		for _, m := range regexp.MustCompile(`docs/[A-Z_-]+\.md[^.;)]*`).FindAllString(text, -1) {
+			if !strings.Contains(m, "source tree") {
+				t.Errorf("%s names %q without saying it is the source tree's (the package does not ship docs/)", p, m)
+			}
 		}
 	}
 }
