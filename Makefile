@@ -20,7 +20,7 @@ CTL     := bin/schedpolicyctl
 PKGS    := ./...
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build run test unit-test deb deb-test rpm pkg-test systemd-test deps vet fmt clean
+.PHONY: all build run test unit-test deb deb-test rpm pkg-test systemd-test deps pkg-deps vet fmt clean
 
 all: build
 
@@ -82,6 +82,26 @@ deps:
 	fi
 	$(GO) mod download
 
+# What building and linting the packages needs (make deb-test, make
+# pkg-test), and nothing of the test list above: dpkg-deb (dpkg), lintian,
+# man-db (man -w), systemd-analyze (systemd), rpmbuild (rpm), rpmlint,
+# cpio and bash. `make deps` installs these too.
+pkg-deps:
+	@missing=""; \
+	command -v dpkg-deb >/dev/null         || missing="$$missing dpkg"; \
+	command -v lintian >/dev/null          || missing="$$missing lintian"; \
+	command -v man >/dev/null              || missing="$$missing man-db"; \
+	command -v systemd-analyze >/dev/null  || missing="$$missing systemd"; \
+	command -v rpmbuild >/dev/null         || missing="$$missing rpm"; \
+	command -v rpmlint >/dev/null          || missing="$$missing rpmlint"; \
+	command -v cpio >/dev/null             || missing="$$missing cpio"; \
+	command -v bash >/dev/null             || missing="$$missing bash"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	$(GO) mod download
+
 # The whole suite: what CI (.ci/run) and the README run.
 test: deps unit-test deb-test pkg-test systemd-test
 
@@ -132,14 +152,14 @@ rpm:
 
 # Build it, check what it holds, run lintian. Installing it happens in
 # systemd-test's container, never on this machine.
-deb-test: deps
+deb-test: pkg-deps
 	packaging/deb-test.sh
 
 # The RPM (packaging/rpm) and the Arch PKGBUILD (packaging/arch) beside the
 # .deb: built (the PKGBUILD's build() and package() without makepkg),
 # compared file by file, mode and content, after the documented path
 # mappings; the RPM's %config and scriptlets; rpmlint. Installs nothing.
-pkg-test: deps
+pkg-test: pkg-deps
 	packaging/pkg-test.sh
 
 # The package under a real systemd (packaging/systemd-test/run.sh): Debian

@@ -20,7 +20,7 @@ const (
 	// from its own battery (rule 3). It is the only value that may switch the
 	// daemon to its power-aware policy.
 	Battery Source = "battery"
-	// Unknown means there is no reliable evidence either way (rule 4). Callers
+	// Unknown means there is no reliable evidence either way (rule 4: without evidence either way the source is unknown, treated as AC). Callers
 	// must treat it exactly like AC: the default is AC/performance.
 	Unknown Source = "unknown"
 )
@@ -82,11 +82,11 @@ const (
 //     peripherals' batteries carry scope Device (rule 1).
 //   - Dual batteries: rule 3 needs one present system battery that is
 //     Discharging; an idle second battery (Unknown, Full, Not charging)
-//     is not evidence and cannot veto it (rule 4), while a Charging one is
+//     is not evidence and cannot veto it (rule 4: without evidence either way the source is unknown, treated as AC), while a Charging one is
 //     AC evidence (rule 2) [thinkpad-dual-battery-on-battery]. A removed
 //     battery (present=0) is ignored (rule 1).
 //   - "Not charging" at a charge threshold, "Unknown" in conservation
-//     mode, "Full": never battery evidence (rule 4); with the adapter
+//     mode, "Full": never battery evidence (rule 4: without evidence either way the source is unknown, treated as AC); with the adapter
 //     online the verdict is AC by rule 2 [thinkpad-threshold-not-charging,
 //     ideapad-conservation-unknown, tl-charge-threshold-not-charging].
 //     Firmware that reports Discharging while plugged in is outranked by
@@ -95,7 +95,7 @@ const (
 //     missing scope, status or present: absent is not zero. A supply
 //     without online says nothing; a battery without present counts as
 //     present; without scope it belongs to the system; without status it
-//     is not evidence (rule 4).
+//     is not evidence (rule 4: without evidence either way the source is unknown, treated as AC).
 //   - Adapters that read offline: not battery evidence on their own
 //     (rule 4; stale or stuck at 0 on several machines)
 //     [ac-offline-battery-unknown, desktop-mains-offline-no-battery,
@@ -155,7 +155,7 @@ func Classify(supplies []sysfs.PowerSupply) Decision {
 // is a power source (rule 6).
 func classify(supplies []sysfs.PowerSupply, srcPorts map[string]bool) Decision {
 	if len(supplies) == 0 {
-		return Decision{Source: Unknown, Reason: "unknown: no power supplies (rule 4)"}
+		return Decision{Source: Unknown, Reason: "unknown: no power supplies (rule 4: without evidence either way the source is unknown, treated as AC)"}
 	}
 	var acEv, batEv, ignored []Evidence
 	for _, ps := range supplies {
@@ -215,7 +215,7 @@ func classify(supplies []sysfs.PowerSupply, srcPorts map[string]bool) Decision {
 	default:
 		return Decision{
 			Source:   Unknown,
-			Reason:   "unknown: no system supply is online and no system battery is charging or discharging (rule 4)",
+			Reason:   "unknown: no system supply is online and no system battery is charging or discharging (rule 4: without evidence either way the source is unknown, treated as AC)",
 			Evidence: ignored,
 		}
 	}
@@ -304,7 +304,7 @@ func Read(fs sysfs.FS) (Decision, error) {
 func read(fs sysfs.FS) (Decision, []sysfs.PowerSupply, error) {
 	supplies, err := fs.PowerSupplies()
 	if err != nil {
-		return Decision{Source: Unknown, Reason: fmt.Sprintf("unknown: cannot read power supplies (rule 4): %v", err)},
+		return Decision{Source: Unknown, Reason: fmt.Sprintf("unknown: cannot read power supplies (rule 4: without evidence either way the source is unknown, treated as AC): %v", err)},
 			nil, fmt.Errorf("read power source: %w", err)
 	}
 	var src map[string]bool

@@ -185,7 +185,7 @@ func TestClassifyRules(t *testing.T) {
 		{
 			name:     "no supplies at all",
 			supplies: nil,
-			want:     Decision{Source: Unknown, Reason: "unknown: no power supplies (rule 4)"},
+			want:     Decision{Source: Unknown, Reason: "unknown: no power supplies (rule 4: without evidence either way the source is unknown, treated as AC)"},
 		},
 		{
 			name: "UCSI port online=2 (programmable)",
@@ -263,7 +263,7 @@ func TestClassifyRules(t *testing.T) {
 			supplies: []sysfs.PowerSupply{
 				{Name: "sbs-charger", Type: "Mains", Online: i64(1)},
 			},
-			want: Decision{Source: Unknown, Reason: "unknown: no system supply is online and no system battery is charging or discharging (rule 4)", Evidence: []Evidence{
+			want: Decision{Source: Unknown, Reason: "unknown: no system supply is online and no system battery is charging or discharging (rule 4: without evidence either way the source is unknown, treated as AC)", Evidence: []Evidence{
 				{"sbs-charger", "online", "1", "5: sbs-charger always reads online, ignored"},
 			}},
 		},
@@ -274,7 +274,7 @@ func TestClassifyRules(t *testing.T) {
 				{Name: "AC", Type: "Mains", Online: i64(0)},
 				{Name: "BAT0", Type: "Battery", Present: i64(1), Status: "Full"},
 			},
-			want: Decision{Source: Unknown, Reason: "unknown: no system supply is online and no system battery is charging or discharging (rule 4)", Evidence: []Evidence{
+			want: Decision{Source: Unknown, Reason: "unknown: no system supply is online and no system battery is charging or discharging (rule 4: without evidence either way the source is unknown, treated as AC)", Evidence: []Evidence{
 				{"AC", "online", "0", "4: offline supply is not evidence"},
 				{"BAT0", "status", "Full", "4: battery status is not evidence"},
 			}},
@@ -342,7 +342,7 @@ func TestReadNoClassDir(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Read: %v", err)
 	}
-	want := Decision{Source: Unknown, Reason: "unknown: no power supplies (rule 4)"}
+	want := Decision{Source: Unknown, Reason: "unknown: no power supplies (rule 4: without evidence either way the source is unknown, treated as AC)"}
 	if !reflect.DeepEqual(want, d) {
 		t.Fatalf("want %+v, got %+v", want, d)
 	}

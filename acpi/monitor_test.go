@@ -174,7 +174,7 @@ func TestMonitorFsnotifyNewSupply(t *testing.T) {
 	testutil.WriteFile(t, filepath.Join(dir, "status"), "Full\n")
 	// The new supply changes the reason; once that state arrives the new
 	// directory is watched (the watch is added before the re-read hint).
-	if st := recvState(t, m); st.Power.Source != Unknown || st.Power.Reason != "unknown: no system supply is online and no system battery is charging or discharging (rule 4)" {
+	if st := recvState(t, m); st.Power.Source != Unknown || st.Power.Reason != "unknown: no system supply is online and no system battery is charging or discharging (rule 4: without evidence either way the source is unknown, treated as AC)" {
 		t.Fatalf("state after new supply %+v", st)
 	}
 	testutil.WriteFile(t, filepath.Join(dir, "status"), "Discharging\n")

@@ -12,8 +12,8 @@ import (
 // Reasons of the states the tests below go through.
 const (
 	reasonACOnline  = "AC: Mains supply AC reports online=1 (rule 2)"
-	reasonACOffline = "unknown: no system supply is online and no system battery is charging or discharging (rule 4)"
-	reasonNoSupply  = "unknown: no power supplies (rule 4)"
+	reasonACOffline = "unknown: no system supply is online and no system battery is charging or discharging (rule 4: without evidence either way the source is unknown, treated as AC)"
+	reasonNoSupply  = "unknown: no power supplies (rule 4: without evidence either way the source is unknown, treated as AC)"
 )
 
 // stageSupply builds a Mains supply directory "AC" with the given online

@@ -80,11 +80,12 @@ func withSetting(choices map[string]policy.Knob, p policy.Policy) (m map[string]
 }
 
 // knobState is what a choice changes (choose) and a choice that cannot be
-// saved puts back (restore): the knob, whether it is chosen, the
-// per-source choices, and when the policy last changed.
+// saved puts back (restore): the knob, whether it is chosen and since
+// when, the per-source choices, and when the policy last changed.
 type knobState struct {
 	knob       policy.Knob
 	chosen     bool
+	chosenAt   time.Time
 	choices    map[string]policy.Knob
 	lastChange time.Time
 }
@@ -94,9 +95,10 @@ type knobState struct {
 // either way its power_aware_policy becomes the setting of every
 // remembered choice (withSetting). changed is false when nothing changes
 // (the same knob was already chosen, the choices are the same); prev is
-// what restore puts back. k must be valid.
-func (c *decider) choose(k policy.Knob, explicit bool) (prev knobState, changed bool) {
-	prev = knobState{knob: c.knob, chosen: c.knobChosen, choices: c.choices, lastChange: c.lastChange}
+// what restore puts back. k must be valid. An explicit choice took
+// effect at now (chosenAt); a followed profile's has no time.
+func (c *decider) choose(k policy.Knob, explicit bool, now time.Time) (prev knobState, changed bool) {
+	prev = knobState{knob: c.knob, chosen: c.knobChosen, chosenAt: c.chosenAt, choices: c.choices, lastChange: c.lastChange}
 	if explicit {
 		c.choices = c.withChoice(k)
 	} else {
@@ -105,14 +107,15 @@ func (c *decider) choose(k policy.Knob, explicit bool) (prev knobState, changed 
 	if k == c.knob && c.knobChosen && reflect.DeepEqual(prev.choices, c.choices) {
 		return prev, false
 	}
-	c.knob, c.knobChosen = k, true
+	c.knob, c.knobChosen, c.chosenAt = k, true, choiceTime(explicit, now)
 	return prev, true
 }
 
-// restore puts back the knob, whether it is chosen and the choices of s
-// (not lastChange, which the caller restores once it decided again).
+// restore puts back the knob, whether it is chosen and since when, and
+// the choices of s (not lastChange, which the caller restores once it
+// decided again).
 func (c *decider) restore(s knobState) {
-	c.knob, c.knobChosen, c.choices = s.knob, s.chosen, s.choices
+	c.knob, c.knobChosen, c.chosenAt, c.choices = s.knob, s.chosen, s.chosenAt, s.choices
 }
 
 // reloadDefault takes a reload's configured default knob def (nil: none;
@@ -147,8 +150,9 @@ func (c *decider) baseKnob() policy.Knob {
 // from ac to battery or back, when either has a remembered choice): its
 // remembered choice, else the base knob, with the current
 // power_aware_policy. changed reports a new knob or a change of whether
-// it is chosen; the caller says so, saves it and decides again.
-func (c *decider) knobForSource(from, to acpi.Source) (changed bool) {
+// it is chosen; the caller says so, saves it and decides again. A
+// remembered choice brought back takes effect at now (chosenAt).
+func (c *decider) knobForSource(from, to acpi.Source, now time.Time) (changed bool) {
 	f, t := choiceSource(from), choiceSource(to)
 	if f == "" || t == "" || f == t || len(c.choices) == 0 {
 		return false
@@ -161,23 +165,28 @@ func (c *decider) knobForSource(from, to acpi.Source) (changed bool) {
 	if k == c.knob && chosen == c.knobChosen {
 		return false
 	}
-	c.knob, c.knobChosen = k, chosen
+	c.knob, c.knobChosen, c.chosenAt = k, chosen, choiceTime(chosen, now)
 	return true
 }
 
 // startKnobForSource is knobForSource at start-up, for the source first
 // read: its remembered choice, or the base knob when only the other
-// source has one.
-func (c *decider) startKnobForSource() {
+// source has one. Another source's choice, or none, takes effect at now
+// (chosenAt); the saved one keeps its time.
+func (c *decider) startKnobForSource(now time.Time) {
 	t := choiceSource(c.power.Source)
 	if t == "" || len(c.choices) == 0 {
 		return
 	}
 	setting := c.knob.PowerAwarePolicy // the saved knob's: the latest setting
+	saved, savedChosen := c.knob, c.knobChosen
 	if k, ok := c.choices[t]; ok {
 		c.knob, c.knobChosen = k, true
 	} else {
 		c.knob, c.knobChosen = c.baseKnob(), false
 	}
 	c.knob.PowerAwarePolicy = setting
+	if c.knob != saved || c.knobChosen != savedChosen {
+		c.chosenAt = choiceTime(c.knobChosen, now)
+	}
 }

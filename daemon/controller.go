@@ -27,6 +27,30 @@ func (c controller) WriteKnob(ctx context.Context, file, value, via string) erro
 	return c.d.writeFile(ctx, file, []byte(value), via)
 }
 
+// WriteKnobUnlessHeld is WriteKnob unless, on the loop, a hold decides
+// the policy and keep reports true of its policy: then nothing changes.
+func (c controller) WriteKnobUnlessHeld(ctx context.Context, file, value, via string, keep func(policy.Policy) bool) (bool, error) {
+	apply, err := knobWrite(file, []byte(value))
+	if err != nil {
+		return false, err
+	}
+	kept := false
+	err = c.d.do(ctx, func() error {
+		if h := c.d.dec.winningHold(); h != nil && keep(h.Policy) {
+			kept = true
+			return nil
+		}
+		return c.d.applyKnobWrite(file, apply, via)
+	})
+	return kept, err
+}
+
+// ResetKnob forgets every explicit choice and applies the base knob, on
+// the loop (resetKnob).
+func (c controller) ResetKnob(ctx context.Context) error {
+	return c.d.do(ctx, c.d.resetKnob)
+}
+
 // AddHold adds a hold of p for owner and re-plans, on the loop (addHold).
 func (c controller) AddHold(ctx context.Context, p policy.Policy, reason, owner, appID string) (uint32, error) {
 	var cookie uint32

@@ -261,7 +261,7 @@ func (d *Daemon) start(ctx context.Context) (stop func(), err error) {
 		d.log.WithError(err).Warn("cannot read power supplies, assuming AC")
 		d.dec.power = acpi.Decision{Source: acpi.Unknown, Reason: "power_supply unreadable: " + err.Error()}
 	}
-	d.dec.startKnobForSource()
+	d.dec.startKnobForSource(time.Now())
 	d.boost.value, _ = d.fs.Boost()
 	d.readTopology()
 

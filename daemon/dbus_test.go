@@ -80,7 +80,8 @@ func TestBusAPI(t *testing.T) {
 	if err := obj.Call("org.freedesktop.DBus.Properties.GetAll", 0, bus.Interface).Store(&all); err != nil {
 		t.Fatal(err)
 	}
-	if len(all) != 16 || all["ActivePolicy"].Value() != "performance" || all["OnBattery"].Value() != false ||
+	if len(all) != 18 || all["ActivePolicy"].Value() != "performance" || all["OnBattery"].Value() != false ||
+		all["KnobFrom"].Value() != "default" || all["KnobChosenAt"].Value() != uint64(0) ||
 		all["PowerSource"].Value() != "ac" || !strings.Contains(all["Reason"].Value().(string), "power_aware=1") {
 		t.Errorf("GetAll = %v", all)
 	}
@@ -294,7 +295,7 @@ func TestPowerProfilesAPI(t *testing.T) {
 	if s := d.Snapshot(); s.Knob.PowerAware != 2 || s.Policy != policy.Powersaving {
 		t.Errorf("power-saver → %+v, want power_aware 2, powersaving", s.Knob)
 	}
-	if err := legacy.SetProperty("net.hadess.PowerProfiles.ActiveProfile", dbus.MakeVariant("turbo")); dbusErrName(err) != errInvalidArgs {
+	if err := legacy.SetProperty("net.hadess.PowerProfiles.ActiveProfile", dbus.MakeVariant("turbo")); dbusErrName(err) != "org.freedesktop.DBus.Error.Failed" {
 		t.Errorf("unknown profile: %v", err)
 	}
 	var cookie uint32

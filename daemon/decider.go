@@ -21,6 +21,7 @@ type decider struct {
 
 	knob       policy.Knob
 	knobChosen bool                   // knob is an explicit choice, not the configured default
+	chosenAt   time.Time              // when the explicit choice in force took effect (reset.go); zero unknown
 	choices    map[string]policy.Knob // explicit choice per power source (choices.go); copy on write
 	holds      map[uint32]*snapshot.Hold
 	holdIdx    holdIndex   // beside holds: cookies, holds per owner (holds.go)
@@ -61,7 +62,7 @@ func newDecider(set decisionSettings) *decider {
 // loadState takes the knob and the per-source choices state.json holds
 // (statefile.State.StartKnob: the saved knob, else the configured default).
 func (c *decider) loadState(st statefile.State) {
-	c.knob, c.knobChosen = st.StartKnob(c.set.DefaultKnob), st.Chosen
+	c.knob, c.knobChosen, c.chosenAt = st.StartKnob(c.set.DefaultKnob), st.Chosen, st.ChosenAt
 	c.choices = st.Choices
 }
 
@@ -69,7 +70,7 @@ func (c *decider) loadState(st statefile.State) {
 // whether the knob in force is chosen, and the per-source choices, into
 // st: what state.json must hold of the decision.
 func (c *decider) putState(st *statefile.State, k policy.Knob) {
-	st.Knob, st.Chosen, st.Choices = k, c.knobChosen, c.choices
+	st.Knob, st.Chosen, st.ChosenAt, st.Choices = k, c.knobChosen, c.chosenAt, c.choices
 }
 
 // setPower takes a new reading of the power source and of the system

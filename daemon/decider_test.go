@@ -74,7 +74,7 @@ func write(file, v string) func(*testing.T, *decider) {
 		if err := k.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		c.choose(k, true)
+		c.choose(k, true, tChosen)
 	}
 }
 
@@ -86,7 +86,7 @@ func power(p acpi.Decision, pct int) func(*testing.T, *decider) {
 		from := c.power.Source
 		c.setPower(p, pct)
 		if from != p.Source {
-			c.knobForSource(from, p.Source)
+			c.knobForSource(from, p.Source, tChosen)
 		}
 	}
 }
@@ -110,7 +110,7 @@ func restart(p acpi.Decision) func(*testing.T, *decider) {
 		n := newDecider(c.set)
 		n.loadState(loaded)
 		n.power = p
-		n.startKnobForSource()
+		n.startKnobForSource(tChosen)
 		*c = *n
 	}
 }
@@ -121,7 +121,7 @@ func startOn(set decisionSettings, st statefile.State, p acpi.Decision) *decider
 	c := newDecider(set)
 	c.loadState(st)
 	c.power = p
-	c.startKnobForSource()
+	c.startKnobForSource(tChosen)
 	return c
 }
 
@@ -199,15 +199,15 @@ func TestDeciderStateWithoutChoicesCarriesOver(t *testing.T) {
 func TestDeciderChooseUnchanged(t *testing.T) {
 	bal := policy.Knob{PowerAware: policy.PowerAwareOn, PowerAwarePolicy: policy.Balance}
 	c := startOn(decisionSettings{}, statefile.State{}, onBattery)
-	if _, changed := c.choose(bal, true); !changed {
+	if _, changed := c.choose(bal, true, tChosen); !changed {
 		t.Fatal("a first choice changed nothing")
 	}
 	choices := c.choices
-	if _, changed := c.choose(bal, true); changed || !reflect.DeepEqual(c.choices, choices) {
+	if _, changed := c.choose(bal, true, tChosen); changed || !reflect.DeepEqual(c.choices, choices) {
 		t.Errorf("the same choice again: changed %v, choices %v; want false, %v", changed, c.choices, choices)
 	}
 	auto := policy.Knob{PowerAware: policy.PowerAwareAuto, PowerAwarePolicy: policy.Powersaving}
-	prev, changed := c.choose(auto, false)
+	prev, changed := c.choose(auto, false, tChosen)
 	if want := map[string]policy.Knob{"battery": {PowerAware: policy.PowerAwareOn, PowerAwarePolicy: policy.Powersaving}}; !changed || c.knob != auto || !c.knobChosen || !reflect.DeepEqual(c.choices, want) {
 		t.Errorf("not explicit: changed %v, knob %+v chosen %v, choices %v; want true, %+v true, %v", changed, c.knob, c.knobChosen, c.choices, auto, want)
 	}
@@ -479,7 +479,7 @@ func TestDeciderFollowProfile(t *testing.T) {
 				t.Errorf("profile %s: change %d, want %d", profile, change, want)
 			}
 			if change == followNew || change == followStarted {
-				c.choose(k, false)
+				c.choose(k, false, tChosen)
 			}
 		}
 	}
@@ -540,4 +540,68 @@ func TestKnobWrite(t *testing.T) {
 			t.Errorf("%s %q: %+v, want %+v", tc.file, tc.v, got, tc.want)
 		}
 	}
+}
+
+// tChosen is when the decider's tests make their choices.
+var tChosen = time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+
+// TestDeciderChosenAtAndReset: where the knob in force comes from and
+// since when a choice is in force: the configured knob until a choice
+// (no time); an explicit choice at its time, kept by the same choice
+// again and across a restart; a followed profile's knob is a choice
+// without a time; a choice brought back by a change of power source
+// takes effect then; reset forgets every choice (both sources) and the
+// configured knob is in force again, restore puts everything back.
+func TestDeciderChosenAtAndReset(t *testing.T) {
+	conf := policy.Knob{PowerAware: policy.PowerAwareOn, PowerAwarePolicy: policy.Balance}
+	c := startOn(decisionSettings{DefaultKnob: &conf, ProfileMap: DefaultProfileMap}, statefile.State{}, onAC)
+	check := func(what, from string, at time.Time) {
+		t.Helper()
+		if got := c.knobFrom(); got != from || !c.chosenAt.Equal(at) {
+			t.Errorf("%s: from %q at %v, want %q at %v", what, got, c.chosenAt, from, at)
+		}
+	}
+	check("at start", snapshot.KnobFromConfig, time.Time{})
+
+	off := policy.Knob{PowerAware: policy.PowerAwareOff, PowerAwarePolicy: policy.Balance}
+	t1, t2, t3 := t0.Add(time.Minute), t0.Add(2*time.Minute), t0.Add(3*time.Minute)
+	c.choose(off, true, t1)
+	check("a choice on AC", snapshot.KnobFromChoice, t1)
+	c.choose(off, true, t2)
+	check("the same choice again", snapshot.KnobFromChoice, t1)
+
+	c.setPower(onBattery, -1)
+	c.knobForSource(acpi.AC, acpi.Battery, t2)
+	check("battery has no choice: the configured knob", snapshot.KnobFromConfig, time.Time{})
+	c.setPower(onAC, -1)
+	c.knobForSource(acpi.Battery, acpi.AC, t3)
+	check("AC's choice brought back", snapshot.KnobFromChoice, t3)
+
+	var st statefile.State
+	c.putState(&st, c.knob)
+	if !st.ChosenAt.Equal(t3) || !st.Chosen {
+		t.Errorf("state: chosen %v at %v, want at %v", st.Chosen, st.ChosenAt, t3)
+	}
+	c = startOn(c.set, st, onAC)
+	check("restarted on AC", snapshot.KnobFromChoice, t3)
+
+	prev := c.reset()
+	check("reset", snapshot.KnobFromConfig, time.Time{})
+	if c.knob != conf || c.knobChosen || c.choices != nil {
+		t.Errorf("reset: knob %+v chosen %v choices %v, want %+v, none", c.knob, c.knobChosen, c.choices, conf)
+	}
+	c.restore(prev)
+	check("restored", snapshot.KnobFromChoice, t3)
+	if c.knob != off || len(c.choices) != 1 {
+		t.Errorf("restored: knob %+v choices %v", c.knob, c.choices)
+	}
+
+	// A followed profile's knob: chosen, but no time of a user's choice.
+	c.reset()
+	k, _ := c.followProfile("net.hadess.PowerProfiles", ":1.42", bus.ProfilePowerSaver)
+	c.choose(k, false, t3)
+	check("a followed profile", snapshot.KnobFromProfile, time.Time{})
+
+	c = startOn(decisionSettings{}, statefile.State{}, onAC)
+	check("no configuration", snapshot.KnobFromDefault, time.Time{})
 }

@@ -38,7 +38,7 @@ func (d *Daemon) setKnobAs(k policy.Knob, via string, explicit bool) error {
 		return err
 	}
 	holding := len(d.dec.holds) > 0
-	prev, changed := d.dec.choose(k, explicit)
+	prev, changed := d.dec.choose(k, explicit, time.Now())
 	if !changed {
 		if holding {
 			d.endHolds(d.dec.allHolds(), holdsCancelled) // an explicit choice, even of the same value
@@ -91,7 +91,8 @@ func (d *Daemon) setKnobAs(k policy.Knob, via string, explicit bool) error {
 }
 
 // holdsCancelled is why an explicit choice ends every hold: a user's
-// explicit choice wins over them.
+// explicit choice wins over them. Only this end is announced to
+// power-profiles holders (bus.Service.HoldEnded's cancelled).
 const holdsCancelled = "cancelled by an explicit choice"
 
 // addHold records a hold for owner (decider.addHold), says so and
@@ -115,7 +116,7 @@ func (d *Daemon) endHolds(cookies []uint32, why string) {
 	}
 	for _, c := range d.dec.dropHolds(cookies) {
 		d.log.WithFields(logrus.Fields{"cookie": c, "why": why}).Info("policy hold ended")
-		d.bus.HoldEnded(c)
+		d.bus.HoldEnded(c, why == holdsCancelled) // only a user's choice is announced to power-profiles holders
 	}
 	d.recompute("hold ended", true)
 }
@@ -143,7 +144,7 @@ func (d *Daemon) onPowerState(st acpi.State) {
 		// A failed save is logged: the knob still follows the source
 		// (nothing the user chose is lost, the choices are unchanged in
 		// memory).
-		if d.dec.knobForSource(from, st.Power.Source) {
+		if d.dec.knobForSource(from, st.Power.Source, time.Now()) {
 			k := d.dec.knob
 			d.log.WithFields(logrus.Fields{"power_source": choiceSource(st.Power.Source), "power_aware": k.PowerAware, "power_aware_policy": k.PowerAwarePolicy, "remembered": d.dec.knobChosen}).Info("knob of the new power source")
 			if err := d.saveState(d.stateWith(k)); err != nil {

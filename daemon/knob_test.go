@@ -62,7 +62,7 @@ func TestLoopHandsPowerStatesToDecider(t *testing.T) {
 	d2.cfg.StateDir = d.cfg.StateDir
 	d2.loadState()
 	d2.dec.power = onAC
-	d2.dec.startKnobForSource()
+	d2.dec.startKnobForSource(time.Now())
 	if d2.dec.knob != offBal || !d2.dec.knobChosen {
 		t.Errorf("start on AC: knob %+v chosen %v; want %+v true", d2.dec.knob, d2.dec.knobChosen, offBal)
 	}

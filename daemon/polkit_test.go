@@ -1,68 +1,33 @@
 package daemon
 
 import (
-	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
-	"time"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
-const polkitd = "/usr/lib/polkit-1/polkitd"
+const polkitd = testutil.PolkitdBinary
 
-// TestPolkitAuthorisation runs the real polkitd from Debian on a private bus
-// and a caller that is not root (busctl as nobody via setpriv): without a
-// rule polkit refuses (the action's defaults ask for an administrator and
-// nobody has an agent), with a rule that grants org.schedpolicyd.set-policy
-// to that user the same call succeeds. The action file and the rule are
-// installed where polkitd reads them and removed afterwards.
+// TestPolkitAuthorisation runs the real polkitd from Debian on a private
+// bus (testutil.StartPolkitd: it knows only the package's action and the
+// test's rules; nothing of the machine's is read or changed) and a caller
+// that is not root (busctl as nobody via setpriv): without a rule polkit
+// refuses (the action's defaults ask for an administrator and nobody has
+// an agent), with a rule that grants org.schedpolicyd.set-policy to that
+// user the same call succeeds.
 func TestPolkitAuthorisation(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: polkitd switches to its own user, and the test installs a polkit rule")
-	}
-	if _, err := os.Stat(polkitd); err != nil {
-		t.Skipf("needs polkitd (Debian package polkitd): %v", err)
-	}
 	for _, tool := range []string{"setpriv", "busctl"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("needs %s", tool)
 		}
 	}
-	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
-
-	// Our action, where polkitd looks for actions.
-	action := "/usr/share/polkit-1/actions/org.schedpolicyd.policy"
-	if _, err := os.Stat(action); os.IsNotExist(err) {
-		b, err := os.ReadFile("../packaging/polkit/org.schedpolicyd.policy")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(action, b, 0o644); err != nil {
-			t.Skipf("cannot install the polkit action: %v", err)
-		}
-		t.Cleanup(func() { os.Remove(action) })
-	}
-
-	pk := exec.Command(polkitd, "--no-debug")
-	pk.Env = append(os.Environ(), "DBUS_SYSTEM_BUS_ADDRESS="+addr)
-	var pkLog testutil.LockedBuffer
-	pk.Stdout, pk.Stderr = &pkLog, &pkLog
-	if err := pk.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		pk.Process.Kill()
-		pk.Wait()
-		if t.Failed() {
-			t.Logf("polkitd:\n%s", pkLog.String())
-		}
-	})
+	addr := testutil.StartBus(t, testutil.BusOptions{System: true, AnyUser: true}).Addr
+	pk := testutil.StartPolkitd(t, addr, "", "../packaging/polkit/org.schedpolicyd.policy")
 
 	m := newMockLaptop(t)
 	d := m.startWith(t, func(c *Config) { c.Bus = addr })
@@ -71,10 +36,7 @@ func TestPolkitAuthorisation(t *testing.T) {
 			"busctl", "--address="+addr, "call", bus.Name, string(bus.ObjectPath), bus.Interface, "SetPolicy", "s", "powersaving").CombinedOutput()
 		return string(out), err
 	}
-	testutil.Eventually(t, "polkitd and our name on the bus", func() (bool, string) {
-		out, err := exec.Command("busctl", "--address="+addr, "list", "--acquired").CombinedOutput()
-		return err == nil && strings.Contains(string(out), "org.freedesktop.PolicyKit1") && strings.Contains(string(out), bus.Name), string(out)
-	})
+	testutil.Eventually(t, "our name on the bus", func() (bool, string) { return testutil.NameOwnedAt(addr, bus.Name) })
 
 	// No rule: refused by polkit, nothing changes.
 	out, err := call()
@@ -86,24 +48,35 @@ func TestPolkitAuthorisation(t *testing.T) {
 	}
 
 	// A rule granting the action to nobody: the same call now succeeds.
-	rule := filepath.Join("/etc/polkit-1/rules.d", fmt.Sprintf("49-schedpolicyd-test-%d.rules", time.Now().UnixNano()))
-	if err := os.MkdirAll(filepath.Dir(rule), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(rule, []byte(`polkit.addRule(function(action, subject) {
+	pk.Restart(t, `polkit.addRule(function(action, subject) {
     if (action.id == "`+bus.PolkitAction+`" && subject.user == "nobody") {
         return polkit.Result.YES;
     }
 });
-`), 0o644); err != nil {
-		t.Fatal(err)
+`)
+	if out, err := call(); err != nil {
+		t.Fatalf("with the rule: %v %s", err, out)
 	}
-	t.Cleanup(func() { os.Remove(rule) })
-	testutil.Eventually(t, "polkit allows nobody after the rule", func() (bool, string) {
-		out, err := call()
-		return err == nil, out
-	})
 	if s := d.Snapshot(); s.Policy != policy.Powersaving || s.Knob.PowerAware != policy.PowerAwareOn {
 		t.Errorf("after an authorised SetPolicy: %+v policy %s", s.Knob, s.Policy)
 	}
+}
+
+// lockedLog collects a child's output for the failure message.
+type lockedLog struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b = append(l.b, p...)
+	return len(p), nil
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.b)
 }

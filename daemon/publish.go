@@ -35,5 +35,6 @@ func (d *Daemon) newSnapshot() *snapshot.Snapshot {
 		EnergySource: d.energy.Source(), Energy: d.energy.Totals(), ConfigDigest: d.cfg.ConfigDigest,
 	}
 	d.dec.inForce(s)
+	s.KnobFrom, s.KnobChosenAt = d.dec.knobFrom(), d.dec.chosenAt
 	return s
 }

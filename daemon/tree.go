@@ -116,12 +116,16 @@ func (d *Daemon) writeFile(ctx context.Context, file string, data []byte, via st
 	if err != nil {
 		return err
 	}
-	return d.do(ctx, func() error {
-		if err := d.setKnob(apply(d.dec.knob), via); err != nil {
-			return fmt.Errorf("%s: %w: %w", file, syscall.EIO, err)
-		}
-		return nil
-	})
+	return d.do(ctx, func() error { return d.applyKnobWrite(file, apply, via) })
+}
+
+// applyKnobWrite sets the knob apply makes of the current one, as via; on
+// the loop. Errors: the choice could not be saved (EIO).
+func (d *Daemon) applyKnobWrite(file string, apply func(policy.Knob) policy.Knob, via string) error {
+	if err := d.setKnob(apply(d.dec.knob), via); err != nil {
+		return fmt.Errorf("%s: %w: %w", file, syscall.EIO, err)
+	}
+	return nil
 }
 
 // knobWrite parses one write(2) of data to the tree file named file and

@@ -39,6 +39,7 @@ install -D -m 0644 systemd/schedpolicyd.service "$root/lib/systemd/system/schedp
 install -D -m 0644 packaging/dbus/org.schedpolicyd.SchedPolicy1.conf "$root/usr/share/dbus-1/system.d/org.schedpolicyd.SchedPolicy1.conf"
 install -D -m 0644 packaging/dbus/org.schedpolicyd.SchedPolicy1.service "$root/usr/share/dbus-1/system-services/org.schedpolicyd.SchedPolicy1.service"
 install -D -m 0644 packaging/polkit/org.schedpolicyd.policy "$root/usr/share/polkit-1/actions/org.schedpolicyd.policy"
+install -D -m 0644 packaging/polkit/org.schedpolicyd.power-profiles.policy "$root/usr/share/polkit-1/actions/org.schedpolicyd.power-profiles.policy"
 install -D -m 0644 packaging/schedpolicyd.conf "$root/etc/schedpolicyd/schedpolicyd.conf"
 install -D -m 0644 packaging/completions/schedpolicyctl.bash "$root/usr/share/bash-completion/completions/schedpolicyctl"
 install -D -m 0644 packaging/completions/_schedpolicyctl "$root/usr/share/zsh/vendor-completions/_schedpolicyctl"

@@ -38,6 +38,7 @@ for f in ./usr/sbin/schedpolicyd ./usr/bin/schedpolicyctl \
 	./usr/share/dbus-1/system.d/org.schedpolicyd.SchedPolicy1.conf \
 	./usr/share/dbus-1/system-services/org.schedpolicyd.SchedPolicy1.service \
 	./usr/share/polkit-1/actions/org.schedpolicyd.policy \
+	./usr/share/polkit-1/actions/org.schedpolicyd.power-profiles.policy \
 	./etc/schedpolicyd/schedpolicyd.conf \
 	./usr/share/man/man8/schedpolicyd.8.gz ./usr/share/man/man1/schedpolicyctl.1.gz \
 	./usr/share/man/man5/schedpolicyd.conf.5.gz \

@@ -7,6 +7,7 @@ import (
 	"encoding/xml"
 	"os"
 	"os/exec"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -45,28 +46,75 @@ func TestDebActivation(t *testing.T) {
 	}
 }
 
-// TestDebPolkit: the action exists with the defaults the issue asks for.
-func TestDebPolkit(t *testing.T) {
+// polkitDefaults are an action's implicit authorisations.
+type polkitDefaults struct {
+	Any      string `xml:"allow_any"`
+	Inactive string `xml:"allow_inactive"`
+	Active   string `xml:"allow_active"`
+}
+
+// polkitActions are the actions of a polkit .policy file with their
+// defaults, by id.
+func polkitActions(t *testing.T, data string) map[string]polkitDefaults {
+	t.Helper()
 	var pc struct {
 		Actions []struct {
-			ID       string `xml:"id,attr"`
-			Defaults struct {
-				Any      string `xml:"allow_any"`
-				Inactive string `xml:"allow_inactive"`
-				Active   string `xml:"allow_active"`
-			} `xml:"defaults"`
+			ID       string         `xml:"id,attr"`
+			Defaults polkitDefaults `xml:"defaults"`
 		} `xml:"action"`
 	}
-	if err := xml.Unmarshal([]byte(read(t, "polkit/org.schedpolicyd.policy")), &pc); err != nil {
+	if err := xml.Unmarshal([]byte(data), &pc); err != nil {
 		t.Fatal(err)
 	}
-	if len(pc.Actions) != 1 || pc.Actions[0].ID != "org.schedpolicyd.set-policy" {
-		t.Fatalf("actions: %+v", pc.Actions)
+	out := map[string]polkitDefaults{}
+	for _, a := range pc.Actions {
+		if _, dup := out[a.ID]; dup {
+			t.Errorf("action %s defined twice", a.ID)
+		}
+		out[a.ID] = a.Defaults
 	}
-	d := pc.Actions[0].Defaults
-	if d.Active != "yes" || d.Inactive != "auth_admin" || d.Any != "auth_admin" {
-		t.Errorf("defaults: %+v", d)
+	return out
+}
+
+// TestDebPolkit: our action exists with the defaults the issue asks for,
+// and power-profiles-daemon's four actions (asked about on the
+// power-profiles names) with power-profiles-daemon's defaults — the same
+// as the file of the power-profiles-daemon installed here says, where one
+// is (Debian 12's names only net.hadess.PowerProfiles.*): with both
+// packages installed, polkit uses whichever file it reads first.
+func TestDebPolkit(t *testing.T) {
+	ours := polkitActions(t, read(t, "polkit/org.schedpolicyd.policy"))
+	want := map[string]polkitDefaults{"org.schedpolicyd.set-policy": {Any: "auth_admin", Inactive: "auth_admin", Active: "yes"}}
+	if !reflect.DeepEqual(ours, want) {
+		t.Errorf("org.schedpolicyd.policy: %+v, want %+v", ours, want)
 	}
+	pp := polkitActions(t, read(t, "polkit/org.schedpolicyd.power-profiles.policy"))
+	ppd := polkitDefaults{Any: "no", Inactive: "no", Active: "yes"}
+	want = map[string]polkitDefaults{}
+	for _, ns := range []string{"org.freedesktop.UPower.PowerProfiles", "net.hadess.PowerProfiles"} {
+		for _, verb := range []string{"switch-profile", "hold-profile"} {
+			want[ns+"."+verb] = ppd
+		}
+	}
+	if !reflect.DeepEqual(pp, want) {
+		t.Errorf("org.schedpolicyd.power-profiles.policy: %+v, want %+v", pp, want)
+	}
+	found := 0
+	for _, f := range []string{"net.hadess.PowerProfiles.policy", "power-profiles-daemon.policy"} {
+		b, err := os.ReadFile("/usr/share/polkit-1/actions/" + f)
+		if err != nil {
+			continue
+		}
+		for id, d := range polkitActions(t, string(b)) {
+			if w, ok := pp[id]; ok {
+				found++
+				if w != d {
+					t.Errorf("%s: power-profiles-daemon's %s has defaults %+v, ours %+v", id, f, d, w)
+				}
+			}
+		}
+	}
+	t.Logf("compared %d actions with the installed power-profiles-daemon's", found)
 }
 
 // TestDebMaintainerScripts: valid sh, start only where systemd runs, and
@@ -112,7 +160,7 @@ func TestDebCompletions(t *testing.T) {
 	if out, err := exec.Command("bash", "-n", "completions/schedpolicyctl.bash").CombinedOutput(); err != nil {
 		t.Errorf("bash -n: %v %s", err, out)
 	}
-	for _, w := range []string{"status", "set", "auto", "watch", "workloads", "run", "launch", "rebalance", "energy",
+	for _, w := range []string{"status", "set", "auto", "reset", "watch", "workloads", "run", "launch", "rebalance", "energy",
 		"performance", "balance", "powersaving", "--json", "--bus", "--name", "--policy", "--reason"} {
 		if !strings.Contains(bash, w) {
 			t.Errorf("bash completion lacks %s", w)
@@ -167,6 +215,19 @@ func TestPackageVersions(t *testing.T) {
 	for _, p := range []string{"arch/PKGBUILD", "arch/schedpolicyd.install"} {
 		if out, err := exec.Command("bash", "-n", p).CombinedOutput(); err != nil {
 			t.Errorf("bash -n %s: %v %s", p, err, out)
+		}
+	}
+}
+
+// TestManPagesNameOnlyShippedDocs: a man page that names a page of docs/
+// says that it is the source tree's, since no package installs docs/.
+func TestManPagesNameOnlyShippedDocs(t *testing.T) {
+	for _, p := range []string{"man/schedpolicyd.8", "man/schedpolicyctl.1", "man/schedpolicyd.conf.5"} {
+		text := strings.Join(strings.Fields(read(t, p)), " ")
+		for _, m := range regexp.MustCompile(`docs/[A-Z_-]+\.md[^.;)]*`).FindAllString(text, -1) {
+			if !strings.Contains(m, "source tree") {
+				t.Errorf("%s names %q without saying it is the source tree's (the package does not ship docs/)", p, m)
+			}
 		}
 	}
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/godbus/dbus/v5"
 
@@ -60,9 +63,62 @@ func connect(bus string) (*dbus.Conn, error) {
 		conn, err = dbus.Connect(bus)
 	}
 	if err != nil {
-		return nil, &cliError{exitFailure, fmt.Sprintf("cannot connect to %s: %v", busLabel(bus), err)}
+		msg := fmt.Sprintf("cannot connect to %s: %v", busLabel(bus), err)
+		if bus == "system" && noSystemBus(err) {
+			msg += "\n" + noBusHelp(defaultKnobDir)
+		}
+		return nil, &cliError{exitFailure, msg}
 	}
 	return conn, nil
+}
+
+// systemBusSockets are where a system bus listens when
+// DBUS_SYSTEM_BUS_ADDRESS is unset (the D-Bus specification's default
+// and its /var/run spelling), as godbus looks for them.
+var systemBusSockets = []string{"/run/dbus/system_bus_socket", "/var/run/dbus/system_bus_socket"}
+
+// defaultKnobDir is the knob's directory in the tree the daemon serves by
+// default (--tree-dir /run/schedpolicyd/sysfs).
+const defaultKnobDir = "/run/schedpolicyd/sysfs/devices/system/cpu/sched_policy"
+
+// noSystemBus reports whether err, from connecting to the system bus,
+// means that no system bus runs here: DBUS_SYSTEM_BUS_ADDRESS is unset
+// and no socket is at the default places, or one is but nobody listens
+// on it (a bus that ended and left it behind).
+func noSystemBus(err error) bool {
+	if os.Getenv("DBUS_SYSTEM_BUS_ADDRESS") != "" {
+		return false
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return true
+	}
+	for _, p := range systemBusSockets {
+		if _, err := os.Stat(p); err == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// noBusHelp says what to do without a system bus: use the tree of the
+// daemon, which serves it without a bus (knobDir, its knob's directory
+// at the default --tree-dir; whether one is mounted there now is
+// checked), or run the daemon on a private bus schedpolicyctl --bus
+// reaches.
+func noBusHelp(knobDir string) string {
+	tree := "A running schedpolicyd serves its tree without a bus (at the default --tree-dir):"
+	if _, err := os.Stat(filepath.Join(knobDir, "current_sched_policy")); err == nil {
+		tree = "schedpolicyd's tree is there and works without a bus:"
+	}
+	return `No system bus runs here, so schedpolicyctl cannot reach schedpolicyd.
+` + tree + `
+  cat ` + knobDir + `/current_sched_policy
+  echo powersaving > ` + knobDir + `/current_sched_policy
+Or run the daemon on a bus schedpolicyctl can reach, as root:
+  dbus-daemon --session --nofork --address=unix:path=/tmp/spd-bus &
+  schedpolicyd --bus unix:path=/tmp/spd-bus &
+  schedpolicyctl --bus unix:path=/tmp/spd-bus status
+(from a checkout: make run ARGS="--bus unix:path=/tmp/spd-bus").`
 }
 
 // busError maps an error from a call to the daemon (what: "SetPolicy",

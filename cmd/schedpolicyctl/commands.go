@@ -65,6 +65,13 @@ func (c *cli) auto(args []string) int {
 	return c.simpleCall("SetPowerAware", mode)
 }
 
+func (c *cli) reset(args []string) int {
+	if len(args) > 0 {
+		return c.usage("reset", usagef("unexpected argument %q", args[0]))
+	}
+	return c.simpleCall("ResetKnob")
+}
+
 func (c *cli) rebalance(args []string) int {
 	if len(args) > 0 {
 		return c.usage("rebalance", usagef("unexpected argument %q", args[0]))

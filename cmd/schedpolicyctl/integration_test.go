@@ -481,7 +481,9 @@ func TestCtlLaunch(t *testing.T) {
 		return v == "performance", v
 	})
 	inside := filepath.Join(t.TempDir(), "inside.json")
-	script := fmt.Sprintf("%s --bus '%s' status --json > %s; exit 7", d.ctl, d.addr, inside)
+	text, ppid := inside+".txt", inside+".ppid"
+	// $PPID: launch, the holder.
+	script := fmt.Sprintf("echo $PPID > %s; %s --bus '%s' status --json > %s; %s --bus '%s' status > %s; exit 7", ppid, d.ctl, d.addr, inside, d.ctl, d.addr, text)
 	r := d.run(t, "launch", "--policy", "powersaving", "--reason", "test build", "--", "sh", "-c", script)
 	if r.code != 7 {
 		t.Fatalf("launch: %v, want the command's exit 7", r)
@@ -492,7 +494,15 @@ func TestCtlLaunch(t *testing.T) {
 		t.Fatalf("status inside launch: %v: %s", err, b)
 	}
 	if s.ActivePolicy != "powersaving" || len(s.Holds) != 1 || s.Holds[0].Policy != "powersaving" || s.Holds[0].Reason != "test build" {
-		t.Errorf("inside launch: policy %s holds %+v; want powersaving with one hold", s.ActivePolicy, s.Holds)
+		t.Fatalf("inside launch: policy %s holds %+v; want powersaving with one hold", s.ActivePolicy, s.Holds)
+	}
+	// The holder named by its process, as the bus daemon and /proc say.
+	holder := strings.TrimSpace(testutil.Read(t, ppid))
+	if h := s.Holds[0]; fmt.Sprint(h.PID) != holder || h.Command != "schedpolicyctl" {
+		t.Errorf("the hold's holder: PID %d command %q, want launch's PID %s, schedpolicyctl", h.PID, h.Command, holder)
+	}
+	if want := fmt.Sprintf("  #%d powersaving by PID %s (schedpolicyctl, %s): test build\n", s.Holds[0].Cookie, holder, s.Holds[0].Holder); !strings.Contains(testutil.Read(t, text), want) {
+		t.Errorf("status inside launch lacks %q:\n%s", want, testutil.Read(t, text))
 	}
 	after := d.statusJSON(t)
 	if after.ActivePolicy != "performance" || len(after.Holds) != 0 {
@@ -765,5 +775,39 @@ func TestCtlNonUTF8WorkloadName(t *testing.T) {
 				t.Errorf("status --json: %+v", s)
 			}
 		})
+	}
+}
+
+// TestCtlReset: a set is an explicit choice that status names, with the
+// time it took effect; reset forgets it and the knob the daemon started
+// with (the configuration's or the built-in one) is back.
+func TestCtlReset(t *testing.T) {
+	d := startDaemon(t, "none")
+	start := d.statusJSON(t)
+	if start.KnobFrom != "config" && start.KnobFrom != "default" {
+		t.Fatalf("at start: knob from %q", start.KnobFrom)
+	}
+	before := time.Now()
+	if r := d.run(t, "set", "powersaving"); r.code != exitOK {
+		t.Fatalf("set: %v", r)
+	}
+	s := d.statusJSON(t)
+	at := time.UnixMicro(int64(s.KnobChosenAtUsec))
+	if s.KnobFrom != "choice" || s.PowerAware != 2 || at.Before(before.Truncate(time.Microsecond)) || at.After(time.Now()) {
+		t.Errorf("after set: knob %d from %q chosen at %v (set at %v)", s.PowerAware, s.KnobFrom, at, before)
+	}
+	r := d.run(t, "status")
+	if want := "  from:        an explicit choice, in force since " + at.Local().Format("2006-01-02 15:04:05"); r.code != exitOK || !strings.Contains(r.stdout, want) || !strings.Contains(r.stdout, "until 'schedpolicyctl reset'") {
+		t.Errorf("status after set lacks %q:\n%s", want, r.stdout)
+	}
+	if r := d.run(t, "reset"); r.code != exitOK {
+		t.Fatalf("reset: %v", r)
+	}
+	s = d.statusJSON(t)
+	if s.KnobFrom != start.KnobFrom || s.PowerAware != start.PowerAware || s.PowerAwarePolicy != start.PowerAwarePolicy || s.KnobChosenAtUsec != 0 {
+		t.Errorf("after reset: %+v, want the knob of the start %+v", s, start)
+	}
+	if r := d.run(t, "reset", "now"); r.code != exitUsage {
+		t.Errorf("reset now: %v, want a usage error", r)
 	}
 }

@@ -3,6 +3,7 @@
 //	schedpolicyctl [--bus BUS] status [--json]
 //	schedpolicyctl set POLICY
 //	schedpolicyctl auto 0|1|2
+//	schedpolicyctl reset
 //	schedpolicyctl watch [--json]
 //	schedpolicyctl top
 //	schedpolicyctl workloads [--json]
@@ -63,6 +64,8 @@ Commands:
                                    (like writing current_sched_policy)
   auto 0|1|2                       set the knob: 0 always performance,
                                    1 automatic, 2 always power-aware
+  reset                            forget the explicit choices: back to the
+                                   configuration's knob
   watch [--json]                   print a line per change until interrupted
   top                              the machine as the balancer sees it, live
                                    (one plain snapshot when not on a terminal)
@@ -293,15 +296,27 @@ workloads.`,
 			help: `Choose a policy explicitly: POLICY is exactly performance, balance or
 powersaving, and the effect is that of writing current_sched_policy:
 performance sets power_aware to 0; balance or powersaving set power_aware to 2
-and power_aware_policy to POLICY. An explicit choice cancels all holds and is
-saved across restarts. Needs root or the polkit action
-org.schedpolicyd.set-policy.`,
+and power_aware_policy to POLICY. An explicit choice cancels all holds, is
+saved across restarts and wins over the configuration file's power_aware
+and power_aware_policy for good, on the power source it was made on (see
+reset). Needs root or the polkit action org.schedpolicyd.set-policy.`,
 		},
 		{
 			name: "auto", synopsis: "auto 0|1|2", run: (*cli).auto,
 			help: `Set the knob power_aware: 0 always performance, 1 automatic (power-aware
-only on positive evidence of battery), 2 always power-aware. Needs root or
-the polkit action org.schedpolicyd.set-policy.`,
+only on positive evidence of battery), 2 always power-aware. Like set, an
+explicit choice, saved until reset. Needs root or the polkit action
+org.schedpolicyd.set-policy.`,
+		},
+		{
+			name: "reset", synopsis: "reset", run: (*cli).reset,
+			help: `Forget every explicit choice (set, auto, a write to the tree, the
+power-profiles slider; on every power source) and return to the
+configuration file's power_aware and power_aware_policy (the built-in
+default without one; the followed power profile's while the daemon follows
+another power-profiles daemon). Holds stay. status says where the knob in
+force comes from. Needs root or the polkit action
+org.schedpolicyd.set-policy.`,
 		},
 		{
 			name: "watch", synopsis: "watch [--json]", json: true, run: (*cli).watch,

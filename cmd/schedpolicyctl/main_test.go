@@ -30,7 +30,7 @@ func TestCtlUnitNames(t *testing.T) {
 			t.Errorf("contract lacks %q", s)
 		}
 	}
-	for _, m := range []string{"SetPolicy", "SetPowerAware", "Rebalance", "HoldPolicy", "ReleasePolicy", "CreateWorkload", "PolicyChanged"} {
+	for _, m := range []string{"SetPolicy", "SetPowerAware", "ResetKnob", "Rebalance", "HoldPolicy", "ReleasePolicy", "CreateWorkload", "PolicyChanged"} {
 		if !strings.Contains(string(b), `name="`+m+`"`) {
 			t.Errorf("contract lacks %s, which schedpolicyctl calls", m)
 		}
@@ -354,6 +354,86 @@ func TestCtlUnitAgo(t *testing.T) {
 	} {
 		if got := ago(base, base.Add(d)); got != want {
 			t.Errorf("ago(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// TestCtlNoSystemBus: without a system bus the client says what works
+// (the tree, named at the daemon's default place, and whether it is
+// there) and how to run the daemon on a bus it can reach; with
+// DBUS_SYSTEM_BUS_ADDRESS set a failure is that bus's, and says only
+// that. The whole message is checked where this machine has no system
+// bus (as the project's CI has none).
+func TestCtlNoSystemBus(t *testing.T) {
+	knob := t.TempDir()
+	h := noBusHelp(knob)
+	for _, want := range []string{"No system bus runs here", "A running schedpolicyd serves its tree without a bus",
+		"cat " + knob + "/current_sched_policy", "echo powersaving > " + knob + "/current_sched_policy",
+		"dbus-daemon --session --nofork --address=unix:path=/tmp/spd-bus &", "schedpolicyd --bus unix:path=/tmp/spd-bus &",
+		"schedpolicyctl --bus unix:path=/tmp/spd-bus status"} {
+		if !strings.Contains(h, want) {
+			t.Errorf("help without a tree lacks %q:\n%s", want, h)
+		}
+	}
+	if err := os.WriteFile(knob+"/current_sched_policy", []byte("performance\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if h := noBusHelp(knob); !strings.Contains(h, "schedpolicyd's tree is there and works without a bus:") {
+		t.Errorf("help with the tree there:\n%s", h)
+	}
+
+	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path="+knob+"/no-bus")
+	if noSystemBus(errors.New("dial: no such file")) {
+		t.Error("with DBUS_SYSTEM_BUS_ADDRESS set, a failure was taken for no system bus")
+	}
+	r := runArgs("status")
+	if r.code != exitFailure || strings.Contains(r.stderr, "No system bus runs here") || !strings.Contains(r.stderr, "cannot connect to the system bus") {
+		t.Errorf("status with a bus address that fails: %+v", r)
+	}
+
+	os.Unsetenv("DBUS_SYSTEM_BUS_ADDRESS") // restored by Setenv's cleanup
+	for _, p := range systemBusSockets {
+		if _, err := os.Stat(p); err == nil {
+			t.Skipf("this machine has a system bus socket (%s): the no-bus message is checked above only", p)
+		}
+	}
+	r = runArgs("set", "powersaving")
+	if r.code != exitFailure || !strings.HasPrefix(r.stderr, "schedpolicyctl: cannot connect to the system bus: system bus not found\nNo system bus runs here") {
+		t.Errorf("set without a system bus: %+v", r)
+	}
+}
+
+// TestCtlUnitHolderProcess: a hold's holder is shown by its PID and
+// command (from /proc/PID/comm, read at most 64 bytes, its newline
+// dropped, control characters escaped), or its bus name alone when the
+// bus gave no PID.
+func TestCtlUnitHolderProcess(t *testing.T) {
+	procRoot = t.TempDir()
+	t.Cleanup(func() { procRoot = "/proc" })
+	for pid, comm := range map[string]string{"41": "make\n", "42": "evil\x1b[2J\n", "43": strings.Repeat("x", 4096)} {
+		if err := os.MkdirAll(procRoot+"/"+pid, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(procRoot+"/"+pid+"/comm", []byte(comm), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		pid  uint32
+		want string
+	}{
+		{41, "PID 41 (make, :1.7)"},
+		{42, `PID 42 (evil\x1b[2J, :1.7)`},
+		{43, "PID 43 (" + strings.Repeat("x", 64) + ", :1.7)"},
+		{44, "PID 44 (:1.7)"}, // gone: no comm
+		{0, ":1.7"},           // the bus did not say
+	} {
+		h := hold{Holder: ":1.7", PID: tc.pid}
+		if tc.pid != 0 {
+			h.Command = procComm(tc.pid)
+		}
+		if got := holderText(h); got != tc.want {
+			t.Errorf("PID %d: %q, want %q", tc.pid, got, tc.want)
 		}
 	}
 }

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,26 +20,96 @@ import (
 // JSON shape of `status --json`. Fields an older daemon does not export
 // keep their zero value.
 type status struct {
-	ActivePolicy      string     `json:"active_policy"`      // performance | balance | powersaving
-	AvailablePolicies []string   `json:"available_policies"` // const
-	PowerAware        uint32     `json:"power_aware"`        // 0, 1 or 2
-	PowerAwarePolicy  string     `json:"power_aware_policy"` // balance | powersaving
-	PowerSource       string     `json:"power_source"`       // ac | battery | unknown
-	OnBattery         bool       `json:"on_battery"`
-	Boost             string     `json:"boost"`  // 1 | 0 | unsupported
-	Reason            string     `json:"reason"` // why the current policy
-	LastChangeUsec    uint64     `json:"last_change_usec"`
-	LastChange        string     `json:"last_change,omitempty"` // RFC 3339, from LastChangeUsec
-	Holds             []hold     `json:"holds"`
-	Workloads         []workload `json:"workloads"`
+	ActivePolicy      string   `json:"active_policy"`      // performance | balance | powersaving
+	AvailablePolicies []string `json:"available_policies"` // const
+	PowerAware        uint32   `json:"power_aware"`        // 0, 1 or 2
+	PowerAwarePolicy  string   `json:"power_aware_policy"` // balance | powersaving
+	PowerSource       string   `json:"power_source"`       // ac | battery | unknown
+	OnBattery         bool     `json:"on_battery"`
+	Boost             string   `json:"boost"`  // 1 | 0 | unsupported
+	Reason            string   `json:"reason"` // why the current policy
+	LastChangeUsec    uint64   `json:"last_change_usec"`
+	LastChange        string   `json:"last_change,omitempty"` // RFC 3339, from LastChangeUsec
+	// KnobFrom: choice, profile, config or default ("" from an older
+	// daemon); KnobChosenAtUsec: when the explicit choice in force took
+	// effect (0 none or not known), KnobChosenAt the same in RFC 3339.
+	KnobFrom         string     `json:"knob_from,omitempty"`
+	KnobChosenAtUsec uint64     `json:"knob_chosen_at_usec,omitempty"`
+	KnobChosenAt     string     `json:"knob_chosen_at,omitempty"`
+	Holds            []hold     `json:"holds"`
+	Workloads        []workload `json:"workloads"`
 }
 
-// hold is one entry of the Holds property, a(usss).
+// hold is one entry of the Holds property, a(usss), with the holder's
+// process as the bus daemon and /proc name it (holderProcesses).
 type hold struct {
 	Cookie uint32 `json:"cookie"`
 	Policy string `json:"policy"`
 	Reason string `json:"reason"`
 	Holder string `json:"holder"` // the holder's unique bus name
+	// PID is the holder's process as the bus daemon knows it
+	// (GetConnectionUnixProcessID; its PID namespace's number), 0 when it
+	// could not say.
+	PID uint32 `json:"pid,omitempty"`
+	// Command is that process's /proc/PID/comm (at most 15 bytes, as the
+	// kernel keeps it), "" when unreadable.
+	Command string `json:"command,omitempty"`
+}
+
+// holderLookupBound bounds the bus daemon's answers about every holder
+// together: the status is printed without the PIDs it did not give in
+// time.
+const holderLookupBound = 2 * time.Second
+
+// procRoot is where /proc is (tests point it elsewhere).
+var procRoot = "/proc"
+
+// holderProcesses fills in each hold's PID, asking the bus daemon on
+// conn once per holder within holderLookupBound in all, and its command
+// (procComm). A holder the bus cannot name (it left, the bus is slow)
+// keeps PID 0.
+func holderProcesses(ctx context.Context, conn *dbus.Conn, hs []hold) {
+	ctx, cancel := context.WithTimeout(ctx, holderLookupBound)
+	defer cancel()
+	pids := map[string]uint32{}
+	for i := range hs {
+		h := &hs[i]
+		pid, seen := pids[h.Holder]
+		if !seen && ctx.Err() == nil {
+			if err := conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.GetConnectionUnixProcessID", 0, h.Holder).Store(&pid); err != nil {
+				pid = 0
+			}
+			pids[h.Holder] = pid
+		}
+		h.PID = pid
+		if pid != 0 {
+			h.Command = procComm(pid)
+		}
+	}
+}
+
+// procComm is /proc/PID/comm without its newline, read at most 64 bytes
+// (the kernel keeps 15), "" when it cannot be read.
+func procComm(pid uint32) string {
+	f, err := os.Open(filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "comm"))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, 64))
+	return strings.TrimSuffix(string(b), "\n")
+}
+
+// holderText is how status names a hold's holder: "PID 1234 (make,
+// :1.42)", or its bus name alone when the bus did not give its PID.
+func holderText(h hold) string {
+	switch {
+	case h.PID == 0:
+		return h.Holder
+	case h.Command == "":
+		return fmt.Sprintf("PID %d (%s)", h.PID, h.Holder)
+	}
+	return fmt.Sprintf("PID %d (%s, %s)", h.PID, printable(h.Command), h.Holder)
 }
 
 // workload is one entry of the Workloads property, a(sssdss).
@@ -78,6 +152,13 @@ func statusFrom(props map[string]dbus.Variant) (status, error) {
 			err = v.Store(&s.LastChangeUsec)
 			if err == nil && s.LastChangeUsec > 0 {
 				s.LastChange = time.UnixMicro(int64(s.LastChangeUsec)).UTC().Format(time.RFC3339)
+			}
+		case "KnobFrom":
+			err = v.Store(&s.KnobFrom)
+		case "KnobChosenAt":
+			err = v.Store(&s.KnobChosenAtUsec)
+			if err == nil && s.KnobChosenAtUsec > 0 {
+				s.KnobChosenAt = time.UnixMicro(int64(s.KnobChosenAtUsec)).UTC().Format(time.RFC3339)
 			}
 		case "Holds":
 			s.Holds, err = holdsFrom(v)
@@ -178,13 +259,16 @@ func writeStatus(w io.Writer, s status, now time.Time) {
 	}
 	fmt.Fprintf(w, "power source:  %s\n", src)
 	fmt.Fprintf(w, "knob:          power_aware=%d (%s) power_aware_policy=%s\n", s.PowerAware, knobMeaning(s.PowerAware), s.PowerAwarePolicy)
+	if from := knobFromText(s, now); from != "" {
+		fmt.Fprintf(w, "  from:        %s\n", from)
+	}
 	fmt.Fprintf(w, "boost:         %s\n", s.Boost)
 	if len(s.Holds) == 0 {
 		fmt.Fprintf(w, "holds:         none\n")
 	} else {
 		fmt.Fprintf(w, "holds:         %d\n", len(s.Holds))
 		for _, h := range s.Holds {
-			fmt.Fprintf(w, "  #%d %s by %s: %s\n", h.Cookie, h.Policy, h.Holder, h.Reason)
+			fmt.Fprintf(w, "  #%d %s by %s: %s\n", h.Cookie, h.Policy, holderText(h), printable(h.Reason))
 		}
 	}
 	if len(s.Workloads) == 0 {
@@ -242,6 +326,7 @@ func (c *cli) readStatus() (status, error) {
 	if err != nil {
 		return status{}, &cliError{exitFailure, err.Error()}
 	}
+	holderProcesses(context.Background(), cl.conn, s.Holds)
 	return s, nil
 }
 
@@ -283,4 +368,26 @@ func (c *cli) workloads(args []string) int {
 	}
 	writeWorkloadTable(c.stdout, s.Workloads, "")
 	return exitOK
+}
+
+// knobFromText says where the knob in force comes from, and for an
+// explicit choice since when and how to undo it; "" from a daemon that
+// does not say.
+func knobFromText(s status, now time.Time) string {
+	switch s.KnobFrom {
+	case "choice":
+		since := ""
+		if s.KnobChosenAtUsec > 0 {
+			t := time.UnixMicro(int64(s.KnobChosenAtUsec))
+			since = fmt.Sprintf(" since %s (%s)", t.Local().Format("2006-01-02 15:04:05"), ago(t, now))
+		}
+		return "an explicit choice, in force" + since + "; it overrides the configuration until 'schedpolicyctl reset'"
+	case "profile":
+		return "the followed power-profiles daemon's profile"
+	case "config":
+		return "the configuration file"
+	case "default":
+		return "the built-in default (no configuration file sets it)"
+	}
+	return ""
 }

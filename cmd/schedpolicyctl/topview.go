@@ -218,7 +218,10 @@ type cpuView struct {
 }
 
 // coreView, llcView and pkgView group the CPUs as the Topology says.
+// coreView is one core, named (id) by its lowest CPU as the Topology
+// property names it, as plan, probe and the SVG do.
 type coreView struct {
+	id      int
 	threads []cpuView
 }
 
@@ -295,7 +298,7 @@ func machineView(s *topState) []pkgView {
 			p.llcs = append(p.llcs, llcView{id: k.llc})
 		}
 		l := &p.llcs[len(p.llcs)-1]
-		l.cores = append(l.cores, coreView{threads: threads})
+		l.cores = append(l.cores, coreView{id: k.core, threads: threads})
 		for _, t := range threads {
 			l.cpus = append(l.cpus, t.id)
 			p.cpus = append(p.cpus, t.id)
@@ -425,11 +428,8 @@ func topMachine(s *topState, width int) []string {
 		return nil
 	}
 	pkgs := machineView(s)
-	ncores, maxCPU := 0, 0
+	maxCPU := 0
 	for _, p := range pkgs {
-		for _, l := range p.llcs {
-			ncores += len(l.cores)
-		}
 		maxCPU = max(maxCPU, slices.Max(append(p.cpus, 0)))
 	}
 	var lines []string
@@ -438,7 +438,9 @@ func topMachine(s *topState, width int) []string {
 	}
 	tagW := min(4, max(1, len(s.st.Workloads)))
 	cpuW := len("cpu") + len(strconv.Itoa(maxCPU))
-	coreW := len(" core ") + len(strconv.Itoa(max(ncores-1, 0)))
+	// Packages and LLCs are numbered in order, cores named by their
+	// lowest CPU, as plan --svg draws them.
+	coreW := len(" core ") + len(strconv.Itoa(maxCPU))
 	classW := 0 // on a hybrid machine each core's label ends in its class
 	for _, c := range s.classes {
 		if s.classOf != nil {
@@ -449,7 +451,6 @@ func topMachine(s *topState, width int) []string {
 	// One thread: "cpu12 [####......]  40% ab  ".
 	cellW := cpuW + 1 + topBarWidth + 2 + 5 + tagW
 	perLine := max(1, (width-coreW-1)/(cellW+2))
-	core := 0
 	for pi, p := range pkgs {
 		head := fmt.Sprintf("package %d  cpus %s", pi, formatCPUList(p.cpus))
 		if len(p.llcs) == 1 {
@@ -473,7 +474,7 @@ func topMachine(s *topState, width int) []string {
 				for i := 0; i < len(c.threads); i += perLine {
 					label := strings.Repeat(" ", coreW)
 					if i == 0 {
-						name := fmt.Sprintf(" core %d", core)
+						name := fmt.Sprintf(" core %d", c.id)
 						if s.classOf != nil {
 							name += " " + s.classOf[c.threads[0].id]
 						}
@@ -491,7 +492,6 @@ func topMachine(s *topState, width int) []string {
 					}
 					lines = append(lines, fit(strings.TrimRight(label+" "+strings.Join(cells, "  "), " "), width))
 				}
-				core++
 			}
 		}
 	}

@@ -181,18 +181,18 @@ func TestTopUnitServer(t *testing.T) {
 	want := strings.Join([]string{
 		"package 0  cpus 0-3,8-11  (2 LLCs)",
 		" llc 0  cpus 0-1,8-9",
-		" core 0 cpu0  [..........]   0% -  cpu8  [..........]   0% -",
-		" core 1 cpu1  [..........]   0% -  cpu9  [..........]   0% -",
+		" core 0  cpu0  [..........]   0% -  cpu8  [..........]   0% -",
+		" core 1  cpu1  [..........]   0% -  cpu9  [..........]   0% -",
 		" llc 1  cpus 2-3,10-11",
-		" core 2 cpu2  [..........]   0% -  cpu10 [..........]   0% -",
-		" core 3 cpu3  [..........]   0% -  cpu11 [..........]   0% -",
+		" core 2  cpu2  [..........]   0% -  cpu10 [..........]   0% -",
+		" core 3  cpu3  [..........]   0% -  cpu11 [..........]   0% -",
 		"package 1  cpus 4-7,12-15  (2 LLCs)",
 		" llc 0  cpus 4-5,12-13",
-		" core 4 cpu4  [#####.....]  50% a  cpu12 [#####.....]  50% a",
-		" core 5 cpu5  [#####.....]  50% a  cpu13 [#####.....]  50% a",
+		" core 4  cpu4  [#####.....]  50% a  cpu12 [#####.....]  50% a",
+		" core 5  cpu5  [#####.....]  50% a  cpu13 [#####.....]  50% a",
 		" llc 1  cpus 6-7,14-15",
-		" core 6 cpu6  [..........]   0% -  cpu14 [..........]   0% -",
-		" core 7 cpu7  [..........]   0% -  cpu15 [..........]   0% -",
+		" core 6  cpu6  [..........]   0% -  cpu14 [..........]   0% -",
+		" core 7  cpu7  [..........]   0% -  cpu15 [..........]   0% -",
 		"",
 		"workloads: 1",
 		"   NAME      CPUS          UTIL  POLICY",
@@ -206,7 +206,7 @@ func TestTopUnitServer(t *testing.T) {
 
 	// 12 rows: 5 header lines, 6 of the machine's 18, the footer.
 	lines, scroll := renderTop(s, 80, 12, 3)
-	if scroll != 3 || len(lines) != 12 || lines[5] != " core 1 cpu1  [..........]   0% -  cpu9  [..........]   0% -" ||
+	if scroll != 3 || len(lines) != 12 || lines[5] != " core 1  cpu1  [..........]   0% -  cpu9  [..........]   0% -" ||
 		lines[11] != "q quit  ↑↓ scroll  lines 4-9/18  cpu% = workloads' use spread over their CPUs" {
 		t.Errorf("scrolled by 3:\n%s", strings.Join(lines, "\n"))
 	}
@@ -228,8 +228,8 @@ func TestTopUnitOldDaemon(t *testing.T) {
 	want := []string{
 		"CPUs the workloads hold (this schedpolicyd publishes no Topology)",
 		"package 0  cpus 2-3  (one LLC)",
-		" core 0 cpu2 [#####.....]  50% a",
-		" core 1 cpu3 [#####.....]  50% a",
+		" core 2 cpu2 [#####.....]  50% a",
+		" core 3 cpu3 [#####.....]  50% a",
 	}
 	if got := strings.Join(lines[5:9], "\n"); got != strings.Join(want, "\n") {
 		t.Errorf("got:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
@@ -352,5 +352,25 @@ func TestTopUnitHybrid(t *testing.T) {
 	lines, _ = renderTop(stateOf(props), 100, 0, 0)
 	if got := strings.Join(lines, "\n"); strings.Contains(got, "classes") || !strings.Contains(got, " core 4 cpu4 [###.......]  30% a\n") {
 		t.Errorf("one class marked:\n%s", got)
+	}
+}
+
+// TestTopUnitCoreNames: cores are named by their lowest CPU, as the
+// Topology property, plan, probe and plan --svg name them — on a machine
+// whose SMT siblings are neighbours (cores 0-1 and 2-3: cores 0 and 2),
+// not numbered 0, 1 in order.
+func TestTopUnitCoreNames(t *testing.T) {
+	props := laptopProps()
+	props["Topology"] = topoVariant(topCPU{CPU: 0, Core: 0}, topCPU{CPU: 1, Core: 0}, topCPU{CPU: 2, Core: 2}, topCPU{CPU: 3, Core: 2})
+	props["Workloads"] = workloadsVariant()
+	lines, _ := renderTop(stateOf(props), 80, 0, 0)
+	got := strings.Join(lines, "\n")
+	for _, want := range []string{"\n core 0 cpu0 [", "\n core 2 cpu2 ["} {
+		if !strings.Contains(got, want) {
+			t.Errorf("top lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, " core 1 ") {
+		t.Errorf("top numbers cores in order:\n%s", got)
 	}
 }

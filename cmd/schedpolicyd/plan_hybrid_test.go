@@ -243,3 +243,27 @@ func TestProbeCostSources(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanSharedCoreNote: where the focused app's set covers every core
+// (rk3588: a busy 8-thread game races to idle over the whole machine),
+// background and service work is placed beside it, and plan says so for
+// each such workload, where the balancer decides it (Plan.Reasons), in
+// text and JSON; where a core is left (the same load on the i7-1260P),
+// nothing is said of sharing.
+func TestPlanSharedCoreNote(t *testing.T) {
+	load := "game=3.5:8@app.slice/focused,bg1=0.3@background.slice,svc=0.2@system.slice,svc2=0.5:2@system.slice"
+	const why = "shares the focused app's cores: no other CPU is allowed"
+	r := planJSON(t, "--sysfs-root", filepath.Join(topoFixtures, "rk3588"), "--policy", "powersaving", "--load", load)
+	if r.Workloads["game"] != "0-7" || r.Reasons["bg1"] != why || r.Reasons["svc"] != why || r.Reasons["svc2"] != why {
+		t.Errorf("rk3588: game %s, reasons %q; want game 0-7 and %q for bg1, svc, svc2", r.Workloads["game"], r.Reasons, why)
+	}
+	if code, out, _ := runPlan(t, "--sysfs-root", filepath.Join(topoFixtures, "rk3588"), "--policy", "powersaving", "--load", load); code != 0 || !strings.Contains(out, "  bg1              background   powersaving  0  [little 0]  ("+why+")\n") {
+		t.Errorf("rk3588 text lacks the reason:\n%s", out)
+	}
+	r = planJSON(t, "--sysfs-root", filepath.Join(topoFixtures, "adl-p-i7-1260p"), "--policy", "powersaving", "--load", load)
+	for n, w := range r.Reasons {
+		if strings.Contains(w, "focused app's cores") {
+			t.Errorf("i7-1260P: %s: %q, want nothing of sharing", n, w)
+		}
+	}
+}

@@ -171,7 +171,7 @@ func parseProbeFlags(args []string, stdout, stderr io.Writer) (o probeOptions, c
 	fl.StringVar(&o.stateDir, "state-dir", daemon.DefaultStateDir, "read the saved knob from this directory; default: the configuration's state_dir, else /var/lib/schedpolicyd")
 	fl.StringVar(&o.configPath, "config", DefaultConfigPath, "TOML configuration file, see schedpolicyd.conf(5): the knob until a choice is saved, and the defaults of --sysfs-root and --state-dir")
 	fl.BoolVar(&o.json, "json", false, "print JSON instead of text")
-	fl.StringVar(&o.bus, "bus", "system", "the bus to look for power-profiles owners on (system, session, an address, none); default: the configuration's bus")
+	fl.StringVar(&o.bus, "bus", "system", "the bus to ask, starting nothing (system, session, an address; none: no bus at all): who owns the power-profiles names and intel-lpmd's, the power-profiles units systemd has, and the running daemon's ConfigDigest; default: the configuration's bus")
 	fl.Usage = func() {
 		fmt.Fprintln(fl.Output(), "Usage: schedpolicyd probe [--sysfs-root DIR] [--state-dir DIR] [--config FILE] [--bus BUS] [--json]")
 		fl.PrintDefaults()

@@ -40,6 +40,14 @@ type Controller interface {
 	// a bad value (EINVAL), a read-only file (EACCES), a choice that
 	// could not be saved (EIO).
 	WriteKnob(ctx context.Context, file, value, via string) error
+	// WriteKnobUnlessHeld is WriteKnob unless, when the loop takes the
+	// request, a hold decides the policy and keep reports true of that
+	// (winning) hold's policy: then nothing changes — the holds stay, no
+	// choice is saved — and kept is true. The power-profiles API sets
+	// ActiveProfile with it: power-profiles-daemon keeps its holds when
+	// the profile they made active is set again. On the loop. Errors as
+	// WriteKnob's (a bad value or file is refused before keep is asked).
+	WriteKnobUnlessHeld(ctx context.Context, file, value, via string, keep func(policy.Policy) bool) (kept bool, err error)
 
 	// AddHold holds policy p for owner (a unique bus name) with reason
 	// (at most 256 bytes) and the power-profiles appID ("" for
@@ -70,6 +78,12 @@ type Controller interface {
 	// name's placement override. On the loop. Errors: policy.ErrInvalid
 	// for an unknown workload or another policy.
 	SetWorkloadPolicy(ctx context.Context, name string, p policy.Policy) error
+	// ResetKnob forgets every explicit choice (per power source) and
+	// applies the base knob: the configuration's, the followed power
+	// profile's while one is followed, else the built-in default; holds
+	// stay. On the loop. Errors: the state could not be saved (EIO;
+	// nothing changed).
+	ResetKnob(ctx context.Context) error
 	// Rebalance re-reads the power source, the workloads and their
 	// cpusets and load, and plans now. On the loop.
 	Rebalance(ctx context.Context) error

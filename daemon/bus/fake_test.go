@@ -174,29 +174,51 @@ func (f *fakeDaemon) Published() *snapshot.Snapshot { return f.snap.Load() }
 func (f *fakeDaemon) WriteKnob(ctx context.Context, file, value, via string) error {
 	return f.do(ctx, func() error {
 		f.record("WriteKnob %s %q %s", file, value, via)
-		tok, err := policy.ScanToken([]byte(value))
-		k := f.knob
-		switch {
-		case err != nil:
-		case file == knobCurrent:
-			var p policy.Policy
-			if p, err = policy.ParsePolicy(tok); err == nil {
-				k = k.WithCurrentPolicy(p)
-			}
-		case file == knobPowerAware:
-			k.PowerAware, err = policy.ParsePowerAware(tok)
-		case file == knobPowerAwarePolicy:
-			k.PowerAwarePolicy, err = policy.ParsePowerAwarePolicy(tok)
-		default:
-			return fmt.Errorf("%s is read-only: %w", file, syscall.EACCES)
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
-		}
-		f.knob, f.holds = k, nil // an explicit choice cancels every hold
-		f.publishLocked()
-		return nil
+		return f.writeLocked(file, value)
 	})
+}
+
+// WriteKnobUnlessHeld keeps everything as it is while the winning hold's
+// policy (the one publishLocked makes effective) satisfies keep.
+func (f *fakeDaemon) WriteKnobUnlessHeld(ctx context.Context, file, value, via string, keep func(policy.Policy) bool) (bool, error) {
+	kept := false
+	err := f.do(ctx, func() error {
+		if len(f.holds) > 0 && keep(f.snap.Load().Policy) {
+			f.record("WriteKnobUnlessHeld %s %q %s: kept", file, value, via)
+			kept = true
+			return nil
+		}
+		f.record("WriteKnobUnlessHeld %s %q %s", file, value, via)
+		return f.writeLocked(file, value)
+	})
+	return kept, err
+}
+
+// writeLocked is a knob write, on the loop: an explicit choice, which
+// cancels every hold.
+func (f *fakeDaemon) writeLocked(file, value string) error {
+	tok, err := policy.ScanToken([]byte(value))
+	k := f.knob
+	switch {
+	case err != nil:
+	case file == knobCurrent:
+		var p policy.Policy
+		if p, err = policy.ParsePolicy(tok); err == nil {
+			k = k.WithCurrentPolicy(p)
+		}
+	case file == knobPowerAware:
+		k.PowerAware, err = policy.ParsePowerAware(tok)
+	case file == knobPowerAwarePolicy:
+		k.PowerAwarePolicy, err = policy.ParsePowerAwarePolicy(tok)
+	default:
+		return fmt.Errorf("%s is read-only: %w", file, syscall.EACCES)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w: %w", file, syscall.EINVAL, err)
+	}
+	f.knob = k
+	f.endLocked(func(snapshot.Hold) bool { return true }, true) // publishes
+	return nil
 }
 
 func (f *fakeDaemon) AddHold(ctx context.Context, p policy.Policy, reason, owner, appID string) (uint32, error) {
@@ -221,12 +243,13 @@ func (f *fakeDaemon) AddHold(ctx context.Context, p policy.Policy, reason, owner
 	return cookie, err
 }
 
-// endLocked ends the holds end says to, announcing each.
-func (f *fakeDaemon) endLocked(end func(snapshot.Hold) bool) {
+// endLocked ends the holds end says to, announcing each (cancelled: by
+// an explicit choice), and publishes.
+func (f *fakeDaemon) endLocked(end func(snapshot.Hold) bool, cancelled bool) {
 	var keep []snapshot.Hold
 	for _, h := range f.holds {
 		if end(h) {
-			f.svc.HoldEnded(h.Cookie)
+			f.svc.HoldEnded(h.Cookie, cancelled)
 		} else {
 			keep = append(keep, h)
 		}
@@ -240,7 +263,7 @@ func (f *fakeDaemon) ReleaseHold(ctx context.Context, cookie uint32, owner strin
 		f.record("ReleaseHold %d %s %v", cookie, owner, anyOwner)
 		for _, h := range f.holds {
 			if h.Cookie == cookie && (anyOwner || h.Owner == owner) {
-				f.endLocked(func(h snapshot.Hold) bool { return h.Cookie == cookie })
+				f.endLocked(func(h snapshot.Hold) bool { return h.Cookie == cookie }, false)
 				return nil
 			}
 		}
@@ -251,7 +274,7 @@ func (f *fakeDaemon) ReleaseHold(ctx context.Context, cookie uint32, owner strin
 func (f *fakeDaemon) EndHold(ctx context.Context, cookie uint32, why string) error {
 	return f.do(ctx, func() error {
 		f.record("EndHold %d %s", cookie, why)
-		f.endLocked(func(h snapshot.Hold) bool { return h.Cookie == cookie })
+		f.endLocked(func(h snapshot.Hold) bool { return h.Cookie == cookie }, false)
 		return nil
 	})
 }
@@ -264,7 +287,7 @@ func (f *fakeDaemon) EndHoldsOf(ctx context.Context, owner, why string) error {
 			return nil
 		}
 		f.record("EndHoldsOf %s %s", owner, why)
-		f.endLocked(func(h snapshot.Hold) bool { return h.Owner == owner })
+		f.endLocked(func(h snapshot.Hold) bool { return h.Owner == owner }, false)
 		return nil
 	})
 }
@@ -272,7 +295,7 @@ func (f *fakeDaemon) EndHoldsOf(ctx context.Context, owner, why string) error {
 func (f *fakeDaemon) EndAllHolds(ctx context.Context, why string) error {
 	return f.do(ctx, func() error {
 		f.record("EndAllHolds %s", why)
-		f.endLocked(func(snapshot.Hold) bool { return true })
+		f.endLocked(func(snapshot.Hold) bool { return true }, false)
 		return nil
 	})
 }
@@ -291,6 +314,10 @@ func (f *fakeDaemon) SetWorkloadPolicy(ctx context.Context, name string, p polic
 		f.record("SetWorkloadPolicy %s %q", name, p)
 		return nil
 	})
+}
+
+func (f *fakeDaemon) ResetKnob(ctx context.Context) error {
+	return f.do(ctx, func() error { f.record("ResetKnob"); return nil })
 }
 
 func (f *fakeDaemon) Rebalance(ctx context.Context) error {

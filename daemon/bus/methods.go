@@ -33,14 +33,14 @@ const (
 // methods: a value of the wrong type is InvalidArgs before authorisation.
 func (s *session) propSetters() map[string]propSetter {
 	return map[string]propSetter{
-		"PowerAware": func(msg dbus.Message, sender dbus.Sender, v dbus.Variant) *dbus.Error {
+		"PowerAware": func(msg dbus.Message, sender dbus.Sender, _ string, v dbus.Variant) *dbus.Error {
 			u, ok := v.Value().(uint32)
 			if !ok {
 				return invalidArgs("PowerAware is of type u, got %s", v.Signature())
 			}
 			return s.authorizedWrite(msg, sender, knobPowerAware, fmt.Sprint(u), "dbus")
 		},
-		"PowerAwarePolicy": func(msg dbus.Message, sender dbus.Sender, v dbus.Variant) *dbus.Error {
+		"PowerAwarePolicy": func(msg dbus.Message, sender dbus.Sender, _ string, v dbus.Variant) *dbus.Error {
 			p, ok := v.Value().(string)
 			if !ok {
 				return invalidArgs("PowerAwarePolicy is of type s, got %s", v.Signature())
@@ -119,6 +119,18 @@ func (o busObject) SetPowerAware(msg dbus.Message, sender dbus.Sender, mode uint
 		return e
 	}
 	return o.s.write(knobPowerAware, fmt.Sprint(mode), "dbus")
+}
+
+// ResetKnob forgets every explicit choice and returns to the
+// configuration's knob (Controller.ResetKnob); authorised as the setters.
+func (o busObject) ResetKnob(msg dbus.Message, sender dbus.Sender) *dbus.Error {
+	if e := checkSig(msg, "ResetKnob", ""); e != nil {
+		return e
+	}
+	if e := o.s.authorize(msg, sender); e != nil {
+		return e
+	}
+	return toDBusError(o.s.ctl.ResetKnob(context.Background()))
 }
 
 // Rebalance re-reads the power source and re-plans now.

@@ -84,7 +84,8 @@ func TestMethodsForwarded(t *testing.T) {
 	expect(`SetWorkloadPolicy job "performance"`, `SetWorkloadPolicy job ""`)
 	call("Rebalance")
 	call("RefreshEnergy")
-	expect("Rebalance", "RefreshEnergy")
+	call("ResetKnob")
+	expect("Rebalance", "RefreshEnergy", "ResetKnob")
 
 	var model, note string
 	var est []estimateEntry
@@ -271,6 +272,7 @@ func TestSettersRefusedToOthers(t *testing.T) {
 		{"SetPolicy", []any{"powersaving"}},
 		{"SetPowerAware", []any{uint32(2)}},
 		{"Rebalance", nil},
+		{"ResetKnob", nil},
 		{"HoldPolicy", []any{"powersaving", "r"}},
 		{"ReleasePolicy", []any{uint32(1)}},
 		{"CreateWorkload", []any{"job", uint32(os.Getpid())}},

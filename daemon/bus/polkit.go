@@ -1,6 +1,8 @@
 package bus
 
-// Authorisation: root, or polkit's answer about PolkitAction.
+// Authorisation: root, or polkit's answer about an action: PolkitAction
+// on Interface, power-profiles-daemon's actions on the power-profiles
+// names (ppAction).
 
 import (
 	"context"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/godbus/dbus/v5"
+	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/internal/bussender"
 )
@@ -90,10 +93,16 @@ func polkitTrusted(uid uint32) bool {
 	return err == nil && id < 1000 && uint32(id) == uid
 }
 
-// authorize allows uid 0 and, for anyone else, asks polkit
-// (org.freedesktop.PolicyKit1.Authority.CheckAuthorization) about
-// PolkitAction for the caller's bus name, letting polkit interact with the
-// user only when the message allows it. Returns AccessDenied when refused
+// authorize is authorizeAction of PolkitAction: every setter of
+// Interface.
+func (s *session) authorize(msg dbus.Message, sender dbus.Sender) *dbus.Error {
+	return s.authorizeAction(msg, sender, PolkitAction)
+}
+
+// authorizeAction allows uid 0 and, for anyone else, asks polkit
+// (org.freedesktop.PolicyKit1.Authority.CheckAuthorization) about action
+// for the caller's bus name, letting polkit interact with the user only
+// when the message allows it. Returns AccessDenied when refused
 // or when polkit cannot be reached, does not answer in time
 // (polkitInteractiveTimeout with interaction, busCallTimeout without) or
 // is not root (polkitAuthority).
@@ -103,7 +112,7 @@ func polkitTrusted(uid uint32) bool {
 // activated on demand by design (Debian's polkitd runs only when
 // activated), so refusing to start it would refuse every non-root caller.
 // Root callers never reach it.
-func (s *session) authorize(msg dbus.Message, sender dbus.Sender) *dbus.Error {
+func (s *session) authorizeAction(msg dbus.Message, sender dbus.Sender, action string) *dbus.Error {
 	uid, err := s.callerUID(sender)
 	if err != nil {
 		return dbus.MakeFailedError(fmt.Errorf("cannot identify the caller: %w", err))
@@ -130,15 +139,15 @@ func (s *session) authorize(msg dbus.Message, sender dbus.Sender) *dbus.Error {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		err = s.conn.Object(authority, polkitPath).CallWithContext(ctx,
 			"org.freedesktop.PolicyKit1.Authority.CheckAuthorization", dbus.FlagNoAutoStart,
-			subject, PolkitAction, map[string]string{}, flags, "").Store(&result)
+			subject, action, map[string]string{}, flags, "").Store(&result)
 		cancel()
 	}
 	if err != nil {
-		s.log.WithError(err).WithField("uid", uid).Info("polkit check failed; refusing")
+		s.log.WithError(err).WithFields(logrus.Fields{"uid": uid, "action": action}).Info("polkit check failed; refusing")
 		return accessDenied("not authorised: uid %d is not root and polkit could not be asked (%v)", uid, err)
 	}
 	if !result.IsAuthorized {
-		return accessDenied("not authorised: polkit refused %s for uid %d", PolkitAction, uid)
+		return accessDenied("not authorised: polkit refused %s for uid %d", action, uid)
 	}
 	return nil
 }

@@ -74,6 +74,141 @@ type powerProfiles struct {
 
 	mu    sync.Mutex // guards holds
 	holds ppHoldsCache
+
+	// holders are the holds made with HoldProfile on this connection
+	// (ppHolders); guarded by hmu, which nothing holds while it waits.
+	hmu     sync.Mutex
+	holders ppHolders
+}
+
+// ppAction is the polkit action power-profiles-daemon asks about for
+// verb ("switch-profile": setting ActiveProfile; "hold-profile":
+// HoldProfile) on the power-profiles interface iface: the interface's
+// name and the verb, as power-profiles-daemon's clients are granted them
+// — org.freedesktop.UPower.PowerProfiles.switch-profile and .hold-profile
+// (power-profiles-daemon 0.20 and later), net.hadess.PowerProfiles.*
+// (0.12 and before, Debian 12's, which serves only that name). The
+// package ships both pairs with power-profiles-daemon's defaults
+// (packaging/polkit/org.schedpolicyd.power-profiles.policy), so that the
+// rules a distribution or an administrator wrote for the slider apply.
+// power-profiles-daemon 0.20 and later ask about the org.freedesktop
+// actions on both names; here each name asks about its own, so that a
+// rule for Debian 12's actions applies to Debian 12's clients, which use
+// the legacy name.
+func ppAction(iface, verb string) string { return iface + "." + verb }
+
+// ppHolder is who made a power-profiles hold, and through which
+// interface.
+type ppHolder struct {
+	owner string // its unique bus name
+	iface string // the power-profiles interface name it called
+}
+
+// ppHolders keeps the holder of each hold made with HoldProfile, from
+// the moment the hold exists until it ends, so that a hold a user's
+// choice cancels is announced to its holder alone (Service.HoldEnded).
+//
+// The daemon makes the hold on its loop and may end it there before
+// HoldProfile is back to record it: while a HoldProfile call is between
+// the two (pending), ends of holds not yet recorded are kept in early
+// (cancelled or not) and settled when the call records its cookie; early
+// is emptied whenever no call is pending, and holds at most maxEarly
+// entries (beyond it an end is forgotten: at worst a ProfileReleased is
+// not sent, and nothing is kept for ever).
+type ppHolders struct {
+	byCookie map[uint32]ppHolder
+	pending  int
+	early    map[uint32]bool
+}
+
+// maxEarly bounds ppHolders.early: more holds than the daemon keeps at
+// once (daemon.MaxHolds, 256) ending while one HoldProfile call waits.
+const maxEarly = 1024
+
+// holdStarting notes a HoldProfile call about to ask the daemon for a
+// hold; holdMade must follow.
+func (pp *powerProfiles) holdStarting() {
+	pp.hmu.Lock()
+	defer pp.hmu.Unlock()
+	pp.holders.pending++
+}
+
+// holdMade records hold cookie (0: none was made) of h, which
+// holdStarting announced; a hold that already ended is not recorded, and
+// is announced now if a choice cancelled it.
+func (pp *powerProfiles) holdMade(cookie uint32, h ppHolder) {
+	pp.hmu.Lock()
+	hs := &pp.holders
+	hs.pending--
+	announce := false
+	if cookie != 0 {
+		if cancelled, ended := hs.early[cookie]; ended {
+			delete(hs.early, cookie)
+			announce = cancelled
+		} else {
+			if hs.byCookie == nil {
+				hs.byCookie = map[uint32]ppHolder{}
+			}
+			hs.byCookie[cookie] = h
+		}
+	}
+	if hs.pending == 0 {
+		hs.early = nil
+	}
+	pp.hmu.Unlock()
+	if announce {
+		pp.announceReleased(cookie, h)
+	}
+}
+
+// ended forgets hold cookie, which ended, and announces it to its holder
+// if it was a power-profiles hold that a user's choice cancelled
+// (Service.HoldEnded). A nil *powerProfiles does nothing.
+func (pp *powerProfiles) ended(cookie uint32, cancelled bool) {
+	if pp == nil {
+		return
+	}
+	pp.hmu.Lock()
+	hs := &pp.holders
+	h, ok := hs.byCookie[cookie]
+	if ok {
+		delete(hs.byCookie, cookie)
+	} else if hs.pending > 0 && len(hs.early) < maxEarly {
+		if hs.early == nil {
+			hs.early = map[uint32]bool{}
+		}
+		hs.early[cookie] = cancelled
+	}
+	pp.hmu.Unlock()
+	if ok && cancelled {
+		pp.announceReleased(cookie, h)
+	}
+}
+
+// announceReleased sends ProfileReleased(cookie) to h's holder alone (a
+// unicast signal: the message names it as destination), on the interface
+// and path it held the profile through.
+func (pp *powerProfiles) announceReleased(cookie uint32, h ppHolder) {
+	path := ppNames[0].path
+	for _, n := range ppNames {
+		if n.name == h.iface {
+			path = n.path
+		}
+	}
+	msg := &dbus.Message{
+		Type: dbus.TypeSignal,
+		Headers: map[dbus.HeaderField]dbus.Variant{
+			dbus.FieldPath:        dbus.MakeVariant(path),
+			dbus.FieldInterface:   dbus.MakeVariant(h.iface),
+			dbus.FieldMember:      dbus.MakeVariant("ProfileReleased"),
+			dbus.FieldDestination: dbus.MakeVariant(h.owner),
+			dbus.FieldSignature:   dbus.MakeVariant(dbus.SignatureOf(cookie)),
+		},
+		Body: []any{cookie},
+	}
+	if call := pp.s.conn.Send(msg, nil); call.Err != nil {
+		pp.s.log.WithError(call.Err).WithField("cookie", cookie).Debug("cannot send ProfileReleased")
+	}
 }
 
 // ppObject serves one of the two interface names.
@@ -124,10 +259,7 @@ func exportPowerProfilesFlags(ctx context.Context, s *session, flags dbus.Reques
 // else the knob.
 func profileOf(snap snapshot.Snapshot) string {
 	if len(snap.Holds) > 0 {
-		if snap.Policy == policy.Performance {
-			return ProfilePerformance
-		}
-		return ProfilePowerSaver
+		return holdProfile(snap.Policy)
 	}
 	switch snap.Knob.PowerAware {
 	case policy.PowerAwareOff:
@@ -154,15 +286,20 @@ var ppProfiles = func() []map[string]dbus.Variant {
 	return profiles
 }()
 
+// holdProfile is the profile a hold of policy p makes active:
+// performance for performance, power-saver for the power-aware policies.
+func holdProfile(p policy.Policy) string {
+	if p == policy.Performance {
+		return ProfilePerformance
+	}
+	return ProfilePowerSaver
+}
+
 // ppHold is one entry of ActiveProfileHolds (a{sv}).
 func ppHold(h snapshot.Hold) map[string]dbus.Variant {
-	prof := ProfilePowerSaver
-	if h.Policy == policy.Performance {
-		prof = ProfilePerformance
-	}
 	return map[string]dbus.Variant{
 		"ApplicationId": dbus.MakeVariant(h.AppID),
-		"Profile":       dbus.MakeVariant(prof),
+		"Profile":       dbus.MakeVariant(holdProfile(h.Policy)),
 		"Reason":        dbus.MakeVariant(h.Reason),
 	}
 }
@@ -231,16 +368,6 @@ func (pp *powerProfiles) update(snap snapshot.Snapshot) {
 	pp.properties.publish(pp.values(snap))
 }
 
-// released emits ProfileReleased(cookie) on both names.
-func (pp *powerProfiles) released(cookie uint32) {
-	if pp == nil {
-		return
-	}
-	for _, n := range ppNames {
-		pp.s.conn.Emit(n.path, n.name+".ProfileReleased", cookie)
-	}
-}
-
 // close releases both names, within ctx (session.close, dropPP).
 func (pp *powerProfiles) close(ctx context.Context) {
 	for _, n := range ppNames {
@@ -251,18 +378,20 @@ func (pp *powerProfiles) close(ctx context.Context) {
 // HoldProfile holds "performance" or "power-saver" (the configured
 // power_aware_policy) until ReleaseProfile, until the caller leaves the bus
 // or until an explicit choice cancels every hold, and returns the cookie
-// (never 0). reason and application_id are at most 256 bytes each. Errors,
-// checked in this order: InvalidArgs when the arguments are not three
-// strings; AccessDenied unless root or authorised by polkit; InvalidArgs
-// for another profile or a longer string; LimitsExceeded when the caller
-// already has daemon.MaxHoldsPerCaller holds (HoldPolicy's count too) or
-// the daemon keeps daemon.MaxHolds; Failed as for HoldPolicy
-// (session.addHold). On an error no hold is kept.
+// (never 0). Only a cancellation is announced, with ProfileReleased to the
+// holder alone (Service.HoldEnded). reason and application_id are at most
+// 256 bytes each. Errors, checked in this order: InvalidArgs when the
+// arguments are not three strings; AccessDenied unless root or authorised
+// by polkit for the interface's hold-profile action (ppAction);
+// InvalidArgs for another profile or a longer string; LimitsExceeded when
+// the caller already has daemon.MaxHoldsPerCaller holds (HoldPolicy's
+// count too) or the daemon keeps daemon.MaxHolds; Failed as for
+// HoldPolicy (session.addHold). On an error no hold is kept.
 func (o ppObject) HoldProfile(msg dbus.Message, sender dbus.Sender, profile, reason, appID string) (uint32, *dbus.Error) {
 	if e := checkSig(msg, "HoldProfile", "sss"); e != nil {
 		return 0, e
 	}
-	if e := o.pp.s.authorize(msg, sender); e != nil {
+	if e := o.pp.s.authorizeAction(msg, sender, ppAction(o.iface, "hold-profile")); e != nil {
 		return 0, e
 	}
 	var p policy.Policy
@@ -280,10 +409,19 @@ func (o ppObject) HoldProfile(msg dbus.Message, sender dbus.Sender, profile, rea
 	if len(appID) > 256 {
 		return 0, errAppIDTooLong
 	}
-	return o.pp.s.addHold(p, reason, sender, appID)
+	o.pp.holdStarting()
+	cookie, e := o.pp.s.addHold(p, reason, sender, appID)
+	o.pp.holdMade(cookie, ppHolder{owner: string(sender), iface: o.iface})
+	return cookie, e
 }
 
-// ReleaseProfile releases a hold made with HoldProfile.
+// ReleaseProfile releases a hold the caller made (root may release any),
+// without polkit, as power-profiles-daemon does. Unlike
+// power-profiles-daemon, which lets any client release any cookie, a hold
+// of another connection is refused (InvalidArgs, as for a cookie that is
+// not in use): a client must not be able to end another program's hold
+// by guessing its cookie, which is a small counter. It is not announced
+// with ProfileReleased.
 func (o ppObject) ReleaseProfile(msg dbus.Message, sender dbus.Sender, cookie uint32) *dbus.Error {
 	if e := checkSig(msg, "ReleaseProfile", "u"); e != nil {
 		return e
@@ -293,15 +431,23 @@ func (o ppObject) ReleaseProfile(msg dbus.Message, sender dbus.Sender, cookie ui
 }
 
 // propSetters makes ActiveProfile writable: performance → power_aware 0,
-// balanced → 1, power-saver → 2. It is the user's explicit choice, so it
-// cancels holds. A value that is not one of the three is InvalidArgs
-// before authorisation.
+// balanced → 1, power-saver → 2, the user's explicit choice, which cancels
+// every hold — but setting the profile a hold made active changes
+// nothing and keeps the holds, as power-profiles-daemon does. A value
+// that is not a string is InvalidArgs before authorisation (GDBus checks
+// the type against the introspection before power-profiles-daemon sees
+// it); then the caller must be root or authorised by polkit for the
+// interface's switch-profile action (ppAction); then a name that is not
+// one of the three is Failed, as power-profiles-daemon answers.
 func (pp *powerProfiles) propSetters() map[string]propSetter {
 	return map[string]propSetter{
-		"ActiveProfile": func(msg dbus.Message, sender dbus.Sender, v dbus.Variant) *dbus.Error {
+		"ActiveProfile": func(msg dbus.Message, sender dbus.Sender, iface string, v dbus.Variant) *dbus.Error {
 			prof, ok := v.Value().(string)
 			if !ok {
 				return invalidArgs("ActiveProfile is of type s, got %s", v.Signature())
+			}
+			if e := pp.s.authorizeAction(msg, sender, ppAction(iface, "switch-profile")); e != nil {
+				return e
 			}
 			var mode string
 			switch prof {
@@ -312,9 +458,11 @@ func (pp *powerProfiles) propSetters() map[string]propSetter {
 			case ProfilePowerSaver:
 				mode = "2"
 			default:
-				return invalidArgs("unknown profile %q (want power-saver, balanced or performance)", prof)
+				return dbus.MakeFailedError(fmt.Errorf("invalid profile name %q (want power-saver, balanced or performance)", prof))
 			}
-			return pp.s.authorizedWrite(msg, sender, knobPowerAware, mode, "power-profiles")
+			_, err := pp.s.ctl.WriteKnobUnlessHeld(context.Background(), knobPowerAware, mode, "power-profiles",
+				func(held policy.Policy) bool { return holdProfile(held) == prof })
+			return toDBusError(err)
 		},
 	}
 }

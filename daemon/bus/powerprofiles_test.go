@@ -16,8 +16,8 @@ import (
 // TestPowerProfilesServed: with the API served, ActiveProfile shows the
 // knob at both names and writing it is an explicit choice of power_aware;
 // HoldProfile holds the daemon's power_aware_policy for power-saver, the
-// holds are listed with their application, and a hold that ends is
-// announced with ProfileReleased at both names.
+// holds are listed with their application; an unknown profile is Failed
+// (after authorisation: root here), a value of another type InvalidArgs.
 func TestPowerProfilesServed(t *testing.T) {
 	st := startService(t, "", Config{PowerProfilesAPI: PowerProfilesServe})
 	me := st.client.Names()[0]
@@ -48,7 +48,7 @@ func TestPowerProfilesServed(t *testing.T) {
 	if err := legacy.SetProperty(ppNames[1].name+".ActiveProfile", dbus.MakeVariant(ProfilePowerSaver)); err != nil {
 		t.Fatal(err)
 	}
-	st.f.waitCalls(t, `WriteKnob power_aware "2" power-profiles`)
+	st.f.waitCalls(t, `WriteKnobUnlessHeld power_aware "2" power-profiles`)
 	for _, n := range ppNames {
 		iface, changed, _ := changedValues(t, nextSignal(t, sigs, propsIface+".PropertiesChanged"))
 		if iface != n.name || !reflect.DeepEqual(changed, map[string]any{"ActiveProfile": ProfilePowerSaver}) {
@@ -61,15 +61,15 @@ func TestPowerProfilesServed(t *testing.T) {
 
 	// Refused without asking the daemon.
 	for _, tc := range []struct {
-		value any
-		msg   string
+		value     any
+		name, msg string
 	}{
-		{"turbo", `unknown profile "turbo" (want power-saver, balanced or performance)`},
-		{uint32(2), "ActiveProfile is of type s, got u"},
+		{"turbo", "org.freedesktop.DBus.Error.Failed", `invalid profile name "turbo" (want power-saver, balanced or performance)`},
+		{uint32(2), errInvalidArgs, "ActiveProfile is of type s, got u"},
 	} {
 		err := legacy.SetProperty(ppNames[1].name+".ActiveProfile", dbus.MakeVariant(tc.value))
-		if dbusErrName(err) != errInvalidArgs || err.Error() != tc.msg {
-			t.Errorf("Set ActiveProfile %v: %v, want InvalidArgs %q", tc.value, err, tc.msg)
+		if dbusErrName(err) != tc.name || err.Error() != tc.msg {
+			t.Errorf("Set ActiveProfile %v: %v, want %s %q", tc.value, err, tc.name, tc.msg)
 		}
 	}
 	for _, args := range [][]any{
@@ -89,7 +89,7 @@ func TestPowerProfilesServed(t *testing.T) {
 	if err := legacy.Call(ppNames[1].name+".HoldProfile", 0, ProfilePowerSaver, "film", "org.example.Film").Store(&c2); err != nil {
 		t.Fatal(err)
 	}
-	st.f.waitCalls(t, `WriteKnob power_aware "2" power-profiles`,
+	st.f.waitCalls(t, `WriteKnobUnlessHeld power_aware "2" power-profiles`,
 		fmt.Sprintf(`AddHold performance "build" %s "org.example.Build"`, me),
 		// power-saver holds the daemon's power_aware_policy.
 		fmt.Sprintf(`AddHold powersaving "film" %s "org.example.Film"`, me))
@@ -108,13 +108,7 @@ func TestPowerProfilesServed(t *testing.T) {
 	if err := legacy.Call(ppNames[1].name+".ReleaseProfile", 0, c1).Err; err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range ppNames {
-		s := nextSignal(t, sigs, n.name+".ProfileReleased")
-		if s.Path != n.path || !reflect.DeepEqual(s.Body, []any{c1}) {
-			t.Errorf("ProfileReleased at %s%v, want (%d)", s.Path, s.Body, c1)
-		}
-	}
-	st.f.waitCalls(t, `WriteKnob power_aware "2" power-profiles`,
+	st.f.waitCalls(t, `WriteKnobUnlessHeld power_aware "2" power-profiles`,
 		fmt.Sprintf(`AddHold performance "build" %s "org.example.Build"`, me),
 		fmt.Sprintf(`AddHold powersaving "film" %s "org.example.Film"`, me),
 		fmt.Sprintf("ReleaseHold %d %s true", c1, me))
@@ -271,5 +265,175 @@ func TestFollowerBelievesOnlyOwner(t *testing.T) {
 	}
 	if got := f.log(); len(got) != 0 {
 		t.Errorf("requests %q, want none", got)
+	}
+}
+
+// dialClient is another client connection to addr, which the test's
+// cleanup closes.
+func dialClient(t *testing.T, addr string) *dbus.Conn {
+	t.Helper()
+	c, err := dbus.Connect(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// receive collects conn's signals whose interface is a power-profiles
+// name, after adding a match for the power-profiles paths (broadcasts;
+// a unicast signal arrives without one).
+func receive(t *testing.T, conn *dbus.Conn) chan *dbus.Signal {
+	t.Helper()
+	for _, n := range ppNames {
+		if err := conn.AddMatchSignal(dbus.WithMatchObjectPath(n.path)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ch := make(chan *dbus.Signal, 64)
+	conn.Signal(ch)
+	return ch
+}
+
+// untilHolds returns the signals on ch (but PropertiesChanged) up to the
+// PropertiesChanged that carries ActiveProfileHolds with the last of
+// counts holds, once ones with each count before it came in that order;
+// it fails t if they do not come.
+func untilHolds(t *testing.T, ch chan *dbus.Signal, counts ...int) []string {
+	t.Helper()
+	var seen []string
+	for len(counts) > 0 {
+		s := nextSignal(t, ch, "")
+		if s.Name != propsIface+".PropertiesChanged" {
+			seen = append(seen, fmt.Sprintf("%s %s%v", s.Path, s.Name, s.Body))
+			continue
+		}
+		if _, changed, _ := changedValues(t, s); changed["ActiveProfileHolds"] != nil {
+			if h, _ := changed["ActiveProfileHolds"].([]map[string]dbus.Variant); len(h) == counts[0] {
+				counts = counts[1:]
+			}
+		}
+	}
+	return seen
+}
+
+// TestProfileReleased: ProfileReleased is sent to the holder alone, on the
+// interface and path it held the profile through, and only when a user's
+// choice cancels its hold — not when it releases the hold itself, not
+// when it leaves the bus, never for HoldPolicy's holds, and never to
+// anyone else (a client watching both paths sees none). The service's
+// signals reach each client in the order sent, and each cancellation's
+// PropertiesChanged follows its ProfileReleased, so what a client got
+// before that PropertiesChanged is everything it got.
+func TestProfileReleased(t *testing.T) {
+	st := startService(t, "", Config{PowerProfilesAPI: PowerProfilesServe})
+	a, b, gone, watcher := dialClient(t, st.addr), dialClient(t, st.addr), dialClient(t, st.addr), dialClient(t, st.addr)
+	aSigs, bSigs, wSigs := receive(t, a), receive(t, b), receive(t, watcher)
+	hold := func(c *dbus.Conn, n int, profile string) uint32 {
+		t.Helper()
+		var cookie uint32
+		if err := c.Object(ppNames[n].name, ppNames[n].path).Call(ppNames[n].name+".HoldProfile", 0, profile, "r", "org.example.App").Store(&cookie); err != nil {
+			t.Fatal(err)
+		}
+		return cookie
+	}
+	a1 := hold(a, 1, ProfilePerformance) // net.hadess
+	if err := a.Object(ppNames[1].name, ppNames[1].path).Call(ppNames[1].name+".ReleaseProfile", 0, a1).Err; err != nil {
+		t.Fatal(err)
+	}
+	hold(gone, 0, ProfilePowerSaver)
+	gone.Close() // its hold ends: holder left
+	st.f.waitCalls(t,
+		fmt.Sprintf(`AddHold performance "r" %s "org.example.App"`, a.Names()[0]),
+		fmt.Sprintf("ReleaseHold %d %s true", a1, a.Names()[0]),
+		fmt.Sprintf(`AddHold powersaving "r" %s "org.example.App"`, gone.Names()[0]),
+		fmt.Sprintf("EndHoldsOf %s holder left the bus", gone.Names()[0]))
+	a2 := hold(a, 1, ProfilePerformance)
+	b1 := hold(b, 0, ProfilePowerSaver) // org.freedesktop.UPower
+	var p1 uint32
+	if err := watcher.Object(Name, ObjectPath).Call(Interface+".HoldPolicy", 0, "balance", "mine").Store(&p1); err != nil {
+		t.Fatal(err)
+	}
+	// The user's choice, through the other API: it cancels all three.
+	if err := st.obj().Call(Interface+".SetPolicy", 0, "balance").Err; err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"a":       {fmt.Sprintf("%s %s.ProfileReleased[%d]", ppNames[1].path, ppNames[1].name, a2)},
+		"b":       {fmt.Sprintf("%s %s.ProfileReleased[%d]", ppNames[0].path, ppNames[0].name, b1)},
+		"watcher": nil,
+	}
+	for who, ch := range map[string]chan *dbus.Signal{"a": aSigs, "b": bSigs, "watcher": wSigs} {
+		// Holds: a1; none; gone's; none; a2, b1 (PropertiesChanged
+		// counts ActiveProfileHolds of the power-profiles API only, at
+		// both paths); none.
+		got := untilHolds(t, ch, 1, 0, 1, 0, 2, 0)
+		if !reflect.DeepEqual(got, want[who]) {
+			t.Errorf("%s received %q before the holds were gone, want %q", who, got, want[who])
+		}
+	}
+}
+
+// TestSetHeldProfile: setting ActiveProfile to the profile a hold made
+// active keeps the holds and saves no choice (the daemon is asked with
+// WriteKnobUnlessHeld, and keeps them); another profile cancels them.
+func TestSetHeldProfile(t *testing.T) {
+	st := startService(t, "", Config{PowerProfilesAPI: PowerProfilesServe})
+	hadess := st.client.Object(ppNames[1].name, ppNames[1].path)
+	sigs := receive(t, st.client)
+	var c uint32
+	if err := hadess.Call(ppNames[1].name+".HoldProfile", 0, ProfilePerformance, "build", "org.example.Build").Store(&c); err != nil {
+		t.Fatal(err)
+	}
+	if err := hadess.SetProperty(ppNames[1].name+".ActiveProfile", dbus.MakeVariant(ProfilePerformance)); err != nil {
+		t.Fatal(err)
+	}
+	if err := hadess.SetProperty(ppNames[1].name+".ActiveProfile", dbus.MakeVariant(ProfilePowerSaver)); err != nil {
+		t.Fatal(err)
+	}
+	me := st.client.Names()[0]
+	st.f.waitCalls(t, fmt.Sprintf(`AddHold performance "build" %s "org.example.Build"`, me),
+		`WriteKnobUnlessHeld power_aware "0" power-profiles: kept`,
+		`WriteKnobUnlessHeld power_aware "2" power-profiles`)
+	if got := untilHolds(t, sigs, 1, 0); !reflect.DeepEqual(got, []string{fmt.Sprintf("%s %s.ProfileReleased[%d]", ppNames[1].path, ppNames[1].name, c)}) {
+		t.Errorf("before the holds were gone: %q, want one ProfileReleased(%d)", got, c)
+	}
+}
+
+// TestProfileHoldEndedEarly drives ppHolders directly: a hold that ends
+// on the daemon's loop before HoldProfile has recorded it is announced
+// when it is recorded if a choice cancelled it, is never recorded, and
+// nothing of it stays once no HoldProfile call is pending.
+func TestProfileHoldEndedEarly(t *testing.T) {
+	st := startService(t, "", Config{PowerProfilesAPI: PowerProfilesServe})
+	pp := st.svc.current().pp
+	holder := dialClient(t, st.addr)
+	sigs := make(chan *dbus.Signal, 8)
+	holder.Signal(sigs) // unicast: no match needed
+	h := ppHolder{owner: holder.Names()[0], iface: ppNames[0].name}
+
+	pp.holdStarting()
+	pp.holdStarting()
+	pp.ended(7, true)  // cancelled before its HoldProfile recorded it
+	pp.ended(8, false) // its holder left meanwhile
+	pp.holdMade(7, h)
+	if s := nextSignal(t, sigs, ppNames[0].name+".ProfileReleased"); s.Path != ppNames[0].path || !reflect.DeepEqual(s.Body, []any{uint32(7)}) {
+		t.Errorf("ProfileReleased at %s%v, want %s(7)", s.Path, s.Body, ppNames[0].path)
+	}
+	pp.holdMade(8, h)
+	pp.hmu.Lock()
+	left := fmt.Sprint(pp.holders)
+	pp.hmu.Unlock()
+	if left != "{map[] 0 map[]}" {
+		t.Errorf("ppHolders after both calls: %s, want nothing kept", left)
+	}
+	// An end outside any call, of a hold not recorded (HoldPolicy's),
+	// keeps nothing either.
+	pp.ended(9, true)
+	pp.hmu.Lock()
+	left = fmt.Sprint(pp.holders)
+	pp.hmu.Unlock()
+	if left != "{map[] 0 map[]}" {
+		t.Errorf("ppHolders after an unknown end: %s, want nothing kept", left)
 	}
 }

@@ -47,10 +47,11 @@ type propPlace struct {
 	iface string
 }
 
-// propSetter writes one writable property for the caller of Set: it
-// checks v's type and value, authorises the sender, and returns the error
-// to answer with (InvalidArgs, AccessDenied, ...), nil once written.
-type propSetter func(msg dbus.Message, sender dbus.Sender, v dbus.Variant) *dbus.Error
+// propSetter writes one writable property for the caller of Set on the
+// interface name iface (one of the exporter's places): it checks v's type
+// and value, authorises the sender, and returns the error to answer with
+// (InvalidArgs, AccessDenied, ...), nil once written.
+type propSetter func(msg dbus.Message, sender dbus.Sender, iface string, v dbus.Variant) *dbus.Error
 
 // newPropExporter returns the exporter of the properties in initial (the
 // values last published; its keys are every property there is) at places.
@@ -129,7 +130,7 @@ func (h propsHandler) Set(msg dbus.Message, sender dbus.Sender, iface, name stri
 		return unknownInterface(iface)
 	}
 	if set, ok := h.e.setters[name]; ok {
-		return set(msg, sender, v)
+		return set(msg, sender, h.iface, v)
 	}
 	if !h.e.names[name] {
 		return unknownProperty(name)

@@ -96,6 +96,7 @@ func TestPropertiesPublished(t *testing.T) {
 		"Boost": "1", "Reason": "power_aware=2", "Workloads": want["Workloads"], "Holds": want["Holds"],
 		"Topology": want["Topology"], "CPUClasses": [][]any{}, "EnergySource": "none", "Energy": [][]any{},
 		"ConfigDigest": "", "LastChange": uint64(time.Time{}.UnixMicro()),
+		"KnobFrom": "", "KnobChosenAt": uint64(0), // the zero time: 0, not a date before 1970
 	}
 	if !reflect.DeepEqual(got, wantAll) {
 		t.Errorf("GetAll:\n%v\nwant\n%v", got, wantAll)

@@ -29,7 +29,9 @@ const (
 	Name       = "org.schedpolicyd.SchedPolicy1"
 	ObjectPath = dbus.ObjectPath("/org/schedpolicyd/SchedPolicy1")
 	Interface  = "org.schedpolicyd.SchedPolicy1"
-	// PolkitAction authorises every setter for callers other than root.
+	// PolkitAction authorises every setter of Interface for callers
+	// other than root; the power-profiles names ask polkit about
+	// power-profiles-daemon's own actions instead (ppAction).
 	PolkitAction = "org.schedpolicyd.set-policy"
 )
 
@@ -154,17 +156,23 @@ func (s *Service) Publish(snap *snapshot.Snapshot) {
 	s.cur.update(snap)
 }
 
-// HoldEnded announces that hold cookie ended: ProfileReleased(cookie) on
-// both power-profiles names, where they are served. Called from the
-// daemon's loop.
-func (s *Service) HoldEnded(cookie uint32) {
+// HoldEnded tells the service that hold cookie ended; cancelled: a
+// user's explicit choice (a profile, a policy or a knob set through any
+// of the daemon's interfaces) ended it. Where the power-profiles API is
+// served and the hold was made with HoldProfile, a cancelled hold is
+// announced to its holder alone, as power-profiles-daemon does: the
+// signal ProfileReleased(cookie), sent to the holder's unique name on the
+// interface it held the profile through. A hold released by its holder,
+// or ended because its holder left the bus, is not announced. Called
+// from the daemon's loop.
+func (s *Service) HoldEnded(cookie uint32, cancelled bool) {
 	if s == nil {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cur != nil {
-		s.cur.pp.released(cookie)
+		s.cur.pp.ended(cookie, cancelled)
 	}
 }
 

@@ -93,7 +93,7 @@ func TestServiceNil(t *testing.T) {
 	}
 	s.Keep(t.Context()) // returns at once
 	s.Publish(&snapshot.Snapshot{})
-	s.HoldEnded(1)
+	s.HoldEnded(1, true)
 	s.Reconfigure(PowerProfilesServe, nil)
 	s.Close()
 }

@@ -5,6 +5,7 @@ package bus
 
 import (
 	"reflect"
+	"time"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
@@ -59,6 +60,8 @@ func propertyValues(snap snapshot.Snapshot) map[string]any {
 		"Reason":            snap.PolicyReason,
 		"Workloads":         ws,
 		"LastChange":        uint64(snap.LastChange.UnixMicro()),
+		"KnobFrom":          snap.KnobFrom,
+		"KnobChosenAt":      chosenAtMicros(snap.KnobChosenAt),
 		"Holds":             holds,
 		"Topology":          topo,
 		"EnergySource":      snap.EnergySourceName(),
@@ -97,4 +100,13 @@ func (s *session) update(snap *snapshot.Snapshot) {
 // of a policy switch's CPU.
 func equalValue(a, b any) bool {
 	return reflect.DeepEqual(a, b)
+}
+
+// chosenAtMicros is KnobChosenAt's value: t in µs since the Unix epoch, 0
+// for the zero time (not known, or no choice in force).
+func chosenAtMicros(t time.Time) uint64 {
+	if t.IsZero() {
+		return 0
+	}
+	return uint64(t.UnixMicro())
 }

@@ -52,7 +52,25 @@ type Snapshot struct {
 	// ConfigDigest names the configuration applied: "sha256:HEX" of the
 	// configuration file's bytes, "" without a file.
 	ConfigDigest string
+	// KnobFrom says where Knob comes from: KnobFromChoice (a user's
+	// explicit choice, saved), KnobFromProfile (the followed power-profiles
+	// daemon's profile), KnobFromConfig (the configuration file's
+	// power_aware and power_aware_policy) or KnobFromDefault (built in).
+	KnobFrom string
+	// KnobChosenAt is when the explicit choice in force took effect (made,
+	// or brought back by a change of power source); zero when KnobFrom is
+	// not KnobFromChoice or the time is not known (a choice saved by an
+	// older version).
+	KnobChosenAt time.Time
 }
+
+// Snapshot.KnobFrom values.
+const (
+	KnobFromChoice  = "choice"
+	KnobFromProfile = "profile"
+	KnobFromConfig  = "config"
+	KnobFromDefault = "default"
+)
 
 // StatusText is the one line systemd shows as the unit's status (STATUS=,
 // `systemctl show -p StatusText`): the effective policy, the knob, the power

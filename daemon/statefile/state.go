@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
@@ -37,6 +38,11 @@ type State struct {
 	// tree, D-Bus or the CLI); until then the configured default applies
 	// and may change with the configuration.
 	Chosen bool
+	// ChosenAt is when the explicit choice in force (Chosen) took
+	// effect: made, or brought back by a change of power source; zero
+	// when not known (a file of an older version, a knob a followed
+	// power profile set).
+	ChosenAt time.Time
 	// Boost is the cpufreq boost setting found before the daemon first
 	// changed it (boost_on_battery); restored on exit, or by the next start
 	// after a crash. Empty when boost is not being managed.
@@ -128,11 +134,13 @@ func (st State) Unfinished() string {
 type persisted struct {
 	Version int `json:"version"`
 	policy.Knob
-	Chosen  bool                   `json:"chosen,omitempty"`
-	Boost   []sysfs.BoostSetting   `json:"boost,omitempty"`
-	Cgroups []Record               `json:"cgroups,omitempty"`
-	Energy  []snapshot.EnergyTotal `json:"energy,omitempty"`
-	Units   []UnitRecord           `json:"units,omitempty"`
+	Chosen bool `json:"chosen,omitempty"`
+	// ChosenAt: optional (added after version 2); RFC 3339.
+	ChosenAt *time.Time             `json:"chosen_at,omitempty"`
+	Boost    []sysfs.BoostSetting   `json:"boost,omitempty"`
+	Cgroups  []Record               `json:"cgroups,omitempty"`
+	Energy   []snapshot.EnergyTotal `json:"energy,omitempty"`
+	Units    []UnitRecord           `json:"units,omitempty"`
 	// Choices: optional in version 2 (added after it, so older files lack it).
 	Choices map[string]policy.Knob `json:"choices,omitempty"`
 
@@ -258,6 +266,9 @@ func LoadState(dir string) (State, error) {
 		}
 	}
 	st := State{Knob: p.Knob, Chosen: p.Chosen, Boost: p.Boost, Cgroups: p.Cgroups, Units: p.Units, Choices: p.Choices}
+	if p.ChosenAt != nil && p.Chosen {
+		st.ChosenAt = *p.ChosenAt
+	}
 	for src, k := range p.Choices {
 		err := k.Validate()
 		if src != "ac" && src != "battery" {
@@ -291,7 +302,12 @@ func SaveState(dir string, st State) error {
 	if _, err := validEnergy(st.Energy); err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
-	b, err := json.MarshalIndent(persisted{Version: stateVersion, Knob: st.Knob, Chosen: st.Chosen, Boost: st.Boost, Cgroups: st.Cgroups, Units: st.Units, Energy: st.Energy, Choices: st.Choices}, "", "  ")
+	p := persisted{Version: stateVersion, Knob: st.Knob, Chosen: st.Chosen, Boost: st.Boost, Cgroups: st.Cgroups, Units: st.Units, Energy: st.Energy, Choices: st.Choices}
+	if st.Chosen && !st.ChosenAt.IsZero() {
+		at := st.ChosenAt.UTC()
+		p.ChosenAt = &at
+	}
+	b, err := json.MarshalIndent(p, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,7 @@ _schedpolicyctl() {
     local cur prev words cword
     _init_completion || return
 
-    local commands="status set auto watch top workloads run launch rebalance energy version help"
+    local commands="status set auto reset watch top workloads run launch rebalance energy version help"
     local policies="performance balance powersaving"
 
     # Find the command (the first word that is not an option or its value).
@@ -64,7 +64,7 @@ _schedpolicyctl() {
             COMPREPLY=($(compgen -W "--name --bus --help --" -- "$cur")) ;;
         launch)
             COMPREPLY=($(compgen -W "--policy --reason --bus --help --" -- "$cur")) ;;
-        rebalance|top)
+        rebalance|reset|top)
             COMPREPLY=($(compgen -W "--bus --help" -- "$cur")) ;;
         help)
             COMPREPLY=($(compgen -W "$commands" -- "$cur")) ;;
