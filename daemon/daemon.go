@@ -99,6 +99,9 @@ type Daemon struct {
 	batteryPct   int                    // the system batteries' charge, percent; -1 unknown
 	lowBattery   bool                   // the low-battery tier is in force (lowbattery.go)
 
+	// schedulersSaid is what noteSchedulers last logged (schedulers.go).
+	schedulersSaid string
+
 	stats placement.Counters // for Stats; written by the loop only
 	// pcfg is what the placement back end reads of cfg
 	// (syncPlacementConfig); it holds a pointer to it.
@@ -476,6 +479,7 @@ func (d *Daemon) readTopology() {
 	// ones (MachineEnergy).
 	topo = topo.WithHomes(MachineEnergy(policy.ModelFor(topo), d.fs, classes).Homes)
 	d.noteClasses(classes)
+	d.noteSchedulers(t, classes, aside)
 	d.classProp = classEntries(classes, d.classProp)
 	d.classes = classes
 	d.topo = topo
