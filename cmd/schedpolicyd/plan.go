@@ -159,6 +159,9 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 	if o.writeTree != "" {
 		return planExit(stderr, writePresetTree(o.preset, o.writeTree))
 	}
+	if o.scenario != "" {
+		return scenarioMain(o, stdout, stderr)
+	}
 	in, err := o.input()
 	if err != nil {
 		return planExit(stderr, err)
