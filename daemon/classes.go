@@ -197,3 +197,21 @@ func classEntries(c sysfs.CPUClasses, prev []snapshot.CPUClassEntry) []snapshot.
 	}
 	return out
 }
+
+// SpreadModelsFor is policy.SpreadModels for a machine with classes c and
+// topology t: the bracketing models are fitted to its classes'
+// capacities (one class of 1024 on a machine of one class), and the
+// Sandy Bridge calibration base joins them where t has SMT. machine is
+// the machine's own calibration (MachineModels.Model), base
+// policy.ModelFor's (or a preset's own).
+func SpreadModelsFor(machine, base policy.EnergyModel, c sysfs.CPUClasses, t policy.Topology) []policy.NamedModel {
+	caps := make([]int, 0, len(c.Classes))
+	for _, cl := range c.Classes {
+		caps = append(caps, cl.Capacity)
+	}
+	if len(caps) == 0 {
+		caps = []int{1024}
+	}
+	shape, _ := policy.ShapeOf(t)
+	return policy.SpreadModels(machine, base, caps, shape.ThreadsPerCore > 1)
+}

@@ -83,6 +83,9 @@ type Daemon struct {
 	asideSaid   map[string]string // per knob, the other owner last reported (stepaside.go)
 	lpmdOwner   string            // intel-lpmd's unique bus name, "" not running (lpmd.go)
 
+	// schedulersSaid is what noteSchedulers last logged (schedulers.go).
+	schedulersSaid string
+
 	stats placement.Counters // for Stats; written by the loop only
 	// pcfg is what the placement back end reads of cfg
 	// (syncPlacementConfig); it holds a pointer to it.
@@ -448,6 +451,7 @@ func (d *Daemon) readTopology() {
 	if said, say := d.cpus.update(t, topo, classes); say {
 		d.log.WithFields(map[string]any{"classes": said, "rule": classes.Rule}).Info("cpu efficiency classes")
 	}
+	d.noteSchedulers(t, classes, aside)
 }
 
 func (d *Daemon) shutdown() {

@@ -162,6 +162,36 @@ func TestEnergyRAPLOverBus(t *testing.T) {
 			t.Errorf("idle estimate %+v, want %v W and 0 W for the packages", e, policy.SNBLaptop.IdleW)
 		}
 	}
+	// Under every model (the calibration, then the five bracketing
+	// models; the calibration is already the SMT machine's), the same
+	// idle platform; no change from performance anywhere.
+	var est2 []struct {
+		Model, Policy       string
+		Watts, PackageWatts float64
+	}
+	var spread []struct {
+		Policy                             string
+		Low, High, LowPackage, HighPackage float64
+		Change, ChangeSpread               float64
+		Distinguishable                    bool
+	}
+	if err := obj.Call(bus.Interface+".EstimatePowerModels", 0).Store(&model, &note, &est2, &spread); err != nil {
+		t.Fatal(err)
+	}
+	models := []string{policy.SNBLaptop.Name, policy.ModelM1, policy.ModelJuno, policy.ModelGS101, policy.ModelRK3588, policy.ModelIntelEM}
+	if model != policy.SNBLaptop.Name || note != "" || len(est2) != 3*len(models) || len(spread) != 3 {
+		t.Fatalf("EstimatePowerModels = %q %q %+v %+v", model, note, est2, spread)
+	}
+	for i, e := range est2 {
+		if e.Model != models[i/3] || e.Policy != string(policy.AvailablePolicies[i%3]) || e.Watts != policy.SNBLaptop.IdleW || e.PackageWatts != 0 {
+			t.Errorf("estimate %d = %+v, want %s %s at %v W", i, e, models[i/3], policy.AvailablePolicies[i%3], policy.SNBLaptop.IdleW)
+		}
+	}
+	for i, sp := range spread {
+		if sp.Policy != string(policy.AvailablePolicies[i]) || sp.Low != 12 || sp.High != 12 || sp.LowPackage != 0 || sp.HighPackage != 0 || sp.Change != 0 || sp.ChangeSpread != 0 || sp.Distinguishable {
+			t.Errorf("spread %d = %+v", i, sp)
+		}
+	}
 
 	// Across a restart: the totals come back from state.json, and the
 	// segment the stop closed is added (no energy since, some seconds).

@@ -3,7 +3,9 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"math"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/policy"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // The event loop's side of the energy meter (package energy) and the energy
@@ -135,11 +138,15 @@ type estimateCache struct {
 // workloads' current utilisation: each policy's plan as the balancer would
 // make it (without the lazy history), priced with policy.ModelFor's
 // calibration (each efficiency class at its cost on a hybrid machine,
-// ClassModel), whose name it returns with a note when the model was not
-// fitted on a machine of this shape. Workloads with a performance override
-// keep every allowed CPU and released ones their own, under every policy.
-// Load outside the managed workloads is not seen. The answer is computed
-// off the event loop and reused for EnergyRefreshInterval. Errors:
+// MachineEnergy), whose name it returns with a note when the model was
+// not fitted on a machine of this shape. Workloads with a performance
+// override keep every allowed CPU and released ones their own, under
+// every policy. The same plans are priced under every model of
+// SpreadModelsFor (Models, the machine's own first, so Policies is
+// Models[0]'s), with each policy's range across them and its effect
+// against performance (policy.EffectOf): modelled, never measured. Load
+// outside the managed workloads is not seen. The answer is computed off
+// the event loop and reused for EnergyRefreshInterval. Errors:
 // ErrStopped, or ctx's.
 func (c controller) EstimatePower(ctx context.Context) (snapshot.PowerEstimates, error) {
 	d := c.d
@@ -152,14 +159,24 @@ func (c controller) EstimatePower(ctx context.Context) (snapshot.PowerEstimates,
 	if err := d.do(ctx, func() error { in = d.modelInput(); return nil }); err != nil {
 		return snapshot.PowerEstimates{}, err
 	}
-	m, _ := ClassModel(policy.ModelFor(in.Topo), d.fs, in.Classes)
+	r := EstimatePowerOf(d.fs, in)
+	d.est.at, d.est.est = time.Now(), r
+	return r, nil
+}
+
+// EstimatePowerOf is EstimatePower's answer for in, the machine below
+// fs's root (its own energy model, MachineEnergy) and the workloads' load.
+func EstimatePowerOf(fs sysfs.FS, in placement.ModelInput) snapshot.PowerEstimates {
+	base := policy.ModelFor(in.Topo)
+	m := MachineEnergy(base, fs, in.Classes).Model
 	r := snapshot.PowerEstimates{Model: m.Name}
 	if !m.Describes(in.Topo) {
 		shape, _ := policy.ShapeOf(in.Topo)
 		r.Note = fmt.Sprintf("the %s model was fitted on %s; this machine is %s: its watts compare the policies, they are no estimate of this machine's power", m.Name, m.Machine, shape)
 	}
 	loads := append(append([]policy.Load(nil), in.Placed...), in.Fixed...)
-	for _, p := range policy.AvailablePolicies {
+	plans := make([]policy.Plan, len(policy.AvailablePolicies))
+	for i, p := range policy.AvailablePolicies {
 		plan := policy.PlanPlacement(policy.Input{Topology: in.Topo, Allowed: in.Allowed, Policy: p, Loads: in.Placed, DisableLazy: true})
 		if plan.CPUs == nil {
 			plan.CPUs = map[string][]int{}
@@ -167,11 +184,34 @@ func (c controller) EstimatePower(ctx context.Context) (snapshot.PowerEstimates,
 		for n, c := range in.CPUs {
 			plan.CPUs[n] = c
 		}
-		e := m.Simulate(in.Topo, plan, loads)
-		r.Policies = append(r.Policies, snapshot.PowerEstimate{Policy: p, Watts: e.Watts, PackageWatts: e.Watts - m.IdleW})
+		plans[i] = plan
 	}
-	d.est.at, d.est.est = time.Now(), r
-	return r, nil
+	models := SpreadModelsFor(m, base, in.Classes, in.Topo)
+	watts := make([][]float64, len(plans)) // by policy, then model
+	for _, nm := range models {
+		me := snapshot.ModelEstimates{Model: nm.Name}
+		for i, p := range policy.AvailablePolicies {
+			w := nm.Model.Simulate(in.Topo, plans[i], loads).Watts
+			watts[i] = append(watts[i], w)
+			me.Policies = append(me.Policies, snapshot.PowerEstimate{Policy: p, Watts: w, PackageWatts: w - nm.Model.IdleW})
+		}
+		r.Models = append(r.Models, me)
+	}
+	r.Policies = r.Models[0].Policies
+	perf := slices.Index(policy.AvailablePolicies, policy.Performance)
+	for i, p := range policy.AvailablePolicies {
+		sp := snapshot.PolicySpread{Policy: p, LowWatts: math.Inf(1), HighWatts: math.Inf(-1), LowPackageWatts: math.Inf(1), HighPackageWatts: math.Inf(-1)}
+		for _, me := range r.Models {
+			e := me.Policies[i]
+			sp.LowWatts, sp.HighWatts = min(sp.LowWatts, e.Watts), max(sp.HighWatts, e.Watts)
+			sp.LowPackageWatts, sp.HighPackageWatts = min(sp.LowPackageWatts, e.PackageWatts), max(sp.HighPackageWatts, e.PackageWatts)
+		}
+		if i != perf {
+			sp.VsPerformance = policy.EffectOf(watts[i], watts[perf])
+		}
+		r.Spread = append(r.Spread, sp)
+	}
+	return r
 }
 
 // modelInput copies the model's inputs; on the loop.

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -27,6 +29,55 @@ type energyReport struct {
 	ModelNote string `json:"model_note,omitempty"`
 	// Workloads is the number of managed workloads the model priced.
 	Workloads int `json:"workloads"`
+	// Energy is the same load's estimate under every model the daemon
+	// prices it with (EstimatePowerModels: the machine's own model
+	// first, then each bracketing published model), per policy, with
+	// its range and its change from performance; absent from a daemon
+	// older than EstimatePowerModels.
+	Energy *energySpread `json:"energy,omitempty"`
+}
+
+// energySpread is energyReport.Energy.
+type energySpread struct {
+	// Modelled is always true: estimates, never measurements.
+	Modelled bool `json:"modelled"`
+	// Models are the models' names, the machine's own first.
+	Models []string `json:"models"`
+	// Policies has one entry per policy, in the daemon's order.
+	Policies []policySpread `json:"policies"`
+}
+
+// policySpread is one policy's estimates across the models.
+type policySpread struct {
+	Policy    string       `json:"policy"`
+	Estimates []modelWatts `json:"estimates"`
+	Range     wattsRange   `json:"range"`
+	// VsPerformance is the change from performance's plan of the same
+	// load: the smallest across the models (0 when they disagree on its
+	// sign), with its spread across them; absent for performance.
+	VsPerformance *effect `json:"vs_performance,omitempty"`
+}
+
+// modelWatts is one model's estimate of a policy.
+type modelWatts struct {
+	Model        string  `json:"model"`
+	Watts        float64 `json:"watts"`         // the whole machine, W
+	PackageWatts float64 `json:"package_watts"` // the packages alone, W
+}
+
+// wattsRange is the lowest and highest estimate across the models, W.
+type wattsRange struct {
+	LowWatts         float64 `json:"low_watts"`
+	HighWatts        float64 `json:"high_watts"`
+	LowPackageWatts  float64 `json:"low_package_watts"`
+	HighPackageWatts float64 `json:"high_package_watts"`
+}
+
+// effect is a claimed change of power across the models, W.
+type effect struct {
+	Watts           float64 `json:"watts"`
+	SpreadWatts     float64 `json:"spread_watts"`
+	Distinguishable bool    `json:"distinguishable"`
 }
 
 // energyRow is one entry of the Energy property (energyEntry, decoded by
@@ -113,21 +164,79 @@ func (c *cli) readEnergy() (energyReport, error) {
 		}
 		r.Measured = append(r.Measured, row)
 	}
-	if ws, err := workloadsFrom(props["Workloads"]); err == nil {
-		r.Workloads = len(ws)
-	}
-	var raw [][]any
-	if err := cl.call("EstimatePower", []any{&r.Model, &r.ModelNote, &raw}); err != nil {
-		return energyReport{}, err
-	}
-	for _, e := range raw {
-		var x estimate
-		if err := dbus.Store(e, &x.Policy, &x.Watts, &x.PackageWatts); err != nil {
-			return energyReport{}, &cliError{exitFailure, fmt.Sprintf("EstimatePower: unexpected reply: %v", err)}
+	if v, ok := props["Workloads"]; ok {
+		if ws, err := workloadsFrom(v); err == nil {
+			r.Workloads = len(ws)
 		}
-		r.Estimates = append(r.Estimates, x)
+	}
+	var rawEst, rawSpread [][]any
+	call := cl.obj.Call(iface+".EstimatePowerModels", 0)
+	var de dbus.Error
+	if errors.As(call.Err, &de) && de.Name == errUnknownMethod {
+		// A daemon older than EstimatePowerModels: its own model only.
+		var raw [][]any
+		if err := cl.call("EstimatePower", []any{&r.Model, &r.ModelNote, &raw}); err != nil {
+			return energyReport{}, err
+		}
+		for _, e := range raw {
+			var x estimate
+			if err := dbus.Store(e, &x.Policy, &x.Watts, &x.PackageWatts); err != nil {
+				return energyReport{}, &cliError{exitFailure, fmt.Sprintf("EstimatePower: unexpected reply: %v", err)}
+			}
+			r.Estimates = append(r.Estimates, x)
+		}
+		return r, nil
+	}
+	if call.Err != nil {
+		return energyReport{}, busError(cl.bus, "EstimatePowerModels", call.Err)
+	}
+	if err := call.Store(&r.Model, &r.ModelNote, &rawEst, &rawSpread); err != nil {
+		return energyReport{}, &cliError{exitFailure, fmt.Sprintf("EstimatePowerModels: unexpected reply: %v", err)}
+	}
+	if r.Estimates, r.Energy, err = spreadFrom(rawEst, rawSpread); err != nil {
+		return energyReport{}, &cliError{exitFailure, fmt.Sprintf("EstimatePowerModels: unexpected reply: %v", err)}
 	}
 	return r, nil
+}
+
+// spreadFrom decodes EstimatePowerModels' estimates, a(ssdd), and spread,
+// a(sddddddb): the machine's own model's estimates (the first model's)
+// and every model's, per policy.
+func spreadFrom(rawEst, rawSpread [][]any) ([]estimate, *energySpread, error) {
+	own := []estimate{}
+	sp := &energySpread{Modelled: true, Models: []string{}, Policies: []policySpread{}}
+	byPolicy := map[string][]modelWatts{}
+	for _, e := range rawEst {
+		var model string
+		var x estimate
+		if err := dbus.Store(e, &model, &x.Policy, &x.Watts, &x.PackageWatts); err != nil {
+			return nil, nil, err
+		}
+		if len(sp.Models) == 0 || sp.Models[len(sp.Models)-1] != model {
+			sp.Models = append(sp.Models, model)
+		}
+		if len(sp.Models) == 1 {
+			own = append(own, x)
+		}
+		byPolicy[x.Policy] = append(byPolicy[x.Policy], modelWatts{Model: model, Watts: x.Watts, PackageWatts: x.PackageWatts})
+	}
+	for _, e := range rawSpread {
+		var p policySpread
+		var ef effect
+		if err := dbus.Store(e, &p.Policy, &p.Range.LowWatts, &p.Range.HighWatts, &p.Range.LowPackageWatts, &p.Range.HighPackageWatts,
+			&ef.Watts, &ef.SpreadWatts, &ef.Distinguishable); err != nil {
+			return nil, nil, err
+		}
+		p.Estimates = byPolicy[p.Policy]
+		if p.Estimates == nil {
+			p.Estimates = []modelWatts{}
+		}
+		if p.Policy != "performance" {
+			p.VsPerformance = &ef
+		}
+		sp.Policies = append(sp.Policies, p)
+	}
+	return own, sp, nil
 }
 
 // energySourceText says what each source measures.
@@ -184,6 +293,72 @@ func writeEnergy(w io.Writer, r energyReport) {
 		printable(r.Model), part, plural(r.Workloads, "managed workload"))
 	if r.ModelNote != "" {
 		fmt.Fprintf(w, "  note: %s\n", printable(r.ModelNote))
+	}
+	if r.Energy != nil {
+		writeSpread(w, *r.Energy, r.Source == "rapl")
+	}
+}
+
+// writeSpread prints every model's estimate per policy, each policy's
+// range across them, and each policy's change from performance: the
+// smallest across the models, or "not distinguishable" when it is no
+// larger than their spread. packages: the packages' watts (RAPL
+// measures them), else the whole machine's.
+func writeSpread(w io.Writer, e energySpread, packages bool) {
+	part := "the whole machine"
+	if packages {
+		part = "the packages alone"
+	}
+	fmt.Fprintf(w, "under every model (modelled, not measured; W, %s):\n", part)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "MODEL")
+	for _, p := range e.Policies {
+		fmt.Fprintf(tw, "\t%s", strings.ToUpper(printable(p.Policy)))
+	}
+	fmt.Fprintln(tw)
+	watts := func(m modelWatts) float64 {
+		if packages {
+			return m.PackageWatts
+		}
+		return m.Watts
+	}
+	for _, m := range e.Models {
+		fmt.Fprint(tw, printable(m))
+		for _, p := range e.Policies {
+			cell := "-"
+			for _, x := range p.Estimates {
+				if x.Model == m {
+					cell = fmt.Sprintf("%.1f", watts(x))
+				}
+			}
+			fmt.Fprintf(tw, "\t%s", cell)
+		}
+		fmt.Fprintln(tw)
+	}
+	fmt.Fprint(tw, "range")
+	for _, p := range e.Policies {
+		lo, hi := p.Range.LowWatts, p.Range.HighWatts
+		if packages {
+			lo, hi = p.Range.LowPackageWatts, p.Range.HighPackageWatts
+		}
+		fmt.Fprintf(tw, "\t%.1f-%.1f", lo, hi)
+	}
+	fmt.Fprintln(tw)
+	tw.Flush()
+	for _, p := range e.Policies {
+		v := p.VsPerformance
+		if v == nil {
+			continue
+		}
+		what := printable(p.Policy) + " vs performance: "
+		switch {
+		case v.Distinguishable:
+			fmt.Fprintf(w, "%s%+.1f W (the smallest change across the models; spread %.1f W)\n", what, v.Watts, v.SpreadWatts)
+		case v.Watts == 0 && v.SpreadWatts == 0:
+			fmt.Fprintf(w, "%sno change under any model\n", what)
+		default:
+			fmt.Fprintf(w, "%snot distinguishable (smallest change %+.1f W, spread across the models %.1f W)\n", what, v.Watts, v.SpreadWatts)
+		}
 	}
 }
 

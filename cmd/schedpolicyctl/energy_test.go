@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/godbus/dbus/v5"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
 // TestCtlEnergy: the real daemon on the mock Surface Pro on battery
@@ -37,6 +42,27 @@ func TestCtlEnergy(t *testing.T) {
 		}
 	}
 
+	// Under every model: the calibration (the mock laptop is the seed's
+	// SMT machine of one kind of core) and the five bracketing models,
+	// the idle platform alone under each, no change anywhere.
+	models := []string{"snb-laptop-4c8t", "m1-measured", "juno-r0", "gs101-dt", "rk3588-dt", "intel-hybrid-em"}
+	if e := rep.Energy; e == nil || !e.Modelled || !reflect.DeepEqual(e.Models, models) || len(e.Policies) != 3 {
+		t.Fatalf("energy --json's energy = %+v", rep.Energy)
+	}
+	for i, p := range rep.Energy.Policies {
+		if p.Policy != policies[i] || len(p.Estimates) != len(models) || p.Range != (wattsRange{12, 12, 0, 0}) {
+			t.Errorf("policy %d = %+v", i, p)
+		}
+		if (i == 0) != (p.VsPerformance == nil) || i > 0 && *p.VsPerformance != (effect{}) {
+			t.Errorf("%s vs performance = %+v", p.Policy, p.VsPerformance)
+		}
+		for j, e := range p.Estimates {
+			if e != (modelWatts{models[j], 12, 0}) {
+				t.Errorf("%s estimate %d = %+v", p.Policy, j, e)
+			}
+		}
+	}
+
 	// The real binary's table.
 	out := d.run(t, "energy")
 	if out.code != 0 {
@@ -49,6 +75,12 @@ func TestCtlEnergy(t *testing.T) {
 		"powersaving  battery  ",
 		"  7.21 W   12.0 W\n",
 		"model: snb-laptop-4c8t, the whole machine, for the current load of 0 managed workloads; an estimate, not a measurement\n",
+		"under every model (modelled, not measured; W, the whole machine):\n",
+		"MODEL            PERFORMANCE  BALANCE    POWERSAVING\n",
+		"juno-r0          12.0         12.0       12.0\n",
+		"range            12.0-12.0    12.0-12.0  12.0-12.0\n",
+		"balance vs performance: no change under any model\n",
+		"powersaving vs performance: no change under any model\n",
 	} {
 		if !strings.Contains(out.stdout, want) {
 			t.Errorf("energy output lacks %q:\n%s", want, out.stdout)
@@ -98,6 +130,38 @@ model: snb-laptop-4c8t, the packages alone, as RAPL measures, for the current lo
 	if got := b.String(); got != want+"  note: "+r.ModelNote+"\n" {
 		t.Errorf("writeEnergy with a note:\n%s", got)
 	}
+
+	// Every model's estimate (the packages', as RAPL measures), each
+	// policy's range and its change from performance: one model's
+	// smallest change larger than the spread, one not, one none.
+	r.ModelNote = ""
+	r.Energy = &energySpread{Modelled: true, Models: []string{"snb-laptop-4c8t", "m1-measured"}, Policies: []policySpread{
+		{Policy: "performance", Estimates: []modelWatts{{"snb-laptop-4c8t", 68, 56}, {"m1-measured", 45, 33}},
+			Range: wattsRange{45, 68, 33, 56}},
+		{Policy: "balance", Estimates: []modelWatts{{"snb-laptop-4c8t", 68, 56}, {"m1-measured", 45, 33}},
+			Range: wattsRange{45, 68, 33, 56}, VsPerformance: &effect{}},
+		{Policy: "powersaving", Estimates: []modelWatts{{"snb-laptop-4c8t", 40, 28}, {"m1-measured", 30.04, 18.04}},
+			Range: wattsRange{30.04, 40, 18.04, 28}, VsPerformance: &effect{Watts: -14.96, SpreadWatts: 13.04, Distinguishable: true}},
+	}}
+	b.Reset()
+	writeEnergy(&b, r)
+	spread := `under every model (modelled, not measured; W, the packages alone):
+MODEL            PERFORMANCE  BALANCE    POWERSAVING
+snb-laptop-4c8t  56.0         56.0       28.0
+m1-measured      33.0         33.0       18.0
+range            33.0-56.0    33.0-56.0  18.0-28.0
+balance vs performance: no change under any model
+powersaving vs performance: -15.0 W (the smallest change across the models; spread 13.0 W)
+`
+	if got := b.String(); got != want+spread {
+		t.Errorf("writeEnergy with every model:\n%s\nwant:\n%s", got, want+spread)
+	}
+	r.Energy.Policies[2].VsPerformance = &effect{Watts: -5.04, SpreadWatts: 8.97}
+	b.Reset()
+	writeEnergy(&b, r)
+	if got, line := b.String(), "powersaving vs performance: not distinguishable (smallest change -5.0 W, spread across the models 9.0 W)\n"; !strings.HasSuffix(got, line) {
+		t.Errorf("writeEnergy, not distinguishable:\n%s\nwant it to end in %q", got, line)
+	}
 }
 
 func TestFormatEnergyUnits(t *testing.T) {
@@ -117,5 +181,64 @@ func TestFormatEnergyUnits(t *testing.T) {
 		if got := formatSeconds(c.s); got != c.wantS {
 			t.Errorf("formatSeconds(%v) = %q, want %q", c.s, got, c.wantS)
 		}
+	}
+}
+
+// oldDaemon answers as a schedpolicyd from before EstimatePowerModels:
+// the energy properties, RefreshEnergy and EstimatePower only.
+type oldDaemon struct{}
+
+func (oldDaemon) RefreshEnergy() *dbus.Error { return nil }
+
+func (oldDaemon) EstimatePower() (string, string, []estimate, *dbus.Error) {
+	return "snb-laptop-4c8t", "", []estimate{{"performance", 20, 8}, {"balance", 19, 7}, {"powersaving", 18, 6}}, nil
+}
+
+func (oldDaemon) GetAll(string) (map[string]dbus.Variant, *dbus.Error) {
+	return map[string]dbus.Variant{
+		"EnergySource": dbus.MakeVariant("none"),
+		"Energy": dbus.MakeVariant([]struct {
+			P, S string
+			J, T float64
+		}{}),
+	}, nil
+}
+
+// TestCtlEnergyOldDaemon: against a daemon without EstimatePowerModels,
+// `energy` shows its own model's estimate as before, with no line or
+// field of the other models.
+func TestCtlEnergyOldDaemon(t *testing.T) {
+	addr := testutil.StartBus(t, testutil.BusOptions{}).Addr
+	conn, err := dbus.Connect(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.Export(oldDaemon{}, objectPath, iface); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Export(oldDaemon{}, objectPath, "org.freedesktop.DBus.Properties"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := conn.RequestName(busName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
+		t.Fatalf("RequestName: %v %v", r, err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"--bus", addr, "energy", "--json"}, &out, &errb); code != 0 {
+		t.Fatalf("energy --json: %d %s", code, errb.String())
+	}
+	var rep energyReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	want := energyReport{Source: "none", Measured: []energyRow{}, Model: "snb-laptop-4c8t",
+		Estimates: []estimate{{"performance", 20, 8}, {"balance", 19, 7}, {"powersaving", 18, 6}}}
+	if !reflect.DeepEqual(rep, want) || strings.Contains(out.String(), `"energy"`) {
+		t.Errorf("energy --json = %+v\n%s\nwant %+v", rep, out.String(), want)
+	}
+	out.Reset()
+	if code := run([]string{"--bus", addr, "energy"}, &out, &errb); code != 0 || strings.Contains(out.String(), "under every model") ||
+		!strings.Contains(out.String(), "powersaving  -       -       -     -        18.0 W\n") {
+		t.Errorf("energy: %d\n%s", code, out.String())
 	}
 }

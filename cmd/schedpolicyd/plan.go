@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -157,6 +158,9 @@ func planMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if o.writeTree != "" {
 		return planExit(stderr, writePresetTree(o.preset, o.writeTree))
+	}
+	if o.scenario != "" {
+		return scenarioMain(o, stdout, stderr)
 	}
 	in, err := o.input()
 	if err != nil {
@@ -408,19 +412,11 @@ func activeCounts(descs []policy.CPUDesc, active []int) planActive {
 // reportSpread prices plan's load under every model (policy.SpreadModels)
 // and, for a packing plan, against performance's plan of the same load.
 func (in planInput) reportSpread(plan policy.Plan) planEnergy {
-	caps := []int{}
-	for _, cl := range in.classes.Classes {
-		caps = append(caps, cl.Capacity)
-	}
-	if len(caps) == 0 {
-		caps = []int{1024}
-	}
-	shape, _ := policy.ShapeOf(in.topo)
 	base := modelFor(in.descs)
 	if in.name != "" && in.costFrom == "" && in.classes.Classes == nil {
 		base = in.model // a preset: its own calibration
 	}
-	models := policy.SpreadModels(in.model, base, caps, shape.ThreadsPerCore > 1)
+	models := daemon.SpreadModelsFor(in.model, base, in.classes, in.topo)
 	round := func(w float64) float64 { return math.Round(w*10) / 10 }
 	e := planEnergy{Modelled: true, Range: planRange{LowWatts: math.Inf(1), HighWatts: math.Inf(-1)}}
 	var perf policy.Plan

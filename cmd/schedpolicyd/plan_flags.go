@@ -70,6 +70,7 @@ type planOptions struct {
 	json       bool                        // --json
 	writeTree  string                      // --write-sysfs
 	svgFile    string                      // --svg
+	scenario   string                      // --scenario
 }
 
 // parsePlanFlags parses plan's command line. ok is false when the caller
@@ -101,9 +102,11 @@ func parsePlanFlags(args []string, stdout, stderr io.Writer) (o planOptions, cod
 	fl.BoolVar(&o.raced, "raced", false, "the decision before raced to idle: with a --lazy-record that forbids packing the plan is held there")
 	fl.BoolVar(&o.json, "json", false, "print JSON instead of text")
 	fl.StringVar(&o.writeTree, "write-sysfs", "", "write the preset's mock sysfs tree into this directory and exit")
+	fl.StringVar(&o.scenario, "scenario", "", "run the rt-app-like time line in `FILE` (testdata/scenarios/README.md) through the daemon's decisions against no daemon, and print each run's energy relative to no daemon under every model (modelled, not measured)")
 	fl.StringVar(&o.svgFile, "svg", "", "also draw the plan as an SVG picture into `FILE` (- for standard output, instead of the text)")
 	fl.Usage = func() {
 		fmt.Fprintln(fl.Output(), "Usage: schedpolicyd plan (--sysfs-root DIR | --topology PRESET) --policy P --load NAME=UTIL[:THREADS][@SLICE[/CLASS]],... [--slice NAME.slice=POLICY[+always]]... [--config FILE] [--allowed LIST] [--current NAME=CPULIST,...] [--lazy-record N] [--raced] [--json] [--svg FILE]")
+		fmt.Fprintln(fl.Output(), "       schedpolicyd plan (--sysfs-root DIR | --topology PRESET) --scenario FILE [--slice ...] [--config FILE] [--json]")
 		fmt.Fprintln(fl.Output(), "       schedpolicyd plan --topology PRESET --write-sysfs DIR")
 		fl.PrintDefaults()
 	}

@@ -65,6 +65,11 @@ type probeReport struct {
 	// starting it) and, when it runs on a machine with LP E-cores, that
 	// the daemon leaves their confinement to it.
 	IntelLpmd daemon.LpmdProbe `json:"intel_lpmd"`
+	// Schedulers says whether the kernel's Energy Aware Scheduling runs
+	// and why not, whether a sched_ext BPF scheduler is loaded, whether
+	// intel-lpmd runs, and what the daemon does beside them
+	// (daemon.ReadSchedulers; docs/HYBRID-PLACEMENT.md §6).
+	Schedulers daemon.Schedulers `json:"schedulers"`
 	// Energy is which energy source the daemon would measure with.
 	Energy energy.ProbeResult `json:"energy"`
 	// PowerProfiles is power_profiles_api and, from the configured bus,
@@ -136,7 +141,7 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "schedpolicyd probe: %v\n", err)
 		return 2
 	}
-	cfg := daemon.Config{SysfsRoot: o.root, StateDir: o.stateDir, Placement: "auto", Bus: o.bus}
+	cfg := daemon.Config{SysfsRoot: o.root, StateDir: o.stateDir, Placement: "auto", Bus: o.bus, ProcRoot: o.procRoot}
 	fc.apply(&cfg, o.set)
 	fs, err := sysfs.NewFS(cfg.SysfsRoot)
 	if err != nil {
@@ -154,6 +159,7 @@ func probeMain(args []string, stdout, stderr io.Writer) int {
 // probeOptions are probe's flags as given.
 type probeOptions struct {
 	root       string          // --sysfs-root
+	procRoot   string          // --proc-root
 	stateDir   string          // --state-dir
 	configPath string          // --config
 	bus        string          // --bus
@@ -168,12 +174,13 @@ func parseProbeFlags(args []string, stdout, stderr io.Writer) (o probeOptions, c
 	fl := flag.NewFlagSet("schedpolicyd probe", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	fl.StringVar(&o.root, "sysfs-root", sysfs.DefaultRoot, "sysfs root to read (a mock tree works); default: the configuration's sysfs_root, else /sys")
+	fl.StringVar(&o.procRoot, "proc-root", "/proc", "procfs root to read sched_energy_aware from (a mock tree works)")
 	fl.StringVar(&o.stateDir, "state-dir", daemon.DefaultStateDir, "read the saved knob from this directory; default: the configuration's state_dir, else /var/lib/schedpolicyd")
 	fl.StringVar(&o.configPath, "config", DefaultConfigPath, "TOML configuration file, see schedpolicyd.conf(5): the knob until a choice is saved, and the defaults of --sysfs-root and --state-dir")
 	fl.BoolVar(&o.json, "json", false, "print JSON instead of text")
 	fl.StringVar(&o.bus, "bus", "system", "the bus to ask, starting nothing (system, session, an address; none: no bus at all): who owns the power-profiles names and intel-lpmd's, the power-profiles units systemd has, and the running daemon's ConfigDigest; default: the configuration's bus")
 	fl.Usage = func() {
-		fmt.Fprintln(fl.Output(), "Usage: schedpolicyd probe [--sysfs-root DIR] [--state-dir DIR] [--config FILE] [--bus BUS] [--json]")
+		fmt.Fprintln(fl.Output(), "Usage: schedpolicyd probe [--sysfs-root DIR] [--proc-root DIR] [--state-dir DIR] [--config FILE] [--bus BUS] [--json]")
 		fl.PrintDefaults()
 	}
 	if code, ok = parseFlags(fl, "schedpolicyd probe", args, stdout, stderr); !ok {
@@ -199,7 +206,7 @@ func probe(fs sysfs.FS, cfg daemon.Config, fc fileConfig) probeReport {
 		r.Warnings = append(r.Warnings, err.Error())
 	}
 	r.probeKnob(cfg, dec.Source)
-	r.probeTopology(fs, cfg.Bus)
+	r.probeTopology(fs, cfg.Bus, cfg.ProcRoot)
 	r.Energy = energy.Probe(fs, dec.Source == acpi.Battery)
 	r.Describes = describes(fc.Digest, bus.ProbeConfigDigest(cfg.Bus))
 	r.PowerProfiles = bus.ProbePowerProfiles(cfg.Bus, fc.PowerProfilesAPIMode(), fc.PowerProfilesUnits)
@@ -266,9 +273,10 @@ func (r *probeReport) probeKnob(cfg daemon.Config, source acpi.Source) {
 }
 
 // probeTopology fills the online CPUs, cores and packages under fs, the
-// efficiency classes, and intel-lpmd's state (asked on busName); a
-// topology that cannot be read is a warning and leaves them empty.
-func (r *probeReport) probeTopology(fs sysfs.FS, busName string) {
+// efficiency classes, intel-lpmd's state (asked on busName) and the other
+// schedulers (EAS read below procRoot too); a topology that cannot be
+// read is a warning and leaves them empty.
+func (r *probeReport) probeTopology(fs sysfs.FS, busName, procRoot string) {
 	topo, err := fs.CPUTopology()
 	if err != nil {
 		r.Warnings = append(r.Warnings, err.Error())
@@ -284,6 +292,11 @@ func (r *probeReport) probeTopology(fs sysfs.FS, busName string) {
 	r.Topology.Cores, r.Topology.Packages = len(r.Topology.CoreList), len(r.Topology.PkgList)
 	classes := fs.CPUClasses(topo)
 	r.IntelLpmd = daemon.ProbeLpmd(busName, classes)
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	r.Schedulers = daemon.ReadSchedulers(fs, procRoot, topo, classes, r.IntelLpmd.State, r.IntelLpmd.StepAside)
+	r.Warnings = append(r.Warnings, r.Schedulers.Warnings...)
 	r.CPUClassRule = classes.Rule
 	costs := daemon.MachineEnergy(policy.SNBLaptop, fs, classes)
 	for i, cl := range classes.Classes {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon"
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/daemon/energy"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
@@ -25,6 +26,7 @@ func writeProbeText(w io.Writer, r probeReport, stateDir string) {
 	writeProbePower(w, r)
 	writeProbeKnob(w, r, stateDir)
 	writeProbePlacement(w, r)
+	writeProbeSchedulers(w, r.Schedulers)
 	printEnergyProbe(w, r.Energy)
 	writeProbePowerProfiles(w, r)
 	for _, m := range r.Warnings {
@@ -182,4 +184,39 @@ func configName(path string) string {
 		return "(no configuration file)"
 	}
 	return path
+}
+
+// writeProbeSchedulers prints whether EAS runs (and why not), the
+// sched_ext scheduler, and what the daemon does beside them and
+// intel-lpmd (whose state writeProbeTopology prints where it matters).
+func writeProbeSchedulers(w io.Writer, s daemon.Schedulers) {
+	if s.EAS.State == "" {
+		return // no topology was read
+	}
+	eas, scx := s.Summary()
+	fmt.Fprintf(w, "schedulers:\n")
+	fmt.Fprintf(w, "  EAS:         %s\n", eas)
+	fmt.Fprintf(w, "               sched_energy_aware %s, energy model %s, governor %s, SMT %s, asymmetric %s\n",
+		sysctlWord(s.EAS.Sysctl), s.EAS.EnergyModel, orNone(s.EAS.Governor), yesNo(s.EAS.SMT), yesNo(s.EAS.Asymmetric))
+	fmt.Fprintf(w, "  sched_ext:   %s\n", scx)
+	for _, d := range s.Does {
+		fmt.Fprintf(w, "  the daemon:  %s\n", d)
+	}
+}
+
+func sysctlWord(e sysfs.EnergyAware) string {
+	switch {
+	case !e.Present:
+		return "absent"
+	case e.Value == "":
+		return "empty"
+	}
+	return e.Value
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }

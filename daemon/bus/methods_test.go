@@ -31,6 +31,19 @@ func TestMethodsForwarded(t *testing.T) {
 		st.f.estimate = snapshot.PowerEstimates{Model: "snb-laptop-4c8t", Note: "", Policies: []snapshot.PowerEstimate{
 			{Policy: policy.Performance, Watts: 20.5, PackageWatts: 12.5},
 			{Policy: policy.Powersaving, Watts: 14, PackageWatts: 6},
+		}, Models: []snapshot.ModelEstimates{
+			{Model: "snb-laptop-4c8t", Policies: []snapshot.PowerEstimate{
+				{Policy: policy.Performance, Watts: 20.5, PackageWatts: 12.5},
+				{Policy: policy.Powersaving, Watts: 14, PackageWatts: 6},
+			}},
+			{Model: "m1-measured", Policies: []snapshot.PowerEstimate{
+				{Policy: policy.Performance, Watts: 18, PackageWatts: 6},
+				{Policy: policy.Powersaving, Watts: 17.25, PackageWatts: 5.25},
+			}},
+		}, Spread: []snapshot.PolicySpread{
+			{Policy: policy.Performance, LowWatts: 18, HighWatts: 20.5, LowPackageWatts: 6, HighPackageWatts: 12.5},
+			{Policy: policy.Powersaving, LowWatts: 14, HighWatts: 17.25, LowPackageWatts: 5.25, HighPackageWatts: 6,
+				VsPerformance: policy.Effect{Watts: -0.75, Spread: 5.75}},
 		}}
 	})
 	me := st.client.Names()[0]
@@ -97,6 +110,26 @@ func TestMethodsForwarded(t *testing.T) {
 		t.Errorf("EstimatePower = %q %q %+v, want the daemon's snb-laptop-4c8t \"\" %+v", model, note, est, wantEst)
 	}
 	expect("EstimatePower")
+
+	// Every model's estimate, model by model, and each policy's spread,
+	// as the daemon answered them.
+	var est2 []modelEstimateEntry
+	var spread []policySpreadEntry
+	if err := call("EstimatePowerModels").Store(&model, &note, &est2, &spread); err != nil {
+		t.Fatal(err)
+	}
+	wantEst2 := []modelEstimateEntry{
+		{"snb-laptop-4c8t", "performance", 20.5, 12.5}, {"snb-laptop-4c8t", "powersaving", 14, 6},
+		{"m1-measured", "performance", 18, 6}, {"m1-measured", "powersaving", 17.25, 5.25},
+	}
+	wantSpread := []policySpreadEntry{
+		{"performance", 18, 20.5, 6, 12.5, 0, 0, false},
+		{"powersaving", 14, 17.25, 5.25, 6, -0.75, 5.75, false},
+	}
+	if model != "snb-laptop-4c8t" || note != "" || !reflect.DeepEqual(est2, wantEst2) || !reflect.DeepEqual(spread, wantSpread) {
+		t.Errorf("EstimatePowerModels = %q %q %+v %+v, want %+v %+v", model, note, est2, spread, wantEst2, wantSpread)
+	}
+	expect("EstimatePower")
 }
 
 // TestMethodsRefuseBadArguments: a call whose signature or value the
@@ -127,6 +160,7 @@ func TestMethodsRefuseBadArguments(t *testing.T) {
 		{"HoldPolicy", []any{"balance"}, errInvalidArgs, "Invalid type / number of args"},
 		{"RefreshEnergy", []any{"x"}, errInvalidArgs, "Invalid type / number of args"},
 		{"EstimatePower", []any{uint32(0)}, errInvalidArgs, "Invalid type / number of args"},
+		{"EstimatePowerModels", []any{"x"}, errInvalidArgs, "Invalid type / number of args"},
 		// Values the service judges.
 		{"HoldPolicy", []any{"turbo", "r"}, errInvalidArgs, `invalid value: policy "turbo" is not one of performance, balance, powersaving`},
 		{"HoldPolicy", []any{"balance", strings.Repeat("r", 257)}, errInvalidArgs, "reason longer than 256 bytes"},
@@ -259,7 +293,7 @@ func TestHoldEndsWhenHolderLeaves(t *testing.T) {
 // TestSettersRefusedToOthers: on a bus with the system bus's policy and
 // the package's, uid 65534 (no polkit to ask) is refused every setter
 // with AccessDenied, saying why, and none reaches the daemon; reading,
-// RefreshEnergy and EstimatePower are open to it.
+// RefreshEnergy, EstimatePower and EstimatePowerModels are open to it.
 func TestSettersRefusedToOthers(t *testing.T) {
 	pbus := testutil.StartSystemPolicyBus(t, "../../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf")
 	st := startService(t, pbus.Addr, Config{})
@@ -293,10 +327,10 @@ func TestSettersRefusedToOthers(t *testing.T) {
 	if err := obj.StoreProperty(Interface+".ActivePolicy", &p); err != nil || p != "performance" {
 		t.Errorf("ActivePolicy read by uid 65534: %q, %v", p, err)
 	}
-	for _, m := range []string{"RefreshEnergy", "EstimatePower"} {
+	for _, m := range []string{"RefreshEnergy", "EstimatePower", "EstimatePowerModels"} {
 		if err := obj.Call(Interface+"."+m, 0).Err; err != nil {
 			t.Errorf("%s as uid 65534: %v, want it allowed", m, err)
 		}
 	}
-	st.f.waitCalls(t, "RefreshEnergy", "EstimatePower")
+	st.f.waitCalls(t, "RefreshEnergy", "EstimatePower", "EstimatePower")
 }

@@ -93,12 +93,19 @@ func TestBusStringsInvalidForBus(t *testing.T) {
 
 	// A method reply and an error.
 	f.change(func() {
-		f.estimate = snapshot.PowerEstimates{Model: bad, Note: bad, Policies: []snapshot.PowerEstimate{{Policy: policy.Balance, Watts: 1}}}
+		f.estimate = snapshot.PowerEstimates{Model: bad, Note: bad, Policies: []snapshot.PowerEstimate{{Policy: policy.Balance, Watts: 1}},
+			Models: []snapshot.ModelEstimates{{Model: bad, Policies: []snapshot.PowerEstimate{{Policy: policy.Balance, Watts: 1}}}}}
 	})
 	var model, note string
 	var est []estimateEntry
 	if err := obj.Call(Interface+".EstimatePower", 0).Store(&model, &note, &est); err != nil || model != badOnBus || note != badOnBus {
 		t.Errorf("EstimatePower = %q, %q, %v, %v", model, note, est, err)
+	}
+	var est2 []modelEstimateEntry
+	var spread []policySpreadEntry
+	if err := obj.Call(Interface+".EstimatePowerModels", 0).Store(&model, &note, &est2, &spread); err != nil || model != badOnBus || note != badOnBus ||
+		len(est2) != 1 || est2[0].Model != badOnBus {
+		t.Errorf("EstimatePowerModels = %q, %q, %v, %v", model, note, est2, err)
 	}
 	f.change(func() { f.fail = errors.New("cannot read /sys/" + bad) })
 	err := obj.Call(Interface+".Rebalance", 0).Err

@@ -59,6 +59,38 @@ type PowerEstimates struct {
 	// shape (policy.EnergyModel.Describes), else a sentence saying that
 	// its watts only rank the policies here.
 	Note string
-	// Policies has one estimate per policy, in policy order.
+	// Policies has one estimate per policy, in policy order: Models[0]'s.
 	Policies []PowerEstimate
+	// Models is the same load priced under every model the estimate is
+	// made under (policy.SpreadModels, issue 35): the machine's own first
+	// (named "machine", "class-ratios", or its calibration's name on a
+	// machine of one class), then each bracketing published model. Every
+	// watt of it is modelled, never measured.
+	Models []ModelEstimates
+	// Spread has one entry per policy, in policy order: the range of
+	// Models' estimates and the effect against performance claimed from
+	// them.
+	Spread []PolicySpread
+}
+
+// ModelEstimates is one model's estimate under each policy.
+type ModelEstimates struct {
+	Model string
+	// Policies has one estimate per policy, in policy order (PackageWatts
+	// is Watts less this model's platform idle power).
+	Policies []PowerEstimate
+}
+
+// PolicySpread is one policy's estimates across the models.
+type PolicySpread struct {
+	Policy policy.Policy
+	// LowWatts and HighWatts are the lowest and highest whole-machine
+	// estimate across the models (W); LowPackageWatts and
+	// HighPackageWatts the same for the packages alone.
+	LowWatts, HighWatts               float64
+	LowPackageWatts, HighPackageWatts float64
+	// VsPerformance is the change from performance's plan of the same
+	// load (policy.EffectOf): the smallest across the models (0 when they
+	// disagree on its sign), with their spread; zero for performance.
+	VsPerformance policy.Effect
 }
