@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -174,7 +175,7 @@ func statusFrom(props map[string]dbus.Variant) (status, error) {
 
 func holdsFrom(v dbus.Variant) ([]hold, error) {
 	var raw [][]any
-	if err := dbus.Store([]any{v.Value()}, &raw); err != nil {
+	if err := storeList(v, &raw); err != nil {
 		return nil, err
 	}
 	out := []hold{}
@@ -190,7 +191,7 @@ func holdsFrom(v dbus.Variant) ([]hold, error) {
 
 func workloadsFrom(v dbus.Variant) ([]workload, error) {
 	var raw [][]any
-	if err := dbus.Store([]any{v.Value()}, &raw); err != nil {
+	if err := storeList(v, &raw); err != nil {
 		return nil, err
 	}
 	out := []workload{}
@@ -390,4 +391,18 @@ func knobFromText(s status, now time.Time) string {
 		return "the built-in default (no configuration file sets it)"
 	}
 	return ""
+}
+
+// errNoProperty is storeList's error for a property the daemon did not
+// send (the zero Variant of a missing map entry).
+var errNoProperty = errors.New("the daemon did not send it")
+
+// storeList decodes the array property v into raw: an error, never a
+// panic, for a property that is absent (godbus's Store panics on the
+// zero Variant's nil value) or of another type.
+func storeList(v dbus.Variant, raw *[][]any) error {
+	if v.Value() == nil {
+		return errNoProperty
+	}
+	return dbus.Store([]any{v.Value()}, raw)
 }

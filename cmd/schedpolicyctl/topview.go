@@ -129,7 +129,7 @@ func (s *topState) decode() {
 
 func topologyFrom(v dbus.Variant) ([]topCPU, error) {
 	var raw [][]any
-	if err := dbus.Store([]any{v.Value()}, &raw); err != nil {
+	if err := storeList(v, &raw); err != nil {
 		return nil, err
 	}
 	out := []topCPU{}
@@ -145,7 +145,7 @@ func topologyFrom(v dbus.Variant) ([]topCPU, error) {
 
 func classesFrom(v dbus.Variant) ([]topClass, error) {
 	var raw [][]any
-	if err := dbus.Store([]any{v.Value()}, &raw); err != nil {
+	if err := storeList(v, &raw); err != nil {
 		return nil, err
 	}
 	out := []topClass{}
@@ -164,7 +164,7 @@ func classesFrom(v dbus.Variant) ([]topClass, error) {
 
 func energyFrom(v dbus.Variant) ([]energyEntry, error) {
 	var raw [][]any
-	if err := dbus.Store([]any{v.Value()}, &raw); err != nil {
+	if err := storeList(v, &raw); err != nil {
 		return nil, err
 	}
 	out := []energyEntry{}
