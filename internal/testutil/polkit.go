@@ -1,7 +1,6 @@
 package testutil
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,7 +25,7 @@ type Polkitd struct {
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
-	log lockedBuffer
+	log LockedBuffer
 }
 
 // StartPolkitd starts polkitd on the bus at addr (a system-like bus whose
@@ -140,22 +139,4 @@ func (p *Polkitd) stop() {
 		owned, _ := NameOwnedAt(p.addr, "org.freedesktop.PolicyKit1")
 		return !owned, ""
 	})
-}
-
-// lockedBuffer collects a child's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
