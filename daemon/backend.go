@@ -4,28 +4,20 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement/cgroupfs"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement/units"
-	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 )
 
 // newBackend makes the placement engine with the driver
-// Config.Placement names, saving state.json through saveBackground.
+// Config.Placement names; it saves state.json through the store it is
+// given at the start (keepState).
 func (d *Daemon) newBackend() *placement.Engine {
 	d.syncPlacementConfig()
 	e := placement.NewEngine(&d.pcfg, d.log, &d.stats, d.done)
-	e.Save = d.saveBackground
 	if d.cfg.Placement == PlacementSystemd {
 		units.New(e)
 	} else {
 		cgroupfs.New(e)
 	}
 	return e
-}
-
-// loadRecords takes state.json's records: the back end's own, and the
-// other placement mode's to save back as they are (kept).
-func (d *Daemon) loadRecords(st statefile.State) {
-	d.kept = statefile.State{Cgroups: st.Cgroups, Units: st.Units}
-	d.place.LoadRecords(st)
 }
 
 // syncPlacementConfig copies what the back ends read of the running

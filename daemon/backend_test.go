@@ -72,8 +72,9 @@ func TestOtherModesRecordsKept(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d.loadRecords(st)
-		got := d.stateWith(d.dec.knob)
+		d.keepState(st)
+		d.place.PutRecords()
+		got := d.store.State()
 		if !reflect.DeepEqual(got.Cgroups, c.cgroups) || !reflect.DeepEqual(got.Units, c.units) {
 			t.Errorf("placement %s: saves cgroups %+v units %+v, want %+v and %+v", c.placement, got.Cgroups, got.Units, c.cgroups, c.units)
 		}

@@ -9,8 +9,9 @@ import (
 
 // boostState is the loop's view of cpufreq boost.
 type boostState struct {
-	value string               // as last read: "1", "0" or "unsupported" (the tree's boost file)
-	orig  []sysfs.BoostSetting // as found, while we manage it (saved in state.json)
+	value string // as last read: "1", "0" or "unsupported" (the tree's boost file)
+	// The setting as found, while we manage it, is the store's
+	// (statefile.Store.Boost: saved in state.json).
 	// uncontrollable: boost cannot be controlled on this machine
 	// (sysfs.BoostNotControllable); said once, then left alone.
 	uncontrollable bool
@@ -39,16 +40,16 @@ func (d *Daemon) applyBoost() {
 		d.restoreBoost()
 		return
 	}
-	if d.boost.orig == nil {
+	if d.store.Boost() == nil {
 		snap, err := d.fs.BoostSnapshot()
 		if err != nil {
 			d.onBoostError(err)
 			return
 		}
-		d.boost.orig = snap
-		if err := d.saveState(d.stateWith(d.dec.knob)); err != nil {
+		d.store.SetBoost(snap)
+		if err := d.save(); err != nil {
 			d.log.WithError(err).Error("cannot save the boost setting; not changing boost")
-			d.boost.orig = nil
+			d.store.SetBoost(nil)
 			return
 		}
 	}
@@ -65,17 +66,18 @@ func (d *Daemon) applyBoost() {
 // daemon changed it. A failure is logged and the setting stays in
 // state.json for the next start.
 func (d *Daemon) restoreBoost() {
-	if d.boost.orig == nil {
+	orig := d.store.Boost()
+	if orig == nil {
 		return
 	}
-	if err := d.fs.RestoreBoost(d.boost.orig); err != nil {
+	if err := d.fs.RestoreBoost(orig); err != nil {
 		d.log.WithError(err).Warn("cannot restore boost; it stays in state.json for the next start")
 		return
 	}
 	d.log.Info("boost restored to its start-up setting")
-	d.boost.orig = nil
+	d.store.SetBoost(nil)
 	d.boost.value, _ = d.fs.Boost()
-	if err := d.saveState(d.stateWith(d.dec.knob)); err != nil {
+	if err := d.save(); err != nil {
 		d.log.WithError(err).Warn("cannot update state.json after restoring boost")
 	}
 }
@@ -88,7 +90,7 @@ func (d *Daemon) recoverBoost(saved []sysfs.BoostSetting) {
 	}
 	if err := d.fs.RestoreBoost(saved); err != nil {
 		d.log.WithError(err).Warn("cannot restore the boost setting saved by a previous run")
-		d.boost.orig = saved // keep trying on exit
+		d.store.SetBoost(saved) // keep trying on exit
 		return
 	}
 	d.log.Info("boost restored to the setting saved by a previous run that did not stop cleanly")

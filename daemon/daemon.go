@@ -44,12 +44,12 @@ type Daemon struct {
 	// their records (backend.go): cgroupfs or systemd units, as
 	// Config.Placement says.
 	place *placement.Engine
-	// kept are the records of state.json as this run found them: the
-	// back end's own are replaced at each save (PutRecords), the other
-	// placement mode's are saved back as they are (LoadRecords).
-	kept statefile.State
-	tree sysfs.Tree
-	bus  *bus.Service // nil with bus "none"
+	// store is state.json held in memory (loadState makes it): the loop
+	// writes its decision, boost's start-up value and the energy totals
+	// into it as they change, the engine its records; it saves itself.
+	store *statefile.Store
+	tree  sysfs.Tree
+	bus   *bus.Service // nil with bus "none"
 
 	reqs chan func()
 	// clockSync asks the loop to sync the task-clock counters with the
@@ -79,7 +79,6 @@ type Daemon struct {
 	// change it caused, and a change that is not persisted not at all.
 	unpublished bool
 	heldLogs    []func()
-	lastSaved   statefile.State   // what state.json holds, as last saved by saveState
 	asideSaid   map[string]string // per knob, the other owner last reported (stepaside.go)
 	lpmdOwner   string            // intel-lpmd's unique bus name, "" not running (lpmd.go)
 
@@ -95,8 +94,6 @@ type Daemon struct {
 	energy *energy.Meter
 	// energyDirty: the totals changed since they were last saved.
 	energyDirty bool
-	// saveFailing: the last saveBackground failed (and said so).
-	saveFailing bool
 	// restartFor: the settings of a reload that stop this daemon for a
 	// restart (PrepareRestart); nil for a plain stop.
 	restartFor atomic.Pointer[[]string]
@@ -136,6 +133,11 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	d.energy = energy.NewMeter(fs, d.log.WithField("component", "energy"), time.Now, nil)
 	d.place = d.newBackend()
+	// Nothing loaded yet: the start's loadState makes the store anew from
+	// state.json (keepState).
+	d.store = statefile.NewStore(cfg.StateDir, statefile.State{}, d.log)
+	d.keepDecision()
+	d.place.Keep(d.store)
 	d.setMetricsPath(cfg.MetricsTextfile)
 	return d, nil
 }
@@ -265,6 +267,7 @@ func (d *Daemon) start(ctx context.Context) (stop func(), err error) {
 		d.dec.power = acpi.Decision{Source: acpi.Unknown, Reason: "power_supply unreadable: " + err.Error()}
 	}
 	d.dec.startKnobForSource(time.Now())
+	d.keepDecision()
 	d.boost.value, _ = d.fs.Boost()
 	d.readTopology()
 
@@ -366,19 +369,48 @@ func (d *Daemon) loadState() {
 			}
 		}
 	}
-	d.dec.loadState(st)
+	d.keepState(st)
 	if st.ChoicesErr != nil {
 		d.log.WithError(st.ChoicesErr).Warn("ignoring the saved per-source choices")
 	}
-	d.loadRecords(st)
 	if st.EnergyErr != nil {
 		d.log.WithError(st.EnergyErr).Warn("ignoring the saved energy totals")
 	}
-	d.energy = energy.NewMeter(d.fs, d.log.WithField("component", "energy"), time.Now, st.Energy)
 	if n := st.Unfinished(); n != "" {
 		d.log.WithField("found", n).Warn("the last run did not finish its stop: each value it set is checked now, restored where it is still ours, and kept where someone else changed it since")
 	}
 	d.recoverBoost(st.Boost)
+}
+
+// keepState makes the store of state.json from st, what it holds: the
+// decision takes its knob and choices, the meter its energy totals, the
+// engine its records (and carries the other placement mode's as they
+// are); what the store holds is what they made of it. Boost's start-up
+// value is recoverBoost's.
+func (d *Daemon) keepState(st statefile.State) {
+	d.store = statefile.NewStore(d.cfg.StateDir, st, d.log)
+	d.dec.loadState(st)
+	d.keepDecision()
+	d.energy = energy.NewMeter(d.fs, d.log.WithField("component", "energy"), time.Now, st.Energy)
+	d.store.SetEnergy(d.energy.Totals())
+	d.store.SetBoost(nil)
+	d.place.Keep(d.store)
+}
+
+// keepDecision writes the decision's part of state.json into the store
+// (decider.putState): after each change of the knob, whether it is
+// chosen and since when, or the per-source choices.
+func (d *Daemon) keepDecision() { d.dec.putState(d.store) }
+
+// closeEnergySegment closes the meter's running segment and starts the
+// next under the current key (energy.Meter.CloseSegment), the totals
+// written into the store; it reports whether they changed.
+func (d *Daemon) closeEnergySegment() bool {
+	if !d.energy.CloseSegment(d.energyKey(), d.dec.power.Source == acpi.Battery) {
+		return false
+	}
+	d.store.SetEnergy(d.energy.Totals())
+	return true
 }
 
 // onWake counts an event and has the back end handle wake k.
@@ -466,11 +498,11 @@ func (d *Daemon) shutdown() {
 	}
 	d.restoreBoost()
 	// The running energy segment ends with the daemon.
-	d.energy.CloseSegment(d.energyKey(), d.dec.power.Source == acpi.Battery)
+	d.closeEnergySegment()
 	// What is restored is dropped from state.json; what is not (and the
 	// records of other cgroups, and the workloads we created, which the
 	// next start still removes once their tasks are gone) stays.
-	if err := d.saveState(d.stateWith(d.dec.knob)); err != nil {
+	if err := d.save(); err != nil {
 		d.log.WithError(err).Warn("cannot update state.json after restoring")
 	}
 	d.metrics.remove()
@@ -489,41 +521,9 @@ func (d *Daemon) setMetricsPath(p string) {
 	}
 }
 
-// saveState writes st to state.json (statefile.SaveState) and remembers it.
-func (d *Daemon) saveState(st statefile.State) error {
-	if err := statefile.SaveState(d.cfg.StateDir, st); err != nil {
-		return err
-	}
-	d.lastSaved = st
-	return nil
-}
-
-// saveBackground saves state.json for the placement and the energy
-// totals, which retry at every event and sample until it works: a failure
-// is logged once, at error level with its cause, its repeats at debug
-// level, and the first save that works again once (saveFailing).
-func (d *Daemon) saveBackground() error {
-	err := d.saveState(d.stateWith(d.dec.knob))
-	switch {
-	case err != nil && !d.saveFailing:
-		d.log.WithError(err).Error("cannot save state.json; no cpuset or AllowedCPUs= is changed, and energy totals are kept in memory, until it can be")
-		d.saveFailing = true
-	case err != nil:
-		d.log.WithError(err).Debug("cannot save state.json yet")
-	case d.saveFailing:
-		d.log.Info("state.json saved again")
-		d.saveFailing = false
-	}
-	return err
-}
-
-// stateWith is what state.json must hold with knob k: the knob, the boost
-// setting found at start-up while we manage it, the placement's records
-// (and the other placement mode's, as they were found), the energy totals
-// and the per-source choices.
-func (d *Daemon) stateWith(k policy.Knob) statefile.State {
-	st := statefile.State{Boost: d.boost.orig, Cgroups: d.kept.Cgroups, Units: d.kept.Units, Energy: d.energy.Totals()}
-	d.dec.putState(&st, k)
-	d.place.PutRecords(&st)
-	return st
+// save writes state.json now (statefile.Store.Save), the placement's
+// records as they are now put in first.
+func (d *Daemon) save() error {
+	d.place.PutRecords()
+	return d.store.Save()
 }

@@ -66,11 +66,11 @@ func (c *decider) loadState(st statefile.State) {
 	c.choices = st.Choices
 }
 
-// putState writes the knob k (the one in force, or one about to be) with
-// whether the knob in force is chosen, and the per-source choices, into
-// st: what state.json must hold of the decision.
-func (c *decider) putState(st *statefile.State, k policy.Knob) {
-	st.Knob, st.Chosen, st.ChosenAt, st.Choices = k, c.knobChosen, c.chosenAt, c.choices
+// putState writes what state.json must hold of the decision into s: the
+// knob in force, whether it is chosen and since when, and the per-source
+// choices. The loop calls it after each change of them (Daemon.keepDecision).
+func (c *decider) putState(s *statefile.Store) {
+	s.SetDecision(c.knob, c.knobChosen, c.chosenAt, c.choices)
 }
 
 // setPower takes a new reading of the power source and of the system

@@ -12,6 +12,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
@@ -98,9 +99,9 @@ func restart(p acpi.Decision) func(*testing.T, *decider) {
 	return func(t *testing.T, c *decider) {
 		t.Helper()
 		dir := t.TempDir()
-		var st statefile.State
-		c.putState(&st, c.knob)
-		if err := statefile.SaveState(dir, st); err != nil {
+		s := statefile.NewStore(dir, statefile.State{}, testutil.Logger(t))
+		c.putState(s)
+		if err := s.Save(); err != nil {
 			t.Fatal(err)
 		}
 		loaded, err := statefile.LoadState(dir)
@@ -577,8 +578,9 @@ func TestDeciderChosenAtAndReset(t *testing.T) {
 	c.knobForSource(acpi.Battery, acpi.AC, t3)
 	check("AC's choice brought back", snapshot.KnobFromChoice, t3)
 
-	var st statefile.State
-	c.putState(&st, c.knob)
+	s := statefile.NewStore(t.TempDir(), statefile.State{}, testutil.Logger(t))
+	c.putState(s)
+	st := s.State()
 	if !st.ChosenAt.Equal(t3) || !st.Chosen {
 		t.Errorf("state: chosen %v at %v, want at %v", st.Chosen, st.ChosenAt, t3)
 	}

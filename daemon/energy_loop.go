@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -38,7 +37,7 @@ func (d *Daemon) followEnergy() {
 	if k == d.energy.Segment() {
 		return
 	}
-	if d.energy.CloseSegment(k, d.dec.power.Source == acpi.Battery) {
+	if d.closeEnergySegment() {
 		d.energyDirty = true
 	}
 	d.armEnergyGuard()
@@ -51,8 +50,9 @@ func (d *Daemon) saveEnergy() {
 		return
 	}
 	d.energyDirty = false
-	if st := d.stateWith(d.dec.knob); !reflect.DeepEqual(st, d.lastSaved) {
-		if err := d.saveBackground(); err != nil {
+	d.place.PutRecords()
+	if d.store.Changed() {
+		if err := d.store.Checkpoint(); err != nil {
 			d.energyDirty = true // kept in memory, saved with the next change
 		}
 	}
@@ -118,7 +118,7 @@ func (d *Daemon) refreshEnergy() {
 		return
 	}
 	d.energyRefreshed = now
-	if d.energy.CloseSegment(d.energyKey(), d.dec.power.Source == acpi.Battery) {
+	if d.closeEnergySegment() {
 		d.energyDirty = true
 	}
 	d.armEnergyGuard()

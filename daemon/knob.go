@@ -3,7 +3,6 @@ package daemon
 import (
 	"fmt"
 	"os"
-	"reflect"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -48,10 +47,12 @@ func (d *Daemon) setKnobAs(k policy.Knob, via string, explicit bool) error {
 	logChange := func() {
 		d.log.WithFields(logrus.Fields{"via": via, "power_aware": k.PowerAware, "power_aware_policy": k.PowerAwarePolicy}).Info("knob changed")
 	}
+	d.keepDecision()
 	if holding {
-		if err := d.saveState(d.stateWith(k)); err != nil {
+		if err := d.save(); err != nil {
 			d.log.WithError(err).Error("cannot persist choice; not applied")
 			d.dec.restore(prev)
+			d.keepDecision()
 			return err
 		}
 		logChange()
@@ -67,12 +68,13 @@ func (d *Daemon) setKnobAs(k policy.Knob, via string, explicit bool) error {
 	// nothing to do when the placement already saved exactly that before
 	// its writes (one fsync per switch, not two).
 	var err error
-	if st := d.stateWith(k); !reflect.DeepEqual(st, d.lastSaved) {
-		err = d.saveState(st)
+	if d.place.PutRecords(); d.store.Changed() {
+		err = d.store.Save()
 	}
 	if err != nil {
 		d.log.WithError(err).Error("cannot persist choice; the previous one is applied again")
 		d.dec.restore(prev)
+		d.keepDecision()
 		d.recompute("knob not persisted", true)
 		d.dec.lastChange = prev.lastChange
 	}
@@ -145,9 +147,10 @@ func (d *Daemon) onPowerState(st acpi.State) {
 		// (nothing the user chose is lost, the choices are unchanged in
 		// memory).
 		if d.dec.knobForSource(from, st.Power.Source, time.Now()) {
+			d.keepDecision()
 			k := d.dec.knob
 			d.log.WithFields(logrus.Fields{"power_source": choiceSource(st.Power.Source), "power_aware": k.PowerAware, "power_aware_policy": k.PowerAwarePolicy, "remembered": d.dec.knobChosen}).Info("knob of the new power source")
-			if err := d.saveState(d.stateWith(k)); err != nil {
+			if err := d.save(); err != nil {
 				d.log.WithError(err).Warn("cannot save the knob of the new power source")
 			}
 		}

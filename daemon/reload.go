@@ -79,10 +79,12 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 		d.cfg.SampleInterval = nc.SampleInterval
 		d.cfg.ConfigDigest = nc.ConfigDigest
 		d.cfg.DefaultKnob = nc.DefaultKnob
-		switch applied, overridden := d.dec.reloadDefault(nc.DefaultKnob); {
+		applied, overridden := d.dec.reloadDefault(nc.DefaultKnob)
+		d.keepDecision()
+		switch {
 		case applied:
 			d.log.WithFields(logrus.Fields{"power_aware": nc.DefaultKnob.PowerAware, "power_aware_policy": nc.DefaultKnob.PowerAwarePolicy}).Info("reload: default knob changed")
-			if err := d.saveState(d.stateWith(d.dec.knob)); err != nil {
+			if err := d.save(); err != nil {
 				d.log.WithError(err).Warn("reload: cannot save state")
 			}
 		case overridden:

@@ -53,8 +53,10 @@ func (c *decider) reset() (prev knobState) {
 // changes nothing (EIO).
 func (d *Daemon) resetKnob() error {
 	prev := d.dec.reset()
-	if err := d.saveState(d.stateWith(d.dec.knob)); err != nil {
+	d.keepDecision()
+	if err := d.save(); err != nil {
 		d.dec.restore(prev)
+		d.keepDecision()
 		d.log.WithError(err).Error("cannot persist the reset; nothing changed")
 		return fmt.Errorf("reset: %w: %w", syscall.EIO, err)
 	}

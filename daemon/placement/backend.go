@@ -50,11 +50,12 @@ type Driver interface {
 }
 
 // Recorder: the driver keeps records in state.json. LoadRecords takes
-// them (st.Cgroups or st.Units), before open; PutRecords sets them in st
-// as state.json must hold them now, leaving the other mode's as they are.
+// them (st.Cgroups or st.Units), before open; PutRecords sets them in
+// the store as state.json must hold them now (SetCgroups or SetUnits),
+// leaving the other mode's as they are.
 type Recorder interface {
 	LoadRecords(st statefile.State)
-	PutRecords(st *statefile.State)
+	PutRecords(s *statefile.Store)
 }
 
 // Watcher: the driver has wakes of its own (cgroupfs: WakeChanged,

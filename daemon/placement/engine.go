@@ -26,8 +26,9 @@ import (
 // mode between runs loses nothing.
 //
 // The driver keeps the central promise through the Journal: a value is
-// recorded in state.json (through Save, the daemon's) before it is
-// written, and Restore puts back only what still holds a value of ours.
+// recorded in state.json (through the store the engine keeps: Keep)
+// before it is written, and Restore puts back only what still holds a
+// value of ours.
 //
 // Wakes. The loop selects on WakeC(k) for each wake kind k (nil where
 // there is none of that kind: the case never fires), on ConfirmC (the
@@ -45,9 +46,10 @@ type Engine struct {
 	Cfg   *Config // the daemon's: refreshed on a reload, read on the loop
 	Log   logrus.FieldLogger
 	Stats *Counters
-	// Journal saves state.json with the daemon's knob and the driver's
-	// records (journal.go).
+	// Journal saves state.json, the store's, with the driver's records
+	// (journal.go; Keep).
 	Journal
+	store *statefile.Store
 	// LoopDone closes when the daemon's loop ends (a driver's goroutines
 	// stop then).
 	LoopDone <-chan struct{}
@@ -98,17 +100,27 @@ func (e *Engine) Driver() Driver { return e.drv }
 // Mode is the driver's.
 func (e *Engine) Mode() string { return e.drv.Mode() }
 
-// LoadRecords and PutRecords are the driver's (Recorder); a driver that
-// keeps none leaves st as it is.
-func (e *Engine) LoadRecords(st statefile.State) {
+// Keep has the engine keep its driver's records in s, state.json held in
+// memory: the driver takes those s holds (Recorder.LoadRecords), before
+// Open, and from now on the journal saves through s (Journal.Save: the
+// records put in, then s.Checkpoint). A driver that keeps no records
+// saves s as it is.
+func (e *Engine) Keep(s *statefile.Store) {
+	e.store = s
 	if r, ok := e.drv.(Recorder); ok {
-		r.LoadRecords(st)
+		r.LoadRecords(s.State())
+	}
+	e.Save = func() error {
+		e.PutRecords()
+		return s.Checkpoint()
 	}
 }
 
-func (e *Engine) PutRecords(st *statefile.State) {
-	if r, ok := e.drv.(Recorder); ok {
-		r.PutRecords(st)
+// PutRecords puts the driver's records, as state.json must hold them now,
+// into the store (Recorder); nothing before Keep.
+func (e *Engine) PutRecords() {
+	if r, ok := e.drv.(Recorder); ok && e.store != nil {
+		r.PutRecords(e.store)
 	}
 }
 

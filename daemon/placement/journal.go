@@ -42,8 +42,8 @@ import (
 // since the last save, and the save. Both back ends embed one; all runs
 // on the loop.
 type Journal struct {
-	// Save persists state.json with the back end's records
-	// (Daemon.saveBackground); its error says why it failed.
+	// Save persists state.json with the back end's records (the
+	// engine's store: Engine.Keep); its error says why it failed.
 	Save func() error
 	// Dirty: a record changed since the last successful save (or none
 	// succeeded yet, for a back end that starts dirty).

@@ -16,8 +16,8 @@ func (p *Placement) Mode() string { return placement.Cgroupfs }
 // LoadRecords takes state.json's cgroup records (load).
 func (p *Placement) LoadRecords(st statefile.State) { p.load(st.Cgroups) }
 
-// PutRecords sets st's cgroup records to recordList.
-func (p *Placement) PutRecords(st *statefile.State) { st.Cgroups = p.recordList() }
+// PutRecords sets s's cgroup records to recordList.
+func (p *Placement) PutRecords(s *statefile.Store) { s.SetCgroups(p.recordList()) }
 
 func (p *Placement) Count() int { return len(p.workloads) }
 

@@ -17,8 +17,8 @@ func (u *Placement) Mode() string { return placement.Systemd }
 // LoadRecords takes state.json's unit records (load).
 func (u *Placement) LoadRecords(st statefile.State) { u.load(st.Units) }
 
-// PutRecords sets st's unit records to recordList.
-func (u *Placement) PutRecords(st *statefile.State) { st.Units = u.recordList() }
+// PutRecords sets s's unit records to recordList.
+func (u *Placement) PutRecords(s *statefile.Store) { s.SetUnits(u.recordList()) }
 
 func (u *Placement) Count() int { return len(u.workloads) }
 
