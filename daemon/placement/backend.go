@@ -6,7 +6,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
-	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -18,7 +17,7 @@ import (
 // *Engine it was made with. Every method runs on the daemon's loop.
 //
 // What a driver can do beyond these it says by implementing the small
-// interfaces below (Recorder, Watcher, EventSource, Confirmer, Clocked,
+// interfaces below (Watcher, EventSource, Confirmer, Clocked,
 // Creator, Overrider, Hotplugger, Reporter, Poller, Refresher,
 // Rechecker), which the Engine finds by type assertion, as database/sql
 // finds a driver's optional capabilities.
@@ -47,15 +46,6 @@ type Driver interface {
 	Restore() bool
 	// Count is how many workloads there are.
 	Count() int
-}
-
-// Recorder: the driver keeps records in state.json. LoadRecords takes
-// them (st.Cgroups or st.Units), before open; PutRecords sets them in
-// the store as state.json must hold them now (SetCgroups or SetUnits),
-// leaving the other mode's as they are.
-type Recorder interface {
-	LoadRecords(st statefile.State)
-	PutRecords(s *statefile.Store)
 }
 
 // Watcher: the driver has wakes of its own (cgroupfs: WakeChanged,

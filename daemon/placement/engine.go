@@ -50,6 +50,9 @@ type Engine struct {
 	// (journal.go; Keep).
 	Journal
 	store *statefile.Store
+	// records is the driver's records (KeepRecords), by key; nil for a
+	// driver that keeps none.
+	records records
 	// LoopDone closes when the daemon's loop ends (a driver's goroutines
 	// stop then).
 	LoopDone <-chan struct{}
@@ -100,27 +103,32 @@ func (e *Engine) Driver() Driver { return e.drv }
 // Mode is the driver's.
 func (e *Engine) Mode() string { return e.drv.Mode() }
 
-// Keep has the engine keep its driver's records in s, state.json held in
-// memory: the driver takes those s holds (Recorder.LoadRecords), before
-// Open, and from now on the journal saves through s (Journal.Save: the
-// records put in, then s.Checkpoint). A driver that keeps no records
-// saves s as it is.
+// Keep has the engine keep its records in s, state.json held in memory:
+// it takes those s holds (LoadRecords), before Open, and from now on the
+// journal saves through s (Journal.Save: the records put in, then
+// s.Checkpoint). A driver that keeps no records saves s as it is.
 func (e *Engine) Keep(s *statefile.Store) {
 	e.store = s
-	if r, ok := e.drv.(Recorder); ok {
-		r.LoadRecords(s.State())
-	}
+	e.LoadRecords(s.State())
 	e.Save = func() error {
 		e.PutRecords()
 		return s.Checkpoint()
 	}
 }
 
-// PutRecords puts the driver's records, as state.json must hold them now,
-// into the store (Recorder); nothing before Keep.
+// LoadRecords takes the records of st of its driver's kind (KeepRecords)
+// into its table.
+func (e *Engine) LoadRecords(st statefile.State) {
+	if e.records != nil {
+		e.records.load(e, st)
+	}
+}
+
+// PutRecords puts the records, as state.json must hold them now
+// (Records.List), into the store; nothing before Keep.
 func (e *Engine) PutRecords() {
-	if r, ok := e.drv.(Recorder); ok && e.store != nil {
-		r.PutRecords(e.store)
+	if e.records != nil && e.store != nil {
+		e.records.put(e.store)
 	}
 }
 

@@ -130,6 +130,14 @@ func (r *Record) Needed() bool {
 	return r.Written() || r.LoadBalanceCleared || r.Created || r.Released
 }
 
+// Key identifies a cgroup record: its Path. No two records of a state
+// file share one.
+func (r Record) Key() string { return r.Path }
+
+// Kept reports whether state.json keeps the record: it is Needed, or it
+// is the managed parent's.
+func (r Record) Kept() bool { return r.Needed() || r.Parent }
+
 // Validate checks one record as LoadState does: Path is absolute and
 // clean, and Original, Applied and Pending are cpulists that
 // sysfs.ParseCPUList accepts ("" included). The error names the record
@@ -204,6 +212,10 @@ func (r UnitRecord) Key() string { return r.Manager + "/" + r.Unit }
 // Written reports whether the unit's AllowedCPUs= may hold a value the
 // daemon set: Applied or Pending is set.
 func (r *UnitRecord) Written() bool { return r.Applied != "" || r.Pending != "" }
+
+// Kept reports whether state.json keeps the record: a value of ours
+// (Written), or a scope the daemon started.
+func (r UnitRecord) Kept() bool { return r.Written() || r.Created }
 
 // Validate checks one unit record as LoadState does: Manager is "system"
 // or "user:UID" (UID a decimal ≥ 0), Unit names a service or scope

@@ -5,19 +5,12 @@ import (
 	"slices"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
-	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
 // The cgroupfs placement as the loop sees it (backend).
 
 func (p *Placement) Mode() string { return placement.Cgroupfs }
-
-// LoadRecords takes state.json's cgroup records (load).
-func (p *Placement) LoadRecords(st statefile.State) { p.load(st.Cgroups) }
-
-// PutRecords sets s's cgroup records to recordList.
-func (p *Placement) PutRecords(s *statefile.Store) { s.SetCgroups(p.recordList()) }
 
 func (p *Placement) Count() int { return len(p.workloads) }
 

@@ -47,11 +47,12 @@ type Placement struct {
 	clockRetask map[string]bool
 
 	workloads map[string]*workload
-	// records holds every record by cgroup path: the current workloads',
-	// the managed parent's, and those loaded from state.json that no
-	// current workload matched (another root, a run that could not open
-	// the parent), which are kept as they are.
-	records map[string]*statefile.Record
+	// records is the engine's table of cgroup records, by path
+	// (placement.KeepRecords): the current workloads', the managed
+	// parent's, and those loaded from state.json that no current workload
+	// matched (another root, a run that could not open the parent), which
+	// are kept as they are.
+	records placement.Records[statefile.Record]
 	parent  *statefile.Record // the managed parent's record (v1 CPUs)
 	// parentFound is the v1 parent's CPUs as this run found them when
 	// they were fewer than its recorded original (a CPU went offline while
@@ -70,7 +71,6 @@ type Placement struct {
 // The driver and the capabilities it has (backend.go).
 var (
 	_ placement.Driver      = (*Placement)(nil)
-	_ placement.Recorder    = (*Placement)(nil)
 	_ placement.Watcher     = (*Placement)(nil)
 	_ placement.EventSource = (*Placement)(nil)
 	_ placement.Confirmer   = (*Placement)(nil)
@@ -114,50 +114,37 @@ type workload struct {
 func New(e *placement.Engine) *Placement {
 	p := &Placement{
 		e:         e,
-		workloads: map[string]*workload{}, records: map[string]*statefile.Record{},
-		rejected: map[string]bool{}, waiting: map[string]bool{},
+		workloads: map[string]*workload{},
+		rejected:  map[string]bool{}, waiting: map[string]bool{},
 		exits: make(chan placement.Event), exitWatches: map[string]*sysfs.ExitWatch{},
 		newWatch: watchCgroupDir,
 	}
+	p.records = placement.KeepRecords(e, p.usable)
 	e.Dirty = true
 	e.Drive(p)
 	return p
 }
 
-// load takes the records state.json holds (before anything is adopted),
-// but for those whose cgroup is gone: no directory at the path (cgroups do
-// not survive a reboot), or another one (a different inode). A record
-// without an inode (a version-1 file's, or one edited by hand) cannot be
-// shown to name the cgroup now at its path, which may be anyone's: it is
-// dropped with a warning, and that cgroup is adopted as it is found, never
-// removed, restored or written back on the record's word.
-func (p *Placement) load(saved []statefile.Record) {
-	for i := range saved {
-		r := saved[i]
-		id := dirInode(r.Path)
-		switch {
-		case id == 0 || r.Inode != 0 && id != r.Inode:
-			p.e.Log.WithField("path", r.Path).Debug("dropping the record of a cgroup that is gone")
-		case r.Inode == 0:
-			p.e.Log.WithFields(logrus.Fields{"path": r.Path, "created": r.Created, "original": r.Original}).
-				Warn("a saved record has no inode, so it cannot be shown to be this cgroup's; not used (the cgroup is left as it is)")
-		default:
-			p.records[r.Path] = &r
-			continue
-		}
-		p.e.Dirty = true
+// usable reports whether a record state.json holds is taken (before
+// anything is adopted): not when its cgroup is gone — no directory at
+// the path (cgroups do not survive a reboot), or another one (a
+// different inode). A record without an inode (a version-1 file's, or
+// one edited by hand) cannot be shown to name the cgroup now at its
+// path, which may be anyone's: it is dropped with a warning, and that
+// cgroup is adopted as it is found, never removed, restored or written
+// back on the record's word.
+func (p *Placement) usable(r *statefile.Record) bool {
+	id := dirInode(r.Path)
+	switch {
+	case id == 0 || r.Inode != 0 && id != r.Inode:
+		p.e.Log.WithField("path", r.Path).Debug("dropping the record of a cgroup that is gone")
+		return false
+	case r.Inode == 0:
+		p.e.Log.WithFields(logrus.Fields{"path": r.Path, "created": r.Created, "original": r.Original}).
+			Warn("a saved record has no inode, so it cannot be shown to be this cgroup's; not used (the cgroup is left as it is)")
+		return false
 	}
-}
-
-// recordList is the records state.json must hold now, sorted by path.
-func (p *Placement) recordList() []statefile.Record {
-	keep := make(map[string]*statefile.Record, len(p.records))
-	for path, r := range p.records {
-		if r.Needed() || r.Parent {
-			keep[path] = r
-		}
-	}
-	return statefile.SortedRecords(keep)
+	return true
 }
 
 // Open opens (creating if needed) the managed parent, locks it, reconciles

@@ -260,7 +260,7 @@ func (u *Placement) setOne(ctx context.Context, w *unitWorkload, want sysfs.CPUS
 // user's through its link (restoreUsers), within linkRestoreTimeout.
 func (u *Placement) Restore() bool {
 	if u.mgr == nil {
-		return len(u.recordList()) == 0
+		return len(u.records.List()) == 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), unitOpTimeout)
 	defer cancel()

@@ -6,19 +6,12 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
-	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
 // The units placement as the loop sees it (backend).
 
 func (u *Placement) Mode() string { return placement.Systemd }
-
-// LoadRecords takes state.json's unit records (load).
-func (u *Placement) LoadRecords(st statefile.State) { u.load(st.Units) }
-
-// PutRecords sets s's unit records to recordList.
-func (u *Placement) PutRecords(s *statefile.Store) { s.SetUnits(u.recordList()) }
 
 func (u *Placement) Count() int { return len(u.workloads) }
 

@@ -57,9 +57,9 @@ func newMemUnits(t *testing.T, saved ...statefile.UnitRecord) *memUnits {
 		}
 		return h.m, nil
 	}
-	u.load(saved)
+	u.e.LoadRecords(statefile.State{Units: saved})
 	u.e.Save = func() error {
-		h.journal = append(h.journal, "save "+recs(u.recordList()))
+		h.journal = append(h.journal, "save "+recs(u.records.List()))
 		return nil
 	}
 	h.u = u
@@ -212,7 +212,7 @@ func TestMemUnitsRestore(t *testing.T) {
 		for n, want := range map[string]string{"a.service": "", "b.service": "1", "c.service": "(not found)", "d.service": "", "e.service": "1"} {
 			testutil.WantEq(t, n+": AllowedCPUs=", h.m.allowedOf(n), want)
 		}
-		testutil.WantEq(t, "state.json's records", recs(h.u.recordList()), "")
+		testutil.WantEq(t, "state.json's records", recs(h.u.records.List()), "")
 	})
 }
 
@@ -289,7 +289,7 @@ func TestMemUnitsAdoptSaved(t *testing.T) {
 			{Manager: "system", Unit: "v.service", Values: statefile.Values{Applied: "0"}, DropIns: ours["v.service"]}, // the same value, written anew by someone else
 			{Manager: "system", Unit: "gone.scope", Values: statefile.Values{Applied: "0"}, DropIns: gone},             // the unit is gone
 		}
-		h.u.load(saved)
+		h.u.e.LoadRecords(statefile.State{Units: saved})
 		h.open()
 		for n, want := range map[string]string{
 			"p.service":  "p.service orig= pending= applied=0",
@@ -478,7 +478,7 @@ func TestMemUnitsRestoreKeepsReset(t *testing.T) {
 		}
 		testutil.WantEq(t, "restore writes", h.taken(), "")
 		testutil.WantEq(t, "a.service: AllowedCPUs=", h.m.allowedOf("a.service"), "")
-		testutil.WantEq(t, "state.json's records", recs(h.u.recordList()), "")
+		testutil.WantEq(t, "state.json's records", recs(h.u.records.List()), "")
 	})
 }
 

@@ -36,10 +36,10 @@ func surfaceUnits(t *testing.T, saved []statefile.UnitRecord, out *[]statefile.U
 	t.Helper()
 	u := New(placement.NewEngine(&placement.Config{Manage: []string{"schedpolicyd.slice"}, SampleInterval: time.Second, UtilHalfLife: policy.DefaultHalfLife, NoTaskClock: true}, testutil.Logger(t), &placement.Counters{}, nil))
 	u.unified = false // one write per value (no widening step)
-	u.load(saved)
+	u.e.LoadRecords(statefile.State{Units: saved})
 	u.e.Save = func() error {
 		if out != nil {
-			*out = u.recordList()
+			*out = u.records.List()
 		}
 		return nil
 	}
@@ -222,8 +222,8 @@ func TestUnitsRecreatedUnitKeepsRecord(t *testing.T) {
 	u2 := surfaceUnits(t, records, &saved2)
 	apply2 := placer(t, u2, &pol)
 	u2.e.Flush()
-	if keys(u2.recordList()) != "r.service" {
-		t.Fatalf("records after the next start: %q", keys(u2.recordList()))
+	if keys(u2.records.List()) != "r.service" {
+		t.Fatalf("records after the next start: %q", keys(u2.records.List()))
 	}
 	f.start("r.service", "schedpolicyd.slice", false)
 	f.start("t.service", "schedpolicyd.slice", true)

@@ -95,8 +95,10 @@ type Placement struct {
 	cgroupRoot string
 	unified    bool
 
-	workloads map[string]*unitWorkload         // by workloadKey
-	records   map[string]*statefile.UnitRecord // by UnitRecord.Key()
+	workloads map[string]*unitWorkload // by workloadKey
+	// records is the engine's table of unit records, by
+	// UnitRecord.Key() (placement.KeepRecords).
+	records placement.Records[statefile.UnitRecord]
 	// reloading holds the managers (by uid, -1 the system's) between
 	// their Reloading(true) and Reloading(false): their unit signals are
 	// not followed and their units' AllowedCPUs= not set meanwhile; one
@@ -123,7 +125,6 @@ type Placement struct {
 // The driver and the capabilities it has (backend.go).
 var (
 	_ placement.Driver      = (*Placement)(nil)
-	_ placement.Recorder    = (*Placement)(nil)
 	_ placement.EventSource = (*Placement)(nil)
 	_ placement.Confirmer   = (*Placement)(nil)
 	_ placement.Clocked     = (*Placement)(nil)
@@ -174,7 +175,7 @@ func New(e *placement.Engine) *Placement {
 		people:      map[int]*userManager{},
 		cgroupRoot:  filepath.Join(sysfsRoot(cfg), "fs/cgroup"),
 		workloads:   map[string]*unitWorkload{},
-		records:     map[string]*statefile.UnitRecord{},
+		records:     placement.KeepRecords[statefile.UnitRecord](e, nil),
 		reloading:   map[int]bool{},
 		held:        map[int]bool{},
 	}
@@ -250,26 +251,6 @@ func cgroupV2(sysfsRoot, cgroupRoot string) bool {
 	}
 	_, err := sysfs.ReadAttr(filepath.Join(cgroupRoot, "cgroup.controllers"))
 	return err == nil
-}
-
-// load takes the unit records of state.json.
-func (u *Placement) load(saved []statefile.UnitRecord) {
-	for i := range saved {
-		r := saved[i]
-		u.records[r.Key()] = &r
-	}
-}
-
-// recordList is the unit records state.json must hold now.
-func (u *Placement) recordList() []statefile.UnitRecord {
-	var out []statefile.UnitRecord
-	for _, r := range u.records {
-		if r.Written() || r.Created {
-			out = append(out, *r)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })
-	return out
 }
 
 // Open connects to the system manager and subscribes to its signals. An
