@@ -2,13 +2,16 @@ package daemon
 
 import (
 	"reflect"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement/cgroupfs"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement/units"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // Both placements are drivers (the compile-time checks beside each type
@@ -18,11 +21,46 @@ var (
 	_ placement.Driver = (*units.Placement)(nil)
 )
 
-// cgroupfs is d's cgroupfs driver, for tests that look inside it; nil in
-// placement "systemd".
-func cgfs(d *Daemon) *cgroupfs.Placement {
-	p, _ := d.place.Driver().(*cgroupfs.Placement)
-	return p
+// What tests see of d's placement through the engine (on the loop).
+
+// pressureWake handles a CPU pressure wake as the loop does (the
+// decision it asks for is the caller's).
+func pressureWake(d *Daemon) func() {
+	return func() { d.place.OnWake(placement.WakePressure) }
+}
+
+// workloadRunDelay is workload name's threads' run and run-queue wait time
+// (placement.Confirmer.RunDelay).
+func workloadRunDelay(d *Daemon, name string) (run, wait time.Duration, err error) {
+	return d.place.Driver().(placement.Confirmer).RunDelay(name)
+}
+
+// runnable is how many threads of the workload directory dir are
+// runnable now (sysfs.DirRunnable, under d's procfs).
+func runnable(d *Daemon, dir string) (int, error) {
+	proc := d.cfg.ProcRoot
+	if proc == "" {
+		proc = "/proc"
+	}
+	return sysfs.DirRunnable(dir, proc)
+}
+
+// listed reports whether the engine lists workload name (Engine.Status).
+func listed(d *Daemon, name string) bool {
+	return slices.ContainsFunc(d.place.Status(), func(w WorkloadStatus) bool { return w.Name == name })
+}
+
+// workloadLoad is workload name's runnable threads at the last sample and
+// its decayed utilisation, in CPUs, as the energy model reads them
+// (Engine.ModelLoads); 0, 0 if not listed.
+func workloadLoad(d *Daemon, name string) (threads int, util float64) {
+	in := d.modelInput()
+	for _, l := range append(in.Placed, in.Fixed...) {
+		if l.Name == name {
+			return l.Threads, l.Util
+		}
+	}
+	return 0, 0
 }
 
 func TestNewHoldsOneBackend(t *testing.T) {

@@ -61,12 +61,12 @@ func packedWithLog(t *testing.T) (*Daemon, *logtest.Hook, string, string, thread
 }
 
 func (d *Daemon) clockArmed(key string) (armed bool) {
-	d.do(context.Background(), func() error { armed = cgfs(d).Hooks().Clock().Armed(key); return nil })
+	d.do(context.Background(), func() error { armed = d.place.Clock.Armed(key); return nil })
 	return armed
 }
 
 func (d *Daemon) clockSlow(key string) (slow bool) {
-	d.do(context.Background(), func() error { slow = cgfs(d).Hooks().Clock().Slow(key); return nil })
+	d.do(context.Background(), func() error { slow = d.place.Clock.Slow(key); return nil })
 	return slow
 }
 
@@ -95,7 +95,7 @@ func widenedByClock(t *testing.T, hook *logtest.Hook, dir, all string, before in
 func onlyTaskClock(t *testing.T, d *Daemon) {
 	t.Helper()
 	d.do(context.Background(), func() error {
-		cgfs(d).Hooks().DropPressure()
+		d.place.Pressure.Close()
 		d.cfg.SampleInterval = time.Hour
 		d.syncPlacementConfig()
 		return nil
@@ -115,9 +115,8 @@ func clockCounting(t *testing.T, d *Daemon) {
 		var state string
 		d.do(context.Background(), func() error {
 			d.onSample()
-			h := cgfs(d).Hooks()
-			g := h.Clock()
-			armed, slow, paused, pending := g.Armed("job"), g.Slow("job"), g.Paused("job"), h.ConfirmPending()
+			g := d.place.Clock
+			armed, slow, paused, pending := g.Armed("job"), g.Slow("job"), g.Paused("job"), d.place.ConfirmC() != nil
 			ok = armed && !slow && !paused && !pending
 			state = fmt.Sprintf("armed %v slow %v paused %v, confirmation pending %v", armed, slow, paused, pending)
 			return nil
@@ -175,7 +174,7 @@ func TestDaemonTaskClockSlowsWhileBusy(t *testing.T) {
 	// CPU even at nice -10 (real-time ones, or many), and then widening it
 	// is right.
 	runDelay := func() (run, wait time.Duration) {
-		d.do(context.Background(), func() error { run, wait, _ = cgfs(d).Hooks().RunDelay("job"); return nil })
+		d.do(context.Background(), func() error { run, wait, _ = workloadRunDelay(d, "job"); return nil })
 		return run, wait
 	}
 	crowdedByOthers := func(run0, wait0 time.Duration) {
@@ -224,7 +223,7 @@ func TestDaemonTaskClockSlowsWhileBusy(t *testing.T) {
 	// Only the slow counters can widen job now: no pressure trigger and
 	// the next sample an hour away.
 	d.do(context.Background(), func() error {
-		cgfs(d).Hooks().DropPressure()
+		d.place.Pressure.Close()
 		d.cfg.SampleInterval = time.Hour
 		d.syncPlacementConfig()
 		return nil
@@ -239,8 +238,8 @@ func TestDaemonTaskClockSlowsWhileBusy(t *testing.T) {
 func TestDaemonNoTaskClock(t *testing.T) {
 	d, _, _, _ := packedThreadsWorkloadWith(t, func(c *Config) { c.NoTaskClock = true })
 	var gate *placement.ClockGate
-	d.do(context.Background(), func() error { gate = cgfs(d).Hooks().Clock(); return nil })
-	if gate != nil || cgfs(d).Hooks().ClockC() != nil {
+	d.do(context.Background(), func() error { gate = d.place.Clock; return nil })
+	if gate != nil || d.place.WakeC(placement.WakeClock) != nil {
 		t.Fatal("NoTaskClock: a gate was made")
 	}
 }
@@ -254,7 +253,7 @@ func TestDaemonTaskClockCountsAttachedTasks(t *testing.T) {
 	d, hook, all, dir, _ := packedWithLog(t)
 	onlyTaskClock(t, d)
 	var before int
-	d.do(context.Background(), func() error { before = cgfs(d).Hooks().Clock().Open(); return nil })
+	d.do(context.Background(), func() error { before = d.place.Clock.Open(); return nil })
 	proc := startThreadsProc(t)
 	proc.run(t, 0, 0) // started and idle: its start-up burst is over, outside job
 	// One write(2): one IN_MODIFY, so one "task attached" hint, which the
@@ -268,7 +267,7 @@ func TestDaemonTaskClockCountsAttachedTasks(t *testing.T) {
 		var n int
 		var pending bool
 		d.do(context.Background(), func() error {
-			n, pending = cgfs(d).Hooks().Clock().Open(), cgfs(d).Hooks().ConfirmPending()
+			n, pending = d.place.Clock.Open(), d.place.ConfirmC() != nil
 			return nil
 		})
 		return n > before && !pending, fmt.Sprintf("%d counters, %d before; confirmation pending %v", n, before, pending)

@@ -161,7 +161,7 @@ func removedBetween(t *testing.T, d *Daemon, remove func() error, gone, kept str
 		if err := remove(); err != nil {
 			return err
 		}
-		if !cgfs(d).Hooks().Listed(gone) {
+		if !listed(d, gone) {
 			return fmt.Errorf("%s already forgotten; the test needs it listed", gone)
 		}
 		k := d.dec.knob.WithCurrentPolicy(policy.Powersaving)

@@ -402,7 +402,7 @@ func TestDaemonPressureTriggerFollowsWorkloads(t *testing.T) {
 	held := func() string {
 		fds, gs := pressureHeld(t)
 		var armed bool
-		d.do(context.Background(), func() error { armed = cgfs(d).Hooks().Pressure().Armed(); return nil })
+		d.do(context.Background(), func() error { armed = d.place.Pressure.Armed(); return nil })
 		return fmt.Sprintf("%d files, %d goroutines, armed %v", fds, gs, armed)
 	}
 	if got := held(); got != "0 files, 0 goroutines, armed false" {

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
@@ -225,7 +226,7 @@ type wakeOutcome struct {
 // end of the confirmation it starts, with burst started just before.
 func pressureWakeOnLoop(t *testing.T, d *Daemon, dir string, burst func()) wakeOutcome {
 	t.Helper()
-	return wakeOnLoop(t, d, dir, burst, cgfs(d).Hooks().PressureWake)
+	return wakeOnLoop(t, d, dir, burst, pressureWake(d))
 }
 
 // wakeOnLoop is pressureWakeOnLoop with what wakes the loop (wake: the
@@ -238,13 +239,13 @@ func wakeOnLoop(t *testing.T, d *Daemon, dir string, burst, wake func()) wakeOut
 		// The threads run (on a loaded machine, wait until the kernel lets
 		// both be seen runnable).
 		for i := 0; i < 100; i++ {
-			if r, err := cgfs(d).Hooks().Runnable("job"); err == nil && r >= 2 {
+			if r, err := runnable(d, dir); err == nil && r >= 2 {
 				break
 			}
 			time.Sleep(time.Millisecond)
 		}
 		wake()
-		o.threads, o.util = cgfs(d).Hooks().Load("job")
+		o.threads, o.util = workloadLoad(d, "job")
 		d.recompute("cpu pressure", false)
 		o.atWake = testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
 		c := d.place.ConfirmC()
@@ -253,7 +254,7 @@ func wakeOnLoop(t *testing.T, d *Daemon, dir string, burst, wake func()) wakeOut
 			return nil
 		}
 		<-c
-		if o.confirmed = cgfs(d).Hooks().ConfirmWake(); o.confirmed {
+		if o.confirmed = len(d.place.OnWake(placement.WakeConfirmDue)) > 0; o.confirmed {
 			d.recompute("cpu pressure confirmed", false)
 		}
 		o.afterConfirm = testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
@@ -271,7 +272,7 @@ func wakeOnLoop(t *testing.T, d *Daemon, dir string, burst, wake func()) wakeOut
 // decayed utilisation (2 s half-life). Real v1 cpusets, real processes,
 // the real /proc.
 func TestDaemonPressureWakeWidensSaturated(t *testing.T) {
-	checkWakeWidensSaturated(t, "the pressure wake", func(d *Daemon) func() { return cgfs(d).Hooks().PressureWake })
+	checkWakeWidensSaturated(t, "the pressure wake", pressureWake)
 }
 
 // checkWakeWidensSaturated: after the loop's wake (what, for messages) on
@@ -304,7 +305,7 @@ func TestDaemonPressureWakeKeepsLightPacked(t *testing.T) {
 	proc.setNice(t, -10) // light, not crowded by the machine's other work
 	packed := testutil.ReadTrim(t, filepath.Join(dir, "cpuset.cpus"))
 	runDelay := func() (run, wait time.Duration) {
-		d.do(context.Background(), func() error { run, wait, _ = cgfs(d).Hooks().RunDelay("job"); return nil })
+		d.do(context.Background(), func() error { run, wait, _ = workloadRunDelay(d, "job"); return nil })
 		return run, wait
 	}
 	// The burst's threads' run and wait times from their start (each run
@@ -313,7 +314,7 @@ func TestDaemonPressureWakeKeepsLightPacked(t *testing.T) {
 	var run0, wait0 time.Duration
 	burst := func() {
 		proc.run(t, 2, 10)
-		run0, wait0, _ = cgfs(d).Hooks().RunDelay("job")
+		run0, wait0, _ = workloadRunDelay(d, "job")
 	}
 	var o wakeOutcome
 	for try := 0; try < 10; try++ {

@@ -298,16 +298,15 @@ func TestRestoreRealHotplug(t *testing.T) {
 // no other hint.
 func TestAdoptRetriesChildNotReady(t *testing.T) {
 	m := newMockLaptop(t)
-	d := m.startWith(t, nil)
+	ml := new(msgLog)
+	d := m.startWith(t, func(c *Config) { c.Log.(*logrus.Logger).AddHook(ml) })
 	c := filepath.Join(m.managed, "c")
 	if err := os.Mkdir(c, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	// The loop sees c without files first.
 	testutil.Eventually(t, "c seen, waiting", func() (bool, string) {
-		var w bool
-		d.do(context.Background(), func() error { w = cgfs(d).Hooks().Waiting("c"); return nil })
-		return w, ""
+		return strings.Contains(ml.mentions("cannot adopt this cgroup yet"), "workload=c"), ""
 	})
 	testutil.Put(t, filepath.Join(c, "cpu.stat"), "usage_usec 0")
 	testutil.Put(t, filepath.Join(c, "cpuset.cpus"), "1")
@@ -359,8 +358,8 @@ func TestRecordWithoutInodeNotUsed(t *testing.T) {
 				return cpusOf(t, admin) == "0-1", cpusOf(t, admin)
 			})
 			// A created workload without tasks is reaped at the next
-			// event: give it one.
-			d.do(context.Background(), func() error { cgfs(d).Hooks().ReapFinished(); return nil })
+			// event: give it one (the periodic sample's).
+			d.do(context.Background(), func() error { d.place.OnSample(); return nil })
 			if _, err := os.Stat(admin); err != nil {
 				t.Fatalf("the administrator's cgroup was removed: %v", err)
 			}
