@@ -203,7 +203,7 @@ func TestHoldsOfCallersThatLeaveAtOnce(t *testing.T) {
 // the README, the interface contract, the man page and docs/INPUTS.md give.
 func TestHoldBoundsDocumented(t *testing.T) {
 	for _, f := range []struct{ path, perCaller, inAll string }{
-		{"../README.md", "may have %d holds at once", "keeps %d in all"},
+		{"../docs/USAGE.md", "may have %d holds at once", "keeps %d in all"},
 		{"bus/org.schedpolicyd.SchedPolicy1.xml", "may have %d holds at once", "keeps %d in all"},
 		{"../packaging/man/schedpolicyd.8", "may have %d holds at once", "keeps %d in all"},
 		{"../docs/INPUTS.md", "at most %d holds per bus connection", "and %d in all"},

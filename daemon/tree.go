@@ -18,7 +18,7 @@ import (
 // tree directory (the 2013 patch set's /sys/devices/system/cpu/sched_policy).
 const TreePrefix = "devices/system/cpu/sched_policy"
 
-// The six files of the tree (README.md, "The tree"), and workloads.
+// The six files of the tree (docs/USAGE.md, "The tree"), and workloads.
 const (
 	fileAvailable        = "available_sched_policy"
 	fileCurrent          = "current_sched_policy"

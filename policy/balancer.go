@@ -122,7 +122,7 @@ const eps = 1e-9
 // nothing busy, all idle workloads share one CPU. However many there are,
 // idle workloads never make a plan use a CPU of their own.
 //
-// Policies (README.md, "Workloads"; the domain tree is described on
+// Policies (docs/USAGE.md, "Workloads"; the domain tree is described on
 // buildTree):
 //   - performance: every workload gets every allowed CPU (CFS spreads).
 //   - balance / powersaving: from the top domain down, if the domain's

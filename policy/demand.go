@@ -6,7 +6,7 @@ import (
 	"slices"
 )
 
-// Saturation rules (README.md, "Workloads"): a workload confined to k CPUs can never
+// Saturation rules (docs/USAGE.md, "Workloads"): a workload confined to k CPUs can never
 // show more than k CPUs of use, so the average alone cannot say how much
 // it wants.
 const (

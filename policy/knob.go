@@ -60,7 +60,7 @@ type Knob struct {
 }
 
 // DefaultKnob is power_aware=1 (automatic) with power_aware_policy
-// powersaving, the tree's defaults (README.md, "The tree").
+// powersaving, the tree's defaults (docs/USAGE.md, "The tree").
 func DefaultKnob() Knob {
 	return Knob{PowerAware: PowerAwareAuto, PowerAwarePolicy: Powersaving}
 }
@@ -101,7 +101,7 @@ func (k Knob) Effective(powerSource string) Policy {
 }
 
 // WithCurrentPolicy applies an explicit write of p to current_sched_policy
-// (README.md, "The tree"): performance sets power_aware to 0; balance and
+// (docs/USAGE.md, "The tree"): performance sets power_aware to 0; balance and
 // powersaving set power_aware to 2 and power_aware_policy to p.
 func (k Knob) WithCurrentPolicy(p Policy) Knob {
 	if p == Performance {

@@ -11,7 +11,7 @@ import (
 	"syscall"
 )
 
-// This file defines the served virtual sched_policy tree (README.md, "The
+// This file defines the served virtual sched_policy tree (docs/USAGE.md, "The
 // tree") and chooses its backend: tree_fuse.go serves it through FUSE,
 // tree_plain.go as plain files watched with fsnotify. The attribute
 // semantics mimicked are those of kernel sysfs

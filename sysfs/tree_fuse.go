@@ -22,7 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The FUSE backend of the tree (README.md, "The tree"). Every setting
+// The FUSE backend of the tree (docs/USAGE.md, "The tree"). Every setting
 // below answers a go-fuse v2 behaviour (fs/api.go, fs/bridge.go) or an
 // experiment with it (docs/SOURCES.md §8, §10):
 //   - Open returns FOPEN_DIRECT_IO, so the kernel forwards every read and a

@@ -14,7 +14,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
-// The plain-file backend of the tree (README.md, "The tree"), used where
+// The plain-file backend of the tree (docs/USAGE.md, "The tree"), used where
 // /dev/fuse is not usable. Regular files cannot refuse a write, so a write always succeeds for
 // the writer and is judged afterwards: the watcher hands the new content to
 // the handler and, if the handler rejects it, reverts the file and reports the

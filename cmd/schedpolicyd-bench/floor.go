@@ -38,9 +38,8 @@ const (
 	// recorded for every cgroup in state.json (statefile.SaveState: write,
 	// fsync, rename, directory fsync) before the first write, and each
 	// file re-read (pread, parsed) just before it is written, so that a
-	// value someone else wrote is kept (README: "Record what you are
-	// about to change ... before writing it; restore only what is still
-	// yours").
+	// value someone else wrote is kept (record before writing; restore
+	// only what is still yours: docs/ARCHITECTURE.md's state table).
 	floorRules
 )
 
