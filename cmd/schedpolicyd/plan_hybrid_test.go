@@ -129,7 +129,7 @@ func TestPlanHybridReport(t *testing.T) {
 		"  game             focused      balance      0,2,4,6,8-9  [P 0,2,4,6 + E 8-9]  (class focused)\n",
 		"  bg               background   powersaving  10  [E 10]\n",
 		"           by class: E ",
-		"classes:\n  E      8-15             capacity  580, cost 0.35\n  P      0-7              capacity 1024, cost 1.00\n",
+		"classes:\n  E      8-15             capacity  580, cost 0.35 at its top state\n  P      0-7              capacity 1024, cost 1.00 at its top state\n",
 	} {
 		if code != 0 || !strings.Contains(out, line) {
 			t.Errorf("text lacks %q:\n%s", line, out)

@@ -86,7 +86,15 @@ func writePlanWorkloads(w io.Writer, r planReport, in planInput, plan policy.Pla
 // not fitted on this machine's shape, and on a machine of more than one
 // class the watts and costs by class.
 func writePlanEnergy(w io.Writer, r planReport) {
-	fmt.Fprintf(w, "energy:    %.1f W (model %s; an estimate, not a measurement)\n", r.Watts, r.Model)
+	// The headline is the first model of the spread (policy.SpreadModels):
+	// on a machine with classes, the calibration priced with the
+	// machine's own model or its class ratios, named as the spread names
+	// it.
+	model := r.Model
+	if len(r.Energy.Estimates) > 0 && r.Energy.Estimates[0].Model != r.Model {
+		model = r.Energy.Estimates[0].Model + " on the " + r.Model + " calibration"
+	}
+	fmt.Fprintf(w, "energy:    %.1f W (model %s; an estimate, not a measurement)\n", r.Watts, model)
 	if r.ModelNote != "" {
 		fmt.Fprintf(w, "           %s\n", r.ModelNote)
 	}
@@ -102,7 +110,7 @@ func writePlanEnergy(w io.Writer, r planReport) {
 	fmt.Fprintf(w, "           class costs per unit of work from %s\n", r.ClassCostFrom)
 	fmt.Fprintln(w, "classes:")
 	for _, c := range r.CPUClasses {
-		fmt.Fprintf(w, "  %-6s %-16s capacity %4d, cost %.2f\n", c.Name, c.CPUs, c.Capacity, c.Cost)
+		fmt.Fprintf(w, "  %-6s %-16s capacity %4d, cost %.2f at its top state\n", c.Name, c.CPUs, c.Capacity, c.Cost)
 	}
 }
 

@@ -268,7 +268,7 @@ func TestPlanSVG(t *testing.T) {
 	}
 }
 
-// laptopDocs are the README's pictures: the seed's laptop at i = 2 (two
+// laptopDocs are docs/USAGE.md's pictures: the seed's laptop at i = 2 (two
 // busy loops, patch 17's table) under each policy.
 var laptopDocs = []string{"performance", "balance", "powersaving"}
 

@@ -22,6 +22,9 @@ var scenarioMachines = []struct{ name, flag, value string }{
 	{"snb-laptop-4c8t", "--topology", "snb-laptop-4c8t"},
 	{"adl-p-i7-1260p", "--sysfs-root", filepath.Join(topoFixtures, "adl-p-i7-1260p")},
 	{"lnl-ultra5-226v", "--sysfs-root", filepath.Join(topoFixtures, "lnl-ultra5-226v")},
+	{"rk3588-mainline", "--sysfs-root", filepath.Join(topoFixtures, "rk3588-mainline")},
+	{"gs101", "--sysfs-root", filepath.Join(topoFixtures, "gs101")},
+	{"apple-m1", "--sysfs-root", filepath.Join(topoFixtures, "apple-m1")},
 }
 
 var scenarioNames = []string{"idle-desktop", "video-call", "browsing-sync-indexer", "compile-on-battery"}

@@ -80,7 +80,7 @@ func (r *busReporter) failed(f *busFailure) {
 	case busConnect:
 		e.Log(lvl, "no D-Bus connection; running without D-Bus (no bus name, no UPower or resume hints) and connecting when the bus is there")
 	case busNameRefused:
-		e.Log(lvl, fmt.Sprintf("the bus refused us %s; retrying in the background (on the system bus, is the policy file org.schedpolicyd.SchedPolicy1.conf installed in /usr/share/dbus-1/system.d? see the README)", Name))
+		e.Log(lvl, fmt.Sprintf("the bus refused us %s; retrying in the background (on the system bus, is the policy file org.schedpolicyd.SchedPolicy1.conf installed in /usr/share/dbus-1/system.d? the package installs it; from a checkout see docs/USAGE.md, \"D-Bus from a checkout\")", Name))
 	case busNameTaken:
 		e.Log(lvl, fmt.Sprintf("cannot own %s: another process owns it; retrying in the background", Name))
 	default:

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -246,6 +247,20 @@ func exportPowerProfilesFlags(ctx context.Context, s *session, flags dbus.Reques
 			}
 		}
 		reply, err := requestName(ctx, s.conn, n.name, flags)
+		if errors.Is(err, dbus.ErrClosed) || ctx.Err() != nil {
+			// The session ended under the request (the bus refused our
+			// own name, the daemon stops): that failure is said where
+			// it happened, once (busReporter), not as this name's.
+			s.log.WithError(err).WithField("name", n.name).Debug("power-profiles name not requested: the connection ended")
+			return pp
+		}
+		var de dbus.Error
+		if errors.As(err, &de) && de.Name == "org.freedesktop.DBus.Error.AccessDenied" {
+			// The bus's policy refuses it: the policy file is missing,
+			// as the refusal of our own name says (once, busReporter).
+			s.log.WithError(err).WithField("name", n.name).Debug("the bus refused the power-profiles name")
+			continue
+		}
 		if err != nil || reply != dbus.RequestNameReplyPrimaryOwner {
 			s.log.WithError(err).WithField("name", n.name).Warn("cannot own the power-profiles name (is power-profiles-daemon running?)")
 			continue

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -184,7 +185,7 @@ func TestReporterSaysEachKindOnce(t *testing.T) {
 	}
 	const (
 		noConn  = "no D-Bus connection; running without D-Bus (no bus name, no UPower or resume hints) and connecting when the bus is there"
-		noName  = "the bus refused us org.schedpolicyd.SchedPolicy1; retrying in the background (on the system bus, is the policy file org.schedpolicyd.SchedPolicy1.conf installed in /usr/share/dbus-1/system.d? see the README)"
+		noName  = "the bus refused us org.schedpolicyd.SchedPolicy1; retrying in the background (on the system bus, is the policy file org.schedpolicyd.SchedPolicy1.conf installed in /usr/share/dbus-1/system.d? the package installs it; from a checkout see docs/USAGE.md, \"D-Bus from a checkout\")"
 		noServe = "cannot serve on D-Bus; retrying in the background"
 	)
 	want := []line{
@@ -300,4 +301,41 @@ func entries(hook *logtest.Hook, lvl logrus.Level, msg string) []*logrus.Entry {
 		}
 	}
 	return out
+}
+
+// TestNameRefusedSaidOnce: on a bus with the system bus's own policy and
+// without our policy file, the bus refuses Name and the power-profiles
+// names alike. Keep retries; the refusal is said once at warning level
+// and again only at debug level, and the power-profiles names add no
+// warning of their own (the cause is the same, and no power-profiles
+// daemon runs).
+func TestNameRefusedSaidOnce(t *testing.T) {
+	pbus := testutil.StartSystemPolicyBus(t)
+	log := testLogger(t)
+	hook := logtest.NewLocal(log)
+	f := newFake()
+	svc := New(Config{Bus: pbus.Addr, Log: log, PowerProfilesAPI: PowerProfilesServe}, f)
+	f.serve(svc)
+	t.Cleanup(svc.Close)
+	keep(t, svc)
+	refused := func(lvl logrus.Level) int {
+		n := 0
+		for _, e := range hook.AllEntries() {
+			if e.Level == lvl && strings.HasPrefix(e.Message, "the bus refused us "+Name+";") {
+				n++
+			}
+		}
+		return n
+	}
+	testutil.Eventually(t, "a second refusal, at debug level", func() (bool, string) {
+		return refused(logrus.DebugLevel) >= 1, fmt.Sprintf("%d at warning, %d at debug", refused(logrus.WarnLevel), refused(logrus.DebugLevel))
+	})
+	if n := refused(logrus.WarnLevel); n != 1 {
+		t.Errorf("the refusal said %d times at warning level, want 1", n)
+	}
+	for _, e := range hook.AllEntries() {
+		if e.Level <= logrus.WarnLevel && strings.Contains(e.Message, "power-profiles") {
+			t.Errorf("a warning about the power-profiles names: %s (%v)", e.Message, e.Data)
+		}
+	}
 }
