@@ -262,13 +262,15 @@ func planWith(in Input, member func(i int) bool) Plan {
 		// The cheapest home for this plan's load first (WithHomes):
 		// plan on the topology whose classes are renumbered in that
 		// order.
+		// Idle loads count too: leaving them out made the home jump
+		// between the class order (all idle: no price) and the priced
+		// choice as a light load crossed idleDemand, a move with
+		// every sample (the idle-desktop scenario: four a second).
 		util := 0.0
 		for _, l := range loads {
-			if !l.idle {
-				util += l.demand * capacityScale
-			}
+			util += l.demand * capacityScale
 		}
-		if ch, ok := topo.chooseHomes(allowed, util, in.awake); ok {
+		if ch, ok := topo.chooseHomes(allowed, util, in.awake, currentHome(topo, in.Loads, len(allowed))); ok {
 			homeWhy = ch.Reason
 			if rt, ok := topo.homes.remapped[orderKey(ch.Order)]; ok {
 				topo = rt
@@ -383,4 +385,31 @@ func unionPos(a, b []int32) []int32 {
 	out = append(out, b...)
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// currentHome is the class every confined load of loads is on now (their
+// Current cpusets, each smaller than the nAllowed CPUs it may have, all
+// within one class), the home chooseHomes keeps unless another costs
+// homeMargin less; -1 when there is none (nothing confined yet, or the
+// confined loads span classes).
+func currentHome(t Topology, loads []Load, nAllowed int) int {
+	home := -1
+	for _, l := range loads {
+		if len(l.Current) == 0 || len(l.Current) >= nAllowed {
+			continue
+		}
+		for _, id := range l.Current {
+			i := t.index(id)
+			if i < 0 {
+				continue
+			}
+			switch c := t.cpus[i].Class; {
+			case home == -1:
+				home = c
+			case home != c:
+				return -1
+			}
+		}
+	}
+	return home
 }

@@ -129,6 +129,15 @@ func nextPerm(p []int) bool {
 	return true
 }
 
+// homeMargin is how much less (a share of its cost) another home must
+// cost than the most efficient class to be chosen over it: a band, so
+// that loads near the point where two homes cost the same do not flip
+// the choice with every sample. 10 % is below the smallest difference
+// the kernel's own models give the fixtures' decisions (RK3588 mainline:
+// 0.456 vs 0.539, 15 %) and well within the published models' error bars
+// (±20 %, docs/ENERGY_MODEL.md).
+const homeMargin = 0.10
+
 // homeClass is one candidate home of a plan: a class with allowed CPUs.
 type homeClass struct {
 	class    int
@@ -155,8 +164,12 @@ type HomeChoice struct {
 // models do: the class order they agree on, or where they disagree on
 // the cheapest, the order by each class's worst relative cost across
 // them (the home that costs least in the worst of them first), said in
-// Reason. Ties keep the class order.
-func (t Topology) chooseHomes(allowed []int, util float64, awake map[int]bool) (HomeChoice, bool) {
+// Reason. The class the work is on now (current, a CPUDesc.Class; -1
+// none: the most efficient class) stays first unless another home costs
+// at least homeMargin less (by the deciding cost): a hysteresis, so that
+// a load near where two homes cost the same does not move the work with
+// every sample.
+func (t Topology) chooseHomes(allowed []int, util float64, awake map[int]bool, current int) (HomeChoice, bool) {
 	if t.homes == nil || !(util > 0) {
 		return HomeChoice{}, false
 	}
@@ -210,6 +223,26 @@ func (t Topology) chooseHomes(allowed []int, util float64, awake map[int]bool) (
 		})
 		return idx
 	}
+	// pick is byCost with the home the work is on now (current; else
+	// the most efficient class) kept first unless another home costs at
+	// least homeMargin less: near the load where
+	// two homes cost the same, a load that wanders by a hair (a decayed
+	// average, an idle desktop's wakeups) must not move the work back
+	// and forth (it did, several times a second, in the idle-desktop
+	// scenario on strix-point-hx370).
+	stay := 0 // the home kept unless another costs homeMargin less
+	for k, h := range homes {
+		if h.class == current {
+			stay = k
+		}
+	}
+	pick := func(cost []float64) []int {
+		idx := byCost(cost)
+		if idx[0] != stay && cost[idx[0]] >= cost[stay]*(1-homeMargin) {
+			idx = append([]int{stay}, slices.DeleteFunc(idx, func(v int) bool { return v == stay })...)
+		}
+		return idx
+	}
 	order := func(idx []int) []int {
 		out := make([]int, 0, t.nclass)
 		for _, k := range idx {
@@ -230,7 +263,7 @@ func (t Topology) chooseHomes(allowed []int, util float64, awake map[int]bool) (
 	}
 	if m := t.homes.models.Machine; m != nil {
 		cost := costs(*m)
-		idx := byCost(cost)
+		idx := pick(cost)
 		ch := HomeChoice{Order: order(idx)}
 		if idx[0] != 0 {
 			ch.Reason = fmt.Sprintf("%s cheaper than %s by this machine's energy model: %.3f vs %.3f per unit of work",
@@ -242,15 +275,18 @@ func (t Topology) chooseHomes(allowed []int, util float64, awake map[int]bool) (
 	cheapest := map[int][]string{}
 	for _, m := range t.homes.models.Bracket {
 		cost := costs(m)
-		cheapest[byCost(cost)[0]] = append(cheapest[byCost(cost)[0]], m.Name)
+		first := byCost(cost)[0] // what this model says, without the hysteresis
+		cheapest[first] = append(cheapest[first], m.Name)
 		for k, c := range cost {
 			worst[k] = math.Max(worst[k], c/util*capacityScale)
 		}
 	}
-	idx := byCost(worst)
+	idx := pick(worst)
 	if len(cheapest) == 1 {
-		for k := range cheapest { // they agree: that home first
-			idx = append([]int{k}, slices.DeleteFunc(idx, func(v int) bool { return v == k })...)
+		for k := range cheapest { // they agree: that home first, past the same hysteresis
+			if k == stay || worst[k] < worst[stay]*(1-homeMargin) {
+				idx = append([]int{k}, slices.DeleteFunc(idx, func(v int) bool { return v == k })...)
+			}
 		}
 	}
 	ch := HomeChoice{Order: order(idx)}

@@ -72,7 +72,7 @@ func TestHomesBracketDisagree(t *testing.T) {
 		bracket = append(bracket, m.Fit(caps))
 	}
 	topo := base.WithHomes(HomeModels{Bracket: bracket, ClassNames: []string{"little", "big"}})
-	ch, ok := topo.chooseHomes([]int{0, 1, 2, 3, 6, 7}, 300, nil)
+	ch, ok := topo.chooseHomes([]int{0, 1, 2, 3, 6, 7}, 300, nil, -1)
 	if !ok || !strings.HasPrefix(ch.Reason, "models disagree: ") || !strings.Contains(ch.Reason, "little by m1-measured/juno-r0, big by gs101-dt/rk3588-dt/intel-hybrid-em") {
 		t.Errorf("choice %+v", ch)
 	}
@@ -92,7 +92,7 @@ func TestHomesBracketDisagree(t *testing.T) {
 	}
 	// Only the M1 model: it agrees with the class order, so nothing to say.
 	m1 := base.WithHomes(HomeModels{Bracket: []PowerModel{M1Model().Fit(caps)}})
-	if ch, ok := m1.chooseHomes([]int{0, 1, 2, 3, 6, 7}, 300, nil); !ok || ch.Reason != "" || ch.Order[0] != 0 {
+	if ch, ok := m1.chooseHomes([]int{0, 1, 2, 3, 6, 7}, 300, nil, -1); !ok || ch.Reason != "" || ch.Order[0] != 0 {
 		t.Errorf("M1 alone: %+v", ch)
 	}
 }
@@ -107,8 +107,8 @@ func TestHomesWakeCost(t *testing.T) {
 	j := JunoModel().Fit([]int{397, 1024})
 	topo := base.WithHomes(HomeModels{Machine: &j})
 	allowed := []int{1, 2, 3, 6, 7}
-	asleep, _ := topo.chooseHomes(allowed, 20, nil)
-	awake, _ := topo.chooseHomes(allowed, 20, map[int]bool{0: true})
+	asleep, _ := topo.chooseHomes(allowed, 20, nil, -1)
+	awake, _ := topo.chooseHomes(allowed, 20, map[int]bool{0: true}, -1)
 	if asleep.Order[0] != 1 || awake.Order[0] != 0 || awake.Reason != "" {
 		t.Errorf("little cluster asleep %+v, awake %+v", asleep, awake)
 	}

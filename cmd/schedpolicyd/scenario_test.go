@@ -164,3 +164,35 @@ func TestScenarioBadInput(t *testing.T) {
 		t.Errorf("a missing file: %d %q", code, b.String())
 	}
 }
+
+// TestScenarioIdleDesktopSettles: an idle desktop under powersaving on
+// two hybrid laptops without an energy model of their own gives its
+// workloads their cpusets once and then leaves them (4 changes: the
+// four workloads' first placements). Before the home's hysteresis and
+// idle loads counting toward it, the light loads wandering around
+// idleDemand flipped every home between an E-core and a P-core: 2380
+// and 1068 changes in the ten minutes.
+func TestScenarioIdleDesktopSettles(t *testing.T) {
+	for _, m := range []string{"strix-point-hx370", "mtl-u-ultra7-164u"} {
+		code, js, errs := runPlan(t, "--sysfs-root", filepath.Join(topoFixtures, m), "--scenario", "../../testdata/scenarios/idle-desktop.json", "--json")
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", m, code, errs)
+		}
+		var r scenarioReport
+		if err := json.Unmarshal([]byte(js), &r); err != nil {
+			t.Fatal(err)
+		}
+		seen := false
+		for _, run := range r.Runs {
+			if run.Name == "powersaving" {
+				seen = true
+				if run.CPUSetChanges != 4 {
+					t.Errorf("%s: powersaving made %d cpuset changes, want 4", m, run.CPUSetChanges)
+				}
+			}
+		}
+		if !seen {
+			t.Errorf("%s: no powersaving run in %+v", m, r.Runs)
+		}
+	}
+}
