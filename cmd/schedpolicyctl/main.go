@@ -376,10 +376,10 @@ explicit 'set' or 'auto' cancels holds.`,
 			name: "energy", synopsis: "energy [--json] [--compare [--duration D] [--interval I] [--settle S] [--policies P,P...]]", json: true, run: (*cli).energy,
 			flags: func(fs *flag.FlagSet, c *cli) {
 				fs.BoolVar(&c.compare, "compare", false, "measure the policies against each other under your own work (see below)")
-				fs.DurationVar(&c.compareDuration, "duration", defaultCompareDuration, "--compare: how long to compare (`D`, at most 168h)")
-				fs.DurationVar(&c.compareInterval, "interval", defaultCompareInterval, "--compare: each measured interval (`I`, 2s to 1h)")
-				fs.DurationVar(&c.compareSettle, "settle", defaultCompareSettle, "--compare: wait this long after each switch before measuring (`S`, 1s to 10m)")
-				fs.StringVar(&c.comparePolicies, "policies", strings.Join(policies, ","), "--compare: the policies to compare (`P,P...`), the first the baseline")
+				fs.DurationVar(&c.compareDuration, "duration", defaultCompareDuration, "--compare: how long to compare (`D`, default 30m, at most 168h)")
+				fs.DurationVar(&c.compareInterval, "interval", defaultCompareInterval, "--compare: each measured interval (`I`, default 1m, 2s to 1h)")
+				fs.DurationVar(&c.compareSettle, "settle", defaultCompareSettle, "--compare: wait this long after each switch before measuring (`S`, default 5s, 1s to 10m)")
+				fs.StringVar(&c.comparePolicies, "policies", strings.Join(policies, ","), "--compare: the policies to compare (`P,P...`, default performance,balance,powersaving), the first the baseline")
 			},
 			help: `Show the energy measured under each policy and power source (RAPL
 package counters, or the system batteries' discharge while on battery):
@@ -398,7 +398,9 @@ confidence interval, and each policy's difference from the first with
 its own: conclusive when it excludes zero, else about how many more
 intervals would tell. Progress goes to standard error. Ctrl-C stops early
 and prints what was measured; the hold ends with the command however it
-ends, so nothing is left changed. Needs root or the polkit action
+ends, so nothing is left changed. It measures with what the daemon
+measures: RAPL counters, or the batteries while on battery (without
+either it stops at once and says so). Needs root or the polkit action
 org.schedpolicyd.set-policy (for the holds).`,
 		},
 	}
