@@ -279,6 +279,10 @@ func compareOne(ctx context.Context, d compareDaemon, clk compareClock, cookie *
 	if clk.sleep(ctx, opts.settle, p) != nil {
 		return iv, interrupted()
 	}
+	// The clocks are read after the first reading returns and before
+	// the second is asked for: the daemon's segment runs from a moment
+	// before the one to a moment after the other, so it is never shorter
+	// than this, however slowly a busy machine answers the calls.
 	r0, err := d.read(*cookie)
 	if err != nil {
 		return iv, err.Error()
@@ -287,11 +291,11 @@ func compareOne(ctx context.Context, d compareDaemon, clk compareClock, cookie *
 	if clk.sleep(ctx, opts.interval, p) != nil {
 		return iv, interrupted()
 	}
+	m1, b1 := clk.now()
 	r1, err := d.read(*cookie)
 	if err != nil {
 		return iv, err.Error()
 	}
-	m1, b1 := clk.now()
 	iv = compareInterval{Policy: p, PowerSource: r1.powerSource, StartS: m0.Seconds()}
 	if !r1.held {
 		return iv, "the comparison's hold was cancelled (an explicit choice — schedpolicyctl set or auto, the tree, the knob — cancels every hold); stopped"
