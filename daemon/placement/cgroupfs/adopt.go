@@ -353,9 +353,13 @@ func (p *Placement) check(w *workload) bool {
 	if err != nil || cur.Equal(w.cpus) {
 		return true
 	}
-	if w.rec.Released {
+	if w.rec.Released || w.exempt && !w.rec.Written() {
+		// Released, or exempt with nothing of ours in it: whatever it
+		// holds is someone else's, and its original once it is placed
+		// again.
 		w.cpus = cur
 		w.rec.Original = cur.String()
+		p.e.Dirty = true
 		return false
 	}
 	if p.cg.Version() == sysfs.CgroupV1 {
