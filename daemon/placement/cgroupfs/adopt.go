@@ -380,7 +380,7 @@ func (p *Placement) check(w *workload) bool {
 		}
 	}
 	p.e.Log.WithFields(logrus.Fields{"workload": w.name, "expected": w.cpus.String(), "cpus": cur.String()}).
-		Warn("cpuset.cpus was changed by someone else; the workload is released: its value is kept, not placed and not restored (SetWorkloadPolicy with \"\" takes it back)")
+		Warn("cpuset.cpus was changed by someone else; the workload is released: its value is kept, not placed and not restored (`schedpolicyctl workload-policy NAME none`, D-Bus SetWorkloadPolicy with \"\", takes it back)")
 	w.rec.Released = true
 	p.e.Theirs(&w.rec.Values, cur.String())
 	w.rec.Unverified = false
