@@ -4,6 +4,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement/cgroupfs"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement/units"
+	"github.com/schedpolicyd/schedpolicyd/internal/names"
 )
 
 // newBackend makes the placement engine with the driver
@@ -28,5 +29,10 @@ func (d *Daemon) syncPlacementConfig() {
 		CgroupRoot: d.cfg.CgroupRoot, ProcRoot: d.cfg.ProcRoot, SysfsRoot: d.cfg.SysfsRoot, RunRoot: d.cfg.RunRoot, Manage: d.cfg.Manage, Slices: d.cfg.Slices,
 		Bus: d.cfg.Bus, SampleInterval: d.cfg.SampleInterval, UtilHalfLife: d.cfg.UtilHalfLife,
 		NoTaskClock: d.cfg.NoTaskClock, Log: d.cfg.Log, PressureFile: d.cfg.pressureFile,
+	}
+	for _, s := range d.cfg.Exempt {
+		if x, err := names.ParseExempt(s); err == nil { // resolveConfig checked it
+			d.pcfg.Exempt = append(d.pcfg.Exempt, x)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
+	"github.com/schedpolicyd/schedpolicyd/internal/names"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -78,6 +79,12 @@ type Config struct {
 	// slice, app.slice, background.slice or session.slice, names each
 	// user's). nil: none. Anything else is an error.
 	Slices map[string]policy.SliceRule
+	// Exempt is the exempt setting: workloads never placed, each a unit's
+	// or workload's name or a glob of them, optionally narrowed to a
+	// manager (names.ParseExempt: [system/|user:UID/]PATTERN), at most
+	// names.MaxExempts, each once; nil: none. Beside them, those exempt
+	// over D-Bus (state.json). Anything else is an error.
+	Exempt []string
 	// ProcRoot is /proc (used for cgroup v1 usage accounting).
 	ProcRoot string
 	// RunRoot is /run: the users' managers' sockets are at
@@ -251,6 +258,9 @@ func resolveConfig(cfg Config) (Config, sysfs.FS, error) {
 	if err := placement.CheckSlices(cfg.Slices, cfg.Manage); err != nil {
 		return Config{}, sysfs.FS{}, err
 	}
+	if err := checkExempt(cfg.Exempt); err != nil {
+		return Config{}, sysfs.FS{}, err
+	}
 	if cfg.UPower == "" {
 		cfg.UPower = DefaultUPower
 	}
@@ -330,3 +340,22 @@ func ResolvePlacement(mode string) (string, string) {
 // the daemon's own (schedpolicyctl run starts transient scopes there) and
 // the system services.
 var DefaultManage = placement.DefaultManage
+
+// checkExempt checks the exempt setting: at most names.MaxExempts
+// entries of names.ParseExempt, each once.
+func checkExempt(list []string) error {
+	if len(list) > names.MaxExempts {
+		return fmt.Errorf("exempt: %d entries, at most %d", len(list), names.MaxExempts)
+	}
+	seen := map[string]bool{}
+	for _, s := range list {
+		if _, err := names.ParseExempt(s); err != nil {
+			return fmt.Errorf("exempt: %w", err)
+		}
+		if seen[s] {
+			return fmt.Errorf("exempt: %q given twice", s)
+		}
+		seen[s] = true
+	}
+	return nil
+}

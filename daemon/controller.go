@@ -117,6 +117,18 @@ func (c controller) SetWorkloadPolicy(ctx context.Context, name string, p policy
 	return c.d.do(ctx, func() error { return c.d.setWorkloadOverride(name, p) })
 }
 
+// SetExempt adds (on) or removes entry from the exempt list made over
+// D-Bus and re-plans, on the loop (setExempt).
+func (c controller) SetExempt(ctx context.Context, entry string, on bool) (bool, error) {
+	var changed bool
+	err := c.d.do(ctx, func() error {
+		var err error
+		changed, err = c.d.setExempt(entry, on)
+		return err
+	})
+	return changed, err
+}
+
 // Rebalance re-reads the power source, the workloads (a cpuset changed by
 // hand is seen now) and their load, and re-plans, on the loop.
 func (c controller) Rebalance(ctx context.Context) error {

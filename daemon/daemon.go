@@ -376,6 +376,9 @@ func (d *Daemon) loadState() {
 	if st.EnergyErr != nil {
 		d.log.WithError(st.EnergyErr).Warn("ignoring the saved energy totals")
 	}
+	if st.ExemptErr != nil {
+		d.log.WithError(st.ExemptErr).Warn("ignoring some saved exemptions")
+	}
 	if n := st.Unfinished(); n != "" {
 		d.log.WithField("found", n).Warn("the last run did not finish its stop: each value it set is checked now, restored where it is still ours, and kept where someone else changed it since")
 	}

@@ -80,7 +80,7 @@ func TestBusAPI(t *testing.T) {
 	if err := obj.Call("org.freedesktop.DBus.Properties.GetAll", 0, bus.Interface).Store(&all); err != nil {
 		t.Fatal(err)
 	}
-	if len(all) != 18 || all["ActivePolicy"].Value() != "performance" || all["OnBattery"].Value() != false ||
+	if len(all) != 20 || all["ActivePolicy"].Value() != "performance" || all["OnBattery"].Value() != false ||
 		all["KnobFrom"].Value() != "default" || all["KnobChosenAt"].Value() != uint64(0) ||
 		all["PowerSource"].Value() != "ac" || !strings.Contains(all["Reason"].Value().(string), "power_aware=1") {
 		t.Errorf("GetAll = %v", all)

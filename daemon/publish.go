@@ -34,6 +34,9 @@ func (d *Daemon) newSnapshot() *snapshot.Snapshot {
 		Topology: d.cpus.topoProp, CPUClasses: d.cpus.classProp,
 		EnergySource: d.energy.Source(), Energy: d.energy.Totals(), ConfigDigest: d.cfg.ConfigDigest,
 	}
+	for _, x := range d.place.Exempts() {
+		s.Exempt = append(s.Exempt, snapshot.ExemptEntry{Entry: x.Entry.String(), From: string(x.From)})
+	}
 	d.dec.inForce(s)
 	s.KnobFrom, s.KnobChosenAt = d.dec.knobFrom(), d.dec.chosenAt
 	return s

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/sirupsen/logrus"
 
@@ -106,7 +107,11 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 			d.cfg.Slices = nc.Slices
 			d.log.WithField("slices", placement.SliceRulesString(nc.Slices)).Info("reload: slice rules changed")
 		}
-		d.syncPlacementConfig() // the sampling period and the slice rules
+		if !slices.Equal(nc.Exempt, old.Exempt) {
+			d.cfg.Exempt = nc.Exempt
+			d.log.WithField("exempt", strings.Join(nc.Exempt, ",")).Info("reload: exempt setting changed")
+		}
+		d.syncPlacementConfig() // the sampling period, the slice rules and the exempt setting
 		d.cfg.ProfileMap = nc.ProfileMap
 		d.cfg.LowBattery = nc.LowBattery
 		d.dec.set = decisionSettingsOf(d.cfg)

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"fmt"
+
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/internal/names"
 	"github.com/schedpolicyd/schedpolicyd/policy"
@@ -30,6 +32,32 @@ func (d *Daemon) setWorkloadOverride(name string, pol policy.Policy) error {
 	}
 	d.recompute("workload override", true)
 	return nil
+}
+
+// setExempt adds (on) or removes entry from the exempt list made over
+// D-Bus (Engine.AddExempt, RemoveExempt: saved to state.json first) and
+// re-plans, so that what it names gets its original back, or is placed
+// again, now. An entry already there changes nothing (changed false).
+// Errors (policy.ErrInvalid: not an entry, the list full, not exempt,
+// the configuration's; or state.json cannot be saved) change nothing.
+func (d *Daemon) setExempt(entry string, on bool) (changed bool, err error) {
+	x, err := names.ParseExempt(entry)
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", policy.ErrInvalid, err)
+	}
+	if on {
+		changed, err = d.place.AddExempt(x)
+	} else {
+		err = d.place.RemoveExempt(x)
+		changed = err == nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if changed {
+		d.recompute("exempt list changed", true)
+	}
+	return changed, nil
 }
 
 // ValidWorkloadName checks a workload's name as CreateWorkload does: a

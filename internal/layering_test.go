@@ -59,14 +59,15 @@ var layers = map[string][]string{
 	"daemon/snapshot": {"policy", "acpi", "sysfs", "internal/reconnect", "internal/bussender"},
 	// state.json's format and its records, used by the daemon, by probe
 	// and by the benchmark: policy for the knob, sysfs for cpulists and
-	// boost settings, the snapshot (and acpi) for the energy totals, and
-	// what those bring, nothing else.
-	"daemon/statefile": {"daemon/snapshot", "policy", "acpi", "sysfs", "internal/reconnect", "internal/bussender"},
+	// boost settings, the snapshot (and acpi) for the energy totals,
+	// internal/names for the exempt entries, and what those bring,
+	// nothing else.
+	"daemon/statefile": {"daemon/snapshot", "policy", "acpi", "sysfs", "internal/names", "internal/reconnect", "internal/bussender"},
 	// The energy meter and probe's energy report: sysfs for the RAPL
 	// counters and battery readings, acpi for the system batteries, policy
 	// and the snapshot for the totals' keys and shape, the state file for
 	// their order and validation, and what those bring, nothing else.
-	"daemon/energy": {"daemon/statefile", "daemon/snapshot", "policy", "acpi", "sysfs", "internal/reconnect", "internal/bussender"},
+	"daemon/energy": {"daemon/statefile", "daemon/snapshot", "policy", "acpi", "sysfs", "internal/names", "internal/reconnect", "internal/bussender"},
 	// What both placement back ends share (the interface, the journal, the
 	// wakes and the task-clock gate): the state file for the records, the
 	// snapshot for the published workload, the task clock, and what those

@@ -76,7 +76,9 @@ func polkitActions(t *testing.T, data string) map[string]polkitDefaults {
 	return out
 }
 
-// TestDebPolkit: our action exists with the defaults the issue asks for,
+// TestDebPolkit: our actions exist with the defaults the issues ask for
+// (org.schedpolicyd.exempt: an administrator, remembered for a while, to
+// exempt what is not the caller's own),
 // and power-profiles-daemon's four actions (asked about on the
 // power-profiles names) with power-profiles-daemon's defaults — the same
 // as the file of the power-profiles-daemon installed here says, where one
@@ -84,7 +86,10 @@ func polkitActions(t *testing.T, data string) map[string]polkitDefaults {
 // packages installed, polkit uses whichever file it reads first.
 func TestDebPolkit(t *testing.T) {
 	ours := polkitActions(t, read(t, "polkit/org.schedpolicyd.policy"))
-	want := map[string]polkitDefaults{"org.schedpolicyd.set-policy": {Any: "auth_admin", Inactive: "auth_admin", Active: "yes"}}
+	want := map[string]polkitDefaults{
+		"org.schedpolicyd.set-policy": {Any: "auth_admin", Inactive: "auth_admin", Active: "yes"},
+		"org.schedpolicyd.exempt":     {Any: "auth_admin", Inactive: "auth_admin", Active: "auth_admin_keep"},
+	}
 	if !reflect.DeepEqual(ours, want) {
 		t.Errorf("org.schedpolicyd.policy: %+v, want %+v", ours, want)
 	}
@@ -160,7 +165,7 @@ func TestDebCompletions(t *testing.T) {
 	if out, err := exec.Command("bash", "-n", "completions/schedpolicyctl.bash").CombinedOutput(); err != nil {
 		t.Errorf("bash -n: %v %s", err, out)
 	}
-	for _, w := range []string{"status", "set", "auto", "reset", "watch", "workloads", "run", "launch", "rebalance", "energy",
+	for _, w := range []string{"status", "set", "auto", "reset", "watch", "workloads", "exempt", "unexempt", "workload-policy", "run", "launch", "rebalance", "energy",
 		"performance", "balance", "powersaving", "--json", "--bus", "--name", "--policy", "--reason"} {
 		if !strings.Contains(bash, w) {
 			t.Errorf("bash completion lacks %s", w)

@@ -7,6 +7,9 @@
 //	schedpolicyctl watch [--json]
 //	schedpolicyctl top
 //	schedpolicyctl workloads [--json]
+//	schedpolicyctl exempt UNIT|WORKLOAD
+//	schedpolicyctl unexempt UNIT|WORKLOAD
+//	schedpolicyctl workload-policy NAME performance|none
 //	schedpolicyctl run [--name NAME] -- CMD [ARGS...]
 //	schedpolicyctl launch --policy POLICY [--reason TEXT] -- CMD [ARGS...]
 //	schedpolicyctl energy [--json]
@@ -70,6 +73,12 @@ Commands:
   top                              the machine as the balancer sees it, live
                                    (one plain snapshot when not on a terminal)
   workloads [--json]               list managed workloads
+  exempt UNIT|WORKLOAD             take a unit or workload (or a glob of them)
+                                   out of placement: its original CPUs back
+  unexempt UNIT|WORKLOAD           place it again
+  workload-policy NAME performance|none
+                                   keep a workload on every CPU it may use,
+                                   or (none) clear that
   run [--name NAME] -- CMD [ARGS]  run CMD in a new managed workload
   launch --policy POLICY [--reason TEXT] -- CMD [ARGS]
                                    hold POLICY while CMD runs
@@ -289,7 +298,38 @@ func commands() map[string]command {
 			name: "status", synopsis: "status [--json]", json: true, run: (*cli).status,
 			help: `Show the effective policy and why, the power source, the knob
 (power_aware and power_aware_policy), boost, active holds and the managed
-workloads.`,
+workloads; then each workload placed on fewer CPUs than it may use (its
+CPUs, its class and the policy that placed it, and the command that
+exempts it), and the exempt list.`,
+		},
+		{
+			name: "exempt", synopsis: "exempt UNIT|WORKLOAD", run: (*cli).exempt,
+			help: `Take a unit (app-firefox-1234.scope, build.service) or a workload of the
+managed parent out of placement: it gets its original AllowedCPUs=
+(cpuset.cpus) back at once and is not placed until 'unexempt'; kept
+across restarts. The name may be a glob (path.Match: 'app-steam*.scope',
+quoted for the shell) and may name a manager: system/NAME, user:UID/NAME.
+Without one, run as a user other than root it means your own units
+(user:UID/NAME) when it names one of them or nothing running now, and
+may so name units still to come; a name only other managers' units have
+(a system service) means those, which needs root or the polkit action
+org.schedpolicyd.exempt. Your own units need no authorisation. Prints the
+entry made. Exempting twice changes nothing.`,
+		},
+		{
+			name: "unexempt", synopsis: "unexempt UNIT|WORKLOAD", run: (*cli).unexempt,
+			help: `Place again what 'exempt' took out: the entry it printed, or the name
+you gave it (yours first). Entries of the configuration file's exempt
+setting are removed there. Authorised as exempt.`,
+		},
+		{
+			name: "workload-policy", synopsis: "workload-policy NAME performance|none", run: (*cli).workloadPolicy,
+			help: `Set a workload's own policy (D-Bus SetWorkloadPolicy): performance keeps
+it on every CPU it may use whatever the machine's policy (a unit: its
+original AllowedCPUs=), none gives it the machine's policy again and
+takes back a cgroup released because someone else wrote its
+cpuset.cpus. NAME as 'workloads' lists it. Needs root or the polkit
+action org.schedpolicyd.set-policy.`,
 		},
 		{
 			name: "set", synopsis: "set POLICY", run: (*cli).set,

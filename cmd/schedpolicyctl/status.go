@@ -39,6 +39,14 @@ type status struct {
 	KnobChosenAt     string     `json:"knob_chosen_at,omitempty"`
 	Holds            []hold     `json:"holds"`
 	Workloads        []workload `json:"workloads"`
+	// Confined: the workloads placed on fewer CPUs than they may use,
+	// each with the command that exempts it; Exemptions: the exempt
+	// list (empty from a daemon without them).
+	Confined   []confined  `json:"confined"`
+	Exemptions []exemption `json:"exemptions"`
+	// exempts: the daemon sends them (an older one does not: status
+	// then says nothing of them).
+	exempts bool
 }
 
 // hold is one entry of the Holds property, a(usss), with the holder's
@@ -129,7 +137,7 @@ type workload struct {
 // an error: the client and daemon disagree about the contract.
 func statusFrom(props map[string]dbus.Variant) (status, error) {
 	var s status
-	s.Holds, s.Workloads = []hold{}, []workload{}
+	s.Holds, s.Workloads, s.Confined, s.Exemptions = []hold{}, []workload{}, []confined{}, []exemption{}
 	for name, v := range props {
 		var err error
 		switch name {
@@ -165,6 +173,11 @@ func statusFrom(props map[string]dbus.Variant) (status, error) {
 			s.Holds, err = holdsFrom(v)
 		case "Workloads":
 			s.Workloads, err = workloadsFrom(v)
+		case "Confined":
+			s.Confined, err = confinedFrom(v)
+		case "Exemptions":
+			s.Exemptions, err = exemptionsFrom(v)
+			s.exempts = true
 		}
 		if err != nil {
 			return status{}, fmt.Errorf("property %s has type %s: %w", name, v.Signature(), err)
@@ -274,10 +287,13 @@ func writeStatus(w io.Writer, s status, now time.Time) {
 	}
 	if len(s.Workloads) == 0 {
 		fmt.Fprintf(w, "workloads:     none\n")
-		return
+	} else {
+		fmt.Fprintf(w, "workloads:     %d\n", len(s.Workloads))
+		writeWorkloadTable(w, s.Workloads, "  ")
 	}
-	fmt.Fprintf(w, "workloads:     %d\n", len(s.Workloads))
-	writeWorkloadTable(w, s.Workloads, "  ")
+	if s.exempts {
+		writeConfined(w, s)
+	}
 }
 
 // writeWorkloadTable prints NAME CLASS CPUS UTIL POLICY PATH columns.

@@ -77,6 +77,9 @@ type fileConfig struct {
 	// Manage lists the slices placed with placement "systemd"
 	// ("NAME.slice" each).
 	Manage []string
+	// Exempt lists the workloads never placed: unit or workload names or
+	// globs of them (names.ParseExempt), each once.
+	Exempt []string
 	// SysfsRoot is the sysfs root (absolute path, "/sys" in production).
 	SysfsRoot *string
 	// StateDir holds state.json (absolute path).
@@ -265,6 +268,9 @@ func (fc fileConfig) apply(cfg *daemon.Config, setFlags map[string]bool) {
 	str(&cfg.Placement, fc.Placement, "placement")
 	if fc.Manage != nil && !setFlags["manage"] {
 		cfg.Manage = fc.Manage
+	}
+	if len(fc.Exempt) > 0 {
+		cfg.Exempt = fc.Exempt
 	}
 	str(&cfg.SysfsRoot, fc.SysfsRoot, "sysfs_root")
 	str(&cfg.StateDir, fc.StateDir, "state_dir")

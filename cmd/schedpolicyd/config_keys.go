@@ -21,6 +21,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/daemon"
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
+	"github.com/schedpolicyd/schedpolicyd/internal/names"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -35,6 +36,7 @@ type rawConfig struct {
 	CgroupRoot         *string    `toml:"cgroup_root"`
 	Placement          *string    `toml:"placement"`
 	Manage             *[]string  `toml:"manage"`
+	Exempt             *[]string  `toml:"exempt"`
 	SysfsRoot          *string    `toml:"sysfs_root"`
 	StateDir           *string    `toml:"state_dir"`
 	Bus                *string    `toml:"bus"`
@@ -123,6 +125,7 @@ func (p *configParser) settings(raw *rawConfig) {
 		*s.dst = p.enum(s.key, s.v, s.allowed...)
 	}
 	fc.Manage = p.names("manage", raw.Manage, validSlice, "%q: want slice names, \"NAME.slice\"")
+	fc.Exempt = p.exempt(raw.Exempt)
 	fc.PowerProfilesUnits = p.names("power_profiles_units", raw.PowerProfilesUnits, validServiceUnit, "%q: want service unit names, \"NAME.service\"")
 	for _, s := range []struct {
 		key string
@@ -242,6 +245,32 @@ func (p *configParser) names(key string, v *[]string, ok func(string) bool, form
 			continue
 		}
 		out = append(out, n)
+	}
+	return out
+}
+
+// exempt is the exempt list: at most names.MaxExempts entries of
+// names.ParseExempt, each once; each one refused is reported with why.
+// nil when unset, empty (not nil) when set to none.
+func (p *configParser) exempt(v *[]string) []string {
+	if v == nil {
+		return nil
+	}
+	if len(*v) > names.MaxExempts {
+		p.bad("exempt", "%d entries: at most %d", len(*v), names.MaxExempts)
+		return nil
+	}
+	out := []string{}
+	for _, s := range *v {
+		var ee *names.ExemptError
+		switch _, err := names.ParseExempt(s); {
+		case errors.As(err, &ee):
+			p.bad("exempt", "%q: %s (want a unit or workload name, or a glob of them, optionally after system/ or user:UID/)", s, ee.Why)
+		case slices.Contains(out, s):
+			p.bad("exempt", "%q: given twice", s)
+		default:
+			out = append(out, s)
+		}
 	}
 	return out
 }
@@ -401,7 +430,7 @@ func (p *configParser) sliceRule(i int, rs rawSlice, seen map[string]bool) (name
 		badAt("policy", "missing: want \"balance\" or \"powersaving\"")
 		return "", r, false
 	case *rs.Policy == string(policy.Performance):
-		badAt("policy", "\"performance\": a slice's policy is the least packing of its units, and performance would change nothing; want \"balance\" or \"powersaving\" (SetWorkloadPolicy exempts one workload)")
+		badAt("policy", "\"performance\": a slice's policy is the least packing of its units, and performance would change nothing; want \"balance\" or \"powersaving\" (`schedpolicyctl exempt UNIT` or `schedpolicyctl workload-policy UNIT performance` frees one unit)")
 		return "", r, false
 	case *rs.Policy != string(policy.Balance) && *rs.Policy != string(policy.Powersaving):
 		badAt("policy", "%q: want \"balance\" or \"powersaving\"", *rs.Policy)
@@ -456,7 +485,7 @@ func decodeErrors(name string, err error) error {
 // configKeys lists the keys rawConfig accepts, in file order.
 func configKeys() []string {
 	return []string{"power_aware", "power_aware_policy", "tree_dir", "tree_backend", "cgroup_root",
-		"placement", "manage", "sysfs_root", "state_dir", "bus", "debounce", "recheck_interval", "sample_interval",
+		"placement", "manage", "exempt", "sysfs_root", "state_dir", "bus", "debounce", "recheck_interval", "sample_interval",
 		"boost_on_battery", "upower", "power_profiles_api", "profile_power_saver", "profile_balanced",
 		"profile_performance", "power_profiles_units", "low_battery", "task_clock", "log_level", "metrics_textfile"}
 }
@@ -474,6 +503,8 @@ func configKeyType(key string) string {
 		return `true, false or "auto" (power_profiles_api = "auto")`
 	case "manage":
 		return `an array of slice names (manage = ["schedpolicyd.slice", "system.slice"])`
+	case "exempt":
+		return `an array of unit or workload names or globs (exempt = ["app-steam*.scope"])`
 	case "power_profiles_units":
 		return `an array of service unit names (power_profiles_units = ["power-profiles-daemon.service"])`
 	case "slice":

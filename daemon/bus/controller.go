@@ -78,6 +78,17 @@ type Controller interface {
 	// name's placement override. On the loop. Errors: policy.ErrInvalid
 	// for an unknown workload or another policy.
 	SetWorkloadPolicy(ctx context.Context, name string, p policy.Policy) error
+	// SetExempt adds (on) or removes an entry of the exempt list made
+	// over D-Bus (names.ParseExempt's form; the service resolved the
+	// caller's name into it and authorised the caller) and plans at
+	// once: what the entry names gets its original CPUs back and is not
+	// placed, or is placed again. An entry already in the list (made over
+	// D-Bus or by the configuration) changes nothing: changed false. The
+	// list is kept in state.json, saved before anything is written. On
+	// the loop. Errors: policy.ErrInvalid for an entry that is not one,
+	// a full list, removing one that is not in it or that the
+	// configuration file holds; Failed when state.json cannot be saved.
+	SetExempt(ctx context.Context, entry string, on bool) (changed bool, err error)
 	// ResetKnob forgets every explicit choice (per power source) and
 	// applies the base knob: the configuration's, the followed power
 	// profile's while one is followed, else the built-in default; holds

@@ -42,6 +42,10 @@ type fakeDaemon struct {
 	fail     error // the error every request returns instead, nil none
 	estimate snapshot.PowerEstimates
 	lpmd     string
+	// workloads are published as they are; exempt is the exempt list
+	// made (SetExempt), published too.
+	workloads []snapshot.WorkloadStatus
+	exempt    []snapshot.ExemptEntry
 
 	// gate, while set (stall), holds every request back until it is
 	// closed or the request's ctx ends, as a busy loop does; waiting
@@ -147,7 +151,8 @@ func (f *fakeDaemon) do(ctx context.Context, fn func() error) error {
 // policy is the winning hold's (the most power-saving, the oldest among
 // equals), else the knob's on AC.
 func (f *fakeDaemon) publishLocked() {
-	s := &snapshot.Snapshot{Knob: f.knob, PowerSource: "ac", Policy: policy.Performance, Holds: append([]snapshot.Hold{}, f.holds...)}
+	s := &snapshot.Snapshot{Knob: f.knob, PowerSource: "ac", Policy: policy.Performance, Holds: append([]snapshot.Hold{}, f.holds...),
+		Workloads: f.workloads, Exempt: slices.Clone(f.exempt)}
 	if f.knob.PowerAware == policy.PowerAwareOn {
 		s.Policy = f.knob.PowerAwarePolicy
 	}
@@ -314,6 +319,28 @@ func (f *fakeDaemon) SetWorkloadPolicy(ctx context.Context, name string, p polic
 		f.record("SetWorkloadPolicy %s %q", name, p)
 		return nil
 	})
+}
+
+func (f *fakeDaemon) SetExempt(ctx context.Context, entry string, on bool) (bool, error) {
+	var changed bool
+	err := f.do(ctx, func() error {
+		f.record("SetExempt %s %v", entry, on)
+		i := slices.IndexFunc(f.exempt, func(x snapshot.ExemptEntry) bool { return x.Entry == entry })
+		switch {
+		case on && i < 0:
+			f.exempt = append(f.exempt, snapshot.ExemptEntry{Entry: entry, From: "state"})
+		case !on && i >= 0:
+			f.exempt = slices.Delete(f.exempt, i, i+1)
+		case !on:
+			return fmt.Errorf("%w: %q is not exempt", policy.ErrInvalid, entry)
+		default:
+			return nil
+		}
+		changed = true
+		f.publishLocked()
+		return nil
+	})
+	return changed, err
 }
 
 func (f *fakeDaemon) ResetKnob(ctx context.Context) error {

@@ -97,6 +97,7 @@ func TestPropertiesPublished(t *testing.T) {
 		"Topology": want["Topology"], "CPUClasses": [][]any{}, "EnergySource": "none", "Energy": [][]any{},
 		"ConfigDigest": "", "LastChange": uint64(time.Time{}.UnixMicro()),
 		"KnobFrom": "", "KnobChosenAt": uint64(0), // the zero time: 0, not a date before 1970
+		"Confined": [][]any{}, "Exemptions": [][]any{},
 	}
 	if !reflect.DeepEqual(got, wantAll) {
 		t.Errorf("GetAll:\n%v\nwant\n%v", got, wantAll)

@@ -18,6 +18,7 @@ var (
 	noHolds    = []snapshot.Hold{}
 	noTopology = []snapshot.TopologyEntry{}
 	noClasses  = []snapshot.CPUClassEntry{}
+	noExempt   = []snapshot.ExemptEntry{}
 )
 
 // propertyValues maps a snapshot to the D-Bus property values of Interface,
@@ -38,6 +39,16 @@ func propertyValues(snap snapshot.Snapshot) map[string]any {
 	holds := snap.Holds
 	if holds == nil {
 		holds = noHolds
+	}
+	confined := []confinedEntry{}
+	for _, w := range snap.Workloads {
+		if w.Confined {
+			confined = append(confined, confinedEntry{w.Name, w.Manager, w.CPUs, w.Class, string(w.Policy)})
+		}
+	}
+	exempt := snap.Exempt
+	if exempt == nil {
+		exempt = noExempt
 	}
 	topo := snap.Topology
 	if topo == nil {
@@ -66,6 +77,8 @@ func propertyValues(snap snapshot.Snapshot) map[string]any {
 		"Topology":          topo,
 		"EnergySource":      snap.EnergySourceName(),
 		"Energy":            energyEntries(snap.Energy),
+		"Confined":          confined,
+		"Exemptions":        exempt,
 	}
 }
 
@@ -77,6 +90,15 @@ type workloadEntry struct {
 	Util             float64
 	Override         string
 	Class            string
+}
+
+// confinedEntry is one element of the Confined property, signature
+// (sssss): a workload placed on fewer CPUs than it may have
+// (WorkloadStatus.Confined) — its name (as Exempt takes it), manager
+// ("system", "user:UID", "" for a cgroup), cpulist, class and the
+// policy that placed it.
+type confinedEntry struct {
+	Name, Manager, CPUs, Class, Policy string
 }
 
 // update emits one PropertiesChanged carrying every property whose value

@@ -19,7 +19,7 @@ import (
 // What a driver can do beyond these it says by implementing the small
 // interfaces below (Watcher, EventSource, Confirmer, Clocked,
 // Creator, Overrider, Hotplugger, Reporter, Poller, Refresher,
-// Rechecker), which the Engine finds by type assertion, as database/sql
+// Rechecker, and Exempter in exempt.go), which the Engine finds by type assertion, as database/sql
 // finds a driver's optional capabilities.
 type Driver interface {
 	// Mode is the placement's name in logs, Cgroupfs or Systemd.

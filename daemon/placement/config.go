@@ -5,6 +5,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/internal/names"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
@@ -29,6 +30,9 @@ type Config struct {
 	Manage []string
 	// Slices are the slice rules by slice name (units placement).
 	Slices map[string]policy.SliceRule
+	// Exempt is the configuration's exempt setting: the workloads never
+	// placed (exempt.go), beside the ones exempt over D-Bus.
+	Exempt []names.Exempt
 	// Bus is the D-Bus the units placement reaches systemd through:
 	// "system", "session", an address, or "none".
 	Bus string

@@ -11,6 +11,7 @@ import (
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
+	"github.com/schedpolicyd/schedpolicyd/internal/names"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -53,6 +54,11 @@ type Engine struct {
 	// records is the driver's records (KeepRecords), by key; nil for a
 	// driver that keeps none.
 	records records
+	// exempt is the exempt list made over D-Bus (AddExempt), kept in
+	// state.json; exempted the keys of the workloads exempt at the last
+	// plan (exempt.go).
+	exempt   []names.Exempt
+	exempted map[string]bool
 	// LoopDone closes when the daemon's loop ends (a driver's goroutines
 	// stop then).
 	LoopDone <-chan struct{}
@@ -110,6 +116,7 @@ func (e *Engine) Mode() string { return e.drv.Mode() }
 func (e *Engine) Keep(s *statefile.Store) {
 	e.store = s
 	e.LoadRecords(s.State())
+	e.loadExempt(s.State().Exempt)
 	e.Save = func() error {
 		e.PutRecords()
 		return s.Checkpoint()
@@ -138,7 +145,11 @@ func (e *Engine) Close() { e.drv.Close() }
 
 func (e *Engine) Scan() bool { return e.drv.Scan() }
 
+// Apply has the driver plan for policy eff on the online CPUs of topo
+// and write what changed (Driver.Apply), once the exempt list is applied
+// to its workloads (syncExempt).
 func (e *Engine) Apply(eff policy.Policy, topo policy.Topology, online sysfs.CPUSet, force bool) {
+	e.syncExempt()
 	e.drv.Apply(eff, topo, online, force)
 }
 

@@ -62,6 +62,18 @@ type Snapshot struct {
 	// not KnobFromChoice or the time is not known (a choice saved by an
 	// older version).
 	KnobChosenAt time.Time
+	// Exempt is the exempt list: the configuration's entries, then those
+	// made over D-Bus, in the order they were made.
+	Exempt []ExemptEntry
+}
+
+// ExemptEntry is one entry of the exempt list (Snapshot.Exempt): the
+// entry as written ([system/|user:UID/]PATTERN) and where it comes from,
+// "config" (the configuration's exempt setting) or "state" (made over
+// D-Bus, kept in state.json). Never modified once made: the Exemptions
+// property's (ss) entry.
+type ExemptEntry struct {
+	Entry, From string
 }
 
 // Snapshot.KnobFrom values.
@@ -97,7 +109,9 @@ type WorkloadStatus struct {
 	Path string
 	CPUs string  // cpulist of cpuset.cpus as last written or read
 	Util float64 // decayed utilisation, CPUs
-	// Override is the workload's own placement policy ("" = the machine's).
+	// Override is the workload's own placement policy ("" = the machine's),
+	// "user" for a cgroup released to whoever wrote its cpuset.cpus, or
+	// "exempt" for one the exempt list names (not placed).
 	Override policy.Policy
 	// Class says what kind of work it is: "workload" (a child of the
 	// managed parent, or a unit of schedpolicyd.slice), "service" (a unit
@@ -107,6 +121,19 @@ type WorkloadStatus struct {
 	// "session"; or the managed slice's name without ".slice" for other
 	// units.
 	Class string
+	// Manager is the systemd manager whose unit it is, "system" or
+	// "user:UID"; "" for a cgroup of the managed parent. With Name it is
+	// what the exempt list matches.
+	Manager string
+	// Policy is the policy the last plan placed it with (a [[slice]]
+	// rule's or its class's may differ from the machine's); "" when that
+	// plan did not place it (exempt, released, overridden, no plan yet).
+	Policy policy.Policy
+	// Confined: it holds a value of the daemon's that gives it fewer CPUs
+	// than it may have (its original ones, or those the placement may
+	// give): the workloads `schedpolicyctl status` lists with the command
+	// that exempts them.
+	Confined bool
 }
 
 // Hold is one HoldPolicy (or power-profiles HoldProfile) request. Never

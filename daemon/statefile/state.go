@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
+	"github.com/schedpolicyd/schedpolicyd/internal/names"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -74,6 +75,16 @@ type State struct {
 	// ignored (an unknown power source, an invalid knob); the rest of the
 	// file is used.
 	ChoicesErr error
+	// Exempt is the exempt list made over D-Bus (Exempt, Unexempt;
+	// schedpolicyctl exempt): entries of names.ParseExempt, at most
+	// names.MaxExempts, each once, in the order they were made; nil when
+	// none (a file without the field loads as before). The
+	// configuration's exempt setting is not kept here.
+	Exempt []string
+	// ExemptErr, set by LoadState only, says which entries of the file's
+	// exempt list were dropped (not an entry, one twice, beyond the
+	// bound); the others are used.
+	ExemptErr error
 }
 
 // StartKnob is the knob a daemon starting with this state applies: the
@@ -143,6 +154,8 @@ type persisted struct {
 	Units    []UnitRecord           `json:"units,omitempty"`
 	// Choices: optional in version 2 (added after it, so older files lack it).
 	Choices map[string]policy.Knob `json:"choices,omitempty"`
+	// Exempt: optional in version 2 (added after it).
+	Exempt []string `json:"exempt,omitempty"`
 
 	// Version 1, read only for migration (migrateV1).
 	Originals map[string]string `json:"originals,omitempty"`
@@ -279,6 +292,10 @@ func LoadState(dir string) (State, error) {
 			break
 		}
 	}
+	st.Exempt, st.ExemptErr = validExempt(p.Exempt)
+	if st.ExemptErr != nil {
+		st.ExemptErr = fmt.Errorf("%s: %w; the other exemptions are kept", path, st.ExemptErr)
+	}
 	st.Energy, st.EnergyErr = validEnergy(p.Energy)
 	if st.EnergyErr != nil {
 		st.EnergyErr = fmt.Errorf("%s: %w; the energy totals start from zero", path, st.EnergyErr)
@@ -302,7 +319,10 @@ func SaveState(dir string, st State) error {
 	if _, err := validEnergy(st.Energy); err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
-	p := persisted{Version: stateVersion, Knob: st.Knob, Chosen: st.Chosen, Boost: st.Boost, Cgroups: st.Cgroups, Units: st.Units, Energy: st.Energy, Choices: st.Choices}
+	if _, err := validExempt(st.Exempt); err != nil {
+		return fmt.Errorf("save state: %w", err)
+	}
+	p := persisted{Version: stateVersion, Knob: st.Knob, Chosen: st.Chosen, Boost: st.Boost, Cgroups: st.Cgroups, Units: st.Units, Energy: st.Energy, Choices: st.Choices, Exempt: st.Exempt}
 	if st.Chosen && !st.ChosenAt.IsZero() {
 		at := st.ChosenAt.UTC()
 		p.ChosenAt = &at
@@ -343,4 +363,32 @@ func SaveState(dir string, st State) error {
 		d.Close()
 	}
 	return nil
+}
+
+// validExempt returns the entries of list that are exempt entries
+// (names.ParseExempt), each once, at most names.MaxExempts of them, in
+// order, with an error naming those it dropped (nil when none was).
+func validExempt(list []string) ([]string, error) {
+	var out, dropped []string
+	seen := map[string]bool{}
+	for _, s := range list {
+		switch _, err := names.ParseExempt(s); {
+		case err != nil:
+			dropped = append(dropped, err.Error())
+		case seen[s]:
+			dropped = append(dropped, fmt.Sprintf("exempt entry %q: given twice", s))
+		case len(out) == names.MaxExempts:
+			dropped = append(dropped, fmt.Sprintf("exempt entry %q: beyond the %d entries kept", s, names.MaxExempts))
+		default:
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	if len(dropped) == 0 {
+		return out, nil
+	}
+	if len(dropped) > 4 {
+		dropped = append(dropped[:4], fmt.Sprintf("and %d more", len(dropped)-4))
+	}
+	return out, fmt.Errorf("exempt: dropped %s", strings.Join(dropped, "; "))
 }

@@ -3,12 +3,15 @@ package statefile
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
+	"github.com/schedpolicyd/schedpolicyd/internal/names"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -331,5 +334,48 @@ func TestRecordWrittenNeeded(t *testing.T) {
 		if got := c.r.Needed(); got != c.needed {
 			t.Errorf("%s: Needed() = %v, want %v", c.name, got, c.needed)
 		}
+	}
+}
+
+// TestStateExempt: the exempt list saves and loads in order; a file
+// without it (every earlier shape: TestStateEveryVersion) loads with
+// none; a hand-edited list loses only its bad entries, said in
+// ExemptErr; SaveState refuses a bad list and leaves the file alone.
+func TestStateExempt(t *testing.T) {
+	dir := t.TempDir()
+	want := []string{"user:1000/app-firefox.scope", "app-steam*.scope", "system/ssh.service"}
+	if err := SaveState(dir, State{Knob: policy.DefaultKnob(), Exempt: want}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := LoadState(dir)
+	if err != nil || st.ExemptErr != nil || !reflect.DeepEqual(st.Exempt, want) {
+		t.Fatalf("loaded %v (%v, %v), want %v", st.Exempt, err, st.ExemptErr, want)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, StateFile))
+	if !json.Valid(b) || !strings.Contains(string(b), `"exempt": [`) {
+		t.Fatalf("state.json:\n%s", b)
+	}
+
+	bad := `{"version": 2, "power_aware": 1, "power_aware_policy": "powersaving",
+	  "exempt": ["ok.service", "home/x", "ok.service", "app[", "user:5/a*"]}`
+	os.WriteFile(filepath.Join(dir, StateFile), []byte(bad), 0o644)
+	st, err = LoadState(dir)
+	if err != nil || !reflect.DeepEqual(st.Exempt, []string{"ok.service", "user:5/a*"}) {
+		t.Fatalf("hand-edited list: %v, %v", st.Exempt, err)
+	}
+	wantErr := dir + `/state.json: exempt: dropped exempt entry "home/x": "home" is not a manager: want system/ or user:UID/ before the name, or no "/"; exempt entry "ok.service": given twice; exempt entry "app[": not a valid glob (path.Match: syntax error in pattern); the other exemptions are kept`
+	if st.ExemptErr == nil || st.ExemptErr.Error() != wantErr {
+		t.Errorf("ExemptErr = %v\nwant %s", st.ExemptErr, wantErr)
+	}
+
+	many := make([]string, names.MaxExempts+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("w%d", i)
+	}
+	if err := SaveState(dir, State{Knob: policy.DefaultKnob(), Exempt: many}); err == nil || !strings.Contains(err.Error(), `exempt entry "w256": beyond the 256 entries kept`) {
+		t.Errorf("SaveState of %d entries: %v", len(many), err)
+	}
+	if again, _ := os.ReadFile(filepath.Join(dir, StateFile)); string(again) != bad {
+		t.Errorf("a refused save changed state.json:\n%s", again)
 	}
 }

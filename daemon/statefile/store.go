@@ -37,7 +37,7 @@ type Store struct {
 // ChoicesErr, said by the caller, are not kept), to be saved to
 // dir/state.json; a Checkpoint's failures are logged to log.
 func NewStore(dir string, st State, log logrus.FieldLogger) *Store {
-	st.EnergyErr, st.ChoicesErr = nil, nil
+	st.EnergyErr, st.ChoicesErr, st.ExemptErr = nil, nil, nil
 	return &Store{dir: dir, log: log, st: st}
 }
 
@@ -69,6 +69,13 @@ func (s *Store) SetCgroups(r []Record) { s.st.Cgroups = r }
 
 // SetUnits sets the unit records (sorted by key), the units placement's.
 func (s *Store) SetUnits(r []UnitRecord) { s.st.Units = r }
+
+// Exempt is the exempt list made over D-Bus (State.Exempt).
+func (s *Store) Exempt() []string { return s.st.Exempt }
+
+// SetExempt sets the exempt list (kept as it is: its owner replaces it on
+// a change, never writes into it).
+func (s *Store) SetExempt(list []string) { s.st.Exempt = list }
 
 // Changed reports whether the state held differs from what this store
 // last saved (always before its first save).

@@ -5,7 +5,7 @@ _schedpolicyctl() {
     local cur prev words cword
     _init_completion || return
 
-    local commands="status set auto reset watch top workloads run launch rebalance energy version help"
+    local commands="status set auto reset watch top workloads exempt unexempt workload-policy run launch rebalance energy version help"
     local policies="performance balance powersaving"
 
     # Find the command (the first word that is not an option or its value).
@@ -64,8 +64,14 @@ _schedpolicyctl() {
             COMPREPLY=($(compgen -W "--name --bus --help --" -- "$cur")) ;;
         launch)
             COMPREPLY=($(compgen -W "--policy --reason --bus --help --" -- "$cur")) ;;
-        rebalance|reset|top)
+        rebalance|reset|top|exempt|unexempt)
             COMPREPLY=($(compgen -W "--bus --help" -- "$cur")) ;;
+        workload-policy)
+            if [[ $cur == -* ]]; then
+                COMPREPLY=($(compgen -W "--bus --help" -- "$cur"))
+            elif ((cword >= 3)) && [[ $prev != workload-policy ]]; then
+                COMPREPLY=($(compgen -W "performance none" -- "$cur"))
+            fi ;;
         help)
             COMPREPLY=($(compgen -W "$commands" -- "$cur")) ;;
     esac

@@ -353,9 +353,13 @@ func (p *Placement) check(w *workload) bool {
 	if err != nil || cur.Equal(w.cpus) {
 		return true
 	}
-	if w.rec.Released {
+	if w.rec.Released || w.exempt && !w.rec.Written() {
+		// Released, or exempt with nothing of ours in it: whatever it
+		// holds is someone else's, and its original once it is placed
+		// again.
 		w.cpus = cur
 		w.rec.Original = cur.String()
+		p.e.Dirty = true
 		return false
 	}
 	if p.cg.Version() == sysfs.CgroupV1 {
@@ -376,7 +380,7 @@ func (p *Placement) check(w *workload) bool {
 		}
 	}
 	p.e.Log.WithFields(logrus.Fields{"workload": w.name, "expected": w.cpus.String(), "cpus": cur.String()}).
-		Warn("cpuset.cpus was changed by someone else; the workload is released: its value is kept, not placed and not restored (SetWorkloadPolicy with \"\" takes it back)")
+		Warn("cpuset.cpus was changed by someone else; the workload is released: its value is kept, not placed and not restored (`schedpolicyctl workload-policy NAME none`, D-Bus SetWorkloadPolicy with \"\", takes it back)")
 	w.rec.Released = true
 	p.e.Theirs(&w.rec.Values, cur.String())
 	w.rec.Unverified = false

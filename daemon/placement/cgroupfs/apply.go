@@ -43,7 +43,7 @@ func (p *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.
 	names := p.Names()
 	for _, n := range names {
 		w := p.workloads[n]
-		if w.override == policy.Performance || w.rec.Released {
+		if w.override == policy.Performance || !w.placed() {
 			continue // every allowed CPU below, or not placed at all
 		}
 		in.Loads = append(in.Loads, policy.Load{Name: n, Util: w.avg.Util, Current: w.cpus.List(), Threads: w.threads, Pressure: w.pressure})
@@ -53,7 +53,7 @@ func (p *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.
 		plan.CPUs = map[string][]int{}
 	}
 	for n, w := range p.workloads {
-		if w.override == policy.Performance && !w.rec.Released {
+		if w.override == policy.Performance && w.placed() {
 			plan.CPUs[n] = allowed.List()
 		}
 	}
@@ -71,7 +71,7 @@ func (p *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.
 	for _, n := range names {
 		w := p.workloads[n]
 		want := sysfs.NewCPUSet(plan.CPUs[n]...)
-		if w.rec.Released || want.IsEmpty() || want.Equal(w.cpus) {
+		if !w.placed() || want.IsEmpty() || want.Equal(w.cpus) {
 			continue
 		}
 		// Original is kept as it is even when nothing of ours is there

@@ -29,12 +29,22 @@ func (p *Placement) Status() []snapshot.WorkloadStatus {
 	for _, n := range p.Names() {
 		w := p.workloads[n]
 		o := w.override
-		if w.rec.Released {
+		switch {
+		case w.rec.Released:
 			o = ReleasedOverride
+		case w.exempt:
+			o = placement.ExemptOverride
 		}
 		name := snapshot.Escape(n)
 		escaped = escaped || name != n
-		out = append(out, snapshot.WorkloadStatus{Name: name, Path: snapshot.Escape(w.rec.Path), CPUs: w.cpus.String(), Util: w.avg.Util, Override: o, Class: "workload"})
+		ws := snapshot.WorkloadStatus{Name: name, Path: snapshot.Escape(w.rec.Path), CPUs: w.cpus.String(), Util: w.avg.Util, Override: o, Class: "workload"}
+		if w.placed() && w.override == "" {
+			ws.Policy = p.e.Plan.Policies[n]
+			// Confined: a value of ours narrower than the CPUs the
+			// placement may give.
+			ws.Confined = w.rec.Applied != "" && w.cpus.Size() < p.allowed.Size()
+		}
+		out = append(out, ws)
 	}
 	if escaped {
 		// An escape can move a name: sorted as published.

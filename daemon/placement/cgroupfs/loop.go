@@ -103,7 +103,7 @@ func (p *Placement) OnMsg(msg placement.Event) placement.Asks {
 	return nil
 }
 
-// ModelLoads adds the cgroupfs workloads: a released one keeps its CPUs,
+// ModelLoads adds the cgroupfs workloads: a released or exempt one keeps its CPUs,
 // an override of performance has every allowed CPU, the policy places the
 // others; allowed is narrowed to the managed parent's CPUs.
 func (p *Placement) ModelLoads(in *placement.ModelInput) {
@@ -116,7 +116,7 @@ func (p *Placement) ModelLoads(in *placement.ModelInput) {
 		w := p.workloads[n]
 		l := policy.Load{Name: n, Util: w.avg.Util, Threads: w.threads}
 		switch {
-		case w.rec.Released:
+		case !w.placed():
 			in.CPUs[n] = w.cpus.List()
 		case w.override == policy.Performance:
 			in.CPUs[n] = in.Allowed

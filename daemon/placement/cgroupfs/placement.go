@@ -82,6 +82,7 @@ var (
 	_ placement.Poller      = (*Placement)(nil)
 	_ placement.Refresher   = (*Placement)(nil)
 	_ placement.Rechecker   = (*Placement)(nil)
+	_ placement.Exempter    = (*Placement)(nil)
 )
 
 // workload is one direct child of the managed parent cgroup.
@@ -105,7 +106,14 @@ type workload struct {
 	// refused is the last refused write ("cpulist error"), so a refusal
 	// that repeats on every sample is warned about once.
 	refused string
+	// exempt: the engine's exempt list names it (SetExempt): not placed,
+	// its original given back.
+	exempt bool
 }
+
+// placed reports whether the plan places w: neither released (someone
+// else's value is in it) nor exempt.
+func (w *workload) placed() bool { return !w.rec.Released && !w.exempt }
 
 // New makes the cgroupfs placement of e.Cfg.CgroupRoot's children as e's
 // driver, logging to e.Log and counting in e.Stats; e.Done closes when

@@ -15,7 +15,7 @@ func (p *Placement) Crowded(bool) placement.Crowding {
 	c := placement.Crowding{Field: "runnable_over_cpus"}
 	for _, n := range p.Names() {
 		w := p.workloads[n]
-		if k := w.cpus.Size(); k > 0 && w.threads > k && !w.rec.Released {
+		if k := w.cpus.Size(); k > 0 && w.threads > k && w.placed() {
 			c.Names = append(c.Names, n)
 			c.Desc = append(c.Desc, fmt.Sprintf("%s:%d/%d", n, w.threads, k))
 		}
@@ -23,9 +23,9 @@ func (p *Placement) Crowded(bool) placement.Crowding {
 	return c
 }
 
-// CPUs is workload n's CPU count; 0 when it is gone or released.
+// CPUs is workload n's CPU count; 0 when it is gone, released or exempt.
 func (p *Placement) CPUs(n string) int {
-	if w := p.workloads[n]; w != nil && !w.rec.Released {
+	if w := p.workloads[n]; w != nil && w.placed() {
 		return w.cpus.Size()
 	}
 	return 0
@@ -72,7 +72,7 @@ func (p *Placement) SyncClock() (more bool) {
 	allowed, opened := p.allowed, 0
 	for _, n := range p.Names() {
 		w := p.workloads[n]
-		if w.rec.Released || !placement.Packed(w.cpus, allowed) {
+		if !w.placed() || !placement.Packed(w.cpus, allowed) {
 			p.e.Clock.Remove(n)
 			continue
 		}

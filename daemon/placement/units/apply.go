@@ -19,7 +19,8 @@ import (
 
 // Apply plans placement for policy eff over the units and sets the
 // AllowedCPUs= that differ. A unit the plan gives every allowed CPU gets
-// its original back (unset stays unset: no value of ours). An
+// its original back (unset stays unset: no value of ours), and so does
+// one with an override of performance, or exempt (SetExempt). An
 // administrator's AllowedCPUs= (the original) bounds the choice. Each
 // value is recorded (Pending) and saved before it is set.
 func (u *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.CPUSet, force bool) {
@@ -43,7 +44,7 @@ func (u *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.
 	users := map[int][]userWrite{}
 	for _, n := range names {
 		w := u.workloads[n]
-		if w.override == policy.Performance {
+		if w.override == policy.Performance || w.exempt {
 			continue // no restriction of ours: its original below
 		}
 		cur := w.cpus

@@ -65,13 +65,13 @@ func (u *Placement) OnMsg(msg placement.Event) (asks placement.Asks) {
 }
 
 // ModelLoads adds the units as their apply plans them: an override of
-// performance has every allowed CPU, an administrator's AllowedCPUs=
+// performance, or an exempt unit, has every allowed CPU, an administrator's AllowedCPUs=
 // bounds the others (kept as they are here).
 func (u *Placement) ModelLoads(in *placement.ModelInput) {
 	for _, n := range u.Names() {
 		w := u.workloads[n]
 		l := policy.Load{Name: n, Util: w.avg.Util, Class: w.class(), Slice: w.slice}
-		if w.override == policy.Performance {
+		if w.override == policy.Performance || w.exempt {
 			in.CPUs[n] = in.Allowed
 			in.Fixed = append(in.Fixed, l)
 			continue

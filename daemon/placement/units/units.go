@@ -133,6 +133,7 @@ var (
 	_ placement.Reporter    = (*Placement)(nil)
 	_ placement.Poller      = (*Placement)(nil)
 	_ placement.Refresher   = (*Placement)(nil)
+	_ placement.Exempter    = (*Placement)(nil)
 )
 
 // unitWorkload is one unit placed as a workload.
@@ -161,6 +162,9 @@ type unitWorkload struct {
 	// override is the unit's own placement policy (SetWorkloadPolicy):
 	// "" the daemon's, policy.Performance no restriction of ours.
 	override policy.Policy
+	// exempt: the engine's exempt list names it (SetExempt): its
+	// original back, not placed.
+	exempt bool
 }
 
 // New makes the units placement for e.Cfg as e's driver, logging to
@@ -407,7 +411,21 @@ func (u *Placement) Status() []snapshot.WorkloadStatus {
 		if cpus.IsEmpty() {
 			cpus = u.online
 		}
-		out = append(out, snapshot.WorkloadStatus{Name: w.name, Path: w.cgroup, CPUs: cpus.String(), Util: w.avg.Util, Override: w.override, Class: w.class()})
+		ws := snapshot.WorkloadStatus{Name: w.name, Path: w.cgroup, CPUs: cpus.String(), Util: w.avg.Util, Override: w.override, Class: w.class(), Manager: managerName(w.uid)}
+		switch {
+		case w.exempt:
+			ws.Override = placement.ExemptOverride
+		case w.override == "":
+			ws.Policy = u.e.Plan.Policies[n]
+			// Confined: a value of ours narrower than its original
+			// (unset: every CPU of the last plan).
+			may, _ := sysfs.ParseCPUList(w.rec.Original)
+			if may.IsEmpty() {
+				may = u.online
+			}
+			ws.Confined = w.rec.Applied != "" && !w.cpus.IsEmpty() && w.cpus.Size() < may.Size()
+		}
+		out = append(out, ws)
 	}
 	return out
 }

@@ -1,0 +1,127 @@
+package units
+
+import (
+	"strings"
+	"testing"
+	"testing/synctest"
+
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
+	"github.com/schedpolicyd/schedpolicyd/internal/names"
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+	"github.com/schedpolicyd/schedpolicyd/policy"
+)
+
+// TestMemUnitsExempt: the engine's exempt list on units of the system
+// manager. An exempt unit gets its original AllowedCPUs= back at the
+// apply that follows (unset: reset; an administrator's value: that
+// value), its record then holding nothing of ours, and is not placed
+// while exempt (its status says "exempt", not confined); unexempt, the
+// next plan places it again, recorded first. Another unit is placed
+// throughout.
+func TestMemUnitsExempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newMemUnits(t)
+		h.m.start("a.service", "schedpolicyd.slice", false)
+		h.m.start("b.service", "schedpolicyd.slice", false)
+		h.m.start("c.service", "schedpolicyd.slice", false)
+		h.m.admin("c.service", true, 0, 1) // an administrator's AllowedCPUs=0-1
+		h.open()
+		apply := func() { h.u.e.Apply(policy.Powersaving, twoCPUTopology(t), twoCPUs, true) }
+		apply()
+		testutil.WantEq(t, "powersaving", h.taken(),
+			"save a.service orig= pending=0 applied=; b.service orig= pending=0 applied=; c.service orig=0-1 pending=0 applied= | "+
+				"set a.service=0 | set b.service=0 | set c.service=0 | "+
+				"save a.service orig= pending= applied=0; b.service orig= pending= applied=0; c.service orig=0-1 pending= applied=0")
+		confined := func() string {
+			var out []string
+			for _, s := range h.u.Status() {
+				switch {
+				case s.Override == placement.ExemptOverride:
+					out = append(out, s.Name+" exempt")
+				case s.Confined:
+					out = append(out, s.Name+" confined "+s.CPUs+" by "+string(s.Policy)+" "+s.Manager)
+				default:
+					out = append(out, s.Name+" free")
+				}
+			}
+			return strings.Join(out, "; ")
+		}
+		testutil.WantEq(t, "status", confined(), "a.service confined 0 by powersaving system; b.service confined 0 by powersaving system; c.service confined 0 by powersaving system")
+
+		x, _ := names.ParseExempt("system/[ac].service")
+		h.u.e.Cfg.Exempt = []names.Exempt{x}
+		apply()
+		// The originals back, no pending value needed (a crash finds
+		// each at its original or at our last value, both known); their
+		// records hold nothing of ours, so state.json keeps none.
+		testutil.WantEq(t, "exempt a and c", h.taken(),
+			"set a.service= | set c.service=0-1 | save b.service orig= pending= applied=0")
+		testutil.WantEq(t, "a.service: AllowedCPUs=", h.m.allowedOf("a.service"), "")
+		testutil.WantEq(t, "c.service: AllowedCPUs=", h.m.allowedOf("c.service"), "0-1")
+		testutil.WantEq(t, "status while exempt", confined(), "a.service exempt; b.service confined 0 by powersaving system; c.service exempt")
+		apply()
+		testutil.WantEq(t, "a second plan while exempt", h.taken(), "")
+
+		// Someone sets a's AllowedCPUs= while it is exempt: theirs.
+		h.m.admin("a.service", true, 1)
+		h.u.e.Cfg.Exempt = nil
+		apply()
+		// Recorded before each write; a's value is found to be someone
+		// else's before it is overwritten, and becomes its original.
+		testutil.WantEq(t, "unexempt: placed again", h.taken(),
+			"save a.service orig= pending=0 applied=; b.service orig= pending= applied=0; c.service orig=0-1 pending=0 applied= | set c.service=0 | "+
+				"save b.service orig= pending= applied=0; c.service orig=0-1 pending= applied=0")
+		testutil.WantEq(t, "a.service: AllowedCPUs=", h.m.allowedOf("a.service"), "1")
+		testutil.WantEq(t, "a.service: record", h.recOf("a.service"), "a.service orig=1 pending= applied=")
+	})
+}
+
+// TestUserUnitExempt: a user's unit, placed through that user's manager
+// (a fake one served as uid 4242 on its private socket, the system
+// manager a fake on a private bus): an entry naming another user's
+// manager leaves it placed; one naming its own gives it its original
+// back through the user's link (never waited for on the loop: the
+// result comes back as the link's message), the widening step of cgroup
+// v2 first, and its record then holds nothing of ours; unexempt, it is
+// placed again.
+func TestUserUnitExempt(t *testing.T) {
+	h := newHostile(t)
+	h.unit("app-a.scope", "background.slice", testutil.FakeUnit{})
+	h.serve()
+	h.pump("the unit", policy.Performance, func() bool { return h.workloads() == "app-a.scope" })
+	apply := func() { h.u.e.Apply(policy.Powersaving, twoCPUTopology(t), twoCPUs, true) }
+	key := workloadKey(hostile, "app-a.scope")
+	written := func(what string, want ...string) {
+		t.Helper()
+		h.pump(what, policy.Powersaving, func() bool {
+			return strings.Join(h.usr.Sets(), " ") == strings.Join(want, " ") && !h.u.people[hostile].writing
+		})
+	}
+	apply()
+	written("the unit placed", "app-a.scope=01")
+	if r := h.u.workloads[key].rec; r.Applied != "0" {
+		t.Fatalf("record after the plan: %+v", r.Values)
+	}
+
+	other, _ := names.ParseExempt("user:1000/app-*.scope")
+	h.u.e.Cfg.Exempt = []names.Exempt{other}
+	apply()
+	if h.u.people[hostile].writing || len(h.usr.Sets()) != 1 {
+		t.Fatalf("another user's entry wrote %v", h.usr.Sets())
+	}
+
+	own, _ := names.ParseExempt("user:4242/app-*.scope")
+	h.u.e.Cfg.Exempt = []names.Exempt{other, own}
+	apply()
+	written("the original back", "app-a.scope=01", "app-a.scope=03", "app-a.scope=")
+	if r := h.u.workloads[key].rec; r.Written() {
+		t.Errorf("record of the exempt unit still holds a value of ours: %+v", r.Values)
+	}
+	if s := h.u.Status(); len(s) != 1 || s[0].Override != placement.ExemptOverride || s[0].Manager != "user:4242" || s[0].Confined {
+		t.Errorf("status %+v", s)
+	}
+
+	h.u.e.Cfg.Exempt = nil
+	apply()
+	written("placed again", "app-a.scope=01", "app-a.scope=03", "app-a.scope=", "app-a.scope=01")
+}
