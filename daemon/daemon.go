@@ -15,6 +15,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/daemon/energy"
+	"github.com/schedpolicyd/schedpolicyd/daemon/energypref"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
@@ -82,6 +83,7 @@ type Daemon struct {
 	lastSaved   statefile.State   // what state.json holds, as last saved by saveState
 	asideSaid   map[string]string // per knob, the other owner last reported (stepaside.go)
 	lpmdOwner   string            // intel-lpmd's unique bus name, "" not running (lpmd.go)
+	pref        prefState         // EPP and the platform profile (energypref.go)
 
 	stats placement.Counters // for Stats; written by the loop only
 	// pcfg is what the placement back end reads of cfg
@@ -132,6 +134,7 @@ func New(cfg Config) (*Daemon, error) {
 		dec:       newDecider(decisionSettingsOf(cfg)),
 	}
 	d.energy = energy.NewMeter(fs, d.log.WithField("component", "energy"), time.Now, nil)
+	d.pref.act = energypref.New(fs, func([]statefile.PrefRecord) error { return d.saveState(d.stateWith(d.dec.knob)) })
 	d.place = d.newBackend()
 	d.setMetricsPath(cfg.MetricsTextfile)
 	return d, nil
@@ -303,6 +306,8 @@ func (d *Daemon) start(ctx context.Context) (stop func(), err error) {
 	}
 	undo = append(undo, d.bus.Close)
 	wg.Go(func() { d.bus.Keep(bgCtx) })
+	d.pref.ctx = bgCtx
+	d.askPrefOwners(bgCtx)
 
 	d.writeKernelKnob()
 	d.applyBoost()
@@ -376,6 +381,11 @@ func (d *Daemon) loadState() {
 		d.log.WithField("found", n).Warn("the last run did not finish its stop: each value it set is checked now, restored where it is still ours, and kept where someone else changed it since")
 	}
 	d.recoverBoost(st.Boost)
+	if st.PrefsErr != nil {
+		d.log.WithError(st.PrefsErr).Warn("ignoring the saved energy preference records")
+	}
+	d.pref.act.Adopt(st.Prefs)
+	d.restorePrefs("energy preferences restored to the values a previous run that did not stop cleanly found")
 }
 
 // onWake counts an event and has the back end handle wake k.
@@ -417,6 +427,7 @@ func (d *Daemon) onHotplug() {
 	d.log.WithFields(logrus.Fields{"from": before.String(), "to": d.cpus.allowed.String()}).Info("online CPUs changed")
 	d.place.Hotplug(before, d.cpus.allowed)
 	d.recompute("cpu hotplug", true)
+	d.applyPrefs(true) // a policy whose CPU came online: its value, its original recorded first
 }
 
 // readTopology reads the CPUs again (cpuView.update): the topology, the
@@ -461,6 +472,7 @@ func (d *Daemon) shutdown() {
 		d.log.Warn("not everything could be restored; state.json keeps what is left for the next start")
 	}
 	d.restoreBoost()
+	d.restorePrefs("energy preferences restored to the values found")
 	// The running energy segment ends with the daemon.
 	d.energy.CloseSegment(d.energyKey(), d.dec.power.Source == acpi.Battery)
 	// What is restored is dropped from state.json; what is not (and the
@@ -518,7 +530,7 @@ func (d *Daemon) saveBackground() error {
 // (and the other placement mode's, as they were found), the energy totals
 // and the per-source choices.
 func (d *Daemon) stateWith(k policy.Knob) statefile.State {
-	st := statefile.State{Boost: d.boost.orig, Cgroups: d.kept.Cgroups, Units: d.kept.Units, Energy: d.energy.Totals()}
+	st := statefile.State{Boost: d.boost.orig, Cgroups: d.kept.Cgroups, Units: d.kept.Units, Energy: d.energy.Totals(), Prefs: d.pref.act.Records()}
 	d.dec.putState(&st, k)
 	d.place.PutRecords(&st)
 	return st
