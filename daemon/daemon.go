@@ -290,6 +290,7 @@ func (d *Daemon) start(ctx context.Context) (stop func(), err error) {
 
 	var wg sync.WaitGroup
 	undo = append(undo, wg.Wait)
+	undo = append(undo, d.pref.wg.Wait) // askPrefOwners' questions, ended by stopBg below
 	bgCtx, stopBg := context.WithCancel(ctx)
 	undo = append(undo, stopBg)
 

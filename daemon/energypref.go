@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/sirupsen/logrus"
 
@@ -56,9 +57,11 @@ type prefState struct {
 	unitsErr string
 	asked    bool
 	asking   bool // a question is out (askPrefOwners)
-	// ctx ends the questions' goroutines with the daemon (start's).
-	ctx   context.Context
-	again bool // ask again once it is answered
+	again    bool // ask again once it is answered
+	// ctx ends the questions' goroutines with the daemon (start's), and
+	// wg joins them (start's stop).
+	ctx context.Context
+	wg  sync.WaitGroup
 	// last is what the last apply was for; an apply for the same is
 	// skipped unless forced.
 	last    prefKey
@@ -141,8 +144,8 @@ func (d *Daemon) askPrefOwners(ctx context.Context) {
 	}
 	d.pref.asking = true
 	addr := d.cfg.Bus
-	go func() {
-		res, err := bus.InstalledUnitsAt(addr, prefUnits())
+	d.pref.wg.Go(func() {
+		res, err := bus.InstalledUnitsAt(ctx, addr, prefUnits())
 		d.do(ctx, func() error {
 			d.pref.asking, d.pref.asked = false, true
 			d.pref.units, d.pref.unitsErr = res, ""
@@ -156,7 +159,7 @@ func (d *Daemon) askPrefOwners(ctx context.Context) {
 			d.applyPrefs(true)
 			return nil
 		})
-	}()
+	})
 }
 
 // prefAsides are PrefAside for both kinds on this daemon.
@@ -301,7 +304,7 @@ func ProbePrefs(fs sysfs.FS, cfg Config, ppOwner string) []PrefProbe {
 			addr = "system"
 		}
 		var err error
-		if units, err = bus.InstalledUnitsAt(addr, prefUnits()); err != nil {
+		if units, err = bus.InstalledUnitsAt(context.Background(), addr, prefUnits()); err != nil {
 			unknown = "systemd could not say which daemons are installed: " + err.Error()
 		}
 	}

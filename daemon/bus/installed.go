@@ -25,16 +25,16 @@ type InstalledUnits struct {
 // InstalledUnitsAt asks the system manager on bus ("system", "session",
 // an address) which of units are installed and not masked, starting
 // nothing (NO_AUTO_START, the bus daemon and the manager's unique name
-// only), within busDialTimeout and busCallTimeout. Errors: the bus cannot
+// only), within busDialTimeout and busCallTimeout, or until ctx ends. Errors: the bus cannot
 // be reached, or systemd answered something else than a state or
 // "no such file" for a unit (the caller cannot tell then).
-func InstalledUnitsAt(bus string, units []string) (InstalledUnits, error) {
-	conn, err := dialBus(context.Background(), bus, busDialTimeout)
+func InstalledUnitsAt(ctx context.Context, bus string, units []string) (InstalledUnits, error) {
+	conn, err := dialBus(ctx, bus, busDialTimeout)
 	if err != nil {
 		return InstalledUnits{}, fmt.Errorf("no bus: %w", err)
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), busCallTimeout)
+	ctx, cancel := context.WithTimeout(ctx, busCallTimeout)
 	defer cancel()
 	owner, err := bussender.GetNameOwner(ctx, conn, systemdName)
 	if err != nil {
