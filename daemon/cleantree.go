@@ -14,8 +14,9 @@ import (
 // crash, systemd's SIGKILL after TimeoutStopSec=) left of its tree at dir,
 // as its clean stop would have: the FUSE mount, detached (a dead mount
 // keeps systemd from removing the RuntimeDirectory it is in), the tree
-// directory when a daemon made it and it is empty, and the tree's lock
-// file. found says what there was, one phrase each ("" none). The
+// directory when a daemon made it and it is empty, the tree's lock
+// file, and the directories above the tree that daemon made (its lock
+// file names them), if empty. found says what there was, one phrase each ("" none). The
 // workloads' CPUs are not touched: the next start restores or keeps them
 // from state.json. It is `schedpolicyd cleanup`, the unit's ExecStopPost=.
 //
@@ -40,6 +41,12 @@ func CleanTree(dir string) (found []string, err error) {
 			found = append(found, "the tree directory "+l.Dir())
 		}
 	}
+	made := l.Made()
 	l.Release()
+	for _, p := range made {
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			found = append(found, "the directory "+p+" made for the tree")
+		}
+	}
 	return found, err
 }

@@ -44,6 +44,30 @@ const (
 	BoostEnable  BoostMode = "on"
 )
 
+// PrefMode is Config.EPP and Config.PlatformProfile, the epp and
+// platform_profile settings: PrefAuto moves the knob with the policy
+// where no other daemon owns it (daemon/energypref.go), PrefOff never
+// touches it.
+type PrefMode string
+
+// The energy preference modes.
+const (
+	PrefAuto PrefMode = "auto"
+	PrefOff  PrefMode = "off"
+)
+
+// PrefModes are the words ParsePrefMode accepts.
+var PrefModes = []PrefMode{PrefAuto, PrefOff}
+
+// ParsePrefMode returns the mode named s for setting key ("epp",
+// "platform_profile"), or an error naming the words it accepts.
+func ParsePrefMode(key, s string) (PrefMode, error) {
+	if m := PrefMode(s); slices.Contains(PrefModes, m) {
+		return m, nil
+	}
+	return "", fmt.Errorf("%s %q: want auto or off", key, s)
+}
+
 // BoostModes are the words ParseBoostMode accepts, in the order its error
 // names them.
 var BoostModes = []BoostMode{BoostKeep, BoostDisable, BoostEnable}
@@ -135,6 +159,11 @@ type Config struct {
 	// BoostKeep (the default: never touch it), BoostDisable or
 	// BoostEnable on battery; on AC the value found at start-up is restored, and on exit.
 	BoostOnBattery BoostMode
+	// EPP and PlatformProfile ("" means PrefAuto) move the cpufreq
+	// policies' energy_performance_preference and the ACPI platform
+	// profile with the policy where no other daemon owns them
+	// (energypref.go), or never touch them (PrefOff).
+	EPP, PlatformProfile PrefMode
 	// UPower ("" means DefaultUPower, acpi.UPowerAuto), Logind and
 	// AcpidSocket ("" = off) enable the optional power event sources of
 	// package acpi; all of them only trigger a re-read of sysfs. UPower and
@@ -238,6 +267,12 @@ func resolveConfig(cfg Config) (Config, sysfs.FS, error) {
 	if cfg.BoostOnBattery == "" {
 		cfg.BoostOnBattery = DefaultBoostOnBattery
 	}
+	if cfg.EPP == "" {
+		cfg.EPP = PrefAuto
+	}
+	if cfg.PlatformProfile == "" {
+		cfg.PlatformProfile = PrefAuto
+	}
 	if err := cfg.checkWords(); err != nil {
 		return Config{}, sysfs.FS{}, err
 	}
@@ -301,7 +336,13 @@ func (cfg Config) checkWords() error {
 	if _, err := acpi.ParseEventSource(string(cfg.Events)); err != nil {
 		return err
 	}
-	_, err := ParseBoostMode(string(cfg.BoostOnBattery))
+	if _, err := ParseBoostMode(string(cfg.BoostOnBattery)); err != nil {
+		return err
+	}
+	if _, err := ParsePrefMode("epp", string(cfg.EPP)); err != nil {
+		return err
+	}
+	_, err := ParsePrefMode("platform_profile", string(cfg.PlatformProfile))
 	return err
 }
 

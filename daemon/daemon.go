@@ -15,6 +15,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/daemon/energy"
+	"github.com/schedpolicyd/schedpolicyd/daemon/energypref"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
@@ -81,6 +82,7 @@ type Daemon struct {
 	heldLogs    []func()
 	asideSaid   map[string]string // per knob, the other owner last reported (stepaside.go)
 	lpmdOwner   string            // intel-lpmd's unique bus name, "" not running (lpmd.go)
+	pref        prefState         // EPP and the platform profile (energypref.go)
 
 	// schedulersSaid is what noteSchedulers last logged (schedulers.go).
 	schedulersSaid string
@@ -132,6 +134,12 @@ func New(cfg Config) (*Daemon, error) {
 		dec:       newDecider(decisionSettingsOf(cfg)),
 	}
 	d.energy = energy.NewMeter(fs, d.log.WithField("component", "energy"), time.Now, nil)
+	// The energy preferences' records go into state.json before each
+	// write of theirs (record before writing), through the store.
+	d.pref.act = energypref.New(fs, func(recs []statefile.PrefRecord) error {
+		d.store.SetPrefs(recs)
+		return d.save()
+	})
 	d.place = d.newBackend()
 	// Nothing loaded yet: the start's loadState makes the store anew from
 	// state.json (keepState).
@@ -293,6 +301,7 @@ func (d *Daemon) start(ctx context.Context) (stop func(), err error) {
 
 	var wg sync.WaitGroup
 	undo = append(undo, wg.Wait)
+	undo = append(undo, d.pref.wg.Wait) // askPrefOwners' questions, ended by stopBg below
 	bgCtx, stopBg := context.WithCancel(ctx)
 	undo = append(undo, stopBg)
 
@@ -309,6 +318,8 @@ func (d *Daemon) start(ctx context.Context) (stop func(), err error) {
 	}
 	undo = append(undo, d.bus.Close)
 	wg.Go(func() { d.bus.Keep(bgCtx) })
+	d.pref.ctx = bgCtx
+	d.askPrefOwners(bgCtx)
 
 	d.writeKernelKnob()
 	d.applyBoost()
@@ -383,6 +394,11 @@ func (d *Daemon) loadState() {
 		d.log.WithField("found", n).Warn("the last run did not finish its stop: each value it set is checked now, restored where it is still ours, and kept where someone else changed it since")
 	}
 	d.recoverBoost(st.Boost)
+	if st.PrefsErr != nil {
+		d.log.WithError(st.PrefsErr).Warn("ignoring the saved energy preference records")
+	}
+	d.pref.act.Adopt(st.Prefs)
+	d.restorePrefs("energy preferences restored to the values a previous run that did not stop cleanly found")
 }
 
 // keepState makes the store of state.json from st, what it holds: the
@@ -455,6 +471,7 @@ func (d *Daemon) onHotplug() {
 	d.log.WithFields(logrus.Fields{"from": before.String(), "to": d.cpus.allowed.String()}).Info("online CPUs changed")
 	d.place.Hotplug(before, d.cpus.allowed)
 	d.recompute("cpu hotplug", true)
+	d.applyPrefs(true) // a policy whose CPU came online: its value, its original recorded first
 }
 
 // readTopology reads the CPUs again (cpuView.update): the topology, the
@@ -500,6 +517,7 @@ func (d *Daemon) shutdown() {
 		d.log.Warn("not everything could be restored; state.json keeps what is left for the next start")
 	}
 	d.restoreBoost()
+	d.restorePrefs("energy preferences restored to the values found")
 	// The running energy segment ends with the daemon.
 	d.closeEnergySegment()
 	// What is restored is dropped from state.json; what is not (and the

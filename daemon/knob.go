@@ -182,6 +182,10 @@ func (d *Daemon) recompute(why string, force bool) {
 		force = true
 		d.writeKernelKnob()
 	}
+	// EPP and the platform profile follow the policy in force and, for
+	// balance, the power source (energypref.go); nothing when neither
+	// changed since.
+	d.applyPrefs(false)
 	// The segment of the old policy or power source ends now, before the
 	// new plan's writes take effect.
 	d.followEnergy()

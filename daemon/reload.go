@@ -61,6 +61,7 @@ func (d *Daemon) PrepareRestart(settings []string) {
 
 // Reload applies a new configuration (SIGHUP). The validated cfg replaces
 // the running one for what can change at run time — boost_on_battery,
+// epp and platform_profile (and which daemons own those are asked again),
 // power_profiles_api and power_profiles_units (the bus connection is
 // remade), the profile map, the slice rules, low_battery, the sampling
 // period, metrics_textfile (the file at the old path is removed), the
@@ -124,7 +125,15 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 			// new setting.
 			d.bus.Reconfigure(nc.PowerProfilesAPI, nc.PowerProfilesUnits)
 		}
+		// epp and platform_profile: a kind turned off gets its values
+		// back at the apply below; and a reload asks again which daemons
+		// are installed.
+		d.cfg.EPP, d.cfg.PlatformProfile = nc.EPP, nc.PlatformProfile
+		if d.pref.ctx != nil {
+			d.askPrefOwners(d.pref.ctx)
+		}
 		d.recompute("reload", true)
+		d.applyPrefs(true)
 		return nil
 	})
 }

@@ -47,7 +47,7 @@ var layers = map[string][]string{
 	// daemon counts packed workloads' CPU time with internal/taskclock
 	// (perf events: not pseudo-filesystem I/O, so not sysfs), a leaf too.
 	"acpi":   {"sysfs", "internal/reconnect", "internal/bussender"},
-	"daemon": {"daemon/placement", "daemon/placement/cgroupfs", "daemon/placement/units", "daemon/bus", "daemon/energy", "daemon/snapshot", "daemon/statefile", "acpi", "sysfs", "policy", "systemd", "internal/names", "internal/reconnect", "internal/taskclock", "internal/bussender"},
+	"daemon": {"daemon/placement", "daemon/placement/cgroupfs", "daemon/placement/units", "daemon/bus", "daemon/energy", "daemon/energypref", "daemon/snapshot", "daemon/statefile", "acpi", "sysfs", "policy", "systemd", "internal/names", "internal/reconnect", "internal/taskclock", "internal/bussender"},
 	// The D-Bus service talks to the daemon through its Controller
 	// interface: it never imports the daemon nor anything of the
 	// placement (never, below). policy for the policy names and sysfs for
@@ -68,6 +68,10 @@ var layers = map[string][]string{
 	// and the snapshot for the totals' keys and shape, the state file for
 	// their order and validation, and what those bring, nothing else.
 	"daemon/energy": {"daemon/statefile", "daemon/snapshot", "policy", "acpi", "sysfs", "internal/names", "internal/reconnect", "internal/bussender"},
+	// The energy preferences' actuator (EPP, the platform profile): sysfs
+	// for the files, the state file for the records, policy and acpi for
+	// the map's inputs, and what those bring, nothing else.
+	"daemon/energypref": {"daemon/statefile", "daemon/snapshot", "policy", "acpi", "sysfs", "internal/names", "internal/reconnect", "internal/bussender"},
 	// What both placement back ends share (the interface, the journal, the
 	// wakes and the task-clock gate): the state file for the records, the
 	// snapshot for the published workload, the task clock, and what those
@@ -108,6 +112,9 @@ var never = map[string][]string{
 	// (Start, Advance, CloseSegment) and probe asks it, and it knows
 	// nothing of either, nor of the bus or the placement.
 	"daemon/energy": {"daemon", "daemon/bus", "daemon/placement/..."},
+	// The actuator is a leaf under the daemon: the loop tells it the
+	// policy and who owns the knobs; it knows nothing of the bus.
+	"daemon/energypref": {"daemon", "daemon/bus", "daemon/placement/..."},
 }
 
 // neverMatches reports whether package dep is rule: that path, or any

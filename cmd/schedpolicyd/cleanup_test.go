@@ -30,10 +30,9 @@ func fuseMountedAt(t *testing.T, dir string) bool {
 // TestCleanupAfterKill9: `schedpolicyd cleanup` (the unit's ExecStopPost=)
 // changes nothing while a daemon serves the tree (exit 1); after the
 // daemon's kill -9 it detaches the dead FUSE mount and removes the tree
-// directory and the lock file, leaving the directory above (made by the
-// daemon's first start, not known to be its own now) and the state
-// directory; run
-// again, it finds nothing left (exit 0).
+// directory, the lock file and the directory above that the daemon made
+// (its lock file names it), leaving the state directory; run again, it
+// finds nothing left (exit 0).
 func TestCleanupAfterKill9(t *testing.T) {
 	requireMachine(t)
 	bin := buildDaemon(t)
@@ -76,14 +75,16 @@ func TestCleanupAfterKill9(t *testing.T) {
 	}
 	code, out = cleanup()
 	want := "schedpolicyd cleanup: " + treeDir + ": removed a fuse.schedpolicyd mount of an instance that is gone\n" +
-		"schedpolicyd cleanup: " + treeDir + ": removed the tree directory " + treeDir + "\n"
+		"schedpolicyd cleanup: " + treeDir + ": removed the tree directory " + treeDir + "\n" +
+		"schedpolicyd cleanup: " + treeDir + ": removed the directory " + run + " made for the tree\n" +
+		"schedpolicyd cleanup: " + treeDir + ": removed the directory " + filepath.Dir(run) + " made for the tree\n"
 	if code != 0 || out != want {
 		t.Fatalf("cleanup after kill -9: exit %d\n%s\nwant exit 0\n%s", code, out, want)
 	}
 	if fuseMountedAt(t, treeDir) {
 		t.Error("the tree is still mounted")
 	}
-	for _, gone := range []string{treeDir, treeDir + ".lock"} {
+	for _, gone := range []string{treeDir, treeDir + ".lock", run, filepath.Dir(run)} {
 		if _, err := os.Lstat(gone); !os.IsNotExist(err) {
 			t.Errorf("%s left: %v", gone, err)
 		}
@@ -98,6 +99,40 @@ func TestCleanupAfterKill9(t *testing.T) {
 	}
 	if _, err := os.Lstat(treeDir + ".lock"); !os.IsNotExist(err) {
 		t.Errorf("a cleanup that found nothing left a lock file: %v", err)
+	}
+}
+
+// TestTreeDirsAfterKill9RestartStop is issue 34's item 6: a daemon
+// killed with SIGKILL, started again and stopped cleanly leaves nothing
+// of its tree: not the tree directory, its lock file, nor the directories
+// above it that the first run made (an empty /run/schedpolicyd stayed,
+// since only the run that made it knew it; the lock file now names it and
+// the second run adopts it).
+func TestTreeDirsAfterKill9RestartStop(t *testing.T) {
+	requireMachine(t)
+	bin := buildDaemon(t)
+	sys := mockMachine(t, "ac-offline-battery-unknown")
+	tmp := t.TempDir()
+	run := filepath.Join(tmp, "run", "schedpolicyd")
+	treeDir, stateDir, conf := filepath.Join(run, "sysfs"), filepath.Join(tmp, "state"), emptyConf(t)
+	args := []string{"--sysfs-root", sys, "--cgroup-root", "none", "--tree-dir", treeDir, "--tree-backend", "fuse",
+		"--state-dir", stateDir, "--bus", "none", "--events", "fsnotify", "--log-level", "debug", "--config", conf}
+	startDaemonProc(t, bin, args...).kill9(t)
+	if !fuseMountedAt(t, treeDir) {
+		t.Fatal("the test assumes kill -9 leaves the tree mounted")
+	}
+	p := startDaemonProc(t, bin, args...)
+	if _, err := os.ReadFile(filepath.Join(treeDir, daemon.TreePrefix, "current_sched_policy")); err != nil {
+		t.Fatalf("the second run's tree: %v", err)
+	}
+	p.stop(t)
+	if fuseMountedAt(t, treeDir) {
+		t.Error("the tree is still mounted")
+	}
+	for _, gone := range []string{treeDir, treeDir + ".lock", run, filepath.Dir(run)} {
+		if _, err := os.Lstat(gone); !os.IsNotExist(err) {
+			t.Errorf("%s left after kill -9, a restart and a clean stop: %v", gone, err)
+		}
 	}
 }
 

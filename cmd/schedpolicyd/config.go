@@ -101,6 +101,10 @@ type fileConfig struct {
 	// BoostOnBattery is "keep", "off" or "on": what to do with cpufreq
 	// boost while on battery.
 	BoostOnBattery *string
+	// EPP and PlatformProfile are "auto" or "off": whether the policy
+	// moves the CPUs' energy_performance_preference and the ACPI platform
+	// profile where no other daemon owns them.
+	EPP, PlatformProfile *string
 	// UPower is "auto", "on" or "off": whether UPower's OnBattery changes on
 	// the system bus are taken as a hint to re-read the power supplies.
 	UPower *string
@@ -233,6 +237,8 @@ var configFlags = map[string]string{
 	"low_battery":        "low-battery",
 	"task_clock":         "task-clock",
 	"boost_on_battery":   "boost-on-battery",
+	"epp":                "epp",
+	"platform_profile":   "platform-profile",
 	"upower":             "upower",
 	"metrics_textfile":   "metrics-textfile",
 }
@@ -279,6 +285,8 @@ func (fc fileConfig) apply(cfg *daemon.Config, setFlags map[string]bool) {
 	dur(&cfg.RecheckInterval, fc.RecheckInterval, "recheck_interval")
 	dur(&cfg.SampleInterval, fc.SampleInterval, "sample_interval")
 	word(&cfg.BoostOnBattery, fc.BoostOnBattery, setFlags, "boost_on_battery")
+	word(&cfg.EPP, fc.EPP, setFlags, "epp")
+	word(&cfg.PlatformProfile, fc.PlatformProfile, setFlags, "platform_profile")
 	word(&cfg.UPower, fc.UPower, setFlags, "upower")
 	str(&cfg.MetricsTextfile, fc.MetricsTextfile, "metrics_textfile")
 	if fc.PowerProfilesAPI != nil && !setFlags["power-profiles-api"] {

@@ -44,6 +44,8 @@ type rawConfig struct {
 	RecheckInterval    *string    `toml:"recheck_interval"`
 	SampleInterval     *string    `toml:"sample_interval"`
 	BoostOnBattery     *string    `toml:"boost_on_battery"`
+	EPP                *string    `toml:"epp"`
+	PlatformProfile    *string    `toml:"platform_profile"`
 	UPower             *string    `toml:"upower"`
 	PowerProfilesAPI   any        `toml:"power_profiles_api"`
 	ProfilePowerSaver  *int64     `toml:"profile_power_saver"`
@@ -119,6 +121,8 @@ func (p *configParser) settings(raw *rawConfig) {
 		{"power_aware_policy", &fc.PowerAwarePolicy, raw.PowerAwarePolicy, []string{"balance", "powersaving"}},
 		{"tree_backend", &fc.TreeBackend, raw.TreeBackend, words(sysfs.Backends)},
 		{"boost_on_battery", &fc.BoostOnBattery, raw.BoostOnBattery, words(daemon.BoostModes)},
+		{"epp", &fc.EPP, raw.EPP, words(daemon.PrefModes)},
+		{"platform_profile", &fc.PlatformProfile, raw.PlatformProfile, words(daemon.PrefModes)},
 		{"upower", &fc.UPower, raw.UPower, words(acpi.UPowerModes)},
 		{"placement", &fc.Placement, raw.Placement, []string{"auto", daemon.PlacementSystemd, daemon.PlacementCgroupfs}},
 	} {
@@ -486,7 +490,7 @@ func decodeErrors(name string, err error) error {
 func configKeys() []string {
 	return []string{"power_aware", "power_aware_policy", "tree_dir", "tree_backend", "cgroup_root",
 		"placement", "manage", "exempt", "sysfs_root", "state_dir", "bus", "debounce", "recheck_interval", "sample_interval",
-		"boost_on_battery", "upower", "power_profiles_api", "profile_power_saver", "profile_balanced",
+		"boost_on_battery", "epp", "platform_profile", "upower", "power_profiles_api", "profile_power_saver", "profile_balanced",
 		"profile_performance", "power_profiles_units", "low_battery", "task_clock", "log_level", "metrics_textfile"}
 }
 

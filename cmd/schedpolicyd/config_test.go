@@ -369,7 +369,7 @@ func TestConfigShippedFile(t *testing.T) {
 		Placement: "auto", Manage: daemon.DefaultManage,
 		StateDir: daemon.DefaultStateDir, Bus: "system", Debounce: daemon.DefaultDebounce,
 		RecheckInterval: daemon.DefaultRecheckInterval, SampleInterval: daemon.DefaultSampleInterval,
-		BoostOnBattery: DefaultBoostOnBattery, UPower: DefaultUPower,
+		BoostOnBattery: DefaultBoostOnBattery, UPower: DefaultUPower, EPP: daemon.PrefAuto, PlatformProfile: daemon.PrefAuto,
 		DefaultKnob:      &policy.Knob{PowerAware: DefaultPowerAware, PowerAwarePolicy: DefaultPowerAwarePolicy},
 		PowerProfilesAPI: DefaultPowerProfilesAPI, ProfileMap: daemon.DefaultProfileMap,
 		PowerProfilesUnits: bus.DefaultPowerProfilesUnits,

@@ -153,6 +153,8 @@ func validate(cfg daemon.Config) error {
 		{string(cfg.TreeBackend), func(s string) error { _, err := sysfs.ParseBackend(s); return err }},
 		{string(cfg.Events), func(s string) error { _, err := acpi.ParseEventSource(s); return err }},
 		{string(cfg.BoostOnBattery), func(s string) error { _, err := daemon.ParseBoostMode(s); return err }},
+		{string(cfg.EPP), func(s string) error { _, err := daemon.ParsePrefMode("epp", s); return err }},
+		{string(cfg.PlatformProfile), func(s string) error { _, err := daemon.ParsePrefMode("platform_profile", s); return err }},
 		{string(cfg.UPower), func(s string) error { _, err := acpi.ParseUPowerMode(s); return err }},
 	} {
 		if w.v == "" {
@@ -288,6 +290,8 @@ func parseDaemonFlags(args []string, stdout, stderr io.Writer) (cfg daemon.Confi
 	fl.DurationVar(&cfg.RecheckInterval, "recheck-interval", daemon.DefaultRecheckInterval, "re-read the power source this often even without events (0: automatic — every 60s, only while the event sources do not cover the machine; positive: 1s to 24h, always; negative: never)")
 	fl.DurationVar(&cfg.SampleInterval, "sample-interval", daemon.DefaultSampleInterval, "workload utilisation sampling period while a workload is busy (10ms to 1h; sampling stops while all are idle)")
 	boostOnBattery := fl.String("boost-on-battery", string(daemon.DefaultBoostOnBattery), "cpufreq boost on battery: keep (never touch it), off or on; the start-up value comes back on AC and on exit")
+	epp := fl.String("epp", string(daemon.PrefAuto), "the CPUs' energy_performance_preference: auto (moved with the policy where no other daemon owns it; the value found comes back on exit) or off (never touched)")
+	platformProfile := fl.String("platform-profile", string(daemon.PrefAuto), "the ACPI platform profile: auto (moved with the policy where no other daemon owns it; the value found comes back on exit) or off (never touched)")
 	upower := fl.String("upower", string(daemon.DefaultUPower), "use UPower's OnBattery changes as a hint to re-read power_supply: auto, on or off (UPower is used while it runs, never started by D-Bus activation)")
 	fl.BoolVar(&cfg.Logind, "logind", true, "re-read everything after resume from suspend (logind PrepareForSleep, on the --bus; off with --bus none)")
 	fl.StringVar(&cfg.AcpidSocket, "acpid-socket", "", "also take hints from acpid's event socket, e.g. /run/acpid.socket (empty: off)")
@@ -306,6 +310,7 @@ func parseDaemonFlags(args []string, stdout, stderr io.Writer) (cfg daemon.Confi
 	// gives.
 	cfg.TreeBackend, cfg.Events = sysfs.Backend(*treeBackend), acpi.EventSource(*events)
 	cfg.BoostOnBattery, cfg.UPower = daemon.BoostMode(*boostOnBattery), acpi.UPowerMode(*upower)
+	cfg.EPP, cfg.PlatformProfile = daemon.PrefMode(*epp), daemon.PrefMode(*platformProfile)
 	cfg.NoTaskClock = !*taskClock
 	cfg.TreeNoPollHack = true // this process never reads its own tree
 	o.set = map[string]bool{}

@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
@@ -179,8 +180,10 @@ type svgGeometry struct {
 }
 
 // newSVGGeometry sizes the boxes for the machine descs grouped as pkgs: a
-// thread fits its label "cpuN", a core its threads side by side.
-func newSVGGeometry(descs []policy.CPUDesc, pkgs []svgPkg) svgGeometry {
+// thread fits its label "cpuN", a core its threads side by side and its
+// label (coreLabel; on a machine of one-thread cores, "core 4 · big" is
+// wider than the thread below it).
+func newSVGGeometry(descs []policy.CPUDesc, pkgs []svgPkg, coreLabel func(svgCore) string) svgGeometry {
 	maxID := 0
 	maxThreads := 1
 	for _, d := range descs {
@@ -195,6 +198,13 @@ func newSVGGeometry(descs []policy.CPUDesc, pkgs []svgPkg) svgGeometry {
 	}
 	g := svgGeometry{threadW: math.Max(40, svgCharW*float64(len("cpu"+strconv.Itoa(maxID)))+10)}
 	g.coreW = 2*svgPad + float64(maxThreads)*g.threadW + float64(maxThreads-1)*svgGap
+	for _, p := range pkgs {
+		for _, l := range p.llcs {
+			for _, c := range l.cores {
+				g.coreW = math.Max(g.coreW, 2*svgPad+svgCharW*float64(utf8.RuneCountInString(coreLabel(c))))
+			}
+		}
+	}
 	g.coreH = svgPad + svgLabelH + svgThreadH + svgPad
 	for _, p := range pkgs {
 		pw, ph := g.pkgSize(p)
@@ -244,7 +254,7 @@ type svgDrawing struct {
 // newSVGDrawing prepares the drawing of plan, whose report is r, for loads
 // on the machine descs grouped as pkgs.
 func newSVGDrawing(descs []policy.CPUDesc, pkgs []svgPkg, r planReport, loads []policy.Load, plan policy.Plan) *svgDrawing {
-	d := &svgDrawing{svgGeometry: newSVGGeometry(descs, pkgs), r: r, loads: loads, active: map[int]bool{}}
+	d := &svgDrawing{r: r, loads: loads, active: map[int]bool{}}
 	for _, c := range plan.Active {
 		d.active[c] = true
 	}
@@ -263,7 +273,17 @@ func newSVGDrawing(descs []policy.CPUDesc, pkgs []svgPkg, r planReport, loads []
 			}
 		}
 	}
+	d.svgGeometry = newSVGGeometry(descs, pkgs, d.coreLabel)
 	return d
+}
+
+// coreLabel is core c's label: "core 4", or with its class on a machine
+// of more than one, "core 4 · big".
+func (d *svgDrawing) coreLabel(c svgCore) string {
+	if d.classOf == nil {
+		return fmt.Sprintf("core %d", c.id)
+	}
+	return fmt.Sprintf("core %d · %s", c.id, d.r.CPUClasses[d.classOf[c.threads[0]]].Name)
 }
 
 // anyActive reports whether any of cpus is active.
@@ -362,13 +382,13 @@ func (d *svgDrawing) core(c svgCore, cx, cy float64) *svgElem {
 	cg := elem("g", "class", "core "+svgState(on), "data-core", strconv.Itoa(c.id))
 	if d.classOf == nil {
 		cg.add(rect(cx, cy, d.coreW, d.coreH, "rx", "3", "fill", svgFill("core", on), "stroke", "#999"),
-			text(cx+svgPad, cy+svgLabelH-3, fmt.Sprintf("core %d", c.id), "class", "small"))
+			text(cx+svgPad, cy+svgLabelH-3, d.coreLabel(c), "class", "small"))
 	} else {
 		k := d.classOf[c.threads[0]]
 		name := d.r.CPUClasses[k].Name
 		cg.Attrs = append(cg.Attrs, xml.Attr{Name: xml.Name{Local: "data-class"}, Value: name})
 		cg.add(rect(cx, cy, d.coreW, d.coreH, "rx", "3", "fill", svgFill("core", on), "stroke", svgClassColor(k, len(d.r.CPUClasses)), "stroke-width", "2.5"),
-			text(cx+svgPad, cy+svgLabelH-3, fmt.Sprintf("core %d · %s", c.id, name), "class", "small"))
+			text(cx+svgPad, cy+svgLabelH-3, d.coreLabel(c), "class", "small"))
 	}
 	for ti, id := range c.threads {
 		tx := cx + svgPad + float64(ti)*(d.threadW+svgGap)

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +40,7 @@ type svgRead struct {
 	fills         map[int]string   // and its fill
 	marks         map[string][]int // workload → CPUs marked for it
 	markBoxes     []svgMark
+	cores         []svgBox // each core's box, in document order
 }
 
 type svgMark struct {
@@ -71,6 +73,7 @@ func readPlanSVG(t *testing.T, data []byte) svgRead {
 	box := func(a map[string]string) svgBox { return svgBox{f(a["x"]), f(a["y"]), f(a["width"]), f(a["height"])} }
 	// The thread whose box comes next (the first rect inside its g).
 	pending := -1
+	pendingCore := false
 	var stack []string
 	for {
 		tok, err := dec.Token()
@@ -111,6 +114,11 @@ func readPlanSVG(t *testing.T, data []byte) svgRead {
 				}
 				r.marks[a["data-workload"]] = append(r.marks[a["data-workload"]], id)
 				r.markBoxes = append(r.markBoxes, svgMark{a["data-workload"], id, box(a), a["fill"]})
+			case se.Name.Local == "g" && strings.HasPrefix(a["class"], "core "):
+				pendingCore = true
+			case se.Name.Local == "rect" && pendingCore:
+				r.cores = append(r.cores, box(a))
+				pendingCore = false
 			case se.Name.Local == "rect" && pending >= 0:
 				r.boxes[pending], r.fills[pending] = box(a), a["fill"]
 				pending = -1
@@ -264,6 +272,62 @@ func TestPlanSVG(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			checkPlanSVG(t, filepath.Join(t.TempDir(), fmt.Sprintf("plan%d.svg", i)), tt.cpus, tt.args...)
+		})
+	}
+}
+
+// TestPlanSVGCoreLabelsInside is issue 34's item 6: on machines of
+// one-thread cores with class names (rk3588, apple-m1, lnl-ultra5-226v),
+// "core 4 · big" was wider than its core's box and ran into the next core
+// and out of the frame. Each picture is rendered twice by librsvg, with
+// and without the core labels: every pixel the labels change must lie
+// inside a core's box.
+func TestPlanSVGCoreLabelsInside(t *testing.T) {
+	coreLabel := regexp.MustCompile(`<text [^>]*class="small">core [^<]*</text>`)
+	for _, m := range []string{"rk3588", "apple-m1", "lnl-ultra5-226v", "adl-p-i7-1260p", "x1e-snapdragon-x-elite"} {
+		t.Run(m, func(t *testing.T) {
+			dir := t.TempDir()
+			with := filepath.Join(dir, "with.svg")
+			code, _, errs := runPlan(t, "--sysfs-root", "../../sysfs/testdata/topology/"+m, "--policy", "powersaving",
+				"--load", "game=3.5:8@app.slice/focused,bg1=0.3@background.slice", "--svg", with)
+			if code != 0 {
+				t.Fatalf("plan: exit %d: %s", code, errs)
+			}
+			data, err := os.ReadFile(with)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pic := readPlanSVG(t, data)
+			if n := len(coreLabel.FindAll(data, -1)); n != len(pic.cores) || n == 0 {
+				t.Fatalf("%d core labels for %d cores", n, len(pic.cores))
+			}
+			without := filepath.Join(dir, "without.svg")
+			if err := os.WriteFile(without, coreLabel.ReplaceAll(data, nil), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			a, b := renderPNG(t, with), renderPNG(t, without)
+			inCore := func(x, y int) bool {
+				for _, c := range pic.cores {
+					if float64(x) >= c.x && float64(x) < c.x+c.w && float64(y) >= c.y && float64(y) < c.y+c.h {
+						return true
+					}
+				}
+				return false
+			}
+			outside := 0
+			bounds := a.Bounds()
+			for y := bounds.Min.Y; y < bounds.Max.Y; y++ {
+				for x := bounds.Min.X; x < bounds.Max.X; x++ {
+					if a.At(x, y) != b.At(x, y) && !inCore(x, y) {
+						if outside++; outside <= 3 {
+							t.Errorf("a core label draws at (%d,%d), outside every core's box", x, y)
+						}
+					}
+				}
+			}
+			if outside > 3 {
+				t.Errorf("… %d such pixels in all", outside)
+			}
 		})
 	}
 }

@@ -62,7 +62,9 @@ func TestPrivilegeBoundaries(t *testing.T) {
 		bin, "--sysfs-root", sys, "--cgroup-root", cg.dir, "--tree-dir", treeDir, "--tree-backend", "fuse",
 		"--state-dir", stateDir, "--bus", addr, "--events", "fsnotify", "--debounce", "50ms", "--sample-interval", "200ms",
 		"--boost-on-battery", "off", "--config", emptyConf(t), "--log-level", "debug")
-	daemonPid, _ := strconv.Atoi(testutil.ReadTrim(t, treeDir+".lock"))
+	// The lock file's first line is the pid (then the directories made).
+	pidLine, _, _ := strings.Cut(testutil.ReadTrim(t, treeDir+".lock"), "\n")
+	daemonPid, _ := strconv.Atoi(pidLine)
 	if daemonPid <= 0 {
 		t.Fatalf("no daemon pid in %s.lock", treeDir)
 	}

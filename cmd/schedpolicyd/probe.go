@@ -81,6 +81,10 @@ type probeReport struct {
 	// power-profiles daemon with amd-pstate); "" nobody: boost_on_battery
 	// would write it.
 	BoostOwner string `json:"boost_owner"`
+	// EnergyPrefs is, for EPP and the platform profile, what the machine
+	// offers, who else owns the knob and what the daemon does with it
+	// (daemon.ProbePrefs).
+	EnergyPrefs []daemon.PrefProbe `json:"energy_prefs"`
 	// KernelKnob is the real kernel sched_policy knob's value, "" when the
 	// kernel has none; the daemon writes it only while it holds the value
 	// it last wrote.
@@ -215,6 +219,7 @@ func probe(fs sysfs.FS, cfg daemon.Config, fc fileConfig) probeReport {
 		ppOwner = name + " (" + r.PowerProfiles.Owners[name] + ")"
 	}
 	r.BoostOwner = daemon.BoostOwner(fs, ppOwner)
+	r.EnergyPrefs = daemon.ProbePrefs(fs, cfg, ppOwner)
 	r.KernelKnob, _ = sysfs.ReadAttr(fs.Path("devices/system/cpu/sched_policy/current_sched_policy"))
 	r.Warnings = append(r.Warnings, r.Energy.Warnings...)
 	return r

@@ -85,6 +85,18 @@ func writeProbePower(w io.Writer, r probeReport) {
 	if r.BoostOwner != "" {
 		fmt.Fprintf(w, "  managed by:  %s; boost_on_battery steps aside\n", r.BoostOwner)
 	}
+	for _, p := range r.EnergyPrefs {
+		label := p.Knob + ":"
+		if len(label) < 15 {
+			label += strings.Repeat(" ", 15-len(label))
+		} else {
+			label += " "
+		}
+		fmt.Fprintf(w, "%s%s (%s = %q)\n", label, p.Action, p.Knob, p.Mode)
+		if p.Offered != "" {
+			fmt.Fprintf(w, "  offered:     %s\n", p.Offered)
+		}
+	}
 }
 
 // writeProbeKnob prints whose setup the report describes, the knob and

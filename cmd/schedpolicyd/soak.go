@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,6 +59,11 @@ type soakReport struct {
 	PeakRSSKiB      int64  `json:"peak_rss_kib"`
 	GoroutinesStart int    `json:"goroutines_start"`
 	GoroutinesEnd   int    `json:"goroutines_end"`
+	// Leaked names each goroutine alive at the end that was not at the
+	// start, by its state and innermost function of ours or the library's
+	// ("goroutine 42 [select]: github.com/.../daemon.(*Daemon).loop"),
+	// the runtime's permanent ones not counted (permanentGoroutine).
+	Leaked []string `json:"leaked_goroutines,omitempty"`
 }
 
 func soakMain(args []string, stdout, stderr io.Writer) int {
@@ -98,14 +104,31 @@ func soakMain(args []string, stdout, stderr io.Writer) int {
   cpuset writes:   %d
   errors:          %d (cpuset writes refused, tree remount failures); %d warnings/errors logged
   peak RSS:        %d KiB
-  goroutines:      %d at start, %d at end
+  goroutines:      %d at start, %d at end (the runtime's signal loop, which signal.Notify starts for good, not counted)
 `, rep.Duration, *backend, rep.PowerFlips, rep.TreeWrites, rep.TreeWriteErrors, rep.WorkloadsMade, rep.WorkloadsGone,
 			rep.EventsHandled, rep.Decisions, rep.CPUSetWrites, rep.Errors, rep.LoggedErrors, rep.PeakRSSKiB, rep.GoroutinesStart, rep.GoroutinesEnd)
+		for _, g := range rep.Leaked {
+			fmt.Fprintf(stdout, "  leaked:          %s\n", g)
+		}
 	}
-	if rep.Errors > 0 || rep.GoroutinesEnd > rep.GoroutinesStart {
+	if why := soakFailed(rep); why != "" {
+		fmt.Fprintf(stderr, "schedpolicyd soak: failed: %s\n", why)
 		return 1
 	}
 	return 0
+}
+
+// soakFailed says why a soak run failed ("" it passed): errors counted,
+// or goroutines left behind (listed in rep.Leaked).
+func soakFailed(rep soakReport) string {
+	var why []string
+	if rep.Errors > 0 {
+		why = append(why, fmt.Sprintf("%d errors (cpuset writes refused, tree remount failures)", rep.Errors))
+	}
+	if len(rep.Leaked) > 0 {
+		why = append(why, fmt.Sprintf("%d goroutines alive at the end that were not at the start: %s", len(rep.Leaked), strings.Join(rep.Leaked, "; ")))
+	}
+	return strings.Join(why, "; ")
 }
 
 // levelCounter counts log entries at warning level and above.
@@ -143,7 +166,8 @@ func runSoak(dir string, dur time.Duration, maxW int, backend sysfs.Backend, ver
 	warned := &levelCounter{}
 	log.AddHook(warned)
 
-	rep := soakReport{GoroutinesStart: runtime.NumGoroutine()}
+	before := liveGoroutines()
+	rep := soakReport{GoroutinesStart: len(before)}
 	d, err := daemon.New(daemon.Config{
 		SysfsRoot: sys, CgroupRoot: managed, TreeDir: filepath.Join(dir, "tree"), TreeBackend: backend,
 		StateDir: filepath.Join(dir, "state"), Bus: "none", Events: "fsnotify", Debounce: 50 * time.Millisecond,
@@ -182,11 +206,65 @@ func runSoak(dir string, dur time.Duration, maxW int, backend sysfs.Backend, ver
 	warned.mu.Unlock()
 	rep.PeakRSSKiB = peakRSS()
 	// Goroutines wind down asynchronously (timers, watcher readers).
-	for i := 0; i < 50 && runtime.NumGoroutine() > rep.GoroutinesStart; i++ {
+	after := liveGoroutines()
+	for i := 0; i < 50 && len(newGoroutines(before, after)) > 0; i++ {
 		time.Sleep(20 * time.Millisecond)
+		after = liveGoroutines()
 	}
-	rep.GoroutinesEnd = runtime.NumGoroutine()
+	rep.GoroutinesEnd, rep.Leaked = len(after), newGoroutines(before, after)
 	return rep, nil
+}
+
+// liveGoroutines maps the id of every goroutine alive now to its stack
+// (runtime.Stack of all goroutines), without the runtime's permanent ones
+// (permanentGoroutine).
+func liveGoroutines() map[string]string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	out := map[string]string{}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		head, _, _ := strings.Cut(g, "\n")
+		f := strings.Fields(head) // goroutine ID [STATE…]:
+		if len(f) < 2 || f[0] != "goroutine" || permanentGoroutine(g) {
+			continue
+		}
+		out[f[1]] = g
+	}
+	return out
+}
+
+// permanentGoroutine reports whether stack is one the runtime keeps for
+// the life of the process once started: os/signal's loop, which the first
+// signal.Notify starts (the task clock's SIGIO, internal/taskclock) and
+// which never ends, whatever the daemon closes.
+func permanentGoroutine(stack string) bool {
+	return strings.Contains(stack, "os/signal.signal_recv") || strings.Contains(stack, "os/signal.loop")
+}
+
+// newGoroutines describes the goroutines of after whose ids are not in
+// before, each as its header line and first function, sorted.
+func newGoroutines(before, after map[string]string) []string {
+	var out []string
+	for id, g := range after {
+		if _, ok := before[id]; ok {
+			continue
+		}
+		lines := strings.Split(g, "\n")
+		desc := strings.TrimSuffix(lines[0], ":")
+		if len(lines) > 1 {
+			desc += ": " + lines[1]
+		}
+		out = append(out, desc)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // soakLoad is the load of a soak run, counted into rep: the power source

@@ -3,7 +3,8 @@ package statefile
 // One daemon per state directory and per tree.
 //
 // The state directory and the tree are locked with a flock on a lock file
-// (<state-dir>/lock, <resolved tree-dir>.lock) that holds our pid. Those
+// (<state-dir>/lock, <resolved tree-dir>.lock) that holds our pid (and,
+// for the tree, the directories above it the daemon made: lockFile). Those
 // files are opened as root in directories an administrator chose, so the
 // paths are walked from / as trusted paths (sysfs.ResolveTrustedPath,
 // sysfs.OpenTrustedDir, as systemd's chase() walks them): every directory
@@ -89,14 +90,30 @@ func acquireLock(what, dir, name string) (*os.File, error) {
 // lockIn is acquireLock in the open trusted directory d; path is the lock
 // file's path, for messages.
 func lockIn(d *os.File, path, name string) (*os.File, error) {
+	f, _, err := lockInPrev(d, path, name)
+	return f, err
+}
+
+// lockInPrev is lockIn that also returns what the lock file held before
+// it was taken (at most maxLockFile bytes; nil for a file just made): a
+// daemon that did not stop cleanly left its pid and, for the tree, the
+// directories it made (lockContent).
+func lockInPrev(d *os.File, path, name string) (*os.File, []byte, error) {
 	for range 16 {
-		f, err := lockAt(d, path, name)
+		f, prev, err := lockAt(d, path, name)
 		if !errors.Is(err, errLockFileGone) {
-			return f, err
+			return f, prev, err
 		}
 	}
-	return nil, fmt.Errorf("lock %s: removed again and again while being locked", path)
+	return nil, nil, fmt.Errorf("lock %s: removed again and again while being locked", path)
 }
+
+// maxLockFile bounds what is read of a lock file left behind: a pid and
+// at most maxMadeDirs directories of at most PATH_MAX bytes.
+const (
+	maxMadeDirs = 16
+	maxLockFile = 64 << 10
+)
 
 // beforeFlock, when set (tests only), runs in lockAt between opening the
 // lock file and locking it: where a holder's removeLock can come between.
@@ -118,26 +135,27 @@ func removeLock(d *os.File, name string, f *os.File) {
 }
 
 // lockAt is one attempt of acquireLock in the open directory d; path is
-// d's name joined with name, for messages.
-func lockAt(d *os.File, path, name string) (*os.File, error) {
+// d's name joined with name, for messages. prev is what the file held
+// before (lockInPrev).
+func lockAt(d *os.File, path, name string) (*os.File, []byte, error) {
 	fd, err := unix.Openat(int(d.Fd()), name, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0o644)
 	if errors.Is(err, unix.ELOOP) {
-		return nil, fmt.Errorf("lock %s: is a symbolic link; refusing to follow it (remove it)", path)
+		return nil, nil, fmt.Errorf("lock %s: is a symbolic link; refusing to follow it (remove it)", path)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+		return nil, nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	f := os.NewFile(uintptr(fd), path)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+		return nil, nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	switch {
 	case st.Nlink == 0 && st.Mode&unix.S_IFMT == unix.S_IFREG:
 		// Removed by a holder that let go (removeLock) since we opened it.
 		f.Close()
-		return nil, errLockFileGone
+		return nil, nil, errLockFileGone
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
 		err = fmt.Errorf("lock %s: not a regular file; refusing it (remove it)", path)
 	case st.Uid != uint32(os.Geteuid()):
@@ -147,7 +165,7 @@ func lockAt(d *os.File, path, name string) (*os.File, error) {
 	}
 	if err != nil {
 		f.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	if beforeFlock != nil {
 		beforeFlock()
@@ -159,22 +177,53 @@ func lockAt(d *os.File, path, name string) (*os.File, error) {
 			if pid == 0 {
 				b := make([]byte, 32)
 				n, _ := f.ReadAt(b, 0)
-				pid, _ = strconv.Atoi(strings.TrimSpace(string(b[:n])))
+				pid = lockContent(b[:n]).pid
 			}
-			return nil, fmt.Errorf("%w: %s holds %s", ErrAlreadyRunning, HeldBy(pid), path)
+			return nil, nil, fmt.Errorf("%w: %s holds %s", ErrAlreadyRunning, HeldBy(pid), path)
 		}
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+		return nil, nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	// A holder that has just let go may have removed the file first
 	// (removeLock): then this lock is on a file nobody else will open.
 	var cur unix.Stat_t
 	if err := unix.Fstatat(int(d.Fd()), name, &cur, unix.AT_SYMLINK_NOFOLLOW); err != nil || cur.Dev != st.Dev || cur.Ino != st.Ino {
 		f.Close()
-		return nil, errLockFileGone
+		return nil, nil, errLockFileGone
+	}
+	var prev []byte
+	if st.Size > 0 {
+		prev = make([]byte, min(st.Size, maxLockFile))
+		n, _ := f.ReadAt(prev, 0)
+		prev = prev[:n]
 	}
 	f.Truncate(0)
 	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	return f, nil
+	return f, prev, nil
+}
+
+// lockFile is what a lock file holds: the holder's pid on the first line
+// and, for the tree's lock, one line "made PATH" for each directory above
+// the tree the holder made (writeMade), which a daemon that takes over the
+// lock after a crash adopts (adoptMade).
+type lockFile struct {
+	pid  int
+	made []string
+}
+
+// lockContent parses b as a lock file (lockFile); what does not parse is
+// left out (pid 0: none).
+func lockContent(b []byte) lockFile {
+	var lf lockFile
+	for i, line := range strings.Split(string(b), "\n") {
+		if i == 0 {
+			lf.pid, _ = strconv.Atoi(strings.TrimSpace(line))
+			continue
+		}
+		if p, ok := strings.CutPrefix(line, "made "); ok && len(lf.made) < maxMadeDirs {
+			lf.made = append(lf.made, p)
+		}
+	}
+	return lf
 }
 
 // PrepareStateDir makes sure the state directory is usable before the
@@ -231,11 +280,19 @@ type TreeLock struct {
 	// this run made it, or a daemon that did not stop cleanly did (its
 	// lock file was still there; a clean stop removes it).
 	ownDir bool
-	made   []string // directories above the tree this run made, deepest first
+	// made are the directories above the tree this run made, or a run
+	// that did not stop cleanly made (adopted from its lock file:
+	// adoptMade), deepest first; the lock file lists them (writeMade).
+	made []string
 }
 
 // Dir is the tree directory, symlinks resolved.
 func (l *TreeLock) Dir() string { return l.dir }
+
+// Made lists the directories above the tree that Release removes if
+// empty: made by this run, or adopted from a run that did not stop
+// cleanly; deepest first.
+func (l *TreeLock) Made() []string { return slices.Clone(l.made) }
 
 // OwnDir reports whether the tree directory is the daemon's to remove
 // once empty: this run made it, or a daemon that did not stop cleanly did.
@@ -272,8 +329,49 @@ func PrepareTreeDir(dir string) (*TreeLock, error) {
 		removeMade()
 		return nil, err
 	}
-	l.made = made
+	// The directories this run made, and those a run that did not stop
+	// cleanly made (LockTreeDir adopted them), deepest first; written
+	// into the lock file so that a run taking over after a crash of
+	// this one removes them too.
+	for _, p := range made {
+		if !slices.Contains(l.made, p) {
+			l.made = append(l.made, p)
+		}
+	}
+	slices.SortFunc(l.made, func(a, b string) int { return len(b) - len(a) })
+	l.writeMade()
 	return l, nil
+}
+
+// writeMade writes the lock file anew: our pid, then one "made PATH" line
+// for each directory of l.made (lockFile). A failure is not an error: a
+// crash of this run would then leave those directories, as before.
+func (l *TreeLock) writeMade() {
+	var b strings.Builder
+	b.WriteString(strconv.Itoa(os.Getpid()) + "\n")
+	for _, p := range l.made {
+		b.WriteString("made " + p + "\n")
+	}
+	if l.f.Truncate(0) == nil {
+		l.f.WriteAt([]byte(b.String()), 0)
+	}
+}
+
+// adoptMade returns the directories of made (from a lock file left
+// behind) that this run may remove once empty: absolute, clean, not "/",
+// without a newline, strict ancestors of the tree directory dir — so a
+// lock file that names anything else adopts nothing of it.
+func adoptMade(dir string, made []string) []string {
+	var out []string
+	for _, p := range made {
+		if p == "" || p == "/" || !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.ContainsAny(p, "\n\x00") {
+			continue
+		}
+		if strings.HasPrefix(dir, p+"/") && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Release removes, after a clean stop (the tree closed), what the daemon
@@ -281,7 +379,8 @@ func PrepareTreeDir(dir string) (*TreeLock, error) {
 // (rmdir refuses a mount point or a directory with anything in it), the
 // lock file while still holding it (removeLock) — both relative to the
 // directory LockTreeDir checked, never through a path a symlink could
-// redirect — then the directories above it this run made, if empty.
+// redirect — then the directories above it that this run made or adopted
+// from a run that did not stop cleanly (Made), if empty.
 // Nothing is left behind but what was there before. It lets go of the
 // lock.
 func (l *TreeLock) Release() {
@@ -303,7 +402,10 @@ func (l *TreeLock) Release() {
 // daemon serves the same directory under any name, a refusal of a
 // directory or symlink on the way (wrapping sysfs.ErrUntrustedPath), a
 // refusal of a directory or of the lock file, or the resolve/open/flock
-// error.
+// error. A lock file left behind by a daemon that did not stop cleanly
+// names the directories above the tree it made (lockFile): those that
+// are ancestors of the tree are adopted (adoptMade), so that Release
+// removes them as that daemon's clean stop would have.
 func LockTreeDir(dir string) (*TreeLock, error) {
 	r, err := ResolveTreeDir(dir)
 	if err != nil {
@@ -322,7 +424,7 @@ func LockTreeDir(dir string) (*TreeLock, error) {
 	var st unix.Stat_t
 	leftBehind := unix.Fstatat(int(d.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
 	missing := errors.Is(unix.Fstatat(int(d.Fd()), base, &st, unix.AT_SYMLINK_NOFOLLOW), unix.ENOENT)
-	lock, err := lockIn(d, filepath.Join(parent, name), name)
+	lock, prev, err := lockInPrev(d, filepath.Join(parent, name), name)
 	if err != nil {
 		d.Close()
 		return nil, err
@@ -336,5 +438,12 @@ func LockTreeDir(dir string) (*TreeLock, error) {
 			return nil, err
 		}
 	}
-	return &TreeLock{f: lock, parent: d, name: base, dir: r, ownDir: missing || leftBehind}, nil
+	l := &TreeLock{f: lock, parent: d, name: base, dir: r, ownDir: missing || leftBehind}
+	if leftBehind {
+		// A daemon that did not stop cleanly: the directories above the
+		// tree it made are ours to remove now (its clean stop would have).
+		l.made = adoptMade(r, lockContent(prev).made)
+		slices.SortFunc(l.made, func(a, b string) int { return len(b) - len(a) })
+	}
+	return l, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -270,8 +271,8 @@ func TestTreeLockThroughRootsSymlink(t *testing.T) {
 	if l.Dir() != target || !l.OwnDir() {
 		t.Errorf("Dir() = %s, OwnDir() = %v; want %s, true", l.Dir(), l.OwnDir(), target)
 	}
-	if got := testutil.ReadTrim(t, target+".lock"); got != strconv.Itoa(os.Getpid()) {
-		t.Errorf("lock file holds %q", got)
+	if got, want := testutil.ReadTrim(t, target+".lock"), strconv.Itoa(os.Getpid())+"\nmade "+filepath.Dir(target); got != want {
+		t.Errorf("lock file holds %q, want %q", got, want)
 	}
 	os.Mkdir(target, 0o755) // as the tree makes it
 	l.Release()
@@ -282,5 +283,114 @@ func TestTreeLockThroughRootsSymlink(t *testing.T) {
 	}
 	if _, err := os.Lstat(link); err != nil {
 		t.Errorf("the symlink after Release: %v", err)
+	}
+}
+
+// TestTreeLockAdoptsDirsOfDeadRun is issue 34's item 6: after a kill -9,
+// a restart and a clean stop, the directory the first run made above the
+// tree (/run/schedpolicyd) was left behind, since only the run that made
+// a directory knew it. The lock file now names the directories made; a
+// run that takes over a lock left behind adopts those that are ancestors
+// of the tree and its clean stop removes them, and what the dead run made
+// for a run after it is adopted again (a second crash). A lock file left
+// behind that names anything else (a sibling, the tree itself, "/", a
+// relative or unclean path) adopts nothing of it.
+func TestTreeLockAdoptsDirsOfDeadRun(t *testing.T) {
+	base := t.TempDir()
+	run := filepath.Join(base, "run", "schedpolicyd")
+	tree := filepath.Join(run, "sysfs")
+	crash := func(l *TreeLock) { // as kill -9: the kernel drops the flock, nothing is removed
+		l.f.Close()
+		l.parent.Close()
+	}
+
+	first, err := PrepareTreeDir(tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantMade := []string{run, filepath.Join(base, "run")}
+	if got := first.Made(); !slices.Equal(got, wantMade) {
+		t.Fatalf("first run made %q, want %q", got, wantMade)
+	}
+	os.Mkdir(tree, 0o755) // as the tree makes it
+	crash(first)
+
+	// The second run made nothing itself; it adopts what the first made,
+	// and says so in its own lock file for a third.
+	second, err := PrepareTreeDir(tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := second.Made(); !slices.Equal(got, wantMade) {
+		t.Errorf("second run adopted %q, want %q", got, wantMade)
+	}
+	if got, want := testutil.ReadTrim(t, tree+".lock"), fmt.Sprintf("%d\nmade %s\nmade %s", os.Getpid(), wantMade[0], wantMade[1]); got != want {
+		t.Errorf("lock file holds %q, want %q", got, want)
+	}
+	crash(second)
+
+	third, err := PrepareTreeDir(tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	third.Release() // a clean stop
+	for _, gone := range []string{tree, tree + ".lock", run, filepath.Join(base, "run")} {
+		if _, err := os.Lstat(gone); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after the clean stop: %v", gone, err)
+		}
+	}
+
+	// A lock file left behind naming directories that are not the
+	// tree's ancestors: none is adopted, none removed.
+	if err := os.MkdirAll(run, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sibling, other := filepath.Join(base, "sibling"), filepath.Join(run, "other")
+	for _, d := range []string{sibling, other, tree} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	planted := "4242\nmade " + sibling + "\nmade " + other + "\nmade " + tree + "\nmade /\nmade run\nmade " + run + "/../sibling\n"
+	if err := os.WriteFile(tree+".lock", []byte(planted), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := LockTreeDir(tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Made(); len(got) != 0 {
+		t.Errorf("adopted %q from a lock file naming no ancestor", got)
+	}
+	l.Release()
+	for _, kept := range []string{sibling, other, run} {
+		if _, err := os.Lstat(kept); err != nil {
+			t.Errorf("%s after Release: %v", kept, err)
+		}
+	}
+	if _, err := os.Lstat(tree); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the tree directory a dead run left, empty, after Release: %v", err)
+	}
+}
+
+// TestLockContent: the lock file's pid and "made" lines; garbage is left
+// out, and at most maxMadeDirs directories are read.
+func TestLockContent(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		pid  int
+		made []string
+	}{
+		{"", 0, nil},
+		{"123\n", 123, nil},
+		{"123", 123, nil},
+		{"123\nmade /run/x\nbogus\nmade /run\n", 123, []string{"/run/x", "/run"}},
+		{"x\nmade /a", 0, []string{"/a"}},
+		{"1\n" + strings.Repeat("made /a\n", 40), 1, slices.Repeat([]string{"/a"}, maxMadeDirs)},
+	} {
+		lf := lockContent([]byte(c.in))
+		if lf.pid != c.pid || !slices.Equal(lf.made, c.made) {
+			t.Errorf("lockContent(%q) = %d %q, want %d %q", c.in, lf.pid, lf.made, c.pid, c.made)
+		}
 	}
 }

@@ -1,7 +1,8 @@
 // Package statefile reads and writes the daemon's persisted state,
 // <state-dir>/state.json: the knob and the user's choices, the records of
 // the cgroups and systemd units whose CPUs the daemon changed, the boost
-// setting it found and the measured energy totals.
+// setting it found, the energy preferences it wrote and the measured energy
+// totals.
 package statefile
 
 import (
@@ -85,6 +86,15 @@ type State struct {
 	// exempt list were dropped (not an entry, one twice, beyond the
 	// bound); the others are used.
 	ExemptErr error
+	// Prefs holds one record per energy preference file (a cpufreq
+	// policy's EPP, the platform profile) the daemon writes or wrote
+	// (PrefRecord), saved before each write, dropped once the original
+	// is back or someone else's value is there.
+	Prefs []PrefRecord
+	// PrefsErr, set by LoadState only, says why the file's energy
+	// preference records were ignored (an unknown file, a bad value, a
+	// file twice); the rest of the file is used.
+	PrefsErr error
 }
 
 // StartKnob is the knob a daemon starting with this state applies: the
@@ -138,6 +148,9 @@ func (st State) Unfinished() string {
 	if len(st.Boost) > 0 {
 		parts = append(parts, "boost")
 	}
+	if n := len(st.Prefs); n > 0 {
+		parts = append(parts, plural(n, "energy preference"))
+	}
 	return strings.Join(parts, ", ")
 }
 
@@ -156,6 +169,8 @@ type persisted struct {
 	Choices map[string]policy.Knob `json:"choices,omitempty"`
 	// Exempt: optional in version 2 (added after it).
 	Exempt []string `json:"exempt,omitempty"`
+	// Prefs: optional in version 2 (added after it).
+	Prefs []PrefRecord `json:"energy_prefs,omitempty"`
 
 	// Version 1, read only for migration (migrateV1).
 	Originals map[string]string `json:"originals,omitempty"`
@@ -296,6 +311,9 @@ func LoadState(dir string) (State, error) {
 	if st.ExemptErr != nil {
 		st.ExemptErr = fmt.Errorf("%s: %w; the other exemptions are kept", path, st.ExemptErr)
 	}
+	if st.Prefs, st.PrefsErr = validPrefs(p.Prefs); st.PrefsErr != nil {
+		st.PrefsErr = fmt.Errorf("%s: %w; the energy preference records are ignored", path, st.PrefsErr)
+	}
 	st.Energy, st.EnergyErr = validEnergy(p.Energy)
 	if st.EnergyErr != nil {
 		st.EnergyErr = fmt.Errorf("%s: %w; the energy totals start from zero", path, st.EnergyErr)
@@ -322,7 +340,10 @@ func SaveState(dir string, st State) error {
 	if _, err := validExempt(st.Exempt); err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
-	p := persisted{Version: stateVersion, Knob: st.Knob, Chosen: st.Chosen, Boost: st.Boost, Cgroups: st.Cgroups, Units: st.Units, Energy: st.Energy, Choices: st.Choices, Exempt: st.Exempt}
+	if _, err := validPrefs(st.Prefs); err != nil {
+		return fmt.Errorf("save state: %w", err)
+	}
+	p := persisted{Version: stateVersion, Knob: st.Knob, Chosen: st.Chosen, Boost: st.Boost, Cgroups: st.Cgroups, Units: st.Units, Energy: st.Energy, Choices: st.Choices, Exempt: st.Exempt, Prefs: st.Prefs}
 	if st.Chosen && !st.ChosenAt.IsZero() {
 		at := st.ChosenAt.UTC()
 		p.ChosenAt = &at

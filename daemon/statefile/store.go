@@ -77,6 +77,12 @@ func (s *Store) Exempt() []string { return s.st.Exempt }
 // a change, never writes into it).
 func (s *Store) SetExempt(list []string) { s.st.Exempt = list }
 
+// Prefs is the energy preferences' records (State.Prefs).
+func (s *Store) Prefs() []PrefRecord { return s.st.Prefs }
+
+// SetPrefs sets the energy preferences' records (State.Prefs).
+func (s *Store) SetPrefs(r []PrefRecord) { s.st.Prefs = r }
+
 // Changed reports whether the state held differs from what this store
 // last saved (always before its first save).
 func (s *Store) Changed() bool { return !reflect.DeepEqual(s.st, s.saved) }
