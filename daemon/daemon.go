@@ -136,10 +136,7 @@ func New(cfg Config) (*Daemon, error) {
 	d.energy = energy.NewMeter(fs, d.log.WithField("component", "energy"), time.Now, nil)
 	// The energy preferences' records go into state.json before each
 	// write of theirs (record before writing), through the store.
-	d.pref.act = energypref.New(fs, func(recs []statefile.PrefRecord) error {
-		d.store.SetPrefs(recs)
-		return d.save()
-	})
+	d.pref.act = energypref.New(fs, func([]statefile.PrefRecord) error { return d.save() })
 	d.place = d.newBackend()
 	// Nothing loaded yet: the start's loadState makes the store anew from
 	// state.json (keepState).
@@ -543,8 +540,9 @@ func (d *Daemon) setMetricsPath(p string) {
 }
 
 // save writes state.json now (statefile.Store.Save), the placement's
-// records as they are now put in first.
+// and the energy preferences' records as they are now put in first.
 func (d *Daemon) save() error {
 	d.place.PutRecords()
+	d.store.SetPrefs(d.pref.act.Records())
 	return d.store.Save()
 }
