@@ -29,6 +29,7 @@ start=$(date +%s)
 
 deb=$("$top/packaging/build-deb.sh" "$work" | tail -n 1) || { echo "systemd-test: FAIL building the .deb"; exit 1; }
 echo "systemd-test: testing $(basename "$deb")"
+sh "$here/lib-test.sh" || { echo "systemd-test: FAIL lib.sh's runner and assertions (lib-test.sh)"; exit 1; }
 # The Go tests that need a real systemd manager (they skip elsewhere) run
 # inside both guests: static test binaries, copied in beside the .deb.
 export PATH="$PATH:/usr/local/go/bin"
