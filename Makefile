@@ -166,7 +166,9 @@ pkg-test: pkg-deps
 # 12 with systemd 252 as PID 1 in systemd-nspawn (cgroup v1), then in a
 # QEMU VM with cgroup v2. Root filesystems are cached in
 # /var/cache/schedpolicyd-test; needs root. SCHEDPOLICYD_SYSTEMD_TEST="container"
-# (or "vm") runs one part.
+# (or "vm") runs one part; SCHEDPOLICYD_TEST_MATCH=REGEX only the testcases
+# whose name matches, e.g. SCHEDPOLICYD_TEST_MATCH=battery make systemd-test
+# (packaging/systemd-test/README.md, "Testcases, assertions and the filter").
 systemd-test: deps
 	packaging/systemd-test/run.sh
 

@@ -24,11 +24,9 @@
 # throughout. The kernel's uevents (udevadm monitor) and the daemon's
 # journal lines are printed for the record.
 #
-# Sourced after lib.sh by vm-guest.sh with the package installed;
-# battery_all BASE takes the configuration file to start from.
+# Sourced after lib.sh by vm-guest.sh, which sets base, the configuration
+# file to start from; one testcase, testcase_battery.
 
-b_unit=schedpolicyd.service
-b_conf=/etc/schedpolicyd/schedpolicyd.conf
 b_par=/sys/module/testpower/parameters
 b_units="spbat1.service spbat2.service spbat3.service"
 
@@ -41,11 +39,9 @@ b_mark() {
 # b_write PARAM VALUE: set a testpower parameter and say so, after b_mark.
 b_write() {
 	b_mark
-	if echo "$2" >"$b_par/$1" 2>/tmp/b_write.err; then
-		note "wrote $2 > $b_par/$1"
-	else
-		fail "battery-write-$1-$2" "$(cat /tmp/b_write.err)"
-	fi
+	check "battery-write-$1-$2"
+	echo "$2" >"$b_par/$1" 2>/tmp/b_write.err || fail_now "$(cat /tmp/b_write.err)"
+	note "wrote $2 > $b_par/$1"
 }
 
 # b_field NAME: a string field of schedpolicyctl status --json.
@@ -67,7 +63,7 @@ b_spread() { [ -z "$(sc spbat1.service)" ] && [ -z "$(sc spbat2.service)" ] && [
 # b_journal: the daemon's power, tier, policy and placement lines since
 # the last b_mark, each with its time since then.
 b_journal() {
-	journal_since "$b_c" -u "$b_unit" | grep -E 'power state changed|low-battery tier|policy changed|placement changed' |
+	journal_since "$b_c" -u "$unit" | grep -E 'power state changed|low-battery tier|policy changed|placement changed' |
 		awk -v up="$b_up" '{ t = $0; sub(/^\[ */, "", t); sub(/\].*/, "", t); sub(/^\[[^]]*\] [^ ]+ [^ ]+ /, ""); printf "+%5d ms %s\n", (t - up) * 1000, $0 }'
 }
 # b_after PATTERN: "+N ms" from the last b_mark to the first daemon line
@@ -82,43 +78,39 @@ b_show() { for n in $b_units; do echo "$n AllowedCPUs=$(sc "$n") cpuset.cpus.eff
 # and what every unit's task may use agrees (placed_ok: systemd applies
 # AllowedCPUs= to the cgroup and its tasks after it reports the value);
 # one PASS or FAIL line with the daemon's latencies since the last write.
-b_ready() { b_is "$1" "$2" "$3" && $4 && placed_ok sc unit_pid unit_cg "$b_units" >/dev/null; }
+b_ready() { b_is "$1" "$2" "$3" && $4 && units_ok "$b_units" >/dev/null; }
 b_step() {
 	wait_until 60 b_ready "$2" "$3" "$4" "$5"
-	if b_ready "$2" "$3" "$4" "$5" && why=$(placed_ok sc unit_pid unit_cg "$b_units"); then
-		when=""
-		pc=$(b_after 'msg="policy changed"') && [ -n "$pc" ] && when=" (policy changed $pc"
-		pl=$(b_after 'msg="placement changed"') && [ -n "$pl" ] && when="${when:- (}${when:+, }placement changed $pl"
-		[ -n "$when" ] && when="$when after the write)"
-		pass "battery-$1: $2 on $3$when, $(echo "$5" | sed 's/^b_//'): spbat1=$(sc spbat1.service) spbat2=$(sc spbat2.service) spbat3=$(sc spbat3.service), applied to the tasks; reason: $(b_field reason)"
-	else
-		fail "battery-$1" "want $2 on $3 (reason ~ '$4', $5): policy $(b_field active_policy) on $(b_field power_source), reason '$(b_field reason)'; ${why:-}; $(b_show | tr '\n' ';')"
-	fi
+	check "battery-$1"
 	why=""
+	b_ready "$2" "$3" "$4" "$5" && why=$(units_ok "$b_units") || {
+		excerpt "journal: $1 (time since the write)" b_journal
+		fail_now "want $2 on $3 (reason ~ '$4', $5): policy $(b_field active_policy) on $(b_field power_source), reason '$(b_field reason)'; ${why:-}; $(b_show | tr '\n' ';')"
+	}
+	when=""
+	pc=$(b_after 'msg="policy changed"') && [ -n "$pc" ] && when=" (policy changed $pc"
+	pl=$(b_after 'msg="placement changed"') && [ -n "$pl" ] && when="${when:- (}${when:+, }placement changed $pl"
+	[ -n "$when" ] && when="$when after the write)"
+	pass "battery-$1: $2 on $3$when, $(echo "$5" | sed 's/^b_//'): spbat1=$(sc spbat1.service) spbat2=$(sc spbat2.service) spbat3=$(sc spbat3.service), applied to the tasks; reason: $(b_field reason)"
 	excerpt "journal: $1 (time since the write)" b_journal
 }
 
-battery_all() {
-	base=$1
+testcase_battery() {
 	b_last=$(sed 's/.*[-,]//' /sys/devices/system/cpu/online)
-	if ! modprobe testpower 2>/tmp/modprobe.err; then
-		fail battery-module "modprobe testpower: $(cat /tmp/modprobe.err) (rootfs.sh builds it into the VM root)"
-		return
-	fi
+	check battery-module
+	modprobe testpower 2>/tmp/modprobe.err || fail_now "modprobe testpower: $(cat /tmp/modprobe.err) (rootfs.sh builds it into the VM root)"
+	trap 'kill "${b_mon:-}" 2>/dev/null; systemctl stop $b_units 2>/dev/null; systemctl stop "$unit"; cp "$base" "$conf"; rmmod testpower 2>/dev/null' EXIT
 	ps=/sys/class/power_supply
-	if [ "$(cat $ps/AC/type)" = Mains ] && [ "$(cat $ps/AC/online)" = 1 ] && [ "$(cat $ps/BAT0/type)" = Battery ] &&
-		[ "$(cat $ps/BAT0/status)" = Charging ] && [ "$(cat $ps/BAT0/capacity)" = 80 ]; then
-		pass "battery-module: $(modinfo -F vermagic testpower | cut -d' ' -f1): AC Mains online, BAT0 Charging 80 %"
-	else
-		fail battery-module "$(grep -r . $ps/*/type $ps/*/online $ps/*/status $ps/*/capacity 2>&1 | tr '\n' ' ')"
-	fi
+	[ "$(cat $ps/AC/type)" = Mains ] && [ "$(cat $ps/AC/online)" = 1 ] && [ "$(cat $ps/BAT0/type)" = Battery ] &&
+		[ "$(cat $ps/BAT0/status)" = Charging ] && [ "$(cat $ps/BAT0/capacity)" = 80 ] ||
+		fail_now "$(grep -r . $ps/*/type $ps/*/online $ps/*/status $ps/*/capacity 2>&1 | tr '\n' ' ')"
+	pass "battery-module: $(modinfo -F vermagic testpower | cut -d' ' -f1): AC Mains online, BAT0 Charging 80 %"
 	# Bad values are refused and change nothing.
-	if ! echo sideways >$b_par/battery_status 2>/dev/null && ! echo 101 >$b_par/battery_capacity 2>/dev/null &&
-		[ "$(cat $ps/BAT0/status)" = Charging ] && [ "$(cat $ps/BAT0/capacity)" = 80 ]; then
-		pass "battery-module-bad-values: EINVAL, nothing changed"
-	else
-		fail battery-module-bad-values "$(cat $ps/BAT0/status) $(cat $ps/BAT0/capacity)"
-	fi
+	check battery-module-bad-values
+	! echo sideways >$b_par/battery_status 2>/dev/null && ! echo 101 >$b_par/battery_capacity 2>/dev/null &&
+		[ "$(cat $ps/BAT0/status)" = Charging ] && [ "$(cat $ps/BAT0/capacity)" = 80 ] ||
+		fail_now "$(cat $ps/BAT0/status) $(cat $ps/BAT0/capacity)"
+	pass "battery-module-bad-values: EINVAL, nothing changed"
 	udevadm monitor --kernel --subsystem-match=power_supply --property </dev/null >/tmp/uevents.log 2>&1 &
 	b_mon=$!
 
@@ -126,28 +118,27 @@ battery_all() {
 	# per power source) would otherwise decide instead of the power source.
 	# Nothing else is lost: a clean stop leaves no record there. And no
 	# power-profiles-daemon, whose profile the daemon would follow.
-	systemctl stop "$b_unit" power-profiles-daemon.service
+	systemctl stop "$unit" power-profiles-daemon.service
 	rm -f /var/lib/schedpolicyd/state.json
-	cp "$base" "$b_conf"
-	printf 'manage = ["schedpolicyd.slice"]\nlog_level = "debug"\n' >>"$b_conf"
+	cp "$base" "$conf"
+	printf 'manage = ["schedpolicyd.slice"]\nlog_level = "debug"\n' >>"$conf"
 	b_mark
-	systemctl start "$b_unit"
+	systemctl start "$unit"
 	# Idle units (they sleep): under emulation anything busier makes the
 	# plan race to idle. spbat3 carries an administrator's AllowedCPUs=.
 	systemd-run --quiet --unit=spbat1 --slice=schedpolicyd.slice sleep 10000
 	systemd-run --quiet --unit=spbat2 --slice=schedpolicyd.slice sleep 10000
 	systemd-run --quiet --unit=spbat3 --slice=schedpolicyd.slice -p AllowedCPUs="$b_last" sleep 10000
-	wait_until 30 sh -c "for n in $b_units; do schedpolicyctl workloads | grep -q \"^\$n \" || exit 1; done" ||
-		fail battery-units "not all of $b_units are workloads: $(schedpolicyctl workloads 2>&1 | tr '\n' ';')"
+	check battery-units
+	wait_workloads 30 $b_units || fail_now "not all of $b_units are workloads: $(schedpolicyctl workloads 2>&1 | tr '\n' ';')"
 	b_step ac performance ac 'rule 2' b_spread
 
 	b_write ac_online off
 	b_step unplugged powersaving battery 'rule 3' b_packed
-	if journal_since "$b_c" -u "$b_unit" | grep 'power state changed' | grep -q 'trigger=uevent'; then
-		pass "battery-uevent: the daemon re-read the supplies on the kernel's uevent"
-	else
-		fail battery-uevent "$(journal_since "$b_c" -u "$b_unit" | grep 'power state changed')"
-	fi
+	check battery-uevent
+	journal_since "$b_c" -u "$unit" | grep 'power state changed' | grep -q 'trigger=uevent' ||
+		fail_now "$(journal_since "$b_c" -u "$unit" | grep 'power state changed')"
+	pass "battery-uevent: the daemon re-read the supplies on the kernel's uevent"
 	b_write battery_capacity 60
 	b_step 60 powersaving battery 'rule 3' b_packed
 	b_write battery_capacity 15
@@ -158,9 +149,10 @@ battery_all() {
 	# power_aware_policy = "balance": low battery is the only way to
 	# powersaving on battery now.
 	b_mark
-	printf 'power_aware_policy = "balance"\n' >>"$b_conf"
-	systemctl reload "$b_unit"
-	journal_wait "$b_c" 30 'configuration reloaded' || fail battery-reload "$(journal_since "$b_c" -u "$b_unit" | tail -n 3)"
+	printf 'power_aware_policy = "balance"\n' >>"$conf"
+	systemctl reload "$unit"
+	check battery-reload
+	journal_wait "$b_c" 30 'configuration reloaded' || fail_now "$(journal_since "$b_c" -u "$unit" | tail -n 3)"
 	b_write battery_capacity 60
 	b_write ac_online off
 	b_step balance-60 balance battery 'rule 3' b_packed
@@ -183,7 +175,4 @@ battery_all() {
 	wait "$b_mon" 2>/dev/null
 	excerpt "kernel uevents (udevadm monitor --kernel --subsystem-match=power_supply), first and last" sh -c "grep -E '^KERNEL|POWER_SUPPLY_(ONLINE|STATUS|CAPACITY)=' /tmp/uevents.log | sed -n '1,12p;\$p'"
 	note "kernel uevents seen: $(grep -c '^KERNEL' /tmp/uevents.log)"
-	systemctl stop $b_units 2>/dev/null
-	systemctl stop "$b_unit"
-	cp "$base" "$b_conf"
 }

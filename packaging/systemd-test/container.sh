@@ -3,6 +3,8 @@
 # systemd-nspawn container, install the package there and run
 # container-guest.sh inside (README.md beside this script, "The
 # container (cgroup v1)"). Part of `make systemd-test`.
+# SCHEDPOLICYD_TEST_MATCH (an extended regular expression) runs only the
+# testcases whose name matches (lib.sh's run_testcases).
 #
 # The root filesystem is cached (rootfs.sh) and booted with
 # --volatile=overlay, so the cache never changes and nothing of a run is
@@ -74,7 +76,7 @@ if [ -z "$deb" ]; then
 else
 	cp "$deb" "$work/"
 fi
-cp "$here/lib.sh" "$here/container-guest.sh" "$here/surface.sh" "$here/laptop.sh" $files "$work/"
+cp "$here/lib.sh" "$here/container-guest.sh" "$here/placement.sh" "$here/surface.sh" "$here/laptop.sh" $files "$work/"
 
 mkdir "$cg"
 cat /sys/fs/cgroup/cpuset/cpuset.cpus >"$cg/cpuset.cpus"
@@ -120,7 +122,7 @@ t_boot=$(since "$t1")
 t2=$(now)
 rc=0
 timeout 1200 nsenter -t "$pid1" -a env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
-	/bin/sh /mnt/host/container-guest.sh >"$work/guest.log" 2>&1 || rc=$?
+	SCHEDPOLICYD_TEST_MATCH="${SCHEDPOLICYD_TEST_MATCH:-}" /bin/sh /mnt/host/container-guest.sh >"$work/guest.log" 2>&1 || rc=$?
 t_checks=$(since "$t2")
 cat "$work/guest.log"
 [ -n "${SCHEDPOLICYD_SYSTEMD_TEST_LOG:-}" ] && cp "$work/guest.log" "$SCHEDPOLICYD_SYSTEMD_TEST_LOG"

@@ -13,6 +13,10 @@
 # each with a kill -9 of the daemon in its middle.
 #
 # SCHEDPOLICYD_SYSTEMD_TEST="container vm" (the default) picks the parts.
+# SCHEDPOLICYD_TEST_MATCH=REGEX (an extended regular expression) runs only
+# the testcases whose function name (testcase_NAME) matches, besides the
+# install and the purge; a part with none is not started, and a filter no
+# part matches is an error (lib.sh's run_testcases; README.md).
 # Where the container cannot run (no root, no systemd-nspawn, no cgroup v1
 # cpuset, no root filesystem) it says why and the host package check
 # (deb-test.sh --host-install) runs instead; it refuses to purge state it
@@ -27,8 +31,29 @@ trap 'rm -rf "$work"' EXIT
 status=0
 start=$(date +%s)
 
+# The parts the filter leaves something to run in, asked of the guest
+# scripts themselves (SYSTEMD_TEST_LIST: they print their testcases and
+# run nothing).
+if [ -n "${SCHEDPOLICYD_TEST_MATCH:-}" ]; then
+	matched=""
+	for part in $parts; do
+		case $part in container) guest=container-guest.sh ;; vm) guest=vm-guest.sh ;; *) guest="" ;; esac
+		[ -n "$guest" ] || { matched="$matched $part"; continue; }
+		cases=$(SYSTEMD_TEST_LIB="$here/lib.sh" SYSTEMD_TEST_LIST=1 sh "$here/$guest" 2>/dev/null | tr '\n' ' ')
+		if [ -n "$cases" ]; then
+			echo "systemd-test: [$part] SCHEDPOLICYD_TEST_MATCH=$SCHEDPOLICYD_TEST_MATCH: $cases"
+			matched="$matched $part"
+		else
+			echo "systemd-test: [$part] SCHEDPOLICYD_TEST_MATCH=$SCHEDPOLICYD_TEST_MATCH matches no testcase there: not started"
+		fi
+	done
+	[ -n "$matched" ] || { echo "systemd-test: FAIL SCHEDPOLICYD_TEST_MATCH=$SCHEDPOLICYD_TEST_MATCH matches no testcase in $parts" >&2; exit 64; }
+	parts=$matched
+fi
+
 deb=$("$top/packaging/build-deb.sh" "$work" | tail -n 1) || { echo "systemd-test: FAIL building the .deb"; exit 1; }
 echo "systemd-test: testing $(basename "$deb")"
+sh "$here/lib-test.sh" || { echo "systemd-test: FAIL lib.sh's runner and assertions (lib-test.sh)"; exit 1; }
 # The Go tests that need a real systemd manager (they skip elsewhere) run
 # inside both guests: static test binaries, copied in beside the .deb.
 export PATH="$PATH:/usr/local/go/bin"
@@ -61,7 +86,7 @@ for part in $parts; do
 		fi
 		;;
 	vm)
-		run_part "$work/vm.out" "$here/vm.sh" --deb "$deb" "$here/vm-guest.sh" "$here/surface.sh" "$here/laptop.sh" "$here/battery.sh" "$work/systemd.test" || status=1
+		run_part "$work/vm.out" "$here/vm.sh" --deb "$deb" "$here/vm-guest.sh" "$here/placement.sh" "$here/surface.sh" "$here/laptop.sh" "$here/battery.sh" "$work/systemd.test" || status=1
 		;;
 	*)
 		echo "systemd-test: unknown part '$part' in SCHEDPOLICYD_SYSTEMD_TEST" >&2

@@ -28,6 +28,8 @@
 #                            QEMU is killed when it is reached
 #   SYSTEMD_TEST_VM_LOG      copy the serial console log to this file
 #   SYSTEMD_TEST_VM_MEM      guest memory in MiB (default 1024)
+#   SCHEDPOLICYD_TEST_MATCH  passed to the guest script: run only the
+#                            testcases whose name matches (lib.sh)
 # All temporary files (disk images, the overlay, a built .deb) live in one
 # temporary directory that is removed on exit.
 set -eu
@@ -125,6 +127,8 @@ cp "$here/lib.sh" "$host/lib.sh"
 cp "$script" "$host/$name"
 for f in "$@"; do cp "$f" "$host/"; done
 debname=$(basename "$deb")
+# The filter, single-quoted for the runner below.
+match=$(printf '%s' "${SCHEDPOLICYD_TEST_MATCH:-}" | sed "s/'/'\\\\''/g")
 
 # The runner: the guest script's output goes to the console (the serial
 # log) and to a file that is copied, whole, to the raw results disk
@@ -137,7 +141,7 @@ cd /mnt/host
 {
 	read up _ </proc/uptime
 	echo "systemd-test: BEGIN $name (guest uptime \${up}s)"
-	SYSTEMD_TEST_DEB=/mnt/host/$debname SYSTEMD_TEST_LIB=/mnt/host/lib.sh sh ./$name </dev/null
+	SYSTEMD_TEST_DEB=/mnt/host/$debname SYSTEMD_TEST_LIB=/mnt/host/lib.sh SCHEDPOLICYD_TEST_MATCH='$match' sh ./$name </dev/null
 	echo "systemd-test: EXIT \$?"
 } 2>&1 | tee "\$out"
 dd if="\$out" of=/dev/vdb bs=64k conv=fsync 2>/dev/null || echo "systemd-test: results disk not written"
