@@ -200,7 +200,7 @@ func (u *Placement) userUnit(info systemd.UnitInfo) bool {
 		if delegated {
 			log.Info("cpuset is delegated to the user's manager: the units of its managed slices are placed through it")
 		} else {
-			log.WithField("why", why).Info("the user's manager is placed as a whole: its own units cannot be")
+			log.WithField("why", why).Info("the user's manager is placed as a whole, never confined (it holds the session and the app in front): its own units cannot be placed until cpuset is delegated to it, at the user's next login where user@.service's drop-in delegates it (schedpolicyd(8))")
 		}
 		p.delegated, p.why = delegated, why
 	}
@@ -390,6 +390,9 @@ func (u *Placement) onLink(msg linkMsg) (replan bool) {
 		replan = u.takeUserWritten(p, msg.results)
 	case msg.down:
 		replan = u.linkDown(p, msg)
+	}
+	if msg.up || msg.list || msg.units {
+		u.sayFocus([]int{p.uid})
 	}
 	u.e.Flush()
 	return replan

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 	"golang.org/x/sys/unix"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
@@ -39,29 +40,60 @@ func newTestUnits(t *testing.T, manage ...string) *Placement {
 // user.xdg.inactive-since raises an event on the focus watch, without
 // polling, and the app's class follows the value Mutter writes: "-1"
 // focused, a timestamp not. Units of other slices are not watched and
-// keep their slice's class.
+// keep their slice's class. While no app of the user carries the
+// attribute (a desktop that writes none) every app of theirs is
+// app-nofocus, and the log says so once; once one carries it, the others
+// are apps, and the log says that once.
 func TestFocusXattrFollowed(t *testing.T) {
 	dir := testutil.CpusetV1Dir(t, "sp-focus")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	dir2 := testutil.CpusetV1Dir(t, "sp-focus2")
+	if err := os.Mkdir(dir2, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	u := newTestUnits(t, "app.slice", "background.slice", "session.slice")
+	hook := logtest.NewLocal(u.e.Log.(*logrus.Entry).Logger)
 	if err := u.startFocus(); err != nil {
 		t.Fatal(err)
 	}
 	app := &unitWorkload{name: "app-test-1.scope", slice: "app.slice", uid: 1000, cgroup: dir, rec: &statefile.UnitRecord{Manager: "user:1000", Unit: "app-test-1.scope"}}
+	other := &unitWorkload{name: "app-test-2.scope", slice: "app.slice", uid: 1000, cgroup: dir2, rec: &statefile.UnitRecord{Manager: "user:1000", Unit: "app-test-2.scope"}}
 	bg := &unitWorkload{name: "bg.scope", slice: "background.slice", uid: 1000, cgroup: filepath.Join(dir, "nonexistent"), rec: &statefile.UnitRecord{}}
 	ses := &unitWorkload{name: "s.service", slice: "session.slice", uid: 1000, cgroup: filepath.Join(dir, "nonexistent"), rec: &statefile.UnitRecord{}}
-	for _, w := range []*unitWorkload{app, bg, ses} {
+	for _, w := range []*unitWorkload{app, other, bg, ses} {
 		u.workloads[workloadKey(w.uid, w.name)] = w
 		u.watchFocus(w)
 	}
-	if len(u.focus.byDir) != 1 || u.focus.byDir[dir] != "user:1000/app-test-1.scope" {
-		t.Fatalf("watched %v, want only the app's cgroup", u.focus.byDir)
+	if len(u.focus.byDir) != 2 || u.focus.byDir[dir] != "user:1000/app-test-1.scope" || u.focus.byDir[dir2] != "user:1000/app-test-2.scope" {
+		t.Fatalf("watched %v, want only the apps' cgroups", u.focus.byDir)
 	}
-	if got := app.class() + " " + bg.class() + " " + ses.class(); got != "app background session" {
+	classes := func() string { return u.class(app) + " " + u.class(other) + " " + u.class(bg) + " " + u.class(ses) }
+	if got := classes(); got != "app-nofocus app-nofocus background session" {
 		t.Fatalf("classes before any xattr: %q", got)
 	}
+	said := func(want ...string) {
+		t.Helper()
+		var got []string
+		for _, e := range hook.AllEntries() {
+			if strings.HasPrefix(e.Message, "the user's desktop says") {
+				got = append(got, e.Message)
+			}
+		}
+		hook.Reset()
+		if len(got) != len(want) {
+			t.Fatalf("said %q, want %d messages starting %q", got, len(want), want)
+		}
+		for i := range want {
+			if !strings.HasPrefix(got[i], want[i]) {
+				t.Fatalf("said %q, want %q", got[i], want[i])
+			}
+		}
+	}
+	u.sayFocus(nil)
+	u.sayFocus([]int{1000})
+	said("the user's desktop says nothing of the focus")
 	set := func(v string, wantChange bool, wantClass string) {
 		t.Helper()
 		if err := unix.Setxattr(dir, FocusXattr, []byte(v), 0); err != nil {
@@ -79,11 +111,15 @@ func TestFocusXattrFollowed(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("no IN_ATTRIB event for setxattr %s on %s", FocusXattr, dir)
 		}
-		if got := app.class(); got != wantClass {
+		if got := u.class(app); got != wantClass {
 			t.Fatalf("value %q: class %q, want %q", v, got, wantClass)
 		}
 	}
 	set("-1", true, "focused")
+	said("the user's desktop says which app has the focus")
+	if got := classes(); got != "focused app background session" {
+		t.Fatalf("classes with the first app focused: %q", got)
+	}
 	for _, s := range u.Status() {
 		if s.Name == "app-test-1.scope" && s.Class != "focused" {
 			t.Fatalf("status class %q", s.Class)
@@ -91,7 +127,29 @@ func TestFocusXattrFollowed(t *testing.T) {
 	}
 	set("1234567890", true, "app")
 	set("1234567891", false, "app")
+	if got := classes(); got != "app app background session" {
+		t.Fatalf("classes with the first app unfocused: %q", got)
+	}
+	said()
+	// The attribute gone from the only app that had it: the desktop
+	// says nothing again.
+	if err := unix.Removexattr(dir, FocusXattr); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-u.msgs:
+		if !u.onFocus(ev.(unitMsg)) {
+			t.Fatal("removexattr: no change")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no IN_ATTRIB event for removexattr on %s", dir)
+	}
+	if got := classes(); got != "app-nofocus app-nofocus background session" {
+		t.Fatalf("classes after removexattr: %q", got)
+	}
+	said("the user's desktop says nothing of the focus")
 	set("-1", true, "focused")
+	said("the user's desktop says which app has the focus")
 	// Written in a loop (the xattr is the user's to write), the changes
 	// reach the loop coalesced: the first at once, the rest in one
 	// message at most every focusEvery, which says what the last write
@@ -111,13 +169,13 @@ func TestFocusXattrFollowed(t *testing.T) {
 		}
 	}
 	msgs := 0
-	for app.class() != "focused" {
+	for u.class(app) != "focused" {
 		select {
 		case ev := <-u.msgs:
 			msgs++
 			u.onFocus(ev.(unitMsg))
 		case <-time.After(10 * time.Second):
-			t.Fatalf("after 50 writes: class %s after %d messages", app.class(), msgs)
+			t.Fatalf("after 50 writes: class %s after %d messages", u.class(app), msgs)
 		}
 		if msgs > 3 {
 			t.Fatalf("50 writes made %d messages", msgs)
@@ -128,12 +186,16 @@ func TestFocusXattrFollowed(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-u.msgs
-	if !u.onFocus(unitMsg{focusOverflow: true}) || app.class() != "app" {
-		t.Fatalf("after an overflow: class %q", app.class())
+	if !u.onFocus(unitMsg{focusOverflow: true}) || u.class(app) != "app" {
+		t.Fatalf("after an overflow: class %q", u.class(app))
 	}
 	u.forget("user:1000/app-test-1.scope")
-	if len(u.focus.byDir) != 0 {
-		t.Fatalf("still watched after forget: %v", u.focus.byDir)
+	if got := u.class(other); got != "app-nofocus" {
+		t.Fatalf("the marked app gone: the other is %q", got)
+	}
+	u.forget("user:1000/app-test-2.scope")
+	if len(u.focus.byDir) != 0 || len(u.focus.perUID) != 0 || len(u.focus.marked) != 0 {
+		t.Fatalf("still watched after forget: %v %v %v", u.focus.byDir, u.focus.perUID, u.focus.marked)
 	}
 }
 
@@ -141,6 +203,10 @@ func TestReadFocused(t *testing.T) {
 	dir := testutil.CpusetV1Dir(t, "sp-focusval")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
+	}
+	readFocused := func(dir string) bool {
+		v, err := focusValue(dir)
+		return err == nil && v == "-1"
 	}
 	if readFocused(dir) {
 		t.Fatal("no attribute: focused")
