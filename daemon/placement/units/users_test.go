@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -292,5 +293,60 @@ func TestCpusetDelegated(t *testing.T) {
 	}
 	if workloadKey(-1, "a.service") != "a.service" || workloadKey(5, "a.scope") != "user:5/a.scope" {
 		t.Error("workloadKey")
+	}
+}
+
+// TestProbeUserManagers: on a mock cgroup v2 tree below a sysfs root
+// (transcribed from the shape of the systemd test VM's: user.slice/
+// user-UID.slice/user@UID.service), probe reads each user's manager's
+// cgroup.controllers (delegated now) and cgroup.subtree_control (in use),
+// and counts its app.slice services and scopes carrying the focus
+// attribute; a directory that is not user-UID.slice/user@UID.service, an
+// app sub-slice and cgroup files are left out; cgroup v1 (no
+// cgroup.controllers at the root) lists nothing.
+func TestProbeUserManagers(t *testing.T) {
+	root := t.TempDir()
+	cg := filepath.Join(root, "fs/cgroup")
+	mk := func(rel string, files map[string]string) string {
+		t.Helper()
+		d := filepath.Join(cg, rel)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for n, v := range files {
+			if err := os.WriteFile(filepath.Join(d, n), []byte(v+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d
+	}
+	if got := ProbeUserManagers(root); got != nil {
+		t.Fatalf("cgroup v1: %+v", got)
+	}
+	mk("", map[string]string{"cgroup.controllers": "cpuset cpu io memory pids"})
+	u1 := "user.slice/user-1000.slice/user@1000.service"
+	mk(u1, map[string]string{"cgroup.controllers": "cpuset cpu memory pids", "cgroup.subtree_control": "cpu cpuset memory pids"})
+	a := mk(u1+"/app.slice/app-gnome-firefox-1.scope", nil)
+	b := mk(u1+"/app.slice/app-gnome-editor-2.scope", nil)
+	mk(u1+"/app.slice/app-org.gnome.Terminal.slice", nil)
+	mk(u1+"/app.slice", map[string]string{"cgroup.procs": ""})
+	if err := unix.Setxattr(a, FocusXattr, []byte("-1"), 0); err != nil {
+		t.Skipf("the test directory's file system takes no user.* xattr (%v): the focus count cannot be checked here", err)
+	}
+	if err := unix.Setxattr(b, FocusXattr, []byte("1733050000000000"), 0); err != nil {
+		t.Fatal(err)
+	}
+	u2 := "user.slice/user-1001.slice/user@1001.service"
+	mk(u2, map[string]string{"cgroup.controllers": "cpu memory pids", "cgroup.subtree_control": "cpu memory"})
+	mk(u2+"/app.slice/app-kde-konsole-3.scope", nil)
+	mk(u2+"/app.slice/app-kde-dolphin-4.service", nil)
+	mk("user.slice/user-1002.slice/user@1003.service", map[string]string{"cgroup.controllers": "cpuset"})
+	got := ProbeUserManagers(root)
+	want := []UserManagerProbe{
+		{Unit: "user@1000.service", Delegated: true, InUse: true, Apps: 2, FocusMarked: 2},
+		{Unit: "user@1001.service", Why: "cpuset is not delegated to it now (its cgroup.controllers: cpu memory pids); the package's user@.service drop-in delegates it from the user's next login (schedpolicyd(8), USERS' UNITS)", Apps: 2},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got  %+v\nwant %+v", got, want)
 	}
 }
