@@ -38,6 +38,7 @@ lib=${SYSTEMD_TEST_LIB:-./lib.sh}
 . "${lib%/*}/surface.sh"
 . "${lib%/*}/laptop.sh"
 . "${lib%/*}/battery.sh"
+. "${lib%/*}/laptop-default.sh"
 
 parent=/sys/fs/cgroup/schedpolicyd
 names="wl1 wl2 wl3"
@@ -447,4 +448,5 @@ run_testcases --always install \
 	$surface_testcases \
 	laptop_ppd laptop_journal laptop_placed laptop_unclean \
 	battery \
-	--always purge
+	$laptop_default_testcases \
+	--always purge laptop_default_purged
