@@ -317,6 +317,10 @@ func (d *Daemon) start(ctx context.Context) (stop func(), err error) {
 	wg.Go(func() { d.bus.Keep(bgCtx) })
 	d.pref.ctx = bgCtx
 	d.askPrefOwners(bgCtx)
+	if d.pref.act != nil && d.cfg.Bus != "none" {
+		addr := d.cfg.Bus
+		d.pref.wg.Go(func() { d.followPrefOwners(bgCtx, addr) })
+	}
 
 	d.writeKernelKnob()
 	d.applyBoost()

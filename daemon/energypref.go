@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -160,6 +161,44 @@ func (d *Daemon) askPrefOwners(ctx context.Context) {
 			return nil
 		})
 	})
+}
+
+// prefOwnersRetry is how long followPrefOwners waits before it connects
+// again to a system manager it lost or could not reach.
+const prefOwnersRetry = 30 * time.Second
+
+// followPrefOwners follows the system manager on addr (bus.WatchUnitFiles)
+// and asks again which of the knobs' daemons are installed whenever its
+// unit files may have changed: power-profiles-daemon or TLP installed
+// while this daemon runs gets its knobs at once (the daemon steps aside,
+// giving back what it wrote), and a purge or a mask gives them back to
+// the policy. Off the loop; the question goes through the loop
+// (askPrefOwners, one at a time). A lost or unreachable manager is tried
+// again every prefOwnersRetry, said once; a bus without systemd ends it.
+func (d *Daemon) followPrefOwners(ctx context.Context, addr string) {
+	said := false
+	for {
+		err := bus.WatchUnitFiles(ctx, addr, prefUnits(), func() {
+			d.do(ctx, func() error {
+				d.askPrefOwners(ctx)
+				return nil
+			})
+		})
+		if ctx.Err() != nil || err == nil {
+			return
+		}
+		if !said {
+			d.log.WithError(err).Warn("cannot follow the system manager's unit files; which daemons own the energy preferences is asked again only at a reload until it answers")
+			said = true
+		}
+		t := time.NewTimer(prefOwnersRetry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // prefAsides are PrefAside for both kinds on this daemon.

@@ -109,6 +109,69 @@ func TestDaemonEnergyPrefsFollowPolicy(t *testing.T) {
 	}
 }
 
+// TestDaemonEnergyPrefsOwnerInstalledLive: the knobs' owners are
+// followed while the daemon runs, with no reload of its own. On the same
+// mock laptop and fake system manager as above, unplugged (power,
+// low-power written): TLP installed, then the manager's daemon-reload as
+// a package installation runs it (Reloading true, false) — the daemon
+// steps aside and gives the values found back; TLP purged
+// (UnitFilesChanged) — the policy's values are written again.
+func TestDaemonEnergyPrefsOwnerInstalledLive(t *testing.T) {
+	pbus := testutil.StartSystemPolicyBus(t, "../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf")
+	systemd, err := dbus.Connect(pbus.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer systemd.Close()
+	fake := &fakeUnitFiles{files: map[string]string{}}
+	if err := systemd.Export(fake, systemdPath, systemdIface); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := systemd.RequestName(systemdName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
+		t.Fatalf("RequestName(%s) = %v, %v", systemdName, r, err)
+	}
+	emit := func(member string, body ...any) {
+		t.Helper()
+		if err := systemd.Emit(systemdPath, systemdIface+"."+member, body...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := newMockLaptop(t)
+	testutil.CopyFixture(t, "../sysfs/testdata/energypref/amd-zen3-pstate-epp", m.sys)
+	testutil.CopyFixture(t, "../sysfs/testdata/energypref/thinkpad-dytc", m.sys)
+	ml := new(msgLog)
+	_, cancel, done := m.startCfg(t, func(c *Config) {
+		c.Bus, c.PowerProfilesAPI = pbus.Addr, bus.PowerProfilesOff
+		c.Log.(*logrus.Logger).AddHook(ml)
+	})
+	values := func(want string) {
+		t.Helper()
+		testutil.WaitFor(t, "energy preferences "+want, 10*time.Second, func() (bool, string) {
+			got := prefValues(t, m.sys)
+			return got == want, got
+		})
+	}
+	m.plug(t, false)
+	values("power power low-power")
+
+	fake.set(map[string]string{"tlp.service": "enabled"})
+	emit("Reloading", true)
+	emit("Reloading", false)
+	values("performance performance balanced")
+	testutil.WaitFor(t, "the owner logged", 10*time.Second, func() (bool, string) {
+		return ml.has("another owner manages this knob; not writing it knob=energy_performance_preference owner=tlp.service (installed, enabled;"), ""
+	})
+
+	fake.set(nil)
+	emit("UnitFilesChanged")
+	values("power power low-power")
+	cancel()
+	<-done
+	if got := prefValues(t, m.sys); got != "performance performance balanced" {
+		t.Errorf("after the stop: %s", got)
+	}
+}
+
 // has reports whether an entry starts with prefix.
 func (l *msgLog) has(prefix string) bool {
 	l.mu.Lock()
