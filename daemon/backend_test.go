@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/schedpolicyd/schedpolicyd/cgroup"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement/cgroupfs"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement/units"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // Both placements are drivers (the compile-time checks beside each type
@@ -36,13 +36,13 @@ func workloadRunDelay(d *Daemon, name string) (run, wait time.Duration, err erro
 }
 
 // runnable is how many threads of the workload directory dir are
-// runnable now (sysfs.DirRunnable, under d's procfs).
+// runnable now (cgroup.DirRunnable, under d's procfs).
 func runnable(d *Daemon, dir string) (int, error) {
 	proc := d.cfg.ProcRoot
 	if proc == "" {
 		proc = "/proc"
 	}
-	return sysfs.DirRunnable(dir, proc)
+	return cgroup.DirRunnable(dir, proc)
 }
 
 // listed reports whether the engine lists workload name (Engine.Status).

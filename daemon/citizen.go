@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/schedpolicyd/schedpolicyd/cgroup"
 )
 
 // delegateXattrs are the extended attributes systemd sets to "1" on the
@@ -45,7 +45,7 @@ func foreignCgroupRoot(runSystemd, unified, cgroupRoot string) string {
 	if _, err := os.Stat(runSystemd); err != nil {
 		return ""
 	}
-	if !sysfs.IsUnified(unified) {
+	if !cgroup.IsUnified(unified) {
 		return ""
 	}
 	root := filepath.Clean(cgroupRoot)

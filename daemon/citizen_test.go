@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/schedpolicyd/schedpolicyd/cgroup"
 )
 
 // TestDelegatedXattr: a directory is delegated only with a delegate xattr
@@ -44,7 +44,7 @@ func TestDelegatedXattr(t *testing.T) {
 		}
 	}
 	// Not a systemd machine with cgroup v2 here: never a warning.
-	if w := foreignCgroupRoot(dir, "/sys/fs/cgroup", "/sys/fs/cgroup/schedpolicyd"); w != "" && !sysfs.IsUnified("/sys/fs/cgroup") {
+	if w := foreignCgroupRoot(dir, "/sys/fs/cgroup", "/sys/fs/cgroup/schedpolicyd"); w != "" && !cgroup.IsUnified("/sys/fs/cgroup") {
 		t.Errorf("foreignCgroupRoot on a non-v2 /sys/fs/cgroup = %q, want \"\"", w)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/schedpolicyd/schedpolicyd/tree"
 )
 
 // listTree lists every path below dir, relative to it, sorted.
@@ -32,7 +32,7 @@ func listTree(t *testing.T, dir string) []string {
 
 // runAndStop starts the daemon on m with the tree at treeDir and stops it
 // cleanly.
-func runAndStop(t *testing.T, m mockLaptop, treeDir string, backend sysfs.Backend) {
+func runAndStop(t *testing.T, m mockLaptop, treeDir string, backend tree.Backend) {
 	t.Helper()
 	_, cancel, done := m.startCfg(t, func(c *Config) { c.TreeDir, c.TreeBackend, c.CgroupRoot = treeDir, backend, "" })
 	cancel()
@@ -54,7 +54,7 @@ func runAndStop(t *testing.T, m mockLaptop, treeDir string, backend sysfs.Backen
 // file (someone else's) stays, and so do directories above it that were
 // there before.
 func TestCleanStopLeavesNothing(t *testing.T) {
-	for _, backend := range []sysfs.Backend{sysfs.BackendPlain, sysfs.BackendFUSE} {
+	for _, backend := range []tree.Backend{tree.BackendPlain, tree.BackendFUSE} {
 		t.Run(string(backend), func(t *testing.T) {
 			if backend == "fuse" {
 				needFUSE(t)

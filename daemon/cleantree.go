@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/schedpolicyd/schedpolicyd/tree"
 )
 
 // CleanTree removes what a daemon that did not stop cleanly (kill -9, a
@@ -34,7 +34,7 @@ func CleanTree(dir string) (found []string, err error) {
 	if err != nil {
 		return nil, err
 	}
-	err = sysfs.ClearStaleMount(l.Dir(), func(what string) { found = append(found, what) })
+	err = tree.ClearStaleMount(l.Dir(), func(what string) { found = append(found, what) })
 	if l.OwnDir() {
 		// Only once detached: a dead mount's directory cannot be read.
 		if e, rerr := os.ReadDir(l.Dir()); rerr == nil && len(e) == 0 {

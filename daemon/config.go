@@ -11,10 +11,12 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/cgroup"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/internal/names"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/schedpolicyd/schedpolicyd/tree"
 )
 
 // Defaults of Config, the production paths.
@@ -116,8 +118,8 @@ type Config struct {
 	RunRoot string
 	// TreeDir is where the virtual sysfs tree is served.
 	TreeDir string
-	// TreeBackend is how the tree is served ("" means sysfs.BackendAuto).
-	TreeBackend sysfs.Backend
+	// TreeBackend is how the tree is served ("" means tree.BackendAuto).
+	TreeBackend tree.Backend
 	// StateDir holds state.json.
 	StateDir string
 	// Bus is the one D-Bus the daemon uses, for its own name and for the
@@ -144,7 +146,7 @@ type Config struct {
 	// (default policy.DefaultHalfLife, 2 s; MinUtilHalfLife to
 	// MaxUtilHalfLife, bounds.go; see policy/pelt.go).
 	UtilHalfLife time.Duration
-	// TreeNoPollHack is sysfs.TreeOptions.NoPollHack: set by the daemon
+	// TreeNoPollHack is tree.TreeOptions.NoPollHack: set by the daemon
 	// binary, which never reads its own tree; a process that does (tests
 	// running the daemon in-process) leaves it false.
 	TreeNoPollHack bool
@@ -241,7 +243,7 @@ func resolveConfig(cfg Config) (Config, sysfs.FS, error) {
 		cfg.TreeDir = DefaultTreeDir
 	}
 	if cfg.TreeBackend == "" {
-		cfg.TreeBackend = sysfs.BackendAuto
+		cfg.TreeBackend = tree.BackendAuto
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = DefaultStateDir
@@ -330,7 +332,7 @@ func resolveConfig(cfg Config) (Config, sysfs.FS, error) {
 // BoostOnBattery that is not one of its words (the same message the flags
 // give).
 func (cfg Config) checkWords() error {
-	if _, err := sysfs.ParseBackend(string(cfg.TreeBackend)); err != nil {
+	if _, err := tree.ParseBackend(string(cfg.TreeBackend)); err != nil {
 		return err
 	}
 	if _, err := acpi.ParseEventSource(string(cfg.Events)); err != nil {
@@ -371,7 +373,7 @@ func ResolvePlacement(mode string) (string, string) {
 	if _, err := os.Stat(sdBootedDir); err != nil {
 		return PlacementCgroupfs, "auto: systemd is not PID 1 here"
 	}
-	if !sysfs.IsUnified(cgroupMount) {
+	if !cgroup.IsUnified(cgroupMount) {
 		return PlacementCgroupfs, "auto: /sys/fs/cgroup is cgroup v1, where systemd never manages cpusets"
 	}
 	return PlacementSystemd, "auto: systemd is PID 1 and /sys/fs/cgroup is cgroup v2"

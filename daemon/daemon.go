@@ -22,6 +22,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 	"github.com/schedpolicyd/schedpolicyd/systemd"
+	"github.com/schedpolicyd/schedpolicyd/tree"
 )
 
 // WorkloadStatus describes one managed workload (snapshot.WorkloadStatus),
@@ -49,7 +50,7 @@ type Daemon struct {
 	// writes its decision, boost's start-up value and the energy totals
 	// into it as they change, the engine its records; it saves itself.
 	store *statefile.Store
-	tree  sysfs.Tree
+	tree  tree.Tree
 	bus   *bus.Service // nil with bus "none"
 
 	reqs chan func()
@@ -343,7 +344,7 @@ func (d *Daemon) start(ctx context.Context) (stop func(), err error) {
 // serveTree serves the sched_policy tree at Config.TreeDir (d.tree).
 // Errors name the directory.
 func (d *Daemon) serveTree(ctx context.Context) error {
-	tree, err := sysfs.ServeTree(d.treeOptions(ctx, d.cfg.TreeBackend))
+	tree, err := tree.ServeTree(d.treeOptions(ctx, d.cfg.TreeBackend))
 	if err != nil {
 		return fmt.Errorf("serve tree at %s: %w", d.cfg.TreeDir, err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/schedpolicyd/schedpolicyd/tree"
 )
 
 // putAtomic replaces path with v (temp file and rename).
@@ -291,7 +292,7 @@ func TestSettingWords(t *testing.T) {
 		bad   string
 		want  string
 	}{
-		{func(s string) (string, error) { v, err := sysfs.ParseBackend(s); return string(v), err },
+		{func(s string) (string, error) { v, err := tree.ParseBackend(s); return string(v), err },
 			[]string{"auto", "fuse", "plain"}, "nfs", `tree backend "nfs": want auto, fuse or plain`},
 		{func(s string) (string, error) { v, err := acpi.ParseEventSource(s); return string(v), err },
 			[]string{"auto", "netlink", "fsnotify", "none"}, "poll", `events "poll": want auto, netlink, fsnotify or none`},
@@ -327,7 +328,7 @@ func TestSettingWords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.TreeBackend != sysfs.BackendAuto || cfg.Events != acpi.EventsAuto || cfg.BoostOnBattery != BoostKeep || cfg.UPower != acpi.UPowerAuto {
+	if cfg.TreeBackend != tree.BackendAuto || cfg.Events != acpi.EventsAuto || cfg.BoostOnBattery != BoostKeep || cfg.UPower != acpi.UPowerAuto {
 		t.Errorf("defaults: tree %q, events %q, boost %q, upower %q; want auto, auto, keep, auto (the command line's)",
 			cfg.TreeBackend, cfg.Events, cfg.BoostOnBattery, cfg.UPower)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/policy"
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/schedpolicyd/schedpolicyd/tree"
 )
 
 // TreePrefix is the kernel-shaped directory of the knob files below the
@@ -31,7 +31,7 @@ const (
 	fileWorkloads = "workloads"
 )
 
-var treeFiles = []sysfs.TreeFile{
+var treeFiles = []tree.TreeFile{
 	{Path: TreePrefix + "/" + fileAvailable, Mode: 0o444},
 	{Path: TreePrefix + "/" + fileCurrent, Mode: 0o644},
 	{Path: TreePrefix + "/" + filePowerAware, Mode: 0o644},
@@ -161,8 +161,8 @@ func knobWrite(file string, data []byte) (func(policy.Knob) policy.Knob, error) 
 
 // treeOptions are the options the tree is served with, on the given
 // backend.
-func (d *Daemon) treeOptions(ctx context.Context, backend sysfs.Backend) sysfs.TreeOptions {
-	return sysfs.TreeOptions{
+func (d *Daemon) treeOptions(ctx context.Context, backend tree.Backend) tree.TreeOptions {
+	return tree.TreeOptions{
 		Dir: d.cfg.TreeDir, Files: treeFiles, Handler: treeHandler{d: d, ctx: ctx}, Backend: backend,
 		NoPollHack: d.cfg.TreeNoPollHack,
 		OnPlainRejected: func(path string, data []byte, err error) {
@@ -177,8 +177,8 @@ func (d *Daemon) treeOptions(ctx context.Context, backend sysfs.Backend) sysfs.T
 // treeGone is the channel closed when t is lost from outside (a FUSE tree
 // unmounted, also with umount -l while processes still hold files or a cwd
 // in it), or nil (never ready) for trees that cannot be.
-func treeGone(t sysfs.Tree) <-chan struct{} {
-	if g, ok := t.(sysfs.GoneNotifier); ok {
+func treeGone(t tree.Tree) <-chan struct{} {
+	if g, ok := t.(tree.GoneNotifier); ok {
 		return g.Gone()
 	}
 	return nil
@@ -196,15 +196,15 @@ func (d *Daemon) remountTree(ctx context.Context) <-chan struct{} {
 	old := d.tree
 	d.tree = nil
 	log := d.log.WithField("dir", d.cfg.TreeDir)
-	serve := func(backend sysfs.Backend) (sysfs.Tree, error) {
+	serve := func(backend tree.Backend) (tree.Tree, error) {
 		opts := d.treeOptions(ctx, backend)
 		opts.Previous = old
-		return sysfs.ServeTree(opts)
+		return tree.ServeTree(opts)
 	}
 	t, err := serve(d.cfg.TreeBackend)
-	if err != nil && d.cfg.TreeBackend == sysfs.BackendFUSE {
+	if err != nil && d.cfg.TreeBackend == tree.BackendFUSE {
 		log.WithError(err).Warn("cannot mount the tree with FUSE again; trying plain files")
-		t, err = serve(sysfs.BackendPlain)
+		t, err = serve(tree.BackendPlain)
 	}
 	if err != nil {
 		d.stats.Errors.Add(1)

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/schedpolicyd/schedpolicyd/tree"
 )
 
 // TestTreeWorkloadsFile: the tree's read-only workloads file lists every
@@ -24,7 +24,7 @@ func TestTreeWorkloadsFile(t *testing.T) {
 				needFUSE(t)
 			}
 			m := newMockLaptop(t)
-			d := m.startWith(t, func(c *Config) { c.TreeBackend = sysfs.Backend(backend) })
+			d := m.startWith(t, func(c *Config) { c.TreeBackend = tree.Backend(backend) })
 			file := filepath.Join(m.tree, TreePrefix, fileWorkloads)
 			cpus := func(name string) string { return testutil.ReadTrim(t, filepath.Join(m.managed, name, "cpuset.cpus")) }
 			read := func() string {

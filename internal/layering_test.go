@@ -38,7 +38,14 @@ type listed struct {
 // internal/testutil.
 var layers = map[string][]string{
 	"policy": {},
+	// Each pseudo-filesystem has its package, as procfs has its own: sysfs
+	// reads /sys (and the kernel-file primitives and the CPU sets the
+	// others share); cgroup reads, writes and watches cgroupfs, with
+	// sysfs's primitives and CPU sets; tree serves the virtual sched_policy
+	// tree, walking its directory as a trusted path.
 	"sysfs":  {},
+	"cgroup": {"sysfs"},
+	"tree":   {"internal/trustedpath"},
 	// Every consumer of D-Bus signals checks their sender with
 	// internal/bussender, a leaf that imports nothing of ours.
 	"systemd": {"internal/bussender"},
@@ -47,12 +54,13 @@ var layers = map[string][]string{
 	// daemon counts packed workloads' CPU time with internal/taskclock
 	// (perf events: not pseudo-filesystem I/O, so not sysfs), a leaf too.
 	"acpi":   {"sysfs", "internal/reconnect", "internal/bussender"},
-	"daemon": {"daemon/placement", "daemon/placement/cgroupfs", "daemon/placement/units", "daemon/bus", "daemon/energy", "daemon/energypref", "daemon/snapshot", "daemon/statefile", "acpi", "sysfs", "policy", "systemd", "internal/names", "internal/reconnect", "internal/taskclock", "internal/bussender"},
+	"daemon": {"daemon/placement", "daemon/placement/cgroupfs", "daemon/placement/units", "daemon/bus", "daemon/energy", "daemon/energypref", "daemon/snapshot", "daemon/statefile", "acpi", "sysfs", "cgroup", "tree", "policy", "systemd", "internal/names", "internal/reconnect", "internal/taskclock", "internal/bussender", "internal/trustedpath"},
 	// The D-Bus service talks to the daemon through its Controller
 	// interface: it never imports the daemon nor anything of the
-	// placement (never, below). policy for the policy names and sysfs for
-	// one error it maps (sysfs.ErrCgroupName); the snapshot brings acpi.
-	"daemon/bus": {"daemon/snapshot", "policy", "acpi", "sysfs", "internal/names", "internal/reconnect", "internal/bussender"},
+	// placement (never, below). policy for the policy names and cgroup for
+	// one error it maps (cgroup.ErrCgroupName); the snapshot brings acpi
+	// and sysfs.
+	"daemon/bus": {"daemon/snapshot", "policy", "acpi", "sysfs", "cgroup", "internal/names", "internal/reconnect", "internal/bussender"},
 	// The published state's types, shared by the daemon and its readers:
 	// policy and acpi for the types of its values (acpi.Source), and what
 	// acpi brings, nothing else.
@@ -60,32 +68,36 @@ var layers = map[string][]string{
 	// state.json's format and its records, used by the daemon, by probe
 	// and by the benchmark: policy for the knob, sysfs for cpulists and
 	// boost settings, the snapshot (and acpi) for the energy totals,
-	// internal/names for the exempt entries, and what those bring,
-	// nothing else.
-	"daemon/statefile": {"daemon/snapshot", "policy", "acpi", "sysfs", "internal/names", "internal/reconnect", "internal/bussender"},
+	// internal/names for the exempt entries, internal/trustedpath for the
+	// state and tree directories' locks, and what those bring, nothing
+	// else.
+	"daemon/statefile": {"daemon/snapshot", "policy", "acpi", "sysfs", "internal/names", "internal/reconnect", "internal/bussender", "internal/trustedpath"},
 	// The energy meter and probe's energy report: sysfs for the RAPL
 	// counters and battery readings, acpi for the system batteries, policy
 	// and the snapshot for the totals' keys and shape, the state file for
 	// their order and validation, and what those bring, nothing else.
-	"daemon/energy": {"daemon/statefile", "daemon/snapshot", "policy", "acpi", "sysfs", "internal/names", "internal/reconnect", "internal/bussender"},
+	"daemon/energy": {"daemon/statefile", "daemon/snapshot", "policy", "acpi", "sysfs", "internal/names", "internal/reconnect", "internal/bussender", "internal/trustedpath"},
 	// The energy preferences' actuator (EPP, the platform profile): sysfs
 	// for the files, the state file for the records, policy and acpi for
 	// the map's inputs, and what those bring, nothing else.
-	"daemon/energypref": {"daemon/statefile", "daemon/snapshot", "policy", "acpi", "sysfs", "internal/names", "internal/reconnect", "internal/bussender"},
+	"daemon/energypref": {"daemon/statefile", "daemon/snapshot", "policy", "acpi", "sysfs", "internal/names", "internal/reconnect", "internal/bussender", "internal/trustedpath"},
 	// What both placement back ends share (the interface, the journal, the
 	// wakes and the task-clock gate): the state file for the records, the
 	// snapshot for the published workload, the task clock, and what those
 	// bring.
-	"daemon/placement": {"daemon/snapshot", "daemon/statefile", "policy", "sysfs", "acpi", "internal/names", "internal/taskclock", "internal/reconnect", "internal/bussender"},
-	// The cgroupfs back end writes cpusets itself: no systemd.
-	"daemon/placement/cgroupfs": {"daemon/placement", "daemon/snapshot", "daemon/statefile", "policy", "sysfs", "acpi", "internal/names", "internal/taskclock", "internal/reconnect", "internal/bussender"},
-	// The units back end places through systemd's managers.
-	"daemon/placement/units": {"daemon/placement", "daemon/snapshot", "daemon/statefile", "policy", "sysfs", "systemd", "acpi", "internal/names", "internal/taskclock", "internal/reconnect", "internal/bussender"},
+	"daemon/placement": {"daemon/snapshot", "daemon/statefile", "policy", "sysfs", "acpi", "internal/names", "internal/taskclock", "internal/reconnect", "internal/bussender", "internal/trustedpath"},
+	// The cgroupfs back end writes cpusets itself (cgroup): no systemd.
+	"daemon/placement/cgroupfs": {"daemon/placement", "daemon/snapshot", "daemon/statefile", "policy", "sysfs", "cgroup", "acpi", "internal/names", "internal/taskclock", "internal/reconnect", "internal/bussender", "internal/trustedpath"},
+	// The units back end places through systemd's managers; it reads its
+	// units' cgroups (cgroup) for their load.
+	"daemon/placement/units": {"daemon/placement", "daemon/snapshot", "daemon/statefile", "policy", "sysfs", "cgroup", "systemd", "acpi", "internal/names", "internal/taskclock", "internal/reconnect", "internal/bussender", "internal/trustedpath"},
 	"internal/bussender":     {},
 	"internal/names":         {},
 	"internal/reconnect":     {},
 	"internal/taskclock":     {},
 	"internal/testutil":      {},
+	// The trusted-path walk (the state and tree directories): a leaf.
+	"internal/trustedpath": {},
 	// schedpolicyctl talks to the daemon over D-Bus; of the daemon it may
 	// use only exported types and constants (checkClientUsesAPIOnly).
 	"cmd/schedpolicyctl": {"internal/names", "internal/bussender", "daemon", "daemon/bus", "daemon/snapshot", "acpi", "sysfs", "policy", "systemd"},
@@ -96,12 +108,17 @@ var layers = map[string][]string{
 // out of the daemon and of the placement (daemon/placement and its back
 // ends, with the task clock and systemd's manager serving them), the
 // snapshot, the state file and the energy meter out of all three, and
-// the placement out of the daemon and the bus, each back end out of the
-// other.
+// the placement out of the daemon, the bus and the tree server, each
+// back end out of the other; the three pseudo-filesystem packages stay
+// out of the daemon (and so of the placement), the tree server and
+// cgroupfs out of each other, sysfs out of both.
 var never = map[string][]string{
-	"daemon/placement":          {"daemon", "daemon/bus", "daemon/energy", "daemon/placement/cgroupfs", "daemon/placement/units", "systemd"},
-	"daemon/placement/cgroupfs": {"daemon", "daemon/bus", "daemon/energy", "daemon/placement/units", "systemd"},
-	"daemon/placement/units":    {"daemon", "daemon/bus", "daemon/energy", "daemon/placement/cgroupfs"},
+	"sysfs":                     {"cgroup", "tree", "daemon/..."},
+	"cgroup":                    {"tree", "daemon/..."},
+	"tree":                      {"cgroup", "daemon/..."},
+	"daemon/placement":          {"daemon", "daemon/bus", "daemon/energy", "daemon/placement/cgroupfs", "daemon/placement/units", "systemd", "tree"},
+	"daemon/placement/cgroupfs": {"daemon", "daemon/bus", "daemon/energy", "daemon/placement/units", "systemd", "tree"},
+	"daemon/placement/units":    {"daemon", "daemon/bus", "daemon/energy", "daemon/placement/cgroupfs", "tree"},
 	"daemon/bus":                {"daemon", "daemon/placement/...", "internal/taskclock", "systemd"},
 	"daemon/snapshot":           {"daemon", "daemon/bus", "daemon/placement/..."},
 	// The state file is a leaf under the daemon: it reads and writes
@@ -129,9 +146,16 @@ func neverMatches(rule, dep string) bool {
 // external lists the only non-standard-library modules a package may
 // depend on (nil: no rule).
 var external = map[string][]string{
-	"policy":             {}, // pure decisions: the standard library only
-	"sysfs":              {"github.com/fsnotify/fsnotify", "github.com/hanwen/go-fuse/v2", "golang.org/x/sys"},
-	"internal/bussender": {"github.com/godbus/dbus/v5"},
+	"policy": {}, // pure decisions: the standard library only
+	"sysfs":  {"golang.org/x/sys"},
+	// The cgroup watch (fsnotify), the close-write watch (inotify through
+	// x/sys, which fsnotify does not offer).
+	"cgroup": {"github.com/fsnotify/fsnotify", "golang.org/x/sys"},
+	// FUSE (go-fuse), the plain backend's watch (fsnotify), the mount and
+	// the trusted-path walk (x/sys).
+	"tree":                 {"github.com/fsnotify/fsnotify", "github.com/hanwen/go-fuse/v2", "golang.org/x/sys"},
+	"internal/trustedpath": {"golang.org/x/sys"},
+	"internal/bussender":   {"github.com/godbus/dbus/v5"},
 	// perf_event_open through x/sys/unix only.
 	"internal/taskclock": {"golang.org/x/sys"},
 }

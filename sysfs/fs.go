@@ -49,7 +49,7 @@ func (fs FS) Path(elem ...string) string {
 // Errors are the open or read errors, wrapped with the path; absent files
 // give an error satisfying errors.Is(err, fs.ErrNotExist).
 func ReadAttr(path string) (string, error) {
-	fd, err := openRaw(path, syscall.O_RDONLY)
+	fd, err := OpenRaw(path, syscall.O_RDONLY)
 	if err != nil {
 		return "", err
 	}
@@ -62,7 +62,7 @@ func ReadAttr(path string) (string, error) {
 	return strings.TrimSpace(string(buf[:n])), nil
 }
 
-// openRaw opens a kernel attribute file with open(2) directly, not through
+// OpenRaw opens a kernel attribute file with open(2) directly, not through
 // os.File: sysfs and cgroupfs files are pollable, so os.Open would register
 // every one with the runtime's epoll (epoll_ctl add and del, an fstat and
 // a finalizer per file), which dominated the daemon's per-sample CPU time
@@ -75,7 +75,7 @@ func ReadAttr(path string) (string, error) {
 // procfs files ignore) and anything but a regular file is refused
 // (ErrNotRegular): every sysfs, cgroupfs and procfs attribute is one. The
 // error is an *os.PathError, as os.Open's.
-func openRaw(path string, flags int) (int, error) {
+func OpenRaw(path string, flags int) (int, error) {
 	for {
 		fd, err := syscall.Open(path, flags|syscall.O_CLOEXEC|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 		if err == syscall.EINTR {
@@ -96,11 +96,11 @@ func openRaw(path string, flags int) (int, error) {
 	}
 }
 
-// ErrNotRegular is openRaw's error for a path that is not a regular file
+// ErrNotRegular is OpenRaw's error for a path that is not a regular file
 // (a FIFO, a device, a socket, a directory): no kernel attribute is one.
 var ErrNotRegular = errors.New("not a regular file (a kernel attribute is one)")
 
-// MaxKernelFile bounds what readFileRaw reads of one file, in bytes: a v1
+// MaxKernelFile bounds what ReadFileRaw reads of one file, in bytes: a v1
 // cgroup's tasks of every possible thread (PID_MAX_LIMIT, 4,194,304 IDs
 // of up to 8 bytes) fits. A longer file is an error, not a larger buffer.
 const MaxKernelFile = 32 << 20
@@ -119,11 +119,11 @@ func readRaw(fd int, buf []byte) (int, error) {
 	}
 }
 
-// readFileRaw is os.ReadFile for kernel files (cgroupfs, procfs), without
-// the runtime poller and with openRaw's checks; a file longer than
+// ReadFileRaw is os.ReadFile for kernel files (cgroupfs, procfs), without
+// the runtime poller and with OpenRaw's checks; a file longer than
 // MaxKernelFile is an error.
-func readFileRaw(path string) ([]byte, error) {
-	fd, err := openRaw(path, syscall.O_RDONLY)
+func ReadFileRaw(path string) ([]byte, error) {
+	fd, err := OpenRaw(path, syscall.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +183,7 @@ func ReadIntAttr(path string) (int64, error) {
 // the value and the path and wraps the errno, so callers can use
 // errors.Is(err, syscall.EINVAL) and friends.
 func WriteAttr(path, value string) error {
-	fd, err := openRaw(path, syscall.O_WRONLY|syscall.O_TRUNC)
+	fd, err := OpenRaw(path, syscall.O_WRONLY|syscall.O_TRUNC)
 	if err != nil {
 		return fmt.Errorf("write %q to %s: %w", value, path, err)
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -55,11 +54,8 @@ func TestKernelFileChecks(t *testing.T) {
 		{zero, syscall.ELOOP, "too many levels"},
 		{big, nil, "more than 33554432 bytes"},
 	} {
-		if _, err := readFileRaw(tc.path); err == nil || tc.want != nil && !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.text) {
-			t.Errorf("readFileRaw(%s) = %v, want %q", tc.path, err, tc.text)
-		}
-		if _, err := DirUsage(filepath.Dir(tc.path)); err == nil {
-			t.Errorf("DirUsage(%s) read it", filepath.Dir(tc.path))
+		if _, err := ReadFileRaw(tc.path); err == nil || tc.want != nil && !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.text) {
+			t.Errorf("ReadFileRaw(%s) = %v, want %q", tc.path, err, tc.text)
 		}
 		if _, err := ReadAttr(tc.path); tc.want != nil && !errors.Is(err, tc.want) {
 			t.Errorf("ReadAttr(%s) = %v, want %v", tc.path, err, tc.want)
@@ -69,45 +65,9 @@ func TestKernelFileChecks(t *testing.T) {
 			t.Errorf("WriteAttr(%s) wrote", tc.path)
 		}
 	}
-	if d, err := DirUsage(filepath.Dir(good)); err != nil || d.Microseconds() != 1500 {
-		t.Fatalf("DirUsage of a regular cpu.stat = %v, %v", d, err)
-	}
-}
-
-// TestDirThreadsBounded: the walk below a cgroup (a user's delegated
-// subtree, where the user makes cgroups at will) stops at its bounds with
-// ErrTooManyThreads: deeper than MaxThreadDepth, more cgroups than
-// MaxThreadDirs.
-func TestDirThreadsBounded(t *testing.T) {
-	deep := t.TempDir()
-	d := deep
-	for i := 0; i <= MaxThreadDepth+1; i++ {
-		if err := os.WriteFile(filepath.Join(d, "cgroup.threads"), []byte("1\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		d = filepath.Join(d, "c")
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := DirThreads(deep); !errors.Is(err, ErrTooManyThreads) {
-		t.Fatalf("a tree %d deep: %v, want ErrTooManyThreads", MaxThreadDepth+2, err)
-	}
-	wide := t.TempDir()
-	os.WriteFile(filepath.Join(wide, "cgroup.threads"), nil, 0o644)
-	for i := 0; i < MaxThreadDirs; i++ {
-		c := filepath.Join(wide, "c"+strconv.Itoa(i))
-		os.Mkdir(c, 0o755)
-		os.WriteFile(filepath.Join(c, "cgroup.threads"), []byte("7\n"), 0o644)
-	}
-	if _, err := DirThreads(wide); !errors.Is(err, ErrTooManyThreads) {
-		t.Fatalf("%d cgroups: %v, want ErrTooManyThreads", MaxThreadDirs+1, err)
-	}
-	ok := t.TempDir()
-	os.WriteFile(filepath.Join(ok, "cgroup.threads"), []byte("5\n6\n"), 0o644)
-	os.Mkdir(filepath.Join(ok, "x"), 0o755)
-	os.WriteFile(filepath.Join(ok, "x", "cgroup.threads"), []byte("7\n"), 0o644)
-	if tids, err := DirThreads(ok); err != nil || len(tids) != 3 {
-		t.Fatalf("a small tree: %v, %v", tids, err)
+	// The cgroup package's TestDirUsageKernelFileChecks reads these files
+	// through DirUsage; here the regular one is read as it is.
+	if b, err := ReadFileRaw(good); err != nil || string(b) != "usage_usec 1500\nuser_usec 1000\n" {
+		t.Fatalf("ReadFileRaw of a regular cpu.stat = %q, %v", b, err)
 	}
 }

@@ -7,19 +7,19 @@ import (
 	"io"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/schedpolicyd/schedpolicyd/internal/trustedpath"
 )
 
 // cleanupMain is `schedpolicyd cleanup`: what a daemon that did not stop
 // cleanly left of its tree goes (daemon.CleanTree). The unit runs it as
 // ExecStopPost=, so that systemd can remove /run/schedpolicyd after a
 // crash. The tree directory is walked from / as the daemon walks it
-// (sysfs.ResolveTrustedPath): a path through a symlink or directory that a
-// user other than root could change is refused and nothing is removed, so
-// a symlink planted in a user's directory can never make it remove root's
-// files. Exit status: 0 done (also when nothing was left), 1 a daemon
-// serves the tree, the path is refused or something could not be removed,
-// 2 usage or a bad configuration file.
+// (trustedpath.ResolveTrustedPath): a path through a symlink or directory
+// that a user other than root could change is refused and nothing is
+// removed, so a symlink planted in a user's directory can never make it
+// remove root's files. Exit status: 0 done (also when nothing was left), 1
+// a daemon serves the tree, the path is refused or something could not be
+// removed, 2 usage or a bad configuration file.
 func cleanupMain(args []string, stdout, stderr io.Writer) int {
 	fl := flag.NewFlagSet("schedpolicyd cleanup", flag.ContinueOnError)
 	fl.SetOutput(stderr)
@@ -53,7 +53,7 @@ could change.`)
 		fmt.Fprintf(stdout, "schedpolicyd cleanup: %s: removed %s\n", cfg.TreeDir, f)
 	}
 	switch {
-	case errors.Is(err, daemon.ErrAlreadyRunning), errors.Is(err, sysfs.ErrUntrustedPath):
+	case errors.Is(err, daemon.ErrAlreadyRunning), errors.Is(err, trustedpath.ErrUntrustedPath):
 		fmt.Fprintf(stderr, "schedpolicyd cleanup: %s: %v; nothing changed\n", cfg.TreeDir, err)
 		return 1
 	case err != nil:

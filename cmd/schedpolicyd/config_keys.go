@@ -23,7 +23,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/names"
 	"github.com/schedpolicyd/schedpolicyd/policy"
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/schedpolicyd/schedpolicyd/tree"
 )
 
 // rawConfig is the TOML shape; pointer fields record presence, and the
@@ -119,7 +119,7 @@ func (p *configParser) settings(raw *rawConfig) {
 		allowed []string
 	}{
 		{"power_aware_policy", &fc.PowerAwarePolicy, raw.PowerAwarePolicy, []string{"balance", "powersaving"}},
-		{"tree_backend", &fc.TreeBackend, raw.TreeBackend, words(sysfs.Backends)},
+		{"tree_backend", &fc.TreeBackend, raw.TreeBackend, words(tree.Backends)},
 		{"boost_on_battery", &fc.BoostOnBattery, raw.BoostOnBattery, words(daemon.BoostModes)},
 		{"epp", &fc.EPP, raw.EPP, words(daemon.PrefModes)},
 		{"platform_profile", &fc.PlatformProfile, raw.PlatformProfile, words(daemon.PrefModes)},
@@ -292,7 +292,7 @@ func validSlice(s string) bool {
 	return strings.HasSuffix(s, ".slice") && s != ".slice" && !strings.ContainsAny(s, "/ \x00")
 }
 
-// words turns a setting's accepted values (sysfs.Backends, ...) into the
+// words turns a setting's accepted values (tree.Backends, ...) into the
 // strings the configuration file is checked against, so the file and the
 // flags accept the same words.
 func words[T ~string](vs []T) []string {

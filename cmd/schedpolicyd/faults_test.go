@@ -26,7 +26,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/schedpolicyd/schedpolicyd/tree"
 )
 
 // daemonProc is one run of the real binary.
@@ -61,7 +61,7 @@ func startDaemonProc(t *testing.T, bin string, args ...string) *daemonProc {
 		// leaves no mount on the machine.
 		for i, a := range args {
 			if a == "--tree-dir" && i+1 < len(args) {
-				if err := sysfs.ClearStaleMount(args[i+1], nil); err != nil {
+				if err := tree.ClearStaleMount(args[i+1], nil); err != nil {
 					t.Logf("detaching the killed daemon's tree: %v", err)
 				}
 			}

@@ -27,6 +27,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 	"github.com/schedpolicyd/schedpolicyd/systemd"
+	"github.com/schedpolicyd/schedpolicyd/tree"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -150,7 +151,7 @@ func validate(cfg daemon.Config) error {
 		v     string
 		parse func(string) error
 	}{
-		{string(cfg.TreeBackend), func(s string) error { _, err := sysfs.ParseBackend(s); return err }},
+		{string(cfg.TreeBackend), func(s string) error { _, err := tree.ParseBackend(s); return err }},
 		{string(cfg.Events), func(s string) error { _, err := acpi.ParseEventSource(s); return err }},
 		{string(cfg.BoostOnBattery), func(s string) error { _, err := daemon.ParseBoostMode(s); return err }},
 		{string(cfg.EPP), func(s string) error { _, err := daemon.ParsePrefMode("epp", s); return err }},
@@ -282,7 +283,7 @@ func parseDaemonFlags(args []string, stdout, stderr io.Writer) (cfg daemon.Confi
 	fl.StringVar(&cfg.ProcRoot, "proc-root", "/proc", "procfs root (cgroup v1 usage accounting)")
 	fl.StringVar(&cfg.RunRoot, "run-root", "/run", "runtime directory root: users' managers are reached at RUN-ROOT/user/UID/systemd/private (a mock tree for tests)")
 	fl.StringVar(&cfg.TreeDir, "tree-dir", daemon.DefaultTreeDir, "where to serve the virtual sysfs tree")
-	treeBackend := fl.String("tree-backend", string(sysfs.BackendAuto), "tree backend: auto (FUSE when /dev/fuse works, else plain files), fuse or plain")
+	treeBackend := fl.String("tree-backend", string(tree.BackendAuto), "tree backend: auto (FUSE when /dev/fuse works, else plain files), fuse or plain")
 	fl.StringVar(&cfg.StateDir, "state-dir", daemon.DefaultStateDir, "directory for state.json (the user's persisted choices)")
 	fl.StringVar(&cfg.Bus, "bus", "system", "the one D-Bus to use, for the daemon's name and the UPower and logind hints: system, session, a bus ADDRESS, or none for no D-Bus at all (no name, no UPower or resume hints)")
 	events := fl.String("events", string(acpi.EventsAuto), "power event source: auto (netlink uevents on /sys, fsnotify on a mock root), netlink, fsnotify or none")
@@ -308,7 +309,7 @@ func parseDaemonFlags(args []string, stdout, stderr io.Writer) (cfg daemon.Confi
 	}
 	// The words are checked by validate, with the messages daemon.New
 	// gives.
-	cfg.TreeBackend, cfg.Events = sysfs.Backend(*treeBackend), acpi.EventSource(*events)
+	cfg.TreeBackend, cfg.Events = tree.Backend(*treeBackend), acpi.EventSource(*events)
 	cfg.BoostOnBattery, cfg.UPower = daemon.BoostMode(*boostOnBattery), acpi.UPowerMode(*upower)
 	cfg.EPP, cfg.PlatformProfile = daemon.PrefMode(*epp), daemon.PrefMode(*platformProfile)
 	cfg.NoTaskClock = !*taskClock

@@ -28,7 +28,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon"
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/schedpolicyd/schedpolicyd/tree"
 )
 
 const soakUsage = `Usage: schedpolicyd soak [flags]
@@ -88,7 +88,7 @@ func soakMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	rep, err := runSoak(dir, *dur, *maxW, sysfs.Backend(*backend), *verbose, stderr)
+	rep, err := runSoak(dir, *dur, *maxW, tree.Backend(*backend), *verbose, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "schedpolicyd soak: %v\n", err)
 		return 1
@@ -152,7 +152,7 @@ func (c *levelCounter) Fire(*logrus.Entry) error {
 // with at most maxW workloads alive at once, and returns the figures of
 // the run. Its warnings go to stderr when verbose. Errors: the mock
 // machine cannot be written, or the daemon does not start or fails.
-func runSoak(dir string, dur time.Duration, maxW int, backend sysfs.Backend, verbose bool, stderr io.Writer) (soakReport, error) {
+func runSoak(dir string, dur time.Duration, maxW int, backend tree.Backend, verbose bool, stderr io.Writer) (soakReport, error) {
 	sys, managed := filepath.Join(dir, "sys"), filepath.Join(dir, "cgroup", "schedpolicyd")
 	if err := soakMachine(sys, managed); err != nil {
 		return soakReport{}, err

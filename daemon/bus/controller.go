@@ -21,7 +21,7 @@ import (
 // never calls them while it holds a lock the loop may take.
 //
 // Errors are answered by their kind: an error wrapping syscall.EINVAL,
-// policy.ErrInvalid or sysfs.ErrCgroupName is the caller's
+// policy.ErrInvalid or cgroup.ErrCgroupName is the caller's
 // (org.freedesktop.DBus.Error.InvalidArgs); one wrapping
 // ErrLimitsExceeded is LimitsExceeded, one wrapping fs.ErrExist
 // FileExists; anything else is Failed. On an error nothing changed.

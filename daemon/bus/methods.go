@@ -14,10 +14,10 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/schedpolicyd/schedpolicyd/cgroup"
 	"github.com/schedpolicyd/schedpolicyd/internal/bussender"
 	"github.com/schedpolicyd/schedpolicyd/internal/names"
 	"github.com/schedpolicyd/schedpolicyd/policy"
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // The knob files of the daemon's tree that the setters write
@@ -71,7 +71,7 @@ func toDBusError(err error) *dbus.Error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, syscall.EINVAL), errors.Is(err, policy.ErrInvalid), errors.Is(err, sysfs.ErrCgroupName):
+	case errors.Is(err, syscall.EINVAL), errors.Is(err, policy.ErrInvalid), errors.Is(err, cgroup.ErrCgroupName):
 		return invalidArgs("%v", err)
 	case errors.Is(err, ErrLimitsExceeded):
 		return limitsExceeded(err)

@@ -12,10 +12,10 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/schedpolicyd/schedpolicyd/cgroup"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // The contract of Interface's methods and writable properties, against a
@@ -224,7 +224,7 @@ func TestControllerErrorsAnswered(t *testing.T) {
 	}{
 		{fmt.Errorf("power_aware: %w: bad", syscall.EINVAL), errInvalidArgs},
 		{fmt.Errorf("%w: no workload %q", policy.ErrInvalid, "job"), errInvalidArgs},
-		{fmt.Errorf("%w %q", sysfs.ErrCgroupName, "a\x01"), errInvalidArgs},
+		{fmt.Errorf("%w %q", cgroup.ErrCgroupName, "a\x01"), errInvalidArgs},
 		{fmt.Errorf(":1.7 already has 16 holds: %w", ErrLimitsExceeded), errLimitsExceeded},
 		{fmt.Errorf("workload %q already exists: %w", "job", fs.ErrExist), errFileExists},
 		{errFakeStopped, "org.freedesktop.DBus.Error.Failed"},

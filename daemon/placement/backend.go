@@ -77,7 +77,7 @@ type Crowding struct {
 // Crowded returns the candidates now (atWake: at a CPU pressure wake,
 // which says that tasks wait now, else at a sample or a task attached);
 // CPUs is a workload's CPU count (0: not placed), RunDelay its threads'
-// run and run-queue wait time (sysfs.DirRunDelay); Saturated is told
+// run and run-queue wait time (cgroup.DirRunDelay); Saturated is told
 // which candidates a confirmation found saturated (none too), and raises
 // their load so that the decision that follows widens them.
 type Confirmer interface {

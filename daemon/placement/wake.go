@@ -19,7 +19,7 @@ import (
 // snapshot is no evidence: a light workload (a few per cent of a CPU) may
 // have two threads runnable at that instant. So a one-shot confirmation
 // starts: wakeConfirm later the candidate's threads' run and run-queue
-// wait times are read again (sysfs.DirRunDelay), and only a workload whose
+// wait times are read again (cgroup.DirRunDelay), and only a workload whose
 // threads were runnable on average for more than its CPU count plus
 // WakeMargin counts as saturated: its utilisation is raised to its CPU
 // count, so that the plan widens it in that decision (if the burst was
@@ -43,7 +43,7 @@ type wakeCandidate struct {
 }
 
 // runDelayFunc reads a workload's threads' run and run-queue wait time
-// (sysfs.DirRunDelay); cpusFunc its CPU count now (0: no longer placed).
+// (cgroup.DirRunDelay); cpusFunc its CPU count now (0: no longer placed).
 type (
 	runDelayFunc func(name string) (run, wait time.Duration, err error)
 	cpusFunc     func(name string) int

@@ -6,8 +6,8 @@ package statefile
 // (<state-dir>/lock, <resolved tree-dir>.lock) that holds our pid (and,
 // for the tree, the directories above it the daemon made: lockFile). Those
 // files are opened as root in directories an administrator chose, so the
-// paths are walked from / as trusted paths (sysfs.ResolveTrustedPath,
-// sysfs.OpenTrustedDir, as systemd's chase() walks them): every directory
+// paths are walked from / as trusted paths (trustedpath.ResolveTrustedPath,
+// trustedpath.OpenTrustedDir, as systemd's chase() walks them): every directory
 // on the way must be owned by root (or by the daemon's own euid when it
 // does not run as root) and not writable by its group or others unless it
 // is sticky (a sticky world-writable ancestor such as /tmp is fine, as for
@@ -34,30 +34,31 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/schedpolicyd/schedpolicyd/internal/trustedpath"
 )
 
 // LockFile, in the state directory, is held (flock) by the running daemon.
 const LockFile = "lock"
 
 // openTrustedDir opens the directory at path as a trusted path
-// (sysfs.OpenTrustedDir, O_PATH; with create, missing directories are
+// (trustedpath.OpenTrustedDir, O_PATH; with create, missing directories are
 // made 0755) and checks that only we can change what it holds: it must be
 // owned by root or by our euid and not writable by its group or others
-// (sysfs.CheckTrustedDir). what names it in errors ("state dir", ...). made lists
-// the directories made, parents first. Errors: the open or mkdir error
-// ("state dir: mkdir P: permission denied"), a refusal of a directory or
-// symlink on the way (wrapping sysfs.ErrUntrustedPath, naming it and
-// why), or a refusal of the directory that says how to fix it.
+// (trustedpath.CheckTrustedDir). what names it in errors ("state dir",
+// ...). made lists the directories made, parents first. Errors: the open or
+// mkdir error ("state dir: mkdir P: permission denied"), a refusal of a
+// directory or symlink on the way (wrapping trustedpath.ErrUntrustedPath,
+// naming it and why), or a refusal of the directory that says how to fix
+// it.
 func openTrustedDir(what, path string, create bool) (dir *os.File, made []string, err error) {
-	f, _, made, err := sysfs.OpenTrustedDir(path, create)
-	if errors.Is(err, sysfs.ErrUntrustedPath) {
+	f, _, made, err := trustedpath.OpenTrustedDir(path, create)
+	if errors.Is(err, trustedpath.ErrUntrustedPath) {
 		return nil, made, fmt.Errorf("%s %s: %w", what, path, err)
 	}
 	if err != nil {
 		return nil, made, fmt.Errorf("%s: %w", what, err)
 	}
-	if err := sysfs.CheckTrustedDir(what, path, f); err != nil {
+	if err := trustedpath.CheckTrustedDir(what, path, f); err != nil {
 		f.Close()
 		return nil, made, err
 	}
@@ -232,8 +233,8 @@ func lockContent(b []byte) lockFile {
 // openTrustedDir, we hold its lock, and state.json is a regular file if
 // present. A daemon that would fail every choice with EIO later refuses to
 // start instead. Errors: as acquireLock (also a refusal of a directory or
-// symlink on the way, wrapping sysfs.ErrUntrustedPath), or state.json that
-// is not a regular file.
+// symlink on the way, wrapping trustedpath.ErrUntrustedPath), or state.json
+// that is not a regular file.
 func PrepareStateDir(dir string) (*os.File, error) {
 	d, _, err := openTrustedDir("state dir", dir, true)
 	if err != nil {
@@ -252,17 +253,17 @@ func PrepareStateDir(dir string) (*os.File, error) {
 	return lock, nil
 }
 
-// ResolveTreeDir returns the tree directory with every symlink resolved,
-// so that two spellings of one mount point share one lock, walking it
-// from / as a trusted path (sysfs.ResolveTrustedPath): a symlink is
-// followed only when a directory that only root (or our euid) can change
-// holds it and root (or our euid) owns it. The directory itself may be
-// missing (it is created when served) or a stale mount that cannot be
-// stat'ed (ENOTCONN after a crash). Errors: a refusal of a directory or
-// symlink on the way (wrapping sysfs.ErrUntrustedPath, naming it and why),
-// too many symlinks (ELOOP), or the walk's error.
+// ResolveTreeDir returns the tree directory with every symlink resolved, so
+// that two spellings of one mount point share one lock, walking it from /
+// as a trusted path (trustedpath.ResolveTrustedPath): a symlink is followed
+// only when a directory that only root (or our euid) can change holds it
+// and root (or our euid) owns it. The directory itself may be missing (it
+// is created when served) or a stale mount that cannot be stat'ed (ENOTCONN
+// after a crash). Errors: a refusal of a directory or symlink on the way
+// (wrapping trustedpath.ErrUntrustedPath, naming it and why), too many
+// symlinks (ELOOP), or the walk's error.
 func ResolveTreeDir(dir string) (string, error) {
-	r, err := sysfs.ResolveTrustedPath(dir)
+	r, err := trustedpath.ResolveTrustedPath(dir)
 	if err != nil {
 		return "", fmt.Errorf("tree dir %s: %w", dir, err)
 	}
@@ -308,14 +309,14 @@ func PrepareTreeDir(dir string) (*TreeLock, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, _, made, err := sysfs.OpenTrustedDir(filepath.Dir(r), true)
+	d, _, made, err := trustedpath.OpenTrustedDir(filepath.Dir(r), true)
 	slices.Reverse(made) // deepest first
 	removeMade := func() {
 		for _, p := range made {
 			unix.Rmdir(p)
 		}
 	}
-	if errors.Is(err, sysfs.ErrUntrustedPath) {
+	if errors.Is(err, trustedpath.ErrUntrustedPath) {
 		removeMade()
 		return nil, fmt.Errorf("tree dir %s: %w", dir, err)
 	}
@@ -400,7 +401,7 @@ func (l *TreeLock) Release() {
 // can be stat'ed, must pass the same check (the plain backend writes files
 // in it). Errors: ErrAlreadyRunning naming the holder's pid when another
 // daemon serves the same directory under any name, a refusal of a
-// directory or symlink on the way (wrapping sysfs.ErrUntrustedPath), a
+// directory or symlink on the way (wrapping trustedpath.ErrUntrustedPath), a
 // refusal of a directory or of the lock file, or the resolve/open/flock
 // error. A lock file left behind by a daemon that did not stop cleanly
 // names the directories above the tree it made (lockFile): those that
@@ -432,7 +433,7 @@ func LockTreeDir(dir string) (*TreeLock, error) {
 	// Without a FUSE request (AT_STATX_DONT_SYNC): it may be a mount.
 	var stx unix.Statx_t
 	if err := unix.Statx(int(d.Fd()), base, unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE|unix.STATX_MODE|unix.STATX_UID, &stx); err == nil && uint32(stx.Mode)&unix.S_IFMT == unix.S_IFDIR {
-		if err := sysfs.CheckTrustedStat("tree dir", r, stx.Uid, uint32(stx.Mode)); err != nil {
+		if err := trustedpath.CheckTrustedStat("tree dir", r, stx.Uid, uint32(stx.Mode)); err != nil {
 			lock.Close()
 			d.Close()
 			return nil, err

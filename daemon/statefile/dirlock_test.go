@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
+	"github.com/schedpolicyd/schedpolicyd/internal/trustedpath"
 )
 
 // TestLockRemovedOnReleaseStaysExclusive: holders that remove the lock
@@ -202,7 +202,7 @@ func TestStateDirSymlinkInUserDirRefused(t *testing.T) {
 				lock.Close()
 				t.Fatalf("PrepareStateDir(%s) succeeded", link)
 			}
-			if !errors.Is(err, sysfs.ErrUntrustedPath) || !strings.Contains(err.Error(), link+" is a symbolic link") {
+			if !errors.Is(err, trustedpath.ErrUntrustedPath) || !strings.Contains(err.Error(), link+" is a symbolic link") {
 				t.Errorf("PrepareStateDir = %v; want a refusal naming the symlink %s", err, link)
 			}
 			if after := listTree(t, filepath.Dir(victim)); after != before {
@@ -229,7 +229,7 @@ func TestTreeDirSymlinkInUserDirRefused(t *testing.T) {
 			link := plantLink(t, base, "tree", target, c.mode, c.owner, c.linkOwner)
 			refused := func(what string, err error) {
 				t.Helper()
-				if !errors.Is(err, sysfs.ErrUntrustedPath) || !strings.Contains(err.Error(), link+" is a symbolic link") {
+				if !errors.Is(err, trustedpath.ErrUntrustedPath) || !strings.Contains(err.Error(), link+" is a symbolic link") {
 					t.Errorf("%s = %v; want a refusal naming the symlink %s", what, err, link)
 				}
 			}

@@ -14,7 +14,11 @@
 //   - a cgroup v1 cpuset parent of the test's own below CpusetRoot,
 //     removed with its children at cleanup (CpusetV1Parent, CpusetV1Dir,
 //     NeedCpusetV1);
-//   - the Prometheus reference checker on a metrics text (CheckMetrics).
+//   - the Prometheus reference checker on a metrics text (CheckMetrics);
+//   - directories a user other than root controls, holding a symlink to
+//     root's directory, for the trusted-path tests of
+//     internal/trustedpath and tree (UserDirCases, UserDir, VictimDir,
+//     Listing).
 //
 // Helpers that need something the machine may lack skip the test and say
 // what is missing (and which Debian package or privilege provides it);

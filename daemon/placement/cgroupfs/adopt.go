@@ -7,6 +7,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/schedpolicyd/schedpolicyd/cgroup"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
@@ -52,7 +53,7 @@ func (p *Placement) Scan() bool {
 		err = p.lock.stale(p.cg.Path()) // made again or replaced: relock it
 	}
 	if err != nil {
-		if !sysfs.IsGone(err) {
+		if !cgroup.IsGone(err) {
 			p.e.Log.WithError(err).Warn("listing workloads")
 			return false
 		}
@@ -183,7 +184,7 @@ func (p *Placement) adoptChildren(names []string, seen map[string]bool) (changed
 // adopted yet.
 func (p *Placement) adopt(n string) (*workload, error) {
 	if err := p.cg.PrepareChild(n); err != nil {
-		if sysfs.IsGone(err) {
+		if cgroup.IsGone(err) {
 			return nil, nil
 		}
 		return nil, err
@@ -192,7 +193,7 @@ func (p *Placement) adopt(n string) (*workload, error) {
 	if err != nil {
 		// ENOENT of the file while the directory is there: not gone, not
 		// there yet (a mock tree fills it after mkdir) — retried.
-		if dir, _ := p.cg.ChildPath(n); sysfs.IsGone(err) && dirInode(dir) == 0 {
+		if dir, _ := p.cg.ChildPath(n); cgroup.IsGone(err) && dirInode(dir) == 0 {
 			return nil, nil
 		}
 		return nil, err
@@ -315,7 +316,7 @@ func (p *Placement) ours(r *statefile.Record, cur sysfs.CPUSet) bool {
 		if set.Equal(cur) {
 			return true
 		}
-		if p.cg == nil || p.cg.Version() != sysfs.CgroupV1 {
+		if p.cg == nil || p.cg.Version() != cgroup.CgroupV1 {
 			return false
 		}
 		if !haveOnline {
@@ -362,7 +363,7 @@ func (p *Placement) check(w *workload) bool {
 		p.e.Dirty = true
 		return false
 	}
-	if p.cg.Version() == sysfs.CgroupV1 {
+	if p.cg.Version() == cgroup.CgroupV1 {
 		if online, err := p.cg.Allowed(); err == nil && w.cpus.Intersect(online).Equal(cur) {
 			if !cur.IsEmpty() && w.rec.Applied != cur.String() {
 				// The kernel trimmed the file (a CPU went offline). If

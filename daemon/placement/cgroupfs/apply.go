@@ -5,6 +5,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/cgroup"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
@@ -112,7 +113,7 @@ func (p *Placement) writeOne(w *workload, want sysfs.CPUSet, pol policy.Policy, 
 		w.cpus = want
 		return placement.WriteDone
 	}
-	if sysfs.IsGone(err) {
+	if cgroup.IsGone(err) {
 		// Removed after the last scan: forget it and its record.
 		p.forget(w.name, true)
 		p.e.Log.WithField("workload", w.name).Info("workload gone")
@@ -147,7 +148,7 @@ func (p *Placement) Hotplug(before, after sysfs.CPUSet) {
 }
 
 // writeCPUs writes workload w's cpuset.cpus, through its held-open file
-// on the kernel's cgroupfs (sysfs.Cgroup.OpenCPUs: no path lookup and open
+// on the kernel's cgroupfs (cgroup.Cgroup.OpenCPUs: no path lookup and open
 // per write), else with one open/write/close. After an error the file is
 // closed, and the next write opens it again.
 func (p *Placement) writeCPUs(w *workload, cpus sysfs.CPUSet) error {
@@ -171,14 +172,14 @@ func (p *Placement) writeCPUs(w *workload, cpus sysfs.CPUSet) error {
 // does not shape sched domains — the kernel makes one domain of each
 // topmost load-balanced cpuset and skips its descendants — but with it set
 // every cpuset.cpus write rebuilds the machine's sched domains
-// (sysfs.Cgroup.SchedLoadBalance), which made a policy switch over many
+// (cgroup.Cgroup.SchedLoadBalance), which made a policy switch over many
 // workloads twice as slow (docs/BENCHMARKS.md). A workload whose flag is
 // already 0 is left alone, and nothing is changed under a parent without
 // the flag (children's flags matter there). What is cleared is recorded
 // (statefile.Record.LoadBalanceCleared) and saved before the write, and
 // set back on exit (restore), or by the next start after a crash.
 func (p *Placement) quietLoadBalance() {
-	if p.cg.Version() != sysfs.CgroupV1 {
+	if p.cg.Version() != cgroup.CgroupV1 {
 		return
 	}
 	var todo []*workload // on every plan: no sorting, order does not matter

@@ -3,9 +3,9 @@ package cgroupfs
 import (
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/cgroup"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // IDs lists the workloads as the engine's exempt list names them: by
@@ -38,7 +38,7 @@ func (p *Placement) SetExempt(keys map[string]bool) {
 		return
 	}
 	b := cgroupRestore{p: p}
-	if p.cg.Version() == sysfs.CgroupV1 {
+	if p.cg.Version() == cgroup.CgroupV1 {
 		b.allowed, _ = p.cg.Allowed()
 	}
 	// Nothing new is recorded before these writes: each puts back the

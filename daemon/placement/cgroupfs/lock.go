@@ -80,7 +80,7 @@ func (l *cgroupLock) acquire(path string) error {
 	return nil
 }
 
-// stale returns an error for which sysfs.IsGone is true when path no longer
+// stale returns an error for which cgroup.IsGone is true when path no longer
 // names the directory l holds (it was removed, or removed and made again
 // between two scans, or another directory was renamed over it): the
 // managed parent must then be opened and locked again. nil while it does,

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/cgroup"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/policy"
@@ -30,7 +31,7 @@ type Placement struct {
 	// gate, the sampling back-off, the confirmation and the plan.
 	e *placement.Engine
 
-	cg   *sysfs.Cgroup
+	cg   *cgroup.Cgroup
 	lock cgroupLock // flock on the managed parent's directory (lock.go)
 	// watch hints at changes of the managed parent (nil: none, the loop
 	// rescans on its ticker); newWatch makes it (watchCgroupDir, or a
@@ -100,7 +101,7 @@ type workload struct {
 	override policy.Policy
 	// cpusFile is its cpuset.cpus held open (real cgroupfs only; nil until
 	// the first write, or after an error).
-	cpusFile *sysfs.CPUsFile
+	cpusFile *cgroup.CPUsFile
 	// lbChecked: its v1 cpuset.sched_load_balance was looked at.
 	lbChecked bool
 	// refused is the last refused write ("cpulist error"), so a refusal
@@ -163,7 +164,7 @@ func (p *Placement) Open() error {
 	if p.e.Cfg.CgroupRoot == "" {
 		return errors.New("no managed parent cgroup configured")
 	}
-	cg, err := sysfs.OpenCgroup(resolvePath(p.e.Cfg.CgroupRoot), sysfs.CgroupOptions{Create: true, ProcRoot: p.e.Cfg.ProcRoot})
+	cg, err := cgroup.OpenCgroup(resolvePath(p.e.Cfg.CgroupRoot), cgroup.CgroupOptions{Create: true, ProcRoot: p.e.Cfg.ProcRoot})
 	if err == nil {
 		err = p.lock.acquire(cg.Path())
 	}
@@ -185,7 +186,7 @@ func (p *Placement) Open() error {
 // record and gives the parent back CPUs of its recorded original that are
 // online again (a run stopped while they were offline left it without).
 func (p *Placement) openParentRecord() {
-	if p.cg.Version() != sysfs.CgroupV1 {
+	if p.cg.Version() != cgroup.CgroupV1 {
 		return // v2's cpuset.cpus survives hotplug: never written
 	}
 	path, id := p.cg.Path(), dirInode(p.cg.Path())
@@ -221,7 +222,7 @@ func (p *Placement) openParentRecord() {
 // whose CPUs are not a subset of that set was changed by someone else and
 // is left alone.
 func (p *Placement) fitParent(added sysfs.CPUSet) {
-	if p.cg == nil || p.cg.Version() != sysfs.CgroupV1 || p.parent == nil {
+	if p.cg == nil || p.cg.Version() != cgroup.CgroupV1 || p.parent == nil {
 		return
 	}
 	upper, err := p.cg.UpperCPUs()

@@ -8,25 +8,25 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/schedpolicyd/schedpolicyd/cgroup"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // quietWatch is a cgroupSource that never signals: the test scans.
 type quietWatch struct{}
 
-func (quietWatch) Changed() <-chan struct{}               { return nil }
-func (quietWatch) Attached() <-chan struct{}              { return nil }
-func (quietWatch) TakeAttached() map[string]bool          { return nil }
-func (quietWatch) Written() <-chan struct{}               { return nil }
-func (quietWatch) TakeWritten() (map[string]bool, bool)   { return nil, false }
-func (quietWatch) WatchChild(string, sysfs.CgroupVersion) {}
-func (quietWatch) UnwatchChild(string)                    {}
-func (quietWatch) WatchDir(string)                        {}
-func (quietWatch) UnwatchDir(string)                      {}
-func (quietWatch) Close()                                 {}
+func (quietWatch) Changed() <-chan struct{}                { return nil }
+func (quietWatch) Attached() <-chan struct{}               { return nil }
+func (quietWatch) TakeAttached() map[string]bool           { return nil }
+func (quietWatch) Written() <-chan struct{}                { return nil }
+func (quietWatch) TakeWritten() (map[string]bool, bool)    { return nil, false }
+func (quietWatch) WatchChild(string, cgroup.CgroupVersion) {}
+func (quietWatch) UnwatchChild(string)                     {}
+func (quietWatch) WatchDir(string)                         {}
+func (quietWatch) UnwatchDir(string)                       {}
+func (quietWatch) Close()                                  {}
 
 // countedTrigger is a pressure trigger the test fires; closed and paused
 // say what the gate did to it.

@@ -6,6 +6,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/schedpolicyd/schedpolicyd/cgroup"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
@@ -24,7 +25,7 @@ func (p *Placement) Restore() bool {
 		return true
 	}
 	b := cgroupRestore{p: p}
-	if p.cg.Version() == sysfs.CgroupV1 {
+	if p.cg.Version() == cgroup.CgroupV1 {
 		b.allowed, _ = p.cg.Allowed()
 	}
 	var todo []*workload
@@ -42,7 +43,7 @@ func (p *Placement) Restore() bool {
 			continue
 		}
 		if on, err := p.cg.SchedLoadBalance(n); err == nil && !on {
-			if err := p.cg.SetSchedLoadBalance(n, true); err != nil && !sysfs.IsGone(err) {
+			if err := p.cg.SetSchedLoadBalance(n, true); err != nil && !cgroup.IsGone(err) {
 				p.e.Stats.Errors.Add(1)
 				p.e.Log.WithError(err).WithField("workload", n).Warn("cannot set cpuset.sched_load_balance back to 1; it stays in state.json for the next start")
 				ok = false
@@ -75,7 +76,7 @@ func (b cgroupRestore) Values(w *workload) *statefile.Values { return &w.rec.Val
 
 func (b cgroupRestore) Current(w *workload) (string, error) {
 	cur, err := b.p.readCPUs(w)
-	if sysfs.IsGone(err) {
+	if cgroup.IsGone(err) {
 		return "", placement.ErrGone // its record is dropped with its cgroup
 	}
 	return cur.String(), err
@@ -101,7 +102,7 @@ func (b cgroupRestore) PutBack(w *workload, curList string) bool {
 	cur, _ := sysfs.ParseCPUList(curList)
 	orig, _ := sysfs.ParseCPUList(r.Original)
 	target := orig
-	if p.cg.Version() == sysfs.CgroupV1 && !orig.IsEmpty() && !b.allowed.IsEmpty() && !orig.Intersect(b.allowed).Equal(orig) {
+	if p.cg.Version() == cgroup.CgroupV1 && !orig.IsEmpty() && !b.allowed.IsEmpty() && !orig.Intersect(b.allowed).Equal(orig) {
 		if target = orig.Intersect(b.allowed); target.IsEmpty() {
 			target = b.allowed
 		}
@@ -109,16 +110,16 @@ func (b cgroupRestore) PutBack(w *workload, curList string) bool {
 	if !target.Equal(cur) {
 		err := p.writeCPUs(w, target)
 		inherit := false
-		if err != nil && target.IsEmpty() && p.cg.Version() == sysfs.CgroupV2 && errors.Is(err, unix.ENOSPC) {
+		if err != nil && target.IsEmpty() && p.cg.Version() == cgroup.CgroupV2 && errors.Is(err, unix.ENOSPC) {
 			// v2's "inherit", which the kernel will not give a cgroup
 			// with tasks: every CPU, intersected with the parent's, is
-			// the same (sysfs.Cgroup.WriteAllCPUs).
+			// the same (cgroup.Cgroup.WriteAllCPUs).
 			if err = p.cg.WriteAllCPUs(n); err == nil {
 				inherit = true
 			}
 		}
 		if err != nil {
-			if sysfs.IsGone(err) {
+			if cgroup.IsGone(err) {
 				return true
 			}
 			p.e.Stats.Errors.Add(1)

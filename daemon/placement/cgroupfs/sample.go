@@ -3,8 +3,8 @@ package cgroupfs
 import (
 	"time"
 
+	"github.com/schedpolicyd/schedpolicyd/cgroup"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // Sample updates each workload's load signals: the decayed utilisation
@@ -37,7 +37,7 @@ func (p *Placement) Sample() (busy bool) {
 				w.threads = r
 			}
 		}
-		if p.cg.Version() != sysfs.CgroupV2 {
+		if p.cg.Version() != cgroup.CgroupV2 {
 			continue // cpu.pressure exists on cgroup v2 only
 		}
 		if pr, err := p.cg.CPUPressure(n); err == nil {

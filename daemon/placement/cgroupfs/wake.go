@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/schedpolicyd/schedpolicyd/cgroup"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // Crowded returns the placed workloads with more runnable threads at the
@@ -32,7 +32,7 @@ func (p *Placement) CPUs(n string) int {
 }
 
 // RunDelay is workload n's threads' run and run-queue wait time
-// (sysfs.Cgroup.RunDelay).
+// (cgroup.Cgroup.RunDelay).
 func (p *Placement) RunDelay(n string) (run, wait time.Duration, err error) {
 	return p.cg.RunDelay(n)
 }
@@ -84,7 +84,7 @@ func (p *Placement) SyncClock() (more bool) {
 			more = true
 			continue
 		}
-		if p.cg.Version() == sysfs.CgroupV2 {
+		if p.cg.Version() == cgroup.CgroupV2 {
 			if !p.e.Clock.Armed(n) {
 				opened++
 			}
@@ -106,7 +106,7 @@ func (p *Placement) SyncClock() (more bool) {
 		// new one: threads created since the last were counted through
 		// inheritance only.
 		p.e.Clock.Set(n, "tasks", func(t placement.ClockWatch, period time.Duration) (int, error) {
-			return t.SetTasks(n, func() ([]int, error) { return sysfs.DirThreads(dir) }, period)
+			return t.SetTasks(n, func() ([]int, error) { return cgroup.DirThreads(dir) }, period)
 		})
 	}
 	p.e.Clock.Keep(func(k string) bool { return p.workloads[k] != nil })

@@ -4,12 +4,12 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/schedpolicyd/schedpolicyd/cgroup"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // cgroupSource is what placement needs of a watch on the managed parent:
-// coalesced hints, never the state itself (sysfs.CgroupWatch has the
+// coalesced hints, never the state itself (cgroup.CgroupWatch has the
 // details). Tests may replace it (placement.newWatch) with channels they
 // drive.
 type cgroupSource interface {
@@ -25,7 +25,7 @@ type cgroupSource interface {
 	// (all: any of them).
 	Written() <-chan struct{}
 	TakeWritten() (names map[string]bool, all bool)
-	WatchChild(dir string, v sysfs.CgroupVersion)
+	WatchChild(dir string, v cgroup.CgroupVersion)
 	UnwatchChild(dir string)
 	WatchDir(dir string)
 	UnwatchDir(dir string)
@@ -34,7 +34,7 @@ type cgroupSource interface {
 
 // watchCgroupDir is the default placement.newWatch.
 func watchCgroupDir(parent string) (cgroupSource, error) {
-	w, err := sysfs.WatchCgroup(parent)
+	w, err := cgroup.WatchCgroup(parent)
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +50,7 @@ func (p *Placement) pressurePath() string {
 	switch {
 	case p.e.Cfg.PressureFile != "":
 		return p.e.Cfg.PressureFile
-	case p.cg.Version() == sysfs.CgroupV2:
+	case p.cg.Version() == cgroup.CgroupV2:
 		return filepath.Join(p.cg.Path(), "cpu.pressure")
 	}
 	return filepath.Join(p.e.Cfg.ProcRoot, "pressure", "cpu")
@@ -135,7 +135,7 @@ func (p *Placement) startWatch() {
 		return
 	}
 	p.watch = w
-	if s, ok := w.(*sysfs.CgroupWatch); ok && !s.ClosesWatched() {
+	if s, ok := w.(*cgroup.CgroupWatch); ok && !s.ClosesWatched() {
 		p.e.Log.Warn("cannot watch cpuset.cpus for changes by someone else; they are seen at the next write or Rebalance")
 	}
 	p.e.Pressure.Configure(p.e.Log, p.pressurePath(), len(p.workloads))

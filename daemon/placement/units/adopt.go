@@ -11,6 +11,7 @@ import (
 	"github.com/godbus/dbus/v5"
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/cgroup"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 	"github.com/schedpolicyd/schedpolicyd/systemd"
@@ -436,7 +437,7 @@ func (u *Placement) adopt(uid int, v unitView, dir string) {
 	}
 	u.e.Dirty = true
 	w := &unitWorkload{name: v.Name, slice: v.Slice, uid: uid, cgroup: dir, rec: r, cpus: cur}
-	if use, err := sysfs.DirUsage(w.cgroup); err == nil {
+	if use, err := cgroup.DirUsage(w.cgroup); err == nil {
 		w.avg, w.lastAt = w.avg.Update(use, 0, u.e.Cfg.UtilHalfLife), time.Now()
 	}
 	u.workloads[workloadKey(uid, v.Name)] = w

@@ -15,6 +15,7 @@ import (
 	"github.com/godbus/dbus/v5"
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/cgroup"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
@@ -247,7 +248,7 @@ func kernelMaxCPUs(sysfsRoot string) int {
 // sysfs root other than /sys, transcribed from a real one) whether its
 // fs/cgroup holds cgroup.controllers, as a v2 hierarchy's root does.
 func cgroupV2(sysfsRoot, cgroupRoot string) bool {
-	if sysfs.IsUnified(cgroupRoot) {
+	if cgroup.IsUnified(cgroupRoot) {
 		return true
 	}
 	if filepath.Clean(sysfsRoot) == sysfs.DefaultRoot {
@@ -305,7 +306,7 @@ func (u *Placement) Open() error {
 			if w == nil {
 				return 0, fmt.Errorf("unit %s gone", key)
 			}
-			pr, err := sysfs.DirCPUPressure(w.cgroup)
+			pr, err := cgroup.DirCPUPressure(w.cgroup)
 			return pr.Total, err
 		}, func(int) float64 { return placement.WakeMargin })
 	}
@@ -370,7 +371,7 @@ func (u *Placement) Sample() (busy bool) {
 	u.e.Stats.Samples.Add(1)
 	now := time.Now()
 	for key, w := range u.workloads {
-		use, err := sysfs.DirUsage(w.cgroup)
+		use, err := cgroup.DirUsage(w.cgroup)
 		if err != nil {
 			continue
 		}
@@ -382,7 +383,7 @@ func (u *Placement) Sample() (busy bool) {
 		if !u.unified {
 			continue
 		}
-		if pr, err := sysfs.DirCPUPressure(w.cgroup); err == nil {
+		if pr, err := cgroup.DirCPUPressure(w.cgroup); err == nil {
 			w.stalled = 0
 			if w.stallTotal > 0 && pr.Total > w.stallTotal {
 				w.stalled = pr.Total - w.stallTotal

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/schedpolicyd/schedpolicyd/cgroup"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 	"github.com/schedpolicyd/schedpolicyd/systemd"
 )
@@ -516,7 +517,7 @@ type UserManagerProbe struct {
 // cpuset is delegated to each, from their cgroup.controllers. On cgroup
 // v1 it returns nil: there systemd never manages cpusets.
 func ProbeUserManagers(cgroupRoot string) []UserManagerProbe {
-	if !sysfs.IsUnified(cgroupRoot) {
+	if !cgroup.IsUnified(cgroupRoot) {
 		return nil
 	}
 	dirs, _ := filepath.Glob(filepath.Join(cgroupRoot, "user.slice", "user-*.slice", "user@*.service"))

@@ -5,8 +5,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/schedpolicyd/schedpolicyd/cgroup"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
-	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // unitStallCandidate: a packed unit whose tasks waited for a CPU this long
@@ -29,13 +29,13 @@ const (
 	maxConfirmUser = 8
 )
 
-// RunDelay is sysfs.DirRunDelay for the unit of key.
+// RunDelay is cgroup.DirRunDelay for the unit of key.
 func (u *Placement) RunDelay(key string) (run, wait time.Duration, err error) {
 	w := u.workloads[key]
 	if w == nil {
 		return 0, 0, fmt.Errorf("unit %s gone", key)
 	}
-	return sysfs.DirRunDelay(w.cgroup, u.procRoot)
+	return cgroup.DirRunDelay(w.cgroup, u.procRoot)
 }
 
 // Crowded returns the units with AllowedCPUs= set that stalled for at
@@ -120,6 +120,6 @@ func (u *Placement) ClockCrowded(key string, _ int) bool {
 	if w == nil {
 		return false
 	}
-	pr, err := sysfs.DirCPUPressure(w.cgroup)
+	pr, err := cgroup.DirCPUPressure(w.cgroup)
 	return err == nil && pr.Total-w.stallTotal >= unitWakeStall
 }

@@ -27,8 +27,8 @@ import (
 // The unit's cgroup is a directory tree (cgroup.threads, cpu.stat,
 // cpu.pressure) and the threads' /proc/<tid>/schedstat files are written
 // by the test, on synctest's clock, so each case's average is exact
-// whatever else the machine runs (the real files are read by sysfs's
-// tests and by the VM's pressure-wake check).
+// whatever else the machine runs (the real files are read by the cgroup
+// and sysfs packages' tests and by the VM's pressure-wake check).
 func TestUnitsConfirmCrowded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		root := t.TempDir()

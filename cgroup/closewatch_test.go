@@ -1,4 +1,4 @@
-package sysfs
+package cgroup
 
 import (
 	"path/filepath"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // TestCloseWriteWatchRealCgroup: on the kernel's cgroupfs, a user's
@@ -38,7 +39,7 @@ func TestCloseWriteWatchRealCgroup(t *testing.T) {
 	}
 	defer held.Close()
 	for range 20 {
-		if err := held.Write(MustParseCPUList("0")); err != nil {
+		if err := held.Write(sysfs.MustParseCPUList("0")); err != nil {
 			t.Fatal(err)
 		}
 	}

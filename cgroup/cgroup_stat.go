@@ -1,4 +1,4 @@
-package sysfs
+package cgroup
 
 import (
 	"bufio"
@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // Usage returns the child's cumulative CPU time, including its descendants.
@@ -37,7 +39,7 @@ func (c *Cgroup) Usage(name string) (time.Duration, error) {
 	if c.version == CgroupV2 {
 		return cgReadStatUsec(filepath.Join(dir, "cpu.stat"))
 	}
-	ns, err := ReadIntAttr(filepath.Join(dir, "cpuacct.usage"))
+	ns, err := sysfs.ReadIntAttr(filepath.Join(dir, "cpuacct.usage"))
 	if err == nil {
 		return time.Duration(ns), nil
 	}
@@ -57,27 +59,27 @@ func DirUsage(dir string) (time.Duration, error) {
 	if !errors.Is(err, fs.ErrNotExist) {
 		return d, err
 	}
-	ns, err := ReadIntAttr(filepath.Join(dir, "cpuacct.usage"))
+	ns, err := sysfs.ReadIntAttr(filepath.Join(dir, "cpuacct.usage"))
 	if err != nil {
 		return 0, err
 	}
 	return time.Duration(ns), nil
 }
 
-// DirCPUPressure returns cpu.pressure's "some" line (ParseCPUPressure;
+// DirCPUPressure returns cpu.pressure's "some" line (sysfs.ParseCPUPressure;
 // PSI, cgroup v2) of the cgroup at dir (any cgroup: a systemd unit's), as
 // CPUPressure does for a child of the managed parent. Cgroup v1 has no
 // such file: the error wraps fs.ErrNotExist; a malformed file's error
-// names it and wraps ErrPSIFormat.
-func DirCPUPressure(dir string) (Pressure, error) {
+// names it and wraps sysfs.ErrPSIFormat.
+func DirCPUPressure(dir string) (sysfs.Pressure, error) {
 	p := filepath.Join(dir, "cpu.pressure")
-	b, err := readFileRaw(p)
+	b, err := sysfs.ReadFileRaw(p)
 	if err != nil {
-		return Pressure{}, err
+		return sysfs.Pressure{}, err
 	}
-	v, err := ParseCPUPressure(string(b))
+	v, err := sysfs.ParseCPUPressure(string(b))
 	if err != nil {
-		return Pressure{}, fmt.Errorf("%s: %w", p, err)
+		return sysfs.Pressure{}, fmt.Errorf("%s: %w", p, err)
 	}
 	return v, nil
 }
@@ -128,21 +130,21 @@ func (c *Cgroup) schedstatUsage(dir string) (time.Duration, error) {
 // cgReadSchedstat returns the first field (ns on a CPU) of a
 // /proc/<pid>/task/<tid>/schedstat file ("run_ns wait_ns timeslices").
 func cgReadSchedstat(path string) (int64, error) {
-	s, err := ReadAttr(path)
+	s, err := sysfs.ReadAttr(path)
 	if err != nil {
 		return 0, err
 	}
 	f, _, _ := strings.Cut(s, " ")
 	ns, err := strconv.ParseInt(f, 10, 64)
 	if err != nil {
-		return 0, &ParseError{Path: path, Err: err}
+		return 0, &sysfs.ParseError{Path: path, Err: err}
 	}
 	return ns, nil
 }
 
 // cgReadStatUsec returns usage_usec of a v2 cpu.stat file.
 func cgReadStatUsec(path string) (time.Duration, error) {
-	b, err := readFileRaw(path)
+	b, err := sysfs.ReadFileRaw(path)
 	if err != nil {
 		return 0, err
 	}
@@ -154,11 +156,11 @@ func cgReadStatUsec(path string) (time.Duration, error) {
 		}
 		us, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		if err != nil || us < 0 {
-			return 0, &ParseError{Path: path, Err: fmt.Errorf("bad usage_usec %q", v)}
+			return 0, &sysfs.ParseError{Path: path, Err: fmt.Errorf("bad usage_usec %q", v)}
 		}
 		return time.Duration(us) * time.Microsecond, nil
 	}
-	return 0, &ParseError{Path: path, Err: errors.New("no usage_usec line")}
+	return 0, &sysfs.ParseError{Path: path, Err: errors.New("no usage_usec line")}
 }
 
 // Runnable returns how many of the child's threads are runnable right now
@@ -185,7 +187,7 @@ func DirRunnable(dir, procRoot string) (int, error) {
 	}
 	n := 0
 	for _, tid := range tids {
-		b, err := readFileRaw(filepath.Join(procRoot, strconv.Itoa(tid), "stat"))
+		b, err := sysfs.ReadFileRaw(filepath.Join(procRoot, strconv.Itoa(tid), "stat"))
 		if err != nil {
 			continue // exited
 		}
@@ -224,7 +226,7 @@ func DirRunDelay(dir, procRoot string) (run, wait time.Duration, err error) {
 		return 0, 0, err
 	}
 	for _, tid := range tids {
-		b, err := readFileRaw(filepath.Join(procRoot, strconv.Itoa(tid), "schedstat"))
+		b, err := sysfs.ReadFileRaw(filepath.Join(procRoot, strconv.Itoa(tid), "schedstat"))
 		if err != nil {
 			continue // exited
 		}
@@ -319,13 +321,13 @@ func (w *threadWalk) walk(dir string, depth int) error {
 }
 
 // CPUPressure returns the child's cgroup v2 CPU pressure, the "some" line
-// of its cpu.pressure file (ParseCPUPressure). On v1, or where PSI is
+// of its cpu.pressure file (sysfs.ParseCPUPressure). On v1, or where PSI is
 // off, the file is absent: the error satisfies errors.Is(err,
-// fs.ErrNotExist); a malformed file wraps ErrPSIFormat.
-func (c *Cgroup) CPUPressure(name string) (Pressure, error) {
+// fs.ErrNotExist); a malformed file wraps sysfs.ErrPSIFormat.
+func (c *Cgroup) CPUPressure(name string) (sysfs.Pressure, error) {
 	dir, err := c.ChildPath(name)
 	if err != nil {
-		return Pressure{}, err
+		return sysfs.Pressure{}, err
 	}
 	return DirCPUPressure(dir)
 }

@@ -1,4 +1,4 @@
-package sysfs
+package cgroup
 
 import (
 	"errors"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 const realV1Cpuset = "/sys/fs/cgroup/cpuset"
@@ -92,7 +93,7 @@ func TestCgroupRealV1(t *testing.T) {
 		t.Fatalf("prepared child mems = %q, %v; want filled", m, err)
 	}
 
-	first := NewCPUSet(allowed.First())
+	first := sysfs.NewCPUSet(allowed.First())
 	if err := cg.WriteCPUs("w1", first); err != nil {
 		t.Fatal(err)
 	}
@@ -120,8 +121,8 @@ func TestCgroupRealV1(t *testing.T) {
 	}
 
 	// All allowed CPUs, then the last one only: both fine on v1.
-	last := NewCPUSet(allowed.List()[allowed.Size()-1])
-	for _, want := range []CPUSet{allowed, last} {
+	last := sysfs.NewCPUSet(allowed.List()[allowed.Size()-1])
+	for _, want := range []sysfs.CPUSet{allowed, last} {
 		if err := cg.WriteCPUs("w1", want); err != nil {
 			t.Errorf("WriteCPUs(%q): %v", want, err)
 		}
@@ -130,7 +131,7 @@ func TestCgroupRealV1(t *testing.T) {
 		}
 	}
 	// Clearing a populated v1 cpuset: ENOSPC.
-	err = cg.WriteCPUs("w1", CPUSet{})
+	err = cg.WriteCPUs("w1", sysfs.CPUSet{})
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Errorf("clear populated child: err = %v, want ENOSPC", err)
 	}
@@ -146,9 +147,9 @@ func TestCgroupRealV1(t *testing.T) {
 		}
 	}
 	// A CPU beyond nr_cpu_ids: ERANGE from the list parser.
-	err = cg.WriteCPUs("w1", NewCPUSet(MaxCPUs-1))
+	err = cg.WriteCPUs("w1", sysfs.NewCPUSet(sysfs.MaxCPUs-1))
 	if !errors.Is(err, syscall.ERANGE) {
-		t.Errorf("WriteCPUs(%d): err = %v, want ERANGE", MaxCPUs-1, err)
+		t.Errorf("WriteCPUs(%d): err = %v, want ERANGE", sysfs.MaxCPUs-1, err)
 	}
 	t.Logf("CPU beyond nr_cpu_ids: %v", err)
 

@@ -1,4 +1,4 @@
-package sysfs
+package cgroup
 
 import (
 	"errors"
@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // detectCgroupVersion implements OpenCgroup's detection rules; kernel
@@ -113,7 +115,7 @@ func cgEnableCpuset(dir string) error {
 	if has {
 		return nil
 	}
-	return WriteAttr(p, "+cpuset")
+	return sysfs.WriteAttr(p, "+cpuset")
 }
 
 // cgFillFrom copies the content of from into dst when dst is empty.
@@ -132,7 +134,7 @@ func cgFillFrom(dst, from string) error {
 	if val == "" {
 		return fmt.Errorf("cannot fill %s: %s is empty too", dst, from)
 	}
-	return WriteAttr(dst, val)
+	return sysfs.WriteAttr(dst, val)
 }
 
 // IsUnified reports whether root (normally /sys/fs/cgroup) is a cgroup v2

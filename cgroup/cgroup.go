@@ -1,4 +1,4 @@
-package sysfs
+package cgroup
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // CgroupVersion is the cgroup hierarchy a Cgroup lives on.
@@ -264,7 +266,7 @@ func (c *Cgroup) Attach(name string, pid int) error {
 	if pid <= 0 {
 		return fmt.Errorf("attach to %s: invalid PID %d", p, pid)
 	}
-	return WriteAttr(p, strconv.Itoa(pid))
+	return sysfs.WriteAttr(p, strconv.Itoa(pid))
 }
 
 // IsGone reports whether err means a cgroup (or a file in it) no longer

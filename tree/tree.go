@@ -1,4 +1,4 @@
-package sysfs
+package tree
 
 import (
 	"errors"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/trustedpath"
 )
 
 // This file defines the served virtual sched_policy tree (docs/USAGE.md, "The
@@ -76,7 +78,7 @@ type TreeHandler interface {
 type TreeOptions struct {
 	// Dir is the mount point / directory, created if missing (0755, with
 	// its missing parents). It must not lie inside /sys (see treeDir),
-	// and it must be a trusted path (ResolveTrustedPath): every
+	// and it must be a trusted path (trustedpath.ResolveTrustedPath): every
 	// directory on the way from / owned by root or our euid and not
 	// writable by its group or others unless sticky, every symlink on the
 	// way owned by root or our euid and held by such a directory; Dir
@@ -180,11 +182,11 @@ type GoneNotifier interface {
 //
 // Errors: invalid options (no Dir or Handler, Dir inside /sys, an empty,
 // duplicate or conflicting file path, an unknown backend); a Dir that is
-// not a trusted path (wrapping ErrUntrustedPath, naming the directory or
-// symlink and why) or that others can write or own; with "fuse", the
-// mount failure (an errno such as EPERM when /dev/fuse or mount(2) is not
-// allowed); with "auto", only a plain backend failure, since a FUSE failure
-// falls back to plain.
+// not a trusted path (wrapping trustedpath.ErrUntrustedPath, naming the
+// directory or symlink and why) or that others can write or own; with
+// "fuse", the mount failure (an errno such as EPERM when /dev/fuse or
+// mount(2) is not allowed); with "auto", only a plain backend failure,
+// since a FUSE failure falls back to plain.
 func ServeTree(opts TreeOptions) (Tree, error) {
 	if opts.Handler == nil {
 		return nil, errors.New("sysfs: tree: no handler")
@@ -273,11 +275,11 @@ func (r *replacedTrees) closeAll() {
 }
 
 // treeDir makes dir absolute and resolves it as a trusted path
-// (ResolveTrustedPath: every directory and symlink on the way only root
-// or our euid can change), and rejects places inside sysfs, where the
-// tree must never go (mkdir there fails with EPERM, kernfs_iop_mkdir in
-// fs/kernfs/dir.c, and a mount would shadow the kernel's attributes). It returns the absolute
-// path and the resolved one.
+// (trustedpath.ResolveTrustedPath: every directory and symlink on the way
+// only root or our euid can change), and rejects places inside sysfs, where
+// the tree must never go (mkdir there fails with EPERM, kernfs_iop_mkdir in
+// fs/kernfs/dir.c, and a mount would shadow the kernel's attributes). It
+// returns the absolute path and the resolved one.
 func treeDir(dir string) (abs, resolved string, err error) {
 	if dir == "" {
 		return "", "", errors.New("sysfs: tree: no directory")
@@ -286,7 +288,7 @@ func treeDir(dir string) (abs, resolved string, err error) {
 	if err != nil {
 		return "", "", fmt.Errorf("sysfs: tree: %w", err)
 	}
-	resolved, err = ResolveTrustedPath(abs)
+	resolved, err = trustedpath.ResolveTrustedPath(abs)
 	if err != nil {
 		return "", "", fmt.Errorf("sysfs: tree: directory %s: %w", dir, err)
 	}
@@ -298,17 +300,18 @@ func treeDir(dir string) (abs, resolved string, err error) {
 	return abs, resolved, nil
 }
 
-// openTreeDir opens the tree directory resolved (ResolveTrustedPath's
-// result) as a trusted directory (OpenTrustedDir), making it and its
-// missing parents (0755; made lists them, parents first), and refuses it
-// unless root or our euid owns it and neither its group nor others can
-// write it (CheckTrustedDir). The descriptor is O_PATH.
+// openTreeDir opens the tree directory resolved
+// (trustedpath.ResolveTrustedPath's result) as a trusted directory
+// (trustedpath.OpenTrustedDir), making it and its missing parents (0755;
+// made lists them, parents first), and refuses it unless root or our euid
+// owns it and neither its group nor others can write it
+// (trustedpath.CheckTrustedDir). The descriptor is O_PATH.
 func openTreeDir(resolved string) (dir *os.File, made []string, err error) {
-	d, _, made, err := OpenTrustedDir(resolved, true)
+	d, _, made, err := trustedpath.OpenTrustedDir(resolved, true)
 	if err != nil {
 		return nil, made, fmt.Errorf("sysfs: tree: directory %s: %w", resolved, err)
 	}
-	if err := CheckTrustedDir("sysfs: tree: directory", resolved, d); err != nil {
+	if err := trustedpath.CheckTrustedDir("sysfs: tree: directory", resolved, d); err != nil {
 		d.Close()
 		return nil, made, err
 	}

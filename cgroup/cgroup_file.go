@@ -1,16 +1,18 @@
-package sysfs
+package cgroup
 
 import (
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // cgReadString reads a whole cgroupfs file (which may exceed a page, unlike
 // sysfs attributes) and trims surrounding whitespace.
 func cgReadString(path string) (string, error) {
-	b, err := readFileRaw(path)
+	b, err := sysfs.ReadFileRaw(path)
 	if err != nil {
 		return "", err
 	}
@@ -18,20 +20,20 @@ func cgReadString(path string) (string, error) {
 }
 
 // cgReadCPUs reads a cpulist file.
-func cgReadCPUs(path string) (CPUSet, error) {
+func cgReadCPUs(path string) (sysfs.CPUSet, error) {
 	s, err := cgReadString(path)
 	if err != nil {
-		return CPUSet{}, err
+		return sysfs.CPUSet{}, err
 	}
-	set, err := ParseCPUList(s)
+	set, err := sysfs.ParseCPUList(s)
 	if err != nil {
-		return CPUSet{}, &ParseError{Path: path, Err: err}
+		return sysfs.CPUSet{}, &sysfs.ParseError{Path: path, Err: err}
 	}
 	return set, nil
 }
 
 // cgReadIDs reads a file of one decimal ID per line (cgroup.procs, tasks);
-// anything else is a *ParseError.
+// anything else is a *sysfs.ParseError.
 func cgReadIDs(path string) ([]int, error) {
 	s, err := cgReadString(path)
 	if err != nil {
@@ -41,7 +43,7 @@ func cgReadIDs(path string) ([]int, error) {
 	for _, f := range strings.Fields(s) {
 		id, err := strconv.Atoi(f)
 		if err != nil || id <= 0 {
-			return nil, &ParseError{Path: path, Err: fmt.Errorf("bad ID %q", f)}
+			return nil, &sysfs.ParseError{Path: path, Err: fmt.Errorf("bad ID %q", f)}
 		}
 		out = append(out, id)
 	}

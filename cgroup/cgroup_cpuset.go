@@ -1,4 +1,4 @@
-package sysfs
+package cgroup
 
 import (
 	"errors"
@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // OwnCPUs returns the managed parent's own requested cpuset.cpus (v1 and
 // v2; on v2 the empty set means "inherit").
-func (c *Cgroup) OwnCPUs() (CPUSet, error) {
+func (c *Cgroup) OwnCPUs() (sysfs.CPUSet, error) {
 	return cgReadCPUs(filepath.Join(c.path, "cpuset.cpus"))
 }
 
@@ -21,18 +23,18 @@ func (c *Cgroup) OwnCPUs() (CPUSet, error) {
 // hotplug handling, Documentation/admin-guide/cgroup-v1/cpusets.rst §1.9):
 // without it a CPU that comes back could never be handed to a workload
 // again, since children may only use their parent's CPUs (EACCES).
-func (c *Cgroup) SetOwnCPUs(cpus CPUSet) error {
+func (c *Cgroup) SetOwnCPUs(cpus sysfs.CPUSet) error {
 	v := cpus.String()
 	if v == "" {
 		v = "\n"
 	}
-	return WriteAttr(filepath.Join(c.path, "cpuset.cpus"), v)
+	return sysfs.WriteAttr(filepath.Join(c.path, "cpuset.cpus"), v)
 }
 
 // UpperCPUs returns the CPUs the managed parent's own parent may hand out
 // (v1 cpuset.effective_cpus, or cpuset.cpus where that file is absent; v2
 // cpuset.cpus.effective): the most the managed parent can hold.
-func (c *Cgroup) UpperCPUs() (CPUSet, error) {
+func (c *Cgroup) UpperCPUs() (sysfs.CPUSet, error) {
 	up := filepath.Dir(c.path)
 	if c.version == CgroupV2 {
 		return cgReadCPUs(filepath.Join(up, "cpuset.cpus.effective"))
@@ -48,7 +50,7 @@ func (c *Cgroup) UpperCPUs() (CPUSet, error) {
 // cpuset.effective_cpus (cpuset.cpus if that file is absent), v2
 // cpuset.cpus.effective. The set is a cpulist of online CPUs; on v1 a child
 // asking for anything else gets EACCES, on v2 the kernel intersects.
-func (c *Cgroup) Allowed() (CPUSet, error) {
+func (c *Cgroup) Allowed() (sysfs.CPUSet, error) {
 	if c.version == CgroupV2 {
 		return cgReadCPUs(filepath.Join(c.path, "cpuset.cpus.effective"))
 	}
@@ -61,10 +63,10 @@ func (c *Cgroup) Allowed() (CPUSet, error) {
 
 // ReadCPUs returns the child's requested cpuset.cpus. On v2 the empty set
 // means "inherit the parent's"; on v1 it means the child cannot run tasks.
-func (c *Cgroup) ReadCPUs(name string) (CPUSet, error) {
+func (c *Cgroup) ReadCPUs(name string) (sysfs.CPUSet, error) {
 	p, err := c.childFile(name, "cpuset.cpus")
 	if err != nil {
-		return CPUSet{}, err
+		return sysfs.CPUSet{}, err
 	}
 	return cgReadCPUs(p)
 }
@@ -80,7 +82,7 @@ func (c *Cgroup) ReadCPUs(name string) (CPUSet, error) {
 // EINVAL CPUs outside the top cpuset (offline); ERANGE CPUs ≥ nr_cpu_ids;
 // EBUSY a child of this child still uses CPUs being removed. On v2 CPUs
 // outside the parent are accepted and intersected: read EffectiveCPUs back.
-func (c *Cgroup) WriteCPUs(name string, cpus CPUSet) error {
+func (c *Cgroup) WriteCPUs(name string, cpus sysfs.CPUSet) error {
 	p, err := c.childFile(name, "cpuset.cpus")
 	if err != nil {
 		return err
@@ -89,7 +91,7 @@ func (c *Cgroup) WriteCPUs(name string, cpus CPUSet) error {
 	if v == "" {
 		v = "\n"
 	}
-	return WriteAttr(p, v)
+	return sysfs.WriteAttr(p, v)
 }
 
 // allCPUs, in the kernel's cpulist syntax, is every CPU number below
@@ -120,7 +122,7 @@ func (c *Cgroup) WriteAllCPUs(name string) error {
 	if err != nil {
 		return err
 	}
-	return WriteAttr(p, allCPUs)
+	return sysfs.WriteAttr(p, allCPUs)
 }
 
 // SchedLoadBalance reads cgroup v1 cpuset.sched_load_balance of child name,
@@ -167,7 +169,7 @@ func (c *Cgroup) SetSchedLoadBalance(name string, on bool) error {
 	if on {
 		v = "1"
 	}
-	return WriteAttr(p, v)
+	return sysfs.WriteAttr(p, v)
 }
 
 func (c *Cgroup) loadBalanceFile(name string) (string, error) {
@@ -203,7 +205,7 @@ func (c *Cgroup) OpenCPUs(name string) (*CPUsFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	fd, err := openRaw(p, syscall.O_RDWR)
+	fd, err := sysfs.OpenRaw(p, syscall.O_RDWR)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", p, err)
 	}
@@ -212,8 +214,8 @@ func (c *Cgroup) OpenCPUs(name string) (*CPUsFile, error) {
 
 // Read returns the cpuset the file holds now, with one pread(2) at offset
 // 0 (kernfs regenerates the content for a read at offset 0). Errors wrap
-// the errno (ENODEV after rmdir: IsGone) or are a *ParseError.
-func (f *CPUsFile) Read() (CPUSet, error) {
+// the errno (ENODEV after rmdir: IsGone) or are a *sysfs.ParseError.
+func (f *CPUsFile) Read() (sysfs.CPUSet, error) {
 	var b [4096]byte
 	for {
 		n, err := syscall.Pread(f.fd, b[:], 0)
@@ -221,11 +223,11 @@ func (f *CPUsFile) Read() (CPUSet, error) {
 			continue
 		}
 		if err != nil {
-			return CPUSet{}, fmt.Errorf("read %s: %w", f.path, err)
+			return sysfs.CPUSet{}, fmt.Errorf("read %s: %w", f.path, err)
 		}
-		set, err := ParseCPUList(strings.TrimSpace(string(b[:n])))
+		set, err := sysfs.ParseCPUList(strings.TrimSpace(string(b[:n])))
 		if err != nil {
-			return CPUSet{}, &ParseError{Path: f.path, Err: err}
+			return sysfs.CPUSet{}, &sysfs.ParseError{Path: f.path, Err: err}
 		}
 		return set, nil
 	}
@@ -233,7 +235,7 @@ func (f *CPUsFile) Read() (CPUSet, error) {
 
 // Write sets the cpuset with one pwrite(2) at offset 0, with WriteCPUs's
 // value format and errors (after rmdir of the child: ENODEV, IsGone).
-func (f *CPUsFile) Write(cpus CPUSet) error {
+func (f *CPUsFile) Write(cpus sysfs.CPUSet) error {
 	v := cpus.String()
 	if v == "" {
 		v = "\n"
@@ -261,14 +263,14 @@ func (f *CPUsFile) Close() {
 // cpuset.effective_cpus (in default v1 mode the same as cpuset.cpus), v2
 // cpuset.cpus.effective (requested ∩ parent's effective ∩ online, or the
 // parent's effective set when that is empty).
-func (c *Cgroup) EffectiveCPUs(name string) (CPUSet, error) {
+func (c *Cgroup) EffectiveCPUs(name string) (sysfs.CPUSet, error) {
 	file := "cpuset.effective_cpus"
 	if c.version == CgroupV2 {
 		file = "cpuset.cpus.effective"
 	}
 	p, err := c.childFile(name, file)
 	if err != nil {
-		return CPUSet{}, err
+		return sysfs.CPUSet{}, err
 	}
 	return cgReadCPUs(p)
 }

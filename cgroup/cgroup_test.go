@@ -1,4 +1,4 @@
-package sysfs
+package cgroup
 
 import (
 	"errors"
@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 func readFile(t *testing.T, path string) string {
@@ -19,6 +21,21 @@ func readFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// writeTree creates files (path → content) below dir (as sysfs's tests'
+// writeTree does).
+func writeTree(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for p, content := range files {
+		full := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // mockV2 builds a cgroup v2 tree in a temp dir: <dir>/root is a delegated
@@ -80,7 +97,7 @@ func TestCgroupV2Mock(t *testing.T) {
 	if v, err := cg.CPUPressure("a"); err != nil || v.Avg10 != 12.5 {
 		t.Errorf("CPUPressure(a) = %v, %v; want 12.5", v, err)
 	}
-	if _, err := cg.CPUPressure("b"); !errors.Is(err, ErrPSIFormat) {
+	if _, err := cg.CPUPressure("b"); !errors.Is(err, sysfs.ErrPSIFormat) {
 		t.Errorf("CPUPressure(b) err = %v, want ErrPSIFormat", err)
 	}
 	allowed, err := cg.Allowed()
@@ -103,7 +120,7 @@ func TestCgroupV2Mock(t *testing.T) {
 	if cpus, err := cg.EffectiveCPUs("b"); err != nil || cpus.String() != "0-7" {
 		t.Errorf("EffectiveCPUs(b) = %q, %v; want 0-7", cpus, err)
 	}
-	if err := cg.WriteCPUs("a", MustParseCPUList("2,3,6")); err != nil {
+	if err := cg.WriteCPUs("a", sysfs.MustParseCPUList("2,3,6")); err != nil {
 		t.Fatal(err)
 	}
 	if got := readFile(t, filepath.Join(root, "managed/a/cpuset.cpus")); got != "2-3,6" {
@@ -112,7 +129,7 @@ func TestCgroupV2Mock(t *testing.T) {
 	if cpus, err := cg.ReadCPUs("a"); err != nil || cpus.String() != "2-3,6" {
 		t.Errorf("ReadCPUs(a) = %q, %v after write; want 2-3,6", cpus, err)
 	}
-	if err := cg.WriteCPUs("a", CPUSet{}); err != nil {
+	if err := cg.WriteCPUs("a", sysfs.CPUSet{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := readFile(t, filepath.Join(root, "managed/a/cpuset.cpus")); got != "\n" {
@@ -146,7 +163,7 @@ func TestCgroupV2Mock(t *testing.T) {
 		t.Fatal(err)
 	}
 	for what, err := range map[string]error{
-		"WriteCPUs":    cg.WriteCPUs("a", NewCPUSet(0)),
+		"WriteCPUs":    cg.WriteCPUs("a", sysfs.NewCPUSet(0)),
 		"ReadCPUs":     func() error { _, err := cg.ReadCPUs("a"); return err }(),
 		"Usage":        func() error { _, err := cg.Usage("a"); return err }(),
 		"Procs":        func() error { _, err := cg.Procs("a"); return err }(),
@@ -205,7 +222,7 @@ func TestCgroupChildPath(t *testing.T) {
 		if p, err := cg.ChildPath(name); !errors.Is(err, ErrCgroupName) {
 			t.Errorf("ChildPath(%q) = %q, %v; want ErrCgroupName", name, p, err)
 		}
-		if err := cg.WriteCPUs(name, NewCPUSet(0)); !errors.Is(err, ErrCgroupName) {
+		if err := cg.WriteCPUs(name, sysfs.NewCPUSet(0)); !errors.Is(err, ErrCgroupName) {
 			t.Errorf("WriteCPUs(%q): err = %v, want ErrCgroupName", name, err)
 		}
 	}
@@ -286,7 +303,7 @@ func TestCgroupV1Mock(t *testing.T) {
 		}
 	}
 	// PrepareChild leaves non-empty values alone.
-	if err := cg.WriteCPUs("w", NewCPUSet(4)); err != nil {
+	if err := cg.WriteCPUs("w", sysfs.NewCPUSet(4)); err != nil {
 		t.Fatal(err)
 	}
 	if err := cg.PrepareChild("w"); err != nil {
@@ -329,7 +346,7 @@ func TestCgroupIsGone(t *testing.T) {
 		{nil, false},
 		{syscall.ENOENT, true},
 		{&fs.PathError{Op: "open", Path: "x", Err: syscall.ENOENT}, true},
-		{WriteAttr("/nonexistent-dir-for-test/cpuset.cpus", "0"), true},
+		{sysfs.WriteAttr("/nonexistent-dir-for-test/cpuset.cpus", "0"), true},
 		{errors.Join(errors.New("write"), syscall.ENODEV), true},
 		{syscall.EACCES, false},
 		{syscall.ENOSPC, false},

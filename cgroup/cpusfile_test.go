@@ -1,4 +1,4 @@
-package sysfs
+package cgroup
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
 // TestCPUsFileRealV1: a held-open cpuset.cpus takes repeated writes on the
@@ -27,13 +28,13 @@ func TestCPUsFileRealV1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := NewCPUSet(all.List()[0])
+	first := sysfs.NewCPUSet(all.List()[0])
 	f, err := cg.OpenCPUs("w")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	for _, want := range []CPUSet{first, all, first} {
+	for _, want := range []sysfs.CPUSet{first, all, first} {
 		if err := f.Write(want); err != nil {
 			t.Fatal(err)
 		}
