@@ -63,7 +63,7 @@ func watchMount(dir string, dev uint64, lost func()) (*mountWatch, error) {
 	// the two is reported by the first poll.
 	fd, err := unix.Open("/proc/self/mountinfo", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("sysfs: watch mount %s: %w", dir, err)
+		return nil, fmt.Errorf("tree: watch mount %s: %w", dir, err)
 	}
 	present, err := devMountedAt(dir, dev)
 	if err == nil && !present {
@@ -71,12 +71,12 @@ func watchMount(dir string, dev uint64, lost func()) (*mountWatch, error) {
 	}
 	if err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("sysfs: watch mount %s: %w", dir, err)
+		return nil, fmt.Errorf("tree: watch mount %s: %w", dir, err)
 	}
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("sysfs: watch mount %s: eventfd: %w", dir, err)
+		return nil, fmt.Errorf("tree: watch mount %s: eventfd: %w", dir, err)
 	}
 	w := &mountWatch{dir: dir, dev: dev, lost: lost, mountinfo: fd, stopFd: efd, done: make(chan struct{})}
 	go w.run()

@@ -189,7 +189,7 @@ type GoneNotifier interface {
 // since a FUSE failure falls back to plain.
 func ServeTree(opts TreeOptions) (Tree, error) {
 	if opts.Handler == nil {
-		return nil, errors.New("sysfs: tree: no handler")
+		return nil, errors.New("tree: no handler")
 	}
 	dir, resolved, err := treeDir(opts.Dir)
 	if err != nil {
@@ -204,12 +204,12 @@ func ServeTree(opts TreeOptions) (Tree, error) {
 	switch opts.Backend {
 	case BackendFUSE, BackendAuto, "", BackendPlain:
 	default:
-		return nil, fmt.Errorf("sysfs: tree: unknown backend %q", opts.Backend)
+		return nil, fmt.Errorf("tree: unknown backend %q", opts.Backend)
 	}
 	prev, _ := opts.Previous.(*fuseTree)
 	if opts.Previous != nil && prev == nil {
 		if err := opts.Previous.Close(); err != nil {
-			return nil, fmt.Errorf("sysfs: tree: closing the previous tree: %w", err)
+			return nil, fmt.Errorf("tree: closing the previous tree: %w", err)
 		}
 	}
 
@@ -282,19 +282,19 @@ func (r *replacedTrees) closeAll() {
 // returns the absolute path and the resolved one.
 func treeDir(dir string) (abs, resolved string, err error) {
 	if dir == "" {
-		return "", "", errors.New("sysfs: tree: no directory")
+		return "", "", errors.New("tree: no directory")
 	}
 	abs, err = filepath.Abs(dir)
 	if err != nil {
-		return "", "", fmt.Errorf("sysfs: tree: %w", err)
+		return "", "", fmt.Errorf("tree: %w", err)
 	}
 	resolved, err = trustedpath.ResolveTrustedPath(abs)
 	if err != nil {
-		return "", "", fmt.Errorf("sysfs: tree: directory %s: %w", dir, err)
+		return "", "", fmt.Errorf("tree: directory %s: %w", dir, err)
 	}
 	for _, p := range []string{abs, resolved} {
 		if p == "/sys" || strings.HasPrefix(p, "/sys/") {
-			return "", "", fmt.Errorf("sysfs: tree: directory %s is inside /sys", dir)
+			return "", "", fmt.Errorf("tree: directory %s is inside /sys", dir)
 		}
 	}
 	return abs, resolved, nil
@@ -309,9 +309,9 @@ func treeDir(dir string) (abs, resolved string, err error) {
 func openTreeDir(resolved string) (dir *os.File, made []string, err error) {
 	d, _, made, err := trustedpath.OpenTrustedDir(resolved, true)
 	if err != nil {
-		return nil, made, fmt.Errorf("sysfs: tree: directory %s: %w", resolved, err)
+		return nil, made, fmt.Errorf("tree: directory %s: %w", resolved, err)
 	}
-	if err := trustedpath.CheckTrustedDir("sysfs: tree: directory", resolved, d); err != nil {
+	if err := trustedpath.CheckTrustedDir("tree: directory", resolved, d); err != nil {
 		d.Close()
 		return nil, made, err
 	}
@@ -340,7 +340,7 @@ func resolveExisting(p string) string {
 // directory of another.
 func cleanTreeFiles(in []TreeFile) ([]TreeFile, error) {
 	if len(in) == 0 {
-		return nil, errors.New("sysfs: tree: no files")
+		return nil, errors.New("tree: no files")
 	}
 	out := make([]TreeFile, 0, len(in))
 	seen := make(map[string]bool)
@@ -348,10 +348,10 @@ func cleanTreeFiles(in []TreeFile) ([]TreeFile, error) {
 	for _, f := range in {
 		p := strings.TrimPrefix(filepath.Clean("/"+f.Path), "/")
 		if p == "" {
-			return nil, fmt.Errorf("sysfs: tree: empty file path %q", f.Path)
+			return nil, fmt.Errorf("tree: empty file path %q", f.Path)
 		}
 		if seen[p] {
-			return nil, fmt.Errorf("sysfs: tree: duplicate file %s", p)
+			return nil, fmt.Errorf("tree: duplicate file %s", p)
 		}
 		seen[p] = true
 		for d := filepath.Dir(p); d != "."; d = filepath.Dir(d) {
@@ -361,7 +361,7 @@ func cleanTreeFiles(in []TreeFile) ([]TreeFile, error) {
 	}
 	for _, f := range out {
 		if dirs[f.Path] {
-			return nil, fmt.Errorf("sysfs: tree: %s is both a file and a directory", f.Path)
+			return nil, fmt.Errorf("tree: %s is both a file and a directory", f.Path)
 		}
 	}
 	return out, nil

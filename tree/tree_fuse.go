@@ -161,7 +161,7 @@ func serveFUSE(opts TreeOptions, resolved string) (*fuseTree, error) {
 	// instead of the mount's.
 	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
 	if err != nil {
-		return nil, fmt.Errorf("sysfs: tree: fuse: %w", err)
+		return nil, fmt.Errorf("tree: fuse: %w", err)
 	}
 	f.Close()
 	report := opts.OnStaleMount
@@ -238,7 +238,7 @@ func serveFUSE(opts TreeOptions, resolved string) (*fuseTree, error) {
 		if server != nil {
 			unix.Unmount(t.mntDir, unix.MNT_DETACH)
 		}
-		return nil, fmt.Errorf("sysfs: tree: fuse mount %s: %w", opts.Dir, err)
+		return nil, fmt.Errorf("tree: fuse mount %s: %w", opts.Dir, err)
 	}
 	t.server = server
 	t.served = make(chan struct{})
@@ -425,7 +425,7 @@ func (t *fuseTree) unmount() error {
 			err = unix.Unmount(t.mntDir, unix.MNT_DETACH)
 		}
 		if err != nil && !errors.Is(err, unix.EINVAL) { // EINVAL: no longer mounted
-			return fmt.Errorf("sysfs: tree: unmount %s: %w", t.dir, err)
+			return fmt.Errorf("tree: unmount %s: %w", t.dir, err)
 		}
 		if t.waitServed(fuseCloseWait) {
 			return nil
@@ -772,7 +772,7 @@ func clearStaleMount(dir string, report func(what string)) error {
 			return nil
 		}
 		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			return fmt.Errorf("sysfs: tree: unmount stale mount %s: %w", dir, err)
+			return fmt.Errorf("tree: unmount stale mount %s: %w", dir, err)
 		}
 		if report != nil {
 			// The tree directory is locked by the caller: a
@@ -784,7 +784,7 @@ func clearStaleMount(dir string, report func(what string)) error {
 			report(what)
 		}
 	}
-	return fmt.Errorf("sysfs: tree: too many stale mounts at %s", dir)
+	return fmt.Errorf("tree: too many stale mounts at %s", dir)
 }
 
 // mountAt reports the file system type of the topmost mount at the absolute
@@ -792,7 +792,7 @@ func clearStaleMount(dir string, report func(what string)) error {
 func mountAt(dir string) (fstype string, mounted bool, err error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return "", false, fmt.Errorf("sysfs: tree: %w", err)
+		return "", false, fmt.Errorf("tree: %w", err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -811,7 +811,7 @@ func mountAt(dir string) (fstype string, mounted bool, err error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return "", false, fmt.Errorf("sysfs: tree: reading mountinfo: %w", err)
+		return "", false, fmt.Errorf("tree: reading mountinfo: %w", err)
 	}
 	return fstype, mounted, nil
 }

@@ -120,13 +120,13 @@ func servePlain(opts TreeOptions, resolved string) (*plainTree, error) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		t.removeAll()
-		return nil, fmt.Errorf("sysfs: tree: %w", err)
+		return nil, fmt.Errorf("tree: %w", err)
 	}
 	for _, d := range dirs {
 		if err := w.Add(d); err != nil {
 			w.Close()
 			t.removeAll()
-			return nil, fmt.Errorf("sysfs: tree: watch %s: %w", d, err)
+			return nil, fmt.Errorf("tree: watch %s: %w", d, err)
 		}
 	}
 	t.watcher = w
@@ -192,7 +192,7 @@ func (t *plainTree) mkdirAll(d string) error {
 		if _, err := os.Stat(cur); err == nil {
 			break
 		} else if !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("sysfs: tree: %w", err)
+			return fmt.Errorf("tree: %w", err)
 		}
 		missing = append(missing, cur)
 		if filepath.Dir(cur) == cur {
@@ -201,7 +201,7 @@ func (t *plainTree) mkdirAll(d string) error {
 	}
 	for i := len(missing) - 1; i >= 0; i-- {
 		if err := os.Mkdir(missing[i], 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("sysfs: tree: %w", err)
+			return fmt.Errorf("tree: %w", err)
 		}
 		t.created = append(t.created, missing[i])
 	}
@@ -225,7 +225,7 @@ func (t *plainTree) writeLocked(f TreeFile, data []byte) error {
 	full := filepath.Join(t.dir, f.Path)
 	tmp, err := os.CreateTemp(filepath.Dir(full), "."+filepath.Base(full)+".tmp*")
 	if err != nil {
-		return fmt.Errorf("sysfs: tree: %w", err)
+		return fmt.Errorf("tree: %w", err)
 	}
 	_, err = tmp.Write(data)
 	if err == nil {
@@ -239,7 +239,7 @@ func (t *plainTree) writeLocked(f TreeFile, data []byte) error {
 	}
 	if err != nil {
 		os.Remove(tmp.Name())
-		return fmt.Errorf("sysfs: tree: write %s: %w", full, err)
+		return fmt.Errorf("tree: write %s: %w", full, err)
 	}
 	t.last[f.Path] = append([]byte(nil), data...)
 	return nil
