@@ -139,7 +139,7 @@ func loopDaemon(t *testing.T, f *fakeDriver) *Daemon {
 	}
 	t.Cleanup(d.place.Close)
 	d.dec.knob = policy.DefaultKnob()
-	d.energyGuard = &wrapGuard{}
+	d.energy.guard = &wrapGuard{}
 	f.t0 = time.Now()
 	return d
 }
@@ -368,12 +368,12 @@ func TestLoopEnergyGuard(t *testing.T) {
 		testutil.Put(t, zone+"/constraint_0_power_limit_uw", "1000000") // 1 W
 		var reads []time.Duration
 		now := func() time.Time { reads = append(reads, f.since()); return time.Now() }
-		d.energy = energy.NewMeter(d.fs, d.log, now, nil)
-		d.energy.Start(d.energyKey(), false)
-		if g := d.energy.GuardAfter(); g != 10*time.Second {
+		d.energy.meter = energy.NewMeter(d.fs, d.log, now, nil)
+		d.energy.meter.Start(d.dec.energyKey(), false)
+		if g := d.energy.meter.GuardAfter(); g != 10*time.Second {
 			t.Fatalf("GuardAfter %v, want 10s", g)
 		}
-		d.armEnergyGuard()
+		d.energy.armGuard()
 		power := make(chan acpi.State)
 		runLoop(t, d, loopSources{power: power})
 		time.Sleep(34 * time.Second)
