@@ -82,11 +82,16 @@ func (f *fakeDriver) Refresh() (changed, busy bool) {
 // sample.
 func (f *fakeDriver) Sample() bool { return f.busy != nil && f.busy(len(f.samples)) }
 
-func (f *fakeDriver) Apply(policy.Policy, policy.Topology, sysfs.CPUSet, bool) {
+// PlanInput records an apply; the driver has nothing to place (no plan
+// stands) unless onApply makes the plan, which Write then puts in the
+// engine's place.
+func (f *fakeDriver) PlanInput(sysfs.CPUSet) (placement.PlanInput, bool) {
 	f.applies = append(f.applies, f.since())
-	if f.onApply != nil {
-		f.e.Plan = f.onApply(len(f.applies))
-	}
+	return placement.PlanInput{}, f.onApply != nil
+}
+
+func (f *fakeDriver) Write(policy.Plan, []placement.Want) {
+	f.e.Plan = f.onApply(len(f.applies))
 }
 
 // Restore has nothing to put back: the driver places nothing.

@@ -17,32 +17,16 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/systemd"
 )
 
-// Apply plans placement for policy eff over the units and sets the
-// AllowedCPUs= that differ. A unit the plan gives every allowed CPU gets
-// its original back (unset stays unset: no value of ours), and so does
-// one with an override of performance, or exempt (SetExempt). An
-// administrator's AllowedCPUs= (the original) bounds the choice. Each
-// value is recorded (Pending) and saved before it is set.
-func (u *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.CPUSet, force bool) {
-	u.e.Written = 0
+// PlanInput gives the engine's plan (Engine.Apply) every online CPU, the
+// units' loads (not those with an override of performance, nor exempt
+// ones: their originals come back) under the slice rules, and their
+// keys; nothing to place without the manager or units.
+func (u *Placement) PlanInput(online sysfs.CPUSet) (placement.PlanInput, bool) {
 	if u.mgr == nil || len(u.workloads) == 0 {
-		u.e.Plan = policy.Plan{Policy: eff}
-		return
+		return placement.PlanInput{}, false
 	}
-	if !u.e.Flush() {
-		u.e.Plan = policy.Plan{Policy: eff, Lazy: u.e.Plan.Lazy}
-		return
-	}
-	lazy, fresh := placement.LazyInput(u.e.Plan.Lazy, u.e.Asked, eff, u.online, online, force)
-	u.e.Asked = eff
-	in := policy.Input{
-		Topology: topo, Allowed: online.List(), Policy: eff,
-		Lazy: lazy, Now: time.Now(), MaxInterval: u.e.Cfg.SampleInterval,
-		DisableLazy: fresh, Slices: u.e.Cfg.Slices,
-	}
-	names := u.Names()
-	users := map[int][]userWrite{}
-	for _, n := range names {
+	in := placement.PlanInput{Allowed: online, Names: u.Names(), Slices: true}
+	for _, n := range in.Names {
 		w := u.workloads[n]
 		if w.override == policy.Performance || w.exempt {
 			continue // no restriction of ours: its original below
@@ -54,22 +38,36 @@ func (u *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.
 		in.Loads = append(in.Loads, policy.Load{Name: n, Util: w.avg.Util, Current: cur.List(), Pressure: w.pressure,
 			Class: w.class(), Slice: w.slice})
 	}
-	plan := policy.PlanPlacement(in)
-	u.e.Plan, u.online = plan, online
+	return in, true
+}
 
+// Write sets the AllowedCPUs= the plan wants that differ. A unit the
+// plan gives every allowed CPU, or none (an override of performance, or
+// exempt: SetExempt), gets its original back (unset stays unset: no
+// value of ours). An administrator's AllowedCPUs= (the original) bounds
+// the choice. Each value is recorded (Pending) and saved before it is
+// set: the system manager's units here, each user's in a batch handed to
+// its link; a user's manager in a reload gets its values once it is
+// over.
+func (u *Placement) Write(plan policy.Plan, wants []placement.Want) {
+	online := u.e.Allowed
+	users := map[int][]userWrite{}
 	type set struct {
 		w    *unitWorkload
 		want sysfs.CPUSet
 	}
 	var sets []set
 	var batch []placement.JournalWrite
-	for _, n := range names {
-		w := u.workloads[n]
+	for _, x := range wants {
+		w := u.workloads[x.Name]
+		if w == nil {
+			continue
+		}
 		if u.reloading[w.uid] {
 			u.held[w.uid] = true // set once the reload is over (reloaded)
 			continue
 		}
-		want := sysfs.NewCPUSet(plan.CPUs[n]...)
+		want := x.CPUs
 		orig, _ := sysfs.ParseCPUList(w.rec.Original)
 		if !orig.IsEmpty() {
 			if b := want.Intersect(orig); !b.IsEmpty() {
