@@ -4,6 +4,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
@@ -31,19 +32,19 @@ func (d *Daemon) applyBoost() {
 	if mode == BoostKeep || d.boost.uncontrollable {
 		return
 	}
-	owner := d.boostOwner()
+	owner := BoostOwner(d.fs, d.dec.ppOwner())
 	d.stepAside("boost", owner)
 	if owner != "" {
 		return
 	}
 	if d.dec.power.Source != acpi.Battery {
-		d.restoreBoost()
+		d.boost.restore(d.fs, d.store, d.log, d.save)
 		return
 	}
 	if d.store.Boost() == nil {
 		snap, err := d.fs.BoostSnapshot()
 		if err != nil {
-			d.onBoostError(err)
+			d.boost.onError(err, d.log)
 			return
 		}
 		d.store.SetBoost(snap)
@@ -55,54 +56,56 @@ func (d *Daemon) applyBoost() {
 	}
 	on := mode == BoostEnable
 	if err := d.fs.SetBoost(on); err != nil {
-		d.onBoostError(err)
+		d.boost.onError(err, d.log)
 		return
 	}
 	d.log.WithFields(logrus.Fields{"boost": mode, "power": d.dec.power.Source}).Info("boost set for battery")
 	d.boost.value, _ = d.fs.Boost()
 }
 
-// restoreBoost writes back the boost setting found at start-up, if the
-// daemon changed it. A failure is logged and the setting stays in
-// state.json for the next start.
-func (d *Daemon) restoreBoost() {
-	orig := d.store.Boost()
+// restore writes back the boost setting found at start-up (store.Boost),
+// if the daemon changed it, and saves state.json without it (save). A
+// failure is logged and the setting stays in state.json for the next
+// start.
+func (b *boostState) restore(fs sysfs.FS, store *statefile.Store, log logrus.FieldLogger, save func() error) {
+	orig := store.Boost()
 	if orig == nil {
 		return
 	}
-	if err := d.fs.RestoreBoost(orig); err != nil {
-		d.log.WithError(err).Warn("cannot restore boost; it stays in state.json for the next start")
+	if err := fs.RestoreBoost(orig); err != nil {
+		log.WithError(err).Warn("cannot restore boost; it stays in state.json for the next start")
 		return
 	}
-	d.log.Info("boost restored to its start-up setting")
-	d.store.SetBoost(nil)
-	d.boost.value, _ = d.fs.Boost()
-	if err := d.save(); err != nil {
-		d.log.WithError(err).Warn("cannot update state.json after restoring boost")
+	log.Info("boost restored to its start-up setting")
+	store.SetBoost(nil)
+	b.value, _ = fs.Boost()
+	if err := save(); err != nil {
+		log.WithError(err).Warn("cannot update state.json after restoring boost")
 	}
 }
 
 // recoverBoost puts back a boost setting a crashed run saved but did not
-// restore, before anything else happens.
-func (d *Daemon) recoverBoost(saved []sysfs.BoostSetting) {
+// restore, before anything else happens; one it cannot put back is kept
+// in store, to be tried again on exit.
+func recoverBoost(fs sysfs.FS, store *statefile.Store, log logrus.FieldLogger, saved []sysfs.BoostSetting) {
 	if len(saved) == 0 {
 		return
 	}
-	if err := d.fs.RestoreBoost(saved); err != nil {
-		d.log.WithError(err).Warn("cannot restore the boost setting saved by a previous run")
-		d.store.SetBoost(saved) // keep trying on exit
+	if err := fs.RestoreBoost(saved); err != nil {
+		log.WithError(err).Warn("cannot restore the boost setting saved by a previous run")
+		store.SetBoost(saved) // keep trying on exit
 		return
 	}
-	d.log.Info("boost restored to the setting saved by a previous run that did not stop cleanly")
+	log.Info("boost restored to the setting saved by a previous run that did not stop cleanly")
 }
 
-// onBoostError reports a failed boost read or write; an error that means
+// onError reports a failed boost read or write; an error that means
 // boost cannot be controlled at all stops every further attempt.
-func (d *Daemon) onBoostError(err error) {
+func (b *boostState) onError(err error, log logrus.FieldLogger) {
 	if sysfs.BoostNotControllable(err) {
-		d.boost.uncontrollable = true
-		d.log.WithError(err).Warn("boost cannot be controlled on this machine; boost_on_battery ignored")
+		b.uncontrollable = true
+		log.WithError(err).Warn("boost cannot be controlled on this machine; boost_on_battery ignored")
 		return
 	}
-	d.log.WithError(err).Warn("changing boost failed")
+	log.WithError(err).Warn("changing boost failed")
 }

@@ -146,10 +146,13 @@ func (c controller) Rebalance(ctx context.Context) error {
 }
 
 // RefreshEnergy closes the running energy segment, on the loop
-// (refreshEnergy).
+// (energyLoop.refresh), and publishes what it read.
 func (c controller) RefreshEnergy(ctx context.Context) error {
-	return c.d.do(ctx, func() error {
-		c.d.refreshEnergy()
+	d := c.d
+	return d.do(ctx, func() error {
+		if d.energy.refresh(d.dec.energyKey(), d.dec.onBattery(), d.place, d.store) {
+			d.publish()
+		}
 		return nil
 	})
 }

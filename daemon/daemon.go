@@ -93,18 +93,12 @@ type Daemon struct {
 	// (syncPlacementConfig); it holds a pointer to it.
 	pcfg placement.Config
 
-	// Energy accounting (package energy; energy_loop.go), loop-owned.
-	energy *energy.Meter
-	// energyDirty: the totals changed since they were last saved.
-	energyDirty bool
+	// Energy accounting (package energy; energy_loop.go), loop-owned:
+	// the meter, its wrap guard, what is left to save.
+	energy energyLoop
 	// restartFor: the settings of a reload that stop this daemon for a
 	// restart (PrepareRestart); nil for a plain stop.
 	restartFor atomic.Pointer[[]string]
-	// energyRefreshed is when RefreshEnergy last read the counters.
-	energyRefreshed time.Time
-	// energyGuard fires when RAPL must be read so no wrap is missed; nil
-	// before start.
-	energyGuard *wrapGuard
 
 	est estimateCache // EstimatePower's last answer (energy_loop.go)
 
@@ -134,7 +128,7 @@ func New(cfg Config) (*Daemon, error) {
 		done:      make(chan struct{}),
 		dec:       newDecider(decisionSettingsOf(cfg)),
 	}
-	d.energy = energy.NewMeter(fs, d.log.WithField("component", "energy"), time.Now, nil)
+	d.energy.meter = energy.NewMeter(fs, d.log.WithField("component", "energy"), time.Now, nil)
 	// The energy preferences' records go into state.json before each
 	// write of theirs (record before writing), through the store.
 	d.pref.act = energypref.New(fs, func([]statefile.PrefRecord) error { return d.save() })
@@ -285,11 +279,11 @@ func (d *Daemon) start(ctx context.Context) (stop func(), err error) {
 	// The tree and the bus serve the snapshot: have a true one before
 	// either can be read.
 	d.dec.settle(time.Now())
-	d.energy.Start(d.energyKey(), d.dec.power.Source == acpi.Battery)
-	d.energyGuard = &wrapGuard{}
-	undo = append(undo, d.energyGuard.stop)
-	d.armEnergyGuard()
-	d.log.WithField("source", d.energy.Source()).Info("energy source")
+	d.energy.meter.Start(d.dec.energyKey(), d.dec.onBattery())
+	d.energy.guard = &wrapGuard{}
+	undo = append(undo, d.energy.guard.stop)
+	d.energy.armGuard()
+	d.log.WithField("source", d.energy.meter.Source()).Info("energy source")
 	d.snap.Store(d.newSnapshot())
 
 	if err := d.serveTree(ctx); err != nil {
@@ -395,12 +389,12 @@ func (d *Daemon) loadState() {
 	if n := st.Unfinished(); n != "" {
 		d.log.WithField("found", n).Warn("the last run did not finish its stop: each value it set is checked now, restored where it is still ours, and kept where someone else changed it since")
 	}
-	d.recoverBoost(st.Boost)
+	recoverBoost(d.fs, d.store, d.log, st.Boost)
 	if st.PrefsErr != nil {
 		d.log.WithError(st.PrefsErr).Warn("ignoring the saved energy preference records")
 	}
 	d.pref.act.Adopt(st.Prefs)
-	d.restorePrefs("energy preferences restored to the values a previous run that did not stop cleanly found")
+	d.pref.restore(d.log, d.dec.effective, d.dec.power.Source, "energy preferences restored to the values a previous run that did not stop cleanly found")
 }
 
 // keepState makes the store of state.json from st, what it holds: the
@@ -412,8 +406,8 @@ func (d *Daemon) keepState(st statefile.State) {
 	d.store = statefile.NewStore(d.cfg.StateDir, st, d.log)
 	d.dec.loadState(st)
 	d.keepDecision()
-	d.energy = energy.NewMeter(d.fs, d.log.WithField("component", "energy"), time.Now, st.Energy)
-	d.store.SetEnergy(d.energy.Totals())
+	d.energy.meter = energy.NewMeter(d.fs, d.log.WithField("component", "energy"), time.Now, st.Energy)
+	d.store.SetEnergy(d.energy.meter.Totals())
 	d.store.SetBoost(nil)
 	d.place.Keep(d.store)
 }
@@ -422,17 +416,6 @@ func (d *Daemon) keepState(st statefile.State) {
 // (decider.putState): after each change of the knob, whether it is
 // chosen and since when, or the per-source choices.
 func (d *Daemon) keepDecision() { d.dec.putState(d.store) }
-
-// closeEnergySegment closes the meter's running segment and starts the
-// next under the current key (energy.Meter.CloseSegment), the totals
-// written into the store; it reports whether they changed.
-func (d *Daemon) closeEnergySegment() bool {
-	if !d.energy.CloseSegment(d.energyKey(), d.dec.power.Source == acpi.Battery) {
-		return false
-	}
-	d.store.SetEnergy(d.energy.Totals())
-	return true
-}
 
 // onWake counts an event and has the back end handle wake k.
 func (d *Daemon) onWake(k placement.Wake) {
@@ -518,10 +501,10 @@ func (d *Daemon) shutdown() {
 	if !d.place.Restore() {
 		d.log.Warn("not everything could be restored; state.json keeps what is left for the next start")
 	}
-	d.restoreBoost()
-	d.restorePrefs("energy preferences restored to the values found")
+	d.boost.restore(d.fs, d.store, d.log, d.save)
+	d.pref.restore(d.log, d.dec.effective, d.dec.power.Source, "energy preferences restored to the values found")
 	// The running energy segment ends with the daemon.
-	d.closeEnergySegment()
+	d.energy.closeSegment(d.dec.energyKey(), d.dec.onBattery(), d.store)
 	// What is restored is dropped from state.json; what is not (and the
 	// records of other cgroups, and the workloads we created, which the
 	// next start still removes once their tasks are gone) stays.

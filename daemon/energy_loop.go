@@ -12,6 +12,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/daemon/energy"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
+	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -25,45 +26,77 @@ import (
 // The totals it then sees are at most this old.
 const EnergyRefreshInterval = time.Second
 
-// energyKey is the segment the daemon is in now.
-func (d *Daemon) energyKey() energy.Key {
-	return energy.Key{Policy: d.dec.effective, Source: d.dec.power.Source}
+// energyKey is the segment the daemon is in now: the policy in force and
+// the power source.
+func (c *decider) energyKey() energy.Key {
+	return energy.Key{Policy: c.effective, Source: c.power.Source}
 }
 
-// followEnergy closes the running segment when the policy in force or the
-// power source changed since it began.
-func (d *Daemon) followEnergy() {
-	k := d.energyKey()
-	if k == d.energy.Segment() {
-		return
-	}
-	if d.closeEnergySegment() {
-		d.energyDirty = true
-	}
-	d.armEnergyGuard()
+// onBattery reports whether the power source is the battery (the meter
+// then falls back to the batteries' power where there is no RAPL).
+func (c *decider) onBattery() bool { return c.power.Source == acpi.Battery }
+
+// energyLoop is the loop's side of the energy meter (Daemon.energy): the
+// meter, whether its totals changed since they were saved, when
+// RefreshEnergy last read it and the wrap guard. Loop-owned; the store
+// and the engine it saves through are handed in, since keepState makes
+// the store anew.
+type energyLoop struct {
+	meter *energy.Meter
+	// dirty: the totals changed since they were last saved.
+	dirty bool
+	// refreshed is when RefreshEnergy last read the counters.
+	refreshed time.Time
+	// guard fires when RAPL must be read so no wrap is missed; nil before
+	// start.
+	guard *wrapGuard
 }
 
-// saveEnergy writes changed totals to state.json, unless what is there
-// already holds them (the placement saves before its writes).
-func (d *Daemon) saveEnergy() {
-	if !d.energyDirty {
+// closeSegment closes the meter's running segment and starts the next
+// under k (energy.Meter.CloseSegment), the totals written into store; it
+// reports whether they changed.
+func (e *energyLoop) closeSegment(k energy.Key, battery bool, store *statefile.Store) bool {
+	if !e.meter.CloseSegment(k, battery) {
+		return false
+	}
+	store.SetEnergy(e.meter.Totals())
+	return true
+}
+
+// follow closes the running segment when the policy in force or the power
+// source (k) changed since it began.
+func (e *energyLoop) follow(k energy.Key, battery bool, store *statefile.Store) {
+	if k == e.meter.Segment() {
 		return
 	}
-	d.energyDirty = false
-	d.place.PutRecords()
-	if d.store.Changed() {
-		if err := d.store.Checkpoint(); err != nil {
-			d.energyDirty = true // kept in memory, saved with the next change
+	if e.closeSegment(k, battery, store) {
+		e.dirty = true
+	}
+	e.armGuard()
+}
+
+// save writes changed totals to state.json, unless what is there already
+// holds them (the placement saves before its writes): the engine's
+// records are put in first.
+func (e *energyLoop) save(place *placement.Engine, store *statefile.Store) {
+	if !e.dirty {
+		return
+	}
+	e.dirty = false
+	place.PutRecords()
+	if store.Changed() {
+		if err := store.Checkpoint(); err != nil {
+			e.dirty = true // kept in memory, saved with the next change
 		}
 	}
 }
 
-// armEnergyGuard (re)starts the wrap guard after a reading: RAPL only.
-func (d *Daemon) armEnergyGuard() {
-	d.energyGuard.arm(d.energy.GuardAfter())
+// armGuard (re)starts the wrap guard after a reading: RAPL only.
+func (e *energyLoop) armGuard() {
+	e.guard.arm(e.meter.GuardAfter())
 }
 
-// wrapGuard is the energy meter's wrap guard (Daemon.energyGuard): a
+// wrapGuard is the energy meter's wrap guard (energyLoop.guard): a
 // one-shot timer re-armed after each reading for as long as the meter may
 // wait before its next one (energy.Meter.GuardAfter), stopped while no
 // counter can wrap. Its timer is made at the first arm, so a guard armed
@@ -98,32 +131,32 @@ func (g *wrapGuard) stop() {
 	}
 }
 
-// energyGuardRead is the wrap guard's reading: it extends the running
-// segment without closing it, so the totals do not change.
-func (d *Daemon) energyGuardRead() {
-	before := d.energy.Source()
-	d.energy.Advance(d.dec.power.Source == acpi.Battery)
-	d.armEnergyGuard()
-	if d.energy.Source() != before {
-		d.publish()
-	}
+// guardRead is the wrap guard's reading: it extends the running segment
+// without closing it, so the totals do not change. It reports whether the
+// meter's source changed (the caller publishes).
+func (e *energyLoop) guardRead(battery bool) (sourceChanged bool) {
+	before := e.meter.Source()
+	e.meter.Advance(battery)
+	e.armGuard()
+	return e.meter.Source() != before
 }
 
-// refreshEnergy is RefreshEnergy on the loop: read now, close the running
-// segment into the totals (the next one starts under the same policy and
-// power source), save and publish. Coalesced: see EnergyRefreshInterval.
-func (d *Daemon) refreshEnergy() {
+// refresh is RefreshEnergy on the loop: read now, close the running
+// segment into the totals (the next one starts under the same key k),
+// save; it reports whether it read (the caller publishes). Coalesced: a
+// call within EnergyRefreshInterval of the last reads nothing.
+func (e *energyLoop) refresh(k energy.Key, battery bool, place *placement.Engine, store *statefile.Store) bool {
 	now := time.Now()
-	if !d.energyRefreshed.IsZero() && now.Sub(d.energyRefreshed) < EnergyRefreshInterval {
-		return
+	if !e.refreshed.IsZero() && now.Sub(e.refreshed) < EnergyRefreshInterval {
+		return false
 	}
-	d.energyRefreshed = now
-	if d.closeEnergySegment() {
-		d.energyDirty = true
+	e.refreshed = now
+	if e.closeSegment(k, battery, store) {
+		e.dirty = true
 	}
-	d.armEnergyGuard()
-	d.saveEnergy()
-	d.publish()
+	e.armGuard()
+	e.save(place, store)
+	return true
 }
 
 // estimateCache keeps EstimatePower's last answer for EnergyRefreshInterval.

@@ -201,18 +201,16 @@ func (d *Daemon) followPrefOwners(ctx context.Context, addr string) {
 	}
 }
 
-// prefAsides are PrefAside for both kinds on this daemon.
-func (d *Daemon) prefAsides() (eppAside, platAside string) {
-	pp := ""
-	if d.dec.follow.name != "" {
-		pp = d.dec.follow.name + " (" + d.dec.follow.owner + ")"
-	}
-	unknown := d.pref.unitsErr
-	if !d.pref.asked {
+// asides are PrefAside for both kinds on fs, for the modes epp and plat,
+// with the power-profiles daemon followed (pp, "" none) and what the
+// system manager said.
+func (p *prefState) asides(fs sysfs.FS, epp, plat PrefMode, pp string) (eppAside, platAside string) {
+	unknown := p.unitsErr
+	if !p.asked {
 		unknown = "systemd has not said yet which daemons are installed"
 	}
-	return PrefAside(d.fs, energypref.KindEPP, d.cfg.EPP, pp, d.pref.units, unknown),
-		PrefAside(d.fs, energypref.KindPlatformProfile, d.cfg.PlatformProfile, pp, d.pref.units, unknown)
+	return PrefAside(fs, energypref.KindEPP, epp, pp, p.units, unknown),
+		PrefAside(fs, energypref.KindPlatformProfile, plat, pp, p.units, unknown)
 }
 
 // applyPrefs moves the energy preferences to the policy in force and the
@@ -226,7 +224,7 @@ func (d *Daemon) applyPrefs(force bool) {
 	if !d.pref.asked {
 		return // the answer applies them (askPrefOwners)
 	}
-	eppAside, platAside := d.prefAsides()
+	eppAside, platAside := d.pref.asides(d.fs, d.cfg.EPP, d.cfg.PlatformProfile, d.dec.ppOwner())
 	for knob, aside := range map[string]string{"energy_performance_preference": eppAside, "platform_profile": platAside} {
 		if strings.HasPrefix(aside, "off (") {
 			aside = "" // the configuration's word, not an owner
@@ -242,18 +240,19 @@ func (d *Daemon) applyPrefs(force bool) {
 	if err != nil {
 		d.log.WithError(err).Error("cannot save the energy preferences' records; not changing them")
 	}
-	d.logPrefs(rep, "energy preferences changed (the policy's values, or those found where the daemon steps aside)")
+	d.pref.report(d.log, rep, key.p, key.src, "energy preferences changed (the policy's values, or those found where the daemon steps aside)")
 }
 
-// logPrefs logs what rep wrote (info) and, once per file and reason, why
-// a file was not written (warning for a refused write or a value someone
-// else wrote, debug otherwise).
-func (d *Daemon) logPrefs(rep energypref.Report, msg string) {
+// report logs what rep wrote (info: msg, with the policy in force pol
+// and the power source src) and, once per file and reason, why a file was
+// not written (warning for a refused write or a value someone else wrote,
+// debug otherwise).
+func (p *prefState) report(log logrus.FieldLogger, rep energypref.Report, pol policy.Policy, src acpi.Source, msg string) {
 	if len(rep.Written) > 0 {
-		d.log.WithFields(logrus.Fields{"policy": d.dec.effective, "power": d.dec.power.Source, "written": summarise(rep.Written)}).Info(msg)
+		log.WithFields(logrus.Fields{"policy": pol, "power": src, "written": summarise(rep.Written)}).Info(msg)
 	}
-	if d.pref.said == nil {
-		d.pref.said = map[string]string{}
+	if p.said == nil {
+		p.said = map[string]string{}
 	}
 	files := make([]string, 0, len(rep.Skipped))
 	for f := range rep.Skipped {
@@ -262,11 +261,11 @@ func (d *Daemon) logPrefs(rep energypref.Report, msg string) {
 	sort.Strings(files)
 	for _, f := range files {
 		why := rep.Skipped[f]
-		if d.pref.said[f] == why {
+		if p.said[f] == why {
 			continue
 		}
-		d.pref.said[f] = why
-		e := d.log.WithFields(logrus.Fields{"file": f, "why": why})
+		p.said[f] = why
+		e := log.WithFields(logrus.Fields{"file": f, "why": why})
 		if strings.HasPrefix(why, "refused") || strings.HasPrefix(why, "left alone") || strings.HasPrefix(why, "not restored") {
 			e.Warn("energy preference not written")
 		} else {
@@ -294,18 +293,19 @@ func summarise(written map[string]string) string {
 	return strings.Join(parts, "; ")
 }
 
-// restorePrefs puts back every energy preference the daemon wrote that is
+// restore puts back every energy preference the daemon wrote that is
 // still its own (the stop; and the start, for what a run that did not stop
-// cleanly left).
-func (d *Daemon) restorePrefs(msg string) {
-	if d.pref.act == nil || len(d.pref.act.Records()) == 0 {
+// cleanly left), and reports it (msg; pol and src are the policy in
+// force and the power source).
+func (p *prefState) restore(log logrus.FieldLogger, pol policy.Policy, src acpi.Source, msg string) {
+	if p.act == nil || len(p.act.Records()) == 0 {
 		return
 	}
-	rep, err := d.pref.act.RestoreAll()
+	rep, err := p.act.RestoreAll()
 	if err != nil {
-		d.log.WithError(err).Warn("cannot update state.json after restoring the energy preferences")
+		log.WithError(err).Warn("cannot update state.json after restoring the energy preferences")
 	}
-	d.logPrefs(rep, msg)
+	p.report(log, rep, pol, src, msg)
 }
 
 // PrefProbe is what `schedpolicyd probe` says of one energy preference

@@ -188,7 +188,7 @@ func (d *Daemon) recompute(why string, force bool) {
 	d.applyPrefs(false)
 	// The segment of the old policy or power source ends now, before the
 	// new plan's writes take effect.
-	d.followEnergy()
+	d.energy.follow(d.dec.energyKey(), d.dec.onBattery(), d.store)
 	d.place.Apply(d.dec.effective, d.cpus.topo, d.cpus.allowed, force)
 	d.requestClockSync()
 	d.dec.placedFor(d.place.LastPlan().Policy)
@@ -200,7 +200,7 @@ func (d *Daemon) recompute(why string, force bool) {
 		}
 	}
 	if !d.unpublished {
-		d.saveEnergy()
+		d.energy.save(d.place, d.store)
 		d.publish()
 	}
 }

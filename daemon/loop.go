@@ -191,9 +191,11 @@ func (d *Daemon) loop(ctx context.Context, src loopSources) (loopErr error) {
 		case <-treeLost:
 			d.stats.Events.Add(1)
 			treeLost = d.remountTree(ctx)
-		case <-d.energyGuard.C():
+		case <-d.energy.guard.C():
 			d.stats.Events.Add(1)
-			d.energyGuardRead()
+			if d.energy.guardRead(d.dec.onBattery()) {
+				d.publish()
+			}
 		case <-wd.c():
 			wd.ping()
 		}

@@ -82,11 +82,16 @@ func (f *fakeDriver) Refresh() (changed, busy bool) {
 // sample.
 func (f *fakeDriver) Sample() bool { return f.busy != nil && f.busy(len(f.samples)) }
 
-func (f *fakeDriver) Apply(policy.Policy, policy.Topology, sysfs.CPUSet, bool) {
+// PlanInput records an apply; the driver has nothing to place (no plan
+// stands) unless onApply makes the plan, which Write then puts in the
+// engine's place.
+func (f *fakeDriver) PlanInput(sysfs.CPUSet) (placement.PlanInput, bool) {
 	f.applies = append(f.applies, f.since())
-	if f.onApply != nil {
-		f.e.Plan = f.onApply(len(f.applies))
-	}
+	return placement.PlanInput{}, f.onApply != nil
+}
+
+func (f *fakeDriver) Write(policy.Plan, []placement.Want) {
+	f.e.Plan = f.onApply(len(f.applies))
 }
 
 // Restore has nothing to put back: the driver places nothing.
@@ -139,7 +144,7 @@ func loopDaemon(t *testing.T, f *fakeDriver) *Daemon {
 	}
 	t.Cleanup(d.place.Close)
 	d.dec.knob = policy.DefaultKnob()
-	d.energyGuard = &wrapGuard{}
+	d.energy.guard = &wrapGuard{}
 	f.t0 = time.Now()
 	return d
 }
@@ -368,12 +373,12 @@ func TestLoopEnergyGuard(t *testing.T) {
 		testutil.Put(t, zone+"/constraint_0_power_limit_uw", "1000000") // 1 W
 		var reads []time.Duration
 		now := func() time.Time { reads = append(reads, f.since()); return time.Now() }
-		d.energy = energy.NewMeter(d.fs, d.log, now, nil)
-		d.energy.Start(d.energyKey(), false)
-		if g := d.energy.GuardAfter(); g != 10*time.Second {
+		d.energy.meter = energy.NewMeter(d.fs, d.log, now, nil)
+		d.energy.meter.Start(d.dec.energyKey(), false)
+		if g := d.energy.meter.GuardAfter(); g != 10*time.Second {
 			t.Fatalf("GuardAfter %v, want 10s", g)
 		}
-		d.armEnergyGuard()
+		d.energy.armGuard()
 		power := make(chan acpi.State)
 		runLoop(t, d, loopSources{power: power})
 		time.Sleep(34 * time.Second)

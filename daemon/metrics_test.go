@@ -159,7 +159,7 @@ func TestMetricsTextfile(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	// A publication that changes no value (a refresh with nothing to
 	// measure) does not rewrite it either.
-	d.do(context.Background(), func() error { d.refreshEnergy(); return nil })
+	controller{d}.RefreshEnergy(context.Background())
 	if ino() != first {
 		t.Errorf("the file was rewritten although nothing changed")
 	}

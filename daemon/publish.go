@@ -21,7 +21,7 @@ func (d *Daemon) publish() {
 	}
 	d.bus.Publish(s)
 	if d.metrics != nil {
-		d.metrics.update(renderMetrics(metricsInput{snap: s, stats: d.Stats(), zones: d.energy.Zones(), started: d.started}))
+		d.metrics.update(renderMetrics(metricsInput{snap: s, stats: d.Stats(), zones: d.energy.meter.Zones(), started: d.started}))
 	}
 	if old == nil || old.Policy != s.Policy || old.PowerSource != s.PowerSource || old.Knob != s.Knob || len(old.Workloads) != len(s.Workloads) {
 		d.notify.Status(d.status())
@@ -32,7 +32,7 @@ func (d *Daemon) newSnapshot() *snapshot.Snapshot {
 	s := &snapshot.Snapshot{
 		Boost: d.boost.value, Workloads: d.place.Status(),
 		Topology: d.cpus.topoProp, CPUClasses: d.cpus.classProp,
-		EnergySource: d.energy.Source(), Energy: d.energy.Totals(), ConfigDigest: d.cfg.ConfigDigest,
+		EnergySource: d.energy.meter.Source(), Energy: d.energy.meter.Totals(), ConfigDigest: d.cfg.ConfigDigest,
 	}
 	for _, x := range d.place.Exempts() {
 		s.Exempt = append(s.Exempt, snapshot.ExemptEntry{Entry: x.Entry.String(), From: string(x.From)})

@@ -95,7 +95,7 @@ func (d *Daemon) Reload(ctx context.Context, cfg Config) error {
 		if nc.BoostOnBattery != old.BoostOnBattery {
 			d.cfg.BoostOnBattery = nc.BoostOnBattery
 			if nc.BoostOnBattery == BoostKeep {
-				d.restoreBoost()
+				d.boost.restore(d.fs, d.store, d.log, d.save)
 			}
 			d.boost.uncontrollable = false
 			d.applyBoost()

@@ -40,14 +40,13 @@ func BoostOwner(fs sysfs.FS, ppOwner string) string {
 	return ""
 }
 
-// boostOwner is BoostOwner for the daemon, with the followed
-// power-profiles daemon.
-func (d *Daemon) boostOwner() string {
-	pp := ""
-	if d.dec.follow.name != "" {
-		pp = d.dec.follow.name + " (" + d.dec.follow.owner + ")"
+// ppOwner names the power-profiles daemon followed, "NAME (OWNER)", for
+// BoostOwner and PrefAside; "" none.
+func (c *decider) ppOwner() string {
+	if c.follow.name == "" {
+		return ""
 	}
-	return BoostOwner(d.fs, pp)
+	return c.follow.name + " (" + c.follow.owner + ")"
 }
 
 // stepAside reports, once per owner, that knob is left to owner.

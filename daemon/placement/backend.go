@@ -36,16 +36,47 @@ type Driver interface {
 	// Sample reads the workloads' load signals (Engine.OnSample, a
 	// pressure wake, Engine.Freshen) and reports whether any was busy.
 	Sample() (busy bool)
-	// Apply plans for policy eff on the online CPUs of topo and writes
-	// what changed, each value recorded first; force applies a shrinking
-	// plan at once (LazyInput).
-	Apply(eff policy.Policy, topo policy.Topology, online sysfs.CPUSet, force bool)
+	// PlanInput is the driver's side of a plan (Engine.Apply): the CPUs
+	// its workloads may have within online and the loads the balancer
+	// places; ok false when it has nothing to place (not open, or no
+	// workloads).
+	PlanInput(online sysfs.CPUSet) (in PlanInput, ok bool)
+	// Write writes the plan's CPUs to the workloads, want (every one, in
+	// name order) where what a workload holds differs, each value
+	// recorded first (Journal.WriteAll); plan is the plan they come from
+	// (its policies, for the log).
+	Write(plan policy.Plan, want []Want)
 	// Restore writes back every original that still holds a value of
 	// ours and reports whether everything is back (what is not stays
 	// recorded for the next start).
 	Restore() bool
 	// Count is how many workloads there are.
 	Count() int
+}
+
+// PlanInput is what a driver gives the engine's plan (Driver.PlanInput).
+type PlanInput struct {
+	// Allowed is the CPUs the driver's workloads may have: the online
+	// ones, less what it cannot give (cgroupfs: the managed parent's).
+	Allowed sysfs.CPUSet
+	// Names are the driver's workloads, in name order (the plan's keys);
+	// Loads those the balancer places, in the same order.
+	Names []string
+	Loads []policy.Load
+	// Fixed are workloads placed outside the balancer on every allowed CPU
+	// (cgroupfs: an override of performance).
+	Fixed []string
+	// Slices: the configuration's slice rules apply (Config.Slices:
+	// units).
+	Slices bool
+}
+
+// Want is what the plan wants one workload to hold (Driver.Write): its
+// CPUs, empty where the plan gives it none (the driver decides what that
+// means: cgroupfs leaves it, units give the unit its original back).
+type Want struct {
+	Name string
+	CPUs sysfs.CPUSet
 }
 
 // Watcher: the driver has wakes of its own (cgroupfs: WakeChanged,
@@ -206,12 +237,15 @@ func (a Asks) Do(decide func(why string, force bool)) {
 // (WokenDesc: it lists the crowded workloads too), the warning when the
 // kernel drops the pressure trigger, the reason of a decision a
 // confirmation asks for; FreshenIdle: Freshen samples whenever the
-// sampling backed off (units), not only once it stopped (cgroupfs).
+// sampling backed off (units), not only once it stopped (cgroupfs);
+// RaceToIdleLog: an apply whose plan falls back to performance says so
+// at info level (cgroupfs).
 type Traits struct {
-	WakeLog      func() logrus.FieldLogger
-	WokenMsg     string
-	WokenDesc    bool
-	DroppedMsg   string
-	ConfirmedWhy string
-	FreshenIdle  bool
+	WakeLog       func() logrus.FieldLogger
+	WokenMsg      string
+	WokenDesc     bool
+	DroppedMsg    string
+	ConfirmedWhy  string
+	FreshenIdle   bool
+	RaceToIdleLog bool
 }

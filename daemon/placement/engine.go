@@ -20,8 +20,10 @@ import (
 // or units: Config.Placement picks one) and what every driver shares,
 // held once here: the journal of state.json, the sampling back-off, the
 // CPU pressure trigger, the one-shot confirmation of a crowded workload,
-// the task-clock gate, the policy the last plan was asked for and that
-// plan, and the wakes' handling. The daemon never asks which driver it
+// the task-clock gate, the planning half of apply (Apply: the driver
+// gives the loads, the engine plans and hands it each workload's wanted
+// CPUs to write), the policy the last plan was asked for and that plan,
+// and the wakes' handling. The daemon never asks which driver it
 // holds; the records state.json holds for the other mode are carried
 // from state.json to state.json as they are, so a change of placement
 // mode between runs loses nothing.
@@ -82,9 +84,11 @@ type Engine struct {
 	// (wake.go).
 	Confirm Confirmation
 	// Asked is the policy the last plan was asked for (LazyInput), Plan
-	// that plan, Written how many workloads its apply wrote.
+	// that plan, Allowed the CPUs it could give (PlanInput.Allowed),
+	// Written how many workloads its apply wrote.
 	Asked   policy.Policy
 	Plan    policy.Plan
+	Allowed sysfs.CPUSet
 	Written int
 }
 
@@ -145,12 +149,53 @@ func (e *Engine) Close() { e.drv.Close() }
 
 func (e *Engine) Scan() bool { return e.drv.Scan() }
 
-// Apply has the driver plan for policy eff on the online CPUs of topo
-// and write what changed (Driver.Apply), once the exempt list is applied
-// to its workloads (syncExempt).
+// Apply plans placement for policy eff on topo within the online CPUs and
+// has the driver write what changed, once the exempt list is applied to
+// its workloads (syncExempt). Nothing is planned before state.json is
+// up to date (no plan stands then, so no "placing for performance"
+// reason either); force with a new policy or new CPUs applies a
+// shrinking plan at once (LazyInput). The driver gives the loads
+// (Driver.PlanInput), the balancer plans (policy.PlanPlacement), and the
+// driver gets each workload's wanted CPUs (Driver.Write), which it
+// writes through the journal's steps (Journal.WriteAll).
 func (e *Engine) Apply(eff policy.Policy, topo policy.Topology, online sysfs.CPUSet, force bool) {
 	e.syncExempt()
-	e.drv.Apply(eff, topo, online, force)
+	e.Written = 0
+	pi, ok := e.drv.PlanInput(online)
+	if !ok {
+		e.Plan = policy.Plan{Policy: eff}
+		return
+	}
+	if !e.Flush() {
+		e.Plan = policy.Plan{Policy: eff, Lazy: e.Plan.Lazy}
+		return
+	}
+	lazy, fresh := LazyInput(e.Plan.Lazy, e.Asked, eff, e.Allowed, pi.Allowed, force)
+	e.Allowed, e.Asked = pi.Allowed, eff
+	in := policy.Input{
+		Topology: topo, Allowed: pi.Allowed.List(), Policy: eff, Loads: pi.Loads,
+		Lazy: lazy, Now: time.Now(), MaxInterval: e.Cfg.SampleInterval,
+		DisableLazy: fresh,
+	}
+	if pi.Slices {
+		in.Slices = e.Cfg.Slices
+	}
+	plan := policy.PlanPlacement(in)
+	if plan.CPUs == nil {
+		plan.CPUs = map[string][]int{}
+	}
+	for _, n := range pi.Fixed {
+		plan.CPUs[n] = pi.Allowed.List()
+	}
+	if e.Traits.RaceToIdleLog && plan.Policy != e.Plan.Policy && plan.Policy != eff {
+		e.Log.WithFields(logrus.Fields{"policy": eff, "placement": plan.Policy}).Info("load exceeds the packing threshold: placing for performance (race to idle)")
+	}
+	e.Plan = plan
+	want := make([]Want, len(pi.Names))
+	for i, n := range pi.Names {
+		want[i] = Want{Name: n, CPUs: sysfs.NewCPUSet(plan.CPUs[n]...)}
+	}
+	e.drv.Write(plan, want)
 }
 
 func (e *Engine) Restore() bool { return e.drv.Restore() }

@@ -35,14 +35,19 @@ func (d *exemptDriver) Restore() bool               { return true }
 func (d *exemptDriver) Count() int                  { return len(d.ids) }
 func (d *exemptDriver) IDs() []WorkloadID           { return slices.Clone(d.ids) }
 func (d *exemptDriver) SetExempt(k map[string]bool) { d.exempt = k }
-func (d *exemptDriver) Apply(policy.Policy, policy.Topology, sysfs.CPUSet, bool) {
+
+// PlanInput records what an apply found exempt; nothing is placed.
+func (d *exemptDriver) PlanInput(sysfs.CPUSet) (PlanInput, bool) {
 	var keys []string
 	for k := range d.exempt {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	d.applied = append(d.applied, strings.Join(keys, ","))
+	return PlanInput{}, false
 }
+
+func (d *exemptDriver) Write(policy.Plan, []Want) {}
 
 // exemptRig is an engine driving an exemptDriver, keeping state.json in
 // dir.

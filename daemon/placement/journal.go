@@ -10,7 +10,7 @@ import (
 // file: a value is recorded in state.json before it is written, and
 // restore puts back only what still holds a value of ours.
 //
-// The steps, for every write (journal.WriteAll; each a method of
+// The steps, for every write (Journal.WriteAll; each a method of
 // statefile.Values, the values both record kinds embed):
 //
 //  1. the value is recorded as the record's Pending (begin) and
@@ -25,18 +25,21 @@ import (
 // A target (a cgroup's cpuset.cpus, a unit's AllowedCPUs=) still holds a
 // value of ours (ours) when it holds the record's Pending or Applied value
 // and, for Applied, it is still the target the daemon wrote (the back
-// end's identity check). Restore (RestoreAll) takes each written record:
-// gone, there is nothing to put back; not ours, the value there is
-// someone else's and becomes the original (theirs), nothing is written;
-// ours, the original is written back.
+// end's identity check). Restore (Journal.RestoreAll) takes each written
+// record: gone, there is nothing to put back; not ours, the value there
+// is someone else's and becomes the original (theirs), nothing is
+// written; ours, the original is written back, a value the write passes
+// through recorded first.
 //
-// What differs between the back ends stays with them: what a value is
-// (cpulists both, compared with cgroup v1's hotplug trimming for
-// cgroups), their identity (a cgroup's inode, settled when its record is
-// matched to a cgroup; a unit's AllowedCPUs= drop-ins, statefile.
-// UnitRecord.DropIns), and how an original is put back (cgroup v1's
-// partial restore of offline CPUs, v2's "inherit" fallback; units'
-// widening step through every possible CPU).
+// Those decisions and the records' steps are RestoreAll's, once for both
+// back ends. What differs between them stays with them, as a ValueIO
+// reading and writing one value: what a value is (cpulists both,
+// compared with cgroup v1's hotplug trimming for cgroups: Held.Same),
+// their identity (a cgroup's inode, settled when its record is matched
+// to a cgroup; a unit's AllowedCPUs= drop-ins, statefile.
+// UnitRecord.DropIns: Held.Kept), and how an original is put back
+// (cgroup v1's partial restore of offline CPUs, v2's "inherit" fallback;
+// units' widening step through every possible CPU: Held.Widen).
 
 // Journal is a back end's side of state.json: whether its records changed
 // since the last save, and the save. Both back ends embed one; all runs
@@ -163,53 +166,103 @@ func (j *Journal) WriteAll(ws []JournalWrite, write func(i int) WriteOutcome) bo
 	return true
 }
 
-// ErrGone is restorer.current's answer for a target that is gone: there
-// is nothing left to restore.
+// ErrGone is ValueIO.ReadValue's answer for a target that is gone, the
+// driver having done with its record (cgroupfs: it goes with its
+// cgroup): nothing is written, the record is left as it is.
 var ErrGone = errors.New("gone")
 
-// Restorer is a back end's side of RestoreAll, for its records of type R
-// (each one that may hold a value of ours).
-type Restorer[R any] interface {
-	// Values are r's record's.
-	Values(r R) *statefile.Values
-	// Current reads the value r's target holds now (a cpulist); ErrGone
-	// when the target is gone, the back end having done with the record;
-	// another error leaves r for a later restore (the back end logs it).
-	Current(r R) (string, error)
-	// Ours reports whether cur is a value of ours (statefile.Values.Ours,
-	// with the back end's comparison and identity check).
-	Ours(r R, cur string) bool
-	// Theirs is told that r's target holds someone else's value, cur,
-	// before the record takes it as its original (journal.theirs).
-	Theirs(r R, cur string)
-	// PutBack writes r's original back over cur, a value of ours, and
-	// steps the record; it reports whether all of it is back (false: what
-	// is not stays recorded for a later run).
-	PutBack(r R, cur string) bool
+// ErrGoneWithIt is ValueIO.ReadValue's answer for a target that is gone
+// and the daemon's value with it (a unit systemd no longer knows):
+// nothing of ours is left, the record is restored (Journal.Restored).
+var ErrGoneWithIt = errors.New("gone, and the value with it")
+
+// Held is what a target holds now, as a driver reads it for RestoreAll:
+// the value (a cpulist) and what the journal needs to tell whether it is
+// ours (statefile.Values.Ours) and how to put the original back.
+type Held struct {
+	// Value is what the target holds.
+	Value string
+	// Kept: the target is still the one the daemon wrote (the driver's
+	// identity check: a unit's AllowedCPUs= drop-ins; true where the
+	// record was matched to its target when adopted, as a cgroup by its
+	// inode).
+	Kept bool
+	// Same compares a recorded value with Value (nil: equal strings;
+	// cgroupfs on v1: or the recorded value less CPUs the kernel took
+	// away on hotplug).
+	Same func(val, cur string) bool
+	// Any: any value the target holds is ours (a record migrated from a
+	// version-1 state file, which did not record the value written).
+	Any bool
+	// Widen is a value of ours the write-back passes through, recorded as
+	// Pending before the write ("" none: units' every possible CPU on the
+	// way to an unset AllowedCPUs=).
+	Widen string
 }
 
-// RestoreAll restores each record of recs, in order (those that may hold
-// a value of ours): a target gone is done with; a target that holds
-// someone else's value keeps it, which becomes the record's original;
-// one that holds ours gets its original back. It reports whether
-// everything is back; the records are to be saved.
-func RestoreAll[R any](j *Journal, b Restorer[R], recs []R) bool {
+// ValueIO is a driver's side of RestoreAll: how the target of the i-th
+// value of a batch is read, written back and told it is someone else's.
+// The decisions (ours or theirs, what is recorded before the write, how
+// each record steps) are RestoreAll's.
+type ValueIO interface {
+	// ReadValue reads what target i holds now. ErrGone, ErrGoneWithIt:
+	// the target is gone; another error leaves the record for a later
+	// restore (the driver logs it).
+	ReadValue(i int) (Held, error)
+	// WriteBack writes the original orig over h, a value of ours, and
+	// reports whether all of it is back (all); where it is not (a v1
+	// cpuset's CPUs offline now), written is the value the target holds
+	// now, recorded as Applied for a later run. ErrGone: the target went
+	// meanwhile (its record is left); another error: counted and logged
+	// by the driver, the record stays for the next start.
+	WriteBack(i int, orig string, h Held) (written string, all bool, err error)
+	// Theirs is told that target i holds someone else's value, h.Value,
+	// before the record takes it as its original (Journal.Theirs).
+	Theirs(i int, h Held)
+}
+
+// RestoreAll restores each value of vs (each a record that may hold a
+// value of ours), in order, through io: a target gone is done with; a target that holds someone else's value keeps it,
+// which becomes the record's original; one that holds ours gets its
+// original back, a value it passes through recorded and saved first. It
+// reports whether everything is back; the records are to be saved.
+func (j *Journal) RestoreAll(vs []*statefile.Values, io ValueIO) bool {
 	ok := true
-	for _, r := range recs {
-		cur, err := b.Current(r)
-		if errors.Is(err, ErrGone) {
+	for i, v := range vs {
+		h, err := io.ReadValue(i)
+		switch {
+		case errors.Is(err, ErrGone):
 			continue
-		}
-		if err != nil {
+		case errors.Is(err, ErrGoneWithIt):
+			j.Restored(v)
+			continue
+		case err != nil:
 			ok = false
 			continue
 		}
-		if !b.Ours(r, cur) {
-			b.Theirs(r, cur)
-			j.Theirs(b.Values(r), cur)
+		if !h.Any && !v.Ours(h.Value, h.Kept, h.Same) {
+			io.Theirs(i, h)
+			j.Theirs(v, h.Value)
 			continue
 		}
-		if !b.PutBack(r, cur) {
+		if h.Widen != "" && h.Widen != v.Pending {
+			// A value the write-back passes through is a value of ours
+			// too: recorded before it is set.
+			j.Begin(v, h.Widen)
+			if !j.Flush() {
+				ok = false
+				continue
+			}
+		}
+		written, all, err := io.WriteBack(i, v.Original, h)
+		switch {
+		case errors.Is(err, ErrGone):
+		case err != nil:
+			ok = false
+		case all:
+			j.Restored(v)
+		default:
+			v.Applied, v.Pending = written, ""
 			ok = false
 		}
 	}

@@ -163,39 +163,54 @@ func TestOurs(t *testing.T) {
 	}
 }
 
-// fakeRestore is a restorer over journalRig's records: cur holds each
-// target's value ("gone", "error" for those), kept its identity check
-// (true when not given), PutBack logs and succeeds.
+// fakeRestore is a ValueIO over journalRig's records: cur holds each
+// target's value ("gone", "gone with it", "error" for those), kept its
+// identity check (true when not given), widen the value a write-back
+// passes through, part the value a write-back leaves where not all of
+// the original can be written; WriteBack logs.
 type fakeRestore struct {
-	g    *journalRig
-	cur  map[string]string
-	lost map[string]bool
+	g     *journalRig
+	cur   map[string]string
+	lost  map[string]bool
+	widen map[string]string
+	part  map[string]string
 }
 
-func (f fakeRestore) Values(n string) *statefile.Values { return f.g.entry(n) }
-
-func (f fakeRestore) Current(n string) (string, error) {
+func (f fakeRestore) ReadValue(i int) (Held, error) {
+	n := f.g.names[i]
 	switch c := f.cur[n]; c {
 	case "gone":
-		return "", ErrGone
+		return Held{}, ErrGone
+	case "gone with it":
+		return Held{}, ErrGoneWithIt
 	case "error":
-		return "", errors.New("cannot read")
+		return Held{}, errors.New("cannot read")
 	default:
-		return c, nil
+		return Held{Value: c, Kept: !f.lost[n], Widen: f.widen[n]}, nil
 	}
 }
 
-func (f fakeRestore) Ours(n, cur string) bool {
-	return f.Values(n).Ours(cur, !f.lost[n], nil)
+func (f fakeRestore) Theirs(i int, h Held) {
+	f.g.log = append(f.g.log, "theirs "+f.g.names[i]+"="+h.Value)
 }
 
-func (f fakeRestore) Theirs(n, cur string) { f.g.log = append(f.g.log, "theirs "+n+"="+cur) }
+func (f fakeRestore) WriteBack(i int, orig string, _ Held) (string, bool, error) {
+	n := f.g.names[i]
+	if p, ok := f.part[n]; ok {
+		f.g.log = append(f.g.log, "write "+n+"="+p)
+		return p, false, nil
+	}
+	f.g.log = append(f.g.log, "write "+n+"="+orig)
+	return orig, true, nil
+}
 
-func (f fakeRestore) PutBack(n, cur string) bool {
-	r := f.g.recs[n]
-	f.g.log = append(f.g.log, "write "+n+"="+r.Original)
-	f.g.j.Restored(f.Values(n))
-	return true
+// values are the rig's records' values, in name order.
+func (g *journalRig) values() []*statefile.Values {
+	var vs []*statefile.Values
+	for _, n := range g.names {
+		vs = append(vs, &g.recs[n].Values)
+	}
+	return vs
 }
 
 // TestRestoreAll: a target that holds a value of ours gets its original
@@ -216,7 +231,7 @@ func TestRestoreAll(t *testing.T) {
 		cur:  map[string]string{"ours": "1", "pending": "2", "other": "3", "anew": "1", "gone": "gone"},
 		lost: map[string]bool{"anew": true},
 	}
-	if !RestoreAll(&g.j, f, g.names) {
+	if !g.j.RestoreAll(g.values(), f) {
 		t.Error("restoreAll reported something left")
 	}
 	testutil.WantEq(t, "restore", g.taken(), "write ours=0-3 | write pending=0-3 | theirs other=3 | theirs anew=1")
@@ -230,9 +245,47 @@ func TestRestoreAll(t *testing.T) {
 
 	g = newJournalRig(statefile.Record{Path: "a", Values: statefile.Values{Original: "0-3", Applied: "1"}})
 	f = fakeRestore{g: g, cur: map[string]string{"a": "error"}}
-	if RestoreAll(&g.j, f, g.names) {
+	if g.j.RestoreAll(g.values(), f) {
 		t.Error("restoreAll reported everything back with a target it could not read")
 	}
 	testutil.WantEq(t, "unreadable: writes", g.taken(), "")
 	testutil.WantEq(t, "unreadable: record", g.recs["a"].Applied, "1")
+}
+
+// TestRestoreAllSteps: a target gone with the daemon's value has nothing
+// of ours left (its record restored, nothing written); a value the
+// write-back passes through is recorded as Pending and saved before the
+// write (not again when it is Pending already), and a failed save writes
+// nothing; a write-back that puts back only part of the original leaves
+// that part recorded as Applied, and RestoreAll says not everything is
+// back.
+func TestRestoreAllSteps(t *testing.T) {
+	g := newJournalRig(
+		statefile.Record{Path: "a", Values: statefile.Values{Original: "", Applied: "1"}},
+		statefile.Record{Path: "b", Values: statefile.Values{Original: "0-3", Applied: "1"}},
+		statefile.Record{Path: "c", Values: statefile.Values{Original: "0-7", Applied: "1"}},
+	)
+	f := fakeRestore{g: g,
+		cur:   map[string]string{"a": "1", "b": "gone with it", "c": "1"},
+		widen: map[string]string{"a": "0-7"},
+		part:  map[string]string{"c": "0-3"},
+	}
+	g.j.Dirty = false
+	if g.j.RestoreAll(g.values(), f) {
+		t.Error("restoreAll reported everything back with an original restored in part")
+	}
+	testutil.WantEq(t, "restore", g.taken(), "save a=/0-7/1 b=0-3//1 c=0-7//1 | write a= | write c=0-3")
+	for n, want := range map[string]string{"a": "//", "b": "0-3//", "c": "0-7//0-3"} {
+		r := g.recs[n]
+		testutil.WantEq(t, n+": record", r.Original+"/"+r.Pending+"/"+r.Applied, want)
+	}
+
+	g = newJournalRig(statefile.Record{Path: "a", Values: statefile.Values{Original: "", Applied: "1"}})
+	g.saveErr = errors.New("disk full")
+	f = fakeRestore{g: g, cur: map[string]string{"a": "1"}, widen: map[string]string{"a": "0-7"}}
+	if g.j.RestoreAll(g.values(), f) {
+		t.Error("restoreAll reported everything back without the save the write needed")
+	}
+	testutil.WantEq(t, "failed save: writes", g.taken(), "save failed")
+	testutil.WantEq(t, "failed save: record", g.recs["a"].Pending+"/"+g.recs["a"].Applied, "0-7/1")
 }

@@ -306,9 +306,16 @@ func (p *Placement) ours(r *statefile.Record, cur sysfs.CPUSet) bool {
 	if r.Unverified {
 		return true
 	}
+	return r.Ours(cur.String(), true, p.same(cur))
+}
+
+// same is the comparison ours makes of a recorded value with cur, what a
+// workload's cpuset.cpus holds (placement.Held.Same): equal, or on cgroup
+// v1 equal once the CPUs the kernel removed on hotplug are taken away.
+func (p *Placement) same(cur sysfs.CPUSet) func(v, _ string) bool {
 	var online sysfs.CPUSet
 	haveOnline := false
-	return r.Ours(cur.String(), true, func(v, _ string) bool {
+	return func(v, _ string) bool {
 		set, err := sysfs.ParseCPUList(v)
 		if err != nil {
 			return false
@@ -330,7 +337,7 @@ func (p *Placement) ours(r *statefile.Record, cur sysfs.CPUSet) bool {
 		// the kernel trimmed against the parent's CPUs as this run found
 		// them, before it gave the parent its CPUs back (fitParent).
 		return !p.parentFound.IsEmpty() && set.Intersect(p.parentFound).Equal(cur)
-	})
+	}
 }
 
 // readCPUs reads workload w's cpuset.cpus, through its held-open file

@@ -1,8 +1,6 @@
 package cgroupfs
 
 import (
-	"time"
-
 	"github.com/sirupsen/logrus"
 
 	"github.com/schedpolicyd/schedpolicyd/cgroup"
@@ -11,76 +9,57 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
-// Apply plans placement for policy eff on topo within the online CPUs and
-// writes the cpusets that differ from what the files hold, through the
-// journal's steps (journal.WriteAll): each value recorded as pending and
-// saved before it is written, nothing written without a successful save,
-// the outcomes saved after. force with a
-// new policy or new CPUs applies a shrinking plan at once (LazyInput).
-func (p *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.CPUSet, force bool) {
-	p.e.Written = 0
+// PlanInput gives the engine's plan (Engine.Apply) the CPUs the managed
+// parent allows within online, the placed workloads' loads (an override
+// of performance is Fixed: every allowed CPU) and their names; nothing
+// to place while the parent is not open or has no workloads.
+func (p *Placement) PlanInput(online sysfs.CPUSet) (placement.PlanInput, bool) {
 	if p.cg == nil || len(p.workloads) == 0 {
-		p.e.Plan = policy.Plan{Policy: eff}
-		return
+		return placement.PlanInput{}, false
 	}
-	if !p.e.Flush() {
-		// Placement waits until state.json can be written; no plan stands
-		// (so no "placing for performance" reason either).
-		p.e.Plan = policy.Plan{Policy: eff, Lazy: p.e.Plan.Lazy}
-		return
-	}
-	p.quietLoadBalance()
-	allowed := online
+	in := placement.PlanInput{Allowed: online, Names: p.Names()}
 	if a, err := p.cg.Allowed(); err == nil && !a.IsEmpty() {
-		allowed = allowed.Intersect(a)
+		in.Allowed = in.Allowed.Intersect(a)
 	}
-	lazy, fresh := placement.LazyInput(p.e.Plan.Lazy, p.e.Asked, eff, p.allowed, allowed, force)
-	p.allowed, p.e.Asked = allowed, eff
-	in := policy.Input{
-		Topology: topo, Allowed: allowed.List(), Policy: eff,
-		Lazy: lazy, Now: time.Now(), MaxInterval: p.e.Cfg.SampleInterval,
-		DisableLazy: fresh,
-	}
-	names := p.Names()
-	for _, n := range names {
+	for _, n := range in.Names {
 		w := p.workloads[n]
-		if w.override == policy.Performance || !w.placed() {
-			continue // every allowed CPU below, or not placed at all
+		if !w.placed() {
+			continue // not placed at all
+		}
+		if w.override == policy.Performance {
+			in.Fixed = append(in.Fixed, n) // every allowed CPU
+			continue
 		}
 		in.Loads = append(in.Loads, policy.Load{Name: n, Util: w.avg.Util, Current: w.cpus.List(), Threads: w.threads, Pressure: w.pressure})
 	}
-	plan := policy.PlanPlacement(in)
-	if plan.CPUs == nil {
-		plan.CPUs = map[string][]int{}
-	}
-	for n, w := range p.workloads {
-		if w.override == policy.Performance && w.placed() {
-			plan.CPUs[n] = allowed.List()
-		}
-	}
-	if plan.Policy != p.e.Plan.Policy && plan.Policy != eff {
-		p.e.Log.WithFields(logrus.Fields{"policy": eff, "placement": plan.Policy}).Info("load exceeds the packing threshold: placing for performance (race to idle)")
-	}
-	p.e.Plan = plan
+	return in, true
+}
 
+// Write writes the cpusets the plan wants that differ from what the files
+// hold, to placed workloads, through the journal's steps
+// (Journal.WriteAll): each value recorded as pending and saved before it
+// is written, nothing written without a successful save, the outcomes
+// saved after. A workload the plan gives no CPU keeps what it has. The
+// sched_load_balance flags are cleared first (quietLoadBalance).
+func (p *Placement) Write(plan policy.Plan, want []placement.Want) {
+	p.quietLoadBalance()
 	type write struct {
 		w    *workload
 		want sysfs.CPUSet
 	}
 	var writes []write
 	var batch []placement.JournalWrite
-	for _, n := range names {
-		w := p.workloads[n]
-		want := sysfs.NewCPUSet(plan.CPUs[n]...)
-		if !w.placed() || want.IsEmpty() || want.Equal(w.cpus) {
+	for _, x := range want {
+		w := p.workloads[x.Name]
+		if w == nil || !w.placed() || x.CPUs.IsEmpty() || x.CPUs.Equal(w.cpus) {
 			continue
 		}
 		// Original is kept as it is even when nothing of ours is there
 		// yet: w.cpus may be it less CPUs the kernel took away on hotplug
 		// (check).
-		s := want.String()
+		s := x.CPUs.String()
 		batch = append(batch, placement.JournalWrite{Values: &w.rec.Values, Pending: s, Value: s})
-		writes = append(writes, write{w, want})
+		writes = append(writes, write{w, x.CPUs})
 	}
 	// The write log costs an entry and two cpulists per write; skipped
 	// unless debug is on (1,000 workloads: ~1.5 ms of a ~65 ms switch).

@@ -42,7 +42,7 @@ func (p *Placement) Status() []snapshot.WorkloadStatus {
 			ws.Policy = p.e.Plan.Policies[n]
 			// Confined: a value of ours narrower than the CPUs the
 			// placement may give.
-			ws.Confined = w.rec.Applied != "" && w.cpus.Size() < p.allowed.Size()
+			ws.Confined = w.rec.Applied != "" && w.cpus.Size() < p.e.Allowed.Size()
 		}
 		out = append(out, ws)
 	}

@@ -3,7 +3,6 @@ package cgroupfs
 import (
 	"github.com/sirupsen/logrus"
 
-	"github.com/schedpolicyd/schedpolicyd/cgroup"
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 )
@@ -20,7 +19,7 @@ func (p *Placement) IDs() []placement.WorkloadID {
 
 // SetExempt marks the workloads of keys exempt and every other one not.
 // An exempt workload that holds a value of ours gets its original
-// cpuset.cpus back now, as the stop restores it (RestoreAll with
+// cpuset.cpus back now, as the stop restores it (Journal.RestoreAll with
 // cgroupRestore: a value someone else wrote is theirs and stays; on
 // cgroup v1 an original naming offline CPUs is restored in part and stays
 // recorded), and is then left out of every plan (placed) until it is no
@@ -37,13 +36,9 @@ func (p *Placement) SetExempt(keys map[string]bool) {
 	if len(todo) == 0 || p.cg == nil {
 		return
 	}
-	b := cgroupRestore{p: p}
-	if p.cg.Version() == cgroup.CgroupV1 {
-		b.allowed, _ = p.cg.Allowed()
-	}
 	// Nothing new is recorded before these writes: each puts back the
 	// original state.json holds already.
-	placement.RestoreAll(&p.e.Journal, b, todo)
+	p.restoreAll(todo)
 	for _, w := range todo {
 		if !w.rec.Written() {
 			p.e.Clock.Remove(w.name) // not packed any more

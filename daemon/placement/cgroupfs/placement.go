@@ -40,9 +40,6 @@ type Placement struct {
 	// on v1 (startWatch), never where nothing watches the parent.
 	watch    cgroupSource
 	newWatch func(parent string) (cgroupSource, error)
-	// allowed is the CPUs the last plan could give (online ∩ the
-	// parent's).
-	allowed sysfs.CPUSet
 	// clockRetask holds the workloads tasks were attached to whose
 	// counters are to be set again (SyncClock).
 	clockRetask map[string]bool
@@ -129,6 +126,7 @@ func New(e *placement.Engine) *Placement {
 		newWatch: watchCgroupDir,
 	}
 	p.records = placement.KeepRecords(e, p.usable)
+	e.Traits.RaceToIdleLog = true
 	e.Dirty = true
 	e.Drive(p)
 	return p

@@ -13,7 +13,7 @@ import (
 )
 
 // Restore writes back every workload's original cpuset.cpus where the
-// file still holds a value of ours (RestoreAll, with cgroupRestore), and
+// file still holds a value of ours (Journal.RestoreAll, with cgroupRestore), and
 // sets back the sched_load_balance flags it cleared; it drops each record
 // whose contents are restored and reports whether everything is back. On
 // cgroup v1 CPUs not online now cannot be written: such an original is
@@ -24,17 +24,13 @@ func (p *Placement) Restore() bool {
 	if p.cg == nil {
 		return true
 	}
-	b := cgroupRestore{p: p}
-	if p.cg.Version() == cgroup.CgroupV1 {
-		b.allowed, _ = p.cg.Allowed()
-	}
 	var todo []*workload
 	for _, n := range p.Names() {
 		if w := p.workloads[n]; w.rec.Written() && !w.rec.Released {
 			todo = append(todo, w)
 		}
 	}
-	ok := placement.RestoreAll(&p.e.Journal, b, todo)
+	ok := p.restoreAll(todo)
 	// The flags last: with them set, every cpuset write above would have
 	// rebuilt the sched domains.
 	for _, n := range p.Names() {
@@ -64,43 +60,63 @@ func (p *Placement) Restore() bool {
 	return ok
 }
 
-// cgroupRestore is placement.restore's side of RestoreAll: a workload's
-// cpuset.cpus, read and written through its held-open file when it has
-// one. allowed is the managed parent's CPUs on cgroup v1 (empty on v2).
+// restoreAll has the journal restore the cpuset.cpus of todo
+// (Journal.RestoreAll, through cgroupRestore) and reports whether
+// everything is back.
+func (p *Placement) restoreAll(todo []*workload) bool {
+	b := cgroupRestore{p: p, ws: todo}
+	if p.cg.Version() == cgroup.CgroupV1 {
+		b.allowed, _ = p.cg.Allowed()
+	}
+	vs := make([]*statefile.Values, len(todo))
+	for i, w := range todo {
+		vs[i] = &w.rec.Values
+	}
+	return p.e.RestoreAll(vs, b)
+}
+
+// cgroupRestore is the driver's side of Journal.RestoreAll: the
+// cpuset.cpus of workloads ws, read and written through their held-open
+// file when they have one. allowed is the managed parent's CPUs on cgroup
+// v1 (empty on v2).
 type cgroupRestore struct {
 	p       *Placement
+	ws      []*workload
 	allowed sysfs.CPUSet
 }
 
-func (b cgroupRestore) Values(w *workload) *statefile.Values { return &w.rec.Values }
-
-func (b cgroupRestore) Current(w *workload) (string, error) {
+// ReadValue reads the workload's cpuset.cpus; ErrGone when its cgroup is
+// gone (its record goes with it). Its record was matched to the cgroup
+// by inode (Kept); a value is ours as Placement.ours says, and any is
+// for a record migrated from version 1 (Unverified).
+func (b cgroupRestore) ReadValue(i int) (placement.Held, error) {
+	w := b.ws[i]
 	cur, err := b.p.readCPUs(w)
 	if cgroup.IsGone(err) {
-		return "", placement.ErrGone // its record is dropped with its cgroup
+		return placement.Held{}, placement.ErrGone // its record is dropped with its cgroup
 	}
-	return cur.String(), err
+	if err != nil {
+		return placement.Held{}, err
+	}
+	return placement.Held{Value: cur.String(), Kept: true, Same: b.p.same(cur), Any: w.rec.Unverified}, nil
 }
 
-func (b cgroupRestore) Ours(w *workload, cur string) bool {
-	set, err := sysfs.ParseCPUList(cur)
-	return err == nil && b.p.ours(w.rec, set)
-}
-
-func (b cgroupRestore) Theirs(w *workload, cur string) {
-	b.p.e.Log.WithFields(logrus.Fields{"workload": w.name, "cpus": cur, "original": w.rec.Original}).Warn("cpuset.cpus was changed by someone else; not restored")
+func (b cgroupRestore) Theirs(i int, h placement.Held) {
+	w := b.ws[i]
+	b.p.e.Log.WithFields(logrus.Fields{"workload": w.name, "cpus": h.Value, "original": w.rec.Original}).Warn("cpuset.cpus was changed by someone else; not restored")
 	w.rec.Unverified = false
-	w.cpus, _ = sysfs.ParseCPUList(cur)
+	w.cpus, _ = sysfs.ParseCPUList(h.Value)
 }
 
-// PutBack writes the original, or on v1 its CPUs online now (every CPU
-// the parent has when none is: the record stays, Applied the value
-// written, and a later run writes the rest); an empty original that v2
+// WriteBack writes the original, or on v1 its CPUs online now (every CPU
+// the parent has when none is: not all back, the value written stays
+// recorded, and a later run writes the rest); an empty original that v2
 // refuses to a cgroup with tasks is written as every CPU.
-func (b cgroupRestore) PutBack(w *workload, curList string) bool {
-	p, r, n := b.p, w.rec, w.name
-	cur, _ := sysfs.ParseCPUList(curList)
-	orig, _ := sysfs.ParseCPUList(r.Original)
+func (b cgroupRestore) WriteBack(i int, origList string, h placement.Held) (string, bool, error) {
+	p, w := b.p, b.ws[i]
+	r, n := w.rec, w.name
+	cur, _ := sysfs.ParseCPUList(h.Value)
+	orig, _ := sysfs.ParseCPUList(origList)
 	target := orig
 	if p.cg.Version() == cgroup.CgroupV1 && !orig.IsEmpty() && !b.allowed.IsEmpty() && !orig.Intersect(b.allowed).Equal(orig) {
 		if target = orig.Intersect(b.allowed); target.IsEmpty() {
@@ -120,11 +136,11 @@ func (b cgroupRestore) PutBack(w *workload, curList string) bool {
 		}
 		if err != nil {
 			if cgroup.IsGone(err) {
-				return true
+				return "", false, placement.ErrGone
 			}
 			p.e.Stats.Errors.Add(1)
 			p.e.Log.WithError(err).WithField("workload", n).Warn("cannot restore original cpuset; it stays in state.json for the next start")
-			return false
+			return "", false, err
 		}
 		p.e.Stats.Writes.Add(1)
 		w.cpus = target
@@ -137,10 +153,8 @@ func (b cgroupRestore) PutBack(w *workload, curList string) bool {
 	}
 	r.Unverified = false
 	if target.Equal(orig) {
-		p.e.Restored(&r.Values)
-		return true
+		return origList, true, nil
 	}
-	r.Applied, r.Pending = target.String(), ""
 	p.e.Log.WithFields(logrus.Fields{"workload": n, "original": r.Original, "written": target.String()}).Warn("original cpuset names CPUs that are offline now: restored in part; it stays in state.json and is restored in full once they are back")
-	return false
+	return target.String(), false, nil
 }

@@ -69,7 +69,7 @@ func (p *Placement) SyncClock() (more bool) {
 	if p.e.Clock == nil || p.cg == nil {
 		return false
 	}
-	allowed, opened := p.allowed, 0
+	allowed, opened := p.e.Allowed, 0
 	for _, n := range p.Names() {
 		w := p.workloads[n]
 		if !w.placed() || !placement.Packed(w.cpus, allowed) {

@@ -17,32 +17,16 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/systemd"
 )
 
-// Apply plans placement for policy eff over the units and sets the
-// AllowedCPUs= that differ. A unit the plan gives every allowed CPU gets
-// its original back (unset stays unset: no value of ours), and so does
-// one with an override of performance, or exempt (SetExempt). An
-// administrator's AllowedCPUs= (the original) bounds the choice. Each
-// value is recorded (Pending) and saved before it is set.
-func (u *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.CPUSet, force bool) {
-	u.e.Written = 0
+// PlanInput gives the engine's plan (Engine.Apply) every online CPU, the
+// units' loads (not those with an override of performance, nor exempt
+// ones: their originals come back) under the slice rules, and their
+// keys; nothing to place without the manager or units.
+func (u *Placement) PlanInput(online sysfs.CPUSet) (placement.PlanInput, bool) {
 	if u.mgr == nil || len(u.workloads) == 0 {
-		u.e.Plan = policy.Plan{Policy: eff}
-		return
+		return placement.PlanInput{}, false
 	}
-	if !u.e.Flush() {
-		u.e.Plan = policy.Plan{Policy: eff, Lazy: u.e.Plan.Lazy}
-		return
-	}
-	lazy, fresh := placement.LazyInput(u.e.Plan.Lazy, u.e.Asked, eff, u.online, online, force)
-	u.e.Asked = eff
-	in := policy.Input{
-		Topology: topo, Allowed: online.List(), Policy: eff,
-		Lazy: lazy, Now: time.Now(), MaxInterval: u.e.Cfg.SampleInterval,
-		DisableLazy: fresh, Slices: u.e.Cfg.Slices,
-	}
-	names := u.Names()
-	users := map[int][]userWrite{}
-	for _, n := range names {
+	in := placement.PlanInput{Allowed: online, Names: u.Names(), Slices: true}
+	for _, n := range in.Names {
 		w := u.workloads[n]
 		if w.override == policy.Performance || w.exempt {
 			continue // no restriction of ours: its original below
@@ -54,22 +38,36 @@ func (u *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.
 		in.Loads = append(in.Loads, policy.Load{Name: n, Util: w.avg.Util, Current: cur.List(), Pressure: w.pressure,
 			Class: w.class(), Slice: w.slice})
 	}
-	plan := policy.PlanPlacement(in)
-	u.e.Plan, u.online = plan, online
+	return in, true
+}
 
+// Write sets the AllowedCPUs= the plan wants that differ. A unit the
+// plan gives every allowed CPU, or none (an override of performance, or
+// exempt: SetExempt), gets its original back (unset stays unset: no
+// value of ours). An administrator's AllowedCPUs= (the original) bounds
+// the choice. Each value is recorded (Pending) and saved before it is
+// set: the system manager's units here, each user's in a batch handed to
+// its link; a user's manager in a reload gets its values once it is
+// over.
+func (u *Placement) Write(plan policy.Plan, wants []placement.Want) {
+	online := u.e.Allowed
+	users := map[int][]userWrite{}
 	type set struct {
 		w    *unitWorkload
 		want sysfs.CPUSet
 	}
 	var sets []set
 	var batch []placement.JournalWrite
-	for _, n := range names {
-		w := u.workloads[n]
+	for _, x := range wants {
+		w := u.workloads[x.Name]
+		if w == nil {
+			continue
+		}
 		if u.reloading[w.uid] {
 			u.held[w.uid] = true // set once the reload is over (reloaded)
 			continue
 		}
-		want := sysfs.NewCPUSet(plan.CPUs[n]...)
+		want := x.CPUs
 		orig, _ := sysfs.ParseCPUList(w.rec.Original)
 		if !orig.IsEmpty() {
 			if b := want.Intersect(orig); !b.IsEmpty() {
@@ -257,7 +255,7 @@ func (u *Placement) setOne(ctx context.Context, w *unitWorkload, want sysfs.CPUS
 // keeps a runtime value), and drops each record done; it reports whether
 // everything is back. A value someone else set is theirs and stays; a
 // unit systemd no longer knows has nothing left to reset. The system
-// manager's units are reset here (RestoreAll, with unitRestore); a
+// manager's units are reset here (Journal.RestoreAll, with unitRestore); a
 // user's through its link (restoreUsers), within linkRestoreTimeout.
 func (u *Placement) Restore() bool {
 	if u.mgr == nil {
@@ -270,7 +268,8 @@ func (u *Placement) Restore() bool {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	var todo []*unitRestoring
+	sys := &unitRestore{u: u, ctx: ctx}
+	var vs []*statefile.Values
 	users := map[int][]*statefile.UnitRecord{}
 	for _, k := range keys {
 		r := u.records[k]
@@ -281,10 +280,12 @@ func (u *Placement) Restore() bool {
 			users[uid] = append(users[uid], r)
 			continue
 		}
-		todo = append(todo, &unitRestoring{key: k, r: r})
+		sys.recs = append(sys.recs, r)
+		vs = append(vs, &r.Values)
 	}
+	sys.ids = make([]string, len(sys.recs))
 	ok := u.restoreUsers(ctx, users)
-	if !placement.RestoreAll(&u.e.Journal, &unitRestore{u: u, ctx: ctx}, todo) {
+	if !u.e.RestoreAll(vs, sys) {
 		ok = false
 	}
 	u.dropGone(ctx)
@@ -456,93 +457,73 @@ func (u *Placement) takeRestored(uid int, r *statefile.UnitRecord, was string, r
 	return false
 }
 
-// unitRestore is Placement.Restore's side of RestoreAll, for the system
-// manager's records.
+// unitRestore is Placement.Restore's side of Journal.RestoreAll, for the
+// system manager's records recs; ids holds each unit's drop-ins as
+// ReadValue found them.
 type unitRestore struct {
-	u   *Placement
-	ctx context.Context
-}
-
-// unitRestoring is one unit record being restored: its key in records,
-// and the unit's drop-ins as current found them.
-type unitRestoring struct {
-	key string
-	r   *statefile.UnitRecord
-	ids string
+	u    *Placement
+	ctx  context.Context
+	recs []*statefile.UnitRecord
+	ids  []string
 }
 
 // errLingers: the unit is gone, but the daemon's value outlives it in its
 // runtime drop-in (lingering).
 var errLingers = errors.New("the unit's runtime drop-in outlives it")
 
-func (b *unitRestore) Values(it *unitRestoring) *statefile.Values { return &it.r.Values }
-
-// Current reads the unit's AllowedCPUs= through the system manager.
-// ErrGone: the unit is gone, and the daemon's value with it.
-func (b *unitRestore) Current(it *unitRestoring) (string, error) {
-	u, r := b.u, it.r
+// ReadValue reads the unit's AllowedCPUs= through the system manager.
+// ErrGoneWithIt: the unit is gone, and the daemon's value with it. The
+// unit's identity is its AllowedCPUs= drop-ins as the daemon's last
+// write left them (rewritten: Kept); the way back to an unset original
+// passes through every possible CPU on cgroup v2 (pendingFor: Widen).
+func (b *unitRestore) ReadValue(i int) (placement.Held, error) {
+	u, r := b.u, b.recs[i]
 	info, err := u.mgr.UnitInfo(b.ctx, r.Unit)
 	if err == nil && info.LoadState == "not-found" || isNoSuchUnit(err) {
 		if path, _, lingers := lingering(r); lingers {
 			u.e.Log.WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager, "dropin": path, "allowed_cpus": r.Applied + r.Pending}).Warn("the unit is gone but the AllowedCPUs= the daemon set stays in its runtime drop-in, which a unit loaded again under that name starts with, and systemd cannot change it while the unit is not found; it stays in state.json, and the daemon resets it once the unit is back (a reboot removes it)")
-			return "", errLingers
+			return placement.Held{}, errLingers
 		}
-		u.e.Restored(&r.Values) // gone, and its runtime values with it
-		return "", placement.ErrGone
+		return placement.Held{}, placement.ErrGoneWithIt // gone, and its runtime values with it
 	}
 	if err != nil {
 		u.e.Log.WithError(err).WithField("unit", r.Unit).Warn("cannot read AllowedCPUs to restore it; it stays in state.json for the next start")
-		return "", err
+		return placement.Held{}, err
 	}
-	it.ids = dropIns(info.DropInPaths)
-	return sysfs.NewCPUSet(info.AllowedCPUs...).String(), nil
-}
-
-// Ours: the unit's identity is its AllowedCPUs= drop-ins as the daemon's
-// last write left them (rewritten).
-func (b *unitRestore) Ours(it *unitRestoring, cur string) bool {
-	return it.r.Ours(cur, !rewritten(it.r, it.ids), nil)
+	b.ids[i] = dropIns(info.DropInPaths)
+	orig, _ := sysfs.ParseCPUList(r.Original)
+	return placement.Held{Value: sysfs.NewCPUSet(info.AllowedCPUs...).String(), Kept: !rewritten(r, b.ids[i]), Widen: u.pendingFor(orig)}, nil
 }
 
 // Theirs says so unless the unit is back at its original (its runtime
 // value dropped, not replaced).
-func (b *unitRestore) Theirs(it *unitRestoring, cur string) {
-	r := it.r
-	if again := cur != r.Pending && rewritten(r, it.ids); cur != r.Original || again {
-		b.u.e.Log.WithFields(logrus.Fields{"unit": r.Unit, "allowed_cpus": cur, "original": r.Original, "dropins": it.ids}).Warn("AllowedCPUs was changed by someone else; not restored")
+func (b *unitRestore) Theirs(i int, h placement.Held) {
+	r, ids, cur := b.recs[i], b.ids[i], h.Value
+	if again := cur != r.Pending && rewritten(r, ids); cur != r.Original || again {
+		b.u.e.Log.WithFields(logrus.Fields{"unit": r.Unit, "allowed_cpus": cur, "original": r.Original, "dropins": ids}).Warn("AllowedCPUs was changed by someone else; not restored")
 	}
 	r.DropIns = ""
 }
 
-// PutBack resets the unit's AllowedCPUs= to its original (setAllowed),
-// recording the widening step first.
-func (b *unitRestore) PutBack(it *unitRestoring, _ string) bool {
-	u, r := b.u, it.r
-	e := &r.Values
-	orig, _ := sysfs.ParseCPUList(r.Original)
-	if p := u.pendingFor(orig); p != "" && p != r.Pending {
-		// The widening step (setAllowed) is a value of ours too:
-		// recorded before it is set.
-		u.e.Begin(e, p)
-		if !u.e.Flush() {
-			return false
-		}
-	}
+// WriteBack resets the unit's AllowedCPUs= to its original (setAllowed,
+// the widening step recorded by the journal first). A unit systemd no
+// longer knows is back too: its runtime value went with it.
+func (b *unitRestore) WriteBack(i int, origList string, _ placement.Held) (string, bool, error) {
+	u, r := b.u, b.recs[i]
+	orig, _ := sysfs.ParseCPUList(origList)
 	if err := u.setAllowed(b.ctx, u.mgr, r.Unit, orig); isNoSuchUnit(err) {
-		u.e.Restored(e)
-		return true
+		return origList, true, nil
 	} else if err != nil {
 		u.e.Stats.Errors.Add(1)
 		u.e.Log.WithError(err).WithField("unit", r.Unit).Warn("cannot restore AllowedCPUs; it stays in state.json for the next start")
-		return false
+		return "", false, err
 	}
 	u.e.Stats.Writes.Add(1)
-	u.e.Restored(e)
 	r.DropIns = ""
 	if w := u.workloads[workloadKey(recordUID(r.Manager), r.Unit)]; w != nil {
 		w.cpus = orig
 	}
-	return true
+	return origList, true, nil
 }
 
 // setAllowed sets unit name's AllowedCPUs= to cpus. An empty set (unset,

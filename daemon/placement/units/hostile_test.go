@@ -117,7 +117,7 @@ func (h *hostileUnits) pump(what string, pol policy.Policy, cond func() bool) {
 }
 
 func (h *hostileUnits) apply(pol policy.Policy) {
-	h.u.Apply(pol, twoCPUTopology(h.t), twoCPUs, true)
+	h.u.e.Apply(pol, twoCPUTopology(h.t), twoCPUs, true)
 }
 
 // linkUp reports whether the user's link is up.

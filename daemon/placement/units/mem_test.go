@@ -100,7 +100,7 @@ func (h *memUnits) follow(apply func()) []bool {
 
 // apply plans pol over CPUs 0 and 1 (one core each) and writes it.
 func (h *memUnits) apply(pol policy.Policy) {
-	h.u.Apply(pol, twoCPUTopology(h.t), twoCPUs, true)
+	h.u.e.Apply(pol, twoCPUTopology(h.t), twoCPUs, true)
 }
 
 // taken returns the journal so far and starts it anew.

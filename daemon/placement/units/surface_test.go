@@ -53,7 +53,7 @@ func surfaceUnits(t *testing.T, saved []statefile.UnitRecord, out *[]statefile.U
 
 func placer(t *testing.T, u *Placement, pol *policy.Policy) func() {
 	topo := twoCPUTopology(t)
-	return func() { u.Apply(*pol, topo, twoCPUs, true) }
+	return func() { u.e.Apply(*pol, topo, twoCPUs, true) }
 }
 
 // TestUnitsDaemonReloadHeld: on `systemctl daemon-reload`

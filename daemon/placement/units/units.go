@@ -117,10 +117,10 @@ type Placement struct {
 	// task-clock gate is nil on cgroup v1 (systemd applies no
 	// AllowedCPUs= there) or with Config.NoTaskClock.
 	//
-	// procRoot is where a confirmation reads its threads' schedstat;
-	// online, the CPUs of the last plan: what "unset" gives.
+	// procRoot is where a confirmation reads its threads' schedstat.
+	// (The CPUs of the last plan, what "unset" gives, are the engine's
+	// Allowed.)
 	procRoot string
-	online   sysfs.CPUSet
 }
 
 // The driver and the capabilities it has (backend.go).
@@ -410,7 +410,7 @@ func (u *Placement) Status() []snapshot.WorkloadStatus {
 		w := u.workloads[n]
 		cpus := w.cpus
 		if cpus.IsEmpty() {
-			cpus = u.online
+			cpus = u.e.Allowed
 		}
 		ws := snapshot.WorkloadStatus{Name: w.name, Path: w.cgroup, CPUs: cpus.String(), Util: w.avg.Util, Override: w.override, Class: w.class(), Manager: managerName(w.uid)}
 		switch {
@@ -422,7 +422,7 @@ func (u *Placement) Status() []snapshot.WorkloadStatus {
 			// (unset: every CPU of the last plan).
 			may, _ := sysfs.ParseCPUList(w.rec.Original)
 			if may.IsEmpty() {
-				may = u.online
+				may = u.e.Allowed
 			}
 			ws.Confined = w.rec.Applied != "" && !w.cpus.IsEmpty() && w.cpus.Size() < may.Size()
 		}

@@ -105,7 +105,7 @@ type linkWork struct {
 	restore *linkRestore
 }
 
-// userWrite is one AllowedCPUs= to set on a user's unit (Apply): key is
+// userWrite is one AllowedCPUs= to set on a user's unit (Write): key is
 // the unit's record key, want the value, expect the value the loop last
 // saw (the write is skipped when the unit holds another, or its drop-ins
 // are not expectIDs when that is known).

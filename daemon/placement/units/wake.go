@@ -101,7 +101,7 @@ func (u *Placement) SyncClock() (more bool) {
 	}
 	for _, n := range u.Names() {
 		w := u.workloads[n]
-		if !placement.Packed(w.cpus, u.online) {
+		if !placement.Packed(w.cpus, u.e.Allowed) {
 			u.e.Clock.Remove(n)
 			continue
 		}
