@@ -14,7 +14,12 @@
 //   - a cgroup v1 cpuset parent of the test's own below CpusetRoot,
 //     removed with its children at cleanup (CpusetV1Parent, CpusetV1Dir,
 //     NeedCpusetV1);
-//   - the Prometheus reference checker on a metrics text (CheckMetrics).
+//   - the Prometheus reference checker on a metrics text (CheckMetrics);
+//   - a daemon's binary run as a child with an sd_notify socket of the
+//     test's own, killed at cleanup (StartProc, Proc.WaitReady: ready or
+//     refused; ListenNotify, NotifySocket.Expect);
+//   - another process holding a file of a mounted tree open or its cwd in
+//     it, which keeps the mount alive after umount -l (HoldFile).
 //
 // Helpers that need something the machine may lack skip the test and say
 // what is missing (and which Debian package or privilege provides it);
