@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"reflect"
-	"slices"
 	"testing"
 	"time"
 
@@ -43,11 +42,6 @@ func runnable(d *Daemon, dir string) (int, error) {
 		proc = "/proc"
 	}
 	return cgroup.DirRunnable(dir, proc)
-}
-
-// listed reports whether the engine lists workload name (Engine.Status).
-func listed(d *Daemon, name string) bool {
-	return slices.ContainsFunc(d.place.Status(), func(w WorkloadStatus) bool { return w.Name == name })
 }
 
 // workloadLoad is workload name's runnable threads at the last sample and

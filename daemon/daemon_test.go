@@ -7,11 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/schedpolicyd/schedpolicyd/acpi"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
@@ -334,67 +331,6 @@ func TestSettingWords(t *testing.T) {
 	}
 }
 
-// TestDaemonRecoversOriginalsAfterCrash: a crashed run left workload a
-// packed on CPU 0 and its true original ("1-2") in state.json. The next run
-// must restore 1-2 on stop, not the packed set it found.
-func TestDaemonRecoversOriginalsAfterCrash(t *testing.T) {
-	m := newMockLaptop(t)
-	testutil.Put(t, filepath.Join(m.managed, "a/cpuset.cpus"), "0")
-	if err := statefile.SaveState(m.state, statefile.State{
-		Knob:    policy.DefaultKnob(),
-		Cgroups: []statefile.Record{{Path: filepath.Join(m.managed, "a"), Inode: dirInode(filepath.Join(m.managed, "a")), Values: statefile.Values{Original: "1-2", Applied: "0"}}},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	_, cancel, done := m.start(t)
-	testutil.Eventually(t, "a spread", func() (bool, string) {
-		got := testutil.ReadTrim(t, filepath.Join(m.managed, "a/cpuset.cpus"))
-		return got == "0-7", got
-	})
-	// While running, state.json holds both workloads' originals.
-	st, err := statefile.LoadState(m.state)
-	if o := originals(st); err != nil || o[filepath.Join(m.managed, "a")] != "1-2" || o[filepath.Join(m.managed, "b")] != "2-3" {
-		t.Errorf("running state = %+v, %v; want originals a=1-2 b=2-3", st, err)
-	}
-	cancel()
-	<-done
-	if got := testutil.ReadTrim(t, filepath.Join(m.managed, "a/cpuset.cpus")); got != "1-2" {
-		t.Errorf("a restored to %q, want the saved original 1-2", got)
-	}
-	if st, _ := statefile.LoadState(m.state); len(st.Cgroups) != 0 {
-		t.Errorf("after a clean stop state.json still holds records %+v", st.Cgroups)
-	}
-}
-
-// TestDaemonRecreatesVanishedParent: when the managed parent disappears
-// the daemon recreates it and adopts the children that come back.
-func TestDaemonRecreatesVanishedParent(t *testing.T) {
-	m := newMockLaptop(t)
-	d, _, _ := m.start(t)
-	testutil.Eventually(t, "two workloads", func() (bool, string) {
-		n := len(d.Snapshot().Workloads)
-		return n == 2, fmt.Sprint(n)
-	})
-	if err := os.RemoveAll(m.managed); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, "parent recreated", func() (bool, string) {
-		_, err := os.Stat(m.managed)
-		return err == nil, fmt.Sprint(err)
-	})
-	// A mock v2 parent needs the files the kernel would create in it; the
-	// daemon keeps retrying until the cgroup is usable.
-	testutil.Put(t, m.managed+"/cgroup.controllers", "cpuset cpu")
-	testutil.Put(t, m.managed+"/cgroup.subtree_control", "")
-	testutil.Put(t, m.managed+"/cpuset.cpus.effective", "0-7")
-	testutil.Put(t, filepath.Join(m.managed, "z/cpuset.cpus"), "")
-	testutil.Put(t, filepath.Join(m.managed, "z/cpu.stat"), "usage_usec 0")
-	testutil.Eventually(t, "z adopted and placed", func() (bool, string) {
-		ws := d.Snapshot().Workloads
-		return len(ws) == 1 && ws[0].Name == "z" && ws[0].CPUs == "0-7", fmt.Sprint(ws)
-	})
-}
-
 // TestDaemonSingleInstance: a second daemon on the same state or tree
 // directory refuses to start and leaves the first one serving.
 func TestDaemonSingleInstance(t *testing.T) {
@@ -544,41 +480,6 @@ func TestDaemonSamplingBacksOffWhileIdle(t *testing.T) {
 	}
 }
 
-// TestDaemonIgnoresOriginalOfAnotherCgroup: a saved original whose inode
-// does not match the directory now at its path (the cgroup was removed and
-// made again while no daemon ran) is not used; a matching one is.
-func TestDaemonIgnoresOriginalOfAnotherCgroup(t *testing.T) {
-	m := newMockLaptop(t)
-	a, b := filepath.Join(m.managed, "a"), filepath.Join(m.managed, "b")
-	ino := func(p string) uint64 {
-		var st syscall.Stat_t
-		if err := syscall.Stat(p, &st); err != nil {
-			t.Fatal(err)
-		}
-		return st.Ino
-	}
-	testutil.Put(t, filepath.Join(a, "cpuset.cpus"), "0")
-	testutil.Put(t, filepath.Join(b, "cpuset.cpus"), "0")
-	if err := statefile.SaveState(m.state, statefile.State{
-		Knob: policy.DefaultKnob(),
-		Cgroups: []statefile.Record{
-			{Path: a, Inode: ino(a), Values: statefile.Values{Original: "1-2", Applied: "0"}},
-			{Path: b, Inode: ino(b) + 1, Values: statefile.Values{Original: "4-5", Applied: "0"}},
-		},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	_, cancel, done := m.start(t)
-	cancel()
-	<-done
-	if got := testutil.ReadTrim(t, filepath.Join(a, "cpuset.cpus")); got != "1-2" {
-		t.Errorf("a restored to %q, want its saved original 1-2", got)
-	}
-	if got := testutil.ReadTrim(t, filepath.Join(b, "cpuset.cpus")); got != "0" {
-		t.Errorf("b restored to %q, want 0 as found (the saved 4-5 was another cgroup's)", got)
-	}
-}
-
 // originals returns path → original of st's workload records that hold a
 // value of ours (tests' view of what a restore would write back).
 func originals(st statefile.State) map[string]string {
@@ -589,26 +490,4 @@ func originals(st statefile.State) map[string]string {
 		}
 	}
 	return m
-}
-
-// lbCleared returns path → inode of st's records whose
-// sched_load_balance the daemon cleared.
-func lbCleared(st statefile.State) map[string]uint64 {
-	m := map[string]uint64{}
-	for _, r := range st.Cgroups {
-		if r.LoadBalanceCleared {
-			m[r.Path] = r.Inode
-		}
-	}
-	return m
-}
-
-// dirInode is dir's inode number, as the cgroupfs placement records it (0
-// if it cannot be read).
-func dirInode(dir string) uint64 {
-	var st unix.Stat_t
-	if unix.Stat(dir, &st) != nil {
-		return 0
-	}
-	return st.Ino
 }

@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -116,75 +115,6 @@ func TestWatchdogBadIntervalLogged(t *testing.T) {
 	if want := `systemd watchdog: error converting WATCHDOG_USEC: strconv.Atoi: parsing "30s": invalid syntax`; err == nil || err.Error() != want {
 		t.Errorf("logged error %v, want %q", err, want)
 	}
-}
-
-// TestWorkloadRemovedBetweenPlanAndWrite: the workload's directory goes
-// away after the daemon listed it and before it writes the new cpuset. The
-// write fails with ENOENT; the workload is forgotten quietly, the others
-// are placed, nothing counts as an error, and the daemon goes on. Runs on
-// the cgroup v2 mock, and on a real cgroup v1 parent when this machine has
-// one (rmdir of a real cgroup, then the write).
-func TestWorkloadRemovedBetweenPlanAndWrite(t *testing.T) {
-	t.Run("v2 mock", func(t *testing.T) {
-		m := newMockLaptop(t)
-		d, _, _ := m.start(t)
-		testutil.Eventually(t, "two workloads", func() (bool, string) {
-			return len(d.Snapshot().Workloads) == 2, fmt.Sprint(d.Snapshot().Workloads)
-		})
-		removedBetween(t, d, func() error { return os.RemoveAll(filepath.Join(m.managed, "a")) }, "a", "b")
-	})
-	t.Run("real v1", func(t *testing.T) {
-		parent := testutil.CpusetV1Parent(t, "schedpolicyd-test")
-		for _, w := range []string{"a", "b"} {
-			if err := os.Mkdir(filepath.Join(parent, w), 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-		m := newMockLaptop(t)
-		online := strings.TrimSpace(testutil.Read(t, "/sys/devices/system/cpu/online"))
-		os.RemoveAll(filepath.Join(m.sys, "devices"))
-		testutil.Put(t, filepath.Join(m.sys, "devices/system/cpu/online"), online)
-		d := m.startWith(t, func(c *Config) { c.CgroupRoot = parent })
-		testutil.Eventually(t, "two workloads", func() (bool, string) {
-			return len(d.Snapshot().Workloads) == 2, fmt.Sprint(d.Snapshot().Workloads)
-		})
-		removedBetween(t, d, func() error { return syscall.Rmdir(filepath.Join(parent, "a")) }, "a", "b")
-	})
-}
-
-// removedBetween removes a workload inside the loop, right before a policy
-// change makes the loop write every cpuset, and checks the outcome.
-func removedBetween(t *testing.T, d *Daemon, remove func() error, gone, kept string) {
-	t.Helper()
-	before := d.Stats()
-	err := d.do(context.Background(), func() error {
-		if err := remove(); err != nil {
-			return err
-		}
-		if !listed(d, gone) {
-			return fmt.Errorf("%s already forgotten; the test needs it listed", gone)
-		}
-		k := d.dec.knob.WithCurrentPolicy(policy.Powersaving)
-		return d.setKnob(k, "test")
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := d.Snapshot().Workloads
-	if len(ws) != 1 || ws[0].Name != kept {
-		t.Fatalf("workloads after the removal = %+v, want only %s", ws, kept)
-	}
-	if cpus := ws[0].CPUs; strings.ContainsAny(cpus, ",-") {
-		t.Errorf("%s = %s, want packed on one CPU", kept, cpus)
-	}
-	if after := d.Stats(); after.Errors != before.Errors {
-		t.Errorf("a vanished workload counted as %d errors", after.Errors-before.Errors)
-	}
-	testutil.Eventually(t, "original forgotten", func() (bool, string) {
-		st, _ := statefile.LoadState(d.cfg.StateDir)
-		_, has := originals(st)[filepath.Join(d.cfg.CgroupRoot, gone)]
-		return !has, fmt.Sprint(st.Cgroups)
-	})
 }
 
 // TestDaemonChoiceNotPersisted: when state.json cannot be written (the

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,16 +19,6 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
-
-// capture makes the daemon log into buf as well as into the test log.
-func capture(t *testing.T, buf *testutil.LockedBuffer) func(*Config) {
-	return func(c *Config) {
-		log := logrus.New()
-		log.SetLevel(logrus.DebugLevel)
-		log.SetOutput(io.MultiWriter(testutil.LogWriter(t), buf))
-		c.Log = log
-	}
-}
 
 // startOutcome runs a daemon with cfg and reports how its start ended:
 // the error of a refused start, or nil once it was ready (it is then
@@ -71,16 +60,6 @@ func quietCfg(m mockLaptop, tree, state string) Config {
 		StateDir: state, Bus: "none", Events: "none", RecheckInterval: -1}
 }
 
-// holderOf returns the pid /proc/locks lists as holding a flock on path.
-func holderOf(t *testing.T, path string) int {
-	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return 0
-	}
-	return statefile.FlockHolder(uint64(st.Dev), st.Ino)
-}
-
 // TestCgroupParentSecondManagerRefused (case 4): a daemon with its own
 // state and tree directories but the managed parent of a running one
 // refuses to start, names the first one's pid and the parent, and writes
@@ -111,108 +90,6 @@ func TestCgroupParentSecondManagerRefused(t *testing.T) {
 	if n := len(d.Snapshot().Workloads); n != 2 || testutil.ReadTrim(t, b) != "0-7" {
 		t.Errorf("first daemon disturbed: %d workloads, b=%s", n, testutil.ReadTrim(t, b))
 	}
-}
-
-// mockParent fills dir with what a cgroup v2 managed parent holds in the
-// mock tree, and a child with the given cpuset.cpus.
-func mockParent(t *testing.T, dir, child, cpus string) {
-	testutil.Put(t, dir+"/cgroup.controllers", "cpuset cpu")
-	testutil.Put(t, dir+"/cgroup.subtree_control", "cpuset")
-	testutil.Put(t, dir+"/cpuset.cpus.effective", "0-7")
-	testutil.Put(t, filepath.Join(dir, child, "cpuset.cpus"), cpus)
-	testutil.Put(t, filepath.Join(dir, child, "cpuset.cpus.effective"), "0-7")
-	testutil.Put(t, filepath.Join(dir, child, "cpu.stat"), "usage_usec 0")
-}
-
-// TestCgroupParentRelocked (case 4, while running): a managed parent that
-// is removed and made again is locked again; one that another manager
-// holds when it takes the place of ours (here: renamed over it, so no scan
-// ever finds the path missing) is not managed — a warning names the
-// holder and nothing in it is written — until that manager lets go.
-func TestCgroupParentRelocked(t *testing.T) {
-	m := newMockLaptop(t)
-	var log testutil.LockedBuffer
-	d := m.startWith(t, capture(t, &log))
-	testutil.Eventually(t, "two workloads", func() (bool, string) {
-		n := len(d.Snapshot().Workloads)
-		return n == 2, fmt.Sprint(n)
-	})
-	me := os.Getpid() // in-process: the daemon's pid is ours
-	if got := holderOf(t, m.managed); got != me {
-		t.Fatalf("/proc/locks: the managed parent is held by %d, want the daemon (%d)", got, me)
-	}
-
-	// Removed and made again: the new directory is locked. As on cgroupfs,
-	// the children go first (rmdir refuses a cgroup that has any) and are
-	// seen gone; the mock's files go before them (cgroupfs's go with the
-	// rmdir), so the parent's own rmdir is the only event left to wake the
-	// daemon, whatever the scheduling.
-	entries, err := os.ReadDir(m.managed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if !e.IsDir() {
-			if err := os.Remove(filepath.Join(m.managed, e.Name())); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for _, e := range entries {
-		if e.IsDir() {
-			if err := os.RemoveAll(filepath.Join(m.managed, e.Name())); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	testutil.Eventually(t, "the children seen gone", func() (bool, string) {
-		ws := d.Snapshot().Workloads
-		return len(ws) == 0, fmt.Sprint(ws)
-	})
-	if err := os.Remove(m.managed); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, "parent recreated", func() (bool, string) {
-		_, err := os.Stat(m.managed)
-		return err == nil, fmt.Sprint(err)
-	})
-	mockParent(t, m.managed, "z", "")
-	testutil.Eventually(t, "z adopted and the new parent locked", func() (bool, string) {
-		ws := d.Snapshot().Workloads
-		h := holderOf(t, m.managed)
-		return len(ws) == 1 && ws[0].Name == "z" && h == me, fmt.Sprint(ws, " holder ", h)
-	})
-
-	// Another manager's parent takes the place of ours.
-	theirs := m.managed + ".theirs"
-	mockParent(t, theirs, "c", "5")
-	held := flockDir(t, theirs)
-	defer held.Close()
-	if err := unix.Renameat2(unix.AT_FDCWD, theirs, unix.AT_FDCWD, m.managed, unix.RENAME_EXCHANGE); err != nil {
-		t.Skipf("renameat2(RENAME_EXCHANGE) on this file system: %v", err)
-	}
-	if err := os.RemoveAll(theirs); err != nil { // our old parent, now there
-		t.Fatal(err)
-	}
-	warning := "pid " + strconv.Itoa(me) + " manages the cgroup " + m.managed
-	testutil.Eventually(t, "a warning naming the other manager", func() (bool, string) {
-		return strings.Contains(log.String(), warning), "log lacks " + strconv.Quote(warning)
-	})
-	testutil.Eventually(t, "no workloads while another manager holds the parent", func() (bool, string) {
-		ws := d.Snapshot().Workloads
-		return len(ws) == 0, fmt.Sprint(ws)
-	})
-	if got := testutil.ReadTrim(t, filepath.Join(m.managed, "c/cpuset.cpus")); got != "5" {
-		t.Errorf("c/cpuset.cpus = %s in a parent another manager holds, want 5 untouched", got)
-	}
-
-	// The other manager goes: ours again.
-	held.Close()
-	testutil.Eventually(t, "c adopted once the other manager left", func() (bool, string) {
-		ws := d.Snapshot().Workloads
-		h := holderOf(t, m.managed)
-		return len(ws) == 1 && ws[0].Name == "c" && h == me, fmt.Sprint(ws, " holder ", h)
-	})
 }
 
 // TestLockFileSymlinkRefused (case 7): a lock file that is a symlink or a
@@ -353,19 +230,4 @@ func TestTreeDirSymlinkSecondDaemonRefused(t *testing.T) {
 	if d.Snapshot().Policy != "performance" {
 		t.Error("first daemon disturbed")
 	}
-}
-
-// flockDir takes the exclusive flock another daemon holds on its managed
-// parent cgroup, dir.
-func flockDir(t *testing.T, dir string) *os.File {
-	t.Helper()
-	f, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		t.Fatalf("flock %s: %v", dir, err)
-	}
-	return f
 }

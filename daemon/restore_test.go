@@ -5,16 +5,12 @@ package daemon
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
-	"github.com/sirupsen/logrus"
-
-	"github.com/schedpolicyd/schedpolicyd/daemon/placement/cgroupfs"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
@@ -155,61 +151,6 @@ func TestRestoreKeepsRecordsNoRunMatched(t *testing.T) {
 	}
 }
 
-// TestRestoreHandEdit: a cpuset changed by hand while
-// the daemon runs is the user's: the Workloads property shows it (override
-// "user"), the daemon writes it no more, and a stop leaves it as the user
-// set it while every other workload is restored. A value set just after
-// adoption, before the daemon's first write, is never written over.
-func TestRestoreHandEdit(t *testing.T) {
-	parent := testutil.CpusetV1Parent(t, "schedpolicyd-test")
-	needTwoCPUs(t, parent)
-	v1Workloads(t, parent, map[string]string{"a": "0", "b": "1", "c": "0-1"})
-	m := thisMachineLaptop(t)
-	d, cancel, done := m.startCfg(t, func(c *Config) { c.CgroupRoot = parent })
-	testutil.Eventually(t, "performance: a and b spread", func() (bool, string) {
-		return cpusOf(t, parent+"/a") == "0-1" && cpusOf(t, parent+"/b") == "0-1", cpusOf(t, parent+"/a") + " " + cpusOf(t, parent+"/b")
-	})
-	testutil.Put(t, parent+"/c/cpuset.cpus", "1") // the user's
-	status := func(n string) WorkloadStatus {
-		for _, w := range d.Snapshot().Workloads {
-			if w.Name == n {
-				return w
-			}
-		}
-		return WorkloadStatus{}
-	}
-	testutil.Eventually(t, "c shown as the user's", func() (bool, string) {
-		w := status("c")
-		return w.CPUs == "1" && w.Override == cgroupfs.ReleasedOverride, w.CPUs + " " + string(w.Override)
-	})
-	setPolicy(t, d, policy.Powersaving)
-	setPolicy(t, d, policy.Performance)
-	if got := cpusOf(t, parent+"/c"); got != "1" {
-		t.Fatalf("c = %s after policy switches, want the user's 1", got)
-	}
-
-	// Just after adoption, before the first write: e is the user's 0.
-	v1Workloads(t, parent, map[string]string{"e": "0-1"})
-	testutil.Eventually(t, "e adopted", func() (bool, string) { return status("e").Name == "e", "" })
-	err := d.do(context.Background(), func() error {
-		testutil.Put(t, parent+"/e/cpuset.cpus", "0")
-		return d.setKnob(d.dec.knob.WithCurrentPolicy(policy.Powersaving), "test")
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := cpusOf(t, parent+"/e"); got != "0" {
-		t.Fatalf("e = %s, want the user's 0 (written over after adoption)", got)
-	}
-	cancel()
-	<-done
-	for n, want := range map[string]string{"a": "0", "b": "1", "c": "1", "e": "0"} {
-		if got := cpusOf(t, parent+"/"+n); got != want {
-			t.Errorf("after the stop %s = %s, want %s", n, got, want)
-		}
-	}
-}
-
 // cpuOnline sets the real CPU 1 online or offline, skipping where that is
 // impossible, and puts it back online at cleanup.
 func cpuOnline(t *testing.T, on bool) {
@@ -289,91 +230,5 @@ func TestRestoreRealHotplug(t *testing.T) {
 	}
 	if st, _ := statefile.LoadState(m.state); len(st.Cgroups) != 0 {
 		t.Errorf("records left after everything was restored: %+v", st.Cgroups)
-	}
-}
-
-// TestAdoptRetriesChildNotReady: a child whose
-// cpuset.cpus cannot be read yet (a directory tree where the files come
-// after mkdir) is not dropped: it is retried when its files appear, with
-// no other hint.
-func TestAdoptRetriesChildNotReady(t *testing.T) {
-	m := newMockLaptop(t)
-	ml := new(msgLog)
-	d := m.startWith(t, func(c *Config) { c.Log.(*logrus.Logger).AddHook(ml) })
-	c := filepath.Join(m.managed, "c")
-	if err := os.Mkdir(c, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// The loop sees c without files first.
-	testutil.Eventually(t, "c seen, waiting", func() (bool, string) {
-		return strings.Contains(ml.mentions("cannot adopt this cgroup yet"), "workload=c"), ""
-	})
-	testutil.Put(t, filepath.Join(c, "cpu.stat"), "usage_usec 0")
-	testutil.Put(t, filepath.Join(c, "cpuset.cpus"), "1")
-	testutil.Eventually(t, "c adopted", func() (bool, string) {
-		for _, w := range d.Snapshot().Workloads {
-			if w.Name == "c" {
-				return true, ""
-			}
-		}
-		return false, fmt.Sprint(d.Snapshot().Workloads)
-	})
-}
-
-// TestRecordWithoutInodeNotUsed is the trust issue's fifth case, on real
-// cgroup v1 cpusets: state.json says the daemon created workload "admin"
-// and packed it (original 1), but its record has no inode, and an
-// administrator's empty cgroup "admin" (cpus 0) is there now. The same
-// with a version-1 file, whose created map may hold inode 0 and whose
-// originals may have no original_inodes. The record is not used, and
-// the daemon says so: the empty cgroup is never removed, and a stop
-// leaves it as it was found (0), not at the record's original.
-func TestRecordWithoutInodeNotUsed(t *testing.T) {
-	for name, file := range map[string]func(admin string) string{
-		"version 2 record": func(admin string) string {
-			return `{"version": 2, "power_aware": 1, "power_aware_policy": "powersaving",
-  "cgroups": [{"path": "` + admin + `", "original_cpus": "1", "applied_cpus": "0", "created": true}]}`
-		},
-		"version 1 file": func(admin string) string {
-			return `{"version": 1, "power_aware": 1, "power_aware_policy": "powersaving",
-  "originals": {"` + admin + `": "1"}, "created": {"` + admin + `": 0}}`
-		},
-	} {
-		t.Run(name, func(t *testing.T) {
-			parent := testutil.CpusetV1Parent(t, "schedpolicyd-test")
-			needTwoCPUs(t, parent)
-			v1Workloads(t, parent, map[string]string{"admin": "0"})
-			admin := filepath.Join(parent, "admin")
-			m := thisMachineLaptop(t)
-			testutil.WriteFile(t, filepath.Join(m.state, statefile.StateFile), file(admin))
-			if st, err := statefile.LoadState(m.state); err != nil || len(st.Cgroups) != 1 || st.Cgroups[0].Inode != 0 || !st.Cgroups[0].Created {
-				t.Fatalf("the file's record: %+v %v, want one created record without inode", st.Cgroups, err)
-			}
-			ml := new(msgLog)
-			d, cancel, done := m.startCfg(t, func(c *Config) {
-				c.CgroupRoot = parent
-				c.Log.(*logrus.Logger).AddHook(ml)
-			})
-			testutil.Eventually(t, "admin adopted and spread (performance)", func() (bool, string) {
-				return cpusOf(t, admin) == "0-1", cpusOf(t, admin)
-			})
-			// A created workload without tasks is reaped at the next
-			// event: give it one (the periodic sample's).
-			d.do(context.Background(), func() error { d.place.OnSample(); return nil })
-			if _, err := os.Stat(admin); err != nil {
-				t.Fatalf("the administrator's cgroup was removed: %v", err)
-			}
-			if e := ml.mentions("cannot be shown to be this cgroup's"); !strings.Contains(e, admin) {
-				t.Fatalf("no warning about the record without inode; log has %q", e)
-			}
-			if e := ml.mentions("its cgroup is removed"); e != "" {
-				t.Fatalf("the daemon says %q", e)
-			}
-			cancel()
-			<-done
-			if got := cpusOf(t, admin); got != "0" {
-				t.Fatalf("after the stop admin = %s, want 0 as found (not the record's original 1)", got)
-			}
-		})
 	}
 }

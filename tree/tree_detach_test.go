@@ -4,9 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -74,68 +72,13 @@ func treeFDs(t *testing.T) string {
 	return fmt.Sprintf("/dev/fuse=%d mountinfo=%d eventfd=%d", fuse, mountinfo, eventfd)
 }
 
-// treeHolder is another process holding a reference into a tree, which
-// keeps its mount alive after a lazy unmount: an open file or its cwd.
-//
-// The holder is never this process, nor a child whose cmd.Dir is in the
-// tree: a file left open here into our own tree deadlocks the exit (its
-// close waits for a FLUSH reply from the server that died first), and a
-// chdir into our own mount between fork and exec deadlocks the fork (the
-// runtime cannot start the thread that would serve it while a thread waits
-// in clone(CLONE_VFORK)). bash opens the file or changes directory after
-// its exec.
-type treeHolder struct {
-	cmd  *exec.Cmd
-	path string // testCurrent as the holder reaches it, via /proc/PID
-}
-
-// holdTree starts bash holding dir's testCurrent open as fd 3
-// (how == "open file") or with its cwd in testCurrent's directory ("cwd"),
-// and waits until it does. It is killed at cleanup if still running.
-func holdTree(t *testing.T, dir, how string) *treeHolder {
+// holdTree starts a holder of dir's testCurrent (testutil.HoldFile): a
+// process other than this one with it open ("open file") or its cwd in
+// its directory ("cwd"), keeping the tree alive after a lazy unmount.
+func holdTree(t *testing.T, dir, how string) *testutil.Holder {
 	t.Helper()
 	needBash(t)
-	cur := filepath.Join(dir, testCurrent)
-	var script, ref, want string
-	switch how {
-	case "open file":
-		script, ref, want = `exec 3< "$0" && exec sleep 3600`, "/fd/3", cur
-	case "cwd":
-		script, ref, want = `cd "$(dirname "$0")" && exec sleep 3600`, "/cwd", filepath.Dir(cur)
-	default:
-		t.Fatalf("holdTree: unknown holder %q", how)
-	}
-	cmd := exec.Command("bash", "-c", script, cur)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	h := &treeHolder{cmd: cmd}
-	t.Cleanup(h.release)
-	link := "/proc/" + strconv.Itoa(cmd.Process.Pid) + ref
-	testutil.Eventually(t, "holder "+how+" in the tree", func() (bool, string) {
-		got, err := os.Readlink(link)
-		return got == want, fmt.Sprintf("%s -> %q %v", link, got, err)
-	})
-	h.path = link
-	if how == "cwd" {
-		h.path = link + "/" + filepath.Base(cur)
-	}
-	return h
-}
-
-// read opens testCurrent through the holder's reference (for a detached
-// tree, the only way left to reach it) and reads it.
-func (h *treeHolder) read() (string, error) {
-	b, err := os.ReadFile(h.path)
-	return string(b), err
-}
-
-// release kills the holder and waits for it; safe to call twice.
-func (h *treeHolder) release() {
-	if h.cmd.ProcessState == nil {
-		h.cmd.Process.Kill()
-		h.cmd.Wait()
-	}
+	return testutil.HoldFile(t, filepath.Join(dir, testCurrent), how)
 }
 
 // TestTreeFUSELazyUnmountWhileHeld: umount -l of the tree
@@ -169,7 +112,7 @@ func lazyUnmountWhileHeld(t *testing.T, how string) {
 	fdsOne := treeFDs(t) // with one tree served
 
 	holder := holdTree(t, dir, how)
-	if got, err := holder.read(); got != "balance\n" {
+	if got, err := holder.Read(); got != "balance\n" {
 		t.Fatalf("holder reads %q, %v before the unmount", got, err)
 	}
 
@@ -198,14 +141,14 @@ func lazyUnmountWhileHeld(t *testing.T, how string) {
 	if got := readString(t, filepath.Join(dir, testCurrent)); got != "performance\n" {
 		t.Errorf("fresh open reads %q, want the new tree's performance", got)
 	}
-	if got, err := holder.read(); got != "powersaving\n" || err != nil {
+	if got, err := holder.Read(); got != "powersaving\n" || err != nil {
 		t.Errorf("holder reads %q, %v after the remount; want the detached tree's live powersaving", got, err)
 	}
 	if old.finished() {
 		t.Fatal("the detached tree's server ended although its holder holds it")
 	}
 
-	holder.release()
+	holder.Release()
 	waitClosed(t, old.served, "the detached tree's server exiting after its holder let go")
 	if old.watch != nil {
 		waitClosed(t, old.watch.done, "the detached tree's mount watch exiting")
@@ -257,7 +200,7 @@ func TestTreeFUSECloseTakesDetachedHolder(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 	h1.set(testCurrent, "powersaving")
-	if got, err := holder.read(); err == nil || got != "" {
+	if got, err := holder.Read(); err == nil || got != "" {
 		t.Errorf("holder reads %q, %v after the new tree's Close; want an error (ENODEV, or ENOTCONN once aborted)", got, err)
 	} else if !errors.Is(err, syscall.ENODEV) && !errors.Is(err, syscall.ENOTCONN) {
 		t.Errorf("holder's read error %v, want ENODEV or ENOTCONN", err)

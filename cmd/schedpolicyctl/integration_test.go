@@ -112,46 +112,39 @@ func startDaemonAt(t *testing.T, cgroupRoot, addr string, prep func(sys string))
 	t.Helper()
 	daemonBin, ctlBin := binaries(t)
 	tmp := t.TempDir()
-	d := &testDaemon{addr: addr, sys: mockLaptop(t), state: filepath.Join(tmp, "state"), ctl: ctlBin, log: &testutil.LockedBuffer{}}
+	d := &testDaemon{addr: addr, sys: mockLaptop(t), state: filepath.Join(tmp, "state"), ctl: ctlBin}
 	if prep != nil {
 		prep(d.sys)
 	}
 	treeDir := filepath.Join(tmp, "tree")
 	d.tree = filepath.Join(treeDir, "devices/system/cpu/sched_policy")
-	cmd := exec.Command(daemonBin, "--sysfs-root", d.sys, "--cgroup-root", cgroupRoot, "--tree-dir", treeDir,
+	p := testutil.StartProc(t, daemonBin, "--sysfs-root", d.sys, "--cgroup-root", cgroupRoot, "--tree-dir", treeDir,
 		"--tree-backend", "plain", "--state-dir", d.state, "--bus", addr, "--events", "fsnotify",
 		"--debounce", "50ms", "--sample-interval", "200ms", "--log-level", "debug")
-	cmd.Stdout, cmd.Stderr = d.log, d.log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
+	d.log = p.Log
+	// A clean stop first, so that the daemon restores what it placed;
+	// StartProc's own cleanup, after this one, kills what is left.
 	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
+		p.Cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-exited:
+		case err := <-p.Exited:
+			p.Exited <- err
 		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("daemon log:\n%s", d.log.String())
 		}
 	})
+	// The daemon owns its name before READY=1 (its first bus connection
+	// is made in its start).
+	if !p.WaitReady() {
+		t.Fatalf("schedpolicyd exited before READY=1: %v\n%s", <-p.Exited, d.log.String())
+	}
 	conn, err := dbus.Connect(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	testutil.WaitFor(t, "schedpolicyd to own its name", 15*time.Second, func() (bool, string) {
-		select {
-		case <-exited:
-			t.Fatalf("schedpolicyd exited:\n%s", d.log.String())
-		default:
-		}
-		return testutil.NameOwned(conn, busName)
-	})
+	if ok, seen := testutil.NameOwned(conn, busName); !ok {
+		t.Fatalf("schedpolicyd sent READY=1 without owning its name: %s", seen)
+	}
 	return d
 }
 

@@ -534,7 +534,7 @@ type faultDaemon struct {
 	kind  string // managed, none, unopenable, other
 	tree  string // its --tree-dir
 	cmd   *exec.Cmd
-	log   *lockedBuffer
+	log   *testutil.LockedBuffer
 	done  chan struct{}
 	err   error // after done
 	msgs  chan string
@@ -573,7 +573,7 @@ func (m *faultModel) spawn(rt *rapid.T, kind string, args ...string) *faultDaemo
 	if err != nil {
 		m.fatalf(rt, "notify socket: %v", err)
 	}
-	d := &faultDaemon{kind: kind, log: &lockedBuffer{}, done: make(chan struct{}), msgs: make(chan string, 256), sock: sock}
+	d := &faultDaemon{kind: kind, log: &testutil.LockedBuffer{}, done: make(chan struct{}), msgs: make(chan string, 256), sock: sock}
 	go func() {
 		buf := make([]byte, 4096)
 		for {

@@ -29,33 +29,27 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/tree"
 )
 
-// daemonProc is one run of the real binary.
+// daemonProc is one run of the real binary: a testutil.Proc under the
+// names this package's tests use.
 type daemonProc struct {
 	cmd    *exec.Cmd
-	log    *lockedBuffer
-	exited chan error
-	notify *notifySocket
+	log    *testutil.LockedBuffer
+	exited chan error // Wait's error, put back by each receiver
+	notify *testutil.NotifySocket
 	ready  string // the READY=1 notification, with its STATUS
 }
 
-// startDaemonProc starts bin with args, its output in a buffer and
-// NOTIFY_SOCKET pointing at a fresh listener, and waits for READY=1. The
-// process is killed at cleanup and its log printed on failure.
+func procOf(p *testutil.Proc) *daemonProc {
+	return &daemonProc{cmd: p.Cmd, log: p.Log, exited: p.Exited, notify: p.Notify, ready: p.Ready}
+}
+
+// startDaemonProc starts bin with args (testutil.StartProc: its output in
+// a buffer, NOTIFY_SOCKET pointing at a fresh listener, killed at cleanup
+// and its log printed on failure) and waits for READY=1.
 func startDaemonProc(t *testing.T, bin string, args ...string) *daemonProc {
 	t.Helper()
-	notify, notifyPath := listenNotify(t)
-	p := &daemonProc{log: &lockedBuffer{}, exited: make(chan error, 1), notify: notify}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+notifyPath)
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.exited <- p.cmd.Wait() }()
 	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		err := <-p.exited
-		p.exited <- err
+		// Registered before the process starts, so it runs after its kill.
 		// A daemon killed here (a test that failed before its stop) leaves
 		// its tree's FUSE mount dead: detach it, so that a failing test
 		// leaves no mount on the machine.
@@ -66,11 +60,9 @@ func startDaemonProc(t *testing.T, bin string, args ...string) *daemonProc {
 				}
 			}
 		}
-		if t.Failed() || testing.Verbose() {
-			t.Logf("daemon (pid %d) log:\n%s", p.cmd.Process.Pid, p.log.String())
-		}
 	})
-	p.ready = notify.expect(t, "READY=1")
+	p := procOf(testutil.StartProc(t, bin, args...))
+	p.ready = p.notify.Expect(t, "READY=1")
 	return p
 }
 
@@ -602,7 +594,7 @@ func TestLogPipeClosedAtStop(t *testing.T) {
 		<-exited
 		syscall.Unmount(treeDir, syscall.MNT_DETACH)
 	})
-	log := &lockedBuffer{}
+	log := &testutil.LockedBuffer{}
 	readDone := make(chan struct{})
 	go func() {
 		defer close(readDone)

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
 // faultStall is how long one step of the fault model (with the invariant
@@ -28,7 +30,7 @@ var faultWatch struct {
 	current string
 	trace   []string // the sequence's steps so far
 	pid     int      // the running daemon, 0 when none
-	log     *lockedBuffer
+	log     *testutil.LockedBuffer
 	// The sequence's files and cgroups, removed at a stall's exit.
 	dir, parent, other string
 }
@@ -54,7 +56,7 @@ func watchSequence(dir, parent, other string) {
 }
 
 // watchDaemon records the running daemon (pid 0: none).
-func watchDaemon(pid int, log *lockedBuffer) {
+func watchDaemon(pid int, log *testutil.LockedBuffer) {
 	faultWatch.mu.Lock()
 	defer faultWatch.mu.Unlock()
 	faultWatch.pid, faultWatch.log = pid, log

@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -124,71 +122,6 @@ func timeslices(pid int) (uint64, error) {
 		return 0, fmt.Errorf("/proc/%d/schedstat: %q", pid, b)
 	}
 	return strconv.ParseUint(f[2], 10, 64)
-}
-
-// lockedBuffer collects a child's output; exec's copying goroutine writes
-// while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-type notifySocket struct {
-	conn *net.UnixConn
-	msgs chan string
-}
-
-func listenNotify(t *testing.T) (*notifySocket, string) {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "notify.sock")
-	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &notifySocket{conn: c, msgs: make(chan string, 100)}
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			k, err := c.Read(buf)
-			if err != nil {
-				close(n.msgs)
-				return
-			}
-			n.msgs <- string(buf[:k])
-		}
-	}()
-	t.Cleanup(func() { c.Close() })
-	return n, path
-}
-
-func (n *notifySocket) expect(t *testing.T, prefix string) string {
-	t.Helper()
-	timeout := time.After(20 * time.Second)
-	for {
-		select {
-		case m, ok := <-n.msgs:
-			if !ok {
-				t.Fatalf("notify socket closed before %q", prefix)
-			}
-			if strings.Contains(m, prefix) {
-				return m
-			}
-		case <-timeout:
-			t.Fatalf("no sd_notify message containing %q", prefix)
-		}
-	}
 }
 
 // TestEndToEnd runs the real binary against a mock laptop with this
@@ -461,7 +394,7 @@ func TestEndToEnd(t *testing.T) {
 
 	// (c) SIGTERM restores the original cpusets and unmounts the tree.
 	d.stop(t)
-	d.notify.expect(t, "STOPPING=1")
+	d.notify.Expect(t, "STOPPING=1")
 	a, b2 := cpus()
 	if a != lastCPUStr {
 		t.Errorf("w1 cpuset after SIGTERM = %q, want its original %q", a, lastCPUStr)

@@ -20,48 +20,18 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
-// startOrRefused runs bin with args until it either exits before READY=1
-// — a refused start: started is false and p.exited holds the exit error —
-// or sends READY=1: started is true and p is a running daemon. Either way
-// the process is killed at cleanup and its log printed on failure. There
-// is no time limit: a daemon that does neither is the test binary's
-// -timeout to catch.
+// startOrRefused runs bin with args (testutil.StartProc) until it either
+// exits before READY=1 — a refused start: started is false and p.exited
+// holds the exit error — or sends READY=1: started is true and p is a
+// running daemon (testutil.Proc.WaitReady). Either way the process is
+// killed at cleanup and its log printed on failure. There is no time
+// limit: a daemon that does neither is the test binary's -timeout to
+// catch.
 func startOrRefused(t *testing.T, bin string, args ...string) (p *daemonProc, started bool) {
 	t.Helper()
-	notify, notifyPath := listenNotify(t)
-	p = &daemonProc{log: &lockedBuffer{}, exited: make(chan error, 1), notify: notify}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+notifyPath)
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.exited <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		err := <-p.exited
-		p.exited <- err
-		if t.Failed() || testing.Verbose() {
-			t.Logf("daemon (pid %d) log:\n%s", p.cmd.Process.Pid, p.log.String())
-		}
-	})
-	ready := make(chan string, 1)
-	go func() {
-		for m := range notify.msgs {
-			if strings.Contains(m, "READY=1") {
-				ready <- m
-				return
-			}
-		}
-	}()
-	select {
-	case err := <-p.exited:
-		p.exited <- err
-		return p, false
-	case m := <-ready:
-		p.ready = m
-		return p, true
-	}
+	tp := testutil.StartProc(t, bin, args...)
+	started = tp.WaitReady()
+	return procOf(tp), started
 }
 
 // wantRefused checks that p's start was refused: exit status 1 and a log

@@ -72,7 +72,7 @@ func TestReloadOutOfBoundsKeepsRunning(t *testing.T) {
 
 	testutil.WriteFile(t, conf, huge)
 	p.cmd.Process.Signal(syscall.SIGHUP)
-	p.notify.expect(t, "RELOADING=1")
+	p.notify.Expect(t, "RELOADING=1")
 	expectReadyStatus(t, p.notify)
 	p.logHas(t, "the refused file named with file:line", strings.ReplaceAll(wantErr, `"`, `\"`))
 	p.logHas(t, "the running configuration kept", "reload: keeping the running configuration")
@@ -96,7 +96,7 @@ func TestReloadOutOfBoundsKeepsRunning(t *testing.T) {
 	// The largest accepted period is applied, backoff and all.
 	testutil.WriteFile(t, conf, "# schedpolicyd.conf\nsample_interval = \"1h\"\n")
 	p.cmd.Process.Signal(syscall.SIGHUP)
-	p.notify.expect(t, "RELOADING=1")
+	p.notify.Expect(t, "RELOADING=1")
 	expectReadyStatus(t, p.notify)
 	p.logHas(t, "the largest period applied", "configuration reloaded")
 	p.alive(t)
@@ -113,9 +113,9 @@ func TestReloadOutOfBoundsKeepsRunning(t *testing.T) {
 // expectReadyStatus waits for the READY=1 that ends a reload and checks
 // that it carries the policy line as STATUS= again (systemctl status keeps
 // showing the policy after a reload, good or refused).
-func expectReadyStatus(t *testing.T, n *notifySocket) {
+func expectReadyStatus(t *testing.T, n *testutil.NotifySocket) {
 	t.Helper()
-	m := n.expect(t, "READY=1")
+	m := n.Expect(t, "READY=1")
 	if !strings.Contains(m, "STATUS=policy ") {
 		t.Errorf("READY=1 after a reload has no policy status: %q", m)
 	}

@@ -67,7 +67,7 @@ func TestReloadRestartsForStartSettings(t *testing.T) {
 	var msgs []string
 	for !strings.Contains(strings.Join(msgs, "\n"), "READY=1") {
 		select {
-		case m := <-p.notify.msgs:
+		case m := <-p.notify.Msgs:
 			msgs = append(msgs, m)
 		case <-time.After(30 * time.Second):
 			t.Fatalf("no READY=1 after the reload; sd_notify said %q", msgs)

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -53,56 +52,6 @@ func fuseConns(pid int) (int, error) {
 	return n, nil
 }
 
-// holder is a shell holding a reference into the tree: path is where a
-// knob file is reached through it (/proc/PID/fd/3 or /proc/PID/cwd/FILE).
-type holder struct {
-	cmd  *exec.Cmd
-	path string
-}
-
-// holdKnob starts bash with power_aware open as fd 3 (how == "open file")
-// or with its cwd in the knob directory ("cwd"), waits until it holds, and
-// kills it at cleanup.
-func holdKnob(t *testing.T, knob, how string) *holder {
-	t.Helper()
-	var script, ref, want string
-	switch how {
-	case "open file":
-		script, ref, want = `exec 3< "$0/power_aware" && exec sleep 3600`, "/fd/3", knob+"/power_aware"
-	case "cwd":
-		script, ref, want = `cd "$0" && exec sleep 3600`, "/cwd", knob
-	}
-	cmd := exec.Command("bash", "-c", script, knob)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	h := &holder{cmd: cmd}
-	t.Cleanup(h.release)
-	link := "/proc/" + strconv.Itoa(cmd.Process.Pid) + ref
-	testutil.Eventually(t, "holder ("+how+") in the tree", func() (bool, string) {
-		got, err := os.Readlink(link)
-		return got == want, fmt.Sprintf("%s -> %q %v", link, got, err)
-	})
-	h.path = link
-	if how == "cwd" {
-		h.path = link + "/power_aware"
-	}
-	return h
-}
-
-func (h *holder) read() (string, error) {
-	b, err := os.ReadFile(h.path)
-	return string(b), err
-}
-
-// release kills the holder and waits for it; safe to call twice.
-func (h *holder) release() {
-	if h.cmd.ProcessState == nil {
-		h.cmd.Process.Kill()
-		h.cmd.Wait()
-	}
-}
-
 // TestTreeLazyUnmountWhileHeld, on the real binary with a
 // real FUSE mount: umount -l of the tree while one process holds power_aware
 // open and another has its cwd in the knob directory. The tree is back at
@@ -145,8 +94,8 @@ func TestTreeLazyUnmountWhileHeld(t *testing.T) {
 		t.Fatalf("daemon holds %d /dev/fuse (%v) at start, want 1", n, err)
 	}
 
-	file := holdKnob(t, knob, "open file")
-	cwd := holdKnob(t, knob, "cwd")
+	file := testutil.HoldFile(t, knob+"/power_aware", "open file")
+	cwd := testutil.HoldFile(t, knob+"/power_aware", "cwd")
 	if out, err := exec.Command("umount", "-l", treeDir).CombinedOutput(); err != nil {
 		t.Fatalf("umount -l: %v %s", err, out)
 	}
@@ -159,9 +108,9 @@ func TestTreeLazyUnmountWhileHeld(t *testing.T) {
 		return n == 1 && err == nil && string(b) == "1\n", fmt.Sprintf("%d mounts, read %q %v", n, b, err)
 	})
 	p.logHas(t, "remount logged", "the tree was unmounted from outside; mounted it again")
-	for _, h := range []*holder{file, cwd} {
-		if got, err := h.read(); got != "1\n" || err != nil {
-			t.Errorf("through %s: %q %v, want the old tree still serving 1", h.path, got, err)
+	for _, h := range []*testutil.Holder{file, cwd} {
+		if got, err := h.Read(); got != "1\n" || err != nil {
+			t.Errorf("through %s: %q %v, want the old tree still serving 1", h.Path, got, err)
 		}
 	}
 	if n, err := fuseConns(pid); n != 2 || err != nil {
@@ -170,18 +119,18 @@ func TestTreeLazyUnmountWhileHeld(t *testing.T) {
 
 	// Both trees serve the same knob.
 	testutil.Write(t, knob+"/power_aware", "2")
-	for _, h := range []*holder{file, cwd} {
-		if got, err := h.read(); got != "2\n" || err != nil {
-			t.Errorf("through %s after a write to the new tree: %q %v, want 2", h.path, got, err)
+	for _, h := range []*testutil.Holder{file, cwd} {
+		if got, err := h.Read(); got != "2\n" || err != nil {
+			t.Errorf("through %s after a write to the new tree: %q %v, want 2", h.Path, got, err)
 		}
 	}
-	testutil.Write(t, cwd.path, "0")
+	testutil.Write(t, cwd.Path, "0")
 	if got := testutil.ReadTrim(t, knob+"/power_aware"); got != "0" {
 		t.Errorf("new tree after a write through the old one: %s, want 0", got)
 	}
 
-	file.release()
-	cwd.release()
+	file.Release()
+	cwd.Release()
 	testutil.Eventually(t, "the detached tree's connection closed", func() (bool, string) {
 		n, err := fuseConns(pid)
 		return n == 1 && err == nil, fmt.Sprintf("%d /dev/fuse %v", n, err)

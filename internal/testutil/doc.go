@@ -19,6 +19,11 @@
 //     root's directory, for the trusted-path tests of
 //     internal/trustedpath and tree (UserDirCases, UserDir, VictimDir,
 //     Listing).
+//   - a daemon's binary run as a child with an sd_notify socket of the
+//     test's own, killed at cleanup (StartProc, Proc.WaitReady: ready or
+//     refused; ListenNotify, NotifySocket.Expect);
+//   - another process holding a file of a mounted tree open or its cwd in
+//     it, which keeps the mount alive after umount -l (HoldFile).
 //
 // Helpers that need something the machine may lack skip the test and say
 // what is missing (and which Debian package or privilege provides it);

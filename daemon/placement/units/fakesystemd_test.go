@@ -1,13 +1,12 @@
 package units
 
 import (
+	"context"
+	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,32 +16,25 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/systemd"
 )
 
-// fakeSystemd plays as much of the system manager on a private bus as
-// unit placement uses, the way systemd 252 behaves (seen in the systemd
-// test container and VM): Subscribe, ListUnitsByPatterns, GetUnit,
-// SetUnitProperties and the units' properties (a unit it does not know
-// reads as LoadState "not-found", DropInPaths empty). SetUnitProperties
-// of AllowedCPUs= writes the drop-in file anew, as systemd does, below
-// dir: transient/NAME.d/ for a transient unit, system.control/NAME.d/
-// for another, and lists it in the unit's DropInPaths; removing a
-// transient unit removes its drop-ins, removing another keeps them.
+// fakeSystemd is the units tests' fake manager (memManager, the same
+// model their in-memory tests drive) served as the system manager on a
+// private bus with the system bus's policy, for the real D-Bus path
+// (systemd.ConnectSystem follows DBUS_SYSTEM_BUS_ADDRESS there): it
+// answers Subscribe, ListUnitsByPatterns, GetUnit, SetUnitProperties
+// (AllowedCPUs=), the manager's Version and the units' properties from
+// the model, and sends each of the model's events as the manager's
+// signal from the connection owning org.freedesktop.systemd1 (UnitNew,
+// UnitRemoved, JobRemoved, Reloading). Its drop-ins are below a
+// temporary directory that runtimeRoot points into, as memManager lays
+// them out.
 type fakeSystemd struct {
+	*memManager
 	t    *testing.T
 	addr string
-	dir  string
 	conn *dbus.Conn // the connection owning org.freedesktop.systemd1
-
-	mu    sync.Mutex
-	units map[string]*fakeUnit
-	sets  []string // "NAME=CPUS" of each SetUnitProperties, in order
-}
-
-type fakeUnit struct {
-	slice     string
-	active    string
-	transient bool
-	allowed   []int
-	dropins   []string
+	// journal: the model's "set NAME=CPUS" for each SetUnitProperties
+	// through the bus, and "start NAME"; under memManager.mu.
+	journal []string
 }
 
 const (
@@ -53,17 +45,19 @@ const (
 )
 
 // newFakeSystemd starts a bus with the system bus's policy, points
-// DBUS_SYSTEM_BUS_ADDRESS at it (systemd.ConnectSystem follows it) and
-// serves the fake manager there.
+// DBUS_SYSTEM_BUS_ADDRESS at it and serves a new memManager there as the
+// system manager.
 func newFakeSystemd(t *testing.T) *fakeSystemd {
 	t.Helper()
 	bus := testutil.StartSystemPolicyBus(t)
 	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", bus.Addr)
-	f := &fakeSystemd{t: t, addr: bus.Addr, dir: t.TempDir(), units: map[string]*fakeUnit{}}
-	// The fake's drop-ins are the runtime ones.
+	dir := t.TempDir()
 	was := runtimeRoot
-	runtimeRoot = f.dir + "/"
+	runtimeRoot = dir + "/run/"
 	t.Cleanup(func() { runtimeRoot = was })
+	f := &fakeSystemd{t: t, addr: bus.Addr}
+	f.memManager = newMemManager(t, -1, dir, &f.journal)
+	f.memManager.served = f.signal
 	f.conn = f.serve(dbus.NameFlagDoNotQueue)
 	return f
 }
@@ -77,13 +71,13 @@ func (f *fakeSystemd) serve(flags dbus.RequestNameFlags) *dbus.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	if err := c.Export(fakeManagerObj{f}, sdPath, sdInterface); err != nil {
+	if err := c.Export(servedManager{f.memManager}, sdPath, sdInterface); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Export(fakeManagerProps{}, sdPath, "org.freedesktop.DBus.Properties"); err != nil {
+	if err := c.Export(servedManagerProps{f.memManager}, sdPath, "org.freedesktop.DBus.Properties"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.ExportSubtree(fakeUnitProps{f}, sdUnitPath, "org.freedesktop.DBus.Properties"); err != nil {
+	if err := c.ExportSubtree(servedUnitProps{f.memManager}, sdUnitPath, "org.freedesktop.DBus.Properties"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.RequestName(sdName, flags); err != nil {
@@ -92,14 +86,38 @@ func (f *fakeSystemd) serve(flags dbus.RequestNameFlags) *dbus.Conn {
 	return c
 }
 
+// signal sends one of the model's events as systemd's signal (called
+// with the model's mu held, from the test's goroutine).
+func (f *fakeSystemd) signal(ev systemd.UnitEvent) {
+	switch ev.Kind {
+	case systemd.UnitLoaded:
+		f.send("UnitNew", ev.Name, unitObject(ev.Name))
+	case systemd.UnitDropped:
+		f.send("UnitRemoved", ev.Name, unitObject(ev.Name))
+	case systemd.JobFinished:
+		f.send("JobRemoved", uint32(1), dbus.ObjectPath("/org/freedesktop/systemd1/job/1"), ev.Name, "done")
+	case systemd.ReloadStarted:
+		f.send("Reloading", true)
+	case systemd.ReloadFinished:
+		f.send("Reloading", false)
+	}
+}
+
+// send emits member with body from the connection owning the name.
+func (f *fakeSystemd) send(member string, body ...any) {
+	if err := f.conn.Emit(sdPath, sdInterface+"."+member, body...); err != nil {
+		f.t.Error(err)
+	}
+}
+
 // reexec plays `systemctl daemon-reexec`: Reloading(true) and UnitRemoved
 // for every unit from the old connection, a new connection queued for
 // the name takes it over as the old one closes, Reloading(false) from the
-// new one, and no UnitNew.
+// new one, and no UnitNew. The units stay as they are.
 func (f *fakeSystemd) reexec() {
-	f.emit("Reloading", true)
-	for _, n := range f.names() {
-		f.emit("UnitRemoved", n, unitObject(n))
+	f.send("Reloading", true)
+	for _, n := range f.unitNames() {
+		f.send("UnitRemoved", n, unitObject(n))
 	}
 	next := f.serve(0)
 	f.conn.Close()
@@ -109,98 +127,18 @@ func (f *fakeSystemd) reexec() {
 		return err == nil && owner == next.Names()[0], owner
 	})
 	f.conn = next
-	f.emit("Reloading", false)
+	f.send("Reloading", false)
 }
 
-// reload plays `systemctl daemon-reload`: Reloading(true), UnitRemoved
-// for every unit, UnitNew for every unit, Reloading(false).
+// reload plays `systemctl daemon-reload` (memManager.reloadBegin and
+// reloadEnd).
 func (f *fakeSystemd) reload() {
-	f.emit("Reloading", true)
-	names := f.names()
-	for _, n := range names {
-		f.emit("UnitRemoved", n, unitObject(n))
-	}
-	for _, n := range names {
-		f.emit("UnitNew", n, unitObject(n))
-	}
-	f.emit("Reloading", false)
-}
-
-func (f *fakeSystemd) emit(member string, body ...any) {
-	f.t.Helper()
-	if err := f.conn.Emit(sdPath, sdInterface+"."+member, body...); err != nil {
-		f.t.Fatal(err)
-	}
-}
-
-// start adds an active unit and sends UnitNew and its start job's
-// JobRemoved.
-func (f *fakeSystemd) start(name, slice string, transient bool, allowed ...int) {
-	f.mu.Lock()
-	u := f.units[name]
-	if u == nil {
-		u = &fakeUnit{slice: slice, transient: transient, allowed: allowed}
-		f.units[name] = u
-		// A unit loaded again finds the drop-ins its name still has.
-		if p := f.dropIn(name, transient); fileExists(p) {
-			u.dropins = []string{p}
-			u.allowed = f.readDropIn(p)
-		}
-	}
-	u.active = "active"
-	f.mu.Unlock()
-	f.emit("UnitNew", name, unitObject(name))
-	f.emit("JobRemoved", uint32(1), dbus.ObjectPath("/org/freedesktop/systemd1/job/1"), name, "done")
-}
-
-// remove drops a unit from memory, as the manager does with a stopped
-// transient unit or one whose unit file is gone: a transient unit's
-// drop-ins go with it.
-func (f *fakeSystemd) remove(name string) {
-	f.mu.Lock()
-	if u := f.units[name]; u != nil && u.transient {
-		os.RemoveAll(filepath.Dir(f.dropIn(name, true)))
-	}
-	delete(f.units, name)
-	f.mu.Unlock()
-	f.emit("UnitRemoved", name, unitObject(name))
-}
-
-// set plays `systemctl set-property --runtime NAME AllowedCPUs=...` (or
-// the daemon's own call, through the bus).
-func (f *fakeSystemd) set(name string, cpus []int) *dbus.Error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	u := f.units[name]
-	if u == nil {
-		return &dbus.Error{Name: "org.freedesktop.systemd1.NoSuchUnit", Body: []any{"Unit " + name + " not found."}}
-	}
-	p := f.dropIn(name, u.transient)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		f.t.Error(err)
-	}
-	// A new file each time (a new inode), as systemd's atomic write.
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, []byte("[Service]\nAllowedCPUs="+systemd.FormatCPUList(cpus)+"\n"), 0o644); err != nil {
-		f.t.Error(err)
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		f.t.Error(err)
-	}
-	found := false
-	for _, d := range u.dropins {
-		found = found || d == p
-	}
-	if !found {
-		u.dropins = append(u.dropins, p)
-	}
-	u.allowed = append([]int(nil), cpus...)
-	f.sets = append(f.sets, name+"="+systemd.FormatCPUList(cpus))
-	return nil
+	f.reloadBegin()
+	f.reloadEnd()
 }
 
 // admin calls SetUnitProperties on the bus as `systemctl set-property
-// --runtime` would.
+// --runtime` would; the call is not the daemon's (writes).
 func (f *fakeSystemd) admin(name string, cpus ...int) {
 	f.t.Helper()
 	c, err := dbus.Connect(f.addr)
@@ -216,63 +154,32 @@ func (f *fakeSystemd) admin(name string, cpus ...int) {
 		f.t.Fatal(err)
 	}
 	f.mu.Lock()
-	f.sets = f.sets[:len(f.sets)-1] // not the daemon's
+	f.journal = f.journal[:len(f.journal)-1] // not the daemon's
 	f.mu.Unlock()
 }
 
-func (f *fakeSystemd) dropIn(name string, transient bool) string {
-	d := "system.control"
-	if transient {
-		d = "transient"
-	}
-	return filepath.Join(f.dir, d, name+".d", allowedDropIn)
-}
+// allowed is a unit's AllowedCPUs= as a cpulist (memManager.allowedOf).
+func (f *fakeSystemd) allowed(name string) string { return f.allowedOf(name) }
 
-func (f *fakeSystemd) readDropIn(p string) []int {
-	b, _ := os.ReadFile(p)
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "AllowedCPUs="); ok {
-			var out []int
-			for _, s := range strings.Split(v, ",") {
-				if n, err := strconv.Atoi(s); err == nil {
-					out = append(out, n)
-				}
-			}
-			return out
-		}
-	}
-	return nil
-}
-
-// allowed is a unit's AllowedCPUs= as a cpulist.
-func (f *fakeSystemd) allowed(name string) string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if u := f.units[name]; u != nil {
-		return systemd.FormatCPUList(u.allowed)
-	}
-	return "(not found)"
-}
-
-// writes is the daemon's SetUnitProperties calls so far.
+// writes is the daemon's SetUnitProperties calls so far, "NAME=CPUS".
 func (f *fakeSystemd) writes() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]string(nil), f.sets...)
-}
-
-func (f *fakeSystemd) names() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	var out []string
-	for n := range f.units {
-		out = append(out, n)
+	for _, j := range f.journal {
+		if w, ok := strings.CutPrefix(j, "set "); ok {
+			out = append(out, w)
+		}
 	}
-	sort.Strings(out)
 	return out
 }
 
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+// unitNames are the loaded units' names, sorted.
+func (f *fakeSystemd) unitNames() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.names()
+}
 
 // unitObject is a unit's object path, escaped as systemd does (go-
 // systemd's PathBusEscape).
@@ -305,9 +212,17 @@ func unitName(p dbus.ObjectPath) string {
 	return b.String()
 }
 
-type fakeManagerObj struct{ f *fakeSystemd }
+// servedManager is the manager's object on the bus, answered from the
+// model under its mu.
+type servedManager struct{ m *memManager }
 
-func (fakeManagerObj) Subscribe() *dbus.Error { return nil }
+func (o servedManager) Subscribe() *dbus.Error {
+	o.m.mu.Lock()
+	defer o.m.mu.Unlock()
+	o.m.calls["Subscribe"]++
+	o.m.subscribed = true
+	return nil
+}
 
 type unitStatus struct {
 	Name, Description, LoadState, ActiveState, SubState, Followed string
@@ -317,12 +232,19 @@ type unitStatus struct {
 	JobPath                                                       dbus.ObjectPath
 }
 
-func (m fakeManagerObj) ListUnitsByPatterns(states, patterns []string) ([]unitStatus, *dbus.Error) {
+func (o servedManager) ListUnitsByPatterns(states, patterns []string) ([]unitStatus, *dbus.Error) {
+	o.m.mu.Lock()
+	defer o.m.mu.Unlock()
+	o.m.calls["Units"]++
 	var out []unitStatus
-	for _, n := range m.f.names() {
+	for _, n := range o.m.names() {
 		for _, p := range patterns {
 			if ok, _ := filepath.Match(p, n); ok {
-				out = append(out, unitStatus{Name: n, LoadState: "loaded", ActiveState: "active", SubState: "running", Path: unitObject(n), JobPath: "/"})
+				sub := "running"
+				if o.m.units[n].active != "active" {
+					sub = "dead"
+				}
+				out = append(out, unitStatus{Name: n, LoadState: "loaded", ActiveState: o.m.units[n].active, SubState: sub, Path: unitObject(n), JobPath: "/"})
 				break
 			}
 		}
@@ -330,64 +252,78 @@ func (m fakeManagerObj) ListUnitsByPatterns(states, patterns []string) ([]unitSt
 	return out, nil
 }
 
-func (m fakeManagerObj) GetUnit(name string) (dbus.ObjectPath, *dbus.Error) {
-	m.f.mu.Lock()
-	defer m.f.mu.Unlock()
-	if m.f.units[name] == nil {
+func (o servedManager) GetUnit(name string) (dbus.ObjectPath, *dbus.Error) {
+	o.m.mu.Lock()
+	defer o.m.mu.Unlock()
+	if o.m.units[name] == nil {
 		return "", &dbus.Error{Name: "org.freedesktop.systemd1.NoSuchUnit", Body: []any{"Unit " + name + " not loaded."}}
 	}
 	return unitObject(name), nil
 }
 
-func (m fakeManagerObj) SetUnitProperties(name string, runtime bool, props []struct {
+func (o servedManager) SetUnitProperties(name string, runtime bool, props []struct {
 	Name  string
 	Value dbus.Variant
 }) *dbus.Error {
 	for _, p := range props {
-		if p.Name == "AllowedCPUs" {
-			b, _ := p.Value.Value().([]byte)
-			cpus, err := systemd.DecodeCPUMask(b, 0)
-			if err != nil {
-				return dbus.MakeFailedError(err)
-			}
-			return m.f.set(name, cpus)
+		if p.Name != "AllowedCPUs" {
+			continue
 		}
+		b, _ := p.Value.Value().([]byte)
+		cpus, err := systemd.DecodeCPUMask(b, 0)
+		if err != nil {
+			return dbus.MakeFailedError(err)
+		}
+		o.m.mu.Lock()
+		defer o.m.mu.Unlock()
+		o.m.calls["SetAllowedCPUs"]++
+		if err := o.m.set(name, runtime, cpus...); err != nil {
+			var de dbus.Error
+			if errors.As(err, &de) {
+				return &de
+			}
+			return dbus.MakeFailedError(err)
+		}
+		o.m.note("set " + name + "=" + systemd.FormatCPUList(cpus))
+		return nil
 	}
 	return nil
 }
 
-type fakeManagerProps struct{}
+type servedManagerProps struct{ m *memManager }
 
-func (fakeManagerProps) Get(iface, prop string) (dbus.Variant, *dbus.Error) {
-	return dbus.MakeVariant("252-fake"), nil
+func (p servedManagerProps) Get(iface, prop string) (dbus.Variant, *dbus.Error) {
+	v, _ := p.m.Version(context.Background())
+	return dbus.MakeVariant(v), nil
 }
 
-type fakeUnitProps struct{ f *fakeSystemd }
+// servedUnitProps are the units' properties, from memManager.info.
+type servedUnitProps struct{ m *memManager }
 
-func (p fakeUnitProps) GetAll(msg dbus.Message, iface string) (map[string]dbus.Variant, *dbus.Error) {
+func (p servedUnitProps) GetAll(msg dbus.Message, iface string) (map[string]dbus.Variant, *dbus.Error) {
 	path, _ := msg.Headers[dbus.FieldPath].Value().(dbus.ObjectPath)
 	name := unitName(path)
-	p.f.mu.Lock()
-	defer p.f.mu.Unlock()
-	u := p.f.units[name]
+	p.m.mu.Lock()
+	defer p.m.mu.Unlock()
+	info, u := p.m.info(name), p.m.units[name]
+	dropins := append([]string{}, info.DropInPaths...)
 	if strings.HasSuffix(iface, ".Unit") {
-		if u == nil {
-			return map[string]dbus.Variant{"LoadState": dbus.MakeVariant("not-found"), "ActiveState": dbus.MakeVariant("inactive"), "DropInPaths": dbus.MakeVariant([]string{})}, nil
+		all := map[string]dbus.Variant{"LoadState": dbus.MakeVariant(info.LoadState), "ActiveState": dbus.MakeVariant(info.ActiveState), "DropInPaths": dbus.MakeVariant(dropins)}
+		if u != nil {
+			all["Transient"] = dbus.MakeVariant(u.transient)
 		}
-		return map[string]dbus.Variant{"LoadState": dbus.MakeVariant("loaded"), "ActiveState": dbus.MakeVariant(u.active),
-			"DropInPaths": dbus.MakeVariant(append([]string{}, u.dropins...)), "Transient": dbus.MakeVariant(u.transient)}, nil
+		return all, nil
 	}
-	if u == nil {
-		return map[string]dbus.Variant{"AllowedCPUs": dbus.MakeVariant([]byte{}), "Slice": dbus.MakeVariant(""), "ControlGroup": dbus.MakeVariant("")}, nil
+	all := map[string]dbus.Variant{"AllowedCPUs": dbus.MakeVariant(systemd.EncodeCPUMask(info.AllowedCPUs)), "Slice": dbus.MakeVariant(info.Slice), "ControlGroup": dbus.MakeVariant(info.ControlGroup)}
+	if u != nil {
+		all["EffectiveCPUs"] = dbus.MakeVariant([]byte{})
+		all["Delegate"] = dbus.MakeVariant(false)
+		all["DelegateControllers"] = dbus.MakeVariant([]string{})
 	}
-	return map[string]dbus.Variant{
-		"Slice": dbus.MakeVariant(u.slice), "ControlGroup": dbus.MakeVariant("/" + u.slice + "/" + name),
-		"AllowedCPUs": dbus.MakeVariant(systemd.EncodeCPUMask(u.allowed)), "EffectiveCPUs": dbus.MakeVariant([]byte{}),
-		"Delegate": dbus.MakeVariant(false), "DelegateControllers": dbus.MakeVariant([]string{}),
-	}, nil
+	return all, nil
 }
 
-func (p fakeUnitProps) Get(msg dbus.Message, iface, prop string) (dbus.Variant, *dbus.Error) {
+func (p servedUnitProps) Get(msg dbus.Message, iface, prop string) (dbus.Variant, *dbus.Error) {
 	all, err := p.GetAll(msg, iface)
 	if err != nil {
 		return dbus.Variant{}, err
@@ -407,7 +343,7 @@ func (p fakeUnitProps) Get(msg dbus.Message, iface, prop string) (dbus.Variant, 
 func pump(t *testing.T, f *fakeSystemd, u *Placement, apply func(), each func()) {
 	t.Helper()
 	sentinel := fmt.Sprintf("sentinel-%d.service", time.Now().UnixNano())
-	f.emit("UnitNew", sentinel, unitObject(sentinel))
+	f.send("UnitNew", sentinel, unitObject(sentinel))
 	deadline := time.After(time.Minute)
 	for {
 		select {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/godbus/dbus/v5"
@@ -15,10 +16,11 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/systemd"
 )
 
-// memManager is an in-memory systemd manager (unitManager), for tests of
-// Placement's own logic driven on the test's goroutine; the fake on a
-// private bus (fakesystemd_test.go) tests the real D-Bus path beside it.
-// It behaves as systemd 252 does for the calls placement makes:
+// memManager is the units tests' one fake systemd manager: an in-memory
+// manager (unitManager) for tests of Placement's own logic driven on the
+// test's goroutine, which fakeSystemd (fakesystemd_test.go) serves as
+// the system manager on a private bus for the real D-Bus path. It
+// behaves as systemd 252 does for the calls placement makes:
 //
 //   - A loaded unit has LoadState "loaded", an ActiveState, a Slice, a
 //     ControlGroup ("/SLICE/NAME" while active, "" once stopped), its
@@ -54,10 +56,13 @@ import (
 // for a moment and sends UnitNew and UnitRemoved for it, which is why
 // placement follows signals with LoadedUnitInfo).
 //
-// Not safe for concurrent use: the test's goroutine calls everything;
-// only Events' channel is read by another (Placement.forward).
+// In memory, the test's goroutine calls everything and only Events'
+// channel is read by another (Placement.forward); served, the bus's
+// method calls come on godbus's goroutines: mu keeps the units, the
+// calls and the journal.
 type memManager struct {
 	t   *testing.T
+	mu  sync.Mutex
 	uid int
 	dir string
 	// journal, when not nil, gets "set NAME=CPUS" for each SetAllowedCPUs
@@ -76,6 +81,9 @@ type memManager struct {
 	// for the caller's deadline does: the first unitsRead units (by name)
 	// and context.DeadlineExceeded.
 	unitsRead int
+	// served, when not nil, sends each event as the manager's signal
+	// (fakeSystemd) instead of on Events' channel.
+	served func(systemd.UnitEvent)
 }
 
 // memUnit is one unit the manager has loaded.
@@ -120,6 +128,8 @@ func (m *memManager) noSuchUnit(name, why string) error {
 }
 
 func (m *memManager) Events(ctx context.Context) (<-chan systemd.UnitEvent, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if err := m.call("Events"); err != nil {
 		return nil, err
 	}
@@ -128,12 +138,16 @@ func (m *memManager) Events(ctx context.Context) (<-chan systemd.UnitEvent, erro
 }
 
 func (m *memManager) Overflowed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	o := m.overflow
 	m.overflow = false
 	return o
 }
 
 func (m *memManager) Units(ctx context.Context, patterns ...string) ([]systemd.UnitInfo, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if err := m.call("Units"); err != nil {
 		return nil, err
 	}
@@ -153,6 +167,8 @@ func (m *memManager) Units(ctx context.Context, patterns ...string) ([]systemd.U
 }
 
 func (m *memManager) UnitInfo(ctx context.Context, name string) (systemd.UnitInfo, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if err := m.call("UnitInfo"); err != nil {
 		return systemd.UnitInfo{}, err
 	}
@@ -163,6 +179,8 @@ func (m *memManager) UnitInfo(ctx context.Context, name string) (systemd.UnitInf
 }
 
 func (m *memManager) LoadedUnitInfo(ctx context.Context, name string) (systemd.UnitInfo, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if err := m.call("LoadedUnitInfo"); err != nil {
 		return systemd.UnitInfo{}, err
 	}
@@ -173,6 +191,8 @@ func (m *memManager) LoadedUnitInfo(ctx context.Context, name string) (systemd.U
 }
 
 func (m *memManager) DropInPaths(ctx context.Context, name string) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if err := m.call("DropInPaths"); err != nil {
 		return nil, err
 	}
@@ -180,6 +200,8 @@ func (m *memManager) DropInPaths(ctx context.Context, name string) ([]string, er
 }
 
 func (m *memManager) SetAllowedCPUs(ctx context.Context, name string, cpus []int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if err := m.call("SetAllowedCPUs"); err != nil {
 		return err
 	}
@@ -191,6 +213,8 @@ func (m *memManager) SetAllowedCPUs(ctx context.Context, name string, cpus []int
 }
 
 func (m *memManager) StartScope(ctx context.Context, name, slice, description string, pids ...uint32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if err := m.call("StartScope"); err != nil {
 		return err
 	}
@@ -199,13 +223,15 @@ func (m *memManager) StartScope(ctx context.Context, name, slice, description st
 		return fmt.Errorf("%s manager: start %s in %s: %w", m, name, slice,
 			dbus.Error{Name: "org.freedesktop.systemd1.UnitExists", Body: []any{"Unit " + name + " already exists."}})
 	}
-	m.start(name, slice, true)
+	m.startLocked(name, slice, true)
 	return nil
 }
 
 func (m *memManager) TakeRefused() ([]error, int) { return nil, 0 }
 
 func (m *memManager) Version(ctx context.Context) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if err := m.call("Version"); err != nil {
 		return "", err
 	}
@@ -213,6 +239,8 @@ func (m *memManager) Version(ctx context.Context) (string, error) {
 }
 
 func (m *memManager) Close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.calls["Close"]++
 	if !m.closed {
 		m.closed = true
@@ -228,6 +256,12 @@ func (m *memManager) Close() {
 // as the AllowedCPUs= of its own configuration, sending UnitNew; then it
 // starts it, sending its start job's JobRemoved.
 func (m *memManager) start(name, slice string, transient bool, own ...int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.startLocked(name, slice, transient, own...)
+}
+
+func (m *memManager) startLocked(name, slice string, transient bool, own ...int) {
 	if m.units[name] == nil {
 		u := &memUnit{slice: slice, transient: transient, own: own, active: "inactive"}
 		m.units[name] = u
@@ -241,6 +275,8 @@ func (m *memManager) start(name, slice string, transient bool, own ...int) {
 // stop stops unit name, sending its stop job's JobRemoved; a transient
 // unit is then removed from memory (remove).
 func (m *memManager) stop(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	u := m.units[name]
 	if u == nil {
 		m.t.Fatalf("stop %s: not loaded", name)
@@ -248,7 +284,7 @@ func (m *memManager) stop(name string) {
 	u.active = "inactive"
 	m.emit(systemd.UnitEvent{Name: name, Kind: systemd.JobFinished})
 	if u.transient {
-		m.remove(name)
+		m.drop(name)
 	}
 }
 
@@ -256,6 +292,12 @@ func (m *memManager) stop(name string) {
 // unit, or its unit file gone), sending UnitRemoved; a transient unit's
 // drop-ins go with it.
 func (m *memManager) remove(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.drop(name)
+}
+
+func (m *memManager) drop(name string) {
 	u := m.units[name]
 	if u == nil {
 		m.t.Fatalf("remove %s: not loaded", name)
@@ -274,7 +316,8 @@ func (m *memManager) remove(name string) {
 
 // set is SetUnitProperties of AllowedCPUs= (systemctl set-property,
 // with --runtime when runtime): the value in force at once, the drop-in
-// written anew. Errors: NoSuchUnit for a unit not loaded.
+// written anew. Errors: NoSuchUnit for a unit not loaded, or the
+// drop-in's write. Called with mu held.
 func (m *memManager) set(name string, runtime bool, cpus ...int) error {
 	u := m.units[name]
 	if u == nil {
@@ -289,15 +332,15 @@ func (m *memManager) set(name string, runtime bool, cpus ...int) error {
 	}
 	p := m.dropIn(name, kind)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		m.t.Fatal(err)
+		return err
 	}
 	// A new file each time (a new inode), as systemd's atomic write.
 	section := "[" + systemd.UnitType(name) + "]"
 	if err := os.WriteFile(p+".tmp", []byte(section+"\nAllowedCPUs="+systemd.FormatCPUList(cpus)+"\n"), 0o644); err != nil {
-		m.t.Fatal(err)
+		return err
 	}
 	if err := os.Rename(p+".tmp", p); err != nil {
-		m.t.Fatal(err)
+		return err
 	}
 	if !slices.Contains(u.dropins, p) {
 		u.dropins = append(u.dropins, p)
@@ -311,7 +354,10 @@ func (m *memManager) set(name string, runtime bool, cpus ...int) error {
 // PropertiesChanged).
 func (m *memManager) admin(name string, runtime bool, cpus ...int) {
 	m.t.Helper()
-	if err := m.set(name, runtime, cpus...); err != nil {
+	m.mu.Lock()
+	err := m.set(name, runtime, cpus...)
+	m.mu.Unlock()
+	if err != nil {
 		m.t.Fatal(err)
 	}
 }
@@ -322,6 +368,8 @@ func (m *memManager) admin(name string, runtime bool, cpus ...int) {
 // drop-in of the same name shadows is lost), then UnitNew for each unit
 // and Reloading(false).
 func (m *memManager) reloadBegin() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.emit(systemd.UnitEvent{Kind: systemd.ReloadStarted})
 	for _, n := range m.names() {
 		m.emit(systemd.UnitEvent{Name: n, Kind: systemd.UnitDropped})
@@ -332,6 +380,8 @@ func (m *memManager) reloadBegin() {
 }
 
 func (m *memManager) reloadEnd() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, n := range m.names() {
 		m.emit(systemd.UnitEvent{Name: n, Kind: systemd.UnitLoaded})
 	}
@@ -370,13 +420,19 @@ func (m *memManager) load(name string, u *memUnit) {
 	}
 }
 
-// emit sends ev to the subscriber, if any: a unit event is dropped when
-// the channel is full (Overflowed), ReloadFinished waits for room.
+// emit sends ev to the subscriber, if any: served, as the manager's
+// signal; else on Events' channel, where a unit event is dropped when
+// the channel is full (Overflowed) and ReloadFinished waits for room.
+// Called with mu held.
 func (m *memManager) emit(ev systemd.UnitEvent) {
 	if !m.subscribed || m.closed {
 		return
 	}
 	ev.UID = m.uid
+	if m.served != nil {
+		m.served(ev)
+		return
+	}
 	if ev.Kind == systemd.ReloadFinished {
 		m.events <- ev
 		return
@@ -430,6 +486,8 @@ func (m *memManager) info(name string) systemd.UnitInfo {
 // allowedOf is unit name's AllowedCPUs= as a cpulist, "(not found)" for a
 // unit not loaded.
 func (m *memManager) allowedOf(name string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if u := m.units[name]; u != nil {
 		return systemd.FormatCPUList(u.allowed)
 	}
