@@ -52,7 +52,7 @@ func (u *Placement) Apply(eff policy.Policy, topo policy.Topology, online sysfs.
 			cur = online
 		}
 		in.Loads = append(in.Loads, policy.Load{Name: n, Util: w.avg.Util, Current: cur.List(), Pressure: w.pressure,
-			Class: w.class(), Slice: w.slice})
+			Class: u.class(w), Slice: w.slice})
 	}
 	plan := policy.PlanPlacement(in)
 	u.e.Plan, u.online = plan, online
