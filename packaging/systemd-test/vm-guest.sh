@@ -466,12 +466,5 @@ run_testcases --always install \
 	$surface_testcases \
 	laptop_ppd laptop_journal laptop_placed laptop_unclean \
 	battery energy_prefs \
-	--always purge
-# laptop-default.sh's testcases ($laptop_default_testcases, then
-# laptop_default_purged after the purge) are not in this run yet: in the
-# emulated VM, unplugged under the package's configuration, nothing was
-# confined (policy powersaving on battery, every unit's AllowedCPUs=
-# unset) where plan confines the same loads offline; until that is
-# understood they would fail every run. They run by name:
-# SCHEDPOLICYD_TEST_MATCH=laptop_default with the list above changed to
-# include them.
+	$laptop_default_testcases \
+	--always purge laptop_default_purged
