@@ -19,6 +19,13 @@ GO=${GO:-go}
 version=$(sed -n '1s/^schedpolicyd (\([^)]*\)).*/\1/p' packaging/debian/changelog)
 [ -n "$version" ] || { echo "build-deb: no version in packaging/debian/changelog" >&2; exit 1; }
 arch=$(dpkg --print-architecture)
+# The Maintainer field and the changelog's trailer name whoever builds the
+# package, as dch does: DEBFULLNAME and DEBEMAIL, else the builder's user
+# at this host. The project has no mailing list, and an address that
+# reaches nobody is worse than none.
+maintainer="${DEBFULLNAME:-schedpolicyd local build} <${DEBEMAIL:-$(id -un)@$(hostname -f 2>/dev/null || hostname)}>"
+case $maintainer in *'|'* | *'
+'*) echo "build-deb: DEBFULLNAME or DEBEMAIL holds '|' or a newline" >&2; exit 1 ;; esac
 
 stage=$(mktemp -d "${TMPDIR:-/tmp}/schedpolicyd-deb.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
@@ -55,13 +62,14 @@ done
 doc=$root/usr/share/doc/schedpolicyd
 install -D -m 0644 packaging/debian/copyright "$doc/copyright"
 # A native package (no Debian revision) ships changelog.gz.
-install -m 0644 packaging/debian/changelog "$doc/changelog"
+sed "s|@MAINTAINER@|$maintainer|" packaging/debian/changelog >"$doc/changelog"
+chmod 0644 "$doc/changelog"
 gzip -9n "$doc/changelog"
 
 # Control area.
 mkdir -p "$root/DEBIAN"
 size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
-sed -e "s/@VERSION@/$version/" -e "s/@ARCH@/$arch/" -e "s/@SIZE@/$size/" \
+sed -e "s/@VERSION@/$version/" -e "s/@ARCH@/$arch/" -e "s/@SIZE@/$size/" -e "s|@MAINTAINER@|$maintainer|" \
 	packaging/debian/control.in > "$root/DEBIAN/control"
 install -m 0644 packaging/debian/conffiles "$root/DEBIAN/conffiles"
 for s in postinst prerm postrm; do
@@ -71,7 +79,7 @@ done
 chmod 0644 "$root/DEBIAN/md5sums"
 
 # Reproducible timestamps: the changelog date.
-epoch=$(date -d "$(sed -n 's/^ -- .*>  //p' packaging/debian/changelog | head -1)" +%s)
+epoch=$(date -d "$(sed -n 's/^ -- .*  //p' packaging/debian/changelog | head -1)" +%s)
 find "$root" -exec touch -h -d "@$epoch" {} +
 
 deb=$out/schedpolicyd_${version}_${arch}.deb

@@ -57,7 +57,14 @@ step "contents ok"
 # /usr/share/lintian/overrides/schedpolicyd (explained in packaging/README.md).
 if command -v lintian >/dev/null 2>&1; then
 	rc=0
-	lint=$(lintian --fail-on error,warning --tag-display-limit 0 "$deb" 2>&1) || rc=$?
+	# Without DEBEMAIL the package names its builder as user@host (as
+	# dch does): on a build host such an address reaches nobody and
+	# lintian says so. That is true of a local build and is not this
+	# package's fault; a package to publish is built with DEBFULLNAME and
+	# DEBEMAIL set (packaging/README.md), and then these tags count.
+	sup=""
+	[ -n "${DEBEMAIL:-}" ] || sup="--suppress-tags bogus-mail-host,bogus-mail-host-in-debian-changelog,root-in-contact,mail-address-loops-or-bounces"
+	lint=$(lintian --fail-on error,warning --tag-display-limit 0 $sup "$deb" 2>&1) || rc=$?
 	lint=$(echo "$lint" | grep -v 'running with root privileges is not recommended' || true)
 	[ "$rc" = 0 ] || fail "lintian (exit $rc):
 $lint"
