@@ -183,6 +183,9 @@ ld_up() {
 		systemctl start "$unit"
 	fi
 	wait_until 30 unit_running || fail_now "$unit is $(systemctl is-active "$unit")"
+	# No explicit choice in force: an earlier testcase's `schedpolicyctl
+	# set` is saved for good (the knob as configured only after a reset).
+	schedpolicyctl reset >/dev/null 2>&1 || fail_now "schedpolicyctl reset: $(schedpolicyctl reset 2>&1)"
 	# The harness itself runs as system.slice's systemd-test.service, and
 	# polls busily on an emulated CPU: with system.slice managed (the
 	# package's default) its load alone made every plan race to idle,
