@@ -208,11 +208,22 @@ testcase_laptop_default_dropin() {
 	# The install restarted nobody's manager: a lingering user's manager
 	# that ran before it still runs as the same process.
 	check laptop-default-no-manager-restart
-	c=$(cursor)
-	user_setup
+	# A manager started without cpuset (as before the package: the
+	# drop-in masked for its login), the drop-in back, the package
+	# configured again: the manager keeps running, and the postinst names
+	# it as waiting for the next login.
+	mkdir -p "${ld_mask%/*}"
+	ln -sf /dev/null "$ld_mask"
+	systemctl daemon-reload
+	ld_fresh_login
+	rm -f "$ld_mask"
+	systemctl daemon-reload
 	pid=$(main_pid "$um" 2>/dev/null || true)
+	assert_true test -n "$pid"
+	c=$(cursor)
 	dpkg-reconfigure schedpolicyd >/tmp/ld-reconf.log 2>&1 || fail_now "dpkg-reconfigure: $(tail -n 3 /tmp/ld-reconf.log)"
-	[ -z "$pid" ] || assert_eq "$(main_pid "$um" 2>/dev/null || true)" "$pid"
+	assert_eq "$(main_pid "$um" 2>/dev/null || true)" "$pid"
+	assert_in "placed as a whole, unconfined:.* user@$uid.service" "$(cat /tmp/ld-reconf.log)"
 	assert_not_in "Stopping User Manager for UID $uid|Stopped User Manager for UID $uid" "$(journal_since "$c")"
 	pass "laptop-default-no-manager-restart: the postinst left $um alone (MainPID ${pid:-none}); it said: $(grep -o 'schedpolicyd: cpuset is delegated.*' /tmp/ld-reconf.log | head -n 1)"
 }
