@@ -164,20 +164,22 @@ ld_fresh_login() {
 }
 # ld_start_units: the GNOME-shaped units, as the user and the system.
 ld_start_units() {
-	# Busy but light: the VM is emulated (TCG), where 300 rounds of the
-	# loop and a 50 ms sleep kept firefox at 0.45 of a CPU and the
-	# service at 0.33; with dbus and journald answering the harness the
-	# powersaving plan over every workload (one class: the background's
-	# plan counts the foreground's load) sat at its threshold and
-	# flapped between packed and spread; 150 rounds and 0.15 s still
-	# made 0.33 and 0.30. About 0.1 each here.
-	busy='while :; do i=0; while [ $i -lt 100 ]; do i=$((i+1)); done; sleep 0.3; done'
-	ur systemd-run --user --quiet --scope --slice=app.slice --unit="${ld_ff%.scope}" sh -c "$busy" </dev/null >/dev/null 2>&1 &
+	# Busy but light, in one process with one thread: 20 ms of work
+	# every 200 ms, about 0.1 of a CPU. Not a shell loop: its sleep is a
+	# fork and exec each round, slow under emulation (TCG), and a sample
+	# that caught the shell and its child runnable together on the one
+	# CPU they were packed on confirmed the unit crowded and spread
+	# everything ("crowded unit confirmed"); with 300 rounds and a 50 ms
+	# sleep the shell loops also kept firefox at 0.45 of a CPU and the
+	# service at 0.33, at the powersaving plan's threshold (one class:
+	# the background's plan counts the foreground's load).
+	busy=$(printf '%s\n' 'import time' 'while True:' '    t = time.monotonic()' '    while time.monotonic() - t < 0.02: pass' '    time.sleep(0.2)')
+	ur systemd-run --user --quiet --scope --slice=app.slice --unit="${ld_ff%.scope}" python3 -c "$busy" </dev/null >/dev/null 2>&1 &
 	ur systemd-run --user --quiet --scope --slice=app.slice --unit="${ld_ed%.scope}" sleep 100000 </dev/null >/dev/null 2>&1 &
 	ur systemd-run --user --quiet --slice=background.slice --unit="$ld_idx" sleep 100000
 	ur systemd-run --user --quiet --slice=session.slice --unit="$ld_shell" sleep 100000
 	ur systemd-run --user --quiet --slice=session.slice --unit="$ld_pw" sleep 100000
-	systemctl is-active --quiet "$ld_sys" || systemd-run --quiet --unit="$ld_sys" --slice=system.slice sh -c "$busy"
+	systemctl is-active --quiet "$ld_sys" || systemd-run --quiet --unit="$ld_sys" --slice=system.slice python3 -c "$busy"
 }
 # ld_diag CURSOR: what failed a step: every unit, the policy, the
 # workloads' loads and the daemon's placement lines since CURSOR.
