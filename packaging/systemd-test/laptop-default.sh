@@ -385,8 +385,10 @@ testcase_laptop_default_stop() {
 	user_setup
 	workloads_are $ld_uunits "$ld_sys" || fail_now "run testcase_laptop_default_units first"
 	ld_power off
-	wait_until 60 ld_battery_placed "$ld_ff" "$ld_ed" || wait_until 60 ld_battery_placed "$ld_ed" "$ld_ff" ||
-		fail_now "not placed before the stop: $(ld_show | tr '\n' ';')"
+	# The battery testcase left gedit in front.
+	ld_f=$ld_ed ld_u=$ld_ff
+	[ "$(wl_class "$ld_ff")" = focused ] && ld_f=$ld_ff ld_u=$ld_ed
+	wait_until 60 ld_battery_placed "$ld_f" "$ld_u" || fail_now "not placed before the stop: $(ld_show | tr '\n' ';')"
 	systemctl stop "$unit"
 	check laptop-default-stop-resets
 	for n in $ld_uunits; do assert_eq "$n=$(usc "$n")" "$n="; done
