@@ -17,7 +17,9 @@ func TestCheckSlices(t *testing.T) {
 		{nil, nil, ""},
 		{map[string]policy.SliceRule{"system.slice": ps}, nil, ""}, // DefaultManage
 		{map[string]policy.SliceRule{"background.slice": ps}, []string{"schedpolicyd.slice", "background.slice"}, ""},
-		{map[string]policy.SliceRule{"batch.slice": ps}, nil, "slice batch.slice: not in manage (schedpolicyd.slice, system.slice): its rule would never apply"},
+		{map[string]policy.SliceRule{"background.slice": ps}, nil, ""}, // DefaultManage since issue 34
+		// The default manage lists the users' slices since issue 34.
+		{map[string]policy.SliceRule{"batch.slice": ps}, nil, "slice batch.slice: not in manage (schedpolicyd.slice, system.slice, app.slice, background.slice, session.slice): its rule would never apply"},
 		{map[string]policy.SliceRule{"cron.service": ps}, []string{"cron.service"}, `slice "cron.service": not the name of a slice (NAME.slice)`},
 		{map[string]policy.SliceRule{"system.slice": {Policy: policy.Performance}}, nil, `slice system.slice: policy "performance": want balance or powersaving`},
 		{map[string]policy.SliceRule{"system.slice": {}}, nil, `slice system.slice: policy "": want balance or powersaving`},

@@ -43,6 +43,7 @@ for b in schedpolicyd:usr/sbin schedpolicyctl:usr/bin; do
 done
 
 install -D -m 0644 systemd/schedpolicyd.service "$root/lib/systemd/system/schedpolicyd.service"
+install -D -m 0644 systemd/50-schedpolicyd-delegate-cpuset.conf "$root/lib/systemd/system/user@.service.d/50-schedpolicyd-delegate-cpuset.conf"
 install -D -m 0644 packaging/dbus/org.schedpolicyd.SchedPolicy1.conf "$root/usr/share/dbus-1/system.d/org.schedpolicyd.SchedPolicy1.conf"
 install -D -m 0644 packaging/dbus/org.schedpolicyd.SchedPolicy1.service "$root/usr/share/dbus-1/system-services/org.schedpolicyd.SchedPolicy1.service"
 install -D -m 0644 packaging/polkit/org.schedpolicyd.policy "$root/usr/share/polkit-1/actions/org.schedpolicyd.policy"

@@ -35,6 +35,7 @@ step "built $(basename "$deb")"
 contents=$(dpkg-deb -c "$deb" | awk '{print $6}')
 for f in ./usr/sbin/schedpolicyd ./usr/bin/schedpolicyctl \
 	./lib/systemd/system/schedpolicyd.service \
+	./lib/systemd/system/user@.service.d/50-schedpolicyd-delegate-cpuset.conf \
 	./usr/share/dbus-1/system.d/org.schedpolicyd.SchedPolicy1.conf \
 	./usr/share/dbus-1/system-services/org.schedpolicyd.SchedPolicy1.service \
 	./usr/share/polkit-1/actions/org.schedpolicyd.policy \

@@ -236,3 +236,56 @@ func TestManPagesNameOnlyShippedDocs(t *testing.T) {
 		}
 	}
 }
+
+// TestDelegateCpusetDropIn (issue 34): the user@.service drop-in that
+// delegates cpuset repeats upstream's list (pids memory cpu) and adds
+// cpuset, in a [Service] section; the three packages install it under
+// the unit directory's user@.service.d/ by the same name (the RPM in
+// %install and %files), so an administrator masks it with that name
+// under /etc/systemd/system/user@.service.d/; and no maintainer script
+// restarts or reloads a user's manager (it applies at the next login).
+func TestDelegateCpusetDropIn(t *testing.T) {
+	const name = "50-schedpolicyd-delegate-cpuset.conf"
+	var section string
+	var delegate []string
+	for _, l := range strings.Split(read(t, "../systemd/"+name), "\n") {
+		l = strings.TrimSpace(l)
+		switch {
+		case l == "" || strings.HasPrefix(l, "#"):
+		case strings.HasPrefix(l, "["):
+			section = l
+		case strings.HasPrefix(l, "Delegate="):
+			if section != "[Service]" {
+				t.Errorf("Delegate= in %s, want [Service]", section)
+			}
+			delegate = append(delegate, strings.TrimPrefix(l, "Delegate="))
+		default:
+			t.Errorf("unexpected line %q", l)
+		}
+	}
+	if !reflect.DeepEqual(delegate, []string{"pids memory cpu cpuset"}) {
+		t.Errorf("Delegate= lines %q, want one: pids memory cpu cpuset", delegate)
+	}
+	for _, w := range []struct{ file, want string }{
+		{"build-deb.sh", `"$root/lib/systemd/system/user@.service.d/` + name + `"`},
+		{"rpm/schedpolicyd.spec", `%{buildroot}%{_unitdir}/user@.service.d/` + name + "\n"},
+		{"rpm/schedpolicyd.spec", "\n%{_unitdir}/user@.service.d/" + name + "\n"},
+		{"arch/PKGBUILD", `"$pkgdir/usr/lib/systemd/system/user@.service.d/` + name + `"`},
+		{"deb-test.sh", "./lib/systemd/system/user@.service.d/" + name},
+	} {
+		if !strings.Contains(read(t, w.file), w.want) {
+			t.Errorf("%s does not install the drop-in: no %q", w.file, w.want)
+		}
+	}
+	restart := regexp.MustCompile(`(?m)^[^#]*(systemctl|deb-systemd-invoke)[^\n]*user@`)
+	for _, s := range []string{"debian/postinst", "debian/prerm", "debian/postrm", "arch/schedpolicyd.install", "rpm/schedpolicyd.spec"} {
+		if m := restart.FindString(read(t, s)); m != "" {
+			t.Errorf("%s touches a user's manager: %q", s, m)
+		}
+	}
+	for _, s := range []string{"debian/postinst", "arch/schedpolicyd.install", "rpm/schedpolicyd.spec"} {
+		if !strings.Contains(read(t, s), "from the user's next login") {
+			t.Errorf("%s does not say the delegation applies at the next login", s)
+		}
+	}
+}

@@ -94,9 +94,16 @@ type Plan struct {
 	// Reasons says, for a workload whose home is not what the class
 	// order alone would give, why: the energy models' choice of its
 	// home (Topology.WithHomes), or a background workload sharing the
-	// focused app's cores because no other CPU is left. nil when there
+	// foreground's cores because no other CPU is left. nil when there
 	// is nothing to say.
 	Reasons map[string]string
+	// Foreground is, on a hybrid machine while it packs, the CPUs of the
+	// cores the foreground's load is planned on (the focused app, the
+	// session; ClassPolicy, Foreground), SMT siblings included: the
+	// cores packed-away work is kept off. The foreground itself may run
+	// on every CPU unless a slice rule confines it. nil: no foreground,
+	// or a machine of one class.
+	Foreground []int
 }
 
 const eps = 1e-9
@@ -169,9 +176,9 @@ const eps = 1e-9
 // Class and its Slice's rule in Input.Slices against Input.Policy; see
 // ClassPolicy for the table). When they differ, each policy present is
 // planned as above over every workload, as if the machine ran it, and
-// each workload takes its set from its own policy's plan: the focused app
-// gets the room balance would give it beside everything else, background
-// work the set powersaving would give it. Sets of different policies may
+// each workload takes its set from its own policy's plan: background work
+// and unfocused apps the set powersaving would give them, the foreground
+// (the focused app, the session) every allowed CPU. Sets of different policies may
 // overlap (CFS shares those CPUs). Only the machine policy's plan carries
 // the lazy history (Plan.Lazy); each plan's stability is judged on its
 // own members; Plan.Policies says which policy placed each workload.
@@ -185,9 +192,11 @@ const eps = 1e-9
 // workload goes whole into the first module of the best class with room
 // for it, and current sets on a worse class than the fresh plan's are not
 // kept. Workloads of different policies are planned each policy on its
-// own, the focused app's first, and background and service work is kept
-// off every core (SMT siblings included) the focused app got, unless no
-// CPU would be left. CPUs marked Reserved (another owner confines work
+// own, the foreground's first, and background, service and unfocused app
+// work is kept off every core (SMT siblings included) the foreground's
+// load is planned on (Plan.Foreground: an unconfined foreground
+// workload's load is planned as balance plans it, the performance cores
+// first, while it may run on every CPU), unless no CPU would be left. CPUs marked Reserved (another owner confines work
 // there) get nothing packed onto them. With a single class none of this
 // applies and the plans are the ones above.
 //

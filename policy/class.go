@@ -21,8 +21,14 @@ const (
 	// work: indexers, backups, updates).
 	ClassBackground = "background"
 	// ClassSession: a unit of a user's session.slice (the session's own
-	// services: the compositor, the shell).
+	// services: the compositor, the shell, the sound server, input
+	// methods, portals).
 	ClassSession = "session"
+	// ClassAppNoFocus: an app of a user whose desktop says nothing of the
+	// focus (no app of that user's app.slice carries Mutter's
+	// user.xdg.inactive-since): any of them may be the app in front, so
+	// each is placed as the focused app is.
+	ClassAppNoFocus = "app-nofocus"
 )
 
 // SliceRule is one slice's configured policy ([[slice]] in
@@ -52,30 +58,56 @@ func packing(p Policy) int {
 
 // ClassPolicy is the policy a workload of class is placed with while the
 // machine's effective policy is machine. On battery the work nobody
-// waits for (background.slice, system services) is what can be packed
-// hardest, while the app the user looks at keeps the room balance would
-// give it:
+// waits for (background.slice, system services, the apps the user is not
+// looking at) is what can be packed hardest, while what the user sees and
+// hears (the app in front, the session's compositor and sound server)
+// is never confined:
 //
-//	class                   performance  balance      powersaving
-//	background, service     performance  powersaving  powersaving
-//	focused                 performance  balance      balance
-//	any other               performance  balance      powersaving
+//	class                                performance  balance      powersaving
+//	background, service, app             performance  powersaving  powersaving
+//	focused, session, user, app-nofocus  performance  performance  performance
+//	any other                            performance  balance      powersaving
 //
-// So background work and services are packed as hard as the planner
-// packs whenever the machine packs at all; the focused app is never packed
-// harder than balance would pack it; and under performance nothing is
-// restricted.
+// So background work, services and unfocused apps are packed as hard as
+// the planner packs whenever the machine packs at all (on a hybrid
+// machine onto the efficient cores first); the foreground (Foreground)
+// keeps every CPU it may use, and on a hybrid machine the cores its load
+// needs are kept free of packed work (PlanPlacement, "Efficiency
+// classes"); under performance nothing is restricted. A user's whole
+// manager (ClassUser, where cpuset is not delegated to it) holds the
+// session and the focused app, so it is foreground too.
 func ClassPolicy(machine Policy, class string) Policy {
-	if packing(machine) == 0 {
+	if packing(machine) == 0 || Foreground(class) {
 		return Performance
 	}
 	switch class {
-	case ClassBackground, ClassService:
+	case ClassBackground, ClassService, ClassApp:
 		return Powersaving
-	case ClassFocused:
-		return Balance
 	}
 	return machine
+}
+
+// Foreground reports whether class is work the user sees or hears and
+// waits for: the focused app, a user's session units, a user's whole
+// manager, and the apps of a desktop that says nothing of the focus.
+// Its class policy never confines it.
+func Foreground(class string) bool {
+	switch class {
+	case ClassFocused, ClassSession, ClassUser, ClassAppNoFocus:
+		return true
+	}
+	return false
+}
+
+// packedAway reports whether class is work a hybrid plan keeps off the
+// foreground's cores: background work, system services and unfocused
+// apps.
+func packedAway(class string) bool {
+	switch class {
+	case ClassBackground, ClassService, ClassApp:
+		return true
+	}
+	return false
 }
 
 // LoadPolicy is the policy a workload is placed with: ClassPolicy, then

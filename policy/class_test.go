@@ -8,18 +8,33 @@ import (
 	"pgregory.net/rapid"
 )
 
+// TestClassPolicy: issue 34's laptop classes. While the machine packs,
+// background work, services and unfocused apps are packed as powersaving
+// packs them (the apps were placed with the machine's policy before: an
+// app the user is not looking at is work nobody waits for); the focused
+// app, the session, a user's whole manager and the apps of a desktop that
+// says nothing of the focus are never confined (before, the focused app
+// got balance and the session and a whole manager the machine's policy);
+// other classes keep the machine's policy; under performance nothing is
+// restricted.
 func TestClassPolicy(t *testing.T) {
-	classes := []string{ClassBackground, ClassService, ClassFocused, ClassApp, ClassSession, ClassWorkload, ClassUser, "", "batch"}
+	classes := []string{ClassBackground, ClassService, ClassApp, ClassFocused, ClassSession, ClassUser, ClassAppNoFocus, ClassWorkload, "", "batch"}
+	P, B, S := Performance, Balance, Powersaving
 	want := map[Policy][]Policy{
-		Performance: {Performance, Performance, Performance, Performance, Performance, Performance, Performance, Performance, Performance},
-		Balance:     {Powersaving, Powersaving, Balance, Balance, Balance, Balance, Balance, Balance, Balance},
-		Powersaving: {Powersaving, Powersaving, Balance, Powersaving, Powersaving, Powersaving, Powersaving, Powersaving, Powersaving},
+		Performance: {P, P, P, P, P, P, P, P, P, P},
+		Balance:     {S, S, S, P, P, P, P, B, B, B},
+		Powersaving: {S, S, S, P, P, P, P, S, S, S},
 	}
 	for machine, ws := range want {
 		for i, c := range classes {
 			if got := ClassPolicy(machine, c); got != ws[i] {
 				t.Errorf("ClassPolicy(%s, %q) = %s, want %s", machine, c, got, ws[i])
 			}
+		}
+	}
+	for _, c := range classes {
+		if want := c == ClassFocused || c == ClassSession || c == ClassUser || c == ClassAppNoFocus; Foreground(c) != want {
+			t.Errorf("Foreground(%q) = %v", c, !want)
 		}
 	}
 }
@@ -36,11 +51,14 @@ func TestLoadPolicy(t *testing.T) {
 		{Performance, ClassApp, ps, Performance},           // unrestricted under performance
 		{Performance, ClassApp, psAlways, Powersaving},     // unless the rule says always
 		{Performance, ClassFocused, psAlways, Powersaving}, // the admin's rule wins over the class
-		{Balance, ClassApp, ps, Powersaving},               // caps: packs harder
-		{Balance, ClassApp, bal, Balance},
+		{Balance, ClassWorkload, ps, Powersaving},          // caps: packs harder
+		{Balance, ClassWorkload, bal, Balance},
+		{Balance, ClassApp, bal, Powersaving},     // never loosens the class rule
 		{Powersaving, ClassApp, bal, Powersaving}, // never loosens
-		{Powersaving, ClassFocused, nil, Balance},
-		{Powersaving, ClassFocused, ps, Powersaving},
+		{Powersaving, ClassFocused, nil, Performance},
+		{Powersaving, ClassFocused, ps, Powersaving}, // a rule confines even the foreground
+		{Balance, ClassSession, bal, Balance},
+		{Balance, ClassSession, nil, Performance},
 		{Powersaving, ClassBackground, bal, Powersaving},
 		{Balance, ClassWorkload, &SliceRule{Policy: Performance, Always: true}, Balance},
 	}
@@ -86,19 +104,25 @@ func TestPlanPlacementClasses(t *testing.T) {
 			want:    map[string][]int{"editor": {0, 4}, "chat": {1}, "indexer": {5}, "cupsd": {1}},
 			wantPol: map[string]Policy{"editor": Powersaving, "chat": Powersaving, "indexer": Powersaving, "cupsd": Powersaving},
 			active:  []int{0, 1, 4, 5}},
-		// The focused editor keeps balance's room, two cores; the rest is
-		// packed as powersaving packs it.
-		{name: "powersaving: the focused app keeps balance's room", topo: snbLaptop, policy: Powersaving, loads: desktop(ClassFocused),
-			want:    map[string][]int{"editor": {0, 1}, "chat": {1}, "indexer": {5}, "cupsd": {1}},
-			wantPol: map[string]Policy{"editor": Balance, "chat": Powersaving, "indexer": Powersaving, "cupsd": Powersaving},
-			active:  []int{0, 1, 5}},
-		// Under balance background work and services are packed like
-		// powersaving: the indexer gets one thread, not balance's {3,6};
-		// cupsd joins a busy CPU instead of an idle one.
-		{name: "balance: background and services packed harder", topo: snbLaptop, policy: Balance, loads: desktop(ClassFocused),
-			want:    map[string][]int{"editor": {0, 1}, "chat": {2}, "indexer": {5}, "cupsd": {1}},
-			wantPol: map[string]Policy{"editor": Balance, "chat": Balance, "indexer": Powersaving, "cupsd": Powersaving},
-			active:  []int{0, 1, 2, 5}},
+		// The focused editor may use every CPU; the rest, the unfocused
+		// chat app included, is packed as powersaving packs it.
+		{name: "powersaving: the focused app is not confined", topo: snbLaptop, policy: Powersaving, loads: desktop(ClassFocused),
+			want:    map[string][]int{"editor": seq(0, 7), "chat": {1}, "indexer": {5}, "cupsd": {1}},
+			wantPol: map[string]Policy{"editor": Performance, "chat": Powersaving, "indexer": Powersaving, "cupsd": Powersaving},
+			active:  seq(0, 7)},
+		// Under balance background work, services and the unfocused app
+		// are packed like powersaving: the indexer gets one thread, not
+		// balance's {3,6}; chat and cupsd join a busy CPU instead of an
+		// idle one.
+		{name: "balance: background, services and unfocused apps packed harder", topo: snbLaptop, policy: Balance, loads: desktop(ClassFocused),
+			want:    map[string][]int{"editor": seq(0, 7), "chat": {1}, "indexer": {5}, "cupsd": {1}},
+			wantPol: map[string]Policy{"editor": Performance, "chat": Powersaving, "indexer": Powersaving, "cupsd": Powersaving},
+			active:  seq(0, 7)},
+		// A session unit (the compositor) is not confined either.
+		{name: "balance: the session is not confined", topo: snbLaptop, policy: Balance, loads: desktop(ClassSession),
+			want:    map[string][]int{"editor": seq(0, 7), "chat": {1}, "indexer": {5}, "cupsd": {1}},
+			wantPol: map[string]Policy{"editor": Performance, "chat": Powersaving, "indexer": Powersaving, "cupsd": Powersaving},
+			active:  seq(0, 7)},
 		{name: "balance, no classes", topo: snbLaptop, policy: Balance, loads: classless(desktop("")),
 			want:    map[string][]int{"editor": {0, 1}, "chat": {2}, "indexer": {3, 6}, "cupsd": {7}},
 			wantPol: map[string]Policy{"editor": Balance, "chat": Balance, "indexer": Balance, "cupsd": Balance},
@@ -179,7 +203,7 @@ func TestPlanPlacementClasses(t *testing.T) {
 // Performance where that plan raced to idle), and its set is what a plan of
 // that policy alone over the same workloads gives it.
 func TestPropClasses(t *testing.T) {
-	classes := []string{"", ClassWorkload, ClassService, ClassBackground, ClassFocused, ClassApp, ClassSession}
+	classes := []string{"", ClassWorkload, ClassService, ClassBackground, ClassFocused, ClassApp, ClassSession, ClassUser, ClassAppNoFocus}
 	rapid.Check(t, func(t *rapid.T) {
 		in := genInput(t)
 		in.Slices = map[string]SliceRule{

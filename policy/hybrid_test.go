@@ -85,9 +85,13 @@ func cpulistOf(ids []int) string {
 
 // TestHybridPlacement: exact placements on hybrid machines. Powersaving
 // fills the most efficient class first and spills by its capacity;
-// balance gives the focused app and other apps the performance cores
-// first and background work the efficient ones; background and services
-// never share a core (an SMT sibling included) with the focused app.
+// balance gives plain workloads the performance cores first and
+// background work, services and unfocused apps the efficient ones; the
+// foreground (the focused app, the session) may use every CPU, and
+// packed-away work never shares a core (an SMT sibling included) with the
+// cores its load is planned on (fg=, Plan.Foreground). Before issue 34
+// the focused app was confined to that footprint (game=0,2,4,6,8-9) and
+// the sets of the others were the same.
 func TestHybridPlacement(t *testing.T) {
 	game := Load{Name: "game", Util: 3.5, Threads: 8, Class: ClassFocused}
 	bg := []Load{
@@ -109,13 +113,30 @@ func TestHybridPlacement(t *testing.T) {
 		loads  []Load
 		want   string
 	}{
-		// The issue's i7-1260P: the game on the P-cores (one thread
-		// each, balance) and two E-cores; background and services on
-		// E-cores the game does not use.
+		// The issue's i7-1260P: the game's load needs the P-cores (one
+		// thread each, balance) and two E-cores, and it may run
+		// everywhere; background and services on E-cores the game's
+		// load does not need.
 		{"adl powersaving, focused game", adlP, Powersaving, append([]Load{game}, bg...),
-			"game=0,2,4,6,8-9 bg1=10 svc=10 svc2=11"},
+			"game=0-15 bg1=10 svc=10 svc2=11 fg=0-9"},
 		{"adl balance, focused game", adlP, Balance, append([]Load{game}, bg...),
-			"game=0,2,4,6,8-9 bg1=10 svc=10 svc2=11"},
+			"game=0-15 bg1=10 svc=10 svc2=11 fg=0-9"},
+		// The session (the compositor and the sound server, light) is
+		// foreground too: unconfined, its footprint one P-core (two small
+		// tasks); an unfocused app is packed with the background work on
+		// E-cores.
+		{"adl powersaving, session and an unfocused app", adlP, Powersaving, append([]Load{
+			{Name: "shell", Util: 0.3, Threads: 1, Class: ClassSession},
+			{Name: "pipewire", Util: 0.1, Threads: 1, Class: ClassSession},
+			{Name: "chat", Util: 0.3, Threads: 1, Class: ClassApp}}, bg...),
+			"shell=0-15 pipewire=0-15 chat=8 bg1=9 svc=10 svc2=10-11 fg=0-1"},
+		// A desktop that says nothing of the focus: every app is
+		// foreground (the editor's two threads on two P-cores, the chat
+		// app beside them), the background as without apps.
+		{"adl balance, apps of a desktop without focus", adlP, Balance, append([]Load{
+			{Name: "ed", Util: 1.5, Threads: 2, Class: ClassAppNoFocus},
+			{Name: "chat", Util: 0.3, Threads: 1, Class: ClassAppNoFocus}}, bg...),
+			"ed=0-15 chat=0-15 bg1=8 svc=9 svc2=10-11 fg=0-3"},
 		// Background work alone: E-cores, never CPU 0. Each is more
 		// than a small task on an E-core (0.3 of a CPU measured
 		// unconfined is 41 % of an E-core), and svc2's two threads need
@@ -136,12 +157,12 @@ func TestHybridPlacement(t *testing.T) {
 		// Lunar Lake: LP E-cores first under powersaving; the focused
 		// app on P-cores.
 		{"lnl powersaving", lnl, Powersaving, append([]Load{{Name: "ed", Util: 1.5, Threads: 2, Class: ClassFocused}}, bg...),
-			"ed=0-1 bg1=4 svc=4 svc2=5-6"},
+			"ed=0-7 bg1=4 svc=4 svc2=5-6 fg=0-1"},
 		// big.LITTLE: the focused app on the big cores, background on
 		// little ones (CPU 0 is little here, so only the focused app
 		// moves compared with a symmetric plan).
 		{"rk3588 powersaving", rk3588, Powersaving, append([]Load{{Name: "game", Util: 1.5, Threads: 2, Class: ClassFocused}}, bg[:2]...),
-			"game=4-5 bg1=0 svc=1"},
+			"game=0-7 bg1=0 svc=1 fg=4-5"},
 		// Performance is unchanged: every CPU.
 		{"adl performance", adlP, Performance, append([]Load{game}, bg...),
 			"game=0-15 bg1=0-15 svc=0-15 svc2=0-15"},
@@ -149,7 +170,11 @@ func TestHybridPlacement(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := PlanPlacement(Input{Topology: tt.topo, Allowed: all(tt.topo), Policy: tt.policy, Loads: tt.loads, DisableLazy: true})
-			if got := plansString(p, tt.loads); got != tt.want {
+			got := plansString(p, tt.loads)
+			if p.Foreground != nil {
+				got += " fg=" + cpulistOf(p.Foreground)
+			}
+			if got != tt.want {
 				t.Errorf("got  %s\nwant %s", got, tt.want)
 			}
 		})
@@ -190,28 +215,40 @@ func TestHybridKeepsCurrentOnlyOnTheRightClass(t *testing.T) {
 	}
 }
 
-// TestPropHybridBackgroundApartFromFocused: on a hybrid machine a
-// background or service workload never gets a CPU of a core the focused
-// app runs on, unless the focused app holds every allowed CPU.
+// TestPropHybridBackgroundApartFromFocused: on a hybrid machine that
+// packs, a foreground workload (the focused app, a session unit) may use
+// every allowed CPU; Plan.Foreground, the cores its load is planned on,
+// is never empty and holds whole cores (SMT siblings included); and a
+// background, service or unfocused app workload never gets a CPU of it,
+// unless it covers every core.
 func TestPropHybridBackgroundApartFromFocused(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		topo := rapid.SampledFrom([]Topology{adlP, lnl, rk3588}).Draw(t, "topo")
 		pol := rapid.SampledFrom([]Policy{Balance, Powersaving}).Draw(t, "policy")
 		n := rapid.IntRange(1, 6).Draw(t, "loads")
-		loads := []Load{{Name: "focus", Util: rapid.Float64Range(0, 4).Draw(t, "focus util"), Threads: rapid.IntRange(1, 8).Draw(t, "focus threads"), Class: ClassFocused}}
+		fgClass := rapid.SampledFrom([]string{ClassFocused, ClassSession, ClassAppNoFocus, ClassUser}).Draw(t, "foreground class")
+		loads := []Load{{Name: "focus", Util: rapid.Float64Range(0, 4).Draw(t, "focus util"), Threads: rapid.IntRange(1, 8).Draw(t, "focus threads"), Class: fgClass}}
 		for i := range n {
 			loads = append(loads, Load{Name: fmt.Sprint("w", i), Util: rapid.Float64Range(0, 2).Draw(t, "util"), Threads: rapid.IntRange(0, 3).Draw(t, "threads"),
-				Class: rapid.SampledFrom([]string{ClassBackground, ClassService, ClassApp, ClassWorkload}).Draw(t, "class")})
+				Class: rapid.SampledFrom([]string{ClassBackground, ClassService, ClassApp, ClassWorkload, ClassSession}).Draw(t, "class")})
 		}
 		p := PlanPlacement(Input{Topology: topo, Allowed: all(topo), Policy: pol, Loads: loads, DisableLazy: true})
-		cores := map[int]bool{}
+		if !slices.Equal(p.CPUs["focus"], all(topo)) || p.Policies["focus"] != Performance {
+			t.Fatalf("the %s workload is confined: %v (%s)", fgClass, p.CPUs["focus"], p.Policies["focus"])
+		}
 		cpus := topo.CPUs()
 		coreOf := func(id int) int { return cpus[slices.IndexFunc(cpus, func(c CPUDesc) bool { return c.ID == id })].Core }
-		for _, id := range p.CPUs["focus"] {
+		cores := map[int]bool{}
+		for _, id := range p.Foreground {
 			cores[coreOf(id)] = true
 		}
-		if len(cores) == len(map[int]bool{}) {
-			t.Fatalf("focused app got no CPU")
+		if len(cores) == 0 {
+			t.Fatalf("no foreground footprint")
+		}
+		for _, c := range cpus {
+			if cores[c.Core] && !slices.Contains(p.Foreground, c.ID) {
+				t.Fatalf("footprint %v holds core %d but not its CPU %d", p.Foreground, c.Core, c.ID)
+			}
 		}
 		allCores := map[int]bool{}
 		for _, c := range cpus {
@@ -221,15 +258,15 @@ func TestPropHybridBackgroundApartFromFocused(t *testing.T) {
 			return // nothing left to keep apart on
 		}
 		for _, l := range loads[1:] {
-			if l.Class != ClassBackground && l.Class != ClassService {
-				continue
-			}
 			if len(p.CPUs[l.Name]) == 0 {
 				t.Fatalf("%s got no CPU", l.Name)
 			}
+			if l.Class != ClassBackground && l.Class != ClassService && l.Class != ClassApp {
+				continue
+			}
 			for _, id := range p.CPUs[l.Name] {
 				if cores[coreOf(id)] {
-					t.Fatalf("%s (%s) got CPU %d, on a core of the focused app (%v)", l.Name, l.Class, id, p.CPUs["focus"])
+					t.Fatalf("%s (%s) got CPU %d, on a core of the foreground (%v)", l.Name, l.Class, id, p.Foreground)
 				}
 			}
 		}

@@ -56,28 +56,45 @@ func planMixed(in Input, pols []Policy) Plan {
 
 // planHybrid is PlanPlacement for workloads of different policies on a
 // hybrid topology (see PlanPlacement, "Efficiency classes"): each
-// policy's members are planned on their own, the policies of focused apps
-// first; the plans that place background or service work then leave out
-// the focused apps' cores (every SMT sibling of a CPU they got), unless
-// that would leave no CPU. The machine policy's plan over every workload
-// still gives Plan.Policy, Lazy, Deferred and Spread, as on a machine of
-// one class.
+// policy's members are planned on their own, the foreground's policies
+// first; the plans that place packed-away work (background, services,
+// unfocused apps) then leave out the foreground's cores (every SMT
+// sibling of a CPU it got), unless that would leave no CPU. A
+// foreground workload its class leaves unconfined (Performance while the
+// machine packs) gets every allowed CPU, but is planned with balance
+// (the performance cores first) to find the cores its load needs: those
+// are its footprint (Plan.Foreground). The machine policy's plan over
+// every workload still gives Plan.Policy, Lazy, Deferred and Spread, as
+// on a machine of one class.
 func planHybrid(in Input, pols []Policy) Plan {
 	main := planWith(in, func(i int) bool { return pols[i] == in.Policy })
 	out := Plan{Policy: main.Policy, CPUs: make(map[string][]int, len(in.Loads)), Lazy: main.Lazy,
 		Deferred: main.Deferred, Spread: main.Spread, Policies: make(map[string]Policy, len(in.Loads))}
 	topo := in.Topology
 	allowed := normalize(topo, in.Allowed)
+	// planned is the policy each workload is planned with: its own, but
+	// balance for the footprint of an unconfined foreground workload.
+	planned := slices.Clone(pols)
+	unconfined := make([]bool, len(in.Loads))
+	for i, l := range in.Loads {
+		if Foreground(l.Class) && pols[i] == Performance && packing(in.Policy) > 0 {
+			planned[i], unconfined[i] = Balance, true
+		}
+	}
+	var everywhere []int // what an unconfined workload gets
 	focusedPol := map[Policy]bool{}
 	for i, l := range in.Loads {
-		if l.Class == ClassFocused {
-			focusedPol[pols[i]] = true
+		if Foreground(l.Class) {
+			focusedPol[planned[i]] = true
+		}
+		if unconfined[i] && everywhere == nil {
+			everywhere = allowedFor(in, balancerFor(Performance))
 		}
 	}
 	var order []Policy
 	for _, first := range []bool{true, false} {
 		for _, p := range AvailablePolicies {
-			if focusedPol[p] == first && slices.Contains(pols, p) {
+			if focusedPol[p] == first && slices.Contains(planned, p) {
 				order = append(order, p)
 			}
 		}
@@ -95,10 +112,10 @@ func planHybrid(in Input, pols []Policy) Plan {
 		var idx []int
 		bg := false
 		for i, l := range in.Loads {
-			if pols[i] == p {
+			if planned[i] == p {
 				sub.Loads = append(sub.Loads, l)
 				idx = append(idx, i)
-				bg = bg || l.Class == ClassBackground || l.Class == ClassService
+				bg = bg || packedAway(l.Class)
 			}
 		}
 		shared := false
@@ -121,11 +138,18 @@ func planHybrid(in Input, pols []Policy) Plan {
 		out.Deferred = out.Deferred || plan.Deferred
 		for _, i := range idx {
 			name := in.Loads[i].Name
-			out.CPUs[name] = plan.CPUs[name]
-			out.Policies[name] = plan.Policy
+			set, pol := plan.CPUs[name], plan.Policy
+			if unconfined[i] {
+				set, pol = everywhere, Performance
+			}
+			out.CPUs[name] = set
+			out.Policies[name] = pol
 			why := plan.Reasons[name]
-			if shared && (in.Loads[i].Class == ClassBackground || in.Loads[i].Class == ClassService) {
-				why = "shares the focused app's cores: no other CPU is allowed"
+			if unconfined[i] {
+				why = "" // its set is every CPU, not its footprint's
+			}
+			if shared && packedAway(in.Loads[i].Class) {
+				why = "shares the foreground's cores: no other CPU is allowed"
 			}
 			if why != "" {
 				if out.Reasons == nil {
@@ -133,9 +157,11 @@ func planHybrid(in Input, pols []Policy) Plan {
 				}
 				out.Reasons[name] = why
 			}
-			for _, id := range plan.CPUs[name] {
+			for _, id := range set {
 				active[id] = true
-				if in.Loads[i].Class == ClassFocused {
+			}
+			if Foreground(in.Loads[i].Class) {
+				for _, id := range plan.CPUs[name] {
 					for _, sib := range byCore[topo.cpus[topo.index(id)].Core] {
 						focusedCPUs[sib] = true
 					}
@@ -147,5 +173,9 @@ func planHybrid(in Input, pols []Policy) Plan {
 		out.Active = append(out.Active, id)
 	}
 	slices.Sort(out.Active)
+	for id := range focusedCPUs {
+		out.Foreground = append(out.Foreground, id)
+	}
+	slices.Sort(out.Foreground)
 	return out
 }

@@ -506,7 +506,7 @@ func configKeyType(key string) string {
 	case "power_profiles_api":
 		return `true, false or "auto" (power_profiles_api = "auto")`
 	case "manage":
-		return `an array of slice names (manage = ["schedpolicyd.slice", "system.slice"])`
+		return `an array of slice names (manage = ["schedpolicyd.slice", "system.slice", "app.slice", "background.slice", "session.slice"])`
 	case "exempt":
 		return `an array of unit or workload names or globs (exempt = ["app-steam*.scope"])`
 	case "power_profiles_units":

@@ -32,12 +32,19 @@ type planReport struct {
 	Slices map[string]string `json:"slices,omitempty"`
 	// Reasons says why a workload's home is not the one the class order
 	// alone gives (policy.Plan.Reasons): the energy models' choice, or
-	// background work sharing the focused app's cores because nothing
+	// background work sharing the foreground's cores because nothing
 	// else is left; omitted when there is nothing to say.
 	Reasons map[string]string `json:"reasons,omitempty"`
-	Active  planActive        `json:"active"`
-	Watts   float64           `json:"watts"` // the energy model's estimate for the loads under this plan
-	Model   string            `json:"model"` // which calibration produced Watts
+	// Foreground is the cpulist of the cores the foreground's load (the
+	// focused app, session units: policy.Foreground) is planned on, on a
+	// hybrid machine that packs (policy.Plan.Foreground): background,
+	// services and unfocused apps are kept off them while another core
+	// is left; the foreground itself may use every CPU. Omitted when
+	// there is none.
+	Foreground string     `json:"foreground,omitempty"`
+	Active     planActive `json:"active"`
+	Watts      float64    `json:"watts"` // the energy model's estimate for the loads under this plan
+	Model      string     `json:"model"` // which calibration produced Watts
 	// ModelDescribes is false when the machine is not of the shape the
 	// model was fitted on (policy.EnergyModel.Describes): Watts then only
 	// compare policies on it; ModelNote says so, with both shapes.
@@ -308,6 +315,9 @@ func (in planInput) report(plan policy.Plan) planReport {
 	r.Slices = sliceWords(in.rules)
 	if len(plan.Reasons) > 0 {
 		r.Reasons = plan.Reasons
+	}
+	if len(plan.Foreground) > 0 {
+		r.Foreground = sysfs.NewCPUSet(plan.Foreground...).String()
 	}
 	r.Active = activeCounts(in.descs, plan.Active)
 	r.Deferred = plan.Deferred

@@ -34,9 +34,13 @@ func planJSON(t *testing.T, args ...string) planReport {
 }
 
 // TestPlanHybridFixtures: exact cpulists per workload on every hybrid
-// fixture. Background and services land on the most efficient
-// class and never on a core of the focused app; under balance the
-// focused app and other apps get the performance cores first. Where the
+// fixture. The focused game may use every CPU; its load is planned as
+// balance plans it, the performance cores first (fg, the foreground's
+// cores: the game's set before issue 34, with its SMT siblings).
+// Background, services and the unfocused chat app land on the most
+// efficient class and never on a foreground core, under balance as under
+// powersaving (before issue 34 the chat app took balance's performance
+// cores first). Where the
 // LP E-cores are full (two of them on Meteor and Arrow Lake), svc2
 // spills onto an E-core beside them.
 func TestPlanHybridFixtures(t *testing.T) {
@@ -44,30 +48,33 @@ func TestPlanHybridFixtures(t *testing.T) {
 		machine, policy, load string
 		want                  map[string]string
 	}{
-		{"adl-p-i7-1260p", "powersaving", hybridLoad, map[string]string{"game": "0,2,4,6,8-9", "chat": "10", "bg1": "11", "svc": "11", "svc2": "10"}},
-		{"adl-p-i7-1260p", "balance", hybridLoad, map[string]string{"game": "0,2,4,6,8-9", "chat": "10", "bg1": "10", "svc": "10", "svc2": "11"}},
-		{"mtl-u-ultra7-164u", "powersaving", hybridLoad, map[string]string{"game": "0,2,4-7", "chat": "12", "bg1": "13", "svc": "12", "svc2": "8,13"}},
-		{"mtl-u-ultra7-164u", "balance", hybridLoad, map[string]string{"game": "0,2,4-7", "chat": "4", "bg1": "12", "svc": "13", "svc2": "8,12-13"}},
-		{"lnl-ultra5-226v", "powersaving", hybridLoad, map[string]string{"game": "0-5", "chat": "6", "bg1": "7", "svc": "7", "svc2": "6"}},
-		{"lnl-ultra5-226v", "balance", hybridLoad, map[string]string{"game": "0-5", "chat": "6", "bg1": "6", "svc": "6", "svc2": "7"}},
-		{"arl-h-es", "powersaving", hybridLoad, map[string]string{"game": "0-4", "chat": "12", "bg1": "13", "svc": "12", "svc2": "5,13"}},
-		{"arl-h-es", "balance", hybridLoad, map[string]string{"game": "0-4", "chat": "5", "bg1": "12", "svc": "13", "svc2": "5,12-13"}},
-		{"ptl-h-es", "powersaving", hybridLoad, map[string]string{"game": "0-5", "chat": "6", "bg1": "7", "svc": "6", "svc2": "8"}},
-		{"ptl-h-es", "balance", hybridLoad, map[string]string{"game": "0-5", "chat": "2", "bg1": "6", "svc": "6", "svc2": "7"}},
-		{"strix-point-hx370", "powersaving", hybridLoad, map[string]string{"game": "0-3,12-15", "chat": "4", "bg1": "16", "svc": "16", "svc2": "4"}},
-		{"strix-point-hx370", "balance", hybridLoad, map[string]string{"game": "0-3,12-15", "chat": "0-3,12-15", "bg1": "4", "svc": "4", "svc2": "16"}},
-		{"rk3588", "powersaving", hybridLoadSmall, map[string]string{"game": "4-5", "chat": "0", "bg1": "1", "svc": "2", "svc2": "2-3"}},
-		{"rk3588", "balance", hybridLoadSmall, map[string]string{"game": "4-5", "chat": "4", "bg1": "0", "svc": "1", "svc2": "2-3"}},
-		{"sdm850", "powersaving", hybridLoadSmall, map[string]string{"game": "4-5", "chat": "0", "bg1": "1", "svc": "0", "svc2": "2-3"}},
-		{"sdm850", "balance", hybridLoadSmall, map[string]string{"game": "4-5", "chat": "6", "bg1": "0", "svc": "0", "svc2": "1-2"}},
-		{"apple-m1", "powersaving", hybridLoadSmall, map[string]string{"game": "4-5", "chat": "0", "bg1": "1", "svc": "2", "svc2": "2-3"}},
-		{"apple-m1", "balance", hybridLoadSmall, map[string]string{"game": "4-5", "chat": "6", "bg1": "0", "svc": "1", "svc2": "2-3"}},
+		{"adl-p-i7-1260p", "powersaving", hybridLoad, map[string]string{"game": "0-15", "chat": "10", "bg1": "11", "svc": "11", "svc2": "10", "fg": "0-9"}},
+		{"adl-p-i7-1260p", "balance", hybridLoad, map[string]string{"game": "0-15", "chat": "10", "bg1": "11", "svc": "11", "svc2": "10", "fg": "0-9"}},
+		{"mtl-u-ultra7-164u", "powersaving", hybridLoad, map[string]string{"game": "0-13", "chat": "12", "bg1": "13", "svc": "12", "svc2": "8,13", "fg": "0-7"}},
+		{"mtl-u-ultra7-164u", "balance", hybridLoad, map[string]string{"game": "0-13", "chat": "12", "bg1": "13", "svc": "12", "svc2": "8,13", "fg": "0-7"}},
+		{"lnl-ultra5-226v", "powersaving", hybridLoad, map[string]string{"game": "0-7", "chat": "6", "bg1": "7", "svc": "7", "svc2": "6", "fg": "0-5"}},
+		{"lnl-ultra5-226v", "balance", hybridLoad, map[string]string{"game": "0-7", "chat": "6", "bg1": "7", "svc": "7", "svc2": "6", "fg": "0-5"}},
+		{"arl-h-es", "powersaving", hybridLoad, map[string]string{"game": "0-13", "chat": "12", "bg1": "13", "svc": "12", "svc2": "5,13", "fg": "0-4"}},
+		{"arl-h-es", "balance", hybridLoad, map[string]string{"game": "0-13", "chat": "12", "bg1": "13", "svc": "12", "svc2": "5,13", "fg": "0-4"}},
+		{"ptl-h-es", "powersaving", hybridLoad, map[string]string{"game": "0-9", "chat": "6", "bg1": "7", "svc": "6", "svc2": "8", "fg": "0-5"}},
+		{"ptl-h-es", "balance", hybridLoad, map[string]string{"game": "0-9", "chat": "6", "bg1": "7", "svc": "6", "svc2": "8", "fg": "0-5"}},
+		{"strix-point-hx370", "powersaving", hybridLoad, map[string]string{"game": "0-23", "chat": "4", "bg1": "16", "svc": "16", "svc2": "4", "fg": "0-3,12-15"}},
+		{"strix-point-hx370", "balance", hybridLoad, map[string]string{"game": "0-23", "chat": "4", "bg1": "16", "svc": "16", "svc2": "4", "fg": "0-3,12-15"}},
+		{"rk3588", "powersaving", hybridLoadSmall, map[string]string{"game": "0-7", "chat": "0", "bg1": "1", "svc": "2", "svc2": "2-3", "fg": "4-5"}},
+		{"rk3588", "balance", hybridLoadSmall, map[string]string{"game": "0-7", "chat": "0", "bg1": "1", "svc": "2", "svc2": "2-3", "fg": "4-5"}},
+		{"sdm850", "powersaving", hybridLoadSmall, map[string]string{"game": "0-7", "chat": "0", "bg1": "1", "svc": "0", "svc2": "2-3", "fg": "4-5"}},
+		{"sdm850", "balance", hybridLoadSmall, map[string]string{"game": "0-7", "chat": "0", "bg1": "1", "svc": "0", "svc2": "2-3", "fg": "4-5"}},
+		{"apple-m1", "powersaving", hybridLoadSmall, map[string]string{"game": "0-7", "chat": "0", "bg1": "1", "svc": "2", "svc2": "2-3", "fg": "4-5"}},
+		{"apple-m1", "balance", hybridLoadSmall, map[string]string{"game": "0-7", "chat": "0", "bg1": "1", "svc": "2", "svc2": "2-3", "fg": "4-5"}},
 		// performance is unchanged: every workload may use every CPU.
 		{"adl-p-i7-1260p", "performance", hybridLoad, map[string]string{"game": "0-15", "chat": "0-15", "bg1": "0-15", "svc": "0-15", "svc2": "0-15"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.machine+" "+tt.policy, func(t *testing.T) {
 			r := planJSON(t, "--sysfs-root", filepath.Join(topoFixtures, tt.machine), "--policy", tt.policy, "--load", tt.load)
+			if r.Foreground != "" {
+				r.Workloads["fg"] = r.Foreground
+			}
 			if !reflect.DeepEqual(r.Workloads, tt.want) {
 				t.Errorf("got  %v\nwant %v", r.Workloads, tt.want)
 			}
@@ -126,7 +133,8 @@ func TestPlanHybridReport(t *testing.T) {
 	}
 	code, out, _ := runPlan(t, "--sysfs-root", root, "--policy", "powersaving", "--load", "game=3.5:8@app.slice/focused,bg=0.3@background.slice")
 	for _, line := range []string{
-		"  game             focused      balance      0,2,4,6,8-9  [P 0,2,4,6 + E 8-9]  (class focused)\n",
+		"  game             focused      performance  0-15  [P 0-7 + E 8-15]  (class focused)\n",
+		"foreground: 0-9  [P 0-7 + E 8-9]  (the cores the foreground's load is planned on; it may use every CPU, background, services and unfocused apps are kept off these)\n",
 		"  bg               background   powersaving  10  [E 10]\n",
 		"           by class: E ",
 		"classes:\n  E      8-15             capacity  580, cost 0.35 at its top state\n  P      0-7              capacity 1024, cost 1.00 at its top state\n",
@@ -244,7 +252,7 @@ func TestProbeCostSources(t *testing.T) {
 	}
 }
 
-// TestPlanSharedCoreNote: where the focused app's set covers every core
+// TestPlanSharedCoreNote: where the focused app's load covers every core
 // (rk3588: a busy 8-thread game races to idle over the whole machine),
 // background and service work is placed beside it, and plan says so for
 // each such workload, where the balancer decides it (Plan.Reasons), in
@@ -252,7 +260,7 @@ func TestProbeCostSources(t *testing.T) {
 // nothing is said of sharing.
 func TestPlanSharedCoreNote(t *testing.T) {
 	load := "game=3.5:8@app.slice/focused,bg1=0.3@background.slice,svc=0.2@system.slice,svc2=0.5:2@system.slice"
-	const why = "shares the focused app's cores: no other CPU is allowed"
+	const why = "shares the foreground's cores: no other CPU is allowed"
 	r := planJSON(t, "--sysfs-root", filepath.Join(topoFixtures, "rk3588"), "--policy", "powersaving", "--load", load)
 	if r.Workloads["game"] != "0-7" || r.Reasons["bg1"] != why || r.Reasons["svc"] != why || r.Reasons["svc2"] != why {
 		t.Errorf("rk3588: game %s, reasons %q; want game 0-7 and %q for bg1, svc, svc2", r.Workloads["game"], r.Reasons, why)
@@ -262,7 +270,7 @@ func TestPlanSharedCoreNote(t *testing.T) {
 	}
 	r = planJSON(t, "--sysfs-root", filepath.Join(topoFixtures, "adl-p-i7-1260p"), "--policy", "powersaving", "--load", load)
 	for n, w := range r.Reasons {
-		if strings.Contains(w, "focused app's cores") {
+		if strings.Contains(w, "foreground's cores") {
 			t.Errorf("i7-1260P: %s: %q, want nothing of sharing", n, w)
 		}
 	}

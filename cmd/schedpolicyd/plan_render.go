@@ -31,6 +31,9 @@ func writePlanText(w io.Writer, r planReport, in planInput, plan policy.Plan) {
 		fmt.Fprintf(w, "slices:    %s\n", strings.Join(rs, " "))
 	}
 	writePlanWorkloads(w, r, in, plan)
+	if r.Foreground != "" {
+		fmt.Fprintf(w, "foreground: %s%s  (the cores the foreground's load is planned on; it may use every CPU, background, services and unfocused apps are kept off these)\n", r.Foreground, byClass(in.classes, plan.Foreground))
+	}
 	fmt.Fprintf(w, "active:    %d packages, %d cores, %d threads (%s)\n", r.Active.Packages, r.Active.Cores, r.Active.Threads, r.Active.CPUs)
 	if c := r.CurrentActive; c != nil {
 		fmt.Fprintf(w, "current:   %d packages, %d cores, %d threads (%s)\n", c.Packages, c.Cores, c.Threads, orNone(c.CPUs))

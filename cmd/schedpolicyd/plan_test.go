@@ -180,15 +180,18 @@ func TestPlanClasses(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatal(err)
 	}
-	wantCPUs := map[string]string{"editor": "0-1", "chat": "2", "indexer": "5", "cupsd": "5", "job": "3"}
+	// Issue 34: the focused editor is not confined (it was balance's
+	// 0-1) and the unfocused chat app is packed as powersaving packs
+	// (it was balance's 2).
+	wantCPUs := map[string]string{"editor": "0-7", "chat": "1", "indexer": "5", "cupsd": "5", "job": "3"}
 	wantClass := map[string]string{"editor": "focused", "chat": "app", "indexer": "background", "cupsd": "service", "job": "batch"}
-	wantPol := map[string]string{"editor": "balance", "chat": "balance", "indexer": "powersaving", "cupsd": "powersaving", "job": "balance"}
+	wantPol := map[string]string{"editor": "performance", "chat": "powersaving", "indexer": "powersaving", "cupsd": "powersaving", "job": "balance"}
 	if !reflect.DeepEqual(r.Workloads, wantCPUs) || !reflect.DeepEqual(r.Classes, wantClass) || !reflect.DeepEqual(r.WorkloadPolicies, wantPol) || r.Slices != nil {
 		t.Errorf("got %v %v %v %v\nwant %v %v %v", r.Workloads, r.Classes, r.WorkloadPolicies, r.Slices, wantCPUs, wantClass, wantPol)
 	}
 
-	// A rule on batch.slice packs job like powersaving: beside the busy
-	// editor, not on a core of its own.
+	// A rule on batch.slice packs job like powersaving: beside the chat
+	// app, not on a core of its own.
 	code, out, errs = runPlan(t, append(args, "--slice", "batch.slice=powersaving")...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
@@ -196,7 +199,9 @@ func TestPlanClasses(t *testing.T) {
 	for _, line := range []string{
 		"slices:    batch.slice=powersaving\n",
 		"  NAME             CLASS        POLICY       CPUS\n",
-		"  editor           focused      balance      0-1\n",
+		"  editor           focused      performance  0-7  (class focused)\n",
+		"  job              batch        powersaving  1  (rule of batch.slice)\n",
+		"  chat             app          powersaving  1  (class app)\n",
 		"  indexer          background   powersaving  5  (class background)\n",
 		"  job              batch        powersaving  1  (rule of batch.slice)\n",
 	} {

@@ -50,9 +50,10 @@ type probeReport struct {
 	CgroupRoot string   `json:"cgroup_root,omitempty"`
 	Manage     []string `json:"manage,omitempty"`
 	// UserManagers: with a user slice (app.slice, background.slice,
-	// session.slice) in Manage on cgroup v2, each running user's manager
-	// and whether its own units can be placed (cpuset delegated to it)
-	// or it is placed as a whole.
+	// session.slice) in Manage on cgroup v2 (below the sysfs root's
+	// fs/cgroup), each running user's manager, whether its own units can
+	// be placed now (cpuset delegated to it) or it is placed as a whole,
+	// and whether the user's desktop says which app has the focus.
 	UserManagers []units.UserManagerProbe `json:"user_managers,omitempty"`
 	Topology     probeTopology            `json:"topology"`
 	// CPUClasses are the efficiency classes (P-cores, E-cores, LP
@@ -200,7 +201,7 @@ func parseProbeFlags(args []string, stdout, stderr io.Writer) (o probeOptions, c
 // warning, in the order read.
 func probe(fs sysfs.FS, cfg daemon.Config, fc fileConfig) probeReport {
 	r := probeReport{Config: fc.Path}
-	r.probePlacement(cfg)
+	r.probePlacement(cfg, fs.Root())
 	dec, err := acpi.Read(fs)
 	if err != nil {
 		r.Warnings = append(r.Warnings, err.Error())
@@ -229,7 +230,7 @@ func probe(fs sysfs.FS, cfg daemon.Config, fc fileConfig) probeReport {
 // the cgroupfs parent (with a warning for one another manager owns), or
 // the slices managed with systemd and, for user slices, the users'
 // managers.
-func (r *probeReport) probePlacement(cfg daemon.Config) {
+func (r *probeReport) probePlacement(cfg daemon.Config, sysfsRoot string) {
 	r.Placement, r.PlacementWhy = daemon.ResolvePlacement(cfg.Placement)
 	if r.Placement == daemon.PlacementCgroupfs {
 		c := daemon.Config{CgroupRoot: cfg.CgroupRoot}
@@ -249,7 +250,7 @@ func (r *probeReport) probePlacement(cfg daemon.Config) {
 		}
 		for _, m := range r.Manage {
 			if m == "app.slice" || m == "background.slice" || m == "session.slice" {
-				r.UserManagers = units.ProbeUserManagers("/sys/fs/cgroup")
+				r.UserManagers = units.ProbeUserManagers(sysfsRoot)
 				break
 			}
 		}

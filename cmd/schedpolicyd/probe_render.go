@@ -13,6 +13,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/daemon"
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/daemon/energy"
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement/units"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -135,10 +136,20 @@ func writeProbePlacement(w io.Writer, r probeReport) {
 		fmt.Fprintf(w, "  cgroup root: %s\n", r.CgroupRoot)
 	}
 	for _, m := range r.UserManagers {
-		if m.Delegated {
-			fmt.Fprintf(w, "  user:        %s: cpuset delegated; its units are placed through it\n", m.Unit)
-		} else {
-			fmt.Fprintf(w, "  user:        %s: placed as a whole: %s\n", m.Unit, m.Why)
+		switch {
+		case m.Delegated && m.InUse:
+			fmt.Fprintf(w, "  user:        %s: cpuset delegated now and in use by its units; its units are placed through it\n", m.Unit)
+		case m.Delegated:
+			fmt.Fprintf(w, "  user:        %s: cpuset delegated now (none of its units uses it yet); its units are placed through it\n", m.Unit)
+		default:
+			fmt.Fprintf(w, "  user:        %s: placed as a whole, never confined: %s\n", m.Unit, m.Why)
+		}
+		switch {
+		case m.Apps == 0:
+		case m.FocusMarked == 0:
+			fmt.Fprintf(w, "    focus:     none of its %d apps carries %s: the desktop says nothing of the focus; its apps are left unconfined\n", m.Apps, units.FocusXattr)
+		default:
+			fmt.Fprintf(w, "    focus:     %d of its %d apps carry %s: the desktop says which app has the focus\n", m.FocusMarked, m.Apps, units.FocusXattr)
 		}
 	}
 }

@@ -167,8 +167,10 @@ func TestScenarioBadInput(t *testing.T) {
 
 // TestScenarioIdleDesktopSettles: an idle desktop under powersaving on
 // two hybrid laptops without an energy model of their own gives its
-// workloads their cpusets once and then leaves them (4 changes: the
-// four workloads' first placements). Before the home's hysteresis and
+// workloads their cpusets once and then leaves them (3 changes: the
+// first placements of the three packed workloads; the fourth,
+// gnome-shell in session.slice, is never confined since issue 34, where
+// it was placed once too). Before the home's hysteresis and
 // idle loads counting toward it, the light loads wandering around
 // idleDemand flipped every home between an E-core and a P-core: 2380
 // and 1068 changes in the ten minutes.
@@ -186,8 +188,8 @@ func TestScenarioIdleDesktopSettles(t *testing.T) {
 		for _, run := range r.Runs {
 			if run.Name == "powersaving" {
 				seen = true
-				if run.CPUSetChanges != 4 {
-					t.Errorf("%s: powersaving made %d cpuset changes, want 4", m, run.CPUSetChanges)
+				if run.CPUSetChanges != 3 {
+					t.Errorf("%s: powersaving made %d cpuset changes, want 3", m, run.CPUSetChanges)
 				}
 			}
 		}

@@ -130,9 +130,15 @@ func ValidWorkloadName(name string) error {
 }
 
 // DefaultManage is the slices placed by default with placement "systemd":
-// the daemon's own (schedpolicyctl run starts transient scopes there) and
-// the system services.
-var DefaultManage = []string{"schedpolicyd.slice", "system.slice"}
+// the daemon's own (schedpolicyctl run starts transient scopes there), the
+// system services, and every logged-in user's apps, background work and
+// session (issue 34: a laptop's work is mostly the user's own; each is
+// placed by its class, policy.ClassPolicy). The users' slices are placed
+// unit by unit where cpuset is delegated to user@UID.service (the
+// package's drop-in, at the next login), else each user's manager as a
+// whole, never confined (docs/USERS.md). Before issue 34 only the first
+// two.
+var DefaultManage = []string{"schedpolicyd.slice", "system.slice", "app.slice", "background.slice", "session.slice"}
 
 // WorkloadExistsError is CreateWorkload's FileExists: the workload is
 // there already (another run, or made by hand). It reads "workload

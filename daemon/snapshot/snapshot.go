@@ -117,9 +117,10 @@ type WorkloadStatus struct {
 	// managed parent, or a unit of schedpolicyd.slice), "service" (a unit
 	// of system.slice), "user" (a user's whole manager, user@UID.service);
 	// for the units of a user's manager "focused" (an app.slice unit whose
-	// cgroup's user.xdg.inactive-since is -1), "app", "background" or
-	// "session"; or the managed slice's name without ".slice" for other
-	// units.
+	// cgroup's user.xdg.inactive-since is -1), "app", "app-nofocus" (an
+	// app of a user whose desktop writes that attribute on no app),
+	// "background" or "session"; or the managed slice's name without
+	// ".slice" for other units.
 	Class string
 	// Manager is the systemd manager whose unit it is, "system" or
 	// "user:UID"; "" for a cgroup of the managed parent. With Name it is

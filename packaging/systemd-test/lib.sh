@@ -383,15 +383,20 @@ user_linger() {
 # unit's AllowedCPUs= in the user's manager.
 ur() { runuser -u sptest -- env XDG_RUNTIME_DIR="/run/user/$uid" "$@"; }
 usc() { ur systemctl --user show -p AllowedCPUs --value "$1" 2>/dev/null; }
-# user_delegate on|off: docs/USERS.md's drop-in (cpuset delegated to every
-# user's manager) in place or not; the user's manager restarted with it.
+# user_delegate on|default|masked: whether the user's manager gets cpuset.
+# on: docs/USERS.md's drop-in written beside the package's; default: the
+# package's own drop-in (50-schedpolicyd-delegate-cpuset.conf) decides, as
+# installed; masked: an administrator's undo, the package's drop-in masked
+# under /etc (and ours gone), so cpuset is not delegated. The user's
+# manager is restarted with it.
 user_delegate() {
-	if [ "$1" = on ]; then
-		mkdir -p /etc/systemd/system/user@.service.d
-		printf '[Service]\nDelegate=pids memory cpu cpuset\n' >/etc/systemd/system/user@.service.d/50-delegate-cpuset.conf
-	else
-		rm -f /etc/systemd/system/user@.service.d/50-delegate-cpuset.conf
-	fi
+	ud_d=/etc/systemd/system/user@.service.d
+	mkdir -p "$ud_d"
+	rm -f "$ud_d/50-delegate-cpuset.conf" "$ud_d/50-schedpolicyd-delegate-cpuset.conf"
+	case $1 in
+	on) printf '[Service]\nDelegate=pids memory cpu cpuset\n' >"$ud_d/50-delegate-cpuset.conf" ;;
+	masked) ln -s /dev/null "$ud_d/50-schedpolicyd-delegate-cpuset.conf" ;;
+	esac
 	systemctl daemon-reload
 	systemctl restart "$um"
 	wait_until 60 test -S "/run/user/$uid/systemd/private"

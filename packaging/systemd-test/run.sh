@@ -86,7 +86,7 @@ for part in $parts; do
 		fi
 		;;
 	vm)
-		run_part "$work/vm.out" "$here/vm.sh" --deb "$deb" "$here/vm-guest.sh" "$here/placement.sh" "$here/surface.sh" "$here/laptop.sh" "$here/battery.sh" "$work/systemd.test" || status=1
+		run_part "$work/vm.out" "$here/vm.sh" --deb "$deb" "$here/vm-guest.sh" "$here/placement.sh" "$here/surface.sh" "$here/laptop.sh" "$here/battery.sh" "$here/laptop-default.sh" "$work/systemd.test" || status=1
 		;;
 	*)
 		echo "systemd-test: unknown part '$part' in SCHEDPOLICYD_SYSTEMD_TEST" >&2

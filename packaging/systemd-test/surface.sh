@@ -683,7 +683,7 @@ testcase_surface_users() {
 	if [ "$v2" = 1 ]; then
 		# cpuset delegated (docs/USERS.md): the user's own app.slice
 		# units are placed through the user's manager.
-		trap 'ur systemctl --user stop ss-app.service ss-app2.service 2>/dev/null; user_delegate off; cp /tmp/surface.conf "$conf"' EXIT
+		trap 'ur systemctl --user stop ss-app.service ss-app2.service 2>/dev/null; user_delegate default; cp /tmp/surface.conf "$conf"' EXIT
 		user_delegate on
 		apps="ss-app.service"
 		placed_u() { for n in $apps; do [ -n "$(usc "$n")" ] && [ -n "$(ucpus "$n")" ] || return 1; done; }
@@ -692,12 +692,16 @@ testcase_surface_users() {
 		shown() { for n in $apps; do printf '%s=%s ' "$n" "$(usc "$n")"; done; }
 		what="ss-app.service in the user's app.slice, placed through the user's manager"
 	else
+		# cgroup v1: the user's manager is one unit of class user, never
+		# confined (it holds the session and the focused app): "placed"
+		# is listed as that workload with no AllowedCPUs= under
+		# powersaving.
 		trap 'cp /tmp/surface.conf "$conf"' EXIT
-		placed_u() { [ -n "$(sc "$um")" ] && [ -n "$(ucpus "$um")" ]; }
+		placed_u() { [ "$(wl_class "$um")" = user ] && [ -z "$(sc "$um")" ]; }
 		unset_u() { [ -z "$(sc "$um")" ]; }
 		startu() { :; }
-		shown() { echo "$um=$(sc "$um")"; }
-		what="$um, placed as a whole (cgroup v1: no cpuset to delegate)"
+		shown() { echo "$um class=$(wl_class "$um") AllowedCPUs=$(sc "$um")"; }
+		what="$um, a workload of class user, never confined (cgroup v1: no cpuset to delegate)"
 	fi
 	s_start
 	startu

@@ -38,6 +38,7 @@ lib=${SYSTEMD_TEST_LIB:-./lib.sh}
 . "${lib%/*}/surface.sh"
 . "${lib%/*}/laptop.sh"
 . "${lib%/*}/battery.sh"
+. "${lib%/*}/laptop-default.sh"
 
 parent=/sys/fs/cgroup/schedpolicyd
 names="wl1 wl2 wl3"
@@ -400,7 +401,8 @@ testcase_user_units() {
 		why=$(apps_ok) || fail_now "$why"
 		a=$(usc app-sptest-a.scope) b=$(usc app-sptest-b.scope) g=$(usc bg-sptest.scope)
 		case $pol in
-		powersaving) [ -n "$a" ] && [ -n "$b" ] && [ -n "$g" ] && [ -z "$(sc "$um")" ] ;;
+		# b has the focus: the focused app is never confined.
+		powersaving) [ -n "$a" ] && [ -z "$b" ] && [ -n "$g" ] && [ -z "$(sc "$um")" ] ;;
 		performance) [ -z "$a" ] && [ -z "$b" ] && [ -z "$g" ] ;;
 		esac || fail_now "AllowedCPUs a=$a b=$b bg=$g $um=$(sc "$um")"
 		pass "user-switch-$pol: AllowedCPUs a=${a:-unset} b=${b:-unset} bg=${g:-unset} in the user's manager, applied to the tasks"
@@ -465,4 +467,5 @@ run_testcases --always install \
 	$surface_testcases \
 	laptop_ppd laptop_journal laptop_placed laptop_unclean \
 	battery energy_prefs \
-	--always purge
+	$laptop_default_testcases \
+	--always purge laptop_default_purged

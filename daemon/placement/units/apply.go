@@ -36,7 +36,7 @@ func (u *Placement) PlanInput(online sysfs.CPUSet) (placement.PlanInput, bool) {
 			cur = online
 		}
 		in.Loads = append(in.Loads, policy.Load{Name: n, Util: w.avg.Util, Current: cur.List(), Pressure: w.pressure,
-			Class: w.class(), Slice: w.slice})
+			Class: u.class(w), Slice: w.slice})
 	}
 	return in, true
 }

@@ -6,17 +6,26 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
-// class is the workload's Class (WorkloadStatus, policy.Load.Class). A
-// user manager's units: policy.ClassFocused (an app.slice unit whose
-// cgroup's user.xdg.inactive-since is -1), policy.ClassApp (the other
-// app.slice units), policy.ClassBackground (background.slice),
-// policy.ClassSession (session.slice). The system manager's: unitClass.
-func (w *unitWorkload) class() string {
+// class is w's Class (WorkloadStatus, policy.Load.Class). A user
+// manager's units: policy.ClassFocused (an app.slice unit whose cgroup's
+// user.xdg.inactive-since is -1), policy.ClassApp (the other app.slice
+// units of a user whose desktop writes that attribute on some app),
+// policy.ClassAppNoFocus (the app.slice units of a user whose desktop
+// writes it on none: any may be the app in front), policy.ClassBackground
+// (background.slice), policy.ClassSession (session.slice). The system
+// manager's: unitClass.
+func (u *Placement) class(w *unitWorkload) string {
 	if w.uid < 0 {
 		return unitClass(w.name, w.slice)
 	}
-	if w.slice == "app.slice" && w.focused {
-		return policy.ClassFocused
+	if w.slice == "app.slice" {
+		switch {
+		case w.focused:
+			return policy.ClassFocused
+		case !u.focusWritten(w.uid):
+			return policy.ClassAppNoFocus
+		}
+		return policy.ClassApp
 	}
 	return strings.TrimSuffix(w.slice, ".slice")
 }

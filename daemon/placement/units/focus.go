@@ -2,6 +2,7 @@ package units
 
 import (
 	"errors"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -32,6 +33,14 @@ type focusWatch struct {
 	// the watches are root's inotify watches, of which every user's
 	// apps take one).
 	perUID map[int]int
+	// marked counts each user's watched apps whose cgroup carries
+	// FocusXattr (any value): none means the user's desktop says nothing
+	// of the focus (no Mutter; KDE Plasma, say), and every app of theirs
+	// is placed as the app in front (policy.ClassAppNoFocus).
+	marked map[int]int
+	// said is, per user with apps, whether the log last said the desktop
+	// writes the focus (true) or not (false).
+	said map[int]bool
 }
 
 // maxFocusWatches bounds the apps of one user whose focus is followed;
@@ -55,7 +64,7 @@ func (u *Placement) startFocus() error {
 	if err != nil {
 		return err
 	}
-	u.focus = &focusWatch{w: w, byDir: map[string]string{}, perUID: map[int]int{}}
+	u.focus = &focusWatch{w: w, byDir: map[string]string{}, perUID: map[int]int{}, marked: map[int]int{}, said: map[int]bool{}}
 	go coalesceFocus(w, u.msgs, u.done, u.e.Log)
 	return nil
 }
@@ -130,7 +139,65 @@ func (u *Placement) watchFocus(w *unitWorkload) {
 	}
 	u.focus.byDir[w.cgroup] = workloadKey(w.uid, w.name)
 	u.focus.perUID[w.uid]++
-	w.focused = readFocused(w.cgroup)
+	u.setFocus(w, w.cgroup)
+}
+
+// setFocus reads w's focus from dir and counts its mark; it reports
+// whether its focus or mark changed.
+func (u *Placement) setFocus(w *unitWorkload, dir string) bool {
+	v, err := focusValue(dir)
+	focused, marked := err == nil && v == "-1", err == nil
+	if focused == w.focused && marked == w.marked {
+		return false
+	}
+	if marked != w.marked {
+		if marked {
+			u.focus.marked[w.uid]++
+		} else {
+			u.focus.marked[w.uid]--
+		}
+	}
+	w.focused, w.marked = focused, marked
+	return true
+}
+
+// focusWritten reports whether uid's desktop says where the focus is:
+// some watched app of theirs carries FocusXattr. Without a focus watch
+// (no inotify) nobody's does.
+func (u *Placement) focusWritten(uid int) bool {
+	return u.focus != nil && u.focus.marked[uid] > 0
+}
+
+// sayFocus logs, once per change, whether each user with watched apps
+// has a desktop that writes the focus (users: the uids to look at; nil:
+// every user with apps).
+func (u *Placement) sayFocus(users []int) {
+	if u.focus == nil {
+		return
+	}
+	if users == nil {
+		for uid := range u.focus.perUID {
+			users = append(users, uid)
+		}
+		sort.Ints(users)
+	}
+	for _, uid := range users {
+		if u.focus.perUID[uid] == 0 {
+			delete(u.focus.said, uid)
+			continue
+		}
+		written := u.focusWritten(uid)
+		if said, ok := u.focus.said[uid]; ok && said == written {
+			continue
+		}
+		u.focus.said[uid] = written
+		log := u.e.Log.WithFields(logrus.Fields{"uid": uid, "xattr": FocusXattr})
+		if written {
+			log.Info("the user's desktop says which app has the focus: the other apps are packed as background work while the machine packs")
+		} else {
+			log.Info("the user's desktop says nothing of the focus (no app carries the attribute): every app of the user is left unconfined, as the app in front")
+		}
+	}
 }
 
 // unwatchFocus ends w's watch (its cgroup may be gone already).
@@ -141,6 +208,16 @@ func (u *Placement) unwatchFocus(w *unitWorkload) {
 	if _, ok := u.focus.byDir[w.cgroup]; ok {
 		delete(u.focus.byDir, w.cgroup)
 		u.focus.perUID[w.uid]--
+		if u.focus.perUID[w.uid] == 0 {
+			delete(u.focus.perUID, w.uid)
+		}
+		if w.marked {
+			u.focus.marked[w.uid]--
+			if u.focus.marked[w.uid] == 0 {
+				delete(u.focus.marked, w.uid)
+			}
+		}
+		w.focused, w.marked = false, false
 		_ = u.focus.w.Remove(w.cgroup)
 	}
 }
@@ -162,26 +239,21 @@ func (u *Placement) onFocus(m unitMsg) bool {
 		}
 	}
 	changed := false
+	var users []int
 	for _, k := range keys {
 		w := u.workloads[k]
 		if w == nil {
 			continue
 		}
-		if f := readFocused(w.cgroup); f != w.focused {
-			w.focused = f
+		if u.setFocus(w, w.cgroup) {
 			changed = true
-			u.e.Log.WithFields(logrus.Fields{"unit": w.name, "uid": w.uid, "focused": f}).Debug("focus changed")
+			users = append(users, w.uid)
+			u.e.Log.WithFields(logrus.Fields{"unit": w.name, "uid": w.uid, "focused": w.focused, "marked": w.marked}).Debug("focus changed")
 		}
 	}
+	sort.Ints(users)
+	u.sayFocus(slices.Compact(users))
 	return changed
-}
-
-// readFocused reports whether dir's FocusXattr says focused ("-1"); a
-// missing attribute (no Mutter, or not yet written) or an unreadable one
-// is not focused.
-func readFocused(dir string) bool {
-	v, err := focusValue(dir)
-	return err == nil && v == "-1"
 }
 
 // focusValue is dir's FocusXattr, without surrounding blanks and NULs:

@@ -70,7 +70,7 @@ func (u *Placement) OnMsg(msg placement.Event) (asks placement.Asks) {
 func (u *Placement) ModelLoads(in *placement.ModelInput) {
 	for _, n := range u.Names() {
 		w := u.workloads[n]
-		l := policy.Load{Name: n, Util: w.avg.Util, Class: w.class(), Slice: w.slice}
+		l := policy.Load{Name: n, Util: w.avg.Util, Class: u.class(w), Slice: w.slice}
 		if w.override == policy.Performance || w.exempt {
 			in.CPUs[n] = in.Allowed
 			in.Fixed = append(in.Fixed, l)

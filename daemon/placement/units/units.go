@@ -145,10 +145,11 @@ type unitWorkload struct {
 	// manager.
 	uid int
 	// focused: an app.slice unit whose cgroup's user.xdg.inactive-since
-	// is -1 (the focused app, focus.go).
-	focused bool
-	cgroup  string // its cgroup directory (cgroupRoot + ControlGroup)
-	rec     *statefile.UnitRecord
+	// is -1 (the focused app, focus.go); marked: that attribute is on its
+	// cgroup at all (any value: the desktop says where the focus is).
+	focused, marked bool
+	cgroup          string // its cgroup directory (cgroupRoot + ControlGroup)
+	rec             *statefile.UnitRecord
 	// cpus is its AllowedCPUs= as last read or set; empty: unset.
 	cpus   sysfs.CPUSet
 	avg    policy.UtilAverage
@@ -412,7 +413,7 @@ func (u *Placement) Status() []snapshot.WorkloadStatus {
 		if cpus.IsEmpty() {
 			cpus = u.e.Allowed
 		}
-		ws := snapshot.WorkloadStatus{Name: w.name, Path: w.cgroup, CPUs: cpus.String(), Util: w.avg.Util, Override: w.override, Class: w.class(), Manager: managerName(w.uid)}
+		ws := snapshot.WorkloadStatus{Name: w.name, Path: w.cgroup, CPUs: cpus.String(), Util: w.avg.Util, Override: w.override, Class: u.class(w), Manager: managerName(w.uid)}
 		switch {
 		case w.exempt:
 			ws.Override = placement.ExemptOverride

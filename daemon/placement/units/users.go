@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -12,7 +13,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/schedpolicyd/schedpolicyd/cgroup"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 	"github.com/schedpolicyd/schedpolicyd/systemd"
 )
@@ -201,7 +201,7 @@ func (u *Placement) userUnit(info systemd.UnitInfo) bool {
 		if delegated {
 			log.Info("cpuset is delegated to the user's manager: the units of its managed slices are placed through it")
 		} else {
-			log.WithField("why", why).Info("the user's manager is placed as a whole: its own units cannot be")
+			log.WithField("why", why).Info("the user's manager is placed as a whole, never confined (it holds the session and the app in front): its own units cannot be placed until cpuset is delegated to it, at the user's next login where user@.service's drop-in delegates it (schedpolicyd(8))")
 		}
 		p.delegated, p.why = delegated, why
 	}
@@ -392,6 +392,9 @@ func (u *Placement) onLink(msg linkMsg) (replan bool) {
 	case msg.down:
 		replan = u.linkDown(p, msg)
 	}
+	if msg.up || msg.list || msg.units {
+		u.sayFocus([]int{p.uid})
+	}
 	u.e.Flush()
 	return replan
 }
@@ -501,31 +504,58 @@ func userManagerUID(name string) int {
 }
 
 // UserManagerProbe is what `schedpolicyd probe` says of one running
-// user's manager: whether its units can be placed through it.
+// user's manager: whether its units can be placed through it now, and
+// whether the user's desktop says which app has the focus.
 type UserManagerProbe struct {
 	Unit string `json:"unit"` // "user@1000.service"
-	// Delegated: cpuset is in its cgroup's cgroup.controllers (cgroup v2),
-	// so the daemon places the units of the managed user slices through
-	// the user's manager; else it places user@UID.service as a whole, for
-	// the reason in Why.
-	Delegated bool   `json:"cpuset_delegated"`
-	Why       string `json:"why,omitempty"`
+	// Delegated: cpuset is in its cgroup's cgroup.controllers (cgroup v2)
+	// now, so the daemon places the units of the managed user slices
+	// through the user's manager; else it places user@UID.service as a
+	// whole, never confined, for the reason in Why.
+	Delegated bool `json:"cpuset_delegated"`
+	// InUse: cpuset is in its cgroup's cgroup.subtree_control: the user's
+	// manager has turned it on for its units (systemd does so once one of
+	// them has AllowedCPUs=).
+	InUse bool   `json:"cpuset_in_use"`
+	Why   string `json:"why,omitempty"`
+	// Apps is how many of the user's app.slice services and scopes were
+	// looked at (at most MaxProbeApps), FocusMarked how many of them
+	// carry FocusXattr: none of several means the desktop says nothing
+	// of the focus, and the daemon leaves every app unconfined
+	// (policy.ClassAppNoFocus).
+	Apps        int `json:"apps"`
+	FocusMarked int `json:"focus_marked"`
 }
 
-// ProbeUserManagers lists the user managers running under cgroupRoot
-// (cgroup v2: user.slice/user-UID.slice/user@UID.service) with whether
-// cpuset is delegated to each, from their cgroup.controllers. On cgroup
-// v1 it returns nil: there systemd never manages cpusets.
-func ProbeUserManagers(cgroupRoot string) []UserManagerProbe {
-	if !cgroup.IsUnified(cgroupRoot) {
+// Probe bounds: the user managers ProbeUserManagers lists, and the app
+// units of each it looks at.
+const (
+	MaxProbeUsers = 64
+	MaxProbeApps  = 256
+)
+
+// ProbeUserManagers lists the user managers running under the cgroup v2
+// hierarchy of sysfsRoot (SYSFSROOT/fs/cgroup/user.slice/user-UID.slice/
+// user@UID.service, at most MaxProbeUsers, by name) with whether cpuset
+// is delegated to each now (cgroup.controllers) and in use
+// (cgroup.subtree_control), and how many of its app.slice units carry the
+// focus attribute. It reads files only, no bus. On cgroup v1 it returns
+// nil: there systemd never manages cpusets.
+func ProbeUserManagers(sysfsRoot string) []UserManagerProbe {
+	root := filepath.Join(sysfsRoot, "fs/cgroup")
+	if !cgroupV2(sysfsRoot, root) {
 		return nil
 	}
-	dirs, _ := filepath.Glob(filepath.Join(cgroupRoot, "user.slice", "user-*.slice", "user@*.service"))
+	dirs, _ := filepath.Glob(filepath.Join(root, "user.slice", "user-*.slice", "user@*.service"))
+	sort.Strings(dirs)
 	var out []UserManagerProbe
 	for _, d := range dirs {
 		p := UserManagerProbe{Unit: filepath.Base(d)}
-		if !isUserManager(p.Unit) {
+		if !isUserManager(p.Unit) || filepath.Base(filepath.Dir(d)) != "user-"+strconv.Itoa(userManagerUID(p.Unit))+".slice" {
 			continue
+		}
+		if len(out) == MaxProbeUsers {
+			break
 		}
 		ctl, err := sysfs.ReadAttr(filepath.Join(d, "cgroup.controllers"))
 		switch {
@@ -534,11 +564,41 @@ func ProbeUserManagers(cgroupRoot string) []UserManagerProbe {
 		case slices.Contains(strings.Fields(ctl), "cpuset"):
 			p.Delegated = true
 		default:
-			p.Why = fmt.Sprintf("cpuset is not delegated to it (its cgroup.controllers: %s; docs/USERS.md)", strings.TrimSpace(ctl))
+			p.Why = fmt.Sprintf("cpuset is not delegated to it now (its cgroup.controllers: %s); the package's user@.service drop-in delegates it from the user's next login (schedpolicyd(8), USERS' UNITS)", strings.TrimSpace(ctl))
 		}
+		if sub, err := sysfs.ReadAttr(filepath.Join(d, "cgroup.subtree_control")); err == nil {
+			p.InUse = slices.Contains(strings.Fields(sub), "cpuset")
+		}
+		p.Apps, p.FocusMarked = probeFocus(filepath.Join(d, "app.slice"))
 		out = append(out, p)
 	}
 	return out
+}
+
+// probeFocus counts the services and scopes directly in an app.slice
+// cgroup directory (at most MaxProbeApps) and those whose directory
+// carries FocusXattr.
+func probeFocus(dir string) (apps, marked int) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return 0, 0
+	}
+	defer f.Close()
+	names, _ := f.Readdirnames(4 * MaxProbeApps) // cgroup files too
+	sort.Strings(names)
+	for _, n := range names {
+		if !strings.HasSuffix(n, ".scope") && !strings.HasSuffix(n, ".service") {
+			continue
+		}
+		if apps == MaxProbeApps {
+			break
+		}
+		apps++
+		if _, err := focusValue(filepath.Join(dir, n)); err == nil {
+			marked++
+		}
+	}
+	return apps, marked
 }
 
 func (unitMsg) BackendEvent() {}

@@ -5,12 +5,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 	"golang.org/x/sys/unix"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
@@ -39,29 +41,60 @@ func newTestUnits(t *testing.T, manage ...string) *Placement {
 // user.xdg.inactive-since raises an event on the focus watch, without
 // polling, and the app's class follows the value Mutter writes: "-1"
 // focused, a timestamp not. Units of other slices are not watched and
-// keep their slice's class.
+// keep their slice's class. While no app of the user carries the
+// attribute (a desktop that writes none) every app of theirs is
+// app-nofocus, and the log says so once; once one carries it, the others
+// are apps, and the log says that once.
 func TestFocusXattrFollowed(t *testing.T) {
 	dir := testutil.CpusetV1Dir(t, "sp-focus")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	dir2 := testutil.CpusetV1Dir(t, "sp-focus2")
+	if err := os.Mkdir(dir2, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	u := newTestUnits(t, "app.slice", "background.slice", "session.slice")
+	hook := logtest.NewLocal(u.e.Log.(*logrus.Entry).Logger)
 	if err := u.startFocus(); err != nil {
 		t.Fatal(err)
 	}
 	app := &unitWorkload{name: "app-test-1.scope", slice: "app.slice", uid: 1000, cgroup: dir, rec: &statefile.UnitRecord{Manager: "user:1000", Unit: "app-test-1.scope"}}
+	other := &unitWorkload{name: "app-test-2.scope", slice: "app.slice", uid: 1000, cgroup: dir2, rec: &statefile.UnitRecord{Manager: "user:1000", Unit: "app-test-2.scope"}}
 	bg := &unitWorkload{name: "bg.scope", slice: "background.slice", uid: 1000, cgroup: filepath.Join(dir, "nonexistent"), rec: &statefile.UnitRecord{}}
 	ses := &unitWorkload{name: "s.service", slice: "session.slice", uid: 1000, cgroup: filepath.Join(dir, "nonexistent"), rec: &statefile.UnitRecord{}}
-	for _, w := range []*unitWorkload{app, bg, ses} {
+	for _, w := range []*unitWorkload{app, other, bg, ses} {
 		u.workloads[workloadKey(w.uid, w.name)] = w
 		u.watchFocus(w)
 	}
-	if len(u.focus.byDir) != 1 || u.focus.byDir[dir] != "user:1000/app-test-1.scope" {
-		t.Fatalf("watched %v, want only the app's cgroup", u.focus.byDir)
+	if len(u.focus.byDir) != 2 || u.focus.byDir[dir] != "user:1000/app-test-1.scope" || u.focus.byDir[dir2] != "user:1000/app-test-2.scope" {
+		t.Fatalf("watched %v, want only the apps' cgroups", u.focus.byDir)
 	}
-	if got := app.class() + " " + bg.class() + " " + ses.class(); got != "app background session" {
+	classes := func() string { return u.class(app) + " " + u.class(other) + " " + u.class(bg) + " " + u.class(ses) }
+	if got := classes(); got != "app-nofocus app-nofocus background session" {
 		t.Fatalf("classes before any xattr: %q", got)
 	}
+	said := func(want ...string) {
+		t.Helper()
+		var got []string
+		for _, e := range hook.AllEntries() {
+			if strings.HasPrefix(e.Message, "the user's desktop says") {
+				got = append(got, e.Message)
+			}
+		}
+		hook.Reset()
+		if len(got) != len(want) {
+			t.Fatalf("said %q, want %d messages starting %q", got, len(want), want)
+		}
+		for i := range want {
+			if !strings.HasPrefix(got[i], want[i]) {
+				t.Fatalf("said %q, want %q", got[i], want[i])
+			}
+		}
+	}
+	u.sayFocus(nil)
+	u.sayFocus([]int{1000})
+	said("the user's desktop says nothing of the focus")
 	set := func(v string, wantChange bool, wantClass string) {
 		t.Helper()
 		if err := unix.Setxattr(dir, FocusXattr, []byte(v), 0); err != nil {
@@ -79,11 +112,15 @@ func TestFocusXattrFollowed(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("no IN_ATTRIB event for setxattr %s on %s", FocusXattr, dir)
 		}
-		if got := app.class(); got != wantClass {
+		if got := u.class(app); got != wantClass {
 			t.Fatalf("value %q: class %q, want %q", v, got, wantClass)
 		}
 	}
 	set("-1", true, "focused")
+	said("the user's desktop says which app has the focus")
+	if got := classes(); got != "focused app background session" {
+		t.Fatalf("classes with the first app focused: %q", got)
+	}
 	for _, s := range u.Status() {
 		if s.Name == "app-test-1.scope" && s.Class != "focused" {
 			t.Fatalf("status class %q", s.Class)
@@ -91,7 +128,29 @@ func TestFocusXattrFollowed(t *testing.T) {
 	}
 	set("1234567890", true, "app")
 	set("1234567891", false, "app")
+	if got := classes(); got != "app app background session" {
+		t.Fatalf("classes with the first app unfocused: %q", got)
+	}
+	said()
+	// The attribute gone from the only app that had it: the desktop
+	// says nothing again.
+	if err := unix.Removexattr(dir, FocusXattr); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-u.msgs:
+		if !u.onFocus(ev.(unitMsg)) {
+			t.Fatal("removexattr: no change")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no IN_ATTRIB event for removexattr on %s", dir)
+	}
+	if got := classes(); got != "app-nofocus app-nofocus background session" {
+		t.Fatalf("classes after removexattr: %q", got)
+	}
+	said("the user's desktop says nothing of the focus")
 	set("-1", true, "focused")
+	said("the user's desktop says which app has the focus")
 	// Written in a loop (the xattr is the user's to write), the changes
 	// reach the loop coalesced: the first at once, the rest in one
 	// message at most every focusEvery, which says what the last write
@@ -111,13 +170,13 @@ func TestFocusXattrFollowed(t *testing.T) {
 		}
 	}
 	msgs := 0
-	for app.class() != "focused" {
+	for u.class(app) != "focused" {
 		select {
 		case ev := <-u.msgs:
 			msgs++
 			u.onFocus(ev.(unitMsg))
 		case <-time.After(10 * time.Second):
-			t.Fatalf("after 50 writes: class %s after %d messages", app.class(), msgs)
+			t.Fatalf("after 50 writes: class %s after %d messages", u.class(app), msgs)
 		}
 		if msgs > 3 {
 			t.Fatalf("50 writes made %d messages", msgs)
@@ -128,12 +187,16 @@ func TestFocusXattrFollowed(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-u.msgs
-	if !u.onFocus(unitMsg{focusOverflow: true}) || app.class() != "app" {
-		t.Fatalf("after an overflow: class %q", app.class())
+	if !u.onFocus(unitMsg{focusOverflow: true}) || u.class(app) != "app" {
+		t.Fatalf("after an overflow: class %q", u.class(app))
 	}
 	u.forget("user:1000/app-test-1.scope")
-	if len(u.focus.byDir) != 0 {
-		t.Fatalf("still watched after forget: %v", u.focus.byDir)
+	if got := u.class(other); got != "app-nofocus" {
+		t.Fatalf("the marked app gone: the other is %q", got)
+	}
+	u.forget("user:1000/app-test-2.scope")
+	if len(u.focus.byDir) != 0 || len(u.focus.perUID) != 0 || len(u.focus.marked) != 0 {
+		t.Fatalf("still watched after forget: %v %v %v", u.focus.byDir, u.focus.perUID, u.focus.marked)
 	}
 }
 
@@ -141,6 +204,10 @@ func TestReadFocused(t *testing.T) {
 	dir := testutil.CpusetV1Dir(t, "sp-focusval")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
+	}
+	readFocused := func(dir string) bool {
+		v, err := focusValue(dir)
+		return err == nil && v == "-1"
 	}
 	if readFocused(dir) {
 		t.Fatal("no attribute: focused")
@@ -226,5 +293,60 @@ func TestCpusetDelegated(t *testing.T) {
 	}
 	if workloadKey(-1, "a.service") != "a.service" || workloadKey(5, "a.scope") != "user:5/a.scope" {
 		t.Error("workloadKey")
+	}
+}
+
+// TestProbeUserManagers: on a mock cgroup v2 tree below a sysfs root
+// (transcribed from the shape of the systemd test VM's: user.slice/
+// user-UID.slice/user@UID.service), probe reads each user's manager's
+// cgroup.controllers (delegated now) and cgroup.subtree_control (in use),
+// and counts its app.slice services and scopes carrying the focus
+// attribute; a directory that is not user-UID.slice/user@UID.service, an
+// app sub-slice and cgroup files are left out; cgroup v1 (no
+// cgroup.controllers at the root) lists nothing.
+func TestProbeUserManagers(t *testing.T) {
+	root := t.TempDir()
+	cg := filepath.Join(root, "fs/cgroup")
+	mk := func(rel string, files map[string]string) string {
+		t.Helper()
+		d := filepath.Join(cg, rel)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for n, v := range files {
+			if err := os.WriteFile(filepath.Join(d, n), []byte(v+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d
+	}
+	if got := ProbeUserManagers(root); got != nil {
+		t.Fatalf("cgroup v1: %+v", got)
+	}
+	mk("", map[string]string{"cgroup.controllers": "cpuset cpu io memory pids"})
+	u1 := "user.slice/user-1000.slice/user@1000.service"
+	mk(u1, map[string]string{"cgroup.controllers": "cpuset cpu memory pids", "cgroup.subtree_control": "cpu cpuset memory pids"})
+	a := mk(u1+"/app.slice/app-gnome-firefox-1.scope", nil)
+	b := mk(u1+"/app.slice/app-gnome-editor-2.scope", nil)
+	mk(u1+"/app.slice/app-org.gnome.Terminal.slice", nil)
+	mk(u1+"/app.slice", map[string]string{"cgroup.procs": ""})
+	if err := unix.Setxattr(a, FocusXattr, []byte("-1"), 0); err != nil {
+		t.Skipf("the test directory's file system takes no user.* xattr (%v): the focus count cannot be checked here", err)
+	}
+	if err := unix.Setxattr(b, FocusXattr, []byte("1733050000000000"), 0); err != nil {
+		t.Fatal(err)
+	}
+	u2 := "user.slice/user-1001.slice/user@1001.service"
+	mk(u2, map[string]string{"cgroup.controllers": "cpu memory pids", "cgroup.subtree_control": "cpu memory"})
+	mk(u2+"/app.slice/app-kde-konsole-3.scope", nil)
+	mk(u2+"/app.slice/app-kde-dolphin-4.service", nil)
+	mk("user.slice/user-1002.slice/user@1003.service", map[string]string{"cgroup.controllers": "cpuset"})
+	got := ProbeUserManagers(root)
+	want := []UserManagerProbe{
+		{Unit: "user@1000.service", Delegated: true, InUse: true, Apps: 2, FocusMarked: 2},
+		{Unit: "user@1001.service", Why: "cpuset is not delegated to it now (its cgroup.controllers: cpu memory pids); the package's user@.service drop-in delegates it from the user's next login (schedpolicyd(8), USERS' UNITS)", Apps: 2},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got  %+v\nwant %+v", got, want)
 	}
 }
