@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -314,72 +313,6 @@ func TestForgedOwnerChangeKeepsFollowing(t *testing.T) {
 	})
 	if n := ml.count("no longer following"); n != 0 {
 		t.Fatalf("stopped following %d times after a forged NameOwnerChanged", n)
-	}
-}
-
-// yesPolkit authorises everything it is asked about.
-type yesPolkit struct{ asked *atomic.Int64 }
-
-func (p yesPolkit) CheckAuthorization(subject struct {
-	Kind    string
-	Details map[string]dbus.Variant
-}, action string, details map[string]string, flags uint32, cancel string) (struct {
-	IsAuthorized, IsChallenge bool
-	Details                   map[string]string
-}, *dbus.Error) {
-	p.asked.Add(1)
-	return struct {
-		IsAuthorized, IsChallenge bool
-		Details                   map[string]string
-	}{true, false, map[string]string{}}, nil
-}
-
-// TestPolkitFromNonRootOwnerRefused: on a bus where anyone may own any
-// name (a session-like bus, --bus ADDRESS), uid 65534 owns
-// org.freedesktop.PolicyKit1 and would authorise anything; another
-// connection of that uid calling SetPolicy is refused (AccessDenied,
-// saying why) without the impostor being asked, and nothing changes. The
-// same authority owned by root is believed.
-func TestPolkitFromNonRootOwnerRefused(t *testing.T) {
-	addr := testutil.StartBus(t, testutil.BusOptions{System: true, AnyUser: true}).Addr
-	d := newMockLaptop(t).startWith(t, func(c *Config) { c.Bus = addr })
-	root, err := dbus.Connect(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
-	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(root, bus.Name) })
-	asked := new(atomic.Int64)
-	own := func(c *dbus.Conn) {
-		t.Helper()
-		if err := c.Export(yesPolkit{asked}, polkitPath, "org.freedesktop.PolicyKit1.Authority"); err != nil {
-			t.Fatal(err)
-		}
-		if r, err := c.RequestName(polkitName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
-			t.Fatalf("RequestName(%s) = %v, %v", polkitName, r, err)
-		}
-	}
-	impostor := testutil.DialAs(t, addr, 65534)
-	own(impostor)
-	caller := testutil.DialAs(t, addr, 65534)
-	err = caller.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".SetPolicy", 0, "performance").Err
-	if dbusErrName(err) != errAccessDenied || !strings.Contains(err.Error(), "neither root nor the polkitd system user") {
-		t.Fatalf("SetPolicy with a non-root polkit: %v, want AccessDenied naming the owner's uid", err)
-	}
-	if asked.Load() != 0 || d.Snapshot().Knob.PowerAware != policy.PowerAwareAuto {
-		t.Fatalf("the impostor was asked %d times; knob %+v", asked.Load(), d.Snapshot().Knob)
-	}
-	impostor.Close()
-	testutil.Eventually(t, "the impostor gone", func() (bool, string) {
-		ok, why := testutil.NameOwned(root, polkitName)
-		return !ok, why
-	})
-	own(root)
-	if err := caller.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".SetPolicy", 0, "performance").Err; err != nil {
-		t.Fatalf("SetPolicy authorised by root's polkit: %v", err)
-	}
-	if asked.Load() != 1 || d.Snapshot().Knob.PowerAware != policy.PowerAwareOff {
-		t.Fatalf("root's polkit asked %d times; knob %+v", asked.Load(), d.Snapshot().Knob)
 	}
 }
 
