@@ -1,19 +1,15 @@
 package daemon
 
 import (
-	"encoding/xml"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/godbus/dbus/v5"
-	"github.com/godbus/dbus/v5/introspect"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
@@ -50,177 +46,6 @@ func dbusErrName(err error) string {
 		return e.Name
 	}
 	return fmt.Sprint(err)
-}
-
-// TestBusAPI exercises the service with a real client on a private bus.
-func TestBusAPI(t *testing.T) {
-	d, m, conn, _ := busDaemon(t, false)
-	obj := conn.Object(bus.Name, bus.ObjectPath)
-
-	// Introspect serves the committed contract.
-	var x string
-	if err := obj.Call("org.freedesktop.DBus.Introspectable.Introspect", 0).Store(&x); err != nil {
-		t.Fatal(err)
-	}
-	var node introspect.Node
-	if err := xml.Unmarshal([]byte(x), &node); err != nil {
-		t.Fatalf("Introspect output does not parse: %v", err)
-	}
-	var names []string
-	for _, i := range node.Interfaces {
-		names = append(names, i.Name)
-	}
-	sort.Strings(names)
-	if want := []string{"org.freedesktop.DBus.Introspectable", "org.freedesktop.DBus.Peer", "org.freedesktop.DBus.Properties", bus.Interface}; !reflect.DeepEqual(names, want) {
-		t.Errorf("introspected interfaces %v, want %v", names, want)
-	}
-
-	// GetAll has every property with its value.
-	var all map[string]dbus.Variant
-	if err := obj.Call("org.freedesktop.DBus.Properties.GetAll", 0, bus.Interface).Store(&all); err != nil {
-		t.Fatal(err)
-	}
-	if len(all) != 20 || all["ActivePolicy"].Value() != "performance" || all["OnBattery"].Value() != false ||
-		all["KnobFrom"].Value() != "default" || all["KnobChosenAt"].Value() != uint64(0) ||
-		all["PowerSource"].Value() != "ac" || !strings.Contains(all["Reason"].Value().(string), "power_aware=1") {
-		t.Errorf("GetAll = %v", all)
-	}
-	if ws := all["Workloads"].Value().([][]any); len(ws) != 2 || ws[0][0] != "a" {
-		t.Errorf("Workloads = %v", ws)
-	}
-
-	// PropertiesChanged and PolicyChanged come with a change.
-	conn.AddMatchSignal(dbus.WithMatchObjectPath(bus.ObjectPath))
-	sigs := make(chan *dbus.Signal, 50)
-	conn.Signal(sigs)
-
-	// Writable property: PowerAware via Properties.Set.
-	if err := obj.SetProperty(bus.Interface+".PowerAware", dbus.MakeVariant(uint32(2))); err != nil {
-		t.Fatalf("Set PowerAware: %v", err)
-	}
-	if got := prop(t, conn, "ActivePolicy"); got != "powersaving" {
-		t.Errorf("ActivePolicy after PowerAware=2: %v", got)
-	}
-	// One PropertiesChanged carries every property that changed together,
-	// then PolicyChanged follows.
-	waitSignal(t, sigs, "org.freedesktop.DBus.Properties.PropertiesChanged", func(s *dbus.Signal) bool {
-		ch := s.Body[1].(map[string]dbus.Variant)
-		return ch["ActivePolicy"].Value() == "powersaving" && ch["PowerAware"].Value() == uint32(2)
-	})
-	waitSignal(t, sigs, bus.Interface+".PolicyChanged", func(s *dbus.Signal) bool { return s.Body[0] == "powersaving" })
-	for name, v := range map[string]any{"ActivePolicy": "balance", "PowerAware": "2", "Boost": "1"} {
-		err := obj.SetProperty(bus.Interface+"."+name, dbus.MakeVariant(v))
-		want := map[string]string{"ActivePolicy": errPropReadOnly, "Boost": errPropReadOnly, "PowerAware": errInvalidArgs}[name]
-		if dbusErrName(err) != want {
-			t.Errorf("Set %s = %v: %v, want %s", name, v, err, want)
-		}
-	}
-	if err := obj.SetProperty(bus.Interface+".PowerAwarePolicy", dbus.MakeVariant("performance")); dbusErrName(err) != errInvalidArgs {
-		t.Errorf("Set PowerAwarePolicy performance: %v, want InvalidArgs", err)
-	}
-	if err := obj.Call(bus.Interface+".SetPowerAware", 0, uint32(3)).Err; dbusErrName(err) != errInvalidArgs {
-		t.Errorf("SetPowerAware(3): %v, want InvalidArgs", err)
-	}
-	if err := obj.Call(bus.Interface+".SetPowerAware", 0, uint32(1)).Err; err != nil {
-		t.Fatal(err)
-	}
-
-	// Holds: the power-saving one wins; a user's choice cancels holds; a
-	// holder leaving the bus releases its holds.
-	var c1, c2 uint32
-	if err := obj.Call(bus.Interface+".HoldPolicy", 0, "performance", "benchmark").Store(&c1); err != nil {
-		t.Fatal(err)
-	}
-	if got := prop(t, conn, "ActivePolicy"); got != "performance" {
-		t.Errorf("with a performance hold: %v", got)
-	}
-	if err := obj.Call(bus.Interface+".HoldPolicy", 0, "balance", "video").Store(&c2); err != nil {
-		t.Fatal(err)
-	}
-	if got := prop(t, conn, "ActivePolicy"); got != "balance" {
-		t.Errorf("performance and balance holds: %v, want balance (the power-saving one wins)", got)
-	}
-	if r := prop(t, conn, "Reason").(string); !strings.Contains(r, "video") {
-		t.Errorf("Reason %q does not name the winning hold", r)
-	}
-	if err := obj.Call(bus.Interface+".ReleasePolicy", 0, c2).Err; err != nil {
-		t.Fatal(err)
-	}
-	if got := prop(t, conn, "ActivePolicy"); got != "performance" {
-		t.Errorf("after releasing balance: %v", got)
-	}
-	if err := obj.Call(bus.Interface+".ReleasePolicy", 0, uint32(9999)).Err; dbusErrName(err) != errInvalidArgs {
-		t.Errorf("ReleasePolicy(unknown): %v", err)
-	}
-	if err := obj.Call(bus.Interface+".SetPolicy", 0, "powersaving").Err; err != nil {
-		t.Fatal(err)
-	}
-	if hs := prop(t, conn, "Holds").([][]any); len(hs) != 0 {
-		t.Errorf("holds after an explicit choice: %v, want none", hs)
-	}
-	other, err := dbus.Connect(d.cfg.Bus)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := other.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".HoldPolicy", 0, "performance", "game").Err; err != nil {
-		t.Fatal(err)
-	}
-	if got := prop(t, conn, "ActivePolicy"); got != "performance" {
-		t.Errorf("with another client's performance hold: %v", got)
-	}
-	other.Close()
-	testutil.Eventually(t, "hold released when its owner left", func() (bool, string) {
-		got := prop(t, conn, "ActivePolicy")
-		return got == "powersaving", fmt.Sprint(got)
-	})
-
-	// CreateWorkload: names validated, existing names refused, only the
-	// caller's own PID (the successful path runs on a real cgroup in
-	// TestBusCreateWorkloadRealCgroup).
-	pid := uint32(os.Getpid())
-	for _, tc := range []struct {
-		name string
-		pid  uint32
-		want string
-	}{
-		{"a", pid, errFileExists},
-		{"../escape", pid, errInvalidArgs},
-		{"a/b", pid, errInvalidArgs},
-		{"..", pid, errInvalidArgs},
-		{"tab\there", pid, errInvalidArgs},
-		{"cgroup.procs", pid, errInvalidArgs},
-		{strings.Repeat("x", 65), pid, errInvalidArgs},
-		{"notmine", 1, errAccessDenied},
-	} {
-		err := obj.Call(bus.Interface+".CreateWorkload", 0, tc.name, tc.pid).Err
-		if dbusErrName(err) != tc.want {
-			t.Errorf("CreateWorkload(%q, %d) = %v, want %s", tc.name, tc.pid, err, tc.want)
-		}
-	}
-	if _, err := os.Stat(filepath.Join(m.managed, "notmine")); !os.IsNotExist(err) {
-		t.Errorf("a refused CreateWorkload left a cgroup behind")
-	}
-
-	// Per-workload override: b keeps every CPU while the rest is packed.
-	if err := obj.Call(bus.Interface+".SetWorkloadPolicy", 0, "b", "performance").Err; err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, "override applied", func() (bool, string) {
-		b, a := testutil.ReadTrim(t, filepath.Join(m.managed, "b/cpuset.cpus")), testutil.ReadTrim(t, filepath.Join(m.managed, "a/cpuset.cpus"))
-		return b == "0-7" && a == "0", b + " / " + a
-	})
-	if err := obj.Call(bus.Interface+".SetWorkloadPolicy", 0, "b", "balance").Err; dbusErrName(err) != errInvalidArgs {
-		t.Errorf("override balance: %v, want InvalidArgs", err)
-	}
-	if err := obj.Call(bus.Interface+".SetWorkloadPolicy", 0, "nosuch", "performance").Err; dbusErrName(err) != errInvalidArgs {
-		t.Errorf("override of an unknown workload: %v", err)
-	}
-	if err := obj.Call(bus.Interface+".Rebalance", 0).Err; err != nil {
-		t.Errorf("Rebalance: %v", err)
-	}
-	if d.Snapshot().Policy != policy.Powersaving {
-		t.Errorf("policy drifted: %v", d.Snapshot().Policy)
-	}
 }
 
 func waitSignal(t *testing.T, ch chan *dbus.Signal, name string, match func(*dbus.Signal) bool) {
