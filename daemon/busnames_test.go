@@ -8,11 +8,8 @@ import "github.com/godbus/dbus/v5"
 // own unexported).
 
 const (
-	errInvalidArgs    = "org.freedesktop.DBus.Error.InvalidArgs"
-	errAccessDenied   = "org.freedesktop.DBus.Error.AccessDenied"
-	errFileExists     = "org.freedesktop.DBus.Error.FileExists"
-	errPropReadOnly   = "org.freedesktop.DBus.Error.PropertyReadOnly"
-	errLimitsExceeded = "org.freedesktop.DBus.Error.LimitsExceeded"
+	errInvalidArgs  = "org.freedesktop.DBus.Error.InvalidArgs"
+	errAccessDenied = "org.freedesktop.DBus.Error.AccessDenied"
 )
 
 // ppNames are the power-profiles API's two names and their object paths.

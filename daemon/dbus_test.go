@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
-	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
 // busDaemon runs the daemon in-process on a private bus against the mock
@@ -60,74 +58,6 @@ func waitSignal(t *testing.T, ch chan *dbus.Signal, name string, match func(*dbu
 		case <-timeout:
 			t.Fatalf("no %s signal matching", name)
 		}
-	}
-}
-
-// TestPowerProfilesAPI checks the compatibility API with godbus, and with the
-// real powerprofilesctl when it is installed.
-func TestPowerProfilesAPI(t *testing.T) {
-	d, _, conn, addr := busDaemon(t, true)
-	for _, n := range ppNames {
-		o := conn.Object(n.name, n.path)
-		v, err := o.GetProperty(n.name + ".ActiveProfile")
-		if err != nil || v.Value() != "balanced" {
-			t.Fatalf("%s ActiveProfile = %v, %v; want balanced (power_aware 1)", n.name, v, err)
-		}
-	}
-	legacy := conn.Object("net.hadess.PowerProfiles", "/net/hadess/PowerProfiles")
-	if err := legacy.SetProperty("net.hadess.PowerProfiles.ActiveProfile", dbus.MakeVariant("power-saver")); err != nil {
-		t.Fatal(err)
-	}
-	if s := d.Snapshot(); s.Knob.PowerAware != 2 || s.Policy != policy.Powersaving {
-		t.Errorf("power-saver → %+v, want power_aware 2, powersaving", s.Knob)
-	}
-	if err := legacy.SetProperty("net.hadess.PowerProfiles.ActiveProfile", dbus.MakeVariant("turbo")); dbusErrName(err) != "org.freedesktop.DBus.Error.Failed" {
-		t.Errorf("unknown profile: %v", err)
-	}
-	var cookie uint32
-	if err := legacy.Call("net.hadess.PowerProfiles.HoldProfile", 0, "performance", "build", "org.example.Test").Store(&cookie); err != nil {
-		t.Fatal(err)
-	}
-	if s := d.Snapshot(); s.Policy != policy.Performance {
-		t.Errorf("performance hold: %v", s.Policy)
-	}
-	if err := legacy.Call("net.hadess.PowerProfiles.ReleaseProfile", 0, cookie).Err; err != nil {
-		t.Fatal(err)
-	}
-
-	ctl, err := exec.LookPath("powerprofilesctl")
-	if err != nil {
-		t.Log("powerprofilesctl not installed (Debian package power-profiles-daemon); checked with godbus only")
-		return
-	}
-	env := append(os.Environ(), "DBUS_SYSTEM_BUS_ADDRESS="+addr)
-	pctl := func(args ...string) string {
-		cmd := exec.Command(ctl, args...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("powerprofilesctl %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
-	if out := pctl("set", "balanced"); out != "" {
-		t.Errorf("set balanced printed %q", out)
-	}
-	if out := pctl("get"); out != "balanced\n" {
-		t.Errorf("get = %q, want balanced", out)
-	}
-	list := pctl("list")
-	for _, want := range []string{"* balanced:", "  performance:", "  power-saver:", "schedpolicyd"} {
-		if !strings.Contains(list, want) {
-			t.Errorf("list lacks %q:\n%s", want, list)
-		}
-	}
-	pctl("set", "power-saver")
-	if s := d.Snapshot(); s.Knob.PowerAware != 2 {
-		t.Errorf("powerprofilesctl set power-saver → power_aware %d, want 2", s.Knob.PowerAware)
-	}
-	if out := pctl("get"); out != "power-saver\n" {
-		t.Errorf("get = %q, want power-saver", out)
 	}
 }
 
