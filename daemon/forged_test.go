@@ -3,7 +3,6 @@ package daemon
 import (
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"sort"
 	"strings"
@@ -69,51 +68,6 @@ func (l *msgLog) mentions(text string) string {
 	return ""
 }
 
-// mentionsName is the first entry that names the bus connection name
-// (":1.3", not ":1.30"), "" if none does.
-func (l *msgLog) mentionsName(name string) string {
-	re := regexp.MustCompile(regexp.QuoteMeta(name) + `([^0-9]|$)`)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, e := range l.entries {
-		if re.MatchString(e) {
-			return e
-		}
-	}
-	return ""
-}
-
-// sysBus is a daemon running in-process as root on a bus with the system
-// bus's policy and the package's (testutil.StartSystemPolicyBus), with a
-// root connection, a connection of uid 65534 and the daemon's log.
-type sysBus struct {
-	d              *Daemon
-	addr           string
-	root, attacker *dbus.Conn
-	log            *msgLog
-}
-
-func sysBusDaemon(t *testing.T, edit func(*Config)) sysBus {
-	t.Helper()
-	pbus := testutil.StartSystemPolicyBus(t, "../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf")
-	sb := sysBus{addr: pbus.Addr, log: new(msgLog)}
-	sb.d = newMockLaptop(t).startWith(t, func(c *Config) {
-		c.Bus = pbus.Addr
-		c.Log.(*logrus.Logger).AddHook(sb.log)
-		if edit != nil {
-			edit(c)
-		}
-	})
-	var err error
-	if sb.root, err = dbus.Connect(pbus.Addr); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sb.root.Close() })
-	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(sb.root, bus.Name) })
-	sb.attacker = testutil.DialAs(t, pbus.Addr, 65534)
-	return sb
-}
-
 // forge sends the signal name on path with body from attacker to every
 // other connection on the bus but those in except: unicast, which no match
 // rule filters, so each consumer of the daemon's connections receives it.
@@ -123,8 +77,6 @@ func forge(t *testing.T, attacker *dbus.Conn, except []string, path dbus.ObjectP
 		testutil.SendSignal(t, attacker, dest, path, name, body...)
 	}
 }
-
-const nameOwnerChanged = "org.freedesktop.DBus.NameOwnerChanged"
 
 // fakePPD answers Properties.Get for ActiveProfile, as much of a
 // power-profiles daemon as following needs.
@@ -155,111 +107,6 @@ func ownPPD(t *testing.T, addr, name, profile string) *dbus.Conn {
 	}
 	return c
 }
-
-// TestForgedOwnerChangeTakesNoPowerProfilesNames is the trust issue's
-// first case on a bus with the system bus's policy: uid 65534, refused by
-// SetPowerAware, sends the daemon NameOwnerChanged(net.hadess.PowerProfiles,
-// "", itself) and its own PropertiesChanged(ActiveProfile performance).
-// Root's connection then takes a name by replacement, as
-// power-profiles-daemon --replace does, and serves power-saver. The daemon
-// follows it (knob 2), which it does after handling the forged signals,
-// routed first; it released the names once, for that owner, and never
-// acted on anything from the attacker (believed, the forged change makes
-// it release the names a first time and follow the attacker).
-func TestForgedOwnerChangeTakesNoPowerProfilesNames(t *testing.T) {
-	sb := sysBusDaemon(t, func(c *Config) { c.PowerProfilesAPI = bus.PowerProfilesAuto })
-	for _, n := range ppNames {
-		testutil.Eventually(t, "serving "+n.name, func() (bool, string) { return testutil.NameOwned(sb.root, n.name) })
-	}
-	err := sb.attacker.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".SetPowerAware", 0, uint32(0)).Err
-	if dbusErrName(err) != errAccessDenied {
-		t.Fatalf("SetPowerAware as uid 65534: %v, want AccessDenied", err)
-	}
-	me := sb.attacker.Names()[0]
-	except := []string{sb.root.Names()[0]}
-	forge(t, sb.attacker, except, "/org/freedesktop/DBus", nameOwnerChanged, "net.hadess.PowerProfiles", "", me)
-	forge(t, sb.attacker, except, "/net/hadess/PowerProfiles", "org.freedesktop.DBus.Properties.PropertiesChanged",
-		"net.hadess.PowerProfiles", map[string]dbus.Variant{"ActiveProfile": dbus.MakeVariant(bus.ProfilePerformance)}, []string{})
-
-	ppd := ownPPD(t, sb.addr, ppNames[0].name, bus.ProfilePowerSaver)
-	testutil.Eventually(t, "following the new owner's power-saver", func() (bool, string) {
-		k := sb.d.Snapshot().Knob
-		return k.PowerAware == policy.PowerAwareOn, fmt.Sprintf("power_aware %d", k.PowerAware)
-	})
-	if e := sb.log.mentionsName(me); e != "" {
-		t.Fatalf("the daemon acted on the forged signals: %q", e)
-	}
-	if n := sb.log.count("released the power-profiles names"); n != 1 {
-		t.Fatalf("released the names %d times, want once (for %s)", n, ppd.Names()[0])
-	}
-}
-
-// holders returns the owners of the daemon's holds, sorted.
-func holders(d *Daemon) []string {
-	var out []string
-	for _, h := range d.Snapshot().Holds {
-		out = append(out, h.Owner)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// TestForgedOwnerChangeEndsNoHold is the trust issue's second case: root
-// holds powersaving with HoldPolicy and power-saver with HoldProfile, from
-// two connections that stay; uid 65534 sends the daemon
-// NameOwnerChanged(holder, holder, "") for each. A third holder then
-// really leaves: its hold ends, which the daemon does after handling the
-// forged signals (routed first), and the two holds are still there.
-func TestForgedOwnerChangeEndsNoHold(t *testing.T) {
-	sb := sysBusDaemon(t, func(c *Config) { c.PowerProfilesAPI = bus.PowerProfilesServe })
-	conn := func() *dbus.Conn {
-		c, err := dbus.Connect(sb.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	h, p, q := conn(), conn(), conn()
-	if err := h.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".HoldPolicy", 0, "powersaving", "test").Err; err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Object(ppNames[1].name, ppNames[1].path).Call(ppNames[1].name+".HoldProfile", 0, bus.ProfilePowerSaver, "test", "app").Err; err != nil {
-		t.Fatal(err)
-	}
-	if err := q.Object(bus.Name, bus.ObjectPath).Call(bus.Interface+".HoldPolicy", 0, "powersaving", "leaves").Err; err != nil {
-		t.Fatal(err)
-	}
-	want := []string{h.Names()[0], p.Names()[0], q.Names()[0]}
-	sort.Strings(want)
-	if got := holders(sb.d); !slicesEqual(got, want) {
-		t.Fatalf("holders %v, want %v", got, want)
-	}
-	except := []string{sb.root.Names()[0], h.Names()[0], p.Names()[0], q.Names()[0]}
-	for _, c := range []*dbus.Conn{h, p} {
-		forge(t, sb.attacker, except, "/org/freedesktop/DBus", nameOwnerChanged, c.Names()[0], c.Names()[0], "")
-	}
-	q.Close()
-	want = []string{h.Names()[0], p.Names()[0]}
-	sort.Strings(want)
-	testutil.Eventually(t, "the hold of the connection that left ended", func() (bool, string) {
-		got := holders(sb.d)
-		for _, o := range got {
-			if o == q.Names()[0] {
-				return false, fmt.Sprint(got)
-			}
-		}
-		return true, ""
-	})
-	if got := holders(sb.d); !slicesEqual(got, want) {
-		t.Fatalf("holders %v, want %v: a forged NameOwnerChanged ended a hold", got, want)
-	}
-	if pol := sb.d.Snapshot().Policy; pol != policy.Powersaving {
-		t.Fatalf("policy %s, want powersaving (held)", pol)
-	}
-}
-
-func slicesEqual(a, b []string) bool { return strings.Join(a, "\x00") == strings.Join(b, "\x00") }
 
 // ppdPolicy writes the bus policy power-profiles-daemon's package installs
 // (net.hadess.PowerProfiles.conf: root owns the name, anyone may call it),
@@ -293,27 +140,6 @@ func followingDaemon(t *testing.T) (*testutil.Bus, *dbus.Conn, *Daemon, *msgLog)
 		return ml.count("following the power-profiles daemon's ActiveProfile") == 1, ""
 	})
 	return pbus, ppd, d, ml
-}
-
-// TestForgedOwnerChangeKeepsFollowing: the daemon follows root's
-// power-profiles daemon; uid 65534 sends it NameOwnerChanged saying that
-// daemon left. The daemon goes on following it without a pause (no "no
-// longer following"), and applies the followed daemon's next profile.
-func TestForgedOwnerChangeKeepsFollowing(t *testing.T) {
-	pbus, ppd, d, ml := followingDaemon(t)
-	attacker := testutil.DialAs(t, pbus.Addr, 65534)
-	forge(t, attacker, []string{ppd.Names()[0]}, "/org/freedesktop/DBus", nameOwnerChanged, "net.hadess.PowerProfiles", ppd.Names()[0], "")
-	if err := ppd.Emit("/net/hadess/PowerProfiles", "org.freedesktop.DBus.Properties.PropertiesChanged",
-		"net.hadess.PowerProfiles", map[string]dbus.Variant{"ActiveProfile": dbus.MakeVariant(bus.ProfilePowerSaver)}, []string{}); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, "the followed daemon's power-saver", func() (bool, string) {
-		k := d.Snapshot().Knob
-		return k.PowerAware == policy.PowerAwareOn, fmt.Sprintf("power_aware %d", k.PowerAware)
-	})
-	if n := ml.count("no longer following"); n != 0 {
-		t.Fatalf("stopped following %d times after a forged NameOwnerChanged", n)
-	}
 }
 
 // TestFollowedDaemonFlaps is the trust issue's fourth case: a followed
