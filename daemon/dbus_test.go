@@ -30,15 +30,6 @@ func busDaemon(t *testing.T, ppAPI bool) (*Daemon, mockLaptop, *dbus.Conn, strin
 	return d, m, conn, addr
 }
 
-func prop(t *testing.T, conn *dbus.Conn, name string) any {
-	t.Helper()
-	v, err := conn.Object(bus.Name, bus.ObjectPath).GetProperty(bus.Interface + "." + name)
-	if err != nil {
-		t.Fatalf("Get %s: %v", name, err)
-	}
-	return v.Value()
-}
-
 func dbusErrName(err error) string {
 	if e, ok := err.(dbus.Error); ok {
 		return e.Name
