@@ -10,7 +10,9 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
 // Names that are not UTF-8 on a private bus (issue 32, item 5): one cgroup
@@ -118,33 +120,65 @@ func checkNonUTF8Workload(t *testing.T, conn *dbus.Conn, parent string, cpus fun
 	}
 }
 
-// TestBusNonUTF8WorkloadName: a workload whose cgroup's name is not UTF-8,
-// in the mock cgroup root, on a private bus.
-func TestBusNonUTF8WorkloadName(t *testing.T) {
-	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
+// TestNonUTF8WorkloadName: a workload whose cgroup's name is not UTF-8,
+// in the mock cgroup root, without a bus: the daemon publishes its name
+// and cgroup directory escaped, packs it, takes the published name back
+// in SetWorkloadPolicy (neither the raw text of the escape nor an
+// upper-case spelling), and the tree's workloads file lists the same
+// published name. That the service sends such a snapshot is daemon/bus's
+// TestBusStringsInvalidForBus; the whole path on a real cgroup and a bus
+// is TestBusNonUTF8WorkloadNameRealCgroup.
+func TestNonUTF8WorkloadName(t *testing.T) {
 	m := newMockLaptop(t)
 	testutil.Put(t, filepath.Join(m.managed, latin1Name, "cpuset.cpus"), "")
 	testutil.Put(t, filepath.Join(m.managed, latin1Name, "cpuset.cpus.effective"), "0-7")
 	testutil.Put(t, filepath.Join(m.managed, latin1Name, "cpu.stat"), "usage_usec 0\nuser_usec 0\nsystem_usec 0")
-	d := m.startWith(t, func(c *Config) { c.Bus = addr })
-	conn, err := dbus.Connect(addr)
-	if err != nil {
+	d, _, _ := m.start(t)
+	c := controller{d}
+	cpus := func() string { return testutil.ReadTrim(t, filepath.Join(m.managed, latin1Name, "cpuset.cpus")) }
+	entry := func() *snapshot.WorkloadStatus {
+		for _, w := range d.Snapshot().Workloads {
+			if w.Name == published {
+				return &w
+			}
+		}
+		return nil
+	}
+	testutil.Eventually(t, "the workload "+published+" published", func() (bool, string) {
+		return entry() != nil, fmt.Sprint(d.Snapshot().Workloads)
+	})
+	if w, want := entry(), m.managed+"/"+published; w.Path != want {
+		t.Errorf("its cgroup directory is published as %q, want %q", w.Path, want)
+	}
+	if ws := d.Snapshot().Workloads; len(ws) != 3 {
+		t.Errorf("workloads %v, want a, b and %s", ws, published)
+	}
+	// powersaving on AC: packed on CPU 0.
+	if err := c.WriteKnob(t.Context(), filePowerAware, "2", "test"); err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(conn, bus.Name) })
-	checkNonUTF8Workload(t, conn, m.managed, func(name string) string {
-		b, _ := os.ReadFile(filepath.Join(m.managed, name, "cpuset.cpus"))
-		return strings.TrimSpace(string(b))
+	testutil.Eventually(t, latin1Name+" packed", func() (bool, string) { c := cpus(); return c == "0", c })
+
+	// The name as published is the name to give back.
+	if err := c.SetWorkloadPolicy(t.Context(), published, policy.Performance); err != nil {
+		t.Fatalf("SetWorkloadPolicy(%q): %v", published, err)
+	}
+	testutil.Eventually(t, "the override applied to "+latin1Name, func() (bool, string) {
+		c := cpus()
+		return c != "0" && c != "", c
 	})
+	if w := entry(); w == nil || w.Override != policy.Performance {
+		t.Errorf("after SetWorkloadPolicy: %+v, want %s with override performance", w, published)
+	}
+	// Not the raw text `caf\x5cxe9` nor an upper-case spelling.
+	for _, n := range []string{`caf\x5cxe9`, `caf\xE9`} {
+		checkInvalid(t, "SetWorkloadPolicy("+n+")", c.SetWorkloadPolicy(t.Context(), n, ""), fmt.Sprintf("invalid value: no workload %q", n))
+	}
 	// The tree's workloads file lists the same published name (with its
 	// backslash written \134, as that file writes every backslash).
 	tree := testutil.Read(t, filepath.Join(m.tree, TreePrefix, fileWorkloads))
 	if !strings.Contains(tree, `caf\134xe9 `) {
 		t.Errorf("the workloads file:\n%s\nwant a line for caf\\134xe9", tree)
-	}
-	if ws := d.Snapshot().Workloads; len(ws) != 3 {
-		t.Errorf("workloads %v, want a, b and %s", ws, published)
 	}
 }
 
@@ -170,53 +204,31 @@ func TestBusNonUTF8WorkloadNameRealCgroup(t *testing.T) {
 	})
 }
 
-// TestBusNonUTF8PowerSupplyName: a power supply whose name is not UTF-8
+// TestNonUTF8PowerSupplyName: a power supply whose name is not UTF-8
 // (the kernel names some after what firmware or a device reports) is
-// quoted by the power source's reason, which the Reason property and
-// PolicyChanged carry: they stay valid UTF-8 (escaped as workload names
-// are) and GetAll answers.
-func TestBusNonUTF8PowerSupplyName(t *testing.T) {
-	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
+// quoted as it is by the power source's reason, which the policy's reason
+// carries, before and after a change of the knob; the service escapes it
+// on the bus (daemon/bus's TestBusStringsInvalidForBus: Reason in GetAll,
+// Get and PropertiesChanged, and PolicyChanged).
+func TestNonUTF8PowerSupplyName(t *testing.T) {
 	m := newMockLaptop(t)
 	ps := filepath.Join(m.sys, "class/power_supply")
 	if err := os.Rename(filepath.Join(ps, "AC"), filepath.Join(ps, "AC\xff")); err != nil {
 		t.Fatal(err)
 	}
-	m.startWith(t, func(c *Config) { c.Bus = addr })
-	conn, err := dbus.Connect(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(conn, bus.Name) })
-	obj := conn.Object(bus.Name, bus.ObjectPath)
-	var all map[string]dbus.Variant
-	if err := obj.Call("org.freedesktop.DBus.Properties.GetAll", 0, bus.Interface).Store(&all); err != nil {
-		t.Fatalf("GetAll: %v", err)
-	}
-	reason, _ := all["Reason"].Value().(string)
-	if !strings.Contains(reason, `supply AC\xff reports online=1`) {
-		t.Errorf("Reason = %q, want the supply named AC\\xff", reason)
-	}
-	sigs := make(chan *dbus.Signal, 64)
-	conn.Signal(sigs)
-	if err := conn.AddMatchSignal(dbus.WithMatchObjectPath(bus.ObjectPath)); err != nil {
-		t.Fatal(err)
+	d, _, _ := m.start(t)
+	const want = "power_aware=1 (automatic) and no positive evidence of battery operation (power source ac): AC: Mains supply AC\xff reports online=1 (rule 2)"
+	if r := d.Snapshot().PolicyReason; r != want {
+		t.Errorf("Reason = %q, want %q", r, want)
 	}
 	// powersaving, then back to automatic: performance on AC, for the
 	// reason that quotes the supply.
-	for _, mode := range []uint32{2, 1} {
-		if err := obj.Call(bus.Interface+".SetPowerAware", 0, mode).Err; err != nil {
+	for _, mode := range []string{"2", "1"} {
+		if err := (controller{d}).WriteKnob(t.Context(), filePowerAware, mode, "test"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitSignal(t, sigs, "org.freedesktop.DBus.Properties.PropertiesChanged", func(s *dbus.Signal) bool {
-		ch, _ := s.Body[1].(map[string]dbus.Variant)
-		r, _ := ch["Reason"].Value().(string)
-		return ch["PowerAware"].Value() == uint32(1) && strings.Contains(r, `supply AC\xff reports`)
-	})
-	waitSignal(t, sigs, bus.Interface+".PolicyChanged", func(s *dbus.Signal) bool {
-		r, _ := s.Body[1].(string)
-		return s.Body[0] == "performance" && strings.Contains(r, `supply AC\xff reports`)
-	})
+	if s := d.Snapshot(); s.Knob.PowerAware != policy.PowerAwareAuto || s.Policy != policy.Performance || s.PolicyReason != want {
+		t.Errorf("back to automatic: power_aware %d, %s, reason %q; want 1, performance, %q", s.Knob.PowerAware, s.Policy, s.PolicyReason, want)
+	}
 }

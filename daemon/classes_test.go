@@ -7,9 +7,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/godbus/dbus/v5"
-
-	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
+	"github.com/schedpolicyd/schedpolicyd/daemon/snapshot"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
@@ -45,41 +43,34 @@ func TestClassedCPUDescs(t *testing.T) {
 	}
 }
 
-// TestBusCPUClasses: the CPUClasses property lists the classes most
-// efficient first as exported on a real bus: one, "all", on the seed's
-// laptop; E and P on an i7-1260P tree.
-func TestBusCPUClasses(t *testing.T) {
-	_, _, conn, _ := busDaemon(t, false)
-	if got, want := prop(t, conn, "CPUClasses"), [][]any{{"all", "0-7", uint32(1024)}}; !reflect.DeepEqual(got, want) {
+// TestCPUClassesPublished: the snapshot lists the CPU classes most
+// efficient first (the CPUClasses property, as daemon/bus publishes it):
+// one, "all", on the seed's laptop; E and P on an i7-1260P tree.
+func TestCPUClassesPublished(t *testing.T) {
+	d, _, _ := newMockLaptop(t).start(t)
+	if got, want := d.Snapshot().CPUClasses, []snapshot.CPUClassEntry{{Name: "all", CPUs: "0-7", Capacity: 1024}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("laptop: CPUClasses = %v, want %v", got, want)
 	}
 
-	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
 	m := newMockLaptop(t)
 	if err := os.RemoveAll(filepath.Join(m.sys, "devices")); err != nil {
 		t.Fatal(err)
 	}
 	testutil.CopyFixture(t, "../sysfs/testdata/topology/adl-p-i7-1260p", m.sys)
-	m.startWith(t, func(c *Config) { c.Bus = addr })
-	c2, err := dbus.Connect(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c2.Close() })
-	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(c2, bus.Name) })
-	want := [][]any{{"E", "8-15", uint32(580)}, {"P", "0-7", uint32(1024)}}
-	if got := prop(t, c2, "CPUClasses"); !reflect.DeepEqual(got, want) {
+	d2, _, _ := m.start(t)
+	want := []snapshot.CPUClassEntry{{Name: "E", CPUs: "8-15", Capacity: 580}, {Name: "P", CPUs: "0-7", Capacity: 1024}}
+	if got := d2.Snapshot().CPUClasses; !reflect.DeepEqual(got, want) {
 		t.Errorf("i7-1260P: CPUClasses = %v, want %v", got, want)
 	}
 }
 
 // TestLpmdStepAside: while intel-lpmd owns its bus name the daemon packs
-// nothing onto the LP E-cores (it confines work there itself) and says so
-// once; when it leaves, it packs them again. The daemon follows the
-// name's owner on its own (no other event is needed). The fake lpmd is a
-// second connection owning the name on a private bus.
+// nothing onto the LP E-cores (it confines work there itself); when it
+// leaves, it packs them again. The owner comes as daemon/bus hands it
+// over (Controller.SetLpmdOwner), without a bus; that the service follows
+// the name's owner on the bus, believing only the bus daemon, is
+// daemon/bus's TestLpmdOwnerFollowed.
 func TestLpmdStepAside(t *testing.T) {
-	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
 	m := newMockLaptop(t)
 	if err := os.RemoveAll(filepath.Join(m.sys, "devices")); err != nil {
 		t.Fatal(err)
@@ -89,38 +80,36 @@ func TestLpmdStepAside(t *testing.T) {
 	for _, w := range []string{"a", "b"} {
 		testutil.Put(t, filepath.Join(m.managed, w, "cpuset.cpus.effective"), "0-13")
 	}
-	d := m.startWith(t, func(c *Config) { c.Bus = addr })
-	conn, err := dbus.Connect(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(conn, bus.Name) })
-	obj := conn.Object(bus.Name, bus.ObjectPath)
+	d, _, _ := m.start(t)
+	c := controller{d}
 	cpus := func() string {
 		return testutil.ReadTrim(t, filepath.Join(m.managed, "a/cpuset.cpus")) + " " + testutil.ReadTrim(t, filepath.Join(m.managed, "b/cpuset.cpus"))
 	}
-	if err := obj.Call(bus.Interface+".SetPolicy", 0, "powersaving").Err; err != nil {
+	if err := c.WriteKnob(t.Context(), fileCurrent, "powersaving", "test"); err != nil {
 		t.Fatal(err)
 	}
 	// Two idle workloads, packed on the most efficient class: an LPE core.
 	testutil.Eventually(t, "packed on the LP E-cores", func() (bool, string) { return cpus() == "12 12", cpus() })
 
-	lpmd, err := dbus.Connect(addr)
-	if err != nil {
+	current := func() bool { return true }
+	if err := c.SetLpmdOwner(t.Context(), ":1.7", current); err != nil {
 		t.Fatal(err)
-	}
-	t.Cleanup(func() { lpmd.Close() })
-	if r, err := lpmd.RequestName(bus.LpmdName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
-		t.Fatalf("fake intel-lpmd cannot own %s: %v %v", bus.LpmdName, r, err)
 	}
 	testutil.Eventually(t, "off the LP E-cores", func() (bool, string) { return cpus() == "4 4", cpus() })
 	var owner string
-	if err := d.do(context.Background(), func() error { owner = d.lpmdOwner; return nil }); err != nil || owner != lpmd.Names()[0] {
-		t.Errorf("lpmdOwner %q, want %q (%v)", owner, lpmd.Names()[0], err)
+	if err := d.do(context.Background(), func() error { owner = d.lpmdOwner; return nil }); err != nil || owner != ":1.7" {
+		t.Errorf("lpmdOwner %q, want :1.7 (%v)", owner, err)
+	}
+	// A request the service no longer stands behind (its connection is
+	// not the current one) changes nothing.
+	if err := c.SetLpmdOwner(t.Context(), "", func() bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.do(context.Background(), func() error { owner = d.lpmdOwner; return nil }); err != nil || owner != ":1.7" {
+		t.Errorf("lpmdOwner %q after a stale request, want :1.7 (%v)", owner, err)
 	}
 
-	if _, err := lpmd.ReleaseName(bus.LpmdName); err != nil {
+	if err := c.SetLpmdOwner(t.Context(), "", current); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, "back on the LP E-cores", func() (bool, string) { return cpus() == "12 12", cpus() })

@@ -18,6 +18,9 @@ import (
 
 const ppdBinary = "/usr/libexec/power-profiles-daemon"
 
+// polkitd is Debian's polkitd, which power-profiles-daemon asks.
+const polkitd = testutil.PolkitdBinary
+
 // realPPD runs Debian's power-profiles-daemon on the bus at addr, in a
 // mount namespace of its own with a temporary directory bound over
 // /var/lib (its state.ini never touches the machine's) and UMOCKDEV_DIR

@@ -165,6 +165,11 @@ func TestMethodsRefuseBadArguments(t *testing.T) {
 		{"HoldPolicy", []any{"turbo", "r"}, errInvalidArgs, `invalid value: policy "turbo" is not one of performance, balance, powersaving`},
 		{"HoldPolicy", []any{"balance", strings.Repeat("r", 257)}, errInvalidArgs, "reason longer than 256 bytes"},
 		{"CreateWorkload", []any{"../escape", pid}, errInvalidArgs, ""}, // names.Workload's words
+		{"CreateWorkload", []any{"a/b", pid}, errInvalidArgs, ""},
+		{"CreateWorkload", []any{"..", pid}, errInvalidArgs, ""},
+		{"CreateWorkload", []any{"tab\there", pid}, errInvalidArgs, ""},
+		{"CreateWorkload", []any{"cgroup.procs", pid}, errInvalidArgs, ""},
+		{"CreateWorkload", []any{strings.Repeat("x", 65), pid}, errInvalidArgs, ""},
 		{"CreateWorkload", []any{"job", uint32(1)}, errAccessDenied, fmt.Sprintf("PID 1 is not the caller's process (%d)", pid)},
 		{"SetWorkloadPolicy", []any{"job", "turbo"}, errInvalidArgs, `invalid value: policy "turbo" is not one of performance, balance, powersaving`},
 	} {
@@ -198,6 +203,7 @@ func TestPropertiesSetRefused(t *testing.T) {
 	}{
 		{Interface, "ActivePolicy", "balance", errPropReadOnly, "ActivePolicy is read-only"},
 		{Interface, "Holds", "x", errPropReadOnly, "Holds is read-only"},
+		{Interface, "Boost", "1", errPropReadOnly, "Boost is read-only"},
 		{Interface, "NoSuchProperty", "x", errUnknownProp, "no property NoSuchProperty"},
 		{"org.example.Other", "PowerAware", uint32(1), errUnknownIface, "no interface org.example.Other"},
 		{Interface, "PowerAware", "2", errInvalidArgs, "PowerAware is of type u, got s"},

@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/godbus/dbus/v5"
 
@@ -435,5 +438,74 @@ func TestProfileHoldEndedEarly(t *testing.T) {
 	pp.hmu.Unlock()
 	if left != "{map[] 0 map[]}" {
 		t.Errorf("ppHolders after an unknown end: %s, want nothing kept", left)
+	}
+}
+
+// TestFollowedDaemonFlaps is the trust issue's fourth case: a followed
+// power-profiles daemon sets ActiveProfile 3,000 times at 1,000 a second,
+// alternating performance and power-saver, ends on power-saver and leaves
+// the bus. The service asks the daemon to follow at most one profile per
+// FollowMinInterval (the count is bounded by the flood's length), its
+// goroutines do not pile up (godbus parks one per signal a full channel
+// cannot take), the last profile wins, and once the service has stopped
+// following, nothing of the departed daemon is asked.
+func TestFollowedDaemonFlaps(t *testing.T) {
+	fl := startFollowing(t)
+	st, ppd, o, hadess := fl.started, fl.ppd, fl.o, fl.hadess
+	count := func() int {
+		n := 0
+		for _, l := range st.f.log() {
+			if strings.HasPrefix(l, "FollowProfile ") {
+				n++
+			}
+		}
+		return n
+	}
+	before := count()
+	peak := runtime.NumGoroutine()
+	const flaps = 3000
+	start := time.Now()
+	tick := time.NewTicker(time.Millisecond)
+	for i := 0; i < flaps; i++ {
+		p := ProfilePerformance
+		if i%2 == 1 || i == flaps-1 {
+			p = ProfilePowerSaver
+		}
+		if err := ppd.Emit(ppPath(hadess), propsIface+".PropertiesChanged",
+			hadess, map[string]dbus.Variant{"ActiveProfile": dbus.MakeVariant(p)}, []string{}); err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 0 {
+			peak = max(peak, runtime.NumGoroutine())
+		}
+		<-tick.C
+	}
+	tick.Stop()
+	last := fl.follow(o, ProfilePowerSaver)
+	testutil.Eventually(t, "the last profile, power-saver", func() (bool, string) {
+		l := st.f.log()
+		peak = max(peak, runtime.NumGoroutine())
+		return l[len(l)-1] == last, l[len(l)-1]
+	})
+	elapsed := time.Since(start)
+	applied := count() - before
+	if limit := 2 + int(elapsed/FollowMinInterval); applied > limit {
+		t.Errorf("%d profiles asked in %v, want at most %d (one per %v)", applied, elapsed, limit, FollowMinInterval)
+	}
+	if peak > 500 {
+		t.Errorf("%d goroutines at the peak of the flood: signals pile up", peak)
+	}
+	t.Logf("%d flaps in %v: %d asked, at most %d goroutines", flaps, elapsed, applied, peak)
+
+	ppd.Close()
+	unfollow := "Unfollow its bus name " + hadess + " changed owner"
+	testutil.Eventually(t, "no longer following", func() (bool, string) {
+		return slices.Contains(st.f.log(), unfollow), strings.Join(st.f.log()[max(0, len(st.f.log())-3):], "; ")
+	})
+	l := st.f.log()
+	for _, e := range l[slices.Index(l, unfollow):] {
+		if strings.HasPrefix(e, "FollowProfile ") {
+			t.Errorf("asked after the followed daemon left: %q", e)
+		}
 	}
 }

@@ -65,6 +65,8 @@ func TestPropertiesPublished(t *testing.T) {
 	s4.Workloads = []snapshot.WorkloadStatus{{Name: "w", Path: "/cg/w", CPUs: "0-1", Util: 0.5, Override: policy.Performance, Class: "workload"}}
 	s4.Holds = []snapshot.Hold{{Cookie: 7, Policy: policy.Balance, Reason: "r", Owner: ":1.9", AppID: "org.example.App"}}
 	s4.Topology = []snapshot.TopologyEntry{{CPU: 0, Package: 0, LLC: 0, Core: 0}, {CPU: 1, Package: 0, LLC: 0, Core: 0}}
+	s4.Energy = []snapshot.EnergyTotal{{Policy: policy.Performance, PowerSource: "ac", Joules: 3.5, Seconds: 2.25}}
+	s4.CPUClasses = []snapshot.CPUClassEntry{{Name: "E", CPUs: "8-15", Capacity: 580}, {Name: "P", CPUs: "0-7", Capacity: 1024}}
 	st.f.set(&s4)
 	s := nextSignal(t, sigs, "")
 	if s.Name != propsIface+".PropertiesChanged" {
@@ -72,10 +74,12 @@ func TestPropertiesPublished(t *testing.T) {
 	}
 	_, changed, _ = changedValues(t, s)
 	want = map[string]any{
-		"Boost":     "1",
-		"Workloads": [][]any{{"w", "/cg/w", "0-1", 0.5, "performance", "workload"}},
-		"Holds":     [][]any{{uint32(7), "balance", "r", ":1.9"}}, // AppID is not part of it
-		"Topology":  [][]any{{uint32(0), uint32(0), uint32(0), uint32(0)}, {uint32(1), uint32(0), uint32(0), uint32(0)}},
+		"Boost":      "1",
+		"Workloads":  [][]any{{"w", "/cg/w", "0-1", 0.5, "performance", "workload"}},
+		"Holds":      [][]any{{uint32(7), "balance", "r", ":1.9"}}, // AppID is not part of it
+		"Topology":   [][]any{{uint32(0), uint32(0), uint32(0), uint32(0)}, {uint32(1), uint32(0), uint32(0), uint32(0)}},
+		"CPUClasses": [][]any{{"E", "8-15", uint32(580)}, {"P", "0-7", uint32(1024)}},
+		"Energy":     [][]any{{"performance", "ac", 3.5, 2.25}},
 	}
 	if !reflect.DeepEqual(changed, want) {
 		t.Fatalf("changed %v, want %v", changed, want)
@@ -94,7 +98,7 @@ func TestPropertiesPublished(t *testing.T) {
 		"ActivePolicy": "powersaving", "AvailablePolicies": []string{"performance", "balance", "powersaving"},
 		"PowerAware": uint32(2), "PowerAwarePolicy": "powersaving", "PowerSource": "ac", "OnBattery": false,
 		"Boost": "1", "Reason": "power_aware=2", "Workloads": want["Workloads"], "Holds": want["Holds"],
-		"Topology": want["Topology"], "CPUClasses": [][]any{}, "EnergySource": "none", "Energy": [][]any{},
+		"Topology": want["Topology"], "CPUClasses": want["CPUClasses"], "EnergySource": "none", "Energy": want["Energy"],
 		"ConfigDigest": "", "LastChange": uint64(time.Time{}.UnixMicro()),
 		"KnobFrom": "", "KnobChosenAt": uint64(0), // the zero time: 0, not a date before 1970
 		"Confined": [][]any{}, "Exemptions": [][]any{},

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -82,6 +83,28 @@ func TestIntrospectionMatchesExports(t *testing.T) {
 	}
 	if len(iface.Signals) != 1 || iface.Signals[0].Name != "PolicyChanged" {
 		t.Errorf("signals = %+v, want PolicyChanged", iface.Signals)
+	}
+}
+
+// TestIntrospectServed: Introspect on the bus serves the committed
+// contract with the standard interfaces beside it.
+func TestIntrospectServed(t *testing.T) {
+	st := startService(t, "", Config{})
+	var x string
+	if err := st.obj().Call("org.freedesktop.DBus.Introspectable.Introspect", 0).Store(&x); err != nil {
+		t.Fatal(err)
+	}
+	var node introspect.Node
+	if err := xml.Unmarshal([]byte(x), &node); err != nil {
+		t.Fatalf("Introspect output does not parse: %v", err)
+	}
+	var names []string
+	for _, i := range node.Interfaces {
+		names = append(names, i.Name)
+	}
+	sort.Strings(names)
+	if want := []string{"org.freedesktop.DBus.Introspectable", "org.freedesktop.DBus.Peer", "org.freedesktop.DBus.Properties", Interface}; !reflect.DeepEqual(names, want) {
+		t.Errorf("introspected interfaces %v, want %v", names, want)
 	}
 }
 

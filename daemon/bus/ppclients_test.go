@@ -1,4 +1,4 @@
-package daemon
+package bus
 
 import (
 	"bufio"
@@ -7,9 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 
-	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/policy"
 )
@@ -163,6 +163,25 @@ func (c ppClients) holder(t *testing.T, name, path string) *gioHolder {
 	return h
 }
 
+// lockedLog collects a child's output for the failure message.
+type lockedLog struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b = append(l.b, p...)
+	return len(p), nil
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.b)
+}
+
 // ppGrant is a polkit rule granting the user nobody the actions ids.
 func ppGrant(ids ...string) string {
 	return `var granted = ["` + strings.Join(ids, `", "`) + `"];
@@ -202,10 +221,9 @@ func TestPowerProfilesClientsPolkit(t *testing.T) {
 	if err := exec.Command(systemPython, "-c", "from gi.repository import Gio").Run(); err != nil {
 		t.Skipf("needs python3-gi for the Gio client: %v", err)
 	}
-	addr := testutil.StartSystemPolicyBus(t, "../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf").Addr
-	pk := testutil.StartPolkitd(t, addr, "", "../packaging/polkit/org.schedpolicyd.policy", "../packaging/polkit/org.schedpolicyd.power-profiles.policy")
-	m := newMockLaptop(t)
-	d := m.startWith(t, func(c *Config) { c.Bus = addr; c.PowerProfilesAPI = bus.PowerProfilesServe })
+	addr := testutil.StartSystemPolicyBus(t, "../../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf").Addr
+	pk := testutil.StartPolkitd(t, addr, "", "../../packaging/polkit/org.schedpolicyd.policy", "../../packaging/polkit/org.schedpolicyd.power-profiles.policy")
+	st := startService(t, addr, Config{PowerProfilesAPI: PowerProfilesServe})
 	testutil.Eventually(t, "both power-profiles names served", func() (bool, string) {
 		a, _ := testutil.NameOwnedAt(addr, ppFree)
 		b, _ := testutil.NameOwnedAt(addr, ppHadess)
@@ -214,7 +232,7 @@ func TestPowerProfilesClientsPolkit(t *testing.T) {
 	c := ppClients{addr: addr}
 	knob := func(what string, pa policy.PowerAware, holds int) {
 		t.Helper()
-		if s := d.Snapshot(); s.Knob.PowerAware != pa || len(s.Holds) != holds {
+		if s := st.f.Published(); s.Knob.PowerAware != pa || len(s.Holds) != holds {
 			t.Errorf("%s: power_aware %d with %d holds, want %d with %d", what, s.Knob.PowerAware, len(s.Holds), pa, holds)
 		}
 	}
@@ -241,7 +259,7 @@ func TestPowerProfilesClientsPolkit(t *testing.T) {
 
 	// Our own action and Debian 12's (net.hadess) ones: powerprofilesctl
 	// may, a client of the current name may not.
-	pk.Restart(t, ppGrant(bus.PolkitAction, ppHadess+".switch-profile", ppHadess+".hold-profile"))
+	pk.Restart(t, ppGrant(PolkitAction, ppHadess+".switch-profile", ppHadess+".hold-profile"))
 	if out, err := c.pctl("set", "power-saver"); err != nil {
 		t.Fatalf("powerprofilesctl set with net.hadess granted: %v %s", err, out)
 	}
@@ -271,7 +289,7 @@ func TestPowerProfilesClientsPolkit(t *testing.T) {
 		t.Errorf("launch, set the held profile inside: err=%v\n%s", err, out)
 	}
 	knob("after launch", policy.PowerAwareOn, 0)
-	if s := d.Snapshot(); s.Policy != policy.Powersaving {
+	if s := st.f.Published(); s.Policy != policy.Powersaving {
 		t.Errorf("after launch: policy %s, want powersaving (the choice made before it)", s.Policy)
 	}
 
@@ -301,7 +319,7 @@ func TestPowerProfilesClientsPolkit(t *testing.T) {
 	leaver.in.Close() // it leaves the bus: its hold ends
 	<-leaver.done
 	testutil.Eventually(t, "the leaver's hold ended", func() (bool, string) {
-		return len(d.Snapshot().Holds) == 0, fmt.Sprint(d.Snapshot().Holds)
+		return len(st.f.Published().Holds) == 0, fmt.Sprint(st.f.Published().Holds)
 	})
 	h.say(t, "hold performance")
 	kept := h.next(t)
@@ -322,5 +340,47 @@ func TestPowerProfilesClientsPolkit(t *testing.T) {
 	})
 	if strings.Contains(monOut.String(), "ProfileReleased") {
 		t.Errorf("another client received ProfileReleased:\n%s", monOut.String())
+	}
+}
+
+// TestPowerProfilesCtl: the real powerprofilesctl, run by root (no polkit
+// asked), sets and gets profiles through net.hadess.PowerProfiles and
+// lists the service's profiles with the driver named schedpolicyd.
+func TestPowerProfilesCtl(t *testing.T) {
+	ctl, err := exec.LookPath("powerprofilesctl")
+	if err != nil {
+		t.Skip("needs powerprofilesctl (Debian package power-profiles-daemon)")
+	}
+	st := startService(t, "", Config{PowerProfilesAPI: PowerProfilesServe})
+	env := append(os.Environ(), "DBUS_SYSTEM_BUS_ADDRESS="+st.addr)
+	pctl := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(ctl, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("powerprofilesctl %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	if out := pctl("set", "balanced"); out != "" {
+		t.Errorf("set balanced printed %q", out)
+	}
+	if out := pctl("get"); out != "balanced\n" {
+		t.Errorf("get = %q, want balanced", out)
+	}
+	list := pctl("list")
+	for _, want := range []string{"* balanced:", "  performance:", "  power-saver:", "schedpolicyd"} {
+		if !strings.Contains(list, want) {
+			t.Errorf("list lacks %q:\n%s", want, list)
+		}
+	}
+	pctl("set", "power-saver")
+	st.f.waitCalls(t, `WriteKnobUnlessHeld power_aware "1" power-profiles`, `WriteKnobUnlessHeld power_aware "2" power-profiles`)
+	if k := st.f.Published().Knob; k.PowerAware != policy.PowerAwareOn {
+		t.Errorf("powerprofilesctl set power-saver → power_aware %d, want 2", k.PowerAware)
+	}
+	if out := pctl("get"); out != "power-saver\n" {
+		t.Errorf("get = %q, want power-saver", out)
 	}
 }
