@@ -75,16 +75,6 @@ func noneOfOurs(t *testing.T, before map[string]bool, after string) {
 	}
 }
 
-// fakeSystemd is as much of the system manager as ppUnits asks: no
-// power-profiles unit is installed.
-type fakeSystemd struct{}
-
-func (fakeSystemd) Subscribe() *dbus.Error { return nil }
-
-func (fakeSystemd) GetUnitFileState(name string) (string, *dbus.Error) {
-	return "", dbus.NewError("org.freedesktop.DBus.Error.FileNotFound", []any{"No such file or directory"})
-}
-
 // testConn is a connection of the test's to addr, closed by its cleanup.
 func testConn(t *testing.T, addr string) *dbus.Conn {
 	t.Helper()
@@ -107,7 +97,7 @@ func TestCloseJoinsGoroutines(t *testing.T) {
 	// The test's connections: systemd (no power-profiles unit installed),
 	// a power-profiles daemon to follow, intel-lpmd.
 	systemd := testConn(t, addr)
-	if err := systemd.Export(fakeSystemd{}, systemdPath, systemdIface); err != nil {
+	if err := systemd.Export(&fakeSystemd{}, systemdPath, systemdIface); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := systemd.RequestName(systemdName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
