@@ -115,7 +115,7 @@ HOTPLUG_TESTS := RealHotplug|FaultModel
 # on a loaded 2-core machine); a hang still ends in a goroutine dump.
 unit-test: deps
 	$(GO) test -race -count=1 -timeout 25m $(PKGS)
-	SCHEDPOLICYD_TEST_HOTPLUG=1 $(GO) test -race -count=1 -timeout 25m -p 1 -run '$(HOTPLUG_TESTS)' ./daemon/ ./cmd/schedpolicyd/
+	SCHEDPOLICYD_TEST_HOTPLUG=1 $(GO) test -race -count=1 -timeout 25m -p 1 -run '$(HOTPLUG_TESTS)' ./daemon/placement/cgroupfs/ ./cmd/schedpolicyd/
 
 # The Go tests on a loaded machine, as CI's may be: LOAD_PER_CPU (default
 # 2) CPU-bound busy loops per online CPU run beside LOADED_RUNS (default 3)

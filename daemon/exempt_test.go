@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -94,5 +95,18 @@ func TestConfigExemptChecked(t *testing.T) {
 		if err == nil || err.Error() != want {
 			t.Errorf("exempt %s: %v, want %s", list, err, want)
 		}
+	}
+}
+
+// cpusOf is dir's cpuset.cpus.
+func cpusOf(t *testing.T, dir string) string {
+	return strings.TrimSpace(testutil.Read(t, filepath.Join(dir, "cpuset.cpus")))
+}
+
+// setPolicy writes the knob's current policy p, as a user's write does.
+func setPolicy(t *testing.T, d *Daemon, p policy.Policy) {
+	t.Helper()
+	if err := d.do(context.Background(), func() error { return d.setKnob(d.dec.knob.WithCurrentPolicy(p), "test") }); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,8 +1,9 @@
 package daemon
 
 // Event storms and load: bounded work for a burst of attribute
-// writes, D-Bus calls from many clients while the policy changes, a
-// thousand workloads coming and going, and no goroutine left behind. The
+// writes, D-Bus calls from many clients while the policy changes, and no
+// goroutine left behind (a thousand workloads coming and going is the
+// cgroupfs driver's, daemon/placement/cgroupfs/storm_test.go). The
 // default sizes keep `go test -race ./...` short; SCHEDPOLICYD_STORM=1
 // runs the long versions.
 
@@ -21,9 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
-	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
-	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
 func longStorm() bool { return os.Getenv("SCHEDPOLICYD_STORM") == "1" }
@@ -167,63 +166,4 @@ func TestStormBusCalls(t *testing.T) {
 	if sets.Load() == 0 {
 		t.Error("no SetPolicy went through")
 	}
-}
-
-// TestStormWorkloadsComeAndGo: 1,000 workloads appear in the cgroup v2
-// mock, are all adopted with their originals saved, then all disappear and
-// are forgotten (state.json holds no original), with no cpuset write
-// refused and no goroutine left behind. With SCHEDPOLICYD_STORM=1 the
-// cycle runs three times.
-func TestStormWorkloadsComeAndGo(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	const n = 1000
-	rounds := 1
-	if longStorm() {
-		rounds = 3
-	}
-	m := newMockLaptop(t)
-	d, cancel, done := m.startCfg(t, func(c *Config) {
-		c.SampleInterval = 200 * time.Millisecond
-		c.Log.(*logrus.Logger).SetLevel(logrus.WarnLevel)
-	})
-	for r := range rounds {
-		for i := range n {
-			w := filepath.Join(m.managed, fmt.Sprintf("job%04d", i))
-			os.Mkdir(w, 0o755)
-			os.WriteFile(w+"/cpuset.cpus", nil, 0o644)
-			os.WriteFile(w+"/cpu.stat", []byte("usage_usec 0\n"), 0o644)
-		}
-		testutil.Eventually(t, fmt.Sprintf("round %d: %d workloads adopted", r, n+2), func() (bool, string) {
-			k := len(d.Snapshot().Workloads)
-			return k == n+2, fmt.Sprint(k)
-		})
-		if err := d.do(t.Context(), func() error { return d.setKnob(d.dec.knob.WithCurrentPolicy(policy.Powersaving), "test") }); err != nil {
-			t.Fatal(err)
-		}
-		st, err := statefile.LoadState(m.state)
-		if err != nil || len(originals(st)) != n+2 {
-			t.Fatalf("round %d: state.json holds %d originals (%v), want %d", r, len(originals(st)), err, n+2)
-		}
-		for i := range n {
-			os.RemoveAll(filepath.Join(m.managed, fmt.Sprintf("job%04d", i)))
-		}
-		testutil.Eventually(t, fmt.Sprintf("round %d: back to 2 workloads", r), func() (bool, string) {
-			k := len(d.Snapshot().Workloads)
-			return k == 2, fmt.Sprint(k)
-		})
-		if err := d.do(t.Context(), func() error { return d.setKnob(d.dec.knob.WithCurrentPolicy(policy.Performance), "test") }); err != nil {
-			t.Fatal(err)
-		}
-	}
-	testutil.Eventually(t, "originals forgotten", func() (bool, string) {
-		st, _ := statefile.LoadState(m.state)
-		return len(originals(st)) == 2, fmt.Sprint(len(originals(st)))
-	})
-	s := d.Stats()
-	t.Logf("daemon: %+v", s)
-	if s.Errors != 0 {
-		t.Errorf("%d cpuset writes refused", s.Errors)
-	}
-	cancel()
-	<-done
 }

@@ -251,6 +251,17 @@ func (r *rig) sample() {
 	r.decide("sample", changed)
 }
 
+// hotplug is the daemon's handling of a change of the online CPUs to
+// online (Daemon.onHotplug): the driver follows it (Engine.Hotplug) and
+// a forced decision plans on them. The plans' topology stays CPUs 0 and
+// 1, as the daemon's does where only the online list changed.
+func (r *rig) hotplug(online sysfs.CPUSet) {
+	before := r.online
+	r.online = online
+	r.e.Hotplug(before, online)
+	r.decide("cpu hotplug", true)
+}
+
 // step waits for the driver's next wake or message (the managed
 // parent's watch: a child made or removed, a cpuset written, a task
 // attached; a watched task's exit) and handles it as the loop does,
