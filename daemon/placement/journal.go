@@ -31,8 +31,12 @@ import (
 // written; ours, the original is written back, a value the write passes
 // through recorded first.
 //
-// Those decisions and the records' steps are RestoreAll's, once for both
-// back ends. What differs between them stays with them, as a ValueIO
+// Those decisions (DecideRestore) and the records' steps are the
+// journal's, once for both back ends: RestoreAll's where the driver reads
+// and writes on the loop; where it does both off the loop in one go (a
+// user's units, on its link), BeginRestore records the widening step
+// before the work is handed off, the decision there is DecideRestore's,
+// and TakeRestore steps each record with its result. What differs between them stays with them, as a ValueIO
 // reading and writing one value: what a value is (cpulists both,
 // compared with cgroup v1's hotplug trimming for cgroups: Held.Same),
 // their identity (a cgroup's inode, settled when its record is matched
@@ -221,34 +225,88 @@ type ValueIO interface {
 	Theirs(i int, h Held)
 }
 
+// RestoreAction is what DecideRestore decides for one value.
+type RestoreAction int
+
+const (
+	// RestoreSkip: the target is gone and the driver has done with its
+	// record (ErrGone): nothing is written, the record is left.
+	RestoreSkip RestoreAction = iota
+	// RestoreDrop: the target is gone and the daemon's value with it
+	// (ErrGoneWithIt): nothing of ours is left (Journal.Restored).
+	RestoreDrop
+	// RestoreWait: the target could not be read: nothing is written, the
+	// record stays for a later restore, and not everything is back.
+	RestoreWait
+	// RestoreLeaveTheirs: the target holds someone else's value, which
+	// it keeps and which becomes the record's original (Journal.Theirs);
+	// nothing is written.
+	RestoreLeaveTheirs
+	// RestoreWriteBack: the target holds a value of ours; the original is
+	// written back, the decision's Widen recorded and saved first where
+	// it is not "".
+	RestoreWriteBack
+)
+
+// RestoreDecision is DecideRestore's answer: the action and, for
+// RestoreWriteBack, the value to record as Pending (and save) before the
+// write ("" none: the widening value is recorded already, or there is
+// none).
+type RestoreDecision struct {
+	Action RestoreAction
+	Widen  string
+}
+
+// DecideRestore is RestoreAll's decision for one value v whose target
+// was read now as h, or failed to be read with readErr (ReadValue's
+// answer). It is pure: it changes nothing, so a driver whose target is
+// read off the loop (a user's units, on its link) can take the same
+// decision there on a copy of v.
+func DecideRestore(v statefile.Values, h Held, readErr error) RestoreDecision {
+	switch {
+	case errors.Is(readErr, ErrGone):
+		return RestoreDecision{Action: RestoreSkip}
+	case errors.Is(readErr, ErrGoneWithIt):
+		return RestoreDecision{Action: RestoreDrop}
+	case readErr != nil:
+		return RestoreDecision{Action: RestoreWait}
+	case !h.Any && !v.Ours(h.Value, h.Kept, h.Same):
+		return RestoreDecision{Action: RestoreLeaveTheirs}
+	case h.Widen != "" && h.Widen != v.Pending:
+		// A value the write-back passes through is a value of ours
+		// too: recorded before it is set.
+		return RestoreDecision{Action: RestoreWriteBack, Widen: h.Widen}
+	}
+	return RestoreDecision{Action: RestoreWriteBack}
+}
+
 // RestoreAll restores each value of vs (each a record that may hold a
 // value of ours), in order, through io: a target gone is done with; a target that holds someone else's value keeps it,
 // which becomes the record's original; one that holds ours gets its
 // original back, a value it passes through recorded and saved first. It
 // reports whether everything is back; the records are to be saved.
+// Each decision is DecideRestore's.
 func (j *Journal) RestoreAll(vs []*statefile.Values, io ValueIO) bool {
 	ok := true
 	for i, v := range vs {
 		h, err := io.ReadValue(i)
-		switch {
-		case errors.Is(err, ErrGone):
+		d := DecideRestore(*v, h, err)
+		switch d.Action {
+		case RestoreSkip:
 			continue
-		case errors.Is(err, ErrGoneWithIt):
+		case RestoreDrop:
 			j.Restored(v)
 			continue
-		case err != nil:
+		case RestoreWait:
 			ok = false
 			continue
-		}
-		if !h.Any && !v.Ours(h.Value, h.Kept, h.Same) {
+		case RestoreLeaveTheirs:
 			io.Theirs(i, h)
 			j.Theirs(v, h.Value)
 			continue
 		}
-		if h.Widen != "" && h.Widen != v.Pending {
-			// A value the write-back passes through is a value of ours
-			// too: recorded before it is set.
-			j.Begin(v, h.Widen)
+		if d.Widen != "" {
+			j.Begin(v, d.Widen)
 			if !j.Flush() {
 				ok = false
 				continue
@@ -268,4 +326,76 @@ func (j *Journal) RestoreAll(vs []*statefile.Values, io ValueIO) bool {
 	}
 	j.Dirty = true
 	return ok
+}
+
+// Restoring is one value's restore whose read and write-back are made
+// off the loop, in one go, by a driver's goroutine (a user's units, on
+// its link; the decision there is DecideRestore's, on a copy of the
+// values as they were before BeginRestore): the widening step is
+// recorded before the work is handed off (BeginRestore), since that
+// goroutine cannot come back to the loop between its read and its
+// write, and what became of it is stepped on the loop (TakeRestore).
+type Restoring struct {
+	v   *statefile.Values
+	was string
+	// Widened: the widening value was recorded as Pending; the
+	// write-back may pass through it (and only then).
+	Widened bool
+}
+
+// Was is the record's Pending before BeginRestore.
+func (a Restoring) Was() string { return a.was }
+
+// BeginRestore starts the restore of v made off the loop: widen (a value
+// the write-back passes through, "" none) is recorded as v's Pending,
+// to be saved (Flush) before the work is handed off, unless v holds a
+// pending value already: a write of ours whose outcome the loop has not
+// heard, which may be in the target and which only that record says is
+// ours; such a target is reset without the widening step.
+func (j *Journal) BeginRestore(v *statefile.Values, widen string) Restoring {
+	a := Restoring{v: v, was: v.Pending}
+	if widen != "" && v.Pending == "" {
+		j.Begin(v, widen)
+		a.Widened = true
+	}
+	return a
+}
+
+// RestoreResult is what became of a restore made off the loop
+// (Restoring), as its driver reports it to TakeRestore.
+type RestoreResult int
+
+const (
+	// RestoredBack: the original is back (RestoreWriteBack, all of it).
+	RestoredBack RestoreResult = iota
+	// RestoredGone: the target is gone, and the daemon's value with it
+	// (RestoreDrop, or gone during the write-back).
+	RestoredGone
+	// RestoredTheirs: the target holds someone else's value
+	// (RestoreLeaveTheirs), which becomes the original.
+	RestoredTheirs
+	// RestoreNotMade: nothing was written (the target lingers, could not
+	// be read, or the write was refused, or the work was never handed
+	// off): the widening value recorded for it is taken back, the record
+	// waits for a later restore.
+	RestoreNotMade
+	// RestoreUnknown: whether the write-back was made is not known (the
+	// connection failed during it): the record stays as it is, the
+	// widening value included, as a crash would leave it.
+	RestoreUnknown
+)
+
+// TakeRestore steps a's record with what became of its restore (cur: the
+// value the target holds, for RestoredTheirs). A driver that logs the
+// record as it was before the widening step reads a.Was first.
+func (j *Journal) TakeRestore(a Restoring, res RestoreResult, cur string) {
+	switch res {
+	case RestoredBack, RestoredGone:
+		j.Restored(a.v)
+	case RestoredTheirs:
+		j.Theirs(a.v, cur)
+	case RestoreNotMade:
+		a.v.Pending = a.was
+		j.Dirty = true
+	}
 }

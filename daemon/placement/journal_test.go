@@ -289,3 +289,80 @@ func TestRestoreAllSteps(t *testing.T) {
 	testutil.WantEq(t, "failed save: writes", g.taken(), "save failed")
 	testutil.WantEq(t, "failed save: record", g.recs["a"].Pending+"/"+g.recs["a"].Applied, "0-7/1")
 }
+
+// TestDecideRestore: RestoreAll's decision for one value, case by case:
+// the read's error first (gone, gone with the value, unreadable), then
+// ours or theirs (the Pending value is ours whatever the identity says;
+// the Applied one only while kept; any value with Any; Same's
+// equivalences), then the widening value, recorded unless it is the
+// Pending value already.
+func TestDecideRestore(t *testing.T) {
+	v := statefile.Values{Original: "0-3", Applied: "1"}
+	pend := statefile.Values{Original: "", Applied: "1", Pending: "0-7"}
+	trim := func(val, cur string) bool { return val == cur || val == "1-2" && cur == "1" }
+	for _, c := range []struct {
+		name string
+		v    statefile.Values
+		h    Held
+		err  error
+		want RestoreDecision
+	}{
+		{"gone", v, Held{}, ErrGone, RestoreDecision{Action: RestoreSkip}},
+		{"gone, wrapped", v, Held{}, fmt.Errorf("unit: %w", ErrGone), RestoreDecision{Action: RestoreSkip}},
+		{"gone with it", v, Held{}, ErrGoneWithIt, RestoreDecision{Action: RestoreDrop}},
+		{"unreadable", v, Held{Value: "1", Kept: true}, errors.New("cannot read"), RestoreDecision{Action: RestoreWait}},
+		{"applied, kept", v, Held{Value: "1", Kept: true}, nil, RestoreDecision{Action: RestoreWriteBack}},
+		{"applied, not kept", v, Held{Value: "1"}, nil, RestoreDecision{Action: RestoreLeaveTheirs}},
+		{"another value", v, Held{Value: "2", Kept: true}, nil, RestoreDecision{Action: RestoreLeaveTheirs}},
+		{"the original", v, Held{Value: "0-3", Kept: true}, nil, RestoreDecision{Action: RestoreLeaveTheirs}},
+		{"any", v, Held{Value: "2", Any: true}, nil, RestoreDecision{Action: RestoreWriteBack}},
+		{"same, trimmed", statefile.Values{Original: "0-3", Applied: "1-2"}, Held{Value: "1", Kept: true, Same: trim}, nil, RestoreDecision{Action: RestoreWriteBack}},
+		{"not same", statefile.Values{Original: "0-3", Applied: "1-2"}, Held{Value: "1", Kept: true}, nil, RestoreDecision{Action: RestoreLeaveTheirs}},
+		{"pending, not kept", pend, Held{Value: "0-7"}, nil, RestoreDecision{Action: RestoreWriteBack}},
+		{"widen", statefile.Values{Applied: "1"}, Held{Value: "1", Kept: true, Widen: "0-7"}, nil, RestoreDecision{Action: RestoreWriteBack, Widen: "0-7"}},
+		{"widen, pending already", pend, Held{Value: "1", Kept: true, Widen: "0-7"}, nil, RestoreDecision{Action: RestoreWriteBack}},
+		{"widen over another pending", statefile.Values{Applied: "1", Pending: "2"}, Held{Value: "2", Widen: "0-7"}, nil, RestoreDecision{Action: RestoreWriteBack, Widen: "0-7"}},
+		{"theirs, widen", statefile.Values{Applied: "1"}, Held{Value: "3", Kept: true, Widen: "0-7"}, nil, RestoreDecision{Action: RestoreLeaveTheirs}},
+	} {
+		got := DecideRestore(c.v, c.h, c.err)
+		testutil.WantEq(t, c.name, fmt.Sprintf("%d %q", got.Action, got.Widen), fmt.Sprintf("%d %q", c.want.Action, c.want.Widen))
+	}
+	// Pure: the values handed in are a copy, and nothing else changes.
+	testutil.WantEq(t, "values after", v.Original+"/"+v.Pending+"/"+v.Applied, "0-3//1")
+}
+
+// TestRestoreOffLoop: a restore made off the loop records its widening
+// value before the work is handed off, unless a pending value is
+// recorded already; each result steps the record: back or gone, nothing
+// of ours left; theirs, the value becomes the original; not made, the
+// widening value is taken back; unknown, the record stays as it is.
+func TestRestoreOffLoop(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		v          statefile.Values
+		widen      string
+		widened    bool
+		begun      string
+		res        RestoreResult
+		cur, after string
+	}{
+		{"back", statefile.Values{Applied: "1"}, "0-7", true, "/0-7/1", RestoredBack, "", "//"},
+		{"gone", statefile.Values{Applied: "1"}, "0-7", true, "/0-7/1", RestoredGone, "", "//"},
+		{"theirs", statefile.Values{Applied: "1"}, "0-7", true, "/0-7/1", RestoredTheirs, "3", "3//"},
+		{"not made", statefile.Values{Applied: "1"}, "0-7", true, "/0-7/1", RestoreNotMade, "", "//1"},
+		{"unknown", statefile.Values{Applied: "1"}, "0-7", true, "/0-7/1", RestoreUnknown, "", "/0-7/1"},
+		{"over a pending value", statefile.Values{Applied: "1", Pending: "2"}, "0-7", false, "/2/1", RestoreNotMade, "", "/2/1"},
+		{"no widening", statefile.Values{Original: "0-3", Applied: "1"}, "", false, "0-3//1", RestoreUnknown, "", "0-3//1"},
+		{"no widening, not made", statefile.Values{Original: "0-3", Applied: "1", Pending: "2"}, "", false, "0-3/2/1", RestoreNotMade, "", "0-3/2/1"},
+	} {
+		var j Journal
+		v := c.v
+		a := j.BeginRestore(&v, c.widen)
+		testutil.WantEq(t, c.name+": widened", fmt.Sprint(a.Widened), fmt.Sprint(c.widened))
+		testutil.WantEq(t, c.name+": begun", v.Original+"/"+v.Pending+"/"+v.Applied, c.begun)
+		testutil.WantEq(t, c.name+": was", a.Was(), c.v.Pending)
+		testutil.WantEq(t, c.name+": dirty", fmt.Sprint(j.Dirty), fmt.Sprint(c.widened))
+		j.TakeRestore(a, c.res, c.cur)
+		testutil.WantEq(t, c.name+": after", v.Original+"/"+v.Pending+"/"+v.Applied, c.after)
+	}
+}

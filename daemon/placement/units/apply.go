@@ -294,15 +294,16 @@ func (u *Placement) Restore() bool {
 }
 
 // userRestore is one user's part of restoreUsers: the link asked, the
-// request, the records (by key) and each one's Pending before the
-// widening step was recorded; temp: the link was made for the reset.
+// request, the records (by key) and each one's restore as the journal
+// began it (placement.Journal.BeginRestore: its widening step, and its
+// Pending before it); temp: the link was made for the reset.
 type userRestore struct {
 	uid   int
 	link  *userLink
 	temp  bool
 	req   *linkRestore
 	recs  map[string]*statefile.UnitRecord
-	was   map[string]string
+	steps map[string]placement.Restoring
 	reply []restoreResult
 }
 
@@ -311,8 +312,9 @@ type userRestore struct {
 // user@UID.service runs (its records are forgotten when it does not:
 // the user's manager took its runtime values with it) — and waits for
 // them all within linkRestoreTimeout. Each widening step (setAllowed)
-// is recorded before the links are asked. It reports whether all is
-// back.
+// is recorded before the links are asked (Journal.BeginRestore: a link
+// reads and writes in one go, off the loop), and each result stepped by
+// the journal (takeRestored). It reports whether all is back.
 func (u *Placement) restoreUsers(ctx context.Context, users map[int][]*statefile.UnitRecord) bool {
 	ok := true
 	var all []*userRestore
@@ -326,19 +328,23 @@ func (u *Placement) restoreUsers(ctx context.Context, users map[int][]*statefile
 		if link == nil {
 			continue
 		}
-		a := &userRestore{uid: uid, link: link, temp: temp, req: &linkRestore{reply: make(chan []restoreResult, 1)}, recs: map[string]*statefile.UnitRecord{}, was: map[string]string{}}
+		a := &userRestore{uid: uid, link: link, temp: temp, req: &linkRestore{reply: make(chan []restoreResult, 1)}, recs: map[string]*statefile.UnitRecord{}, steps: map[string]placement.Restoring{}}
 		for _, r := range users[uid] {
+			// The link decides on a copy as it is before the widening
+			// step (setAllowed, to an unset original on cgroup v2),
+			// which the journal records before the link is asked, not
+			// over a pending value: such a unit is reset without it,
+			// which systemd may refuse (its record then waits for the
+			// next start).
 			a.req.recs = append(a.req.recs, *r)
-			a.recs[r.Key()], a.was[r.Key()] = r, r.Pending
-			// The widening step (setAllowed, to an unset original on
-			// cgroup v2) is recorded before the link is asked; not over
-			// a pending value (a write of ours whose outcome the loop has
-			// not heard: it may be in the unit, and only that record
-			// says so): such a unit is reset without it, which systemd
-			// may refuse (its record then waits for the next start).
-			orig, _ := sysfs.ParseCPUList(r.Original)
-			if p := u.pendingFor(orig); orig.IsEmpty() && p != "" && r.Pending == "" {
-				u.e.Begin(&r.Values, p)
+			a.recs[r.Key()] = r
+			widen := ""
+			if orig, _ := sysfs.ParseCPUList(r.Original); orig.IsEmpty() {
+				widen = u.pendingFor(orig)
+			}
+			step := u.e.BeginRestore(&r.Values, widen)
+			a.steps[r.Key()] = step
+			if step.Widened {
 				a.req.widen = append(a.req.widen, r.Key())
 			}
 		}
@@ -349,8 +355,8 @@ func (u *Placement) restoreUsers(ctx context.Context, users map[int][]*statefile
 	}
 	if !u.e.Flush() {
 		for _, a := range all {
-			for k, r := range a.recs {
-				r.Pending = a.was[k]
+			for _, step := range a.steps {
+				u.e.TakeRestore(step, placement.RestoreNotMade, "")
 			}
 			if a.temp {
 				a.link.close()
@@ -378,7 +384,7 @@ func (u *Placement) restoreUsers(ctx context.Context, users map[int][]*statefile
 		for _, res := range a.reply {
 			if r := a.recs[res.key]; r != nil && !done[res.key] {
 				done[res.key] = true
-				if !u.takeRestored(a.uid, r, a.was[res.key], res) {
+				if !u.takeRestored(a.uid, r, a.steps[res.key], res) {
 					ok = false
 				}
 			}
@@ -411,49 +417,47 @@ func (u *Placement) linkFor(ctx context.Context, uid int) (link *userLink, temp 
 	return u.newLink(uid, systemd.UserOptions{Socket: u.userSocket(uid), PeerPID: info.MainPID, MaxCPUs: u.maxCPUs, MaxUnits: maxUserWorkloads * 4}), true
 }
 
-// takeRestored takes one result of a user's reset for record r (was:
-// its Pending before the widening step), as RestoreAll steps the system
-// manager's records; it reports whether the record is done with.
-func (u *Placement) takeRestored(uid int, r *statefile.UnitRecord, was string, res restoreResult) bool {
-	e := &r.Values
+// takeRestored takes one result of a user's reset for record r, whose
+// restore the journal began as step: it logs what the driver says of it
+// (the record as it was before the widening step), lets the journal step
+// the record (Journal.TakeRestore, as RestoreAll steps the system
+// manager's records) and does the driver's part; it reports whether the
+// record is done with.
+func (u *Placement) takeRestored(uid int, r *statefile.UnitRecord, step placement.Restoring, res restoreResult) bool {
 	log := u.e.Log.WithFields(logrus.Fields{"unit": r.Unit, "manager": r.Manager})
+	switch res.outcome {
+	case restoreDone, restoreGone:
+	case restoreTheirs:
+		if again := res.cur != step.Was() && rewritten(r, res.dropIDs); res.cur != r.Original || again {
+			log.WithFields(logrus.Fields{"allowed_cpus": res.cur, "original": r.Original, "dropins": res.dropIDs}).Warn("AllowedCPUs was changed by someone else; not restored")
+		}
+	case restoreLingers:
+		log.WithFields(logrus.Fields{"dropin": res.path, "allowed_cpus": r.Applied + step.Was()}).Warn("the unit is gone but the AllowedCPUs= the daemon set stays in its runtime drop-in, which a unit loaded again under that name starts with, and systemd cannot change it while the unit is not found; it stays in state.json, and the daemon resets it once the unit is back (a reboot removes it)")
+	case restoreUnknown:
+		u.e.Stats.Errors.Add(1)
+		log.WithError(res.err).Warn("cannot restore AllowedCPUs (the user's manager failed during the reset); it stays in state.json for the next start")
+	default:
+		if res.err != nil {
+			u.e.Stats.Errors.Add(1)
+		}
+		log.WithError(res.err).Warn("cannot restore AllowedCPUs; it stays in state.json for the next start")
+	}
+	u.e.TakeRestore(step, res.outcome.result(), res.cur)
 	switch res.outcome {
 	case restoreDone:
 		u.e.Stats.Writes.Add(1)
-		u.e.Restored(e)
 		r.DropIns = ""
 		if w := u.workloads[workloadKey(uid, r.Unit)]; w != nil {
 			w.cpus, _ = sysfs.ParseCPUList(r.Original)
 		}
 		return true
 	case restoreGone:
-		u.e.Restored(e)
 		delete(u.records, r.Key())
 		return true
 	case restoreTheirs:
-		r.Pending = was
-		if again := res.cur != r.Pending && rewritten(r, res.dropIDs); res.cur != r.Original || again {
-			log.WithFields(logrus.Fields{"allowed_cpus": res.cur, "original": r.Original, "dropins": res.dropIDs}).Warn("AllowedCPUs was changed by someone else; not restored")
-		}
 		r.DropIns = ""
-		u.e.Theirs(e, res.cur)
 		return true
-	case restoreLingers:
-		r.Pending = was
-		u.e.Dirty = true
-		log.WithFields(logrus.Fields{"dropin": res.path, "allowed_cpus": r.Applied + r.Pending}).Warn("the unit is gone but the AllowedCPUs= the daemon set stays in its runtime drop-in, which a unit loaded again under that name starts with, and systemd cannot change it while the unit is not found; it stays in state.json, and the daemon resets it once the unit is back (a reboot removes it)")
-		return false
-	case restoreUnknown:
-		u.e.Stats.Errors.Add(1)
-		log.WithError(res.err).Warn("cannot restore AllowedCPUs (the user's manager failed during the reset); it stays in state.json for the next start")
-		return false
 	}
-	r.Pending = was
-	u.e.Dirty = true
-	if res.err != nil {
-		u.e.Stats.Errors.Add(1)
-	}
-	log.WithError(res.err).Warn("cannot restore AllowedCPUs; it stays in state.json for the next start")
 	return false
 }
 

@@ -175,6 +175,23 @@ const (
 	restoreUnknown
 )
 
+// result is what the journal makes of the outcome
+// (placement.Journal.TakeRestore): the unit lingering or the reset
+// refused, nothing was written.
+func (o restoreOutcome) result() placement.RestoreResult {
+	switch o {
+	case restoreDone:
+		return placement.RestoredBack
+	case restoreGone:
+		return placement.RestoredGone
+	case restoreTheirs:
+		return placement.RestoredTheirs
+	case restoreUnknown:
+		return placement.RestoreUnknown
+	}
+	return placement.RestoreNotMade
+}
+
 // linkMsg is a link's message to the loop (EventsC). Exactly one kind:
 //
 //   - up: connected, subscribed and listed (version, units, lingers);

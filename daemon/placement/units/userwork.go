@@ -8,6 +8,7 @@ import (
 
 	"github.com/godbus/dbus/v5"
 
+	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 	"github.com/schedpolicyd/schedpolicyd/systemd"
@@ -202,7 +203,9 @@ func (l *userLink) restoreOne(ctx context.Context, m unitManager, rec *statefile
 	v := userViewOf(info, l.dropInRoot)
 	cur := sysfs.NewCPUSet(info.AllowedCPUs...).String()
 	r.cur, r.dropIDs = cur, v.dropIDs
-	if !rec.Ours(cur, !rewritten(rec, v.dropIDs), nil) {
+	// The journal's decision (placement.DecideRestore), taken here on
+	// the copy: the read and the write are one piece of the link's work.
+	if placement.DecideRestore(rec.Values, placement.Held{Value: cur, Kept: !rewritten(rec, v.dropIDs)}, nil).Action == placement.RestoreLeaveTheirs {
 		r.outcome = restoreTheirs
 		return nil
 	}
