@@ -679,18 +679,21 @@ PY
 testcase_surface_users() {
 	surface_setup
 	user_linger 60
-	sed -i 's/^manage = .*/manage = ["schedpolicyd.slice", "app.slice"]/' "$conf"
+	sed -i 's/^manage = .*/manage = ["schedpolicyd.slice", "app.slice", "background.slice"]/' "$conf"
 	if [ "$v2" = 1 ]; then
-		# cpuset delegated (docs/USERS.md): the user's own app.slice
-		# units are placed through the user's manager.
+		# cpuset delegated (docs/USERS.md): the user's own units are
+		# placed through the user's manager.
 		trap 'ur systemctl --user stop ss-app.service ss-app2.service 2>/dev/null; user_delegate default; cp /tmp/surface.conf "$conf"' EXIT
 		user_delegate on
 		apps="ss-app.service"
 		placed_u() { for n in $apps; do [ -n "$(usc "$n")" ] && [ -n "$(ucpus "$n")" ] || return 1; done; }
 		unset_u() { for n in $apps; do [ -z "$(usc "$n")" ] || return 1; done; }
-		startu() { ur systemd-run --user --quiet --unit="${1:-ss-app}" --slice=app.slice sleep 1000; }
+		# In background.slice: an app.slice unit of a desktop that writes
+		# no focus attribute (none does here) is app-nofocus, never
+		# confined.
+		startu() { ur systemd-run --user --quiet --unit="${1:-ss-app}" --slice=background.slice sleep 1000; }
 		shown() { for n in $apps; do printf '%s=%s ' "$n" "$(usc "$n")"; done; }
-		what="ss-app.service in the user's app.slice, placed through the user's manager"
+		what="ss-app.service in the user's background.slice, placed through the user's manager"
 	else
 		# cgroup v1: the user's manager is one unit of class user, never
 		# confined (it holds the session and the focused app): "placed"
