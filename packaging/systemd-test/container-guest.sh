@@ -360,5 +360,5 @@ run_testcases --always install \
 	cgroupfs watchdog dbus_activation polkit systemd_manager_client systemd_units slice_rules \
 	$surface_testcases \
 	laptop_ppd laptop_journal laptop_unclean \
-	security \
+	energy_prefs security \
 	--always purge

@@ -444,24 +444,6 @@ testcase_user_units() {
 	excerpt "journal: logout" sh -c "journalctl --no-pager --after-cursor='$c8' | grep -E 'logged out|record forgotten|unit gone'"
 }
 
-# energy_prefs (issue 34 item 3): this VM has no cpufreq driver and no ACPI
-# platform profile, so the daemon, which ran on battery in the testcases
-# before, wrote no energy preference: probe says why, state.json holds no
-# record of one, the journal has no change of one.
-testcase_energy_prefs() {
-	check energy-prefs-nothing
-	if [ -e /sys/devices/system/cpu/cpu0/cpufreq/scaling_driver ] || [ -e /sys/firmware/acpi/platform_profile ]; then
-		skip energy-prefs-nothing "this guest has a cpufreq driver or a platform profile"
-		return
-	fi
-	ep_out=$(schedpolicyd probe 2>&1)
-	assert_in '^epp: +not offered: no cpufreq driver' "$ep_out"
-	assert_in '^platform_profile: +not offered: no firmware/acpi/platform_profile' "$ep_out"
-	assert_false grep -q '"energy_prefs"' /var/lib/schedpolicyd/state.json
-	assert_false sh -c "journalctl -u $unit --no-pager | grep -q 'energy preferences changed'"
-	pass "energy-prefs-nothing: $(printf '%s\n' "$ep_out" | grep -E '^(epp|platform_profile):' | tr -s ' ' | tr '\n' ';')"
-}
-
 run_testcases --always install \
 	cgroupfs systemd_manager_client systemd_units slice_rules user_units \
 	$surface_testcases \
