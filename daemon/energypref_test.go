@@ -32,6 +32,28 @@ func prefValues(t *testing.T, sys string) string {
 	return strings.Join(out, " ")
 }
 
+// prefsSystemManager starts a bus with the system bus's policy and a
+// system manager of the test's own on it that answers GetUnitFileState
+// from fake (nothing installed at first); systemd is its connection, for
+// its signals. Both end with the test.
+func prefsSystemManager(t *testing.T) (pbus *testutil.Bus, systemd *dbus.Conn, fake *fakeUnitFiles) {
+	t.Helper()
+	pbus = testutil.StartSystemPolicyBus(t, "../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf")
+	systemd, err := dbus.Connect(pbus.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { systemd.Close() })
+	fake = &fakeUnitFiles{files: map[string]string{}}
+	if err := systemd.Export(fake, systemdPath, systemdIface); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := systemd.RequestName(systemdName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
+		t.Fatalf("RequestName(%s) = %v, %v", systemdName, r, err)
+	}
+	return pbus, systemd, fake
+}
+
 // TestDaemonEnergyPrefsFollowPolicy: on the mock laptop with the Zen 3's
 // amd-pstate-epp policies (bug 215800) and a ThinkPad's platform profile,
 // against a system manager of the test's own on a bus with the system
@@ -42,19 +64,7 @@ func prefValues(t *testing.T, sys string) string {
 // what it wrote goes back and nothing more is written, and the log names
 // the owner. The stop leaves the values found.
 func TestDaemonEnergyPrefsFollowPolicy(t *testing.T) {
-	pbus := testutil.StartSystemPolicyBus(t, "../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf")
-	systemd, err := dbus.Connect(pbus.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer systemd.Close()
-	fake := &fakeUnitFiles{files: map[string]string{}}
-	if err := systemd.Export(fake, systemdPath, systemdIface); err != nil {
-		t.Fatal(err)
-	}
-	if r, err := systemd.RequestName(systemdName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
-		t.Fatalf("RequestName(%s) = %v, %v", systemdName, r, err)
-	}
+	pbus, _, fake := prefsSystemManager(t)
 	m := newMockLaptop(t)
 	testutil.CopyFixture(t, "../sysfs/testdata/energypref/amd-zen3-pstate-epp", m.sys)
 	testutil.CopyFixture(t, "../sysfs/testdata/energypref/thinkpad-dytc", m.sys)
@@ -117,19 +127,7 @@ func TestDaemonEnergyPrefsFollowPolicy(t *testing.T) {
 // steps aside and gives the values found back; TLP purged
 // (UnitFilesChanged) — the policy's values are written again.
 func TestDaemonEnergyPrefsOwnerInstalledLive(t *testing.T) {
-	pbus := testutil.StartSystemPolicyBus(t, "../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf")
-	systemd, err := dbus.Connect(pbus.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer systemd.Close()
-	fake := &fakeUnitFiles{files: map[string]string{}}
-	if err := systemd.Export(fake, systemdPath, systemdIface); err != nil {
-		t.Fatal(err)
-	}
-	if r, err := systemd.RequestName(systemdName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
-		t.Fatalf("RequestName(%s) = %v, %v", systemdName, r, err)
-	}
+	pbus, systemd, fake := prefsSystemManager(t)
 	emit := func(member string, body ...any) {
 		t.Helper()
 		if err := systemd.Emit(systemdPath, systemdIface+"."+member, body...); err != nil {
