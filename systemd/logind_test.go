@@ -106,15 +106,54 @@ func TestLogindUsers(t *testing.T) {
 	}
 	run(t, "loginctl", "disable-linger", name)
 	want(UserEvent{UID: uid, New: false})
+	// The old manager may still be stopping, its socket still there: the
+	// next test would dial it as it goes (CI, 2026-12-06: ENOENT on
+	// /run/user/1000/systemd/private in TestManagerUserScope).
+	userManagerState(t, ctx, uid, false)
 	run(t, "loginctl", "enable-linger", name)
 	want(UserEvent{UID: uid, New: true})
+	userManagerState(t, ctx, uid, true)
+}
+
+// userManagerState waits, until ctx ends, for user@UID.service of the
+// system manager to be up (active, and its private socket answers
+// Version) or, with up false, down (neither active nor on its way down).
+// A socket file alone says neither: a stopping manager removes it last.
+func userManagerState(t *testing.T, ctx context.Context, uid int, up bool) {
+	t.Helper()
+	sys, err := ConnectSystem(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sys.Close()
+	unit := "user@" + strconv.Itoa(uid) + ".service"
+	var last string
 	for {
-		if _, err := os.Stat(UserSocket(uid)); err == nil {
-			break
+		info, err := sys.UnitInfo(ctx, unit)
+		var noUnit dbus.Error
+		switch {
+		case !up && errors.As(err, &noUnit) && noUnit.Name == "org.freedesktop.systemd1.NoSuchUnit":
+			return
+		case err != nil:
+			last = err.Error()
+		case !up && (info.ActiveState == "inactive" || info.ActiveState == "failed"):
+			return
+		case up && info.ActiveState == "active":
+			m, err := ConnectUser(ctx, uid, UserOptions{})
+			if err == nil {
+				_, err = m.Version(ctx)
+				m.Close()
+			}
+			if err == nil {
+				return
+			}
+			last = err.Error()
+		default:
+			last = unit + " " + info.ActiveState
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("no %s after enable-linger", UserSocket(uid))
+			t.Fatalf("%s not up=%v: %s", unit, up, last)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

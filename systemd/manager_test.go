@@ -174,6 +174,7 @@ func testScope(t *testing.T, uid int) {
 	if uid < 0 {
 		m, err = ConnectSystem(ctx)
 	} else {
+		userManagerState(t, ctx, uid, true)
 		m, err = ConnectUser(ctx, uid, UserOptions{})
 	}
 	if err != nil {

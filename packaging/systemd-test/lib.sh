@@ -373,11 +373,13 @@ user_setup() {
 	um=user@$uid.service
 	ucg=/sys/fs/cgroup/user.slice/user-$uid.slice/$um
 }
-# user_linger SECONDS: the user lingers and its manager listens.
+# user_linger SECONDS: the user lingers and its manager listens. Active
+# too, not the socket alone: a manager still stopping (linger just
+# disabled) has its socket until it is gone.
 user_linger() {
 	user_setup
 	loginctl enable-linger sptest
-	wait_until "$1" test -S "/run/user/$uid/systemd/private"
+	wait_until "$1" sh -c "systemctl is-active --quiet $um && test -S /run/user/$uid/systemd/private"
 }
 # ur CMD...: CMD as the user, in its session's environment; usc UNIT: a
 # unit's AllowedCPUs= in the user's manager.

@@ -719,8 +719,7 @@ testcase_surface_users() {
 	wait_until 60 s_seen "$c" 'msg="user logged out"'
 	s_kill9
 	s_back
-	loginctl enable-linger sptest
-	wait_until 60 test -S "/run/user/$uid/systemd/private"
+	user_linger 60
 	startu
 	check surface-users
 	wait_until 60 placed_u && s_journal "$c" 'user logged out' >/dev/null && s_journal "$s_c9" 'user logged in\|following users' >/dev/null ||
