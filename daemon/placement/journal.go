@@ -136,6 +136,11 @@ const (
 	// WriteSkipped: the target held the value already; the record is left
 	// as it is.
 	WriteSkipped
+	// WriteHeldPending: the write passes through its Pending value (a
+	// units' widening step), which the target now holds, and the rest was
+	// refused: that value is ours and applied (journal.done with it), so
+	// that the target is not taken later for someone else's value.
+	WriteHeldPending
 )
 
 // WriteAll makes a batch of writes, in the protocol's order: each value
@@ -160,6 +165,8 @@ func (j *Journal) WriteAll(ws []JournalWrite, write func(i int) WriteOutcome) bo
 			j.Done(w.Values, w.Value)
 		case WriteFailed:
 			j.Failed(w.Values)
+		case WriteHeldPending:
+			j.Done(w.Values, w.Values.Pending)
 		}
 	}
 	// What was written (Applied) or not (Pending cleared) is saved too: a

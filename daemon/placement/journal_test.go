@@ -138,6 +138,17 @@ func TestJournalWriteFails(t *testing.T) {
 		"save a=0-3/0/1 b=0-3/2/ | write a=0 | write b=2 | save a=0-3//1 b=0-3//")
 }
 
+// TestJournalWriteHeldPending: a write that passes through its pending
+// value (a units' widening step) and is refused after it leaves that
+// value applied, the target's value now, not cleared as a failed write's
+// (which would make it someone else's at the next look).
+func TestJournalWriteHeldPending(t *testing.T) {
+	g := newJournalRig(statefile.Record{Path: "a", Values: statefile.Values{Applied: "1"}})
+	ws := []JournalWrite{{Values: g.entry("a"), Pending: "0-7", Value: ""}}
+	g.j.WriteAll(ws, g.write(ws, []string{"a"}, map[string]WriteOutcome{"a": WriteHeldPending}))
+	testutil.WantEq(t, "saves and writes", g.taken(), "save a=/0-7/1 | write a= | save a=//0-7")
+}
+
 // TestOurs: a target holds a value of ours when it holds the pending
 // value (the identity check aside: a write under way makes it anew), or
 // the applied value while the identity check holds; an empty value is

@@ -61,11 +61,14 @@ type FakeManager struct {
 	// staleWrites: a held SetUnitProperties whose connection closed
 	// meanwhile is still applied when released (StaleWrites).
 	staleWrites bool
-	conns       []*dbus.Conn
-	raws        []net.Conn
-	ln          net.Listener
-	closed      bool
-	accepted    int
+	// refuse, when set, picks the SetUnitProperties of AllowedCPUs
+	// refused (RefuseSets).
+	refuse   func(name string, mask []byte) bool
+	conns    []*dbus.Conn
+	raws     []net.Conn
+	ln       net.Listener
+	closed   bool
+	accepted int
 }
 
 // FakeUnit is one unit of a FakeManager, as its properties say.
@@ -165,6 +168,16 @@ func (f *FakeManager) StaleWrites(on bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.staleWrites = on
+}
+
+// RefuseSets makes each SetUnitProperties of AllowedCPUs for which
+// refuse(name, mask) is true answer org.freedesktop.DBus.Error.AccessDenied
+// and change nothing, as a manager that refuses that one write would (nil:
+// none refused). A refused write is counted by Calls, not in Sets.
+func (f *FakeManager) RefuseSets(refuse func(name string, mask []byte) bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.refuse = refuse
 }
 
 // NotUTF8 turns on (or off) the rewriting of every 0x7f byte it sends into
@@ -621,6 +634,14 @@ func (o fakeManagerObj) SetUnitProperties(name string, runtime bool, props []str
 	u := o.f.units[name]
 	if u == nil {
 		return &dbus.Error{Name: "org.freedesktop.systemd1.NoSuchUnit", Body: []any{"Unit " + name + " not loaded."}}
+	}
+	for _, p := range props {
+		if p.Name == "AllowedCPUs" {
+			b, _ := p.Value.Value().([]byte)
+			if o.f.refuse != nil && o.f.refuse(name, b) {
+				return &dbus.Error{Name: "org.freedesktop.DBus.Error.AccessDenied", Body: []any{"refused by the test"}}
+			}
+		}
 	}
 	for _, p := range props {
 		if p.Name == "AllowedCPUs" {

@@ -202,6 +202,14 @@ func (u *Placement) takeUserWritten(p *userManager, results []writeResult) bool 
 		case writeUnknown:
 			u.e.Stats.Errors.Add(1)
 			log.WithError(r.err).Warn("setting AllowedCPUs through the user's manager failed on the connection; the value is kept recorded as pending")
+		case writeWidened:
+			u.e.Stats.Errors.Add(1)
+			log.WithError(r.err).WithField("allowed_cpus", r.held.String()).Warn("AllowedCPUs refused after the widening step: the unit holds every possible CPU, recorded as the daemon's value")
+			u.e.Done(e, r.held.String())
+			rec.DropIns = r.dropIDs
+			if w != nil {
+				w.cpus = r.held
+			}
 		default:
 			u.e.Stats.Errors.Add(1)
 			log.WithError(r.err).Warn("AllowedCPUs refused")
@@ -236,6 +244,16 @@ func (u *Placement) setOne(ctx context.Context, w *unitWorkload, want sysfs.CPUS
 	}
 	if err := u.setAllowed(ctx, m, w.name, want); err != nil {
 		u.e.Stats.Errors.Add(1)
+		var we *widenedError
+		if errors.As(err, &we) {
+			u.e.Log.WithError(err).WithFields(logrus.Fields{"unit": w.name, "manager": managerName(w.uid), "allowed_cpus": we.held.String()}).Warn("AllowedCPUs refused after the widening step: the unit holds every possible CPU, recorded as the daemon's value")
+			w.cpus = we.held
+			w.rec.DropIns = ""
+			if paths, err := m.DropInPaths(ctx, w.name); err == nil {
+				w.rec.DropIns = dropIns(paths)
+			}
+			return placement.WriteHeldPending
+		}
 		u.e.Log.WithError(err).WithFields(logrus.Fields{"unit": w.name, "manager": managerName(w.uid)}).Warn("AllowedCPUs refused")
 		return placement.WriteFailed
 	}
@@ -436,6 +454,9 @@ func (u *Placement) takeRestored(uid int, r *statefile.UnitRecord, step placemen
 	case restoreUnknown:
 		u.e.Stats.Errors.Add(1)
 		log.WithError(res.err).Warn("cannot restore AllowedCPUs (the user's manager failed during the reset); it stays in state.json for the next start")
+	case restoreWidened:
+		u.e.Stats.Errors.Add(1)
+		log.WithError(res.err).Warn("cannot restore AllowedCPUs: the user's manager refused it after the widening step; the unit holds every possible CPU, recorded as the daemon's (pending) value, and is reset at the next restore")
 	default:
 		if res.err != nil {
 			u.e.Stats.Errors.Add(1)
@@ -539,16 +560,40 @@ func (b *unitRestore) WriteBack(i int, origList string, _ placement.Held) (strin
 // possible CPU is accepted and gives the tasks the parent's CPUs, the
 // same as unset; then the property is reset, so that systemd reports what
 // the unit had.
+//
+// An error after the widening step was made is a *widenedError: the unit
+// may hold every possible CPU, the value its record's Pending says.
 func (u *Placement) setAllowed(ctx context.Context, m unitManager, name string, cpus sysfs.CPUSet) error {
 	if cpus.IsEmpty() && u.unified {
 		if all, err := possibleCPUs(sysfsRoot(u.e.Cfg)); err == nil && !all.IsEmpty() {
 			if err := m.SetAllowedCPUs(ctx, name, all.List()); err != nil {
 				return err
 			}
+			if err := m.SetAllowedCPUs(ctx, name, cpus.List()); err != nil {
+				return &widenedError{held: all, err: err}
+			}
+			return nil
 		}
 	}
 	return m.SetAllowedCPUs(ctx, name, cpus.List())
 }
+
+// widenedError is a reset to an unset AllowedCPUs= that failed after its
+// widening step (setAllowed, userLink.writeOne and restoreOne): the unit
+// holds held, every possible CPU, unless the failed call took effect
+// after all. Recorded as the daemon's value (the record's Pending says
+// it is ours): the next look finds either that value, ours, or the
+// original, and never takes the widening value for someone else's.
+type widenedError struct {
+	held sysfs.CPUSet
+	err  error
+}
+
+func (e *widenedError) Error() string {
+	return "after the widening step to every possible CPU (" + e.held.String() + "): " + e.err.Error()
+}
+
+func (e *widenedError) Unwrap() error { return e.err }
 
 // pendingFor is what a record's Pending must say before cpus is set:
 // cpus itself, or for the empty set on cgroup v2 the every-possible-CPU

@@ -1,6 +1,7 @@
 package units
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -124,4 +125,135 @@ func TestUserUnitExempt(t *testing.T) {
 	h.u.e.Cfg.Exempt = nil
 	apply()
 	written("placed again", "app-a.scope=01", "app-a.scope=03", "app-a.scope=", "app-a.scope=01")
+}
+
+// TestUserUnitExemptRefusedAfterWidening: the user's manager takes the
+// widening step of an exempt unit's reset (every CPU) and refuses the
+// original after it. The unit then holds the widening value, recorded as
+// the daemon's: the next apply (the manager no longer refusing) finds it
+// ours and resets it, rather than taking "0-1" for someone else's value
+// and keeping it for good, the unit's unset original lost.
+func TestUserUnitExemptRefusedAfterWidening(t *testing.T) {
+	h := newHostile(t)
+	h.unit("app-a.scope", "background.slice", testutil.FakeUnit{})
+	h.serve()
+	h.pump("the unit", policy.Performance, func() bool { return h.workloads() == "app-a.scope" })
+	apply := func() { h.u.e.Apply(policy.Powersaving, twoCPUTopology(t), twoCPUs, true) }
+	key := workloadKey(hostile, "app-a.scope")
+	settled := func(what string, sets, calls int) {
+		t.Helper()
+		h.pump(what, policy.Powersaving, func() bool {
+			return len(h.usr.Sets()) == sets && h.usr.Calls("SetUnitProperties") == calls && !h.u.people[hostile].writing
+		})
+	}
+	record := func() string {
+		r := h.u.workloads[key].rec
+		return fmt.Sprintf("orig=%s pending=%s applied=%s", r.Original, r.Pending, r.Applied)
+	}
+	apply()
+	settled("the unit placed", 1, 1)
+
+	h.usr.RefuseSets(func(name string, mask []byte) bool { return len(mask) == 0 })
+	own, _ := names.ParseExempt("user:4242/app-*.scope")
+	h.u.e.Cfg.Exempt = []names.Exempt{own}
+	apply()
+	settled("the widening step, then the refused original", 2, 3)
+	testutil.WantEq(t, "sets after the refusal", strings.Join(h.usr.Sets(), " "), "app-a.scope=01 app-a.scope=03")
+	testutil.WantEq(t, "record after the refusal", record(), "orig= pending= applied=0-1")
+	testutil.WantEq(t, "the workload's AllowedCPUs= after the refusal", h.u.workloads[key].cpus.String(), "0-1")
+
+	h.usr.RefuseSets(nil)
+	apply()
+	settled("the original back", 4, 5)
+	testutil.WantEq(t, "sets", strings.Join(h.usr.Sets(), " "), "app-a.scope=01 app-a.scope=03 app-a.scope=03 app-a.scope=")
+	testutil.WantEq(t, "record at the end", record(), "orig= pending= applied=")
+}
+
+// TestMemUnitsRefusedAfterWidening: on cgroup v2 an unset AllowedCPUs= is
+// reached through every possible CPU (setAllowed). A system manager that
+// takes that step and refuses the reset after it leaves the unit on
+// every possible CPU: that value is recorded as the daemon's (applied),
+// so that the next apply resets it, rather than taking it for someone
+// else's value and keeping it for good. At stop the same refusal leaves
+// the widening value pending, which the next restore finds ours.
+func TestMemUnitsRefusedAfterWidening(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newMemUnits(t)
+		root := t.TempDir()
+		testutil.WriteFile(t, root+"/devices/system/cpu/possible", "0-1\n")
+		h.u.e.Cfg.SysfsRoot = root
+		h.u.unified = true
+		h.m.start("a.service", "schedpolicyd.slice", false)
+		h.open()
+		apply := func() { h.u.e.Apply(policy.Powersaving, twoCPUTopology(t), twoCPUs, true) }
+		apply()
+		testutil.WantEq(t, "placed", h.taken(),
+			"save a.service orig= pending=0 applied= | set a.service=0 | save a.service orig= pending= applied=0")
+
+		h.m.refuse = func(name string, cpus []int) bool { return len(cpus) == 0 }
+		x, _ := names.ParseExempt("system/a.service")
+		h.u.e.Cfg.Exempt = []names.Exempt{x}
+		apply()
+		testutil.WantEq(t, "exempt, the reset refused after the widening step", h.taken(),
+			"save a.service orig= pending=0-1 applied=0 | set a.service=0-1 | save a.service orig= pending= applied=0-1")
+		testutil.WantEq(t, "a.service: AllowedCPUs=", h.m.allowedOf("a.service"), "0-1")
+
+		h.m.refuse = nil
+		apply()
+		testutil.WantEq(t, "exempt, reset", h.taken(),
+			"save a.service orig= pending=0-1 applied=0-1 | set a.service=0-1 | set a.service= | save ")
+		testutil.WantEq(t, "a.service: AllowedCPUs= at the end", h.m.allowedOf("a.service"), "")
+
+		// Placed again, then the restore at stop refused after its
+		// widening step: the widening value stays pending.
+		h.u.e.Cfg.Exempt = nil
+		apply()
+		h.taken()
+		h.m.refuse = func(name string, cpus []int) bool { return len(cpus) == 0 }
+		if h.u.Restore() {
+			t.Error("Restore reported everything back after a refusal")
+		}
+		testutil.WantEq(t, "restore refused after the widening step", h.taken(),
+			"save a.service orig= pending=0-1 applied=0 | set a.service=0-1")
+		testutil.WantEq(t, "record", recs(h.u.records.List()), "a.service orig= pending=0-1 applied=0")
+		h.m.refuse = nil
+		if !h.u.Restore() {
+			t.Error("Restore reported something left")
+		}
+		testutil.WantEq(t, "restored", h.taken(), "set a.service=0-1 | set a.service=")
+		testutil.WantEq(t, "records at the end", recs(h.u.records.List()), "")
+	})
+}
+
+// TestUserRestoreRefusedAfterWidening: the reset at stop of a user's unit
+// whose original is unset takes the widening step, and the user's manager
+// refuses the reset after it: the record keeps the widening value as
+// pending (the unit holds it), not taken back, so the next reset finds
+// it ours and writes the original back.
+func TestUserRestoreRefusedAfterWidening(t *testing.T) {
+	h := newHostile(t)
+	h.unit("app-a.scope", "background.slice", testutil.FakeUnit{})
+	h.serve()
+	h.pump("the unit", policy.Performance, func() bool { return h.workloads() == "app-a.scope" })
+	h.apply(policy.Powersaving)
+	key := workloadKey(hostile, "app-a.scope")
+	h.pump("its value applied", policy.Powersaving, func() bool {
+		r := h.u.records[key]
+		return r != nil && r.Applied == "0" && r.Pending == "" && !h.u.people[hostile].writing
+	})
+	h.usr.RefuseSets(func(name string, mask []byte) bool { return len(mask) == 0 })
+	if h.u.Restore() {
+		t.Fatal("restore reported everything back after a refusal")
+	}
+	testutil.WantEq(t, "sets after the refused reset", strings.Join(h.usr.Sets(), " "), "app-a.scope=01 app-a.scope=03")
+	r := h.u.records[key]
+	testutil.WantEq(t, "record after the refused reset", fmt.Sprintf("orig=%s pending=%s applied=%s", r.Original, r.Pending, r.Applied), "orig= pending=0-1 applied=0")
+	h.usr.RefuseSets(nil)
+	if !h.u.Restore() {
+		t.Fatal("restore failed with the manager no longer refusing")
+	}
+	testutil.WantEq(t, "sets", strings.Join(h.usr.Sets(), " "), "app-a.scope=01 app-a.scope=03 app-a.scope=")
+	if r := h.u.records[key]; r != nil && r.Written() {
+		t.Fatalf("record %+v after the reset", r.Values)
+	}
 }

@@ -84,6 +84,10 @@ type memManager struct {
 	// served, when not nil, sends each event as the manager's signal
 	// (fakeSystemd) instead of on Events' channel.
 	served func(systemd.UnitEvent)
+	// refuse, when not nil, picks the SetAllowedCPUs calls the manager
+	// refuses (org.freedesktop.DBus.Error.AccessDenied, nothing changed;
+	// counted, not journalled).
+	refuse func(name string, cpus []int) bool
 }
 
 // memUnit is one unit the manager has loaded.
@@ -204,6 +208,9 @@ func (m *memManager) SetAllowedCPUs(ctx context.Context, name string, cpus []int
 	defer m.mu.Unlock()
 	if err := m.call("SetAllowedCPUs"); err != nil {
 		return err
+	}
+	if m.refuse != nil && m.refuse(name, cpus) {
+		return fmt.Errorf("%s manager: set AllowedCPUs=%s on %s: %w", m, systemd.FormatCPUList(cpus), name, dbus.Error{Name: "org.freedesktop.DBus.Error.AccessDenied", Body: []any{"refused by the test"}})
 	}
 	if err := m.set(name, true, cpus...); err != nil {
 		return fmt.Errorf("%s manager: set AllowedCPUs=%s on %s: %w", m, systemd.FormatCPUList(cpus), name, err)

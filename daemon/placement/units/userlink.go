@@ -118,14 +118,17 @@ type userWrite struct {
 
 // writeResult is what became of one userWrite: done (dropIDs is the
 // unit's drop-ins after it), refused (err), not made because the unit
-// changed (changed: its view now) or is gone, or unknown: the connection
-// failed during the call, so the value may or may not be there.
+// changed (changed: its view now) or is gone, unknown: the connection
+// failed during the call, so the value may or may not be there, or
+// widened: the widening step made (the unit holds held, dropIDs its
+// drop-ins after it), the value itself refused (err).
 type writeResult struct {
 	key, name string
 	want      sysfs.CPUSet
 	outcome   writeOutcome
 	view      *unitView
 	dropIDs   string
+	held      sysfs.CPUSet
 	err       error
 }
 
@@ -137,6 +140,7 @@ const (
 	writeChanged
 	writeGone
 	writeUnknown
+	writeWidened
 )
 
 // linkRestore is a restore's request to a link: the user's written
@@ -173,6 +177,7 @@ const (
 	restoreLingers
 	restoreFailed
 	restoreUnknown
+	restoreWidened
 )
 
 // result is what the journal makes of the outcome
@@ -186,7 +191,7 @@ func (o restoreOutcome) result() placement.RestoreResult {
 		return placement.RestoredGone
 	case restoreTheirs:
 		return placement.RestoredTheirs
-	case restoreUnknown:
+	case restoreUnknown, restoreWidened:
 		return placement.RestoreUnknown
 	}
 	return placement.RestoreNotMade

@@ -101,14 +101,26 @@ func (l *userLink) writeOne(ctx context.Context, m unitManager, w userWrite, r *
 		r.outcome, r.view = writeChanged, &v
 		return nil
 	}
+	widened := false
 	if w.want.IsEmpty() && l.unified && !l.possible.IsEmpty() {
 		// As setAllowed: through every possible CPU first.
 		if err := m.SetAllowedCPUs(ctx, w.name, l.possible.List()); err != nil {
 			return l.writeFailed(r, err)
 		}
+		widened = true
 	}
 	if err := m.SetAllowedCPUs(ctx, w.name, w.want.List()); err != nil {
-		return l.writeFailed(r, err)
+		err = l.writeFailed(r, err)
+		if widened && r.outcome == writeRefused {
+			// The unit holds the widening value (setAllowed's
+			// widenedError): recorded as ours, with the drop-ins that
+			// write left.
+			r.outcome, r.held, r.err = writeWidened, l.possible, &widenedError{held: l.possible, err: r.err}
+			if paths, err := m.DropInPaths(ctx, w.name); err == nil {
+				r.dropIDs = userDropIns(paths, l.dropInRoot)
+			}
+		}
+		return err
 	}
 	r.outcome = writeDone
 	if paths, err := m.DropInPaths(ctx, w.name); err == nil {
@@ -210,13 +222,24 @@ func (l *userLink) restoreOne(ctx context.Context, m unitManager, rec *statefile
 		return nil
 	}
 	orig, _ := sysfs.ParseCPUList(rec.Original)
+	widened := false
 	if widen && orig.IsEmpty() && l.unified && !l.possible.IsEmpty() {
 		if err := m.SetAllowedCPUs(ctx, rec.Unit, l.possible.List()); err != nil {
 			return l.restoreFailed(r, err)
 		}
+		widened = true
 	}
 	if err := m.SetAllowedCPUs(ctx, rec.Unit, orig.List()); err != nil {
-		return l.restoreFailed(r, err)
+		err = l.restoreFailed(r, err)
+		if widened && r.outcome == restoreFailed {
+			// The unit holds the widening value, which only the record's
+			// Pending says is ours: "not made" would take it back, and
+			// the next reset would find "someone else's" value and keep
+			// it for good, the user's original lost. The record stays
+			// as it is (placement.RestoreUnknown).
+			r.outcome, r.err = restoreWidened, &widenedError{held: l.possible, err: r.err}
+		}
+		return err
 	}
 	r.outcome = restoreDone
 	return nil
