@@ -10,12 +10,6 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
-// fakeManager answers the system manager's Subscribe, as much of
-// org.freedesktop.systemd1 as Events needs.
-type fakeManager struct{}
-
-func (fakeManager) Subscribe() *dbus.Error { return nil }
-
 // ownName connects to addr as root and owns name, failing t otherwise.
 func ownName(t *testing.T, addr, name string) *dbus.Conn {
 	t.Helper()
@@ -114,17 +108,15 @@ func TestManagerForgedSignals(t *testing.T) {
 }
 
 // fakeManagerOnSystemBus starts a bus with the system bus's policy (as
-// DBUS_SYSTEM_BUS_ADDRESS for t), a connection owning systemd's name that
-// serves fakeManager, and a Manager connected through the bus with its
-// events subscribed; everything ends with t (a minute's context).
+// DBUS_SYSTEM_BUS_ADDRESS for t), a testutil.FakeManager serving as the
+// system manager (its connection returned, to send signals on), and a
+// Manager connected through the bus with its events subscribed;
+// everything ends with t (a minute's context).
 func fakeManagerOnSystemBus(t *testing.T) (*testutil.Bus, *dbus.Conn, *Manager, <-chan UnitEvent, context.Context) {
 	t.Helper()
 	bus := testutil.StartSystemPolicyBus(t)
 	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", bus.Addr)
-	owner := ownName(t, bus.Addr, managerName)
-	if err := owner.Export(fakeManager{}, managerPath, managerInterface); err != nil {
-		t.Fatal(err)
-	}
+	owner := testutil.NewFakeManager(t).ServeBus(bus.Addr)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	m, err := connectBus(ctx)

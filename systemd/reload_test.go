@@ -102,10 +102,7 @@ func TestManagerReloadingAcrossReexec(t *testing.T) {
 func TestManagerReloadFinishedNotDropped(t *testing.T) {
 	bus := testutil.StartSystemPolicyBus(t)
 	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", bus.Addr)
-	sd := ownName(t, bus.Addr, managerName)
-	if err := sd.Export(fakeManager{}, managerPath, managerInterface); err != nil {
-		t.Fatal(err)
-	}
+	sd := testutil.NewFakeManager(t).ServeBus(bus.Addr)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const extra, batch = 20, 64

@@ -313,8 +313,9 @@ func (f *FakeManager) ServeUser(runtimeDir string, uid int) string {
 // ServeBus serves the manager on the bus at addr as the system manager
 // does: a connection of root's owning org.freedesktop.systemd1, its
 // signals broadcast. The bus's own AddMatch and Hello are the bus
-// daemon's.
-func (f *FakeManager) ServeBus(addr string) {
+// daemon's. It returns that connection (closed at t's cleanup), for a
+// test that sends on it itself or waits for its messages (Barrier).
+func (f *FakeManager) ServeBus(addr string) *dbus.Conn {
 	t := f.t
 	t.Helper()
 	c, err := dbus.Connect(addr)
@@ -330,6 +331,7 @@ func (f *FakeManager) ServeBus(addr string) {
 		t.Fatalf("RequestName(org.freedesktop.systemd1) = %v, %v", r, err)
 	}
 	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // ListenUnixAs listens on a unix socket at path from a thread whose
