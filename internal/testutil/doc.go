@@ -16,9 +16,21 @@
 //     NeedCpusetV1);
 //   - the Prometheus reference checker on a metrics text (CheckMetrics);
 //   - directories a user other than root controls, holding a symlink to
-//     root's directory, for the trusted-path tests of
-//     internal/trustedpath and tree (UserDirCases, UserDir, VictimDir,
-//     Listing).
+//     root's directory or tree directory, for the trusted-path tests of
+//     internal/trustedpath, tree, daemon/statefile and the daemon's
+//     binary (NeedUserDirs, UserDirCases, UserDir, VictimDir,
+//     VictimTreeDir), and a listing of a directory's paths, modes and
+//     contents to compare before and after (Listing);
+//   - a function run on a thread of its own as another uid, the rest of
+//     the process staying root (AsUID): what DialAs and ListenUnixAs
+//     connect and listen with;
+//   - a systemd manager on a user's private socket or a bus
+//     (FakeManager, FakeUnit), and its pieces for another fake of the
+//     manager: its names (SystemdName, SystemdPath, SystemdManager,
+//     SystemdUnitPath), a unit's object path and back (FakeUnitPath,
+//     FakeUnitName), the ListUnitsByPatterns entry (FakeUnitStatus), the
+//     units' properties (FakeUnitProps) and the not-loaded error
+//     (NoSuchUnit);
 //   - a daemon's binary run as a child with an sd_notify socket of the
 //     test's own, killed at cleanup (StartProc, Proc.WaitReady: ready or
 //     refused; ListenNotify, NotifySocket.Expect);
