@@ -9,8 +9,12 @@
 //   - polling with a bound and a message (WaitFor, Eventually);
 //   - a logrus logger and an io.Writer that write to t.Log (Logger,
 //     LogWriter);
-//   - small file helpers that fail the test on error (WriteFile, Put,
-//     Write, Read, ReadTrim);
+//   - small file helpers that fail the test on error (WriteFile,
+//     WriteTree, Put, Write, Read, ReadTrim);
+//   - the cpu.stat files a path another process chose may end in: a
+//     FIFO, a link to /dev/zero, an oversized file and a good one
+//     (NewCPUStatCases), and the check of a reader's parse errors: type,
+//     path, cause and text (CheckParseErrors);
 //   - a cgroup v1 cpuset parent of the test's own below CpusetRoot,
 //     removed with its children at cleanup (CpusetV1Parent, CpusetV1Dir,
 //     NeedCpusetV1);
