@@ -120,21 +120,9 @@ func startHolder(t *testing.T) *holder {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestTreeOpenHolderProcess$")
 	cmd.Env = append(os.Environ(), "SCHEDPOLICYD_TREE_HOLDER=1")
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	cmd.Stderr = testutil.LogWriter(t)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	h := &holder{cmd: cmd, in: in, out: bufio.NewReader(out)}
-	t.Cleanup(h.kill)
-	return h
+	in, out := testutil.StartPiped(t, cmd)
+	return &holder{cmd: cmd, in: in, out: out}
 }
 
 // kill ends the holder with SIGKILL (no close of its own) and reaps it.
