@@ -2,13 +2,16 @@
 //
 //   - a private dbus-daemon, session- or system-like, optionally open to
 //     every uid and restartable at the same address (StartBus, Bus.Stop,
-//     Bus.Kill, NeedBusDaemon), and a D-Bus name-owner check to poll with
-//     (NameOwned, NameOwnedAt);
+//     Bus.Kill, NeedBusDaemon), a connection of the test's own to it,
+//     closed at cleanup (Connect), and a D-Bus name-owner check to poll
+//     with (NameOwned, NameOwnedAt);
 //   - copies of fixture trees (CopyFixture) and of live sysfs directories
 //     (CopyReadable);
 //   - polling with a bound and a message (WaitFor, Eventually);
 //   - a logrus logger and an io.Writer that write to t.Log (Logger,
-//     LogWriter);
+//     LogWriter), and a caught log's entries as lines to compare with
+//     (EntryLine), picked by level, text and fields (EntriesAt) and
+//     described for a failure (DescribeEntries);
 //   - small file helpers that fail the test on error (WriteFile,
 //     WriteTree, Put, Write, Read, ReadTrim);
 //   - the cpu.stat files a path another process chose may end in: a
@@ -37,7 +40,15 @@
 //     (NoSuchUnit);
 //   - a daemon's binary run as a child with an sd_notify socket of the
 //     test's own, killed at cleanup (StartProc, Proc.WaitReady: ready or
-//     refused; ListenNotify, NotifySocket.Expect);
+//     refused; ListenNotify, NotifySocket.Expect), and a child the test
+//     talks to through its standard input and output (StartPiped);
+//   - the stacks of this process's goroutines, for tests of what a
+//     component leaves running (Goroutines);
+//   - in-memory CPU pressure triggers a test fires, and what a gate did
+//     to them (PressureTrigger, PressureTriggers), and the check that a
+//     channel has a value once a synctest bubble is blocked (Ready);
+//   - the system manager's installed unit files, for a watch of them
+//     (FakeUnitFiles);
 //   - another process holding a file of a mounted tree open or its cwd in
 //     it, which keeps the mount alive after umount -l (HoldFile).
 //

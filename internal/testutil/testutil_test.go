@@ -12,8 +12,8 @@ import (
 	"github.com/godbus/dbus/v5"
 )
 
-// fakeT records what a helper reports; Fatalf stops the helper with a
-// panic that catch recovers, Errorf lets it go on.
+// fakeT records what a helper reports; Fatalf and Fatal stop the helper
+// with a panic that catch recovers, Errorf lets it go on.
 type fakeT struct {
 	testing.TB
 	fatal  string
@@ -26,6 +26,7 @@ type stopped struct{}
 func (f *fakeT) Helper()                   {}
 func (f *fakeT) Log(args ...any)           { f.logs = append(f.logs, fmt.Sprint(args...)) }
 func (f *fakeT) Fatalf(s string, a ...any) { f.fatal = fmt.Sprintf(s, a...); panic(stopped{}) }
+func (f *fakeT) Fatal(a ...any)            { f.fatal = fmt.Sprint(a...); panic(stopped{}) }
 func (f *fakeT) Errorf(s string, a ...any) { f.errors = append(f.errors, fmt.Sprintf(s, a...)) }
 
 func (f *fakeT) catch(fn func()) {

@@ -58,11 +58,7 @@ func newFakeSystemd(t *testing.T) *fakeSystemd {
 // queued behind the owner, as a re-executed systemd's new connection).
 func (f *fakeSystemd) serve(flags dbus.RequestNameFlags) *dbus.Conn {
 	t := f.t
-	c, err := dbus.Connect(f.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := testutil.Connect(t, f.addr)
 	if err := c.Export(servedManager{f.memManager}, testutil.SystemdPath, testutil.SystemdManager); err != nil {
 		t.Fatal(err)
 	}
