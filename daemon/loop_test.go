@@ -60,7 +60,7 @@ func (f *fakeDriver) Mode() string { return "fake" }
 func (f *fakeDriver) Open() error {
 	if f.canStop {
 		f.e.Pressure.Open = func(string, time.Duration, time.Duration) (placement.PressureSource, error) {
-			return &testutil.PressureTrigger{Fires: f.pressure}, nil // never ends
+			return &testutil.FakePressureTrigger{Fires: f.pressure}, nil // never ends
 		}
 		f.e.Pressure.Configure(f.e.Log, "fake", f.Count())
 	}

@@ -18,7 +18,7 @@ import (
 // the test's triggers, or refuses with refuse(stall, window) when that is
 // set.
 type fakeOpener struct {
-	testutil.PressureTriggers
+	testutil.FakePressureTriggers
 	opened []string
 	refuse func(stall, window time.Duration) error
 }

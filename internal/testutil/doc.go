@@ -45,8 +45,9 @@
 //   - the stacks of this process's goroutines, for tests of what a
 //     component leaves running (Goroutines);
 //   - in-memory CPU pressure triggers a test fires, and what a gate did
-//     to them (PressureTrigger, PressureTriggers), and the check that a
-//     channel has a value once a synctest bubble is blocked (Ready);
+//     to them (FakePressureTrigger, FakePressureTriggers), and the check
+//     that a channel has a value once a synctest bubble is blocked
+//     (Ready);
 //   - the system manager's installed unit files, for a watch of them
 //     (FakeUnitFiles);
 //   - another process holding a file of a mounted tree open or its cwd in

@@ -11,7 +11,7 @@ import (
 // its channels are the test's, Pause, Resume and Close are recorded, and
 // Live counts the ones not closed.
 func TestPressureTriggers(t *testing.T) {
-	var o PressureTriggers
+	var o FakePressureTriggers
 	a, b := o.Arm(), o.Arm()
 	if len(o.Armed) != 2 || o.Armed[0] != a || o.Armed[1] != b || a == b || o.Live() != 2 {
 		t.Fatalf("armed %v, %d live; want a then b, 2 live", o.Armed, o.Live())

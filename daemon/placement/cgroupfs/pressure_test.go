@@ -35,7 +35,7 @@ type pressureRig struct {
 	t        *testing.T
 	p        *Placement
 	parent   string
-	triggers testutil.PressureTriggers
+	triggers testutil.FakePressureTriggers
 	file     []string
 }
 

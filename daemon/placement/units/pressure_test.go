@@ -20,7 +20,7 @@ import (
 func TestUnitsPressureArmedWithUnits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newMemUnits(t)
-		var o testutil.PressureTriggers
+		var o testutil.FakePressureTriggers
 		h.u.e.Pressure.Open = func(string, time.Duration, time.Duration) (placement.PressureSource, error) { return o.Arm(), nil }
 		h.open()
 		if len(o.Armed) != 0 || h.u.e.WakeC(placement.WakePressure) != nil {
@@ -81,7 +81,7 @@ func TestUnitsPressureWakeBacksOff(t *testing.T) {
 			},
 		}
 		u.attach()
-		var o testutil.PressureTriggers
+		var o testutil.FakePressureTriggers
 		u.e.Pressure.Open = func(string, time.Duration, time.Duration) (placement.PressureSource, error) { return o.Arm(), nil }
 		u.e.Pressure.Configure(log, "/proc/pressure/cpu", len(u.workloads))
 		t.Cleanup(u.e.Pressure.Close)
