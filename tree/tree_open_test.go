@@ -74,11 +74,7 @@ func serveBigTree(t *testing.T, h TreeHandler, opts TreeOptions) *fuseTree {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: opens the tree as other uids")
 	}
-	if f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0); err != nil {
-		t.Skipf("cannot open /dev/fuse: %v", err)
-	} else {
-		f.Close()
-	}
+	testutil.NeedFUSE(t)
 	base := t.TempDir()
 	if err := os.Chmod(filepath.Dir(base), 0o755); err != nil { // t.TempDir's own 0700 parent
 		t.Fatal(err)

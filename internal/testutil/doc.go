@@ -50,8 +50,9 @@
 //     (Ready);
 //   - the system manager's installed unit files, for a watch of them
 //     (FakeUnitFiles);
-//   - another process holding a file of a mounted tree open or its cwd in
-//     it, which keeps the mount alive after umount -l (HoldFile).
+//   - the skip where /dev/fuse does not open (NeedFUSE), and another
+//     process holding a file of a mounted tree open or its cwd in it,
+//     which keeps the mount alive after umount -l (HoldFile).
 //
 // Helpers that need something the machine may lack skip the test and say
 // what is missing (and which Debian package or privilege provides it);
