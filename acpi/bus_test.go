@@ -106,17 +106,7 @@ func startUPowerTestbed(t *testing.T, addr string) *upowerTestbed {
 	}
 	cmd := exec.Command("umockdev-wrapper", "/usr/bin/python3", script, "--bus", addr)
 	cmd.Stderr = testutil.LogWriter(t)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	in, out := testutil.StartPiped(t, cmd)
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
 	t.Cleanup(func() {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
@@ -23,21 +24,6 @@ func readFile(t *testing.T, path string) string {
 	return string(b)
 }
 
-// writeTree creates files (path → content) below dir (as sysfs's tests'
-// writeTree does).
-func writeTree(t *testing.T, dir string, files map[string]string) {
-	t.Helper()
-	for p, content := range files {
-		full := filepath.Join(dir, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // mockV2 builds a cgroup v2 tree in a temp dir: <dir>/root is a delegated
 // cgroup with cpuset available but not yet enabled for its children, and
 // <dir>/root/managed the parent schedpolicyd manages, with workloads "a"
@@ -45,7 +31,7 @@ func writeTree(t *testing.T, dir string, files map[string]string) {
 func mockV2(t *testing.T) (root string) {
 	t.Helper()
 	root = filepath.Join(t.TempDir(), "root")
-	writeTree(t, root, map[string]string{
+	testutil.WriteTree(t, root, map[string]string{
 		"cgroup.controllers":     "cpuset cpu\n",
 		"cgroup.subtree_control": "cpu\n",
 		"cpuset.cpus.effective":  "0-7\n",
@@ -147,7 +133,7 @@ func TestCgroupV2Mock(t *testing.T) {
 	if err := cg.Attach("b", 0); err == nil {
 		t.Error("Attach(b, 0) succeeded")
 	}
-	writeTree(t, root, map[string]string{"managed/b/cgroup.procs": "\n"})
+	testutil.WriteTree(t, root, map[string]string{"managed/b/cgroup.procs": "\n"})
 	if procs, err := cg.Procs("b"); err != nil || len(procs) != 0 {
 		t.Errorf("Procs(b) = %v, %v; want none", procs, err)
 	}
@@ -186,7 +172,7 @@ func TestCgroupV2MockNoCpuset(t *testing.T) {
 
 	// cpuset bound to v1: not in the grandparent's cgroup.controllers.
 	root = mockV2(t)
-	writeTree(t, root, map[string]string{"cgroup.controllers": "cpu io memory\n"})
+	testutil.WriteTree(t, root, map[string]string{"cgroup.controllers": "cpu io memory\n"})
 	path := filepath.Join(root, "new")
 	_, err = OpenCgroup(path, CgroupOptions{Create: true})
 	if !errors.Is(err, ErrNoCpuset) || !strings.Contains(err.Error(), "v1") {
@@ -239,7 +225,7 @@ func TestCgroupChildPath(t *testing.T) {
 func mockV1(t *testing.T) string {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "cpuset")
-	writeTree(t, root, map[string]string{
+	testutil.WriteTree(t, root, map[string]string{
 		"cpuset.cpus":           "0-7\n",
 		"cpuset.mems":           "0\n",
 		"cpuset.effective_cpus": "0-7\n",
@@ -265,7 +251,7 @@ func mockV1(t *testing.T) string {
 func TestCgroupV1Mock(t *testing.T) {
 	root := mockV1(t)
 	procRoot := filepath.Join(t.TempDir(), "proc")
-	writeTree(t, procRoot, map[string]string{
+	testutil.WriteTree(t, procRoot, map[string]string{
 		"100/task/100/schedstat": "1000000 555 10\n",
 		"100/task/101/schedstat": "2000000 555 10\n",
 		"100/task/103/schedstat": "4000000 0 1\n", // a thread in another cgroup
@@ -290,7 +276,7 @@ func TestCgroupV1Mock(t *testing.T) {
 	}
 	// effective_cpus is a kernel-maintained mirror; in the mock it stays
 	// empty, so Allowed reads it as such.
-	writeTree(t, root, map[string]string{"managed/cpuset.effective_cpus": "0-7\n"})
+	testutil.WriteTree(t, root, map[string]string{"managed/cpuset.effective_cpus": "0-7\n"})
 	if a, err := cg.Allowed(); err != nil || a.String() != "0-7" {
 		t.Errorf("Allowed = %q, %v; want 0-7", a, err)
 	}
@@ -322,11 +308,11 @@ func TestCgroupV1Mock(t *testing.T) {
 	if r, w, err := cg.RunDelay("w"); err != nil || r != 3*time.Millisecond || w != 1000*time.Nanosecond {
 		t.Errorf("RunDelay(w) = %v, %v, %v; want 3ms, 1µs", r, w, err)
 	}
-	writeTree(t, root, map[string]string{"managed/w/tasks": "100\n104\n"})
+	testutil.WriteTree(t, root, map[string]string{"managed/w/tasks": "100\n104\n"})
 	if _, _, err := cg.RunDelay("w"); err == nil || !strings.Contains(err.Error(), "/proc/104/schedstat") {
 		t.Errorf("RunDelay(w) with a malformed schedstat: err %v, want one naming /proc/104/schedstat", err)
 	}
-	writeTree(t, root, map[string]string{"managed/w/tasks": "100\n101\n102\n300\n"})
+	testutil.WriteTree(t, root, map[string]string{"managed/w/tasks": "100\n101\n102\n300\n"})
 	// cpuacct co-mounted: cpuacct.usage in ns.
 	if u, err := cg.Usage("acct"); err != nil || u != 123456789*time.Nanosecond {
 		t.Errorf("Usage(acct) = %v, %v; want 123.456789ms from cpuacct.usage", u, err)

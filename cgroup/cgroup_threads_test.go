@@ -19,7 +19,7 @@ import (
 // read the same way.
 func TestDirThreadsSubtree(t *testing.T) {
 	root := t.TempDir()
-	writeTree(t, root, map[string]string{
+	testutil.WriteTree(t, root, map[string]string{
 		"cg/u.service/cgroup.threads":                   "10\n",
 		"cg/u.service/app.slice/cgroup.threads":         "",
 		"cg/u.service/app.slice/x.scope/cgroup.threads": "11\n12\n",

@@ -14,16 +14,7 @@ import (
 // pwrites through a held-open file (Cgroup.OpenCPUs) are not.
 func TestCloseWriteWatchRealCgroup(t *testing.T) {
 	parent := testutil.CpusetV1Parent(t, "schedpolicyd-closewatch")
-	cg, err := OpenCgroup(parent, CgroupOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cg.CreateChild("w"); err != nil {
-		t.Fatal(err)
-	}
-	if err := cg.PrepareChild("w"); err != nil {
-		t.Fatal(err)
-	}
+	cg := openWithChild(t, parent, CgroupOptions{})
 	w, err := NewCloseWriteWatch()
 	if err != nil {
 		t.Fatal(err)

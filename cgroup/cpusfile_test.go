@@ -14,16 +14,7 @@ import (
 // the sched_load_balance flag reads and writes.
 func TestCPUsFileRealV1(t *testing.T) {
 	path := testutil.CpusetV1Dir(t, "schedpolicyd-test")
-	cg, err := OpenCgroup(path, CgroupOptions{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cg.CreateChild("w"); err != nil {
-		t.Fatal(err)
-	}
-	if err := cg.PrepareChild("w"); err != nil {
-		t.Fatal(err)
-	}
+	cg := openWithChild(t, path, CgroupOptions{Create: true})
 	all, err := cg.ReadCPUs("w")
 	if err != nil {
 		t.Fatal(err)
@@ -79,4 +70,22 @@ func TestCPUsFileMock(t *testing.T) {
 	if err := cg.WriteAllCPUs("w"); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("WriteAllCPUs on a mock tree: %v, want ErrUnsupported", err)
 	}
+}
+
+// openWithChild opens the cgroup at dir with opts, then creates its child
+// w and prepares it (CreateChild, PrepareChild: what the placement does
+// before a child's first write), failing t on any error.
+func openWithChild(t *testing.T, dir string, opts CgroupOptions) *Cgroup {
+	t.Helper()
+	cg, err := OpenCgroup(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cg.CreateChild("w"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cg.PrepareChild("w"); err != nil {
+		t.Fatal(err)
+	}
+	return cg
 }

@@ -5,9 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
@@ -19,40 +19,13 @@ import (
 // FIFO as cpu.stat hung the daemon's loop for good and a symbolic link to
 // /dev/zero grew it until it ran out of memory.
 func TestDirUsageKernelFileChecks(t *testing.T) {
-	dir := t.TempDir()
-	fifo := filepath.Join(dir, "fifo", "cpu.stat")
-	zero := filepath.Join(dir, "zero", "cpu.stat")
-	big := filepath.Join(dir, "big", "cpu.stat")
-	good := filepath.Join(dir, "good", "cpu.stat")
-	for _, p := range []string{fifo, zero, big, good} {
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("/dev/zero", zero); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Create(big)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A sparse file one byte over the bound: reads as zeros.
-	if err := f.Truncate(sysfs.MaxKernelFile + 1); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	if err := os.WriteFile(good, []byte("usage_usec 1500\nuser_usec 1000\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []string{fifo, zero, big} {
+	c := testutil.NewCPUStatCases(t, sysfs.MaxKernelFile+1)
+	for _, p := range []string{c.FIFO, c.Zero, c.Big} {
 		if _, err := DirUsage(filepath.Dir(p)); err == nil {
 			t.Errorf("DirUsage(%s) read it", filepath.Dir(p))
 		}
 	}
-	if d, err := DirUsage(filepath.Dir(good)); err != nil || d.Microseconds() != 1500 {
+	if d, err := DirUsage(filepath.Dir(c.Good)); err != nil || d.Microseconds() != 1500 {
 		t.Fatalf("DirUsage of a regular cpu.stat = %v, %v", d, err)
 	}
 }

@@ -1,10 +1,10 @@
 package cgroup
 
 import (
-	"errors"
 	"path/filepath"
 	"testing"
 
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
@@ -14,7 +14,7 @@ import (
 // readers have the same test).
 func TestParseError(t *testing.T) {
 	dir := t.TempDir()
-	writeTree(t, dir, map[string]string{
+	testutil.WriteTree(t, dir, map[string]string{
 		"managed/cgroup.controllers":     "cpuset\n",
 		"managed/cgroup.subtree_control": "cpuset\n",
 		"managed/cpuset.cpus.effective":  "0-3\n",
@@ -28,40 +28,16 @@ func TestParseError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tests := []struct {
-		name  string
-		read  func() error
-		path  string
-		cause error // errors.Is target; nil: none beyond the ParseError
-		text  string
-	}{
-		{"Procs", func() error { _, err := cg.Procs("a"); return err },
-			"managed/a/cgroup.procs", nil, `parse ` + filepath.Join(dir, "managed/a/cgroup.procs") + `: bad ID "abc"`},
-		{"Procs zero", func() error { _, err := cg.Procs("b"); return err },
-			"managed/b/cgroup.procs", nil, `parse ` + filepath.Join(dir, "managed/b/cgroup.procs") + `: bad ID "0"`},
-		{"ReadCPUs", func() error { _, err := cg.ReadCPUs("a"); return err },
-			"managed/a/cpuset.cpus", sysfs.ErrCPUList, `parse ` + filepath.Join(dir, "managed/a/cpuset.cpus") + `: invalid cpulist "3-1": range 3-1 is reversed`},
-		{"Usage negative", func() error { _, err := cg.Usage("a"); return err },
-			"managed/a/cpu.stat", nil, `parse ` + filepath.Join(dir, "managed/a/cpu.stat") + `: bad usage_usec "-5"`},
-		{"Usage missing", func() error { _, err := cg.Usage("b"); return err },
-			"managed/b/cpu.stat", nil, `parse ` + filepath.Join(dir, "managed/b/cpu.stat") + `: no usage_usec line`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := tt.read()
-			var pe *sysfs.ParseError
-			if !errors.As(err, &pe) {
-				t.Fatalf("err = %v (%T), want a *ParseError", err, err)
-			}
-			if want := filepath.Join(dir, tt.path); pe.Path != want {
-				t.Errorf("Path = %q, want %q", pe.Path, want)
-			}
-			if tt.cause != nil && !errors.Is(err, tt.cause) {
-				t.Errorf("err = %v, want errors.Is %v", err, tt.cause)
-			}
-			if err.Error() != tt.text {
-				t.Errorf("err = %q, want %q", err.Error(), tt.text)
-			}
-		})
-	}
+	testutil.CheckParseErrors(t, dir, func(e *sysfs.ParseError) string { return e.Path }, []testutil.ParseErrorCase{
+		{Name: "Procs", Read: func() error { _, err := cg.Procs("a"); return err },
+			Path: "managed/a/cgroup.procs", Cause: nil, Text: `parse ` + filepath.Join(dir, "managed/a/cgroup.procs") + `: bad ID "abc"`},
+		{Name: "Procs zero", Read: func() error { _, err := cg.Procs("b"); return err },
+			Path: "managed/b/cgroup.procs", Cause: nil, Text: `parse ` + filepath.Join(dir, "managed/b/cgroup.procs") + `: bad ID "0"`},
+		{Name: "ReadCPUs", Read: func() error { _, err := cg.ReadCPUs("a"); return err },
+			Path: "managed/a/cpuset.cpus", Cause: sysfs.ErrCPUList, Text: `parse ` + filepath.Join(dir, "managed/a/cpuset.cpus") + `: invalid cpulist "3-1": range 3-1 is reversed`},
+		{Name: "Usage negative", Read: func() error { _, err := cg.Usage("a"); return err },
+			Path: "managed/a/cpu.stat", Cause: nil, Text: `parse ` + filepath.Join(dir, "managed/a/cpu.stat") + `: bad usage_usec "-5"`},
+		{Name: "Usage missing", Read: func() error { _, err := cg.Usage("b"); return err },
+			Path: "managed/b/cpu.stat", Cause: nil, Text: `parse ` + filepath.Join(dir, "managed/b/cpu.stat") + `: no usage_usec line`},
+	})
 }

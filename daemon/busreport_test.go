@@ -14,26 +14,6 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
-// busEntries returns the dbus component's log entries at lvl whose
-// message contains msg.
-func busEntries(h *logtest.Hook, lvl logrus.Level, msg string) []logrus.Entry {
-	var out []logrus.Entry
-	for _, e := range h.AllEntries() {
-		if e.Level == lvl && e.Data["component"] == "dbus" && strings.Contains(e.Message, msg) {
-			out = append(out, *e)
-		}
-	}
-	return out
-}
-
-func describe(es []logrus.Entry) string {
-	var b []string
-	for _, e := range es {
-		b = append(b, fmt.Sprintf("%s %q %v", e.Level, e.Message, e.Data["error"]))
-	}
-	return strings.Join(b, "; ")
-}
-
 // uniqueNames lists the connections on conn's bus (unique names).
 func uniqueNames(t *testing.T, conn *dbus.Conn) []string {
 	t.Helper()
@@ -92,8 +72,8 @@ func TestBusNoneConnectsNowhere(t *testing.T) {
 	if connected(hookA) {
 		t.Error("the daemon with bus none connected its hints to a bus")
 	}
-	if got := busEntries(hookA, logrus.InfoLevel, "D-Bus disabled"); len(got) != 1 {
-		t.Errorf("daemon A's log: %s; want one \"D-Bus disabled\"", describe(busEntries(hookA, logrus.InfoLevel, "")))
+	if got := testutil.EntriesAt(hookA, logrus.InfoLevel, "D-Bus disabled", logrus.Fields{"component": "dbus"}); len(got) != 1 {
+		t.Errorf("daemon A's log: %s; want one \"D-Bus disabled\"", testutil.DescribeEntries(testutil.EntriesAt(hookA, logrus.InfoLevel, "", logrus.Fields{"component": "dbus"})))
 	}
 }
 

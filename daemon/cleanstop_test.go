@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 	"github.com/schedpolicyd/schedpolicyd/tree"
@@ -35,15 +34,7 @@ func listTree(t *testing.T, dir string) []string {
 func runAndStop(t *testing.T, m mockLaptop, treeDir string, backend tree.Backend) {
 	t.Helper()
 	_, cancel, done := m.startCfg(t, func(c *Config) { c.TreeDir, c.TreeBackend, c.CgroupRoot = treeDir, backend, "" })
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("daemon did not stop")
-	}
+	stopRun(t, cancel, done)
 }
 
 // TestCleanStopLeavesNothing: a clean stop must not leave an empty tree

@@ -130,6 +130,22 @@ func (m mockLaptop) startCfg(t *testing.T, edit func(*Config)) (*Daemon, context
 	return d, cancel, done
 }
 
+// stopRun cancels a run startCfg started (cancel, done) and waits for Run
+// to return: t fails on Run's error, or when it has not returned within
+// 10 s (a hang guard).
+func stopRun(t *testing.T, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+	}
+}
+
 // TestDaemonCgroupV2Tree drives placement on a cgroup v2 directory tree:
 // adoption, packing on battery, growth with measured utilisation, only
 // changed cpusets written, and the originals restored on stop.
@@ -225,15 +241,7 @@ func TestDaemonCgroupV2Tree(t *testing.T) {
 	}
 
 	// Stop: originals come back — "" (inherit) for a, 2-3 for b.
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return")
-	}
+	stopRun(t, cancel, done)
 	if got := testutil.ReadTrim(t, a); got != "" {
 		t.Errorf("a restored to %q, want empty (inherit)", got)
 	}

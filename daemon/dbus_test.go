@@ -21,11 +21,7 @@ func busDaemon(t *testing.T, ppAPI bool) (*Daemon, mockLaptop, *dbus.Conn, strin
 	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
 	m := newMockLaptop(t)
 	d := m.startWith(t, func(c *Config) { c.Bus = addr; c.PowerProfilesAPI = ppMode(ppAPI) })
-	conn, err := dbus.Connect(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := testutil.Connect(t, addr)
 	testutil.Eventually(t, "bus name", func() (bool, string) { return testutil.NameOwned(conn, bus.Name) })
 	return d, m, conn, addr
 }

@@ -36,20 +36,16 @@ func prefValues(t *testing.T, sys string) string {
 // system manager of the test's own on it that answers GetUnitFileState
 // from fake (nothing installed at first); systemd is its connection, for
 // its signals. Both end with the test.
-func prefsSystemManager(t *testing.T) (pbus *testutil.Bus, systemd *dbus.Conn, fake *fakeUnitFiles) {
+func prefsSystemManager(t *testing.T) (pbus *testutil.Bus, systemd *dbus.Conn, fake *testutil.FakeUnitFiles) {
 	t.Helper()
 	pbus = testutil.StartSystemPolicyBus(t, "../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf")
-	systemd, err := dbus.Connect(pbus.Addr)
-	if err != nil {
+	systemd = testutil.Connect(t, pbus.Addr)
+	fake = testutil.NewFakeUnitFiles(map[string]string{})
+	if err := fake.Export(systemd); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { systemd.Close() })
-	fake = &fakeUnitFiles{files: map[string]string{}}
-	if err := systemd.Export(fake, systemdPath, systemdIface); err != nil {
-		t.Fatal(err)
-	}
-	if r, err := systemd.RequestName(systemdName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
-		t.Fatalf("RequestName(%s) = %v, %v", systemdName, r, err)
+	if r, err := systemd.RequestName(testutil.SystemdName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
+		t.Fatalf("RequestName(%s) = %v, %v", testutil.SystemdName, r, err)
 	}
 	return pbus, systemd, fake
 }
@@ -97,7 +93,7 @@ func TestDaemonEnergyPrefsFollowPolicy(t *testing.T) {
 	m.plug(t, false)
 	values("power power low-power")
 
-	fake.set(map[string]string{"tlp.service": "enabled"})
+	fake.Set(map[string]string{"tlp.service": "enabled"})
 	if err := d.Reload(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +126,7 @@ func TestDaemonEnergyPrefsOwnerInstalledLive(t *testing.T) {
 	pbus, systemd, fake := prefsSystemManager(t)
 	emit := func(member string, body ...any) {
 		t.Helper()
-		if err := systemd.Emit(systemdPath, systemdIface+"."+member, body...); err != nil {
+		if err := systemd.Emit(testutil.SystemdPath, testutil.SystemdManager+"."+member, body...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -152,7 +148,7 @@ func TestDaemonEnergyPrefsOwnerInstalledLive(t *testing.T) {
 	m.plug(t, false)
 	values("power power low-power")
 
-	fake.set(map[string]string{"tlp.service": "enabled"})
+	fake.Set(map[string]string{"tlp.service": "enabled"})
 	emit("Reloading", true)
 	emit("Reloading", false)
 	values("performance performance balanced")
@@ -160,7 +156,7 @@ func TestDaemonEnergyPrefsOwnerInstalledLive(t *testing.T) {
 		return ml.has("another owner manages this knob; not writing it knob=energy_performance_preference owner=tlp.service (installed, enabled;"), ""
 	})
 
-	fake.set(nil)
+	fake.Set(nil)
 	emit("UnitFilesChanged")
 	values("power power low-power")
 	cancel()

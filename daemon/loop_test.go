@@ -60,7 +60,7 @@ func (f *fakeDriver) Mode() string { return "fake" }
 func (f *fakeDriver) Open() error {
 	if f.canStop {
 		f.e.Pressure.Open = func(string, time.Duration, time.Duration) (placement.PressureSource, error) {
-			return fakeTrigger{f.pressure}, nil
+			return &testutil.FakePressureTrigger{Fires: f.pressure}, nil // never ends
 		}
 		f.e.Pressure.Configure(f.e.Log, "fake", f.Count())
 	}
@@ -116,16 +116,6 @@ func (f *fakeDriver) RunDelay(string) (run, wait time.Duration, err error) {
 
 // Saturated: a confirmation ended (recorded).
 func (f *fakeDriver) Saturated([]string) { f.confirmed = append(f.confirmed, f.since()) }
-
-// fakeTrigger is an in-memory CPU pressure trigger that c fires.
-type fakeTrigger struct{ c chan struct{} }
-
-func (t fakeTrigger) C() <-chan struct{}    { return t.c }
-func (t fakeTrigger) Done() <-chan struct{} { return nil }
-func (t fakeTrigger) Err() error            { return nil }
-func (t fakeTrigger) Pause()                {}
-func (t fakeTrigger) Resume()               {}
-func (t fakeTrigger) Close() error          { return nil }
 
 // loopDaemon is a daemon whose engine drives f, its sample period f.base,
 // made inside the bubble (so are its channels and the energy guard).
@@ -278,33 +268,24 @@ func TestLazyWakeTimer(t *testing.T) {
 		t0 := time.Now()
 		var l lazyWake
 		defer l.stop()
-		due := func(c <-chan time.Time) bool {
-			synctest.Wait()
-			select {
-			case <-c:
-				return true
-			default:
-				return false
-			}
-		}
 		c := l.c(t0.Add(5 * time.Second))
 		time.Sleep(5*time.Second - time.Nanosecond)
-		if due(c) {
+		if testutil.Ready(c) {
 			t.Fatal("fired before its deadline")
 		}
 		time.Sleep(time.Nanosecond)
-		if !due(c) {
+		if !testutil.Ready(c) {
 			t.Fatal("not fired at its deadline")
 		}
 		l.fired()
 		// The same deadline, now past: lazyWakeMargin from now.
 		c = l.c(t0.Add(5 * time.Second))
 		time.Sleep(lazyWakeMargin - time.Nanosecond)
-		if due(c) {
+		if testutil.Ready(c) {
 			t.Fatal("a past deadline fired before the margin")
 		}
 		time.Sleep(time.Nanosecond)
-		if !due(c) {
+		if !testutil.Ready(c) {
 			t.Fatal("a past deadline did not fire after the margin")
 		}
 		l.fired()
@@ -313,11 +294,11 @@ func TestLazyWakeTimer(t *testing.T) {
 		l.c(now.Add(time.Second))
 		c = l.c(now.Add(3 * time.Second))
 		time.Sleep(2 * time.Second)
-		if due(c) {
+		if testutil.Ready(c) {
 			t.Fatal("fired at the replaced deadline")
 		}
 		time.Sleep(time.Second)
-		if !due(c) {
+		if !testutil.Ready(c) {
 			t.Fatal("not fired at the new deadline")
 		}
 		l.fired()
@@ -327,7 +308,7 @@ func TestLazyWakeTimer(t *testing.T) {
 			t.Fatal("a zero deadline gave a channel")
 		}
 		time.Sleep(2 * time.Second)
-		if due(c) {
+		if testutil.Ready(c) {
 			t.Fatal("fired after it was disarmed")
 		}
 	})

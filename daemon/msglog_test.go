@@ -1,8 +1,6 @@
 package daemon
 
 import (
-	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -23,15 +21,7 @@ type msgLog struct {
 func (l *msgLog) Levels() []logrus.Level { return logrus.AllLevels }
 
 func (l *msgLog) Fire(e *logrus.Entry) error {
-	keys := make([]string, 0, len(e.Data))
-	for k := range e.Data {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	s := e.Message
-	for _, k := range keys {
-		s += fmt.Sprintf(" %s=%v", k, e.Data[k])
-	}
+	s := testutil.EntryLine(e)
 	l.mu.Lock()
 	l.entries = append(l.entries, s)
 	l.mu.Unlock()

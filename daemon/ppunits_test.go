@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/godbus/dbus/v5"
@@ -11,31 +10,6 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/daemon/bus"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
-
-// fakeUnitFiles answers as much of the system manager as the power-profiles units watch asks:
-// Subscribe, and GetUnitFileState from a table (FileNotFound for a unit
-// not in it, as systemd answers for a unit without a file).
-type fakeUnitFiles struct {
-	mu    sync.Mutex
-	files map[string]string
-}
-
-func (f *fakeUnitFiles) Subscribe() *dbus.Error { return nil }
-
-func (f *fakeUnitFiles) GetUnitFileState(name string) (string, *dbus.Error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if st, ok := f.files[name]; ok {
-		return st, nil
-	}
-	return "", dbus.NewError("org.freedesktop.DBus.Error.FileNotFound", []any{"No such file or directory"})
-}
-
-func (f *fakeUnitFiles) set(files map[string]string) {
-	f.mu.Lock()
-	f.files = files
-	f.mu.Unlock()
-}
 
 // ppOwners is the owners of the two power-profiles names, as one string.
 func ppOwners(conn *dbus.Conn) string {
@@ -63,12 +37,12 @@ func TestDaemonLeavesPowerProfilesToInstalledDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer systemd.Close()
-	fake := &fakeUnitFiles{files: map[string]string{"power-profiles-daemon.service": "disabled"}}
-	if err := systemd.Export(fake, systemdPath, systemdIface); err != nil {
+	fake := testutil.NewFakeUnitFiles(map[string]string{"power-profiles-daemon.service": "disabled"})
+	if err := fake.Export(systemd); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := systemd.RequestName(systemdName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
-		t.Fatalf("RequestName(%s) = %v, %v", systemdName, r, err)
+	if r, err := systemd.RequestName(testutil.SystemdName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
+		t.Fatalf("RequestName(%s) = %v, %v", testutil.SystemdName, r, err)
 	}
 	ml := new(msgLog)
 	newMockLaptop(t).startWith(t, func(c *Config) {

@@ -189,27 +189,8 @@ func startThreadsProc(t *testing.T) threadsProc {
 	}
 	c := exec.Command(exe, "-test.run=^$")
 	c.Env = append(os.Environ(), "SCHEDPOLICYD_TEST_THREADS=1")
-	in, out := startPiped(t, c)
+	in, out := testutil.StartPiped(t, c)
 	return threadsProc{in: in, out: out, pid: c.Process.Pid}
-}
-
-// startPiped starts c with a pipe to its stdin and one from its stdout;
-// it is killed at the test's end.
-func startPiped(t *testing.T, c *exec.Cmd) (io.WriteCloser, *bufio.Reader) {
-	t.Helper()
-	in, err := c.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := c.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
-	return in, bufio.NewReader(out)
 }
 
 // wakeOutcome is what one pressure wake driven on the loop found.

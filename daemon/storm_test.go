@@ -103,7 +103,10 @@ func TestStormBusCalls(t *testing.T) {
 	}
 	stop := time.Now().Add(dur)
 	var wg sync.WaitGroup
-	for c := range clients {
+	// client runs body in a goroutine of its own (wg counts it) on a
+	// connection of its own to the daemon's object; a connection that
+	// fails is a failure.
+	client := func(body func(obj dbus.BusObject)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -113,7 +116,11 @@ func TestStormBusCalls(t *testing.T) {
 				return
 			}
 			defer conn.Close()
-			obj := conn.Object(bus.Name, bus.ObjectPath)
+			body(conn.Object(bus.Name, bus.ObjectPath))
+		}()
+	}
+	for c := range clients {
+		client(func(obj dbus.BusObject) {
 			tick := time.NewTicker(time.Second / perClient)
 			defer tick.Stop()
 			for i := 0; time.Now().Before(stop); i++ {
@@ -134,19 +141,10 @@ func TestStormBusCalls(t *testing.T) {
 					fail(err)
 				}
 			}
-		}()
+		})
 	}
 	var sets atomic.Int64
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		conn, err := dbus.Connect(addr)
-		if err != nil {
-			fail(err)
-			return
-		}
-		defer conn.Close()
-		obj := conn.Object(bus.Name, bus.ObjectPath)
+	client(func(obj dbus.BusObject) {
 		pols := []string{"powersaving", "performance", "balance"}
 		for i := 0; time.Now().Before(stop); i++ {
 			if err := obj.Call(bus.Interface+".SetPolicy", 0, pols[i%3]).Err; err != nil {
@@ -155,7 +153,7 @@ func TestStormBusCalls(t *testing.T) {
 			sets.Add(1)
 			time.Sleep(10 * time.Millisecond)
 		}
-	}()
+	})
 	wg.Wait()
 	rate := float64(calls.Load()) / dur.Seconds()
 	t.Logf("%d calls from %d clients in %v (%.0f/s), %d SetPolicy, %d failures; daemon: %+v",

@@ -23,11 +23,7 @@ func needFUSE(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount FUSE")
 	}
-	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
-	if err != nil {
-		t.Skipf("needs /dev/fuse: %v", err)
-	}
-	f.Close()
+	testutil.NeedFUSE(t)
 }
 
 // writeOnce opens path for writing and makes exactly one write(2).

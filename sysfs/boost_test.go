@@ -4,25 +4,18 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"reflect"
 	"syscall"
 	"testing"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
 // boostTree writes files (relative path → content) below a new root.
 func boostTree(t *testing.T, files map[string]string) FS {
 	t.Helper()
 	root := t.TempDir()
-	for p, v := range files {
-		full := filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(v), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testutil.WriteTree(t, root, files)
 	fsys, err := NewFS(root)
 	if err != nil {
 		t.Fatal(err)

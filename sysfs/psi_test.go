@@ -31,10 +31,11 @@ func TestPressureTriggerRejects(t *testing.T) {
 	}
 }
 
-// TestPressureTriggerReal arms a trigger on the machine's
-// /proc/pressure/cpu and makes CPU pressure: more busy processes than CPUs
-// for a few seconds. The trigger must fire; Close must end it.
-func TestPressureTriggerReal(t *testing.T) {
+// openCPUTrigger arms a trigger on the machine's /proc/pressure/cpu: 100
+// ms of stall in a 2 s window. It skips t on a kernel without PSI and
+// fails it on any other error.
+func openCPUTrigger(t *testing.T) *PressureTrigger {
+	t.Helper()
 	const path = "/proc/pressure/cpu"
 	tr, err := OpenPressureTrigger(path, 100*time.Millisecond, 2*time.Second)
 	if errors.Is(err, ErrNoPSI) {
@@ -43,6 +44,14 @@ func TestPressureTriggerReal(t *testing.T) {
 	if err != nil {
 		t.Fatalf("OpenPressureTrigger: %v", err)
 	}
+	return tr
+}
+
+// TestPressureTriggerReal arms a trigger on the machine's
+// /proc/pressure/cpu and makes CPU pressure: more busy processes than CPUs
+// for a few seconds. The trigger must fire; Close must end it.
+func TestPressureTriggerReal(t *testing.T) {
+	tr := openCPUTrigger(t)
 	defer tr.Close()
 	// Drain a signal that other load on the machine may already have caused.
 	select {
@@ -120,14 +129,7 @@ func FuzzParseCPUPressure(f *testing.F) {
 // Resume — busy processes then signal on C — and one paused again closes
 // at once (the poll goroutine ends) without Resume.
 func TestPressureTriggerPauseResume(t *testing.T) {
-	const path = "/proc/pressure/cpu"
-	tr, err := OpenPressureTrigger(path, 100*time.Millisecond, 2*time.Second)
-	if errors.Is(err, ErrNoPSI) {
-		t.Skipf("this kernel has no PSI at %s: %v", path, err)
-	}
-	if err != nil {
-		t.Fatalf("OpenPressureTrigger: %v", err)
-	}
+	tr := openCPUTrigger(t)
 	defer tr.Close()
 	tr.Pause()
 	tr.Pause()

@@ -13,11 +13,7 @@ import (
 // ownName connects to addr as root and owns name, failing t otherwise.
 func ownName(t *testing.T, addr, name string) *dbus.Conn {
 	t.Helper()
-	c, err := dbus.Connect(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := testutil.Connect(t, addr)
 	if r, err := c.RequestName(name, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
 		t.Fatalf("RequestName(%s) = %v, %v", name, r, err)
 	}

@@ -74,11 +74,7 @@ func serveBigTree(t *testing.T, h TreeHandler, opts TreeOptions) *fuseTree {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: opens the tree as other uids")
 	}
-	if f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0); err != nil {
-		t.Skipf("cannot open /dev/fuse: %v", err)
-	} else {
-		f.Close()
-	}
+	testutil.NeedFUSE(t)
 	base := t.TempDir()
 	if err := os.Chmod(filepath.Dir(base), 0o755); err != nil { // t.TempDir's own 0700 parent
 		t.Fatal(err)
@@ -120,21 +116,9 @@ func startHolder(t *testing.T) *holder {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestTreeOpenHolderProcess$")
 	cmd.Env = append(os.Environ(), "SCHEDPOLICYD_TREE_HOLDER=1")
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	cmd.Stderr = testutil.LogWriter(t)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	h := &holder{cmd: cmd, in: in, out: bufio.NewReader(out)}
-	t.Cleanup(h.kill)
-	return h
+	in, out := testutil.StartPiped(t, cmd)
+	return &holder{cmd: cmd, in: in, out: out}
 }
 
 // kill ends the holder with SIGKILL (no close of its own) and reaps it.
@@ -222,54 +206,44 @@ func TestTreeOpenHolderProcess(t *testing.T) {
 // reading each file to its end or listing each directory, and stops at
 // the first failure, whose errno it returns.
 func openAs(uid, n int, path string) (fds []int, errno syscall.Errno) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// Never unlocked: the goroutine's end takes the thread, with its
-		// changed credentials, away.
-		runtime.LockOSThread()
-		if uid != 0 {
-			id := uintptr(uid)
-			for _, call := range [][4]uintptr{
-				{unix.SYS_SETGROUPS, 0, 0},
-				{unix.SYS_SETRESGID, ^uintptr(0), id, ^uintptr(0)},
-				{unix.SYS_SETRESUID, ^uintptr(0), id, ^uintptr(0)},
-			} {
-				if _, _, e := unix.RawSyscall(call[0], call[1], call[2], call[3]); e != 0 {
-					errno = e
-					return
-				}
-			}
-		}
+	open := func() error {
 		buf := make([]byte, 128*1024)
 		for range n {
 			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 			if err != nil {
-				errno = err.(syscall.Errno)
-				return
+				return err
 			}
 			fds = append(fds, fd)
 			var st unix.Stat_t
 			if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 				if _, err := unix.Getdents(fd, buf); err != nil {
-					errno = err.(syscall.Errno)
-					return
+					return err
 				}
 				continue
 			}
 			for {
 				m, err := unix.Read(fd, buf)
 				if err != nil {
-					errno = err.(syscall.Errno)
-					return
+					return err
 				}
 				if m == 0 {
 					break
 				}
 			}
 		}
-	}()
-	<-done
+		return nil
+	}
+	// Root keeps its groups; another uid opens from a thread of its own
+	// with that uid's credentials alone.
+	var err error
+	if uid == 0 {
+		err = open()
+	} else {
+		err = testutil.AsUID(uid, open)
+	}
+	if err != nil {
+		errno = err.(syscall.Errno)
+	}
 	return fds, errno
 }
 

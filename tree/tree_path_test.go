@@ -18,19 +18,12 @@ import (
 // never mounted or written where such a user points it
 // (internal/trustedpath).
 
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to give a directory or symlink to another user")
-	}
-}
-
 // TestServeTreeSymlinkInUserDirRefused (issue 32, item 7): a tree
 // directory that is a symlink in a directory a user controls, pointing to
 // root's directory, is refused by both backends with an error naming the
 // symlink; nothing is mounted on the target nor written in it.
 func TestServeTreeSymlinkInUserDirRefused(t *testing.T) {
-	needRoot(t)
+	testutil.NeedUserDirs(t)
 	for _, backend := range []Backend{BackendFUSE, BackendPlain} {
 		for _, c := range testutil.UserDirCases {
 			t.Run(string(backend)+"/"+c.Name, func(t *testing.T) {

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
 const (
@@ -97,11 +99,7 @@ func serveTestFUSE(t *testing.T, h TreeHandler) Tree {
 
 func serveTestFUSEAt(t *testing.T, dir string, h TreeHandler) Tree {
 	t.Helper()
-	if f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0); err != nil {
-		t.Skipf("cannot open /dev/fuse: %v", err)
-	} else {
-		f.Close()
-	}
+	testutil.NeedFUSE(t)
 	tree, err := ServeTree(TreeOptions{Dir: dir, Files: testTreeFiles, Handler: h, Backend: BackendFUSE})
 	if errors.Is(err, syscall.EPERM) {
 		t.Skipf("FUSE mount not permitted: %v", err)

@@ -110,11 +110,7 @@ type propsCalls struct {
 
 func watchPropsCalls(t *testing.T, addr string) *propsCalls {
 	t.Helper()
-	conn, err := dbus.Connect(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := testutil.Connect(t, addr)
 	var owner string
 	if err := conn.BusObject().Call("org.freedesktop.DBus.GetNameOwner", 0, busName).Store(&owner); err != nil {
 		t.Fatal(err)

@@ -11,22 +11,6 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/daemon"
 )
 
-// fuseMountedAt reports whether a fuse.schedpolicyd mount is at dir
-// (/proc/self/mountinfo).
-func fuseMountedAt(t *testing.T, dir string) bool {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) > 4 && f[4] == dir && strings.Contains(l, " - fuse.schedpolicyd ") {
-			return true
-		}
-	}
-	return false
-}
-
 // TestCleanupAfterKill9: `schedpolicyd cleanup` (the unit's ExecStopPost=)
 // changes nothing while a daemon serves the tree (exit 1); after the
 // daemon's kill -9 it detaches the dead FUSE mount and removes the tree
@@ -34,14 +18,9 @@ func fuseMountedAt(t *testing.T, dir string) bool {
 // (its lock file names it), leaving the state directory; run again, it
 // finds nothing left (exit 0).
 func TestCleanupAfterKill9(t *testing.T) {
-	requireMachine(t)
-	bin := buildDaemon(t)
-	sys := mockMachine(t, "ac-offline-battery-unknown")
-	tmp := t.TempDir()
-	run := filepath.Join(tmp, "run", "schedpolicyd")
-	treeDir, stateDir, conf := filepath.Join(run, "sysfs"), filepath.Join(tmp, "state"), emptyConf(t)
-	p := startDaemonProc(t, bin, "--sysfs-root", sys, "--cgroup-root", "none", "--tree-dir", treeDir, "--tree-backend", "fuse",
-		"--state-dir", stateDir, "--bus", "none", "--events", "fsnotify", "--log-level", "debug", "--config", conf)
+	r := newTreeRun(t)
+	bin, run, treeDir, stateDir, conf := r.bin, r.run, r.treeDir, r.stateDir, r.conf
+	p := startDaemonProc(t, bin, r.args...)
 	cleanup := func() (int, string) {
 		t.Helper()
 		cmd := exec.Command(bin, "cleanup", "--tree-dir", treeDir, "--config", conf)
@@ -84,11 +63,7 @@ func TestCleanupAfterKill9(t *testing.T) {
 	if fuseMountedAt(t, treeDir) {
 		t.Error("the tree is still mounted")
 	}
-	for _, gone := range []string{treeDir, treeDir + ".lock", run, filepath.Dir(run)} {
-		if _, err := os.Lstat(gone); !os.IsNotExist(err) {
-			t.Errorf("%s left: %v", gone, err)
-		}
-	}
+	r.wantGone(t, "")
 	if got := listDir(t, stateDir); got != stateBefore {
 		t.Errorf("the state directory after cleanup: %s, before: %s (it is the next start's)", got, stateBefore)
 	}
@@ -109,29 +84,54 @@ func TestCleanupAfterKill9(t *testing.T) {
 // since only the run that made it knew it; the lock file now names it and
 // the second run adopts it).
 func TestTreeDirsAfterKill9RestartStop(t *testing.T) {
-	requireMachine(t)
-	bin := buildDaemon(t)
-	sys := mockMachine(t, "ac-offline-battery-unknown")
-	tmp := t.TempDir()
-	run := filepath.Join(tmp, "run", "schedpolicyd")
-	treeDir, stateDir, conf := filepath.Join(run, "sysfs"), filepath.Join(tmp, "state"), emptyConf(t)
-	args := []string{"--sysfs-root", sys, "--cgroup-root", "none", "--tree-dir", treeDir, "--tree-backend", "fuse",
-		"--state-dir", stateDir, "--bus", "none", "--events", "fsnotify", "--log-level", "debug", "--config", conf}
-	startDaemonProc(t, bin, args...).kill9(t)
-	if !fuseMountedAt(t, treeDir) {
+	r := newTreeRun(t)
+	startDaemonProc(t, r.bin, r.args...).kill9(t)
+	if !fuseMountedAt(t, r.treeDir) {
 		t.Fatal("the test assumes kill -9 leaves the tree mounted")
 	}
-	p := startDaemonProc(t, bin, args...)
-	if _, err := os.ReadFile(filepath.Join(treeDir, daemon.TreePrefix, "current_sched_policy")); err != nil {
+	p := startDaemonProc(t, r.bin, r.args...)
+	if _, err := os.ReadFile(filepath.Join(r.treeDir, daemon.TreePrefix, "current_sched_policy")); err != nil {
 		t.Fatalf("the second run's tree: %v", err)
 	}
 	p.stop(t)
-	if fuseMountedAt(t, treeDir) {
+	if fuseMountedAt(t, r.treeDir) {
 		t.Error("the tree is still mounted")
 	}
-	for _, gone := range []string{treeDir, treeDir + ".lock", run, filepath.Dir(run)} {
+	r.wantGone(t, " after kill -9, a restart and a clean stop")
+}
+
+// treeRun is the daemon of the tree-cleanup tests: bin with args, on a
+// mock machine, no cgroups and no bus, its FUSE tree at
+// TMP/run/schedpolicyd/sysfs (treeDir: the two directories above it are
+// the daemon's to make, run the lower) and its state in TMP/state.
+type treeRun struct {
+	bin, run, treeDir, stateDir, conf string
+	args                              []string
+}
+
+// newTreeRun builds the binary and the machine; it skips t where the
+// machine cannot run the daemon (requireMachine).
+func newTreeRun(t *testing.T) treeRun {
+	t.Helper()
+	requireMachine(t)
+	r := treeRun{bin: buildDaemon(t), conf: emptyConf(t)}
+	sys := mockMachine(t, "ac-offline-battery-unknown")
+	tmp := t.TempDir()
+	r.run = filepath.Join(tmp, "run", "schedpolicyd")
+	r.treeDir, r.stateDir = filepath.Join(r.run, "sysfs"), filepath.Join(tmp, "state")
+	r.args = []string{"--sysfs-root", sys, "--cgroup-root", "none", "--tree-dir", r.treeDir, "--tree-backend", "fuse",
+		"--state-dir", r.stateDir, "--bus", "none", "--events", "fsnotify", "--log-level", "debug", "--config", r.conf}
+	return r
+}
+
+// wantGone checks that nothing of the tree is left: the tree directory,
+// its lock file and the two directories made for it; when says when in
+// the failure message.
+func (r treeRun) wantGone(t *testing.T, when string) {
+	t.Helper()
+	for _, gone := range []string{r.treeDir, r.treeDir + ".lock", r.run, filepath.Dir(r.run)} {
 		if _, err := os.Lstat(gone); !os.IsNotExist(err) {
-			t.Errorf("%s left after kill -9, a restart and a clean stop: %v", gone, err)
+			t.Errorf("%s left%s: %v", gone, when, err)
 		}
 	}
 }

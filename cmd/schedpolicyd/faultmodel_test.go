@@ -154,10 +154,7 @@ func TestFaultModel(t *testing.T) {
 		testutil.NeedRealHotplug(t)
 	}
 	requireMachine(t)
-	all := testutil.ReadTrim(t, testutil.CpusetRoot+"/cpuset.effective_cpus")
-	if online := testutil.ReadTrim(t, "/sys/devices/system/cpu/online"); all != online {
-		t.Skipf("the root cpuset (%s) differs from the online CPUs (%s)", all, online)
-	}
+	all := rootCpusetCPUs(t)
 	set, err := sysfs.ParseCPUList(all)
 	if err != nil || len(set.List()) < 2 {
 		t.Skipf("needs at least 2 online CPUs, this machine has %q", all)

@@ -115,13 +115,22 @@ type v1Parent struct {
 	procs           []*exec.Cmd
 }
 
-func newV1Parent(t *testing.T) *v1Parent {
+// rootCpusetCPUs is the root cpuset's effective CPUs, a cpulist; it
+// skips t unless they are the online CPUs, all of which the tests' plans
+// count on.
+func rootCpusetCPUs(t *testing.T) string {
 	t.Helper()
 	online := testutil.ReadTrim(t, "/sys/devices/system/cpu/online")
 	all := testutil.ReadTrim(t, testutil.CpusetRoot+"/cpuset.effective_cpus")
 	if all != online {
 		t.Skipf("the root cpuset (%s) differs from the online CPUs (%s)", all, online)
 	}
+	return all
+}
+
+func newV1Parent(t *testing.T) *v1Parent {
+	t.Helper()
+	all := rootCpusetCPUs(t)
 	if !strings.ContainsAny(all, ",-") {
 		t.Skipf("needs at least 2 online CPUs, this machine has %s", all)
 	}
@@ -231,8 +240,7 @@ func TestCrashKill9Reconcile(t *testing.T) {
 	addr := testutil.StartBus(t, testutil.BusOptions{}).Addr
 	sys := mockMachine(t, "ac-offline-battery-unknown")
 	boost := filepath.Join(sys, "devices/system/cpu/cpufreq/boost")
-	os.MkdirAll(filepath.Dir(boost), 0o755)
-	testutil.Write(t, boost, "1")
+	testutil.Put(t, boost, "1")
 	cg := newV1Parent(t)
 	last := cg.cpus[strings.LastIndexAny(cg.cpus, ",-")+1:]
 	cg.child(t, "w1", last) // original: the last CPU only
@@ -347,10 +355,10 @@ func TestFaultsRealBinary(t *testing.T) {
 		}
 		p.logHas(t, "remount logged", "the tree was unmounted from outside; mounted it again")
 		testutil.WaitFor(t, "tree served again", 10*time.Second, func() (bool, string) {
-			fstype, mounted, err := mountAtForTest(treeDir)
+			fstype := topMountAt(t, treeDir)
 			b, rerr := os.ReadFile(knob + "/power_aware")
-			return mounted && fstype == "fuse.schedpolicyd" && rerr == nil && string(b) == "1\n",
-				fmt.Sprintf("fstype=%s mounted=%v err=%v read=%q %v", fstype, mounted, err, b, rerr)
+			return fstype == "fuse.schedpolicyd" && rerr == nil && string(b) == "1\n",
+				fmt.Sprintf("fstype=%q read=%q %v", fstype, b, rerr)
 		})
 		// The remounted tree still refuses bad values like the first.
 		out, err := exec.Command("bash", "-c", "echo bogus > "+knob+"/power_aware").CombinedOutput()
@@ -479,31 +487,9 @@ func TestFaultsRealBinary(t *testing.T) {
 	if a, b := cg.cpusOf(t, "w1"), cg.cpusOf(t, "w2"); a != cg.cpus || b != cg.cpus {
 		t.Errorf("after SIGTERM w1=%s w2=%s, want the originals %s", a, b, cg.cpus)
 	}
-	if fstype, mounted, _ := mountAtForTest(treeDir); mounted {
+	if fstype := topMountAt(t, treeDir); fstype != "" {
 		t.Errorf("tree still mounted (%s) after exit", fstype)
 	}
-}
-
-// mountAtForTest returns the file system type of the topmost mount at dir.
-func mountAtForTest(dir string) (string, bool, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return "", false, err
-	}
-	fstype, mounted := "", false
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 7 || f[4] != dir {
-			continue
-		}
-		for i := 6; i < len(f)-1; i++ {
-			if f[i] == "-" {
-				fstype, mounted = f[i+1], true
-				break
-			}
-		}
-	}
-	return fstype, mounted, nil
 }
 
 // TestCorruptStateFile: a state.json that is garbage, of another version,

@@ -45,11 +45,7 @@ func requireMachine(t *testing.T) {
 	if _, err := os.Stat(testutil.CpusetRoot + "/cpuset.cpus"); err != nil {
 		t.Skipf("needs the cgroup v1 cpuset controller at %s: %v", testutil.CpusetRoot, err)
 	}
-	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
-	if err != nil {
-		t.Skipf("needs /dev/fuse to mount the tree: %v", err)
-	}
-	f.Close()
+	testutil.NeedFUSE(t)
 	testutil.NeedBusDaemon(t)
 }
 
@@ -133,11 +129,7 @@ func TestEndToEnd(t *testing.T) {
 	addr := testutil.StartBus(t, testutil.BusOptions{}).Addr
 	sys := mockMachine(t, "ac-offline-battery-unknown")
 	ps := filepath.Join(sys, "class/power_supply")
-	online := testutil.ReadTrim(t, "/sys/devices/system/cpu/online")
-	allCPUs := testutil.ReadTrim(t, testutil.CpusetRoot+"/cpuset.effective_cpus")
-	if allCPUs != online {
-		t.Skipf("the root cpuset (%s) differs from the online CPUs (%s)", allCPUs, online)
-	}
+	allCPUs := rootCpusetCPUs(t)
 
 	tmp := t.TempDir()
 	treeDir := filepath.Join(tmp, "tree")
@@ -153,7 +145,7 @@ func TestEndToEnd(t *testing.T) {
 
 	// w1 exists before the daemon starts, restricted to the last CPU: its
 	// original cpuset must come back on SIGTERM.
-	lastCPUStr := online[strings.LastIndexAny(online, ",-")+1:]
+	lastCPUStr := allCPUs[strings.LastIndexAny(allCPUs, ",-")+1:]
 	if err := os.MkdirAll(cg+"/w1", 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -4,11 +4,9 @@ import (
 	"bufio"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +20,7 @@ import (
 // removes the file on SIGTERM.
 func TestMetricsTextfileBinary(t *testing.T) {
 	src := filepath.Join(powerCases, "surface-pro-on-battery", "sys", "class")
-	bin := buildProbe(t)
+	bin := buildDaemon(t)
 	dir := t.TempDir()
 	sys := filepath.Join(dir, "sys")
 	testutil.CopyFixture(t, "../../sysfs/testdata/topology/laptop-4c8t", sys)
@@ -31,21 +29,9 @@ func TestMetricsTextfileBinary(t *testing.T) {
 	os.Mkdir(filepath.Dir(prom), 0o755)
 	tree := filepath.Join(dir, "run", "tree")
 	addr := testutil.StartBus(t, testutil.BusOptions{}).Addr // a Unix socket to hold
-	cmd := exec.Command(bin, "--sysfs-root", sys, "--cgroup-root", "none", "--bus", addr, "--events", "fsnotify",
+	p := procOf(testutil.StartProc(t, bin, "--sysfs-root", sys, "--cgroup-root", "none", "--bus", addr, "--events", "fsnotify",
 		"--tree-backend", "plain", "--tree-dir", tree, "--state-dir", filepath.Join(dir, "state"),
-		"--debounce", "20ms", "--metrics-textfile", prom, "--config", filepath.Join(dir, "none.conf"))
-	cmd.Stdout, cmd.Stderr = testutil.LogWriter(t), testutil.LogWriter(t)
-	// --config names a file that must exist: an empty one.
-	testutil.WriteFile(t, filepath.Join(dir, "none.conf"), "")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
-	})
+		"--debounce", "20ms", "--metrics-textfile", prom, "--config", emptyConf(t)))
 	testutil.WaitFor(t, "the textfile", 15*time.Second, func() (bool, string) {
 		b, err := os.ReadFile(prom)
 		return err == nil && strings.Contains(string(b), `schedpolicyd_power_source{power_source="battery"} 1`), string(b)
@@ -61,7 +47,7 @@ func TestMetricsTextfileBinary(t *testing.T) {
 	}
 
 	// Every socket of the process is a Unix or netlink socket.
-	pid := cmd.Process.Pid
+	pid := p.cmd.Process.Pid
 	socks := socketInodes(t, pid)
 	if len(socks) == 0 {
 		t.Fatal("no socket at all, not even the bus connection: the fd view is wrong")
@@ -93,16 +79,7 @@ func TestMetricsTextfileBinary(t *testing.T) {
 		b, _ := os.ReadFile(prom)
 		return strings.Contains(string(b), `schedpolicyd_policy{policy="performance"} 1`), string(b)
 	})
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-exited:
-		exited <- err
-		if err != nil {
-			t.Errorf("exit after SIGTERM: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no exit after SIGTERM")
-	}
+	p.stop(t)
 	if _, err := os.Stat(prom); !os.IsNotExist(err) {
 		t.Errorf("textfile after a clean stop: %v, want it removed", err)
 	}

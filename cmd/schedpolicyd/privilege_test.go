@@ -40,8 +40,7 @@ func TestPrivilegeBoundaries(t *testing.T) {
 	addr := testutil.StartBus(t, testutil.BusOptions{}).Addr
 	sys := mockMachine(t, "ac-offline-battery-unknown")
 	boost := filepath.Join(sys, "devices/system/cpu/cpufreq/boost")
-	os.MkdirAll(filepath.Dir(boost), 0o755)
-	testutil.Write(t, boost, "1")
+	testutil.Put(t, boost, "1")
 	cg := newV1Parent(t)
 	cg.child(t, "w1", cg.cpus)
 	cg.spin(t, "w1")

@@ -19,16 +19,6 @@ import (
 // its public source in case.json (see its README.md).
 const powerCases = "../../testdata/power_supply"
 
-// buildProbe compiles the real binary into a test directory.
-func buildProbe(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "schedpolicyd")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // probeJSON runs `schedpolicyd probe --sysfs-root root --json` with an
 // empty state directory (default knob).
 func probeJSON(t *testing.T, bin, root string) probeReport {
@@ -93,7 +83,7 @@ func TestProbePowerCases(t *testing.T) {
 		t.Fatalf("no */case.json in %s (%v)", powerCases, err)
 	}
 	sort.Strings(files)
-	bin := buildProbe(t)
+	bin := buildDaemon(t)
 	for _, f := range files {
 		dir := filepath.Dir(f)
 		name := filepath.Base(dir)

@@ -17,7 +17,7 @@ import (
 // Pro on battery names the battery source and its 7.21 W.
 func TestProbeEnergyBattery(t *testing.T) {
 	root := filepath.Join(powerCases, "surface-pro-on-battery", "sys")
-	r := probeJSON(t, buildProbe(t), root)
+	r := probeJSON(t, buildDaemon(t), root)
 	w := 7.21
 	want := energy.ProbeResult{Source: "battery", Measuring: true,
 		Batteries: []energy.ProbeBattery{{Supply: "BAT1", Status: "Discharging", Watts: &w, From: "power_now"}}}

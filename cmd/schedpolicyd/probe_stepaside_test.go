@@ -16,7 +16,7 @@ func TestProbeStepAside(t *testing.T) {
 	testutil.CopyFixture(t, "../../sysfs/testdata/topology/laptop-4c8t", root)
 	testutil.Put(t, filepath.Join(root, "devices/system/cpu/amd_pstate/dynamic_epp"), "1")
 	testutil.Put(t, filepath.Join(root, "devices/system/cpu/sched_policy/current_sched_policy"), "balance")
-	r := probeJSON(t, buildProbe(t), root)
+	r := probeJSON(t, buildDaemon(t), root)
 	if want := "the kernel's amd_pstate dynamic EPP (devices/system/cpu/amd_pstate/dynamic_epp = 1)"; r.BoostOwner != want {
 		t.Errorf("boost_owner = %q, want %q", r.BoostOwner, want)
 	}
@@ -28,7 +28,7 @@ func TestProbeStepAside(t *testing.T) {
 	}
 	plain := filepath.Join(t.TempDir(), "sys")
 	testutil.CopyFixture(t, "../../sysfs/testdata/topology/laptop-4c8t", plain)
-	if r := probeJSON(t, buildProbe(t), plain); r.BoostOwner != "" || r.KernelKnob != "" {
+	if r := probeJSON(t, buildDaemon(t), plain); r.BoostOwner != "" || r.KernelKnob != "" {
 		t.Errorf("no evidence: boost_owner %q, kernel_knob %q", r.BoostOwner, r.KernelKnob)
 	}
 }

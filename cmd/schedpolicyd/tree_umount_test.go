@@ -12,27 +12,58 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
-// fuseMountsAt counts the fuse.schedpolicyd mounts whose mount point is dir
-// in /proc/self/mountinfo (the daemon runs in our mount namespace).
-func fuseMountsAt(t *testing.T, dir string) int {
+// mountsAt lists the file system types of the mounts whose mount point is
+// dir in /proc/self/mountinfo (the daemon runs in our mount namespace), in
+// its order: the topmost last. It fails t when the file cannot be read.
+func mountsAt(t *testing.T, dir string) []string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	var types []string
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
 		if len(f) < 7 || f[4] != dir {
 			continue
 		}
 		for i := 6; i < len(f)-1; i++ {
-			if f[i] == "-" && f[i+1] == "fuse.schedpolicyd" {
-				n++
+			if f[i] == "-" {
+				types = append(types, f[i+1])
+				break
 			}
 		}
 	}
+	return types
+}
+
+// fuseMountsAt counts the tree's mounts (fuse.schedpolicyd) at dir.
+func fuseMountsAt(t *testing.T, dir string) int {
+	t.Helper()
+	n := 0
+	for _, fstype := range mountsAt(t, dir) {
+		if fstype == "fuse.schedpolicyd" {
+			n++
+		}
+	}
 	return n
+}
+
+// fuseMountedAt reports whether the tree is mounted at dir.
+func fuseMountedAt(t *testing.T, dir string) bool {
+	t.Helper()
+	return fuseMountsAt(t, dir) > 0
+}
+
+// topMountAt is the file system type of the topmost mount at dir, "" when
+// nothing is mounted there.
+func topMountAt(t *testing.T, dir string) string {
+	t.Helper()
+	types := mountsAt(t, dir)
+	if len(types) == 0 {
+		return ""
+	}
+	return types[len(types)-1]
 }
 
 // fuseConns counts the /dev/fuse files the process pid holds: one per FUSE
@@ -66,11 +97,7 @@ func TestTreeLazyUnmountWhileHeld(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: mounts FUSE")
 	}
-	if f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0); err != nil {
-		t.Skipf("needs /dev/fuse to mount the tree: %v", err)
-	} else {
-		f.Close()
-	}
+	testutil.NeedFUSE(t)
 	for _, tool := range []string{"umount", "bash"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("needs %s: %v", tool, err)

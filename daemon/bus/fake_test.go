@@ -446,11 +446,7 @@ func startService(t *testing.T, addr string, cfg Config) started {
 		t.Fatal(err)
 	}
 	t.Cleanup(svc.Close)
-	client, err := dbus.Connect(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
+	client := testutil.Connect(t, addr)
 	return started{f: f, svc: svc, addr: addr, client: client, log: hook}
 }
 

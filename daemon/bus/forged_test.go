@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 
@@ -103,16 +102,7 @@ func TestForgedOwnerChangeKeepsFollowing(t *testing.T) {
 func logLines(h *logtest.Hook) []string {
 	var out []string
 	for _, e := range h.AllEntries() {
-		keys := make([]string, 0, len(e.Data))
-		for k := range e.Data {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		s := e.Message
-		for _, k := range keys {
-			s += fmt.Sprintf(" %s=%v", k, e.Data[k])
-		}
-		out = append(out, s)
+		out = append(out, testutil.EntryLine(e))
 	}
 	return out
 }
@@ -171,7 +161,7 @@ func TestForgedOwnerChangeEndsNoHold(t *testing.T) {
 	pbus := testutil.StartSystemPolicyBus(t, "../../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf")
 	st := startService(t, pbus.Addr, Config{PowerProfilesAPI: PowerProfilesServe})
 	attacker := testutil.DialAs(t, pbus.Addr, 65534)
-	h, p, q := dialClient(t, pbus.Addr), dialClient(t, pbus.Addr), dialClient(t, pbus.Addr)
+	h, p, q := testutil.Connect(t, pbus.Addr), testutil.Connect(t, pbus.Addr), testutil.Connect(t, pbus.Addr)
 	if err := h.Object(Name, ObjectPath).Call(Interface+".HoldPolicy", 0, "powersaving", "test").Err; err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ package bus
 import (
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -22,17 +21,8 @@ import (
 // runningHoldCalls is the number of goroutines inside the service's
 // HoldPolicy or HoldProfile handlers (busObject.HoldPolicy, ppObject.HoldProfile) (godbus runs each call in its own).
 func runningHoldCalls() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
 	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range testutil.Goroutines() {
 		if strings.Contains(g, "/daemon/bus.busObject.HoldPolicy(") || strings.Contains(g, "/daemon/bus.ppObject.HoldProfile(") {
 			count++
 		}

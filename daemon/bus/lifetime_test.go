@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -20,17 +19,8 @@ import (
 // not counted: a goroutine that has returned may still be listed), but
 // the calling goroutine and those in before (goroutineIDs).
 func ourGoroutines(before map[string]bool) []string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
 	var out []string
-	for i, g := range strings.Split(string(buf), "\n\n") {
+	for i, g := range testutil.Goroutines() {
 		if i == 0 || before[goroutineID(g)] {
 			continue // the caller comes first
 		}
@@ -57,10 +47,8 @@ func goroutineID(stack string) string {
 
 // goroutineIDs are the ids of the goroutines running now.
 func goroutineIDs() map[string]bool {
-	buf := make([]byte, 1<<20)
-	n := runtime.Stack(buf, true)
 	ids := map[string]bool{}
-	for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+	for _, g := range testutil.Goroutines() {
 		ids[goroutineID(g)] = true
 	}
 	return ids
@@ -75,17 +63,6 @@ func noneOfOurs(t *testing.T, before map[string]bool, after string) {
 	}
 }
 
-// testConn is a connection of the test's to addr, closed by its cleanup.
-func testConn(t *testing.T, addr string) *dbus.Conn {
-	t.Helper()
-	c, err := dbus.Connect(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 // TestCloseJoinsGoroutines: Close returns only once every goroutine the
 // service started has ended — the watch on the holders, the one on
 // intel-lpmd's name, and the power-profiles follower's reader and
@@ -96,8 +73,8 @@ func TestCloseJoinsGoroutines(t *testing.T) {
 	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
 	// The test's connections: systemd (no power-profiles unit installed),
 	// a power-profiles daemon to follow, intel-lpmd.
-	systemd := testConn(t, addr)
-	if err := systemd.Export(&fakeSystemd{}, systemdPath, systemdIface); err != nil {
+	systemd := testutil.Connect(t, addr)
+	if err := testutil.NewFakeUnitFiles(nil).Export(systemd); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := systemd.RequestName(systemdName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
@@ -106,7 +83,7 @@ func TestCloseJoinsGoroutines(t *testing.T) {
 	hadess := ppNames[1].name
 	ppd, p := ownPPD(t, addr, hadess, ProfileBalanced)
 	o := ppd.Names()[0]
-	lpmd := testConn(t, addr)
+	lpmd := testutil.Connect(t, addr)
 	ignore := goleak.IgnoreCurrent()
 	before := goroutineIDs()
 

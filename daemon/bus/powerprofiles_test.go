@@ -135,11 +135,7 @@ func (p *fakePPD) Get(iface, prop string) (dbus.Variant, *dbus.Error) {
 // cleanup closes.
 func ownPPD(t *testing.T, addr, name, profile string) (*dbus.Conn, *fakePPD) {
 	t.Helper()
-	c, err := dbus.Connect(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := testutil.Connect(t, addr)
 	p := &fakePPD{profile: profile}
 	if err := c.Export(p, ppPath(name), propsIface); err != nil {
 		t.Fatal(err)
@@ -271,18 +267,6 @@ func TestFollowerBelievesOnlyOwner(t *testing.T) {
 	}
 }
 
-// dialClient is another client connection to addr, which the test's
-// cleanup closes.
-func dialClient(t *testing.T, addr string) *dbus.Conn {
-	t.Helper()
-	c, err := dbus.Connect(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 // receive collects conn's signals whose interface is a power-profiles
 // name, after adding a match for the power-profiles paths (broadcasts;
 // a unicast signal arrives without one).
@@ -330,7 +314,7 @@ func untilHolds(t *testing.T, ch chan *dbus.Signal, counts ...int) []string {
 // before that PropertiesChanged is everything it got.
 func TestProfileReleased(t *testing.T) {
 	st := startService(t, "", Config{PowerProfilesAPI: PowerProfilesServe})
-	a, b, gone, watcher := dialClient(t, st.addr), dialClient(t, st.addr), dialClient(t, st.addr), dialClient(t, st.addr)
+	a, b, gone, watcher := testutil.Connect(t, st.addr), testutil.Connect(t, st.addr), testutil.Connect(t, st.addr), testutil.Connect(t, st.addr)
 	aSigs, bSigs, wSigs := receive(t, a), receive(t, b), receive(t, watcher)
 	hold := func(c *dbus.Conn, n int, profile string) uint32 {
 		t.Helper()
@@ -410,7 +394,7 @@ func TestSetHeldProfile(t *testing.T) {
 func TestProfileHoldEndedEarly(t *testing.T) {
 	st := startService(t, "", Config{PowerProfilesAPI: PowerProfilesServe})
 	pp := st.svc.current().pp
-	holder := dialClient(t, st.addr)
+	holder := testutil.Connect(t, st.addr)
 	sigs := make(chan *dbus.Signal, 8)
 	holder.Signal(sigs) // unicast: no match needed
 	h := ppHolder{owner: holder.Names()[0], iface: ppNames[0].name}

@@ -127,19 +127,9 @@ func (c ppClients) gdbusSet(profile string) (string, error) {
 func (c ppClients) holder(t *testing.T, name, path string) *gioHolder {
 	t.Helper()
 	cmd := c.cmd(systemPython, "-c", ppGioHolder, name, path)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stderr lockedLog
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	in, out := testutil.StartPiped(t, cmd)
 	h := &gioHolder{in: in, lines: make(chan string, 16), done: make(chan struct{})}
 	go func() {
 		defer close(h.done)

@@ -4,40 +4,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/godbus/dbus/v5"
 
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
-
-// fakeSystemd is as much of the system manager as ppUnits asks:
-// Subscribe, and GetUnitFileState from a table (FileNotFound for a unit
-// not in it, as systemd answers for a unit without a file; nil: no
-// power-profiles unit is installed).
-type fakeSystemd struct {
-	mu    sync.Mutex
-	files map[string]string
-}
-
-func (f *fakeSystemd) Subscribe() *dbus.Error { return nil }
-
-func (f *fakeSystemd) GetUnitFileState(name string) (string, *dbus.Error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if st, ok := f.files[name]; ok {
-		return st, nil
-	}
-	return "", dbus.NewError("org.freedesktop.DBus.Error.FileNotFound", []any{"No such file or directory"})
-}
-
-// set replaces the unit files the manager answers for.
-func (f *fakeSystemd) set(files map[string]string) {
-	f.mu.Lock()
-	f.files = files
-	f.mu.Unlock()
-}
 
 // countPrefix is the number of lines that start with prefix, and the
 // first of them ("" if none does).
@@ -65,9 +37,9 @@ func countPrefix(lines []string, prefix string) (int, string) {
 // nothing.
 func TestPowerProfilesLeftToInstalledDaemon(t *testing.T) {
 	pbus := testutil.StartSystemPolicyBus(t, "../../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf")
-	systemd := testConn(t, pbus.Addr)
-	fake := &fakeSystemd{files: map[string]string{"power-profiles-daemon.service": "disabled"}}
-	if err := systemd.Export(fake, systemdPath, systemdIface); err != nil {
+	systemd := testutil.Connect(t, pbus.Addr)
+	fake := testutil.NewFakeUnitFiles(map[string]string{"power-profiles-daemon.service": "disabled"})
+	if err := fake.Export(systemd); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := systemd.RequestName(systemdName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
@@ -96,14 +68,14 @@ func TestPowerProfilesLeftToInstalledDaemon(t *testing.T) {
 		}
 	}
 
-	fake.set(nil) // purged
+	fake.Set(nil) // purged
 	emit("UnitFilesChanged")
 	testutil.Eventually(t, "served once nothing is installed", func() (bool, string) { return owners() == served, owners() })
 
 	attacker := testutil.DialAs(t, pbus.Addr, 65534)
 	forge(t, attacker, []string{systemd.Names()[0], root.Names()[0]}, systemdPath, systemdIface+".JobNew",
 		uint32(66), dbus.ObjectPath("/org/freedesktop/systemd1/job/66"), "power-profiles-daemon.service")
-	fake.set(map[string]string{"tuned-ppd.service": "enabled"}) // installed, then a reload
+	fake.Set(map[string]string{"tuned-ppd.service": "enabled"}) // installed, then a reload
 	emit("Reloading", true)
 	emit("Reloading", false)
 	testutil.Eventually(t, "released once tuned-ppd is installed", func() (bool, string) { return owners() == none, owners() })
@@ -115,7 +87,7 @@ func TestPowerProfilesLeftToInstalledDaemon(t *testing.T) {
 		t.Fatalf("probe: %+v, want the names left to tuned-ppd.service (installed, enabled)", p)
 	}
 
-	fake.set(nil)
+	fake.Set(nil)
 	emit("UnitFilesChanged")
 	testutil.Eventually(t, "served again", func() (bool, string) { return owners() == served, owners() })
 	emit("JobNew", uint32(67), dbus.ObjectPath("/org/freedesktop/systemd1/job/67"), "power-profiles-daemon.service")

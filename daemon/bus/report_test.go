@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,26 +12,6 @@ import (
 
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
-
-// entriesAt returns the service's log entries at lvl whose message
-// contains msg.
-func entriesAt(h *logtest.Hook, lvl logrus.Level, msg string) []logrus.Entry {
-	var out []logrus.Entry
-	for _, e := range h.AllEntries() {
-		if e.Level == lvl && strings.Contains(e.Message, msg) {
-			out = append(out, *e)
-		}
-	}
-	return out
-}
-
-func describe(es []logrus.Entry) string {
-	var b []string
-	for _, e := range es {
-		b = append(b, fmt.Sprintf("%s %q %v", e.Level, e.Message, e.Data["error"]))
-	}
-	return strings.Join(b, "; ")
-}
 
 // TestBusFailureEachKindLogged: the service starts before its bus (the
 // first attempt fails to connect), then the bus comes up without the
@@ -62,16 +41,16 @@ func TestBusFailureEachKindLogged(t *testing.T) {
 
 	connect := "no D-Bus connection"
 	refused := "the bus refused us " + Name
-	if got := entriesAt(hook, logrus.WarnLevel, ""); len(got) != 1 || !strings.Contains(got[0].Message, connect) {
-		t.Fatalf("warnings before the bus is there: %s; want one %q", describe(got), connect)
+	if got := testutil.EntriesAt(hook, logrus.WarnLevel, "", nil); len(got) != 1 || !strings.Contains(got[0].Message, connect) {
+		t.Fatalf("warnings before the bus is there: %s; want one %q", testutil.DescribeEntries(got), connect)
 	}
 
 	o := testutil.BusOptions{System: true, Dir: dir, DenyOwn: []string{Name}}
 	pbus := testutil.StartBus(t, o)
 	testutil.Eventually(t, "the refusal logged at warning level", func() (bool, string) {
-		return len(entriesAt(hook, logrus.WarnLevel, refused)) > 0, describe(entriesAt(hook, logrus.WarnLevel, ""))
+		return len(testutil.EntriesAt(hook, logrus.WarnLevel, refused, nil)) > 0, testutil.DescribeEntries(testutil.EntriesAt(hook, logrus.WarnLevel, "", nil))
 	})
-	w := entriesAt(hook, logrus.WarnLevel, refused)[0]
+	w := testutil.EntriesAt(hook, logrus.WarnLevel, refused, nil)[0]
 	if err, _ := w.Data["error"].(error); err == nil || !strings.Contains(err.Error(), "org.freedesktop.DBus.Error.AccessDenied") && !strings.Contains(err.Error(), "not allowed to own") {
 		t.Errorf("the refusal's warning has error %v; want the bus's AccessDenied", w.Data["error"])
 	}
@@ -80,7 +59,7 @@ func TestBusFailureEachKindLogged(t *testing.T) {
 	}
 	// The next attempt (backoff 4 s) is refused the same way: debug only.
 	testutil.WaitFor(t, "a second refusal, at debug level", 30*time.Second, func() (bool, string) {
-		return len(entriesAt(hook, logrus.DebugLevel, refused)) > 0, ""
+		return len(testutil.EntriesAt(hook, logrus.DebugLevel, refused, nil)) > 0, ""
 	})
 
 	o.DenyOwn = nil
@@ -93,7 +72,7 @@ func TestBusFailureEachKindLogged(t *testing.T) {
 	testutil.WaitFor(t, Name+" owned once the policy allows it", 40*time.Second, func() (bool, string) {
 		return testutil.NameOwnedAt(addr, Name)
 	})
-	if got := entriesAt(hook, logrus.WarnLevel, ""); len(got) != 2 {
-		t.Errorf("warnings: %s; want exactly two, one per kind of failure (%q, %q)", describe(got), connect, refused)
+	if got := testutil.EntriesAt(hook, logrus.WarnLevel, "", nil); len(got) != 2 {
+		t.Errorf("warnings: %s; want exactly two, one per kind of failure (%q, %q)", testutil.DescribeEntries(got), connect, refused)
 	}
 }

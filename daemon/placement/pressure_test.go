@@ -14,27 +14,13 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
-// fakeTrigger is a PressureSource a test fires (c) or drops (done).
-type fakeTrigger struct {
-	c, done        chan struct{}
-	err            error
-	closed, paused bool
-}
-
-func (f *fakeTrigger) Pause()  { f.paused = true }
-func (f *fakeTrigger) Resume() { f.paused = false }
-
-func (f *fakeTrigger) C() <-chan struct{}    { return f.c }
-func (f *fakeTrigger) Done() <-chan struct{} { return f.done }
-func (f *fakeTrigger) Err() error            { return f.err }
-func (f *fakeTrigger) Close() error          { f.closed = true; return nil }
-
 // fakeOpener records each arming as "STALL/WINDOW" and hands out
-// fakeTriggers, or refuses with refuse(stall, window) when that is set.
+// the test's triggers, or refuses with refuse(stall, window) when that is
+// set.
 type fakeOpener struct {
-	opened   []string
-	triggers []*fakeTrigger
-	refuse   func(stall, window time.Duration) error
+	testutil.FakePressureTriggers
+	opened []string
+	refuse func(stall, window time.Duration) error
 }
 
 func (o *fakeOpener) open(path string, stall, window time.Duration) (PressureSource, error) {
@@ -44,20 +30,7 @@ func (o *fakeOpener) open(path string, stall, window time.Duration) (PressureSou
 			return nil, err
 		}
 	}
-	t := &fakeTrigger{c: make(chan struct{}, 1), done: make(chan struct{})}
-	o.triggers = append(o.triggers, t)
-	return t, nil
-}
-
-// live returns how many triggers are open (armed and not closed).
-func (o *fakeOpener) live() int {
-	n := 0
-	for _, t := range o.triggers {
-		if !t.closed {
-			n++
-		}
-	}
-	return n
+	return o.Arm(), nil
 }
 
 func newGate(t *testing.T, o *fakeOpener) *PressureGate {
@@ -79,25 +52,25 @@ func TestPressureGateFollowsWorkloads(t *testing.T) {
 	g.Changed(1)
 	g.Changed(2)
 	g.Changed(3)
-	if fmt.Sprint(o.opened) != "[20ms/500ms]" || o.live() != 1 || g.C() != o.triggers[0].c || !g.Covers() {
-		t.Fatalf("3 workloads: opened %v (%d open), want [20ms/500ms] (1 open, listened to)", o.opened, o.live())
+	if fmt.Sprint(o.opened) != "[20ms/500ms]" || o.Live() != 1 || g.C() != o.Armed[0].Fires || !g.Covers() {
+		t.Fatalf("3 workloads: opened %v (%d open), want [20ms/500ms] (1 open, listened to)", o.opened, o.Live())
 	}
 	g.Changed(2)
 	g.Changed(1)
-	if o.live() != 1 {
-		t.Fatalf("1 workload left: %d open, want 1", o.live())
+	if o.Live() != 1 {
+		t.Fatalf("1 workload left: %d open, want 1", o.Live())
 	}
 	g.Changed(0)
-	if o.live() != 0 || g.Armed() || g.C() != nil || g.Done() != nil || g.Covers() {
-		t.Fatalf("0 workloads again: %d open, armed %v; want none", o.live(), g.Armed())
+	if o.Live() != 0 || g.Armed() || g.C() != nil || g.Done() != nil || g.Covers() {
+		t.Fatalf("0 workloads again: %d open, armed %v; want none", o.Live(), g.Armed())
 	}
 	g.Changed(1)
-	if fmt.Sprint(o.opened) != "[20ms/500ms 20ms/500ms]" || o.live() != 1 {
-		t.Fatalf("a workload again: opened %v (%d open), want a second arming", o.opened, o.live())
+	if fmt.Sprint(o.opened) != "[20ms/500ms 20ms/500ms]" || o.Live() != 1 {
+		t.Fatalf("a workload again: opened %v (%d open), want a second arming", o.opened, o.Live())
 	}
 	g.Close()
-	if o.live() != 0 {
-		t.Fatalf("after Close: %d open", o.live())
+	if o.Live() != 0 {
+		t.Fatalf("after Close: %d open", o.Live())
 	}
 	g.Changed(1)
 	if len(o.opened) != 2 {
@@ -111,12 +84,12 @@ func TestPressureGateConfigureWithWorkloads(t *testing.T) {
 	o := &fakeOpener{}
 	g := &PressureGate{Open: o.open}
 	g.Configure(testutil.Logger(t), "/x/cpu.pressure", 2)
-	if o.live() != 1 {
-		t.Fatalf("configured with 2 workloads: %d open, want 1", o.live())
+	if o.Live() != 1 {
+		t.Fatalf("configured with 2 workloads: %d open, want 1", o.Live())
 	}
 	g.Configure(testutil.Logger(t), "/y/cpu.pressure", 0)
-	if o.live() != 0 || len(o.opened) != 1 {
-		t.Fatalf("configured again with none: %d open of %v, want 0 of 1", o.live(), o.opened)
+	if o.Live() != 0 || len(o.opened) != 1 {
+		t.Fatalf("configured again with none: %d open of %v, want 0 of 1", o.Live(), o.opened)
 	}
 }
 
@@ -160,8 +133,8 @@ func TestPressureGateRefusedOnce(t *testing.T) {
 	g.Changed(1)
 	g.Changed(0)
 	g.Changed(1)
-	if want := "[20ms/500ms 200ms/2s 200ms/2s]"; fmt.Sprint(o.opened) != want || o.live() != 1 {
-		t.Fatalf("narrow window refused: opened %v (%d open), want %s (1 open)", o.opened, o.live(), want)
+	if want := "[20ms/500ms 200ms/2s 200ms/2s]"; fmt.Sprint(o.opened) != want || o.Live() != 1 {
+		t.Fatalf("narrow window refused: opened %v (%d open), want %s (1 open)", o.opened, o.Live(), want)
 	}
 
 	o = &fakeOpener{refuse: func(time.Duration, time.Duration) error { return syscall.EPERM }}
@@ -181,28 +154,16 @@ func TestPressureGateDropped(t *testing.T) {
 	o := &fakeOpener{}
 	g := newGate(t, o)
 	g.Changed(1)
-	o.triggers[0].err = errors.New("the kernel closed it")
-	close(o.triggers[0].done)
+	o.Armed[0].Failure = errors.New("the kernel closed it")
+	close(o.Armed[0].Ends)
 	if err := g.Dropped(); err == nil || err.Error() != "the kernel closed it" {
 		t.Fatalf("Dropped() = %v", err)
 	}
 	g.Changed(2)
 	g.Changed(0)
 	g.Changed(1)
-	if len(o.opened) != 1 || o.live() != 0 || g.Covers() {
-		t.Fatalf("after the drop: opened %v (%d open), want no re-arming", o.opened, o.live())
-	}
-}
-
-// ready reports whether c has a value now (every goroutine of the bubble
-// blocked first).
-func ready(c <-chan struct{}) bool {
-	synctest.Wait()
-	select {
-	case <-c:
-		return true
-	default:
-		return false
+	if len(o.opened) != 1 || o.Live() != 0 || g.Covers() {
+		t.Fatalf("after the drop: opened %v (%d open), want no re-arming", o.opened, o.Live())
 	}
 }
 
@@ -221,20 +182,20 @@ func TestPressureGateBackoffDoubles(t *testing.T) {
 		for i := 0; i < 7; i++ {
 			mute := g.Woke(false)
 			mutes = append(mutes, mute)
-			if g.C() != nil || o.live() != 1 || !o.triggers[0].paused || !g.Muted() || !g.Covers() || g.Backoff() != mute {
-				t.Fatalf("wake %d: listened to %v, %d open, paused %v, muted %v, covers %v, backoff %v; want kept, paused and muted for %v", i, g.C() != nil, o.live(), o.triggers[0].paused, g.Muted(), g.Covers(), g.Backoff(), mute)
+			if g.C() != nil || o.Live() != 1 || !o.Armed[0].Paused || !g.Muted() || !g.Covers() || g.Backoff() != mute {
+				t.Fatalf("wake %d: listened to %v, %d open, paused %v, muted %v, covers %v, backoff %v; want kept, paused and muted for %v", i, g.C() != nil, o.Live(), o.Armed[0].Paused, g.Muted(), g.Covers(), g.Backoff(), mute)
 			}
 			time.Sleep(mute - time.Nanosecond)
-			if ready(g.ResumeC()) {
+			if testutil.Ready(g.ResumeC()) {
 				t.Fatalf("wake %d: resumed before %v", i, mute)
 			}
 			time.Sleep(time.Nanosecond)
-			if !ready(g.ResumeC()) {
+			if !testutil.Ready(g.ResumeC()) {
 				t.Fatalf("wake %d: not resumed after %v", i, mute)
 			}
 			g.Resume()
-			if g.C() != o.triggers[0].c || o.live() != 1 || o.triggers[0].paused || g.Muted() || g.ResumeC() != nil {
-				t.Fatalf("wake %d resumed: listened to %v, %d open, paused %v, muted %v", i, g.C() != nil, o.live(), o.triggers[0].paused, g.Muted())
+			if g.C() != o.Armed[0].Fires || o.Live() != 1 || o.Armed[0].Paused || g.Muted() || g.ResumeC() != nil {
+				t.Fatalf("wake %d resumed: listened to %v, %d open, paused %v, muted %v", i, g.C() != nil, o.Live(), o.Armed[0].Paused, g.Muted())
 			}
 		}
 		if want := secsList(1, 2, 4, 8, 16, 32, 32); fmt.Sprint(mutes) != want {
@@ -267,15 +228,15 @@ func TestPressureGateBackoffResets(t *testing.T) {
 		g.Changed(1)
 		g.Woke(false)
 		time.Sleep(time.Second)
-		ready(g.ResumeC())
+		testutil.Ready(g.ResumeC())
 		g.Resume()
 		if m := g.Woke(false); m != 2*time.Second {
 			t.Fatalf("second mute %v, want 2s", m)
 		}
 		time.Sleep(2 * time.Second)
-		ready(g.ResumeC())
+		testutil.Ready(g.ResumeC())
 		g.Resume()
-		if m := g.Woke(true); m != 0 || !g.Armed() || g.Backoff() != 0 || o.live() != 1 {
+		if m := g.Woke(true); m != 0 || !g.Armed() || g.Backoff() != 0 || o.Live() != 1 {
 			t.Fatalf("a wake that found ours: mute %v, armed %v, backoff %v; want armed, back-off reset", m, g.Armed(), g.Backoff())
 		}
 		if m := g.Woke(false); m != time.Second {
@@ -285,18 +246,18 @@ func TestPressureGateBackoffResets(t *testing.T) {
 		// A new workload during a mute: armed at once, back-off reset.
 		old := g.ResumeC()
 		g.Changed(2)
-		if g.C() == nil || o.triggers[0].paused || g.Muted() || g.Backoff() != 0 || o.live() != 1 {
-			t.Fatalf("a workload added while muted: listened to %v, paused %v, muted %v, backoff %v", g.C() != nil, o.triggers[0].paused, g.Muted(), g.Backoff())
+		if g.C() == nil || o.Armed[0].Paused || g.Muted() || g.Backoff() != 0 || o.Live() != 1 {
+			t.Fatalf("a workload added while muted: listened to %v, paused %v, muted %v, backoff %v", g.C() != nil, o.Armed[0].Paused, g.Muted(), g.Backoff())
 		}
 		time.Sleep(time.Second)
-		if ready(old) || g.ResumeC() != nil {
+		if testutil.Ready(old) || g.ResumeC() != nil {
 			t.Fatal("the ended mute's timer still fired")
 		}
 		if m := g.Woke(false); m != time.Second {
 			t.Fatalf("after the change: mute %v, want 1s", m)
 		}
 		g.Reset()
-		if g.C() == nil || o.triggers[0].paused || g.Muted() || g.Backoff() != 0 {
+		if g.C() == nil || o.Armed[0].Paused || g.Muted() || g.Backoff() != 0 {
 			t.Fatalf("Reset while muted: listened to %v, muted %v, backoff %v", g.C() != nil, g.Muted(), g.Backoff())
 		}
 		if len(o.opened) != 1 {
@@ -306,12 +267,12 @@ func TestPressureGateBackoffResets(t *testing.T) {
 		// The last workload gone while muted: nothing armed, no resume.
 		g.Woke(false)
 		g.Changed(0)
-		if g.Armed() || g.Muted() || g.Covers() || o.live() != 0 {
-			t.Fatalf("no workload left while muted: armed %v, muted %v, %d open", g.Armed(), g.Muted(), o.live())
+		if g.Armed() || g.Muted() || g.Covers() || o.Live() != 0 {
+			t.Fatalf("no workload left while muted: armed %v, muted %v, %d open", g.Armed(), g.Muted(), o.Live())
 		}
 		time.Sleep(time.Minute)
 		synctest.Wait()
-		if g.Armed() || o.live() != 0 {
+		if g.Armed() || o.Live() != 0 {
 			t.Fatal("armed with no workload")
 		}
 	})

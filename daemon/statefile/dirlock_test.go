@@ -134,69 +134,16 @@ func removeLockAt(t *testing.T, dir, name string, f *os.File) {
 	removeLock(d, name, f)
 }
 
-// userControlled are directories a user other than root controls, each to
-// hold a symlink: one its group and others can write (not sticky), one
-// owned by uid 4242, and a sticky world-writable one (like /tmp) where the
-// symlink itself is uid 4242's.
-var userControlled = []struct {
-	name      string
-	mode      os.FileMode
-	owner     int
-	linkOwner int
-}{
-	{"a 0777 directory", 0o777, 0, 0},
-	{"a directory of uid 4242", 0o755, 4242, 4242},
-	{"a sticky 1777 directory, the symlink uid 4242's", 0o777 | os.ModeSticky, 0, 4242},
-}
-
-// plantLink makes base/user as c says, holding name -> target, and
-// returns the symlink's path.
-func plantLink(t *testing.T, base, name, target string, mode os.FileMode, owner, linkOwner int) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to give a directory or symlink to another user")
-	}
-	dir := filepath.Join(base, "user")
-	link := filepath.Join(dir, name)
-	for _, err := range []error{
-		os.Mkdir(dir, 0o755), os.Symlink(target, link), os.Lchown(link, linkOwner, linkOwner),
-		os.Chmod(dir, mode), os.Chown(dir, owner, owner),
-	} {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	return link
-}
-
-// listTree is what dir holds, recursively: names, modes and contents.
-func listTree(t *testing.T, dir string) string {
-	t.Helper()
-	var b strings.Builder
-	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		c, _ := os.ReadFile(p)
-		fmt.Fprintf(&b, "%s %v %q\n", p, fi.Mode(), c)
-		return nil
-	})
-	return b.String()
-}
-
 // TestStateDirSymlinkInUserDirRefused (issue 32, item 7): a state
 // directory that is a symlink, in a directory a user controls, to root's
 // directory is refused with an error naming the symlink, and the target
 // gets no lock file (nor state.json later).
 func TestStateDirSymlinkInUserDirRefused(t *testing.T) {
-	for _, c := range userControlled {
-		t.Run(c.name, func(t *testing.T) {
+	for _, c := range testutil.UserDirCases {
+		t.Run(c.Name, func(t *testing.T) {
 			base := t.TempDir()
-			victim := filepath.Join(base, "root", "victim")
-			os.MkdirAll(victim, 0o755)
-			os.WriteFile(filepath.Join(victim, "precious"), []byte("root's\n"), 0o644)
-			before := listTree(t, filepath.Dir(victim))
-			link := plantLink(t, base, "state", victim, c.mode, c.owner, c.linkOwner)
+			victim, before := testutil.VictimDir(t, base)
+			link := testutil.UserDir(t, base, "state", victim, c.Mode, c.Owner, c.LinkOwner)
 			lock, err := PrepareStateDir(link)
 			if err == nil {
 				lock.Close()
@@ -205,7 +152,7 @@ func TestStateDirSymlinkInUserDirRefused(t *testing.T) {
 			if !errors.Is(err, trustedpath.ErrUntrustedPath) || !strings.Contains(err.Error(), link+" is a symbolic link") {
 				t.Errorf("PrepareStateDir = %v; want a refusal naming the symlink %s", err, link)
 			}
-			if after := listTree(t, filepath.Dir(victim)); after != before {
+			if after := testutil.Listing(t, filepath.Dir(victim)); after != before {
 				t.Errorf("the target changed:\n%s\nwas:\n%s", after, before)
 			}
 		})
@@ -219,14 +166,11 @@ func TestStateDirSymlinkInUserDirRefused(t *testing.T) {
 // cleanup` use) with an error naming the symlink, and TARGET and
 // TARGET.lock stay.
 func TestTreeDirSymlinkInUserDirRefused(t *testing.T) {
-	for _, c := range userControlled {
-		t.Run(c.name, func(t *testing.T) {
+	for _, c := range testutil.UserDirCases {
+		t.Run(c.Name, func(t *testing.T) {
 			base := t.TempDir()
-			target := filepath.Join(base, "root", "target")
-			os.MkdirAll(target, 0o755)
-			os.WriteFile(target+".lock", []byte("1\n"), 0o644)
-			before := listTree(t, filepath.Dir(target))
-			link := plantLink(t, base, "tree", target, c.mode, c.owner, c.linkOwner)
+			target, before := testutil.VictimTreeDir(t, base)
+			link := testutil.UserDir(t, base, "tree", target, c.Mode, c.Owner, c.LinkOwner)
 			refused := func(what string, err error) {
 				t.Helper()
 				if !errors.Is(err, trustedpath.ErrUntrustedPath) || !strings.Contains(err.Error(), link+" is a symbolic link") {
@@ -247,7 +191,7 @@ func TestTreeDirSymlinkInUserDirRefused(t *testing.T) {
 			}
 			_, err := ResolveTreeDir(link)
 			refused("ResolveTreeDir", err)
-			if after := listTree(t, filepath.Dir(target)); after != before {
+			if after := testutil.Listing(t, filepath.Dir(target)); after != before {
 				t.Errorf("the target changed:\n%s\nwas:\n%s", after, before)
 			}
 		})

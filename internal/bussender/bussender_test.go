@@ -78,15 +78,7 @@ func TestOwnerObserve(t *testing.T) {
 // NameOwnerChanged from a peer changes nothing.
 func TestWatchOwner(t *testing.T) {
 	b := testutil.StartBus(t, testutil.BusOptions{})
-	conn := func() *dbus.Conn {
-		c, err := dbus.Connect(b.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	watcher, first, second, peer := conn(), conn(), conn(), conn()
+	watcher, first, second, peer := testutil.Connect(t, b.Addr), testutil.Connect(t, b.Addr), testutil.Connect(t, b.Addr), testutil.Connect(t, b.Addr)
 	if _, err := first.RequestName("org.example.S", dbus.NameFlagDoNotQueue); err != nil {
 		t.Fatal(err)
 	}

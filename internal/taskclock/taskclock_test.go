@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
 )
 
 // The helper process: each line on stdin is a number of CPU-bound threads
@@ -71,23 +73,7 @@ func startHelper(t *testing.T) *helper {
 	h := &helper{cmd: exec.Command(os.Args[0], "-test.run=^$")}
 	h.cmd.Env = append(os.Environ(), helperEnv+"=1")
 	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var err error
-	if h.in, err = h.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	out, err := h.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.out = bufio.NewReader(out)
-	if err := h.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		h.in.Close()
-		h.cmd.Process.Kill()
-		h.cmd.Wait()
-	})
+	h.in, h.out = testutil.StartPiped(t, h.cmd)
 	return h
 }
 

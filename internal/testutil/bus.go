@@ -266,6 +266,19 @@ func NameOwned(conn *dbus.Conn, name string) (bool, string) {
 	return true, ""
 }
 
+// Connect is a connection of the test's own to the bus at addr
+// (authenticated, Hello done), closed at cleanup; it fails t when the bus
+// does not take it.
+func Connect(t testing.TB, addr string) *dbus.Conn {
+	t.Helper()
+	c, err := dbus.Connect(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // NameOwnedAt is NameOwned on a new connection to addr, closed before it
 // returns, for a bus that may go away between two polls; a failure to
 // connect is reported as not owned.

@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,7 +17,6 @@ import (
 	"testing"
 
 	"github.com/godbus/dbus/v5"
-	"golang.org/x/sys/unix"
 )
 
 // FakeManager plays a systemd manager on its private socket, as a user's
@@ -197,7 +195,7 @@ func (f *FakeManager) Emit(member string, body ...any) {
 	conns := append([]*dbus.Conn(nil), f.conns...)
 	f.mu.Unlock()
 	for _, c := range conns {
-		_ = c.Emit(fakeManagerPath, fakeManagerIface+"."+member, body...)
+		_ = c.Emit(SystemdPath, SystemdManager+"."+member, body...)
 	}
 }
 
@@ -326,9 +324,9 @@ func (f *FakeManager) ServeBus(addr string) *dbus.Conn {
 	f.mu.Lock()
 	f.conns = append(f.conns, c)
 	f.mu.Unlock()
-	if r, err := c.RequestName("org.freedesktop.systemd1", dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
+	if r, err := c.RequestName(SystemdName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
 		c.Close()
-		t.Fatalf("RequestName(org.freedesktop.systemd1) = %v, %v", r, err)
+		t.Fatalf("RequestName(%s) = %v, %v", SystemdName, r, err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -338,31 +336,12 @@ func (f *FakeManager) ServeBus(addr string) *dbus.Conn {
 // credentials alone are uid's (and gid uid's), so that SO_PEERCRED shows
 // the connecting side uid; the thread ends with the call.
 func ListenUnixAs(path string, uid int) (net.Listener, error) {
-	type result struct {
-		ln  net.Listener
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		// Never unlocked: the goroutine's end takes the thread, with its
-		// changed credentials, away.
-		runtime.LockOSThread()
-		id := uintptr(uid)
-		for _, call := range [][4]uintptr{
-			{unix.SYS_SETGROUPS, 0, 0},
-			{unix.SYS_SETRESGID, ^uintptr(0), id, ^uintptr(0)},
-			{unix.SYS_SETRESUID, ^uintptr(0), id, ^uintptr(0)},
-		} {
-			if _, _, e := unix.RawSyscall(call[0], call[1], call[2], call[3]); e != 0 {
-				done <- result{err: e}
-				return
-			}
-		}
-		ln, err := net.Listen("unix", path)
-		done <- result{ln, err}
-	}()
-	r := <-done
-	return r.ln, r.err
+	var ln net.Listener
+	err := AsUID(uid, func() (err error) {
+		ln, err = net.Listen("unix", path)
+		return err
+	})
+	return ln, err
 }
 
 func (f *FakeManager) accept(ln net.Listener) {
@@ -482,10 +461,14 @@ func (s *fakeSASL) Write(p []byte) (int, error) {
 
 func (s *fakeSASL) Close() error { return s.c.Close() }
 
+// The system manager's names on D-Bus (org.freedesktop.systemd1(5)), as
+// a fake serves them: its bus name, its object and interface, and the
+// object path below which each unit is an object (FakeUnitPath).
 const (
-	fakeManagerPath  = dbus.ObjectPath("/org/freedesktop/systemd1")
-	fakeManagerIface = "org.freedesktop.systemd1.Manager"
-	fakeUnitPath     = dbus.ObjectPath("/org/freedesktop/systemd1/unit")
+	SystemdName     = "org.freedesktop.systemd1"
+	SystemdPath     = dbus.ObjectPath("/org/freedesktop/systemd1")
+	SystemdManager  = "org.freedesktop.systemd1.Manager"
+	SystemdUnitPath = dbus.ObjectPath("/org/freedesktop/systemd1/unit")
 )
 
 func (f *FakeManager) export(conn *dbus.Conn) bool {
@@ -494,8 +477,8 @@ func (f *FakeManager) export(conn *dbus.Conn) bool {
 		path  dbus.ObjectPath
 		iface string
 	}{
-		{fakeManagerObj{f, conn}, fakeManagerPath, fakeManagerIface},
-		{fakeManagerProps{f}, fakeManagerPath, "org.freedesktop.DBus.Properties"},
+		{fakeManagerObj{f, conn}, SystemdPath, SystemdManager},
+		{fakeManagerProps{f}, SystemdPath, "org.freedesktop.DBus.Properties"},
 		{fakeBusObj{f}, "/org/freedesktop/DBus", "org.freedesktop.DBus"},
 	} {
 		if err := conn.Export(e.obj, e.path, e.iface); err != nil {
@@ -503,7 +486,7 @@ func (f *FakeManager) export(conn *dbus.Conn) bool {
 			return false
 		}
 	}
-	if err := conn.ExportSubtree(fakeUnitProps{f}, fakeUnitPath, "org.freedesktop.DBus.Properties"); err != nil {
+	if err := conn.ExportSubtree(FakeUnitProps(f.unitProps), SystemdUnitPath, "org.freedesktop.DBus.Properties"); err != nil {
 		conn.Close()
 		return false
 	}
@@ -528,7 +511,9 @@ func (f *FakeManager) call(method string) {
 	}
 }
 
-// FakeUnitPath is the object path go-systemd uses for unit name.
+// FakeUnitPath is the object path of unit name below SystemdUnitPath,
+// escaped as systemd and go-systemd's PathBusEscape do: every byte
+// outside [A-Za-z0-9] as _XX (two lowercase hexadecimal digits).
 func FakeUnitPath(name string) dbus.ObjectPath {
 	var b strings.Builder
 	for i := 0; i < len(name); i++ {
@@ -539,11 +524,14 @@ func FakeUnitPath(name string) dbus.ObjectPath {
 			fmt.Fprintf(&b, "_%02x", c)
 		}
 	}
-	return fakeUnitPath + "/" + dbus.ObjectPath(b.String())
+	return SystemdUnitPath + "/" + dbus.ObjectPath(b.String())
 }
 
-func fakeUnitName(p dbus.ObjectPath) string {
-	s := strings.TrimPrefix(string(p), string(fakeUnitPath)+"/")
+// FakeUnitName is the unit name of a unit's object path p (FakeUnitPath's
+// inverse): p without SystemdUnitPath's prefix, each _XX unescaped; an
+// underscore not followed by two hexadecimal digits stays as it is.
+func FakeUnitName(p dbus.ObjectPath) string {
+	s := strings.TrimPrefix(string(p), string(SystemdUnitPath)+"/")
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		if s[i] == '_' && i+2 < len(s) {
@@ -556,6 +544,51 @@ func fakeUnitName(p dbus.ObjectPath) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// NoSuchUnit is the error systemd's manager answers GetUnit (and a unit's
+// SetUnitProperties) with for a unit that is not loaded:
+// org.freedesktop.systemd1.NoSuchUnit, "Unit NAME not loaded.".
+func NoSuchUnit(name string) *dbus.Error {
+	return &dbus.Error{Name: "org.freedesktop.systemd1.NoSuchUnit", Body: []any{"Unit " + name + " not loaded."}}
+}
+
+// FakeUnitStatus is one entry of the manager's ListUnitsByPatterns
+// answer, a(ssssssouso): name, description, load, active and sub state,
+// the unit it follows, its object path, and its job's id, type and path.
+type FakeUnitStatus struct {
+	Name, Description, LoadState, ActiveState, SubState, Following string
+	Path                                                           dbus.ObjectPath
+	JobID                                                          uint32
+	JobType                                                        string
+	JobPath                                                        dbus.ObjectPath
+}
+
+// FakeUnitProps serves org.freedesktop.DBus.Properties on the units'
+// objects (export it with ExportSubtree at SystemdUnitPath): GetAll
+// answers what the function answers for the unit the object path names
+// (FakeUnitName) and the interface asked for
+// (org.freedesktop.systemd1.Unit, .Service, .Scope, .Slice); Get answers
+// one property of that, or org.freedesktop.DBus.Error.UnknownProperty.
+type FakeUnitProps func(name, iface string) (map[string]dbus.Variant, *dbus.Error)
+
+// GetAll is org.freedesktop.DBus.Properties.GetAll on msg's object.
+func (all FakeUnitProps) GetAll(msg dbus.Message, iface string) (map[string]dbus.Variant, *dbus.Error) {
+	path, _ := msg.Headers[dbus.FieldPath].Value().(dbus.ObjectPath)
+	return all(FakeUnitName(path), iface)
+}
+
+// Get is org.freedesktop.DBus.Properties.Get on msg's object.
+func (all FakeUnitProps) Get(msg dbus.Message, iface, prop string) (dbus.Variant, *dbus.Error) {
+	props, err := all.GetAll(msg, iface)
+	if err != nil {
+		return dbus.Variant{}, err
+	}
+	v, ok := props[prop]
+	if !ok {
+		return dbus.Variant{}, &dbus.Error{Name: "org.freedesktop.DBus.Error.UnknownProperty", Body: []any{prop}}
+	}
+	return v, nil
 }
 
 type fakeBusObj struct{ f *FakeManager }
@@ -571,16 +604,7 @@ type fakeManagerObj struct {
 
 func (o fakeManagerObj) Subscribe() *dbus.Error { o.f.call("Subscribe"); return nil }
 
-// fakeUnitStatus is one entry of ListUnitsByPatterns, a(ssssssouso).
-type fakeUnitStatus struct {
-	Name, Description, LoadState, ActiveState, SubState, Following string
-	Path                                                           dbus.ObjectPath
-	JobID                                                          uint32
-	JobType                                                        string
-	JobPath                                                        dbus.ObjectPath
-}
-
-func (o fakeManagerObj) ListUnitsByPatterns(states, patterns []string) ([]fakeUnitStatus, *dbus.Error) {
+func (o fakeManagerObj) ListUnitsByPatterns(states, patterns []string) ([]FakeUnitStatus, *dbus.Error) {
 	o.f.call("ListUnitsByPatterns")
 	o.f.mu.Lock()
 	defer o.f.mu.Unlock()
@@ -589,7 +613,7 @@ func (o fakeManagerObj) ListUnitsByPatterns(states, patterns []string) ([]fakeUn
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	out := []fakeUnitStatus{}
+	out := []FakeUnitStatus{}
 	for _, n := range names {
 		u := o.f.units[n]
 		ok := len(patterns) == 0
@@ -599,7 +623,7 @@ func (o fakeManagerObj) ListUnitsByPatterns(states, patterns []string) ([]fakeUn
 			}
 		}
 		if ok {
-			out = append(out, fakeUnitStatus{Name: n, LoadState: "loaded", ActiveState: u.active(), SubState: "running", Path: FakeUnitPath(n), JobPath: "/"})
+			out = append(out, FakeUnitStatus{Name: n, LoadState: "loaded", ActiveState: u.active(), SubState: "running", Path: FakeUnitPath(n), JobPath: "/"})
 		}
 	}
 	return out, nil
@@ -610,7 +634,7 @@ func (o fakeManagerObj) GetUnit(name string) (dbus.ObjectPath, *dbus.Error) {
 	o.f.mu.Lock()
 	defer o.f.mu.Unlock()
 	if o.f.units[name] == nil {
-		return "", &dbus.Error{Name: "org.freedesktop.systemd1.NoSuchUnit", Body: []any{"Unit " + name + " not loaded."}}
+		return "", NoSuchUnit(name)
 	}
 	return FakeUnitPath(name), nil
 }
@@ -635,7 +659,7 @@ func (o fakeManagerObj) SetUnitProperties(name string, runtime bool, props []str
 	defer o.f.mu.Unlock()
 	u := o.f.units[name]
 	if u == nil {
-		return &dbus.Error{Name: "org.freedesktop.systemd1.NoSuchUnit", Body: []any{"Unit " + name + " not loaded."}}
+		return NoSuchUnit(name)
 	}
 	for _, p := range props {
 		if p.Name == "AllowedCPUs" {
@@ -669,15 +693,14 @@ func (p fakeManagerProps) Get(iface, prop string) (dbus.Variant, *dbus.Error) {
 	return dbus.MakeVariant(p.f.Version), nil
 }
 
-type fakeUnitProps struct{ f *FakeManager }
-
-func (p fakeUnitProps) GetAll(msg dbus.Message, iface string) (map[string]dbus.Variant, *dbus.Error) {
-	p.f.call("GetAll")
-	path, _ := msg.Headers[dbus.FieldPath].Value().(dbus.ObjectPath)
-	name := fakeUnitName(path)
-	p.f.mu.Lock()
-	defer p.f.mu.Unlock()
-	u := p.f.units[name]
+// unitProps are the properties of unit name on iface, for FakeUnitProps
+// (a unit it does not have is not-found, inactive and empty, as systemd
+// answers for a name it loads no unit for).
+func (f *FakeManager) unitProps(name, iface string) (map[string]dbus.Variant, *dbus.Error) {
+	f.call("GetAll")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	u := f.units[name]
 	if strings.HasSuffix(iface, ".Unit") {
 		if u == nil {
 			return map[string]dbus.Variant{"LoadState": dbus.MakeVariant("not-found"), "ActiveState": dbus.MakeVariant("inactive"), "DropInPaths": dbus.MakeVariant([]string{})}, nil
@@ -702,16 +725,4 @@ func (p fakeUnitProps) GetAll(msg dbus.Message, iface string) (map[string]dbus.V
 		"Delegate": dbus.MakeVariant(u.Delegate), "DelegateControllers": dbus.MakeVariant(ctl),
 		"MainPID": dbus.MakeVariant(u.MainPID),
 	}, nil
-}
-
-func (p fakeUnitProps) Get(msg dbus.Message, iface, prop string) (dbus.Variant, *dbus.Error) {
-	all, err := p.GetAll(msg, iface)
-	if err != nil {
-		return dbus.Variant{}, err
-	}
-	v, ok := all[prop]
-	if !ok {
-		return dbus.Variant{}, &dbus.Error{Name: "org.freedesktop.DBus.Error.UnknownProperty", Body: []any{prop}}
-	}
-	return v, nil
 }

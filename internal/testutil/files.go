@@ -97,6 +97,16 @@ func WriteFile(t testing.TB, path, content string) {
 	}
 }
 
+// WriteTree writes each of files (a path relative to dir → its content,
+// exactly as given) below dir, as WriteFile does: a mock sysfs or cgroup
+// tree in a temporary directory.
+func WriteTree(t testing.TB, dir string, files map[string]string) {
+	t.Helper()
+	for p, content := range files {
+		WriteFile(t, filepath.Join(dir, p), content)
+	}
+}
+
 // Put writes value and a newline to path, like `echo value > path`,
 // creating path's parent directories first (WriteFile), and fails t on
 // error.

@@ -2,12 +2,15 @@ package testutil
 
 import (
 	"bytes"
+	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 )
 
 // Logger returns a logrus logger at debug level that writes every entry to
@@ -62,4 +65,52 @@ func (l *LockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// EntryLine is a log entry as one line to compare with: its message, then
+// " key=value" for each of its fields, sorted by key (values as %v
+// prints them).
+func EntryLine(e *logrus.Entry) string {
+	keys := make([]string, 0, len(e.Data))
+	for k := range e.Data {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	s := e.Message
+	for _, k := range keys {
+		s += fmt.Sprintf(" %s=%v", k, e.Data[k])
+	}
+	return s
+}
+
+// EntriesAt returns the entries h caught at level lvl whose message
+// contains msg ("": any) and whose fields hold each of fields' values
+// (compared with ==; nil: any fields), in order.
+func EntriesAt(h *logtest.Hook, lvl logrus.Level, msg string, fields logrus.Fields) []logrus.Entry {
+	var out []logrus.Entry
+	for _, e := range h.AllEntries() {
+		if e.Level != lvl || !strings.Contains(e.Message, msg) {
+			continue
+		}
+		match := true
+		for k, v := range fields {
+			if e.Data[k] != v {
+				match = false
+			}
+		}
+		if match {
+			out = append(out, *e)
+		}
+	}
+	return out
+}
+
+// DescribeEntries is es for a failure message: LEVEL "message" ERROR (the
+// error field's value) for each, joined by "; ".
+func DescribeEntries(es []logrus.Entry) string {
+	var b []string
+	for _, e := range es {
+		b = append(b, fmt.Sprintf("%s %q %v", e.Level, e.Message, e.Data["error"]))
+	}
+	return strings.Join(b, "; ")
 }

@@ -1,6 +1,8 @@
 package testutil
 
 import (
+	"bufio"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -131,4 +133,31 @@ func (p *Proc) WaitReady() bool {
 		p.Ready = m
 		return true
 	}
+}
+
+// StartPiped starts c with a pipe to its standard input and one from its
+// standard output, the rest as c says (its environment, its standard
+// error), and returns the pipe's writing end and a reader of the other's.
+// At cleanup the process is killed (SIGKILL) and reaped, unless the test
+// reaped it before (c.Wait).
+func StartPiped(t testing.TB, c *exec.Cmd) (io.WriteCloser, *bufio.Reader) {
+	t.Helper()
+	in, err := c.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if c.ProcessState == nil {
+			c.Process.Kill()
+			c.Wait()
+		}
+	})
+	return in, bufio.NewReader(out)
 }

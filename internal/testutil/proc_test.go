@@ -91,3 +91,31 @@ func TestHoldFile(t *testing.T) {
 		})
 	}
 }
+
+// TestStartPiped: what the test writes reaches the child's standard
+// input and what it prints comes back; the cleanup kills and reaps a
+// child still running, and leaves one the test reaped alone.
+func TestStartPiped(t *testing.T) {
+	var running, done *exec.Cmd
+	t.Run("piped", func(t *testing.T) {
+		running = exec.Command("sh", "-c", `read x; echo "got $x"; exec sleep 1000`)
+		in, out := StartPiped(t, running)
+		if _, err := in.Write([]byte("go\n")); err != nil {
+			t.Fatal(err)
+		}
+		if l, err := out.ReadString('\n'); l != "got go\n" || err != nil {
+			t.Fatalf("read %q, %v; want %q", l, err, "got go\n")
+		}
+		done = exec.Command("true")
+		StartPiped(t, done)
+		if err := done.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if st := running.ProcessState; st == nil || st.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Errorf("after the cleanup the child's state is %v, want killed by SIGKILL", st)
+	}
+	if st := done.ProcessState; st == nil || !st.Success() {
+		t.Errorf("the child the test reaped: %v, want its own exit 0", st)
+	}
+}

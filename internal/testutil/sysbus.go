@@ -7,13 +7,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/godbus/dbus/v5"
-	"golang.org/x/sys/unix"
 )
 
 // SystemConf is the system bus's own configuration (Debian package dbus).
@@ -135,49 +133,28 @@ func DialAs(t testing.TB, addr string, uid int) *dbus.Conn {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to connect to the bus as another uid")
 	}
-	type result struct {
-		conn *dbus.Conn
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		// Never unlocked: the goroutine's end takes the thread, with its
-		// changed credentials, away.
-		runtime.LockOSThread()
-		id := uintptr(uid)
-		for _, call := range [][4]uintptr{
-			{unix.SYS_SETGROUPS, 0, 0},
-			{unix.SYS_SETRESGID, ^uintptr(0), id, ^uintptr(0)},
-			{unix.SYS_SETRESUID, ^uintptr(0), id, ^uintptr(0)},
-		} {
-			if _, _, e := unix.RawSyscall(call[0], call[1], call[2], call[3]); e != 0 {
-				done <- result{err: e}
-				return
-			}
-		}
+	var conn *dbus.Conn
+	err := AsUID(uid, func() error {
 		c, err := dbus.Dial(addr)
 		if err != nil {
-			done <- result{err: err}
-			return
+			return err
 		}
 		if err := c.Auth([]dbus.Auth{dbus.AuthExternal(strconv.Itoa(uid))}); err != nil {
 			c.Close()
-			done <- result{err: err}
-			return
+			return err
 		}
 		if err := c.Hello(); err != nil {
 			c.Close()
-			done <- result{err: err}
-			return
+			return err
 		}
-		done <- result{conn: c}
-	}()
-	r := <-done
-	if r.err != nil {
-		t.Fatalf("connecting to %s as uid %d: %v", addr, uid, r.err)
+		conn = c
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("connecting to %s as uid %d: %v", addr, uid, err)
 	}
-	t.Cleanup(func() { r.conn.Close() })
-	return r.conn
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }
 
 // UID reports the uid the bus daemon at conn's other end credits the

@@ -13,11 +13,12 @@ import (
 )
 
 // fakeT records what a helper reports; Fatalf and Fatal stop the helper
-// with a panic that catch recovers.
+// with a panic that catch recovers, Errorf lets it go on.
 type fakeT struct {
 	testing.TB
-	fatal string
-	logs  []string
+	fatal  string
+	errors []string
+	logs   []string
 }
 
 type stopped struct{}
@@ -25,6 +26,8 @@ type stopped struct{}
 func (f *fakeT) Helper()                   {}
 func (f *fakeT) Log(args ...any)           { f.logs = append(f.logs, fmt.Sprint(args...)) }
 func (f *fakeT) Fatalf(s string, a ...any) { f.fatal = fmt.Sprintf(s, a...); panic(stopped{}) }
+func (f *fakeT) Fatal(a ...any)            { f.fatal = fmt.Sprint(a...); panic(stopped{}) }
+func (f *fakeT) Errorf(s string, a ...any) { f.errors = append(f.errors, fmt.Sprintf(s, a...)) }
 
 func (f *fakeT) catch(fn func()) {
 	defer func() {
@@ -119,6 +122,12 @@ func TestFiles(t *testing.T) {
 	Write(t, filepath.Join(dir, "x/y"), "2")
 	if got := ReadTrim(t, filepath.Join(dir, "x/y")); got != "2" {
 		t.Errorf("Write wrote %q", got)
+	}
+	WriteTree(t, dir, map[string]string{"a/b/c": "x\n", "a/d": "", "e": "y"})
+	for p, want := range map[string]string{"a/b/c": "x\n", "a/d": "", "e": "y", "x/y": "2\n"} {
+		if got := Read(t, filepath.Join(dir, p)); got != want {
+			t.Errorf("%s holds %q, want %q", p, got, want)
+		}
 	}
 	f := &fakeT{TB: t}
 	f.catch(func() { Write(f, filepath.Join(dir, "nodir/y"), "3") })

@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,8 +12,17 @@ import (
 // symlink in one of them points to: what the trusted-path walk
 // (internal/trustedpath) and the tree (tree) must refuse to go through.
 
+// NeedUserDirs skips t unless the test runs as root, which giving a
+// directory or a symlink to another user (UserDir) takes.
+func NeedUserDirs(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give a directory or symlink to another user")
+	}
+}
+
 // UserDirCases are directories a user other than root controls, each
-// holding what plant puts there: a directory its group and others can
+// holding what UserDir puts there: a directory its group and others can
 // write (not sticky), one owned by uid 4242, and a sticky world-writable
 // one (like /tmp) where the symlink itself is uid 4242's.
 var UserDirCases = []struct {
@@ -28,9 +38,11 @@ var UserDirCases = []struct {
 
 // UserDir makes base/user with mode and owner (one of UserDirCases'),
 // holding a symlink name -> target owned by linkOwner; it returns the
-// symlink's path.
+// symlink's path. It skips t unless the test runs as root
+// (NeedUserDirs).
 func UserDir(t testing.TB, base, name, target string, mode os.FileMode, owner, linkOwner int) string {
 	t.Helper()
+	NeedUserDirs(t)
 	dir := filepath.Join(base, "user")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -65,16 +77,44 @@ func VictimDir(t testing.TB, base string) (string, string) {
 	return victim, Listing(t, filepath.Dir(victim))
 }
 
-// Listing is what dir holds, recursively, with modes and sizes.
+// VictimTreeDir makes base/root/target, root's and empty, beside root's
+// base/root/target.lock holding "1\n" (a tree directory as a daemon with
+// pid 1 leaves it), and returns the directory and a listing of base/root
+// to compare with later.
+func VictimTreeDir(t testing.TB, base string) (string, string) {
+	t.Helper()
+	dir := filepath.Join(base, "root", "target")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+".lock", []byte("1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir, Listing(t, filepath.Dir(dir))
+}
+
+// Listing is what dir holds, recursively: a line for each path below dir
+// (dir's own first, in lexical order) with its mode, and a regular file's
+// content, quoted; a path that cannot be read gives a line with its
+// error instead.
 func Listing(t testing.TB, dir string) string {
 	t.Helper()
 	var b strings.Builder
 	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
 		if err != nil {
-			b.WriteString(p + ": " + err.Error() + "\n")
+			fmt.Fprintf(&b, "%s: %v\n", p, err)
 			return nil
 		}
-		b.WriteString(p + " " + fi.Mode().String() + " " + strings.Repeat("x", int(min(fi.Size(), 64))) + "\n")
+		if !fi.Mode().IsRegular() {
+			fmt.Fprintf(&b, "%s %v\n", p, fi.Mode())
+			return nil
+		}
+		c, err := os.ReadFile(p)
+		if err != nil {
+			fmt.Fprintf(&b, "%s %v: %v\n", p, fi.Mode(), err)
+			return nil
+		}
+		fmt.Fprintf(&b, "%s %v %q\n", p, fi.Mode(), c)
 		return nil
 	})
 	return b.String()

@@ -15,13 +15,6 @@ import (
 // other than root could change is never gone through, so the tree is
 // never mounted or written where such a user points it.
 
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to give a directory or symlink to another user")
-	}
-}
-
 // TestResolveTrustedPath: symlinks root owns in directories only root can
 // change are followed (absolute, relative, through "..", chained), a
 // missing tail is kept, and loops and files on the way are errors.
@@ -87,7 +80,7 @@ func TestResolveTrustedPath(t *testing.T) {
 // directory; a root's symlink or directory in a sticky 1777 directory is
 // fine.
 func TestTrustedPathRefusesWhatUsersControl(t *testing.T) {
-	needRoot(t)
+	testutil.NeedUserDirs(t)
 	for _, c := range testutil.UserDirCases {
 		t.Run(c.Name, func(t *testing.T) {
 			base := t.TempDir()

@@ -28,30 +28,15 @@ func (quietWatch) WatchDir(string)                         {}
 func (quietWatch) UnwatchDir(string)                       {}
 func (quietWatch) Close()                                  {}
 
-// countedTrigger is a pressure trigger the test fires; closed and paused
-// say what the gate did to it.
-type countedTrigger struct {
-	c, done        chan struct{}
-	closed, paused bool
-}
-
-func (t *countedTrigger) Pause()  { t.paused = true }
-func (t *countedTrigger) Resume() { t.paused = false }
-
-func (t *countedTrigger) C() <-chan struct{}    { return t.c }
-func (t *countedTrigger) Done() <-chan struct{} { return t.done }
-func (t *countedTrigger) Err() error            { return nil }
-func (t *countedTrigger) Close() error          { t.closed = true; return nil }
-
 // pressureRig is a cgroupfs placement on a mock cgroup v2 tree whose
-// pressure triggers are countedTriggers, on file (the parent's
-// cpu.pressure), recorded in armed.
+// pressure triggers are the test's, kept in triggers with the file each
+// was armed on (the parent's cpu.pressure) in file.
 type pressureRig struct {
-	t      *testing.T
-	p      *Placement
-	parent string
-	armed  []*countedTrigger
-	file   []string
+	t        *testing.T
+	p        *Placement
+	parent   string
+	triggers testutil.FakePressureTriggers
+	file     []string
 }
 
 func newPressureRig(t *testing.T) *pressureRig {
@@ -69,9 +54,8 @@ func newPressureRig(t *testing.T) *pressureRig {
 	r.p = New(placement.NewEngine(cfg, testutil.Logger(t), &placement.Counters{}, nil))
 	r.p.newWatch = func(string) (cgroupSource, error) { return quietWatch{}, nil }
 	r.p.e.Pressure.Open = func(path string, stall, window time.Duration) (placement.PressureSource, error) {
-		tr := &countedTrigger{c: make(chan struct{}, 1), done: make(chan struct{})}
-		r.armed, r.file = append(r.armed, tr), append(r.file, path)
-		return tr, nil
+		r.file = append(r.file, path)
+		return r.triggers.Arm(), nil
 	}
 	r.p.e.Save = func() error { return nil }
 	if err := r.p.Open(); err != nil {
@@ -104,45 +88,34 @@ func (r *pressureRig) remove(name string) {
 	}
 }
 
-// live is how many of the triggers armed are still open.
-func (r *pressureRig) live() int {
-	n := 0
-	for _, t := range r.armed {
-		if !t.closed {
-			n++
-		}
-	}
-	return n
-}
-
 // TestPressureArmedWithWorkloads: the cgroupfs placement arms no pressure
 // trigger with no workload (WakeC(WakePressure) nil), arms one — on the
 // managed v2 parent's cpu.pressure — with the first workload, keeps that
 // one for the second, and closes it after the last is gone.
 func TestPressureArmedWithWorkloads(t *testing.T) {
 	r := newPressureRig(t)
-	if len(r.armed) != 0 || r.p.e.WakeC(placement.WakePressure) != nil || r.p.e.Sampling() {
-		t.Fatalf("0 workloads: %d armed, sampling %v; want none, not sampling", len(r.armed), r.p.e.Sampling())
+	if len(r.triggers.Armed) != 0 || r.p.e.WakeC(placement.WakePressure) != nil || r.p.e.Sampling() {
+		t.Fatalf("0 workloads: %d armed, sampling %v; want none, not sampling", len(r.triggers.Armed), r.p.e.Sampling())
 	}
 	r.add("a")
-	if len(r.armed) != 1 || r.live() != 1 || r.p.e.WakeC(placement.WakePressure) != r.armed[0].c {
-		t.Fatalf("1 workload: %d armed, %d open; want 1, listened to", len(r.armed), r.live())
+	if len(r.triggers.Armed) != 1 || r.triggers.Live() != 1 || r.p.e.WakeC(placement.WakePressure) != r.triggers.Armed[0].Fires {
+		t.Fatalf("1 workload: %d armed, %d open; want 1, listened to", len(r.triggers.Armed), r.triggers.Live())
 	}
 	if want := filepath.Join(r.parent, "cpu.pressure"); r.file[0] != want {
 		t.Fatalf("armed on %s, want %s", r.file[0], want)
 	}
 	r.add("b")
 	r.remove("a")
-	if len(r.armed) != 1 || r.live() != 1 {
-		t.Fatalf("workloads a, b, then b: %d armed, %d open; want the first one kept", len(r.armed), r.live())
+	if len(r.triggers.Armed) != 1 || r.triggers.Live() != 1 {
+		t.Fatalf("workloads a, b, then b: %d armed, %d open; want the first one kept", len(r.triggers.Armed), r.triggers.Live())
 	}
 	r.remove("b")
-	if r.live() != 0 || r.p.e.WakeC(placement.WakePressure) != nil || r.p.e.WakeC(placement.WakePressureDone) != nil {
-		t.Fatalf("0 workloads again: %d open, want the trigger closed", r.live())
+	if r.triggers.Live() != 0 || r.p.e.WakeC(placement.WakePressure) != nil || r.p.e.WakeC(placement.WakePressureDone) != nil {
+		t.Fatalf("0 workloads again: %d open, want the trigger closed", r.triggers.Live())
 	}
 	r.add("c")
-	if len(r.armed) != 2 || r.live() != 1 {
-		t.Fatalf("a workload again: %d armed, %d open; want a second arming", len(r.armed), r.live())
+	if len(r.triggers.Armed) != 2 || r.triggers.Live() != 1 {
+		t.Fatalf("a workload again: %d armed, %d open; want a second arming", len(r.triggers.Armed), r.triggers.Live())
 	}
 }
 
@@ -170,7 +143,7 @@ func TestPressureWakeBacksOff(t *testing.T) {
 			select {
 			case <-r.p.e.WakeC(placement.WakePressure):
 			default:
-				r.armed[len(r.armed)-1].c <- struct{}{}
+				r.triggers.Armed[len(r.triggers.Armed)-1].Fires <- struct{}{}
 				<-r.p.e.WakeC(placement.WakePressure)
 			}
 			r.p.e.OnWake(placement.WakePressure).Do(replan)
@@ -179,34 +152,28 @@ func TestPressureWakeBacksOff(t *testing.T) {
 		resumeAt := func(d time.Duration) {
 			t.Helper()
 			time.Sleep(d - time.Nanosecond)
-			synctest.Wait()
-			select {
-			case <-r.p.e.WakeC(placement.WakePressureResume):
+			if testutil.Ready(r.p.e.WakeC(placement.WakePressureResume)) {
 				t.Fatalf("resumed before %v", d)
-			default:
 			}
 			time.Sleep(time.Nanosecond)
-			synctest.Wait()
-			select {
-			case <-r.p.e.WakeC(placement.WakePressureResume):
-			default:
+			if !testutil.Ready(r.p.e.WakeC(placement.WakePressureResume)) {
 				t.Fatalf("not resumed after %v", d)
 			}
 			r.p.e.OnWake(placement.WakePressureResume).Do(replan)
 		}
 
 		wake()
-		tr := r.armed[0]
-		if !tr.paused || r.p.e.WakeC(placement.WakePressure) != nil || r.p.e.Pressure.Backoff() != time.Second || r.p.e.Sampling() {
-			t.Fatalf("after a wake with nothing crowded: paused %v, backoff %v, sampling %v; want muted for 1s, not sampling", tr.paused, r.p.e.Pressure.Backoff(), r.p.e.Sampling())
+		tr := r.triggers.Armed[0]
+		if !tr.Paused || r.p.e.WakeC(placement.WakePressure) != nil || r.p.e.Pressure.Backoff() != time.Second || r.p.e.Sampling() {
+			t.Fatalf("after a wake with nothing crowded: paused %v, backoff %v, sampling %v; want muted for 1s, not sampling", tr.Paused, r.p.e.Pressure.Backoff(), r.p.e.Sampling())
 		}
 		resumeAt(time.Second)
-		if tr.paused || r.p.e.WakeC(placement.WakePressure) != tr.c {
-			t.Fatalf("after the 1s mute: paused %v; want listened to again", tr.paused)
+		if tr.Paused || r.p.e.WakeC(placement.WakePressure) != tr.Fires {
+			t.Fatalf("after the 1s mute: paused %v; want listened to again", tr.Paused)
 		}
 		wake()
-		if r.p.e.Pressure.Backoff() != 2*time.Second || !tr.paused {
-			t.Fatalf("second wake: backoff %v, paused %v; want muted for 2s", r.p.e.Pressure.Backoff(), tr.paused)
+		if r.p.e.Pressure.Backoff() != 2*time.Second || !tr.Paused {
+			t.Fatalf("second wake: backoff %v, paused %v; want muted for 2s", r.p.e.Pressure.Backoff(), tr.Paused)
 		}
 		resumeAt(2 * time.Second)
 		wake()
@@ -214,11 +181,11 @@ func TestPressureWakeBacksOff(t *testing.T) {
 			t.Fatalf("third wake: backoff %v, want 4s", r.p.e.Pressure.Backoff())
 		}
 		r.add("b")
-		if tr.paused || r.p.e.WakeC(placement.WakePressure) != tr.c || r.p.e.Pressure.Backoff() != 0 || r.p.e.WakeC(placement.WakePressureResume) != nil {
-			t.Fatalf("a workload added while muted: paused %v, backoff %v; want listened to, back-off reset", tr.paused, r.p.e.Pressure.Backoff())
+		if tr.Paused || r.p.e.WakeC(placement.WakePressure) != tr.Fires || r.p.e.Pressure.Backoff() != 0 || r.p.e.WakeC(placement.WakePressureResume) != nil {
+			t.Fatalf("a workload added while muted: paused %v, backoff %v; want listened to, back-off reset", tr.Paused, r.p.e.Pressure.Backoff())
 		}
-		if len(r.armed) != 1 || r.live() != 1 {
-			t.Fatalf("%d armed, %d open; want the one trigger throughout", len(r.armed), r.live())
+		if len(r.triggers.Armed) != 1 || r.triggers.Live() != 1 {
+			t.Fatalf("%d armed, %d open; want the one trigger throughout", len(r.triggers.Armed), r.triggers.Live())
 		}
 		if s := r.p.e.Stats.PressureWakes.Load(); s != 3 {
 			t.Fatalf("%d pressure wakes counted, want 3", s)

@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
-	"github.com/schedpolicyd/schedpolicyd/policy"
 )
 
 // TestCgroupParentRelocked (the lock rules' case 4, while running; moved
@@ -21,11 +20,7 @@ import (
 // scan ever finds the path missing) is not managed — a warning names the
 // holder and nothing in it is written — until that manager lets go.
 func TestCgroupParentRelocked(t *testing.T) {
-	c := mockTree(t)
-	c.child("a", "")
-	c.child("b", "1")
-	r := run(t, c.parent, "", policy.Performance)
-	testutil.WantEq(t, "workloads", r.names(), "a b")
+	c, r := runAB(t)
 	me := os.Getpid() // in-process: the placement's pid is ours
 	if got := holderOf(t, c.parent); got != me {
 		t.Fatalf("/proc/locks: the managed parent is held by %d, want the placement (%d)", got, me)

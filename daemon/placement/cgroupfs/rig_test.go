@@ -220,6 +220,18 @@ func run(t *testing.T, parent, state string, pol policy.Policy) *rig {
 	return newRig(t, parent, state, nil).start(pol)
 }
 
+// runAB is run on a mock tree with workloads a (cpuset.cpus empty) and b
+// (1), for performance; it checks that both were adopted.
+func runAB(t *testing.T) (*cgtree, *rig) {
+	t.Helper()
+	c := mockTree(t)
+	c.child("a", "")
+	c.child("b", "1")
+	r := run(t, c.parent, "", policy.Performance)
+	testutil.WantEq(t, "workloads", r.names(), "a b")
+	return c, r
+}
+
 // topo is the plans' topology: CPUs 0 and 1, each its own core and
 // cluster.
 func (r *rig) topo() policy.Topology {

@@ -10,7 +10,6 @@ package cgroupfs
 // for time.
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -28,11 +27,7 @@ import (
 // managed parent disappears it is made again, and the children that come
 // back are adopted.
 func TestRecreatesVanishedParent(t *testing.T) {
-	c := mockTree(t)
-	c.child("a", "")
-	c.child("b", "1")
-	r := run(t, c.parent, "", policy.Performance)
-	testutil.WantEq(t, "workloads", r.names(), "a b")
+	c, r := runAB(t)
 	if err := os.RemoveAll(c.parent); err != nil {
 		t.Fatal(err)
 	}
@@ -171,25 +166,6 @@ func TestRestoreHandEdit(t *testing.T) {
 	testutil.WantEq(t, "after the stop", cpusOf(t, c.parent, "a", "b", "c", "e"), "a=0 b=1 c=1 e=0")
 }
 
-// startPiped starts c with its stdin and stdout piped; it is killed at
-// cleanup.
-func startPiped(t *testing.T, c *exec.Cmd) (io.WriteCloser, *bufio.Reader) {
-	t.Helper()
-	in, err := c.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := c.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
-	return in, bufio.NewReader(out)
-}
-
 // TestReapsOnExit, on a real cgroup v1 parent: a workload the placement
 // created is removed when its last task exits — seen through pidfd exit
 // watches, not sampling (the rig never samples here). The first task
@@ -199,7 +175,7 @@ func TestReapsOnExit(t *testing.T) {
 	c := realTree(t)
 	r := run(t, c.parent, "", policy.Performance)
 	sh := exec.Command("sh", "-c", "read x; sleep 1000 </dev/null >/dev/null 2>&1 & echo $!")
-	in, out := startPiped(t, sh)
+	in, out := testutil.StartPiped(t, sh)
 	path, err := r.e.Create("job", sh.Process.Pid)
 	if err != nil {
 		t.Fatal(err)

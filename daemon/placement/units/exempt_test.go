@@ -27,7 +27,7 @@ func TestMemUnitsExempt(t *testing.T) {
 		h.m.start("c.service", "schedpolicyd.slice", false)
 		h.m.admin("c.service", true, 0, 1) // an administrator's AllowedCPUs=0-1
 		h.open()
-		apply := func() { h.u.e.Apply(policy.Powersaving, twoCPUTopology(t), twoCPUs, true) }
+		apply := func() { h.apply(policy.Powersaving) }
 		apply()
 		testutil.WantEq(t, "powersaving", h.taken(),
 			"save a.service orig= pending=0 applied=; b.service orig= pending=0 applied=; c.service orig=0-1 pending=0 applied= | "+
@@ -90,7 +90,7 @@ func TestUserUnitExempt(t *testing.T) {
 	h.unit("app-a.scope", "background.slice", testutil.FakeUnit{})
 	h.serve()
 	h.pump("the unit", policy.Performance, func() bool { return h.workloads() == "app-a.scope" })
-	apply := func() { h.u.e.Apply(policy.Powersaving, twoCPUTopology(t), twoCPUs, true) }
+	apply := func() { h.apply(policy.Powersaving) }
 	key := workloadKey(hostile, "app-a.scope")
 	written := func(what string, want ...string) {
 		t.Helper()
@@ -138,7 +138,7 @@ func TestUserUnitExemptRefusedAfterWidening(t *testing.T) {
 	h.unit("app-a.scope", "background.slice", testutil.FakeUnit{})
 	h.serve()
 	h.pump("the unit", policy.Performance, func() bool { return h.workloads() == "app-a.scope" })
-	apply := func() { h.u.e.Apply(policy.Powersaving, twoCPUTopology(t), twoCPUs, true) }
+	apply := func() { h.apply(policy.Powersaving) }
 	key := workloadKey(hostile, "app-a.scope")
 	settled := func(what string, sets, calls int) {
 		t.Helper()
@@ -185,7 +185,7 @@ func TestMemUnitsRefusedAfterWidening(t *testing.T) {
 		h.u.unified = true
 		h.m.start("a.service", "schedpolicyd.slice", false)
 		h.open()
-		apply := func() { h.u.e.Apply(policy.Powersaving, twoCPUTopology(t), twoCPUs, true) }
+		apply := func() { h.apply(policy.Powersaving) }
 		apply()
 		testutil.WantEq(t, "placed", h.taken(),
 			"save a.service orig= pending=0 applied= | set a.service=0 | save a.service orig= pending= applied=0")

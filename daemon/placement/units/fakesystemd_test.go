@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -37,13 +36,6 @@ type fakeSystemd struct {
 	journal []string
 }
 
-const (
-	sdName      = "org.freedesktop.systemd1"
-	sdPath      = dbus.ObjectPath("/org/freedesktop/systemd1")
-	sdInterface = "org.freedesktop.systemd1.Manager"
-	sdUnitPath  = dbus.ObjectPath("/org/freedesktop/systemd1/unit")
-)
-
 // newFakeSystemd starts a bus with the system bus's policy, points
 // DBUS_SYSTEM_BUS_ADDRESS at it and serves a new memManager there as the
 // system manager.
@@ -66,21 +58,17 @@ func newFakeSystemd(t *testing.T) *fakeSystemd {
 // queued behind the owner, as a re-executed systemd's new connection).
 func (f *fakeSystemd) serve(flags dbus.RequestNameFlags) *dbus.Conn {
 	t := f.t
-	c, err := dbus.Connect(f.addr)
-	if err != nil {
+	c := testutil.Connect(t, f.addr)
+	if err := c.Export(servedManager{f.memManager}, testutil.SystemdPath, testutil.SystemdManager); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
-	if err := c.Export(servedManager{f.memManager}, sdPath, sdInterface); err != nil {
+	if err := c.Export(servedManagerProps{f.memManager}, testutil.SystemdPath, "org.freedesktop.DBus.Properties"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Export(servedManagerProps{f.memManager}, sdPath, "org.freedesktop.DBus.Properties"); err != nil {
+	if err := c.ExportSubtree(testutil.FakeUnitProps(f.unitProps), testutil.SystemdUnitPath, "org.freedesktop.DBus.Properties"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.ExportSubtree(servedUnitProps{f.memManager}, sdUnitPath, "org.freedesktop.DBus.Properties"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.RequestName(sdName, flags); err != nil {
+	if _, err := c.RequestName(testutil.SystemdName, flags); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -91,9 +79,9 @@ func (f *fakeSystemd) serve(flags dbus.RequestNameFlags) *dbus.Conn {
 func (f *fakeSystemd) signal(ev systemd.UnitEvent) {
 	switch ev.Kind {
 	case systemd.UnitLoaded:
-		f.send("UnitNew", ev.Name, unitObject(ev.Name))
+		f.send("UnitNew", ev.Name, testutil.FakeUnitPath(ev.Name))
 	case systemd.UnitDropped:
-		f.send("UnitRemoved", ev.Name, unitObject(ev.Name))
+		f.send("UnitRemoved", ev.Name, testutil.FakeUnitPath(ev.Name))
 	case systemd.JobFinished:
 		f.send("JobRemoved", uint32(1), dbus.ObjectPath("/org/freedesktop/systemd1/job/1"), ev.Name, "done")
 	case systemd.ReloadStarted:
@@ -105,7 +93,7 @@ func (f *fakeSystemd) signal(ev systemd.UnitEvent) {
 
 // send emits member with body from the connection owning the name.
 func (f *fakeSystemd) send(member string, body ...any) {
-	if err := f.conn.Emit(sdPath, sdInterface+"."+member, body...); err != nil {
+	if err := f.conn.Emit(testutil.SystemdPath, testutil.SystemdManager+"."+member, body...); err != nil {
 		f.t.Error(err)
 	}
 }
@@ -117,13 +105,13 @@ func (f *fakeSystemd) send(member string, body ...any) {
 func (f *fakeSystemd) reexec() {
 	f.send("Reloading", true)
 	for _, n := range f.unitNames() {
-		f.send("UnitRemoved", n, unitObject(n))
+		f.send("UnitRemoved", n, testutil.FakeUnitPath(n))
 	}
 	next := f.serve(0)
 	f.conn.Close()
 	testutil.WaitFor(f.t, "the re-executed manager to own its name", testutil.DefaultBound, func() (bool, string) {
 		var owner string
-		err := next.BusObject().Call("org.freedesktop.DBus.GetNameOwner", 0, sdName).Store(&owner)
+		err := next.BusObject().Call("org.freedesktop.DBus.GetNameOwner", 0, testutil.SystemdName).Store(&owner)
 		return err == nil && owner == next.Names()[0], owner
 	})
 	f.conn = next
@@ -150,7 +138,7 @@ func (f *fakeSystemd) admin(name string, cpus ...int) {
 		Name  string
 		Value dbus.Variant
 	}{{"AllowedCPUs", dbus.MakeVariant(systemd.EncodeCPUMask(cpus))}}
-	if err := c.Object(sdName, sdPath).Call(sdInterface+".SetUnitProperties", 0, name, true, props).Err; err != nil {
+	if err := c.Object(testutil.SystemdName, testutil.SystemdPath).Call(testutil.SystemdManager+".SetUnitProperties", 0, name, true, props).Err; err != nil {
 		f.t.Fatal(err)
 	}
 	f.mu.Lock()
@@ -181,37 +169,6 @@ func (f *fakeSystemd) unitNames() []string {
 	return f.names()
 }
 
-// unitObject is a unit's object path, escaped as systemd does (go-
-// systemd's PathBusEscape).
-func unitObject(name string) dbus.ObjectPath {
-	var b strings.Builder
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			b.WriteByte(c)
-		} else {
-			fmt.Fprintf(&b, "_%02x", c)
-		}
-	}
-	return sdUnitPath + "/" + dbus.ObjectPath(b.String())
-}
-
-func unitName(p dbus.ObjectPath) string {
-	s := strings.TrimPrefix(string(p), string(sdUnitPath)+"/")
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '_' && i+2 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 2
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // servedManager is the manager's object on the bus, answered from the
 // model under its mu.
 type servedManager struct{ m *memManager }
@@ -224,19 +181,16 @@ func (o servedManager) Subscribe() *dbus.Error {
 	return nil
 }
 
-type unitStatus struct {
-	Name, Description, LoadState, ActiveState, SubState, Followed string
-	Path                                                          dbus.ObjectPath
-	JobID                                                         uint32
-	JobType                                                       string
-	JobPath                                                       dbus.ObjectPath
-}
-
-func (o servedManager) ListUnitsByPatterns(states, patterns []string) ([]unitStatus, *dbus.Error) {
+// ListUnitsByPatterns is not testutil.FakeManager's: the units are the
+// model's, whose active state gives the sub state (running, or dead as
+// systemd says of an inactive unit), no pattern matches nothing (the
+// daemon always names its patterns), and the call is counted as the
+// model counts its in-memory Units.
+func (o servedManager) ListUnitsByPatterns(states, patterns []string) ([]testutil.FakeUnitStatus, *dbus.Error) {
 	o.m.mu.Lock()
 	defer o.m.mu.Unlock()
 	o.m.calls["Units"]++
-	var out []unitStatus
+	var out []testutil.FakeUnitStatus
 	for _, n := range o.m.names() {
 		for _, p := range patterns {
 			if ok, _ := filepath.Match(p, n); ok {
@@ -244,7 +198,7 @@ func (o servedManager) ListUnitsByPatterns(states, patterns []string) ([]unitSta
 				if o.m.units[n].active != "active" {
 					sub = "dead"
 				}
-				out = append(out, unitStatus{Name: n, LoadState: "loaded", ActiveState: o.m.units[n].active, SubState: sub, Path: unitObject(n), JobPath: "/"})
+				out = append(out, testutil.FakeUnitStatus{Name: n, LoadState: "loaded", ActiveState: o.m.units[n].active, SubState: sub, Path: testutil.FakeUnitPath(n), JobPath: "/"})
 				break
 			}
 		}
@@ -256,11 +210,15 @@ func (o servedManager) GetUnit(name string) (dbus.ObjectPath, *dbus.Error) {
 	o.m.mu.Lock()
 	defer o.m.mu.Unlock()
 	if o.m.units[name] == nil {
-		return "", &dbus.Error{Name: "org.freedesktop.systemd1.NoSuchUnit", Body: []any{"Unit " + name + " not loaded."}}
+		return "", testutil.NoSuchUnit(name)
 	}
-	return unitObject(name), nil
+	return testutil.FakeUnitPath(name), nil
 }
 
+// SetUnitProperties is not testutil.FakeManager's either: it sets the
+// model's AllowedCPUs= (as a cpulist, its drop-ins written as systemd
+// writes them) and answers the model's refusals, where FakeManager keeps
+// the mask as sent and refuses by the test's rule.
 func (o servedManager) SetUnitProperties(name string, runtime bool, props []struct {
 	Name  string
 	Value dbus.Variant
@@ -297,15 +255,12 @@ func (p servedManagerProps) Get(iface, prop string) (dbus.Variant, *dbus.Error) 
 	return dbus.MakeVariant(v), nil
 }
 
-// servedUnitProps are the units' properties, from memManager.info.
-type servedUnitProps struct{ m *memManager }
-
-func (p servedUnitProps) GetAll(msg dbus.Message, iface string) (map[string]dbus.Variant, *dbus.Error) {
-	path, _ := msg.Headers[dbus.FieldPath].Value().(dbus.ObjectPath)
-	name := unitName(path)
-	p.m.mu.Lock()
-	defer p.m.mu.Unlock()
-	info, u := p.m.info(name), p.m.units[name]
+// unitProps are the model's unit name's properties on iface
+// (memManager.info), for testutil.FakeUnitProps.
+func (f *fakeSystemd) unitProps(name, iface string) (map[string]dbus.Variant, *dbus.Error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	info, u := f.info(name), f.units[name]
 	dropins := append([]string{}, info.DropInPaths...)
 	if strings.HasSuffix(iface, ".Unit") {
 		all := map[string]dbus.Variant{"LoadState": dbus.MakeVariant(info.LoadState), "ActiveState": dbus.MakeVariant(info.ActiveState), "DropInPaths": dbus.MakeVariant(dropins)}
@@ -323,18 +278,6 @@ func (p servedUnitProps) GetAll(msg dbus.Message, iface string) (map[string]dbus
 	return all, nil
 }
 
-func (p servedUnitProps) Get(msg dbus.Message, iface, prop string) (dbus.Variant, *dbus.Error) {
-	all, err := p.GetAll(msg, iface)
-	if err != nil {
-		return dbus.Variant{}, err
-	}
-	v, ok := all[prop]
-	if !ok {
-		return dbus.Variant{}, &dbus.Error{Name: "org.freedesktop.DBus.Error.UnknownProperty", Body: []any{prop}}
-	}
-	return v, nil
-}
-
 // pump hands the unit messages that arrived to onEvent, as the daemon's
 // loop does, until the fake manager's UnitNew for a sentinel unit comes
 // through (every signal sent before it has then been followed); each
@@ -343,7 +286,7 @@ func (p servedUnitProps) Get(msg dbus.Message, iface, prop string) (dbus.Variant
 func pump(t *testing.T, f *fakeSystemd, u *Placement, apply func(), each func()) {
 	t.Helper()
 	sentinel := fmt.Sprintf("sentinel-%d.service", time.Now().UnixNano())
-	f.send("UnitNew", sentinel, unitObject(sentinel))
+	f.send("UnitNew", sentinel, testutil.FakeUnitPath(sentinel))
 	deadline := time.After(time.Minute)
 	for {
 		select {

@@ -13,40 +13,6 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/sysfs"
 )
 
-// countedTrigger is a pressure trigger the test fires; closed and paused
-// say what the gate did to it.
-type countedTrigger struct {
-	c, done        chan struct{}
-	closed, paused bool
-}
-
-func (t *countedTrigger) Pause()  { t.paused = true }
-func (t *countedTrigger) Resume() { t.paused = false }
-
-func (t *countedTrigger) C() <-chan struct{}    { return t.c }
-func (t *countedTrigger) Done() <-chan struct{} { return t.done }
-func (t *countedTrigger) Err() error            { return nil }
-func (t *countedTrigger) Close() error          { t.closed = true; return nil }
-
-// triggers hands a PressureGate countedTriggers and keeps them.
-type triggers struct{ armed []*countedTrigger }
-
-func (o *triggers) open(string, time.Duration, time.Duration) (placement.PressureSource, error) {
-	t := &countedTrigger{c: make(chan struct{}, 1), done: make(chan struct{})}
-	o.armed = append(o.armed, t)
-	return t, nil
-}
-
-func (o *triggers) live() int {
-	n := 0
-	for _, t := range o.armed {
-		if !t.closed {
-			n++
-		}
-	}
-	return n
-}
-
 // TestUnitsPressureArmedWithUnits: the units placement arms no pressure
 // trigger while it has no unit — not at Open — arms one with the first
 // unit adopted, keeps it for the second, and closes it after the last
@@ -54,37 +20,37 @@ func (o *triggers) live() int {
 func TestUnitsPressureArmedWithUnits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newMemUnits(t)
-		var o triggers
-		h.u.e.Pressure.Open = o.open
+		var o testutil.FakePressureTriggers
+		h.u.e.Pressure.Open = func(string, time.Duration, time.Duration) (placement.PressureSource, error) { return o.Arm(), nil }
 		h.open()
-		if len(o.armed) != 0 || h.u.e.WakeC(placement.WakePressure) != nil {
-			t.Fatalf("opened with no unit: %d armed, want none", len(o.armed))
+		if len(o.Armed) != 0 || h.u.e.WakeC(placement.WakePressure) != nil {
+			t.Fatalf("opened with no unit: %d armed, want none", len(o.Armed))
 		}
 		h.m.start("a.service", "schedpolicyd.slice", true)
 		h.follow(nil)
-		if len(o.armed) != 1 || o.live() != 1 || h.u.e.WakeC(placement.WakePressure) != o.armed[0].c {
-			t.Fatalf("1 unit: %d armed, %d open; want 1, listened to", len(o.armed), o.live())
+		if len(o.Armed) != 1 || o.Live() != 1 || h.u.e.WakeC(placement.WakePressure) != o.Armed[0].Fires {
+			t.Fatalf("1 unit: %d armed, %d open; want 1, listened to", len(o.Armed), o.Live())
 		}
 		h.m.start("b.service", "schedpolicyd.slice", true)
 		h.follow(nil)
 		h.m.stop("a.service")
 		h.follow(nil)
-		if len(h.u.workloads) != 1 || len(o.armed) != 1 || o.live() != 1 {
-			t.Fatalf("units %v: %d armed, %d open; want the first trigger kept", h.u.Names(), len(o.armed), o.live())
+		if len(h.u.workloads) != 1 || len(o.Armed) != 1 || o.Live() != 1 {
+			t.Fatalf("units %v: %d armed, %d open; want the first trigger kept", h.u.Names(), len(o.Armed), o.Live())
 		}
 		h.m.stop("b.service")
 		h.follow(nil)
-		if len(h.u.workloads) != 0 || o.live() != 0 || h.u.e.WakeC(placement.WakePressure) != nil {
-			t.Fatalf("no unit left (%v): %d open, want the trigger closed", h.u.Names(), o.live())
+		if len(h.u.workloads) != 0 || o.Live() != 0 || h.u.e.WakeC(placement.WakePressure) != nil {
+			t.Fatalf("no unit left (%v): %d open, want the trigger closed", h.u.Names(), o.Live())
 		}
 		h.m.start("c.service", "schedpolicyd.slice", true)
 		h.follow(nil)
-		if len(o.armed) != 2 || o.live() != 1 {
-			t.Fatalf("a unit again: %d armed, %d open; want a second arming", len(o.armed), o.live())
+		if len(o.Armed) != 2 || o.Live() != 1 {
+			t.Fatalf("a unit again: %d armed, %d open; want a second arming", len(o.Armed), o.Live())
 		}
 		h.u.Close()
-		if o.live() != 0 {
-			t.Fatalf("after Close: %d open", o.live())
+		if o.Live() != 0 {
+			t.Fatalf("after Close: %d open", o.Live())
 		}
 	})
 }
@@ -115,8 +81,8 @@ func TestUnitsPressureWakeBacksOff(t *testing.T) {
 			},
 		}
 		u.attach()
-		var o triggers
-		u.e.Pressure.Open = o.open
+		var o testutil.FakePressureTriggers
+		u.e.Pressure.Open = func(string, time.Duration, time.Duration) (placement.PressureSource, error) { return o.Arm(), nil }
 		u.e.Pressure.Configure(log, "/proc/pressure/cpu", len(u.workloads))
 		t.Cleanup(u.e.Pressure.Close)
 		u.Sample() // the first read of the stall total
@@ -127,46 +93,40 @@ func TestUnitsPressureWakeBacksOff(t *testing.T) {
 			if c == nil {
 				t.Fatal("no pressure trigger to wake")
 			}
-			o.armed[len(o.armed)-1].c <- struct{}{}
+			o.Armed[len(o.Armed)-1].Fires <- struct{}{}
 			<-c
 			u.e.OnWake(placement.WakePressure).Do(replan)
 		}
 		resumeAt := func(d time.Duration) {
 			t.Helper()
 			time.Sleep(d - time.Nanosecond)
-			synctest.Wait()
-			select {
-			case <-u.e.WakeC(placement.WakePressureResume):
+			if testutil.Ready(u.e.WakeC(placement.WakePressureResume)) {
 				t.Fatalf("resumed before %v", d)
-			default:
 			}
 			time.Sleep(time.Nanosecond)
-			synctest.Wait()
-			select {
-			case <-u.e.WakeC(placement.WakePressureResume):
-			default:
+			if !testutil.Ready(u.e.WakeC(placement.WakePressureResume)) {
 				t.Fatalf("not resumed after %v", d)
 			}
 			u.e.OnWake(placement.WakePressureResume).Do(replan)
 		}
 
 		wake()
-		tr := o.armed[0]
-		if !tr.paused || u.e.WakeC(placement.WakePressure) != nil || u.e.Pressure.Backoff() != time.Second {
-			t.Fatalf("nothing stalled: paused %v, backoff %v; want muted for 1s", tr.paused, u.e.Pressure.Backoff())
+		tr := o.Armed[0]
+		if !tr.Paused || u.e.WakeC(placement.WakePressure) != nil || u.e.Pressure.Backoff() != time.Second {
+			t.Fatalf("nothing stalled: paused %v, backoff %v; want muted for 1s", tr.Paused, u.e.Pressure.Backoff())
 		}
 		resumeAt(time.Second)
 		wake()
-		if !tr.paused || u.e.Pressure.Backoff() != 2*time.Second {
-			t.Fatalf("nothing stalled again: paused %v, backoff %v; want muted for 2s", tr.paused, u.e.Pressure.Backoff())
+		if !tr.Paused || u.e.Pressure.Backoff() != 2*time.Second {
+			t.Fatalf("nothing stalled again: paused %v, backoff %v; want muted for 2s", tr.Paused, u.e.Pressure.Backoff())
 		}
 		resumeAt(2 * time.Second)
 		total += 1_000 // 1 ms of its own stall
 		usage += 100_000
 		put()
 		wake()
-		if tr.paused || u.e.WakeC(placement.WakePressure) != tr.c || u.e.Pressure.Backoff() != 0 || u.e.ConfirmC() == nil {
-			t.Fatalf("the unit stalled: paused %v, backoff %v, confirming %v; want listened to, back-off reset, a confirmation", tr.paused, u.e.Pressure.Backoff(), u.e.ConfirmC() != nil)
+		if tr.Paused || u.e.WakeC(placement.WakePressure) != tr.Fires || u.e.Pressure.Backoff() != 0 || u.e.ConfirmC() == nil {
+			t.Fatalf("the unit stalled: paused %v, backoff %v, confirming %v; want listened to, back-off reset, a confirmation", tr.Paused, u.e.Pressure.Backoff(), u.e.ConfirmC() != nil)
 		}
 		u.e.Confirm.Drop()
 		wake()
@@ -176,8 +136,8 @@ func TestUnitsPressureWakeBacksOff(t *testing.T) {
 		if n := u.e.Stats.PressureWakes.Load(); n != 4 {
 			t.Fatalf("%d pressure wakes counted, want 4", n)
 		}
-		if len(o.armed) != 1 || o.live() != 1 {
-			t.Fatalf("%d armed, %d open; want the one trigger throughout", len(o.armed), o.live())
+		if len(o.Armed) != 1 || o.Live() != 1 {
+			t.Fatalf("%d armed, %d open; want the one trigger throughout", len(o.Armed), o.Live())
 		}
 	})
 }
