@@ -372,3 +372,38 @@ func TestPlanSharedCPUContention(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanSteadyLoadNoFlap: steady loads that the balancer once moved
+// with every decision (found by TestPropSteadyLoadNoChanges), on the
+// Nehalem EP with CPUs 7 and 15 (one core) and 14 allowed, powersaving.
+// Each plan, fed back as the current cpusets with each load using at most
+// what they give it, must stay as it is.
+//   - "packed, then contended": 0.65 (threads unknown) and one thread of
+//     0.25 on one CPU, their demands (0.72 and 0.25) within it: the
+//     shared-CPU contention rule spread them, and the next plan packed
+//     them again.
+func TestPlanSteadyLoadNoFlap(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		loads []Load
+		want  map[string][]int
+	}{
+		{"packed, then contended", []Load{{Name: "w0", Util: 0.65}, {Name: "w1", Util: 1, Threads: 1}, {Name: "w2", Util: 0.25, Threads: 1}},
+			map[string][]int{"w0": {7}, "w1": {15}, "w2": {7}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := Input{Topology: nhmEP, Allowed: []int{7, 14, 15}, Policy: Powersaving, Loads: tc.loads}
+			p := PlanPlacement(in)
+			for i := range 6 {
+				if !reflect.DeepEqual(p.CPUs, tc.want) {
+					t.Fatalf("decision %d: %v, want %v", i, p.CPUs, tc.want)
+				}
+				next := feed(in, p)
+				for j := range next.Loads {
+					next.Loads[j].Util = math.Min(next.Loads[j].Util, float64(len(next.Loads[j].Current)))
+				}
+				p = PlanPlacement(next)
+			}
+		})
+	}
+}

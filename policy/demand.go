@@ -145,7 +145,8 @@ func (tr *tree) toCapacity(loads []loadState) {
 // held by two or more workloads that are not small (util ≥ 25 %) and whose
 // utilisation together reaches 90 % of |S| (the same saturation ratio as
 // for one workload; an instant thread count alone is too noisy for light
-// loads), each member's demand becomes
+// loads), unless they have no more runnable threads than |S| and their
+// demands fit in it (the packer's own placement), each member's demand becomes
 // at least util × n / |S|, with n the larger of their runnable threads
 // together and |S| + 1, and the members are marked contended, so their
 // sets are re-planned at once.
@@ -167,10 +168,11 @@ func shareContention(loads []loadState, nAllowed int) {
 			continue
 		}
 		k := float64(len(loads[idx[0]].cur))
-		threads, util, big := 0, 0.0, 0
+		threads, util, demand, big := 0, 0.0, 0.0, 0
 		for _, i := range idx {
 			threads += loads[i].threads
 			util += loads[i].util
+			demand += loads[i].demand
 			if loads[i].util >= contentionMinUtil {
 				big++
 			}
@@ -178,6 +180,17 @@ func shareContention(loads []loadState, nAllowed int) {
 		if big < 2 || util < SaturationRatio*k {
 			// Room left, or one workload plus small ones the vacancy
 			// rule put beside it: packing them together is the point.
+			continue
+		}
+		if threads <= int(k) && demand <= k+eps {
+			// No more runnable threads than CPUs, and their demands
+			// (each with the saturation margin where its threads are
+			// unknown) fit: the set the packer itself gives such a group
+			// (it fills a CPU up to its capacity), not one that hides
+			// their wants. Marked contended, the group was spread, then
+			// packed again at the next decision, and so on for ever
+			// (TestPropSteadyLoadNoChanges: 0.65 of unknown threads and
+			// one thread at 0.25 on one CPU).
 			continue
 		}
 		n := math.Max(float64(threads), k+1)

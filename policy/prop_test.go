@@ -147,14 +147,28 @@ func TestPropSteadyLoadNoChanges(t *testing.T) {
 			}
 			return next
 		}
-		const settle = 3
-		for range settle {
-			p = PlanPlacement(steady(p))
+		// A load confined to fewer CPUs than it would use shows less use,
+		// so the first decisions may still move cpusets (seen: four on a
+		// 2×4×2 machine with 11 loads under powersaving); a steady load
+		// must reach a plan that stays, not flap between plans.
+		const maxSettle, stay = 12, 3
+		settled := -1
+		for i := range maxSettle {
+			q := PlanPlacement(steady(p))
+			same := reflect.DeepEqual(p.CPUs, q.CPUs)
+			p = q
+			if same {
+				settled = i
+				break
+			}
 		}
-		for range 3 {
+		if settled < 0 {
+			t.Fatalf("steady load still changes cpusets after %d decisions: %v", maxSettle, p.CPUs)
+		}
+		for range stay {
 			q := PlanPlacement(steady(p))
 			if !reflect.DeepEqual(p.CPUs, q.CPUs) {
-				t.Fatalf("steady load still changes cpusets after %d decisions:\n%v\n%v", settle, p.CPUs, q.CPUs)
+				t.Fatalf("a plan that stood once changed again under the same load:\n%v\n%v", p.CPUs, q.CPUs)
 			}
 			p = q
 		}
