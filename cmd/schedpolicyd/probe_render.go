@@ -140,7 +140,11 @@ func writeProbePlacement(w io.Writer, r probeReport) {
 		case m.Delegated && m.InUse:
 			fmt.Fprintf(w, "  user:        %s: cpuset delegated now and in use by its units; its units are placed through it\n", m.Unit)
 		case m.Delegated:
-			fmt.Fprintf(w, "  user:        %s: cpuset delegated now (none of its units uses it yet); its units are placed through it\n", m.Unit)
+			// A manager already running when cpuset reached its cgroup
+			// (the package's daemon-reload) never turns it on for its
+			// units: its AllowedCPUs= is then stored, not applied, until
+			// the manager starts again (seen in the VM, systemd 252).
+			fmt.Fprintf(w, "  user:        %s: cpuset delegated now (none of its units uses it yet); its units are placed through it, from the user's next login if this manager was already running when cpuset was delegated\n", m.Unit)
 		default:
 			fmt.Fprintf(w, "  user:        %s: placed as a whole, never confined: %s\n", m.Unit, m.Why)
 		}

@@ -53,7 +53,7 @@ func TestProbeUserManagersUnderRoot(t *testing.T) {
 	out, r := runProbe(t, "--sysfs-root", root, "--config", conf)
 	for _, line := range []string{
 		"  manage:      schedpolicyd.slice system.slice app.slice background.slice session.slice\n",
-		"  user:        user@1000.service: cpuset delegated now (none of its units uses it yet); its units are placed through it\n",
+		"  user:        user@1000.service: cpuset delegated now (none of its units uses it yet); its units are placed through it, from the user's next login if this manager was already running when cpuset was delegated\n",
 		"    focus:     1 of its 1 apps carry user.xdg.inactive-since: the desktop says which app has the focus\n",
 		"  user:        user@1001.service: placed as a whole, never confined: cpuset is not delegated to it now (its cgroup.controllers: cpu memory pids); the package's user@.service drop-in delegates it from the user's next login (schedpolicyd(8), USERS' UNITS)\n",
 		"    focus:     none of its 1 apps carries user.xdg.inactive-since: the desktop says nothing of the focus; its apps are left unconfined\n",
