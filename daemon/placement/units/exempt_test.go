@@ -86,10 +86,7 @@ func TestMemUnitsExempt(t *testing.T) {
 // v2 first, and its record then holds nothing of ours; unexempt, it is
 // placed again.
 func TestUserUnitExempt(t *testing.T) {
-	h := newHostile(t)
-	h.unit("app-a.scope", "background.slice", testutil.FakeUnit{})
-	h.serve()
-	h.pump("the unit", policy.Performance, func() bool { return h.workloads() == "app-a.scope" })
+	h := hostileAppA(t)
 	apply := func() { h.apply(policy.Powersaving) }
 	key := workloadKey(hostile, "app-a.scope")
 	written := func(what string, want ...string) {
@@ -134,10 +131,7 @@ func TestUserUnitExempt(t *testing.T) {
 // ours and resets it, rather than taking "0-1" for someone else's value
 // and keeping it for good, the unit's unset original lost.
 func TestUserUnitExemptRefusedAfterWidening(t *testing.T) {
-	h := newHostile(t)
-	h.unit("app-a.scope", "background.slice", testutil.FakeUnit{})
-	h.serve()
-	h.pump("the unit", policy.Performance, func() bool { return h.workloads() == "app-a.scope" })
+	h := hostileAppA(t)
 	apply := func() { h.apply(policy.Powersaving) }
 	key := workloadKey(hostile, "app-a.scope")
 	settled := func(what string, sets, calls int) {
@@ -231,10 +225,7 @@ func TestMemUnitsRefusedAfterWidening(t *testing.T) {
 // pending (the unit holds it), not taken back, so the next reset finds
 // it ours and writes the original back.
 func TestUserRestoreRefusedAfterWidening(t *testing.T) {
-	h := newHostile(t)
-	h.unit("app-a.scope", "background.slice", testutil.FakeUnit{})
-	h.serve()
-	h.pump("the unit", policy.Performance, func() bool { return h.workloads() == "app-a.scope" })
+	h := hostileAppA(t)
 	h.apply(policy.Powersaving)
 	key := workloadKey(hostile, "app-a.scope")
 	h.pump("its value applied", policy.Powersaving, func() bool {
@@ -256,4 +247,15 @@ func TestUserRestoreRefusedAfterWidening(t *testing.T) {
 	if r := h.u.records[key]; r != nil && r.Written() {
 		t.Fatalf("record %+v after the reset", r.Values)
 	}
+}
+
+// hostileAppA is the user's unit app-a.scope (background.slice, no
+// AllowedCPUs= of its own) on a served hostile rig, adopted under
+// performance.
+func hostileAppA(t *testing.T) *hostileUnits {
+	h := newHostile(t)
+	h.unit("app-a.scope", "background.slice", testutil.FakeUnit{})
+	h.serve()
+	h.pump("the unit", policy.Performance, func() bool { return h.workloads() == "app-a.scope" })
+	return h
 }
