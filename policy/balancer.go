@@ -305,7 +305,7 @@ func planWith(in Input, member func(i int) bool) Plan {
 		return everyone(allowed)
 	}
 	freshSets := fresh.sets()
-	curOK := tr.acceptable(rules, loads, freshSets, member, pref)
+	curOK := tr.acceptable(rules, loads, freshSets, member, pref, len(allowed))
 	if homeWhy != "" {
 		plan.Reasons = make(map[string]string, len(in.Loads))
 		for _, l := range in.Loads {

@@ -383,20 +383,41 @@ func TestPlanSharedCPUContention(t *testing.T) {
 //     shared-CPU contention rule spread them, and the next plan packed
 //     them again.
 func TestPlanSteadyLoadNoFlap(t *testing.T) {
+	smt23 := intelSMT(2, 3)
 	for _, tc := range []struct {
-		name  string
-		loads []Load
-		want  map[string][]int
+		name    string
+		topo    Topology
+		allowed []int
+		loads   []Load
+		// first is the first decision's plan when it is not want: from
+		// the second decision on, the plan is want.
+		first, want map[string][]int
 	}{
-		{"packed, then contended", []Load{{Name: "w0", Util: 0.65}, {Name: "w1", Util: 1, Threads: 1}, {Name: "w2", Util: 0.25, Threads: 1}},
-			map[string][]int{"w0": {7}, "w1": {15}, "w2": {7}}},
+		{"packed, then contended", nhmEP, []int{7, 14, 15},
+			[]Load{{Name: "w0", Util: 0.65}, {Name: "w1", Util: 1, Threads: 1}, {Name: "w2", Util: 0.25, Threads: 1}},
+			nil, map[string][]int{"w0": {7}, "w1": {15}, "w2": {7}}},
+		// More large workloads than CPUs: a fresh packing on 4 cores puts
+		// w5 and w6 on one CPU, where the next decision finds them
+		// contended and spreads them over 5 cores. The decision after
+		// that packed them again (its fresh packing uses 4 cores, by
+		// putting w5 and w6 together), and so on: four plans in turn
+		// for ever. The spread plan now stands.
+		{"shared when packed", smt23, all(smt23),
+			[]Load{{Name: "w0", Util: 1}, {Name: "w1", Util: 1}, {Name: "w2", Util: 3}, {Name: "w3", Util: 0.375},
+				{Name: "w4", Util: 0.5625}, {Name: "w5", Util: 0.5}, {Name: "w6", Util: 0.5}, {Name: "w7", Util: 0.25}},
+			map[string][]int{"w0": {0, 6}, "w1": {0, 1}, "w2": {1, 2, 7, 8}, "w3": {2}, "w4": {3, 8}, "w5": {9}, "w6": {9}, "w7": {3}},
+			map[string][]int{"w0": {0, 8}, "w1": {0, 6}, "w2": {1, 2, 7, 8}, "w3": {2}, "w4": {3, 8}, "w5": {9}, "w6": {3, 4}, "w7": {10}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in := Input{Topology: nhmEP, Allowed: []int{7, 14, 15}, Policy: Powersaving, Loads: tc.loads}
+			in := Input{Topology: tc.topo, Allowed: tc.allowed, Policy: Powersaving, Loads: tc.loads}
 			p := PlanPlacement(in)
 			for i := range 6 {
-				if !reflect.DeepEqual(p.CPUs, tc.want) {
-					t.Fatalf("decision %d: %v, want %v", i, p.CPUs, tc.want)
+				want := tc.want
+				if i == 0 && tc.first != nil {
+					want = tc.first
+				}
+				if !reflect.DeepEqual(p.CPUs, want) {
+					t.Fatalf("decision %d: %v, want %v", i, p.CPUs, want)
 				}
 				next := feed(in, p)
 				for j := range next.Loads {

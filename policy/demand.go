@@ -151,29 +151,64 @@ func (tr *tree) toCapacity(loads []loadState) {
 // together and |S| + 1, and the members are marked contended, so their
 // sets are re-planned at once.
 func shareContention(loads []loadState, nAllowed int) {
+	for _, idx := range contendedGroups(loads, func(i int) []int32 { return loads[i].cur }, nAllowed) {
+		k := float64(len(loads[idx[0]].cur))
+		threads := 0
+		for _, i := range idx {
+			threads += loads[i].threads
+		}
+		n := math.Max(float64(threads), k+1)
+		for _, i := range idx {
+			loads[i].demand = math.Max(loads[i].demand, loads[i].util*n/k)
+			loads[i].contended = true
+		}
+	}
+}
+
+// contendedGroups returns the groups of workloads (indexes into loads,
+// ascending) that share one confined set S of CPUs, set(i) (|S| below
+// nAllowed), by the rule shareContention applies to their current sets:
+// two or more that are not small, their utilisation together at least
+// SaturationRatio × |S|, and either more runnable threads than |S| or
+// demands that do not fit in it. demand is read as loadState has it
+// before toCapacity (divided by scale where it is set). Groups come in
+// the order of their first member.
+func contendedGroups(loads []loadState, set func(i int) []int32, nAllowed int) [][]int {
 	// contentionMinUtil: members below it are small tasks in the sense of
 	// patch 13 (4 × util < powersaving's max_util of 100 %), which the
 	// vacancy rule deliberately packs beside busy ones.
 	const contentionMinUtil = 0.25
 	groups := map[string][]int{}
-	for i, l := range loads {
-		if k := len(l.cur); k == 0 || k >= nAllowed {
+	var keys []string
+	for i := range loads {
+		s := set(i)
+		if k := len(s); k == 0 || k >= nAllowed {
 			continue
 		}
-		key := fmt.Sprint(l.cur)
+		key := fmt.Sprint(s)
+		if _, ok := groups[key]; !ok {
+			keys = append(keys, key)
+		}
 		groups[key] = append(groups[key], i)
 	}
-	for _, idx := range groups {
+	var out [][]int
+	for _, key := range keys {
+		idx := groups[key]
 		if len(idx) < 2 {
 			continue
 		}
-		k := float64(len(loads[idx[0]].cur))
+		k := float64(len(set(idx[0])))
 		threads, util, demand, big := 0, 0.0, 0.0, 0
 		for _, i := range idx {
-			threads += loads[i].threads
-			util += loads[i].util
-			demand += loads[i].demand
-			if loads[i].util >= contentionMinUtil {
+			l := &loads[i]
+			threads += l.threads
+			util += l.util
+			d := l.demand
+			if l.scale != 0 {
+				d /= l.scale
+			}
+			demand += d
+			if l.util >= contentionMinUtil {
 				big++
 			}
 		}
@@ -193,12 +228,9 @@ func shareContention(loads []loadState, nAllowed int) {
 			// one thread at 0.25 on one CPU).
 			continue
 		}
-		n := math.Max(float64(threads), k+1)
-		for _, i := range idx {
-			loads[i].demand = math.Max(loads[i].demand, loads[i].util*n/k)
-			loads[i].contended = true
-		}
+		out = append(out, idx)
 	}
+	return out
 }
 
 // stableSize is the smallest m ≥ ceil(p) CPUs on which a workload of

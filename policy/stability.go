@@ -9,7 +9,7 @@ const overloadMargin = 1.0
 
 // acceptable reports whether the current cpusets may be kept (see
 // PlanPlacement, "Stability").
-func (tr *tree) acceptable(rules balancer, loads []loadState, fresh [][]int32, member func(i int) bool, pref int) bool {
+func (tr *tree) acceptable(rules balancer, loads []loadState, fresh [][]int32, member func(i int) bool, pref, nAllowed int) bool {
 	if member != nil {
 		var ml []loadState
 		var mf [][]int32
@@ -30,9 +30,15 @@ func (tr *tree) acceptable(rules balancer, loads []loadState, fresh [][]int32, m
 		cur[i] = loads[i].cur
 	}
 	c, f := tr.count(cur, pref), tr.count(fresh, pref)
-	if c.packages > f.packages || c.cores > f.cores || c.capped > f.capped || c.classCost > f.classCost {
+	fewer := c.packages > f.packages || c.cores > f.cores || c.capped > f.capped || c.classCost > f.classCost
+	if fewer && len(contendedGroups(loads, func(i int) []int32 { return fresh[i] }, nAllowed)) == 0 {
 		return false
 	}
+	// A fresh packing that uses fewer CPUs only by putting workloads
+	// together that the next decision would find contended
+	// (shareContention) and spread again is no better than the current
+	// sets: taking it made a steady load cycle through four plans
+	// (TestPlanSteadyLoadNoFlap, "shared when packed").
 	// No CPU (powersaving) or core (balance) over its threshold by the
 	// patch's measure — or not worse than the fresh packing by more than
 	// overloadMargin (hysteresis: two near-equal packings must not take
