@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,13 +20,16 @@ import (
 	"github.com/godbus/dbus/v5"
 )
 
-// FakeManager plays a systemd manager on its private socket, as a user's
-// manager (/run/user/UID/systemd/private) is reached: peer to peer, no bus
-// daemon, EXTERNAL authentication and no Hello. It answers what the
-// daemon asks a manager — Peer.Ping, AddMatch, Subscribe,
-// ListUnitsByPatterns, GetUnit, SetUnitProperties, the units'
+// FakeManager is the tests' one systemd manager. Served on its private
+// socket (ServeUser), it is reached as a user's manager
+// (/run/user/UID/systemd/private) is: peer to peer, no bus daemon,
+// EXTERNAL authentication and no Hello; served on a bus (ServeBus), as
+// the system manager; not served at all, a test calls it in memory. It
+// answers what the daemon asks a manager — Peer.Ping, AddMatch,
+// Subscribe, ListUnitsByPatterns, GetUnit, SetUnitProperties, the units'
 // Properties.GetAll and Get, the manager's Version — from units the test
-// puts in it, and emits the manager's signals. It can also misbehave as a
+// puts in it (Put) or plays as systemd does (Start, Stop, Reload, ...:
+// fakeunits.go), and emits the manager's signals. It can also misbehave as a
 // hostile user's program on that socket would: hold any method's answer
 // until released (Hold), say nothing at all (SetSilent),
 // send bytes of its own (SendRaw) or strings that are not UTF-8
@@ -51,7 +55,7 @@ type FakeManager struct {
 	held    map[string]chan struct{} // method → closed on release
 	calls   map[string]int
 	holding int
-	sets    []string
+	sets    []fakeSet
 	notUTF8 bool
 	// silent: new connections are accepted and never read from or
 	// answered (SetSilent).
@@ -61,7 +65,17 @@ type FakeManager struct {
 	staleWrites bool
 	// refuse, when set, picks the SetUnitProperties of AllowedCPUs
 	// refused (RefuseSets).
-	refuse   func(name string, mask []byte) bool
+	refuse func(name string, mask []byte) bool
+	// onSignal: OnSignal's subscriber.
+	onSignal func(FakeSignal)
+	// dropRoot, when not "", is where SetUnitProperties and loads find
+	// the drop-ins of the manager of dropUID (DropInsBelow).
+	dropRoot string
+	dropUID  int
+	// busAddr and busConn: the bus ServeBus serves on and its connection
+	// owning the manager's name (Reexec).
+	busAddr  string
+	busConn  *dbus.Conn
 	conns    []*dbus.Conn
 	raws     []net.Conn
 	ln       net.Listener
@@ -75,17 +89,31 @@ type FakeUnit struct {
 	ControlGroup string
 	// ActiveState: "active" when empty.
 	ActiveState string
-	// Mask is AllowedCPUs= as sent (systemd's byte array, any length).
+	// Mask is AllowedCPUs= in force (systemd's byte array, any length:
+	// as a test Put it, or as a client sent it).
 	Mask                []byte
 	MainPID             uint32
 	DropIns             []string
 	Delegate            bool
 	DelegateControllers []string
+	// Transient: made by StartTransientUnit (a scope), not from a unit
+	// file: its drop-ins go with it (Drop).
+	Transient bool
+	// Own is the AllowedCPUs= of the unit's own configuration (its unit
+	// file, or a transient unit's properties), which a load (Start,
+	// Reload) gives it where no drop-in says otherwise.
+	Own []byte
+}
+
+// fakeSet is one client's SetUnitProperties of AllowedCPUs= taken.
+type fakeSet struct {
+	name string
+	mask []byte
 }
 
 // NewFakeManager makes a manager with no units, closed at t's cleanup.
 func NewFakeManager(t *testing.T) *FakeManager {
-	f := &FakeManager{t: t, Version: "252-fake", units: map[string]*FakeUnit{}, held: map[string]chan struct{}{}, calls: map[string]int{}}
+	f := &FakeManager{t: t, Version: "252-fake", units: map[string]*FakeUnit{}, held: map[string]chan struct{}{}, calls: map[string]int{}, dropUID: -1}
 	t.Cleanup(f.Close)
 	return f
 }
@@ -143,11 +171,26 @@ func (f *FakeManager) Accepted() int {
 }
 
 // Sets is "NAME=MASK" (MASK as hexadecimal bytes) for each
-// SetUnitProperties of AllowedCPUs, in order.
+// SetUnitProperties of AllowedCPUs taken, in order.
 func (f *FakeManager) Sets() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]string(nil), f.sets...)
+	var out []string
+	for _, w := range f.sets {
+		out = append(out, fmt.Sprintf("%s=%x", w.name, w.mask))
+	}
+	return out
+}
+
+// Writes is Sets with each mask as a cpulist: "NAME=CPUS".
+func (f *FakeManager) Writes() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, w := range f.sets {
+		out = append(out, w.name+"="+CPUList(MaskCPUs(w.mask)))
+	}
+	return out
 }
 
 // SetSilent makes the connections accepted from now on say nothing at
@@ -323,6 +366,7 @@ func (f *FakeManager) ServeBus(addr string) *dbus.Conn {
 	f.export(c)
 	f.mu.Lock()
 	f.conns = append(f.conns, c)
+	f.busAddr, f.busConn = addr, c
 	f.mu.Unlock()
 	if r, err := c.RequestName(SystemdName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
 		c.Close()
@@ -330,6 +374,51 @@ func (f *FakeManager) ServeBus(addr string) *dbus.Conn {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// Reexec plays `systemctl daemon-reexec` of a manager served on a bus
+// (ServeBus): Reloading(true) and UnitRemoved for every unit from the old
+// connection, a new connection queued for the name takes it over as the
+// old one closes, Reloading(false) from the new one, and no UnitNew. The
+// units stay as they are. It returns the new connection.
+func (f *FakeManager) Reexec() *dbus.Conn {
+	t := f.t
+	t.Helper()
+	f.mu.Lock()
+	addr, old := f.busAddr, f.busConn
+	f.mu.Unlock()
+	if old == nil {
+		t.Fatal("Reexec of a manager not served on a bus")
+	}
+	sigs := []FakeSignal{{Member: "Reloading", Reloading: true}}
+	for _, n := range f.UnitNames() {
+		sigs = append(sigs, FakeSignal{Member: "UnitRemoved", Unit: n})
+	}
+	f.signal(sigs...)
+	next, err := dbus.Connect(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { next.Close() })
+	f.export(next)
+	if _, err := next.RequestName(SystemdName, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.conns = slices.DeleteFunc(f.conns, func(c *dbus.Conn) bool { return c == old })
+	f.mu.Unlock()
+	old.Close()
+	WaitFor(t, "the re-executed manager to own its name", DefaultBound, func() (bool, string) {
+		var owner string
+		err := next.BusObject().Call("org.freedesktop.DBus.GetNameOwner", 0, SystemdName).Store(&owner)
+		return err == nil && owner == next.Names()[0], owner
+	})
+	f.mu.Lock()
+	f.conns = append(f.conns, next)
+	f.busConn = next
+	f.mu.Unlock()
+	f.signal(FakeSignal{Member: "Reloading", Reloading: false})
+	return next
 }
 
 // ListenUnixAs listens on a unix socket at path from a thread whose
@@ -623,7 +712,11 @@ func (o fakeManagerObj) ListUnitsByPatterns(states, patterns []string) ([]FakeUn
 			}
 		}
 		if ok {
-			out = append(out, FakeUnitStatus{Name: n, LoadState: "loaded", ActiveState: u.active(), SubState: "running", Path: FakeUnitPath(n), JobPath: "/"})
+			sub := "running"
+			if u.active() != "active" {
+				sub = "dead" // as systemd says of an inactive unit
+			}
+			out = append(out, FakeUnitStatus{Name: n, LoadState: "loaded", ActiveState: u.active(), SubState: sub, Path: FakeUnitPath(n), JobPath: "/"})
 		}
 	}
 	return out, nil
@@ -657,23 +750,15 @@ func (o fakeManagerObj) SetUnitProperties(name string, runtime bool, props []str
 	}
 	o.f.mu.Lock()
 	defer o.f.mu.Unlock()
-	u := o.f.units[name]
-	if u == nil {
+	if o.f.units[name] == nil {
 		return NoSuchUnit(name)
 	}
 	for _, p := range props {
 		if p.Name == "AllowedCPUs" {
 			b, _ := p.Value.Value().([]byte)
-			if o.f.refuse != nil && o.f.refuse(name, b) {
-				return &dbus.Error{Name: "org.freedesktop.DBus.Error.AccessDenied", Body: []any{"refused by the test"}}
+			if err := o.f.setLocked(name, runtime, b, true); err != nil {
+				return err
 			}
-		}
-	}
-	for _, p := range props {
-		if p.Name == "AllowedCPUs" {
-			b, _ := p.Value.Value().([]byte)
-			u.Mask = append([]byte{}, b...)
-			o.f.sets = append(o.f.sets, fmt.Sprintf("%s=%x", name, b))
 		}
 	}
 	return nil
@@ -706,7 +791,7 @@ func (f *FakeManager) unitProps(name, iface string) (map[string]dbus.Variant, *d
 			return map[string]dbus.Variant{"LoadState": dbus.MakeVariant("not-found"), "ActiveState": dbus.MakeVariant("inactive"), "DropInPaths": dbus.MakeVariant([]string{})}, nil
 		}
 		return map[string]dbus.Variant{"LoadState": dbus.MakeVariant("loaded"), "ActiveState": dbus.MakeVariant(u.active()),
-			"DropInPaths": dbus.MakeVariant(append([]string{}, u.DropIns...))}, nil
+			"DropInPaths": dbus.MakeVariant(append([]string{}, u.DropIns...)), "Transient": dbus.MakeVariant(u.Transient)}, nil
 	}
 	if u == nil {
 		return map[string]dbus.Variant{"AllowedCPUs": dbus.MakeVariant([]byte{}), "Slice": dbus.MakeVariant(""), "ControlGroup": dbus.MakeVariant("")}, nil

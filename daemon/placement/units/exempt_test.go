@@ -22,10 +22,10 @@ import (
 func TestMemUnitsExempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newMemUnits(t)
-		h.m.start("a.service", "schedpolicyd.slice", false)
-		h.m.start("b.service", "schedpolicyd.slice", false)
-		h.m.start("c.service", "schedpolicyd.slice", false)
-		h.m.admin("c.service", true, 0, 1) // an administrator's AllowedCPUs=0-1
+		h.m.Start("a.service", "schedpolicyd.slice", false)
+		h.m.Start("b.service", "schedpolicyd.slice", false)
+		h.m.Start("c.service", "schedpolicyd.slice", false)
+		h.m.Admin("c.service", true, 0, 1) // an administrator's AllowedCPUs=0-1
 		h.open()
 		apply := func() { h.apply(policy.Powersaving) }
 		apply()
@@ -57,14 +57,14 @@ func TestMemUnitsExempt(t *testing.T) {
 		// records hold nothing of ours, so state.json keeps none.
 		testutil.WantEq(t, "exempt a and c", h.taken(),
 			"set a.service= | set c.service=0-1 | save b.service orig= pending= applied=0")
-		testutil.WantEq(t, "a.service: AllowedCPUs=", h.m.allowedOf("a.service"), "")
-		testutil.WantEq(t, "c.service: AllowedCPUs=", h.m.allowedOf("c.service"), "0-1")
+		testutil.WantEq(t, "a.service: AllowedCPUs=", h.m.Allowed("a.service"), "")
+		testutil.WantEq(t, "c.service: AllowedCPUs=", h.m.Allowed("c.service"), "0-1")
 		testutil.WantEq(t, "status while exempt", confined(), "a.service exempt; b.service confined 0 by powersaving system; c.service exempt")
 		apply()
 		testutil.WantEq(t, "a second plan while exempt", h.taken(), "")
 
 		// Someone sets a's AllowedCPUs= while it is exempt: theirs.
-		h.m.admin("a.service", true, 1)
+		h.m.Admin("a.service", true, 1)
 		h.u.e.Cfg.Exempt = nil
 		apply()
 		// Recorded before each write; a's value is found to be someone
@@ -72,7 +72,7 @@ func TestMemUnitsExempt(t *testing.T) {
 		testutil.WantEq(t, "unexempt: placed again", h.taken(),
 			"save a.service orig= pending=0 applied=; b.service orig= pending= applied=0; c.service orig=0-1 pending=0 applied= | set c.service=0 | "+
 				"save b.service orig= pending= applied=0; c.service orig=0-1 pending= applied=0")
-		testutil.WantEq(t, "a.service: AllowedCPUs=", h.m.allowedOf("a.service"), "1")
+		testutil.WantEq(t, "a.service: AllowedCPUs=", h.m.Allowed("a.service"), "1")
 		testutil.WantEq(t, "a.service: record", h.recOf("a.service"), "a.service orig=1 pending= applied=")
 	})
 }
@@ -177,40 +177,40 @@ func TestMemUnitsRefusedAfterWidening(t *testing.T) {
 		testutil.WriteFile(t, root+"/devices/system/cpu/possible", "0-1\n")
 		h.u.e.Cfg.SysfsRoot = root
 		h.u.unified = true
-		h.m.start("a.service", "schedpolicyd.slice", false)
+		h.m.Start("a.service", "schedpolicyd.slice", false)
 		h.open()
 		apply := func() { h.apply(policy.Powersaving) }
 		apply()
 		testutil.WantEq(t, "placed", h.taken(),
 			"save a.service orig= pending=0 applied= | set a.service=0 | save a.service orig= pending= applied=0")
 
-		h.m.refuse = func(name string, cpus []int) bool { return len(cpus) == 0 }
+		h.m.RefuseSets(func(name string, mask []byte) bool { return len(mask) == 0 })
 		x, _ := names.ParseExempt("system/a.service")
 		h.u.e.Cfg.Exempt = []names.Exempt{x}
 		apply()
 		testutil.WantEq(t, "exempt, the reset refused after the widening step", h.taken(),
 			"save a.service orig= pending=0-1 applied=0 | set a.service=0-1 | save a.service orig= pending= applied=0-1")
-		testutil.WantEq(t, "a.service: AllowedCPUs=", h.m.allowedOf("a.service"), "0-1")
+		testutil.WantEq(t, "a.service: AllowedCPUs=", h.m.Allowed("a.service"), "0-1")
 
-		h.m.refuse = nil
+		h.m.RefuseSets(nil)
 		apply()
 		testutil.WantEq(t, "exempt, reset", h.taken(),
 			"save a.service orig= pending=0-1 applied=0-1 | set a.service=0-1 | set a.service= | save ")
-		testutil.WantEq(t, "a.service: AllowedCPUs= at the end", h.m.allowedOf("a.service"), "")
+		testutil.WantEq(t, "a.service: AllowedCPUs= at the end", h.m.Allowed("a.service"), "")
 
 		// Placed again, then the restore at stop refused after its
 		// widening step: the widening value stays pending.
 		h.u.e.Cfg.Exempt = nil
 		apply()
 		h.taken()
-		h.m.refuse = func(name string, cpus []int) bool { return len(cpus) == 0 }
+		h.m.RefuseSets(func(name string, mask []byte) bool { return len(mask) == 0 })
 		if h.u.Restore() {
 			t.Error("Restore reported everything back after a refusal")
 		}
 		testutil.WantEq(t, "restore refused after the widening step", h.taken(),
 			"save a.service orig= pending=0-1 applied=0 | set a.service=0-1")
 		testutil.WantEq(t, "record", recs(h.u.records.List()), "a.service orig= pending=0-1 applied=0")
-		h.m.refuse = nil
+		h.m.RefuseSets(nil)
 		if !h.u.Restore() {
 			t.Error("Restore reported something left")
 		}

@@ -139,9 +139,9 @@ func (h *memUnits) recOf(name string) string {
 func TestMemUnitsApply(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newMemUnits(t)
-		h.m.start("a.service", "schedpolicyd.slice", false)
-		h.m.start("b.service", "schedpolicyd.slice", false)
-		h.m.start("other.service", "system.slice", false)
+		h.m.Start("a.service", "schedpolicyd.slice", false)
+		h.m.Start("b.service", "schedpolicyd.slice", false)
+		h.m.Start("other.service", "system.slice", false)
 		h.open()
 		if got := h.u.Names(); strings.Join(got, " ") != "a.service b.service" {
 			t.Fatalf("workloads %v, want a.service and b.service", got)
@@ -150,7 +150,7 @@ func TestMemUnitsApply(t *testing.T) {
 		h.apply(policy.Powersaving)
 		for _, n := range []string{"a.service", "b.service"} {
 			testutil.WantEq(t, n+": the plan's CPUs", fmt.Sprint(h.u.e.Plan.CPUs[n]), "[0]")
-			testutil.WantEq(t, n+": AllowedCPUs=", h.m.allowedOf(n), "0")
+			testutil.WantEq(t, n+": AllowedCPUs=", h.m.Allowed(n), "0")
 		}
 		testutil.WantEq(t, "powersaving: saves and writes", h.taken(),
 			"save a.service orig= pending=0 applied=; b.service orig= pending=0 applied= | "+
@@ -161,14 +161,14 @@ func TestMemUnitsApply(t *testing.T) {
 		// performance, b's original (unset) is written, which needs no
 		// pending value: a crash before the save finds b at its original.
 		// a's record holds no value of ours, so state.json has none.
-		h.m.admin("a.service", true, 1)
+		h.m.Admin("a.service", true, 1)
 		h.apply(policy.Performance)
 		testutil.WantEq(t, "performance after the administrator's a=1: saves and writes", h.taken(),
 			"set b.service= | save ")
-		testutil.WantEq(t, "a.service: AllowedCPUs=", h.m.allowedOf("a.service"), "1")
+		testutil.WantEq(t, "a.service: AllowedCPUs=", h.m.Allowed("a.service"), "1")
 		testutil.WantEq(t, "a.service: record", h.recOf("a.service"), "a.service orig=1 pending= applied=")
-		testutil.WantEq(t, "b.service: AllowedCPUs=", h.m.allowedOf("b.service"), "")
-		testutil.WantEq(t, "other.service: AllowedCPUs=", h.m.allowedOf("other.service"), "")
+		testutil.WantEq(t, "b.service: AllowedCPUs=", h.m.Allowed("b.service"), "")
+		testutil.WantEq(t, "other.service: AllowedCPUs=", h.m.Allowed("other.service"), "")
 	})
 }
 
@@ -182,13 +182,13 @@ func TestMemUnitsApply(t *testing.T) {
 func TestMemUnitsRestore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newMemUnits(t, statefile.UnitRecord{Manager: "system", Unit: "e.service", Values: statefile.Values{Applied: "0"}})
-		h.m.start("e.service", "schedpolicyd.slice", false)
-		h.m.admin("e.service", true, 1)
-		h.m.stop("e.service")
+		h.m.Start("e.service", "schedpolicyd.slice", false)
+		h.m.Admin("e.service", true, 1)
+		h.m.Stop("e.service")
 		for _, n := range []string{"a.service", "b.service", "d.service"} {
-			h.m.start(n, "schedpolicyd.slice", false)
+			h.m.Start(n, "schedpolicyd.slice", false)
 		}
-		h.m.start("c.service", "schedpolicyd.slice", true)
+		h.m.Start("c.service", "schedpolicyd.slice", true)
 		h.open()
 		h.apply(policy.Powersaving)
 		testutil.WantEq(t, "powersaving", h.taken(),
@@ -196,10 +196,10 @@ func TestMemUnitsRestore(t *testing.T) {
 				"set a.service=0 | set b.service=0 | set c.service=0 | set d.service=0 | "+
 				"save a.service orig= pending= applied=0; b.service orig= pending= applied=0; c.service orig= pending= applied=0; d.service orig= pending= applied=0; e.service orig= pending= applied=0")
 
-		h.m.admin("b.service", true, 1) // the administrator's
-		h.m.stop("d.service")           // stopped, still loaded: keeps its value
+		h.m.Admin("b.service", true, 1) // the administrator's
+		h.m.Stop("d.service")           // stopped, still loaded: keeps its value
 		h.follow(nil)
-		h.m.stop("c.service") // transient: gone with its drop-in; not followed yet
+		h.m.Stop("c.service") // transient: gone with its drop-in; not followed yet
 		if h.u.workloads["d.service"] != nil || h.recOf("d.service") != "d.service orig= pending= applied=0" {
 			t.Fatalf("d.service stopped: a workload %v, record %q; want forgotten, its record kept", h.u.workloads["d.service"] != nil, h.recOf("d.service"))
 		}
@@ -210,7 +210,7 @@ func TestMemUnitsRestore(t *testing.T) {
 		}
 		testutil.WantEq(t, "restore writes", h.taken(), "set a.service= | set d.service=")
 		for n, want := range map[string]string{"a.service": "", "b.service": "1", "c.service": "(not found)", "d.service": "", "e.service": "1"} {
-			testutil.WantEq(t, n+": AllowedCPUs=", h.m.allowedOf(n), want)
+			testutil.WantEq(t, n+": AllowedCPUs=", h.m.Allowed(n), want)
 		}
 		testutil.WantEq(t, "state.json's records", recs(h.u.records.List()), "")
 	})
@@ -224,10 +224,10 @@ func TestMemUnitsRestore(t *testing.T) {
 func TestMemUnitsAdoptAdminOriginal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newMemUnits(t)
-		h.m.start("file.service", "schedpolicyd.slice", false, 1)
-		h.m.start("admin.service", "schedpolicyd.slice", false)
-		h.m.admin("admin.service", false, 1)
-		h.m.start("z.service", "schedpolicyd.slice", false)
+		h.m.Start("file.service", "schedpolicyd.slice", false, 1)
+		h.m.Start("admin.service", "schedpolicyd.slice", false)
+		h.m.Admin("admin.service", false, 1)
+		h.m.Start("z.service", "schedpolicyd.slice", false)
 		h.open()
 		for _, n := range []string{"file.service", "admin.service"} {
 			testutil.WantEq(t, n+": record", h.recOf(n), n+" orig=1 pending= applied=")
@@ -244,7 +244,7 @@ func TestMemUnitsAdoptAdminOriginal(t *testing.T) {
 			"save z.service orig= pending=0 applied= | set z.service=0 | save z.service orig= pending= applied=0 | "+
 				"set z.service= | save ")
 		for _, n := range []string{"file.service", "admin.service"} {
-			testutil.WantEq(t, n+": AllowedCPUs=", h.m.allowedOf(n), "1")
+			testutil.WantEq(t, n+": AllowedCPUs=", h.m.Allowed(n), "1")
 		}
 	})
 }
@@ -257,28 +257,24 @@ func TestMemUnitsAdoptSaved(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newMemUnits(t)
 		for _, n := range []string{"p.service", "q.service", "r.service", "s.service", "t.service", "v.service"} {
-			h.m.start(n, "schedpolicyd.slice", false)
+			h.m.Start(n, "schedpolicyd.slice", false)
 		}
 		// What the crashed daemon had written, and the drop-in's identity
 		// right after.
 		ours := map[string]string{}
 		for _, n := range []string{"p.service", "q.service", "s.service", "v.service"} {
-			if err := h.m.set(n, true, 0); err != nil {
-				t.Fatal(err)
-			}
+			h.m.Admin(n, true, 0)
 			ours[n] = dropIns(h.m.info(n).DropInPaths)
 		}
 		// While it was down: s set to another value, v to the very same.
-		h.m.admin("s.service", true, 1)
-		h.m.admin("v.service", true, 0)
+		h.m.Admin("s.service", true, 1)
+		h.m.Admin("v.service", true, 0)
 		// A transient scope the daemon had placed ended: its drop-in went
 		// with it.
-		h.m.start("gone.scope", "schedpolicyd.slice", true)
-		if err := h.m.set("gone.scope", true, 0); err != nil {
-			t.Fatal(err)
-		}
+		h.m.Start("gone.scope", "schedpolicyd.slice", true)
+		h.m.Admin("gone.scope", true, 0)
 		gone := dropIns(h.m.info("gone.scope").DropInPaths)
-		h.m.stop("gone.scope")
+		h.m.Stop("gone.scope")
 
 		saved := []statefile.UnitRecord{
 			{Manager: "system", Unit: "p.service", Values: statefile.Values{Pending: "0"}},                             // crashed after the write, before "applied" was saved
@@ -310,7 +306,7 @@ func TestMemUnitsAdoptSaved(t *testing.T) {
 		}
 		testutil.WantEq(t, "restore writes", h.taken(), "set p.service= | set q.service=")
 		for n, want := range map[string]string{"p.service": "", "q.service": "", "r.service": "", "s.service": "1", "t.service": "", "v.service": "0"} {
-			testutil.WantEq(t, n+": AllowedCPUs= after the stop", h.m.allowedOf(n), want)
+			testutil.WantEq(t, n+": AllowedCPUs= after the stop", h.m.Allowed(n), want)
 		}
 	})
 }
@@ -319,11 +315,11 @@ func TestMemUnitsAdoptSaved(t *testing.T) {
 // (loaded from a unit file), both at the daemon's powersaving value 0.
 func removedUnits(t *testing.T) *memUnits {
 	h := newMemUnits(t)
-	h.m.start("t.service", "schedpolicyd.slice", true)
-	h.m.start("f.service", "schedpolicyd.slice", false)
+	h.m.Start("t.service", "schedpolicyd.slice", true)
+	h.m.Start("f.service", "schedpolicyd.slice", false)
 	h.open()
 	h.apply(policy.Powersaving)
-	testutil.WantEq(t, "placed", h.m.allowedOf("t.service")+" "+h.m.allowedOf("f.service"), "0 0")
+	testutil.WantEq(t, "placed", h.m.Allowed("t.service")+" "+h.m.Allowed("f.service"), "0 0")
 	h.taken()
 	return h
 }
@@ -337,9 +333,9 @@ func removedUnits(t *testing.T) *memUnits {
 func TestMemUnitsRemovedDropsRecord(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := removedUnits(t)
-		h.m.stop("t.service")
-		h.m.stop("f.service")
-		h.m.remove("f.service")
+		h.m.Stop("t.service")
+		h.m.Stop("f.service")
+		h.m.Drop("f.service")
 		testutil.WantEq(t, "changes reported", fmt.Sprint(h.follow(nil)), "[true false true false]")
 		if len(h.u.workloads) != 0 {
 			t.Fatalf("workloads %v after both units went", h.u.Names())
@@ -360,18 +356,18 @@ func TestMemUnitsRemovedDropsRecord(t *testing.T) {
 func TestMemUnitsRecreatedNotOurs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newMemUnits(t)
-		h.m.start("t1.service", "schedpolicyd.slice", true)
-		h.m.start("t2.service", "schedpolicyd.slice", true)
+		h.m.Start("t1.service", "schedpolicyd.slice", true)
+		h.m.Start("t2.service", "schedpolicyd.slice", true)
 		h.open()
 		place := func() { h.apply(policy.Powersaving) }
 		place()
-		testutil.WantEq(t, "placed", h.m.allowedOf("t1.service")+" "+h.m.allowedOf("t2.service"), "0 0")
-		h.m.stop("t1.service")
+		testutil.WantEq(t, "placed", h.m.Allowed("t1.service")+" "+h.m.Allowed("t2.service"), "0 0")
+		h.m.Stop("t1.service")
 		h.follow(place)
-		h.m.start("t1.service", "schedpolicyd.slice", true, 0)
+		h.m.Start("t1.service", "schedpolicyd.slice", true, 0)
 		h.follow(place)
-		h.m.stop("t2.service")
-		h.m.start("t2.service", "schedpolicyd.slice", true, 0)
+		h.m.Stop("t2.service")
+		h.m.Start("t2.service", "schedpolicyd.slice", true, 0)
 		h.follow(place)
 		for _, n := range []string{"t1.service", "t2.service"} {
 			testutil.WantEq(t, n+": record", h.recOf(n), n+" orig=0 pending= applied=")
@@ -381,7 +377,7 @@ func TestMemUnitsRecreatedNotOurs(t *testing.T) {
 		if !h.u.Restore() {
 			t.Fatal("restore reported something left")
 		}
-		testutil.WantEq(t, "AllowedCPUs=", h.m.allowedOf("t1.service")+" "+h.m.allowedOf("t2.service"), "0 0")
+		testutil.WantEq(t, "AllowedCPUs=", h.m.Allowed("t1.service")+" "+h.m.Allowed("t2.service"), "0 0")
 		testutil.WantEq(t, "writes", h.taken(), "")
 	})
 }
@@ -395,23 +391,23 @@ func TestMemUnitsRecreatedNotOurs(t *testing.T) {
 func TestMemUnitsReloadHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newMemUnits(t)
-		h.m.start("a.service", "schedpolicyd.slice", false)
-		h.m.admin("a.service", false, 0, 1)
-		h.m.start("b.service", "schedpolicyd.slice", false)
+		h.m.Start("a.service", "schedpolicyd.slice", false)
+		h.m.Admin("a.service", false, 0, 1)
+		h.m.Start("b.service", "schedpolicyd.slice", false)
 		h.open()
 		h.apply(policy.Powersaving)
-		testutil.WantEq(t, "placed", h.m.allowedOf("a.service")+" "+h.m.allowedOf("b.service"), "0 0")
+		testutil.WantEq(t, "placed", h.m.Allowed("a.service")+" "+h.m.Allowed("b.service"), "0 0")
 		h.taken()
 		lists := h.m.calls["Units"]
 
-		h.m.reloadBegin()
+		h.m.ReloadBegin()
 		perf := func() { h.apply(policy.Performance) }
 		testutil.WantEq(t, "changes reported as the reload starts", fmt.Sprint(h.follow(perf)), "[false false false]")
 		testutil.WantEq(t, "workloads while reloading", strings.Join(h.u.Names(), " "), "a.service b.service")
 		perf()
 		testutil.WantEq(t, "writes while reloading", h.taken(), "")
 
-		h.m.reloadEnd()
+		h.m.ReloadEnd()
 		testutil.WantEq(t, "changes reported as the reload ends", fmt.Sprint(h.follow(perf)), "[false false true]")
 		if n := h.m.calls["Units"] - lists; n != 1 {
 			t.Errorf("the units were listed %d times for the reload, want once", n)
@@ -419,7 +415,7 @@ func TestMemUnitsReloadHeld(t *testing.T) {
 		testutil.WantEq(t, "after the reload", h.taken(),
 			"save b.service orig= pending= applied=0 | set b.service= | save ")
 		testutil.WantEq(t, "a.service: record", h.recOf("a.service"), "a.service orig=0-1 pending= applied=")
-		testutil.WantEq(t, "AllowedCPUs=", h.m.allowedOf("a.service")+" "+h.m.allowedOf("b.service"), "0-1 ")
+		testutil.WantEq(t, "AllowedCPUs=", h.m.Allowed("a.service")+" "+h.m.Allowed("b.service"), "0-1 ")
 	})
 }
 
@@ -446,7 +442,7 @@ func TestMemUnitsCreateExists(t *testing.T) {
 		}
 		testutil.WantEq(t, "create of a workload's name", h.taken(), "")
 
-		h.m.start("taken.scope", "schedpolicyd.slice", true)
+		h.m.Start("taken.scope", "schedpolicyd.slice", true)
 		if _, err := h.u.Create("taken", 4244); !errors.Is(err, fs.ErrExist) {
 			t.Fatalf("create of a scope systemd has: %v, want fs.ErrExist", err)
 		}
@@ -466,18 +462,18 @@ func TestMemUnitsCreateExists(t *testing.T) {
 func TestMemUnitsRestoreKeepsReset(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newMemUnits(t)
-		h.m.start("a.service", "schedpolicyd.slice", false)
-		h.m.admin("a.service", false, 0, 1)
+		h.m.Start("a.service", "schedpolicyd.slice", false)
+		h.m.Admin("a.service", false, 0, 1)
 		h.open()
 		h.apply(policy.Powersaving)
 		testutil.WantEq(t, "powersaving", h.taken(),
 			"save a.service orig=0-1 pending=0 applied= | set a.service=0 | save a.service orig=0-1 pending= applied=0")
-		h.m.admin("a.service", true) // reset at runtime; no signal follows
+		h.m.Admin("a.service", true) // reset at runtime; no signal follows
 		if !h.u.Restore() {
 			t.Fatal("restore reported something left")
 		}
 		testutil.WantEq(t, "restore writes", h.taken(), "")
-		testutil.WantEq(t, "a.service: AllowedCPUs=", h.m.allowedOf("a.service"), "")
+		testutil.WantEq(t, "a.service: AllowedCPUs=", h.m.Allowed("a.service"), "")
 		testutil.WantEq(t, "state.json's records", recs(h.u.records.List()), "")
 	})
 }
@@ -490,7 +486,7 @@ func TestMemUnitsRestoreKeepsReset(t *testing.T) {
 func TestMemUnitsScanCutShort(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newMemUnits(t)
-		h.m.start("z.service", "schedpolicyd.slice", false)
+		h.m.Start("z.service", "schedpolicyd.slice", false)
 		h.m.unitsRead = 0 // the start's scan reads nothing in time
 		h.open()
 		testutil.WantEq(t, "workloads after the start's scan that read nothing", strings.Join(h.u.Names(), " "), "")
@@ -507,7 +503,7 @@ func TestMemUnitsScanCutShort(t *testing.T) {
 		}
 
 		for _, n := range []string{"a.service", "b.service", "c.service"} {
-			h.m.start(n, "schedpolicyd.slice", false)
+			h.m.Start(n, "schedpolicyd.slice", false)
 		}
 		h.m.unitsRead = 1
 		if !h.u.Scan() {
@@ -526,7 +522,7 @@ func TestMemUnitsScanCutShort(t *testing.T) {
 		testutil.WantEq(t, "workloads after a scan that read nothing", strings.Join(h.u.Names(), " "), "a.service z.service")
 
 		h.m.unitsRead = -1
-		h.m.stop("z.service")
+		h.m.Stop("z.service")
 		if !h.u.e.OnSample() {
 			t.Fatal("the sample's full scan reported no change")
 		}

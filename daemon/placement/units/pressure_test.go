@@ -26,24 +26,24 @@ func TestUnitsPressureArmedWithUnits(t *testing.T) {
 		if len(o.Armed) != 0 || h.u.e.WakeC(placement.WakePressure) != nil {
 			t.Fatalf("opened with no unit: %d armed, want none", len(o.Armed))
 		}
-		h.m.start("a.service", "schedpolicyd.slice", true)
+		h.m.Start("a.service", "schedpolicyd.slice", true)
 		h.follow(nil)
 		if len(o.Armed) != 1 || o.Live() != 1 || h.u.e.WakeC(placement.WakePressure) != o.Armed[0].Fires {
 			t.Fatalf("1 unit: %d armed, %d open; want 1, listened to", len(o.Armed), o.Live())
 		}
-		h.m.start("b.service", "schedpolicyd.slice", true)
+		h.m.Start("b.service", "schedpolicyd.slice", true)
 		h.follow(nil)
-		h.m.stop("a.service")
+		h.m.Stop("a.service")
 		h.follow(nil)
 		if len(h.u.workloads) != 1 || len(o.Armed) != 1 || o.Live() != 1 {
 			t.Fatalf("units %v: %d armed, %d open; want the first trigger kept", h.u.Names(), len(o.Armed), o.Live())
 		}
-		h.m.stop("b.service")
+		h.m.Stop("b.service")
 		h.follow(nil)
 		if len(h.u.workloads) != 0 || o.Live() != 0 || h.u.e.WakeC(placement.WakePressure) != nil {
 			t.Fatalf("no unit left (%v): %d open, want the trigger closed", h.u.Names(), o.Live())
 		}
-		h.m.start("c.service", "schedpolicyd.slice", true)
+		h.m.Start("c.service", "schedpolicyd.slice", true)
 		h.follow(nil)
 		if len(o.Armed) != 2 || o.Live() != 1 {
 			t.Fatalf("a unit again: %d armed, %d open; want a second arming", len(o.Armed), o.Live())

@@ -66,31 +66,31 @@ func placer(t *testing.T, u *Placement, pol *policy.Policy) func() {
 func TestUnitsDaemonReloadHeld(t *testing.T) {
 	f := newFakeSystemd(t)
 	for _, n := range []string{"a.service", "b.service", "c.scope"} {
-		f.start(n, "schedpolicyd.slice", true)
+		f.Start(n, "schedpolicyd.slice", true)
 	}
-	f.start("d.service", "schedpolicyd.slice", true, 1)
-	f.start("other.service", "system.slice", true)
+	f.Start("d.service", "schedpolicyd.slice", true, 1)
+	f.Start("other.service", "system.slice", true)
 	u := surfaceUnits(t, nil, nil)
 	pol := policy.Powersaving
 	apply := placer(t, u, &pol)
 	apply()
-	before := f.writes()
-	if len(before) != 3 || f.allowed("d.service") != "1" {
-		t.Fatalf("placing: writes %v, d.service %s; want a, b, c packed and d at its administrator's 1", before, f.allowed("d.service"))
+	before := f.Writes()
+	if len(before) != 3 || f.Allowed("d.service") != "1" {
+		t.Fatalf("placing: writes %v, d.service %s; want a, b, c packed and d at its administrator's 1", before, f.Allowed("d.service"))
 	}
-	f.reload()
+	f.Reload()
 	held := true
 	pump(t, f, u, apply, func() {
 		if len(u.workloads) != 4 {
 			held = false
 		}
 	})
-	if got := f.writes(); !held || len(got) != len(before) || len(u.workloads) != 4 || len(u.reloading) != 0 {
+	if got := f.Writes(); !held || len(got) != len(before) || len(u.workloads) != 4 || len(u.reloading) != 0 {
 		t.Fatalf("a reload: workloads kept throughout %v, %d now, writes %v after %v, still held %v", held, len(u.workloads), got[len(before):], before, u.reloading)
 	}
 	for _, n := range []string{"a.service", "b.service", "c.scope"} {
-		if u.workloads[n].cpus.String() != f.allowed(n) {
-			t.Fatalf("%s: the daemon says %s, the manager %s", n, u.workloads[n].cpus, f.allowed(n))
+		if u.workloads[n].cpus.String() != f.Allowed(n) {
+			t.Fatalf("%s: the daemon says %s, the manager %s", n, u.workloads[n].cpus, f.Allowed(n))
 		}
 	}
 }
@@ -103,27 +103,27 @@ func TestUnitsDaemonReloadHeld(t *testing.T) {
 // adopted from the new connection's signals.
 func TestUnitsDaemonReexecKept(t *testing.T) {
 	f := newFakeSystemd(t)
-	f.start("a.service", "schedpolicyd.slice", true)
-	f.start("b.service", "schedpolicyd.slice", true)
+	f.Start("a.service", "schedpolicyd.slice", true)
+	f.Start("b.service", "schedpolicyd.slice", true)
 	u := surfaceUnits(t, nil, nil)
 	pol := policy.Powersaving
 	apply := placer(t, u, &pol)
 	apply()
-	f.reexec()
+	f.Reexec()
 	pump(t, f, u, apply, nil)
-	if len(u.workloads) != 2 || len(f.writes()) != 2 {
-		t.Fatalf("after the re-execution: workloads %d, writes %v; want both kept, nothing written again", len(u.workloads), f.writes())
+	if len(u.workloads) != 2 || len(f.Writes()) != 2 {
+		t.Fatalf("after the re-execution: workloads %d, writes %v; want both kept, nothing written again", len(u.workloads), f.Writes())
 	}
-	f.start("c.service", "schedpolicyd.slice", true)
+	f.Start("c.service", "schedpolicyd.slice", true)
 	pump(t, f, u, apply, nil)
-	if u.workloads["c.service"] == nil || f.allowed("c.service") == "" {
-		t.Fatalf("a unit started after the re-execution: workload %v, AllowedCPUs=%s", u.workloads["c.service"] != nil, f.allowed("c.service"))
+	if u.workloads["c.service"] == nil || f.Allowed("c.service") == "" {
+		t.Fatalf("a unit started after the re-execution: workload %v, AllowedCPUs=%s", u.workloads["c.service"] != nil, f.Allowed("c.service"))
 	}
 	pol = policy.Performance
 	apply()
 	for _, n := range []string{"a.service", "b.service", "c.service"} {
-		if f.allowed(n) != "" {
-			t.Fatalf("performance after the re-execution: %s AllowedCPUs=%s, want unset", n, f.allowed(n))
+		if f.Allowed(n) != "" {
+			t.Fatalf("performance after the re-execution: %s AllowedCPUs=%s, want unset", n, f.Allowed(n))
 		}
 	}
 }
@@ -136,24 +136,24 @@ func TestUnitsDaemonReexecKept(t *testing.T) {
 // (kill -9): the next start finds the file replaced.
 func TestUnitsAdminSameValue(t *testing.T) {
 	f := newFakeSystemd(t)
-	f.start("a.service", "schedpolicyd.slice", true)
-	f.start("b.service", "schedpolicyd.slice", true)
-	f.start("c.service", "schedpolicyd.slice", true)
+	f.Start("a.service", "schedpolicyd.slice", true)
+	f.Start("b.service", "schedpolicyd.slice", true)
+	f.Start("c.service", "schedpolicyd.slice", true)
 	var saved []statefile.UnitRecord
 	u := surfaceUnits(t, nil, &saved)
 	pol := policy.Powersaving
 	apply := placer(t, u, &pol)
 	apply()
-	p := f.allowed("a.service")
-	if p == "" || f.allowed("b.service") != p {
-		t.Fatalf("not packed: a %s b %s", p, f.allowed("b.service"))
+	p := f.Allowed("a.service")
+	if p == "" || f.Allowed("b.service") != p {
+		t.Fatalf("not packed: a %s b %s", p, f.Allowed("b.service"))
 	}
 	cpu := u.workloads["a.service"].cpus.List()
-	f.admin("a.service", cpu...) // the daemon's own value, by the administrator
+	f.Admin("a.service", true, cpu...) // the daemon's own value, by the administrator
 	pol = policy.Performance
 	apply()
-	if f.allowed("a.service") != p || u.workloads["a.service"].rec.Original != p || f.allowed("b.service") != "" {
-		t.Fatalf("performance: a %q (original %q), b %q; want a kept at the administrator's %s, b unset", f.allowed("a.service"), u.workloads["a.service"].rec.Original, f.allowed("b.service"), p)
+	if f.Allowed("a.service") != p || u.workloads["a.service"].rec.Original != p || f.Allowed("b.service") != "" {
+		t.Fatalf("performance: a %q (original %q), b %q; want a kept at the administrator's %s, b unset", f.Allowed("a.service"), u.workloads["a.service"].rec.Original, f.Allowed("b.service"), p)
 	}
 	pol = policy.Powersaving
 	apply()
@@ -161,19 +161,19 @@ func TestUnitsAdminSameValue(t *testing.T) {
 	// value meanwhile; the next start takes it as theirs.
 	records := saved
 	u.Close()
-	f.admin("c.service", u.workloads["c.service"].cpus.List()...)
+	f.Admin("c.service", true, u.workloads["c.service"].cpus.List()...)
 	u2 := surfaceUnits(t, records, nil)
 	pol = policy.Performance
 	placer(t, u2, &pol)()
-	if f.allowed("c.service") != p || f.allowed("b.service") != "" {
-		t.Fatalf("after a restart: c %q, b %q; want c at the administrator's %s, b unset", f.allowed("c.service"), f.allowed("b.service"), p)
+	if f.Allowed("c.service") != p || f.Allowed("b.service") != "" {
+		t.Fatalf("after a restart: c %q, b %q; want c at the administrator's %s, b unset", f.Allowed("c.service"), f.Allowed("b.service"), p)
 	}
 	pol = policy.Powersaving
 	placer(t, u2, &pol)()
 	if !u2.Restore() {
 		t.Fatal("restore reported something left")
 	}
-	if a, b, c := f.allowed("a.service"), f.allowed("b.service"), f.allowed("c.service"); a != p || b != "" || c != p {
+	if a, b, c := f.Allowed("a.service"), f.Allowed("b.service"), f.Allowed("c.service"); a != p || b != "" || c != p {
 		t.Fatalf("after the stop: a %q b %q c %q; want %s, unset, %s", a, b, c, p, p)
 	}
 }
@@ -187,16 +187,16 @@ func TestUnitsAdminSameValue(t *testing.T) {
 // transient unit's drop-ins go with it: its record goes at once.
 func TestUnitsRecreatedUnitKeepsRecord(t *testing.T) {
 	f := newFakeSystemd(t)
-	f.start("r.service", "schedpolicyd.slice", false)
-	f.start("t.service", "schedpolicyd.slice", true)
+	f.Start("r.service", "schedpolicyd.slice", false)
+	f.Start("t.service", "schedpolicyd.slice", true)
 	var saved []statefile.UnitRecord
 	u := surfaceUnits(t, nil, &saved)
 	pol := policy.Powersaving
 	apply := placer(t, u, &pol)
 	apply()
-	p := f.allowed("r.service")
-	f.remove("r.service")
-	f.remove("t.service")
+	p := f.Allowed("r.service")
+	f.Drop("r.service")
+	f.Drop("t.service")
 	pump(t, f, u, apply, nil)
 	keys := func(rs []statefile.UnitRecord) string {
 		var out []string
@@ -225,17 +225,17 @@ func TestUnitsRecreatedUnitKeepsRecord(t *testing.T) {
 	if keys(u2.records.List()) != "r.service" {
 		t.Fatalf("records after the next start: %q", keys(u2.records.List()))
 	}
-	f.start("r.service", "schedpolicyd.slice", false)
-	f.start("t.service", "schedpolicyd.slice", true)
+	f.Start("r.service", "schedpolicyd.slice", false)
+	f.Start("t.service", "schedpolicyd.slice", true)
 	pump(t, f, u2, apply2, nil)
-	if f.allowed("t.service") == "" || u2.workloads["r.service"] == nil {
-		t.Fatalf("units back: t %q, r a workload %v", f.allowed("t.service"), u2.workloads["r.service"] != nil)
+	if f.Allowed("t.service") == "" || u2.workloads["r.service"] == nil {
+		t.Fatalf("units back: t %q, r a workload %v", f.Allowed("t.service"), u2.workloads["r.service"] != nil)
 	}
 	if got := u2.workloads["r.service"].rec; got.Original != "" || got.Applied != p {
-		t.Fatalf("r.service back with %s: record %+v; want the daemon's %s over an unset original", f.allowed("r.service"), *got, p)
+		t.Fatalf("r.service back with %s: record %+v; want the daemon's %s over an unset original", f.Allowed("r.service"), *got, p)
 	}
-	if !u2.Restore() || f.allowed("r.service") != "" || f.allowed("t.service") != "" {
-		t.Fatalf("after the stop: r %q t %q; want both unset", f.allowed("r.service"), f.allowed("t.service"))
+	if !u2.Restore() || f.Allowed("r.service") != "" || f.Allowed("t.service") != "" {
+		t.Fatalf("after the stop: r %q t %q; want both unset", f.Allowed("r.service"), f.Allowed("t.service"))
 	}
 }
 
