@@ -68,10 +68,11 @@ func newUserSetup(t *testing.T) *userSetup {
 }
 
 // unit puts an honest unit of the user's in slice, with its cgroup in the
-// mock tree.
+// mock tree (cpuset.cpus there: the manager applies AllowedCPUs=).
 func (s *userSetup) unit(t *testing.T, name, slice string, mask []byte) {
 	cg := userCG + "/" + slice + "/" + name
 	testutil.Put(t, s.sys+"/fs/cgroup"+cg+"/cpu.stat", "usage_usec 0")
+	testutil.Put(t, s.sys+"/fs/cgroup"+cg+"/cpuset.cpus", "")
 	s.user.Put(name, testutil.FakeUnit{Slice: slice, ControlGroup: cg, Mask: mask})
 }
 

@@ -427,4 +427,60 @@ testcase_laptop_default_purged() {
 	rmmod testpower 2>/dev/null || true
 }
 
-laptop_default_testcases="laptop_default_dropin laptop_default_whole laptop_default_units laptop_default_battery laptop_default_stop"
+# A user's manager already running when cpuset reached its cgroup, as on
+# a first install with the user logged in (the drop-in masked for its
+# login, then unmasked and the system manager reloaded, as the postinst
+# does): it stores AllowedCPUs= and never turns cpuset on for its units
+# (systemd 252). The daemon finds so after its first write, says so,
+# gives the unit its own value back and places nothing of that manager;
+# from the user's next login it places the same unit.
+rm_unit=rm-bg.service
+rm_start() { ur systemd-run --user --quiet --slice=background.slice --unit="$rm_unit" sleep 100000; }
+rm_unset() { [ -z "$(usc "$rm_unit")" ]; }
+rm_cg() { echo "$ucg/background.slice/$rm_unit"; }
+# rm_confined: the unit's entry in status's confined list, if any.
+rm_confined() {
+	schedpolicyctl status --json 2>/dev/null | python3 -c '
+import json, sys
+print(" ".join(c["name"] for c in json.load(sys.stdin).get("confined") or [] if c["name"] == sys.argv[1]))' "$rm_unit"
+}
+rm_placed() {
+	rp_v=
+	read -r rp_v <"$(rm_cg)/cpuset.cpus" 2>/dev/null
+	ld_packed "$(usc "$rm_unit")" && [ "$rp_v" = "$(usc "$rm_unit")" ] &&
+		[ "$(cpus_allowed "$(head -n 1 "$(rm_cg)/cgroup.procs")")" = "$rp_v" ]
+}
+testcase_laptop_default_running_manager() {
+	ld_up
+	trap 'rm -f "$ld_mask"; systemctl daemon-reload; ld_power on 2>/dev/null' EXIT
+	mkdir -p "${ld_mask%/*}"
+	ln -sf /dev/null "$ld_mask"
+	systemctl daemon-reload
+	ld_fresh_login
+	rm -f "$ld_mask"
+	systemctl daemon-reload
+	check laptop-default-running-manager-inert
+	assert_in ' cpuset ' " $(cat "$ucg/cgroup.controllers") "
+	c=$(cursor)
+	rm_start
+	wait_workloads 30 "$rm_unit" || fail_now "$(schedpolicyctl workloads 2>&1 | tr '\n' ';')"
+	ld_power off
+	journal_wait "$c" 120 "stores AllowedCPUs= but does not apply it.*uid=$uid" ||
+		fail_now "$(journal_since "$c" -u "$unit" | grep -iE 'user|rm-bg' | tail -n 8 | tr '\n' ';')"
+	ld_wait 60 rm_unset || fail_now "AllowedCPUs=$(usc "$rm_unit") after the daemon found the manager inert"
+	assert_false test -e "$(rm_cg)/cpuset.cpus"
+	assert_eq "$(cpus_allowed "$(head -n 1 "$(rm_cg)/cgroup.procs")")" "$all"
+	assert_eq "$(rm_confined)" ""
+	pass "laptop-default-running-manager-inert: said so, $rm_unit's AllowedCPUs= unset again, its task on $all, not shown confined"
+	excerpt "journal: the manager found inert" sh -c "journal_since '$c' -u '$unit' | grep -E 'does not apply it'"
+
+	check laptop-default-running-manager-next-login
+	ld_fresh_login
+	rm_start
+	ld_wait 90 rm_placed || fail_now "AllowedCPUs=$(usc "$rm_unit") cgroup=$(cat "$(rm_cg)/cpuset.cpus" 2>&1) $(ld_diag "$c")"
+	pass "laptop-default-running-manager-next-login: $rm_unit AllowedCPUs=$(usc "$rm_unit"), in its cgroup and its task's mask"
+	ur systemctl --user stop "$rm_unit" 2>/dev/null
+	ld_power on
+}
+
+laptop_default_testcases="laptop_default_dropin laptop_default_whole laptop_default_units laptop_default_battery laptop_default_stop laptop_default_running_manager"

@@ -28,7 +28,7 @@ func (u *Placement) PlanInput(online sysfs.CPUSet) (placement.PlanInput, bool) {
 	in := placement.PlanInput{Allowed: online, Names: u.Names(), Slices: true}
 	for _, n := range in.Names {
 		w := u.workloads[n]
-		if w.override == policy.Performance || w.exempt {
+		if w.override == policy.Performance || w.exempt || u.inertUser(w.uid) {
 			continue // no restriction of ours: its original below
 		}
 		cur := w.cpus
@@ -187,6 +187,12 @@ func (u *Placement) takeUserWritten(p *userManager, results []writeResult) bool 
 			u.e.Done(e, r.want.String())
 			rec.DropIns = r.dropIDs
 			u.e.Stats.Writes.Add(1)
+			if u.unified && !p.applies && !p.inert && p.check == "" && !r.want.IsEmpty() {
+				// Looked at two samples from now (checkApplied): sampling
+				// goes on for them even where every workload is idle.
+				p.check, p.checkSamples = r.key, 0
+				u.e.Backoff.Reset()
+			}
 			if w != nil {
 				log.WithFields(logrus.Fields{"from": w.cpus.String(), "to": r.want.String()}).Debug("AllowedCPUs set")
 				w.cpus = r.want

@@ -88,11 +88,13 @@ func (h *hostileUnits) serve() {
 }
 
 // unit puts unit name of slice in the user's manager, with a cgroup in
-// the mock tree (cpu.stat) unless cg is given.
+// the mock tree (cpu.stat, and cpuset.cpus: the manager applies
+// AllowedCPUs=) unless cg is given.
 func (h *hostileUnits) unit(name, slice string, u testutil.FakeUnit) {
 	if u.ControlGroup == "" {
 		u.ControlGroup = userCgroup + "/" + slice + "/" + name
 		testutil.WriteFile(h.t, h.root+"/fs/cgroup"+u.ControlGroup+"/cpu.stat", "usage_usec 0\n")
+		testutil.WriteFile(h.t, h.root+"/fs/cgroup"+u.ControlGroup+"/cpuset.cpus", "")
 	}
 	u.Slice = slice
 	h.usr.Put(name, u)

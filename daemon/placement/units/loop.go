@@ -26,10 +26,15 @@ func (u *Placement) Placed() (moved, managed int, applied []string) {
 // Refresh: the units' set changes through their managers' signals, and
 // at a periodic sample only when the last scan was cut short: the sample
 // then scans again and reports whether the set changed (not counted as
-// activity for the back-off).
+// activity for the back-off). A sample also looks whether a user's
+// manager applies what it was told (checkApplied); one found inert
+// changes what is placed too.
 func (u *Placement) Refresh() (changed, busy bool) {
 	if u.rescan {
 		changed = u.Scan()
+	}
+	if u.checkApplied() {
+		changed = true
 	}
 	return changed, false
 }
@@ -71,7 +76,7 @@ func (u *Placement) ModelLoads(in *placement.ModelInput) {
 	for _, n := range u.Names() {
 		w := u.workloads[n]
 		l := policy.Load{Name: n, Util: w.avg.Util, Class: u.class(w), Slice: w.slice}
-		if w.override == policy.Performance || w.exempt {
+		if w.override == policy.Performance || w.exempt || u.inertUser(w.uid) {
 			in.CPUs[n] = in.Allowed
 			in.Fixed = append(in.Fixed, l)
 			continue

@@ -425,7 +425,8 @@ func (u *Placement) Status() []snapshot.WorkloadStatus {
 			if may.IsEmpty() {
 				may = u.e.Allowed
 			}
-			ws.Confined = w.rec.Applied != "" && !w.cpus.IsEmpty() && w.cpus.Size() < may.Size()
+			// A user's manager that does not apply it confines nothing.
+			ws.Confined = w.rec.Applied != "" && !w.cpus.IsEmpty() && w.cpus.Size() < may.Size() && !u.inertUser(w.uid)
 		}
 		out = append(out, ws)
 	}

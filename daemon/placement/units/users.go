@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -83,6 +84,20 @@ type userManager struct {
 	// refusedSaid: the refused values said (unit and field), at most
 	// maxRefusedSaid.
 	refusedSaid map[string]bool
+	// Whether this manager process applies what it is told (cgroup v2):
+	// a manager already running when cpuset reached its cgroup (the
+	// package's daemon-reload) stores AllowedCPUs= and never applies it,
+	// as systemd reads the controllers it may use when it starts (seen
+	// with systemd 252). The first unit given a narrower value is looked
+	// at (check, the unit's key; checkSamples, the samples since) two
+	// samples later: a cgroup without cpuset.cpus makes the manager inert
+	// — its units are left out of every plan, so that their originals go
+	// back, until its main process changes — and one with it makes it
+	// applies.
+	check        string
+	checkSamples int
+	applies      bool
+	inert        bool
 }
 
 // maxRefusedSaid bounds what a user's refusals said are remembered by.
@@ -213,6 +228,9 @@ func (u *Placement) userUnit(info systemd.UnitInfo) bool {
 		// A new manager process (user@UID.service restarted): the link
 		// checks its socket against the new one.
 		changed = u.stopLink(p)
+	}
+	if p.mainPID != info.MainPID {
+		p.check, p.applies, p.inert = "", false, false
 	}
 	p.cgroup, p.mainPID = info.ControlGroup, info.MainPID
 	if p.link == nil {
@@ -602,3 +620,46 @@ func probeFocus(dir string) (apps, marked int) {
 }
 
 func (unitMsg) BackendEvent() {}
+
+// checkApplied looks, for each user whose manager may not apply what it
+// is told (userManager.check), whether the unit it was given a narrower
+// value holds a cpuset in its cgroup, two samples after the write was
+// answered (a manager realises a unit's cgroup after it answers, so the
+// sample right after the answer may come too soon). It reports whether
+// a manager was found inert (its units leave the plan).
+func (u *Placement) checkApplied() (changed bool) {
+	for _, p := range u.people {
+		if p.check == "" {
+			continue
+		}
+		w := u.workloads[p.check]
+		if w == nil || w.rec.Applied == "" || w.cpus.IsEmpty() {
+			p.check = "" // gone, or back at its original: the next write looks
+			continue
+		}
+		if p.checkSamples++; p.checkSamples < 2 {
+			continue
+		}
+		p.check = ""
+		if _, err := os.Stat(w.cgroup); err != nil {
+			continue // stopped meanwhile
+		}
+		_, err := os.Stat(filepath.Join(w.cgroup, "cpuset.cpus"))
+		switch {
+		case err == nil:
+			p.applies = true
+		case errors.Is(err, fs.ErrNotExist):
+			p.inert = true
+			changed = true
+			u.e.Log.WithFields(logrus.Fields{"uid": p.uid, "unit": w.name, "allowed_cpus": w.cpus.String()}).Warn("the user's manager stores AllowedCPUs= but does not apply it (its unit's cgroup has no cpuset.cpus): it was already running when cpuset was delegated to it, and systemd reads the controllers it may use when it starts; its units are given their own values back and are not placed until the user logs in again (schedpolicyd(8), USERS' UNITS)")
+		}
+	}
+	return changed
+}
+
+// inertUser reports whether uid's manager stores AllowedCPUs= without
+// applying it (checkApplied).
+func (u *Placement) inertUser(uid int) bool {
+	p := u.people[uid]
+	return uid >= 0 && p != nil && p.inert
+}

@@ -2,6 +2,7 @@ package units
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/schedpolicyd/schedpolicyd/daemon/placement"
 	"github.com/schedpolicyd/schedpolicyd/daemon/statefile"
 	"github.com/schedpolicyd/schedpolicyd/internal/testutil"
+	"github.com/schedpolicyd/schedpolicyd/policy"
 	"github.com/schedpolicyd/schedpolicyd/systemd"
 )
 
@@ -348,5 +350,75 @@ func TestProbeUserManagers(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got  %+v\nwant %+v", got, want)
+	}
+}
+
+// TestUserManagerInert: a user's manager that stores AllowedCPUs= but
+// never applies it (one already running when cpuset reached its cgroup:
+// the unit's cgroup gets no cpuset.cpus) is found so two samples after
+// the write, its units leave the plan and get their originals back, and
+// it stays so; a manager that applies it (cpuset.cpus there) is looked at
+// once. A new main process is looked at anew.
+func TestUserManagerInert(t *testing.T) {
+	for _, applies := range []bool{false, true} {
+		t.Run(fmt.Sprintf("applies=%v", applies), func(t *testing.T) {
+			h := newHostile(t)
+			h.unit("app-a.scope", "background.slice", testutil.FakeUnit{})
+			if !applies {
+				cg := h.root + "/fs/cgroup" + userCgroup + "/background.slice/app-a.scope"
+				if err := os.Remove(cg + "/cpuset.cpus"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h.serve()
+			h.pump("the unit", policy.Powersaving, func() bool { return h.workloads() == "app-a.scope" })
+			h.apply(policy.Powersaving)
+			h.pump("the unit placed", policy.Powersaving, func() bool {
+				return strings.Join(h.usr.Sets(), " ") == "app-a.scope=01" && !h.u.people[hostile].writing
+			})
+			p := h.u.people[hostile]
+			if p.check != workloadKey(hostile, "app-a.scope") {
+				t.Fatalf("after the write: check %q", p.check)
+			}
+			if changed, _ := h.u.Refresh(); changed || p.inert || p.applies {
+				t.Fatalf("the sample right after the write judged the manager (changed %v, inert %v, applies %v)", changed, p.inert, p.applies)
+			}
+			changed, _ := h.u.Refresh()
+			testutil.WantEq(t, "judged two samples after the write: changed, inert, applies", fmt.Sprint(changed, p.inert, p.applies),
+				fmt.Sprint(!applies, !applies, applies))
+			h.apply(policy.Powersaving)
+			want := "app-a.scope=01"
+			if !applies {
+				// Its original (unset) back, through every possible CPU
+				// (cgroup v2's widening step).
+				want += " app-a.scope=03 app-a.scope="
+			}
+			h.pump("the next plan written", policy.Powersaving, func() bool {
+				return strings.Join(h.usr.Sets(), " ") == want && !h.u.people[hostile].writing
+			})
+			s := h.u.Status()
+			if len(s) != 1 || s[0].Confined == !applies || (s[0].Policy == "") == applies {
+				t.Errorf("status %+v", s)
+			}
+			if !applies && !h.warned("does not apply it") {
+				t.Error("nothing said of the inert manager")
+			}
+			// Nothing more is looked at, and an inert manager is not
+			// written to again.
+			h.u.Refresh()
+			h.u.Refresh()
+			h.apply(policy.Powersaving)
+			if p.check != "" || strings.Join(h.usr.Sets(), " ") != want {
+				t.Errorf("after more samples: check %q, writes %v", p.check, h.usr.Sets())
+			}
+
+			// A new manager process is judged anew.
+			info := systemd.UnitInfo{Name: "user@4242.service", Slice: "user-4242.slice", ControlGroup: userCgroup, ActiveState: "active",
+				MainPID: p.mainPID + 1, Delegate: true, DelegateControllers: []string{"cpu", "cpuset", "memory", "pids"}}
+			h.u.userUnit(info)
+			if p.inert || p.applies {
+				t.Errorf("a new main process kept the old one's judgement: inert %v, applies %v", p.inert, p.applies)
+			}
+		})
 	}
 }
