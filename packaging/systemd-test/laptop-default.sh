@@ -438,6 +438,8 @@ rm_unit=rm-bg.service
 rm_start() { ur systemd-run --user --quiet --slice=background.slice --unit="$rm_unit" sleep 100000; }
 rm_unset() { [ -z "$(usc "$rm_unit")" ]; }
 rm_cg() { echo "$ucg/background.slice/$rm_unit"; }
+# rm_said CURSOR: the daemon's lines since CURSOR on the inert manager.
+rm_said() { journal_since "$1" -u "$unit" | grep -E 'does not apply it'; }
 # rm_confined: the unit's entry in status's confined list, if any.
 rm_confined() {
 	schedpolicyctl status --json 2>/dev/null | python3 -c '
@@ -472,7 +474,7 @@ testcase_laptop_default_running_manager() {
 	assert_eq "$(cpus_allowed "$(head -n 1 "$(rm_cg)/cgroup.procs")")" "$all"
 	assert_eq "$(rm_confined)" ""
 	pass "laptop-default-running-manager-inert: said so, $rm_unit's AllowedCPUs= unset again, its task on $all, not shown confined"
-	excerpt "journal: the manager found inert" sh -c "journal_since '$c' -u '$unit' | grep -E 'does not apply it'"
+	excerpt "journal: the manager found inert" rm_said "$c"
 
 	check laptop-default-running-manager-next-login
 	ld_fresh_login

@@ -570,18 +570,31 @@ func (b *unitRestore) WriteBack(i int, origList string, _ placement.Held) (strin
 // An error after the widening step was made is a *widenedError: the unit
 // may hold every possible CPU, the value its record's Pending says.
 func (u *Placement) setAllowed(ctx context.Context, m unitManager, name string, cpus sysfs.CPUSet) error {
+	var possible sysfs.CPUSet
 	if cpus.IsEmpty() && u.unified {
-		if all, err := possibleCPUs(sysfsRoot(u.e.Cfg)); err == nil && !all.IsEmpty() {
-			if err := m.SetAllowedCPUs(ctx, name, all.List()); err != nil {
-				return err
-			}
-			if err := m.SetAllowedCPUs(ctx, name, cpus.List()); err != nil {
-				return &widenedError{held: all, err: err}
-			}
-			return nil
-		}
+		possible, _ = possibleCPUs(sysfsRoot(u.e.Cfg))
 	}
-	return m.SetAllowedCPUs(ctx, name, cpus.List())
+	widened, err := setAllowedVia(ctx, m, name, cpus, possible)
+	if err != nil && widened {
+		return &widenedError{held: possible, err: err}
+	}
+	return err
+}
+
+// setAllowedVia sets cpus as unit name's AllowedCPUs= through m, the one
+// place the widening step is written (setAllowed, and a user's link's
+// writeOne and restoreOne): an empty cpus with possible given (cgroup
+// v2's every possible CPU) is reached through possible first. widened:
+// that step was taken, so an error is the value's own refusal after it
+// (the unit holds possible); else the error is the first write's.
+func setAllowedVia(ctx context.Context, m unitManager, name string, cpus, possible sysfs.CPUSet) (widened bool, err error) {
+	if cpus.IsEmpty() && !possible.IsEmpty() {
+		if err := m.SetAllowedCPUs(ctx, name, possible.List()); err != nil {
+			return false, err
+		}
+		widened = true
+	}
+	return widened, m.SetAllowedCPUs(ctx, name, cpus.List())
 }
 
 // widenedError is a reset to an unset AllowedCPUs= that failed after its

@@ -101,15 +101,11 @@ func (l *userLink) writeOne(ctx context.Context, m unitManager, w userWrite, r *
 		r.outcome, r.view = writeChanged, &v
 		return nil
 	}
-	widened := false
-	if w.want.IsEmpty() && l.unified && !l.possible.IsEmpty() {
-		// As setAllowed: through every possible CPU first.
-		if err := m.SetAllowedCPUs(ctx, w.name, l.possible.List()); err != nil {
-			return l.writeFailed(r, err)
-		}
-		widened = true
+	var possible sysfs.CPUSet
+	if l.unified {
+		possible = l.possible // as setAllowed: through every possible CPU first
 	}
-	if err := m.SetAllowedCPUs(ctx, w.name, w.want.List()); err != nil {
+	if widened, err := setAllowedVia(ctx, m, w.name, w.want, possible); err != nil {
 		err = l.writeFailed(r, err)
 		if widened && r.outcome == writeRefused {
 			// The unit holds the widening value (setAllowed's
@@ -222,14 +218,11 @@ func (l *userLink) restoreOne(ctx context.Context, m unitManager, rec *statefile
 		return nil
 	}
 	orig, _ := sysfs.ParseCPUList(rec.Original)
-	widened := false
-	if widen && orig.IsEmpty() && l.unified && !l.possible.IsEmpty() {
-		if err := m.SetAllowedCPUs(ctx, rec.Unit, l.possible.List()); err != nil {
-			return l.restoreFailed(r, err)
-		}
-		widened = true
+	var possible sysfs.CPUSet
+	if widen && l.unified {
+		possible = l.possible
 	}
-	if err := m.SetAllowedCPUs(ctx, rec.Unit, orig.List()); err != nil {
+	if widened, err := setAllowedVia(ctx, m, rec.Unit, orig, possible); err != nil {
 		err = l.restoreFailed(r, err)
 		if widened && r.outcome == restoreFailed {
 			// The unit holds the widening value, which only the record's
