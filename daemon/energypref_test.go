@@ -36,18 +36,12 @@ func prefValues(t *testing.T, sys string) string {
 // system manager of the test's own on it that answers GetUnitFileState
 // from fake (nothing installed at first); systemd is its connection, for
 // its signals. Both end with the test.
-func prefsSystemManager(t *testing.T) (pbus *testutil.Bus, systemd *dbus.Conn, fake *testutil.FakeUnitFiles) {
+func prefsSystemManager(t *testing.T) (pbus *testutil.Bus, systemd *dbus.Conn, fake *testutil.FakeManager) {
 	t.Helper()
 	pbus = testutil.StartSystemPolicyBus(t, "../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf")
-	systemd = testutil.Connect(t, pbus.Addr)
-	fake = testutil.NewFakeUnitFiles(map[string]string{})
-	if err := fake.Export(systemd); err != nil {
-		t.Fatal(err)
-	}
-	if r, err := systemd.RequestName(testutil.SystemdName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
-		t.Fatalf("RequestName(%s) = %v, %v", testutil.SystemdName, r, err)
-	}
-	return pbus, systemd, fake
+	fake = testutil.NewFakeManager(t)
+	fake.SetUnitFiles(map[string]string{})
+	return pbus, fake.ServeBus(pbus.Addr), fake
 }
 
 // TestDaemonEnergyPrefsFollowPolicy: on the mock laptop with the Zen 3's
@@ -93,7 +87,7 @@ func TestDaemonEnergyPrefsFollowPolicy(t *testing.T) {
 	m.plug(t, false)
 	values("power power low-power")
 
-	fake.Set(map[string]string{"tlp.service": "enabled"})
+	fake.SetUnitFiles(map[string]string{"tlp.service": "enabled"})
 	if err := d.Reload(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +142,7 @@ func TestDaemonEnergyPrefsOwnerInstalledLive(t *testing.T) {
 	m.plug(t, false)
 	values("power power low-power")
 
-	fake.Set(map[string]string{"tlp.service": "enabled"})
+	fake.SetUnitFiles(map[string]string{"tlp.service": "enabled"})
 	emit("Reloading", true)
 	emit("Reloading", false)
 	values("performance performance balanced")
@@ -156,7 +150,7 @@ func TestDaemonEnergyPrefsOwnerInstalledLive(t *testing.T) {
 		return ml.has("another owner manages this knob; not writing it knob=energy_performance_preference owner=tlp.service (installed, enabled;"), ""
 	})
 
-	fake.Set(nil)
+	fake.SetUnitFiles(nil)
 	emit("UnitFilesChanged")
 	values("power power low-power")
 	cancel()

@@ -32,18 +32,9 @@ func ppOwners(conn *dbus.Conn) string {
 // power-profiles names, and says so as the dbus component.
 func TestDaemonLeavesPowerProfilesToInstalledDaemon(t *testing.T) {
 	pbus := testutil.StartSystemPolicyBus(t, "../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf")
-	systemd, err := dbus.Connect(pbus.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer systemd.Close()
-	fake := testutil.NewFakeUnitFiles(map[string]string{"power-profiles-daemon.service": "disabled"})
-	if err := fake.Export(systemd); err != nil {
-		t.Fatal(err)
-	}
-	if r, err := systemd.RequestName(testutil.SystemdName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
-		t.Fatalf("RequestName(%s) = %v, %v", testutil.SystemdName, r, err)
-	}
+	fake := testutil.NewFakeManager(t)
+	fake.SetUnitFiles(map[string]string{"power-profiles-daemon.service": "disabled"})
+	fake.ServeBus(pbus.Addr)
 	ml := new(msgLog)
 	newMockLaptop(t).startWith(t, func(c *Config) {
 		c.Bus, c.PowerProfilesAPI = pbus.Addr, bus.PowerProfilesAuto

@@ -73,13 +73,7 @@ func TestCloseJoinsGoroutines(t *testing.T) {
 	addr := testutil.StartBus(t, testutil.BusOptions{AnyUser: true}).Addr
 	// The test's connections: systemd (no power-profiles unit installed),
 	// a power-profiles daemon to follow, intel-lpmd.
-	systemd := testutil.Connect(t, addr)
-	if err := testutil.NewFakeUnitFiles(nil).Export(systemd); err != nil {
-		t.Fatal(err)
-	}
-	if r, err := systemd.RequestName(systemdName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
-		t.Fatalf("RequestName(%s) = %v, %v", systemdName, r, err)
-	}
+	testutil.NewFakeManager(t).ServeBus(addr)
 	hadess := ppNames[1].name
 	ppd, p := ownPPD(t, addr, hadess, ProfileBalanced)
 	o := ppd.Names()[0]

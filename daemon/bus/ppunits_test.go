@@ -37,14 +37,9 @@ func countPrefix(lines []string, prefix string) (int, string) {
 // nothing.
 func TestPowerProfilesLeftToInstalledDaemon(t *testing.T) {
 	pbus := testutil.StartSystemPolicyBus(t, "../../packaging/dbus/org.schedpolicyd.SchedPolicy1.conf")
-	systemd := testutil.Connect(t, pbus.Addr)
-	fake := testutil.NewFakeUnitFiles(map[string]string{"power-profiles-daemon.service": "disabled"})
-	if err := fake.Export(systemd); err != nil {
-		t.Fatal(err)
-	}
-	if r, err := systemd.RequestName(systemdName, dbus.NameFlagDoNotQueue); err != nil || r != dbus.RequestNameReplyPrimaryOwner {
-		t.Fatalf("RequestName(%s) = %v, %v", systemdName, r, err)
-	}
+	fake := testutil.NewFakeManager(t)
+	fake.SetUnitFiles(map[string]string{"power-profiles-daemon.service": "disabled"})
+	systemd := fake.ServeBus(pbus.Addr)
 	st := startService(t, pbus.Addr, Config{PowerProfilesAPI: PowerProfilesAuto, PowerProfilesUnits: slices.Clone(DefaultPowerProfilesUnits)})
 	root := st.client
 	// owners is the owners of ppNames' two names, as one string.
@@ -68,14 +63,14 @@ func TestPowerProfilesLeftToInstalledDaemon(t *testing.T) {
 		}
 	}
 
-	fake.Set(nil) // purged
+	fake.SetUnitFiles(nil) // purged
 	emit("UnitFilesChanged")
 	testutil.Eventually(t, "served once nothing is installed", func() (bool, string) { return owners() == served, owners() })
 
 	attacker := testutil.DialAs(t, pbus.Addr, 65534)
 	forge(t, attacker, []string{systemd.Names()[0], root.Names()[0]}, systemdPath, systemdIface+".JobNew",
 		uint32(66), dbus.ObjectPath("/org/freedesktop/systemd1/job/66"), "power-profiles-daemon.service")
-	fake.Set(map[string]string{"tuned-ppd.service": "enabled"}) // installed, then a reload
+	fake.SetUnitFiles(map[string]string{"tuned-ppd.service": "enabled"}) // installed, then a reload
 	emit("Reloading", true)
 	emit("Reloading", false)
 	testutil.Eventually(t, "released once tuned-ppd is installed", func() (bool, string) { return owners() == none, owners() })
@@ -87,7 +82,7 @@ func TestPowerProfilesLeftToInstalledDaemon(t *testing.T) {
 		t.Fatalf("probe: %+v, want the names left to tuned-ppd.service (installed, enabled)", p)
 	}
 
-	fake.Set(nil)
+	fake.SetUnitFiles(nil)
 	emit("UnitFilesChanged")
 	testutil.Eventually(t, "served again", func() (bool, string) { return owners() == served, owners() })
 	emit("JobNew", uint32(67), dbus.ObjectPath("/org/freedesktop/systemd1/job/67"), "power-profiles-daemon.service")

@@ -48,8 +48,6 @@
 //     to them (FakePressureTrigger, FakePressureTriggers), and the check
 //     that a channel has a value once a synctest bubble is blocked
 //     (Ready);
-//   - the system manager's installed unit files, for a watch of them
-//     (FakeUnitFiles);
 //   - the skip where /dev/fuse does not open (NeedFUSE), and another
 //     process holding a file of a mounted tree open or its cwd in it,
 //     which keeps the mount alive after umount -l (HoldFile).

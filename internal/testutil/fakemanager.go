@@ -27,7 +27,8 @@ import (
 // the system manager; not served at all, a test calls it in memory. It
 // answers what the daemon asks a manager — Peer.Ping, AddMatch,
 // Subscribe, ListUnitsByPatterns, GetUnit, SetUnitProperties, the units'
-// Properties.GetAll and Get, the manager's Version — from units the test
+// Properties.GetAll and Get, the manager's Version, GetUnitFileState
+// (SetUnitFiles) — from units the test
 // puts in it (Put) or plays as systemd does (Start, Stop, Reload, ...:
 // fakeunits.go), and emits the manager's signals. It can also misbehave as a
 // hostile user's program on that socket would: hold any method's answer
@@ -72,6 +73,8 @@ type FakeManager struct {
 	// the drop-ins of the manager of dropUID (DropInsBelow).
 	dropRoot string
 	dropUID  int
+	// unitFiles: GetUnitFileState's table (SetUnitFiles).
+	unitFiles map[string]string
 	// busAddr and busConn: the bus ServeBus serves on and its connection
 	// owning the manager's name (Reexec).
 	busAddr  string
@@ -131,6 +134,16 @@ func (f *FakeManager) Remove(name string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.units, name)
+}
+
+// SetUnitFiles replaces the installed unit files GetUnitFileState answers
+// from: unit name → state ("enabled", "disabled", "masked", ...; nil:
+// none), as a package's install or purge changes them. systemd then sends
+// UnitFilesChanged, which the test emits (Emit) when it wants it sent.
+func (f *FakeManager) SetUnitFiles(files map[string]string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unitFiles = files
 }
 
 // Hold makes every call of method (a member name: "AddMatch",
@@ -692,6 +705,19 @@ type fakeManagerObj struct {
 }
 
 func (o fakeManagerObj) Subscribe() *dbus.Error { o.f.call("Subscribe"); return nil }
+
+// GetUnitFileState answers from SetUnitFiles's table, and
+// org.freedesktop.DBus.Error.FileNotFound for a unit not in it, as
+// systemd does for a unit without a file.
+func (o fakeManagerObj) GetUnitFileState(name string) (string, *dbus.Error) {
+	o.f.call("GetUnitFileState")
+	o.f.mu.Lock()
+	defer o.f.mu.Unlock()
+	if st, ok := o.f.unitFiles[name]; ok {
+		return st, nil
+	}
+	return "", dbus.NewError("org.freedesktop.DBus.Error.FileNotFound", []any{"No such file or directory"})
+}
 
 func (o fakeManagerObj) ListUnitsByPatterns(states, patterns []string) ([]FakeUnitStatus, *dbus.Error) {
 	o.f.call("ListUnitsByPatterns")

@@ -31,16 +31,14 @@ func TestConnect(t *testing.T) {
 	}
 }
 
-// TestFakeUnitFiles: GetUnitFileState answers from the table, Set's
-// table from then on, FileNotFound for a unit not in it; Subscribe
-// answers; Set is not a method on the bus.
+// TestFakeUnitFiles: GetUnitFileState answers from SetUnitFiles's
+// table, FileNotFound for a unit not in it; Subscribe answers;
+// SetUnitFiles is not a method on the bus.
 func TestFakeUnitFiles(t *testing.T) {
 	b := StartBus(t, BusOptions{})
-	srv, cli := Connect(t, b.Addr), Connect(t, b.Addr)
-	f := NewFakeUnitFiles(map[string]string{"a.service": "enabled"})
-	if err := f.Export(srv); err != nil {
-		t.Fatal(err)
-	}
+	f := NewFakeManager(t)
+	f.SetUnitFiles(map[string]string{"a.service": "enabled"})
+	srv, cli := f.ServeBus(b.Addr), Connect(t, b.Addr)
 	obj := cli.Object(srv.Names()[0], SystemdPath)
 	state := func(name string) (string, error) {
 		var st string
@@ -54,15 +52,15 @@ func TestFakeUnitFiles(t *testing.T) {
 	if _, err := state("b.service"); !errors.As(err, &de) || de.Name != "org.freedesktop.DBus.Error.FileNotFound" {
 		t.Errorf("b.service: %v; want FileNotFound", err)
 	}
-	f.Set(map[string]string{"b.service": "masked"})
+	f.SetUnitFiles(map[string]string{"b.service": "masked"})
 	if st, err := state("b.service"); st != "masked" || err != nil {
 		t.Errorf("b.service after Set: %q, %v; want masked", st, err)
 	}
 	if err := obj.Call(SystemdManager+".Subscribe", 0).Err; err != nil {
 		t.Errorf("Subscribe: %v", err)
 	}
-	if err := obj.Call(SystemdManager+".Set", 0, map[string]string{}).Err; err == nil {
-		t.Error("Set answered on the bus")
+	if err := obj.Call(SystemdManager+".SetUnitFiles", 0, map[string]string{}).Err; err == nil {
+		t.Error("SetUnitFiles answered on the bus")
 	}
 }
 
