@@ -92,8 +92,8 @@ type userManager struct {
 	// at (check, the unit's key; checkSamples, the samples since) two
 	// samples later: a cgroup without cpuset.cpus makes the manager inert
 	// — its units are left out of every plan, so that their originals go
-	// back, until its main process changes — and one with it makes it
-	// applies.
+	// back, until its main process changes — and a cgroup with it marks
+	// the manager as one that applies (nothing more is looked at).
 	check        string
 	checkSamples int
 	applies      bool
