@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -84,11 +85,15 @@ type Proc struct {
 }
 
 // StartProc starts bin with args, the environment of the test and
-// NOTIFY_SOCKET pointing at a fresh NotifySocket, and returns at once. At
-// cleanup the process is killed (SIGKILL) and reaped, and its log goes to
-// t.Log when t failed or runs verbose. A caller with more to undo after
-// the kill (a FUSE mount the dead process leaves) registers it before
-// StartProc: cleanups run last first.
+// NOTIFY_SOCKET pointing at a fresh NotifySocket, in a process group of
+// its own, and returns at once. At cleanup the whole group is killed
+// (SIGKILL) and the process reaped, and its log goes to t.Log when t
+// failed or runs verbose. The group, not the process alone: a daemon run
+// under a wrapper (strace, which forks it) outlived the wrapper's kill
+// and kept the log's pipe open, so the reap waited for ever
+// (TestPrivilegeBoundaries after a t.Fatal). A caller with more to undo
+// after the kill (a FUSE mount the dead process leaves) registers it
+// before StartProc: cleanups run last first.
 func StartProc(t testing.TB, bin string, args ...string) *Proc {
 	t.Helper()
 	notify, notifyPath := ListenNotify(t)
@@ -96,11 +101,13 @@ func StartProc(t testing.TB, bin string, args ...string) *Proc {
 	p.Cmd = exec.Command(bin, args...)
 	p.Cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+notifyPath)
 	p.Cmd.Stdout, p.Cmd.Stderr = p.Log, p.Log
+	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.Cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() { p.Exited <- p.Cmd.Wait() }()
 	t.Cleanup(func() {
+		_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
 		p.Cmd.Process.Kill()
 		err := <-p.Exited
 		p.Exited <- err

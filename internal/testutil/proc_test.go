@@ -2,11 +2,14 @@ package testutil
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -62,6 +65,28 @@ func TestStartProc(t *testing.T) {
 		}
 		WantEq(t, "log", p.Log.String(), "refused\n")
 	})
+	// A wrapper whose child outlives it (as strace's daemon does) and
+	// holds the log's pipe: the cleanup kills the child too, so the reap
+	// returns (before, it waited for the pipe for ever).
+	var child int
+	t.Run("wrapper", func(t *testing.T) {
+		t.Setenv("TESTUTIL_NOTIFY", "READY=1")
+		p := StartProc(t, "sh", "-c", `"$@" & echo $!; wait`, "sh", os.Args[0], "-test.run=^TestProcNotifyHelper$")
+		if !p.WaitReady() {
+			t.Fatalf("WaitReady false; exit %v, log %q", <-p.Exited, p.Log.String())
+		}
+		line, _, _ := strings.Cut(p.Log.String(), "\n")
+		var err error
+		if child, err = strconv.Atoi(line); err != nil {
+			t.Fatalf("the child's pid: %q", p.Log.String())
+		}
+	})
+	// The child is gone, or a zombie until PID 1 reaps it.
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child)); err == nil {
+		if f := strings.Fields(string(b)); len(f) < 3 || f[2] != "Z" {
+			t.Errorf("the wrapper's child (pid %d) outlived the cleanup: %s", child, b)
+		}
+	}
 }
 
 // TestHoldFile: each holder reaches the file through its own reference
