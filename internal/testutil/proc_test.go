@@ -2,7 +2,6 @@ package testutil
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestProcNotifyHelper is the child of TestStartProc: with
@@ -67,8 +68,11 @@ func TestStartProc(t *testing.T) {
 	})
 	// A wrapper whose child outlives it (as strace's daemon does) and
 	// holds the log's pipe: the cleanup kills the child too, so the reap
-	// returns (before, it waited for the pipe for ever).
-	var child int
+	// returns (before, it waited for the pipe for ever), and the child
+	// exits (it waits for SIGTERM: nothing else ends it). Both waits have
+	// no bound of their own: a hang is the test binary's -timeout to
+	// catch, as it was before the fix.
+	childFD := -1
 	t.Run("wrapper", func(t *testing.T) {
 		t.Setenv("TESTUTIL_NOTIFY", "READY=1")
 		p := StartProc(t, "sh", "-c", `"$@" & echo $!; wait`, "sh", os.Args[0], "-test.run=^TestProcNotifyHelper$")
@@ -76,15 +80,28 @@ func TestStartProc(t *testing.T) {
 			t.Fatalf("WaitReady false; exit %v, log %q", <-p.Exited, p.Log.String())
 		}
 		line, _, _ := strings.Cut(p.Log.String(), "\n")
-		var err error
-		if child, err = strconv.Atoi(line); err != nil {
+		child, err := strconv.Atoi(line)
+		if err != nil {
 			t.Fatalf("the child's pid: %q", p.Log.String())
 		}
+		// Opened while the child runs (it is ready), so the descriptor is
+		// that process's, whatever its pid becomes later.
+		if childFD, err = unix.PidfdOpen(child, 0); err != nil {
+			t.Fatalf("pidfd of the child %d: %v", child, err)
+		}
 	})
-	// The child is gone, or a zombie until PID 1 reaps it.
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child)); err == nil {
-		if f := strings.Fields(string(b)); len(f) < 3 || f[2] != "Z" {
-			t.Errorf("the wrapper's child (pid %d) outlived the cleanup: %s", child, b)
+	if childFD < 0 {
+		return
+	}
+	defer unix.Close(childFD)
+	// A pidfd polls readable once its process has exited.
+	for {
+		_, err := unix.Poll([]unix.PollFd{{Fd: int32(childFD), Events: unix.POLLIN}}, -1)
+		if err != unix.EINTR {
+			if err != nil {
+				t.Fatal(err)
+			}
+			break
 		}
 	}
 }
